@@ -1,0 +1,18 @@
+//! smelt-ir: the tensor IR of the smelt fusion compiler — types, the op table, weights,
+//! functions, diagnostics, the text form, the verifier, the reference interpreter and
+//! the loop-nest IR that lowering produces and code generation consumes.
+
+#![warn(missing_docs)]
+
+pub mod builder;
+pub mod diag;
+pub mod graph;
+pub mod op;
+pub mod types;
+pub mod weights;
+
+pub use diag::{Diagnostic, Diagnostics, Location, Severity};
+pub use graph::{Func, FuncResult, Inst, Module, Param, Value};
+pub use op::{BinaryOp, FusedOp, Op, PostOp, UnaryOp};
+pub use types::{DType, Layout, TensorType, F32};
+pub use weights::{AlignedBuf, Weight, WeightId, WeightOrigin, WeightStore};

@@ -1,0 +1,339 @@
+//! Weights: immutable, 64-byte-aligned, shared tensors addressed by id.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::types::TensorType;
+
+/// Index of a weight in its module's [`WeightStore`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WeightId(pub u32);
+
+/// Constants with at most this many elements are interned by value, so rules can
+/// match them and equal small constants share one id.
+pub const SMALL_CONSTANT_LIMIT: usize = 16;
+
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+/// An immutable byte buffer whose start is 64-byte aligned (one cache line, and enough
+/// for any vector load), readable as `f32` or `i64` elements.
+#[derive(Clone)]
+pub struct AlignedBuf {
+    lines: Vec<Line>,
+    len_bytes: usize,
+}
+
+impl AlignedBuf {
+    /// Copies `values` into a new aligned buffer.
+    pub fn from_f32(values: &[f32]) -> AlignedBuf {
+        Self::from_bytes(bytemuck::cast_slice(values))
+    }
+
+    /// Copies `values` into a new aligned buffer.
+    pub fn from_i64(values: &[i64]) -> AlignedBuf {
+        Self::from_bytes(bytemuck::cast_slice(values))
+    }
+
+    /// Copies raw little-endian bytes into a new aligned buffer.
+    pub fn from_bytes(bytes: &[u8]) -> AlignedBuf {
+        let mut lines = vec![Line([0; 64]); bytes.len().div_ceil(64)];
+        bytemuck::cast_slice_mut::<Line, u8>(&mut lines)[..bytes.len()].copy_from_slice(bytes);
+        AlignedBuf {
+            lines,
+            len_bytes: bytes.len(),
+        }
+    }
+
+    /// The bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice::<Line, u8>(&self.lines)[..self.len_bytes]
+    }
+
+    /// The buffer as `f32` elements (trailing bytes that do not fill an element are ignored).
+    pub fn as_f32(&self) -> &[f32] {
+        &bytemuck::cast_slice::<Line, f32>(&self.lines)[..self.len_bytes / 4]
+    }
+
+    /// The buffer as `i64` elements.
+    pub fn as_i64(&self) -> &[i64] {
+        &bytemuck::cast_slice::<Line, i64>(&self.lines)[..self.len_bytes / 8]
+    }
+
+    /// Length in bytes.
+    pub fn len_bytes(&self) -> usize {
+        self.len_bytes
+    }
+}
+
+impl std::fmt::Debug for AlignedBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AlignedBuf({} bytes)", self.len_bytes)
+    }
+}
+
+/// Where a weight's data came from; the printer uses it to write the weight back the same way.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WeightOrigin {
+    /// Written out element by element (`dense<[...]>`) or as a splat (`dense<1.0>`).
+    Inline,
+    /// Deterministic pseudo-random values (`random<seed = S, min = A, max = B>`),
+    /// for test cases and the demo.
+    Random {
+        /// Generator seed.
+        seed: u64,
+        /// Smallest value.
+        min: f32,
+        /// Largest value.
+        max: f32,
+    },
+    /// A named tensor in a sidecar file beside the text file.
+    External {
+        /// File name, relative to the text file's directory.
+        file: String,
+        /// Tensor name inside the file.
+        key: String,
+    },
+    /// Made by a pass or an importer; has no textual origin.
+    Computed,
+}
+
+/// One weight: a name, a type, immutable data.
+#[derive(Clone, Debug)]
+pub struct Weight {
+    /// Name without the `@`; unique in the module.
+    pub name: String,
+    /// Type of the data (row-major unless the weight is a packed format).
+    pub ty: TensorType,
+    /// The elements, in `ty`'s storage order.
+    pub data: Arc<AlignedBuf>,
+    /// How the text form writes it.
+    pub origin: WeightOrigin,
+}
+
+impl Weight {
+    /// The data as f32 values.
+    pub fn f32s(&self) -> &[f32] {
+        self.data.as_f32()
+    }
+
+    /// A short stable content hash (FNV-1a 64 over type and bytes), printed for elided weights.
+    pub fn content_hash(&self) -> u64 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut eat = |b: u8| {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        };
+        for b in self
+            .ty
+            .to_string()
+            .bytes()
+            .chain(self.data.as_bytes().iter().copied())
+        {
+            eat(b);
+        }
+        h
+    }
+}
+
+/// All weights of a module, addressed by [`WeightId`].
+#[derive(Clone, Debug, Default)]
+pub struct WeightStore {
+    weights: Vec<Weight>,
+    by_name: HashMap<String, WeightId>,
+    small: HashMap<(TensorType, Vec<u8>), WeightId>,
+}
+
+impl WeightStore {
+    /// An empty store.
+    pub fn new() -> WeightStore {
+        WeightStore::default()
+    }
+
+    /// Adds a weight under `name`. Small weights equal in type and bytes to an existing
+    /// small weight return that weight's id instead. Fails if the name is taken or the
+    /// data length does not match the type.
+    pub fn add(
+        &mut self,
+        name: impl Into<String>,
+        ty: TensorType,
+        data: AlignedBuf,
+        origin: WeightOrigin,
+    ) -> Result<WeightId, String> {
+        let name = name.into();
+        ty.check_size()?;
+        let want = ty.storage_len() * ty.dtype.size_bytes();
+        if data.len_bytes() != want {
+            return Err(format!(
+                "weight @{name} of type {ty} needs {want} bytes of data, got {}",
+                data.len_bytes()
+            ));
+        }
+        let small_key = (ty.num_elements() <= SMALL_CONSTANT_LIMIT)
+            .then(|| (ty.clone(), data.as_bytes().to_vec()));
+        if let Some(id) = small_key.as_ref().and_then(|k| self.small.get(k)) {
+            if !self.by_name.contains_key(&name) {
+                self.by_name.insert(name, *id);
+            }
+            return Ok(*id);
+        }
+        if self.by_name.contains_key(&name) {
+            return Err(format!("weight @{name} is defined twice"));
+        }
+        let id = WeightId(self.weights.len() as u32);
+        self.by_name.insert(name.clone(), id);
+        if let Some(k) = small_key {
+            self.small.insert(k, id);
+        }
+        self.weights.push(Weight {
+            name,
+            ty,
+            data: Arc::new(data),
+            origin,
+        });
+        Ok(id)
+    }
+
+    /// Adds a computed f32 weight under a fresh name derived from `hint`.
+    pub fn add_computed(
+        &mut self,
+        hint: &str,
+        ty: TensorType,
+        values: &[f32],
+    ) -> Result<WeightId, String> {
+        let name = self.fresh_name(hint);
+        self.add(
+            name,
+            ty,
+            AlignedBuf::from_f32(values),
+            WeightOrigin::Computed,
+        )
+    }
+
+    /// A name starting with `hint` not used by any weight.
+    pub fn fresh_name(&self, hint: &str) -> String {
+        if !self.by_name.contains_key(hint) {
+            return hint.to_string();
+        }
+        (1..)
+            .map(|i| format!("{hint}_{i}"))
+            .find(|n| !self.by_name.contains_key(n))
+            .expect("some suffix is free")
+    }
+
+    /// The weight with this id.
+    pub fn get(&self, id: WeightId) -> Option<&Weight> {
+        self.weights.get(id.0 as usize)
+    }
+
+    /// The id of the weight named `name`.
+    pub fn lookup(&self, name: &str) -> Option<WeightId> {
+        self.by_name.get(name).copied()
+    }
+
+    /// Type of a weight.
+    pub fn type_of(&self, id: WeightId) -> Option<TensorType> {
+        self.get(id).map(|w| w.ty.clone())
+    }
+
+    /// All weights in id order.
+    pub fn iter(&self) -> impl Iterator<Item = (WeightId, &Weight)> {
+        self.weights
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (WeightId(i as u32), w))
+    }
+
+    /// Number of weights.
+    pub fn len(&self) -> usize {
+        self.weights.len()
+    }
+
+    /// Whether there are no weights.
+    pub fn is_empty(&self) -> bool {
+        self.weights.is_empty()
+    }
+}
+
+/// Deterministic pseudo-random f32 values in `[min, max]` (SplitMix64), identical on
+/// every platform: the generator behind `random<...>` weights and the demo's inputs.
+pub fn random_f32(seed: u64, len: usize, min: f32, max: f32) -> Vec<f32> {
+    let mut state = seed;
+    (0..len)
+        .map(|_| {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^= z >> 31;
+            let unit = (z >> 40) as f32 / (1u64 << 24) as f32;
+            min + (max - min) * unit
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_are_aligned_and_round_trip() {
+        let v: Vec<f32> = (0..37).map(|i| i as f32).collect();
+        let b = AlignedBuf::from_f32(&v);
+        assert_eq!(b.as_f32(), &v[..]);
+        assert_eq!(b.as_f32().as_ptr() as usize % 64, 0);
+    }
+
+    #[test]
+    fn small_constants_are_interned_by_value() {
+        let mut s = WeightStore::new();
+        let t = TensorType::f32([2]);
+        let a = s
+            .add(
+                "a",
+                t.clone(),
+                AlignedBuf::from_f32(&[1.0, 2.0]),
+                WeightOrigin::Inline,
+            )
+            .unwrap();
+        let b = s
+            .add(
+                "b",
+                t.clone(),
+                AlignedBuf::from_f32(&[1.0, 2.0]),
+                WeightOrigin::Inline,
+            )
+            .unwrap();
+        let c = s
+            .add(
+                "c",
+                t,
+                AlignedBuf::from_f32(&[1.0, 3.0]),
+                WeightOrigin::Inline,
+            )
+            .unwrap();
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(s.lookup("b"), Some(a));
+    }
+
+    #[test]
+    fn wrong_data_length_is_an_error() {
+        let mut s = WeightStore::new();
+        let r = s.add(
+            "w",
+            TensorType::f32([3]),
+            AlignedBuf::from_f32(&[1.0]),
+            WeightOrigin::Inline,
+        );
+        assert!(r.is_err());
+    }
+
+    #[test]
+    fn random_is_deterministic_and_in_range() {
+        let a = random_f32(7, 100, -1.0, 1.0);
+        assert_eq!(a, random_f32(7, 100, -1.0, 1.0));
+        assert!(a.iter().all(|v| (-1.0..=1.0).contains(v)));
+    }
+}

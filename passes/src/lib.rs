@@ -1,0 +1,1 @@
+//! smelt-passes
