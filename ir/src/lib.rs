@@ -8,11 +8,13 @@ pub mod builder;
 pub mod diag;
 pub mod graph;
 pub mod op;
+pub mod tensor;
 pub mod types;
 pub mod weights;
 
 pub use diag::{Diagnostic, Diagnostics, Location, Severity};
 pub use graph::{Func, FuncResult, Inst, Module, Param, Value};
 pub use op::{BinaryOp, FusedOp, Op, PostOp, UnaryOp};
+pub use tensor::{ErrorStats, Tensor};
 pub use types::{DType, Layout, TensorType, F32};
 pub use weights::{AlignedBuf, Weight, WeightId, WeightOrigin, WeightStore};
