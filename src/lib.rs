@@ -33,3 +33,7 @@ impl From<smelt_ir::Diagnostic> for Error {
         Error::Ir(d.into())
     }
 }
+
+pub mod codegen;
+pub mod onnx;
+pub mod runtime;

@@ -7,9 +7,13 @@
 pub mod builder;
 pub mod diag;
 pub mod graph;
+pub mod interp;
+pub mod loops;
 pub mod op;
 pub mod tensor;
+pub mod text;
 pub mod types;
+pub mod verify;
 pub mod weights;
 
 pub use diag::{Diagnostic, Diagnostics, Location, Severity};

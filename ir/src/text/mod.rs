@@ -1,0 +1,1 @@
+//! The `.tir` text form: lexer, parser and canonical printer.

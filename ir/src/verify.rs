@@ -1,0 +1,1 @@
+//! The verifier: type, shape and SSA checks of modules, reported as diagnostics.

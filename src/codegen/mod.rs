@@ -1,0 +1,1 @@
+//! Code generation: loop-nest IR to Cranelift IR to native code.

@@ -1,0 +1,1 @@
+//! ONNX import: protobuf decoding and mapping of ONNX operators to smelt ops.

@@ -1,0 +1,1 @@
+//! The runtime: `Executable` (code, weights, memory plan) and its checked `run`.
