@@ -35,5 +35,7 @@ impl From<smelt_ir::Diagnostic> for Error {
 }
 
 pub mod codegen;
+pub mod models;
+pub mod npy;
 pub mod onnx;
 pub mod runtime;
