@@ -23,6 +23,13 @@ pub enum Error {
     /// Invalid argument to the API: wrong input count, shape, or buffer length.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// An ONNX model that is malformed or uses what smelt does not support: diagnostics
+    /// naming the node, op type and opset.
+    #[error("{0}")]
+    Onnx(smelt_ir::Diagnostics),
+    /// A pass failed or left the module invalid.
+    #[error("{0}")]
+    Pass(#[from] smelt_passes::PassError),
     /// The host or an op is not supported yet.
     #[error("unsupported: {0}")]
     Unsupported(String),
@@ -39,3 +46,61 @@ pub mod models;
 pub mod npy;
 pub mod onnx;
 pub mod runtime;
+
+use std::path::Path;
+
+use smelt_ir::Module;
+use smelt_passes::fusion::FusionOptions;
+use smelt_passes::{PassContext, PassManager};
+
+pub use runtime::{CompileOptions, Executable, TensorInfo, Workspace};
+pub use smelt_ir::{Tensor, TensorType};
+
+/// How to optimize a module before compiling it.
+#[derive(Clone, Debug, Default)]
+pub struct OptimizeOptions {
+    /// Pass pipeline by name; `None` runs the default (`fusion, const_fold, dce`).
+    pub passes: Option<Vec<String>>,
+    /// Options of the fusion pass (rule switches, limits, `enabled: false` for `--no-fuse`).
+    pub fusion: FusionOptions,
+}
+
+/// Reads a model from a file: `.tir` text (with its safetensors sidecar, if any) or,
+/// with the `onnx` feature, `.onnx`. The module returned has been verified.
+pub fn load_model(path: &Path) -> Result<Module, Error> {
+    let is_onnx = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("onnx"));
+    if is_onnx {
+        return Err(Error::Unsupported(format!(
+            "{}: ONNX import is not built in yet",
+            path.display()
+        )));
+    }
+    Ok(smelt_ir::text::parse_file(path)?)
+}
+
+/// Runs the optimization pipeline on `module` in place; `dump(pass, module)` is called
+/// after each pass (for `--print-ir-after-all`).
+pub fn optimize(
+    module: &mut Module,
+    opts: &OptimizeOptions,
+    dump: Option<&mut dyn FnMut(&str, &Module)>,
+) -> Result<PassContext, Error> {
+    let mut pm = match &opts.passes {
+        Some(names) => PassManager::from_names(names, &opts.fusion)?,
+        None => PassManager::default_pipeline(&opts.fusion),
+    };
+    if let Some(dump) = dump {
+        pm.set_dump(dump);
+    }
+    let mut cx = PassContext::default();
+    pm.run(module, &mut cx)?;
+    Ok(cx)
+}
+
+/// Optimizes a copy of `module` with the default pipeline and compiles its entry function.
+pub fn compile(module: &Module, opts: &OptimizeOptions) -> Result<(Executable, PassContext), Error> {
+    let mut optimized = module.clone();
+    let cx = optimize(&mut optimized, opts, None)?;
+    let exe = Executable::compile(&optimized, None, &CompileOptions::default())?;
+    Ok((exe, cx))
+}

@@ -1,1 +1,902 @@
 //! The loop-nest IR: kernels as loops over vector loads, stores, FMAs and epilogues.
+//!
+//! A [`Kernel`] is a function of buffer arguments (pointers to `f32` elements, each
+//! with a static length). Its body is a tree of [`Stmt`]s: counted loops with constant
+//! bounds, assignments to register variables, and stores. Values are [`Expr`] trees over
+//! loads at affine addresses, constants, broadcasts, arithmetic, FMAs and selects, in
+//! scalar (`f32`) or vector (`f32x4`) width.
+//!
+//! Everything is static, so [`Kernel::check`] proves every access of every load and
+//! store inside its buffer before any code runs: the runtime's safety argument rests on
+//! it. Lowering (in smelt-passes) produces kernels; code generation (in smelt) turns them
+//! into Cranelift IR. The printer ([`Kernel::fmt`]) is deterministic, for `--dump-loops`
+//! and snapshot tests.
+
+use std::fmt::{self, Write as _};
+
+use crate::types::F32;
+
+/// Index of a kernel argument (a buffer pointer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BufId(pub u32);
+
+/// A loop induction variable (an integer), in scope inside its loop's body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LoopVar(pub u32);
+
+/// A register variable: assigned by [`Stmt::Assign`], read by [`Expr::Var`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct VarId(pub u32);
+
+/// Width of a value: one `f32` or a vector of four.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Width {
+    /// One `f32`.
+    Scalar,
+    /// Four `f32` lanes (128 bits).
+    F32x4,
+}
+
+impl Width {
+    /// Number of `f32` lanes.
+    pub fn lanes(self) -> usize {
+        match self {
+            Width::Scalar => 1,
+            Width::F32x4 => 4,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Width::Scalar => "f32",
+            Width::F32x4 => "f32x4",
+        }
+    }
+}
+
+/// How a kernel uses an argument buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Access {
+    /// Only read; nothing writes it while the kernel runs (loads may be moved freely).
+    Read,
+    /// Written (and possibly read back): outputs and scratch.
+    Write,
+}
+
+/// One buffer argument of a kernel.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct KernelArg {
+    /// A name for dumps (`x`, `w`, `out`, `residual`).
+    pub name: String,
+    /// Length in `f32` elements; every access is proven inside it.
+    pub len: usize,
+    /// Read-only or written.
+    pub access: Access,
+}
+
+/// An integer address in elements: `offset + Σ coefficient · loop variable`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Affine {
+    /// Constant part.
+    pub offset: i64,
+    /// Terms, at most one per loop variable, sorted by variable.
+    pub terms: Vec<(LoopVar, i64)>,
+}
+
+impl Affine {
+    /// A constant address.
+    pub fn constant(offset: i64) -> Affine {
+        Affine {
+            offset,
+            terms: Vec::new(),
+        }
+    }
+
+    /// The loop variable itself.
+    pub fn var(v: LoopVar) -> Affine {
+        Affine {
+            offset: 0,
+            terms: vec![(v, 1)],
+        }
+    }
+
+    /// `self + other`.
+    pub fn add(&self, other: &Affine) -> Affine {
+        let mut out = self.clone();
+        out.offset += other.offset;
+        for &(v, c) in &other.terms {
+            out.add_term(v, c);
+        }
+        out
+    }
+
+    /// `self + k`.
+    pub fn plus(&self, k: i64) -> Affine {
+        let mut out = self.clone();
+        out.offset += k;
+        out
+    }
+
+    /// `self · k`.
+    pub fn scale(&self, k: i64) -> Affine {
+        let mut out = Affine::constant(self.offset * k);
+        for &(v, c) in &self.terms {
+            out.add_term(v, c * k);
+        }
+        out
+    }
+
+    fn add_term(&mut self, v: LoopVar, c: i64) {
+        match self.terms.binary_search_by_key(&v, |t| t.0) {
+            Ok(i) => {
+                self.terms[i].1 += c;
+                if self.terms[i].1 == 0 {
+                    self.terms.remove(i);
+                }
+            }
+            Err(i) if c != 0 => self.terms.insert(i, (v, c)),
+            Err(_) => {}
+        }
+    }
+}
+
+/// An elementwise function of one value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum UnOp {
+    /// `-x`.
+    Neg,
+    /// `|x|`.
+    Abs,
+    /// Square root.
+    Sqrt,
+    /// `e^x` (code generation expands it into a polynomial; relative error ≈ 2e-7).
+    Exp,
+}
+
+/// An elementwise function of two values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BinOp {
+    /// `a + b`.
+    Add,
+    /// `a - b`.
+    Sub,
+    /// `a * b`.
+    Mul,
+    /// `a / b`.
+    Div,
+    /// `a > b ? a : b` (the x86 `maxps` rule: a NaN in `a` gives `b`).
+    Max,
+    /// `a < b ? a : b`.
+    Min,
+}
+
+/// A comparison for [`Expr::Select`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CmpOp {
+    /// `a < b`.
+    Lt,
+    /// `a <= b`.
+    Le,
+    /// `a > b`.
+    Gt,
+    /// `a >= b`.
+    Ge,
+}
+
+/// A horizontal reduction of a vector to a scalar.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ReduceOp {
+    /// Sum of the lanes.
+    Add,
+    /// Largest lane.
+    Max,
+}
+
+/// A value computed in registers.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Expr {
+    /// The current value of a register variable.
+    Var(VarId),
+    /// A constant, splatted to every lane.
+    Const(F32, Width),
+    /// Loads `width.lanes()` consecutive elements of `buf` starting at `index`.
+    Load {
+        /// The buffer.
+        buf: BufId,
+        /// Element index of the first lane.
+        index: Affine,
+        /// How many lanes.
+        width: Width,
+    },
+    /// A scalar broadcast to every lane of a vector.
+    Splat(Box<Expr>),
+    /// An elementwise function of one value.
+    Unary(UnOp, Box<Expr>),
+    /// An elementwise function of two values of the same width.
+    Binary(BinOp, Box<Expr>, Box<Expr>),
+    /// `a * b + c`, fused when the target has FMA.
+    Fma(Box<Expr>, Box<Expr>, Box<Expr>),
+    /// `(a cmp b) ? if_true : if_false`, lane by lane.
+    Select {
+        /// The comparison.
+        cmp: CmpOp,
+        /// Left side of the comparison.
+        a: Box<Expr>,
+        /// Right side of the comparison.
+        b: Box<Expr>,
+        /// Value where the comparison holds.
+        if_true: Box<Expr>,
+        /// Value where it does not.
+        if_false: Box<Expr>,
+    },
+    /// A vector reduced to a scalar.
+    Reduce(ReduceOp, Box<Expr>),
+}
+
+impl Expr {
+    /// A load of `width` lanes.
+    pub fn load(buf: BufId, index: Affine, width: Width) -> Expr {
+        Expr::Load { buf, index, width }
+    }
+
+    /// A constant.
+    pub fn constant(v: f32, width: Width) -> Expr {
+        Expr::Const(F32(v), width)
+    }
+
+    /// `op(a, b)`.
+    pub fn binary(op: BinOp, a: Expr, b: Expr) -> Expr {
+        Expr::Binary(op, Box::new(a), Box::new(b))
+    }
+
+    /// `op(x)`.
+    pub fn unary(op: UnOp, x: Expr) -> Expr {
+        Expr::Unary(op, Box::new(x))
+    }
+
+    /// `a * b + c`.
+    pub fn fma(a: Expr, b: Expr, c: Expr) -> Expr {
+        Expr::Fma(Box::new(a), Box::new(b), Box::new(c))
+    }
+
+    /// `(a cmp b) ? t : f`.
+    pub fn select(cmp: CmpOp, a: Expr, b: Expr, t: Expr, f: Expr) -> Expr {
+        Expr::Select {
+            cmp,
+            a: Box::new(a),
+            b: Box::new(b),
+            if_true: Box::new(t),
+            if_false: Box::new(f),
+        }
+    }
+
+    /// `x` broadcast to `width` (no-op for scalar width).
+    pub fn splat_to(x: Expr, width: Width) -> Expr {
+        match width {
+            Width::Scalar => x,
+            Width::F32x4 => Expr::Splat(Box::new(x)),
+        }
+    }
+
+    /// Whether evaluating the expression twice costs nothing (a variable or a constant).
+    pub fn is_trivial(&self) -> bool {
+        matches!(self, Expr::Var(_) | Expr::Const(..))
+    }
+}
+
+/// A statement of a kernel body.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Stmt {
+    /// `for var = start; var < end; var += step { body }` with constant bounds.
+    Loop {
+        /// The induction variable.
+        var: LoopVar,
+        /// First value.
+        start: i64,
+        /// Exclusive bound.
+        end: i64,
+        /// Positive increment.
+        step: i64,
+        /// The loop body.
+        body: Vec<Stmt>,
+    },
+    /// `dst = value`.
+    Assign {
+        /// The variable written.
+        dst: VarId,
+        /// The new value.
+        value: Expr,
+    },
+    /// Stores `width.lanes()` consecutive elements of `value` into `buf` at `index`.
+    Store {
+        /// The buffer (a [`Access::Write`] argument).
+        buf: BufId,
+        /// Element index of the first lane.
+        index: Affine,
+        /// The value stored.
+        value: Expr,
+        /// How many lanes.
+        width: Width,
+    },
+}
+
+/// A kernel: buffer arguments, register variables and a body.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Kernel {
+    /// A descriptive name, e.g. `conv2d_3x3_fused`; not part of identity for deduplication
+    /// purposes (callers compare [`Kernel::signature`]).
+    pub name: String,
+    /// Buffer arguments, in call order.
+    pub args: Vec<KernelArg>,
+    /// Width of each register variable, indexed by [`VarId`].
+    pub vars: Vec<Width>,
+    /// Number of loop variables used (indices `0..num_loop_vars`).
+    pub num_loop_vars: u32,
+    /// The body.
+    pub body: Vec<Stmt>,
+}
+
+impl Kernel {
+    /// Everything that determines the generated code (all but the name): kernels with
+    /// equal signatures compile to identical machine code, so they compile once.
+    pub fn signature(&self) -> (&[KernelArg], &[Width], u32, &[Stmt]) {
+        (&self.args, &self.vars, self.num_loop_vars, &self.body)
+    }
+
+    /// Checks the kernel: widths agree, variables and loop variables are in scope, stores
+    /// go to written buffers, and every load and store stays inside its buffer for every
+    /// iteration. This is the proof the runtime relies on before calling native code.
+    pub fn check(&self) -> Result<(), String> {
+        let mut cx = CheckCx {
+            kernel: self,
+            ranges: vec![None; self.num_loop_vars as usize],
+            assigned: vec![false; self.vars.len()],
+        };
+        cx.block(&self.body)
+            .map_err(|e| format!("kernel {}: {e}", self.name))
+    }
+
+    /// Number of floating-point operations one call performs (FMA counts two), counted
+    /// statically over the loop trip counts; for GFLOP/s reports.
+    pub fn flops(&self) -> u64 {
+        fn expr(e: &Expr) -> u64 {
+            match e {
+                Expr::Var(_) | Expr::Const(..) | Expr::Load { .. } => 0,
+                Expr::Splat(x) => expr(x),
+                Expr::Unary(_, x) => lanes_of(e) + expr(x),
+                Expr::Binary(_, a, b) => lanes_of(e) + expr(a) + expr(b),
+                Expr::Fma(a, b, c) => 2 * lanes_of(e) + expr(a) + expr(b) + expr(c),
+                Expr::Select {
+                    a,
+                    b,
+                    if_true,
+                    if_false,
+                    ..
+                } => lanes_of(e) + expr(a) + expr(b) + expr(if_true) + expr(if_false),
+                Expr::Reduce(_, x) => 3 + expr(x),
+            }
+        }
+        fn lanes_of(e: &Expr) -> u64 {
+            fn width(e: &Expr) -> usize {
+                match e {
+                    Expr::Var(_) => 1,
+                    Expr::Const(_, w) | Expr::Load { width: w, .. } => w.lanes(),
+                    Expr::Splat(_) => 4,
+                    Expr::Unary(_, x) => width(x),
+                    Expr::Binary(_, a, b) => width(a).max(width(b)),
+                    Expr::Fma(a, b, c) => width(a).max(width(b)).max(width(c)),
+                    Expr::Select {
+                        if_true, if_false, ..
+                    } => width(if_true).max(width(if_false)),
+                    Expr::Reduce(..) => 1,
+                }
+            }
+            width(e) as u64
+        }
+        fn block(stmts: &[Stmt]) -> u64 {
+            stmts
+                .iter()
+                .map(|s| match s {
+                    Stmt::Loop {
+                        start,
+                        end,
+                        step,
+                        body,
+                        ..
+                    } => trip_count(*start, *end, *step) as u64 * block(body),
+                    Stmt::Assign { value, .. } | Stmt::Store { value, .. } => expr(value),
+                })
+                .sum()
+        }
+        block(&self.body)
+    }
+}
+
+/// Number of iterations of a loop `start..end` by `step` (0 when empty or `step <= 0`).
+pub fn trip_count(start: i64, end: i64, step: i64) -> i64 {
+    if step <= 0 || end <= start {
+        0
+    } else {
+        (end - start + step - 1) / step
+    }
+}
+
+struct CheckCx<'k> {
+    kernel: &'k Kernel,
+    /// Inclusive value range of each loop variable in scope.
+    ranges: Vec<Option<(i64, i64)>>,
+    assigned: Vec<bool>,
+}
+
+impl CheckCx<'_> {
+    fn block(&mut self, stmts: &[Stmt]) -> Result<(), String> {
+        for s in stmts {
+            match s {
+                Stmt::Loop {
+                    var,
+                    start,
+                    end,
+                    step,
+                    body,
+                } => {
+                    if *step <= 0 {
+                        return Err(format!("loop i{} has step {step}", var.0));
+                    }
+                    let slot = self
+                        .ranges
+                        .get_mut(var.0 as usize)
+                        .ok_or_else(|| format!("loop variable i{} is not declared", var.0))?;
+                    if slot.is_some() {
+                        return Err(format!("loop variable i{} is reused in its scope", var.0));
+                    }
+                    let trips = trip_count(*start, *end, *step);
+                    if trips == 0 {
+                        continue;
+                    }
+                    *slot = Some((*start, start + step * (trips - 1)));
+                    let r = self.block(body);
+                    self.ranges[var.0 as usize] = None;
+                    r?;
+                }
+                Stmt::Assign { dst, value } => {
+                    let want = *self
+                        .kernel
+                        .vars
+                        .get(dst.0 as usize)
+                        .ok_or_else(|| format!("variable ${} is not declared", dst.0))?;
+                    let got = self.expr(value)?;
+                    if got != want {
+                        return Err(format!(
+                            "${} is {} but is assigned a {} value",
+                            dst.0,
+                            want.name(),
+                            got.name()
+                        ));
+                    }
+                    self.assigned[dst.0 as usize] = true;
+                }
+                Stmt::Store {
+                    buf,
+                    index,
+                    value,
+                    width,
+                } => {
+                    let got = self.expr(value)?;
+                    if got != *width {
+                        return Err(format!(
+                            "store of {} to %{} stores a {} value",
+                            width.name(),
+                            buf.0,
+                            got.name()
+                        ));
+                    }
+                    let arg = self.access(*buf, index, *width)?;
+                    if arg.access != Access::Write {
+                        return Err(format!("store to read-only argument %{}", buf.0));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn access(&self, buf: BufId, index: &Affine, width: Width) -> Result<&KernelArg, String> {
+        let arg = self
+            .kernel
+            .args
+            .get(buf.0 as usize)
+            .ok_or_else(|| format!("argument %{} does not exist", buf.0))?;
+        let (mut lo, mut hi) = (index.offset, index.offset);
+        for &(v, c) in &index.terms {
+            let (a, b) = self
+                .ranges
+                .get(v.0 as usize)
+                .copied()
+                .flatten()
+                .ok_or_else(|| format!("loop variable i{} used outside its loop", v.0))?;
+            let (x, y) = (a.saturating_mul(c), b.saturating_mul(c));
+            lo = lo.saturating_add(x.min(y));
+            hi = hi.saturating_add(x.max(y));
+        }
+        let last = hi.saturating_add(width.lanes() as i64 - 1);
+        if lo < 0 || last >= arg.len as i64 {
+            return Err(format!(
+                "access to %{} ({}) at [{lo}, {last}] is outside its {} elements",
+                buf.0, arg.name, arg.len
+            ));
+        }
+        Ok(arg)
+    }
+
+    fn expr(&self, e: &Expr) -> Result<Width, String> {
+        let same = |a: Width, b: Width, what: &str| {
+            if a == b {
+                Ok(a)
+            } else {
+                Err(format!(
+                    "{what} mixes {} and {} operands",
+                    a.name(),
+                    b.name()
+                ))
+            }
+        };
+        match e {
+            Expr::Var(v) => {
+                let w = self
+                    .kernel
+                    .vars
+                    .get(v.0 as usize)
+                    .ok_or_else(|| format!("variable ${} is not declared", v.0))?;
+                if !self.assigned[v.0 as usize] {
+                    return Err(format!("variable ${} is read before any assignment", v.0));
+                }
+                Ok(*w)
+            }
+            Expr::Const(_, w) => Ok(*w),
+            Expr::Load { buf, index, width } => {
+                self.access(*buf, index, *width)?;
+                Ok(*width)
+            }
+            Expr::Splat(x) => match self.expr(x)? {
+                Width::Scalar => Ok(Width::F32x4),
+                Width::F32x4 => Err("splat of a vector".into()),
+            },
+            Expr::Unary(_, x) => self.expr(x),
+            Expr::Binary(op, a, b) => same(self.expr(a)?, self.expr(b)?, &format!("{op:?}")),
+            Expr::Fma(a, b, c) => {
+                let ab = same(self.expr(a)?, self.expr(b)?, "fma")?;
+                same(ab, self.expr(c)?, "fma")
+            }
+            Expr::Select {
+                a,
+                b,
+                if_true,
+                if_false,
+                ..
+            } => {
+                let ab = same(self.expr(a)?, self.expr(b)?, "select comparison")?;
+                let tf = same(self.expr(if_true)?, self.expr(if_false)?, "select")?;
+                same(ab, tf, "select")
+            }
+            Expr::Reduce(_, x) => match self.expr(x)? {
+                Width::F32x4 => Ok(Width::Scalar),
+                Width::Scalar => Err("reduction of a scalar".into()),
+            },
+        }
+    }
+}
+
+impl fmt::Display for Affine {
+    /// `4*i0 + 58*i1 + 7`; `0` when empty.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        for &(v, c) in &self.terms {
+            if !first {
+                f.write_str(" + ")?;
+            }
+            first = false;
+            if c == 1 {
+                write!(f, "i{}", v.0)?;
+            } else {
+                write!(f, "{c}*i{}", v.0)?;
+            }
+        }
+        if first {
+            write!(f, "{}", self.offset)
+        } else if self.offset != 0 {
+            write!(f, " + {}", self.offset)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl fmt::Display for Expr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Expr::Var(v) => write!(f, "${}", v.0),
+            Expr::Const(c, Width::Scalar) => write!(f, "{c}"),
+            Expr::Const(c, Width::F32x4) => write!(f, "splat({c})"),
+            Expr::Load { buf, index, width } => {
+                write!(f, "load.{} %{}[{index}]", width.name(), buf.0)
+            }
+            Expr::Splat(x) => write!(f, "splat({x})"),
+            Expr::Unary(op, x) => write!(f, "{}({x})", format!("{op:?}").to_lowercase()),
+            Expr::Binary(op, a, b) => {
+                write!(f, "{}({a}, {b})", format!("{op:?}").to_lowercase())
+            }
+            Expr::Fma(a, b, c) => write!(f, "fma({a}, {b}, {c})"),
+            Expr::Select {
+                cmp,
+                a,
+                b,
+                if_true,
+                if_false,
+            } => {
+                let c = match cmp {
+                    CmpOp::Lt => "<",
+                    CmpOp::Le => "<=",
+                    CmpOp::Gt => ">",
+                    CmpOp::Ge => ">=",
+                };
+                write!(f, "select({a} {c} {b}, {if_true}, {if_false})")
+            }
+            Expr::Reduce(op, x) => {
+                let n = match op {
+                    ReduceOp::Add => "reduce_add",
+                    ReduceOp::Max => "reduce_max",
+                };
+                write!(f, "{n}({x})")
+            }
+        }
+    }
+}
+
+fn print_block(out: &mut String, stmts: &[Stmt], depth: usize) {
+    let pad = "  ".repeat(depth);
+    for s in stmts {
+        match s {
+            Stmt::Loop {
+                var,
+                start,
+                end,
+                step,
+                body,
+            } => {
+                let _ = write!(out, "{pad}for i{} in {start}..{end}", var.0);
+                if *step != 1 {
+                    let _ = write!(out, " step {step}");
+                }
+                out.push_str(" {\n");
+                print_block(out, body, depth + 1);
+                let _ = writeln!(out, "{pad}}}");
+            }
+            Stmt::Assign { dst, value } => {
+                let _ = writeln!(out, "{pad}${} = {value}", dst.0);
+            }
+            Stmt::Store {
+                buf,
+                index,
+                value,
+                width,
+            } => {
+                let _ = writeln!(
+                    out,
+                    "{pad}store.{} %{}[{index}] = {value}",
+                    width.name(),
+                    buf.0
+                );
+            }
+        }
+    }
+}
+
+impl fmt::Display for Kernel {
+    /// The deterministic text form used by `--dump-loops` and the snapshots.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut out = format!("kernel @{}(\n", self.name);
+        for (i, a) in self.args.iter().enumerate() {
+            let access = match a.access {
+                Access::Read => "read",
+                Access::Write => "write",
+            };
+            let _ = writeln!(out, "  %{i} {}: {access} f32[{}]", a.name, a.len);
+        }
+        out.push_str(") {\n");
+        // Consecutive variables of the same width print as one range.
+        let mut i = 0;
+        while i < self.vars.len() {
+            let mut j = i;
+            while j + 1 < self.vars.len() && self.vars[j + 1] == self.vars[i] {
+                j += 1;
+            }
+            if i == j {
+                let _ = writeln!(out, "  var ${i}: {}", self.vars[i].name());
+            } else {
+                let _ = writeln!(out, "  var ${i}..${j}: {}", self.vars[i].name());
+            }
+            i = j + 1;
+        }
+        print_block(&mut out, &self.body, 1);
+        out.push_str("}\n");
+        f.write_str(&out)
+    }
+}
+
+/// Builds a [`Kernel`] statement by statement, handing out fresh variables.
+///
+/// ```
+/// use smelt_ir::loops::*;
+/// let mut b = KernelBuilder::new("copy");
+/// let x = b.arg("x", 8, Access::Read);
+/// let y = b.arg("y", 8, Access::Write);
+/// b.for_loop(0, 8, 4, |b, i| {
+///     let v = Expr::load(x, Affine::var(i), Width::F32x4);
+///     b.store(y, Affine::var(i), v, Width::F32x4);
+/// });
+/// let k = b.finish();
+/// assert!(k.check().is_ok());
+/// ```
+pub struct KernelBuilder {
+    kernel: Kernel,
+    stack: Vec<Vec<Stmt>>,
+}
+
+impl KernelBuilder {
+    /// Starts an empty kernel.
+    pub fn new(name: &str) -> KernelBuilder {
+        KernelBuilder {
+            kernel: Kernel {
+                name: name.to_string(),
+                args: Vec::new(),
+                vars: Vec::new(),
+                num_loop_vars: 0,
+                body: Vec::new(),
+            },
+            stack: vec![Vec::new()],
+        }
+    }
+
+    /// Adds a buffer argument.
+    pub fn arg(&mut self, name: &str, len: usize, access: Access) -> BufId {
+        self.kernel.args.push(KernelArg {
+            name: name.to_string(),
+            len,
+            access,
+        });
+        BufId(self.kernel.args.len() as u32 - 1)
+    }
+
+    /// A fresh register variable.
+    pub fn var(&mut self, width: Width) -> VarId {
+        self.kernel.vars.push(width);
+        VarId(self.kernel.vars.len() as u32 - 1)
+    }
+
+    /// Assigns `value` to `dst`.
+    pub fn assign(&mut self, dst: VarId, value: Expr) {
+        self.push(Stmt::Assign { dst, value });
+    }
+
+    /// Assigns `value` to a fresh variable of `width` and returns a read of it.
+    pub fn let_(&mut self, value: Expr, width: Width) -> Expr {
+        let v = self.var(width);
+        self.assign(v, value);
+        Expr::Var(v)
+    }
+
+    /// Stores `value`.
+    pub fn store(&mut self, buf: BufId, index: Affine, value: Expr, width: Width) {
+        self.push(Stmt::Store {
+            buf,
+            index,
+            value,
+            width,
+        });
+    }
+
+    /// Emits `for i in start..end step step { body(i) }`; nothing when the loop is empty.
+    /// A loop of one iteration still gets its variable (folded by code generation).
+    pub fn for_loop(
+        &mut self,
+        start: i64,
+        end: i64,
+        step: i64,
+        body: impl FnOnce(&mut KernelBuilder, LoopVar),
+    ) {
+        if trip_count(start, end, step) == 0 {
+            return;
+        }
+        let var = LoopVar(self.kernel.num_loop_vars);
+        self.kernel.num_loop_vars += 1;
+        self.stack.push(Vec::new());
+        body(self, var);
+        let body = self.stack.pop().unwrap_or_default();
+        self.push(Stmt::Loop {
+            var,
+            start,
+            end,
+            step,
+            body,
+        });
+    }
+
+    fn push(&mut self, s: Stmt) {
+        if let Some(top) = self.stack.last_mut() {
+            top.push(s);
+        }
+    }
+
+    /// The finished kernel.
+    pub fn finish(mut self) -> Kernel {
+        self.kernel.body = self.stack.pop().unwrap_or_default();
+        self.kernel
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn copy_kernel(len_in: usize, end: i64) -> Kernel {
+        let mut b = KernelBuilder::new("copy");
+        let x = b.arg("x", len_in, Access::Read);
+        let y = b.arg("y", 8, Access::Write);
+        b.for_loop(0, end, 4, |b, i| {
+            let v = Expr::load(x, Affine::var(i), Width::F32x4);
+            let v = Expr::binary(BinOp::Max, v, Expr::constant(0.0, Width::F32x4));
+            b.store(y, Affine::var(i), v, Width::F32x4);
+        });
+        b.finish()
+    }
+
+    #[test]
+    fn bounds_are_proven_per_access() {
+        assert!(copy_kernel(8, 8).check().is_ok());
+        // the last vector of the second iteration reads elements 4..8 of a 7-element buffer
+        let err = copy_kernel(7, 8).check().unwrap_err();
+        assert!(err.contains("outside its 7 elements"), "{err}");
+    }
+
+    #[test]
+    fn store_to_read_only_and_width_mismatch_are_rejected() {
+        let mut b = KernelBuilder::new("bad");
+        let x = b.arg("x", 4, Access::Read);
+        b.store(
+            x,
+            Affine::constant(0),
+            Expr::constant(1.0, Width::Scalar),
+            Width::Scalar,
+        );
+        assert!(b.finish().check().unwrap_err().contains("read-only"));
+
+        let mut b = KernelBuilder::new("bad");
+        let y = b.arg("y", 4, Access::Write);
+        let v = Expr::binary(
+            BinOp::Add,
+            Expr::constant(1.0, Width::Scalar),
+            Expr::constant(1.0, Width::F32x4),
+        );
+        b.store(y, Affine::constant(0), v, Width::Scalar);
+        assert!(b.finish().check().unwrap_err().contains("mixes"));
+    }
+
+    #[test]
+    fn affine_terms_merge_and_print() {
+        let (i, j) = (LoopVar(0), LoopVar(1));
+        let a = Affine::var(j).scale(3).add(&Affine::var(i).plus(2));
+        assert_eq!(a.to_string(), "i0 + 3*i1 + 2");
+        let z = a.add(&Affine::var(j).scale(-3));
+        assert_eq!(z.to_string(), "i0 + 2");
+    }
+
+    #[test]
+    fn printer_is_stable() {
+        let text = copy_kernel(8, 8).to_string();
+        assert_eq!(
+            text,
+            "kernel @copy(\n  %0 x: read f32[8]\n  %1 y: write f32[8]\n) {\n  \
+             for i0 in 0..8 step 4 {\n    store.f32x4 %1[i0] = max(load.f32x4 %0[i0], splat(0.0))\n  }\n}\n"
+        );
+    }
+}

@@ -161,6 +161,18 @@ impl WeightStore {
         data: AlignedBuf,
         origin: WeightOrigin,
     ) -> Result<WeightId, String> {
+        self.add_shared(name, ty, Arc::new(data), origin)
+    }
+
+    /// Like [`WeightStore::add`], sharing an existing buffer instead of copying it
+    /// (used when a pass rebuilds a store from another).
+    pub fn add_shared(
+        &mut self,
+        name: impl Into<String>,
+        ty: TensorType,
+        data: Arc<AlignedBuf>,
+        origin: WeightOrigin,
+    ) -> Result<WeightId, String> {
         let name = name.into();
         ty.check_size()?;
         let want = ty.storage_len() * ty.dtype.size_bytes();
@@ -189,7 +201,7 @@ impl WeightStore {
         self.weights.push(Weight {
             name,
             ty,
-            data: Arc::new(data),
+            data,
             origin,
         });
         Ok(id)

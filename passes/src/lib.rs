@@ -3,5 +3,14 @@
 
 #![warn(missing_docs)]
 
+pub mod const_fold;
+pub mod dce;
 pub mod fusion;
 pub mod lower;
+pub mod manager;
+
+pub use fusion::{fuse_func, FusionOptions, FusionPass, FusionReport};
+pub use manager::{
+    pass_by_name, pass_by_name_with, Pass, PassContext, PassError, PassManager, DEFAULT_PIPELINE,
+    PASS_NAMES,
+};

@@ -1,1 +1,603 @@
 //! Code generation: loop-nest IR to Cranelift IR to native code.
+//!
+//! Each [`Kernel`] becomes one function `extern "C" fn(args: *const *mut f32)`: `args`
+//! points to one buffer pointer per kernel argument. No data is embedded in code. Loads
+//! from read-only arguments are marked `readonly + notrap + can_move` so Cranelift may
+//! hoist and fold them; loops test at the top; `max(x, 0)` is emitted as the
+//! `bitselect(fcmp lt 0 x, x, 0)` pattern that becomes one `maxps`; `fma` becomes
+//! `fmul + fadd` when the target lacks AVX+FMA (never the `fmaf` libcall).
+
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::{
+    types, AbiParam, Endianness, Function, InstBuilder, MemFlagsData, Type, UserFuncName,
+    Value as ClifValue,
+};
+use cranelift_codegen::isa::{OwnedTargetIsa, TargetIsa};
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{Linkage, Module as _};
+use smelt_ir::loops::{
+    trip_count, Access, Affine, BinOp, CmpOp, Expr, Kernel, LoopVar, ReduceOp, Stmt, UnOp, Width,
+};
+
+use crate::Error;
+
+/// The instruction-set features code generation depends on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TargetDesc {
+    /// SSE4.1 (rounding, blends).
+    pub has_sse41: bool,
+    /// AVX (VEX encodings, unaligned memory operands).
+    pub has_avx: bool,
+    /// AVX2.
+    pub has_avx2: bool,
+    /// FMA3.
+    pub has_fma: bool,
+}
+
+impl TargetDesc {
+    /// A fixed x86-64 description (AVX2 + FMA, like the development machines), for
+    /// snapshot tests that must not depend on the host's CPUID.
+    pub fn fixed_avx2_fma() -> TargetDesc {
+        TargetDesc {
+            has_sse41: true,
+            has_avx: true,
+            has_avx2: true,
+            has_fma: true,
+        }
+    }
+
+    /// The host's features (CPUID), or an error on hosts other than x86-64.
+    pub fn host() -> Result<TargetDesc, Error> {
+        let isa = host_isa(false)?;
+        let flag = |name: &str| {
+            isa.isa_flags()
+                .iter()
+                .any(|v| v.name == name && v.as_bool() == Some(true))
+        };
+        Ok(TargetDesc {
+            has_sse41: flag("has_sse41"),
+            has_avx: flag("has_avx"),
+            has_avx2: flag("has_avx2"),
+            has_fma: flag("has_fma"),
+        })
+    }
+
+    /// Whether `fma` compiles to one fused instruction (VEX-encoded FMA3 needs AVX too).
+    pub fn fused_fma(&self) -> bool {
+        self.has_avx && self.has_fma
+    }
+}
+
+fn shared_flags(verify: bool) -> Result<settings::Flags, Error> {
+    let mut b = settings::builder();
+    let set = |b: &mut settings::Builder, k: &str, v: &str| {
+        b.set(k, v)
+            .map_err(|e| Error::Unsupported(format!("cranelift flag {k}={v}: {e}")))
+    };
+    set(&mut b, "opt_level", "speed")?;
+    set(
+        &mut b,
+        "enable_verifier",
+        if verify { "true" } else { "false" },
+    )?;
+    set(&mut b, "use_colocated_libcalls", "false")?;
+    set(&mut b, "is_pic", "false")?;
+    Ok(settings::Flags::new(b))
+}
+
+/// The host ISA with flags from CPUID; only x86-64 is supported.
+fn host_isa(verify: bool) -> Result<OwnedTargetIsa, Error> {
+    if !cfg!(target_arch = "x86_64") {
+        return Err(Error::Unsupported(format!(
+            "unsupported target: the JIT supports x86-64 hosts only, this host is {}",
+            std::env::consts::ARCH
+        )));
+    }
+    let builder = cranelift_native::builder()
+        .map_err(|e| Error::Unsupported(format!("unsupported target: {e}")))?;
+    builder
+        .finish(shared_flags(verify)?)
+        .map_err(|e| Error::Unsupported(format!("unsupported target: {e}")))
+}
+
+/// Options of code generation.
+#[derive(Clone, Copy, Debug)]
+pub struct CodegenOptions {
+    /// Run Cranelift's IR verifier on every function (≈36% more compile time; on in tests).
+    pub verify: bool,
+}
+
+impl Default for CodegenOptions {
+    fn default() -> Self {
+        CodegenOptions {
+            verify: cfg!(debug_assertions),
+        }
+    }
+}
+
+/// A compiled kernel: `args` points to one valid buffer pointer per kernel argument.
+pub type KernelFn = unsafe extern "C" fn(args: *const *mut f32);
+
+/// Native code of a set of kernels. Dropping it frees the code pages.
+pub struct CompiledKernels {
+    /// Kept only to free its memory on drop; never used after compilation. The mutex
+    /// makes the owner `Sync` honestly (a `JITModule` is `Send` but not `Sync`).
+    module: std::sync::Mutex<Option<JITModule>>,
+    fns: Vec<KernelFn>,
+}
+
+impl CompiledKernels {
+    /// The entry point of kernel `i`.
+    pub fn get(&self, i: usize) -> Option<KernelFn> {
+        self.fns.get(i).copied()
+    }
+
+    /// Number of kernels.
+    pub fn len(&self) -> usize {
+        self.fns.len()
+    }
+
+    /// Whether there are no kernels.
+    pub fn is_empty(&self) -> bool {
+        self.fns.is_empty()
+    }
+}
+
+impl Drop for CompiledKernels {
+    fn drop(&mut self) {
+        let module = match self.module.get_mut() {
+            Ok(m) => m.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        if let Some(m) = module {
+            // SAFETY: the function pointers into this module's code live in `self.fns`,
+            // which is dropped together with `self`; nothing else holds them (the
+            // Executable owning `self` hands out no copies that outlive it).
+            unsafe { m.free_memory() };
+        }
+    }
+}
+
+impl std::fmt::Debug for CompiledKernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CompiledKernels({} functions)", self.fns.len())
+    }
+}
+
+/// Compiles `kernels` for the host. Each kernel is checked first ([`Kernel::check`]).
+pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKernels, Error> {
+    let isa = host_isa(opts.verify)?;
+    let target = TargetDesc::host()?;
+    let mut module = JITModule::new(JITBuilder::with_isa(
+        isa,
+        cranelift_module::default_libcall_names(),
+    ));
+    let mut ids = Vec::with_capacity(kernels.len());
+    let mut ctx = module.make_context();
+    let mut fctx = FunctionBuilderContext::new();
+    for (i, k) in kernels.iter().enumerate() {
+        k.check().map_err(Error::Unsupported)?;
+        let sig = kernel_signature(module.isa());
+        let id = module
+            .declare_function(&format!("k{i}"), Linkage::Local, &sig)
+            .map_err(|e| codegen_error(k, e))?;
+        ctx.func = build_function(k, &target, module.isa(), &mut fctx);
+        module
+            .define_function(id, &mut ctx)
+            .map_err(|e| codegen_error(k, e))?;
+        module.clear_context(&mut ctx);
+        ids.push(id);
+    }
+    module
+        .finalize_definitions()
+        .map_err(|e| Error::Unsupported(format!("finalizing JIT code: {e}")))?;
+    let fns = ids
+        .into_iter()
+        .map(|id| {
+            let p = module.get_finalized_function(id);
+            // SAFETY: `p` is the entry of a function defined with `kernel_signature`
+            // (one pointer argument, no result, the platform's C calling convention).
+            unsafe { std::mem::transmute::<*const u8, KernelFn>(p) }
+        })
+        .collect();
+    Ok(CompiledKernels {
+        module: std::sync::Mutex::new(Some(module)),
+        fns,
+    })
+}
+
+fn codegen_error(k: &Kernel, e: impl std::fmt::Display) -> Error {
+    Error::Unsupported(format!("code generation of kernel {} failed: {e}", k.name))
+}
+
+fn kernel_signature(isa: &dyn TargetIsa) -> cranelift_codegen::ir::Signature {
+    let mut sig = cranelift_codegen::ir::Signature::new(isa.default_call_conv());
+    sig.params.push(AbiParam::new(isa.pointer_type()));
+    sig
+}
+
+/// The Cranelift IR of `kernel` for `target`, as text (before optimization); the input of
+/// `--dump-clif` and the CLIF snapshots. Deterministic for a fixed target description.
+pub fn clif_text(kernel: &Kernel, target: &TargetDesc) -> Result<String, Error> {
+    let isa = fixed_isa(target)?;
+    let mut fctx = FunctionBuilderContext::new();
+    let func = build_function(kernel, target, isa.as_ref(), &mut fctx);
+    cranelift_codegen::verifier::verify_function(&func, isa.as_ref())
+        .map_err(|e| codegen_error(kernel, e))?;
+    Ok(func.display().to_string())
+}
+
+/// The machine code of `kernel` for `target`, disassembled (Cranelift's VCode text), for
+/// checking register allocation (spills) by eye.
+pub fn disassemble(kernel: &Kernel, target: &TargetDesc) -> Result<String, Error> {
+    let isa = fixed_isa(target)?;
+    let mut fctx = FunctionBuilderContext::new();
+    let mut ctx = cranelift_codegen::Context::for_function(build_function(
+        kernel,
+        target,
+        isa.as_ref(),
+        &mut fctx,
+    ));
+    ctx.set_disasm(true);
+    let code = ctx
+        .compile(isa.as_ref(), &mut Default::default())
+        .map_err(|e| codegen_error(kernel, format!("{:?}", e.inner)))?;
+    Ok(code.vcode.clone().unwrap_or_default())
+}
+
+/// An x86-64 ISA with exactly the features of `target` (verifier on).
+fn fixed_isa(target: &TargetDesc) -> Result<OwnedTargetIsa, Error> {
+    let triple: target_lexicon::Triple = "x86_64-unknown-linux-gnu"
+        .parse()
+        .map_err(|e| Error::Unsupported(format!("target triple: {e}")))?;
+    let mut b = cranelift_codegen::isa::lookup(triple)
+        .map_err(|e| Error::Unsupported(format!("unsupported target: {e}")))?;
+    let mut set = |name: &str, on: bool| {
+        b.set(name, if on { "true" } else { "false" })
+            .map_err(|e| Error::Unsupported(format!("ISA flag {name}: {e}")))
+    };
+    let sse = target.has_sse41;
+    for f in ["has_sse3", "has_ssse3", "has_sse41"] {
+        set(f, sse)?;
+    }
+    set("has_avx", target.has_avx)?;
+    set("has_avx2", target.has_avx2)?;
+    set("has_fma", target.has_fma)?;
+    b.finish(shared_flags(true)?)
+        .map_err(|e| Error::Unsupported(format!("unsupported target: {e}")))
+}
+
+/// Translates one kernel into a Cranelift function.
+fn build_function(
+    kernel: &Kernel,
+    target: &TargetDesc,
+    isa: &dyn TargetIsa,
+    fctx: &mut FunctionBuilderContext,
+) -> Function {
+    let mut func = Function::with_name_signature(UserFuncName::user(0, 0), kernel_signature(isa));
+    let mut fb = FunctionBuilder::new(&mut func, fctx);
+    let entry = fb.create_block();
+    fb.append_block_params_for_function_params(entry);
+    fb.switch_to_block(entry);
+    fb.seal_block(entry);
+    let ptr = isa.pointer_type();
+    let args_ptr = fb.block_params(entry)[0];
+    // The pointer array is never written while the kernel runs.
+    let arg_flags = MemFlagsData::new()
+        .with_notrap()
+        .with_aligned()
+        .with_readonly()
+        .with_can_move();
+    let bases: Vec<ClifValue> = (0..kernel.args.len())
+        .map(|i| fb.ins().load(ptr, arg_flags, args_ptr, (i * 8) as i32))
+        .collect();
+    let vars: Vec<Variable> = kernel
+        .vars
+        .iter()
+        .map(|w| fb.declare_var(clif_type(*w)))
+        .collect();
+    let loop_vars: Vec<Variable> = (0..kernel.num_loop_vars)
+        .map(|_| fb.declare_var(types::I64))
+        .collect();
+    let mut g = Gen {
+        fb,
+        kernel,
+        bases,
+        vars,
+        known: vec![None; kernel.num_loop_vars as usize],
+        loop_vars,
+        fma: target.fused_fma(),
+    };
+    g.block(&kernel.body);
+    g.fb.ins().return_(&[]);
+    g.fb.finalize(isa.frontend_config());
+    func
+}
+
+fn clif_type(w: Width) -> Type {
+    match w {
+        Width::Scalar => types::F32,
+        Width::F32x4 => types::F32X4,
+    }
+}
+
+struct Gen<'f, 'k> {
+    fb: FunctionBuilder<'f>,
+    kernel: &'k Kernel,
+    bases: Vec<ClifValue>,
+    vars: Vec<Variable>,
+    loop_vars: Vec<Variable>,
+    /// Values of loop variables of single-trip loops, folded into addresses.
+    known: Vec<Option<i64>>,
+    fma: bool,
+}
+
+impl Gen<'_, '_> {
+    fn block(&mut self, stmts: &[Stmt]) {
+        for s in stmts {
+            match s {
+                Stmt::Loop {
+                    var,
+                    start,
+                    end,
+                    step,
+                    body,
+                } => self.emit_loop(*var, *start, *end, *step, body),
+                Stmt::Assign { dst, value } => {
+                    let v = self.expr(value);
+                    self.fb.def_var(self.vars[dst.0 as usize], v);
+                }
+                Stmt::Store {
+                    buf,
+                    index,
+                    value,
+                    width: _,
+                } => {
+                    let v = self.expr(value);
+                    let (addr, off) = self.address(buf.0 as usize, index);
+                    self.fb
+                        .ins()
+                        .store(MemFlagsData::new().with_notrap(), v, addr, off);
+                }
+            }
+        }
+    }
+
+    /// A test-at-top counted loop; a loop of one trip is emitted straight-line.
+    fn emit_loop(&mut self, var: LoopVar, start: i64, end: i64, step: i64, body: &[Stmt]) {
+        let iv = self.loop_vars[var.0 as usize];
+        match trip_count(start, end, step) {
+            0 => {}
+            1 => {
+                self.known[var.0 as usize] = Some(start);
+                self.block(body);
+                self.known[var.0 as usize] = None;
+            }
+            _ => {
+                let header = self.fb.create_block();
+                let body_block = self.fb.create_block();
+                let exit = self.fb.create_block();
+                let s = self.fb.ins().iconst(types::I64, start);
+                self.fb.def_var(iv, s);
+                self.fb.ins().jump(header, &[]);
+                self.fb.switch_to_block(header);
+                let i = self.fb.use_var(iv);
+                let more = self.fb.ins().icmp_imm_s(IntCC::SignedLessThan, i, end);
+                self.fb.ins().brif(more, body_block, &[], exit, &[]);
+                self.fb.switch_to_block(body_block);
+                self.fb.seal_block(body_block);
+                self.block(body);
+                let i = self.fb.use_var(iv);
+                let next = self.fb.ins().iadd_imm_s(i, step);
+                self.fb.def_var(iv, next);
+                self.fb.ins().jump(header, &[]);
+                self.fb.seal_block(header);
+                self.fb.switch_to_block(exit);
+                self.fb.seal_block(exit);
+            }
+        }
+    }
+
+    /// Base + scaled loop-variable terms, and the constant part as a byte offset.
+    fn address(&mut self, buf: usize, index: &Affine) -> (ClifValue, i32) {
+        let mut addr = self.bases[buf];
+        let mut offset = index.offset;
+        for &(v, c) in &index.terms {
+            if let Some(k) = self.known[v.0 as usize] {
+                offset += c * k;
+                continue;
+            }
+            let i = self.fb.use_var(self.loop_vars[v.0 as usize]);
+            let scaled = self.fb.ins().imul_imm_s(i, c * 4);
+            addr = self.fb.ins().iadd(addr, scaled);
+        }
+        let bytes = offset * 4;
+        match i32::try_from(bytes) {
+            Ok(off) => (addr, off),
+            Err(_) => {
+                let k = self.fb.ins().iconst(types::I64, bytes);
+                (self.fb.ins().iadd(addr, k), 0)
+            }
+        }
+    }
+
+    fn constant(&mut self, v: f32, ty: Type) -> ClifValue {
+        let s = self.fb.ins().f32const(v);
+        if ty == types::F32X4 {
+            self.fb.ins().splat(types::F32X4, s)
+        } else {
+            s
+        }
+    }
+
+    fn expr(&mut self, e: &Expr) -> ClifValue {
+        match e {
+            Expr::Var(v) => self.fb.use_var(self.vars[v.0 as usize]),
+            Expr::Const(c, w) => self.constant(c.0, clif_type(*w)),
+            Expr::Load { buf, index, width } => {
+                let b = buf.0 as usize;
+                let flags = match self.kernel.args[b].access {
+                    Access::Read => MemFlagsData::new()
+                        .with_notrap()
+                        .with_readonly()
+                        .with_can_move(),
+                    Access::Write => MemFlagsData::new().with_notrap(),
+                };
+                let (addr, off) = self.address(b, index);
+                self.fb.ins().load(clif_type(*width), flags, addr, off)
+            }
+            Expr::Splat(x) => {
+                let s = self.expr(x);
+                self.fb.ins().splat(types::F32X4, s)
+            }
+            Expr::Unary(op, x) => {
+                let x = self.expr(x);
+                match op {
+                    UnOp::Neg => self.fb.ins().fneg(x),
+                    UnOp::Abs => self.fb.ins().fabs(x),
+                    UnOp::Sqrt => self.fb.ins().sqrt(x),
+                    UnOp::Exp => self.exp(x),
+                }
+            }
+            Expr::Binary(op, a, b) => {
+                let a = self.expr(a);
+                let b = self.expr(b);
+                self.binary(*op, a, b)
+            }
+            Expr::Fma(a, b, c) => {
+                let a = self.expr(a);
+                let b = self.expr(b);
+                let c = self.expr(c);
+                self.fma(a, b, c)
+            }
+            Expr::Select {
+                cmp,
+                a,
+                b,
+                if_true,
+                if_false,
+            } => {
+                let a = self.expr(a);
+                let b = self.expr(b);
+                let t = self.expr(if_true);
+                let f = self.expr(if_false);
+                let cc = match cmp {
+                    CmpOp::Lt => FloatCC::LessThan,
+                    CmpOp::Le => FloatCC::LessThanOrEqual,
+                    CmpOp::Gt => FloatCC::GreaterThan,
+                    CmpOp::Ge => FloatCC::GreaterThanOrEqual,
+                };
+                self.select(cc, a, b, t, f)
+            }
+            Expr::Reduce(op, x) => {
+                let x = self.expr(x);
+                let lanes: Vec<ClifValue> =
+                    (0..4u8).map(|l| self.fb.ins().extractlane(x, l)).collect();
+                let op = match op {
+                    ReduceOp::Add => BinOp::Add,
+                    ReduceOp::Max => BinOp::Max,
+                };
+                let lo = self.binary(op, lanes[0], lanes[1]);
+                let hi = self.binary(op, lanes[2], lanes[3]);
+                self.binary(op, lo, hi)
+            }
+        }
+    }
+
+    fn fma(&mut self, a: ClifValue, b: ClifValue, c: ClifValue) -> ClifValue {
+        if self.fma {
+            self.fb.ins().fma(a, b, c)
+        } else {
+            let p = self.fb.ins().fmul(a, b);
+            self.fb.ins().fadd(p, c)
+        }
+    }
+
+    /// `(a cc b) ? t : f`; vectors use the compare mask with `bitselect`, which the x86
+    /// backend turns into `maxps`/`minps`/`blendvps`.
+    fn select(
+        &mut self,
+        cc: FloatCC,
+        a: ClifValue,
+        b: ClifValue,
+        t: ClifValue,
+        f: ClifValue,
+    ) -> ClifValue {
+        let mask = self.fb.ins().fcmp(cc, a, b);
+        if self.fb.func.dfg.value_type(t).is_vector() {
+            let flags = MemFlagsData::new().with_endianness(Endianness::Little);
+            let mask = self.fb.ins().bitcast(types::F32X4, flags, mask);
+            self.fb.ins().bitselect(mask, t, f)
+        } else {
+            self.fb.ins().select(mask, t, f)
+        }
+    }
+
+    fn binary(&mut self, op: BinOp, a: ClifValue, b: ClifValue) -> ClifValue {
+        match op {
+            BinOp::Add => self.fb.ins().fadd(a, b),
+            BinOp::Sub => self.fb.ins().fsub(a, b),
+            BinOp::Mul => self.fb.ins().fmul(a, b),
+            BinOp::Div => self.fb.ins().fdiv(a, b),
+            // a > b ? a : b, written as (b < a) ? a : b: max(x, 0) is `fcmp lt 0, x`.
+            BinOp::Max => self.select(FloatCC::LessThan, b, a, a, b),
+            BinOp::Min => self.select(FloatCC::LessThan, a, b, a, b),
+        }
+    }
+
+    /// e^x: clamp to the normal range, x = n·ln2 + r (Cody–Waite split of ln2), e^r by the
+    /// Cephes degree-6 polynomial, 2^n built in the exponent bits. Relative error ≈ 2e-7.
+    fn exp(&mut self, x: ClifValue) -> ClifValue {
+        let ty = self.fb.func.dfg.value_type(x);
+        let (ity, vector) = if ty.is_vector() {
+            (types::I32X4, true)
+        } else {
+            (types::I32, false)
+        };
+        let lo = self.constant(-87.3, ty);
+        let hi = self.constant(88.3, ty);
+        let x = self.binary(BinOp::Max, x, lo);
+        let x = self.binary(BinOp::Min, x, hi);
+        // t = x·log2(e) + 1.5·2^23 rounds n = round(x·log2 e) into t's low mantissa bits.
+        let magic = self.constant(12_582_912.0, ty);
+        let log2e = self.constant(std::f32::consts::LOG2_E, ty);
+        let t = self.fma(x, log2e, magic);
+        let n = self.fb.ins().fsub(t, magic);
+        let c1 = self.constant(-0.693_359_4, ty);
+        let c2 = self.constant(2.121_944_4e-4, ty);
+        let r = self.fma(n, c1, x);
+        let r = self.fma(n, c2, r);
+        let coeffs = [
+            1.987_569_1e-4,
+            1.398_199_9e-3,
+            8.333_452e-3,
+            4.166_579_6e-2,
+            1.666_666_5e-1,
+            5.000_000_1e-1,
+        ];
+        let mut p = self.constant(coeffs[0], ty);
+        for &k in &coeffs[1..] {
+            let kc = self.constant(k, ty);
+            p = self.fma(p, r, kc);
+        }
+        let r2 = self.fb.ins().fmul(r, r);
+        let one = self.constant(1.0, ty);
+        let r1 = self.fb.ins().fadd(r, one);
+        let y = self.fma(p, r2, r1);
+        // 2^n: (bits(t) − bits(magic) + 127) << 23
+        let flags = MemFlagsData::new().with_endianness(Endianness::Little);
+        let tbits = self.fb.ins().bitcast(ity, flags, t);
+        let bias = self.fb.ins().iconst(types::I32, 127 - 0x4B40_0000_i64);
+        let bias = if vector {
+            self.fb.ins().splat(ity, bias)
+        } else {
+            bias
+        };
+        let e = self.fb.ins().iadd(tbits, bias);
+        let e = self.fb.ins().ishl_imm_u(e, 23);
+        let scale = self.fb.ins().bitcast(ty, flags, e);
+        self.fb.ins().fmul(y, scale)
+    }
+}

@@ -1,1 +1,515 @@
 //! ONNX import: protobuf decoding and mapping of ONNX operators to smelt ops.
+//!
+//! ```no_run
+//! use smelt::onnx::{import, ImportOptions};
+//! let bytes = std::fs::read("resnet18.onnx").unwrap();
+//! let opts = ImportOptions::default().with_shape("input", [1, 3, 224, 224]);
+//! let module = import(&bytes, &opts).unwrap();
+//! assert_eq!(module.funcs.len(), 1);
+//! ```
+//!
+//! The model becomes one function `main` whose parameters are the graph inputs that are
+//! not initializers and whose results are the graph outputs, with ONNX's names. Every op
+//! carries the ONNX node's name as its location. Shapes are static: dynamic dimensions
+//! must be pinned with [`ImportOptions::input_shapes`], and shape arithmetic (Shape,
+//! Gather, Concat, Unsqueeze...) is folded to constants at import.
+
+#![cfg(feature = "onnx")]
+
+mod context;
+mod ops;
+pub mod proto;
+pub mod tensor;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::Path;
+
+use bytes::Bytes;
+use prost::Message;
+use smelt_ir::builder::FuncBuilder;
+use smelt_ir::{Diagnostic, Diagnostics, Location, Module, Tensor, TensorType};
+
+use context::{node_display_name, plain_error, Entry, Importer, NodeCtx};
+pub use ops::MAX_OPSET;
+use proto::{tensor_shape_proto::dimension, type_proto, GraphProto, ModelProto, NodeProto};
+use tensor::{dtype, ConstTensor};
+
+/// Options of [`import`].
+#[derive(Clone, Debug, Default)]
+pub struct ImportOptions {
+    /// Shapes for graph inputs, by input name: required for inputs with dynamic
+    /// dimensions, and must agree with the model's static dimensions.
+    pub input_shapes: BTreeMap<String, Vec<usize>>,
+    /// Graph inputs to freeze as constants, by name (serialized `TensorProto` values are
+    /// decoded with [`tensor::ConstTensor::from_proto`]). Inputs that give shapes or
+    /// axes, which smelt needs at compile time, can be provided this way.
+    pub constant_inputs: BTreeMap<String, proto::TensorProto>,
+}
+
+impl ImportOptions {
+    /// These options with the shape of input `name` pinned to `dims`.
+    pub fn with_shape(mut self, name: &str, dims: impl Into<Vec<usize>>) -> ImportOptions {
+        self.input_shapes.insert(name.to_string(), dims.into());
+        self
+    }
+}
+
+/// Imports an ONNX model from its serialized bytes.
+pub fn import(bytes: &[u8], opts: &ImportOptions) -> Result<Module, crate::Error> {
+    import_bytes(Bytes::copy_from_slice(bytes), opts)
+}
+
+/// Imports an ONNX model from a shared buffer; weights stored in `raw_data` are sliced
+/// from it during decoding and copied once, into the module's aligned weight buffers.
+pub fn import_bytes(bytes: Bytes, opts: &ImportOptions) -> Result<Module, crate::Error> {
+    let model = decode_model(bytes).map_err(onnx_error)?;
+    import_model(&model, opts).map_err(onnx_error)
+}
+
+/// Reads and imports an ONNX model file.
+pub fn import_file(path: &Path, opts: &ImportOptions) -> Result<Module, crate::Error> {
+    let data = std::fs::read(path).map_err(|source| crate::Error::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    import_bytes(Bytes::from(data), opts)
+}
+
+/// Decodes a serialized `TensorProto` (the `input_N.pb` files of ONNX test data) into a
+/// float32 host tensor and the tensor's name.
+pub fn read_tensor(bytes: &[u8]) -> Result<(String, Tensor), crate::Error> {
+    let t = proto::TensorProto::decode(Bytes::copy_from_slice(bytes)).map_err(|e| {
+        onnx_error(plain_error(
+            "onnx-decode",
+            format!("malformed TensorProto: {e}"),
+        ))
+    })?;
+    let name = t.name().to_string();
+    let bad = |m: String| {
+        onnx_error(plain_error(
+            "onnx-bad-tensor",
+            format!("tensor '{name}' {m}"),
+        ))
+    };
+    let c = ConstTensor::from_proto(&t).map_err(bad)?;
+    let values = c
+        .f32s()
+        .ok_or_else(|| bad(format!("has element type {}, not float32", c.type_name())))?;
+    let tensor = Tensor::new(c.dims.clone(), values.into_owned()).map_err(bad)?;
+    Ok((name, tensor))
+}
+
+/// The ONNX op types smelt imports, sorted.
+pub fn supported_op_types() -> impl Iterator<Item = &'static str> {
+    ops::RULES.iter().map(|r| r.op_type)
+}
+
+fn onnx_error(d: Diagnostic) -> crate::Error {
+    crate::Error::Onnx(Diagnostics(vec![d]))
+}
+
+fn decode_model(bytes: Bytes) -> Result<ModelProto, Diagnostic> {
+    if bytes.is_empty() {
+        return Err(plain_error("onnx-decode", "the model file is empty"));
+    }
+    ModelProto::decode(bytes).map_err(|e| {
+        plain_error(
+            "onnx-decode",
+            format!("not a valid ONNX model (malformed or truncated protobuf): {e}"),
+        )
+    })
+}
+
+/// The `ai.onnx` opset the model imports.
+fn model_opset(model: &ModelProto) -> Result<i64, Diagnostic> {
+    let mut opset = None;
+    for o in &model.opset_import {
+        if o.domain().is_empty() || o.domain() == "ai.onnx" {
+            opset = Some(o.version());
+        }
+    }
+    let opset = opset.ok_or_else(|| {
+        plain_error(
+            "onnx-bad-model",
+            "the model does not import the default ONNX opset (opset_import has no ai.onnx entry)",
+        )
+    })?;
+    if !(1..=MAX_OPSET).contains(&opset) {
+        return Err(plain_error(
+            "onnx-unsupported-opset",
+            format!(
+                "the model uses ai.onnx opset {opset}; smelt knows opsets 1 to {MAX_OPSET} \
+                 (convert it with onnx.version_converter)"
+            ),
+        ));
+    }
+    Ok(opset)
+}
+
+fn import_model(model: &ModelProto, opts: &ImportOptions) -> Result<Module, Diagnostic> {
+    let opset = model_opset(model)?;
+    let graph = model
+        .graph
+        .as_ref()
+        .ok_or_else(|| plain_error("onnx-bad-model", "the model has no graph"))?;
+    if !graph.sparse_initializer.is_empty() {
+        return Err(plain_error(
+            "onnx-unsupported-dtype",
+            "sparse initializers are not supported",
+        ));
+    }
+    let mut module = Module::default();
+    let builder = FuncBuilder::new(&mut module, "main");
+    let mut imp = Importer::new(builder);
+    define_inputs(&mut imp, graph, opts)?;
+    for index in topological_order(graph, &imp)? {
+        import_node(&mut imp, &graph.node[index], opset)?;
+    }
+    let mut results = Vec::with_capacity(graph.output.len());
+    for out in &graph.output {
+        let name = out.name();
+        let v =
+            match imp.entries.get(name).cloned() {
+                Some(Entry::Const(c)) => {
+                    imp.builder.set_loc(Location::Name(name.into()));
+                    imp.materialize(&c, name)?
+                }
+                Some(_) => imp.value_of(name).map_err(|d| Diagnostic {
+                    message: format!("graph output '{name}': {}", d.message),
+                    ..d
+                })?,
+                None => return Err(plain_error(
+                    "onnx-missing-input",
+                    format!(
+                        "graph output '{name}' is not produced by any node, input or initializer"
+                    ),
+                )),
+            };
+        results.push((name.to_string(), v));
+    }
+    let results: Vec<(&str, smelt_ir::Value)> =
+        results.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+    imp.builder.finish(&results);
+    Ok(module)
+}
+
+/// Defines initializers and frozen inputs as constants and the other graph inputs as
+/// function parameters.
+fn define_inputs(
+    imp: &mut Importer,
+    graph: &GraphProto,
+    opts: &ImportOptions,
+) -> Result<(), Diagnostic> {
+    for t in &graph.initializer {
+        let c = ConstTensor::from_proto(t).map_err(|m| {
+            plain_error(
+                if m.contains("external") {
+                    "onnx-external-data"
+                } else {
+                    "onnx-bad-tensor"
+                },
+                format!("initializer '{}': {m}", t.name()),
+            )
+        })?;
+        imp.entries.insert(t.name().to_string(), Entry::constant(c));
+    }
+    let input_names: BTreeSet<&str> = graph.input.iter().map(|i| i.name()).collect();
+    for name in opts.input_shapes.keys().chain(opts.constant_inputs.keys()) {
+        if !input_names.contains(name.as_str()) {
+            return Err(plain_error(
+                "onnx-bad-option",
+                format!(
+                    "the model has no input named '{name}' (inputs: {})",
+                    input_names.iter().copied().collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        }
+    }
+    for input in &graph.input {
+        let name = input.name();
+        if imp.entries.contains_key(name) {
+            continue; // an initializer also listed as an input (IR version < 4): a default value
+        }
+        if let Some(t) = opts.constant_inputs.get(name) {
+            let c = ConstTensor::from_proto(t).map_err(|m| {
+                plain_error("onnx-bad-option", format!("constant input '{name}': {m}"))
+            })?;
+            imp.entries.insert(name.to_string(), Entry::constant(c));
+            continue;
+        }
+        let ty = input_type(input, opts.input_shapes.get(name))?;
+        let v = imp.builder.param(name, ty);
+        imp.entries.insert(name.to_string(), Entry::Value(v));
+    }
+    Ok(())
+}
+
+/// The static type of a graph input: float32, every dimension known or pinned.
+fn input_type(
+    input: &proto::ValueInfoProto,
+    pinned: Option<&Vec<usize>>,
+) -> Result<TensorType, Diagnostic> {
+    let name = input.name();
+    let tensor = match input.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+        Some(type_proto::Value::TensorType(t)) => t,
+        _ => return Err(plain_error(
+            "onnx-unsupported-dtype",
+            format!(
+                "input '{name}' is not a tensor (sequences, maps and optionals are not supported)"
+            ),
+        )),
+    };
+    if tensor.elem_type() != dtype::FLOAT {
+        return Err(plain_error(
+            "onnx-unsupported-dtype",
+            format!(
+                "input '{name}' has element type {}; smelt's inputs are float32",
+                dtype::name(tensor.elem_type())
+            ),
+        ));
+    }
+    let declared = tensor.shape.as_ref().map(|s| &s.dim[..]);
+    if let Some(dims) = pinned {
+        if let Some(decl) = declared {
+            let agrees = decl.len() == dims.len()
+                && decl.iter().zip(dims).all(|(d, &p)| match d.value {
+                    Some(dimension::Value::DimValue(v)) => v == p as i64,
+                    _ => true,
+                });
+            if !agrees {
+                return Err(plain_error(
+                    "onnx-bad-option",
+                    format!(
+                        "shape {dims:?} given for input '{name}' does not match its declared shape {}",
+                        describe_shape(decl)
+                    ),
+                ));
+            }
+        }
+        return checked_type(name, dims.clone());
+    }
+    let decl = declared.ok_or_else(|| {
+        plain_error(
+            "onnx-dynamic-shape",
+            format!("input '{name}' has no declared shape; give one with --shape {name}=DIMS"),
+        )
+    })?;
+    let mut dims = Vec::with_capacity(decl.len());
+    for (k, d) in decl.iter().enumerate() {
+        match d.value {
+            Some(dimension::Value::DimValue(v)) if v >= 0 => dims.push(v as usize),
+            _ => {
+                let what = match &d.value {
+                    Some(dimension::Value::DimParam(p)) => format!("'{p}'"),
+                    _ => "unknown".into(),
+                };
+                return Err(plain_error(
+                    "onnx-dynamic-shape",
+                    format!(
+                        "input '{name}' dimension {k} is dynamic ({what}, shape {}); pin it with \
+                         --shape {name}=DIMS (ImportOptions::input_shapes)",
+                        describe_shape(decl)
+                    ),
+                ));
+            }
+        }
+    }
+    checked_type(name, dims)
+}
+
+fn checked_type(name: &str, dims: Vec<usize>) -> Result<TensorType, Diagnostic> {
+    let ty = TensorType::f32(dims);
+    ty.check_size()
+        .map_err(|m| plain_error("onnx-bad-model", format!("input '{name}': {m}")))?;
+    Ok(ty)
+}
+
+fn describe_shape(dims: &[proto::tensor_shape_proto::Dimension]) -> String {
+    let parts: Vec<String> = dims
+        .iter()
+        .map(|d| match &d.value {
+            Some(dimension::Value::DimValue(v)) => v.to_string(),
+            Some(dimension::Value::DimParam(p)) => p.clone(),
+            None => "?".into(),
+        })
+        .collect();
+    format!("[{}]", parts.join(", "))
+}
+
+/// Node indices in an order where every input is defined before use (stable: the file's
+/// order whenever it already is one). Reports undefined inputs and cycles.
+fn topological_order(graph: &GraphProto, imp: &Importer) -> Result<Vec<usize>, Diagnostic> {
+    let mut producer: HashMap<&str, usize> = HashMap::new();
+    for (i, node) in graph.node.iter().enumerate() {
+        for out in node.output.iter().filter(|o| !o.is_empty()) {
+            if imp.entries.contains_key(out.as_str()) {
+                return Err(node_error(
+                    node,
+                    None,
+                    plain_error(
+                        "onnx-bad-model",
+                        format!("output '{out}' redefines a graph input or initializer"),
+                    ),
+                ));
+            }
+            if let Some(&j) = producer.get(out.as_str()) {
+                return Err(node_error(
+                    node,
+                    None,
+                    plain_error(
+                        "onnx-bad-model",
+                        format!(
+                            "output '{out}' is also produced by node '{}'",
+                            node_display_name(&graph.node[j])
+                        ),
+                    ),
+                ));
+            }
+            producer.insert(out, i);
+        }
+    }
+    let mut waiting_on = vec![0usize; graph.node.len()];
+    let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); graph.node.len()];
+    for (i, node) in graph.node.iter().enumerate() {
+        for input in node.input.iter().filter(|s| !s.is_empty()) {
+            if let Some(&p) = producer.get(input.as_str()) {
+                waiting_on[i] += 1;
+                consumers[p].push(i);
+            } else if !imp.entries.contains_key(input.as_str()) {
+                return Err(node_error(
+                    node,
+                    None,
+                    plain_error(
+                        "onnx-missing-input",
+                        format!(
+                            "input '{input}' is not a graph input, an initializer or any node's \
+                             output (a missing initializer?)"
+                        ),
+                    ),
+                ));
+            }
+        }
+    }
+    let mut ready: BTreeSet<usize> = (0..graph.node.len())
+        .filter(|&i| waiting_on[i] == 0)
+        .collect();
+    let mut order = Vec::with_capacity(graph.node.len());
+    while let Some(i) = ready.pop_first() {
+        order.push(i);
+        for &c in &consumers[i] {
+            waiting_on[c] -= 1;
+            if waiting_on[c] == 0 {
+                ready.insert(c);
+            }
+        }
+    }
+    if order.len() < graph.node.len() {
+        let stuck: Vec<String> = (0..graph.node.len())
+            .filter(|&i| waiting_on[i] > 0)
+            .take(8)
+            .map(|i| {
+                format!(
+                    "'{}' ({})",
+                    node_display_name(&graph.node[i]),
+                    graph.node[i].op_type()
+                )
+            })
+            .collect();
+        let first = (0..graph.node.len())
+            .find(|&i| waiting_on[i] > 0)
+            .unwrap_or(0);
+        return Err(node_error(
+            &graph.node[first],
+            None,
+            plain_error(
+                "onnx-cycle",
+                format!(
+                    "the graph has a cycle: these nodes wait on each other: {}",
+                    stuck.join(", ")
+                ),
+            ),
+        ));
+    }
+    Ok(order)
+}
+
+/// Adds the node's location and `OpType node 'name' (opset N)` to a diagnostic.
+fn node_error(node: &NodeProto, opset: Option<i64>, d: Diagnostic) -> Diagnostic {
+    let name = node_display_name(node);
+    let opset = opset.map(|o| format!(", opset {o}")).unwrap_or_default();
+    Diagnostic {
+        message: format!("{} node '{name}'{opset}: {}", node.op_type(), d.message),
+        location: Location::Name(name.into()),
+        ..d
+    }
+}
+
+fn import_node(imp: &mut Importer, node: &NodeProto, opset: i64) -> Result<(), Diagnostic> {
+    let fail = |d: Diagnostic| node_error(node, Some(opset), d);
+    if !(node.domain().is_empty() || node.domain() == "ai.onnx") {
+        return Err(fail(plain_error(
+            "onnx-unsupported-op",
+            format!(
+                "operator domain '{}' is not supported (only ai.onnx)",
+                node.domain()
+            ),
+        )));
+    }
+    let rule = ops::rule(node.op_type()).ok_or_else(|| {
+        fail(plain_error(
+            "onnx-unsupported-op",
+            format!(
+                "operator '{}' is not supported (supported: {})",
+                node.op_type(),
+                supported_op_types().collect::<Vec<_>>().join(", ")
+            ),
+        ))
+    })?;
+    let version = rule
+        .versions
+        .iter()
+        .copied()
+        .filter(|&v| v <= opset)
+        .max()
+        .ok_or_else(|| {
+            fail(plain_error(
+                "onnx-unsupported-opset",
+                format!(
+                    "operator '{}' does not exist before opset {}",
+                    node.op_type(),
+                    rule.versions[0]
+                ),
+            ))
+        })?;
+    if version < rule.min_version {
+        return Err(fail(plain_error(
+            "onnx-unsupported-opset",
+            format!(
+                "version {version} of '{}' is not supported (smelt implements versions from {}, \
+                 i.e. opset {} and later; convert the model with onnx.version_converter)",
+                node.op_type(),
+                rule.min_version,
+                rule.min_version
+            ),
+        )));
+    }
+    imp.builder
+        .set_loc(Location::Name(node_display_name(node).into()));
+    let outputs = {
+        let mut cx = NodeCtx { imp, node, version };
+        (rule.import)(&mut cx).map_err(fail)?
+    };
+    for (k, name) in node.output.iter().enumerate() {
+        if name.is_empty() {
+            continue;
+        }
+        let entry = outputs.get(k).cloned().ok_or_else(|| {
+            fail(plain_error(
+                "onnx-bad-model",
+                format!("output {k} ('{name}') does not exist for this operator"),
+            ))
+        })?;
+        imp.entries.insert(name.clone(), entry);
+    }
+    Ok(())
+}

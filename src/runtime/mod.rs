@@ -1,1 +1,423 @@
 //! The runtime: `Executable` (code, weights, memory plan) and its checked `run`.
+//!
+//! An [`Executable`] is immutable after [`Executable::compile`]: it owns the native code
+//! (freed on drop), the weights and constants the kernels read, and the memory plan of
+//! the temporaries. Scratch memory belongs to a run: [`Executable::run_with`] uses a
+//! caller's [`Workspace`] and allocates nothing; [`Executable::run`] borrows a workspace
+//! from a pool (one per concurrent caller, reused), so one executable serves many
+//! threads without locking around the computation.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use smelt_ir::{AlignedBuf, Module, Tensor, TensorType};
+use smelt_passes::lower::{self, BufferKind, MemoryPlan, Program};
+
+use crate::codegen::{self, CodegenOptions, CompiledKernels, KernelFn};
+use crate::Error;
+
+/// Options of [`Executable::compile`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CompileOptions {
+    /// Run Cranelift's verifier on every generated function (on in tests).
+    pub verify: bool,
+    /// Give every intermediate its own memory (no reuse), for verification and profiling.
+    pub keep_intermediates: bool,
+}
+
+/// Name and type of an input or output.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorInfo {
+    /// The parameter or result name.
+    pub name: String,
+    /// Shape, element type and layout.
+    pub ty: TensorType,
+}
+
+impl TensorInfo {
+    /// Number of f32 elements a buffer for this tensor holds (its storage length).
+    pub fn len(&self) -> usize {
+        self.ty.storage_len()
+    }
+
+    /// Whether the tensor has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Where a kernel argument's storage is at run time.
+#[derive(Clone, Copy, Debug)]
+enum Source {
+    /// The caller's i-th input slice.
+    Input(usize),
+    /// The i-th owned constant (module weight or lowering constant).
+    Constant(usize),
+    /// Elements `offset..` of the run's arena.
+    Arena(usize),
+}
+
+struct ExecStep {
+    kernel: KernelFn,
+    args: Vec<Source>,
+}
+
+/// Milliseconds spent compiling, by stage.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CompileTimes {
+    /// Lowering to loop IR (including kernel checks) and memory planning.
+    pub lower_ms: f64,
+    /// Cranelift: building, optimizing and emitting every kernel.
+    pub codegen_ms: f64,
+    /// The whole of [`Executable::compile`].
+    pub total_ms: f64,
+}
+
+/// Scratch memory for one run at a time: the arena of temporaries and the argument
+/// pointer array. Make one with [`Executable::workspace`]; reuse it across runs.
+pub struct Workspace {
+    arena: Vec<Line>,
+    /// Kernel argument pointers, as addresses (a `usize` has a pointer's size and alignment).
+    ptrs: Vec<usize>,
+}
+
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([f32; 16]);
+
+impl Workspace {
+    fn new(arena_len: usize, max_args: usize) -> Workspace {
+        Workspace {
+            arena: vec![Line([0.0; 16]); arena_len.div_ceil(16)],
+            ptrs: vec![0; max_args],
+        }
+    }
+
+    fn arena_len(&self) -> usize {
+        self.arena.len() * 16
+    }
+}
+
+/// A compiled function, ready to run many times from many threads.
+pub struct Executable {
+    steps: Vec<ExecStep>,
+    constants: Vec<Arc<AlignedBuf>>,
+    inputs: Vec<TensorInfo>,
+    outputs: Vec<(TensorInfo, Source)>,
+    arena_len: usize,
+    max_args: usize,
+    pool: Mutex<Vec<Workspace>>,
+    times: CompileTimes,
+    kernel_count: usize,
+    loops_text: String,
+    /// Dropped last: the code the step function pointers point into.
+    code: CompiledKernels,
+}
+
+impl std::fmt::Debug for Executable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executable")
+            .field("inputs", &self.inputs)
+            .field("steps", &self.steps.len())
+            .field("kernels", &self.kernel_count)
+            .field("arena_len", &self.arena_len)
+            .finish()
+    }
+}
+
+impl Executable {
+    /// Compiles the function `func_name` of `module` (or its entry function when `None`)
+    /// as it is: lowering, checks of every kernel, memory plan, Cranelift. Run the
+    /// fusion and const_fold passes before, to get fused kernels.
+    pub fn compile(
+        module: &Module,
+        func_name: Option<&str>,
+        opts: &CompileOptions,
+    ) -> Result<Executable, Error> {
+        let start = Instant::now();
+        let func = match func_name {
+            Some(name) => module.func(name).ok_or_else(|| {
+                Error::InvalidArgument(format!("the module has no function @{name}"))
+            })?,
+            None => module.entry().ok_or_else(|| {
+                Error::InvalidArgument(
+                    "the module has several functions and none is called @main; name one".into(),
+                )
+            })?,
+        };
+        let program = lower::lower(module, func)?;
+        let plan = lower::plan_memory(&program, opts.keep_intermediates);
+        let lowered = Instant::now();
+        let code = codegen::compile(
+            &program.kernels,
+            &CodegenOptions {
+                verify: opts.verify,
+            },
+        )?;
+        let generated = Instant::now();
+        let mut exe = Executable::assemble(module, &program, &plan, code)?;
+        exe.times = CompileTimes {
+            lower_ms: ms(lowered - start),
+            codegen_ms: ms(generated - lowered),
+            total_ms: ms(start.elapsed()),
+        };
+        Ok(exe)
+    }
+
+    fn assemble(
+        module: &Module,
+        program: &Program,
+        plan: &MemoryPlan,
+        code: CompiledKernels,
+    ) -> Result<Executable, Error> {
+        let mut constants = Vec::new();
+        let mut sources = Vec::with_capacity(program.buffers.len());
+        for (i, b) in program.buffers.iter().enumerate() {
+            let src = match &b.kind {
+                BufferKind::Input(k) => Source::Input(*k),
+                BufferKind::Weight(id) => {
+                    let w = module.weights.get(*id).ok_or_else(|| {
+                        Error::InvalidArgument(format!("weight {} does not exist", id.0))
+                    })?;
+                    constants.push(w.data.clone());
+                    Source::Constant(constants.len() - 1)
+                }
+                BufferKind::Constant(data) => {
+                    constants.push(data.clone());
+                    Source::Constant(constants.len() - 1)
+                }
+                BufferKind::Temp => Source::Arena(plan.offsets[i].ok_or_else(|| {
+                    Error::Unsupported(format!("temporary {} has no place in memory", b.name))
+                })?),
+            };
+            // Constants must hold at least the elements the kernels were proven against.
+            if let Source::Constant(c) = src {
+                if constants[c].as_f32().len() < b.len {
+                    return Err(Error::Unsupported(format!(
+                        "constant {} holds {} elements, kernels need {}",
+                        b.name,
+                        constants[c].as_f32().len(),
+                        b.len
+                    )));
+                }
+            }
+            sources.push(src);
+        }
+        let steps = program
+            .steps
+            .iter()
+            .map(|s| {
+                let kernel = code.get(s.kernel).ok_or_else(|| {
+                    Error::Unsupported(format!("kernel {} was not compiled", s.kernel))
+                })?;
+                Ok(ExecStep {
+                    kernel,
+                    args: s.args.iter().map(|b| sources[b.0 as usize]).collect(),
+                })
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        let max_args = steps.iter().map(|s| s.args.len()).max().unwrap_or(0);
+        let info = |p: &lower::Port| TensorInfo {
+            name: p.name.clone(),
+            ty: p.ty.clone(),
+        };
+        Ok(Executable {
+            steps,
+            constants,
+            inputs: program.inputs.iter().map(info).collect(),
+            outputs: program
+                .outputs
+                .iter()
+                .map(|p| (info(p), sources[p.buffer.0 as usize]))
+                .collect(),
+            arena_len: plan.arena_len,
+            max_args,
+            pool: Mutex::new(Vec::new()),
+            times: CompileTimes::default(),
+            kernel_count: program.kernels.len(),
+            loops_text: program.dump_loops(),
+            code,
+        })
+    }
+
+    /// The inputs, in call order.
+    pub fn inputs(&self) -> &[TensorInfo] {
+        &self.inputs
+    }
+
+    /// The outputs, in result order.
+    pub fn outputs(&self) -> impl ExactSizeIterator<Item = &TensorInfo> {
+        self.outputs.iter().map(|(i, _)| i)
+    }
+
+    /// Time spent compiling, by stage.
+    pub fn compile_times(&self) -> CompileTimes {
+        self.times
+    }
+
+    /// Number of distinct kernels (each compiled once) and of kernel calls per run.
+    pub fn kernel_counts(&self) -> (usize, usize) {
+        (self.kernel_count, self.steps.len())
+    }
+
+    /// Bytes of scratch memory one run uses (the arena of temporaries).
+    pub fn arena_bytes(&self) -> usize {
+        self.arena_len * 4
+    }
+
+    /// The loop IR of every kernel and the call sequence (`--dump-loops`).
+    pub fn dump_loops(&self) -> &str {
+        &self.loops_text
+    }
+
+    /// A fresh workspace for [`Executable::run_with`].
+    pub fn workspace(&self) -> Workspace {
+        Workspace::new(self.arena_len, self.max_args)
+    }
+
+    /// Runs on host tensors; checks each input's count, shape and layout. Borrows a
+    /// workspace from the executable's pool, so concurrent callers do not contend.
+    pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
+        if inputs.len() != self.inputs.len() {
+            return Err(Error::InvalidArgument(format!(
+                "expected {} inputs, got {}",
+                self.inputs.len(),
+                inputs.len()
+            )));
+        }
+        for (t, info) in inputs.iter().zip(&self.inputs) {
+            if t.ty != info.ty {
+                return Err(Error::InvalidArgument(format!(
+                    "input %{} must be {}, got {}",
+                    info.name, info.ty, t.ty
+                )));
+            }
+        }
+        let mut outs: Vec<Tensor> = self.outputs().map(|o| Tensor::zeros(&o.ty)).collect();
+        let ins: Vec<&[f32]> = inputs.iter().map(|t| t.data.as_slice()).collect();
+        let mut ws = self
+            .pool
+            .lock()
+            .map_err(|_| Error::Unsupported("workspace pool poisoned".into()))?
+            .pop()
+            .unwrap_or_else(|| self.workspace());
+        let result = {
+            let mut out_slices: Vec<&mut [f32]> =
+                outs.iter_mut().map(|t| t.data.as_mut_slice()).collect();
+            self.run_with(&ins, &mut out_slices, &mut ws)
+        };
+        if let Ok(mut pool) = self.pool.lock() {
+            pool.push(ws);
+        }
+        result.map(|()| outs)
+    }
+
+    /// Runs on caller-owned buffers without allocating: `inputs[i]` and `outputs[i]` hold
+    /// exactly the storage length of the i-th input and output ([`TensorInfo::len`]);
+    /// `ws` comes from [`Executable::workspace`] (of this executable or one with at least
+    /// as much scratch).
+    pub fn run_with(
+        &self,
+        inputs: &[&[f32]],
+        outputs: &mut [&mut [f32]],
+        ws: &mut Workspace,
+    ) -> Result<(), Error> {
+        if inputs.len() != self.inputs.len() {
+            return Err(Error::InvalidArgument(format!(
+                "expected {} inputs, got {}",
+                self.inputs.len(),
+                inputs.len()
+            )));
+        }
+        if outputs.len() != self.outputs.len() {
+            return Err(Error::InvalidArgument(format!(
+                "expected {} outputs, got {}",
+                self.outputs.len(),
+                outputs.len()
+            )));
+        }
+        for (s, info) in inputs.iter().zip(&self.inputs) {
+            if s.len() != info.len() {
+                return Err(Error::InvalidArgument(format!(
+                    "input %{} of type {} needs {} elements, got {}",
+                    info.name,
+                    info.ty,
+                    info.len(),
+                    s.len()
+                )));
+            }
+        }
+        for (s, (info, _)) in outputs.iter().zip(&self.outputs) {
+            if s.len() != info.len() {
+                return Err(Error::InvalidArgument(format!(
+                    "output {} of type {} needs {} elements, got {}",
+                    info.name,
+                    info.ty,
+                    info.len(),
+                    s.len()
+                )));
+            }
+        }
+        if ws.arena_len() < self.arena_len || ws.ptrs.len() < self.max_args {
+            return Err(Error::InvalidArgument(
+                "the workspace belongs to a smaller executable; make one with workspace()".into(),
+            ));
+        }
+        let arena = ws.arena.as_mut_ptr() as *mut f32;
+        let address = |src: Source| -> usize {
+            match src {
+                Source::Input(i) => inputs[i].as_ptr() as usize,
+                Source::Constant(c) => self.constants[c].as_f32().as_ptr() as usize,
+                Source::Arena(off) => arena.wrapping_add(off) as usize,
+            }
+        };
+        for step in &self.steps {
+            for (slot, &src) in ws.ptrs.iter_mut().zip(&step.args) {
+                *slot = address(src);
+            }
+            // SAFETY: this is the only place native code runs. The kernel's every load and
+            // store was proven (`Kernel::check`, at lowering and again before codegen) to
+            // stay within the declared length of each argument, and lowering checked that
+            // each step passes buffers of exactly those lengths. Here: inputs have exactly
+            // their declared lengths (checked above); constants hold at least theirs
+            // (checked in `assemble`); arena buffers lie at `offset + len <= arena_len
+            // <= ws.arena_len()` (memory plan, checked above). The kernel writes only its
+            // `Write` arguments, which lowering restricts to arena temporaries; the memory
+            // plan never overlaps buffers live in the same step, so no written buffer
+            // aliases another argument, and the read-only inputs and constants are never
+            // written. All slices outlive the call; `ws.ptrs` holds one pointer per
+            // argument (max_args checked above) and is not touched during the call.
+            unsafe { (step.kernel)(ws.ptrs.as_ptr() as *const *mut f32) };
+        }
+        for (dst, (info, src)) in outputs.iter_mut().zip(&self.outputs) {
+            let n = info.len();
+            match *src {
+                Source::Input(i) => dst.copy_from_slice(&inputs[i][..n]),
+                Source::Constant(c) => dst.copy_from_slice(&self.constants[c].as_f32()[..n]),
+                Source::Arena(off) => {
+                    let flat: &[f32] = flatten(&ws.arena);
+                    dst.copy_from_slice(&flat[off..off + n]);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn flatten(lines: &[Line]) -> &[f32] {
+    let n = lines.len() * 16;
+    // SAFETY: `Line` is `repr(C)` of 16 f32 with no padding (64 bytes, align 64), so a
+    // slice of lines is a contiguous run of `16 * len` initialized f32 values.
+    unsafe { std::slice::from_raw_parts(lines.as_ptr() as *const f32, n) }
+}
+
+fn ms(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+// Executables are shared across threads: everything they hold is immutable after
+// compile, the code owner is behind a mutex, and per-run state lives in workspaces.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Executable>();
+};

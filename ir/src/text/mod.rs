@@ -1,1 +1,300 @@
 //! The `.tir` text form: lexer, parser and canonical printer.
+//!
+//! # Syntax reference
+//!
+//! A `.tir` file is a module: weight declarations, then functions. `//` starts a comment
+//! that runs to the end of the line. Whitespace and line breaks are not significant.
+//!
+//! ```text
+//! // weights: name, type, data
+//! const @w0 : tensor<64x64x3x3xf32> = random<seed = 1, min = -0.1, max = 0.1>
+//! const @g : tensor<4xf32> = dense<[1.0, 2.0, 3.0, 4.0]>
+//! const @m : tensor<2x2xf32> = dense<[[1.0, 2.0], [3.0, 4.0]]>   // nested: row-major
+//! const @one : tensor<64xf32> = dense<1.0>                       // splat
+//! const @big : tensor<64x64x3x3xf32> = external<"tail.safetensors", "conv1.weight">
+//!
+//! func @tail(%x: tensor<1x64x56x56xf32>, %skip: tensor<1x64x56x56xf32>) -> tensor<1x64x56x56xf32> {
+//!   %0 = const @w0 : tensor<64x64x3x3xf32>
+//!   %1 = conv2d %x, %0 {pads = [1, 1, 1, 1]} : tensor<1x64x56x56xf32>
+//!   %2 = batch_norm %1, %g, %b, %m, %v {epsilon = 1.0e-3} : tensor<1x64x56x56xf32>
+//!   %3 = add %2, %skip : tensor<1x64x56x56xf32>
+//!   %4 = relu %3 : tensor<1x64x56x56xf32>
+//!   return %4 : tensor<1x64x56x56xf32>
+//! }
+//!
+//! func @two(%a: tensor<2xf32>) -> (y: tensor<2xf32>, z: tensor<2xf32>) {
+//!   %0 = relu %a : tensor<2xf32>
+//!   %1 = clip %a {min = 0.0, max = 6.0} : tensor<2xf32>
+//!   return %0, %1 : tensor<2xf32>, tensor<2xf32>
+//! }
+//! ```
+//!
+//! ## Types
+//!
+//! `tensor<D0xD1x...xDTYPE>` with positive dimensions written without spaces and the
+//! element type `f32` (or `i64`, for shape-like values); `tensor<f32>` is a scalar. A
+//! layout may follow: `tensor<1x64x56x56xf32, nchw8c>`. Layouts are `row_major` (the
+//! default, never printed), `nchwNc` (axis 1 in blocks of N), `oihwNo` (axis 0 in blocks
+//! of N) and the general `blocked<axis,block>`; rank-4 tensors print the letter forms.
+//! Types larger than 4 GiB are rejected before anything is allocated.
+//!
+//! ## Names
+//!
+//! `%name` is a value, `@name` a weight or function. Bare names use letters, digits and
+//! `_ . $ -`; any other name is quoted: `%"/layer1/Relu_output_0"`. Parameter names are
+//! the function's API and are printed verbatim; every other value is renumbered
+//! `%0, %1, …` in order (skipping numbers a parameter already uses), so input names are
+//! arbitrary. Results are named in the signature, `-> (y: T, z: T)` (quote names that are
+//! not identifiers); the bare `-> T` or `-> (T, T)` form gives the names `result0`,
+//! `result1`, …, and the printer uses it exactly when all names are those defaults.
+//! `return` lists the values and their types.
+//!
+//! ## Instructions
+//!
+//! `%r = OP OPERANDS {ATTRS} : RESULT_TYPE [loc(...)]`. The declared result type must be
+//! exactly what the op's type rule gives. `%r = const @w : T` reads a weight.
+//!
+//! Attribute values are integers, floats (`1.0`, `1e-5`, `-inf`, `nan`), `true`/`false`,
+//! integer lists `[1, 2]` and layouts. Integers must be non-negative and at most
+//! 2147483647. Only attributes that differ from their default are printed, in this order:
+//!
+//! | op | operands | attributes (default) |
+//! |---|---|---|
+//! | `conv2d` | x, w, bias? | `strides` ([1, 1]), `pads` ([0, 0, 0, 0] = top, left, bottom, right), `dilations` ([1, 1]), `groups` (1) |
+//! | `batch_norm` | x, scale, bias, mean, var | `epsilon` (1e-5) |
+//! | `relu` `sigmoid` `tanh` `erf` `gelu` `hard_swish` `silu` | x | — |
+//! | `clip` | x | `min`, `max` (both required) |
+//! | `leaky_relu` | x | `alpha` (0.01) |
+//! | `hard_sigmoid` | x | `alpha` (0.2), `beta` (0.5) |
+//! | `add` `sub` `mul` `div` `min` `max` | a, b (numpy broadcasting) | — |
+//! | `layer_norm` | x, scale, bias? | `axis` (required), `epsilon` (1e-5) |
+//! | `max_pool2d` | x | `kernel` (required), `strides` ([1, 1]), `pads` ([0, 0, 0, 0]), `dilations` ([1, 1]), `ceil_mode` (false) |
+//! | `avg_pool2d` | x | as `max_pool2d`, then `count_include_pad` (false) |
+//! | `global_avg_pool` | x | — |
+//! | `flatten` | x | `axis` (1) |
+//! | `reshape` | x | `shape` (required) |
+//! | `transpose` | x | `perm` (required) |
+//! | `matmul` | a, b | — |
+//! | `gemm` | a, b, c? | `alpha` (1.0), `beta` (1.0), `trans_a` (false), `trans_b` (false) |
+//! | `concat` | x, ... | `axis` (required) |
+//! | `softmax` | x | `axis` (required) |
+//! | `reorder` | x | `layout` (required) |
+//! | `bn_fold_weight` | w, scale, var | `epsilon` (1e-5) |
+//! | `bn_fold_bias` | scale, bias, mean, var, conv_bias? | `epsilon` (1e-5) |
+//!
+//! Unknown attributes and missing required ones are errors that name the attribute.
+//!
+//! ## Fused ops
+//!
+//! ```text
+//! %5 = fused conv2d %x, %w, %b {pads = [1, 1, 1, 1]} post [add(_, %skip), relu, clip {min = 0.0, max = 6.0}, sub(%y, _)] : tensor<1x64x56x56xf32>
+//! ```
+//!
+//! `fused ANCHOR OPERANDS {ANCHOR_ATTRS} post [POST_OPS] : T`. The anchor is `conv2d`,
+//! `gemm`, `matmul`, `layer_norm`, `max_pool2d`, `avg_pool2d` or `global_avg_pool`. Post-ops
+//! apply in order to the accumulator: a unary op is written `relu` or
+//! `clip {min = 0.0, max = 6.0}`; a binary op names its second operand and marks the
+//! accumulator with `_`: `add(_, %v)` is `acc + v`, `sub(%v, _)` is `v - acc`. The
+//! post-ops' operands are the fused op's operands after the anchor's own, in order.
+//!
+//! ## Locations
+//!
+//! Every instruction parsed from text carries `"file":line:col` of its result name. An
+//! optional trailing `loc(...)` overrides it, and the printer writes one after every
+//! instruction (and function signature) when [`PrintOptions::print_loc`] is set:
+//! `loc("f.tir":3:8)`, `loc("onnx_node_name")`, `loc(fused["a", "b":2:3])`,
+//! `loc(unknown)`.
+//!
+//! ## Weights
+//!
+//! Weights are f32. `dense<[...]>` lists the logical elements in row-major order (nested
+//! brackets are allowed and flattened; the count must match the type); `dense<v>` fills
+//! every element with `v`. `random<seed = S, min = A, max = B>` is the deterministic
+//! generator [`crate::weights::random_f32`]. `external<"file", "key">` reads an f32
+//! tensor of the same shape from a safetensors file relative to the `.tir` file's
+//! directory. Weights with a blocked layout are written by their logical values too;
+//! padding lanes are zero. Weights print in id order before the functions: inline data as
+//! `dense`, random and external weights as written, weights computed by passes as
+//! `dense` (or, through [`write_module`], more than 16 elements go to a sidecar
+//! `<stem>.safetensors`). With [`PrintOptions::elide_weights`], weights of more than 16
+//! elements print as `elided<"content-hash">`, which the parser refuses to load.
+//!
+//! ## Errors
+//!
+//! Every problem is a [`Diagnostic`] with a stable code — `parse-error`, `bad-encoding`,
+//! `bad-type`, `too-large`, `too-deep`, `unknown-op`, `wrong-arity`, `bad-attribute`,
+//! `undefined-value`, `redefined-value`, `duplicate-name`, `unknown-weight`,
+//! `bad-weight`, `elided-weight`, `bad-fused-op`, `type-mismatch`, `io-error` — and the
+//! file:line:col of the offending token; [`Diagnostic::render`] shows the line with a
+//! caret. A parsed module has always passed [`crate::verify::verify_module`].
+
+mod attrs;
+mod lexer;
+mod parser;
+mod printer;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use safetensors::tensor::TensorView;
+use safetensors::Dtype;
+
+use crate::diag::{quote, Diagnostic, Diagnostics, Location};
+use crate::graph::{Func, Module};
+use crate::tensor::Tensor;
+use crate::types::Layout;
+use crate::weights::{WeightOrigin, SMALL_CONSTANT_LIMIT};
+
+pub use attrs::{
+    DEFAULT_EPSILON, DEFAULT_FLATTEN_AXIS, DEFAULT_HARD_SIGMOID_ALPHA, DEFAULT_HARD_SIGMOID_BETA,
+    DEFAULT_LEAKY_ALPHA, MAX_ATTR_INT,
+};
+pub use parser::{MAX_ERRORS, MAX_NESTING};
+
+/// How to print a module.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PrintOptions {
+    /// Append ` loc(...)` to every instruction and function signature.
+    pub print_loc: bool,
+    /// Print every weight of more than 16 elements as `elided<"hash">` (not loadable).
+    pub elide_weights: bool,
+}
+
+/// Parses text held in memory. `external<...>` weights are an error here (there is no
+/// directory to read them from): use [`parse_with`] or [`parse_file`] for those.
+/// `file` names the source in locations and diagnostics.
+pub fn parse(src: &str, file: &str) -> Result<Module, Diagnostics> {
+    parse_with(src, file, None)
+}
+
+/// Parses text held in memory, reading `external<...>` sidecars relative to `base_dir`.
+/// The returned module has passed the verifier.
+pub fn parse_with(src: &str, file: &str, base_dir: Option<&Path>) -> Result<Module, Diagnostics> {
+    parser::parse_module(src, file, base_dir)
+}
+
+/// Parses raw bytes, which must be UTF-8: invalid bytes are a `bad-encoding` diagnostic
+/// at their line and column.
+pub fn parse_bytes(
+    bytes: &[u8],
+    file: &str,
+    base_dir: Option<&Path>,
+) -> Result<Module, Diagnostics> {
+    match std::str::from_utf8(bytes) {
+        Ok(src) => parse_with(src, file, base_dir),
+        Err(e) => {
+            let valid = &bytes[..e.valid_up_to()];
+            let prefix = std::str::from_utf8(valid).unwrap_or("");
+            let map = lexer::SourceMap::new(prefix, file);
+            let bad = bytes.get(e.valid_up_to()).copied().unwrap_or(0);
+            Err(Diagnostic::error(
+                "bad-encoding",
+                format!("the file is not valid UTF-8: byte 0x{bad:02x} cannot start or continue a character"),
+                map.loc(prefix.len()),
+            )
+            .with_note(".tir files are UTF-8 text")
+            .into())
+        }
+    }
+}
+
+/// Reads and parses a `.tir` file; `external<...>` sidecars are read from its directory.
+pub fn parse_file(path: &Path) -> Result<Module, Diagnostics> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        Diagnostic::error(
+            "io-error",
+            format!("cannot read {}: {e}", path.display()),
+            Location::Unknown,
+        )
+    })?;
+    parse_bytes(&bytes, &path.display().to_string(), path.parent())
+}
+
+/// Prints a module canonically: byte-identical for equal modules, and parsing the text
+/// gives the module back (locations aside, unless `print_loc` is set).
+pub fn print(module: &Module, opts: &PrintOptions) -> String {
+    printer::print_module(module, opts, &BTreeMap::new())
+}
+
+/// Prints one function of `module` (without the module's weight declarations).
+pub fn print_func(module: &Module, func: &Func, opts: &PrintOptions) -> String {
+    printer::print_func(module, func, opts)
+}
+
+fn io_error(path: &Path, e: impl std::fmt::Display) -> Diagnostic {
+    Diagnostic::error(
+        "io-error",
+        format!("cannot write {}: {e}", path.display()),
+        Location::Unknown,
+    )
+}
+
+/// Writes `module` to `tir_path`. Weights computed by passes with more than 16 elements
+/// go to a safetensors sidecar `<stem>.safetensors` beside it (keyed by weight name, in
+/// logical row-major order) and print as `external<...>`; weights already external to
+/// that same sidecar are written into it again so nothing is lost when overwriting.
+pub fn write_module(
+    module: &Module,
+    tir_path: &Path,
+    opts: &PrintOptions,
+) -> Result<(), Diagnostic> {
+    let stem = tir_path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "weights".into());
+    let sidecar_name = format!("{stem}.safetensors");
+    // key -> logical values, and the overrides for the printer
+    let mut entries: BTreeMap<String, (Vec<usize>, Vec<u8>)> = BTreeMap::new();
+    let mut overrides = printer::ExternalOverrides::new();
+    let big = |n: usize| n > SMALL_CONSTANT_LIMIT;
+    let logical = |w: &crate::weights::Weight| -> Vec<u8> {
+        let values = match w.ty.layout {
+            Layout::RowMajor => w.f32s().to_vec(),
+            Layout::Blocked { .. } => Tensor {
+                ty: w.ty.clone(),
+                data: w.f32s().to_vec(),
+            }
+            .to_row_major(),
+        };
+        values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    };
+    let elided = |n: usize| opts.elide_weights && big(n);
+    for (_, w) in module.weights.iter() {
+        if let WeightOrigin::External { file, key } = &w.origin {
+            if *file == sidecar_name && !elided(w.ty.num_elements()) {
+                entries.insert(key.clone(), (w.ty.dims.clone(), logical(w)));
+            }
+        }
+    }
+    for (id, w) in module.weights.iter() {
+        if w.origin == WeightOrigin::Computed
+            && big(w.ty.num_elements())
+            && !elided(w.ty.num_elements())
+        {
+            let mut key = w.name.clone();
+            let mut k = 1;
+            while entries.contains_key(&key) {
+                key = format!("{}_{k}", w.name);
+                k += 1;
+            }
+            entries.insert(key.clone(), (w.ty.dims.clone(), logical(w)));
+            overrides.insert(id, (sidecar_name.clone(), key));
+        }
+    }
+    if !overrides.is_empty() {
+        let mut views = Vec::new();
+        for (key, (dims, bytes)) in &entries {
+            let view = TensorView::new(Dtype::F32, dims.clone(), bytes)
+                .map_err(|e| io_error(tir_path, format!("sidecar tensor {}: {e}", quote(key))))?;
+            views.push((key.clone(), view));
+        }
+        let data = safetensors::serialize(views, None).map_err(|e| io_error(tir_path, e))?;
+        let sidecar_path = tir_path.with_file_name(&sidecar_name);
+        std::fs::write(&sidecar_path, data).map_err(|e| io_error(&sidecar_path, e))?;
+    }
+    let text = printer::print_module(module, opts, &overrides);
+    std::fs::write(tir_path, text).map_err(|e| io_error(tir_path, e))
+}
+
+#[cfg(test)]
+mod tests;

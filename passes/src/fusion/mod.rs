@@ -1,1 +1,764 @@
 //! E-graph fusion: egg language, analysis, rules as data, cost model, extraction, explanations.
+//!
+//! [`fuse_func`] builds an e-graph from a function (every result a root; commutative
+//! operands put in canonical order first), saturates it with the rules under node,
+//! iteration and time limits, extracts the cheapest graph with a DAG-aware extractor, and
+//! rebuilds a function in canonical order whose ops carry their provenance. Weight-prep
+//! ops the rules introduce (`bn_fold_weight`, `bn_fold_bias`) are left for `const_fold`.
+
+pub mod analysis;
+pub mod apply;
+pub mod cost;
+pub mod extract;
+pub mod lang;
+pub mod report;
+pub mod rules;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use egg::{Id, Language, Runner, SimpleScheduler};
+use smelt_ir::diag::{Diagnostic, Location};
+use smelt_ir::graph::{Func, FuncResult, Inst, Module, Value};
+use smelt_ir::op::{broadcast, Op, PostOp};
+use smelt_ir::types::{DType, TensorType};
+use smelt_ir::weights::WeightStore;
+
+use crate::manager::{Pass, PassContext, PassError};
+use analysis::{FusionAnalysis, FusionGraph, Outcome, Provenance};
+use apply::{compile_rules, GuardContext};
+pub use cost::CostModel;
+use extract::{dag_cost, CostTable};
+use lang::{split_op, OpKind, TensorNode};
+pub use report::{FusionReport, FusionSite, LostFusion, NearMiss, RuleStat, StopReason};
+pub use rules::{builtin_rules, load_rules, Rule, BUILTIN_RULES};
+
+/// Saturation limits. The time limit is a safety net set far above what normal models
+/// need, so results never depend on machine load; the iteration and node limits bind.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FusionLimits {
+    /// Maximum rewrite iterations.
+    pub iterations: usize,
+    /// Maximum e-nodes.
+    pub nodes: usize,
+    /// Maximum wall time.
+    pub time: Duration,
+}
+
+impl Default for FusionLimits {
+    fn default() -> Self {
+        FusionLimits {
+            iterations: 30,
+            nodes: 100_000,
+            time: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Options of the fusion pass.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FusionOptions {
+    /// Run fusion at all.
+    pub enabled: bool,
+    /// Rules not to run, by name.
+    pub disabled_rules: Vec<String>,
+    /// When set, run only these rules.
+    pub only_rules: Option<Vec<String>>,
+    /// User rules added to the built-in ones (see [`load_rules`]).
+    pub extra_rules: Vec<Rule>,
+    /// Saturation limits.
+    pub limits: FusionLimits,
+    /// The cost model's machine parameters.
+    pub cost: CostModel,
+}
+
+impl Default for FusionOptions {
+    fn default() -> Self {
+        FusionOptions {
+            enabled: true,
+            disabled_rules: Vec::new(),
+            only_rules: None,
+            extra_rules: Vec::new(),
+            limits: FusionLimits::default(),
+            cost: CostModel::default(),
+        }
+    }
+}
+
+impl FusionOptions {
+    /// The rules to run: built-in plus extra, filtered by `only_rules` and
+    /// `disabled_rules`. Naming a rule that does not exist is an error.
+    pub fn rules(&self) -> Result<Vec<Rule>, PassError> {
+        let mut all = builtin_rules();
+        for r in &self.extra_rules {
+            if all.iter().any(|b| b.name == r.name) {
+                return Err(PassError::DuplicateRule(r.name.clone()));
+            }
+            all.push(r.clone());
+        }
+        let names: Vec<&String> = self
+            .disabled_rules
+            .iter()
+            .chain(self.only_rules.iter().flatten())
+            .collect();
+        for n in names {
+            if !all.iter().any(|r| &r.name == n) {
+                return Err(PassError::UnknownRule(n.clone()));
+            }
+        }
+        Ok(all
+            .into_iter()
+            .filter(|r| !self.disabled_rules.contains(&r.name))
+            .filter(|r| {
+                self.only_rules
+                    .as_ref()
+                    .is_none_or(|only| only.contains(&r.name))
+            })
+            .collect())
+    }
+}
+
+/// The e-graph built from a function.
+struct Built {
+    egraph: FusionGraph,
+    /// E-class of every value of the input function.
+    value_class: Vec<Id>,
+    /// The node the input used for each value (canonical at build time).
+    original: BTreeMap<Id, TensorNode>,
+}
+
+/// Builds the e-graph of `func`, putting commutative binary operands in canonical order
+/// (compile-time constants and broadcast operands second).
+fn build(func: &Func, weights: &WeightStore) -> Result<Built, PassError> {
+    let analysis = FusionAnalysis {
+        weight_types: weights.iter().map(|(_, w)| w.ty.clone()).collect(),
+        param_types: func.params.iter().map(|p| p.ty.clone()).collect(),
+        ..FusionAnalysis::default()
+    };
+    let mut egraph = FusionGraph::new(analysis);
+    let mut value_class = Vec::with_capacity(func.num_values());
+    let mut original = BTreeMap::new();
+    for i in 0..func.params.len() {
+        value_class.push(egraph.add(TensorNode::Param(i as u32)));
+    }
+    for (i, inst) in func.insts.iter().enumerate() {
+        let internal = |m: String| PassError::Internal {
+            pass: "fusion",
+            message: m,
+        };
+        let mut operands = Vec::with_capacity(inst.operands.len());
+        for v in &inst.operands {
+            operands.push(*value_class.get(v.index()).ok_or_else(|| {
+                internal(format!(
+                    "instruction {i} uses value {} before its definition",
+                    v.0
+                ))
+            })?);
+        }
+        let node = match split_op(&inst.op) {
+            None => match inst.op {
+                Op::Const(w) => TensorNode::Weight(w),
+                _ => return Err(internal("only const has no e-node kind".into())),
+            },
+            Some((kind, attrs)) => {
+                if is_commutative_binary(kind) && operands.len() == 2 {
+                    let second_first = |a: Id, b: Id| {
+                        let (da, db) = (&egraph[a].data, &egraph[b].data);
+                        if da.is_const != db.is_const {
+                            return da.is_const;
+                        }
+                        let dims = |d: &analysis::ClassData| d.ty.as_ref().map(|t| t.dims.clone());
+                        let out = match (dims(da), dims(db)) {
+                            (Some(x), Some(y)) => broadcast(&x, &y).ok(),
+                            _ => None,
+                        };
+                        let is_bcast = |d: Option<Vec<usize>>| out.is_some() && d != out;
+                        is_bcast(dims(da)) && !is_bcast(dims(db))
+                    };
+                    if second_first(operands[0], operands[1]) {
+                        operands.swap(0, 1);
+                    }
+                }
+                let attr = egraph.analysis.attrs.intern(attrs);
+                let attr_leaf = egraph.add(TensorNode::Attr(attr));
+                let mut children = vec![attr_leaf];
+                children.extend(operands);
+                TensorNode::Op(kind, children.into())
+            }
+        };
+        let id = egraph.add(node.clone());
+        if matches!(node, TensorNode::Op(..)) {
+            let prov = Provenance {
+                insts: BTreeSet::from([i]),
+                rules: Vec::new(),
+            };
+            FusionAnalysis::record(&mut egraph, &node, &prov);
+        }
+        original.insert(id, node);
+        value_class.push(id);
+    }
+    egraph.rebuild();
+    Ok(Built {
+        egraph,
+        value_class,
+        original,
+    })
+}
+
+fn is_commutative_binary(kind: OpKind) -> bool {
+    kind.binary().is_some_and(|b| b.is_commutative())
+}
+
+/// The text of an op for reports: `conv2d`, or `fused conv2d post [add, relu]`.
+pub fn op_summary(op: &Op) -> String {
+    match op {
+        Op::Fused(f) => {
+            let posts: Vec<&str> = f
+                .post_ops
+                .iter()
+                .map(|p| match p {
+                    PostOp::Unary(u) => u.name(),
+                    PostOp::Binary { op, .. } => op.name(),
+                })
+                .collect();
+            format!("fused {} post [{}]", f.anchor.name(), posts.join(", "))
+        }
+        other => other.name().to_string(),
+    }
+}
+
+fn op_counts(func: &Func) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for inst in &func.insts {
+        *m.entry(inst.op.name().to_string()).or_insert(0) += 1;
+    }
+    m
+}
+
+/// Fuses one function: saturate, extract, rebuild. Returns the new function and the
+/// report; warnings (a limit was hit) go to `warnings`.
+pub fn fuse_func(
+    func: &Func,
+    weights: &WeightStore,
+    options: &FusionOptions,
+    warnings: &mut Vec<Diagnostic>,
+) -> Result<(Func, FusionReport), PassError> {
+    let ops_before = op_counts(func);
+    if !options.enabled {
+        let report = FusionReport {
+            func: func.name.clone(),
+            stop_reason: StopReason::Disabled,
+            iterations: 0,
+            egraph_nodes: 0,
+            egraph_classes: 0,
+            rules: Vec::new(),
+            sites: Vec::new(),
+            near_misses: Vec::new(),
+            lost: Vec::new(),
+            cost_before: 0.0,
+            cost_after: 0.0,
+            ops_after: ops_before.clone(),
+            ops_before,
+        };
+        return Ok((func.clone(), report));
+    }
+    let rules = options.rules()?;
+    let Built {
+        mut egraph,
+        value_class,
+        original,
+    } = build(func, weights)?;
+
+    let uses = func.uses();
+    let context = Arc::new(GuardContext {
+        values: value_class
+            .iter()
+            .enumerate()
+            .map(|(v, id)| (*id, uses.get(v).map_or(0, |u| u.len())))
+            .collect(),
+        small_weights: weights
+            .iter()
+            .map(|(_, w)| {
+                (w.ty.dtype == DType::F32 && w.ty.num_elements() <= 16).then(|| w.f32s().to_vec())
+            })
+            .collect(),
+    });
+    let rewrites = compile_rules(&rules, &mut egraph.analysis.attrs, &context).map_err(|m| {
+        PassError::Internal {
+            pass: "fusion",
+            message: m,
+        }
+    })?;
+
+    let roots: Vec<Id> = func
+        .results
+        .iter()
+        .map(|r| value_class[r.value.index()])
+        .collect();
+    let runner = Runner::<TensorNode, FusionAnalysis>::new(FusionAnalysis::default())
+        .with_egraph(egraph)
+        .with_iter_limit(options.limits.iterations)
+        .with_node_limit(options.limits.nodes)
+        .with_time_limit(options.limits.time)
+        .with_scheduler(SimpleScheduler)
+        .with_hook(|runner| {
+            FusionAnalysis::recanonicalize(&mut runner.egraph);
+            Ok(())
+        })
+        .run(&rewrites);
+    let iterations = runner.iterations.len();
+    let stop_reason = match runner.stop_reason {
+        Some(egg::StopReason::Saturated) | None => StopReason::Saturated,
+        Some(egg::StopReason::IterationLimit(n)) => StopReason::IterationLimit(n),
+        Some(egg::StopReason::NodeLimit(n)) => StopReason::NodeLimit(n),
+        Some(egg::StopReason::TimeLimit(s)) => StopReason::TimeLimit(s),
+        Some(egg::StopReason::Other(m)) => StopReason::Other(m),
+    };
+    let mut egraph = runner.egraph;
+    egraph.rebuild();
+    FusionAnalysis::recanonicalize(&mut egraph);
+    if stop_reason != StopReason::Saturated {
+        warnings.push(Diagnostic::warning(
+            "fusion-limit",
+            format!(
+                "fusion of @{} stopped at the {stop_reason}; the best graph found so far is used",
+                func.name
+            ),
+            func.loc.clone(),
+        ));
+    }
+
+    let table = CostTable::new(&egraph, &options.cost);
+    let extraction =
+        extract::extract(&egraph, &table, &roots, &original).map_err(|m| PassError::Internal {
+            pass: "fusion",
+            message: m,
+        })?;
+
+    let canon_roots: Vec<Id> = roots.iter().map(|r| egraph.find(*r)).collect();
+    let cost_before = extraction.input_cost.unwrap_or(f64::NAN);
+
+    let (out, sites) = emit(func, &egraph, &extraction.chosen, &roots)?;
+
+    // Explanations: sites, near misses, lost fusions.
+    let site_of = |class: Id| -> Option<(String, Location)> {
+        let class = egraph.find(class);
+        value_class
+            .iter()
+            .enumerate()
+            .skip(func.params.len())
+            .find(|(_, id)| egraph.find(**id) == class)
+            .and_then(|(v, _)| func.inst_of(Value(v as u32)))
+            .map(|inst| (op_summary(&inst.op), inst.loc.clone()))
+    };
+    let mut fired: BTreeSet<(String, Id)> = BTreeSet::new();
+    for e in &egraph.analysis.events {
+        if matches!(e.outcome, Outcome::Fired(_)) {
+            fired.insert((e.rule.clone(), egraph.find(e.class)));
+        }
+    }
+    let mut near: BTreeSet<NearMiss> = BTreeSet::new();
+    let mut lost: Vec<LostFusion> = Vec::new();
+    let mut full_choice: extract::Choice = HashMap::new();
+    for (class, node) in &extraction.chosen {
+        if let Some(i) = table.nodes[class].iter().position(|(n, _)| n == node) {
+            full_choice.insert(*class, i);
+        }
+    }
+    let mut seen_lost: BTreeSet<(String, Id, TensorNode)> = BTreeSet::new();
+    for e in &egraph.analysis.events {
+        let class = egraph.find(e.class);
+        match &e.outcome {
+            Outcome::Refused { guard, reason } => {
+                if fired.contains(&(e.rule.clone(), class)) {
+                    continue;
+                }
+                if let Some((op, location)) = site_of(class) {
+                    near.insert(NearMiss {
+                        rule: e.rule.clone(),
+                        op,
+                        location,
+                        guard: guard.clone(),
+                        reason: reason.clone(),
+                    });
+                }
+            }
+            Outcome::Fired(node) => {
+                let node = node.clone().map_children(|k| egraph.find(k));
+                let Some(chosen) = extraction.chosen.get(&class) else {
+                    continue;
+                };
+                if *chosen == node || !seen_lost.insert((e.rule.clone(), class, node.clone())) {
+                    continue;
+                }
+                let Some(i) = table.nodes[&class].iter().position(|(n, _)| *n == node) else {
+                    continue;
+                };
+                let mut alt = full_choice.clone();
+                alt.insert(class, i);
+                // Children of the alternative not chosen so far take their cheapest tree.
+                fill_missing(&table, &mut alt, &egraph, &node);
+                let Some(fused_cost) = dag_cost(&table, &alt, &canon_roots) else {
+                    continue;
+                };
+                if let Some((op, location)) = site_of(class) {
+                    lost.push(LostFusion {
+                        rule: e.rule.clone(),
+                        op,
+                        location,
+                        fused_cost,
+                        chosen_cost: extraction.cost,
+                    });
+                }
+            }
+        }
+    }
+
+    // A site refused by a specific guard needs no "not an anchor" note from the other
+    // operand order of the same rule.
+    let specific: BTreeSet<(String, Location)> = near
+        .iter()
+        .filter(|n| n.guard != "anchor")
+        .map(|n| (n.rule.clone(), n.location.clone()))
+        .collect();
+    near.retain(|n| {
+        n.guard != "anchor" || !specific.contains(&(n.rule.clone(), n.location.clone()))
+    });
+    let counts = &egraph.analysis.counts;
+    let report = FusionReport {
+        func: func.name.clone(),
+        stop_reason,
+        iterations,
+        egraph_nodes: egraph.total_number_of_nodes(),
+        egraph_classes: egraph.number_of_classes(),
+        rules: rules
+            .iter()
+            .map(|r| {
+                let c = counts.get(&r.name).copied().unwrap_or_default();
+                RuleStat {
+                    rule: r.name.clone(),
+                    matches: c.matches,
+                    applied: c.applied,
+                    refused: c.refused,
+                }
+            })
+            .collect(),
+        sites,
+        near_misses: near.into_iter().collect(),
+        lost,
+        cost_before,
+        cost_after: extraction.cost,
+        ops_before,
+        ops_after: op_counts(&out),
+    };
+    Ok((out, report))
+}
+
+/// Gives every class reachable from `node` without a choice its first usable node.
+fn fill_missing(
+    table: &CostTable,
+    choice: &mut extract::Choice,
+    egraph: &FusionGraph,
+    node: &TensorNode,
+) {
+    use egg::Language;
+    let mut stack: Vec<Id> = node.children().iter().map(|c| egraph.find(*c)).collect();
+    while let Some(c) = stack.pop() {
+        if choice.contains_key(&c) {
+            continue;
+        }
+        let Some(list) = table.nodes.get(&c) else {
+            continue;
+        };
+        let Some(best) = (0..list.len()).min_by(|a, b| list[*a].1.total_cmp(&list[*b].1)) else {
+            continue;
+        };
+        choice.insert(c, best);
+        stack.extend(list[best].0.children().iter().copied());
+    }
+}
+
+/// Rebuilds a function from the chosen nodes: post-order from the results, operands in
+/// order, so the output order is canonical. Returns the function and its fusion sites.
+fn emit(
+    input: &Func,
+    egraph: &FusionGraph,
+    chosen: &BTreeMap<Id, TensorNode>,
+    roots: &[Id],
+) -> Result<(Func, Vec<FusionSite>), PassError> {
+    let internal = |m: String| PassError::Internal {
+        pass: "fusion",
+        message: m,
+    };
+    let weight_loc: HashMap<u32, Location> = input
+        .insts
+        .iter()
+        .rev()
+        .filter_map(|i| match i.op {
+            Op::Const(w) => Some((w.0, i.loc.clone())),
+            _ => None,
+        })
+        .collect();
+    let mut out = Func {
+        name: input.name.clone(),
+        params: input.params.clone(),
+        insts: Vec::new(),
+        results: Vec::new(),
+        loc: input.loc.clone(),
+    };
+    let mut sites = Vec::new();
+    let mut value_of: HashMap<Id, Value> = HashMap::new();
+    for &root in roots {
+        let root = egraph.find(root);
+        // Iterative post-order.
+        let mut stack: Vec<(Id, bool)> = vec![(root, false)];
+        while let Some((class, expanded)) = stack.pop() {
+            if value_of.contains_key(&class) {
+                continue;
+            }
+            let node = chosen
+                .get(&class)
+                .ok_or_else(|| internal(format!("class {class} has no chosen node")))?;
+            if !expanded {
+                stack.push((class, true));
+                for c in node.operands().iter().rev() {
+                    let c = egraph.find(*c);
+                    if !value_of.contains_key(&c) {
+                        stack.push((c, false));
+                    }
+                }
+                continue;
+            }
+            let value = match node {
+                TensorNode::Param(p) => Value(*p),
+                TensorNode::Attr(_) => return Err(internal("attribute used as a value".into())),
+                TensorNode::Weight(w) => {
+                    let ty = egraph[class]
+                        .data
+                        .ty
+                        .clone()
+                        .ok_or_else(|| internal(format!("weight {} has no type", w.0)))?;
+                    out.insts.push(Inst {
+                        op: Op::Const(*w),
+                        operands: Vec::new(),
+                        ty,
+                        loc: weight_loc.get(&w.0).cloned().unwrap_or_default(),
+                    });
+                    out.inst_value(out.insts.len() - 1)
+                }
+                TensorNode::Op(..) => {
+                    let op = egraph
+                        .analysis
+                        .op_of(egraph, node)
+                        .ok_or_else(|| internal("op node without attributes".into()))?;
+                    let operands: Vec<Value> = node
+                        .operands()
+                        .iter()
+                        .map(|c| value_of[&egraph.find(*c)])
+                        .collect();
+                    let types: Vec<&TensorType> =
+                        operands.iter().map(|v| out.type_of(*v)).collect();
+                    let weights = &egraph.analysis.weight_types;
+                    let ty = op
+                        .infer_type(&types, &|w| weights.get(w.0 as usize).cloned())
+                        .map_err(|m| {
+                            internal(format!("extracted '{}' is ill-typed: {m}", op.name()))
+                        })?;
+                    let prov = FusionAnalysis::provenance_of(egraph, node);
+                    let merged: Vec<Location> = prov
+                        .insts
+                        .iter()
+                        .filter_map(|i| input.insts.get(*i).map(|inst| inst.loc.clone()))
+                        .collect();
+                    let loc = Location::fuse(merged.clone());
+                    // Weight-prep ops are folded away by const_fold; they are not sites.
+                    if !prov.rules.is_empty() && !op.is_weight_prep() {
+                        sites.push(FusionSite {
+                            inst: out.insts.len(),
+                            op: op_summary(&op),
+                            rules: prov.rules.clone(),
+                            merged,
+                        });
+                    }
+                    out.insts.push(Inst {
+                        op,
+                        operands,
+                        ty,
+                        loc,
+                    });
+                    out.inst_value(out.insts.len() - 1)
+                }
+            };
+            value_of.insert(class, value);
+        }
+    }
+    out.results = input
+        .results
+        .iter()
+        .zip(roots)
+        .map(|(r, root)| FuncResult {
+            name: r.name.clone(),
+            value: value_of[&egraph.find(*root)],
+        })
+        .collect();
+    Ok((out, sites))
+}
+
+/// The fusion pass: [`fuse_func`] on every function of the module.
+#[derive(Clone, Debug, Default)]
+pub struct FusionPass {
+    /// Its options.
+    pub options: FusionOptions,
+}
+
+impl Pass for FusionPass {
+    fn name(&self) -> &'static str {
+        "fusion"
+    }
+
+    fn run(&self, module: &mut Module, cx: &mut PassContext) -> Result<(), PassError> {
+        let mut funcs = Vec::with_capacity(module.funcs.len());
+        for f in &module.funcs {
+            let (new, report) = fuse_func(f, &module.weights, &self.options, &mut cx.warnings)?;
+            cx.fusion_reports.push(report);
+            funcs.push(new);
+        }
+        module.funcs = funcs;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use smelt_ir::builder::FuncBuilder;
+    use smelt_ir::op::{BinaryOp, Conv2dAttrs, UnaryOp};
+
+    /// A 3x3 conv (expensive) whose result feeds a relu and a residual add.
+    fn shared_conv_module() -> Module {
+        let mut m = Module::default();
+        let mut b = FuncBuilder::new(&mut m, "shared");
+        let x = b.param("x", TensorType::f32([1, 32, 16, 16]));
+        let skip = b.param("skip", TensorType::f32([1, 32, 16, 16]));
+        let n = 32 * 32 * 9;
+        let w = b
+            .constant(
+                "w",
+                TensorType::f32([32, 32, 3, 3]),
+                &smelt_ir::weights::random_f32(1, n, -0.1, 0.1),
+            )
+            .unwrap();
+        let conv = Op::Conv2d(Conv2dAttrs {
+            pads: [1, 1, 1, 1],
+            ..Conv2dAttrs::default()
+        });
+        let c = b.op(conv, &[x, w]).unwrap();
+        let r = b.op(Op::Unary(UnaryOp::Relu), &[c]).unwrap();
+        let s = b.op(Op::Binary(BinaryOp::Add), &[c, skip]).unwrap();
+        b.finish(&[("r", r), ("s", s)]);
+        m
+    }
+
+    /// egg's tree-cost extractor counts the shared conv once per consumer, so it picks
+    /// the two fused ops (each recomputing the conv); the DAG-aware extractor keeps one.
+    #[test]
+    fn tree_cost_extraction_duplicates_the_shared_conv_and_ours_does_not() {
+        struct TreeCost<'a>(&'a CostTable);
+        impl egg::CostFunction<TensorNode> for TreeCost<'_> {
+            type Cost = f64;
+            fn cost<C: FnMut(Id) -> f64>(&mut self, enode: &TensorNode, mut costs: C) -> f64 {
+                let own = self
+                    .0
+                    .nodes
+                    .values()
+                    .flatten()
+                    .find(|(n, _)| n == enode)
+                    .map_or(f64::INFINITY, |(_, c)| *c);
+                enode.children().iter().map(|c| costs(*c)).sum::<f64>() + own
+            }
+        }
+        let m = shared_conv_module();
+        let func = &m.funcs[0];
+        let Built {
+            mut egraph,
+            value_class,
+            original,
+        } = build(func, &m.weights).unwrap();
+        let context = Arc::new(GuardContext::default());
+        let rules = builtin_rules();
+        let rewrites = compile_rules(&rules, &mut egraph.analysis.attrs, &context).unwrap();
+        let runner = Runner::<TensorNode, FusionAnalysis>::new(FusionAnalysis::default())
+            .with_egraph(egraph)
+            .with_scheduler(SimpleScheduler)
+            .run(&rewrites);
+        let egraph = runner.egraph;
+        let model = CostModel::default();
+        let table = CostTable::new(&egraph, &model);
+        let roots: Vec<Id> = func
+            .results
+            .iter()
+            .map(|r| egraph.find(value_class[r.value.index()]))
+            .collect();
+        let ours = extract::extract(&egraph, &table, &roots, &original).unwrap();
+
+        let tree = egg::Extractor::new(&egraph, TreeCost(&table));
+        let mut choice: extract::Choice = HashMap::new();
+        for class in &table.classes {
+            let best = tree.find_best_node(*class).clone();
+            if let Some(i) = table.nodes[class].iter().position(|(n, _)| *n == best) {
+                choice.insert(*class, i);
+            }
+        }
+        let tree_dag = dag_cost(&table, &choice, &roots).unwrap();
+        let fused_roots = roots
+            .iter()
+            .filter(|r| table.nodes[r][choice[r]].0.kind() == Some(OpKind::Fused))
+            .count();
+        assert_eq!(fused_roots, 2, "tree cost fuses into both consumers");
+        assert!(
+            ours.cost < tree_dag,
+            "DAG-aware {} must beat tree-cost {}",
+            ours.cost,
+            tree_dag
+        );
+        let anchors = ours
+            .chosen
+            .values()
+            .filter(|n| matches!(n.kind(), Some(OpKind::Conv2d) | Some(OpKind::Fused)))
+            .count();
+        assert_eq!(anchors, 1, "the conv is computed once");
+    }
+
+    #[test]
+    fn options_name_only_existing_rules() {
+        let opts = FusionOptions {
+            disabled_rules: vec!["no-such-rule".into()],
+            ..FusionOptions::default()
+        };
+        assert!(matches!(opts.rules(), Err(PassError::UnknownRule(r)) if r == "no-such-rule"));
+        let opts = FusionOptions {
+            only_rules: Some(vec!["absorb-relu".into()]),
+            ..FusionOptions::default()
+        };
+        let names: Vec<String> = opts.rules().unwrap().into_iter().map(|r| r.name).collect();
+        assert_eq!(names, ["absorb-relu"]);
+    }
+
+    #[test]
+    fn iteration_limit_is_reported_as_a_warning() {
+        let m = shared_conv_module();
+        let opts = FusionOptions {
+            limits: FusionLimits {
+                iterations: 1,
+                ..FusionLimits::default()
+            },
+            ..FusionOptions::default()
+        };
+        let mut warnings = Vec::new();
+        let (_, report) = fuse_func(&m.funcs[0], &m.weights, &opts, &mut warnings).unwrap();
+        assert_eq!(report.stop_reason, StopReason::IterationLimit(1));
+        assert_eq!(warnings.len(), 1);
+        assert_eq!(warnings[0].code, "fusion-limit");
+    }
+}

@@ -1,1 +1,418 @@
 //! Lowering: each op of a function to a kernel in the loop-nest IR.
+//!
+//! [`lower`] turns a verified [`Func`] into a [`Program`]: buffers (the function's inputs,
+//! module weights, constants made here such as packed weights, and temporaries), the
+//! distinct kernels (deduplicated by [`Kernel::signature`]), and the steps that call them
+//! in order. Every kernel is checked with [`Kernel::check`], so every access is proven
+//! inside the buffer lengths recorded here.
+//!
+//! Fused ops (anchor + post-ops) compute the anchor's tile in registers and apply the
+//! post-ops with the same elementwise emitter ([`elementwise`]) that standalone
+//! elementwise kernels use, before one store per output element.
+
+mod conv;
+pub mod elementwise;
+mod memory;
+mod misc;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use smelt_ir::diag::Location;
+use smelt_ir::loops::{Access, Kernel};
+use smelt_ir::op::PostOp;
+use smelt_ir::{AlignedBuf, Diagnostic, Func, Layout, Module, Op, TensorType, Value, WeightId};
+
+pub use memory::{plan_memory, MemoryPlan};
+
+/// Index of a buffer in [`Program::buffers`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BufferId(pub u32);
+
+/// Where a buffer's storage comes from.
+#[derive(Clone, Debug)]
+pub enum BufferKind {
+    /// The function's i-th parameter, supplied by the caller at run time.
+    Input(usize),
+    /// A module weight, used as stored.
+    Weight(WeightId),
+    /// Data computed by lowering (packed or transposed weights, divisor tables).
+    Constant(Arc<AlignedBuf>),
+    /// An intermediate value or a kernel's scratch space, placed by the memory plan.
+    Temp,
+}
+
+/// One buffer of `len` f32 elements.
+#[derive(Clone, Debug)]
+pub struct Buffer {
+    /// A name for dumps (the value or weight it holds).
+    pub name: String,
+    /// Length in f32 elements (the storage length of its tensor type).
+    pub len: usize,
+    /// Where it lives.
+    pub kind: BufferKind,
+}
+
+/// One kernel call.
+#[derive(Clone, Debug)]
+pub struct Step {
+    /// Index into [`Program::kernels`].
+    pub kernel: usize,
+    /// The buffer for each kernel argument, in argument order.
+    pub args: Vec<BufferId>,
+    /// The op this step computes (or helps compute), e.g. `conv2d`, `fused(conv2d)`.
+    pub op: String,
+    /// Provenance of that op.
+    pub loc: Location,
+}
+
+/// A named input or output of the program.
+#[derive(Clone, Debug)]
+pub struct Port {
+    /// The parameter or result name.
+    pub name: String,
+    /// Its type (shape and layout).
+    pub ty: TensorType,
+    /// The buffer holding it.
+    pub buffer: BufferId,
+}
+
+/// A lowered function: buffers, distinct kernels, and the steps calling them.
+#[derive(Clone, Debug)]
+pub struct Program {
+    /// Every buffer.
+    pub buffers: Vec<Buffer>,
+    /// Distinct kernels.
+    pub kernels: Vec<Kernel>,
+    /// Kernel calls in execution order.
+    pub steps: Vec<Step>,
+    /// The function's parameters, in order.
+    pub inputs: Vec<Port>,
+    /// The function's results, in order; copied out of their buffers after the last step.
+    pub outputs: Vec<Port>,
+}
+
+impl Program {
+    /// The loop IR of every kernel, in order, for `--dump-loops`.
+    pub fn dump_loops(&self) -> String {
+        let mut out = String::new();
+        for k in &self.kernels {
+            out.push_str(&k.to_string());
+            out.push('\n');
+        }
+        out.push_str("steps:\n");
+        for s in &self.steps {
+            let args: Vec<String> = s
+                .args
+                .iter()
+                .map(|b| self.buffers[b.0 as usize].name.clone())
+                .collect();
+            out.push_str(&format!(
+                "  @{}({})  // {}\n",
+                self.kernels[s.kernel].name,
+                args.join(", "),
+                s.op
+            ));
+        }
+        out
+    }
+}
+
+/// Lowers `func` of `module` to a [`Program`]. Fails with a diagnostic naming the op
+/// when an op (or an operand layout) has no lowering yet.
+pub fn lower(module: &Module, func: &Func) -> Result<Program, Diagnostic> {
+    let mut cx = Cx {
+        module,
+        func,
+        prog: Program {
+            buffers: Vec::new(),
+            kernels: Vec::new(),
+            steps: Vec::new(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+        },
+        value_buf: Vec::with_capacity(func.num_values()),
+        dedupe: HashMap::new(),
+        cur_op: String::new(),
+        cur_loc: Location::Unknown,
+    };
+    for (i, p) in func.params.iter().enumerate() {
+        p.ty.check_size()
+            .map_err(|m| Diagnostic::error("bad-type", m, func.loc.clone()))?;
+        let b = cx.buffer(&p.name, p.ty.storage_len(), BufferKind::Input(i));
+        cx.value_buf.push(b);
+        cx.prog.inputs.push(Port {
+            name: p.name.clone(),
+            ty: p.ty.clone(),
+            buffer: b,
+        });
+    }
+    for (i, inst) in func.insts.iter().enumerate() {
+        cx.cur_op = op_label(&inst.op);
+        cx.cur_loc = inst.loc.clone();
+        let out = cx.lower_inst(i)?;
+        cx.value_buf.push(out);
+    }
+    for r in &func.results {
+        let buffer = *cx.value_buf.get(r.value.index()).ok_or_else(|| {
+            Diagnostic::error(
+                "undefined-value",
+                format!("result {} is not defined", r.name),
+                func.loc.clone(),
+            )
+        })?;
+        cx.prog.outputs.push(Port {
+            name: r.name.clone(),
+            ty: func.type_of(r.value).clone(),
+            buffer,
+        });
+    }
+    Ok(cx.prog)
+}
+
+fn op_label(op: &Op) -> String {
+    match op {
+        Op::Fused(f) => {
+            let posts: Vec<String> = f
+                .post_ops
+                .iter()
+                .map(|p| match p {
+                    PostOp::Unary(u) => u.name().to_string(),
+                    PostOp::Binary { op, .. } => op.name().to_string(),
+                })
+                .collect();
+            format!("fused({} -> {})", f.anchor.name(), posts.join(", "))
+        }
+        other => other.name().to_string(),
+    }
+}
+
+/// Lowering state: the program so far and the buffer of every value lowered so far.
+pub(crate) struct Cx<'a> {
+    pub(crate) module: &'a Module,
+    pub(crate) func: &'a Func,
+    prog: Program,
+    value_buf: Vec<BufferId>,
+    dedupe: HashMap<Kernel, usize>,
+    cur_op: String,
+    cur_loc: Location,
+}
+
+impl Cx<'_> {
+    fn buffer(&mut self, name: &str, len: usize, kind: BufferKind) -> BufferId {
+        self.prog.buffers.push(Buffer {
+            name: name.to_string(),
+            len,
+            kind,
+        });
+        BufferId(self.prog.buffers.len() as u32 - 1)
+    }
+
+    /// A fresh temporary of `len` elements.
+    pub(crate) fn temp(&mut self, name: &str, len: usize) -> BufferId {
+        self.buffer(name, len, BufferKind::Temp)
+    }
+
+    /// A constant buffer holding `values`.
+    pub(crate) fn constant(&mut self, name: &str, values: &[f32]) -> BufferId {
+        let data = Arc::new(AlignedBuf::from_f32(values));
+        self.buffer(name, values.len(), BufferKind::Constant(data))
+    }
+
+    /// The buffer of a lowered value.
+    pub(crate) fn buf(&self, v: Value) -> BufferId {
+        self.value_buf[v.index()]
+    }
+
+    /// Length of a buffer.
+    pub(crate) fn len_of(&self, b: BufferId) -> usize {
+        self.prog.buffers[b.0 as usize].len
+    }
+
+    /// The f32 data of `v` when it is a module weight (a `const` op), for packing.
+    pub(crate) fn const_data(&self, v: Value) -> Option<&[f32]> {
+        match self.func.inst_of(v)?.op {
+            Op::Const(id) => self.module.weights.get(id).map(|w| w.f32s()),
+            _ => None,
+        }
+    }
+
+    /// An error about the op being lowered.
+    pub(crate) fn unsupported(&self, what: impl Into<String>) -> Diagnostic {
+        Diagnostic::error(
+            "unsupported",
+            format!("cannot lower '{}': {}", self.cur_op, what.into()),
+            self.cur_loc.clone(),
+        )
+    }
+
+    /// Checks `kernel`, adds it (or finds an identical one) and appends a call with `args`.
+    pub(crate) fn step(&mut self, kernel: Kernel, args: Vec<BufferId>) -> Result<(), Diagnostic> {
+        kernel
+            .check()
+            .map_err(|m| Diagnostic::error("lowering-bug", m, self.cur_loc.clone()))?;
+        for (i, (a, b)) in kernel.args.iter().zip(&args).enumerate() {
+            if a.len != self.len_of(*b) {
+                return Err(Diagnostic::error(
+                    "lowering-bug",
+                    format!(
+                        "kernel {} argument {i} expects {} elements, buffer has {}",
+                        kernel.name,
+                        a.len,
+                        self.len_of(*b)
+                    ),
+                    self.cur_loc.clone(),
+                ));
+            }
+            if a.access == Access::Write
+                && !matches!(self.prog.buffers[b.0 as usize].kind, BufferKind::Temp)
+            {
+                return Err(Diagnostic::error(
+                    "lowering-bug",
+                    format!("kernel {} writes a non-temporary buffer", kernel.name),
+                    self.cur_loc.clone(),
+                ));
+            }
+        }
+        if kernel.args.len() != args.len() {
+            return Err(Diagnostic::error(
+                "lowering-bug",
+                format!("kernel {} called with {} buffers", kernel.name, args.len()),
+                self.cur_loc.clone(),
+            ));
+        }
+        let mut key = kernel.clone();
+        key.name.clear();
+        let index = match self.dedupe.get(&key) {
+            Some(&i) => i,
+            None => {
+                self.prog.kernels.push(kernel);
+                let i = self.prog.kernels.len() - 1;
+                self.dedupe.insert(key, i);
+                i
+            }
+        };
+        self.prog.steps.push(Step {
+            kernel: index,
+            args,
+            op: self.cur_op.clone(),
+            loc: self.cur_loc.clone(),
+        });
+        Ok(())
+    }
+
+    fn lower_inst(&mut self, i: usize) -> Result<BufferId, Diagnostic> {
+        let inst = &self.func.insts[i];
+        let types: Vec<&TensorType> = inst
+            .operands
+            .iter()
+            .map(|v| self.func.type_of(*v))
+            .collect();
+        inst.ty
+            .check_size()
+            .map_err(|m| Diagnostic::error("bad-type", m, inst.loc.clone()))?;
+        if let Op::Const(id) = inst.op {
+            let w = self
+                .module
+                .weights
+                .get(id)
+                .ok_or_else(|| self.unsupported("unknown weight"))?;
+            let name = w.name.clone();
+            return Ok(self.buffer(&name, w.ty.storage_len(), BufferKind::Weight(id)));
+        }
+        // Every op but reorder computes on row-major tensors.
+        let row_major = |t: &TensorType| t.layout == Layout::RowMajor;
+        if !matches!(inst.op, Op::Reorder { .. })
+            && !(types.iter().all(|t| row_major(t)) && row_major(&inst.ty))
+        {
+            return Err(self.unsupported("blocked layouts are only supported by reorder"));
+        }
+        // Reshape and flatten of a row-major tensor keep the bytes: alias the operand.
+        if let Op::Reshape { .. } | Op::Flatten { .. } = inst.op {
+            return Ok(self.buf(inst.operands[0]));
+        }
+        let name = format!("v{}", self.func.inst_value(i).0);
+        let out = self.temp(&name, inst.ty.storage_len());
+        let operands = inst.operands.clone();
+        let op = inst.op.clone();
+        let out_ty = inst.ty.clone();
+        self.lower_op(&op, &operands, &out_ty, &[], &[], out)?;
+        Ok(out)
+    }
+
+    /// Lowers `op` applied to `operands` into `out`, then the post-ops (with their extra
+    /// operands) applied in registers before the store.
+    fn lower_op(
+        &mut self,
+        op: &Op,
+        operands: &[Value],
+        out_ty: &TensorType,
+        post: &[PostOp],
+        post_vals: &[Value],
+        out: BufferId,
+    ) -> Result<(), Diagnostic> {
+        let in_registers = match op {
+            Op::Conv2d(_)
+            | Op::Gemm(_)
+            | Op::MatMul
+            | Op::MaxPool2d(_)
+            | Op::AvgPool2d { .. }
+            | Op::GlobalAvgPool
+            | Op::Fused(_) => true,
+            Op::Const(_)
+            | Op::BatchNorm { .. }
+            | Op::Unary(_)
+            | Op::Binary(_)
+            | Op::LayerNorm { .. }
+            | Op::Flatten { .. }
+            | Op::Reshape { .. }
+            | Op::Transpose { .. }
+            | Op::Concat { .. }
+            | Op::Softmax { .. }
+            | Op::Reorder { .. }
+            | Op::BnFoldWeight { .. }
+            | Op::BnFoldBias { .. } => false,
+        };
+        if !post.is_empty() && !in_registers {
+            // The anchor's kernel has no register tile to extend: compute it, then apply
+            // the post-ops in one elementwise pass.
+            let anchor = self.temp("anchor", out_ty.storage_len());
+            self.lower_op(op, operands, out_ty, &[], &[], anchor)?;
+            let epi = elementwise::Epilogue::new(self, post, post_vals, &out_ty.dims);
+            return elementwise::lower_epilogue(self, anchor, out_ty, epi, out);
+        }
+        let epi = elementwise::Epilogue::new(self, post, post_vals, &out_ty.dims);
+        match op {
+            Op::Fused(f) => {
+                let n_anchor = operands.len() - f.num_post_operands();
+                let mut posts = f.post_ops.clone();
+                posts.extend_from_slice(post);
+                let mut vals = operands[n_anchor..].to_vec();
+                vals.extend_from_slice(post_vals);
+                self.lower_op(&f.anchor, &operands[..n_anchor], out_ty, &posts, &vals, out)
+            }
+            Op::Conv2d(a) => conv::lower_conv2d(self, a, operands, out_ty, epi, out),
+            Op::Unary(_) | Op::Binary(_) | Op::BatchNorm { .. } => {
+                elementwise::lower_map(self, op, operands, out_ty, epi, out)
+            }
+            Op::MaxPool2d(_) | Op::AvgPool2d { .. } | Op::GlobalAvgPool => {
+                misc::lower_pool(self, op, operands, out_ty, epi, out)
+            }
+            Op::MatMul | Op::Gemm(_) => misc::lower_gemm(self, op, operands, out_ty, epi, out),
+            Op::LayerNorm { .. } | Op::Softmax { .. } => {
+                misc::lower_norm(self, op, operands, out_ty, epi, out)
+            }
+            Op::Transpose { .. } | Op::Concat { .. } | Op::Reorder { .. } => {
+                misc::lower_copy(self, op, operands, out_ty, epi, out)
+            }
+            Op::Flatten { .. } | Op::Reshape { .. } => {
+                // Reached only as a fused anchor (never valid) — copy through the epilogue.
+                misc::lower_copy(self, op, operands, out_ty, epi, out)
+            }
+            Op::Const(_) => Err(self.unsupported("a constant cannot be computed by a kernel")),
+            Op::BnFoldWeight { .. } | Op::BnFoldBias { .. } => Err(self.unsupported(
+                "weight-preparation ops must be folded by const_fold before lowering",
+            )),
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! Data-movement kernels: strided gathers (broadcast, transpose) and concatenation.
+
+use super::Arg;
+
+/// Row-major strides of `dims`.
+pub(super) fn row_major_strides(dims: &[usize]) -> Vec<usize> {
+    let mut strides = vec![1; dims.len()];
+    for k in (0..dims.len().saturating_sub(1)).rev() {
+        strides[k] = strides[k + 1] * dims[k + 1];
+    }
+    strides
+}
+
+/// Reads a tensor of shape `out_dims` in row-major order from `data`, where a step along
+/// output axis `k` moves `strides[k]` elements in `data` (0 repeats, as in broadcasting).
+pub(super) fn strided_gather(data: &[f32], out_dims: &[usize], strides: &[usize]) -> Vec<f32> {
+    let total: usize = out_dims.iter().product();
+    let mut out = Vec::with_capacity(total);
+    if total == 0 {
+        return out;
+    }
+    let Some((&inner_len, outer_dims)) = out_dims.split_last() else {
+        out.push(data[0]);
+        return out;
+    };
+    let inner_stride = strides[outer_dims.len()];
+    let mut idx = vec![0usize; outer_dims.len()];
+    let mut base = 0usize;
+    'rows: loop {
+        out.extend((0..inner_len).map(|i| data[base + i * inner_stride]));
+        // Advance the odometer over the outer axes, innermost first.
+        let mut k = outer_dims.len();
+        loop {
+            if k == 0 {
+                break 'rows;
+            }
+            k -= 1;
+            idx[k] += 1;
+            base += strides[k];
+            if idx[k] < outer_dims[k] {
+                continue 'rows;
+            }
+            base -= strides[k] * outer_dims[k];
+            idx[k] = 0;
+        }
+    }
+    out
+}
+
+/// `data` of shape `dims` broadcast (numpy rules) to `out_dims`, which the type rule has
+/// checked to be the broadcast shape.
+pub(super) fn broadcast_to<'a>(
+    data: &'a [f32],
+    dims: &[usize],
+    out_dims: &[usize],
+) -> std::borrow::Cow<'a, [f32]> {
+    if dims == out_dims {
+        return std::borrow::Cow::Borrowed(data);
+    }
+    let own = row_major_strides(dims);
+    let lead = out_dims.len() - dims.len();
+    let strides: Vec<usize> = (0..out_dims.len())
+        .map(|k| {
+            if k < lead || dims[k - lead] == 1 {
+                0
+            } else {
+                own[k - lead]
+            }
+        })
+        .collect();
+    std::borrow::Cow::Owned(strided_gather(data, out_dims, &strides))
+}
+
+/// Result axis `i` is input axis `perm[i]`.
+pub(super) fn transpose(x: &Arg, perm: &[usize]) -> Vec<f32> {
+    let own = row_major_strides(x.dims);
+    let out_dims: Vec<usize> = perm.iter().map(|&p| x.dims[p]).collect();
+    let strides: Vec<usize> = perm.iter().map(|&p| own[p]).collect();
+    strided_gather(&x.data, &out_dims, &strides)
+}
+
+/// Concatenation along `axis`: for each index of the axes before it, the operands'
+/// blocks follow each other.
+pub(super) fn concat(args: &[Arg], axis: usize) -> Vec<f32> {
+    let outer: usize = args[0].dims[..axis].iter().product();
+    let total: usize = args.iter().map(|a| a.data.len()).sum();
+    let mut out = Vec::with_capacity(total);
+    for o in 0..outer {
+        for a in args {
+            let block: usize = a.dims[axis..].iter().product();
+            out.extend_from_slice(&a.data[o * block..(o + 1) * block]);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gather_walks_strides_in_row_major_order() {
+        let data: Vec<f32> = (0..6).map(|v| v as f32).collect();
+        // transpose of a 2x3: strides [1, 3] over out dims [3, 2]
+        assert_eq!(
+            strided_gather(&data, &[3, 2], &[1, 3]),
+            vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]
+        );
+        // rank 0 and empty shapes
+        assert_eq!(strided_gather(&data, &[], &[]), vec![0.0]);
+        assert!(strided_gather(&data, &[2, 0], &[3, 1]).is_empty());
+    }
+
+    #[test]
+    fn broadcast_repeats_unit_and_missing_axes() {
+        let col = [1.0, 2.0];
+        assert_eq!(
+            broadcast_to(&col, &[2, 1], &[2, 2, 3]).into_owned(),
+            vec![1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0]
+        );
+        assert_eq!(row_major_strides(&[2, 3, 4]), vec![12, 4, 1]);
+    }
+}

@@ -1,0 +1,883 @@
+//! The op ↔ attribute-dictionary mapping: which attributes each mnemonic takes, their
+//! defaults, and how an [`Op`] prints its non-default attributes in a fixed order.
+
+use std::fmt;
+
+use crate::op::{BinaryOp, Conv2dAttrs, GemmAttrs, Op, Pool2dAttrs, UnaryOp};
+use crate::types::{Layout, F32};
+
+/// Default `epsilon` of batch_norm, layer_norm, bn_fold_weight and bn_fold_bias (ONNX's).
+pub const DEFAULT_EPSILON: F32 = F32(1e-5);
+/// Default slope of `leaky_relu` (ONNX's).
+pub const DEFAULT_LEAKY_ALPHA: F32 = F32(0.01);
+/// Default slope of `hard_sigmoid` (ONNX's).
+pub const DEFAULT_HARD_SIGMOID_ALPHA: F32 = F32(0.2);
+/// Default offset of `hard_sigmoid` (ONNX's).
+pub const DEFAULT_HARD_SIGMOID_BETA: F32 = F32(0.5);
+/// Default `axis` of `flatten` (ONNX's).
+pub const DEFAULT_FLATTEN_AXIS: usize = 1;
+/// Largest integer accepted in an attribute: big enough for any real model, small enough
+/// that the type rules' sums and products of attributes cannot overflow.
+pub const MAX_ATTR_INT: u64 = i32::MAX as u64;
+
+/// A literal on the right of `key = ` as written, before it is checked against the key.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum AttrLit {
+    /// An integer or float literal with its sign, as text.
+    Num {
+        negative: bool,
+        text: String,
+        is_float: bool,
+    },
+    /// `inf` or `nan` (with the sign in `negative`).
+    NonFinite { negative: bool, nan: bool },
+    /// `true` / `false`.
+    Bool(bool),
+    /// A layout name (`nchw8c`, `oihw8o`, `blocked<a,b>`, `row_major`).
+    Layout(Layout),
+    /// Any other identifier.
+    Word(String),
+    /// `[a, b, ...]`, each element with its byte offset.
+    List(Vec<(AttrLit, usize)>),
+}
+
+impl AttrLit {
+    fn describe(&self) -> &'static str {
+        match self {
+            AttrLit::Num { is_float: true, .. } | AttrLit::NonFinite { .. } => "a float",
+            AttrLit::Num { .. } => "an integer",
+            AttrLit::Bool(_) => "a boolean",
+            AttrLit::Layout(_) => "a layout",
+            AttrLit::Word(_) => "a name",
+            AttrLit::List(_) => "a list",
+        }
+    }
+}
+
+/// One `key = value` entry with byte offsets of the key and the value.
+#[derive(Clone, Debug)]
+pub(crate) struct Attr {
+    pub key: String,
+    pub key_at: usize,
+    pub value: AttrLit,
+    pub value_at: usize,
+}
+
+/// An attribute problem at a byte offset; the parser turns it into a `bad-attribute`
+/// diagnostic with a file position.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct AttrError {
+    pub at: usize,
+    pub message: String,
+}
+
+fn err<T>(at: usize, message: impl Into<String>) -> Result<T, AttrError> {
+    Err(AttrError {
+        at,
+        message: message.into(),
+    })
+}
+
+/// The entries of one `{...}` (or `random<...>`) in source order. Builders take the keys
+/// they know; what is left over is unknown.
+#[derive(Clone, Debug)]
+pub(crate) struct AttrDict {
+    entries: Vec<Attr>,
+    /// Where to point when a required attribute is missing (the op name).
+    pub owner_at: usize,
+    /// What the dictionary belongs to, for messages (`'conv2d'`).
+    owner: String,
+    asked: Vec<&'static str>,
+    missing: Option<AttrError>,
+}
+
+impl AttrDict {
+    /// A dictionary of `entries` belonging to `owner` (mentioned in messages).
+    pub(crate) fn new(owner: &str, owner_at: usize, entries: Vec<Attr>) -> AttrDict {
+        AttrDict {
+            entries,
+            owner_at,
+            owner: owner.to_string(),
+            asked: Vec::new(),
+            missing: None,
+        }
+    }
+
+    fn take(&mut self, key: &'static str) -> Option<Attr> {
+        self.asked.push(key);
+        let i = self.entries.iter().position(|a| a.key == key)?;
+        Some(self.entries.remove(i))
+    }
+
+    /// Records that a required attribute is missing; reported by [`AttrDict::finish`]
+    /// unless an unknown attribute (likely a misspelling of it) is reported first.
+    fn required<T: Default>(&mut self, key: &'static str, v: Option<T>) -> T {
+        match v {
+            Some(v) => v,
+            None => {
+                if self.missing.is_none() {
+                    self.missing = Some(AttrError {
+                        at: self.owner_at,
+                        message: format!("{} needs the attribute '{key}'", self.owner),
+                    });
+                }
+                T::default()
+            }
+        }
+    }
+
+    /// Fails on entries no builder asked for, then on missing required ones.
+    pub(crate) fn finish(self) -> Result<(), AttrError> {
+        if let Some(a) = self.entries.first() {
+            let known = if self.asked.is_empty() {
+                "it takes no attributes".to_string()
+            } else {
+                format!("known: {}", self.asked.join(", "))
+            };
+            return err(
+                a.key_at,
+                format!("unknown attribute '{}' for {} ({known})", a.key, self.owner),
+            );
+        }
+        match self.missing {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// A non-negative integer no larger than [`MAX_ATTR_INT`].
+    pub(crate) fn usize(&mut self, key: &'static str) -> Result<Option<usize>, AttrError> {
+        match self.take(key) {
+            None => Ok(None),
+            Some(a) => to_usize(&a.key, &a.value, a.value_at).map(Some),
+        }
+    }
+
+    /// Any unsigned 64-bit integer (seeds).
+    pub(crate) fn u64(&mut self, key: &'static str) -> Result<Option<u64>, AttrError> {
+        match self.take(key) {
+            None => Ok(None),
+            Some(a) => to_int(&a.key, &a.value, a.value_at, u64::MAX).map(Some),
+        }
+    }
+
+    /// A float (integer literals are accepted).
+    pub(crate) fn f32(&mut self, key: &'static str) -> Result<Option<F32>, AttrError> {
+        match self.take(key) {
+            None => Ok(None),
+            Some(a) => to_f32(&a.key, &a.value, a.value_at).map(|v| Some(F32(v))),
+        }
+    }
+
+    /// `true` or `false`.
+    pub(crate) fn bool(&mut self, key: &'static str) -> Result<Option<bool>, AttrError> {
+        match self.take(key) {
+            None => Ok(None),
+            Some(Attr {
+                value: AttrLit::Bool(b),
+                ..
+            }) => Ok(Some(b)),
+            Some(a) => err(
+                a.value_at,
+                format!(
+                    "attribute '{}' must be true or false, got {}",
+                    a.key,
+                    a.value.describe()
+                ),
+            ),
+        }
+    }
+
+    /// A list of integers of any length.
+    pub(crate) fn usizes(&mut self, key: &'static str) -> Result<Option<Vec<usize>>, AttrError> {
+        match self.take(key) {
+            None => Ok(None),
+            Some(Attr {
+                value: AttrLit::List(items),
+                ..
+            }) => items
+                .iter()
+                .map(|(v, at)| to_usize(key, v, *at))
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some),
+            Some(a) => err(
+                a.value_at,
+                format!(
+                    "attribute '{}' must be a list of integers like [1, 2], got {}",
+                    a.key,
+                    a.value.describe()
+                ),
+            ),
+        }
+    }
+
+    /// A list of exactly `N` integers.
+    pub(crate) fn array<const N: usize>(
+        &mut self,
+        key: &'static str,
+        meaning: &str,
+    ) -> Result<Option<[usize; N]>, AttrError> {
+        let at = self
+            .entries
+            .iter()
+            .find(|a| a.key == key)
+            .map_or(0, |a| a.value_at);
+        match self.usizes(key)? {
+            None => Ok(None),
+            Some(v) => match <[usize; N]>::try_from(v.as_slice()) {
+                Ok(a) => Ok(Some(a)),
+                Err(_) => err(
+                    at,
+                    format!(
+                        "attribute '{key}' takes {N} integers {meaning}, got {}",
+                        v.len()
+                    ),
+                ),
+            },
+        }
+    }
+
+    /// A layout name.
+    pub(crate) fn layout(&mut self, key: &'static str) -> Result<Option<Layout>, AttrError> {
+        match self.take(key) {
+            None => Ok(None),
+            Some(Attr {
+                value: AttrLit::Layout(l),
+                ..
+            }) => Ok(Some(l)),
+            Some(a) => err(
+                a.value_at,
+                format!(
+                    "attribute '{}' must be a layout (row_major, nchw8c, oihw8o, blocked<axis,block>), got {}",
+                    a.key,
+                    match &a.value {
+                        AttrLit::Word(w) => format!("'{w}'"),
+                        other => other.describe().to_string(),
+                    }
+                ),
+            ),
+        }
+    }
+}
+
+fn to_int(key: &str, v: &AttrLit, at: usize, max: u64) -> Result<u64, AttrError> {
+    match v {
+        AttrLit::Num {
+            negative,
+            text,
+            is_float: false,
+        } => {
+            if *negative && text.bytes().any(|b| b != b'0') {
+                return err(
+                    at,
+                    format!("attribute '{key}' must be non-negative, got -{text}"),
+                );
+            }
+            match text.parse::<u64>() {
+                Ok(n) if n <= max => Ok(n),
+                _ => err(
+                    at,
+                    format!("integer {text} is too large for attribute '{key}' (at most {max})"),
+                ),
+            }
+        }
+        other => err(
+            at,
+            format!(
+                "attribute '{key}' must be an integer, got {}",
+                other.describe()
+            ),
+        ),
+    }
+}
+
+fn to_usize(key: &str, v: &AttrLit, at: usize) -> Result<usize, AttrError> {
+    to_int(key, v, at, MAX_ATTR_INT).map(|n| n as usize)
+}
+
+/// Converts a numeric literal to the nearest f32; literals beyond f32's range are errors
+/// (write `inf` for infinity).
+pub(crate) fn to_f32(key: &str, v: &AttrLit, at: usize) -> Result<f32, AttrError> {
+    match v {
+        AttrLit::Num { negative, text, .. } => {
+            let signed = if *negative {
+                format!("-{text}")
+            } else {
+                text.clone()
+            };
+            match signed.parse::<f32>() {
+                Ok(f) if f.is_finite() => Ok(f),
+                _ => err(
+                    at,
+                    format!("number {signed} is out of range for an f32 (write inf for infinity)"),
+                ),
+            }
+        }
+        AttrLit::NonFinite { negative, nan } => {
+            let v = if *nan { f32::NAN } else { f32::INFINITY };
+            Ok(if *negative { -v } else { v })
+        }
+        other => err(
+            at,
+            format!("'{key}' must be a number, got {}", other.describe()),
+        ),
+    }
+}
+
+fn pool_attrs(d: &mut AttrDict) -> Result<Pool2dAttrs, AttrError> {
+    let kernel = d.array::<2>("kernel", "[kh, kw]")?;
+    let kernel = d.required("kernel", kernel);
+    Ok(Pool2dAttrs {
+        kernel,
+        strides: d.array("strides", "[sh, sw]")?.unwrap_or([1, 1]),
+        pads: d
+            .array("pads", "[top, left, bottom, right]")?
+            .unwrap_or([0; 4]),
+        dilations: d.array("dilations", "[dh, dw]")?.unwrap_or([1, 1]),
+        ceil_mode: d.bool("ceil_mode")?.unwrap_or(false),
+    })
+}
+
+fn unary(u: UnaryOp) -> Option<Op> {
+    Some(Op::Unary(u))
+}
+
+fn binary(b: BinaryOp) -> Option<Op> {
+    Some(Op::Binary(b))
+}
+
+/// Builds the op named `name` from its attributes; `Ok(None)` when no op has that name.
+/// `const` and `fused` have their own syntax and are not handled here.
+pub(crate) fn build_op(name: &str, d: &mut AttrDict) -> Result<Option<Op>, AttrError> {
+    let eps = |d: &mut AttrDict| -> Result<F32, AttrError> {
+        Ok(d.f32("epsilon")?.unwrap_or(DEFAULT_EPSILON))
+    };
+    let op = match name {
+        "conv2d" => {
+            let def = Conv2dAttrs::default();
+            Some(Op::Conv2d(Conv2dAttrs {
+                strides: d.array("strides", "[sh, sw]")?.unwrap_or(def.strides),
+                pads: d
+                    .array("pads", "[top, left, bottom, right]")?
+                    .unwrap_or(def.pads),
+                dilations: d.array("dilations", "[dh, dw]")?.unwrap_or(def.dilations),
+                groups: d.usize("groups")?.unwrap_or(def.groups),
+            }))
+        }
+        "batch_norm" => Some(Op::BatchNorm { epsilon: eps(d)? }),
+        "relu" => unary(UnaryOp::Relu),
+        "clip" => {
+            let min = d.f32("min")?;
+            let max = d.f32("max")?;
+            unary(UnaryOp::Clip {
+                min: d.required("min", min),
+                max: d.required("max", max),
+            })
+        }
+        "leaky_relu" => unary(UnaryOp::LeakyRelu {
+            alpha: d.f32("alpha")?.unwrap_or(DEFAULT_LEAKY_ALPHA),
+        }),
+        "sigmoid" => unary(UnaryOp::Sigmoid),
+        "tanh" => unary(UnaryOp::Tanh),
+        "erf" => unary(UnaryOp::Erf),
+        "gelu" => unary(UnaryOp::Gelu),
+        "hard_sigmoid" => unary(UnaryOp::HardSigmoid {
+            alpha: d.f32("alpha")?.unwrap_or(DEFAULT_HARD_SIGMOID_ALPHA),
+            beta: d.f32("beta")?.unwrap_or(DEFAULT_HARD_SIGMOID_BETA),
+        }),
+        "hard_swish" => unary(UnaryOp::HardSwish),
+        "silu" => unary(UnaryOp::Silu),
+        "add" => binary(BinaryOp::Add),
+        "sub" => binary(BinaryOp::Sub),
+        "mul" => binary(BinaryOp::Mul),
+        "div" => binary(BinaryOp::Div),
+        "min" => binary(BinaryOp::Min),
+        "max" => binary(BinaryOp::Max),
+        "layer_norm" => {
+            let axis = d.usize("axis")?;
+            Some(Op::LayerNorm {
+                axis: d.required("axis", axis),
+                epsilon: eps(d)?,
+            })
+        }
+        "max_pool2d" => Some(Op::MaxPool2d(pool_attrs(d)?)),
+        "avg_pool2d" => Some(Op::AvgPool2d {
+            pool: pool_attrs(d)?,
+            count_include_pad: d.bool("count_include_pad")?.unwrap_or(false),
+        }),
+        "global_avg_pool" => Some(Op::GlobalAvgPool),
+        "flatten" => Some(Op::Flatten {
+            axis: d.usize("axis")?.unwrap_or(DEFAULT_FLATTEN_AXIS),
+        }),
+        "reshape" => {
+            let shape = d.usizes("shape")?;
+            Some(Op::Reshape {
+                shape: d.required("shape", shape),
+            })
+        }
+        "transpose" => {
+            let perm = d.usizes("perm")?;
+            Some(Op::Transpose {
+                perm: d.required("perm", perm),
+            })
+        }
+        "matmul" => Some(Op::MatMul),
+        "gemm" => {
+            let def = GemmAttrs::default();
+            Some(Op::Gemm(GemmAttrs {
+                alpha: d.f32("alpha")?.unwrap_or(def.alpha),
+                beta: d.f32("beta")?.unwrap_or(def.beta),
+                trans_a: d.bool("trans_a")?.unwrap_or(def.trans_a),
+                trans_b: d.bool("trans_b")?.unwrap_or(def.trans_b),
+            }))
+        }
+        "concat" => {
+            let axis = d.usize("axis")?;
+            Some(Op::Concat {
+                axis: d.required("axis", axis),
+            })
+        }
+        "softmax" => {
+            let axis = d.usize("axis")?;
+            Some(Op::Softmax {
+                axis: d.required("axis", axis),
+            })
+        }
+        "reorder" => {
+            let layout = d.layout("layout")?;
+            Some(Op::Reorder {
+                layout: d.required("layout", layout),
+            })
+        }
+        "bn_fold_weight" => Some(Op::BnFoldWeight { epsilon: eps(d)? }),
+        "bn_fold_bias" => Some(Op::BnFoldBias { epsilon: eps(d)? }),
+        _ => None,
+    };
+    Ok(op)
+}
+
+/// Every mnemonic [`build_op`] knows, plus `const` and `fused`: for "did you mean" hints.
+pub(crate) const MNEMONICS: &[&str] = &[
+    "const",
+    "fused",
+    "conv2d",
+    "batch_norm",
+    "relu",
+    "clip",
+    "leaky_relu",
+    "sigmoid",
+    "tanh",
+    "erf",
+    "gelu",
+    "hard_sigmoid",
+    "hard_swish",
+    "silu",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "min",
+    "max",
+    "layer_norm",
+    "max_pool2d",
+    "avg_pool2d",
+    "global_avg_pool",
+    "flatten",
+    "reshape",
+    "transpose",
+    "matmul",
+    "gemm",
+    "concat",
+    "softmax",
+    "reorder",
+    "bn_fold_weight",
+    "bn_fold_bias",
+];
+
+/// The known mnemonic closest to `name` (edit distance ≤ 2), for "did you mean" notes.
+pub(crate) fn suggest(name: &str) -> Option<&'static str> {
+    MNEMONICS
+        .iter()
+        .map(|m| (edit_distance(name, m), *m))
+        .filter(|(d, _)| *d <= 2)
+        .min()
+        .map(|(_, m)| m)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != *cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// An attribute value as printed.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum AttrValue {
+    Int(usize),
+    Float(F32),
+    Bool(bool),
+    Ints(Vec<usize>),
+    /// A layout and the rank of the tensor it applies to (which picks its spelling).
+    Layout(Layout, usize),
+}
+
+impl fmt::Display for AttrValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttrValue::Int(n) => write!(f, "{n}"),
+            AttrValue::Float(v) => write!(f, "{v}"),
+            AttrValue::Bool(b) => write!(f, "{b}"),
+            AttrValue::Ints(v) => {
+                f.write_str("[")?;
+                for (i, n) in v.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{n}")?;
+                }
+                f.write_str("]")
+            }
+            AttrValue::Layout(l, rank) => match l.name(*rank) {
+                Some(n) => f.write_str(&n),
+                None => f.write_str("row_major"),
+            },
+        }
+    }
+}
+
+/// Collects `(key, value)` pairs, skipping those equal to their default.
+struct Printed(Vec<(&'static str, AttrValue)>);
+
+impl Printed {
+    fn always(&mut self, key: &'static str, v: AttrValue) {
+        self.0.push((key, v));
+    }
+    fn unless<T: PartialEq>(&mut self, key: &'static str, v: T, default: T, f: fn(T) -> AttrValue) {
+        if v != default {
+            self.0.push((key, f(v)));
+        }
+    }
+}
+
+fn pool_printed(p: &Pool2dAttrs, out: &mut Printed) {
+    out.always("kernel", AttrValue::Ints(p.kernel.to_vec()));
+    out.unless("strides", p.strides, [1, 1], |v| {
+        AttrValue::Ints(v.to_vec())
+    });
+    out.unless("pads", p.pads, [0; 4], |v| AttrValue::Ints(v.to_vec()));
+    out.unless("dilations", p.dilations, [1, 1], |v| {
+        AttrValue::Ints(v.to_vec())
+    });
+    out.unless("ceil_mode", p.ceil_mode, false, AttrValue::Bool);
+}
+
+/// The attributes of a unary op that differ from their defaults, in print order.
+pub(crate) fn unary_attrs(u: UnaryOp) -> Vec<(&'static str, AttrValue)> {
+    let mut out = Printed(Vec::new());
+    match u {
+        UnaryOp::Clip { min, max } => {
+            out.always("min", AttrValue::Float(min));
+            out.always("max", AttrValue::Float(max));
+        }
+        UnaryOp::LeakyRelu { alpha } => {
+            out.unless("alpha", alpha, DEFAULT_LEAKY_ALPHA, AttrValue::Float);
+        }
+        UnaryOp::HardSigmoid { alpha, beta } => {
+            out.unless("alpha", alpha, DEFAULT_HARD_SIGMOID_ALPHA, AttrValue::Float);
+            out.unless("beta", beta, DEFAULT_HARD_SIGMOID_BETA, AttrValue::Float);
+        }
+        UnaryOp::Relu
+        | UnaryOp::Sigmoid
+        | UnaryOp::Tanh
+        | UnaryOp::Erf
+        | UnaryOp::Gelu
+        | UnaryOp::HardSwish
+        | UnaryOp::Silu => {}
+    }
+    out.0
+}
+
+/// The attributes of `op` that differ from their defaults, in print order. `rank` is the
+/// rank of the op's result (it picks the spelling of layouts). A fused op's anchor
+/// attributes are those of its anchor; `const` and fused ops themselves have none.
+pub(crate) fn op_attrs(op: &Op, rank: usize) -> Vec<(&'static str, AttrValue)> {
+    let mut out = Printed(Vec::new());
+    let ints = |v: Vec<usize>| AttrValue::Ints(v);
+    match op {
+        Op::Const(_) | Op::Fused(_) => {}
+        Op::Conv2d(a) => {
+            let def = Conv2dAttrs::default();
+            out.unless("strides", a.strides.to_vec(), def.strides.to_vec(), ints);
+            out.unless("pads", a.pads.to_vec(), def.pads.to_vec(), ints);
+            out.unless(
+                "dilations",
+                a.dilations.to_vec(),
+                def.dilations.to_vec(),
+                ints,
+            );
+            out.unless("groups", a.groups, def.groups, AttrValue::Int);
+        }
+        Op::BatchNorm { epsilon } | Op::BnFoldWeight { epsilon } | Op::BnFoldBias { epsilon } => {
+            out.unless("epsilon", *epsilon, DEFAULT_EPSILON, AttrValue::Float);
+        }
+        Op::Unary(u) => out.0 = unary_attrs(*u),
+        Op::Binary(_) | Op::GlobalAvgPool | Op::MatMul => {}
+        Op::LayerNorm { axis, epsilon } => {
+            out.always("axis", AttrValue::Int(*axis));
+            out.unless("epsilon", *epsilon, DEFAULT_EPSILON, AttrValue::Float);
+        }
+        Op::MaxPool2d(p) => pool_printed(p, &mut out),
+        Op::AvgPool2d {
+            pool,
+            count_include_pad,
+        } => {
+            pool_printed(pool, &mut out);
+            out.unless(
+                "count_include_pad",
+                *count_include_pad,
+                false,
+                AttrValue::Bool,
+            );
+        }
+        Op::Flatten { axis } => {
+            out.unless("axis", *axis, DEFAULT_FLATTEN_AXIS, AttrValue::Int);
+        }
+        Op::Reshape { shape } => out.always("shape", AttrValue::Ints(shape.clone())),
+        Op::Transpose { perm } => out.always("perm", AttrValue::Ints(perm.clone())),
+        Op::Gemm(g) => {
+            let def = GemmAttrs::default();
+            out.unless("alpha", g.alpha, def.alpha, AttrValue::Float);
+            out.unless("beta", g.beta, def.beta, AttrValue::Float);
+            out.unless("trans_a", g.trans_a, def.trans_a, AttrValue::Bool);
+            out.unless("trans_b", g.trans_b, def.trans_b, AttrValue::Bool);
+        }
+        Op::Concat { axis } | Op::Softmax { axis } => {
+            out.always("axis", AttrValue::Int(*axis));
+        }
+        Op::Reorder { layout } => out.always("layout", AttrValue::Layout(*layout, rank)),
+    }
+    out.0
+}
+
+/// Prints ` {k = v, ...}`, or nothing for an empty list.
+pub(crate) fn print_dict(attrs: &[(&'static str, AttrValue)]) -> String {
+    if attrs.is_empty() {
+        return String::new();
+    }
+    let body: Vec<String> = attrs.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+    format!(" {{{}}}", body.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::weights::WeightId;
+
+    /// Turns printed attributes back into literals, as the parser would see them.
+    fn to_lit(v: &AttrValue) -> AttrLit {
+        match v {
+            AttrValue::Int(n) => AttrLit::Num {
+                negative: false,
+                text: n.to_string(),
+                is_float: false,
+            },
+            AttrValue::Float(f) => {
+                let s = f.to_string();
+                match s.strip_prefix('-') {
+                    Some(rest) => AttrLit::Num {
+                        negative: true,
+                        text: rest.into(),
+                        is_float: true,
+                    },
+                    None => AttrLit::Num {
+                        negative: false,
+                        text: s,
+                        is_float: true,
+                    },
+                }
+            }
+            AttrValue::Bool(b) => AttrLit::Bool(*b),
+            AttrValue::Ints(v) => {
+                AttrLit::List(v.iter().map(|n| (to_lit(&AttrValue::Int(*n)), 0)).collect())
+            }
+            AttrValue::Layout(l, _) => AttrLit::Layout(*l),
+        }
+    }
+
+    /// One op of every kind, with attributes away from their defaults. The match makes
+    /// the compiler list every op here when one is added.
+    fn samples() -> Vec<Op> {
+        let pool = Pool2dAttrs {
+            kernel: [3, 2],
+            strides: [2, 1],
+            pads: [1, 0, 1, 0],
+            dilations: [1, 2],
+            ceil_mode: true,
+        };
+        let all = vec![
+            Op::Const(WeightId(0)),
+            Op::Conv2d(Conv2dAttrs {
+                strides: [2, 2],
+                pads: [1, 0, 2, 1],
+                dilations: [2, 1],
+                groups: 4,
+            }),
+            Op::BatchNorm { epsilon: F32(1e-3) },
+            Op::Unary(UnaryOp::Relu),
+            Op::Unary(UnaryOp::Clip {
+                min: F32(0.0),
+                max: F32(6.0),
+            }),
+            Op::Unary(UnaryOp::LeakyRelu { alpha: F32(0.2) }),
+            Op::Unary(UnaryOp::Sigmoid),
+            Op::Unary(UnaryOp::Tanh),
+            Op::Unary(UnaryOp::Erf),
+            Op::Unary(UnaryOp::Gelu),
+            Op::Unary(UnaryOp::HardSigmoid {
+                alpha: F32(0.25),
+                beta: F32(0.4),
+            }),
+            Op::Unary(UnaryOp::HardSwish),
+            Op::Unary(UnaryOp::Silu),
+            Op::Binary(BinaryOp::Add),
+            Op::Binary(BinaryOp::Sub),
+            Op::Binary(BinaryOp::Mul),
+            Op::Binary(BinaryOp::Div),
+            Op::Binary(BinaryOp::Min),
+            Op::Binary(BinaryOp::Max),
+            Op::LayerNorm {
+                axis: 2,
+                epsilon: F32(1e-6),
+            },
+            Op::MaxPool2d(pool.clone()),
+            Op::AvgPool2d {
+                pool,
+                count_include_pad: true,
+            },
+            Op::GlobalAvgPool,
+            Op::Flatten { axis: 2 },
+            Op::Reshape { shape: vec![2, 8] },
+            Op::Transpose {
+                perm: vec![1, 0, 2],
+            },
+            Op::MatMul,
+            Op::Gemm(GemmAttrs {
+                alpha: F32(0.5),
+                beta: F32(2.0),
+                trans_a: true,
+                trans_b: true,
+            }),
+            Op::Concat { axis: 1 },
+            Op::Softmax { axis: 3 },
+            Op::Reorder {
+                layout: Layout::Blocked { axis: 1, block: 8 },
+            },
+            Op::BnFoldWeight { epsilon: F32(1e-4) },
+            Op::BnFoldBias { epsilon: F32(2e-5) },
+        ];
+        for op in &all {
+            match op {
+                Op::Const(_)
+                | Op::Conv2d(_)
+                | Op::BatchNorm { .. }
+                | Op::Unary(_)
+                | Op::Binary(_)
+                | Op::LayerNorm { .. }
+                | Op::MaxPool2d(_)
+                | Op::AvgPool2d { .. }
+                | Op::GlobalAvgPool
+                | Op::Flatten { .. }
+                | Op::Reshape { .. }
+                | Op::Transpose { .. }
+                | Op::MatMul
+                | Op::Gemm(_)
+                | Op::Concat { .. }
+                | Op::Softmax { .. }
+                | Op::Reorder { .. }
+                | Op::BnFoldWeight { .. }
+                | Op::BnFoldBias { .. }
+                | Op::Fused(_) => {}
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn every_op_rebuilds_from_its_printed_attributes() {
+        for op in samples() {
+            if matches!(op, Op::Const(_)) {
+                continue;
+            }
+            let entries = op_attrs(&op, 4)
+                .iter()
+                .map(|(k, v)| Attr {
+                    key: k.to_string(),
+                    key_at: 0,
+                    value: to_lit(v),
+                    value_at: 0,
+                })
+                .collect();
+            let mut d = AttrDict::new(op.name(), 0, entries);
+            let rebuilt = build_op(op.name(), &mut d).unwrap();
+            d.finish().unwrap();
+            assert_eq!(rebuilt, Some(op.clone()), "{}", op.name());
+            assert!(MNEMONICS.contains(&op.name()));
+        }
+    }
+
+    #[test]
+    fn defaults_are_not_printed() {
+        let conv = Op::Conv2d(Conv2dAttrs::default());
+        assert!(op_attrs(&conv, 4).is_empty());
+        let gemm = Op::Gemm(GemmAttrs::default());
+        assert!(op_attrs(&gemm, 2).is_empty());
+        let bn = Op::BatchNorm {
+            epsilon: DEFAULT_EPSILON,
+        };
+        assert_eq!(print_dict(&op_attrs(&bn, 4)), "");
+        let clip = Op::Unary(UnaryOp::Clip {
+            min: F32(0.0),
+            max: F32(6.0),
+        });
+        assert_eq!(print_dict(&op_attrs(&clip, 4)), " {min = 0.0, max = 6.0}");
+    }
+
+    #[test]
+    fn unknown_and_missing_attributes_name_the_key() {
+        let lit = AttrLit::List(vec![]);
+        let mut d = AttrDict::new(
+            "'max_pool2d'",
+            3,
+            vec![Attr {
+                key: "kernal".into(),
+                key_at: 7,
+                value: lit,
+                value_at: 9,
+            }],
+        );
+        build_op("max_pool2d", &mut d).unwrap();
+        let e = d.finish().unwrap_err();
+        assert_eq!(e.at, 7);
+        assert!(e.message.contains("'kernal'"), "{}", e.message);
+        let mut d = AttrDict::new("'max_pool2d'", 3, vec![]);
+        build_op("max_pool2d", &mut d).unwrap();
+        let e = d.finish().unwrap_err();
+        assert!(e.message.contains("'kernel'"), "{}", e.message);
+    }
+
+    #[test]
+    fn suggestions_find_near_misses() {
+        assert_eq!(suggest("conv2"), Some("conv2d"));
+        assert_eq!(suggest("batchnorm"), Some("batch_norm"));
+        assert_eq!(suggest("frobnicate"), None);
+    }
+}

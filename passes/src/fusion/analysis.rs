@@ -1,0 +1,241 @@
+//! The e-class analysis: type (shape, dtype, layout) and is-constant of every class, plus
+//! the per-compilation side tables rules write to (attribute payloads, provenance, events).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use egg::{Analysis, DidMerge, EGraph, Id, Language};
+use smelt_ir::op::Op;
+use smelt_ir::types::TensorType;
+use smelt_ir::weights::WeightId;
+
+use super::lang::{join_op, AttrId, AttrTable, Attrs, TensorNode};
+
+/// The fusion e-graph.
+pub type FusionGraph = EGraph<TensorNode, FusionAnalysis>;
+
+/// What is known about an e-class.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClassData {
+    /// The type of the class's value; `None` for attribute leaves and ill-typed nodes.
+    pub ty: Option<TensorType>,
+    /// Whether the value can be computed at compile time (weights and ops over them).
+    pub is_const: bool,
+    /// The attribute payload, for attribute leaves.
+    pub attr: Option<AttrId>,
+    /// The weight, for a class holding a weight leaf.
+    pub weight: Option<WeightId>,
+}
+
+/// Which input instructions and rules an e-node stands for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Provenance {
+    /// Indices of the input function's instructions this node computes (merged ops).
+    pub insts: BTreeSet<usize>,
+    /// Names of the rules that built this node, in the order they fired.
+    pub rules: Vec<String>,
+}
+
+impl Provenance {
+    /// Adds everything `other` records.
+    pub fn absorb(&mut self, other: &Provenance) {
+        self.insts.extend(other.insts.iter().copied());
+        for r in &other.rules {
+            if !self.rules.contains(r) {
+                self.rules.push(r.clone());
+            }
+        }
+    }
+}
+
+/// What happened when a rule matched at a site.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Outcome {
+    /// The rule added this node to the site's class.
+    Fired(TensorNode),
+    /// A guard refused.
+    Refused {
+        /// The guard's name.
+        guard: String,
+        /// Why, in the user's words.
+        reason: String,
+    },
+}
+
+/// One match of a rule at an e-class.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RuleEvent {
+    /// The rule.
+    pub rule: String,
+    /// The class matched by the rule's left-hand side root.
+    pub class: Id,
+    /// What happened.
+    pub outcome: Outcome,
+}
+
+/// Match and application counts of one rule.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RuleCounts {
+    /// Times the left-hand side matched (repeated in every iteration).
+    pub matches: usize,
+    /// Times the rule changed the e-graph.
+    pub applied: usize,
+    /// Times a guard refused.
+    pub refused: usize,
+}
+
+/// The analysis and the compilation's side tables.
+#[derive(Clone, Debug, Default)]
+pub struct FusionAnalysis {
+    /// Attribute payloads, interned in first-seen order.
+    pub attrs: AttrTable,
+    /// Types of the module's weights, by id.
+    pub weight_types: Vec<TensorType>,
+    /// Types of the function's parameters.
+    pub param_types: Vec<TensorType>,
+    /// Provenance of e-nodes (keys re-canonicalized after every rebuild).
+    pub provenance: BTreeMap<TensorNode, Provenance>,
+    /// Every rule match and its outcome.
+    pub events: BTreeSet<RuleEvent>,
+    /// Per-rule counts.
+    pub counts: BTreeMap<String, RuleCounts>,
+}
+
+impl FusionAnalysis {
+    /// The IR op of an op node, or `None` for leaves and payloads that do not fit the kind.
+    pub fn op_of(&self, egraph: &FusionGraph, node: &TensorNode) -> Option<Op> {
+        match node {
+            TensorNode::Op(kind, children) => {
+                let attr = egraph[*children.first()?].data.attr?;
+                join_op(*kind, self.attrs.get(attr)?)
+            }
+            TensorNode::Weight(w) => Some(Op::Const(*w)),
+            TensorNode::Attr(_) | TensorNode::Param(_) => None,
+        }
+    }
+
+    /// The payload of an attribute class.
+    pub fn attrs_of(&self, egraph: &FusionGraph, class: Id) -> Option<&Attrs> {
+        self.attrs.get(egraph[class].data.attr?)
+    }
+
+    /// Rewrites provenance keys to their canonical form after unions, merging entries
+    /// that became equal.
+    pub fn recanonicalize(egraph: &mut FusionGraph) {
+        let old = std::mem::take(&mut egraph.analysis.provenance);
+        let mut new: BTreeMap<TensorNode, Provenance> = BTreeMap::new();
+        for (node, prov) in old {
+            let key = node.map_children(|c| egraph.find(c));
+            new.entry(key).or_default().absorb(&prov);
+        }
+        egraph.analysis.provenance = new;
+    }
+
+    /// Records provenance for a node (merging with what is known).
+    pub fn record(egraph: &mut FusionGraph, node: &TensorNode, prov: &Provenance) {
+        let key = node.clone().map_children(|c| egraph.find(c));
+        egraph
+            .analysis
+            .provenance
+            .entry(key)
+            .or_default()
+            .absorb(prov);
+    }
+
+    /// The provenance of a node (canonicalizing it first).
+    pub fn provenance_of(egraph: &FusionGraph, node: &TensorNode) -> Provenance {
+        let key = node.clone().map_children(|c| egraph.find(c));
+        egraph
+            .analysis
+            .provenance
+            .get(&key)
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+impl Analysis<TensorNode> for FusionAnalysis {
+    type Data = ClassData;
+
+    fn make(egraph: &mut FusionGraph, enode: &TensorNode, _id: Id) -> ClassData {
+        match enode {
+            TensorNode::Attr(a) => ClassData {
+                ty: None,
+                is_const: true,
+                attr: Some(*a),
+                weight: None,
+            },
+            TensorNode::Param(p) => ClassData {
+                ty: egraph.analysis.param_types.get(*p as usize).cloned(),
+                is_const: false,
+                attr: None,
+                weight: None,
+            },
+            TensorNode::Weight(w) => ClassData {
+                ty: egraph.analysis.weight_types.get(w.0 as usize).cloned(),
+                is_const: true,
+                attr: None,
+                weight: Some(*w),
+            },
+            TensorNode::Op(_, children) => {
+                let operands = &children[1.min(children.len())..];
+                let is_const = operands.iter().all(|c| egraph[*c].data.is_const);
+                let types: Option<Vec<&TensorType>> = operands
+                    .iter()
+                    .map(|c| egraph[*c].data.ty.as_ref())
+                    .collect();
+                let op = egraph.analysis.op_of(egraph, enode);
+                let weight_types = &egraph.analysis.weight_types;
+                let ty = match (op, types) {
+                    (Some(op), Some(types)) => op
+                        .infer_type(&types, &|w| weight_types.get(w.0 as usize).cloned())
+                        .ok(),
+                    _ => None,
+                };
+                ClassData {
+                    ty,
+                    is_const,
+                    attr: None,
+                    weight: None,
+                }
+            }
+        }
+    }
+
+    fn merge(&mut self, a: &mut ClassData, b: ClassData) -> DidMerge {
+        let (mut a_changed, mut b_changed) = (false, false);
+        match (&a.ty, &b.ty) {
+            (None, Some(_)) => {
+                a.ty = b.ty.clone();
+                a_changed = true;
+            }
+            (Some(_), None) => b_changed = true,
+            (None, None) | (Some(_), Some(_)) => {}
+        }
+        if b.is_const && !a.is_const {
+            a.is_const = true;
+            a_changed = true;
+        } else if a.is_const && !b.is_const {
+            b_changed = true;
+        }
+        if a.attr.is_none() && b.attr.is_some() {
+            a.attr = b.attr;
+            a_changed = true;
+        } else if a.attr.is_some() && b.attr.is_none() {
+            b_changed = true;
+        }
+        match (a.weight, b.weight) {
+            (None, Some(w)) => {
+                a.weight = Some(w);
+                a_changed = true;
+            }
+            (Some(x), Some(y)) if y < x => {
+                a.weight = Some(y);
+                a_changed = true;
+            }
+            (Some(_), None) => b_changed = true,
+            (Some(x), Some(y)) if x < y => b_changed = true,
+            _ => {}
+        }
+        DidMerge(a_changed, b_changed)
+    }
+}

@@ -1,0 +1,571 @@
+//! Turning rules into egg rewrites: pattern compilation, guards, and the appliers that
+//! record provenance and every match's outcome.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use egg::{
+    Applier, ENodeOrVar, Id, Language, Pattern, PatternAst, RecExpr, Rewrite, Subst, Symbol, Var,
+};
+use smelt_ir::op::{broadcast, FusedOp, Op};
+use smelt_ir::types::Layout;
+
+use super::analysis::{FusionAnalysis, FusionGraph, Outcome, Provenance, RuleEvent};
+use super::lang::{split_op, AttrTable, TensorNode};
+use super::rules::{post_op_of, AttrSpec, GuardArg, GuardKind, PatternExpr, Rule, RuleAction};
+
+/// Facts about the input function that guards need and the e-graph does not carry.
+#[derive(Debug, Default)]
+pub struct GuardContext {
+    /// For each input value: its e-class at build time and its consumer count.
+    pub values: Vec<(Id, usize)>,
+    /// Values of weights with at most 16 elements, by weight id.
+    pub small_weights: Vec<Option<Vec<f32>>>,
+}
+
+impl GuardContext {
+    /// Consumers of the values in `class` (the largest count among the input values in it;
+    /// `None` when no input value is in it).
+    fn consumers(&self, egraph: &FusionGraph, class: Id) -> Option<usize> {
+        let class = egraph.find(class);
+        self.values
+            .iter()
+            .filter(|(id, _)| egraph.find(*id) == class)
+            .map(|(_, n)| *n)
+            .max()
+    }
+}
+
+fn var(name: &str) -> Var {
+    // Names were validated by the rule loader (`?` followed by word characters).
+    name.parse().expect("validated variable name")
+}
+
+/// Compiles a pattern to an egg pattern AST, interning literal attributes.
+fn compile_pattern(
+    p: &PatternExpr,
+    attrs: &mut AttrTable,
+    fresh: &mut usize,
+    out: &mut PatternAst<TensorNode>,
+) -> Id {
+    match p {
+        PatternExpr::Var(v) => out.add(ENodeOrVar::Var(var(v))),
+        PatternExpr::Op {
+            kind,
+            attrs: spec,
+            children,
+        } => {
+            let attr_id = match spec {
+                AttrSpec::Any => {
+                    *fresh += 1;
+                    out.add(ENodeOrVar::Var(var(&format!("?__attrs{fresh}"))))
+                }
+                AttrSpec::Var(v) => out.add(ENodeOrVar::Var(var(v))),
+                AttrSpec::Literal(a) => {
+                    let id = attrs.intern(a.clone());
+                    out.add(ENodeOrVar::ENode(TensorNode::Attr(id)))
+                }
+            };
+            let mut ids = vec![attr_id];
+            for c in children {
+                ids.push(compile_pattern(c, attrs, fresh, out));
+            }
+            out.add(ENodeOrVar::ENode(TensorNode::Op(*kind, ids.into())))
+        }
+    }
+}
+
+/// What the applier builds.
+#[derive(Debug)]
+enum Action {
+    Instantiate(PatternAst<TensorNode>),
+    Absorb(Var),
+}
+
+#[derive(Debug)]
+struct CompiledGuard {
+    kind: GuardKind,
+    vars: Vec<Var>,
+    numbers: Vec<f64>,
+}
+
+/// The applier of one rule (one left-hand side alternative).
+#[derive(Debug)]
+struct RuleApplier {
+    rule: String,
+    lhs: PatternAst<TensorNode>,
+    action: Action,
+    guards: Vec<CompiledGuard>,
+    context: Arc<GuardContext>,
+}
+
+/// Compiles rules into egg rewrites for one compilation (literal attributes are interned
+/// into this compilation's table).
+pub fn compile_rules(
+    rules: &[Rule],
+    attrs: &mut AttrTable,
+    context: &Arc<GuardContext>,
+) -> Result<Vec<Rewrite<TensorNode, FusionAnalysis>>, String> {
+    let mut out = Vec::new();
+    for rule in rules {
+        for (alternative, lhs) in rule.lhs.iter().enumerate() {
+            let mut fresh = 0;
+            let mut lhs_ast = PatternAst::default();
+            compile_pattern(lhs, attrs, &mut fresh, &mut lhs_ast);
+            let action = match &rule.action {
+                RuleAction::Rewrite(rhs) => {
+                    let mut ast = PatternAst::default();
+                    compile_pattern(rhs, attrs, &mut fresh, &mut ast);
+                    Action::Instantiate(ast)
+                }
+                RuleAction::Absorb { into } => Action::Absorb(var(into)),
+            };
+            let guards = rule
+                .guards
+                .iter()
+                .map(|g| CompiledGuard {
+                    kind: g.kind,
+                    vars: g
+                        .args
+                        .iter()
+                        .filter_map(|a| match a {
+                            GuardArg::Var(v) => Some(var(v)),
+                            GuardArg::Number(_) => None,
+                        })
+                        .collect(),
+                    numbers: g
+                        .args
+                        .iter()
+                        .filter_map(|a| match a {
+                            GuardArg::Number(n) => Some(*n),
+                            GuardArg::Var(_) => None,
+                        })
+                        .collect(),
+                })
+                .collect();
+            let applier = RuleApplier {
+                rule: rule.name.clone(),
+                lhs: lhs_ast.clone(),
+                action,
+                guards,
+                context: Arc::clone(context),
+            };
+            let searcher = Pattern::new(lhs_ast);
+            // egg wants unique names; counts and reports use the rule's own name.
+            let egg_name = if rule.lhs.len() > 1 {
+                format!("{}#{}", rule.name, alternative + 1)
+            } else {
+                rule.name.clone()
+            };
+            out.push(Rewrite::new(egg_name, searcher, applier)?);
+        }
+    }
+    Ok(out)
+}
+
+impl RuleApplier {
+    /// Checks every guard; the first refusal's guard name and reason.
+    fn check_guards(&self, egraph: &FusionGraph, subst: &Subst) -> Result<(), (String, String)> {
+        for g in &self.guards {
+            let refuse = |reason: String| Err((g.kind.name().to_string(), reason));
+            match g.kind {
+                GuardKind::Const => {
+                    for v in &g.vars {
+                        if !egraph[subst[*v]].data.is_const {
+                            return refuse(format!(
+                                "{v} ({}) is not a compile-time constant",
+                                describe(egraph, subst[*v])
+                            ));
+                        }
+                    }
+                }
+                GuardKind::Scalar => {
+                    let v = g.vars[0];
+                    let want = g.numbers[0];
+                    let tol = g.numbers.get(1).copied().unwrap_or(1e-6);
+                    let values = egraph[subst[v]]
+                        .data
+                        .weight
+                        .and_then(|w| self.context.small_weights.get(w.0 as usize))
+                        .and_then(|x| x.as_ref());
+                    let ok = values.is_some_and(|vals| {
+                        !vals.is_empty()
+                            && vals
+                                .iter()
+                                .all(|x| (*x as f64 - want).abs() <= tol * want.abs().max(1.0))
+                    });
+                    if !ok {
+                        return refuse(format!("{v} is not the constant {want}"));
+                    }
+                }
+                GuardKind::PerChannel => {
+                    let (c, y) = (subst[g.vars[0]], subst[g.vars[1]]);
+                    let ct = egraph[c].data.ty.as_ref();
+                    let yt = egraph[y].data.ty.as_ref();
+                    let ok = match (ct, yt) {
+                        (Some(ct), Some(yt)) if yt.rank() >= 2 => {
+                            let ch = yt.dims[1];
+                            let d = &ct.dims;
+                            let trailing_ones = yt.rank() - 2;
+                            let per_channel = |rest: &[usize]| {
+                                rest.len() == trailing_ones && rest.iter().all(|x| *x == 1)
+                            };
+                            egraph[c].data.is_const
+                                && ((d.len() == 1 && d[0] == ch && trailing_ones == 0)
+                                    || (!d.is_empty() && d[0] == ch && per_channel(&d[1..]))
+                                    || (d.len() >= 2
+                                        && d[0] == 1
+                                        && d[1] == ch
+                                        && per_channel(&d[2..])))
+                        }
+                        _ => false,
+                    };
+                    if !ok {
+                        return refuse(format!(
+                            "{} ({}) is not a per-channel constant of {}",
+                            g.vars[0],
+                            describe(egraph, c),
+                            describe(egraph, y)
+                        ));
+                    }
+                }
+                GuardKind::SingleConsumer => {
+                    let v = subst[g.vars[0]];
+                    if let Some(n) = self.context.consumers(egraph, v) {
+                        if n != 1 {
+                            return refuse(format!(
+                                "{} ({}) has {n} consumers",
+                                g.vars[0],
+                                describe(egraph, v)
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The class of every node of the left-hand side under `subst` (None if absent).
+    fn lhs_classes(&self, egraph: &FusionGraph, subst: &Subst) -> Vec<Option<Id>> {
+        let mut ids: Vec<Option<Id>> = Vec::with_capacity(self.lhs.as_ref().len());
+        for n in self.lhs.as_ref() {
+            let id = match n {
+                ENodeOrVar::Var(v) => Some(subst[*v]),
+                ENodeOrVar::ENode(node) => {
+                    let mut ok = true;
+                    let concrete = node.clone().map_children(|c| {
+                        ids[usize::from(c)].unwrap_or_else(|| {
+                            ok = false;
+                            c
+                        })
+                    });
+                    if ok {
+                        egraph.lookup(concrete)
+                    } else {
+                        None
+                    }
+                }
+            };
+            ids.push(id);
+        }
+        ids
+    }
+
+    /// Provenance of the matched left-hand side op nodes.
+    fn matched_provenance(&self, egraph: &FusionGraph, classes: &[Option<Id>]) -> Provenance {
+        let mut prov = Provenance::default();
+        for (i, n) in self.lhs.as_ref().iter().enumerate() {
+            if let (ENodeOrVar::ENode(node @ TensorNode::Op(..)), Some(_)) = (n, classes[i]) {
+                let concrete = node
+                    .clone()
+                    .map_children(|c| classes[usize::from(c)].unwrap_or(c));
+                prov.absorb(&FusionAnalysis::provenance_of(egraph, &concrete));
+            }
+        }
+        prov
+    }
+
+    fn record(egraph: &mut FusionGraph, rule: &str, class: Id, outcome: Outcome) {
+        egraph.analysis.events.insert(RuleEvent {
+            rule: rule.to_string(),
+            class,
+            outcome,
+        });
+    }
+
+    fn instantiate(
+        &self,
+        egraph: &mut FusionGraph,
+        eclass: Id,
+        subst: &Subst,
+        rhs: &RecExpr<ENodeOrVar<TensorNode>>,
+        prov: &Provenance,
+    ) -> Vec<Id> {
+        let mut ids: Vec<Id> = Vec::with_capacity(rhs.as_ref().len());
+        let mut root = None;
+        for n in rhs.as_ref() {
+            let id = match n {
+                ENodeOrVar::Var(v) => subst[*v],
+                ENodeOrVar::ENode(node) => {
+                    let concrete = node.clone().map_children(|c| ids[usize::from(c)]);
+                    let id = egraph.add(concrete.clone());
+                    if matches!(concrete, TensorNode::Op(..)) {
+                        FusionAnalysis::record(egraph, &concrete, prov);
+                    }
+                    root = Some(concrete);
+                    id
+                }
+            };
+            ids.push(id);
+        }
+        let Some(&new) = ids.last() else {
+            return vec![];
+        };
+        let changed = egraph.union(eclass, new);
+        if let Some(node) = root {
+            let canonical = node.map_children(|c| egraph.find(c));
+            Self::record(egraph, &self.rule, eclass, Outcome::Fired(canonical));
+        }
+        if changed {
+            egraph
+                .analysis
+                .counts
+                .entry(self.rule.clone())
+                .or_default()
+                .applied += 1;
+            vec![new]
+        } else {
+            vec![]
+        }
+    }
+
+    /// Merges the elementwise root into the anchors producing `into`.
+    fn absorb(
+        &self,
+        egraph: &mut FusionGraph,
+        eclass: Id,
+        subst: &Subst,
+        into: Var,
+        classes: &[Option<Id>],
+    ) -> Result<Vec<Id>, (String, String)> {
+        let nodes = self.lhs.as_ref();
+        let Some(ENodeOrVar::ENode(TensorNode::Op(kind, children))) = nodes.last() else {
+            return Ok(vec![]);
+        };
+        let root_classes: Vec<Option<Id>> =
+            children.iter().map(|c| classes[usize::from(*c)]).collect();
+        let Some(root_concrete) = root_classes
+            .iter()
+            .copied()
+            .collect::<Option<Vec<Id>>>()
+            .map(|ids| TensorNode::Op(*kind, ids.into()))
+        else {
+            return Ok(vec![]);
+        };
+        let op = egraph
+            .analysis
+            .op_of(egraph, &root_concrete)
+            .ok_or_else(|| {
+                (
+                    "attributes".to_string(),
+                    format!("'{}' has attributes that do not fit it", kind.name()),
+                )
+            })?;
+        // Operand positions of the root (children[0] is the attribute leaf).
+        let into_pos = children[1..]
+            .iter()
+            .position(|c| matches!(&nodes[usize::from(*c)], ENodeOrVar::Var(v) if *v == into))
+            .ok_or_else(|| ("absorb".to_string(), "malformed absorb rule".to_string()))?;
+        let anchor_class = subst[into];
+        let other: Option<Id> = match children.len() {
+            3 => root_classes[1 + (1 - into_pos)],
+            _ => None,
+        };
+        let Some(post) = post_op_of(&op, into_pos == 0) else {
+            return Err((
+                "elementwise".to_string(),
+                format!("'{}' has no fused form", op.name()),
+            ));
+        };
+        let anchor_ty = egraph[anchor_class].data.ty.clone();
+        let Some(anchor_ty) = anchor_ty else {
+            return Err(("type".into(), "the anchor's type is unknown".into()));
+        };
+        if anchor_ty.layout != Layout::RowMajor {
+            return Err((
+                "layout".into(),
+                format!("the anchor result {anchor_ty} is not row-major"),
+            ));
+        }
+        if let Some(o) = other {
+            let Some(ot) = egraph[o].data.ty.clone() else {
+                return Err(("type".into(), "the other operand's type is unknown".into()));
+            };
+            if ot.layout != Layout::RowMajor {
+                return Err(("layout".into(), format!("operand {ot} is not row-major")));
+            }
+            let fits = broadcast(&anchor_ty.dims, &ot.dims).is_ok_and(|d| d == anchor_ty.dims);
+            if !fits {
+                return Err((
+                    "broadcast".into(),
+                    format!(
+                        "{} operand {ot} does not broadcast to the anchor result {anchor_ty} without changing its shape",
+                        op.name()
+                    ),
+                ));
+            }
+        }
+        // Candidate anchors: anchor ops and fused ops in the class, in node order.
+        let mut candidates: Vec<(TensorNode, Op)> = Vec::new();
+        for n in &egraph[anchor_class].nodes {
+            if let Some(a) = egraph.analysis.op_of(egraph, n) {
+                if a.is_anchor() || matches!(a, Op::Fused(_)) {
+                    candidates.push((n.clone(), a));
+                }
+            }
+        }
+        if candidates.is_empty() {
+            return Err((
+                "anchor".into(),
+                format!(
+                    "{} is not computed by an anchor op (conv2d, gemm, matmul, layer_norm, pool) or a fused op",
+                    describe(egraph, anchor_class)
+                ),
+            ));
+        }
+        let root_prov = FusionAnalysis::provenance_of(egraph, &root_concrete);
+        let mut changed = Vec::new();
+        for (node, anchor_op) in candidates {
+            let (fused, operands) = match anchor_op {
+                Op::Fused(mut f) => {
+                    f.post_ops.push(post);
+                    (f, node.operands().to_vec())
+                }
+                a => (
+                    FusedOp {
+                        anchor: Box::new(a),
+                        post_ops: vec![post],
+                    },
+                    node.operands().to_vec(),
+                ),
+            };
+            let mut kids = operands;
+            if let Some(o) = other {
+                kids.push(o);
+            }
+            let Some((kind, attrs)) = split_op(&Op::Fused(fused)) else {
+                continue;
+            };
+            let attr = egraph.analysis.attrs.intern(attrs);
+            let attr_leaf = egraph.add(TensorNode::Attr(attr));
+            let mut all = vec![attr_leaf];
+            all.extend(kids);
+            let new_node = TensorNode::Op(kind, all.into());
+            let mut prov = FusionAnalysis::provenance_of(egraph, &node);
+            prov.absorb(&root_prov);
+            prov.rules.push(self.rule.clone());
+            let id = egraph.add(new_node.clone());
+            FusionAnalysis::record(egraph, &new_node, &prov);
+            let canonical = new_node.map_children(|c| egraph.find(c));
+            Self::record(egraph, &self.rule, eclass, Outcome::Fired(canonical));
+            if egraph.union(eclass, id) {
+                egraph
+                    .analysis
+                    .counts
+                    .entry(self.rule.clone())
+                    .or_default()
+                    .applied += 1;
+                changed.push(id);
+            }
+        }
+        Ok(changed)
+    }
+}
+
+impl Applier<TensorNode, FusionAnalysis> for RuleApplier {
+    fn apply_one(
+        &self,
+        egraph: &mut FusionGraph,
+        eclass: Id,
+        subst: &Subst,
+        _searcher_ast: Option<&PatternAst<TensorNode>>,
+        _rule_name: Symbol,
+    ) -> Vec<Id> {
+        egraph
+            .analysis
+            .counts
+            .entry(self.rule.clone())
+            .or_default()
+            .matches += 1;
+        let refused = |egraph: &mut FusionGraph, (guard, reason): (String, String)| {
+            egraph
+                .analysis
+                .counts
+                .entry(self.rule.clone())
+                .or_default()
+                .refused += 1;
+            Self::record(
+                egraph,
+                &self.rule,
+                eclass,
+                Outcome::Refused { guard, reason },
+            );
+            vec![]
+        };
+        if let Err(r) = self.check_guards(egraph, subst) {
+            return refused(egraph, r);
+        }
+        let classes = self.lhs_classes(egraph, subst);
+        match &self.action {
+            Action::Instantiate(rhs) => {
+                let mut prov = self.matched_provenance(egraph, &classes);
+                prov.rules.push(self.rule.clone());
+                self.instantiate(egraph, eclass, subst, rhs, &prov)
+            }
+            Action::Absorb(into) => match self.absorb(egraph, eclass, subst, *into, &classes) {
+                Ok(ids) => ids,
+                Err(r) => refused(egraph, r),
+            },
+        }
+    }
+
+    fn vars(&self) -> Vec<Var> {
+        let mut vars: BTreeSet<Var> = BTreeSet::new();
+        match &self.action {
+            Action::Instantiate(rhs) => {
+                for n in rhs.as_ref() {
+                    if let ENodeOrVar::Var(v) = n {
+                        vars.insert(*v);
+                    }
+                }
+            }
+            Action::Absorb(v) => {
+                vars.insert(*v);
+            }
+        }
+        for g in &self.guards {
+            vars.extend(g.vars.iter().copied());
+        }
+        vars.into_iter().collect()
+    }
+}
+
+/// A short description of a class for guard reasons: its op and type.
+pub fn describe(egraph: &FusionGraph, class: Id) -> String {
+    let data = &egraph[class].data;
+    let what = egraph[class]
+        .nodes
+        .first()
+        .map(|n| match n {
+            TensorNode::Op(k, _) => k.name().to_string(),
+            TensorNode::Param(_) => "parameter".to_string(),
+            TensorNode::Weight(_) => "const".to_string(),
+            TensorNode::Attr(_) => "attributes".to_string(),
+        })
+        .unwrap_or_default();
+    match &data.ty {
+        Some(t) => format!("{what} {t}"),
+        None => what,
+    }
+}

@@ -1,0 +1,236 @@
+//! DAG-aware extraction: choose one e-node per needed e-class so the whole graph (every
+//! shared class paid once) is cheapest under the cost model.
+//!
+//! egg's `Extractor` costs trees, so a class feeding two consumers is paid twice
+//! (FACTS.md: it computed a shared conv twice). Here the cost of a choice is the sum of
+//! the node costs of the classes reachable from the roots, each counted once. The
+//! search is greedy: start from (a) the per-class cheapest tree and (b) the input
+//! program's own nodes, improve each by single-class changes while the DAG cost drops,
+//! keep the cheaper. Ties break by node order (deterministic: node ids come from the
+//! input in order). Every candidate is checked acyclic.
+
+use std::collections::{BTreeMap, HashMap};
+
+use egg::{Id, Language};
+
+use super::analysis::FusionGraph;
+use super::cost::CostModel;
+use super::lang::TensorNode;
+
+/// The usable nodes of every class with their own costs, sorted by node order.
+pub struct CostTable {
+    /// Canonical class ids in increasing order.
+    pub classes: Vec<Id>,
+    /// For each class: (node, own cost).
+    pub nodes: HashMap<Id, Vec<(TensorNode, f64)>>,
+}
+
+impl CostTable {
+    /// Costs every node of the e-graph.
+    pub fn new(egraph: &FusionGraph, model: &CostModel) -> CostTable {
+        let mut classes: Vec<Id> = egraph.classes().map(|c| c.id).collect();
+        classes.sort();
+        let mut nodes = HashMap::new();
+        for &c in &classes {
+            let mut list: Vec<(TensorNode, f64)> = egraph[c]
+                .nodes
+                .iter()
+                .filter_map(|n| {
+                    let n = n.clone().map_children(|k| egraph.find(k));
+                    model.node_cost(egraph, c, &n).map(|cost| (n, cost))
+                })
+                .collect();
+            list.sort_by(|a, b| a.0.cmp(&b.0));
+            list.dedup_by(|a, b| a.0 == b.0);
+            nodes.insert(c, list);
+        }
+        CostTable { classes, nodes }
+    }
+}
+
+/// A choice of one node index per class (into [`CostTable::nodes`]).
+pub type Choice = HashMap<Id, usize>;
+
+/// The chosen graph.
+#[derive(Clone, Debug)]
+pub struct Extraction {
+    /// The chosen node of every class reachable from the roots.
+    pub chosen: BTreeMap<Id, TensorNode>,
+    /// Its total cost in seconds (each class once).
+    pub cost: f64,
+    /// The cost of the input program's own nodes (before fusion), when it is complete.
+    pub input_cost: Option<f64>,
+}
+
+fn better(a: f64, b: f64) -> bool {
+    a < b - 1e-12 * b.abs().max(1e-30)
+}
+
+/// The DAG cost of `choice` from `roots`, or `None` when it is cyclic or incomplete.
+pub fn dag_cost(table: &CostTable, choice: &Choice, roots: &[Id]) -> Option<f64> {
+    // 0 = unseen, 1 = on the stack, 2 = done
+    let mut state: HashMap<Id, u8> = HashMap::new();
+    let mut total = 0.0;
+    for &root in roots {
+        if state.get(&root) == Some(&2) {
+            continue;
+        }
+        let mut stack: Vec<(Id, usize)> = vec![(root, 0)];
+        state.insert(root, 1);
+        while let Some(&(class, next)) = stack.last() {
+            let idx = *choice.get(&class)?;
+            let (node, cost) = table.nodes.get(&class)?.get(idx)?;
+            let children = node.children();
+            if next < children.len() {
+                let child = children[next];
+                if let Some(top) = stack.last_mut() {
+                    top.1 += 1;
+                }
+                match state.get(&child) {
+                    Some(1) => return None,
+                    Some(_) => {}
+                    None => {
+                        state.insert(child, 1);
+                        stack.push((child, 0));
+                    }
+                }
+            } else {
+                total += cost;
+                state.insert(class, 2);
+                stack.pop();
+            }
+        }
+    }
+    Some(total)
+}
+
+/// The cheapest tree per class (children's best costs summed), to a fixpoint.
+fn greedy_tree(table: &CostTable) -> Choice {
+    let mut best: HashMap<Id, (f64, usize)> = HashMap::new();
+    loop {
+        let mut changed = false;
+        for c in &table.classes {
+            for (i, (node, own)) in table.nodes[c].iter().enumerate() {
+                let mut children: Vec<Id> = node.children().to_vec();
+                children.sort();
+                children.dedup();
+                let mut total = *own;
+                let mut ready = true;
+                for k in &children {
+                    match best.get(k) {
+                        Some((cost, _)) => total += cost,
+                        None => {
+                            ready = false;
+                            break;
+                        }
+                    }
+                }
+                if !ready {
+                    continue;
+                }
+                let replace = match best.get(c) {
+                    None => true,
+                    Some((cur, _)) => better(total, *cur),
+                };
+                if replace {
+                    best.insert(*c, (total, i));
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    best.into_iter().map(|(c, (_, i))| (c, i)).collect()
+}
+
+/// Improves `choice` by single-class changes while the DAG cost drops.
+fn improve(table: &CostTable, mut choice: Choice, roots: &[Id]) -> Option<(Choice, f64)> {
+    let mut cost = dag_cost(table, &choice, roots)?;
+    let candidates: Vec<Id> = table
+        .classes
+        .iter()
+        .copied()
+        .filter(|c| table.nodes[c].len() > 1)
+        .collect();
+    for _sweep in 0..8 {
+        let mut improved = false;
+        for &c in &candidates {
+            let Some(&current) = choice.get(&c) else {
+                continue;
+            };
+            for i in 0..table.nodes[&c].len() {
+                if i == current {
+                    continue;
+                }
+                choice.insert(c, i);
+                match dag_cost(table, &choice, roots) {
+                    Some(new) if better(new, cost) => {
+                        cost = new;
+                        improved = true;
+                        break;
+                    }
+                    _ => {
+                        choice.insert(c, current);
+                    }
+                }
+            }
+        }
+        if !improved {
+            break;
+        }
+    }
+    Some((choice, cost))
+}
+
+/// Extracts the cheapest graph found from `roots`. `original` gives, per class, the node
+/// the input program used there (the second starting point of the search).
+pub fn extract(
+    egraph: &FusionGraph,
+    table: &CostTable,
+    roots: &[Id],
+    original: &BTreeMap<Id, TensorNode>,
+) -> Result<Extraction, String> {
+    let roots: Vec<Id> = roots.iter().map(|r| egraph.find(*r)).collect();
+    let greedy = greedy_tree(table);
+    let mut from_input = greedy.clone();
+    for (class, node) in original {
+        let class = egraph.find(*class);
+        let node = node.clone().map_children(|k| egraph.find(k));
+        if let Some(i) = table.nodes[&class].iter().position(|(n, _)| *n == node) {
+            from_input.insert(class, i);
+        }
+    }
+    let input_cost = dag_cost(table, &from_input, &roots);
+    let a = improve(table, greedy, &roots);
+    let b = improve(table, from_input, &roots);
+    let (choice, cost) = match (a, b) {
+        (Some(a), Some(b)) => {
+            if better(b.1, a.1) {
+                b
+            } else {
+                a
+            }
+        }
+        (Some(a), None) => a,
+        (None, Some(b)) => b,
+        (None, None) => return Err("no acyclic, well-typed graph could be extracted".to_string()),
+    };
+    // Keep only the reachable classes.
+    let mut chosen = BTreeMap::new();
+    let mut stack = roots.clone();
+    while let Some(c) = stack.pop() {
+        if chosen.contains_key(&c) {
+            continue;
+        }
+        let node = table.nodes[&c][choice[&c]].0.clone();
+        stack.extend(node.children().iter().copied());
+        chosen.insert(c, node);
+    }
+    Ok(Extraction {
+        chosen,
+        cost,
+        input_cost,
+    })
+}

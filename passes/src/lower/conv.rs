@@ -1,0 +1,394 @@
+//! conv2d (and fused conv2d) → a padding kernel and a register-blocked convolution kernel.
+//!
+//! The padding kernel copies the input into a zero-padded scratch buffer whose rows are
+//! split by column phase (`column mod stride_w`), so that for every stride the input
+//! columns feeding consecutive output columns are consecutive in memory. The convolution
+//! kernel then needs no bounds tests: for each output row it computes tiles of
+//! `OT` output channels × `WV` vectors of 4 output columns in registers (broadcast weight,
+//! vector input, FMA chains on the accumulators), applies bias and post-ops to the tile
+//! and stores it once.
+
+use smelt_ir::loops::{Access, Affine, Expr, KernelBuilder, VarId, Width};
+use smelt_ir::op::Conv2dAttrs;
+use smelt_ir::{Diagnostic, TensorType, Value};
+
+use super::elementwise::{dims_name, Epilogue};
+use super::{BufferId, Cx};
+
+/// Output channels per register tile.
+const TILE_CHANNELS: usize = 4;
+/// Vectors of 4 output columns per register tile (TILE_CHANNELS × TILE_VECTORS ≤ 12).
+const TILE_VECTORS: usize = 3;
+
+/// Shapes of one convolution, in elements.
+struct Geo {
+    n: usize,
+    c: usize,
+    o: usize,
+    cg: usize,
+    og: usize,
+    groups: usize,
+    kh: usize,
+    kw: usize,
+    oh: usize,
+    ow: usize,
+    stride: [usize; 2],
+    dil: [usize; 2],
+    /// Rows of the (padded) input.
+    hp: usize,
+    /// Column phases (= stride along W) and columns per phase of the (padded) input.
+    phases: usize,
+    wq: usize,
+}
+
+impl Geo {
+    /// Element index in the padded, phase-split input.
+    fn x_index(&self, n: &Affine, c: &Affine, row: &Affine, phase: usize, q: &Affine) -> Affine {
+        let plane = (self.hp * self.phases * self.wq) as i64;
+        n.scale(self.c as i64 * plane)
+            .add(&c.scale(plane))
+            .add(&row.scale((self.phases * self.wq) as i64))
+            .add(&q.plus((phase * self.wq) as i64))
+    }
+
+    fn w_index(&self, o: &Affine, c: &Affine, kh: usize, kw: usize) -> Affine {
+        o.scale((self.cg * self.kh * self.kw) as i64)
+            .add(&c.scale((self.kh * self.kw) as i64))
+            .plus((kh * self.kw + kw) as i64)
+    }
+}
+
+pub(crate) fn lower_conv2d(
+    cx: &mut Cx,
+    a: &Conv2dAttrs,
+    operands: &[Value],
+    out_ty: &TensorType,
+    epi: Epilogue,
+    out: BufferId,
+) -> Result<(), Diagnostic> {
+    let xt = cx.func.type_of(operands[0]).clone();
+    let wt = cx.func.type_of(operands[1]).clone();
+    let [n, c, h, w] = [xt.dims[0], xt.dims[1], xt.dims[2], xt.dims[3]];
+    let [o, cg, kh, kw] = [wt.dims[0], wt.dims[1], wt.dims[2], wt.dims[3]];
+    let [oh, ow] = [out_ty.dims[2], out_ty.dims[3]];
+    let [pt, pl, pb, pr] = a.pads;
+    let sw = a.strides[1];
+    let hp = h + pt + pb;
+    let wp = w + pl + pr;
+    let geo = Geo {
+        n,
+        c,
+        o,
+        cg,
+        og: o / a.groups,
+        groups: a.groups,
+        kh,
+        kw,
+        oh,
+        ow,
+        stride: a.strides,
+        dil: a.dilations,
+        hp,
+        phases: sw,
+        wq: wp.div_ceil(sw),
+    };
+
+    let x = cx.buf(operands[0]);
+    let xp = if a.pads == [0; 4] && sw == 1 {
+        x
+    } else {
+        let len = n * c * hp * sw * geo.wq;
+        let xp = cx.temp("padded", len);
+        let k = pad_kernel(
+            n * c,
+            [h, w],
+            [pt, pl],
+            sw,
+            [hp, geo.wq],
+            0.0,
+            cx.len_of(x),
+            len,
+        );
+        cx.step(k, vec![x, xp])?;
+        xp
+    };
+    conv_kernel(cx, &geo, xp, operands, epi, out)
+}
+
+/// Fills the padded buffer (`planes` planes of `hp` rows × `sw` phases × `wq` columns)
+/// with `fill`, then copies each `h × w` input plane into it at row `pt`, column `pl`,
+/// splitting columns by phase (`column mod sw`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn pad_kernel(
+    planes: usize,
+    [h, w]: [usize; 2],
+    [pt, pl]: [usize; 2],
+    sw: usize,
+    [hp, wq]: [usize; 2],
+    fill: f32,
+    src_len: usize,
+    dst_len: usize,
+) -> smelt_ir::loops::Kernel {
+    let mut b = KernelBuilder::new(&format!(
+        "pad_{planes}x{h}x{w}_t{pt}l{pl}_{hp}x{sw}x{wq}_fill{fill}"
+    ));
+    let src = b.arg("x", src_len, Access::Read);
+    let dst = b.arg("padded", dst_len, Access::Write);
+    let main = (dst_len / 4 * 4) as i64;
+    b.for_loop(0, main, 4, |b, i| {
+        b.store(
+            dst,
+            Affine::var(i),
+            Expr::constant(fill, Width::F32x4),
+            Width::F32x4,
+        )
+    });
+    b.for_loop(main, dst_len as i64, 1, |b, i| {
+        b.store(
+            dst,
+            Affine::var(i),
+            Expr::constant(fill, Width::Scalar),
+            Width::Scalar,
+        )
+    });
+    b.for_loop(0, planes as i64, 1, |b, p| {
+        b.for_loop(0, h as i64, 1, |b, r| {
+            let src_row = Affine::var(p)
+                .scale((h * w) as i64)
+                .add(&Affine::var(r).scale(w as i64));
+            let dst_row = Affine::var(p)
+                .scale((hp * sw * wq) as i64)
+                .add(&Affine::var(r).plus(pt as i64).scale((sw * wq) as i64));
+            for phase in 0..sw {
+                // input columns x with (x + pl) mod sw == phase: x = x0 + k·sw
+                let x0 = (phase + sw - pl % sw) % sw;
+                if x0 >= w {
+                    continue;
+                }
+                let count = (w - x0).div_ceil(sw);
+                let q0 = (x0 + pl) / sw;
+                let dst_at = |k: &Affine| dst_row.add(k).plus((phase * wq + q0) as i64);
+                let src_at = |k: &Affine| src_row.add(&k.scale(sw as i64)).plus(x0 as i64);
+                let vec_end = if sw == 1 { count / 4 * 4 } else { 0 } as i64;
+                b.for_loop(0, vec_end, 4, |b, k| {
+                    let k = Affine::var(k);
+                    let v = Expr::load(src, src_at(&k), Width::F32x4);
+                    b.store(dst, dst_at(&k), v, Width::F32x4);
+                });
+                b.for_loop(vec_end, count as i64, 1, |b, k| {
+                    let k = Affine::var(k);
+                    let v = Expr::load(src, src_at(&k), Width::Scalar);
+                    b.store(dst, dst_at(&k), v, Width::Scalar);
+                });
+            }
+        });
+    });
+    b.finish()
+}
+
+fn conv_kernel(
+    cx: &mut Cx,
+    g: &Geo,
+    xp: BufferId,
+    operands: &[Value],
+    mut epi: Epilogue,
+    out: BufferId,
+) -> Result<(), Diagnostic> {
+    let has_bias = operands.len() > 2;
+    let mut b = KernelBuilder::new(&format!(
+        "conv2d_{}_k{}x{}_s{}x{}_d{}x{}_g{}{}{}",
+        dims_name(&[g.n, g.c, g.hp, g.phases * g.wq]),
+        g.kh,
+        g.kw,
+        g.stride[0],
+        g.stride[1],
+        g.dil[0],
+        g.dil[1],
+        g.groups,
+        if has_bias { "_bias" } else { "" },
+        if epi.is_empty() { "" } else { "_fused" }
+    ));
+    let xa = b.arg("x", cx.len_of(xp), Access::Read);
+    let wb = cx.buf(operands[1]);
+    let wa = b.arg("w", cx.len_of(wb), Access::Read);
+    let mut args = vec![xp, wb];
+    let bias = if has_bias {
+        let bb = cx.buf(operands[2]);
+        args.push(bb);
+        Some(b.arg("bias", cx.len_of(bb), Access::Read))
+    } else {
+        None
+    };
+    args.extend(epi.declare(&mut b));
+    let ya = b.arg("out", cx.len_of(out), Access::Write);
+    args.push(out);
+
+    let bufs = TileBufs {
+        x: xa,
+        w: wa,
+        bias,
+        out: ya,
+    };
+    let og_main = g.og / TILE_CHANNELS * TILE_CHANNELS;
+    b.for_loop(0, g.n as i64, 1, |b, n| {
+        b.for_loop(0, g.groups as i64, 1, |b, grp| {
+            b.for_loop(0, g.oh as i64, 1, |b, r| {
+                let at = |ob: Affine| TileAt {
+                    n: Affine::var(n),
+                    o0: Affine::var(grp).scale(g.og as i64).add(&ob),
+                    c0: Affine::var(grp).scale(g.cg as i64),
+                    oh: Affine::var(r),
+                };
+                b.for_loop(0, og_main as i64, TILE_CHANNELS as i64, |b, ob| {
+                    row_of_tiles(b, g, &bufs, &epi, &at(Affine::var(ob)), TILE_CHANNELS);
+                });
+                if og_main < g.og {
+                    row_of_tiles(
+                        b,
+                        g,
+                        &bufs,
+                        &epi,
+                        &at(Affine::constant(og_main as i64)),
+                        g.og - og_main,
+                    );
+                }
+            });
+        });
+    });
+    cx.step(b.finish(), args)
+}
+
+struct TileBufs {
+    x: smelt_ir::loops::BufId,
+    w: smelt_ir::loops::BufId,
+    bias: Option<smelt_ir::loops::BufId>,
+    out: smelt_ir::loops::BufId,
+}
+
+/// Where a tile row starts: batch, first output channel, first input channel of the
+/// group, output row.
+struct TileAt {
+    n: Affine,
+    o0: Affine,
+    c0: Affine,
+    oh: Affine,
+}
+
+/// One output row for `nt` channels: full tiles, then single-vector tiles, then a scalar tail.
+fn row_of_tiles(
+    b: &mut KernelBuilder,
+    g: &Geo,
+    bufs: &TileBufs,
+    epi: &Epilogue,
+    at: &TileAt,
+    nt: usize,
+) {
+    let span = 4 * TILE_VECTORS;
+    let main = (g.ow / span * span) as i64;
+    b.for_loop(0, main, span as i64, |b, q| {
+        tile(
+            b,
+            g,
+            bufs,
+            epi,
+            at,
+            nt,
+            &Affine::var(q),
+            TILE_VECTORS,
+            Width::F32x4,
+        );
+    });
+    let vec_end = main + ((g.ow as i64 - main) / 4 * 4);
+    b.for_loop(main, vec_end, 4, |b, q| {
+        tile(b, g, bufs, epi, at, nt, &Affine::var(q), 1, Width::F32x4);
+    });
+    let rest = g.ow - vec_end as usize;
+    if rest > 0 {
+        tile(
+            b,
+            g,
+            bufs,
+            epi,
+            at,
+            nt,
+            &Affine::constant(vec_end),
+            rest,
+            Width::Scalar,
+        );
+    }
+}
+
+/// A register tile: `nt` output channels × `nv` groups of `w.lanes()` output columns
+/// starting at column `q0`.
+#[allow(clippy::too_many_arguments)]
+fn tile(
+    b: &mut KernelBuilder,
+    g: &Geo,
+    bufs: &TileBufs,
+    epi: &Epilogue,
+    at: &TileAt,
+    nt: usize,
+    q0: &Affine,
+    nv: usize,
+    w: Width,
+) {
+    let lanes = w.lanes() as i64;
+    let accs: Vec<Vec<VarId>> = (0..nt)
+        .map(|_| (0..nv).map(|_| b.var(w)).collect())
+        .collect();
+    for (t, row) in accs.iter().enumerate() {
+        let init = match bufs.bias {
+            Some(bias) => Expr::splat_to(Expr::load(bias, at.o0.plus(t as i64), Width::Scalar), w),
+            None => Expr::constant(0.0, w),
+        };
+        for &acc in row {
+            b.assign(acc, init.clone());
+        }
+    }
+    b.for_loop(0, g.cg as i64, 1, |b, c| {
+        let c = Affine::var(c);
+        let cin = at.c0.add(&c);
+        for kh in 0..g.kh {
+            let row = at.oh.scale(g.stride[0] as i64).plus((kh * g.dil[0]) as i64);
+            for kw in 0..g.kw {
+                let col = kw * g.dil[1];
+                let (phase, shift) = (col % g.phases, col / g.phases);
+                let xs: Vec<Expr> = (0..nv)
+                    .map(|j| {
+                        let q = q0.plus(j as i64 * lanes + shift as i64);
+                        let idx = g.x_index(&at.n, &cin, &row, phase, &q);
+                        let load = Expr::load(bufs.x, idx, w);
+                        if nt > 1 {
+                            b.let_(load, w)
+                        } else {
+                            load
+                        }
+                    })
+                    .collect();
+                for (t, row_accs) in accs.iter().enumerate() {
+                    let wi = g.w_index(&at.o0.plus(t as i64), &c, kh, kw);
+                    let wv = Expr::splat_to(Expr::load(bufs.w, wi, Width::Scalar), w);
+                    let wv = if nv > 1 { b.let_(wv, w) } else { wv };
+                    for (j, &acc) in row_accs.iter().enumerate() {
+                        b.assign(acc, Expr::fma(xs[j].clone(), wv.clone(), Expr::Var(acc)));
+                    }
+                }
+            }
+        }
+    });
+    let out_plane = (g.oh * g.ow) as i64;
+    for (t, row_accs) in accs.iter().enumerate() {
+        for (j, &acc) in row_accs.iter().enumerate() {
+            let o = at.o0.plus(t as i64);
+            let col = q0.plus(j as i64 * lanes);
+            let idx = [at.n.clone(), o.clone(), at.oh.clone(), col.clone()];
+            let v = epi.apply(b, Expr::Var(acc), &idx, w);
+            let dst =
+                at.n.scale(g.o as i64 * out_plane)
+                    .add(&o.scale(out_plane))
+                    .add(&at.oh.scale(g.ow as i64))
+                    .add(&col);
+            b.store(bufs.out, dst, v, w);
+        }
+    }
+}

@@ -1,0 +1,488 @@
+//! The per-op vector emitter: elementwise ops on values in registers, shared by
+//! standalone elementwise kernels and by fused ops' epilogues (post-ops on a register tile).
+
+use smelt_ir::loops::{Access, Affine, BinOp, BufId, CmpOp, Expr, KernelBuilder, UnOp, Width};
+use smelt_ir::op::PostOp;
+use smelt_ir::{BinaryOp, Diagnostic, Op, TensorType, UnaryOp, Value};
+
+use super::{BufferId, Cx};
+
+fn c(v: f32, w: Width) -> Expr {
+    Expr::constant(v, w)
+}
+
+fn add(a: Expr, b: Expr) -> Expr {
+    Expr::binary(BinOp::Add, a, b)
+}
+
+fn mul(a: Expr, b: Expr) -> Expr {
+    Expr::binary(BinOp::Mul, a, b)
+}
+
+fn div(a: Expr, b: Expr) -> Expr {
+    Expr::binary(BinOp::Div, a, b)
+}
+
+/// `max(x, lo)` then `min(_, hi)`.
+fn clamp(x: Expr, lo: f32, hi: f32, w: Width) -> Expr {
+    Expr::binary(BinOp::Min, Expr::binary(BinOp::Max, x, c(lo, w)), c(hi, w))
+}
+
+/// Names `x` with a variable unless it is already cheap to repeat.
+fn share(b: &mut KernelBuilder, x: Expr, w: Width) -> Expr {
+    if x.is_trivial() {
+        x
+    } else {
+        b.let_(x, w)
+    }
+}
+
+/// `1 / (1 + e^-x)`.
+fn sigmoid(x: Expr, w: Width) -> Expr {
+    div(
+        c(1.0, w),
+        add(c(1.0, w), Expr::unary(UnOp::Exp, Expr::unary(UnOp::Neg, x))),
+    )
+}
+
+/// erf(x): Taylor series for |x| < 0.5, Abramowitz–Stegun 7.1.26 (absolute error
+/// ≤ 1.5e-7) elsewhere, selected lane by lane.
+fn erf(b: &mut KernelBuilder, x: Expr, w: Width) -> Expr {
+    let x = share(b, x, w);
+    let ax = b.let_(Expr::unary(UnOp::Abs, x.clone()), w);
+    let x2 = b.let_(mul(x.clone(), x.clone()), w);
+    // 2/sqrt(pi) · (x − x³/3 + x⁵/10 − x⁷/42 + x⁹/216 − x¹¹/1320)
+    let series = [
+        -1.0 / 1320.0,
+        1.0 / 216.0,
+        -1.0 / 42.0,
+        1.0 / 10.0,
+        -1.0 / 3.0,
+        1.0,
+    ];
+    let mut p = c(series[0], w);
+    for &k in &series[1..] {
+        p = Expr::fma(p, x2.clone(), c(k, w));
+    }
+    let small = b.let_(
+        mul(mul(p, x.clone()), c(std::f32::consts::FRAC_2_SQRT_PI, w)),
+        w,
+    );
+    let t = b.let_(
+        div(
+            c(1.0, w),
+            Expr::fma(ax.clone(), c(0.327_591_1, w), c(1.0, w)),
+        ),
+        w,
+    );
+    let coeffs = [
+        1.061_405_4,
+        -1.453_152,
+        1.421_413_8,
+        -0.284_496_74,
+        0.254_829_6,
+    ];
+    let mut q = c(coeffs[0], w);
+    for &k in &coeffs[1..] {
+        q = Expr::fma(q, t.clone(), c(k, w));
+    }
+    let e = Expr::unary(UnOp::Exp, Expr::unary(UnOp::Neg, x2));
+    let large = b.let_(Expr::binary(BinOp::Sub, c(1.0, w), mul(mul(q, t), e)), w);
+    let signed = Expr::select(
+        CmpOp::Lt,
+        x,
+        c(0.0, w),
+        Expr::unary(UnOp::Neg, large.clone()),
+        large,
+    );
+    Expr::select(CmpOp::Lt, ax, c(0.5, w), small, signed)
+}
+
+/// Emits `op(x)` for a value of width `w`; statements for shared subterms go to `b`.
+pub fn unary(b: &mut KernelBuilder, op: UnaryOp, x: Expr, w: Width) -> Expr {
+    match op {
+        // (0 < x) ? x : 0 — the select pattern that becomes one maxps.
+        UnaryOp::Relu => Expr::binary(BinOp::Max, x, c(0.0, w)),
+        UnaryOp::Clip { min, max } => clamp(x, min.0, max.0, w),
+        UnaryOp::LeakyRelu { alpha } => {
+            let x = share(b, x, w);
+            let neg = mul(x.clone(), c(alpha.0, w));
+            Expr::select(CmpOp::Ge, x.clone(), c(0.0, w), x, neg)
+        }
+        UnaryOp::Sigmoid => sigmoid(x, w),
+        UnaryOp::Tanh => {
+            // 1 − 2 / (e^{2x} + 1): exact limits ±1, absolute error ≈ 1e-7
+            let e = Expr::unary(UnOp::Exp, mul(x, c(2.0, w)));
+            Expr::binary(BinOp::Sub, c(1.0, w), div(c(2.0, w), add(e, c(1.0, w))))
+        }
+        UnaryOp::Erf => erf(b, x, w),
+        UnaryOp::Gelu => {
+            let x = share(b, x, w);
+            let e = erf(b, mul(x.clone(), c(std::f32::consts::FRAC_1_SQRT_2, w)), w);
+            mul(mul(x, c(0.5, w)), add(e, c(1.0, w)))
+        }
+        UnaryOp::HardSigmoid { alpha, beta } => {
+            clamp(Expr::fma(x, c(alpha.0, w), c(beta.0, w)), 0.0, 1.0, w)
+        }
+        UnaryOp::HardSwish => {
+            let x = share(b, x, w);
+            let gate = clamp(
+                Expr::fma(x.clone(), c(1.0 / 6.0, w), c(0.5, w)),
+                0.0,
+                1.0,
+                w,
+            );
+            mul(x, gate)
+        }
+        UnaryOp::Silu => {
+            let x = share(b, x, w);
+            div(
+                x.clone(),
+                add(c(1.0, w), Expr::unary(UnOp::Exp, Expr::unary(UnOp::Neg, x))),
+            )
+        }
+    }
+}
+
+/// Emits `op(a, b)`.
+pub fn binary(op: BinaryOp, a: Expr, b: Expr) -> Expr {
+    let op = match op {
+        BinaryOp::Add => BinOp::Add,
+        BinaryOp::Sub => BinOp::Sub,
+        BinaryOp::Mul => BinOp::Mul,
+        BinaryOp::Div => BinOp::Div,
+        BinaryOp::Min => BinOp::Min,
+        BinaryOp::Max => BinOp::Max,
+    };
+    Expr::binary(op, a, b)
+}
+
+/// Numpy-broadcast element strides of a row-major operand of shape `dims` against the
+/// result shape `out`: one stride per result dimension, 0 where the operand is broadcast.
+pub fn broadcast_strides(dims: &[usize], out: &[usize]) -> Vec<i64> {
+    let mut strides = vec![0i64; out.len()];
+    let mut s = 1i64;
+    for k in 0..dims.len() {
+        let d = dims[dims.len() - 1 - k];
+        let o = out.len() - 1 - k;
+        strides[o] = if d == 1 { 0 } else { s };
+        s *= d as i64;
+    }
+    strides
+}
+
+/// `Σ strides[d] · idx[d]`.
+pub fn index_of(strides: &[i64], idx: &[Affine]) -> Affine {
+    strides
+        .iter()
+        .zip(idx)
+        .fold(Affine::constant(0), |acc, (&s, i)| acc.add(&i.scale(s)))
+}
+
+/// Row-major strides of `dims`.
+pub fn row_major_strides(dims: &[usize]) -> Vec<i64> {
+    let mut strides = vec![1i64; dims.len()];
+    for k in (0..dims.len().saturating_sub(1)).rev() {
+        strides[k] = strides[k + 1] * dims[k + 1] as i64;
+    }
+    strides
+}
+
+/// Loads an operand at `index` for a result of width `w` whose lanes advance along a
+/// dimension where the operand's stride is `lane_stride` (1: consecutive, 0: broadcast).
+pub fn load_lanes(buf: BufId, index: Affine, lane_stride: i64, w: Width) -> Expr {
+    match (w, lane_stride) {
+        (Width::Scalar, _) => Expr::load(buf, index, Width::Scalar),
+        (Width::F32x4, 0) => Expr::Splat(Box::new(Expr::load(buf, index, Width::Scalar))),
+        (Width::F32x4, _) => Expr::load(buf, index, Width::F32x4),
+    }
+}
+
+/// A fused op's post-ops with their extra operands, applied to a register tile just
+/// before it is stored. Empty for unfused ops.
+pub struct Epilogue {
+    post: Vec<PostOp>,
+    /// Buffer, length and broadcast strides (against the result shape) of each extra operand.
+    operands: Vec<(BufferId, usize, Vec<i64>)>,
+    args: Vec<BufId>,
+}
+
+impl Epilogue {
+    /// The epilogue for `post` with extra operands `vals`, for a result of shape `out`.
+    pub(crate) fn new(cx: &Cx, post: &[PostOp], vals: &[Value], out: &[usize]) -> Epilogue {
+        let operands = vals
+            .iter()
+            .map(|&v| {
+                let b = cx.buf(v);
+                (
+                    b,
+                    cx.len_of(b),
+                    broadcast_strides(&cx.func.type_of(v).dims, out),
+                )
+            })
+            .collect();
+        Epilogue {
+            post: post.to_vec(),
+            operands,
+            args: Vec::new(),
+        }
+    }
+
+    /// Whether there is nothing to apply.
+    pub fn is_empty(&self) -> bool {
+        self.post.is_empty()
+    }
+
+    /// Declares the extra operands as read-only kernel arguments; returns their buffers,
+    /// to be appended to the step's arguments in the same order.
+    pub fn declare(&mut self, b: &mut KernelBuilder) -> Vec<BufferId> {
+        self.args = self
+            .operands
+            .iter()
+            .enumerate()
+            .map(|(i, (_, len, _))| b.arg(&format!("post{i}"), *len, Access::Read))
+            .collect();
+        self.operands.iter().map(|o| o.0).collect()
+    }
+
+    /// Applies the post-ops to `acc`, the result element(s) at logical index `idx` (one
+    /// affine per result dimension; vector lanes run along the last dimension).
+    pub fn apply(&self, b: &mut KernelBuilder, acc: Expr, idx: &[Affine], w: Width) -> Expr {
+        let mut acc = acc;
+        let mut next = 0;
+        for p in &self.post {
+            acc = match *p {
+                PostOp::Unary(u) => unary(b, u, acc, w),
+                PostOp::Binary { op, acc_is_lhs } => {
+                    let (_, _, strides) = &self.operands[next];
+                    let lane = strides.last().copied().unwrap_or(0);
+                    let x = load_lanes(self.args[next], index_of(strides, idx), lane, w);
+                    next += 1;
+                    if acc_is_lhs {
+                        binary(op, acc, x)
+                    } else {
+                        binary(op, x, acc)
+                    }
+                }
+            };
+            if !acc.is_trivial() && !self.post.is_empty() {
+                acc = b.let_(acc, w);
+            }
+        }
+        acc
+    }
+}
+
+/// Merges adjacent result dimensions that every operand walks contiguously (or
+/// broadcasts along entirely), so elementwise loops are as long and flat as possible.
+/// Returns the merged result dims and each operand's merged strides.
+pub fn collapse(out: &[usize], strides: &[Vec<i64>]) -> (Vec<usize>, Vec<Vec<i64>>) {
+    let mut dims: Vec<usize> = Vec::new();
+    let mut st: Vec<Vec<i64>> = vec![Vec::new(); strides.len()];
+    for d in 0..out.len() {
+        if out[d] == 1 {
+            continue;
+        }
+        let mergeable = !dims.is_empty()
+            && strides.iter().enumerate().all(|(k, s)| {
+                let prev = *st[k].last().unwrap_or(&0);
+                prev == s[d] * out[d] as i64
+            });
+        if mergeable {
+            let last = dims.len() - 1;
+            dims[last] *= out[d];
+            for (k, s) in strides.iter().enumerate() {
+                let l = st[k].len() - 1;
+                st[k][l] = s[d];
+            }
+        } else {
+            dims.push(out[d]);
+            for (k, s) in strides.iter().enumerate() {
+                st[k].push(s[d]);
+            }
+        }
+    }
+    if dims.is_empty() {
+        dims.push(1);
+        for s in &mut st {
+            s.push(0);
+        }
+    }
+    (dims, st)
+}
+
+/// Emits loops over `dims` (row-major), the last one vectorized with a scalar tail when
+/// `vectorize`; `body` receives the index of every dimension and the width.
+pub fn emit_nest(
+    b: &mut KernelBuilder,
+    dims: &[usize],
+    vectorize: bool,
+    body: &mut dyn FnMut(&mut KernelBuilder, &[Affine], Width),
+) {
+    fn go(
+        b: &mut KernelBuilder,
+        dims: &[usize],
+        idx: &mut Vec<Affine>,
+        vectorize: bool,
+        body: &mut dyn FnMut(&mut KernelBuilder, &[Affine], Width),
+    ) {
+        let d = idx.len();
+        let n = dims[d] as i64;
+        if d + 1 == dims.len() {
+            let main = if vectorize { n / 4 * 4 } else { 0 };
+            b.for_loop(0, main, 4, |b, i| {
+                idx.push(Affine::var(i));
+                body(b, idx, Width::F32x4);
+                idx.pop();
+            });
+            b.for_loop(main, n, 1, |b, i| {
+                idx.push(Affine::var(i));
+                body(b, idx, Width::Scalar);
+                idx.pop();
+            });
+        } else {
+            b.for_loop(0, n, 1, |b, i| {
+                idx.push(Affine::var(i));
+                go(b, dims, idx, vectorize, body);
+                idx.pop();
+            });
+        }
+    }
+    go(b, dims, &mut Vec::new(), vectorize, body);
+}
+
+/// Lowers a standalone elementwise op (unary, binary with broadcasting, batch_norm).
+pub(crate) fn lower_map(
+    cx: &mut Cx,
+    op: &Op,
+    operands: &[Value],
+    out_ty: &TensorType,
+    mut epi: Epilogue,
+    out: BufferId,
+) -> Result<(), Diagnostic> {
+    let out_dims = &out_ty.dims;
+    let mut strides: Vec<Vec<i64>> = operands
+        .iter()
+        .map(|&v| {
+            let t = cx.func.type_of(v);
+            match op {
+                // scale, bias, mean, var are per-channel (axis 1) vectors
+                Op::BatchNorm { .. } if t.rank() == 1 => {
+                    let mut s = vec![0i64; out_dims.len()];
+                    s[1] = 1;
+                    s
+                }
+                _ => broadcast_strides(&t.dims, out_dims),
+            }
+        })
+        .collect();
+    strides.push(row_major_strides(out_dims));
+    let (dims, st) = collapse(out_dims, &strides);
+    let vectorize = st.iter().all(|s| matches!(s.last(), Some(0 | 1)));
+
+    let name = match op {
+        Op::Unary(u) => u.name().to_string(),
+        other => other.name().to_string(),
+    };
+    let mut b = KernelBuilder::new(&format!("{name}_{}", dims_name(out_dims)));
+    let ins: Vec<BufId> = operands
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| b.arg(&format!("in{i}"), cx.len_of(cx.buf(v)), Access::Read))
+        .collect();
+    let mut args: Vec<BufferId> = operands.iter().map(|&v| cx.buf(v)).collect();
+    args.extend(epi.declare(&mut b));
+    let y = b.arg("out", cx.len_of(out), Access::Write);
+    args.push(out);
+    let out_st = st[st.len() - 1].clone();
+    let full_idx_needed = !epi.is_empty();
+    if full_idx_needed {
+        return Err(cx.unsupported("post-ops on an elementwise anchor"));
+    }
+    let op = op.clone();
+    emit_nest(&mut b, &dims, vectorize, &mut |b, idx, w| {
+        let load = |k: usize| load_lanes(ins[k], index_of(&st[k], idx), st[k][st[k].len() - 1], w);
+        let v = match &op {
+            Op::Unary(u) => unary(b, *u, load(0), w),
+            Op::Binary(o) => binary(*o, load(0), load(1)),
+            Op::BatchNorm { epsilon } => {
+                // (x − mean) · scale / sqrt(var + ε) + bias
+                let inv = div(
+                    load(1),
+                    Expr::unary(UnOp::Sqrt, add(load(4), c(epsilon.0, w))),
+                );
+                Expr::fma(Expr::binary(BinOp::Sub, load(0), load(3)), inv, load(2))
+            }
+            _ => c(0.0, w),
+        };
+        b.store(y, index_of(&out_st, idx), v, w);
+    });
+    let _ = epi;
+    cx.step(b.finish(), args)
+}
+
+/// Applies an epilogue to a computed tensor: `out = post_ops(src, operands…)`.
+pub(crate) fn lower_epilogue(
+    cx: &mut Cx,
+    src: BufferId,
+    out_ty: &TensorType,
+    mut epi: Epilogue,
+    out: BufferId,
+) -> Result<(), Diagnostic> {
+    let dims = if out_ty.dims.is_empty() {
+        vec![1]
+    } else {
+        out_ty.dims.clone()
+    };
+    let mut b = KernelBuilder::new(&format!("epilogue_{}", dims_name(&dims)));
+    let sa = b.arg("anchor", cx.len_of(src), Access::Read);
+    let mut args = vec![src];
+    args.extend(epi.declare(&mut b));
+    let ya = b.arg("out", cx.len_of(out), Access::Write);
+    args.push(out);
+    let strides = row_major_strides(&dims);
+    let rank = out_ty.rank();
+    emit_nest(&mut b, &dims, true, &mut |b, idx, w| {
+        let at = index_of(&strides, idx);
+        let v = Expr::load(sa, at.clone(), w);
+        let v = epi.apply(b, v, &idx[..rank], w);
+        b.store(ya, at, v, w);
+    });
+    cx.step(b.finish(), args)
+}
+
+/// `1x64x56x56` for kernel names.
+pub fn dims_name(dims: &[usize]) -> String {
+    dims.iter()
+        .map(|d| d.to_string())
+        .collect::<Vec<_>>()
+        .join("x")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcast_strides_zero_on_broadcast_dims() {
+        assert_eq!(
+            broadcast_strides(&[64, 1, 1], &[1, 64, 7, 7]),
+            vec![0, 1, 0, 0]
+        );
+        assert_eq!(broadcast_strides(&[2, 3], &[2, 3]), vec![3, 1]);
+        assert_eq!(broadcast_strides(&[], &[4, 5]), vec![0, 0]);
+    }
+
+    #[test]
+    fn collapse_merges_contiguous_dims_only() {
+        let out = [2, 3, 4, 5];
+        let full = row_major_strides(&out);
+        let chan = broadcast_strides(&[3, 1, 1], &out);
+        let (dims, st) = collapse(&out, &[full.clone(), chan]);
+        assert_eq!(dims, vec![2, 3, 20]);
+        assert_eq!(st[0], vec![60, 20, 1]);
+        assert_eq!(st[1], vec![0, 1, 0]);
+        let (dims, _) = collapse(&out, &[full]);
+        assert_eq!(dims, vec![120]);
+    }
+}

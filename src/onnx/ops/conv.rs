@@ -1,0 +1,208 @@
+//! Conv (1-D and 2-D; 1-D runs as 2-D with height 1) and the `auto_pad` resolution
+//! shared with the pools.
+
+use smelt_ir::op::{Conv2dAttrs, Op};
+use smelt_ir::{Diagnostic, Value};
+
+use crate::onnx::context::{Entry, NodeCtx};
+
+/// Window geometry of a conv or pool node, per spatial axis, after `auto_pad` is resolved.
+pub struct Window {
+    /// Kernel size per spatial axis.
+    pub kernel: Vec<usize>,
+    /// Strides.
+    pub strides: Vec<usize>,
+    /// Dilations.
+    pub dilations: Vec<usize>,
+    /// Explicit padding: begins for every axis, then ends (ONNX order).
+    pub pads: Vec<usize>,
+}
+
+impl Window {
+    /// Reads `strides`, `dilations`, `pads` and `auto_pad` for a window of `kernel` over
+    /// the spatial dims `input`. `dilations_attr` is false for ops without dilations.
+    pub fn read(
+        cx: &NodeCtx,
+        kernel: Vec<usize>,
+        input: &[usize],
+        dilations_attr: bool,
+    ) -> Result<Window, Diagnostic> {
+        let n = kernel.len();
+        let positive = |name: &str, v: Option<Vec<i64>>| -> Result<Vec<usize>, Diagnostic> {
+            match v {
+                None => Ok(vec![1; n]),
+                Some(v) if v.len() == n && v.iter().all(|&x| x >= 1) => {
+                    Ok(v.iter().map(|&x| x as usize).collect())
+                }
+                Some(v) => Err(cx.bad_attr(
+                    name,
+                    format!("{v:?} must hold {n} positive values, one per spatial axis"),
+                )),
+            }
+        };
+        let strides = positive("strides", cx.attr_ints("strides")?)?;
+        let dilations = if dilations_attr {
+            positive("dilations", cx.attr_ints("dilations")?)?
+        } else {
+            vec![1; n]
+        };
+        let auto_pad = cx
+            .attr_string("auto_pad")?
+            .unwrap_or_else(|| "NOTSET".into());
+        let explicit = cx.attr_ints("pads")?;
+        let pads = match auto_pad.as_str() {
+            "NOTSET" | "" => match explicit {
+                None => vec![0; 2 * n],
+                Some(p) if p.len() == 2 * n && p.iter().all(|&x| x >= 0) => {
+                    p.iter().map(|&x| x as usize).collect()
+                }
+                Some(p) => {
+                    return Err(cx.bad_attr(
+                        "pads",
+                        format!("{p:?} must hold {} non-negative values", 2 * n),
+                    ))
+                }
+            },
+            "VALID" => vec![0; 2 * n],
+            "SAME_UPPER" | "SAME_LOWER" => {
+                let mut pads = vec![0; 2 * n];
+                for k in 0..n {
+                    // output = ceil(input / stride); pad what the last window needs
+                    let out = input[k].div_ceil(strides[k]);
+                    let span = (kernel[k].saturating_sub(1)) * dilations[k] + 1;
+                    let total =
+                        ((out.saturating_sub(1)) * strides[k] + span).saturating_sub(input[k]);
+                    let small = total / 2;
+                    let (begin, end) = if auto_pad == "SAME_UPPER" {
+                        (small, total - small)
+                    } else {
+                        (total - small, small)
+                    };
+                    pads[k] = begin;
+                    pads[k + n] = end;
+                }
+                pads
+            }
+            other => {
+                return Err(cx.bad_attr(
+                    "auto_pad",
+                    format!("'{other}' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID"),
+                ))
+            }
+        };
+        Ok(Window {
+            kernel,
+            strides,
+            dilations,
+            pads,
+        })
+    }
+
+    /// The 2-D form: 1-D windows become height-1 windows.
+    pub fn to_2d(&self) -> ([usize; 2], [usize; 2], [usize; 2], [usize; 4]) {
+        if self.kernel.len() == 1 {
+            (
+                [1, self.kernel[0]],
+                [1, self.strides[0]],
+                [1, self.dilations[0]],
+                [0, self.pads[0], 0, self.pads[1]],
+            )
+        } else {
+            (
+                [self.kernel[0], self.kernel[1]],
+                [self.strides[0], self.strides[1]],
+                [self.dilations[0], self.dilations[1]],
+                [self.pads[0], self.pads[1], self.pads[2], self.pads[3]],
+            )
+        }
+    }
+}
+
+/// Checks that input `i` is a 1-D or 2-D spatial tensor (`[N, C, L]` or `[N, C, H, W]`)
+/// and returns its dims.
+pub fn spatial_input(cx: &NodeCtx, i: usize) -> Result<Vec<usize>, Diagnostic> {
+    let dims = cx.dims(i)?;
+    if dims.len() != 3 && dims.len() != 4 {
+        return Err(cx.err(
+            "onnx-unsupported-op",
+            format!(
+                "input of shape {dims:?} has {} spatial dimensions; smelt supports 1 and 2",
+                dims.len().saturating_sub(2)
+            ),
+        ));
+    }
+    Ok(dims)
+}
+
+/// Input 0 as a 4-D value: `[N, C, L]` becomes `[N, C, 1, L]`.
+pub fn input_as_4d(cx: &mut NodeCtx, dims: &[usize]) -> Result<Value, Diagnostic> {
+    if dims.len() == 3 {
+        cx.reshaped_input(0, vec![dims[0], dims[1], 1, dims[2]])
+    } else {
+        cx.value(0)
+    }
+}
+
+/// A 4-D result back in the input's rank: `[N, C, 1, L]` becomes `[N, C, L]`.
+pub fn output_from_4d(cx: &mut NodeCtx, y: Value, rank: usize) -> Result<Value, Diagnostic> {
+    if rank == 3 {
+        let d = cx.type_of(y).dims.clone();
+        cx.reshape(y, vec![d[0], d[1], d[3]])
+    } else {
+        Ok(y)
+    }
+}
+
+/// Conv with optional bias, groups, dilations, strides, explicit or automatic padding.
+pub fn conv(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&[
+        "auto_pad",
+        "dilations",
+        "group",
+        "kernel_shape",
+        "pads",
+        "strides",
+    ])?;
+    let x_dims = spatial_input(cx, 0)?;
+    let w_dims = cx.dims(1)?;
+    if w_dims.len() != x_dims.len() {
+        return Err(cx.err(
+            "onnx-bad-model",
+            format!("weight shape {w_dims:?} does not match input shape {x_dims:?}"),
+        ));
+    }
+    let kernel = w_dims[2..].to_vec();
+    if let Some(k) = cx.attr_ints("kernel_shape")? {
+        if k.iter().map(|&v| v as usize).ne(kernel.iter().copied()) || k.iter().any(|&v| v < 0) {
+            return Err(cx.bad_attr(
+                "kernel_shape",
+                format!("{k:?} does not match the weight's spatial dims {kernel:?}"),
+            ));
+        }
+    }
+    let group = cx.attr_int_or("group", 1)?;
+    if group < 1 {
+        return Err(cx.bad_attr("group", format!("{group} must be positive")));
+    }
+    let window = Window::read(cx, kernel, &x_dims[2..], true)?;
+    let (_, strides, dilations, pads) = window.to_2d();
+    let x = input_as_4d(cx, &x_dims)?;
+    let w = if w_dims.len() == 3 {
+        cx.reshaped_input(1, vec![w_dims[0], w_dims[1], 1, w_dims[2]])?
+    } else {
+        cx.value(1)?
+    };
+    let mut operands = vec![x, w];
+    if let Some(b) = cx.opt_value(2)? {
+        operands.push(b);
+    }
+    let attrs = Conv2dAttrs {
+        strides,
+        pads,
+        dilations,
+        groups: group as usize,
+    };
+    let y = cx.emit(Op::Conv2d(attrs), &operands)?;
+    let y = output_from_4d(cx, y, x_dims.len())?;
+    Ok(vec![Entry::Value(y)])
+}

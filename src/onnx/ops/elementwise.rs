@@ -1,0 +1,214 @@
+//! Elementwise ops: Add/Sub/Mul/Div (folded when both operands are constant), Sum,
+//! the activations, Clip and Gelu.
+
+use smelt_ir::op::{BinaryOp, Op, UnaryOp};
+use smelt_ir::{Diagnostic, Value, F32};
+
+use crate::onnx::context::{Entry, NodeCtx};
+use crate::onnx::tensor::ConstTensor;
+
+/// Add, Sub, Mul, Div with numpy broadcasting (version 7 on; older versions had the
+/// legacy `broadcast`/`axis` attributes).
+pub fn binary(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&[])?;
+    let op = match cx.node.op_type() {
+        "Add" => BinaryOp::Add,
+        "Sub" => BinaryOp::Sub,
+        "Mul" => BinaryOp::Mul,
+        _ => BinaryOp::Div,
+    };
+    if let (Some(a), Some(b)) = (cx.const_input(0)?, cx.const_input(1)?) {
+        let folded = fold_binary(op, &a, &b).map_err(|m| cx.err("onnx-bad-model", m))?;
+        return Ok(vec![Entry::constant(folded)]);
+    }
+    let a = cx.value(0)?;
+    let b = cx.value(1)?;
+    Ok(vec![Entry::Value(cx.emit(Op::Binary(op), &[a, b])?)])
+}
+
+/// Folds a binary op on constants: integer arithmetic for shape computations
+/// (integer division truncates, as ONNX Runtime does), f32 arithmetic otherwise.
+fn fold_binary(op: BinaryOp, a: &ConstTensor, b: &ConstTensor) -> Result<ConstTensor, String> {
+    let int_op = |x: i64, y: i64| -> Result<i64, String> {
+        let r = match op {
+            BinaryOp::Add => x.checked_add(y),
+            BinaryOp::Sub => x.checked_sub(y),
+            BinaryOp::Mul => x.checked_mul(y),
+            BinaryOp::Div => x.checked_div(y),
+            BinaryOp::Min => Some(x.min(y)),
+            BinaryOp::Max => Some(x.max(y)),
+        };
+        r.ok_or_else(|| {
+            format!(
+                "integer {} of {x} and {y} overflows or divides by zero",
+                op.name()
+            )
+        })
+    };
+    let float_op = |x: f32, y: f32| -> f32 {
+        match op {
+            BinaryOp::Add => x + y,
+            BinaryOp::Sub => x - y,
+            BinaryOp::Mul => x * y,
+            BinaryOp::Div => x / y,
+            BinaryOp::Min => x.min(y),
+            BinaryOp::Max => x.max(y),
+        }
+    };
+    ConstTensor::binary(a, b, int_op, float_op)
+}
+
+/// Sum of one or more inputs, as a chain of adds (left to right, like ONNX Runtime).
+pub fn sum(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&[])?;
+    if cx.num_inputs() == 0 {
+        return Err(cx.err("onnx-missing-input", "Sum needs at least one input"));
+    }
+    if cx.num_inputs() == 1 {
+        return Ok(vec![cx.entry(0)?]);
+    }
+    let mut acc = cx.value(0)?;
+    for i in 1..cx.num_inputs() {
+        let v = cx.value(i)?;
+        acc = cx.emit(Op::Binary(BinaryOp::Add), &[acc, v])?;
+    }
+    Ok(vec![Entry::Value(acc)])
+}
+
+/// The activations that map to one unary op.
+pub fn unary(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    let op = match cx.node.op_type() {
+        "Relu" => {
+            cx.check_attrs(&[])?;
+            UnaryOp::Relu
+        }
+        "Sigmoid" => {
+            cx.check_attrs(&[])?;
+            UnaryOp::Sigmoid
+        }
+        "Tanh" => {
+            cx.check_attrs(&[])?;
+            UnaryOp::Tanh
+        }
+        "Erf" => {
+            cx.check_attrs(&[])?;
+            UnaryOp::Erf
+        }
+        "HardSwish" => {
+            cx.check_attrs(&[])?;
+            UnaryOp::HardSwish
+        }
+        "LeakyRelu" => {
+            cx.check_attrs(&["alpha"])?;
+            UnaryOp::LeakyRelu {
+                alpha: F32(cx.attr_float_or("alpha", 0.01)?),
+            }
+        }
+        _ => {
+            cx.check_attrs(&["alpha", "beta"])?;
+            UnaryOp::HardSigmoid {
+                alpha: F32(cx.attr_float_or("alpha", 0.2)?),
+                beta: F32(cx.attr_float_or("beta", 0.5)?),
+            }
+        }
+    };
+    let x = cx.value(0)?;
+    Ok(vec![Entry::Value(cx.emit(Op::Unary(op), &[x])?)])
+}
+
+/// Clip: bounds from attributes (before version 11) or from optional inputs. Constant
+/// bounds become one `clip` op; bounds computed at run time become `max` then `min`.
+pub fn clip(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    let x = cx.value(0)?;
+    if cx.version < 11 {
+        cx.check_attrs(&["min", "max"])?;
+        let lo = cx.attr_float_or("min", f32::MIN)?;
+        let hi = cx.attr_float_or("max", f32::MAX)?;
+        return clip_const(cx, x, lo, hi);
+    }
+    cx.check_attrs(&[])?;
+    let mut bounds = [None, None];
+    let mut all_const = true;
+    for (k, bound) in bounds.iter_mut().enumerate() {
+        if cx.input_name(k + 1).is_none() {
+            continue;
+        }
+        match cx.const_input(k + 1)? {
+            Some(c) => {
+                let v = c.f32s().filter(|v| v.len() == 1).ok_or_else(|| {
+                    cx.err(
+                        "onnx-bad-model",
+                        format!(
+                            "input {} must be a float32 scalar, got {} of shape {:?}",
+                            k + 1,
+                            c.type_name(),
+                            c.dims
+                        ),
+                    )
+                })?;
+                *bound = Some(v[0]);
+            }
+            None => all_const = false,
+        }
+    }
+    if all_const {
+        let lo = bounds[0].unwrap_or(f32::NEG_INFINITY);
+        let hi = bounds[1].unwrap_or(f32::INFINITY);
+        if bounds == [None, None] {
+            return Ok(vec![Entry::Value(x)]);
+        }
+        return clip_const(cx, x, lo, hi);
+    }
+    let mut y = x;
+    for (k, op) in [(1, BinaryOp::Max), (2, BinaryOp::Min)] {
+        if let Some(b) = cx.opt_value(k)? {
+            y = cx.emit(Op::Binary(op), &[y, b])?;
+        }
+    }
+    Ok(vec![Entry::Value(y)])
+}
+
+fn clip_const(cx: &mut NodeCtx, x: Value, lo: f32, hi: f32) -> Result<Vec<Entry>, Diagnostic> {
+    let op = UnaryOp::Clip {
+        min: F32(lo),
+        max: F32(hi),
+    };
+    Ok(vec![Entry::Value(cx.emit(Op::Unary(op), &[x])?)])
+}
+
+/// Gelu (opset 20): exact (`approximate = "none"`) is one op; the tanh approximation
+/// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))` is spelled out with elementwise ops.
+pub fn gelu(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&["approximate"])?;
+    let x = cx.value(0)?;
+    let approximate = cx
+        .attr_string("approximate")?
+        .unwrap_or_else(|| "none".into());
+    let y = match approximate.as_str() {
+        "none" => cx.emit(Op::Unary(UnaryOp::Gelu), &[x])?,
+        "tanh" => {
+            let mul = |cx: &mut NodeCtx, a, b| cx.emit(Op::Binary(BinaryOp::Mul), &[a, b]);
+            let add = |cx: &mut NodeCtx, a, b| cx.emit(Op::Binary(BinaryOp::Add), &[a, b]);
+            let x2 = mul(cx, x, x)?;
+            let x3 = mul(cx, x2, x)?;
+            let c = cx.scalar(0.044715)?;
+            let cx3 = mul(cx, c, x3)?;
+            let inner = add(cx, x, cx3)?;
+            let k = cx.scalar((2.0f64 / std::f64::consts::PI).sqrt() as f32)?;
+            let scaled = mul(cx, k, inner)?;
+            let t = cx.emit(Op::Unary(UnaryOp::Tanh), &[scaled])?;
+            let one = cx.scalar(1.0)?;
+            let one_plus = add(cx, one, t)?;
+            let half = cx.scalar(0.5)?;
+            let half_x = mul(cx, half, x)?;
+            mul(cx, half_x, one_plus)?
+        }
+        other => {
+            return Err(cx.bad_attr(
+                "approximate",
+                format!("'{other}' is not one of \"none\", \"tanh\""),
+            ))
+        }
+    };
+    Ok(vec![Entry::Value(y)])
+}

@@ -1,0 +1,60 @@
+//! Matrix ops and Softmax: Gemm, MatMul, Softmax (with its pre-13 flattening semantics).
+
+use smelt_ir::op::{GemmAttrs, Op};
+use smelt_ir::{Diagnostic, F32};
+
+use crate::onnx::context::{Entry, NodeCtx};
+
+/// Gemm: `alpha * op(A) * op(B) + beta * C` with optional C (from version 11). Version 6's
+/// `broadcast` flag only allowed what numpy broadcasting of C allows.
+pub fn gemm(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&["alpha", "beta", "transA", "transB", "broadcast"])?;
+    let attrs = GemmAttrs {
+        alpha: F32(cx.attr_float_or("alpha", 1.0)?),
+        beta: F32(cx.attr_float_or("beta", 1.0)?),
+        trans_a: cx.attr_bool("transA", false)?,
+        trans_b: cx.attr_bool("transB", false)?,
+    };
+    let mut operands = vec![cx.value(0)?, cx.value(1)?];
+    if let Some(c) = cx.opt_value(2)? {
+        operands.push(c);
+    }
+    Ok(vec![Entry::Value(cx.emit(Op::Gemm(attrs), &operands)?)])
+}
+
+/// MatMul with numpy semantics.
+pub fn matmul(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&[])?;
+    let a = cx.value(0)?;
+    let b = cx.value(1)?;
+    Ok(vec![Entry::Value(cx.emit(Op::MatMul, &[a, b])?)])
+}
+
+/// Softmax. From version 13 it normalizes along one axis (default -1); before, the input
+/// is flattened to 2-D at `axis` (default 1) and normalized along the second dimension.
+pub fn softmax(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&["axis"])?;
+    let dims = cx.dims(0)?;
+    let rank = dims.len();
+    let x = cx.value(0)?;
+    if cx.version >= 13 {
+        let axis = cx.axis("axis", cx.attr_int_or("axis", -1)?, rank)?;
+        return Ok(vec![Entry::Value(cx.emit(Op::Softmax { axis }, &[x])?)]);
+    }
+    let raw = cx.attr_int_or("axis", 1)?;
+    // Before 13, axis may equal rank (a flattened inner size of 1).
+    let axis = if raw == rank as i64 {
+        rank
+    } else {
+        cx.axis("axis", raw, rank)?
+    };
+    if axis + 1 == rank {
+        return Ok(vec![Entry::Value(cx.emit(Op::Softmax { axis }, &[x])?)]);
+    }
+    let outer: usize = dims[..axis].iter().product();
+    let inner: usize = dims[axis..].iter().product();
+    let flat = cx.reshape(x, vec![outer, inner])?;
+    let y = cx.emit(Op::Softmax { axis: 1 }, &[flat])?;
+    let y = cx.reshape(y, dims)?;
+    Ok(vec![Entry::Value(y)])
+}

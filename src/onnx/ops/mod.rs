@@ -1,0 +1,109 @@
+//! The operator table: each supported ONNX op type, the operator versions ONNX defines
+//! for it, the oldest version smelt implements, and the handler (one per op family).
+
+mod conv;
+mod elementwise;
+mod linalg;
+mod norm;
+mod pool;
+mod shape;
+
+use smelt_ir::Diagnostic;
+
+use super::context::{Entry, NodeCtx};
+
+/// Newest `ai.onnx` opset whose operator versions the table below lists (onnx 1.23.2).
+pub const MAX_OPSET: i64 = 28;
+
+/// Imports one node; returns an entry per node output, in order (fewer entries than
+/// outputs means the remaining outputs do not exist for this op).
+pub type Handler = fn(&mut NodeCtx) -> Result<Vec<Entry>, Diagnostic>;
+
+/// One row of the table.
+pub struct OpRule {
+    /// ONNX op type.
+    pub op_type: &'static str,
+    /// Every `since_version` of the op in the `ai.onnx` domain up to [`MAX_OPSET`].
+    pub versions: &'static [i64],
+    /// Oldest version smelt implements (older ones have semantics it does not model).
+    pub min_version: i64,
+    /// The handler.
+    pub import: Handler,
+}
+
+macro_rules! rules {
+    ($($op:literal $versions:expr, from $min:literal => $f:path;)*) => {
+        &[$(OpRule { op_type: $op, versions: &$versions, min_version: $min, import: $f },)*]
+    };
+}
+
+/// The table, sorted by op type.
+pub static RULES: &[OpRule] = rules! {
+    "Add"                 [1, 6, 7, 13, 14],              from 7  => elementwise::binary;
+    "AveragePool"         [1, 7, 10, 11, 19, 22],         from 1  => pool::average_pool;
+    "BatchNormalization"  [1, 6, 7, 9, 14, 15],           from 6  => norm::batch_norm;
+    "Clip"                [1, 6, 11, 12, 13],             from 6  => elementwise::clip;
+    "Concat"              [1, 4, 11, 13],                 from 4  => shape::concat;
+    "Constant"            [1, 9, 11, 12, 13, 19, 21, 23, 24, 25], from 1 => shape::constant;
+    "ConstantOfShape"     [9, 20, 21, 23, 24, 25],        from 9  => shape::constant_of_shape;
+    "Conv"                [1, 11, 22],                    from 1  => conv::conv;
+    "Div"                 [1, 6, 7, 13, 14],              from 7  => elementwise::binary;
+    "Dropout"             [1, 6, 7, 10, 12, 13, 22],      from 1  => shape::dropout;
+    "Erf"                 [9, 13],                        from 9  => elementwise::unary;
+    "Flatten"             [1, 9, 11, 13, 21, 23, 24, 25], from 1  => shape::flatten;
+    "Gather"              [1, 11, 13],                    from 1  => shape::gather;
+    "Gelu"                [20],                           from 20 => elementwise::gelu;
+    "Gemm"                [1, 6, 7, 9, 11, 13],           from 6  => linalg::gemm;
+    "GlobalAveragePool"   [1, 22],                        from 1  => pool::global_average_pool;
+    "HardSigmoid"         [1, 6, 22],                     from 6  => elementwise::unary;
+    "HardSwish"           [14, 22],                       from 14 => elementwise::unary;
+    "Identity"            [1, 13, 14, 16, 19, 21, 23, 24, 25], from 1 => shape::identity;
+    "LayerNormalization"  [17],                           from 17 => norm::layer_norm;
+    "LeakyRelu"           [1, 6, 16],                     from 6  => elementwise::unary;
+    "MatMul"              [1, 9, 13],                     from 1  => linalg::matmul;
+    "MaxPool"             [1, 8, 10, 11, 12, 22],         from 1  => pool::max_pool;
+    "Mul"                 [1, 6, 7, 13, 14],              from 7  => elementwise::binary;
+    "Relu"                [1, 6, 13, 14],                 from 6  => elementwise::unary;
+    "Reshape"             [1, 5, 13, 14, 19, 21, 23, 24, 25], from 1 => shape::reshape;
+    "Shape"               [1, 13, 15, 19, 21, 23, 24, 25], from 1 => shape::shape;
+    "Sigmoid"             [1, 6, 13],                     from 6  => elementwise::unary;
+    "Softmax"             [1, 11, 13],                    from 1  => linalg::softmax;
+    "Squeeze"             [1, 11, 13, 21, 23, 24, 25],    from 1  => shape::squeeze;
+    "Sub"                 [1, 6, 7, 13, 14],              from 7  => elementwise::binary;
+    "Sum"                 [1, 6, 8, 13],                  from 6  => elementwise::sum;
+    "Tanh"                [1, 6, 13],                     from 6  => elementwise::unary;
+    "Transpose"           [1, 13, 21, 23, 24, 25],        from 1  => shape::transpose;
+    "Unsqueeze"           [1, 11, 13, 21, 23, 24, 25],    from 1  => shape::unsqueeze;
+};
+
+/// The rule for `op_type`, if smelt supports it.
+pub fn rule(op_type: &str) -> Option<&'static OpRule> {
+    RULES
+        .binary_search_by(|r| r.op_type.cmp(op_type))
+        .ok()
+        .map(|i| &RULES[i])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_sorted_and_versions_ascend() {
+        for w in RULES.windows(2) {
+            assert!(
+                w[0].op_type < w[1].op_type,
+                "{} before {}",
+                w[0].op_type,
+                w[1].op_type
+            );
+        }
+        for r in RULES {
+            assert!(r.versions.windows(2).all(|v| v[0] < v[1]), "{}", r.op_type);
+            assert!(r.versions.contains(&r.min_version), "{}", r.op_type);
+            assert!(r.versions.iter().all(|&v| v <= MAX_OPSET), "{}", r.op_type);
+        }
+        assert!(rule("Conv").is_some());
+        assert!(rule("Conv3d").is_none());
+    }
+}

@@ -1,0 +1,481 @@
+//! Tensors known at import time (initializers, `Constant` nodes, folded shape helpers):
+//! decoding from `TensorProto` and the folding operations the importer needs.
+
+use std::borrow::Cow;
+
+use bytes::Bytes;
+use smelt_ir::op::broadcast;
+use smelt_ir::types::MAX_TENSOR_BYTES;
+use smelt_ir::{AlignedBuf, DType, TensorType};
+
+use super::proto::TensorProto;
+
+/// ONNX `TensorProto.DataType` codes this module knows by name.
+pub mod dtype {
+    /// float32.
+    pub const FLOAT: i32 = 1;
+    /// uint8.
+    pub const UINT8: i32 = 2;
+    /// int8.
+    pub const INT8: i32 = 3;
+    /// uint16.
+    pub const UINT16: i32 = 4;
+    /// int16.
+    pub const INT16: i32 = 5;
+    /// int32.
+    pub const INT32: i32 = 6;
+    /// int64.
+    pub const INT64: i32 = 7;
+    /// bool.
+    pub const BOOL: i32 = 9;
+
+    /// The ONNX spelling of a data type code, for messages.
+    pub fn name(code: i32) -> &'static str {
+        match code {
+            0 => "undefined",
+            1 => "float32",
+            2 => "uint8",
+            3 => "int8",
+            4 => "uint16",
+            5 => "int16",
+            6 => "int32",
+            7 => "int64",
+            8 => "string",
+            9 => "bool",
+            10 => "float16",
+            11 => "float64",
+            12 => "uint32",
+            13 => "uint64",
+            14 => "complex64",
+            15 => "complex128",
+            16 => "bfloat16",
+            _ => "an unsupported type",
+        }
+    }
+}
+
+/// The elements of a [`ConstTensor`].
+#[derive(Clone, Debug)]
+pub enum ConstData {
+    /// float32 elements still in the model's little-endian `raw_data` (not copied).
+    F32Raw(Bytes),
+    /// float32 elements.
+    F32(Vec<f32>),
+    /// Integer or boolean elements widened to i64 (shapes, axes, indices, flags).
+    I64(Vec<i64>),
+    /// Elements of a type smelt does not compute with (float64, float16, string...);
+    /// an error is reported only if a node uses them.
+    Unsupported,
+}
+
+/// A tensor whose value is known at import time.
+#[derive(Clone, Debug)]
+pub struct ConstTensor {
+    /// Dimensions.
+    pub dims: Vec<usize>,
+    /// Elements in row-major order.
+    pub data: ConstData,
+    /// The ONNX data type code it was declared with.
+    pub onnx_type: i32,
+}
+
+impl ConstTensor {
+    /// A float32 tensor.
+    pub fn f32(dims: Vec<usize>, values: Vec<f32>) -> ConstTensor {
+        ConstTensor {
+            dims,
+            data: ConstData::F32(values),
+            onnx_type: dtype::FLOAT,
+        }
+    }
+
+    /// An int64 tensor.
+    pub fn i64(dims: Vec<usize>, values: Vec<i64>) -> ConstTensor {
+        ConstTensor {
+            dims,
+            data: ConstData::I64(values),
+            onnx_type: dtype::INT64,
+        }
+    }
+
+    /// Decodes a `TensorProto` (raw or typed fields). Errors say what is wrong with the
+    /// tensor; the caller adds where it was found.
+    pub fn from_proto(t: &TensorProto) -> Result<ConstTensor, String> {
+        if t.data_location == Some(1) || !t.external_data.is_empty() {
+            let file = t
+                .external_data
+                .iter()
+                .find(|e| e.key() == "location")
+                .map(|e| format!(" (in file '{}')", e.value()))
+                .unwrap_or_default();
+            return Err(format!(
+                "its data is stored outside the model{file}; external-data weights are not \
+                 supported: re-save the model with the data embedded \
+                 (onnx.save_model(model, path, save_as_external_data=False))"
+            ));
+        }
+        if t.segment.is_some() {
+            return Err("segmented tensors are not supported".into());
+        }
+        let mut dims = Vec::with_capacity(t.dims.len());
+        for &d in &t.dims {
+            dims.push(usize::try_from(d).map_err(|_| format!("dimension {d} is negative"))?);
+        }
+        let count = dims
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .filter(|&n| (n as u64).saturating_mul(4) <= MAX_TENSOR_BYTES)
+            .ok_or_else(|| format!("shape {dims:?} is too large"))?;
+        let onnx_type = t.data_type();
+        let raw = t.raw_data.as_ref();
+        let data = match onnx_type {
+            dtype::FLOAT => match raw {
+                Some(r) => {
+                    expect_len(r.len(), count * 4, "raw_data bytes")?;
+                    ConstData::F32Raw(r.clone())
+                }
+                None => {
+                    expect_len(t.float_data.len(), count, "float_data elements")?;
+                    ConstData::F32(t.float_data.clone())
+                }
+            },
+            dtype::INT64 => match raw {
+                Some(r) => ConstData::I64(decode_ints(r, count, 8, true)?),
+                None => {
+                    expect_len(t.int64_data.len(), count, "int64_data elements")?;
+                    ConstData::I64(t.int64_data.clone())
+                }
+            },
+            dtype::INT32
+            | dtype::INT16
+            | dtype::INT8
+            | dtype::UINT16
+            | dtype::UINT8
+            | dtype::BOOL => {
+                let (size, signed) = match onnx_type {
+                    dtype::INT32 => (4, true),
+                    dtype::INT16 => (2, true),
+                    dtype::UINT16 => (2, false),
+                    dtype::INT8 => (1, true),
+                    _ => (1, false),
+                };
+                match raw {
+                    Some(r) => ConstData::I64(decode_ints(r, count, size, signed)?),
+                    None => {
+                        expect_len(t.int32_data.len(), count, "int32_data elements")?;
+                        ConstData::I64(t.int32_data.iter().map(|&v| v as i64).collect())
+                    }
+                }
+            }
+            _ => ConstData::Unsupported,
+        };
+        Ok(ConstTensor {
+            dims,
+            data,
+            onnx_type,
+        })
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.dims.iter().product()
+    }
+
+    /// Whether the tensor has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The elements as f32, if the tensor is float32.
+    pub fn f32s(&self) -> Option<Cow<'_, [f32]>> {
+        match &self.data {
+            ConstData::F32(v) => Some(Cow::Borrowed(v)),
+            ConstData::F32Raw(r) => Some(Cow::Owned(
+                r.chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+            )),
+            ConstData::I64(_) | ConstData::Unsupported => None,
+        }
+    }
+
+    /// The elements as i64, if the tensor is an integer or boolean tensor.
+    pub fn i64s(&self) -> Option<&[i64]> {
+        match &self.data {
+            ConstData::I64(v) => Some(v),
+            ConstData::F32(_) | ConstData::F32Raw(_) | ConstData::Unsupported => None,
+        }
+    }
+
+    /// The ONNX name of the element type.
+    pub fn type_name(&self) -> &'static str {
+        dtype::name(self.onnx_type)
+    }
+
+    /// The IR type and an aligned copy of the data, for a module weight. `None` for
+    /// element types smelt cannot store.
+    pub fn to_weight(&self) -> Option<(TensorType, AlignedBuf)> {
+        let (dt, buf) = match &self.data {
+            ConstData::F32Raw(r) if cfg!(target_endian = "little") => {
+                (DType::F32, AlignedBuf::from_bytes(r))
+            }
+            ConstData::F32Raw(_) | ConstData::F32(_) => {
+                (DType::F32, AlignedBuf::from_f32(&self.f32s()?))
+            }
+            ConstData::I64(v) => (DType::I64, AlignedBuf::from_i64(v)),
+            ConstData::Unsupported => return None,
+        };
+        let ty = TensorType {
+            dtype: dt,
+            ..TensorType::f32(self.dims.clone())
+        };
+        Some((ty, buf))
+    }
+
+    /// The same elements under new dimensions (the caller checks the element count).
+    pub fn reshaped(&self, dims: Vec<usize>) -> ConstTensor {
+        ConstTensor {
+            dims,
+            data: self.data.clone(),
+            onnx_type: self.onnx_type,
+        }
+    }
+
+    /// The slabs at positions `indices` along `axis`, the index tensor's dims replacing
+    /// that axis (Gather's semantics; indices already normalized and in range).
+    fn take(&self, axis: usize, indices: &[usize], index_dims: &[usize]) -> ConstTensor {
+        let outer: usize = self.dims[..axis].iter().product();
+        let inner: usize = self.dims[axis + 1..].iter().product();
+        let n = self.dims[axis];
+        let mut dims = self.dims[..axis].to_vec();
+        dims.extend_from_slice(index_dims);
+        dims.extend_from_slice(&self.dims[axis + 1..]);
+        let gather = |len: usize| -> Vec<usize> {
+            let mut order = Vec::with_capacity(outer * indices.len() * inner);
+            for o in 0..outer {
+                for &i in indices {
+                    let base = (o * n + i) * inner;
+                    order.extend(base..base + inner);
+                }
+            }
+            debug_assert!(order.iter().all(|&k| k < len));
+            order
+        };
+        let data = match &self.data {
+            ConstData::I64(v) => {
+                ConstData::I64(gather(v.len()).into_iter().map(|k| v[k]).collect())
+            }
+            ConstData::F32(_) | ConstData::F32Raw(_) => {
+                let v = self.f32s().unwrap_or_default();
+                ConstData::F32(gather(v.len()).into_iter().map(|k| v[k]).collect())
+            }
+            ConstData::Unsupported => ConstData::Unsupported,
+        };
+        ConstTensor {
+            dims,
+            data,
+            onnx_type: self.onnx_type,
+        }
+    }
+
+    /// ONNX Gather: elements of `self` along `axis` at `indices` (negative indices count
+    /// from the end).
+    pub fn gather(&self, axis: usize, indices: &ConstTensor) -> Result<ConstTensor, String> {
+        let n = self.dims[axis] as i64;
+        let raw = indices
+            .i64s()
+            .ok_or_else(|| format!("indices must be integers, got {}", indices.type_name()))?;
+        let mut idx = Vec::with_capacity(raw.len());
+        for &i in raw {
+            let j = if i < 0 { i + n } else { i };
+            if !(0..n).contains(&j) {
+                return Err(format!(
+                    "index {i} is out of range for axis {axis} of size {n}"
+                ));
+            }
+            idx.push(j as usize);
+        }
+        Ok(self.take(axis, &idx, &indices.dims))
+    }
+
+    /// Concatenation along `axis` of tensors of equal element kind.
+    pub fn concat(parts: &[&ConstTensor], axis: usize) -> Result<ConstTensor, String> {
+        let first = parts.first().ok_or("concat of nothing")?;
+        let mut dims = first.dims.clone();
+        if axis >= dims.len() {
+            return Err(format!(
+                "axis {axis} is out of range for rank {}",
+                dims.len()
+            ));
+        }
+        for p in &parts[1..] {
+            let same = p.dims.len() == dims.len()
+                && p.dims
+                    .iter()
+                    .zip(&first.dims)
+                    .enumerate()
+                    .all(|(k, (a, b))| k == axis || a == b);
+            if !same {
+                return Err(format!(
+                    "shapes {:?} and {:?} differ outside axis {axis}",
+                    first.dims, p.dims
+                ));
+            }
+            dims[axis] += p.dims[axis];
+        }
+        let outer: usize = first.dims[..axis].iter().product();
+        let slab = |p: &ConstTensor| -> usize { p.dims[axis..].iter().product() };
+        if parts.iter().all(|p| p.i64s().is_some()) {
+            let mut out = Vec::new();
+            for o in 0..outer {
+                for p in parts {
+                    let s = slab(p);
+                    out.extend_from_slice(&p.i64s().unwrap_or_default()[o * s..(o + 1) * s]);
+                }
+            }
+            Ok(ConstTensor::i64(dims, out))
+        } else if parts.iter().all(|p| p.f32s().is_some()) {
+            let values: Vec<Cow<'_, [f32]>> = parts.iter().filter_map(|p| p.f32s()).collect();
+            let mut out = Vec::new();
+            for o in 0..outer {
+                for (p, v) in parts.iter().zip(&values) {
+                    let s = slab(p);
+                    out.extend_from_slice(&v[o * s..(o + 1) * s]);
+                }
+            }
+            Ok(ConstTensor::f32(dims, out))
+        } else {
+            Err("inputs mix element types".into())
+        }
+    }
+
+    /// Elementwise `f(a, b)` with numpy broadcasting, in i64 or f32 (both must match).
+    pub fn binary(
+        a: &ConstTensor,
+        b: &ConstTensor,
+        int_op: impl Fn(i64, i64) -> Result<i64, String>,
+        float_op: impl Fn(f32, f32) -> f32,
+    ) -> Result<ConstTensor, String> {
+        let dims = broadcast(&a.dims, &b.dims)?;
+        let ia = broadcast_indices(&a.dims, &dims);
+        let ib = broadcast_indices(&b.dims, &dims);
+        match (a.i64s(), b.i64s(), a.f32s(), b.f32s()) {
+            (Some(x), Some(y), _, _) => {
+                let v = ia
+                    .iter()
+                    .zip(&ib)
+                    .map(|(&i, &j)| int_op(x[i], y[j]))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(ConstTensor {
+                    onnx_type: a.onnx_type,
+                    ..ConstTensor::i64(dims, v)
+                })
+            }
+            (_, _, Some(x), Some(y)) => {
+                let v = ia
+                    .iter()
+                    .zip(&ib)
+                    .map(|(&i, &j)| float_op(x[i], y[j]))
+                    .collect();
+                Ok(ConstTensor::f32(dims, v))
+            }
+            _ => Err(format!(
+                "operands have element types {} and {}",
+                a.type_name(),
+                b.type_name()
+            )),
+        }
+    }
+}
+
+/// For each element of `out` (row-major), the flat index of the element of a tensor of
+/// shape `dims` that broadcasts to it.
+fn broadcast_indices(dims: &[usize], out: &[usize]) -> Vec<usize> {
+    let total: usize = out.iter().product();
+    let offset = out.len() - dims.len();
+    // stride of each output axis in the source, 0 where the source broadcasts
+    let mut strides = vec![0usize; out.len()];
+    let mut s = 1;
+    for k in (0..dims.len()).rev() {
+        strides[k + offset] = if dims[k] == 1 { 0 } else { s };
+        s *= dims[k];
+    }
+    let mut idx = vec![0usize; out.len()];
+    let mut result = Vec::with_capacity(total);
+    for _ in 0..total {
+        result.push(idx.iter().zip(&strides).map(|(i, s)| i * s).sum());
+        for k in (0..out.len()).rev() {
+            idx[k] += 1;
+            if idx[k] < out[k] {
+                break;
+            }
+            idx[k] = 0;
+        }
+    }
+    result
+}
+
+fn expect_len(got: usize, want: usize, what: &str) -> Result<(), String> {
+    if got == want {
+        Ok(())
+    } else {
+        Err(format!("has {got} {what}, its shape needs {want}"))
+    }
+}
+
+fn decode_ints(raw: &[u8], count: usize, size: usize, signed: bool) -> Result<Vec<i64>, String> {
+    expect_len(raw.len(), count * size, "raw_data bytes")?;
+    Ok(raw
+        .chunks_exact(size)
+        .map(|c| {
+            let mut le = [0u8; 8];
+            le[..size].copy_from_slice(c);
+            let v = u64::from_le_bytes(le);
+            if signed && size < 8 {
+                // sign-extend from `size` bytes
+                let shift = 64 - 8 * size as u32;
+                ((v << shift) as i64) >> shift
+            } else {
+                v as i64
+            }
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcast_indices_repeat_along_size_one_axes() {
+        assert_eq!(broadcast_indices(&[2, 1], &[2, 3]), vec![0, 0, 0, 1, 1, 1]);
+        assert_eq!(broadcast_indices(&[3], &[2, 3]), vec![0, 1, 2, 0, 1, 2]);
+    }
+
+    #[test]
+    fn gather_and_concat_fold_shapes() {
+        let shape = ConstTensor::i64(vec![4], vec![1, 3, 224, 224]);
+        let first = shape.gather(0, &ConstTensor::i64(vec![], vec![0])).unwrap();
+        assert_eq!(first.dims, Vec::<usize>::new());
+        assert_eq!(first.i64s(), Some(&[1][..]));
+        let last = shape
+            .gather(0, &ConstTensor::i64(vec![1], vec![-1]))
+            .unwrap();
+        let joined =
+            ConstTensor::concat(&[&last, &ConstTensor::i64(vec![1], vec![-1])], 0).unwrap();
+        assert_eq!(joined.i64s(), Some(&[224, -1][..]));
+        assert!(shape
+            .gather(0, &ConstTensor::i64(vec![1], vec![4]))
+            .is_err());
+    }
+
+    #[test]
+    fn narrow_ints_sign_extend() {
+        assert_eq!(
+            decode_ints(&[0xff, 0x7f], 2, 1, true).unwrap(),
+            vec![-1, 127]
+        );
+        assert_eq!(decode_ints(&[0xff], 1, 1, false).unwrap(), vec![255]);
+        assert!(decode_ints(&[0; 3], 1, 4, true).is_err());
+    }
+}

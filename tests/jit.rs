@@ -1,0 +1,410 @@
+//! The JIT end to end: fused conv tails and residual blocks against the interpreter,
+//! thread safety, input checking, and snapshots of the thin-path kernel's loop IR and CLIF.
+
+mod common;
+mod jit_util;
+
+use jit_util::{check_against_interp, f32t, opts, random, random_inputs};
+use smelt::codegen::{clif_text, TargetDesc};
+use smelt::runtime::Executable;
+use smelt_ir::builder::FuncBuilder;
+use smelt_ir::op::{Conv2dAttrs, FusedOp, PostOp};
+use smelt_ir::weights::random_f32;
+use smelt_ir::{BinaryOp, Module, Op, Tensor, UnaryOp, F32};
+use smelt_passes::lower;
+
+/// Geometry of one conv test case.
+#[derive(Clone, Debug)]
+struct ConvCase {
+    n: usize,
+    c: usize,
+    o: usize,
+    hw: [usize; 2],
+    k: [usize; 2],
+    attrs: Conv2dAttrs,
+    bias: bool,
+}
+
+impl ConvCase {
+    fn new(c: usize, o: usize, hw: [usize; 2], k: usize) -> ConvCase {
+        ConvCase {
+            n: 1,
+            c,
+            o,
+            hw,
+            k: [k, k],
+            attrs: Conv2dAttrs {
+                pads: [k / 2; 4],
+                ..Conv2dAttrs::default()
+            },
+            bias: true,
+        }
+    }
+}
+
+/// `func @tail(x, skip) = post_ops(conv2d(x, w, b), skip…)` with every binary post-op
+/// taking the residual-shaped operand `skip` (or per-channel vectors, see `extra`).
+fn fused_conv_module(case: &ConvCase, post_ops: &[PostOp], extra: &[Vec<usize>]) -> Module {
+    let mut m = Module::default();
+    let mut b = FuncBuilder::new(&mut m, "tail");
+    let x = b.param("x", f32t(&[case.n, case.c, case.hw[0], case.hw[1]]));
+    let extra_params: Vec<_> = extra
+        .iter()
+        .enumerate()
+        .map(|(i, d)| b.param(&format!("p{i}"), f32t(d)))
+        .collect();
+    let cg = case.c / case.attrs.groups;
+    let wdims = [case.o, cg, case.k[0], case.k[1]];
+    let w = b
+        .constant(
+            "w",
+            f32t(&wdims),
+            &random_f32(11, wdims.iter().product(), -0.5, 0.5),
+        )
+        .expect("weight");
+    let mut operands = vec![x, w];
+    if case.bias {
+        let bias = b
+            .constant("b", f32t(&[case.o]), &random_f32(12, case.o, -0.5, 0.5))
+            .expect("bias");
+        operands.push(bias);
+    }
+    operands.extend(extra_params);
+    let fused = Op::Fused(FusedOp {
+        anchor: Box::new(Op::Conv2d(case.attrs.clone())),
+        post_ops: post_ops.to_vec(),
+    });
+    let y = b.op(fused, &operands).expect("fused conv type-checks");
+    b.finish(&[("y", y)]);
+    m
+}
+
+fn out_dims(case: &ConvCase) -> Vec<usize> {
+    let a = &case.attrs;
+    let size = |i: usize| {
+        let span = a.dilations[i] * (case.k[i] - 1) + 1;
+        (case.hw[i] + a.pads[i] + a.pads[i + 2] - span) / a.strides[i] + 1
+    };
+    vec![case.n, case.o, size(0), size(1)]
+}
+
+fn add_relu() -> Vec<PostOp> {
+    vec![
+        PostOp::Binary {
+            op: BinaryOp::Add,
+            acc_is_lhs: true,
+        },
+        PostOp::Unary(UnaryOp::Relu),
+    ]
+}
+
+fn check_fused_tail(what: &str, case: &ConvCase) {
+    let m = fused_conv_module(case, &add_relu(), &[out_dims(case)]);
+    let inputs = random_inputs(&m, 3);
+    check_against_interp(what, &m, &inputs, 1e-5);
+}
+
+#[test]
+fn thin_path_fused_conv_add_relu_matches_interpreter() {
+    check_fused_tail("3x3 pad 1", &ConvCase::new(8, 8, [9, 9], 3));
+}
+
+#[test]
+fn fused_tail_over_conv_geometries() {
+    let mut cases = Vec::new();
+    // odd channel counts and widths that are not multiples of 4 or 12 (vector tails)
+    cases.push(("odd channels", ConvCase::new(5, 7, [7, 13], 3)));
+    let mut c = ConvCase::new(6, 6, [10, 11], 3);
+    c.attrs.strides = [2, 2];
+    cases.push(("stride 2", c));
+    let mut c = ConvCase::new(4, 5, [9, 10], 3);
+    c.attrs.pads = [0, 1, 2, 0];
+    c.attrs.strides = [1, 2];
+    cases.push(("asymmetric pads, stride 1x2", c));
+    let mut c = ConvCase::new(3, 4, [11, 12], 3);
+    c.attrs.dilations = [2, 2];
+    c.attrs.pads = [2; 4];
+    cases.push(("dilation 2", c));
+    let mut c = ConvCase::new(6, 9, [8, 8], 3);
+    c.attrs.groups = 3;
+    cases.push(("groups 3", c));
+    let mut c = ConvCase::new(8, 8, [7, 9], 3);
+    c.attrs.groups = 8;
+    cases.push(("depthwise", c));
+    let mut c = ConvCase::new(5, 6, [6, 7], 1);
+    c.bias = false;
+    c.n = 2;
+    cases.push(("1x1 no bias batch 2", c));
+    let mut c = ConvCase::new(3, 4, [1, 1], 1);
+    c.attrs.pads = [0; 4];
+    cases.push(("1x1 spatial", c));
+    let mut c = ConvCase::new(3, 16, [17, 30], 5);
+    c.attrs.strides = [3, 3];
+    c.attrs.pads = [1, 2, 0, 3];
+    cases.push(("5x5 stride 3 wide", c));
+    for (what, case) in &cases {
+        check_fused_tail(what, case);
+    }
+}
+
+/// Every post-op kind, with per-channel, scalar and full-tensor operands on either side.
+#[test]
+fn every_post_op_kind_is_applied_in_registers() {
+    let case = ConvCase::new(4, 5, [6, 9], 3);
+    let full = out_dims(&case);
+    let chan = vec![case.o, 1, 1];
+    let scalar = vec![1];
+    let f = F32;
+    let unaries = [
+        UnaryOp::Relu,
+        UnaryOp::Clip {
+            min: f(-0.25),
+            max: f(0.5),
+        },
+        UnaryOp::LeakyRelu { alpha: f(0.1) },
+        UnaryOp::Sigmoid,
+        UnaryOp::Tanh,
+        UnaryOp::Erf,
+        UnaryOp::Gelu,
+        UnaryOp::HardSigmoid {
+            alpha: f(0.2),
+            beta: f(0.5),
+        },
+        UnaryOp::HardSwish,
+        UnaryOp::Silu,
+    ];
+    for u in unaries {
+        let m = fused_conv_module(&case, &[PostOp::Unary(u)], &[]);
+        check_against_interp(u.name(), &m, &random_inputs(&m, 5), 1e-5);
+    }
+    let binaries = [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Min,
+        BinaryOp::Max,
+    ];
+    for op in binaries {
+        for acc_is_lhs in [true, false] {
+            for operand in [&full, &chan, &scalar] {
+                let post = [PostOp::Binary { op, acc_is_lhs }];
+                let m = fused_conv_module(&case, &post, std::slice::from_ref(operand));
+                let mut inputs = random_inputs(&m, 9);
+                if op == BinaryOp::Div {
+                    // keep divisors away from zero
+                    for v in &mut inputs[1].data {
+                        *v = 1.5 + *v;
+                    }
+                    if !acc_is_lhs {
+                        continue; // dividing by a conv result near zero is ill-conditioned
+                    }
+                }
+                let what = format!("{} acc_is_lhs={acc_is_lhs} operand {operand:?}", op.name());
+                check_against_interp(&what, &m, &inputs, 1e-5);
+            }
+        }
+    }
+}
+
+/// Conv → BN → Add → ReLU, unfused: plain conv2d, batch_norm, broadcasting add, relu.
+fn residual_block(c: usize, hw: usize) -> Module {
+    let mut m = Module::default();
+    let mut b = FuncBuilder::new(&mut m, "block");
+    let x = b.param("x", f32t(&[1, c, hw, hw]));
+    let skip = b.param("skip", f32t(&[1, c, hw, hw]));
+    let w = b
+        .constant(
+            "w",
+            f32t(&[c, c, 3, 3]),
+            &random_f32(1, c * c * 9, -0.3, 0.3),
+        )
+        .expect("w");
+    let conv = b
+        .op(
+            Op::Conv2d(Conv2dAttrs {
+                pads: [1; 4],
+                ..Conv2dAttrs::default()
+            }),
+            &[x, w],
+        )
+        .expect("conv");
+    let vec_c = |b: &mut FuncBuilder, name: &str, seed, lo, hi| {
+        b.constant(name, f32t(&[c]), &random_f32(seed, c, lo, hi))
+            .expect("bn param")
+    };
+    let scale = vec_c(&mut b, "scale", 2, 0.5, 1.5);
+    let bias = vec_c(&mut b, "bias", 3, -0.5, 0.5);
+    let mean = vec_c(&mut b, "mean", 4, -0.5, 0.5);
+    let var = vec_c(&mut b, "var", 5, 0.5, 2.0);
+    let bn = b
+        .op(
+            Op::BatchNorm { epsilon: F32(1e-5) },
+            &[conv, scale, bias, mean, var],
+        )
+        .expect("bn");
+    let add = b.op(Op::Binary(BinaryOp::Add), &[bn, skip]).expect("add");
+    let relu = b.op(Op::Unary(UnaryOp::Relu), &[add]).expect("relu");
+    b.finish(&[("y", relu)]);
+    m
+}
+
+#[test]
+fn unfused_residual_block_matches_interpreter() {
+    let m = residual_block(6, 10);
+    check_against_interp("residual block", &m, &random_inputs(&m, 21), 1e-5);
+}
+
+#[test]
+fn executable_is_send_and_sync_and_concurrent_runs_are_bit_identical() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Executable>();
+
+    let m = residual_block(8, 12);
+    let exe = Executable::compile(&m, None, &opts()).expect("compiles");
+    let inputs = random_inputs(&m, 4);
+    let reference = exe.run(&inputs).expect("runs");
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                s.spawn(|| {
+                    (0..20)
+                        .map(|_| exe.run(&inputs).expect("runs"))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for h in handles {
+            for out in h.join().expect("thread finished") {
+                let same = out[0]
+                    .data
+                    .iter()
+                    .zip(&reference[0].data)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "a concurrent run differs from the first run");
+            }
+        }
+    });
+}
+
+#[test]
+fn run_with_reuses_a_workspace_and_matches_run() {
+    let m = residual_block(4, 7);
+    let exe = Executable::compile(&m, None, &opts()).expect("compiles");
+    let inputs = random_inputs(&m, 8);
+    let want = exe.run(&inputs).expect("runs");
+    let mut ws = exe.workspace();
+    let mut out = vec![0.0f32; exe.outputs().next().expect("one output").len()];
+    for _ in 0..3 {
+        let ins: Vec<&[f32]> = inputs.iter().map(|t| t.data.as_slice()).collect();
+        exe.run_with(&ins, &mut [out.as_mut_slice()], &mut ws)
+            .expect("runs");
+        assert_eq!(out, want[0].data);
+    }
+}
+
+#[test]
+fn wrong_inputs_are_errors_not_crashes() {
+    let m = residual_block(4, 7);
+    let exe = Executable::compile(&m, None, &opts()).expect("compiles");
+    let good = random_inputs(&m, 1);
+    // wrong count
+    assert!(exe.run(&good[..1]).is_err());
+    // wrong shape
+    let mut bad = good.clone();
+    bad[1] = random(&[1, 4, 7, 6], 2);
+    let e = exe.run(&bad).unwrap_err().to_string();
+    assert!(e.contains("skip"), "error names the input: {e}");
+    // wrong lengths through run_with
+    let mut ws = exe.workspace();
+    let short = vec![0.0f32; 10];
+    let full = good[1].data.clone();
+    let mut out = vec![0.0f32; 4 * 49];
+    let r = exe.run_with(&[&short, &full], &mut [out.as_mut_slice()], &mut ws);
+    assert!(r.is_err());
+    let mut small_out = vec![0.0f32; 3];
+    let r = exe.run_with(&[&full, &full], &mut [small_out.as_mut_slice()], &mut ws);
+    assert!(r.is_err());
+    // a workspace too small for this executable
+    let tiny = residual_block(1, 2);
+    let tiny_exe = Executable::compile(&tiny, None, &opts()).expect("compiles");
+    let mut tiny_ws = tiny_exe.workspace();
+    let r = exe.run_with(&[&full, &full], &mut [out.as_mut_slice()], &mut tiny_ws);
+    assert!(r.is_err());
+    // and the good inputs still work
+    assert!(exe.run(&good).is_ok());
+}
+
+#[test]
+fn unknown_function_is_an_error() {
+    let m = residual_block(2, 3);
+    assert!(Executable::compile(&m, Some("nope"), &opts()).is_err());
+}
+
+/// The thin-path kernel, small enough to read: loop IR and CLIF for a fixed target.
+fn thin_path_program() -> lower::Program {
+    let mut case = ConvCase::new(4, 4, [5, 6], 3);
+    case.attrs.pads = [1; 4];
+    let m = fused_conv_module(&case, &add_relu(), &[out_dims(&case)]);
+    lower::lower(&m, &m.funcs[0]).expect("lowers")
+}
+
+#[test]
+fn thin_path_loop_ir_snapshot() {
+    let p = thin_path_program();
+    common::snapshot_settings("loops")
+        .bind(|| insta::assert_snapshot!("thin_path_conv_add_relu", p.dump_loops()));
+}
+
+#[test]
+fn thin_path_clif_snapshot() {
+    // one vector tile of 4 channels x 4 columns, no tails: small enough to read
+    let case = ConvCase::new(2, 4, [3, 4], 3);
+    let m = fused_conv_module(&case, &add_relu(), &[out_dims(&case)]);
+    let p = lower::lower(&m, &m.funcs[0]).expect("lowers");
+    let conv = p
+        .kernels
+        .iter()
+        .find(|k| k.name.starts_with("conv2d"))
+        .expect("a conv kernel");
+    let text = clif_text(conv, &TargetDesc::fixed_avx2_fma()).expect("verifies");
+    assert!(text.contains("fma"), "AVX+FMA target uses fma");
+    let no_fma = TargetDesc {
+        has_fma: false,
+        ..TargetDesc::fixed_avx2_fma()
+    };
+    let plain = clif_text(conv, &no_fma).expect("verifies");
+    assert!(
+        !plain.contains("fma"),
+        "without FMA: fmul + fadd, never a libcall"
+    );
+    common::snapshot_settings("clif")
+        .bind(|| insta::assert_snapshot!("thin_path_conv_add_relu", text));
+}
+
+#[test]
+fn equal_kernels_compile_once() {
+    // two convs of the same shape and attributes share one kernel
+    let mut m = Module::default();
+    let mut b = FuncBuilder::new(&mut m, "twice");
+    let x = b.param("x", f32t(&[1, 4, 6, 6]));
+    let w1 = b
+        .constant("w1", f32t(&[4, 4, 3, 3]), &random_f32(1, 144, -1.0, 1.0))
+        .unwrap();
+    let w2 = b
+        .constant("w2", f32t(&[4, 4, 3, 3]), &random_f32(2, 144, -1.0, 1.0))
+        .unwrap();
+    let attrs = Conv2dAttrs {
+        pads: [1; 4],
+        ..Conv2dAttrs::default()
+    };
+    let y1 = b.op(Op::Conv2d(attrs.clone()), &[x, w1]).unwrap();
+    let y2 = b.op(Op::Conv2d(attrs), &[y1, w2]).unwrap();
+    b.finish(&[("y", y2)]);
+    let p = lower::lower(&m, &m.funcs[0]).expect("lowers");
+    assert_eq!(p.steps.len(), 4, "pad + conv twice");
+    assert_eq!(p.kernels.len(), 2, "one pad kernel and one conv kernel");
+    let inputs = vec![random(&[1, 4, 6, 6], 3)];
+    check_against_interp("two convs", &m, &inputs, 1e-5);
+    let _ = Tensor::zeros(&f32t(&[1]));
+}
