@@ -58,8 +58,6 @@ pub fn run() -> Result<()> {
         let first_lines: String = r
             .to_text()
             .lines()
-            .filter(|l| !l.starts_with("  #"))
-            .take(12)
             .map(|l| format!("   {l}\n"))
             .collect();
         print!("{first_lines}");

@@ -4,7 +4,7 @@
 use smelt_ir::builder::FuncBuilder;
 use smelt_ir::op::{Conv2dAttrs, GemmAttrs, Pool2dAttrs};
 use smelt_ir::weights::{random_f32, WeightOrigin};
-use smelt_ir::{AlignedBuf, BinaryOp, Diagnostic, Module, Op, TensorType, UnaryOp, Value, F32};
+use smelt_ir::{AlignedBuf, BinaryOp, Diagnostic, Location, Module, Op, TensorType, UnaryOp, Value, F32};
 
 /// Shape of a ResNet: residual blocks per stage, block kind, widths and input size.
 #[derive(Clone, Debug)]
@@ -66,9 +66,17 @@ struct Net<'m> {
     b: FuncBuilder<'m>,
     seed: u64,
     count: usize,
+    named: usize,
 }
 
 impl Net<'_> {
+    /// Appends `op` with the location `Name(prefix + counter)`, as an ONNX node name would be.
+    fn named(&mut self, prefix: &str, op: Op, operands: &[Value]) -> Result<Value, Diagnostic> {
+        self.named += 1;
+        self.b.set_loc(Location::Name(format!("{prefix}{}", self.named).into()));
+        self.b.op(op, operands)
+    }
+
     fn weight(&mut self, name: &str, dims: &[usize], min: f32, max: f32) -> Result<Value, Diagnostic> {
         self.seed += 1;
         let ty = TensorType::f32(dims);
@@ -91,16 +99,18 @@ impl Net<'_> {
             pads: [p, p, p, p],
             ..Conv2dAttrs::default()
         });
+        self.b.set_loc(Location::Name(format!("conv{n}").into()));
         let y = self.b.op(conv, &[x, w])?;
         let scale = self.weight(&format!("bn{n}.scale"), &[cout], 0.5, 1.5)?;
         let bias = self.weight(&format!("bn{n}.bias"), &[cout], -0.1, 0.1)?;
         let mean = self.weight(&format!("bn{n}.mean"), &[cout], -0.1, 0.1)?;
         let var = self.weight(&format!("bn{n}.var"), &[cout], 0.5, 1.5)?;
+        self.b.set_loc(Location::Name(format!("bn{n}").into()));
         self.b.op(Op::BatchNorm { epsilon: F32(1e-5) }, &[y, scale, bias, mean, var])
     }
 
     fn relu(&mut self, x: Value) -> Result<Value, Diagnostic> {
-        self.b.op(Op::Unary(UnaryOp::Relu), &[x])
+        self.named("relu", Op::Unary(UnaryOp::Relu), &[x])
     }
 
     fn block(&mut self, x: Value, width: usize, stride: usize, bottleneck: bool) -> Result<Value, Diagnostic> {
@@ -122,7 +132,7 @@ impl Net<'_> {
         } else {
             x
         };
-        let sum = self.b.op(Op::Binary(BinaryOp::Add), &[y, shortcut])?;
+        let sum = self.named("add", Op::Binary(BinaryOp::Add), &[y, shortcut])?;
         self.relu(sum)
     }
 }
@@ -134,6 +144,7 @@ pub fn resnet(cfg: &ResNetConfig) -> Result<Module, Diagnostic> {
         b: FuncBuilder::new(&mut module, "main"),
         seed: cfg.seed.wrapping_mul(1000),
         count: 0,
+        named: 0,
     };
     let x = net.b.param("input", TensorType::f32([1, 3, cfg.input_hw, cfg.input_hw]));
     let mut h = if cfg.imagenet_stem {
@@ -146,7 +157,7 @@ pub fn resnet(cfg: &ResNetConfig) -> Result<Module, Diagnostic> {
             dilations: [1, 1],
             ceil_mode: false,
         });
-        net.b.op(pool, &[s])?
+        net.named("maxpool", pool, &[s])?
     } else {
         let s = net.conv_bn(x, cfg.width, 3, 1)?;
         net.relu(s)?
@@ -158,8 +169,8 @@ pub fn resnet(cfg: &ResNetConfig) -> Result<Module, Diagnostic> {
             h = net.block(h, width, stride, cfg.bottleneck)?;
         }
     }
-    let pooled = net.b.op(Op::GlobalAvgPool, &[h])?;
-    let flat = net.b.op(Op::Flatten { axis: 1 }, &[pooled])?;
+    let pooled = net.named("gap", Op::GlobalAvgPool, &[h])?;
+    let flat = net.named("flatten", Op::Flatten { axis: 1 }, &[pooled])?;
     let features = net.b.type_of(flat).dims[1];
     let bound = (1.0 / features as f32).sqrt();
     let fc_w = net.weight("fc.w", &[cfg.classes, features], -bound, bound)?;
@@ -168,7 +179,7 @@ pub fn resnet(cfg: &ResNetConfig) -> Result<Module, Diagnostic> {
         trans_b: true,
         ..GemmAttrs::default()
     });
-    let logits = net.b.op(gemm, &[flat, fc_w, fc_b])?;
+    let logits = net.named("fc", gemm, &[flat, fc_w, fc_b])?;
     net.b.finish(&[("logits", logits)]);
     Ok(module)
 }
@@ -181,12 +192,13 @@ pub fn residual_tail(channels: usize, hw: usize, seed: u64) -> Result<Module, Di
         b: FuncBuilder::new(&mut module, "tail"),
         seed,
         count: 0,
+        named: 0,
     };
     let ty = TensorType::f32([1, channels, hw, hw]);
     let x = net.b.param("x", ty.clone());
     let skip = net.b.param("skip", ty);
     let y = net.conv_bn(x, channels, 3, 1)?;
-    let sum = net.b.op(Op::Binary(BinaryOp::Add), &[y, skip])?;
+    let sum = net.named("add", Op::Binary(BinaryOp::Add), &[y, skip])?;
     let out = net.relu(sum)?;
     net.b.finish(&[("y", out)]);
     Ok(module)

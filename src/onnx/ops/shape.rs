@@ -66,7 +66,7 @@ fn resolve_reshape(
         .try_fold(1usize, |a, &d| a.checked_mul(d))
         .ok_or("too large")?;
     if let Some(i) = infer {
-        if known == 0 || total % known != 0 {
+        if known == 0 || !total.is_multiple_of(known) {
             return Err(format!("-1 cannot make {total} elements"));
         }
         dims[i] = total / known;

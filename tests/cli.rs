@@ -1,0 +1,155 @@
+//! The `smelt` command line as a user runs it: exit codes, outputs, error messages.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use smelt::ir::weights::random_f32;
+use smelt::ir::{ErrorStats, Tensor};
+
+fn smelt(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_smelt"))
+        .args(args)
+        .current_dir(common::root())
+        .output()
+        .expect("the smelt binary runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn write_npy(dir: &Path, name: &str, t: &Tensor) -> PathBuf {
+    let path = dir.join(format!("{name}.npy"));
+    std::fs::write(&path, smelt::npy::encode(t)).unwrap();
+    path
+}
+
+fn read_npy(path: &Path) -> Tensor {
+    smelt::npy::decode(&std::fs::read(path).unwrap()).unwrap()
+}
+
+const TAIL: &str = "tests/cases/thin_path/residual_tail.tir";
+
+#[test]
+fn run_jit_matches_run_interp() {
+    let dir = tempfile::tempdir().unwrap();
+    let x = Tensor::new([1, 16, 14, 14], random_f32(1, 16 * 196, -1.0, 1.0)).unwrap();
+    let skip = Tensor::new([1, 16, 14, 14], random_f32(2, 16 * 196, -1.0, 1.0)).unwrap();
+    let xa = format!("x={}", write_npy(dir.path(), "x", &x).display());
+    let sa = format!("skip={}", write_npy(dir.path(), "skip", &skip).display());
+    let jit_dir = dir.path().join("jit");
+    let ref_dir = dir.path().join("ref");
+    let jit = smelt(&["run", TAIL, "--input", &xa, "--input", &sa, "--output-dir", jit_dir.to_str().unwrap()]);
+    assert!(jit.status.success(), "{}", stderr(&jit));
+    let interp = smelt(&[
+        "run", TAIL, "--input", &xa, "--input", &sa, "--interp", "--output-dir", ref_dir.to_str().unwrap(),
+    ]);
+    assert!(interp.status.success(), "{}", stderr(&interp));
+    let got = read_npy(&jit_dir.join("y.npy"));
+    let want = read_npy(&ref_dir.join("y.npy"));
+    assert_eq!(got.dims(), &[1, 16, 14, 14]);
+    let e = ErrorStats::between_tensors(&got, &want).unwrap();
+    assert!(e.relative <= 1e-5, "{e:?}");
+}
+
+#[test]
+fn result_names_are_percent_encoded_inside_the_output_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("m.tir");
+    std::fs::write(
+        &model,
+        "func @main(%x: tensor<4xf32>) -> (\"/layer1/Relu_output_0\": tensor<4xf32>) {\n  %0 = relu %x : tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let o = smelt(&["run", model.to_str().unwrap(), "--random-inputs", "1", "--output-dir", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let files: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(files, vec![std::ffi::OsString::from("%2Flayer1%2FRelu_output_0.npy")]);
+}
+
+#[test]
+fn bad_input_exits_1_with_a_located_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("bad.tir");
+    std::fs::write(&model, "func @main(%x: tensor<4xf32>) -> tensor<4xf32> {\n  %0 = frobnicate %x : tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n").unwrap();
+    for cmd in ["opt", "run"] {
+        let mut args = vec![cmd, model.to_str().unwrap()];
+        if cmd == "run" {
+            args.extend(["--random-inputs", "1", "--output-dir", "unused"]);
+        }
+        let o = smelt(&args);
+        assert_eq!(o.status.code(), Some(1), "{cmd}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(err.contains("frobnicate") && err.contains("bad.tir:2:"), "{cmd}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+#[test]
+fn missing_input_and_missing_file_exit_1() {
+    let o = smelt(&["run", TAIL, "--output-dir", "unused"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("missing input %x"), "{}", stderr(&o));
+    let o = smelt(&["opt", "does/not/exist.tir"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("does/not/exist.tir"), "{}", stderr(&o));
+}
+
+#[test]
+fn bad_usage_exits_2() {
+    assert_eq!(smelt(&["frobnicate"]).status.code(), Some(2));
+    assert_eq!(smelt(&["run"]).status.code(), Some(2));
+}
+
+#[test]
+fn opt_prints_the_fused_module_and_every_stage_on_request() {
+    let o = smelt(&["opt", TAIL, "--elide-weights"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("fused conv2d %x") && out.contains("post [add(_, %skip), relu]"), "{out}");
+    assert!(!out.contains("batch_norm"), "{out}");
+
+    let o = smelt(&["opt", TAIL, "--print-ir-after-all", "--elide-weights"]);
+    let out = stdout(&o);
+    for pass in ["fusion", "const_fold", "dce"] {
+        assert!(out.contains(&format!("IR after {pass} ")), "{out}");
+    }
+
+    let o = smelt(&["opt", TAIL, "--no-fuse", "--elide-weights"]);
+    let out = stdout(&o);
+    assert!(out.contains("batch_norm") && !out.contains("fused"), "{out}");
+}
+
+#[test]
+fn opt_output_file_round_trips_through_its_sidecar() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fused.tir");
+    let o = smelt(&["opt", TAIL, "-o", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(dir.path().join("fused.safetensors").exists());
+    // The written module loads and runs like the original.
+    let ref_dir = dir.path().join("a");
+    let got_dir = dir.path().join("b");
+    for (model, d) in [(TAIL.to_string(), &ref_dir), (out.display().to_string(), &got_dir)] {
+        let o = smelt(&["run", &model, "--random-inputs", "3", "--interp", "--output-dir", d.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let e = ErrorStats::between_tensors(&read_npy(&got_dir.join("y.npy")), &read_npy(&ref_dir.join("y.npy"))).unwrap();
+    assert!(e.relative <= 1e-5, "{e:?}");
+}
+
+#[test]
+fn demo_runs_every_stage_and_verifies() {
+    let o = smelt(&["demo"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("fused conv2d %x"), "{out}");
+    assert!(out.contains("all stages agree"), "{out}");
+}
