@@ -66,7 +66,10 @@ impl UnaryOp {
     /// Evaluates the op on one value, in f64 (the interpreter's precision).
     pub fn eval(self, x: f64) -> f64 {
         match self {
+            // NaN propagates (as numpy's maximum and ONNX Relu/Clip do); f64::max would drop it.
+            UnaryOp::Relu if x.is_nan() => x,
             UnaryOp::Relu => x.max(0.0),
+            UnaryOp::Clip { .. } if x.is_nan() => x,
             UnaryOp::Clip { min, max } => x.max(min.0 as f64).min(max.0 as f64),
             UnaryOp::LeakyRelu { alpha } => {
                 if x >= 0.0 {
@@ -165,6 +168,8 @@ impl BinaryOp {
             BinaryOp::Sub => a - b,
             BinaryOp::Mul => a * b,
             BinaryOp::Div => a / b,
+            // NaN propagates, as in numpy's minimum/maximum and ONNX Min/Max.
+            BinaryOp::Min | BinaryOp::Max if a.is_nan() || b.is_nan() => f64::NAN,
             BinaryOp::Min => a.min(b),
             BinaryOp::Max => a.max(b),
         }
