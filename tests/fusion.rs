@@ -296,3 +296,106 @@ fn thin_path_tail_is_one_fused_conv_with_add_and_relu() {
     // the five input weights were replaced by the two folded ones
     assert_eq!(after.weights.len(), 2);
 }
+
+const DOUBLE_RELU: &str = "\
+func @f(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  %a = relu %x : tensor<2x3xf32>
+  %b = relu %a : tensor<2x3xf32>
+  return %b : tensor<2x3xf32>
+}
+";
+
+#[test]
+fn a_user_rule_loaded_at_run_time_changes_the_ir() {
+    let module = parse_with(DOUBLE_RELU, "double.tir", None).expect("parses");
+    let rules = smelt_passes::fusion::load_rules(
+        "family user\n\
+         rule drop-double-relu\n  \
+           law relu(relu(x)) = relu(x)\n  \
+           lhs (relu (relu ?x))\n  \
+           rhs (relu ?x)\n",
+        "user.rules",
+    )
+    .expect("user rule loads");
+    let run = |extra: Vec<smelt_passes::fusion::Rule>| {
+        let mut m = module.clone();
+        let mut cx = PassContext::default();
+        let opts = FusionOptions {
+            extra_rules: extra,
+            ..FusionOptions::default()
+        };
+        PassManager::default_pipeline(&opts)
+            .run(&mut m, &mut cx)
+            .expect("pipeline runs");
+        (m, cx)
+    };
+    let (plain, _) = run(Vec::new());
+    assert_eq!(plain.funcs[0].insts.len(), 2);
+    let (with_rule, cx) = run(rules);
+    assert_eq!(with_rule.funcs[0].insts.len(), 1);
+    let stats = cx.fusion_reports[0]
+        .rules
+        .iter()
+        .find(|r| r.rule == "drop-double-relu")
+        .expect("user rule is reported");
+    assert_eq!(stats.applied, 1);
+    check_numerics("double relu", &module, &with_rule);
+}
+
+#[test]
+fn a_malformed_user_rule_file_is_an_error_with_line_and_column() {
+    let err = smelt_passes::fusion::load_rules("rule r\n  lhs (relu ?x\n", "bad.rules")
+        .expect_err("unclosed paren");
+    let text = err.to_string();
+    assert!(text.contains("bad.rules:2:7"), "{text}");
+}
+
+#[test]
+fn json_report_counts_ops_before_and_after() {
+    let path = common::root().join("tests/cases/fusion/conv_bn_add_relu_tail.tir");
+    let (_, module) = load(&path);
+    let (_, cx) = optimize(&module);
+    let json = cx.fusion_reports[0].to_json();
+    assert!(json.starts_with("{\"func\": \"tail\""), "{json}");
+    assert!(
+        json.contains("\"ops_before\": {\"add\": 1, \"batch_norm\": 1, \"const\": 5, \"conv2d\": 1, \"relu\": 1}"),
+        "{json}"
+    );
+    assert!(json.contains("\"ops_after\": {"), "{json}");
+    assert!(!json.contains("NaN"), "{json}");
+}
+
+#[test]
+fn disabled_fusion_leaves_the_function_alone() {
+    let path = common::root().join("tests/cases/fusion/conv_bn_add_relu_tail.tir");
+    let (_, module) = load(&path);
+    let mut m = module.clone();
+    let mut cx = PassContext::default();
+    let opts = FusionOptions {
+        enabled: false,
+        ..FusionOptions::default()
+    };
+    PassManager::from_names(&["fusion"], &opts)
+        .expect("known pass")
+        .run(&mut m, &mut cx)
+        .expect("runs");
+    assert_eq!(m.funcs, module.funcs);
+}
+
+#[test]
+fn pipeline_names_are_checked_and_dumps_follow_each_pass() {
+    assert!(PassManager::from_names(&["fusion", "nope"], &FusionOptions::default()).is_err());
+    let path = common::root().join("tests/cases/fusion/absorb-relu.tir");
+    let (_, module) = load(&path);
+    let mut m = module.clone();
+    let mut dumps: Vec<(String, usize)> = Vec::new();
+    {
+        let mut pm = PassManager::default_pipeline(&FusionOptions::default());
+        pm.set_dump(|pass, module| dumps.push((pass.to_string(), module.funcs[0].insts.len())));
+        pm.run(&mut m, &mut PassContext::default()).expect("runs");
+    }
+    let passes: Vec<&str> = dumps.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(passes, ["fusion", "const_fold", "dce"]);
+    // fusion leaves the old conv's weights for dce; dce removes nothing live
+    assert_eq!(dumps[2].1, 3);
+}

@@ -388,6 +388,33 @@ impl RuleApplier {
                 format!("'{}' has no fused form", op.name()),
             ));
         };
+        // Candidate anchors: anchor ops and fused ops in the class, in node order.
+        let mut candidates: Vec<(TensorNode, Op)> = Vec::new();
+        for n in &egraph[anchor_class].nodes {
+            if let Some(a) = egraph.analysis.op_of(egraph, n) {
+                if a.is_anchor() || matches!(a, Op::Fused(_)) {
+                    candidates.push((n.clone(), a));
+                }
+            }
+        }
+        if candidates.is_empty() {
+            // An input or a constant is simply not what this rule is about; only an op
+            // that cannot anchor is worth a near-miss note.
+            let is_leaf = egraph[anchor_class]
+                .nodes
+                .iter()
+                .any(|n| matches!(n, TensorNode::Param(_) | TensorNode::Weight(_)));
+            if is_leaf {
+                return Ok(vec![]);
+            }
+            return Err((
+                "anchor".into(),
+                format!(
+                    "{} is not computed by an anchor op (conv2d, gemm, matmul, layer_norm, pool) or a fused op",
+                    describe(egraph, anchor_class)
+                ),
+            ));
+        }
         let anchor_ty = egraph[anchor_class].data.ty.clone();
         let Some(anchor_ty) = anchor_ty else {
             return Err(("type".into(), "the anchor's type is unknown".into()));
@@ -415,24 +442,6 @@ impl RuleApplier {
                     ),
                 ));
             }
-        }
-        // Candidate anchors: anchor ops and fused ops in the class, in node order.
-        let mut candidates: Vec<(TensorNode, Op)> = Vec::new();
-        for n in &egraph[anchor_class].nodes {
-            if let Some(a) = egraph.analysis.op_of(egraph, n) {
-                if a.is_anchor() || matches!(a, Op::Fused(_)) {
-                    candidates.push((n.clone(), a));
-                }
-            }
-        }
-        if candidates.is_empty() {
-            return Err((
-                "anchor".into(),
-                format!(
-                    "{} is not computed by an anchor op (conv2d, gemm, matmul, layer_norm, pool) or a fused op",
-                    describe(egraph, anchor_class)
-                ),
-            ));
         }
         let root_prov = FusionAnalysis::provenance_of(egraph, &root_concrete);
         let mut changed = Vec::new();

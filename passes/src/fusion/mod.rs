@@ -389,7 +389,15 @@ pub fn fuse_func(
                 let Some(chosen) = extraction.chosen.get(&class) else {
                     continue;
                 };
-                if *chosen == node || !seen_lost.insert((e.rule.clone(), class, node.clone())) {
+                // Only a loss to the unfused form is a loss; another rule's result winning
+                // is fusion working.
+                let chosen_by_rule = !FusionAnalysis::provenance_of(&egraph, chosen)
+                    .rules
+                    .is_empty();
+                if *chosen == node
+                    || chosen_by_rule
+                    || !seen_lost.insert((e.rule.clone(), class, node.clone()))
+                {
                     continue;
                 }
                 let Some(i) = table.nodes[&class].iter().position(|(n, _)| *n == node) else {
@@ -425,6 +433,13 @@ pub fn fuse_func(
     near.retain(|n| {
         n.guard != "anchor" || !specific.contains(&(n.rule.clone(), n.location.clone()))
     });
+    // One line per (rule, site): the cheapest graph the rule could have given.
+    lost.sort_by(|a, b| {
+        (&a.rule, &a.location)
+            .cmp(&(&b.rule, &b.location))
+            .then(a.fused_cost.total_cmp(&b.fused_cost))
+    });
+    lost.dedup_by(|later, first| later.rule == first.rule && later.location == first.location);
     let counts = &egraph.analysis.counts;
     let report = FusionReport {
         func: func.name.clone(),

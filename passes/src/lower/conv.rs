@@ -15,10 +15,25 @@ use smelt_ir::{Diagnostic, TensorType, Value};
 use super::elementwise::{dims_name, Epilogue};
 use super::{BufferId, Cx};
 
-/// Output channels per register tile.
-const TILE_CHANNELS: usize = 4;
-/// Vectors of 4 output columns per register tile (TILE_CHANNELS × TILE_VECTORS ≤ 12).
-const TILE_VECTORS: usize = 3;
+/// Most accumulators in one register tile (x86-64 has 16 vector registers; Cranelift's
+/// FMA needs a spare one, and the shared operands need the rest).
+const MAX_ACCUMULATORS: usize = 12;
+
+/// The register tile for a row of `ow` output columns: (channels, vectors of 4 columns).
+///
+/// Cranelift emits each accumulator's FMA chain in turn, so an operand shared by several
+/// accumulators stays in a register across their chains. Wide rows use one channel and up
+/// to 12 vectors: the broadcast weight is the only shared operand and every input load has
+/// one use, which folds into the FMA. Narrow rows add channels while
+/// `channels·vectors + vectors ≤ 13` (accumulators plus shared inputs plus two spare).
+fn tile_shape(ow: usize, og: usize) -> (usize, usize) {
+    let vecs = (ow / 4).max(1);
+    if vecs >= 6 {
+        return (1, vecs.min(MAX_ACCUMULATORS));
+    }
+    let nt = ((MAX_ACCUMULATORS + 1 - vecs) / vecs).clamp(1, MAX_ACCUMULATORS / vecs);
+    (nt.min(og.max(1)), vecs)
+}
 
 /// Shapes of one convolution, in elements.
 struct Geo {
@@ -229,7 +244,8 @@ fn conv_kernel(
         bias,
         out: ya,
     };
-    let og_main = g.og / TILE_CHANNELS * TILE_CHANNELS;
+    let (nt, nv) = tile_shape(g.ow, g.og);
+    let og_main = g.og / nt * nt;
     b.for_loop(0, g.n as i64, 1, |b, n| {
         b.for_loop(0, g.groups as i64, 1, |b, grp| {
             b.for_loop(0, g.oh as i64, 1, |b, r| {
@@ -239,8 +255,8 @@ fn conv_kernel(
                     c0: Affine::var(grp).scale(g.cg as i64),
                     oh: Affine::var(r),
                 };
-                b.for_loop(0, og_main as i64, TILE_CHANNELS as i64, |b, ob| {
-                    row_of_tiles(b, g, &bufs, &epi, &at(Affine::var(ob)), TILE_CHANNELS);
+                b.for_loop(0, og_main as i64, nt as i64, |b, ob| {
+                    row_of_tiles(b, g, &bufs, &epi, &at(Affine::var(ob)), nt, nv);
                 });
                 if og_main < g.og {
                     row_of_tiles(
@@ -250,6 +266,7 @@ fn conv_kernel(
                         &epi,
                         &at(Affine::constant(og_main as i64)),
                         g.og - og_main,
+                        nv,
                     );
                 }
             });
@@ -274,7 +291,11 @@ struct TileAt {
     oh: Affine,
 }
 
-/// One output row for `nt` channels: full tiles, then single-vector tiles, then a scalar tail.
+/// One output row for `nt` channels: tiles of `nv` vectors, then one tile covering the
+/// remaining columns whose last vector ends at the row's end — it may overlap the previous
+/// tile, recomputing (and rewriting) identical values, so no scalar tail is needed. Rows
+/// narrower than one vector use scalar lanes.
+#[allow(clippy::too_many_arguments)]
 fn row_of_tiles(
     b: &mut KernelBuilder,
     g: &Geo,
@@ -282,39 +303,22 @@ fn row_of_tiles(
     epi: &Epilogue,
     at: &TileAt,
     nt: usize,
+    nv: usize,
 ) {
-    let span = 4 * TILE_VECTORS;
-    let main = (g.ow / span * span) as i64;
-    b.for_loop(0, main, span as i64, |b, q| {
-        tile(
-            b,
-            g,
-            bufs,
-            epi,
-            at,
-            nt,
-            &Affine::var(q),
-            TILE_VECTORS,
-            Width::F32x4,
-        );
+    if g.ow < 4 {
+        let q0 = Affine::constant(0);
+        tile(b, g, bufs, epi, at, nt, &q0, g.ow, Width::Scalar);
+        return;
+    }
+    let span = 4 * nv;
+    let main = g.ow / span * span;
+    b.for_loop(0, main as i64, span as i64, |b, q| {
+        tile(b, g, bufs, epi, at, nt, &Affine::var(q), nv, Width::F32x4);
     });
-    let vec_end = main + ((g.ow as i64 - main) / 4 * 4);
-    b.for_loop(main, vec_end, 4, |b, q| {
-        tile(b, g, bufs, epi, at, nt, &Affine::var(q), 1, Width::F32x4);
-    });
-    let rest = g.ow - vec_end as usize;
-    if rest > 0 {
-        tile(
-            b,
-            g,
-            bufs,
-            epi,
-            at,
-            nt,
-            &Affine::constant(vec_end),
-            rest,
-            Width::Scalar,
-        );
+    if main < g.ow {
+        let rest = (g.ow - main).div_ceil(4);
+        let q0 = Affine::constant((g.ow - 4 * rest) as i64);
+        tile(b, g, bufs, epi, at, nt, &q0, rest, Width::F32x4);
     }
 }
 
@@ -345,14 +349,16 @@ fn tile(
             b.assign(acc, init.clone());
         }
     }
-    b.for_loop(0, g.cg as i64, 1, |b, c| {
-        let c = Affine::var(c);
-        let cin = at.c0.add(&c);
-        for kh in 0..g.kh {
-            let row = at.oh.scale(g.stride[0] as i64).plus((kh * g.dil[0]) as i64);
-            for kw in 0..g.kw {
-                let col = kw * g.dil[1];
-                let (phase, shift) = (col % g.phases, col / g.phases);
+    // One loop over input channels per tap: each body is one FMA per accumulator, so
+    // the chains interleave and only the tap's shared operands are live.
+    for kh in 0..g.kh {
+        let row = at.oh.scale(g.stride[0] as i64).plus((kh * g.dil[0]) as i64);
+        for kw in 0..g.kw {
+            let col = kw * g.dil[1];
+            let (phase, shift) = (col % g.phases, col / g.phases);
+            b.for_loop(0, g.cg as i64, 1, |b, c| {
+                let c = Affine::var(c);
+                let cin = at.c0.add(&c);
                 let xs: Vec<Expr> = (0..nv)
                     .map(|j| {
                         let q = q0.plus(j as i64 * lanes + shift as i64);
@@ -373,9 +379,9 @@ fn tile(
                         b.assign(acc, Expr::fma(xs[j].clone(), wv.clone(), Expr::Var(acc)));
                     }
                 }
-            }
+            });
         }
-    });
+    }
     let out_plane = (g.oh * g.ow) as i64;
     for (t, row_accs) in accs.iter().enumerate() {
         for (j, &acc) in row_accs.iter().enumerate() {
