@@ -44,6 +44,7 @@ impl From<smelt_ir::Diagnostic> for Error {
 pub mod codegen;
 pub mod models;
 pub mod npy;
+#[cfg(feature = "onnx")]
 pub mod onnx;
 pub mod runtime;
 

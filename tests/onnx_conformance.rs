@@ -277,7 +277,9 @@ fn run_case(case: &Case) -> Result<Errors, String> {
                 continue;
             }
             let diff = (g - w).abs();
-            if !(diff <= case.atol + case.rtol * w.abs()) {
+            // written so that a NaN difference fails
+            let within = diff <= case.atol + case.rtol * w.abs();
+            if !within {
                 return Err(format!(
                     "output {j} element {k}: got {g}, expected {w} (|diff| {diff:.3e} > atol {:e} + rtol {:e}·|want|)",
                     case.atol, case.rtol

@@ -168,23 +168,24 @@ fn import_model(model: &ModelProto, opts: &ImportOptions) -> Result<Module, Diag
     let mut results = Vec::with_capacity(graph.output.len());
     for out in &graph.output {
         let name = out.name();
-        let v =
-            match imp.entries.get(name).cloned() {
-                Some(Entry::Const(c)) => {
-                    imp.builder.set_loc(Location::Name(name.into()));
-                    imp.materialize(&c, name)?
-                }
-                Some(_) => imp.value_of(name).map_err(|d| Diagnostic {
-                    message: format!("graph output '{name}': {}", d.message),
-                    ..d
-                })?,
-                None => return Err(plain_error(
+        let v = match imp.entries.get(name).cloned() {
+            Some(Entry::Const(c)) => {
+                imp.builder.set_loc(Location::Name(name.into()));
+                imp.materialize(&c, name)?
+            }
+            Some(_) => imp.value_of(name).map_err(|d| Diagnostic {
+                message: format!("graph output '{name}': {}", d.message),
+                ..d
+            })?,
+            None => {
+                return Err(plain_error(
                     "onnx-missing-input",
                     format!(
                         "graph output '{name}' is not produced by any node, input or initializer"
                     ),
-                )),
-            };
+                ))
+            }
+        };
         results.push((name.to_string(), v));
     }
     let results: Vec<(&str, smelt_ir::Value)> =
@@ -225,8 +226,15 @@ fn define_inputs(
             ));
         }
     }
+    let mut seen = BTreeSet::new();
     for input in &graph.input {
         let name = input.name();
+        if !seen.insert(name) {
+            return Err(plain_error(
+                "onnx-bad-model",
+                format!("graph input '{name}' is declared twice"),
+            ));
+        }
         if imp.entries.contains_key(name) {
             continue; // an initializer also listed as an input (IR version < 4): a default value
         }
@@ -252,12 +260,14 @@ fn input_type(
     let name = input.name();
     let tensor = match input.r#type.as_ref().and_then(|t| t.value.as_ref()) {
         Some(type_proto::Value::TensorType(t)) => t,
-        _ => return Err(plain_error(
-            "onnx-unsupported-dtype",
-            format!(
+        _ => {
+            return Err(plain_error(
+                "onnx-unsupported-dtype",
+                format!(
                 "input '{name}' is not a tensor (sequences, maps and optionals are not supported)"
             ),
-        )),
+            ))
+        }
     };
     if tensor.elem_type() != dtype::FLOAT {
         return Err(plain_error(

@@ -6,6 +6,10 @@ use smelt_ir::{Diagnostic, Value};
 
 use crate::onnx::context::{Entry, NodeCtx};
 
+/// Largest stride, dilation or pad accepted (the text form's integer limit), so window
+/// arithmetic cannot overflow.
+const MAX_WINDOW_ATTR: i64 = i32::MAX as i64;
+
 /// Window geometry of a conv or pool node, per spatial axis, after `auto_pad` is resolved.
 pub struct Window {
     /// Kernel size per spatial axis.
@@ -31,12 +35,12 @@ impl Window {
         let positive = |name: &str, v: Option<Vec<i64>>| -> Result<Vec<usize>, Diagnostic> {
             match v {
                 None => Ok(vec![1; n]),
-                Some(v) if v.len() == n && v.iter().all(|&x| x >= 1) => {
+                Some(v) if v.len() == n && v.iter().all(|&x| (1..=MAX_WINDOW_ATTR).contains(&x)) => {
                     Ok(v.iter().map(|&x| x as usize).collect())
                 }
                 Some(v) => Err(cx.bad_attr(
                     name,
-                    format!("{v:?} must hold {n} positive values, one per spatial axis"),
+                    format!("{v:?} must hold {n} positive values (at most {MAX_WINDOW_ATTR}), one per spatial axis"),
                 )),
             }
         };
@@ -53,13 +57,16 @@ impl Window {
         let pads = match auto_pad.as_str() {
             "NOTSET" | "" => match explicit {
                 None => vec![0; 2 * n],
-                Some(p) if p.len() == 2 * n && p.iter().all(|&x| x >= 0) => {
+                Some(p)
+                    if p.len() == 2 * n
+                        && p.iter().all(|&x| (0..=MAX_WINDOW_ATTR).contains(&x)) =>
+                {
                     p.iter().map(|&x| x as usize).collect()
                 }
                 Some(p) => {
                     return Err(cx.bad_attr(
                         "pads",
-                        format!("{p:?} must hold {} non-negative values", 2 * n),
+                        format!("{p:?} must hold {} values in 0..={MAX_WINDOW_ATTR}", 2 * n),
                     ))
                 }
             },

@@ -12,7 +12,7 @@ fn pool_attrs(cx: &NodeCtx, x_dims: &[usize], dilations: bool) -> Result<Pool2dA
         .attr_ints("kernel_shape")?
         .ok_or_else(|| cx.bad_attr("kernel_shape", "is required"))?;
     let spatial = x_dims.len() - 2;
-    if kernel.len() != spatial || kernel.iter().any(|&k| k < 1) {
+    if kernel.len() != spatial || kernel.iter().any(|&k| !(1..=i32::MAX as i64).contains(&k)) {
         return Err(cx.bad_attr(
             "kernel_shape",
             format!("{kernel:?} must hold {spatial} positive values"),
