@@ -105,11 +105,25 @@ pub fn eval_op(
     }
     let args: Vec<Arg> = operands.iter().map(|t| Arg::of(t)).collect();
     let data = compute(op, &args, &result_ty.dims, weights)?;
+    if data.len() != result_ty.num_elements() {
+        // A kernel bug, reported rather than panicking in the layout conversion below.
+        return Err(err(
+            "internal-error",
+            format!(
+                "'{}' produced {} elements for {result_ty}",
+                op.name(),
+                data.len()
+            ),
+        ));
+    }
     let row_major = Tensor {
         ty: result_ty.with_layout(Layout::RowMajor),
         data,
     };
-    Ok(row_major.to_layout(result_ty.layout))
+    Ok(match result_ty.layout {
+        Layout::RowMajor => row_major,
+        Layout::Blocked { .. } => row_major.to_layout(result_ty.layout),
+    })
 }
 
 /// Which values [`execute`] returns.
