@@ -66,15 +66,36 @@ pub struct OptimizeOptions {
     pub fusion: FusionOptions,
 }
 
-/// Reads a model from a file: `.tir` text (with its safetensors sidecar, if any) or,
-/// with the `onnx` feature, `.onnx`. The module returned has been verified.
-pub fn load_model(path: &Path) -> Result<Module, Error> {
+/// How to read a model file.
+#[derive(Clone, Debug, Default)]
+pub struct LoadOptions {
+    /// Shapes pinning the dynamic dimensions of graph inputs, by input name (ONNX).
+    pub input_shapes: std::collections::BTreeMap<String, Vec<usize>>,
+}
+
+/// Reads a model from a file: `.onnx` (with the `onnx` feature) or `.tir` text (with its
+/// safetensors sidecar, if any). The module returned has been verified.
+pub fn load_model(path: &Path, opts: &LoadOptions) -> Result<Module, Error> {
     let is_onnx = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("onnx"));
     if is_onnx {
+        #[cfg(feature = "onnx")]
+        {
+            let import = onnx::ImportOptions {
+                input_shapes: opts.input_shapes.clone(),
+                ..onnx::ImportOptions::default()
+            };
+            return onnx::import_file(path, &import);
+        }
+        #[cfg(not(feature = "onnx"))]
         return Err(Error::Unsupported(format!(
-            "{}: ONNX import is not built in yet",
+            "{}: smelt was built without the `onnx` feature",
             path.display()
         )));
+    }
+    if !opts.input_shapes.is_empty() {
+        return Err(Error::InvalidArgument(
+            "input shapes can only be pinned for ONNX models; .tir shapes are static".into(),
+        ));
     }
     Ok(smelt_ir::text::parse_file(path)?)
 }

@@ -103,18 +103,10 @@ fn host_isa(verify: bool) -> Result<OwnedTargetIsa, Error> {
 }
 
 /// Options of code generation.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct CodegenOptions {
     /// Run Cranelift's IR verifier on every function (≈36% more compile time; on in tests).
     pub verify: bool,
-}
-
-impl Default for CodegenOptions {
-    fn default() -> Self {
-        CodegenOptions {
-            verify: cfg!(debug_assertions),
-        }
-    }
 }
 
 /// A compiled kernel: `args` points to one valid buffer pointer per kernel argument.
@@ -307,6 +299,7 @@ fn build_function(
         bases,
         vars,
         known: vec![None; kernel.num_loop_vars as usize],
+
         loop_vars,
         fma: target.fused_fma(),
     };
@@ -401,6 +394,7 @@ impl Gen<'_, '_> {
     }
 
     /// Base + scaled loop-variable terms, and the constant part as a byte offset.
+    /// Variables of single-trip loops are folded into the offset.
     fn address(&mut self, buf: usize, index: &Affine) -> (ClifValue, i32) {
         let mut addr = self.bases[buf];
         let mut offset = index.offset;
@@ -575,7 +569,7 @@ impl Gen<'_, '_> {
             8.333_452e-3,
             4.166_579_6e-2,
             1.666_666_5e-1,
-            5.000_000_1e-1,
+            0.5,
         ];
         let mut p = self.constant(coeffs[0], ty);
         for &k in &coeffs[1..] {

@@ -108,7 +108,6 @@ pub struct Executable {
     max_args: usize,
     pool: Mutex<Vec<Workspace>>,
     times: CompileTimes,
-    kernel_count: usize,
     loops_text: String,
     /// Dropped last: the code the step function pointers point into.
     code: CompiledKernels,
@@ -119,7 +118,7 @@ impl std::fmt::Debug for Executable {
         f.debug_struct("Executable")
             .field("inputs", &self.inputs)
             .field("steps", &self.steps.len())
-            .field("kernels", &self.kernel_count)
+            .field("kernels", &self.code.len())
             .field("arena_len", &self.arena_len)
             .finish()
     }
@@ -234,7 +233,6 @@ impl Executable {
             max_args,
             pool: Mutex::new(Vec::new()),
             times: CompileTimes::default(),
-            kernel_count: program.kernels.len(),
             loops_text: program.dump_loops(),
             code,
         })
@@ -257,7 +255,7 @@ impl Executable {
 
     /// Number of distinct kernels (each compiled once) and of kernel calls per run.
     pub fn kernel_counts(&self) -> (usize, usize) {
-        (self.kernel_count, self.steps.len())
+        (self.code.len(), self.steps.len())
     }
 
     /// Bytes of scratch memory one run uses (the arena of temporaries).

@@ -124,7 +124,8 @@
 //! Every problem is a [`Diagnostic`] with a stable code — `parse-error`, `bad-encoding`,
 //! `bad-type`, `too-large`, `too-deep`, `unknown-op`, `wrong-arity`, `bad-attribute`,
 //! `undefined-value`, `redefined-value`, `duplicate-name`, `unknown-weight`,
-//! `bad-weight`, `elided-weight`, `bad-fused-op`, `type-mismatch`, `io-error` — and the
+//! `bad-weight`, `elided-weight`, `bad-fused-op`, `type-mismatch`, `io-error`,
+//! `too-many-errors` (the parse stops after 20) — and the
 //! file:line:col of the offending token; [`Diagnostic::render`] shows the line with a
 //! caret. A parsed module has always passed [`crate::verify::verify_module`].
 

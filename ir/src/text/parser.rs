@@ -4,7 +4,7 @@
 //! (undefined values, bad attributes, type mismatches) are collected and the parse goes
 //! on, with the statement's result marked as poisoned so it causes no follow-up errors.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 use safetensors::{Dtype, SafeTensors};
@@ -90,6 +90,12 @@ struct Parser<'a> {
     errors: Vec<Diagnostic>,
     /// Sidecar files read so far, by name as written.
     sidecars: BTreeMap<String, Result<Vec<u8>, String>>,
+    /// Weights whose declaration had an error: `const` ops reading them are poisoned
+    /// instead of reported again.
+    failed_weights: BTreeSet<String>,
+    /// Uses of undefined names in the current function: (name, index into `errors`), so
+    /// a later definition of the name can add "defined later" to the diagnostic.
+    undefined_uses: Vec<(String, usize)>,
 }
 
 /// Parses and verifies a module. `base_dir` is where `external<...>` sidecars are read from.
@@ -108,6 +114,8 @@ pub(crate) fn parse_module(
         module: Module::default(),
         errors: Vec::new(),
         sidecars: BTreeMap::new(),
+        failed_weights: BTreeSet::new(),
+        undefined_uses: Vec::new(),
     };
     if let Err(e) = p.items() {
         p.errors.push(e);
@@ -785,6 +793,11 @@ impl<'a> Parser<'a> {
         let (ty, ty_at) = self.parse_type()?;
         self.expect(Tok::Eq, "'=' and the weight's data")?;
         let (init, init_at) = self.weight_init()?;
+        let redefined = self.module.weights.lookup(&name.name).is_some();
+        if !redefined {
+            // Until it is added successfully, uses of the name are poisoned, not reported.
+            self.failed_weights.insert(name.name.clone());
+        }
         match self.weight_data(&name, &ty, ty_at, init, init_at) {
             Ok((values, origin)) => {
                 let storage = match ty.layout {
@@ -798,13 +811,16 @@ impl<'a> Parser<'a> {
                         .data
                     }
                 };
-                if let Err(m) = self.module.weights.add(
+                match self.module.weights.add(
                     name.name.clone(),
                     ty,
                     AlignedBuf::from_f32(&storage),
                     origin,
                 ) {
-                    self.report(self.diag("bad-weight", m, name.at))?;
+                    Ok(_) => {
+                        self.failed_weights.remove(&name.name);
+                    }
+                    Err(m) => self.report(self.diag("bad-weight", m, name.at))?,
                 }
             }
             Err(d) => self.report(d)?,
@@ -939,6 +955,7 @@ impl<'a> Parser<'a> {
             loc: self.map.loc(kw_at),
         };
         let mut env: HashMap<String, Slot> = HashMap::new();
+        self.undefined_uses.clear();
         self.expect(Tok::LParen, "'(' and the parameter list")?;
         if !self.eat(&Tok::RParen) {
             loop {
@@ -1196,6 +1213,26 @@ impl<'a> Parser<'a> {
             );
         }
         let result = s.result.name.clone();
+        let (line, col) = self.map.line_col(s.result.at);
+        for (name, index) in &self.undefined_uses {
+            if *name == result {
+                if let Some(d) = self.errors.get_mut(*index) {
+                    d.notes.push(format!(
+                        "%{name} is defined later, on line {line} column {col}; a value must be defined before its first use"
+                    ));
+                }
+            }
+        }
+        let post_operands = s.post.iter().filter_map(|p| match p {
+            PostSyntax::Binary { operand, .. } => Some(operand),
+            PostSyntax::Unary { .. } => None,
+        });
+        let first_undefined = s
+            .operands
+            .iter()
+            .chain(post_operands)
+            .find(|n| !env.contains_key(&n.name))
+            .map(|n| n.name.clone());
         match self.build_inst(s, func, env) {
             Ok(inst) => {
                 env.insert(result, Slot::Val(Value(func.num_values() as u32)));
@@ -1204,6 +1241,9 @@ impl<'a> Parser<'a> {
             Err(d) => {
                 env.insert(result, Slot::Poisoned);
                 if let Some(d) = d {
+                    if let (Some(name), "undefined-value") = (first_undefined, d.code) {
+                        self.undefined_uses.push((name, self.errors.len()));
+                    }
                     self.report(d)?;
                 }
             }
@@ -1243,6 +1283,9 @@ impl<'a> Parser<'a> {
             s.attrs
                 .finish()
                 .map_err(|e| Some(self.attr_diag(e, "bad-attribute")))?;
+            if self.failed_weights.contains(&w.name) {
+                return Err(None);
+            }
             let id = self.module.weights.lookup(&w.name).ok_or_else(|| {
                 Some(
                     self.diag("unknown-weight", format!("unknown weight @{}", w.name), w.at)

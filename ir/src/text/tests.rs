@@ -377,3 +377,59 @@ fn numbered_params_do_not_collide_with_renumbered_values() {
     assert!(text.contains("%4 = relu %3"), "{text}");
     assert_eq!(print(&parse_ok(&text), &PrintOptions::default()), text);
 }
+
+#[test]
+fn corrupted_input_never_panics() {
+    let src = r#"const @w : tensor<2x1x1x1xf32, oihw2o> = dense<[[1.0], [2.0]]>
+const @r : tensor<2xf32> = random<seed = 1, min = -1.0, max = 1.0>
+func @f(%x: tensor<1x1x3x3xf32>, %"s k": tensor<1x2x3x3xf32>) -> (y: tensor<1x2x3x3xf32>) {
+  %0 = const @w : tensor<2x1x1x1xf32, oihw2o>
+  %1 = reorder %0 {layout = row_major} : tensor<2x1x1x1xf32>
+  %2 = fused conv2d %x, %1 {pads = [0, 0, 0, 0]} post [add(_, %"s k"), clip {min = -inf, max = 6.0}] : tensor<1x2x3x3xf32> loc(fused["a", "b":1:2])
+  return %2 : tensor<1x2x3x3xf32>
+}
+"#;
+    parse_ok(src);
+    let replacements = [
+        "",
+        "[",
+        "]",
+        "<",
+        ">",
+        "{",
+        "}",
+        "(",
+        ")",
+        "%",
+        "@",
+        "\"",
+        "-",
+        "9",
+        "99999999999",
+        "x",
+        "0",
+        ",",
+        ":",
+        "_",
+        "\\",
+        "é",
+        "loc(",
+        "fused[",
+    ];
+    let chars: Vec<(usize, char)> = src.char_indices().collect();
+    for (i, &(at, c)) in chars.iter().enumerate() {
+        // every position with a few replacements, all replacements at every 7th position
+        let picks: Vec<&str> = if i % 7 == 0 {
+            replacements.to_vec()
+        } else {
+            vec![replacements[i % replacements.len()]]
+        };
+        for r in picks {
+            let mutated = format!("{}{}{}", &src[..at], r, &src[at + c.len_utf8()..]);
+            if let Err(e) = parse(&mutated, "m.tir") {
+                assert!(!e.0.is_empty());
+                let _ = e.render(Some(&mutated));
+            }
+        }
+    }
+}

@@ -13,6 +13,7 @@ use smelt::{Executable, OptimizeOptions};
 const RUNS: usize = 30;
 const TOLERANCE: f64 = 1e-4;
 
+/// Runs `smelt demo`.
 pub fn run() -> Result<()> {
     let cfg = ResNetConfig::demo();
     println!("smelt demo: a ResNet-style network built in code (seeded random weights)\n");

@@ -1,0 +1,110 @@
+//! Pieces shared by the subcommands: model loading with rendered diagnostics, fusion
+//! switches, input files.
+
+pub mod demo;
+pub mod import;
+pub mod opt;
+pub mod run;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, Context, Result};
+use clap::Args;
+use smelt::ir::{Module, Tensor};
+use smelt::passes::fusion::load_rules;
+use smelt::{LoadOptions, OptimizeOptions};
+
+/// A model file and how to read it.
+#[derive(Args, Clone, Debug)]
+pub struct ModelArgs {
+    /// The model: a `.tir` text file or an `.onnx` file.
+    pub model: PathBuf,
+    /// Pin a dynamic input dimension of an ONNX model, e.g. `--shape input=1x3x224x224`.
+    #[arg(long = "shape", value_name = "NAME=DIMS")]
+    pub shapes: Vec<String>,
+}
+
+impl ModelArgs {
+    /// Loads the model; IR diagnostics are rendered with a caret excerpt of the source.
+    pub fn load(&self) -> Result<Module> {
+        let mut opts = LoadOptions::default();
+        for arg in &self.shapes {
+            let (name, dims) = arg
+                .split_once('=')
+                .ok_or_else(|| anyhow!("--shape '{arg}' must look like NAME=1x3x224x224"))?;
+            let dims = dims
+                .split('x')
+                .map(|d| d.trim().parse::<usize>().ok().filter(|&d| d > 0))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| anyhow!("--shape '{arg}': dimensions must be positive integers joined by 'x'"))?;
+            opts.input_shapes.insert(name.to_string(), dims);
+        }
+        load(&self.model, &opts)
+    }
+}
+
+fn load(path: &Path, opts: &LoadOptions) -> Result<Module> {
+    smelt::load_model(path, opts).map_err(|e| match &e {
+        smelt::Error::Ir(diags) => {
+            let src = std::fs::read(path).ok().and_then(|b| String::from_utf8(b).ok());
+            anyhow!("{}", diags.render(src.as_deref()).trim_end())
+        }
+        _ => anyhow!(e),
+    })
+}
+
+/// Options choosing and configuring fusion, shared by every command that compiles.
+#[derive(Args, Clone, Debug, Default)]
+pub struct FusionArgs {
+    /// Disable every fusion rewrite (BN, add and activations stay separate ops).
+    #[arg(long)]
+    pub no_fuse: bool,
+    /// Rules not to run (comma-separated names).
+    #[arg(long, value_delimiter = ',', value_name = "NAME,...")]
+    pub disable_rules: Vec<String>,
+    /// Run only these rules (comma-separated names).
+    #[arg(long, value_delimiter = ',', value_name = "NAME,...")]
+    pub only_rules: Option<Vec<String>>,
+    /// Load extra fusion rules from a rule file.
+    #[arg(long, value_name = "FILE")]
+    pub rules: Vec<PathBuf>,
+}
+
+impl FusionArgs {
+    /// The optimization options these switches describe, running `passes` (or the default pipeline).
+    pub fn options(&self, passes: Option<Vec<String>>) -> Result<OptimizeOptions> {
+        let mut opts = OptimizeOptions {
+            passes,
+            ..OptimizeOptions::default()
+        };
+        opts.fusion.enabled = !self.no_fuse;
+        opts.fusion.disabled_rules = self.disable_rules.clone();
+        opts.fusion.only_rules = self.only_rules.clone();
+        for path in &self.rules {
+            let src = read_text(path)?;
+            let rules = load_rules(&src, &path.display().to_string())
+                .map_err(|d| anyhow!("{}", d.render(Some(&src)).trim_end()))?;
+            opts.fusion.extra_rules.extend(rules);
+        }
+        Ok(opts)
+    }
+}
+
+/// Reads a UTF-8 text file, naming it in the error.
+pub fn read_text(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
+}
+
+/// Parses `NAME=FILE.npy` arguments into tensors by name.
+pub fn read_inputs(args: &[String]) -> Result<Vec<(String, Tensor)>> {
+    args.iter()
+        .map(|arg| {
+            let (name, file) = arg
+                .split_once('=')
+                .ok_or_else(|| anyhow!("--input '{arg}' must look like NAME=FILE.npy"))?;
+            let bytes = std::fs::read(file).with_context(|| format!("cannot read {file}"))?;
+            let t = smelt::npy::decode(&bytes).map_err(|e| anyhow!("{file}: {e}"))?;
+            Ok((name.to_string(), t))
+        })
+        .collect()
+}

@@ -1,0 +1,85 @@
+//! `smelt run`: compile a model, run it on `.npy` inputs, write each result as `.npy`.
+
+use std::path::PathBuf;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use smelt::ir::weights::random_f32;
+use smelt::ir::{interp, Tensor};
+
+use super::{read_inputs, FusionArgs, ModelArgs};
+
+/// Arguments of `smelt run`.
+#[derive(Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// An input tensor: the parameter name and a .npy file (repeat for each input).
+    #[arg(long = "input", value_name = "NAME=FILE.npy")]
+    inputs: Vec<String>,
+    /// Fill inputs not given with seeded random values in [-1, 1].
+    #[arg(long, value_name = "SEED")]
+    random_inputs: Option<u64>,
+    /// Folder for the results, one NAME.npy per result.
+    #[arg(long, value_name = "DIR")]
+    output_dir: PathBuf,
+    /// Run the reference interpreter on the unoptimized model instead of compiled code.
+    #[arg(long)]
+    interp: bool,
+    #[command(flatten)]
+    fusion: FusionArgs,
+}
+
+/// Runs `smelt run`.
+pub fn main(a: RunArgs) -> Result<()> {
+    let module = a.model.load()?;
+    let func = module.entry().ok_or_else(|| {
+        anyhow!("{}: no function @main, and more than one function", a.model.model.display())
+    })?;
+    let mut given = read_inputs(&a.inputs)?;
+    for (name, _) in &given {
+        if !func.params.iter().any(|p| &p.name == name) {
+            let known: Vec<_> = func.params.iter().map(|p| format!("%{}", p.name)).collect();
+            bail!("@{} has no parameter %{name} (parameters: {})", func.name, known.join(", "));
+        }
+    }
+    let mut inputs = Vec::new();
+    for (i, p) in func.params.iter().enumerate() {
+        let t = match given.iter().position(|(n, _)| n == &p.name) {
+            Some(k) => given.swap_remove(k).1,
+            None => match a.random_inputs {
+                Some(seed) => Tensor::new(
+                    p.ty.dims.clone(),
+                    random_f32(seed + i as u64, p.ty.num_elements(), -1.0, 1.0),
+                )
+                .map_err(|e| anyhow!(e))?,
+                None => bail!(
+                    "missing input %{}: {} (pass --input {}=FILE.npy, or --random-inputs SEED)",
+                    p.name,
+                    p.ty,
+                    p.name
+                ),
+            },
+        };
+        if t.ty.dims != p.ty.dims {
+            bail!("input %{} must have shape {}, the .npy file has {:?}", p.name, p.ty, t.ty.dims);
+        }
+        inputs.push(t.to_layout(p.ty.layout));
+    }
+    let outputs = if a.interp {
+        interp::run(&module, func, &inputs).map_err(|d| anyhow!("{d}"))?
+    } else {
+        let opts = a.fusion.options(None)?;
+        let (exe, _) = smelt::compile(&module, &opts)?;
+        exe.run(&inputs)?
+    };
+    std::fs::create_dir_all(&a.output_dir)
+        .with_context(|| format!("cannot create {}", a.output_dir.display()))?;
+    for (r, t) in func.results.iter().zip(&outputs) {
+        let path = a.output_dir.join(smelt::npy::file_name_for(&r.name));
+        std::fs::write(&path, smelt::npy::encode(t))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        println!("{} {} -> {}", r.name, t.ty, path.display());
+    }
+    Ok(())
+}
