@@ -76,7 +76,9 @@ pub struct LoadOptions {
 /// Reads a model from a file: `.onnx` (with the `onnx` feature) or `.tir` text (with its
 /// safetensors sidecar, if any). The module returned has been verified.
 pub fn load_model(path: &Path, opts: &LoadOptions) -> Result<Module, Error> {
-    let is_onnx = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("onnx"));
+    let is_onnx = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("onnx"));
     if is_onnx {
         #[cfg(feature = "onnx")]
         {
@@ -120,7 +122,10 @@ pub fn optimize(
 }
 
 /// Optimizes a copy of `module` with the default pipeline and compiles its entry function.
-pub fn compile(module: &Module, opts: &OptimizeOptions) -> Result<(Executable, PassContext), Error> {
+pub fn compile(
+    module: &Module,
+    opts: &OptimizeOptions,
+) -> Result<(Executable, PassContext), Error> {
     let mut optimized = module.clone();
     let cx = optimize(&mut optimized, opts, None)?;
     let exe = Executable::compile(&optimized, None, &CompileOptions::default())?;

@@ -4,7 +4,9 @@
 use smelt_ir::builder::FuncBuilder;
 use smelt_ir::op::{Conv2dAttrs, GemmAttrs, Pool2dAttrs};
 use smelt_ir::weights::{random_f32, WeightOrigin};
-use smelt_ir::{AlignedBuf, BinaryOp, Diagnostic, Location, Module, Op, TensorType, UnaryOp, Value, F32};
+use smelt_ir::{
+    AlignedBuf, BinaryOp, Diagnostic, Location, Module, Op, TensorType, UnaryOp, Value, F32,
+};
 
 /// Shape of a ResNet: residual blocks per stage, block kind, widths and input size.
 #[derive(Clone, Debug)]
@@ -73,21 +75,40 @@ impl Net<'_> {
     /// Appends `op` with the location `Name(prefix + counter)`, as an ONNX node name would be.
     fn named(&mut self, prefix: &str, op: Op, operands: &[Value]) -> Result<Value, Diagnostic> {
         self.named += 1;
-        self.b.set_loc(Location::Name(format!("{prefix}{}", self.named).into()));
+        self.b
+            .set_loc(Location::Name(format!("{prefix}{}", self.named).into()));
         self.b.op(op, operands)
     }
 
-    fn weight(&mut self, name: &str, dims: &[usize], min: f32, max: f32) -> Result<Value, Diagnostic> {
+    fn weight(
+        &mut self,
+        name: &str,
+        dims: &[usize],
+        min: f32,
+        max: f32,
+    ) -> Result<Value, Diagnostic> {
         self.seed += 1;
         let ty = TensorType::f32(dims);
         let data = random_f32(self.seed, ty.num_elements(), min, max);
-        let origin = WeightOrigin::Random { seed: self.seed, min, max };
-        let id = self.b.add_weight(name, ty, AlignedBuf::from_f32(&data), origin)?;
+        let origin = WeightOrigin::Random {
+            seed: self.seed,
+            min,
+            max,
+        };
+        let id = self
+            .b
+            .add_weight(name, ty, AlignedBuf::from_f32(&data), origin)?;
         self.b.op(Op::Const(id), &[])
     }
 
     /// conv (no bias, He-uniform weights) → batch_norm with random statistics.
-    fn conv_bn(&mut self, x: Value, cout: usize, k: usize, stride: usize) -> Result<Value, Diagnostic> {
+    fn conv_bn(
+        &mut self,
+        x: Value,
+        cout: usize,
+        k: usize,
+        stride: usize,
+    ) -> Result<Value, Diagnostic> {
         self.count += 1;
         let n = self.count;
         let cin = self.b.type_of(x).dims[1];
@@ -106,14 +127,23 @@ impl Net<'_> {
         let mean = self.weight(&format!("bn{n}.mean"), &[cout], -0.1, 0.1)?;
         let var = self.weight(&format!("bn{n}.var"), &[cout], 0.5, 1.5)?;
         self.b.set_loc(Location::Name(format!("bn{n}").into()));
-        self.b.op(Op::BatchNorm { epsilon: F32(1e-5) }, &[y, scale, bias, mean, var])
+        self.b.op(
+            Op::BatchNorm { epsilon: F32(1e-5) },
+            &[y, scale, bias, mean, var],
+        )
     }
 
     fn relu(&mut self, x: Value) -> Result<Value, Diagnostic> {
         self.named("relu", Op::Unary(UnaryOp::Relu), &[x])
     }
 
-    fn block(&mut self, x: Value, width: usize, stride: usize, bottleneck: bool) -> Result<Value, Diagnostic> {
+    fn block(
+        &mut self,
+        x: Value,
+        width: usize,
+        stride: usize,
+        bottleneck: bool,
+    ) -> Result<Value, Diagnostic> {
         let cin = self.b.type_of(x).dims[1];
         let cout = if bottleneck { width * 4 } else { width };
         let y = if bottleneck {
@@ -146,7 +176,9 @@ pub fn resnet(cfg: &ResNetConfig) -> Result<Module, Diagnostic> {
         count: 0,
         named: 0,
     };
-    let x = net.b.param("input", TensorType::f32([1, 3, cfg.input_hw, cfg.input_hw]));
+    let x = net
+        .b
+        .param("input", TensorType::f32([1, 3, cfg.input_hw, cfg.input_hw]));
     let mut h = if cfg.imagenet_stem {
         let s = net.conv_bn(x, cfg.width, 7, 2)?;
         let s = net.relu(s)?;
@@ -216,9 +248,17 @@ mod tests {
         ] {
             let m = resnet(&cfg).unwrap();
             let f = &m.funcs[0];
-            let n_convs = f.insts.iter().filter(|i| matches!(i.op, Op::Conv2d(_))).count();
+            let n_convs = f
+                .insts
+                .iter()
+                .filter(|i| matches!(i.op, Op::Conv2d(_)))
+                .count();
             assert_eq!(n_convs, convs);
-            let flat = f.insts.iter().find(|i| matches!(i.op, Op::Flatten { .. })).unwrap();
+            let flat = f
+                .insts
+                .iter()
+                .find(|i| matches!(i.op, Op::Flatten { .. }))
+                .unwrap();
             assert_eq!(flat.ty.dims, vec![1, features]);
             assert_eq!(f.type_of(f.results[0].value).dims, vec![1, 1000]);
         }

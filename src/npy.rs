@@ -11,7 +11,10 @@ pub fn encode(t: &Tensor) -> Vec<u8> {
         [d] => format!("({d},)"),
         dims => format!(
             "({})",
-            dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+            dims.iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     };
     let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
@@ -49,7 +52,8 @@ pub fn decode(bytes: &[u8]) -> Result<Tensor, String> {
         .ok_or("truncated .npy header")?;
     let header = std::str::from_utf8(header).map_err(|_| "the .npy header is not text")?;
     let descr = dict_value(header, "descr").ok_or("the .npy header has no 'descr'")?;
-    let fortran = dict_value(header, "fortran_order").ok_or("the .npy header has no 'fortran_order'")?;
+    let fortran =
+        dict_value(header, "fortran_order").ok_or("the .npy header has no 'fortran_order'")?;
     let shape = dict_value(header, "shape").ok_or("the .npy header has no 'shape'")?;
     if fortran.trim() != "False" {
         return Err("Fortran-order .npy arrays are not supported; save with C order".into());
@@ -176,7 +180,10 @@ mod tests {
 
     #[test]
     fn result_names_cannot_escape_the_folder() {
-        assert_eq!(file_name_for("/layer1/Relu_output_0"), "%2Flayer1%2FRelu_output_0.npy");
+        assert_eq!(
+            file_name_for("/layer1/Relu_output_0"),
+            "%2Flayer1%2FRelu_output_0.npy"
+        );
         assert_eq!(file_name_for(".."), "%2E%2E.npy");
         assert_eq!(file_name_for("y"), "y.npy");
         assert!(!file_name_for("../../etc/passwd").contains('/'));

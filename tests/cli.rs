@@ -45,10 +45,27 @@ fn run_jit_matches_run_interp() {
     let sa = format!("skip={}", write_npy(dir.path(), "skip", &skip).display());
     let jit_dir = dir.path().join("jit");
     let ref_dir = dir.path().join("ref");
-    let jit = smelt(&["run", TAIL, "--input", &xa, "--input", &sa, "--output-dir", jit_dir.to_str().unwrap()]);
+    let jit = smelt(&[
+        "run",
+        TAIL,
+        "--input",
+        &xa,
+        "--input",
+        &sa,
+        "--output-dir",
+        jit_dir.to_str().unwrap(),
+    ]);
     assert!(jit.status.success(), "{}", stderr(&jit));
     let interp = smelt(&[
-        "run", TAIL, "--input", &xa, "--input", &sa, "--interp", "--output-dir", ref_dir.to_str().unwrap(),
+        "run",
+        TAIL,
+        "--input",
+        &xa,
+        "--input",
+        &sa,
+        "--interp",
+        "--output-dir",
+        ref_dir.to_str().unwrap(),
     ]);
     assert!(interp.status.success(), "{}", stderr(&interp));
     let got = read_npy(&jit_dir.join("y.npy"));
@@ -68,10 +85,23 @@ fn result_names_are_percent_encoded_inside_the_output_dir() {
     )
     .unwrap();
     let out = dir.path().join("out");
-    let o = smelt(&["run", model.to_str().unwrap(), "--random-inputs", "1", "--output-dir", out.to_str().unwrap()]);
+    let o = smelt(&[
+        "run",
+        model.to_str().unwrap(),
+        "--random-inputs",
+        "1",
+        "--output-dir",
+        out.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let files: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert_eq!(files, vec![std::ffi::OsString::from("%2Flayer1%2FRelu_output_0.npy")]);
+    let files: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        files,
+        vec![std::ffi::OsString::from("%2Flayer1%2FRelu_output_0.npy")]
+    );
 }
 
 #[test]
@@ -87,7 +117,10 @@ fn bad_input_exits_1_with_a_located_message() {
         let o = smelt(&args);
         assert_eq!(o.status.code(), Some(1), "{cmd}: {}", stderr(&o));
         let err = stderr(&o);
-        assert!(err.contains("frobnicate") && err.contains("bad.tir:2:"), "{cmd}: {err}");
+        assert!(
+            err.contains("frobnicate") && err.contains("bad.tir:2:"),
+            "{cmd}: {err}"
+        );
         assert!(!err.contains("panicked"), "{err}");
     }
 }
@@ -113,7 +146,10 @@ fn opt_prints_the_fused_module_and_every_stage_on_request() {
     let o = smelt(&["opt", TAIL, "--elide-weights"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
-    assert!(out.contains("fused conv2d %x") && out.contains("post [add(_, %skip), relu]"), "{out}");
+    assert!(
+        out.contains("fused conv2d %x") && out.contains("post [add(_, %skip), relu]"),
+        "{out}"
+    );
     assert!(!out.contains("batch_norm"), "{out}");
 
     let o = smelt(&["opt", TAIL, "--print-ir-after-all", "--elide-weights"]);
@@ -124,7 +160,10 @@ fn opt_prints_the_fused_module_and_every_stage_on_request() {
 
     let o = smelt(&["opt", TAIL, "--no-fuse", "--elide-weights"]);
     let out = stdout(&o);
-    assert!(out.contains("batch_norm") && !out.contains("fused"), "{out}");
+    assert!(
+        out.contains("batch_norm") && !out.contains("fused"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -137,11 +176,26 @@ fn opt_output_file_round_trips_through_its_sidecar() {
     // The written module loads and runs like the original.
     let ref_dir = dir.path().join("a");
     let got_dir = dir.path().join("b");
-    for (model, d) in [(TAIL.to_string(), &ref_dir), (out.display().to_string(), &got_dir)] {
-        let o = smelt(&["run", &model, "--random-inputs", "3", "--interp", "--output-dir", d.to_str().unwrap()]);
+    for (model, d) in [
+        (TAIL.to_string(), &ref_dir),
+        (out.display().to_string(), &got_dir),
+    ] {
+        let o = smelt(&[
+            "run",
+            &model,
+            "--random-inputs",
+            "3",
+            "--interp",
+            "--output-dir",
+            d.to_str().unwrap(),
+        ]);
         assert!(o.status.success(), "{}", stderr(&o));
     }
-    let e = ErrorStats::between_tensors(&read_npy(&got_dir.join("y.npy")), &read_npy(&ref_dir.join("y.npy"))).unwrap();
+    let e = ErrorStats::between_tensors(
+        &read_npy(&got_dir.join("y.npy")),
+        &read_npy(&ref_dir.join("y.npy")),
+    )
+    .unwrap();
     assert!(e.relative <= 1e-5, "{e:?}");
 }
 

@@ -16,7 +16,10 @@ fn resnet50_runs_and_gives_finite_logits() {
         Tensor::new([1, 3, 224, 224], random_f32(7, 3 * 224 * 224, -1.0, 1.0)).expect("input");
     let start = Instant::now();
     let out = interp::run(&module, func, &[input]).expect("runs");
-    println!("interpreter: ResNet-50 224x224 batch 1 in {:.2?}", start.elapsed());
+    println!(
+        "interpreter: ResNet-50 224x224 batch 1 in {:.2?}",
+        start.elapsed()
+    );
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].ty, TensorType::f32([1, 1000]));
     assert!(out[0].data.iter().all(|v| v.is_finite()));
@@ -24,6 +27,8 @@ fn resnet50_runs_and_gives_finite_logits() {
     let (lo, hi) = out[0]
         .data
         .iter()
-        .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+        .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| {
+            (lo.min(v), hi.max(v))
+        });
     assert!(hi > lo, "logits are constant: {lo}");
 }

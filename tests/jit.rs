@@ -194,7 +194,7 @@ fn every_post_op_kind_is_applied_in_registers() {
                 if op == BinaryOp::Div {
                     // keep divisors away from zero
                     for v in &mut inputs[1].data {
-                        *v = 1.5 + *v;
+                        *v += 1.5;
                     }
                     if !acc_is_lhs {
                         continue; // dividing by a conv result near zero is ill-conditioned

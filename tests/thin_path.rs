@@ -42,13 +42,27 @@ fn residual_tail_fuses_into_one_kernel_and_matches_the_interpreter() {
             .map(|i| &i.op)
             .filter(|op| !matches!(op, Op::Const(_)))
             .collect();
-        assert_eq!(computing.len(), 1, "{name}: expected one fused op, got {computing:?}");
+        assert_eq!(
+            computing.len(),
+            1,
+            "{name}: expected one fused op, got {computing:?}"
+        );
         assert!(matches!(computing[0], Op::Fused(f) if f.post_ops.len() == 2));
 
-        let printed = text::print(&fused, &PrintOptions { print_loc: true, elide_weights: true });
-        common::snapshot_settings("thin_path").bind(|| insta::assert_snapshot!(name.clone(), printed));
+        let printed = text::print(
+            &fused,
+            &PrintOptions {
+                print_loc: true,
+                elide_weights: true,
+            },
+        );
+        common::snapshot_settings("thin_path")
+            .bind(|| insta::assert_snapshot!(name.clone(), printed));
 
-        let opts = CompileOptions { verify: true, ..CompileOptions::default() };
+        let opts = CompileOptions {
+            verify: true,
+            ..CompileOptions::default()
+        };
         let exe = Executable::compile(&fused, None, &opts).expect("compiles");
         let got = exe.run(&inputs).expect("runs");
         assert_eq!(got.len(), reference.len());
@@ -59,6 +73,9 @@ fn residual_tail_fuses_into_one_kernel_and_matches_the_interpreter() {
         // The fused graph run by the interpreter agrees too (fusion itself is sound).
         let fused_ref = interp::run(&fused, ffunc, &inputs).expect("interpreter runs fused");
         let e = ErrorStats::between_tensors(&fused_ref[0], &reference[0]).unwrap();
-        assert!(e.relative <= 1e-5, "{name}: fused vs unfused interpreter {e:?}");
+        assert!(
+            e.relative <= 1e-5,
+            "{name}: fused vs unfused interpreter {e:?}"
+        );
     }
 }

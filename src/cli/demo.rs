@@ -31,7 +31,9 @@ pub fn run() -> Result<()> {
     println!("{}", indent(&text::print(&fused_tail, &shown)));
 
     let module = resnet(&cfg).map_err(|d| anyhow!("{d}"))?;
-    let func = module.entry().ok_or_else(|| anyhow!("demo network has no entry"))?;
+    let func = module
+        .entry()
+        .ok_or_else(|| anyhow!("demo network has no entry"))?;
     let flops: u64 = func
         .insts
         .iter()
@@ -43,9 +45,16 @@ pub fn run() -> Result<()> {
     println!(
         "2. the network: @{}({}) -> {}, {} ops ({}), {:.1} MFLOP",
         func.name,
-        func.params.iter().map(|p| format!("%{}: {}", p.name, p.ty)).collect::<Vec<_>>().join(", "),
+        func.params
+            .iter()
+            .map(|p| format!("%{}: {}", p.name, p.ty))
+            .collect::<Vec<_>>()
+            .join(", "),
         func.type_of(func.results[0].value),
-        func.insts.iter().filter(|i| !matches!(i.op, Op::Const(_))).count(),
+        func.insts
+            .iter()
+            .filter(|i| !matches!(i.op, Op::Const(_)))
+            .count(),
         op_histogram(&module),
         flops as f64 / 1e6
     );
@@ -56,14 +65,14 @@ pub fn run() -> Result<()> {
     let fuse_ms = t.elapsed().as_secs_f64() * 1e3;
     println!("\n3. fusion ({fuse_ms:.1} ms):");
     for r in &cx.fusion_reports {
-        let first_lines: String = r
-            .to_text()
-            .lines()
-            .map(|l| format!("   {l}\n"))
-            .collect();
+        let first_lines: String = r.to_text().lines().map(|l| format!("   {l}\n")).collect();
         print!("{first_lines}");
     }
-    println!("   after const_fold and dce: {} ops ({})", count_ops(&fused), op_histogram(&fused));
+    println!(
+        "   after const_fold and dce: {} ops ({})",
+        count_ops(&fused),
+        op_histogram(&fused)
+    );
 
     let mut unfused = module.clone();
     let mut no_fuse = OptimizeOptions::default();
@@ -87,8 +96,11 @@ pub fn run() -> Result<()> {
     }
 
     let p = &func.params[0];
-    let input = Tensor::new(p.ty.dims.clone(), random_f32(1, p.ty.num_elements(), -1.0, 1.0))
-        .map_err(|e| anyhow!(e))?;
+    let input = Tensor::new(
+        p.ty.dims.clone(),
+        random_f32(1, p.ty.num_elements(), -1.0, 1.0),
+    )
+    .map_err(|e| anyhow!(e))?;
     let inputs = [input];
     let t = Instant::now();
     let reference = interp::run(&module, func, &inputs).map_err(|d| anyhow!("{d}"))?;
@@ -97,7 +109,10 @@ pub fn run() -> Result<()> {
     let unfused_ms = median_ms(&exe_unfused, &inputs)?;
     println!("\n5. run (median of {RUNS}, after warm-up, 1 thread):");
     println!("   JIT fused     {fused_ms:8.3} ms");
-    println!("   JIT unfused   {unfused_ms:8.3} ms   (fused is {:.2}x faster)", unfused_ms / fused_ms);
+    println!(
+        "   JIT unfused   {unfused_ms:8.3} ms   (fused is {:.2}x faster)",
+        unfused_ms / fused_ms
+    );
     println!("   interpreter   {interp_ms:8.3} ms   (one run, unfused, f64 accumulation)");
 
     println!("\n6. verify against the reference interpreter on the unfused network:");
@@ -119,7 +134,9 @@ pub fn run() -> Result<()> {
         }
     }
     if !ok {
-        return Err(anyhow!("verification failed: relative error above {TOLERANCE}"));
+        return Err(anyhow!(
+            "verification failed: relative error above {TOLERANCE}"
+        ));
     }
     println!("\nall stages agree (tolerance {TOLERANCE} relative).");
     Ok(())
@@ -165,5 +182,9 @@ fn op_histogram(m: &Module) -> String {
 }
 
 fn indent(s: &str) -> String {
-    s.lines().map(|l| format!("   | {l}\n")).collect::<String>().trim_end().to_string()
+    s.lines()
+        .map(|l| format!("   | {l}\n"))
+        .collect::<String>()
+        .trim_end()
+        .to_string()
 }

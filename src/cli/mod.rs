@@ -36,7 +36,9 @@ impl ModelArgs {
                 .split('x')
                 .map(|d| d.trim().parse::<usize>().ok().filter(|&d| d > 0))
                 .collect::<Option<Vec<_>>>()
-                .ok_or_else(|| anyhow!("--shape '{arg}': dimensions must be positive integers joined by 'x'"))?;
+                .ok_or_else(|| {
+                    anyhow!("--shape '{arg}': dimensions must be positive integers joined by 'x'")
+                })?;
             opts.input_shapes.insert(name.to_string(), dims);
         }
         load(&self.model, &opts)
@@ -46,7 +48,9 @@ impl ModelArgs {
 fn load(path: &Path, opts: &LoadOptions) -> Result<Module> {
     smelt::load_model(path, opts).map_err(|e| match &e {
         smelt::Error::Ir(diags) => {
-            let src = std::fs::read(path).ok().and_then(|b| String::from_utf8(b).ok());
+            let src = std::fs::read(path)
+                .ok()
+                .and_then(|b| String::from_utf8(b).ok());
             anyhow!("{}", diags.render(src.as_deref()).trim_end())
         }
         _ => anyhow!(e),

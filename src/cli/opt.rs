@@ -52,7 +52,11 @@ pub fn main(a: OptArgs) -> Result<()> {
     let cx = smelt::optimize(
         &mut module,
         &opts,
-        if a.print_ir_after_all { Some(&mut dump) } else { None },
+        if a.print_ir_after_all {
+            Some(&mut dump)
+        } else {
+            None
+        },
     )?;
     for w in &cx.warnings {
         eprintln!("{w}");

@@ -34,13 +34,20 @@ pub struct RunArgs {
 pub fn main(a: RunArgs) -> Result<()> {
     let module = a.model.load()?;
     let func = module.entry().ok_or_else(|| {
-        anyhow!("{}: no function @main, and more than one function", a.model.model.display())
+        anyhow!(
+            "{}: no function @main, and more than one function",
+            a.model.model.display()
+        )
     })?;
     let mut given = read_inputs(&a.inputs)?;
     for (name, _) in &given {
         if !func.params.iter().any(|p| &p.name == name) {
             let known: Vec<_> = func.params.iter().map(|p| format!("%{}", p.name)).collect();
-            bail!("@{} has no parameter %{name} (parameters: {})", func.name, known.join(", "));
+            bail!(
+                "@{} has no parameter %{name} (parameters: {})",
+                func.name,
+                known.join(", ")
+            );
         }
     }
     let mut inputs = Vec::new();
@@ -62,7 +69,12 @@ pub fn main(a: RunArgs) -> Result<()> {
             },
         };
         if t.ty.dims != p.ty.dims {
-            bail!("input %{} must have shape {}, the .npy file has {:?}", p.name, p.ty, t.ty.dims);
+            bail!(
+                "input %{} must have shape {}, the .npy file has {:?}",
+                p.name,
+                p.ty,
+                t.ty.dims
+            );
         }
         inputs.push(t.to_layout(p.ty.layout));
     }

@@ -306,7 +306,7 @@ pub(crate) fn lower_gemm(
             let mut t = vec![0.0f32; k * n];
             for kk in 0..k {
                 for nn in 0..n {
-                    t[kk * n + nn] = data[kk as usize * geo.b_k as usize + nn * geo.b_n as usize];
+                    t[kk * n + nn] = data[kk * geo.b_k as usize + nn * geo.b_n as usize];
                 }
             }
             b_buf = cx.constant("b_transposed", &t);

@@ -322,9 +322,8 @@ impl Cx<'_> {
         }
         // Every op but reorder computes on row-major tensors.
         let row_major = |t: &TensorType| t.layout == Layout::RowMajor;
-        if !matches!(inst.op, Op::Reorder { .. })
-            && !(types.iter().all(|t| row_major(t)) && row_major(&inst.ty))
-        {
+        let all_row_major = types.iter().all(|t| row_major(t)) && row_major(&inst.ty);
+        if !matches!(inst.op, Op::Reorder { .. }) && !all_row_major {
             return Err(self.unsupported("blocked layouts are only supported by reorder"));
         }
         // Reshape and flatten of a row-major tensor keep the bytes: alias the operand.

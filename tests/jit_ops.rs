@@ -1,0 +1,407 @@
+//! Every op through the JIT against the interpreter, on small random shapes with odd sizes
+//! (not multiples of 4, so vector tails run), including fused ops on every anchor kind.
+
+mod jit_util;
+
+use jit_util::{check_against_interp, f32t, random_inputs};
+use smelt_ir::builder::FuncBuilder;
+use smelt_ir::op::{FusedOp, GemmAttrs, Pool2dAttrs, PostOp};
+use smelt_ir::weights::random_f32;
+use smelt_ir::{BinaryOp, Layout, Module, Op, TensorType, UnaryOp, Value, F32};
+
+/// A one-op function over parameters of the given types (constants where `consts` says).
+fn one_op(op: Op, params: &[TensorType], consts: &[(usize, TensorType)]) -> Module {
+    let mut m = Module::default();
+    let mut b = FuncBuilder::new(&mut m, "f");
+    let mut operands: Vec<Option<Value>> = vec![None; params.len() + consts.len()];
+    let mut next = 0;
+    for (slot, o) in operands.iter_mut().enumerate() {
+        if consts.iter().any(|(i, _)| *i == slot) {
+            continue;
+        }
+        *o = Some(b.param(&format!("x{slot}"), params[next].clone()));
+        next += 1;
+    }
+    for (i, ty) in consts {
+        let n = ty.storage_len();
+        let v = b
+            .constant(
+                &format!("c{i}"),
+                ty.clone(),
+                &random_f32(100 + *i as u64, n, -1.0, 1.0),
+            )
+            .expect("constant");
+        operands[*i] = Some(v);
+    }
+    let operands: Vec<Value> = operands.into_iter().map(|o| o.expect("operand")).collect();
+    let y = b.op(op, &operands).expect("op type-checks");
+    b.finish(&[("y", y)]);
+    m
+}
+
+fn check(what: &str, m: &Module) {
+    check_against_interp(what, m, &random_inputs(m, 17), 1e-5);
+}
+
+fn t(dims: &[usize]) -> TensorType {
+    f32t(dims)
+}
+
+#[test]
+fn unary_ops() {
+    let f = F32;
+    let ops = [
+        UnaryOp::Relu,
+        UnaryOp::Clip {
+            min: f(-0.3),
+            max: f(0.6),
+        },
+        UnaryOp::LeakyRelu { alpha: f(0.01) },
+        UnaryOp::Sigmoid,
+        UnaryOp::Tanh,
+        UnaryOp::Erf,
+        UnaryOp::Gelu,
+        UnaryOp::HardSigmoid {
+            alpha: f(0.2),
+            beta: f(0.5),
+        },
+        UnaryOp::HardSwish,
+        UnaryOp::Silu,
+    ];
+    for u in ops {
+        for dims in [&[2, 3, 5, 7][..], &[3][..], &[]] {
+            let m = one_op(Op::Unary(u), &[t(dims)], &[]);
+            check(&format!("{} {dims:?}", u.name()), &m);
+        }
+    }
+}
+
+#[test]
+fn unary_ops_on_wide_inputs() {
+    // values in [-1, 1] hide range problems: scale them up to [-12, 12]
+    for u in [
+        UnaryOp::Sigmoid,
+        UnaryOp::Tanh,
+        UnaryOp::Erf,
+        UnaryOp::Gelu,
+        UnaryOp::Silu,
+    ] {
+        let m = one_op(Op::Unary(u), &[t(&[203])], &[]);
+        let mut inputs = random_inputs(&m, 5);
+        for v in &mut inputs[0].data {
+            *v *= 12.0;
+        }
+        check_against_interp(u.name(), &m, &inputs, 1e-5);
+    }
+}
+
+#[test]
+fn binary_ops_with_broadcasting() {
+    let shapes: [(&[usize], &[usize]); 6] = [
+        (&[2, 3, 5, 7], &[2, 3, 5, 7]),
+        (&[2, 3, 5, 7], &[3, 1, 1]),
+        (&[1, 7], &[2, 3, 5, 7]),
+        (&[2, 3, 5, 7], &[]),
+        (&[3, 1, 5], &[1, 4, 1]),
+        (&[9], &[9]),
+    ];
+    for op in [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Min,
+        BinaryOp::Max,
+    ] {
+        for (a, b) in shapes {
+            let m = one_op(Op::Binary(op), &[t(a), t(b)], &[]);
+            let mut inputs = random_inputs(&m, 3);
+            if op == BinaryOp::Div {
+                for v in &mut inputs[1].data {
+                    *v += 1.5;
+                }
+            }
+            check_against_interp(&format!("{} {a:?} {b:?}", op.name()), &m, &inputs, 1e-5);
+        }
+    }
+}
+
+#[test]
+fn batch_norm() {
+    let c = 5;
+    let m = one_op(
+        Op::BatchNorm { epsilon: F32(1e-3) },
+        &[t(&[2, c, 3, 7]), t(&[c]), t(&[c]), t(&[c])],
+        &[(4, t(&[c]))],
+    );
+    let inputs = random_inputs(&m, 4);
+    // the variance (the constant operand, made from [-1, 1]) must be positive: rebuild the
+    // weights with |var| + 0.1
+    let mut m2 = m.clone();
+    let wid = m2.weights.lookup("c4").expect("var weight");
+    let w = m2.weights.get(wid).expect("weight").clone();
+    let positive: Vec<f32> = w.f32s().iter().map(|v| v.abs() + 0.1).collect();
+    let mut store = smelt_ir::WeightStore::new();
+    for (id, wt) in m2.weights.iter() {
+        let data = if id == wid {
+            smelt_ir::AlignedBuf::from_f32(&positive)
+        } else {
+            (*wt.data).clone()
+        };
+        store
+            .add(wt.name.clone(), wt.ty.clone(), data, wt.origin.clone())
+            .expect("re-add");
+    }
+    m2.weights = store;
+    check_against_interp("batch_norm", &m2, &inputs, 1e-5);
+}
+
+fn pool(kernel: usize, stride: usize, pads: [usize; 4], dil: usize, ceil: bool) -> Pool2dAttrs {
+    Pool2dAttrs {
+        kernel: [kernel, kernel],
+        strides: [stride, stride],
+        pads,
+        dilations: [dil, dil],
+        ceil_mode: ceil,
+    }
+}
+
+#[test]
+fn pools() {
+    let x = t(&[2, 3, 9, 11]);
+    let cases = [
+        pool(3, 2, [1; 4], 1, false),
+        pool(2, 2, [0; 4], 1, true),
+        pool(3, 1, [0, 1, 2, 0], 2, false),
+        pool(3, 2, [1, 1, 0, 0], 1, true),
+        pool(1, 1, [0; 4], 1, false),
+    ];
+    for p in &cases {
+        let m = one_op(Op::MaxPool2d(p.clone()), std::slice::from_ref(&x), &[]);
+        check(&format!("max_pool {p:?}"), &m);
+        for include in [true, false] {
+            let op = Op::AvgPool2d {
+                pool: p.clone(),
+                count_include_pad: include,
+            };
+            let m = one_op(op, std::slice::from_ref(&x), &[]);
+            check(&format!("avg_pool include_pad={include} {p:?}"), &m);
+        }
+    }
+    for dims in [&[2, 5, 3, 7][..], &[1, 3, 1, 1], &[1, 4, 9, 9]] {
+        let m = one_op(Op::GlobalAvgPool, &[t(dims)], &[]);
+        check(&format!("global_avg_pool {dims:?}"), &m);
+    }
+}
+
+#[test]
+fn matmul_shapes() {
+    let cases: [(&[usize], &[usize]); 7] = [
+        (&[5, 7], &[7, 9]),
+        (&[13, 19], &[19, 14]),
+        (&[2, 3, 5, 7], &[7, 6]),
+        (&[2, 1, 5, 7], &[3, 7, 4]),
+        (&[7], &[7, 9]),
+        (&[5, 7], &[7]),
+        (&[1, 1], &[1, 1]),
+    ];
+    for (a, b) in cases {
+        let m = one_op(Op::MatMul, &[t(a), t(b)], &[]);
+        check(&format!("matmul {a:?} x {b:?}"), &m);
+    }
+}
+
+#[test]
+fn gemm_variants() {
+    let (mm, k, n) = (5, 7, 9);
+    for trans_a in [false, true] {
+        for trans_b in [false, true] {
+            for c_dims in [None, Some(vec![n]), Some(vec![mm, n]), Some(vec![mm, 1])] {
+                let g = GemmAttrs {
+                    alpha: F32(0.75),
+                    beta: F32(-1.25),
+                    trans_a,
+                    trans_b,
+                };
+                let a = if trans_a { t(&[k, mm]) } else { t(&[mm, k]) };
+                let b = if trans_b { t(&[n, k]) } else { t(&[k, n]) };
+                let mut params = vec![a, b.clone()];
+                if let Some(c) = &c_dims {
+                    params.push(t(c));
+                }
+                let what = format!("gemm tA={trans_a} tB={trans_b} C={c_dims:?}");
+                let m = one_op(Op::Gemm(g.clone()), &params, &[]);
+                check(&what, &m);
+                // B as a constant (the usual fully connected layer): packed at compile time
+                let mut params = vec![params[0].clone()];
+                if let Some(c) = &c_dims {
+                    params.push(t(c));
+                }
+                let m = one_op(Op::Gemm(g), &params, &[(1, b)]);
+                check(&format!("{what} const B"), &m);
+            }
+        }
+    }
+}
+
+#[test]
+fn normalizations() {
+    for (dims, axis) in [
+        (&[2, 3, 7][..], 2),
+        (&[2, 3, 7], 1),
+        (&[4, 13], 1),
+        (&[5], 0),
+    ] {
+        let m = one_op(Op::Softmax { axis }, &[t(dims)], &[]);
+        check(&format!("softmax {dims:?} axis {axis}"), &m);
+    }
+    let m = one_op(Op::Softmax { axis: 1 }, &[t(&[2, 9, 5])], &[]);
+    let mut inputs = random_inputs(&m, 2);
+    for v in &mut inputs[0].data {
+        *v *= 30.0;
+    }
+    check_against_interp("softmax large logits", &m, &inputs, 1e-5);
+    for (dims, axis) in [(&[2, 3, 7][..], 2), (&[2, 3, 9], 1), (&[3, 5], 0)] {
+        let norm: Vec<usize> = dims[axis..].to_vec();
+        let op = Op::LayerNorm {
+            axis,
+            epsilon: F32(1e-5),
+        };
+        let m = one_op(op.clone(), &[t(dims), t(&norm), t(&norm)], &[]);
+        check(&format!("layer_norm {dims:?} axis {axis}"), &m);
+        let m = one_op(op, &[t(dims), t(&norm)], &[]);
+        check(&format!("layer_norm {dims:?} axis {axis} no bias"), &m);
+    }
+}
+
+#[test]
+fn data_movement() {
+    let x = t(&[2, 3, 5, 7]);
+    let m = one_op(Op::Flatten { axis: 2 }, std::slice::from_ref(&x), &[]);
+    check("flatten", &m);
+    let m = one_op(
+        Op::Reshape { shape: vec![6, 35] },
+        std::slice::from_ref(&x),
+        &[],
+    );
+    check("reshape", &m);
+    for perm in [
+        vec![0, 2, 3, 1],
+        vec![3, 2, 1, 0],
+        vec![0, 1, 3, 2],
+        vec![1, 0, 2, 3],
+    ] {
+        let m = one_op(
+            Op::Transpose { perm: perm.clone() },
+            std::slice::from_ref(&x),
+            &[],
+        );
+        check(&format!("transpose {perm:?}"), &m);
+    }
+    for axis in 0..4 {
+        let mut other = x.dims.clone();
+        other[axis] = 2;
+        let m = one_op(Op::Concat { axis }, &[x.clone(), t(&other), x.clone()], &[]);
+        check(&format!("concat axis {axis}"), &m);
+    }
+}
+
+#[test]
+fn reorder_round_trip_and_padding_lanes() {
+    for (dims, block) in [
+        (&[1, 6, 3, 5][..], 4u8),
+        (&[2, 8, 2, 3], 8),
+        (&[1, 3, 2, 2], 4),
+    ] {
+        let blocked = Layout::Blocked { axis: 1, block };
+        let m = one_op(Op::Reorder { layout: blocked }, &[t(dims)], &[]);
+        let got = check_against_interp(
+            &format!("to blocked {dims:?}"),
+            &m,
+            &random_inputs(&m, 1),
+            0.0,
+        );
+        // padding lanes are zero, exactly as the interpreter writes them
+        let want = smelt_ir::interp::run(&m, &m.funcs[0], &random_inputs(&m, 1)).expect("interp");
+        assert_eq!(got[0].data, want[0].data, "storage including padding lanes");
+        let back = one_op(
+            Op::Reorder {
+                layout: Layout::RowMajor,
+            },
+            &[t(dims).with_layout(blocked)],
+            &[],
+        );
+        check_against_interp(
+            &format!("from blocked {dims:?}"),
+            &back,
+            &random_inputs(&back, 2),
+            0.0,
+        );
+    }
+}
+
+fn fused(anchor: Op, post_ops: Vec<PostOp>) -> Op {
+    Op::Fused(FusedOp {
+        anchor: Box::new(anchor),
+        post_ops,
+    })
+}
+
+#[test]
+fn fused_ops_on_every_anchor_kind() {
+    let add = PostOp::Binary {
+        op: BinaryOp::Add,
+        acc_is_lhs: true,
+    };
+    let relu = PostOp::Unary(UnaryOp::Relu);
+    // gemm + per-column bias + relu (a fully connected layer)
+    let m = one_op(
+        fused(Op::Gemm(GemmAttrs::default()), vec![add, relu]),
+        &[t(&[5, 7]), t(&[9])],
+        &[(1, t(&[7, 9]))],
+    );
+    check("fused gemm", &m);
+    // matmul + full residual
+    let m = one_op(
+        fused(Op::MatMul, vec![add]),
+        &[t(&[2, 5, 7]), t(&[7, 6]), t(&[2, 5, 6])],
+        &[],
+    );
+    check("fused matmul", &m);
+    // max pool + relu, avg pool + residual
+    let p = pool(3, 2, [1; 4], 1, false);
+    let m = one_op(
+        fused(Op::MaxPool2d(p.clone()), vec![relu]),
+        &[t(&[1, 3, 9, 9])],
+        &[],
+    );
+    check("fused max pool", &m);
+    let avg = Op::AvgPool2d {
+        pool: p,
+        count_include_pad: false,
+    };
+    let m = one_op(
+        fused(avg, vec![add]),
+        &[t(&[1, 3, 9, 9]), t(&[1, 3, 5, 5])],
+        &[],
+    );
+    check("fused avg pool", &m);
+    // global average pool + sigmoid (squeeze-excite)
+    let m = one_op(
+        fused(Op::GlobalAvgPool, vec![PostOp::Unary(UnaryOp::Sigmoid)]),
+        &[t(&[2, 5, 3, 3])],
+        &[],
+    );
+    check("fused global avg pool", &m);
+    // layer norm + gelu + residual: post-ops in a second pass
+    let ln = Op::LayerNorm {
+        axis: 2,
+        epsilon: F32(1e-5),
+    };
+    let m = one_op(
+        fused(ln, vec![PostOp::Unary(UnaryOp::Gelu), add]),
+        &[t(&[2, 3, 7]), t(&[7]), t(&[7]), t(&[2, 3, 7])],
+        &[],
+    );
+    check("fused layer norm", &m);
+}
