@@ -102,12 +102,15 @@ pub fn load_model(path: &Path, opts: &LoadOptions) -> Result<Module, Error> {
     Ok(smelt_ir::text::parse_file(path)?)
 }
 
+/// A callback given each pass's name and the module after it (for `--print-ir-after-all`).
+pub type DumpFn<'a> = &'a mut dyn FnMut(&str, &Module);
+
 /// Runs the optimization pipeline on `module` in place; `dump(pass, module)` is called
-/// after each pass (for `--print-ir-after-all`).
+/// after each pass.
 pub fn optimize(
     module: &mut Module,
     opts: &OptimizeOptions,
-    dump: Option<&mut dyn FnMut(&str, &Module)>,
+    dump: Option<DumpFn<'_>>,
 ) -> Result<PassContext, Error> {
     let mut pm = match &opts.passes {
         Some(names) => PassManager::from_names(names, &opts.fusion)?,

@@ -185,10 +185,9 @@ impl WeightStore {
         let small_key = (ty.num_elements() <= SMALL_CONSTANT_LIMIT)
             .then(|| (ty.clone(), data.as_bytes().to_vec()));
         if let Some(id) = small_key.as_ref().and_then(|k| self.small.get(k)) {
-            if !self.by_name.contains_key(&name) {
-                self.by_name.insert(name, *id);
-            }
-            return Ok(*id);
+            let id = *id;
+            self.by_name.entry(name).or_insert(id);
+            return Ok(id);
         }
         if self.by_name.contains_key(&name) {
             return Err(format!("weight @{name} is defined twice"));
