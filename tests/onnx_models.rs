@@ -61,7 +61,8 @@ fn tensor(path: &Path) -> Tensor {
         .1
 }
 
-/// Imports MODEL, runs it on its inputs and compares with onnxruntime's outputs.
+/// Imports MODEL, runs it on its inputs with the interpreter and with the compiled
+/// (fused, JIT) executable, and compares both with onnxruntime's outputs.
 fn check_model(name: &str, opts: &ImportOptions) -> Module {
     let dir = models_dir().join(name);
     let bytes = std::fs::read(dir.join("model.onnx")).expect("model.onnx");
@@ -71,22 +72,30 @@ fn check_model(name: &str, opts: &ImportOptions) -> Module {
     let inputs: Vec<Tensor> = (0..func.params.len())
         .map(|j| tensor(&data.join(format!("input_{j}.pb"))))
         .collect();
-    let outputs = interp::run(&module, func, &inputs)
+    let interpreted = interp::run(&module, func, &inputs)
         .unwrap_or_else(|e| panic!("{name}: interpreter failed: {e}"));
-    for (j, got) in outputs.iter().enumerate() {
-        let want = tensor(&data.join(format!("output_{j}.pb")));
-        let stats =
-            ErrorStats::between_tensors(got, &want).unwrap_or_else(|e| panic!("{name}: {e}"));
-        println!(
-            "{name} output {j}: max abs {:.3e}, relative {:.3e}, rmse {:.3e} over {} values",
-            stats.max_abs, stats.relative, stats.rmse, stats.count
-        );
-        assert!(
-            stats.relative <= MAX_RELATIVE,
-            "{name} output {j}: relative error {:.3e} > {MAX_RELATIVE:e} (max abs {:.3e})",
-            stats.relative,
-            stats.max_abs
-        );
+    // The whole pipeline too: fusion, const_fold, dce, Cranelift.
+    let (exe, _) = smelt::compile(&module, &smelt::OptimizeOptions::default())
+        .unwrap_or_else(|e| panic!("{name}: compile failed: {e}"));
+    let compiled = exe
+        .run(&inputs)
+        .unwrap_or_else(|e| panic!("{name}: compiled run failed: {e}"));
+    for (how, outputs) in [("interpreter", &interpreted), ("fused JIT", &compiled)] {
+        for (j, got) in outputs.iter().enumerate() {
+            let want = tensor(&data.join(format!("output_{j}.pb")));
+            let stats =
+                ErrorStats::between_tensors(got, &want).unwrap_or_else(|e| panic!("{name}: {e}"));
+            println!(
+                "{name} output {j} ({how}): max abs {:.3e}, relative {:.3e}, rmse {:.3e} over {} values",
+                stats.max_abs, stats.relative, stats.rmse, stats.count
+            );
+            assert!(
+                stats.relative <= MAX_RELATIVE,
+                "{name} output {j} ({how}): relative error {:.3e} > {MAX_RELATIVE:e} (max abs {:.3e})",
+                stats.relative,
+                stats.max_abs
+            );
+        }
     }
     module
 }
