@@ -41,12 +41,14 @@ impl From<smelt_ir::Diagnostic> for Error {
     }
 }
 
+pub mod capi;
 pub mod codegen;
 pub mod models;
 pub mod npy;
 #[cfg(feature = "onnx")]
 pub mod onnx;
 pub mod runtime;
+pub mod verify;
 
 use std::path::Path;
 

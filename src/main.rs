@@ -22,6 +22,12 @@ enum Command {
     Run(cli::run::RunArgs),
     /// Convert an ONNX model to smelt's text IR.
     Import(cli::import::ImportArgs),
+    /// Check the fused model against the unfused one (interpreter and JIT); per layer; bisect.
+    Verify(cli::verify::VerifyArgs),
+    /// Time a model (file or built-in: resnet18, resnet50, tail:C,HW): latency, GFLOP/s, compile time.
+    Bench(cli::bench::BenchArgs),
+    /// Check fusion rules numerically (built-in, or those of FILE); exit 1 if one is unsound.
+    CheckRules(cli::check_rules::CheckRulesArgs),
     /// Build a small ResNet-style network in code and show every stage working on it.
     Demo,
 }
@@ -31,13 +37,30 @@ fn main() -> ExitCode {
         Command::Opt(a) => cli::opt::main(a),
         Command::Run(a) => cli::run::main(a),
         Command::Import(a) => cli::import::main(a),
+        Command::Verify(a) => cli::verify::main(a),
+        Command::Bench(a) => cli::bench::main(a),
+        Command::CheckRules(a) => cli::check_rules::main(a),
         Command::Demo => cli::demo::run(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("{}", format!("{e:#}").trim_end());
+            eprintln!("{}", error_text(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, skipping causes whose text the message already contains
+/// (smelt's errors often quote their source, e.g. `path: No such file or directory`).
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text.trim_end().to_string()
 }

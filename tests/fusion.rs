@@ -8,7 +8,9 @@
 //! - `// expect-fired: r1, r2` — each rule built an op of the fused output;
 //! - `// expect-ops-after: name=count, ...` — op counts after the whole pipeline;
 //! - `// expect-near-miss: rule guard` — the rule matched and that guard refused;
-//! - `// expect-lost: rule` — the rule fired but the cost model chose another graph.
+//! - `// expect-lost: rule` — the rule fired but the cost model chose another graph;
+//! - `// disable-rules: r1, r2` — run without these rules (e.g. to keep an op unfused so
+//!   the refusal of the rule under test shows as a near miss).
 
 mod common;
 
@@ -39,9 +41,26 @@ fn load(path: &Path) -> (String, Module) {
 
 /// Runs the default pipeline; returns the module and the context.
 fn optimize(module: &Module) -> (Module, PassContext) {
+    optimize_with(module, &FusionOptions::default())
+}
+
+/// The fusion options a case asks for with `// disable-rules: a, b`.
+fn case_options(src: &str) -> FusionOptions {
+    FusionOptions {
+        disabled_rules: directive(src, "disable-rules")
+            .into_iter()
+            .flat_map(list)
+            .map(String::from)
+            .collect(),
+        ..FusionOptions::default()
+    }
+}
+
+/// Runs the default pipeline with `options`; returns the module and the context.
+fn optimize_with(module: &Module, options: &FusionOptions) -> (Module, PassContext) {
     let mut out = module.clone();
     let mut cx = PassContext::default();
-    PassManager::default_pipeline(&FusionOptions::default())
+    PassManager::default_pipeline(options)
         .run(&mut out, &mut cx)
         .unwrap_or_else(|e| panic!("pipeline failed: {e}"));
     (out, cx)
@@ -204,7 +223,7 @@ fn fusion_cases() {
     for path in common::case_files("fusion") {
         let name = common::case_name(&path);
         let (src, module) = load(&path);
-        let (after, cx) = optimize(&module);
+        let (after, cx) = optimize_with(&module, &case_options(&src));
         check_expectations(&name, &src, &cx, &after);
         check_numerics(&name, &module, &after);
         let text = snapshot_text(&cx, &after);
@@ -256,9 +275,10 @@ fn every_fusion_snapshot_has_its_case() {
 #[test]
 fn fusing_twice_prints_identical_text() {
     for path in common::case_files("fusion") {
-        let (_, module) = load(&path);
-        let (a, ca) = optimize(&module);
-        let (b, cb) = optimize(&module);
+        let (src, module) = load(&path);
+        let options = case_options(&src);
+        let (a, ca) = optimize_with(&module, &options);
+        let (b, cb) = optimize_with(&module, &options);
         assert_eq!(snapshot_text(&ca, &a), snapshot_text(&cb, &b));
     }
 }
@@ -398,4 +418,73 @@ fn pipeline_names_are_checked_and_dumps_follow_each_pass() {
     assert_eq!(passes, ["fusion", "const_fold", "dce"]);
     // fusion leaves the old conv's weights for dce; dce removes nothing live
     assert_eq!(dumps[2].1, 3);
+}
+
+/// Computing ops (everything but `const`) of the entry function, by mnemonic.
+fn computing_ops(module: &Module) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for inst in &module.entry().expect("entry").insts {
+        if !matches!(inst.op, smelt_ir::Op::Const(_)) {
+            *counts.entry(inst.op.name().to_string()).or_default() += 1;
+        }
+    }
+    counts
+}
+
+/// `site_limit = N` keeps exactly the first N sites of the full fusion: 0 gives the
+/// unfused graph, the total gives the full fusion, and every graph in between keeps the
+/// sites of the smaller limits, computes the same thing, and has no more ops than them.
+#[test]
+fn site_limit_keeps_the_first_sites_and_leaves_the_rest_unfused() {
+    let module = smelt::models::resnet(&smelt::models::ResNetConfig::demo()).expect("demo net");
+    let run = |limit: Option<usize>| {
+        let mut m = module.clone();
+        let mut cx = PassContext::default();
+        let opts = FusionOptions {
+            site_limit: limit,
+            ..FusionOptions::default()
+        };
+        PassManager::default_pipeline(&opts)
+            .run(&mut m, &mut cx)
+            .unwrap_or_else(|e| panic!("pipeline with site limit {limit:?}: {e}"));
+        (m, cx)
+    };
+    let (full, full_cx) = run(None);
+    let full_sites = &full_cx.fusion_reports[0].sites;
+    let total = full_sites.len();
+    assert!(total >= 4, "the demo net has several sites, got {total}");
+    let print_opts = PrintOptions {
+        print_loc: true,
+        elide_weights: true,
+    };
+    let mut previous: Option<usize> = None;
+    for n in 0..=total {
+        let (limited, cx) = run(Some(n));
+        let report = &cx.fusion_reports[0];
+        let kept: std::collections::BTreeSet<_> =
+            report.sites.iter().map(|s| s.merged.clone()).collect();
+        let want: std::collections::BTreeSet<_> =
+            full_sites[..n].iter().map(|s| s.merged.clone()).collect();
+        assert_eq!(kept, want, "limit {n}: the kept sites are the first {n}");
+        assert_eq!(
+            report.withheld,
+            full_sites[n..],
+            "limit {n}: withheld sites"
+        );
+        let ops: usize = computing_ops(&limited).values().sum();
+        if let Some(p) = previous {
+            assert!(ops < p, "limit {n}: {ops} ops, limit {} had {p}", n - 1);
+        }
+        previous = Some(ops);
+        check_numerics(&format!("site limit {n}"), &module, &limited);
+        if n == 0 {
+            assert_eq!(computing_ops(&limited), computing_ops(&module));
+        }
+        if n == total {
+            assert_eq!(print(&limited, &print_opts), print(&full, &print_opts));
+        }
+    }
+    // A limit past the end is the full fusion.
+    let (past, _) = run(Some(total + 3));
+    assert_eq!(print(&past, &print_opts), print(&full, &print_opts));
 }

@@ -408,3 +408,72 @@ fn equal_kernels_compile_once() {
     check_against_interp("two convs", &m, &inputs, 1e-5);
     let _ = Tensor::zeros(&f32t(&[1]));
 }
+
+/// Outputs are bit-identical whatever the thread count: only independent output tiles
+/// are split, never a reduction.
+#[test]
+fn outputs_are_bit_identical_for_any_thread_count() {
+    let mut cases = vec![
+        (
+            "residual tail",
+            smelt::models::residual_tail(16, 9, 3).expect("tail"),
+        ),
+        ("unfused block", residual_block(12, 11)),
+    ];
+    let mut cfg = smelt::models::ResNetConfig::demo();
+    cfg.seed = 5;
+    cases.push(("demo resnet", smelt::models::resnet(&cfg).expect("resnet")));
+    for (what, m) in cases {
+        let mut m = m;
+        smelt::optimize(&mut m, &smelt::OptimizeOptions::default(), None).expect("optimizes");
+        let inputs = random_inputs(&m, 17);
+        let want = smelt_ir::interp::run(&m, &m.funcs[0], &inputs).expect("interprets");
+        let mut first: Option<Vec<Tensor>> = None;
+        for threads in [1, 2, 3] {
+            let o = smelt::CompileOptions { threads, ..opts() };
+            let exe = Executable::compile(&m, None, &o).expect("compiles");
+            let got = exe.run(&inputs).expect("runs");
+            let stats = smelt_ir::ErrorStats::between_tensors(&got[0], &want[0]).expect("shape");
+            assert!(
+                stats.relative <= 1e-5,
+                "{what}: {threads} threads: {stats:?}"
+            );
+            match &first {
+                None => first = Some(got),
+                Some(f) => {
+                    for (a, b) in got.iter().zip(f) {
+                        let same = a
+                            .data
+                            .iter()
+                            .zip(&b.data)
+                            .all(|(x, y)| x.to_bits() == y.to_bits());
+                        assert!(same, "{what}: {threads} threads differ from 1 thread");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A profiled run returns the same outputs and one entry per kernel call, naming the op.
+#[test]
+fn profiled_run_reports_every_kernel_call() {
+    let m = residual_block(8, 10);
+    let exe = Executable::compile(&m, None, &opts()).expect("compiles");
+    let inputs = random_inputs(&m, 2);
+    let plain = exe.run(&inputs).expect("runs");
+    let (outs, prof) = exe.run_profiled(&inputs).expect("runs");
+    assert_eq!(outs[0].data, plain[0].data);
+    assert_eq!(prof.len(), exe.kernel_counts().1, "one entry per call");
+    let conv = prof
+        .iter()
+        .find(|p| p.op == "conv2d" && p.kernel.starts_with("conv2d"))
+        .expect("the conv's call is named after its op");
+    assert_eq!(
+        conv.flops,
+        2 * 8 * 8 * 9 * 10 * 10,
+        "conv flops: 2·O·C·9·H·W"
+    );
+    assert!(conv.bytes >= 4 * (8 * 10 * 10 + 8 * 8 * 9) as u64);
+    assert!(prof.iter().any(|p| p.op == "relu"));
+}

@@ -1,79 +1,101 @@
 //! GFLOP/s of the fused Conv3x3→(BN folded)→Add→ReLU tail; prints, never asserts on time.
-//! Run: `cargo test --release --test jit_bench -- --ignored --nocapture`.
+//! Run: `cargo test --release --test jit_bench -- --ignored --nocapture`
+//! (`SMELT_BENCH_THREADS=1,2` picks thread counts; `SMELT_BENCH_PROFILE=1` adds the
+//! slowest kernels of each network).
 
 mod jit_util;
 
 use std::time::Instant;
 
-use jit_util::{f32t, opts, random_inputs};
-use smelt::runtime::Executable;
-use smelt_ir::builder::FuncBuilder;
-use smelt_ir::op::{Conv2dAttrs, FusedOp, PostOp};
-use smelt_ir::weights::random_f32;
-use smelt_ir::{BinaryOp, Module, Op, UnaryOp};
+use jit_util::{opts, random_inputs};
+use smelt::runtime::{CompileOptions, Executable};
+use smelt_ir::Module;
 
-fn tail(c: usize, hw: usize) -> Module {
-    let mut m = Module::default();
-    let mut b = FuncBuilder::new(&mut m, "tail");
-    let x = b.param("x", f32t(&[1, c, hw, hw]));
-    let skip = b.param("skip", f32t(&[1, c, hw, hw]));
-    let w = b
-        .constant(
-            "w",
-            f32t(&[c, c, 3, 3]),
-            &random_f32(1, c * c * 9, -0.1, 0.1),
-        )
-        .expect("w");
-    let bias = b
-        .constant("b", f32t(&[c]), &random_f32(2, c, -0.1, 0.1))
-        .expect("b");
-    let op = Op::Fused(FusedOp {
-        anchor: Box::new(Op::Conv2d(Conv2dAttrs {
-            pads: [1; 4],
-            ..Conv2dAttrs::default()
-        })),
-        post_ops: vec![
-            PostOp::Binary {
-                op: BinaryOp::Add,
-                acc_is_lhs: true,
-            },
-            PostOp::Unary(UnaryOp::Relu),
-        ],
-    });
-    let y = b.op(op, &[x, w, bias, skip]).expect("fused");
-    b.finish(&[("y", y)]);
-    m
+/// Times `exe` on random inputs: (min, median) seconds over `iters` runs after warm-up.
+fn time_runs(exe: &Executable, m: &Module, iters: usize) -> (f64, f64) {
+    let inputs = random_inputs(m, 1);
+    let ins: Vec<&[f32]> = inputs.iter().map(|t| t.data.as_slice()).collect();
+    let mut outs: Vec<Vec<f32>> = exe.outputs().map(|o| vec![0.0f32; o.len()]).collect();
+    let mut ws = exe.workspace();
+    let mut times = Vec::new();
+    for i in 0..iters + 3 {
+        let mut slices: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+        let t = Instant::now();
+        exe.run_with(&ins, &mut slices, &mut ws).expect("runs");
+        if i >= 3 {
+            times.push(t.elapsed().as_secs_f64());
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    (times[0], times[times.len() / 2])
+}
+
+fn compile_optimized(m: &Module, threads: usize) -> Executable {
+    let mut m = m.clone();
+    smelt::optimize(&mut m, &smelt::OptimizeOptions::default(), None).expect("optimizes");
+    let o = CompileOptions { threads, ..opts() };
+    Executable::compile(&m, None, &o).expect("compiles")
 }
 
 #[test]
 #[ignore = "benchmark: run explicitly with --ignored --nocapture"]
 fn fused_tail_gflops() {
-    for (c, hw) in [(64, 56), (128, 28), (512, 7)] {
-        let m = tail(c, hw);
-        let exe = Executable::compile(&m, None, &opts()).expect("compiles");
-        let inputs = random_inputs(&m, 1);
-        let ins: Vec<&[f32]> = inputs.iter().map(|t| t.data.as_slice()).collect();
-        let mut out = vec![0.0f32; c * hw * hw];
-        let mut ws = exe.workspace();
-        let mut times = Vec::new();
-        for i in 0..40 {
-            let t = Instant::now();
-            exe.run_with(&ins, &mut [out.as_mut_slice()], &mut ws)
-                .expect("runs");
-            if i >= 5 {
-                times.push(t.elapsed().as_secs_f64());
+    let filter = std::env::var("SMELT_BENCH_THREADS").unwrap_or_else(|_| "1,2".into());
+    for threads in filter.split(',').filter_map(|t| t.parse::<usize>().ok()) {
+        for (c, hw) in [(64, 56), (128, 28), (256, 14), (512, 7)] {
+            let m = smelt::models::residual_tail(c, hw, 7).expect("tail");
+            let exe = compile_optimized(&m, threads);
+            let (best, median) = time_runs(&exe, &m, 30);
+            let flops = 2.0 * (c * c * 9 * hw * hw) as f64;
+            println!(
+                "threads {threads} C{c} {hw}x{hw}: min {:.3} ms ({:.1} GFLOP/s), median {:.3} ms; compile {:.2} ms",
+                best * 1e3,
+                flops / best / 1e9,
+                median * 1e3,
+                exe.compile_times().total_ms
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore = "benchmark: run explicitly with --ignored --nocapture"]
+fn resnet_end_to_end() {
+    let filter = std::env::var("SMELT_BENCH_THREADS").unwrap_or_else(|_| "1,2".into());
+    for threads in filter.split(',').filter_map(|t| t.parse::<usize>().ok()) {
+        for (name, cfg) in [
+            ("resnet18", smelt::models::ResNetConfig::resnet18()),
+            ("resnet50", smelt::models::ResNetConfig::resnet50()),
+        ] {
+            let m = smelt::models::resnet(&cfg).expect("model");
+            let exe = compile_optimized(&m, threads);
+            let (best, median) = time_runs(&exe, &m, 8);
+            let (kernels, calls) = exe.kernel_counts();
+            println!(
+                "threads {threads} {name}: min {:.1} ms, median {:.1} ms; compile {:.1} ms ({kernels} kernels, {calls} calls)",
+                best * 1e3,
+                median * 1e3,
+                exe.compile_times().total_ms
+            );
+            if std::env::var("SMELT_BENCH_PROFILE").is_ok() {
+                let inputs = random_inputs(&m, 1);
+                let mut prof = Vec::new();
+                for _ in 0..3 {
+                    prof = exe.run_profiled(&inputs).expect("runs").1;
+                }
+                let mut rows: Vec<_> = prof.iter().collect();
+                rows.sort_by_key(|p| std::cmp::Reverse(p.ns));
+                for p in rows.iter().take(12) {
+                    println!(
+                        "  {:8.3} ms {:6.1} GFLOP/s  {}  ({})",
+                        p.ns as f64 / 1e6,
+                        p.flops as f64 / p.ns.max(1) as f64,
+                        p.kernel,
+                        p.op
+                    );
+                }
             }
         }
-        times.sort_by(f64::total_cmp);
-        let median = times[times.len() / 2];
-        let flops = 2.0 * (c * c * 9 * hw * hw) as f64;
-        println!(
-            "C{c} {hw}x{hw}: median {:.3} ms, {:.1} GFLOP/s (min {:.3} ms); compile {:.2} ms",
-            median * 1e3,
-            flops / median / 1e9,
-            times[0] * 1e3,
-            exe.compile_times().total_ms
-        );
     }
 }
 
@@ -81,7 +103,8 @@ fn fused_tail_gflops() {
 #[ignore = "writes the conv kernel's disassembly to $SMELT_DISASM for inspection"]
 fn dump_conv_disassembly() {
     let path = std::env::var("SMELT_DISASM").expect("set SMELT_DISASM to an output file");
-    let m = tail(64, 56);
+    let mut m = smelt::models::residual_tail(64, 56, 7).expect("tail");
+    smelt::optimize(&mut m, &smelt::OptimizeOptions::default(), None).expect("optimizes");
     let p = smelt_passes::lower::lower(&m, &m.funcs[0]).expect("lowers");
     let conv = p
         .kernels

@@ -405,3 +405,34 @@ fn fused_ops_on_every_anchor_kind() {
     );
     check("fused layer norm", &m);
 }
+
+/// A NaN anywhere in a max-pool window makes that output NaN, as in the interpreter,
+/// whichever tap of the window it is in.
+#[test]
+fn max_pool_propagates_nan() {
+    let x = t(&[1, 2, 7, 8]);
+    let m = one_op(
+        Op::MaxPool2d(pool(3, 2, [1; 4], 1, false)),
+        std::slice::from_ref(&x),
+        &[],
+    );
+    let mut inputs = random_inputs(&m, 23);
+    for i in [0, 9, 17, 30, 63, 64, 100] {
+        inputs[0].data[i] = f32::NAN;
+    }
+    let want = smelt_ir::interp::run(&m, &m.funcs[0], &inputs).expect("interprets");
+    let exe = smelt::runtime::Executable::compile(&m, None, &jit_util::opts()).expect("compiles");
+    let got = exe.run(&inputs).expect("runs");
+    let (g, w) = (&got[0].data, &want[0].data);
+    assert!(w.iter().any(|v| v.is_nan()), "the case has NaN outputs");
+    for (i, (a, b)) in g.iter().zip(w).enumerate() {
+        assert_eq!(
+            a.is_nan(),
+            b.is_nan(),
+            "output {i}: jit {a}, interpreter {b}"
+        );
+        if !b.is_nan() {
+            assert_eq!(a, b, "output {i}");
+        }
+    }
+}

@@ -231,6 +231,8 @@ pub enum Expr {
     },
     /// A vector reduced to a scalar.
     Reduce(ReduceOp, Box<Expr>),
+    /// One lane (0..4) of a vector, as a scalar.
+    Lane(Box<Expr>, u8),
 }
 
 impl Expr {
@@ -276,6 +278,11 @@ impl Expr {
             Width::Scalar => x,
             Width::F32x4 => Expr::Splat(Box::new(x)),
         }
+    }
+
+    /// Lane `lane` (0..4) of the vector `x`.
+    pub fn lane(x: Expr, lane: u8) -> Expr {
+        Expr::Lane(Box::new(x), lane)
     }
 
     /// Whether evaluating the expression twice costs nothing (a variable or a constant).
@@ -334,19 +341,56 @@ pub struct Kernel {
     pub num_loop_vars: u32,
     /// The body.
     pub body: Vec<Stmt>,
+    /// Whether the body's single top-level loop may be split across threads: its
+    /// iterations write disjoint elements and read nothing another iteration writes, so
+    /// any split gives bit-identical results (no reduction is ever split).
+    pub parallel: bool,
 }
 
 impl Kernel {
     /// Everything that determines the generated code (all but the name): kernels with
     /// equal signatures compile to identical machine code, so they compile once.
-    pub fn signature(&self) -> (&[KernelArg], &[Width], u32, &[Stmt]) {
-        (&self.args, &self.vars, self.num_loop_vars, &self.body)
+    pub fn signature(&self) -> (&[KernelArg], &[Width], u32, &[Stmt], bool) {
+        (
+            &self.args,
+            &self.vars,
+            self.num_loop_vars,
+            &self.body,
+            self.parallel,
+        )
+    }
+
+    /// The trip count of the loop that may be split across threads, when the kernel is
+    /// parallel (its body is one loop). A call runs trips `lo..hi` of that loop
+    /// (`0 <= lo <= hi <= trips`); a kernel that is not parallel runs whole for `0..1`.
+    pub fn parallel_trips(&self) -> Option<i64> {
+        match (self.parallel, self.body.as_slice()) {
+            (
+                true,
+                [Stmt::Loop {
+                    start, end, step, ..
+                }],
+            ) => Some(trip_count(*start, *end, *step)),
+            _ => None,
+        }
+    }
+
+    /// Bytes one call moves at least: every argument's elements once (reads and writes),
+    /// for GB/s reports.
+    pub fn bytes(&self) -> u64 {
+        self.args.iter().map(|a| a.len as u64 * 4).sum()
     }
 
     /// Checks the kernel: widths agree, variables and loop variables are in scope, stores
     /// go to written buffers, and every load and store stays inside its buffer for every
     /// iteration. This is the proof the runtime relies on before calling native code.
     pub fn check(&self) -> Result<(), String> {
+        if self.parallel && self.parallel_trips().is_none() {
+            return Err(format!(
+                "kernel {}: a parallel kernel's body must be one loop",
+                self.name
+            ));
+        }
         let mut cx = CheckCx {
             kernel: self,
             ranges: vec![None; self.num_loop_vars as usize],
@@ -359,41 +403,50 @@ impl Kernel {
     /// Number of floating-point operations one call performs (FMA counts two), counted
     /// statically over the loop trip counts; for GFLOP/s reports.
     pub fn flops(&self) -> u64 {
-        fn expr(e: &Expr) -> u64 {
+        fn expr(e: &Expr, vars: &[Width]) -> u64 {
             match e {
                 Expr::Var(_) | Expr::Const(..) | Expr::Load { .. } => 0,
-                Expr::Splat(x) => expr(x),
-                Expr::Unary(_, x) => lanes_of(e) + expr(x),
-                Expr::Binary(_, a, b) => lanes_of(e) + expr(a) + expr(b),
-                Expr::Fma(a, b, c) => 2 * lanes_of(e) + expr(a) + expr(b) + expr(c),
+                Expr::Splat(x) => expr(x, vars),
+                Expr::Unary(_, x) => lanes_of(e, vars) + expr(x, vars),
+                Expr::Binary(_, a, b) => lanes_of(e, vars) + expr(a, vars) + expr(b, vars),
+                Expr::Fma(a, b, c) => {
+                    2 * lanes_of(e, vars) + expr(a, vars) + expr(b, vars) + expr(c, vars)
+                }
                 Expr::Select {
                     a,
                     b,
                     if_true,
                     if_false,
                     ..
-                } => lanes_of(e) + expr(a) + expr(b) + expr(if_true) + expr(if_false),
-                Expr::Reduce(_, x) => 3 + expr(x),
+                } => {
+                    lanes_of(e, vars)
+                        + expr(a, vars)
+                        + expr(b, vars)
+                        + expr(if_true, vars)
+                        + expr(if_false, vars)
+                }
+                Expr::Reduce(_, x) => 3 + expr(x, vars),
+                Expr::Lane(x, _) => expr(x, vars),
             }
         }
-        fn lanes_of(e: &Expr) -> u64 {
-            fn width(e: &Expr) -> usize {
+        fn lanes_of(e: &Expr, vars: &[Width]) -> u64 {
+            fn width(e: &Expr, vars: &[Width]) -> usize {
                 match e {
-                    Expr::Var(_) => 1,
+                    Expr::Var(v) => vars.get(v.0 as usize).map_or(1, |w| w.lanes()),
                     Expr::Const(_, w) | Expr::Load { width: w, .. } => w.lanes(),
                     Expr::Splat(_) => 4,
-                    Expr::Unary(_, x) => width(x),
-                    Expr::Binary(_, a, b) => width(a).max(width(b)),
-                    Expr::Fma(a, b, c) => width(a).max(width(b)).max(width(c)),
+                    Expr::Unary(_, x) => width(x, vars),
+                    Expr::Binary(_, a, b) => width(a, vars).max(width(b, vars)),
+                    Expr::Fma(a, b, c) => width(a, vars).max(width(b, vars)).max(width(c, vars)),
                     Expr::Select {
                         if_true, if_false, ..
-                    } => width(if_true).max(width(if_false)),
-                    Expr::Reduce(..) => 1,
+                    } => width(if_true, vars).max(width(if_false, vars)),
+                    Expr::Reduce(..) | Expr::Lane(..) => 1,
                 }
             }
-            width(e) as u64
+            width(e, vars) as u64
         }
-        fn block(stmts: &[Stmt]) -> u64 {
+        fn block(stmts: &[Stmt], vars: &[Width]) -> u64 {
             stmts
                 .iter()
                 .map(|s| match s {
@@ -403,12 +456,12 @@ impl Kernel {
                         step,
                         body,
                         ..
-                    } => trip_count(*start, *end, *step) as u64 * block(body),
-                    Stmt::Assign { value, .. } | Stmt::Store { value, .. } => expr(value),
+                    } => trip_count(*start, *end, *step) as u64 * block(body, vars),
+                    Stmt::Assign { value, .. } | Stmt::Store { value, .. } => expr(value, vars),
                 })
                 .sum()
         }
-        block(&self.body)
+        block(&self.body, &self.vars)
     }
 }
 
@@ -582,6 +635,11 @@ impl CheckCx<'_> {
                 Width::F32x4 => Ok(Width::Scalar),
                 Width::Scalar => Err("reduction of a scalar".into()),
             },
+            Expr::Lane(x, lane) => match self.expr(x)? {
+                Width::F32x4 if *lane < 4 => Ok(Width::Scalar),
+                Width::F32x4 => Err(format!("lane {lane} of a 4-lane vector")),
+                Width::Scalar => Err("lane of a scalar".into()),
+            },
         }
     }
 }
@@ -648,6 +706,7 @@ impl fmt::Display for Expr {
                 };
                 write!(f, "{n}({x})")
             }
+            Expr::Lane(x, lane) => write!(f, "lane({x}, {lane})"),
         }
     }
 }
@@ -694,7 +753,11 @@ fn print_block(out: &mut String, stmts: &[Stmt], depth: usize) {
 impl fmt::Display for Kernel {
     /// The deterministic text form used by `--dump-loops` and the snapshots.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut out = format!("kernel @{}(\n", self.name);
+        let mut out = format!(
+            "kernel @{}{}(\n",
+            self.name,
+            if self.parallel { " parallel" } else { "" }
+        );
         for (i, a) in self.args.iter().enumerate() {
             let access = match a.access {
                 Access::Read => "read",
@@ -752,6 +815,7 @@ impl KernelBuilder {
                 vars: Vec::new(),
                 num_loop_vars: 0,
                 body: Vec::new(),
+                parallel: false,
             },
             stack: vec![Vec::new()],
         }
@@ -827,9 +891,19 @@ impl KernelBuilder {
         }
     }
 
-    /// The finished kernel.
+    /// Marks the kernel parallel: its body must be one loop whose iterations are
+    /// independent (see [`Kernel::parallel`]); [`Kernel::check`] verifies the shape.
+    pub fn set_parallel(&mut self) {
+        self.kernel.parallel = true;
+    }
+
+    /// The finished kernel. A kernel marked parallel whose body came out as anything but
+    /// one loop (e.g. an empty loop was dropped) runs serially.
     pub fn finish(mut self) -> Kernel {
         self.kernel.body = self.stack.pop().unwrap_or_default();
+        if !matches!(self.kernel.body.as_slice(), [Stmt::Loop { .. }]) {
+            self.kernel.parallel = false;
+        }
         self.kernel
     }
 }

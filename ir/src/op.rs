@@ -409,6 +409,28 @@ pub enum Op {
         /// The batch norm's epsilon.
         epsilon: F32,
     },
+    /// Weight preparation for BN as a per-channel affine map over NCHW: `scale[C], var[C]
+    /// -> scale / sqrt(var + epsilon)` shaped `[C,1,1]`. Evaluated at compile time.
+    BnScale {
+        /// The batch norm's epsilon.
+        epsilon: F32,
+    },
+    /// Weight preparation for BN as a per-channel affine map over NCHW: `scale, bias, mean,
+    /// var -> bias - mean * scale / sqrt(var + epsilon)` shaped `[C,1,1]`. Compile time.
+    BnShift {
+        /// The batch norm's epsilon.
+        epsilon: F32,
+    },
+    /// Weight preparation: `w[O,...], s -> w * s[o]` along `w`'s first axis, where `s`
+    /// holds `O` values in any shape (`[O]`, `[O,1,1]`, `[1,O,1,1]`). Compile time.
+    ChannelScale,
+    /// Weight preparation: the values of a per-channel constant (`[1,C,1,1]`, `[C,1,1]`)
+    /// as a vector `[C]`, e.g. to become a conv bias. Compile time.
+    ChannelVector,
+    /// Weight preparation: `w[O,C/g,KH,KW], t (C values) -> b[O]` with
+    /// `b[o] = sum over c, kh, kw of w[o,c,kh,kw] * t[group(o) * C/g + c]`: the bias that
+    /// adding `t` per input channel before an unpadded conv contributes. Compile time.
+    ConvShiftBias,
     /// An anchor op with a fused elementwise epilogue.
     Fused(FusedOp),
 }
@@ -436,6 +458,11 @@ impl Op {
             Op::Reorder { .. } => "reorder",
             Op::BnFoldWeight { .. } => "bn_fold_weight",
             Op::BnFoldBias { .. } => "bn_fold_bias",
+            Op::BnScale { .. } => "bn_scale",
+            Op::BnShift { .. } => "bn_shift",
+            Op::ChannelScale => "channel_scale",
+            Op::ChannelVector => "channel_vector",
+            Op::ConvShiftBias => "conv_shift_bias",
             Op::Fused(_) => "fused",
         }
     }
@@ -457,6 +484,10 @@ impl Op {
             Op::Softmax { .. } | Op::Reorder { .. } => Arity::Exact(1),
             Op::BnFoldWeight { .. } => Arity::Exact(3),
             Op::BnFoldBias { .. } => Arity::Range(4, 5),
+            Op::BnScale { .. } => Arity::Exact(2),
+            Op::BnShift { .. } => Arity::Exact(4),
+            Op::ChannelScale | Op::ConvShiftBias => Arity::Exact(2),
+            Op::ChannelVector => Arity::Exact(1),
             Op::Fused(f) => {
                 let extra = f.num_post_operands();
                 match f.anchor.arity() {
@@ -490,13 +521,27 @@ impl Op {
             | Op::Reorder { .. }
             | Op::BnFoldWeight { .. }
             | Op::BnFoldBias { .. }
+            | Op::BnScale { .. }
+            | Op::BnShift { .. }
+            | Op::ChannelScale
+            | Op::ChannelVector
+            | Op::ConvShiftBias
             | Op::Fused(_) => false,
         }
     }
 
     /// Whether the op only prepares weights (always evaluated at compile time by const folding).
     pub fn is_weight_prep(&self) -> bool {
-        matches!(self, Op::BnFoldWeight { .. } | Op::BnFoldBias { .. })
+        matches!(
+            self,
+            Op::BnFoldWeight { .. }
+                | Op::BnFoldBias { .. }
+                | Op::BnScale { .. }
+                | Op::BnShift { .. }
+                | Op::ChannelScale
+                | Op::ChannelVector
+                | Op::ConvShiftBias
+        )
     }
 
     /// The type rule: the result type for these operand types, or a message saying
@@ -716,6 +761,41 @@ impl Op {
                 }
                 TensorType::f32([c])
             }
+            Op::BnScale { .. } | Op::BnShift { .. } => {
+                let c = operands[0].dims.first().copied().unwrap_or(0);
+                let names: &[&str] = match self {
+                    Op::BnScale { .. } => &["scale", "var"],
+                    _ => &["scale", "bias", "mean", "var"],
+                };
+                for (t, name) in operands.iter().zip(names) {
+                    expect_vector(t, c, name, "channel count")?;
+                }
+                TensorType::f32([c, 1, 1])
+            }
+            Op::ChannelScale => {
+                let (w, s) = (operands[0], operands[1]);
+                let o = w.dims.first().copied().unwrap_or(0);
+                if w.rank() < 1 || s.num_elements() != o {
+                    return Err(format!(
+                        "channel_scale needs one scale per index of the first axis of {w}, got {s}"
+                    ));
+                }
+                plain(w.clone())
+            }
+            Op::ChannelVector => TensorType::f32([operands[0].num_elements()]),
+            Op::ConvShiftBias => {
+                let w = expect_rank(operands[0], 4, "conv_shift_bias weight")?;
+                let t = operands[1];
+                let (o, cg) = (w.dims[0], w.dims[1]);
+                let c = t.num_elements();
+                let groups_fit = cg > 0 && c >= cg && c.is_multiple_of(cg) && o.is_multiple_of(c / cg);
+                if !groups_fit {
+                    return Err(format!(
+                        "conv_shift_bias: {t} has no whole number of groups of the {cg} input channels of weight {w}"
+                    ));
+                }
+                TensorType::f32([o])
+            }
             Op::Fused(f) => {
                 if !f.anchor.is_anchor() {
                     return Err(format!("'{}' cannot anchor a fused op", f.anchor.name()));
@@ -774,6 +854,8 @@ impl Op {
             }
             Op::Softmax { .. } => 5 * out,
             Op::BnFoldWeight { .. } | Op::BnFoldBias { .. } => 0,
+            Op::BnScale { .. } | Op::BnShift { .. } | Op::ChannelScale => 0,
+            Op::ChannelVector | Op::ConvShiftBias => 0,
             Op::Fused(f) => {
                 let n_anchor = operands.len() - f.num_post_operands();
                 let post: u64 = f

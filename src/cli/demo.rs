@@ -6,12 +6,14 @@ use std::time::Instant;
 use anyhow::{anyhow, Result};
 use smelt::ir::text::{self, PrintOptions};
 use smelt::ir::weights::random_f32;
-use smelt::ir::{interp, ErrorStats, Module, Op, Tensor};
+use smelt::ir::{interp, Module, Op, Tensor};
 use smelt::models::{residual_tail, resnet, ResNetConfig};
+use smelt::verify::{verify, VerifyOptions};
 use smelt::{Executable, OptimizeOptions};
 
 const RUNS: usize = 30;
-const TOLERANCE: f64 = 1e-4;
+/// Seed of the demo's input (the same values `smelt verify --seed 1` uses).
+const INPUT_SEED: u64 = 1;
 
 /// Runs `smelt demo`.
 pub fn run() -> Result<()> {
@@ -98,12 +100,12 @@ pub fn run() -> Result<()> {
     let p = &func.params[0];
     let input = Tensor::new(
         p.ty.dims.clone(),
-        random_f32(1, p.ty.num_elements(), -1.0, 1.0),
+        random_f32(INPUT_SEED, p.ty.num_elements(), -1.0, 1.0),
     )
     .map_err(|e| anyhow!(e))?;
     let inputs = [input];
     let t = Instant::now();
-    let reference = interp::run(&module, func, &inputs).map_err(|d| anyhow!("{d}"))?;
+    interp::run(&module, func, &inputs).map_err(|d| anyhow!("{d}"))?;
     let interp_ms = t.elapsed().as_secs_f64() * 1e3;
     let fused_ms = median_ms(&exe_fused, &inputs)?;
     let unfused_ms = median_ms(&exe_unfused, &inputs)?;
@@ -115,30 +117,26 @@ pub fn run() -> Result<()> {
     );
     println!("   interpreter   {interp_ms:8.3} ms   (one run, unfused, f64 accumulation)");
 
-    println!("\n6. verify against the reference interpreter on the unfused network:");
-    let mut ok = true;
-    for (name, exe) in [("JIT fused", &exe_fused), ("JIT unfused", &exe_unfused)] {
-        let got = exe.run(&inputs)?;
-        for ((r, g), want) in func.results.iter().zip(&got).zip(&reference) {
-            let e = ErrorStats::between_tensors(g, want).map_err(|e| anyhow!(e))?;
-            let pass = e.relative <= TOLERANCE;
-            ok &= pass;
-            println!(
-                "   {name:12} {}: max abs {:.2e}, relative {:.2e}, RMSE {:.2e} -> {}",
-                r.name,
-                e.max_abs,
-                e.relative,
-                e.rmse,
-                if pass { "ok" } else { "FAIL" }
-            );
-        }
-    }
-    if !ok {
+    println!("\n6. smelt verify: interpreter on the unfused network vs interpreter and JIT on the fused one:");
+    let report = verify(
+        &module,
+        &VerifyOptions {
+            seed: INPUT_SEED,
+            per_layer: true,
+            ..VerifyOptions::default()
+        },
+    )?;
+    println!("{}", indent(&report.to_text()));
+    if !report.passed() {
         return Err(anyhow!(
-            "verification failed: relative error above {TOLERANCE}"
+            "verification failed: relative error above {}",
+            report.rtol
         ));
     }
-    println!("\nall stages agree (tolerance {TOLERANCE} relative).");
+    println!(
+        "\nall stages agree (tolerance {:e} relative, every intermediate too).",
+        report.rtol
+    );
     Ok(())
 }
 

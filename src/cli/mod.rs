@@ -1,10 +1,14 @@
 //! Pieces shared by the subcommands: model loading with rendered diagnostics, fusion
 //! switches, input files.
 
+pub mod bench;
+pub mod check_rules;
 pub mod demo;
+pub mod dump;
 pub mod import;
 pub mod opt;
 pub mod run;
+pub mod verify;
 
 use std::path::{Path, PathBuf};
 

@@ -7,6 +7,7 @@ use clap::Args;
 use smelt::ir::text::{self, PrintOptions};
 use smelt::ir::Module;
 
+use super::dump::DumpArgs;
 use super::{FusionArgs, ModelArgs};
 
 /// Arguments of `smelt opt`.
@@ -34,6 +35,9 @@ pub struct OptArgs {
     report: bool,
     #[command(flatten)]
     fusion: FusionArgs,
+    /// Compile the result and show the kernels (`--dump-loops`, `--dump-clif DIR`).
+    #[command(flatten)]
+    dump: DumpArgs,
 }
 
 /// Runs `smelt opt`.
@@ -72,6 +76,10 @@ pub fn main(a: OptArgs) -> Result<()> {
             .with_context(|| format!("cannot write {}", out.display()))?,
         None if !a.print_ir_after_all => print!("{}", text::print(&module, &print_opts)),
         None => {}
+    }
+    if a.dump.any() {
+        let exe = smelt::Executable::compile(&module, None, &smelt::CompileOptions::default())?;
+        a.dump.write(&module, &exe)?;
     }
     Ok(())
 }

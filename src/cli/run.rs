@@ -7,6 +7,7 @@ use clap::Args;
 use smelt::ir::weights::random_f32;
 use smelt::ir::{interp, Tensor};
 
+use super::dump::DumpArgs;
 use super::{read_inputs, FusionArgs, ModelArgs};
 
 /// Arguments of `smelt run`.
@@ -28,6 +29,8 @@ pub struct RunArgs {
     interp: bool,
     #[command(flatten)]
     fusion: FusionArgs,
+    #[command(flatten)]
+    dump: DumpArgs,
 }
 
 /// Runs `smelt run`.
@@ -78,11 +81,17 @@ pub fn main(a: RunArgs) -> Result<()> {
         }
         inputs.push(t.to_layout(p.ty.layout));
     }
+    if a.interp && a.dump.any() {
+        bail!("--dump-loops and --dump-clif show compiled code: drop --interp");
+    }
     let outputs = if a.interp {
         interp::run(&module, func, &inputs).map_err(|d| anyhow!("{d}"))?
     } else {
         let opts = a.fusion.options(None)?;
-        let (exe, _) = smelt::compile(&module, &opts)?;
+        let mut optimized = module.clone();
+        smelt::optimize(&mut optimized, &opts, None)?;
+        let exe = smelt::Executable::compile(&optimized, None, &smelt::CompileOptions::default())?;
+        a.dump.write(&optimized, &exe)?;
         exe.run(&inputs)?
     };
     std::fs::create_dir_all(&a.output_dir)

@@ -1,11 +1,17 @@
 //! Code generation: loop-nest IR to Cranelift IR to native code.
 //!
-//! Each [`Kernel`] becomes one function `extern "C" fn(args: *const *mut f32)`: `args`
-//! points to one buffer pointer per kernel argument. No data is embedded in code. Loads
+//! Each [`Kernel`] becomes one function `extern "C" fn(args: *const *mut f32, lo: i64,
+//! hi: i64)`: `args` points to one buffer pointer per kernel argument; a parallel kernel
+//! runs trips `lo..hi` of its top-level loop (others ignore them). No data is embedded in
+//! code. Addresses are pointer induction variables: every (buffer, loop terms) pair used
+//! in a loop is a pointer carried by the loop and bumped by a constant each trip, so no
+//! address arithmetic is left in inner loops but those bumps. Loads
 //! from read-only arguments are marked `readonly + notrap + can_move` so Cranelift may
 //! hoist and fold them; loops test at the top; `max(x, 0)` is emitted as the
 //! `bitselect(fcmp lt 0 x, x, 0)` pattern that becomes one `maxps`; `fma` becomes
 //! `fmul + fadd` when the target lacks AVX+FMA (never the `fmaf` libcall).
+
+use std::collections::{BTreeSet, HashMap};
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
@@ -107,10 +113,14 @@ fn host_isa(verify: bool) -> Result<OwnedTargetIsa, Error> {
 pub struct CodegenOptions {
     /// Run Cranelift's IR verifier on every function (≈36% more compile time; on in tests).
     pub verify: bool,
+    /// Threads compiling functions in parallel; 0 means one per core.
+    pub threads: usize,
 }
 
-/// A compiled kernel: `args` points to one valid buffer pointer per kernel argument.
-pub type KernelFn = unsafe extern "C" fn(args: *const *mut f32);
+/// A compiled kernel: `args` points to one valid buffer pointer per kernel argument; a
+/// parallel kernel runs trips `lo..hi` of its top-level loop (clamped to its trip count),
+/// any other kernel runs whole whatever `lo` and `hi` are.
+pub type KernelFn = unsafe extern "C" fn(args: *const *mut f32, lo: i64, hi: i64);
 
 /// Native code of a set of kernels. Dropping it frees the code pages.
 pub struct CompiledKernels {
@@ -158,29 +168,78 @@ impl std::fmt::Debug for CompiledKernels {
     }
 }
 
-/// Compiles `kernels` for the host. Each kernel is checked first ([`Kernel::check`]).
+/// Compiles `kernels` for the host on `opts.threads` threads (0: all cores). Each kernel
+/// is checked first ([`Kernel::check`]). Functions compile to machine code independently
+/// on worker threads (a `JITModule` is not `Sync`); the module then takes their bytes.
 pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKernels, Error> {
     let isa = host_isa(opts.verify)?;
     let target = TargetDesc::host()?;
+    for k in kernels {
+        k.check().map_err(Error::Unsupported)?;
+    }
     let mut module = JITModule::new(JITBuilder::with_isa(
-        isa,
+        isa.clone(),
         cranelift_module::default_libcall_names(),
     ));
-    let mut ids = Vec::with_capacity(kernels.len());
-    let mut ctx = module.make_context();
-    let mut fctx = FunctionBuilderContext::new();
-    for (i, k) in kernels.iter().enumerate() {
-        k.check().map_err(Error::Unsupported)?;
-        let sig = kernel_signature(module.isa());
-        let id = module
-            .declare_function(&format!("k{i}"), Linkage::Local, &sig)
-            .map_err(|e| codegen_error(k, e))?;
-        ctx.func = build_function(k, &target, module.isa(), &mut fctx);
+    let sig = kernel_signature(isa.as_ref());
+    let ids = kernels
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            module
+                .declare_function(&format!("k{i}"), Linkage::Local, &sig)
+                .map_err(|e| codegen_error(k, e))
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    let threads = if opts.threads == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    } else {
+        opts.threads
+    }
+    .clamp(1, kernels.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let worker = || -> Vec<(usize, Result<MachineCode, Error>)> {
+        let mut fctx = FunctionBuilderContext::new();
+        let mut done = Vec::new();
+        loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(k) = kernels.get(i) else { break };
+            done.push((i, machine_code(k, &target, isa.as_ref(), &mut fctx, ids[i])));
+        }
+        done
+    };
+    let mut results: Vec<Option<Result<MachineCode, Error>>> =
+        (0..kernels.len()).map(|_| None).collect();
+    std::thread::scope(|s| {
+        let helpers: Vec<_> = (1..threads).map(|_| s.spawn(worker)).collect();
+        let mut all = worker();
+        for h in helpers {
+            match h.join() {
+                Ok(v) => all.extend(v),
+                Err(_) => all.push((
+                    usize::MAX,
+                    Err(Error::Unsupported(
+                        "a code generation thread panicked".into(),
+                    )),
+                )),
+            }
+        }
+        for (i, r) in all {
+            match results.get_mut(i) {
+                Some(slot) => *slot = Some(r),
+                None => results.push(Some(r)),
+            }
+        }
+    });
+    for (i, r) in results.into_iter().enumerate() {
+        let code =
+            r.ok_or_else(|| Error::Unsupported(format!("kernel {i} was not compiled")))??;
+        let id = *ids
+            .get(i)
+            .ok_or_else(|| Error::Unsupported("a code generation thread failed".into()))?;
         module
-            .define_function(id, &mut ctx)
-            .map_err(|e| codegen_error(k, e))?;
-        module.clear_context(&mut ctx);
-        ids.push(id);
+            .define_function_bytes(id, code.align, &code.bytes, &code.relocs)
+            .map_err(|e| codegen_error(&kernels[i], e))?;
     }
     module
         .finalize_definitions()
@@ -190,13 +249,51 @@ pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKern
         .map(|id| {
             let p = module.get_finalized_function(id);
             // SAFETY: `p` is the entry of a function defined with `kernel_signature`
-            // (one pointer argument, no result, the platform's C calling convention).
+            // (a pointer and two i64 arguments, no result, the platform's C calling
+            // convention), which is `KernelFn`.
             unsafe { std::mem::transmute::<*const u8, KernelFn>(p) }
         })
         .collect();
     Ok(CompiledKernels {
         module: std::sync::Mutex::new(Some(module)),
         fns,
+    })
+}
+
+/// One function's machine code, ready for `define_function_bytes`.
+struct MachineCode {
+    bytes: Vec<u8>,
+    align: u64,
+    relocs: Vec<cranelift_module::ModuleReloc>,
+}
+
+fn machine_code(
+    k: &Kernel,
+    target: &TargetDesc,
+    isa: &dyn TargetIsa,
+    fctx: &mut FunctionBuilderContext,
+    id: cranelift_module::FuncId,
+) -> Result<MachineCode, Error> {
+    let mut ctx = cranelift_codegen::Context::for_function(build_function(k, target, isa, fctx));
+    ctx.compile(isa, &mut Default::default())
+        .map_err(|e| codegen_error(k, format!("{:?}", e.inner)))?;
+    let code = ctx
+        .compiled_code()
+        .ok_or_else(|| codegen_error(k, "no machine code"))?;
+    let align = (code.buffer.alignment as u64)
+        .max(isa.function_alignment().minimum as u64)
+        .max(isa.symbol_alignment());
+    let bytes = code.code_buffer().to_vec();
+    let relocs = code
+        .buffer
+        .relocs()
+        .iter()
+        .map(|r| cranelift_module::ModuleReloc::from_mach_reloc(r, &ctx.func, id))
+        .collect();
+    Ok(MachineCode {
+        bytes,
+        align,
+        relocs,
     })
 }
 
@@ -207,6 +304,8 @@ fn codegen_error(k: &Kernel, e: impl std::fmt::Display) -> Error {
 fn kernel_signature(isa: &dyn TargetIsa) -> cranelift_codegen::ir::Signature {
     let mut sig = cranelift_codegen::ir::Signature::new(isa.default_call_conv());
     sig.params.push(AbiParam::new(isa.pointer_type()));
+    sig.params.push(AbiParam::new(types::I64));
+    sig.params.push(AbiParam::new(types::I64));
     sig
 }
 
@@ -275,7 +374,8 @@ fn build_function(
     fb.switch_to_block(entry);
     fb.seal_block(entry);
     let ptr = isa.pointer_type();
-    let args_ptr = fb.block_params(entry)[0];
+    let params = fb.block_params(entry).to_vec();
+    let (args_ptr, lo, hi) = (params[0], params[1], params[2]);
     // The pointer array is never written while the kernel runs.
     let arg_flags = MemFlagsData::new()
         .with_notrap()
@@ -293,16 +393,31 @@ fn build_function(
     let loop_vars: Vec<Variable> = (0..kernel.num_loop_vars)
         .map(|_| fb.declare_var(types::I64))
         .collect();
+    let mut loops = vec![LoopInfo::default(); kernel.num_loop_vars as usize];
+    collect_loops(&kernel.body, 0, &mut loops);
     let mut g = Gen {
         fb,
         kernel,
         bases,
         vars,
         known: vec![None; kernel.num_loop_vars as usize],
-
+        loops,
+        pointers: HashMap::new(),
         loop_vars,
         fma: target.fused_fma(),
+        range: None,
     };
+    match (kernel.parallel_trips(), kernel.body.as_slice()) {
+        (Some(trips), [Stmt::Loop { .. }]) if trips > 1 => {
+            // trips lo..hi, clamped to 0 <= lo, hi <= trips (an empty range runs nothing)
+            let zero = g.fb.ins().iconst(types::I64, 0);
+            let n = g.fb.ins().iconst(types::I64, trips);
+            let lo = g.fb.ins().smax(lo, zero);
+            let hi = g.fb.ins().smin(hi, n);
+            g.range = Some((lo, hi));
+        }
+        _ => {}
+    }
     g.block(&kernel.body);
     g.fb.ins().return_(&[]);
     g.fb.finalize(isa.frontend_config());
@@ -316,6 +431,40 @@ fn clif_type(w: Width) -> Type {
     }
 }
 
+/// Static facts about one loop variable.
+#[derive(Clone, Copy, Debug, Default)]
+struct LoopInfo {
+    /// Nesting depth (0: a top-level loop).
+    depth: u32,
+    /// Number of trips.
+    trips: i64,
+}
+
+fn collect_loops(stmts: &[Stmt], depth: u32, out: &mut [LoopInfo]) {
+    for s in stmts {
+        if let Stmt::Loop {
+            var,
+            start,
+            end,
+            step,
+            body,
+        } = s
+        {
+            if let Some(info) = out.get_mut(var.0 as usize) {
+                *info = LoopInfo {
+                    depth,
+                    trips: trip_count(*start, *end, *step),
+                };
+            }
+            collect_loops(body, depth + 1, out);
+        }
+    }
+}
+
+/// A pointer induction variable: a buffer and the loop terms (variable, coefficient)
+/// of an address, outermost loop first; constant parts are byte offsets of the access.
+type PointerKey = (usize, Vec<(u32, i64)>);
+
 struct Gen<'f, 'k> {
     fb: FunctionBuilder<'f>,
     kernel: &'k Kernel,
@@ -324,7 +473,12 @@ struct Gen<'f, 'k> {
     loop_vars: Vec<Variable>,
     /// Values of loop variables of single-trip loops, folded into addresses.
     known: Vec<Option<i64>>,
+    loops: Vec<LoopInfo>,
+    /// The pointer variable of each key defined by the loops being emitted.
+    pointers: HashMap<PointerKey, Variable>,
     fma: bool,
+    /// Trip range `lo..hi` (clamped) of the parallel kernel's top-level loop.
+    range: Option<(ClifValue, ClifValue)>,
 }
 
 impl Gen<'_, '_> {
@@ -358,7 +512,104 @@ impl Gen<'_, '_> {
         }
     }
 
-    /// A test-at-top counted loop; a loop of one trip is emitted straight-line.
+    /// The loop terms of an address that vary (single-trip loops excluded), outermost first.
+    fn varying_terms(&self, index: &Affine) -> Vec<(u32, i64)> {
+        let mut t: Vec<(u32, i64)> = index
+            .terms
+            .iter()
+            .filter(|(v, _)| self.loops.get(v.0 as usize).is_some_and(|l| l.trips > 1))
+            .map(|&(v, c)| (v.0, c))
+            .collect();
+        t.sort_by_key(|&(v, _)| (self.loops[v as usize].depth, v));
+        t
+    }
+
+    /// Every pointer key the loop of `var` carries: the prefixes, up to `var`, of the
+    /// varying terms of each address in `body` that depends on `var`. Sorted.
+    fn loop_pointers(&self, var: LoopVar, body: &[Stmt]) -> BTreeSet<PointerKey> {
+        fn exprs<'a>(stmts: &'a [Stmt], out: &mut Vec<(usize, &'a Affine)>) {
+            fn expr<'a>(e: &'a Expr, out: &mut Vec<(usize, &'a Affine)>) {
+                match e {
+                    Expr::Var(_) | Expr::Const(..) => {}
+                    Expr::Load { buf, index, .. } => out.push((buf.0 as usize, index)),
+                    Expr::Splat(x) | Expr::Unary(_, x) | Expr::Reduce(_, x) | Expr::Lane(x, _) => {
+                        expr(x, out)
+                    }
+                    Expr::Binary(_, a, b) => {
+                        expr(a, out);
+                        expr(b, out);
+                    }
+                    Expr::Fma(a, b, c) => {
+                        expr(a, out);
+                        expr(b, out);
+                        expr(c, out);
+                    }
+                    Expr::Select {
+                        a,
+                        b,
+                        if_true,
+                        if_false,
+                        ..
+                    } => {
+                        for x in [a, b, if_true, if_false] {
+                            expr(x, out);
+                        }
+                    }
+                }
+            }
+            for s in stmts {
+                match s {
+                    Stmt::Loop { body, .. } => exprs(body, out),
+                    Stmt::Assign { value, .. } => expr(value, out),
+                    Stmt::Store {
+                        buf, index, value, ..
+                    } => {
+                        out.push((buf.0 as usize, index));
+                        expr(value, out);
+                    }
+                }
+            }
+        }
+        let mut addrs = Vec::new();
+        exprs(body, &mut addrs);
+        let depth = self.loops[var.0 as usize].depth;
+        let mut keys = BTreeSet::new();
+        for (buf, index) in addrs {
+            let terms = self.varying_terms(index);
+            if terms.iter().any(|&(v, _)| v == var.0) {
+                let prefix: Vec<(u32, i64)> = terms
+                    .into_iter()
+                    .filter(|&(v, _)| self.loops[v as usize].depth <= depth)
+                    .collect();
+                keys.insert((buf, prefix));
+            }
+        }
+        keys
+    }
+
+    /// The current value of the pointer for `key` (the buffer base when it has no terms).
+    fn pointer(&mut self, key: &PointerKey) -> ClifValue {
+        if key.1.is_empty() {
+            return self.bases[key.0];
+        }
+        match self.pointers.get(key) {
+            Some(&v) => self.fb.use_var(v),
+            // unreachable for checked kernels: every term's loop defines its prefix
+            None => {
+                let mut addr = self.bases[key.0];
+                for &(v, c) in &key.1 {
+                    let i = self.fb.use_var(self.loop_vars[v as usize]);
+                    let scaled = self.fb.ins().imul_imm_s(i, c * 4);
+                    addr = self.fb.ins().iadd(addr, scaled);
+                }
+                addr
+            }
+        }
+    }
+
+    /// A test-at-top counted loop carrying its pointer induction variables; a loop of one
+    /// trip is emitted straight-line. The parallel kernel's top-level loop runs trips
+    /// `lo..hi` given by the caller.
     fn emit_loop(&mut self, var: LoopVar, start: i64, end: i64, step: i64, body: &[Stmt]) {
         let iv = self.loop_vars[var.0 as usize];
         match trip_count(start, end, step) {
@@ -369,19 +620,55 @@ impl Gen<'_, '_> {
                 self.known[var.0 as usize] = None;
             }
             _ => {
+                let (first, bound) = match self.range.take() {
+                    Some((lo, hi)) => {
+                        let first = self.fb.ins().imul_imm_s(lo, step);
+                        let first = self.fb.ins().iadd_imm_s(first, start);
+                        let bound = self.fb.ins().imul_imm_s(hi, step);
+                        let bound = self.fb.ins().iadd_imm_s(bound, start);
+                        (first, Some(bound))
+                    }
+                    None => (self.fb.ins().iconst(types::I64, start), None),
+                };
+                // pointers: parent + coefficient·first, bumped by coefficient·step
+                let keys = self.loop_pointers(var, body);
+                let mut carried = Vec::with_capacity(keys.len());
+                for key in keys {
+                    let Some(&(_, c)) = key.1.iter().find(|&&(v, _)| v == var.0) else {
+                        continue;
+                    };
+                    let parent: PointerKey = (
+                        key.0,
+                        key.1.iter().copied().filter(|&(v, _)| v != var.0).collect(),
+                    );
+                    let base = self.pointer(&parent);
+                    let off = self.fb.ins().imul_imm_s(first, c * 4);
+                    let init = self.fb.ins().iadd(base, off);
+                    let pv = self.fb.declare_var(types::I64);
+                    self.fb.def_var(pv, init);
+                    self.pointers.insert(key, pv);
+                    carried.push((pv, c * step * 4));
+                }
+                self.fb.def_var(iv, first);
                 let header = self.fb.create_block();
                 let body_block = self.fb.create_block();
                 let exit = self.fb.create_block();
-                let s = self.fb.ins().iconst(types::I64, start);
-                self.fb.def_var(iv, s);
                 self.fb.ins().jump(header, &[]);
                 self.fb.switch_to_block(header);
                 let i = self.fb.use_var(iv);
-                let more = self.fb.ins().icmp_imm_s(IntCC::SignedLessThan, i, end);
+                let more = match bound {
+                    Some(b) => self.fb.ins().icmp(IntCC::SignedLessThan, i, b),
+                    None => self.fb.ins().icmp_imm_s(IntCC::SignedLessThan, i, end),
+                };
                 self.fb.ins().brif(more, body_block, &[], exit, &[]);
                 self.fb.switch_to_block(body_block);
                 self.fb.seal_block(body_block);
                 self.block(body);
+                for &(pv, bump) in &carried {
+                    let p = self.fb.use_var(pv);
+                    let next = self.fb.ins().iadd_imm_s(p, bump);
+                    self.fb.def_var(pv, next);
+                }
                 let i = self.fb.use_var(iv);
                 let next = self.fb.ins().iadd_imm_s(i, step);
                 self.fb.def_var(iv, next);
@@ -393,20 +680,17 @@ impl Gen<'_, '_> {
         }
     }
 
-    /// Base + scaled loop-variable terms, and the constant part as a byte offset.
-    /// Variables of single-trip loops are folded into the offset.
+    /// The pointer of the address's varying terms, and the constant part (including
+    /// single-trip loop variables) as a byte offset.
     fn address(&mut self, buf: usize, index: &Affine) -> (ClifValue, i32) {
-        let mut addr = self.bases[buf];
         let mut offset = index.offset;
         for &(v, c) in &index.terms {
             if let Some(k) = self.known[v.0 as usize] {
                 offset += c * k;
-                continue;
             }
-            let i = self.fb.use_var(self.loop_vars[v.0 as usize]);
-            let scaled = self.fb.ins().imul_imm_s(i, c * 4);
-            addr = self.fb.ins().iadd(addr, scaled);
         }
+        let key = (buf, self.varying_terms(index));
+        let addr = self.pointer(&key);
         let bytes = offset * 4;
         match i32::try_from(bytes) {
             Ok(off) => (addr, off),
@@ -484,6 +768,10 @@ impl Gen<'_, '_> {
                     CmpOp::Ge => FloatCC::GreaterThanOrEqual,
                 };
                 self.select(cc, a, b, t, f)
+            }
+            Expr::Lane(x, lane) => {
+                let x = self.expr(x);
+                self.fb.ins().extractlane(x, *lane)
             }
             Expr::Reduce(op, x) => {
                 let x = self.expr(x);

@@ -5,11 +5,15 @@
 //! the temporaries. Scratch memory belongs to a run: [`Executable::run_with`] uses a
 //! caller's [`Workspace`] and allocates nothing; [`Executable::run`] borrows a workspace
 //! from a pool (one per concurrent caller, reused), so one executable serves many
-//! threads without locking around the computation.
+//! threads without locking around the computation. Intra-op threads come from a
+//! process-wide pool ([`pool`]) that splits parallel kernels over output tiles only.
+
+mod pool;
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use smelt_ir::diag::Location;
 use smelt_ir::{AlignedBuf, Module, Tensor, TensorType};
 use smelt_passes::lower::{self, BufferKind, MemoryPlan, Program};
 
@@ -23,6 +27,26 @@ pub struct CompileOptions {
     pub verify: bool,
     /// Give every intermediate its own memory (no reuse), for verification and profiling.
     pub keep_intermediates: bool,
+    /// Threads per run (the calling thread included) and for compiling kernels; 0 means
+    /// one per core. Outputs are bit-identical for every count.
+    pub threads: usize,
+}
+
+/// Time and work of one kernel call in a profiled run ([`Executable::run_profiled`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelProfile {
+    /// The kernel's name, e.g. `conv2d_1x64x58x58_k3x3_...`.
+    pub kernel: String,
+    /// The op it computes, e.g. `fused(conv2d -> add, relu)`.
+    pub op: String,
+    /// The user's location of that op (file position, ONNX node name, or the fused list).
+    pub loc: Location,
+    /// Floating-point operations of the call (an FMA counts two).
+    pub flops: u64,
+    /// Bytes of the buffers the call reads and writes (each counted once).
+    pub bytes: u64,
+    /// Wall time of the call in nanoseconds.
+    pub ns: u64,
 }
 
 /// Name and type of an input or output.
@@ -60,7 +84,27 @@ enum Source {
 struct ExecStep {
     kernel: KernelFn,
     args: Vec<Source>,
+    /// Trips of the top-level loop when the kernel may be split across threads and is
+    /// big enough to gain from it.
+    split: Option<i64>,
+    /// Trips of the top-level loop of a parallel kernel (called whole as `0..trips`).
+    trips: i64,
+    /// Index into `Executable::step_info`.
+    info: usize,
 }
+
+/// What a step computes, for profiles.
+struct StepInfo {
+    kernel: String,
+    op: String,
+    loc: Location,
+    flops: u64,
+    bytes: u64,
+}
+
+/// Kernels doing less work than this (flops + bytes) run on the calling thread alone:
+/// waking helpers costs a few microseconds.
+const MIN_SPLIT_WORK: u64 = 1 << 18;
 
 /// Milliseconds spent compiling, by stage.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -107,6 +151,8 @@ pub struct Executable {
     arena_len: usize,
     max_args: usize,
     pool: Mutex<Vec<Workspace>>,
+    threads: Option<&'static pool::ThreadPool>,
+    step_info: Vec<StepInfo>,
     times: CompileTimes,
     loops_text: String,
     /// Dropped last: the code the step function pointers point into.
@@ -151,10 +197,16 @@ impl Executable {
             &program.kernels,
             &CodegenOptions {
                 verify: opts.verify,
+                threads: opts.threads,
             },
         )?;
         let generated = Instant::now();
         let mut exe = Executable::assemble(module, &program, &plan, code)?;
+        let threads = match opts.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        exe.threads = pool::ThreadPool::for_threads(threads);
         exe.times = CompileTimes {
             lower_ms: ms(lowered - start),
             codegen_ms: ms(generated - lowered),
@@ -209,12 +261,31 @@ impl Executable {
                 let kernel = code.get(s.kernel).ok_or_else(|| {
                     Error::Unsupported(format!("kernel {} was not compiled", s.kernel))
                 })?;
+                let k = &program.kernels[s.kernel];
+                let trips = k.parallel_trips().unwrap_or(1).max(1);
+                let work = k.flops() + k.bytes();
                 Ok(ExecStep {
                     kernel,
                     args: s.args.iter().map(|b| sources[b.0 as usize]).collect(),
+                    split: (trips > 1 && work >= MIN_SPLIT_WORK).then_some(trips),
+                    trips,
+                    info: 0,
                 })
             })
             .collect::<Result<Vec<_>, Error>>()?;
+        let mut steps = steps;
+        let mut step_info = Vec::with_capacity(steps.len());
+        for (i, (step, s)) in steps.iter_mut().zip(&program.steps).enumerate() {
+            let k = &program.kernels[s.kernel];
+            step.info = i;
+            step_info.push(StepInfo {
+                kernel: k.name.clone(),
+                op: s.op.clone(),
+                loc: s.loc.clone(),
+                flops: k.flops(),
+                bytes: k.bytes(),
+            });
+        }
         let max_args = steps.iter().map(|s| s.args.len()).max().unwrap_or(0);
         let info = |p: &lower::Port| TensorInfo {
             name: p.name.clone(),
@@ -232,6 +303,8 @@ impl Executable {
             arena_len: plan.arena_len,
             max_args,
             pool: Mutex::new(Vec::new()),
+            threads: None,
+            step_info,
             times: CompileTimes::default(),
             loops_text: program.dump_loops(),
             code,
@@ -276,6 +349,41 @@ impl Executable {
     /// Runs on host tensors; checks each input's count, shape and layout. Borrows a
     /// workspace from the executable's pool, so concurrent callers do not contend.
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
+        self.run_tensors(inputs, None)
+    }
+
+    /// Like [`Executable::run`], and times every kernel call: one [`KernelProfile`] per
+    /// call, in execution order.
+    pub fn run_profiled(
+        &self,
+        inputs: &[Tensor],
+    ) -> Result<(Vec<Tensor>, Vec<KernelProfile>), Error> {
+        let mut times = Vec::with_capacity(self.steps.len());
+        let outs = self.run_tensors(inputs, Some(&mut times))?;
+        let profile = self
+            .steps
+            .iter()
+            .zip(times)
+            .map(|(s, ns)| {
+                let i = &self.step_info[s.info];
+                KernelProfile {
+                    kernel: i.kernel.clone(),
+                    op: i.op.clone(),
+                    loc: i.loc.clone(),
+                    flops: i.flops,
+                    bytes: i.bytes,
+                    ns,
+                }
+            })
+            .collect();
+        Ok((outs, profile))
+    }
+
+    fn run_tensors(
+        &self,
+        inputs: &[Tensor],
+        times: Option<&mut Vec<u64>>,
+    ) -> Result<Vec<Tensor>, Error> {
         if inputs.len() != self.inputs.len() {
             return Err(Error::InvalidArgument(format!(
                 "expected {} inputs, got {}",
@@ -302,7 +410,7 @@ impl Executable {
         let result = {
             let mut out_slices: Vec<&mut [f32]> =
                 outs.iter_mut().map(|t| t.data.as_mut_slice()).collect();
-            self.run_with(&ins, &mut out_slices, &mut ws)
+            self.run_steps(&ins, &mut out_slices, &mut ws, times)
         };
         if let Ok(mut pool) = self.pool.lock() {
             pool.push(ws);
@@ -319,6 +427,16 @@ impl Executable {
         inputs: &[&[f32]],
         outputs: &mut [&mut [f32]],
         ws: &mut Workspace,
+    ) -> Result<(), Error> {
+        self.run_steps(inputs, outputs, ws, None)
+    }
+
+    fn run_steps(
+        &self,
+        inputs: &[&[f32]],
+        outputs: &mut [&mut [f32]],
+        ws: &mut Workspace,
+        mut times: Option<&mut Vec<u64>>,
     ) -> Result<(), Error> {
         if inputs.len() != self.inputs.len() {
             return Err(Error::InvalidArgument(format!(
@@ -385,7 +503,19 @@ impl Executable {
             // aliases another argument, and the read-only inputs and constants are never
             // written. All slices outlive the call; `ws.ptrs` holds one pointer per
             // argument (max_args checked above) and is not touched during the call.
-            unsafe { (step.kernel)(ws.ptrs.as_ptr() as *const *mut f32) };
+            // A split call runs disjoint trip ranges of a parallel kernel's top-level
+            // loop (whose iterations write disjoint elements, proven independent by
+            // lowering) on pool threads and returns only when all are done; every range
+            // lies inside the trips the bounds proof covers (the kernel clamps too).
+            let start = times.as_ref().map(|_| Instant::now());
+            let args = ws.ptrs.as_ptr() as *const *mut f32;
+            match (step.split, self.threads) {
+                (Some(trips), Some(pool)) => unsafe { pool.run(step.kernel, args, trips) },
+                _ => unsafe { (step.kernel)(args, 0, step.trips) },
+            }
+            if let (Some(t), Some(start)) = (times.as_deref_mut(), start) {
+                t.push(start.elapsed().as_nanos() as u64);
+            }
         }
         for (dst, (info, src)) in outputs.iter_mut().zip(&self.outputs) {
             let n = info.len();

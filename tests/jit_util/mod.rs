@@ -9,7 +9,7 @@ use smelt_ir::{interp, ErrorStats, Module, Tensor, TensorType};
 pub fn opts() -> CompileOptions {
     CompileOptions {
         verify: true,
-        keep_intermediates: false,
+        ..CompileOptions::default()
     }
 }
 

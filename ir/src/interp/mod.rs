@@ -352,6 +352,15 @@ fn compute(
             args.get(4).map(|b| &*b.data),
             epsilon.0 as f64,
         ),
+        Op::BnScale { epsilon } => norm::bn_scale(&a(0).data, &a(1).data, epsilon.0 as f64),
+        Op::BnShift { epsilon } => norm::bn_fold_bias(
+            [&a(0).data, &a(1).data, &a(2).data, &a(3).data],
+            None,
+            epsilon.0 as f64,
+        ),
+        Op::ChannelScale => norm::channel_scale(a(0), &a(1).data),
+        Op::ChannelVector => a(0).data.to_vec(),
+        Op::ConvShiftBias => conv::conv_shift_bias(a(0), &a(1).data),
         Op::Fused(f) => fused(f, args, out, weights)?,
     })
 }

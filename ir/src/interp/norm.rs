@@ -106,3 +106,25 @@ pub(super) fn bn_fold_bias(params: [&[f32]; 4], conv_bias: Option<&[f32]>, eps: 
         })
         .collect()
 }
+
+/// `scale / sqrt(var + eps)` per channel, in f64 (BN's per-channel factor).
+pub(super) fn bn_scale(scale: &[f32], var: &[f32], eps: f64) -> Vec<f32> {
+    scale
+        .iter()
+        .zip(var)
+        .map(|(&s, &v)| (s as f64 / (v as f64 + eps).sqrt()) as f32)
+        .collect()
+}
+
+/// `w[o, ...] * s[o]` along `w`'s first axis, in f64.
+pub(super) fn channel_scale(w: &Arg, s: &[f32]) -> Vec<f32> {
+    let per_channel: usize = w.dims[1..].iter().product();
+    let mut out = Vec::with_capacity(w.data.len());
+    if per_channel == 0 {
+        return out;
+    }
+    for (chunk, &f) in w.data.chunks(per_channel).zip(s) {
+        out.extend(chunk.iter().map(|&v| (v as f64 * f as f64) as f32));
+    }
+    out
+}

@@ -451,6 +451,11 @@ pub(crate) fn build_op(name: &str, d: &mut AttrDict) -> Result<Option<Op>, AttrE
         }
         "bn_fold_weight" => Some(Op::BnFoldWeight { epsilon: eps(d)? }),
         "bn_fold_bias" => Some(Op::BnFoldBias { epsilon: eps(d)? }),
+        "bn_scale" => Some(Op::BnScale { epsilon: eps(d)? }),
+        "bn_shift" => Some(Op::BnShift { epsilon: eps(d)? }),
+        "channel_scale" => Some(Op::ChannelScale),
+        "channel_vector" => Some(Op::ChannelVector),
+        "conv_shift_bias" => Some(Op::ConvShiftBias),
         _ => None,
     };
     Ok(op)
@@ -492,6 +497,11 @@ pub(crate) const MNEMONICS: &[&str] = &[
     "reorder",
     "bn_fold_weight",
     "bn_fold_bias",
+    "bn_scale",
+    "bn_shift",
+    "channel_scale",
+    "channel_vector",
+    "conv_shift_bias",
 ];
 
 /// The known mnemonic closest to `name` (edit distance ≤ 2), for "did you mean" notes.
@@ -626,9 +636,14 @@ pub(crate) fn op_attrs(op: &Op, rank: usize) -> Vec<(&'static str, AttrValue)> {
             );
             out.unless("groups", a.groups, def.groups, AttrValue::Int);
         }
-        Op::BatchNorm { epsilon } | Op::BnFoldWeight { epsilon } | Op::BnFoldBias { epsilon } => {
+        Op::BatchNorm { epsilon }
+        | Op::BnFoldWeight { epsilon }
+        | Op::BnFoldBias { epsilon }
+        | Op::BnScale { epsilon }
+        | Op::BnShift { epsilon } => {
             out.unless("epsilon", *epsilon, DEFAULT_EPSILON, AttrValue::Float);
         }
+        Op::ChannelScale | Op::ChannelVector | Op::ConvShiftBias => {}
         Op::Unary(u) => out.0 = unary_attrs(*u),
         Op::Binary(_) | Op::GlobalAvgPool | Op::MatMul => {}
         Op::LayerNorm { axis, epsilon } => {
@@ -783,6 +798,11 @@ mod tests {
             },
             Op::BnFoldWeight { epsilon: F32(1e-4) },
             Op::BnFoldBias { epsilon: F32(2e-5) },
+            Op::BnScale { epsilon: F32(3e-5) },
+            Op::BnShift { epsilon: F32(4e-5) },
+            Op::ChannelScale,
+            Op::ChannelVector,
+            Op::ConvShiftBias,
         ];
         for op in &all {
             match op {
@@ -805,6 +825,11 @@ mod tests {
                 | Op::Reorder { .. }
                 | Op::BnFoldWeight { .. }
                 | Op::BnFoldBias { .. }
+                | Op::BnScale { .. }
+                | Op::BnShift { .. }
+                | Op::ChannelScale
+                | Op::ChannelVector
+                | Op::ConvShiftBias
                 | Op::Fused(_) => {}
             }
         }

@@ -268,7 +268,9 @@ pub fn write_module(
         }
     }
     for (id, w) in module.weights.iter() {
+        // Sidecars hold f32 tensors; i64 weights stay inline as integer lists.
         if w.origin == WeightOrigin::Computed
+            && w.ty.dtype == crate::types::DType::F32
             && big(w.ty.num_elements())
             && !elided(w.ty.num_elements())
         {

@@ -66,12 +66,40 @@ struct OpSyntax {
     loc: Option<Location>,
 }
 
-/// A weight initializer as written.
+/// Number literals with their source offsets.
+type Literals = Vec<(AttrLit, usize)>;
+
+/// A weight initializer as written; dense literals keep their offsets and are converted
+/// once the weight's element type is known.
 enum Init {
-    Dense { values: Vec<f32>, splat: bool },
+    Dense { values: Literals, splat: bool },
     Random { seed: u64, min: f32, max: f32 },
     External { file: String, key: String },
     Elided,
+}
+
+/// The logical row-major elements of a weight declaration, by element type.
+enum WeightValues {
+    F32(Vec<f32>),
+    I64(Vec<i64>),
+}
+
+/// The value of an integer literal (not a float) when it fits an i64.
+fn lit_to_i64(lit: &AttrLit) -> Option<i64> {
+    match lit {
+        AttrLit::Num {
+            negative,
+            text,
+            is_float: false,
+        } => if *negative {
+            format!("-{text}")
+        } else {
+            text.clone()
+        }
+        .parse()
+        .ok(),
+        _ => None,
+    }
 }
 
 /// A result of the signature: optional name, type, offset of the type.
@@ -622,7 +650,7 @@ impl<'a> Parser<'a> {
 
     // ---- weights ----
 
-    fn dense_values(&mut self, depth: usize, out: &mut Vec<f32>) -> PResult<()> {
+    fn dense_values(&mut self, depth: usize, out: &mut Literals) -> PResult<()> {
         let at = self.at();
         if self.eat(&Tok::LBracket) {
             if depth >= MAX_NESTING {
@@ -644,9 +672,7 @@ impl<'a> Parser<'a> {
                 return Ok(());
             }
         }
-        let (lit, at) = self.number_lit()?;
-        let v = to_f32("dense", &lit, at).map_err(|e| self.attr_diag(e, "bad-weight"))?;
-        out.push(v);
+        out.push(self.number_lit()?);
         Ok(())
     }
 
@@ -800,23 +826,21 @@ impl<'a> Parser<'a> {
         }
         match self.weight_data(&name, &ty, ty_at, init, init_at) {
             Ok((values, origin)) => {
-                let storage = match ty.layout {
-                    Layout::RowMajor => values,
-                    Layout::Blocked { .. } => {
-                        Tensor {
-                            ty: ty.with_layout(Layout::RowMajor),
-                            data: values,
+                let data = match values {
+                    WeightValues::I64(values) => AlignedBuf::from_i64(&values),
+                    WeightValues::F32(values) => AlignedBuf::from_f32(&match ty.layout {
+                        Layout::RowMajor => values,
+                        Layout::Blocked { .. } => {
+                            Tensor {
+                                ty: ty.with_layout(Layout::RowMajor),
+                                data: values,
+                            }
+                            .to_layout(ty.layout)
+                            .data
                         }
-                        .to_layout(ty.layout)
-                        .data
-                    }
+                    }),
                 };
-                match self.module.weights.add(
-                    name.name.clone(),
-                    ty,
-                    AlignedBuf::from_f32(&storage),
-                    origin,
-                ) {
+                match self.module.weights.add(name.name.clone(), ty, data, origin) {
                     Ok(_) => {
                         self.failed_weights.remove(&name.name);
                     }
@@ -836,7 +860,7 @@ impl<'a> Parser<'a> {
         ty_at: usize,
         init: Init,
         init_at: usize,
-    ) -> PResult<(Vec<f32>, WeightOrigin)> {
+    ) -> PResult<(WeightValues, WeightOrigin)> {
         if self.module.weights.lookup(&name.name).is_some() {
             return Err(self.diag(
                 "duplicate-name",
@@ -844,29 +868,56 @@ impl<'a> Parser<'a> {
                 name.at,
             ));
         }
-        if ty.dtype != DType::F32 {
-            return Err(self.diag(
-                "bad-weight",
-                format!(
-                    "weight @{} has type {ty}: only f32 weights are supported",
-                    name.name
-                ),
-                ty_at,
-            ));
-        }
         let n = ty.num_elements();
+        if ty.dtype == DType::I64 {
+            // i64 weights (shape tensors an importer returns) are written as integer lists.
+            return match init {
+                Init::Dense { values, splat }
+                    if ty.layout == Layout::RowMajor && (values.len() == n || splat) =>
+                {
+                    let mut ints = Vec::with_capacity(values.len());
+                    for (lit, at) in &values {
+                        ints.push(lit_to_i64(lit).ok_or_else(|| {
+                            self.diag(
+                                "bad-weight",
+                                "an i64 weight holds integers in i64 range (no floats, no fractions)".to_string(),
+                                *at,
+                            )
+                        })?);
+                    }
+                    if splat && ints.len() == 1 {
+                        ints = vec![ints[0]; n];
+                    }
+                    Ok((WeightValues::I64(ints), WeightOrigin::Inline))
+                }
+                _ => Err(self.diag(
+                    "bad-weight",
+                    format!(
+                        "weight @{} has type {ty}: i64 weights are row-major dense<[...]> lists of {n} integers",
+                        name.name
+                    ),
+                    ty_at,
+                )),
+            };
+        }
         match init {
             Init::Dense { values, splat } => {
-                if splat && values.len() == 1 {
-                    Ok((vec![values[0]; n], WeightOrigin::Inline))
-                } else if values.len() == n {
-                    Ok((values, WeightOrigin::Inline))
+                let mut floats = Vec::with_capacity(values.len());
+                for (lit, at) in &values {
+                    floats.push(
+                        to_f32("dense", lit, *at).map_err(|e| self.attr_diag(e, "bad-weight"))?,
+                    );
+                }
+                if splat && floats.len() == 1 {
+                    Ok((WeightValues::F32(vec![floats[0]; n]), WeightOrigin::Inline))
+                } else if floats.len() == n {
+                    Ok((WeightValues::F32(floats), WeightOrigin::Inline))
                 } else {
                     Err(self.diag(
                         "bad-weight",
                         format!(
                             "dense<...> has {} elements, but {ty} has {n}",
-                            values.len()
+                            floats.len()
                         ),
                         init_at,
                     ))
@@ -881,12 +932,15 @@ impl<'a> Parser<'a> {
                     ));
                 }
                 Ok((
-                    random_f32(seed, n, min, max),
+                    WeightValues::F32(random_f32(seed, n, min, max)),
                     WeightOrigin::Random { seed, min, max },
                 ))
             }
             Init::External { file, key } => match self.load_external(&file, &key, ty) {
-                Ok(values) => Ok((values, WeightOrigin::External { file, key })),
+                Ok(values) => Ok((
+                    WeightValues::F32(values),
+                    WeightOrigin::External { file, key },
+                )),
                 Err(m) => Err(self.diag("bad-weight", m, init_at)),
             },
             Init::Elided => Err(self

@@ -11,7 +11,7 @@ use crate::diag::{quote, Location};
 use crate::graph::{Func, Module, Value};
 use crate::op::{Op, PostOp};
 use crate::tensor::Tensor;
-use crate::types::{Layout, F32};
+use crate::types::{DType, Layout, F32};
 use crate::weights::{Weight, WeightId, WeightOrigin, SMALL_CONSTANT_LIMIT};
 
 /// Weights to print as `external<file, key>` instead of by their origin (set by
@@ -54,6 +54,17 @@ fn logical_values(w: &Weight) -> Vec<f32> {
 }
 
 fn dense(w: &Weight) -> String {
+    if w.ty.dtype == DType::I64 {
+        // i64 weights are row-major integer lists (shape tensors an importer returns).
+        let values = w.data.as_i64();
+        return match values.first() {
+            Some(first) if values.iter().all(|v| v == first) => format!("dense<{first}>"),
+            _ => {
+                let items: Vec<String> = values.iter().map(|v| v.to_string()).collect();
+                format!("dense<[{}]>", items.join(", "))
+            }
+        };
+    }
     let values = logical_values(w);
     match values.first() {
         Some(first) if values.iter().all(|v| v.to_bits() == first.to_bits()) => {

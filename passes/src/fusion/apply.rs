@@ -8,10 +8,10 @@ use egg::{
     Applier, ENodeOrVar, Id, Language, Pattern, PatternAst, RecExpr, Rewrite, Subst, Symbol, Var,
 };
 use smelt_ir::op::{broadcast, FusedOp, Op};
-use smelt_ir::types::Layout;
+use smelt_ir::types::{Layout, TensorType};
 
 use super::analysis::{FusionAnalysis, FusionGraph, Outcome, Provenance, RuleEvent};
-use super::lang::{split_op, AttrTable, TensorNode};
+use super::lang::{join_op, split_op, AttrTable, Attrs, OpKind, TensorNode};
 use super::rules::{post_op_of, AttrSpec, GuardArg, GuardKind, PatternExpr, Rule, RuleAction};
 
 /// Facts about the input function that guards need and the e-graph does not carry.
@@ -87,6 +87,7 @@ struct CompiledGuard {
     kind: GuardKind,
     vars: Vec<Var>,
     numbers: Vec<f64>,
+    ops: Vec<OpKind>,
 }
 
 /// The applier of one rule (one left-hand side alternative).
@@ -130,7 +131,7 @@ pub fn compile_rules(
                         .iter()
                         .filter_map(|a| match a {
                             GuardArg::Var(v) => Some(var(v)),
-                            GuardArg::Number(_) => None,
+                            GuardArg::Number(_) | GuardArg::Op(_) => None,
                         })
                         .collect(),
                     numbers: g
@@ -138,7 +139,15 @@ pub fn compile_rules(
                         .iter()
                         .filter_map(|a| match a {
                             GuardArg::Number(n) => Some(*n),
-                            GuardArg::Var(_) => None,
+                            GuardArg::Var(_) | GuardArg::Op(_) => None,
+                        })
+                        .collect(),
+                    ops: g
+                        .args
+                        .iter()
+                        .filter_map(|a| match a {
+                            GuardArg::Op(k) => Some(*k),
+                            GuardArg::Var(_) | GuardArg::Number(_) => None,
                         })
                         .collect(),
                 })
@@ -165,7 +174,12 @@ pub fn compile_rules(
 
 impl RuleApplier {
     /// Checks every guard; the first refusal's guard name and reason.
-    fn check_guards(&self, egraph: &FusionGraph, subst: &Subst) -> Result<(), (String, String)> {
+    fn check_guards(
+        &self,
+        egraph: &FusionGraph,
+        eclass: Id,
+        subst: &Subst,
+    ) -> Result<(), (String, String)> {
         for g in &self.guards {
             let refuse = |reason: String| Err((g.kind.name().to_string(), reason));
             match g.kind {
@@ -199,7 +213,8 @@ impl RuleApplier {
                     }
                 }
                 GuardKind::PerChannel => {
-                    let (c, y) = (subst[g.vars[0]], subst[g.vars[1]]);
+                    let c = subst[g.vars[0]];
+                    let y = g.vars.get(1).map_or(eclass, |v| subst[*v]);
                     let ct = egraph[c].data.ty.as_ref();
                     let yt = egraph[y].data.ty.as_ref();
                     let ok = match (ct, yt) {
@@ -227,6 +242,46 @@ impl RuleApplier {
                             describe(egraph, c),
                             describe(egraph, y)
                         ));
+                    }
+                }
+                GuardKind::Rank => {
+                    let v = g.vars[0];
+                    let want = g.numbers[0];
+                    let rank = egraph[subst[v]].data.ty.as_ref().map(|t| t.rank());
+                    if rank.map(|r| r as f64) != Some(want) {
+                        return refuse(format!(
+                            "{v} ({}) does not have rank {want}",
+                            describe(egraph, subst[v])
+                        ));
+                    }
+                }
+                GuardKind::Unpadded => {
+                    let v = g.vars[0];
+                    match egraph.analysis.attrs_of(egraph, subst[v]) {
+                        Some(Attrs::Conv2d(a)) if a.pads == [0; 4] => {}
+                        Some(Attrs::Conv2d(a)) => {
+                            return refuse(format!(
+                                "the conv pads its input by {:?}; the padding is zeros, not the \
+                                 shifted values, so folding would be wrong at the borders",
+                                a.pads
+                            ))
+                        }
+                        _ => return refuse(format!("{v} are not conv2d attributes")),
+                    }
+                }
+                GuardKind::NotAfter => {
+                    let v = g.vars[0];
+                    for &kind in &g.ops {
+                        let found = egraph[subst[v]]
+                            .nodes
+                            .iter()
+                            .any(|n| n.kind() == Some(kind));
+                        if found {
+                            return refuse(format!(
+                                "{v} is computed by a {}, which another rule handles",
+                                kind.name()
+                            ));
+                        }
                     }
                 }
                 GuardKind::SingleConsumer => {
@@ -522,12 +577,15 @@ impl Applier<TensorNode, FusionAnalysis> for RuleApplier {
             );
             vec![]
         };
-        if let Err(r) = self.check_guards(egraph, subst) {
+        if let Err(r) = self.check_guards(egraph, eclass, subst) {
             return refused(egraph, r);
         }
         let classes = self.lhs_classes(egraph, subst);
         match &self.action {
             Action::Instantiate(rhs) => {
+                if let Err(r) = rhs_fits(egraph, eclass, subst, rhs) {
+                    return refused(egraph, r);
+                }
                 let mut prov = self.matched_provenance(egraph, &classes);
                 prov.rules.push(self.rule.clone());
                 self.instantiate(egraph, eclass, subst, rhs, &prov)
@@ -576,5 +634,86 @@ pub fn describe(egraph: &FusionGraph, class: Id) -> String {
     match &data.ty {
         Some(t) => format!("{what} {t}"),
         None => what,
+    }
+}
+
+/// What a right-hand side node stands for while its type is checked.
+enum Slot {
+    Class(Id),
+    Attr(super::lang::AttrId),
+    Type(TensorType),
+}
+
+/// Checks that the right-hand side, instantiated under `subst`, is well-typed and has the
+/// matched class's shape; otherwise the guard `type` refuses (a rule, built-in or a
+/// user's, never adds an ill-typed alternative).
+fn rhs_fits(
+    egraph: &FusionGraph,
+    eclass: Id,
+    subst: &Subst,
+    rhs: &RecExpr<ENodeOrVar<TensorNode>>,
+) -> Result<(), (String, String)> {
+    let refuse = |m: String| Err(("type".to_string(), m));
+    let mut slots: Vec<Slot> = Vec::with_capacity(rhs.as_ref().len());
+    for n in rhs.as_ref() {
+        let slot = match n {
+            ENodeOrVar::Var(v) => Slot::Class(subst[*v]),
+            ENodeOrVar::ENode(TensorNode::Attr(a)) => Slot::Attr(*a),
+            ENodeOrVar::ENode(TensorNode::Op(kind, children)) => {
+                let attr = match children.first().map(|c| &slots[usize::from(*c)]) {
+                    Some(Slot::Attr(a)) => Some(*a),
+                    Some(Slot::Class(c)) => egraph[*c].data.attr,
+                    Some(Slot::Type(_)) | None => None,
+                };
+                let Some(op) = attr
+                    .and_then(|a| egraph.analysis.attrs.get(a))
+                    .and_then(|a| join_op(*kind, a))
+                else {
+                    return refuse(format!(
+                        "'{}' gets attributes that do not fit it",
+                        kind.name()
+                    ));
+                };
+                let mut types = Vec::with_capacity(children.len());
+                for c in &children[1..] {
+                    match &slots[usize::from(*c)] {
+                        Slot::Class(id) => match &egraph[*id].data.ty {
+                            Some(t) => types.push(t.clone()),
+                            None => {
+                                return refuse(format!("an operand of '{}' has no type", op.name()))
+                            }
+                        },
+                        Slot::Type(t) => types.push(t.clone()),
+                        Slot::Attr(_) => {
+                            return refuse(format!("an operand of '{}' is attributes", op.name()))
+                        }
+                    }
+                }
+                let refs: Vec<&TensorType> = types.iter().collect();
+                let weights = &egraph.analysis.weight_types;
+                match op.infer_type(&refs, &|w| weights.get(w.0 as usize).cloned()) {
+                    Ok(t) => Slot::Type(t),
+                    Err(m) => return refuse(format!("the right-hand side is ill-typed: {m}")),
+                }
+            }
+            ENodeOrVar::ENode(leaf) => match egraph.lookup(leaf.clone()) {
+                Some(id) => Slot::Class(id),
+                None => return refuse("the right-hand side names an unknown leaf".into()),
+            },
+        };
+        slots.push(slot);
+    }
+    let got = match slots.last() {
+        Some(Slot::Type(t)) => Some(t.clone()),
+        Some(Slot::Class(c)) => egraph[*c].data.ty.clone(),
+        Some(Slot::Attr(_)) | None => None,
+    };
+    let want = egraph[eclass].data.ty.as_ref();
+    match (got, want) {
+        (Some(g), Some(w)) if g.dims == w.dims && g.layout == w.layout => Ok(()),
+        (Some(g), Some(w)) => refuse(format!(
+            "the right-hand side computes {g}, the matched op {w}"
+        )),
+        _ => Ok(()),
     }
 }

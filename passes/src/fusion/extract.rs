@@ -16,6 +16,7 @@ use egg::{Id, Language};
 use super::analysis::FusionGraph;
 use super::cost::CostModel;
 use super::lang::TensorNode;
+use smelt_ir::op::Op;
 
 /// The usable nodes of every class with their own costs, sorted by node order.
 pub struct CostTable {
@@ -40,7 +41,13 @@ impl CostTable {
                     model.node_cost(egraph, c, &n).map(|cost| (n, cost))
                 })
                 .collect();
-            list.sort_by(|a, b| a.0.cmp(&b.0));
+            // Equal costs prefer fewer post-ops (gemm's own C operand over an absorbed
+            // bias add), then node order.
+            let post_ops = |n: &TensorNode| match egraph.analysis.op_of(egraph, n) {
+                Some(Op::Fused(f)) => f.post_ops.len(),
+                _ => 0,
+            };
+            list.sort_by(|a, b| (post_ops(&a.0), &a.0).cmp(&(post_ops(&b.0), &b.0)));
             list.dedup_by(|a, b| a.0 == b.0);
             nodes.insert(c, list);
         }

@@ -51,12 +51,17 @@ pub enum OpKind {
     Reorder,
     BnFoldWeight,
     BnFoldBias,
+    BnScale,
+    BnShift,
+    ChannelScale,
+    ChannelVector,
+    ConvShiftBias,
     Fused,
 }
 
 impl OpKind {
     /// Every kind, in declaration order (used to look kinds up by name).
-    pub const ALL: [OpKind; 33] = [
+    pub const ALL: [OpKind; 38] = [
         OpKind::Conv2d,
         OpKind::BatchNorm,
         OpKind::Relu,
@@ -89,6 +94,11 @@ impl OpKind {
         OpKind::Reorder,
         OpKind::BnFoldWeight,
         OpKind::BnFoldBias,
+        OpKind::BnScale,
+        OpKind::BnShift,
+        OpKind::ChannelScale,
+        OpKind::ChannelVector,
+        OpKind::ConvShiftBias,
         OpKind::Fused,
     ];
 
@@ -127,6 +137,11 @@ impl OpKind {
             OpKind::Reorder => "reorder",
             OpKind::BnFoldWeight => "bn_fold_weight",
             OpKind::BnFoldBias => "bn_fold_bias",
+            OpKind::BnScale => "bn_scale",
+            OpKind::BnShift => "bn_shift",
+            OpKind::ChannelScale => "channel_scale",
+            OpKind::ChannelVector => "channel_vector",
+            OpKind::ConvShiftBias => "conv_shift_bias",
             OpKind::Fused => "fused",
         }
     }
@@ -172,7 +187,10 @@ impl OpKind {
             | OpKind::Min
             | OpKind::Max
             | OpKind::GlobalAvgPool
-            | OpKind::MatMul => Some(Attrs::None),
+            | OpKind::MatMul
+            | OpKind::ChannelScale
+            | OpKind::ChannelVector
+            | OpKind::ConvShiftBias => Some(Attrs::None),
             OpKind::Conv2d
             | OpKind::BatchNorm
             | OpKind::Clip
@@ -190,6 +208,8 @@ impl OpKind {
             | OpKind::Reorder
             | OpKind::BnFoldWeight
             | OpKind::BnFoldBias
+            | OpKind::BnScale
+            | OpKind::BnShift
             | OpKind::Fused => None,
         }
     }
@@ -201,7 +221,7 @@ impl OpKind {
 pub enum Attrs {
     /// Ops without attributes.
     None,
-    /// `batch_norm`, `bn_fold_weight`, `bn_fold_bias`.
+    /// `batch_norm` and the BN weight-prep ops (`bn_fold_weight`, `bn_scale`, ...).
     Epsilon(F32),
     /// `conv2d`.
     Conv2d(Conv2dAttrs),
@@ -310,6 +330,11 @@ pub fn split_op(op: &Op) -> Option<(OpKind, Attrs)> {
         Op::Reorder { layout } => (OpKind::Reorder, Attrs::Layout(*layout)),
         Op::BnFoldWeight { epsilon } => (OpKind::BnFoldWeight, Attrs::Epsilon(*epsilon)),
         Op::BnFoldBias { epsilon } => (OpKind::BnFoldBias, Attrs::Epsilon(*epsilon)),
+        Op::BnScale { epsilon } => (OpKind::BnScale, Attrs::Epsilon(*epsilon)),
+        Op::BnShift { epsilon } => (OpKind::BnShift, Attrs::Epsilon(*epsilon)),
+        Op::ChannelScale => (OpKind::ChannelScale, Attrs::None),
+        Op::ChannelVector => (OpKind::ChannelVector, Attrs::None),
+        Op::ConvShiftBias => (OpKind::ConvShiftBias, Attrs::None),
         Op::Fused(f) => (OpKind::Fused, Attrs::Fused(f.clone())),
     };
     Some(pair)
@@ -373,6 +398,11 @@ pub fn join_op(kind: OpKind, attrs: &Attrs) -> Option<Op> {
         (OpKind::Reorder, Attrs::Layout(layout)) => Op::Reorder { layout: *layout },
         (OpKind::BnFoldWeight, Attrs::Epsilon(e)) => Op::BnFoldWeight { epsilon: *e },
         (OpKind::BnFoldBias, Attrs::Epsilon(e)) => Op::BnFoldBias { epsilon: *e },
+        (OpKind::BnScale, Attrs::Epsilon(e)) => Op::BnScale { epsilon: *e },
+        (OpKind::BnShift, Attrs::Epsilon(e)) => Op::BnShift { epsilon: *e },
+        (OpKind::ChannelScale, Attrs::None) => Op::ChannelScale,
+        (OpKind::ChannelVector, Attrs::None) => Op::ChannelVector,
+        (OpKind::ConvShiftBias, Attrs::None) => Op::ConvShiftBias,
         (OpKind::Fused, Attrs::Fused(f)) => Op::Fused(f.clone()),
         _ => return None,
     };

@@ -8,6 +8,7 @@
 
 pub mod analysis;
 pub mod apply;
+pub mod check;
 pub mod cost;
 pub mod extract;
 pub mod lang;
@@ -28,6 +29,7 @@ use smelt_ir::weights::WeightStore;
 use crate::manager::{Pass, PassContext, PassError};
 use analysis::{FusionAnalysis, FusionGraph, Outcome, Provenance};
 use apply::{compile_rules, GuardContext};
+pub use check::{check_rule, check_rules, CheckOptions, RuleCheck, Verdict};
 pub use cost::CostModel;
 use extract::{dag_cost, CostTable};
 use lang::{split_op, OpKind, TensorNode};
@@ -71,6 +73,12 @@ pub struct FusionOptions {
     pub limits: FusionLimits,
     /// The cost model's machine parameters.
     pub cost: CostModel,
+    /// Keep only the first N fusion sites of the extracted graph, in canonical order (the
+    /// order of [`FusionReport::sites`] without a limit); the ops of the other sites stay
+    /// as the input had them. `Some(0)` gives the unfused graph (in canonical order),
+    /// `None` or a limit at or above the number of sites gives the full fusion. For
+    /// bisecting a fused model that computes something wrong (`smelt verify --bisect`).
+    pub site_limit: Option<usize>,
 }
 
 impl Default for FusionOptions {
@@ -82,6 +90,7 @@ impl Default for FusionOptions {
             extra_rules: Vec::new(),
             limits: FusionLimits::default(),
             cost: CostModel::default(),
+            site_limit: None,
         }
     }
 }
@@ -254,6 +263,7 @@ pub fn fuse_func(
             egraph_classes: 0,
             rules: Vec::new(),
             sites: Vec::new(),
+            withheld: Vec::new(),
             near_misses: Vec::new(),
             lost: Vec::new(),
             cost_before: 0.0,
@@ -339,7 +349,7 @@ pub fn fuse_func(
     let canon_roots: Vec<Id> = roots.iter().map(|r| egraph.find(*r)).collect();
     let cost_before = extraction.input_cost.unwrap_or(f64::NAN);
 
-    let (out, sites) = emit(func, &egraph, &extraction.chosen, &roots)?;
+    let (out, sites, site_classes) = emit(func, &egraph, &extraction.chosen, &roots)?;
 
     // Explanations: sites, near misses, lost fusions.
     let site_of = |class: Id| -> Option<(String, Location)> {
@@ -371,7 +381,13 @@ pub fn fuse_func(
         let class = egraph.find(e.class);
         match &e.outcome {
             Outcome::Refused { guard, reason } => {
-                if fired.contains(&(e.rule.clone(), class)) {
+                // A near miss is an op left unfused: not one this rule fused elsewhere in
+                // its class, nor one merged into (or rebuilt by) another rule's result.
+                let unfused = extraction
+                    .chosen
+                    .get(&class)
+                    .is_some_and(|n| FusionAnalysis::provenance_of(&egraph, n).rules.is_empty());
+                if fired.contains(&(e.rule.clone(), class)) || !unfused {
                     continue;
                 }
                 if let Some((op, location)) = site_of(class) {
@@ -440,6 +456,48 @@ pub fn fuse_func(
             .then(a.fused_cost.total_cmp(&b.fused_cost))
     });
     lost.dedup_by(|later, first| later.rule == first.rule && later.location == first.location);
+    // The site limit: withhold the sites after the first `limit` (in canonical order).
+    let (out, sites, withheld, cost_after) = match options.site_limit {
+        Some(limit) if limit < sites.len() => {
+            let inputs = input_nodes(&egraph, func, &value_class, &original);
+            let (chosen, forced) = withhold_sites(
+                &egraph,
+                &table,
+                &extraction.chosen,
+                &inputs,
+                &canon_roots,
+                &site_classes[limit..],
+            );
+            let stuck = site_classes[limit..]
+                .iter()
+                .filter(|c| !forced.contains(c))
+                .count();
+            if stuck > 0 {
+                warnings.push(Diagnostic::warning(
+                    "fusion-site-limit",
+                    format!(
+                        "{stuck} fusion site(s) of @{} past the limit {limit} cannot be undone \
+                         (a rule merged values of the input) and stay fused",
+                        func.name
+                    ),
+                    func.loc.clone(),
+                ));
+            }
+            let cost = chosen_cost(&table, &chosen).ok_or_else(|| PassError::Internal {
+                pass: "fusion",
+                message: "a withheld site's input node has no cost".into(),
+            })?;
+            let (limited, limited_sites, _) = emit(func, &egraph, &chosen, &roots)?;
+            let withheld = sites
+                .iter()
+                .zip(&site_classes)
+                .filter(|(_, c)| forced.contains(c))
+                .map(|(s, _)| s.clone())
+                .collect();
+            (limited, limited_sites, withheld, cost)
+        }
+        Some(_) | None => (out, sites, Vec::new(), extraction.cost),
+    };
     let counts = &egraph.analysis.counts;
     let report = FusionReport {
         func: func.name.clone(),
@@ -460,10 +518,11 @@ pub fn fuse_func(
             })
             .collect(),
         sites,
+        withheld,
         near_misses: near.into_iter().collect(),
         lost,
         cost_before,
-        cost_after: extraction.cost,
+        cost_after,
         ops_before,
         ops_after: op_counts(&out),
     };
@@ -494,14 +553,139 @@ fn fill_missing(
     }
 }
 
+/// The input program's node of every canonical class that holds an input value (the
+/// earliest value wins where rules merged two), parameters included.
+fn input_nodes(
+    egraph: &FusionGraph,
+    func: &Func,
+    value_class: &[Id],
+    original: &BTreeMap<Id, TensorNode>,
+) -> HashMap<Id, TensorNode> {
+    let mut out: HashMap<Id, TensorNode> = HashMap::new();
+    for (v, id) in value_class.iter().enumerate() {
+        let node = if v < func.params.len() {
+            TensorNode::Param(v as u32)
+        } else {
+            match original.get(id) {
+                Some(n) => n.clone().map_children(|c| egraph.find(c)),
+                None => continue,
+            }
+        };
+        out.entry(egraph.find(*id)).or_insert(node);
+    }
+    out
+}
+
+/// The graph reachable from `roots` when every class in `forced` takes its input node and
+/// every other class its node in `full` (classes `full` does not reach take their input
+/// node too, or, lacking one, their cheapest); `None` when that graph has a cycle.
+fn choose_with_forced(
+    egraph: &FusionGraph,
+    table: &CostTable,
+    full: &BTreeMap<Id, TensorNode>,
+    inputs: &HashMap<Id, TensorNode>,
+    roots: &[Id],
+    forced: &BTreeSet<Id>,
+) -> Option<BTreeMap<Id, TensorNode>> {
+    let pick = |c: Id| -> Option<TensorNode> {
+        let from_input = || inputs.get(&c).cloned();
+        let from_full = || full.get(&c).cloned();
+        let cheapest = || {
+            table.nodes.get(&c).and_then(|list| {
+                list.iter()
+                    .min_by(|a, b| a.1.total_cmp(&b.1))
+                    .map(|(n, _)| n.clone())
+            })
+        };
+        if forced.contains(&c) || !full.contains_key(&c) {
+            from_input().or_else(from_full).or_else(cheapest)
+        } else {
+            from_full()
+        }
+    };
+    // Iterative DFS with colours: on the stack (false) or done (true).
+    let mut state: HashMap<Id, bool> = HashMap::new();
+    let mut chosen = BTreeMap::new();
+    for &root in roots {
+        let root = egraph.find(root);
+        if state.contains_key(&root) {
+            continue;
+        }
+        let node = pick(root)?;
+        state.insert(root, false);
+        let mut stack: Vec<(Id, TensorNode, usize)> = vec![(root, node, 0)];
+        while let Some((class, node, next)) = stack.last_mut() {
+            if let Some(&child) = node.children().get(*next) {
+                *next += 1;
+                let child = egraph.find(child);
+                match state.get(&child) {
+                    Some(false) => return None,
+                    Some(true) => {}
+                    None => {
+                        let n = pick(child)?;
+                        state.insert(child, false);
+                        stack.push((child, n, 0));
+                    }
+                }
+            } else {
+                state.insert(*class, true);
+                chosen.insert(*class, node.clone());
+                stack.pop();
+            }
+        }
+    }
+    Some(chosen)
+}
+
+/// Withholds the fusion sites at `classes` (undoing them back to the input's nodes), last
+/// first, skipping any whose undoing would make the graph cyclic. Returns the resulting
+/// choice and the classes actually withheld.
+fn withhold_sites(
+    egraph: &FusionGraph,
+    table: &CostTable,
+    full: &BTreeMap<Id, TensorNode>,
+    inputs: &HashMap<Id, TensorNode>,
+    roots: &[Id],
+    classes: &[Id],
+) -> (BTreeMap<Id, TensorNode>, BTreeSet<Id>) {
+    let mut forced: BTreeSet<Id> = BTreeSet::new();
+    let mut chosen = full.clone();
+    for &class in classes.iter().rev() {
+        forced.insert(class);
+        match choose_with_forced(egraph, table, full, inputs, roots, &forced) {
+            Some(c) => chosen = c,
+            None => {
+                forced.remove(&class);
+            }
+        }
+    }
+    (chosen, forced)
+}
+
+/// The total cost of a chosen graph (each class once); `None` if a node has no cost.
+fn chosen_cost(table: &CostTable, chosen: &BTreeMap<Id, TensorNode>) -> Option<f64> {
+    chosen
+        .iter()
+        .map(|(c, n)| {
+            table
+                .nodes
+                .get(c)?
+                .iter()
+                .find(|(m, _)| m == n)
+                .map(|(_, cost)| *cost)
+        })
+        .sum()
+}
+
 /// Rebuilds a function from the chosen nodes: post-order from the results, operands in
-/// order, so the output order is canonical. Returns the function and its fusion sites.
+/// order, so the output order is canonical. Returns the function, its fusion sites and
+/// the class of each site.
 fn emit(
     input: &Func,
     egraph: &FusionGraph,
     chosen: &BTreeMap<Id, TensorNode>,
     roots: &[Id],
-) -> Result<(Func, Vec<FusionSite>), PassError> {
+) -> Result<(Func, Vec<FusionSite>, Vec<Id>), PassError> {
     let internal = |m: String| PassError::Internal {
         pass: "fusion",
         message: m,
@@ -523,6 +707,7 @@ fn emit(
         loc: input.loc.clone(),
     };
     let mut sites = Vec::new();
+    let mut site_classes = Vec::new();
     let mut value_of: HashMap<Id, Value> = HashMap::new();
     for &root in roots {
         let root = egraph.find(root);
@@ -595,6 +780,7 @@ fn emit(
                             rules: prov.rules.clone(),
                             merged,
                         });
+                        site_classes.push(class);
                     }
                     out.insts.push(Inst {
                         op,
@@ -617,7 +803,7 @@ fn emit(
             value: value_of[&egraph.find(*root)],
         })
         .collect();
-    Ok((out, sites))
+    Ok((out, sites, site_classes))
 }
 
 /// The fusion pass: [`fuse_func`] on every function of the module.

@@ -110,6 +110,9 @@ pub struct FusionReport {
     pub rules: Vec<RuleStat>,
     /// Ops of the output built by rules.
     pub sites: Vec<FusionSite>,
+    /// Sites of the full fusion that [`super::FusionOptions::site_limit`] left unfused, in
+    /// canonical order (`inst` indexes the fully fused output).
+    pub withheld: Vec<FusionSite>,
     /// Matches refused by a guard.
     pub near_misses: Vec<NearMiss>,
     /// Rule results the cost model did not choose.
@@ -180,6 +183,12 @@ impl FusionReport {
                     s.rules.join(", "),
                     merged
                 );
+            }
+        }
+        if !self.withheld.is_empty() {
+            let _ = writeln!(out, "withheld by the site limit:");
+            for s in &self.withheld {
+                let _ = writeln!(out, "  {} <- {}", s.op, s.rules.join(", "));
             }
         }
         if !self.near_misses.is_empty() {
@@ -253,7 +262,7 @@ impl FusionReport {
     /// The report as one JSON object (keys in a fixed order, deterministic): `func`,
     /// `stop_reason`, `iterations`, `egraph_nodes`, `egraph_classes`, `cost_before`,
     /// `cost_after` (seconds), `ops_before`, `ops_after` (op name → count), `rules`,
-    /// `sites`, `near_misses`, `lost`.
+    /// `sites`, `withheld`, `near_misses`, `lost`.
     pub fn to_json(&self) -> String {
         let rules = json_list(self.rules.iter().map(|r| {
             format!(
@@ -264,7 +273,7 @@ impl FusionReport {
                 r.refused
             )
         }));
-        let sites = json_list(self.sites.iter().map(|s| {
+        let site = |s: &FusionSite| {
             format!(
                 "{{\"inst\": {}, \"op\": {}, \"rules\": {}, \"merged\": {}}}",
                 s.inst,
@@ -272,7 +281,9 @@ impl FusionReport {
                 json_list(s.rules.iter().map(|r| json_str(r))),
                 json_list(s.merged.iter().map(|l| json_str(&l.to_string())))
             )
-        }));
+        };
+        let sites = json_list(self.sites.iter().map(site));
+        let withheld = json_list(self.withheld.iter().map(site));
         let near = json_list(self.near_misses.iter().map(|n| {
             format!(
                 "{{\"rule\": {}, \"op\": {}, \"location\": {}, \"guard\": {}, \"reason\": {}}}",
@@ -296,7 +307,7 @@ impl FusionReport {
         format!(
             "{{\"func\": {}, \"stop_reason\": {}, \"iterations\": {}, \"egraph_nodes\": {}, \
              \"egraph_classes\": {}, \"cost_before\": {}, \"cost_after\": {}, \"ops_before\": {}, \
-             \"ops_after\": {}, \"rules\": {rules}, \"sites\": {sites}, \"near_misses\": {near}, \
+             \"ops_after\": {}, \"rules\": {rules}, \"sites\": {sites}, \"withheld\": {withheld}, \"near_misses\": {near}, \
              \"lost\": {lost}}}",
             json_str(&self.func),
             json_str(&self.stop_reason.to_string()),

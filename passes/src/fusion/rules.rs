@@ -157,10 +157,17 @@ pub enum GuardKind {
     /// TOLERANCE (relative, default 1e-6) of VALUE.
     Scalar,
     /// `per-channel ?v ?y`: `?v` is a constant with one value per channel of `?y`
-    /// (shape `[C]`, `[C,1,1]` or `[1,C,1,1]` against `?y`'s `[N,C,H,W]`).
+    /// (shape `[C]`, `[C,1,1]` or `[1,C,1,1]` against `?y`'s `[N,C,H,W]`); with one
+    /// argument, per channel of the matched op's result.
     PerChannel,
     /// `single-consumer ?v`: the value of `?v` has exactly one consumer in the input.
     SingleConsumer,
+    /// `rank ?x N`: `?x` has rank N.
+    Rank,
+    /// `unpadded ?c`: the conv attributes `?c` have no padding.
+    Unpadded,
+    /// `not-after ?x OP`: `?x` is not computed by an `OP` (another rule covers that case).
+    NotAfter,
 }
 
 impl GuardKind {
@@ -171,6 +178,9 @@ impl GuardKind {
             GuardKind::Scalar => "scalar",
             GuardKind::PerChannel => "per-channel",
             GuardKind::SingleConsumer => "single-consumer",
+            GuardKind::Rank => "rank",
+            GuardKind::Unpadded => "unpadded",
+            GuardKind::NotAfter => "not-after",
         }
     }
 
@@ -180,6 +190,9 @@ impl GuardKind {
             GuardKind::Scalar,
             GuardKind::PerChannel,
             GuardKind::SingleConsumer,
+            GuardKind::Rank,
+            GuardKind::Unpadded,
+            GuardKind::NotAfter,
         ]
         .into_iter()
         .find(|g| g.name() == name)
@@ -193,6 +206,8 @@ pub enum GuardArg {
     Var(String),
     /// A number.
     Number(f64),
+    /// An op mnemonic.
+    Op(OpKind),
 }
 
 /// A named predicate a match must satisfy.
@@ -406,7 +421,8 @@ fn parse_guard(rest: &str, loc: Location) -> Result<Guard, Diagnostic> {
         Diagnostic::error(
             "rule-syntax",
             format!(
-                "unknown guard '{name}' (expected const, scalar, per-channel or single-consumer)"
+                "unknown guard '{name}' (expected const, scalar, per-channel, single-consumer, \
+                 rank, unpadded or not-after)"
             ),
             loc.clone(),
         )
@@ -417,24 +433,27 @@ fn parse_guard(rest: &str, loc: Location) -> Result<Guard, Diagnostic> {
             args.push(GuardArg::Var(w.to_string()));
         } else if let Ok(n) = w.parse::<f64>() {
             args.push(GuardArg::Number(n));
+        } else if let Some(k) = OpKind::from_name(w) {
+            args.push(GuardArg::Op(k));
         } else {
             return Err(Diagnostic::error(
                 "rule-syntax",
-                format!("guard argument '{w}' is neither a ?variable nor a number"),
+                format!("guard argument '{w}' is neither a ?variable, a number nor an op name"),
                 loc,
             ));
         }
     }
-    let vars = args
-        .iter()
-        .filter(|a| matches!(a, GuardArg::Var(_)))
-        .count();
-    let nums = args.len() - vars;
+    let count = |f: fn(&GuardArg) -> bool| args.iter().filter(|a| f(a)).count();
+    let vars = count(|a| matches!(a, GuardArg::Var(_)));
+    let nums = count(|a| matches!(a, GuardArg::Number(_)));
+    let ops = count(|a| matches!(a, GuardArg::Op(_)));
     let ok = match kind {
-        GuardKind::Const => vars >= 1 && nums == 0,
-        GuardKind::Scalar => vars == 1 && (1..=2).contains(&nums),
-        GuardKind::PerChannel => vars == 2 && nums == 0,
-        GuardKind::SingleConsumer => vars == 1 && nums == 0,
+        GuardKind::Const => vars >= 1 && nums == 0 && ops == 0,
+        GuardKind::Scalar => vars == 1 && (1..=2).contains(&nums) && ops == 0,
+        GuardKind::PerChannel => (1..=2).contains(&vars) && nums == 0 && ops == 0,
+        GuardKind::SingleConsumer | GuardKind::Unpadded => vars == 1 && nums == 0 && ops == 0,
+        GuardKind::Rank => vars == 1 && nums == 1 && ops == 0,
+        GuardKind::NotAfter => vars == 1 && nums == 0 && ops == 1,
     };
     if !ok {
         return Err(Diagnostic::error(
@@ -444,8 +463,11 @@ fn parse_guard(rest: &str, loc: Location) -> Result<Guard, Diagnostic> {
                 match kind {
                     GuardKind::Const => "one or more ?variables",
                     GuardKind::Scalar => "a ?variable, a value and an optional tolerance",
-                    GuardKind::PerChannel => "two ?variables (the constant, the tensor)",
-                    GuardKind::SingleConsumer => "one ?variable",
+                    GuardKind::PerChannel =>
+                        "one or two ?variables (the constant, the tensor; default the result)",
+                    GuardKind::SingleConsumer | GuardKind::Unpadded => "one ?variable",
+                    GuardKind::Rank => "a ?variable and a rank",
+                    GuardKind::NotAfter => "a ?variable and an op name",
                 }
             ),
             loc,
@@ -665,7 +687,12 @@ fn parse_literal_attrs(kind: OpKind, text: &str) -> Result<Attrs, String> {
             .ok_or_else(|| format!("'{}' needs attribute '{key}'", kind.name()))
     };
     let allowed: &[&str] = match kind {
-        OpKind::BatchNorm | OpKind::BnFoldWeight | OpKind::BnFoldBias => &["epsilon"],
+        OpKind::BatchNorm
+        | OpKind::BnFoldWeight
+        | OpKind::BnFoldBias
+        | OpKind::BnScale
+        | OpKind::BnShift => &["epsilon"],
+        OpKind::Gemm => &["alpha", "beta", "trans_a", "trans_b"],
         OpKind::Clip => &["min", "max"],
         OpKind::LeakyRelu => &["alpha"],
         OpKind::HardSigmoid => &["alpha", "beta"],
@@ -695,8 +722,28 @@ fn parse_literal_attrs(kind: OpKind, text: &str) -> Result<Attrs, String> {
         }
     };
     Ok(match kind {
-        OpKind::BatchNorm | OpKind::BnFoldWeight | OpKind::BnFoldBias => {
-            Attrs::Epsilon(f(get("epsilon")?))
+        OpKind::BatchNorm
+        | OpKind::BnFoldWeight
+        | OpKind::BnFoldBias
+        | OpKind::BnScale
+        | OpKind::BnShift => Attrs::Epsilon(f(get("epsilon")?)),
+        OpKind::Gemm => {
+            let def = GemmAttrs::default();
+            let or =
+                |key: &str, d: f64| fields.iter().find(|(k, _)| k == key).map_or(d, |(_, v)| *v);
+            let flag = |key: &str| -> Result<bool, String> {
+                match or(key, 0.0) {
+                    0.0 => Ok(false),
+                    1.0 => Ok(true),
+                    v => Err(format!("gemm {key} must be 0 or 1, got {v}")),
+                }
+            };
+            Attrs::Gemm(GemmAttrs {
+                alpha: f(or("alpha", def.alpha.0 as f64)),
+                beta: f(or("beta", def.beta.0 as f64)),
+                trans_a: flag("trans_a")?,
+                trans_b: flag("trans_b")?,
+            })
         }
         OpKind::Clip => Attrs::Clip {
             min: f(get("min")?),
@@ -733,7 +780,11 @@ fn representative_op(kind: OpKind) -> Option<Op> {
     };
     let attrs = match kind {
         OpKind::Conv2d => Attrs::Conv2d(Conv2dAttrs::default()),
-        OpKind::BatchNorm | OpKind::BnFoldWeight | OpKind::BnFoldBias => Attrs::Epsilon(f),
+        OpKind::BatchNorm
+        | OpKind::BnFoldWeight
+        | OpKind::BnFoldBias
+        | OpKind::BnScale
+        | OpKind::BnShift => Attrs::Epsilon(f),
         OpKind::Clip => Attrs::Clip { min: f, max: f },
         OpKind::LeakyRelu => Attrs::Alpha(f),
         OpKind::HardSigmoid => Attrs::HardSigmoid { alpha: f, beta: f },
@@ -766,7 +817,10 @@ fn representative_op(kind: OpKind) -> Option<Op> {
         | OpKind::Min
         | OpKind::Max
         | OpKind::GlobalAvgPool
-        | OpKind::MatMul => Attrs::None,
+        | OpKind::MatMul
+        | OpKind::ChannelScale
+        | OpKind::ChannelVector
+        | OpKind::ConvShiftBias => Attrs::None,
     };
     join_op(kind, &attrs)
 }

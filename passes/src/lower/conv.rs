@@ -8,7 +8,7 @@
 //! vector input, FMA chains on the accumulators), applies bias and post-ops to the tile
 //! and stores it once.
 
-use smelt_ir::loops::{Access, Affine, Expr, KernelBuilder, VarId, Width};
+use smelt_ir::loops::{Access, Affine, Expr, KernelBuilder, LoopVar, VarId, Width};
 use smelt_ir::op::Conv2dAttrs;
 use smelt_ir::{Diagnostic, TensorType, Value};
 
@@ -109,6 +109,39 @@ pub(crate) fn lower_conv2d(
     };
 
     let x = cx.buf(operands[0]);
+    let og = o / a.groups;
+    if og.is_multiple_of(4) {
+        if let Some(wdata) = cx.const_data(operands[1]) {
+            let packed = PackedConv::new(&geo, og);
+            let wpack = packed.pack(&geo, wdata);
+            let wbuf = cx.constant("w_packed", &wpack);
+            let wp1 = w + pl + pr;
+            let xp = if a.pads == [0; 4] {
+                x
+            } else {
+                let len = n * c * hp * wp1;
+                let xp = cx.temp("padded", len);
+                let k = pad_kernel(
+                    n * c,
+                    [h, w],
+                    [pt, pl],
+                    1,
+                    [hp, wp1],
+                    0.0,
+                    cx.len_of(x),
+                    len,
+                );
+                cx.step(k, vec![x, xp])?;
+                xp
+            };
+            let geo1 = Geo {
+                phases: 1,
+                wq: wp1,
+                ..geo
+            };
+            return packed.kernel(cx, &geo1, xp, wbuf, operands, epi, out);
+        }
+    }
     let xp = if a.pads == [0; 4] && sw == 1 {
         x
     } else {
@@ -149,24 +182,23 @@ pub(crate) fn pad_kernel(
     ));
     let src = b.arg("x", src_len, Access::Read);
     let dst = b.arg("padded", dst_len, Access::Write);
-    let main = (dst_len / 4 * 4) as i64;
-    b.for_loop(0, main, 4, |b, i| {
-        b.store(
-            dst,
-            Affine::var(i),
-            Expr::constant(fill, Width::F32x4),
-            Width::F32x4,
-        )
-    });
-    b.for_loop(main, dst_len as i64, 1, |b, i| {
-        b.store(
-            dst,
-            Affine::var(i),
-            Expr::constant(fill, Width::Scalar),
-            Width::Scalar,
-        )
-    });
+    // one plane per trip, split across threads: fill it, then copy the input rows in
+    let plane = (hp * sw * wq) as i64;
+    b.set_parallel();
     b.for_loop(0, planes as i64, 1, |b, p| {
+        let at = |i: LoopVar| Affine::var(p).scale(plane).add(&Affine::var(i));
+        let main = plane / 4 * 4;
+        b.for_loop(0, main, 4, |b, i| {
+            b.store(dst, at(i), Expr::constant(fill, Width::F32x4), Width::F32x4)
+        });
+        b.for_loop(main, plane, 1, |b, i| {
+            b.store(
+                dst,
+                at(i),
+                Expr::constant(fill, Width::Scalar),
+                Width::Scalar,
+            )
+        });
         b.for_loop(0, h as i64, 1, |b, r| {
             let src_row = Affine::var(p)
                 .scale((h * w) as i64)
@@ -246,32 +278,46 @@ fn conv_kernel(
     };
     let (nt, nv) = tile_shape(g.ow, g.og);
     let og_main = g.og / nt * nt;
-    b.for_loop(0, g.n as i64, 1, |b, n| {
+    // the outermost loop is split across threads: groups when there are several, else rows
+    let rows = |b: &mut KernelBuilder, grp: Affine, r: Affine, n: Affine| {
+        let at = |ob: Affine| TileAt {
+            n: n.clone(),
+            o0: grp.scale(g.og as i64).add(&ob),
+            c0: grp.scale(g.cg as i64),
+            oh: r.clone(),
+        };
+        b.for_loop(0, og_main as i64, nt as i64, |b, ob| {
+            row_of_tiles(b, g, &bufs, &epi, &at(Affine::var(ob)), nt, nv);
+        });
+        if og_main < g.og {
+            let rest = g.og - og_main;
+            row_of_tiles(
+                b,
+                g,
+                &bufs,
+                &epi,
+                &at(Affine::constant(og_main as i64)),
+                rest,
+                nv,
+            );
+        }
+    };
+    b.set_parallel();
+    if g.groups > 1 {
         b.for_loop(0, g.groups as i64, 1, |b, grp| {
-            b.for_loop(0, g.oh as i64, 1, |b, r| {
-                let at = |ob: Affine| TileAt {
-                    n: Affine::var(n),
-                    o0: Affine::var(grp).scale(g.og as i64).add(&ob),
-                    c0: Affine::var(grp).scale(g.cg as i64),
-                    oh: Affine::var(r),
-                };
-                b.for_loop(0, og_main as i64, nt as i64, |b, ob| {
-                    row_of_tiles(b, g, &bufs, &epi, &at(Affine::var(ob)), nt, nv);
+            b.for_loop(0, g.n as i64, 1, |b, n| {
+                b.for_loop(0, g.oh as i64, 1, |b, r| {
+                    rows(b, Affine::var(grp), Affine::var(r), Affine::var(n))
                 });
-                if og_main < g.og {
-                    row_of_tiles(
-                        b,
-                        g,
-                        &bufs,
-                        &epi,
-                        &at(Affine::constant(og_main as i64)),
-                        g.og - og_main,
-                        nv,
-                    );
-                }
             });
         });
-    });
+    } else {
+        b.for_loop(0, g.oh as i64, 1, |b, r| {
+            b.for_loop(0, g.n as i64, 1, |b, n| {
+                rows(b, Affine::constant(0), Affine::var(r), Affine::var(n))
+            });
+        });
+    }
     cx.step(b.finish(), args)
 }
 
@@ -395,6 +441,313 @@ fn tile(
                     .add(&at.oh.scale(g.ow as i64))
                     .add(&col);
             b.store(bufs.out, dst, v, w);
+        }
+    }
+}
+
+/// A convolution with weights packed at compile time so that vectors run along output
+/// channels: `[group][channel block][kh][kw][input channel][4·V lanes]`, each block
+/// holding `4·V` consecutive output channels of its group.
+///
+/// A register tile is `V` vectors of output channels × `P` consecutive output pixels of
+/// one row: per input channel and tap, `V` weight vectors are loaded, each input pixel is
+/// loaded once and broadcast, and every accumulator gets one FMA. Strides and dilations
+/// only change the input addresses, so the input needs no phase split. The accumulators'
+/// lanes are extracted at the end (one output channel each) for the bias-free epilogue
+/// and the store.
+struct PackedConv {
+    /// Vectors of 4 output channels per tile.
+    vecs: usize,
+    /// Output pixels per tile (along a row).
+    pixels: usize,
+    /// Channel blocks per group.
+    blocks: usize,
+    /// Input channels per trip of the innermost loop.
+    unroll: usize,
+}
+
+impl PackedConv {
+    /// The tile for a group of `og` output channels (a multiple of 4).
+    fn new(g: &Geo, og: usize) -> PackedConv {
+        // accumulators (V·P) + weight vectors (V) + one broadcast + one spare ≤ 16 registers
+        // Candidate tiles (vectors, most pixels): accumulators V·P ≤ 12 with the V weight
+        // vectors, the broadcast and its copy in the 16 registers. FMA latency (4 cycles,
+        // 2 pipes) needs ≥ 8 independent accumulators for full throughput; a tile with
+        // fewer runs at the fraction it fills. Pick the tile of least modelled time per
+        // row; ties go to two vectors (half the input broadcasts).
+        let candidates: &[(usize, usize)] = if og.is_multiple_of(8) {
+            &[(2, 4), (1, 12)]
+        } else {
+            &[(1, 12)]
+        };
+        let row_cost = |vecs: usize, max_pixels: usize| -> (u64, usize, usize) {
+            let pixels = (1..=max_pixels.min(g.ow.max(1)))
+                .rev()
+                .min_by_key(|&p| g.ow.div_ceil(p))
+                .unwrap_or(1);
+            let full = g.ow / pixels;
+            let rest = g.ow % pixels;
+            // time per output channel, in 1/1000 cycles of FMA issue
+            let tile = |p: usize| -> u64 {
+                let fill = ((vecs * p) as f64 / 8.0).min(1.0);
+                (1000.0 * p as f64 / fill) as u64
+            };
+            let mut cost = full as u64 * tile(pixels);
+            if rest > 0 {
+                cost += tile(rest);
+            }
+            // one broadcast per pixel and vector group: single vectors load more
+            if vecs == 1 {
+                cost += cost / 10;
+            }
+            (cost, vecs, pixels)
+        };
+        let (_, vecs, pixels) = candidates
+            .iter()
+            .map(|&(v, p)| row_cost(v, p))
+            .min_by_key(|&(cost, v, _)| (cost, std::cmp::Reverse(v)))
+            .unwrap_or((0, 1, 1));
+        PackedConv {
+            vecs,
+            pixels,
+            blocks: og / (4 * vecs),
+            unroll: 2,
+        }
+    }
+
+    fn lanes(&self) -> usize {
+        4 * self.vecs
+    }
+
+    /// Packs OIHW weights into the blocked form.
+    fn pack(&self, g: &Geo, w: &[f32]) -> Vec<f32> {
+        let lanes = self.lanes();
+        let mut out = vec![0.0f32; g.o * g.cg * g.kh * g.kw];
+        let mut at = 0;
+        for grp in 0..g.groups {
+            for blk in 0..self.blocks {
+                for kh in 0..g.kh {
+                    for kw in 0..g.kw {
+                        for c in 0..g.cg {
+                            for l in 0..lanes {
+                                let o = grp * g.og + blk * lanes + l;
+                                let src = ((o * g.cg + c) * g.kh + kh) * g.kw + kw;
+                                out[at] = w.get(src).copied().unwrap_or(0.0);
+                                at += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn kernel(
+        &self,
+        cx: &mut Cx,
+        g: &Geo,
+        xp: BufferId,
+        wbuf: BufferId,
+        operands: &[Value],
+        mut epi: Epilogue,
+        out: BufferId,
+    ) -> Result<(), Diagnostic> {
+        let has_bias = operands.len() > 2;
+        let mut b = KernelBuilder::new(&format!(
+            "conv2d_packed_{}_k{}x{}_s{}x{}_d{}x{}_g{}_o{}x{}p{}{}{}",
+            dims_name(&[g.n, g.c, g.hp, g.wq]),
+            g.kh,
+            g.kw,
+            g.stride[0],
+            g.stride[1],
+            g.dil[0],
+            g.dil[1],
+            g.groups,
+            g.o,
+            self.lanes(),
+            self.pixels,
+            if has_bias { "_bias" } else { "" },
+            if epi.is_empty() { "" } else { "_fused" }
+        ));
+        let xa = b.arg("x", cx.len_of(xp), Access::Read);
+        let wa = b.arg("w_packed", cx.len_of(wbuf), Access::Read);
+        let mut args = vec![xp, wbuf];
+        let bias = if has_bias {
+            let bb = cx.buf(operands[2]);
+            args.push(bb);
+            Some(b.arg("bias", cx.len_of(bb), Access::Read))
+        } else {
+            None
+        };
+        args.extend(epi.declare(&mut b));
+        let ya = b.arg("out", cx.len_of(out), Access::Write);
+        args.push(out);
+        let bufs = TileBufs {
+            x: xa,
+            w: wa,
+            bias,
+            out: ya,
+        };
+        b.set_parallel();
+        let rows = |b: &mut KernelBuilder, grp: Affine, blk: Affine| {
+            b.for_loop(0, g.n as i64, 1, |b, n| {
+                b.for_loop(0, g.oh as i64, 1, |b, r| {
+                    let at = TileAt {
+                        n: Affine::var(n),
+                        o0: grp.scale(g.og as i64).add(&blk.scale(self.lanes() as i64)),
+                        c0: grp.scale(g.cg as i64),
+                        oh: Affine::var(r),
+                    };
+                    let block_index = grp.scale(self.blocks as i64).add(&blk);
+                    let p = self.pixels;
+                    let main = g.ow / p * p;
+                    b.for_loop(0, main as i64, p as i64, |b, q| {
+                        self.tile(b, g, &bufs, &epi, &at, &block_index, &Affine::var(q), p);
+                    });
+                    if main < g.ow {
+                        let q0 = Affine::constant(main as i64);
+                        self.tile(b, g, &bufs, &epi, &at, &block_index, &q0, g.ow - main);
+                    }
+                });
+            });
+        };
+        if g.groups == 1 {
+            b.for_loop(0, self.blocks as i64, 1, |b, blk| {
+                rows(b, Affine::constant(0), Affine::var(blk))
+            });
+        } else {
+            b.for_loop(0, g.groups as i64, 1, |b, grp| {
+                b.for_loop(0, self.blocks as i64, 1, |b, blk| {
+                    rows(b, Affine::var(grp), Affine::var(blk))
+                });
+            });
+        }
+        cx.step(b.finish(), args)
+    }
+
+    /// One tile: `V` channel vectors × `pixels` output pixels from column `q0`.
+    #[allow(clippy::too_many_arguments)]
+    fn tile(
+        &self,
+        b: &mut KernelBuilder,
+        g: &Geo,
+        bufs: &TileBufs,
+        epi: &Epilogue,
+        at: &TileAt,
+        block_index: &Affine,
+        q0: &Affine,
+        pixels: usize,
+    ) {
+        let w4 = Width::F32x4;
+        let lanes = self.lanes() as i64;
+        let accs: Vec<Vec<VarId>> = (0..self.vecs)
+            .map(|_| (0..pixels).map(|_| b.var(w4)).collect())
+            .collect();
+        for (v, row) in accs.iter().enumerate() {
+            let init = match bufs.bias {
+                Some(bias) => Expr::load(bias, at.o0.plus(4 * v as i64), w4),
+                None => Expr::constant(0.0, w4),
+            };
+            let init = if pixels > 1 && !init.is_trivial() {
+                b.let_(init, w4)
+            } else {
+                init
+            };
+            for &acc in row {
+                b.assign(acc, init.clone());
+            }
+        }
+        let block_len = (g.kh * g.kw * g.cg) as i64 * lanes;
+        let plane = (g.hp * g.wq) as i64;
+        // One FMA per accumulator for input channel `c` at tap (kh, kw).
+        let step = |b: &mut KernelBuilder, kh: &Affine, kw: usize, c: &Affine| {
+            let tap = kh.scale(g.kw as i64).plus(kw as i64);
+            let wbase = block_index
+                .scale(block_len)
+                .add(&c.scale(lanes))
+                .add(&tap.scale(g.cg as i64 * lanes));
+            let ws: Vec<Expr> = (0..self.vecs)
+                .map(|v| {
+                    let load = Expr::load(bufs.w, wbase.plus(4 * v as i64), w4);
+                    if pixels > 1 {
+                        b.let_(load, w4)
+                    } else {
+                        load
+                    }
+                })
+                .collect();
+            let row = at
+                .oh
+                .scale(g.stride[0] as i64)
+                .add(&kh.scale(g.dil[0] as i64));
+            let xbase =
+                at.n.scale(g.c as i64 * plane)
+                    .add(&at.c0.add(c).scale(plane))
+                    .add(&row.scale(g.wq as i64))
+                    .add(&q0.scale(g.stride[1] as i64))
+                    .plus((kw * g.dil[1]) as i64);
+            for p in 0..pixels {
+                let xi = xbase.plus((p * g.stride[1]) as i64);
+                let xv = Expr::Splat(Box::new(Expr::load(bufs.x, xi, Width::Scalar)));
+                let xv = if self.vecs > 1 { b.let_(xv, w4) } else { xv };
+                // the broadcast first: x86 FMAs overwrite their first factor, and the
+                // broadcast is the operand that dies
+                for (v, row_accs) in accs.iter().enumerate() {
+                    let acc = row_accs[p];
+                    b.assign(acc, Expr::fma(xv.clone(), ws[v].clone(), Expr::Var(acc)));
+                }
+            }
+        };
+        let unroll = self.unroll.min(g.cg).max(1);
+        if g.cg / unroll >= 2 || g.kh == 1 {
+            // a loop over input channels per tap, `unroll` channels per trip
+            let main = g.cg / unroll * unroll;
+            for kh in 0..g.kh {
+                let kh = Affine::constant(kh as i64);
+                for kw in 0..g.kw {
+                    b.for_loop(0, main as i64, unroll as i64, |b, c| {
+                        for u in 0..unroll {
+                            step(b, &kh, kw, &Affine::var(c).plus(u as i64));
+                        }
+                    });
+                    b.for_loop(main as i64, g.cg as i64, 1, |b, c| {
+                        step(b, &kh, kw, &Affine::var(c))
+                    });
+                }
+            }
+        } else {
+            // Few input channels (a network's stem): loop over kernel rows instead, so
+            // the weight loads depend on a loop variable. Straight-line taps would make
+            // them invariant in the row loops, and Cranelift would hoist every one of
+            // them there (and spill them).
+            b.for_loop(0, g.kh as i64, 1, |b, kh| {
+                let kh = Affine::var(kh);
+                for kw in 0..g.kw {
+                    for c in 0..g.cg {
+                        step(b, &kh, kw, &Affine::constant(c as i64));
+                    }
+                }
+            });
+        }
+        let out_plane = (g.oh * g.ow) as i64;
+        for (v, row_accs) in accs.iter().enumerate() {
+            for l in 0..4 {
+                let o = at.o0.plus(4 * v as i64 + l);
+                for (p, &acc) in row_accs.iter().enumerate() {
+                    let col = q0.plus(p as i64);
+                    let s = Expr::lane(Expr::Var(acc), l as u8);
+                    let idx = [at.n.clone(), o.clone(), at.oh.clone(), col.clone()];
+                    let val = epi.apply(b, s, &idx, Width::Scalar);
+                    let dst =
+                        at.n.scale(g.o as i64 * out_plane)
+                            .add(&o.scale(out_plane))
+                            .add(&at.oh.scale(g.ow as i64))
+                            .add(&col);
+                    b.store(bufs.out, dst, val, Width::Scalar);
+                }
+            }
         }
     }
 }

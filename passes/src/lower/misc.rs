@@ -1,7 +1,7 @@
 //! Lowerings of pools, gemm/matmul, normalizations and data movement ops.
 
 use smelt_ir::loops::{
-    Access, Affine, BinOp, BufId, Expr, KernelBuilder, ReduceOp, UnOp, VarId, Width,
+    Access, Affine, BinOp, BufId, CmpOp, Expr, KernelBuilder, ReduceOp, UnOp, VarId, Width,
 };
 use smelt_ir::op::{GemmAttrs, Pool2dAttrs};
 use smelt_ir::{Diagnostic, Layout, Op, TensorType, Value};
@@ -96,14 +96,24 @@ pub(crate) fn lower_pool(
                     .add(&row.scale((sw * wq) as i64))
                     .add(&q.plus((phase * wq + shift) as i64));
                 let v = Expr::load(xa, idx, wd);
-                let op = if is_max { BinOp::Max } else { BinOp::Add };
-                b.assign(acc, Expr::binary(op, Expr::Var(acc), v));
+                if is_max {
+                    // NaN propagates (as the interpreter defines): `max(v, acc)` keeps a
+                    // NaN accumulator, and the select lets a NaN input (v >= v fails) win.
+                    let v = b.let_(v, wd);
+                    let m = Expr::binary(BinOp::Max, v.clone(), Expr::Var(acc));
+                    let keep = Expr::select(CmpOp::Ge, v.clone(), v.clone(), m, v);
+                    b.assign(acc, keep);
+                } else {
+                    b.assign(acc, Expr::binary(BinOp::Add, Expr::Var(acc), v));
+                }
             }
         }
         acc
     };
-    b.for_loop(0, n as i64, 1, |b, ni| {
-        b.for_loop(0, c as i64, 1, |b, ci| {
+    // channels outermost: split across threads
+    b.set_parallel();
+    b.for_loop(0, c as i64, 1, |b, ci| {
+        b.for_loop(0, n as i64, 1, |b, ni| {
             let np = Affine::var(ni).scale(c as i64).add(&Affine::var(ci));
             b.for_loop(0, oh as i64, 1, |b, r| {
                 let r = Affine::var(r);

@@ -370,7 +370,12 @@ impl Cx<'_> {
             | Op::Softmax { .. }
             | Op::Reorder { .. }
             | Op::BnFoldWeight { .. }
-            | Op::BnFoldBias { .. } => false,
+            | Op::BnFoldBias { .. }
+            | Op::BnScale { .. }
+            | Op::BnShift { .. }
+            | Op::ChannelScale
+            | Op::ChannelVector
+            | Op::ConvShiftBias => false,
         };
         if !post.is_empty() && !in_registers {
             // The anchor's kernel has no register tile to extend: compute it, then apply
@@ -409,7 +414,13 @@ impl Cx<'_> {
                 misc::lower_copy(self, op, operands, out_ty, epi, out)
             }
             Op::Const(_) => Err(self.unsupported("a constant cannot be computed by a kernel")),
-            Op::BnFoldWeight { .. } | Op::BnFoldBias { .. } => Err(self.unsupported(
+            Op::BnFoldWeight { .. }
+            | Op::BnFoldBias { .. }
+            | Op::BnScale { .. }
+            | Op::BnShift { .. }
+            | Op::ChannelScale
+            | Op::ChannelVector
+            | Op::ConvShiftBias => Err(self.unsupported(
                 "weight-preparation ops must be folded by const_fold before lowering",
             )),
         }

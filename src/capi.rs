@@ -1,0 +1,853 @@
+//! The C embedding API: opaque executable handles, status codes, a thread-local error message.
+//!
+//! Every exported function catches panics (none crosses the boundary: a caught panic is
+//! [`SmeltStatus::Internal`]), checks every pointer for null and alignment and every
+//! length against the executable's declared sizes before touching memory, and reports
+//! failures as a [`SmeltStatus`] — one code per [`crate::Error`] variant — plus a message
+//! read with [`smelt_last_error`].
+//!
+//! Handles are never dereferenced: a handle is a key into a registry of live
+//! executables, so a null, destroyed or made-up handle is an error, not undefined
+//! behaviour. The registry holds each executable behind an `Arc`; a run clones it, so
+//! destroying a handle while another thread runs it frees the executable only after
+//! that run returns. Executables are shared by any number of threads; each concurrent
+//! run takes scratch memory from the handle's pool of workspaces.
+//!
+//! The header `include/smelt.h` is generated from this file by cbindgen (configuration
+//! in `tests/capi.rs`, which fails when the committed header is stale).
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::ffi::{c_char, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::{Arc, Mutex, RwLock};
+
+use smelt_ir::Module;
+
+use crate::runtime::{CompileOptions, Executable, TensorInfo, Workspace};
+use crate::{Error, OptimizeOptions};
+
+/// Result of every smelt C function: `SMELT_STATUS_OK` or the kind of failure, one code per
+/// variant of the Rust `smelt::Error`. Details are in `smelt_last_error()`.
+#[repr(i32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SmeltStatus {
+    /// Success.
+    Ok = 0,
+    /// Malformed or ill-typed IR text (diagnostics with line and column in the message).
+    Ir = 1,
+    /// A file could not be read.
+    Io = 2,
+    /// A bad argument: null or misaligned pointer, unknown handle, wrong count or length.
+    InvalidArgument = 3,
+    /// A malformed ONNX model, or one using what smelt does not support.
+    Onnx = 4,
+    /// An optimization pass failed.
+    Pass = 5,
+    /// The host, an op or an option is not supported.
+    Unsupported = 6,
+    /// A bug in smelt (a caught panic); the message says where.
+    Internal = 7,
+}
+
+/// The status code of a library error (one code per variant).
+pub fn status_of(e: &Error) -> SmeltStatus {
+    match e {
+        Error::Ir(_) => SmeltStatus::Ir,
+        Error::Io { .. } => SmeltStatus::Io,
+        Error::InvalidArgument(_) => SmeltStatus::InvalidArgument,
+        Error::Onnx(_) => SmeltStatus::Onnx,
+        Error::Pass(_) => SmeltStatus::Pass,
+        Error::Unsupported(_) => SmeltStatus::Unsupported,
+    }
+}
+
+/// How to build an executable. Get the defaults from `smelt_options_default()`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SmeltOptions {
+    /// Non-zero: apply the fusion rewrites (default). Zero: every op runs as its own kernel.
+    pub fuse: i32,
+    /// Threads each run may use, the calling thread included (0: one per core). Results
+    /// are bit-identical for every count.
+    pub threads: u32,
+    /// ONNX only: shapes pinning dynamic input dimensions, as a NUL-terminated string
+    /// `"NAME=1x3x224x224;OTHER=1x16"`, or NULL for none.
+    pub input_shapes: *const c_char,
+}
+
+/// The default options: fusion on, default threads, no pinned shapes.
+#[no_mangle]
+pub extern "C" fn smelt_options_default() -> SmeltOptions {
+    SmeltOptions {
+        fuse: 1,
+        threads: 0,
+        input_shapes: std::ptr::null(),
+    }
+}
+
+/// An executable: compiled code for one model function, safe to run from many threads at
+/// once. Opaque: create it with `smelt_executable_from_*`, free it with
+/// `smelt_executable_destroy`.
+pub struct SmeltExecutable {
+    exe: Executable,
+    inputs: Vec<InfoStrings>,
+    outputs: Vec<InfoStrings>,
+    /// Idle workspaces; a run pops one (or makes one) and pushes it back.
+    pool: Mutex<Vec<Workspace>>,
+}
+
+/// C-side copies of a tensor's name, dims and layout, owned by the handle.
+struct InfoStrings {
+    name: CString,
+    dims: Vec<usize>,
+    len: usize,
+    layout: CString,
+}
+
+impl InfoStrings {
+    fn new(info: &TensorInfo) -> InfoStrings {
+        let layout = info
+            .ty
+            .layout
+            .name(info.ty.dims.len())
+            .unwrap_or_else(|| "row_major".to_string());
+        InfoStrings {
+            name: c_string(&info.name),
+            dims: info.ty.dims.clone(),
+            len: info.len(),
+            layout: c_string(&layout),
+        }
+    }
+}
+
+/// Name, shape and buffer length of an input or output. The pointers belong to the
+/// executable and stay valid until it is destroyed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SmeltTensorInfo {
+    /// The parameter or result name (NUL-terminated).
+    pub name: *const c_char,
+    /// Number of dimensions.
+    pub rank: usize,
+    /// `rank` dimensions, outermost first (NULL when `rank` is 0).
+    pub dims: *const usize,
+    /// Number of floats a buffer for this tensor holds: the product of the dims for
+    /// `row_major` tensors; blocked layouts pad the blocked axis.
+    pub element_count: usize,
+    /// Storage order: `"row_major"`, or a blocked layout such as `"nchw8c"`.
+    pub layout: *const c_char,
+}
+
+/// Live handles by address. Handles are looked up here, never dereferenced.
+static LIVE: RwLock<BTreeMap<usize, Arc<SmeltExecutable>>> = RwLock::new(BTreeMap::new());
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+/// A failure on its way to C: status and message.
+struct Failure(SmeltStatus, String);
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Failure {
+        Failure(status_of(&e), e.to_string())
+    }
+}
+
+fn invalid(msg: impl Into<String>) -> Failure {
+    Failure(SmeltStatus::InvalidArgument, msg.into())
+}
+
+/// A C string from `s`; interior NUL bytes (impossible in names from valid models, possible
+/// in messages quoting user input) become U+FFFD.
+fn c_string(s: &str) -> CString {
+    CString::new(s.replace('\0', "\u{fffd}")).unwrap_or_default()
+}
+
+fn set_last_error(msg: &str) {
+    // `try_with`: during thread teardown the slot may be gone; never panic here (this
+    // runs outside `catch_unwind`).
+    let _ = LAST_ERROR.try_with(|e| {
+        if let Ok(mut slot) = e.try_borrow_mut() {
+            *slot = c_string(msg);
+        }
+    });
+}
+
+/// Runs `body`, converting its failure or panic into a status and the thread's message.
+fn guard(body: impl FnOnce() -> Result<(), Failure>) -> SmeltStatus {
+    let outcome = catch_unwind(AssertUnwindSafe(body));
+    let (status, msg) = match outcome {
+        Ok(Ok(())) => (SmeltStatus::Ok, String::new()),
+        Ok(Err(Failure(status, msg))) => (status, msg),
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".into());
+            (
+                SmeltStatus::Internal,
+                format!("internal error in smelt (please report): {what}"),
+            )
+        }
+    };
+    set_last_error(&msg);
+    status
+}
+
+fn lookup(handle: *const SmeltExecutable) -> Result<Arc<SmeltExecutable>, Failure> {
+    if handle.is_null() {
+        return Err(invalid("the executable handle is NULL"));
+    }
+    let live = LIVE.read().unwrap_or_else(|p| p.into_inner());
+    live.get(&(handle as usize)).cloned().ok_or_else(|| {
+        invalid(format!(
+            "{handle:p} is not a live smelt executable (destroyed, or never created)"
+        ))
+    })
+}
+
+/// Reads the options (NULL means the defaults).
+///
+/// # Safety
+/// `opts` is NULL or points to a readable `SmeltOptions`; its `input_shapes` is NULL or a
+/// NUL-terminated string.
+unsafe fn read_options(opts: *const SmeltOptions) -> Result<Options, Failure> {
+    let o = if opts.is_null() {
+        smelt_options_default()
+    } else {
+        if !opts.is_aligned() {
+            return Err(invalid("the options pointer is misaligned"));
+        }
+        // SAFETY: non-null and aligned; readable per this function's contract. Every
+        // field accepts every bit pattern (integers and a raw pointer).
+        unsafe { *opts }
+    };
+    let mut input_shapes = BTreeMap::new();
+    if !o.input_shapes.is_null() {
+        // SAFETY: a non-null `input_shapes` is NUL-terminated per the contract.
+        let text = unsafe { CStr::from_ptr(o.input_shapes) };
+        let text = text
+            .to_str()
+            .map_err(|_| invalid("input_shapes is not UTF-8"))?;
+        for entry in text.split(';').map(str::trim).filter(|e| !e.is_empty()) {
+            let (name, dims) = parse_shape(entry).ok_or_else(|| {
+                invalid(format!(
+                    "input_shapes entry '{entry}' must look like NAME=1x3x224x224 (positive dims)"
+                ))
+            })?;
+            input_shapes.insert(name, dims);
+        }
+    }
+    Ok(Options {
+        fuse: o.fuse != 0,
+        threads: o.threads,
+        input_shapes,
+    })
+}
+
+/// Parses `NAME=1x3x224x224`.
+fn parse_shape(entry: &str) -> Option<(String, Vec<usize>)> {
+    let (name, dims) = entry.split_once('=')?;
+    let dims = dims
+        .split('x')
+        .map(|d| d.trim().parse::<usize>().ok().filter(|&d| d > 0))
+        .collect::<Option<Vec<_>>>()?;
+    Some((name.trim().to_string(), dims))
+}
+
+/// The options as Rust values.
+struct Options {
+    fuse: bool,
+    threads: u32,
+    input_shapes: BTreeMap<String, Vec<usize>>,
+}
+
+impl Options {
+    fn no_shapes_for_text(&self) -> Result<(), Failure> {
+        if self.input_shapes.is_empty() {
+            Ok(())
+        } else {
+            Err(invalid(
+                "input_shapes applies to ONNX models only; .tir shapes are static",
+            ))
+        }
+    }
+}
+
+/// Optimizes and compiles `module`, registers the executable and stores its handle.
+///
+/// # Safety
+/// `out` is non-null, aligned and writable (checked by the callers).
+unsafe fn finish(
+    mut module: Module,
+    opts: &Options,
+    out: *mut *mut SmeltExecutable,
+) -> Result<(), Failure> {
+    let mut optimize = OptimizeOptions::default();
+    optimize.fusion.enabled = opts.fuse;
+    crate::optimize(&mut module, &optimize, None)?;
+    let compile = CompileOptions {
+        threads: usize::try_from(opts.threads)
+            .map_err(|_| invalid(format!("threads = {} is too many", opts.threads)))?,
+        ..CompileOptions::default()
+    };
+    let exe = Executable::compile(&module, None, &compile)?;
+    let handle = Arc::new(SmeltExecutable {
+        inputs: exe.inputs().iter().map(InfoStrings::new).collect(),
+        outputs: exe.outputs().map(InfoStrings::new).collect(),
+        exe,
+        pool: Mutex::new(Vec::new()),
+    });
+    let ptr = Arc::as_ptr(&handle) as *mut SmeltExecutable;
+    LIVE.write()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(ptr as usize, handle);
+    // SAFETY: `out` is valid for a write per this function's contract.
+    unsafe { out.write(ptr) };
+    Ok(())
+}
+
+/// Checks the `out` pointer of a constructor and clears it, so a failed call leaves NULL.
+///
+/// # Safety
+/// A non-null, aligned `out` points to writable memory for one pointer.
+unsafe fn prepare_out(out: *mut *mut SmeltExecutable) -> Result<(), Failure> {
+    if out.is_null() {
+        return Err(invalid("the output handle pointer `out` is NULL"));
+    }
+    if !out.is_aligned() {
+        return Err(invalid("the output handle pointer `out` is misaligned"));
+    }
+    // SAFETY: non-null and aligned; writable per the contract.
+    unsafe { out.write(std::ptr::null_mut()) };
+    Ok(())
+}
+
+/// Checks `(ptr, len)` for a byte buffer and borrows it.
+///
+/// # Safety
+/// A non-null `ptr` is readable for `len` bytes for the returned lifetime.
+unsafe fn bytes<'a>(ptr: *const u8, len: usize, what: &str) -> Result<&'a [u8], Failure> {
+    if ptr.is_null() {
+        return Err(invalid(format!("{what} is NULL")));
+    }
+    if len == 0 {
+        return Err(invalid(format!("{what} is empty (length 0)")));
+    }
+    if len > isize::MAX as usize {
+        return Err(invalid(format!("{what}: length {len} is too large")));
+    }
+    // SAFETY: non-null, `len` in range, readable per the contract; u8 needs no alignment.
+    Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
+}
+
+/// Compiles a model given as `.tir` text (`len` bytes of UTF-8, no NUL needed) and stores
+/// the new executable in `*out` (NULL on failure). `opts` may be NULL (defaults).
+///
+/// # Safety
+/// `text` is readable for `len` bytes; `opts` is NULL or a valid `SmeltOptions`; `out` is
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn smelt_executable_from_text(
+    text: *const c_char,
+    len: usize,
+    opts: *const SmeltOptions,
+    out: *mut *mut SmeltExecutable,
+) -> SmeltStatus {
+    guard(|| {
+        // SAFETY: forwarded contracts of this function.
+        unsafe {
+            prepare_out(out)?;
+            let src = bytes(text as *const u8, len, "the model text")?;
+            let opts = read_options(opts)?;
+            opts.no_shapes_for_text()?;
+            let module = smelt_ir::text::parse_bytes(src, "<text>", None).map_err(|d| {
+                let rendered = d.render(std::str::from_utf8(src).ok());
+                Failure(SmeltStatus::Ir, rendered.trim_end().to_string())
+            })?;
+            finish(module, &opts, out)
+        }
+    })
+}
+
+/// Compiles a model given as ONNX bytes (`len` bytes of a serialized ModelProto) and
+/// stores the new executable in `*out` (NULL on failure). `opts` may be NULL (defaults).
+///
+/// # Safety
+/// `data` is readable for `len` bytes; `opts` is NULL or a valid `SmeltOptions`; `out` is
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn smelt_executable_from_onnx(
+    data: *const u8,
+    len: usize,
+    opts: *const SmeltOptions,
+    out: *mut *mut SmeltExecutable,
+) -> SmeltStatus {
+    guard(|| {
+        // SAFETY: forwarded contracts of this function.
+        unsafe {
+            prepare_out(out)?;
+            let model = bytes(data, len, "the ONNX model")?;
+            let opts = read_options(opts)?;
+            let module = import_onnx(model, &opts)?;
+            finish(module, &opts, out)
+        }
+    })
+}
+
+#[cfg(feature = "onnx")]
+fn import_onnx(model: &[u8], opts: &Options) -> Result<Module, Failure> {
+    let import = crate::onnx::ImportOptions {
+        input_shapes: opts.input_shapes.clone(),
+        ..crate::onnx::ImportOptions::default()
+    };
+    Ok(crate::onnx::import(model, &import)?)
+}
+
+#[cfg(not(feature = "onnx"))]
+fn import_onnx(_model: &[u8], _opts: &Options) -> Result<Module, Failure> {
+    Err(Failure(
+        SmeltStatus::Unsupported,
+        "smelt was built without the `onnx` feature".into(),
+    ))
+}
+
+/// Compiles the model file at `path` (NUL-terminated): `.onnx`, otherwise `.tir` text with
+/// its weight sidecars. Stores the new executable in `*out` (NULL on failure).
+///
+/// # Safety
+/// `path` is a NUL-terminated string; `opts` is NULL or a valid `SmeltOptions`; `out` is
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn smelt_executable_from_file(
+    path: *const c_char,
+    opts: *const SmeltOptions,
+    out: *mut *mut SmeltExecutable,
+) -> SmeltStatus {
+    guard(|| {
+        // SAFETY: forwarded contracts of this function.
+        unsafe {
+            prepare_out(out)?;
+            if path.is_null() {
+                return Err(invalid("the path is NULL"));
+            }
+            let path = CStr::from_ptr(path)
+                .to_str()
+                .map_err(|_| invalid("the path is not UTF-8"))?;
+            if path.is_empty() {
+                return Err(invalid("the path is empty"));
+            }
+            let path = Path::new(path);
+            let opts = read_options(opts)?;
+            let data = std::fs::read(path).map_err(|source| Error::Io {
+                path: path.display().to_string(),
+                source,
+            })?;
+            let is_onnx = path
+                .extension()
+                .is_some_and(|e| e.eq_ignore_ascii_case("onnx"));
+            let module = if is_onnx {
+                import_onnx(&data, &opts)?
+            } else {
+                opts.no_shapes_for_text()?;
+                let name = path.display().to_string();
+                smelt_ir::text::parse_bytes(&data, &name, path.parent()).map_err(|d| {
+                    let rendered = d.render(std::str::from_utf8(&data).ok());
+                    Failure(SmeltStatus::Ir, rendered.trim_end().to_string())
+                })?
+            };
+            finish(module, &opts, out)
+        }
+    })
+}
+
+/// Frees an executable. NULL is a no-op. Runs in progress on other threads finish first
+/// (the memory is released when the last one returns); the handle is invalid afterwards,
+/// and using it again is an `SMELT_STATUS_INVALID_ARGUMENT` error.
+///
+/// # Safety
+/// None beyond passing a handle value; it is never dereferenced.
+#[no_mangle]
+pub extern "C" fn smelt_executable_destroy(exe: *mut SmeltExecutable) -> SmeltStatus {
+    guard(|| {
+        if exe.is_null() {
+            return Ok(());
+        }
+        let removed = LIVE
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(exe as usize));
+        match removed {
+            Some(handle) => {
+                drop(handle);
+                Ok(())
+            }
+            None => Err(invalid(format!(
+                "{exe:p} is not a live smelt executable (destroyed twice, or never created)"
+            ))),
+        }
+    })
+}
+
+/// Checks an out-pointer for a value of type `T`.
+fn check_out<T>(p: *mut T, what: &str) -> Result<(), Failure> {
+    if p.is_null() {
+        Err(invalid(format!("{what} is NULL")))
+    } else if !p.is_aligned() {
+        Err(invalid(format!("{what} is misaligned")))
+    } else {
+        Ok(())
+    }
+}
+
+/// Stores the number of inputs of `exe` in `*count`.
+///
+/// # Safety
+/// `count` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn smelt_executable_input_count(
+    exe: *const SmeltExecutable,
+    count: *mut usize,
+) -> SmeltStatus {
+    guard(|| {
+        let h = lookup(exe)?;
+        check_out(count, "`count`")?;
+        // SAFETY: checked non-null and aligned; writable per the contract.
+        unsafe { count.write(h.inputs.len()) };
+        Ok(())
+    })
+}
+
+/// Stores the number of outputs of `exe` in `*count`.
+///
+/// # Safety
+/// `count` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn smelt_executable_output_count(
+    exe: *const SmeltExecutable,
+    count: *mut usize,
+) -> SmeltStatus {
+    guard(|| {
+        let h = lookup(exe)?;
+        check_out(count, "`count`")?;
+        // SAFETY: checked non-null and aligned; writable per the contract.
+        unsafe { count.write(h.outputs.len()) };
+        Ok(())
+    })
+}
+
+/// Writes the description of `list[index]` to `info`.
+///
+/// # Safety
+/// A non-null, aligned `info` is writable.
+unsafe fn describe(
+    list: &[InfoStrings],
+    index: usize,
+    kind: &str,
+    info: *mut SmeltTensorInfo,
+) -> Result<(), Failure> {
+    check_out(info, "`info`")?;
+    let t = list.get(index).ok_or_else(|| {
+        invalid(format!(
+            "{kind} index {index} is out of range: the executable has {} {kind}s",
+            list.len()
+        ))
+    })?;
+    let value = SmeltTensorInfo {
+        name: t.name.as_ptr(),
+        rank: t.dims.len(),
+        dims: if t.dims.is_empty() {
+            std::ptr::null()
+        } else {
+            t.dims.as_ptr()
+        },
+        element_count: t.len,
+        layout: t.layout.as_ptr(),
+    };
+    // SAFETY: checked non-null and aligned; writable per the callers' contracts.
+    unsafe { info.write(value) };
+    Ok(())
+}
+
+/// Describes input `index` of `exe` in `*info`.
+///
+/// # Safety
+/// `info` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn smelt_executable_input(
+    exe: *const SmeltExecutable,
+    index: usize,
+    info: *mut SmeltTensorInfo,
+) -> SmeltStatus {
+    // SAFETY: forwarded contract of this function.
+    guard(|| unsafe { describe(&lookup(exe)?.inputs, index, "input", info) })
+}
+
+/// Describes output `index` of `exe` in `*info`.
+///
+/// # Safety
+/// `info` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn smelt_executable_output(
+    exe: *const SmeltExecutable,
+    index: usize,
+    info: *mut SmeltTensorInfo,
+) -> SmeltStatus {
+    // SAFETY: forwarded contract of this function.
+    guard(|| unsafe { describe(&lookup(exe)?.outputs, index, "output", info) })
+}
+
+/// Checks buffer `i` of a run against `info` and returns its address range.
+///
+/// # Safety
+/// `ptrs` and `lens` are readable for at least `i + 1` elements.
+unsafe fn float_range(
+    ptrs: *const *const f32,
+    lens: *const usize,
+    i: usize,
+    info: &InfoStrings,
+    kind: &str,
+) -> Result<(usize, usize), Failure> {
+    // SAFETY: `ptrs` and `lens` hold at least `i + 1` elements (this function's contract).
+    let (p, len) = unsafe { (*ptrs.add(i), *lens.add(i)) };
+    let name = info.name.to_string_lossy();
+    if len != info.len {
+        return Err(invalid(format!(
+            "{kind} {i} ({name}) needs {} floats, got length {len}",
+            info.len
+        )));
+    }
+    if p.is_null() {
+        return Err(invalid(format!("{kind} {i} ({name}) is NULL")));
+    }
+    if !p.is_aligned() {
+        return Err(invalid(format!(
+            "{kind} {i} ({name}) is not aligned to 4 bytes"
+        )));
+    }
+    if len > isize::MAX as usize / 4 {
+        return Err(invalid(format!(
+            "{kind} {i} ({name}): length {len} is too large"
+        )));
+    }
+    Ok((p as usize, p as usize + len * 4))
+}
+
+/// Checks an array-of-pointers argument.
+fn check_array<T>(p: *const T, what: &str) -> Result<(), Failure> {
+    if p.is_null() {
+        Err(invalid(format!("{what} is NULL")))
+    } else if !p.is_aligned() {
+        Err(invalid(format!("{what} is misaligned")))
+    } else {
+        Ok(())
+    }
+}
+
+/// Runs `exe`: `inputs[i]` points to `input_lens[i]` floats of input i, `outputs[i]` to
+/// `output_lens[i]` writable floats for output i; each length must equal that tensor's
+/// `element_count` and the counts must match. Output buffers must not overlap any other
+/// buffer. Safe to call from many threads at once on the same executable.
+///
+/// # Safety
+/// `inputs`, `input_lens` hold `num_inputs` elements; `outputs`, `output_lens` hold
+/// `num_outputs`; each buffer is readable (inputs) or writable (outputs) for its stated
+/// length and not modified by another thread during the call.
+#[no_mangle]
+pub unsafe extern "C" fn smelt_executable_run(
+    exe: *const SmeltExecutable,
+    inputs: *const *const f32,
+    input_lens: *const usize,
+    num_inputs: usize,
+    outputs: *const *mut f32,
+    output_lens: *const usize,
+    num_outputs: usize,
+) -> SmeltStatus {
+    guard(|| {
+        let h = lookup(exe)?;
+        if num_inputs != h.inputs.len() {
+            return Err(invalid(format!(
+                "expected {} inputs, got num_inputs = {num_inputs}",
+                h.inputs.len()
+            )));
+        }
+        if num_outputs != h.outputs.len() {
+            return Err(invalid(format!(
+                "expected {} outputs, got num_outputs = {num_outputs}",
+                h.outputs.len()
+            )));
+        }
+        if num_inputs > 0 {
+            check_array(inputs, "`inputs`")?;
+            check_array(input_lens, "`input_lens`")?;
+        }
+        if num_outputs > 0 {
+            check_array(outputs, "`outputs`")?;
+            check_array(output_lens, "`output_lens`")?;
+        }
+        let mut in_ranges = Vec::with_capacity(num_inputs);
+        for (i, info) in h.inputs.iter().enumerate() {
+            // SAFETY: the arrays hold `num_inputs` elements (contract), checked above.
+            in_ranges.push(unsafe { float_range(inputs, input_lens, i, info, "input")? });
+        }
+        let mut out_ranges = Vec::with_capacity(num_outputs);
+        for (i, info) in h.outputs.iter().enumerate() {
+            // SAFETY: the arrays hold `num_outputs` elements (contract), checked above.
+            out_ranges.push(unsafe {
+                float_range(outputs as *const *const f32, output_lens, i, info, "output")?
+            });
+        }
+        // Rust forbids a written buffer aliasing any other borrowed buffer.
+        for (i, &(a0, a1)) in out_ranges.iter().enumerate() {
+            let overlaps = |&(b0, b1): &(usize, usize)| a0 < b1 && b0 < a1 && a0 < a1 && b0 < b1;
+            let other_out = out_ranges
+                .iter()
+                .enumerate()
+                .any(|(j, r)| j != i && overlaps(r));
+            if other_out || in_ranges.iter().any(overlaps) {
+                return Err(invalid(format!(
+                    "output {i} ({}) overlaps another buffer",
+                    h.outputs[i].name.to_string_lossy()
+                )));
+            }
+        }
+        let ins: Vec<&[f32]> = in_ranges
+            .iter()
+            .map(|&(start, end)| {
+                // SAFETY: non-null, aligned, readable for the checked length per the
+                // contract; not written during the call (outputs do not overlap it).
+                unsafe { std::slice::from_raw_parts(start as *const f32, (end - start) / 4) }
+            })
+            .collect();
+        let mut outs: Vec<&mut [f32]> = out_ranges
+            .iter()
+            .map(|&(start, end)| {
+                // SAFETY: non-null, aligned, writable for the checked length per the
+                // contract, and overlapping no other buffer of this call (checked above).
+                unsafe { std::slice::from_raw_parts_mut(start as *mut f32, (end - start) / 4) }
+            })
+            .collect();
+        let mut ws = h
+            .pool
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+            .unwrap_or_else(|| h.exe.workspace());
+        let result = h.exe.run_with(&ins, &mut outs, &mut ws);
+        h.pool.lock().unwrap_or_else(|p| p.into_inner()).push(ws);
+        result.map_err(Failure::from)
+    })
+}
+
+/// The message of the last failed smelt call on this thread ("" when the last call
+/// succeeded). Never NULL; valid until the next smelt call on this thread.
+#[no_mangle]
+pub extern "C" fn smelt_last_error() -> *const c_char {
+    // The pointer stays valid after the borrow ends: the CString's heap buffer lives until
+    // the next failing (or succeeding) call on this thread replaces it.
+    LAST_ERROR
+        .try_with(|e| e.try_borrow().map_or(c"".as_ptr(), |s| s.as_ptr()))
+        .unwrap_or(c"".as_ptr())
+}
+
+/// A constant name for a status code, e.g. `"SMELT_STATUS_ONNX"`; `"SMELT_STATUS_UNKNOWN"`
+/// for values that are no status. Never NULL.
+#[no_mangle]
+pub extern "C" fn smelt_status_name(status: i32) -> *const c_char {
+    let name = match status {
+        0 => c"SMELT_STATUS_OK",
+        1 => c"SMELT_STATUS_IR",
+        2 => c"SMELT_STATUS_IO",
+        3 => c"SMELT_STATUS_INVALID_ARGUMENT",
+        4 => c"SMELT_STATUS_ONNX",
+        5 => c"SMELT_STATUS_PASS",
+        6 => c"SMELT_STATUS_UNSUPPORTED",
+        7 => c"SMELT_STATUS_INTERNAL",
+        _ => c"SMELT_STATUS_UNKNOWN",
+    };
+    name.as_ptr()
+}
+
+/// smelt's version, e.g. `"0.1.0"`. Never NULL.
+#[no_mangle]
+pub extern "C" fn smelt_version() -> *const c_char {
+    const VERSION: &CStr =
+        match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
+            Ok(v) => v,
+            Err(_) => c"unknown",
+        };
+    VERSION.as_ptr()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn last_error() -> String {
+        // SAFETY: smelt_last_error never returns NULL and its string lives until the next call.
+        unsafe { CStr::from_ptr(smelt_last_error()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn every_error_variant_has_its_own_status() {
+        let diag = smelt_ir::Diagnostic::error("x", "y", smelt_ir::Location::Unknown);
+        let errors = [
+            Error::Ir(diag.clone().into()),
+            Error::Io {
+                path: "p".into(),
+                source: std::io::Error::other("gone"),
+            },
+            Error::InvalidArgument("a".into()),
+            Error::Onnx(diag.into()),
+            Error::Pass(smelt_passes::PassError::UnknownRule("nope".into())),
+            Error::Unsupported("u".into()),
+        ];
+        let mut codes: Vec<i32> = errors.iter().map(|e| status_of(e) as i32).collect();
+        assert!(codes.iter().all(|&c| c != SmeltStatus::Ok as i32));
+        codes.sort();
+        codes.dedup();
+        assert_eq!(
+            codes.len(),
+            errors.len(),
+            "two variants share a status code"
+        );
+        for e in &errors {
+            // SAFETY: smelt_status_name returns a static NUL-terminated string.
+            let name = unsafe { CStr::from_ptr(smelt_status_name(status_of(e) as i32)) };
+            assert_ne!(name.to_str().unwrap(), "SMELT_STATUS_UNKNOWN");
+        }
+    }
+
+    #[test]
+    fn a_panic_becomes_an_internal_status() {
+        let status = guard(|| panic!("boom {}", 42));
+        assert_eq!(status, SmeltStatus::Internal);
+        assert!(last_error().contains("boom 42"), "{}", last_error());
+        assert_eq!(guard(|| Ok(())), SmeltStatus::Ok);
+        assert_eq!(last_error(), "");
+    }
+
+    #[test]
+    fn shapes_parse_and_bad_ones_are_rejected() {
+        assert_eq!(
+            parse_shape("input=1x3x224x224"),
+            Some(("input".to_string(), vec![1, 3, 224, 224]))
+        );
+        assert_eq!(parse_shape("input=1x0"), None);
+        assert_eq!(parse_shape("input"), None);
+        let bad = c"input=1xq";
+        let opts = SmeltOptions {
+            input_shapes: bad.as_ptr(),
+            ..smelt_options_default()
+        };
+        // SAFETY: `opts` is a valid options struct with a NUL-terminated string.
+        let err = unsafe { read_options(&opts) }.err().map(|f| f.0);
+        assert_eq!(err, Some(SmeltStatus::InvalidArgument));
+    }
+}

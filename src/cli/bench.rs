@@ -1,0 +1,548 @@
+//! `smelt bench`: compile a model, time warm runs, report latency percentiles, GFLOP/s
+//! against the f32x4 peak, the compile time by stage, and optionally a per-kernel profile.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{anyhow, bail, Result};
+use clap::{Args, ValueEnum};
+use smelt::ir::weights::random_f32;
+use smelt::ir::{Module, Tensor};
+use smelt::models::{residual_tail, resnet, ResNetConfig};
+use smelt::runtime::KernelProfile;
+use smelt::{CompileOptions, Executable};
+
+use super::{FusionArgs, ModelArgs};
+
+/// f32x4 FMA peak of one core of the reference machine (FACTS.md): 2 pipes × 4 lanes × 2
+/// flops × ≈3.13 GHz.
+const F32X4_PEAK_GFLOPS_PER_CORE: f64 = 50.0;
+
+/// Which kernels the JIT may use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Kernels {
+    /// The best available (today: the Cranelift kernels).
+    Auto,
+    /// Only Cranelift-generated code (the portable path).
+    Cranelift,
+}
+
+impl Kernels {
+    fn name(self) -> &'static str {
+        match self {
+            Kernels::Auto => "auto",
+            Kernels::Cranelift => "cranelift",
+        }
+    }
+}
+
+/// Arguments of `smelt bench`.
+#[derive(Args)]
+pub struct BenchArgs {
+    /// The model: a `.tir` or `.onnx` file, or a built-in network: `resnet18`, `resnet50`,
+    /// `tail:C,HW` (the Conv3x3→BN→Add→Relu residual tail at C×HW×HW, e.g. `tail:64,56`).
+    model: String,
+    /// Pin a dynamic input dimension of an ONNX model, e.g. `--shape input=1x3x224x224`.
+    #[arg(long = "shape", value_name = "NAME=DIMS")]
+    shapes: Vec<String>,
+    /// Threads per run, the calling thread included (0: one per core).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Untimed runs before timing.
+    #[arg(long, default_value_t = 5, value_name = "W")]
+    warmup: usize,
+    /// Timed runs.
+    #[arg(long, default_value_t = 30, value_name = "I")]
+    iterations: usize,
+    /// Kernel choice.
+    #[arg(long, value_enum, default_value_t = Kernels::Auto)]
+    kernels: Kernels,
+    /// Also time every kernel call (separate runs, after the timed ones).
+    #[arg(long)]
+    profile: bool,
+    /// Print one JSON object instead of the text report.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    fusion: FusionArgs,
+}
+
+/// Milliseconds spent compiling, by stage.
+struct CompileBreakdown {
+    load_ms: f64,
+    /// Each pass by name (including the verification after it).
+    passes: Vec<(String, f64)>,
+    lower_ms: f64,
+    codegen_ms: f64,
+    /// Everything from reading the model to a runnable executable.
+    total_ms: f64,
+}
+
+/// One kernel call's profile, aggregated over the profiled runs (median time).
+struct CallProfile {
+    profile: KernelProfile,
+    median_ms: f64,
+}
+
+/// Everything `smelt bench` measured.
+struct Report {
+    model: String,
+    gflop: f64,
+    threads: usize,
+    compile: CompileBreakdown,
+    kernels: (usize, usize),
+    arena_bytes: usize,
+    samples_ms: Vec<f64>,
+    profile: Option<Vec<CallProfile>>,
+}
+
+/// Runs `smelt bench`.
+pub fn main(a: BenchArgs) -> Result<()> {
+    if a.iterations == 0 {
+        bail!("--iterations must be at least 1");
+    }
+    let start = Instant::now();
+    let module = load(&a)?;
+    let load_ms = ms_since(start);
+    let gflop = module_flops(&module)? as f64 / 1e9;
+
+    let opts = a.fusion.options(None)?;
+    let mut optimized = module.clone();
+    let mut passes = Vec::new();
+    let mut last = Instant::now();
+    let mut record = |pass: &str, _: &Module| {
+        passes.push((pass.to_string(), ms_since(last)));
+        last = Instant::now();
+    };
+    smelt::optimize(&mut optimized, &opts, Some(&mut record))?;
+    let compile_opts = CompileOptions {
+        threads: a.threads,
+        ..CompileOptions::default()
+    };
+    let exe = Executable::compile(&optimized, None, &compile_opts)?;
+    let times = exe.compile_times();
+    let compile = CompileBreakdown {
+        load_ms,
+        passes,
+        lower_ms: times.lower_ms,
+        codegen_ms: times.codegen_ms,
+        total_ms: ms_since(start),
+    };
+
+    let inputs = random_inputs(&exe)?;
+    let samples_ms = time_runs(&exe, &inputs, a.warmup, a.iterations)?;
+    let profile = if a.profile {
+        Some(profile_runs(&exe, &inputs, a.iterations.clamp(1, 10))?)
+    } else {
+        None
+    };
+    let threads = match a.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let report = Report {
+        model: a.model.clone(),
+        gflop,
+        threads,
+        compile,
+        kernels: exe.kernel_counts(),
+        arena_bytes: exe.arena_bytes(),
+        samples_ms,
+        profile,
+    };
+    if a.json {
+        println!("{}", report.json(&a));
+    } else {
+        print!("{}", report.text(&a));
+    }
+    Ok(())
+}
+
+/// The model named on the command line: a built-in network or a file.
+fn load(a: &BenchArgs) -> Result<Module> {
+    let builtin = |shapes_ok: bool| -> Result<()> {
+        if !shapes_ok && !a.shapes.is_empty() {
+            bail!(
+                "--shape applies to ONNX files, not to the built-in {}",
+                a.model
+            );
+        }
+        Ok(())
+    };
+    match a.model.as_str() {
+        "resnet18" => {
+            builtin(false)?;
+            resnet(&ResNetConfig::resnet18()).map_err(|d| anyhow!("{d}"))
+        }
+        "resnet50" => {
+            builtin(false)?;
+            resnet(&ResNetConfig::resnet50()).map_err(|d| anyhow!("{d}"))
+        }
+        name if name.starts_with("tail:") => {
+            builtin(false)?;
+            let (c, hw) = parse_tail(&name["tail:".len()..]).ok_or_else(|| {
+                anyhow!("'{name}': a tail is tail:C,HW with positive C and HW, e.g. tail:64,56")
+            })?;
+            residual_tail(c, hw, 1).map_err(|d| anyhow!("{d}"))
+        }
+        path => ModelArgs {
+            model: PathBuf::from(path),
+            shapes: a.shapes.clone(),
+        }
+        .load(),
+    }
+}
+
+/// Parses `C,HW`.
+fn parse_tail(spec: &str) -> Option<(usize, usize)> {
+    let (c, hw) = spec.split_once(',')?;
+    let c = c.trim().parse().ok().filter(|&c: &usize| c > 0)?;
+    let hw = hw.trim().parse().ok().filter(|&h: &usize| h > 0)?;
+    Some((c, hw))
+}
+
+/// Floating-point operations of one run of the entry function as written (before
+/// fusion, so fused and unfused runs are compared on the same work).
+fn module_flops(module: &Module) -> Result<u64> {
+    let func = module
+        .entry()
+        .ok_or_else(|| anyhow!("the model has several functions and none is called @main"))?;
+    Ok(func
+        .insts
+        .iter()
+        .map(|i| {
+            let operands: Vec<_> = i.operands.iter().map(|v| func.type_of(*v)).collect();
+            i.op.flops(&operands, &i.ty)
+        })
+        .sum())
+}
+
+/// Seeded random inputs in [-1, 1], in each input's layout.
+fn random_inputs(exe: &Executable) -> Result<Vec<Tensor>> {
+    exe.inputs()
+        .iter()
+        .enumerate()
+        .map(|(i, info)| {
+            let n = info.ty.num_elements();
+            let t = Tensor::new(info.ty.dims.clone(), random_f32(1 + i as u64, n, -1.0, 1.0))
+                .map_err(|e| anyhow!("input %{}: {e}", info.name))?;
+            Ok(t.to_layout(info.ty.layout))
+        })
+        .collect()
+}
+
+/// `warmup` untimed runs, then the wall time of each of `iterations` runs, on caller-owned
+/// buffers and one workspace (no allocation inside the timed region).
+fn time_runs(
+    exe: &Executable,
+    inputs: &[Tensor],
+    warmup: usize,
+    iterations: usize,
+) -> Result<Vec<f64>> {
+    let ins: Vec<&[f32]> = inputs.iter().map(|t| t.data.as_slice()).collect();
+    let mut out_bufs: Vec<Vec<f32>> = exe.outputs().map(|o| vec![0.0; o.len()]).collect();
+    let mut outs: Vec<&mut [f32]> = out_bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
+    let mut ws = exe.workspace();
+    for _ in 0..warmup {
+        exe.run_with(&ins, &mut outs, &mut ws)?;
+    }
+    let mut samples = Vec::with_capacity(iterations);
+    for _ in 0..iterations {
+        let t = Instant::now();
+        exe.run_with(&ins, &mut outs, &mut ws)?;
+        samples.push(ms_since(t));
+    }
+    Ok(samples)
+}
+
+/// Profiles `runs` runs and keeps, per kernel call, the median of its times.
+fn profile_runs(exe: &Executable, inputs: &[Tensor], runs: usize) -> Result<Vec<CallProfile>> {
+    let mut calls: Vec<(KernelProfile, Vec<f64>)> = Vec::new();
+    for run in 0..runs {
+        let (_, profile) = exe.run_profiled(inputs)?;
+        if run == 0 {
+            calls = profile.into_iter().map(|p| (p, Vec::new())).collect();
+            continue; // the first profiled run warms the profiling path up
+        }
+        if profile.len() != calls.len() {
+            bail!("profiled runs disagree on the number of kernel calls");
+        }
+        for ((_, times), p) in calls.iter_mut().zip(profile) {
+            times.push(p.ns as f64 / 1e6);
+        }
+    }
+    Ok(calls
+        .into_iter()
+        .map(|(profile, mut times)| {
+            if times.is_empty() {
+                times.push(profile.ns as f64 / 1e6);
+            }
+            CallProfile {
+                median_ms: percentile(&mut times, 0.5),
+                profile,
+            }
+        })
+        .collect())
+}
+
+/// The `q`-quantile (0..=1) of `samples`, interpolating linearly between order statistics.
+fn percentile(samples: &mut [f64], q: f64) -> f64 {
+    if samples.is_empty() {
+        return f64::NAN;
+    }
+    samples.sort_by(f64::total_cmp);
+    let pos = q.clamp(0.0, 1.0) * (samples.len() - 1) as f64;
+    let lo = pos.floor() as usize;
+    let hi = pos.ceil() as usize;
+    samples[lo] + (samples[hi] - samples[lo]) * (pos - lo as f64)
+}
+
+fn ms_since(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+impl Report {
+    fn quantile(&self, q: f64) -> f64 {
+        percentile(&mut self.samples_ms.clone(), q)
+    }
+
+    /// GFLOP/s at the median latency.
+    fn gflops(&self) -> f64 {
+        self.gflop / (self.quantile(0.5) / 1e3)
+    }
+
+    fn peak_gflops(&self) -> f64 {
+        F32X4_PEAK_GFLOPS_PER_CORE * self.threads as f64
+    }
+
+    fn text(&self, a: &BenchArgs) -> String {
+        let mut s = String::new();
+        let c = &self.compile;
+        let passes: Vec<String> = c
+            .passes
+            .iter()
+            .map(|(p, ms)| format!("{p} {ms:.1}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "model    {} ({:.3} GFLOP per run)",
+            self.model, self.gflop
+        );
+        let _ = writeln!(
+            s,
+            "compile  {:.1} ms = load {:.1} + {} + lower {:.1} + codegen {:.1}",
+            c.total_ms,
+            c.load_ms,
+            passes.join(" + "),
+            c.lower_ms,
+            c.codegen_ms
+        );
+        let _ = writeln!(
+            s,
+            "code     {} kernels, {} calls per run, {:.2} MB scratch",
+            self.kernels.0,
+            self.kernels.1,
+            self.arena_bytes as f64 / 1e6
+        );
+        let _ = writeln!(
+            s,
+            "latency  median {:.3} ms, p10 {:.3}, p90 {:.3} ({} runs after {} warm-up; {} thread{}, {}, kernels {})",
+            self.quantile(0.5),
+            self.quantile(0.1),
+            self.quantile(0.9),
+            self.samples_ms.len(),
+            a.warmup,
+            self.threads,
+            if self.threads == 1 { "" } else { "s" },
+            if a.fusion.no_fuse { "unfused" } else { "fused" },
+            a.kernels.name()
+        );
+        let _ = writeln!(
+            s,
+            "speed    {:.1} GFLOP/s = {:.1}% of the f32x4 peak ({:.0} GFLOP/s on {} core{})",
+            self.gflops(),
+            100.0 * self.gflops() / self.peak_gflops(),
+            self.peak_gflops(),
+            self.threads,
+            if self.threads == 1 { "" } else { "s" }
+        );
+        if let Some(calls) = &self.profile {
+            s.push_str(&profile_table(calls));
+        }
+        s
+    }
+
+    fn json(&self, a: &BenchArgs) -> String {
+        let mut o = JsonObject::default();
+        o.str("model", &self.model);
+        o.num("threads", self.threads as f64);
+        o.str("kernels", a.kernels.name());
+        o.raw("fuse", if a.fusion.no_fuse { "false" } else { "true" });
+        o.num("warmup", a.warmup as f64);
+        o.num("iterations", self.samples_ms.len() as f64);
+        o.num("gflop", self.gflop);
+        o.num("median_ms", self.quantile(0.5));
+        o.num("p10_ms", self.quantile(0.1));
+        o.num("p90_ms", self.quantile(0.9));
+        o.num("min_ms", self.quantile(0.0));
+        o.num("gflops", self.gflops());
+        o.num("peak_gflops", self.peak_gflops());
+        o.num("peak_percent", 100.0 * self.gflops() / self.peak_gflops());
+        o.num("compile_ms", self.compile.total_ms);
+        let mut parts = JsonObject::default();
+        parts.num("load_ms", self.compile.load_ms);
+        for (pass, ms) in &self.compile.passes {
+            parts.num(&format!("{pass}_ms"), *ms);
+        }
+        parts.num("lower_ms", self.compile.lower_ms);
+        parts.num("codegen_ms", self.compile.codegen_ms);
+        o.raw("compile_parts", &parts.finish());
+        o.num("distinct_kernels", self.kernels.0 as f64);
+        o.num("kernel_calls", self.kernels.1 as f64);
+        o.num("arena_bytes", self.arena_bytes as f64);
+        let samples: Vec<String> = self.samples_ms.iter().map(|&v| json_num(v)).collect();
+        o.raw("samples_ms", &format!("[{}]", samples.join(",")));
+        if let Some(calls) = &self.profile {
+            let rows: Vec<String> = calls
+                .iter()
+                .map(|c| {
+                    let p = &c.profile;
+                    let mut r = JsonObject::default();
+                    r.str("kernel", &p.kernel);
+                    r.str("op", &p.op);
+                    r.str("loc", &p.loc.to_string());
+                    r.num("ms", c.median_ms);
+                    r.num("flops", p.flops as f64);
+                    r.num("bytes", p.bytes as f64);
+                    r.num("gflops", p.flops as f64 / (c.median_ms * 1e6));
+                    r.num("gbps", p.bytes as f64 / (c.median_ms * 1e6));
+                    r.finish()
+                })
+                .collect();
+            o.raw("profile", &format!("[{}]", rows.join(",")));
+        }
+        o.finish()
+    }
+}
+
+/// The per-call table of `--profile`, in execution order, with totals.
+fn profile_table(calls: &[CallProfile]) -> String {
+    let total: f64 = calls.iter().map(|c| c.median_ms).sum();
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\n  #   time ms      %  GFLOP/s    GB/s  op / user nodes"
+    );
+    for (i, c) in calls.iter().enumerate() {
+        let p = &c.profile;
+        let secs = c.median_ms / 1e3;
+        let _ = writeln!(
+            s,
+            "{i:>3} {:>9.3} {:>6.1} {:>8.1} {:>7.1}  {}  {}",
+            c.median_ms,
+            100.0 * c.median_ms / total.max(f64::MIN_POSITIVE),
+            p.flops as f64 / secs / 1e9,
+            p.bytes as f64 / secs / 1e9,
+            p.op,
+            shorten(&p.loc.to_string(), 70)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "    {total:>9.3}  total of the kernel calls (median per call)"
+    );
+    s
+}
+
+fn shorten(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        let head: String = s.chars().take(max.saturating_sub(1)).collect();
+        format!("{head}…")
+    }
+}
+
+/// A JSON object written field by field, in insertion order.
+#[derive(Default)]
+struct JsonObject {
+    fields: Vec<String>,
+}
+
+impl JsonObject {
+    fn raw(&mut self, key: &str, value: &str) {
+        self.fields.push(format!("{}:{value}", json_str(key)));
+    }
+
+    fn str(&mut self, key: &str, value: &str) {
+        self.raw(key, &json_str(value));
+    }
+
+    fn num(&mut self, key: &str, value: f64) {
+        self.raw(key, &json_num(value));
+    }
+
+    fn finish(self) -> String {
+        format!("{{{}}}", self.fields.join(","))
+    }
+}
+
+/// A JSON number with six significant digits; non-finite values (which JSON cannot hold)
+/// become `null`.
+fn json_num(v: f64) -> String {
+    if v.is_finite() {
+        // Six significant digits are far below timing noise, and keep the output short.
+        let rounded: f64 = format!("{v:.5e}").parse().unwrap_or(v);
+        format!("{rounded}")
+    } else {
+        "null".into()
+    }
+}
+
+fn json_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_interpolate_between_order_statistics() {
+        let mut v = vec![4.0, 1.0, 3.0, 2.0];
+        assert_eq!(percentile(&mut v, 0.0), 1.0);
+        assert_eq!(percentile(&mut v, 1.0), 4.0);
+        assert_eq!(percentile(&mut v, 0.5), 2.5);
+        assert!((percentile(&mut v, 0.1) - 1.3).abs() < 1e-12);
+    }
+
+    #[test]
+    fn json_strings_escape_quotes_and_control_characters() {
+        assert_eq!(json_str("a\"b\\c\n\u{1}"), "\"a\\\"b\\\\c\\n\\u0001\"");
+        assert_eq!(json_num(f64::NAN), "null");
+    }
+
+    #[test]
+    fn tail_specs_parse() {
+        assert_eq!(parse_tail("64,56"), Some((64, 56)));
+        assert_eq!(parse_tail("64"), None);
+        assert_eq!(parse_tail("0,56"), None);
+    }
+}

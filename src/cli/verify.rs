@@ -1,0 +1,67 @@
+//! `smelt verify`: run a model unfused (interpreter), fused (interpreter) and fused (JIT),
+//! compare, and on request compare layer by layer and bisect over the fusion sites.
+
+use anyhow::{bail, Result};
+use clap::Args;
+use smelt::verify::{verify, VerifyOptions, DEFAULT_RTOL};
+
+use super::{read_inputs, FusionArgs, ModelArgs};
+
+/// Arguments of `smelt verify`.
+#[derive(Args)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// An input tensor: the parameter name and a .npy file (repeat for each input);
+    /// inputs not given are seeded random values in [-1, 1].
+    #[arg(long = "input", value_name = "NAME=FILE.npy")]
+    inputs: Vec<String>,
+    /// Seed of the random inputs (parameter i uses SEED + i).
+    #[arg(long, value_name = "SEED", default_value_t = 0)]
+    seed: u64,
+    /// Largest relative error (max |got - ref| / max |ref| per output) that passes.
+    #[arg(long, value_name = "X", default_value_t = DEFAULT_RTOL)]
+    rtol: f64,
+    /// Compare every intermediate that survives fusion with the unfused graph and name
+    /// the first one that diverges.
+    #[arg(long)]
+    per_layer: bool,
+    /// When fused and unfused disagree, find the first fusion site that makes them.
+    #[arg(long)]
+    bisect: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Skip the JIT (compare only the interpreter on the fused and unfused graphs).
+    #[arg(long)]
+    no_jit: bool,
+    #[command(flatten)]
+    fusion: FusionArgs,
+}
+
+/// Runs `smelt verify`; fails (exit code 1) when any comparison fails.
+pub fn main(a: VerifyArgs) -> Result<()> {
+    if !(a.rtol.is_finite() && a.rtol >= 0.0) {
+        bail!("--rtol must be a finite number >= 0, got {}", a.rtol);
+    }
+    let module = a.model.load()?;
+    let opts = VerifyOptions {
+        optimize: a.fusion.options(None)?,
+        inputs: read_inputs(&a.inputs)?,
+        seed: a.seed,
+        rtol: a.rtol,
+        per_layer: a.per_layer,
+        bisect: a.bisect,
+        jit: !a.no_jit,
+    };
+    let report = verify(&module, &opts)?;
+    if a.json {
+        println!("{}", report.to_json());
+    } else {
+        print!("{}", report.to_text());
+    }
+    if !report.passed() {
+        bail!("verification failed: {}", a.model.model.display());
+    }
+    Ok(())
+}

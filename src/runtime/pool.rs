@@ -1,0 +1,191 @@
+//! Intra-op threads: one pool per thread count per process, splitting a parallel kernel's
+//! top-level loop into chunks of trips that the caller and the pool's workers claim.
+//!
+//! A pool runs one kernel call at a time; a caller that finds it busy (another thread is
+//! running an executable on it) runs its kernel alone. Splits never cut a reduction
+//! (only a kernel's independent top-level loop is split), so results are bit-identical
+//! for any thread count and any split.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, OnceLock, TryLockError};
+use std::time::{Duration, Instant};
+
+use crate::codegen::KernelFn;
+
+/// One kernel call to split: `kernel(args, lo, hi)` for chunks `lo..hi` of `trips`.
+#[derive(Clone, Copy)]
+struct Job {
+    kernel: KernelFn,
+    /// The argument pointer array, as an address (valid until the job completes).
+    args: usize,
+    trips: i64,
+    chunks: u64,
+}
+
+impl Job {
+    /// Runs chunk `i` of the job.
+    fn run_chunk(&self, i: u64) {
+        let lo = (self.trips as i128 * i as i128 / self.chunks as i128) as i64;
+        let hi = (self.trips as i128 * (i as i128 + 1) / self.chunks as i128) as i64;
+        // SAFETY: the caller of `ThreadPool::run` vouched for `kernel` and `args` (see
+        // `Executable::run_with`) and does not return, nor touch the argument array,
+        // until every chunk has completed. Trips `lo..hi` lie inside `0..trips`, and
+        // a parallel kernel's trips write disjoint elements, so chunks running at once
+        // never write the same memory.
+        unsafe { (self.kernel)(self.args as *const *mut f32, lo, hi) }
+    }
+}
+
+struct Slot {
+    generation: u64,
+    job: Option<Job>,
+    sleepers: usize,
+}
+
+/// A process-lifetime pool of `workers` helper threads (the calling thread works too).
+pub(crate) struct ThreadPool {
+    workers: usize,
+    busy: Mutex<()>,
+    slot: Mutex<Slot>,
+    wake: Condvar,
+    /// The published generation, for workers spinning without the lock.
+    generation: AtomicU64,
+    /// `(generation mod 2^32) << 32 | next chunk`: claims check the generation.
+    claim: AtomicU64,
+    /// Chunks of the current job completed.
+    done: AtomicUsize,
+}
+
+/// How long an idle worker polls for the next job before sleeping: kernel calls of one
+/// run follow each other within microseconds.
+const SPIN: Duration = Duration::from_micros(100);
+
+impl ThreadPool {
+    /// The pool for `threads` participants (the caller included), started on first use;
+    /// `None` for one thread.
+    pub(crate) fn for_threads(threads: usize) -> Option<&'static ThreadPool> {
+        static POOLS: OnceLock<Mutex<Vec<&'static ThreadPool>>> = OnceLock::new();
+        if threads <= 1 {
+            return None;
+        }
+        let pools = POOLS.get_or_init(|| Mutex::new(Vec::new()));
+        let mut pools = pools.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = pools.iter().find(|p| p.workers + 1 == threads) {
+            return Some(p);
+        }
+        let pool: &'static ThreadPool = Box::leak(Box::new(ThreadPool {
+            workers: threads - 1,
+            busy: Mutex::new(()),
+            slot: Mutex::new(Slot {
+                generation: 0,
+                job: None,
+                sleepers: 0,
+            }),
+            wake: Condvar::new(),
+            generation: AtomicU64::new(0),
+            claim: AtomicU64::new(0),
+            done: AtomicUsize::new(0),
+        }));
+        for i in 0..pool.workers {
+            let spawned = std::thread::Builder::new()
+                .name(format!("smelt-worker-{i}"))
+                .spawn(move || pool.worker());
+            if spawned.is_err() {
+                // Fewer helpers only slows runs down: the caller claims what is left.
+                break;
+            }
+        }
+        pools.push(pool);
+        Some(pool)
+    }
+
+    /// Runs `kernel(args, lo, hi)` over `0..trips` split into chunks, on this thread
+    /// and the pool's workers; returns when every chunk has completed. A busy pool
+    /// (another caller's job) means this caller runs the whole range alone.
+    ///
+    /// # Safety
+    /// `kernel` must be safe to call with `args` for any sub-range of `0..trips` from
+    /// any thread, concurrently on disjoint sub-ranges, while this call lasts.
+    pub(crate) unsafe fn run(&self, kernel: KernelFn, args: *const *mut f32, trips: i64) {
+        let chunks = trips.clamp(1, 4 * (self.workers as i64 + 1)) as u64;
+        let job = Job {
+            kernel,
+            args: args as usize,
+            trips,
+            chunks,
+        };
+        let _busy = match self.busy.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                let whole = Job { chunks: 1, ..job };
+                whole.run_chunk(0);
+                return;
+            }
+        };
+        let generation = self.generation.load(Ordering::Relaxed) + 1;
+        self.done.store(0, Ordering::Relaxed);
+        self.claim
+            .store((generation & 0xffff_ffff) << 32, Ordering::Release);
+        {
+            let mut slot = self.slot.lock().unwrap_or_else(|p| p.into_inner());
+            slot.generation = generation;
+            slot.job = Some(job);
+            self.generation.store(generation, Ordering::Release);
+            if slot.sleepers > 0 {
+                self.wake.notify_all();
+            }
+        }
+        self.work(&job, generation);
+        let start = Instant::now();
+        while self.done.load(Ordering::Acquire) < chunks as usize {
+            if start.elapsed() < SPIN {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Claims and runs chunks of the job of `generation` until none is left.
+    fn work(&self, job: &Job, generation: u64) {
+        let tag = (generation & 0xffff_ffff) << 32;
+        loop {
+            let c = self.claim.load(Ordering::Acquire);
+            if c & !0xffff_ffff != tag || (c & 0xffff_ffff) >= job.chunks {
+                return;
+            }
+            if self
+                .claim
+                .compare_exchange_weak(c, c + 1, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                job.run_chunk(c & 0xffff_ffff);
+                self.done.fetch_add(1, Ordering::Release);
+            }
+        }
+    }
+
+    fn worker(&self) {
+        let mut seen = 0u64;
+        loop {
+            let start = Instant::now();
+            while self.generation.load(Ordering::Acquire) == seen && start.elapsed() < SPIN {
+                std::hint::spin_loop();
+            }
+            let (job, generation) = {
+                let mut slot = self.slot.lock().unwrap_or_else(|p| p.into_inner());
+                while slot.generation == seen {
+                    slot.sleepers += 1;
+                    slot = self.wake.wait(slot).unwrap_or_else(|p| p.into_inner());
+                    slot.sleepers -= 1;
+                }
+                (slot.job, slot.generation)
+            };
+            seen = generation;
+            if let Some(job) = job {
+                self.work(&job, generation);
+            }
+        }
+    }
+}

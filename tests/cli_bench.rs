@@ -1,0 +1,199 @@
+//! `smelt bench` and the `--dump-loops` / `--dump-clif` switches as a user runs them. No
+//! assertion depends on how fast anything runs.
+
+mod common;
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn smelt(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_smelt"))
+        .args(args)
+        .current_dir(common::root())
+        .output()
+        .expect("the smelt binary runs")
+}
+
+fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "smelt failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn failure(o: &Output) -> String {
+    assert!(!o.status.success(), "smelt should have failed");
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn bench_json(args: &[&str]) -> Value {
+    let out = ok(&smelt(args));
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("not JSON ({e}):\n{out}"))
+}
+
+fn number(v: &Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("field {key} is missing or not a number in {v}"))
+}
+
+const TAIL: &str = "tests/cases/thin_path/residual_tail.tir";
+
+#[test]
+fn bench_json_reports_latency_compile_time_and_work() {
+    let v = bench_json(&["bench", "tail:8,8", "--iterations", "3", "--json"]);
+    for key in ["median_ms", "p10_ms", "p90_ms", "compile_ms", "gflops"] {
+        assert!(number(&v, key) > 0.0, "{key} = {}", v[key]);
+    }
+    assert!(number(&v, "p10_ms") <= number(&v, "median_ms"));
+    assert!(number(&v, "median_ms") <= number(&v, "p90_ms"));
+    assert_eq!(v["samples_ms"].as_array().map(Vec::len), Some(3));
+    assert_eq!(v["threads"], 1);
+    assert_eq!(v["fuse"], true);
+    // Conv3x3 at C=8, 8x8: 2·C·C·9 flops per pixel; BatchNorm 2, Add 1, Relu 1 per element.
+    let (c, hw) = (8.0, 64.0);
+    let flops = 2.0 * c * c * 9.0 * hw + 4.0 * c * hw;
+    assert!(
+        (number(&v, "gflop") * 1e9 - flops).abs() < 1.0,
+        "{}",
+        v["gflop"]
+    );
+    let parts = &v["compile_parts"];
+    for key in ["load_ms", "fusion_ms", "lower_ms", "codegen_ms"] {
+        assert!(parts[key].is_number(), "compile_parts lacks {key}: {parts}");
+    }
+}
+
+#[test]
+fn bench_without_fusion_runs_more_kernels() {
+    let args = [
+        "bench",
+        "tail:8,8",
+        "--iterations",
+        "2",
+        "--warmup",
+        "0",
+        "--json",
+    ];
+    let fused = bench_json(&args);
+    let mut unfused_args = args.to_vec();
+    unfused_args.push("--no-fuse");
+    let unfused = bench_json(&unfused_args);
+    assert_eq!(unfused["fuse"], false);
+    assert!(
+        number(&unfused, "kernel_calls") > number(&fused, "kernel_calls"),
+        "fused {fused}\nunfused {unfused}"
+    );
+    assert_eq!(number(&unfused, "gflop"), number(&fused, "gflop"));
+}
+
+#[test]
+fn bench_profile_lists_every_kernel_call() {
+    let v = bench_json(&[
+        "bench",
+        TAIL,
+        "--iterations",
+        "2",
+        "--profile",
+        "--threads",
+        "2",
+        "--kernels",
+        "cranelift",
+        "--json",
+    ]);
+    let rows = v["profile"].as_array().expect("a profile array");
+    assert_eq!(rows.len() as f64, number(&v, "kernel_calls"));
+    assert!(rows
+        .iter()
+        .any(|r| r["op"].as_str().is_some_and(|op| op.contains("conv2d"))));
+    assert_eq!(v["kernels"], "cranelift");
+    assert_eq!(v["threads"], 2);
+
+    let text = ok(&smelt(&[
+        "bench",
+        "tail:8,8",
+        "--iterations",
+        "2",
+        "--profile",
+    ]));
+    for needle in [
+        "latency  median",
+        "% of the f32x4 peak",
+        "compile",
+        "total of the kernel calls",
+    ] {
+        assert!(text.contains(needle), "no '{needle}' in:\n{text}");
+    }
+}
+
+#[test]
+fn bench_rejects_bad_models_by_name() {
+    let err = failure(&smelt(&["bench", "tail:0,5"]));
+    assert!(err.contains("tail:C,HW"), "{err}");
+    let err = failure(&smelt(&["bench", "no/such/model.onnx"]));
+    assert!(err.contains("no/such/model.onnx"), "{err}");
+    let err = failure(&smelt(&["bench", "tail:8,8", "--iterations", "0"]));
+    assert!(err.contains("--iterations"), "{err}");
+}
+
+#[test]
+fn dump_loops_prints_every_kernel_and_dump_clif_writes_one_file_each() {
+    let loops = ok(&smelt(&["opt", TAIL, "--elide-weights", "--dump-loops"]));
+    let kernels: Vec<&str> = loops
+        .lines()
+        .filter_map(|l| l.strip_prefix("kernel @"))
+        .collect();
+    assert!(!kernels.is_empty(), "no kernels in:\n{loops}");
+    assert!(loops.contains("steps:"), "{loops}");
+    assert!(loops.contains("func @tail"), "the module is printed too");
+
+    let dir = tempfile::tempdir().unwrap();
+    let clif_dir = dir.path().join("clif");
+    ok(&smelt(&[
+        "opt",
+        TAIL,
+        "--dump-clif",
+        clif_dir.to_str().unwrap(),
+    ]));
+    let mut files: Vec<_> = std::fs::read_dir(&clif_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), kernels.len(), "{files:?}");
+    for f in &files {
+        assert_eq!(f.extension().and_then(|e| e.to_str()), Some("clif"));
+        let text = std::fs::read_to_string(f).unwrap();
+        assert!(text.starts_with("; kernel "), "{}", f.display());
+        assert!(
+            text.contains("function ") && text.contains("return"),
+            "{text}"
+        );
+    }
+
+    let out_dir = dir.path().join("out");
+    let run = ok(&smelt(&[
+        "run",
+        TAIL,
+        "--random-inputs",
+        "1",
+        "--output-dir",
+        out_dir.to_str().unwrap(),
+        "--dump-loops",
+    ]));
+    assert!(run.contains("steps:") && run.contains("y.npy"), "{run}");
+    let err = failure(&smelt(&[
+        "run",
+        TAIL,
+        "--random-inputs",
+        "1",
+        "--output-dir",
+        out_dir.to_str().unwrap(),
+        "--interp",
+        "--dump-loops",
+    ]));
+    assert!(err.contains("--interp"), "{err}");
+}
