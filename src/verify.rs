@@ -300,11 +300,9 @@ impl VerifyReport {
 /// interpreter failing); a JIT that cannot compile the model is reported in
 /// [`VerifyReport::jit_error`] and fails the report.
 pub fn verify(module: &Module, opts: &VerifyOptions) -> Result<VerifyReport, Error> {
-    let func = module.entry().ok_or_else(|| {
-        Error::InvalidArgument(
-            "the module has no entry function (none at all, or several and no @main)".to_string(),
-        )
-    })?;
+    let func = module
+        .entry()
+        .ok_or_else(|| Error::InvalidArgument(module.no_entry_reason()))?;
     let (inputs, input_infos) = make_inputs(func, opts)?;
 
     let mut fused = module.clone();

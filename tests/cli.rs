@@ -207,3 +207,35 @@ fn demo_runs_every_stage_and_verifies() {
     assert!(out.contains("fused conv2d %x"), "{out}");
     assert!(out.contains("all stages agree"), "{out}");
 }
+
+#[test]
+fn bad_onnx_files_exit_1_with_a_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let random = dir.path().join("random.onnx");
+    std::fs::write(
+        &random,
+        smelt::npy::encode(&Tensor::new([64], random_f32(9, 64, -1.0, 1.0)).unwrap()),
+    )
+    .unwrap();
+    let empty = dir.path().join("empty.onnx");
+    std::fs::write(&empty, b"").unwrap();
+    for model in [&random, &empty] {
+        let o = smelt(&[
+            "run",
+            model.to_str().unwrap(),
+            "--random-inputs",
+            "1",
+            "--output-dir",
+            "unused",
+        ]);
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "{}: {}",
+            model.display(),
+            stderr(&o)
+        );
+        let err = stderr(&o);
+        assert!(!err.is_empty() && !err.contains("panicked"), "{err}");
+    }
+}

@@ -172,4 +172,17 @@ impl Module {
             _ => self.func("main"),
         }
     }
+
+    /// Why [`Module::entry`] found nothing, for error messages.
+    pub fn no_entry_reason(&self) -> String {
+        if self.funcs.is_empty() {
+            "the module has no function".to_string()
+        } else {
+            let names: Vec<_> = self.funcs.iter().map(|f| format!("@{}", f.name)).collect();
+            format!(
+                "the module has several functions ({}) and none is called @main",
+                names.join(", ")
+            )
+        }
+    }
 }

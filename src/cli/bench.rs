@@ -207,7 +207,7 @@ fn parse_tail(spec: &str) -> Option<(usize, usize)> {
 fn module_flops(module: &Module) -> Result<u64> {
     let func = module
         .entry()
-        .ok_or_else(|| anyhow!("the model has several functions and none is called @main"))?;
+        .ok_or_else(|| anyhow!(module.no_entry_reason()))?;
     Ok(func
         .insts
         .iter()

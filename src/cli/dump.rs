@@ -46,7 +46,7 @@ impl DumpArgs {
 pub fn write_clif(module: &Module, dir: &Path) -> Result<usize> {
     let func = module
         .entry()
-        .ok_or_else(|| anyhow!("the module has several functions and none is called @main"))?;
+        .ok_or_else(|| anyhow!(module.no_entry_reason()))?;
     let program = lower::lower(module, func).map_err(|d| anyhow!("{d}"))?;
     let target = TargetDesc::host()?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;

@@ -36,12 +36,9 @@ pub struct RunArgs {
 /// Runs `smelt run`.
 pub fn main(a: RunArgs) -> Result<()> {
     let module = a.model.load()?;
-    let func = module.entry().ok_or_else(|| {
-        anyhow!(
-            "{}: no function @main, and more than one function",
-            a.model.model.display()
-        )
-    })?;
+    let func = module
+        .entry()
+        .ok_or_else(|| anyhow!("{}: {}", a.model.model.display(), module.no_entry_reason()))?;
     let mut given = read_inputs(&a.inputs)?;
     for (name, _) in &given {
         if !func.params.iter().any(|p| &p.name == name) {
