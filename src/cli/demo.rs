@@ -112,7 +112,7 @@ pub fn run() -> Result<()> {
     println!("\n5. run (median of {RUNS}, after warm-up, 1 thread):");
     println!("   JIT fused     {fused_ms:8.3} ms");
     println!(
-        "   JIT unfused   {unfused_ms:8.3} ms   (fused is {:.2}x faster)",
+        "   JIT unfused   {unfused_ms:8.3} ms   (speedup from fusion: {:.2}x)",
         unfused_ms / fused_ms
     );
     println!("   interpreter   {interp_ms:8.3} ms   (one run, unfused, f64 accumulation)");
