@@ -788,7 +788,8 @@ impl Op {
                 let t = operands[1];
                 let (o, cg) = (w.dims[0], w.dims[1]);
                 let c = t.num_elements();
-                let groups_fit = cg > 0 && c >= cg && c.is_multiple_of(cg) && o.is_multiple_of(c / cg);
+                let groups_fit =
+                    cg > 0 && c >= cg && c.is_multiple_of(cg) && o.is_multiple_of(c / cg);
                 if !groups_fit {
                     return Err(format!(
                         "conv_shift_bias: {t} has no whole number of groups of the {cg} input channels of weight {w}"

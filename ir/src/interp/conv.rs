@@ -108,6 +108,27 @@ fn axpy(weight: f64, x: &[f32], acc: &mut [f64]) {
     }
 }
 
+/// `b[o] = sum over c, kh, kw of w[o,c,kh,kw] * t[group(o) * C/g + c]`, in f64: the bias a
+/// per-input-channel shift `t` adds through an unpadded conv with weight `w[O,C/g,KH,KW]`.
+pub(super) fn conv_shift_bias(w: &Arg, t: &[f32]) -> Vec<f32> {
+    let (o, cg) = (w.dims[0], w.dims[1]);
+    let k: usize = w.dims[2..].iter().product();
+    let groups = t.len().checked_div(cg).unwrap_or(1).max(1);
+    let per_group = (o / groups).max(1);
+    (0..o)
+        .map(|oc| {
+            let first = (oc / per_group) * cg;
+            let mut acc = 0.0f64;
+            for c in 0..cg {
+                let shift = t[first + c] as f64;
+                let row = &w.data[(oc * cg + c) * k..(oc * cg + c + 1) * k];
+                acc += row.iter().map(|&v| v as f64).sum::<f64>() * shift;
+            }
+            acc as f32
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::valid_range;
@@ -134,25 +155,4 @@ mod tests {
             }
         }
     }
-}
-
-/// `b[o] = sum over c, kh, kw of w[o,c,kh,kw] * t[group(o) * C/g + c]`, in f64: the bias a
-/// per-input-channel shift `t` adds through an unpadded conv with weight `w[O,C/g,KH,KW]`.
-pub(super) fn conv_shift_bias(w: &Arg, t: &[f32]) -> Vec<f32> {
-    let (o, cg) = (w.dims[0], w.dims[1]);
-    let k: usize = w.dims[2..].iter().product();
-    let groups = t.len().checked_div(cg).unwrap_or(1).max(1);
-    let per_group = (o / groups).max(1);
-    (0..o)
-        .map(|oc| {
-            let first = (oc / per_group) * cg;
-            let mut acc = 0.0f64;
-            for c in 0..cg {
-                let shift = t[first + c] as f64;
-                let row = &w.data[(oc * cg + c) * k..(oc * cg + c + 1) * k];
-                acc += row.iter().map(|&v| v as f64).sum::<f64>() * shift;
-            }
-            acc as f32
-        })
-        .collect()
 }
