@@ -458,7 +458,6 @@ fn interpreter_propagates_nan_through_relu_clip_min_max() {
 }
 
 #[test]
-#[ignore = "known bug, reported (issue 7): the JIT drops NaN where the interpreter propagates it; run with --ignored"]
 fn nan_and_inf_flow_through_unary_ops_in_the_jit_as_in_the_interpreter() {
     let x = Tensor::new([SPECIALS.len()], SPECIALS.to_vec()).expect("input");
     let mut bad = Vec::new();
@@ -473,7 +472,6 @@ fn nan_and_inf_flow_through_unary_ops_in_the_jit_as_in_the_interpreter() {
 }
 
 #[test]
-#[ignore = "known bug, reported (issue 7): the JIT drops NaN where the interpreter propagates it; run with --ignored"]
 fn nan_and_inf_flow_through_binary_ops_in_the_jit_as_in_the_interpreter() {
     let n = SPECIALS.len();
     // every pair (a, b) of specials
@@ -513,7 +511,6 @@ fn pool_module(op: Op, dims: [usize; 4]) -> Module {
 }
 
 #[test]
-#[ignore = "known bug, reported (issue 7): the JIT drops NaN where the interpreter propagates it; run with --ignored"]
 fn nan_and_inf_flow_through_pools_and_softmax_in_the_jit_as_in_the_interpreter() {
     let dims = [1, 2, 2, 4];
     let x = Tensor::new(dims, SPECIALS.iter().chain(&SPECIALS).copied().collect()).expect("x");
@@ -567,7 +564,6 @@ fn max_pool_windows_entirely_in_padding_agree_in_the_jit_and_the_interpreter() {
 }
 
 #[test]
-#[ignore = "known bug, reported (issue 7): the JIT drops NaN where the interpreter propagates it; run with --ignored"]
 fn nan_input_through_a_fused_conv_relu_tail_agrees() {
     let (mut module, mut input) = conv_bn(&[1.0, 0.5], 1e-5);
     input.data[5] = f32::NAN;
@@ -640,4 +636,29 @@ fn onnx_shape_outputs_round_trip_through_the_text_form() {
     let again = text::parse(&printed, "printed.tir")
         .unwrap_or_else(|d| panic!("{}\n{printed}", d.render(Some(&printed))));
     assert_eq!(text::print(&again, &PrintOptions::default()), printed);
+}
+
+#[test]
+fn onnx_inputs_and_outputs_need_unique_non_empty_names() {
+    // import_onnx fuzzer: an input named "" became a parameter the verifier rejects.
+    let empty_input = model(GraphProto {
+        input: vec![float_input("", &[2])],
+        node: vec![node("Relu", &[""], "y")],
+        output: vec![output("y")],
+        ..Default::default()
+    });
+    assert_eq!(onnx_code(&empty_input), "onnx-bad-model");
+    let twice = model(GraphProto {
+        input: vec![float_input("x", &[2])],
+        node: vec![node("Relu", &["x"], "y")],
+        output: vec![output("y"), output("y")],
+        ..Default::default()
+    });
+    assert_eq!(onnx_code(&twice), "onnx-bad-model");
+    let empty_output = model(GraphProto {
+        input: vec![float_input("x", &[2])],
+        output: vec![output("")],
+        ..Default::default()
+    });
+    assert_eq!(onnx_code(&empty_output), "onnx-bad-model");
 }

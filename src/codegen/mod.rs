@@ -8,15 +8,15 @@
 //! address arithmetic is left in inner loops but those bumps. Loads
 //! from read-only arguments are marked `readonly + notrap + can_move` so Cranelift may
 //! hoist and fold them; loops test at the top; `max(x, 0)` is emitted as the
-//! `bitselect(fcmp lt 0 x, x, 0)` pattern that becomes one `maxps`; `fma` becomes
+//! NaN-propagating select pattern (`x < 0 ? 0 : x`); `fma` becomes
 //! `fmul + fadd` when the target lacks AVX+FMA (never the `fmaf` libcall).
 
 use std::collections::{BTreeSet, HashMap};
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
-    types, AbiParam, Endianness, Function, InstBuilder, MemFlagsData, Type, UserFuncName,
-    Value as ClifValue,
+    types, AbiParam, Endianness, Function, InstBuilder, InstructionData, MemFlagsData, Opcode,
+    Type, UserFuncName, Value as ClifValue,
 };
 use cranelift_codegen::isa::{OwnedTargetIsa, TargetIsa};
 use cranelift_codegen::settings::{self, Configurable};
@@ -823,9 +823,45 @@ impl Gen<'_, '_> {
             BinOp::Sub => self.fb.ins().fsub(a, b),
             BinOp::Mul => self.fb.ins().fmul(a, b),
             BinOp::Div => self.fb.ins().fdiv(a, b),
-            // a > b ? a : b, written as (b < a) ? a : b: max(x, 0) is `fcmp lt 0, x`.
-            BinOp::Max => self.select(FloatCC::LessThan, b, a, a, b),
-            BinOp::Min => self.select(FloatCC::LessThan, a, b, a, b),
+            // NaN propagates from either operand, as in the interpreter (numpy's maximum):
+            // `a < b ? b : a` keeps a NaN `a` (the compare is false); a NaN `b` needs one
+            // more select, skipped when `b` is a number constant (relu, clip bounds).
+            BinOp::Max => {
+                let r = self.select(FloatCC::LessThan, a, b, b, a);
+                self.propagate_nan_of(b, r)
+            }
+            BinOp::Min => {
+                let r = self.select(FloatCC::LessThan, b, a, b, a);
+                self.propagate_nan_of(b, r)
+            }
+        }
+    }
+
+    /// `b` if it is NaN, else `r`; nothing to emit when `b` is a constant number.
+    fn propagate_nan_of(&mut self, b: ClifValue, r: ClifValue) -> ClifValue {
+        if self.is_number_constant(b) {
+            r
+        } else {
+            self.select(FloatCC::Unordered, b, b, b, r)
+        }
+    }
+
+    /// Whether `v` is an `f32const` that is not NaN, or a splat of one.
+    fn is_number_constant(&self, v: ClifValue) -> bool {
+        let dfg = &self.fb.func.dfg;
+        let Some(inst) = dfg.value_def(v).inst() else {
+            return false;
+        };
+        match dfg.insts[inst] {
+            InstructionData::UnaryIeee32 {
+                opcode: Opcode::F32const,
+                imm,
+            } => !f32::from_bits(imm.bits()).is_nan(),
+            InstructionData::Unary {
+                opcode: Opcode::Splat,
+                arg,
+            } => self.is_number_constant(arg),
+            _ => false,
         }
     }
 
@@ -840,6 +876,7 @@ impl Gen<'_, '_> {
         };
         let lo = self.constant(-87.3, ty);
         let hi = self.constant(88.3, ty);
+        let input = x;
         let x = self.binary(BinOp::Max, x, lo);
         let x = self.binary(BinOp::Min, x, hi);
         // t = x·log2(e) + 1.5·2^23 rounds n = round(x·log2 e) into t's low mantissa bits.
@@ -880,6 +917,11 @@ impl Gen<'_, '_> {
         let e = self.fb.ins().iadd(tbits, bias);
         let e = self.fb.ins().ishl_imm_u(e, 23);
         let scale = self.fb.ins().bitcast(ty, flags, e);
-        self.fb.ins().fmul(y, scale)
+        let y = self.fb.ins().fmul(y, scale);
+        // Past ln(f32::MAX) e^x overflows to +inf, as the interpreter's does (so that
+        // sigmoid(-inf) is exactly 0 and silu(-inf) = -inf·0 is NaN, not -inf).
+        let overflow = self.constant(88.722_84, ty);
+        let inf = self.constant(f32::INFINITY, ty);
+        self.select(FloatCC::GreaterThan, input, overflow, inf, y)
     }
 }
