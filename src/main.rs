@@ -28,6 +28,10 @@ enum Command {
     Bench(cli::bench::BenchArgs),
     /// Check fusion rules numerically (built-in, or those of FILE); exit 1 if one is unsound.
     CheckRules(cli::check_rules::CheckRulesArgs),
+    /// Explain fusion: what fused (rules, merged ops), what a guard refused and why, what lost in extraction.
+    Explain(cli::explain::ExplainArgs),
+    /// Write Graphviz DOT of a model's graph, as loaded or after fusion (--fused).
+    Dot(cli::dot::DotArgs),
     /// Build a small ResNet-style network in code and show every stage working on it.
     Demo,
 }
@@ -40,6 +44,8 @@ fn main() -> ExitCode {
         Command::Verify(a) => cli::verify::main(a),
         Command::Bench(a) => cli::bench::main(a),
         Command::CheckRules(a) => cli::check_rules::main(a),
+        Command::Explain(a) => cli::explain::main(a),
+        Command::Dot(a) => cli::dot::main(a),
         Command::Demo => cli::demo::run(),
     };
     match result {

@@ -46,6 +46,16 @@ impl AlignedBuf {
         }
     }
 
+    /// A buffer of `len` f32 elements written by `fill`, which receives them zeroed. The
+    /// zeroed pages come from the allocator untouched, so the data is written once — no
+    /// staging vector, no copy (what const folding of large weights needs).
+    pub fn from_f32_with(len: usize, fill: impl FnOnce(&mut [f32])) -> AlignedBuf {
+        let len_bytes = len * 4;
+        let mut lines = bytemuck::zeroed_vec::<Line>(len_bytes.div_ceil(64));
+        fill(&mut bytemuck::cast_slice_mut::<Line, f32>(&mut lines)[..len]);
+        AlignedBuf { lines, len_bytes }
+    }
+
     /// The bytes.
     pub fn as_bytes(&self) -> &[u8] {
         &bytemuck::cast_slice::<Line, u8>(&self.lines)[..self.len_bytes]

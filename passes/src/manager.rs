@@ -164,7 +164,10 @@ impl<'a> PassManager<'a> {
     }
 
     /// Runs every pass in order.
+    /// The fusion reports this run adds get the op counts of the final module as their
+    /// `ops_after`, so they describe the whole pipeline's result.
     pub fn run(&mut self, module: &mut Module, cx: &mut PassContext) -> Result<(), PassError> {
+        let first_report = cx.fusion_reports.len();
         for pass in &self.passes {
             pass.run(module, cx)?;
             if let Some(verify) = self.verifier {
@@ -175,6 +178,11 @@ impl<'a> PassManager<'a> {
             }
             if let Some(dump) = self.dump.as_mut() {
                 dump(pass.name(), module);
+            }
+        }
+        for report in &mut cx.fusion_reports[first_report..] {
+            if let Some(func) = module.funcs.iter().find(|f| f.name == report.func) {
+                report.ops_after = crate::fusion::op_counts(func);
             }
         }
         Ok(())

@@ -4,7 +4,9 @@
 pub mod bench;
 pub mod check_rules;
 pub mod demo;
+pub mod dot;
 pub mod dump;
+pub mod explain;
 pub mod import;
 pub mod opt;
 pub mod run;

@@ -21,6 +21,9 @@ pub struct GuardContext {
     pub values: Vec<(Id, usize)>,
     /// Values of weights with at most 16 elements, by weight id.
     pub small_weights: Vec<Option<Vec<f32>>>,
+    /// For each input value: how the user names it in guard reasons (`%x` for a
+    /// parameter, `@w` for a weight, the op's location otherwise; empty when unknown).
+    pub labels: Vec<String>,
 }
 
 impl GuardContext {
@@ -33,6 +36,42 @@ impl GuardContext {
             .filter(|(id, _)| egraph.find(*id) == class)
             .map(|(_, n)| *n)
             .max()
+    }
+
+    /// The user's name of the earliest input value in `class`, if it has one.
+    fn label(&self, egraph: &FusionGraph, class: Id) -> Option<&str> {
+        let class = egraph.find(class);
+        self.values
+            .iter()
+            .zip(&self.labels)
+            .find(|((id, _), label)| !label.is_empty() && egraph.find(*id) == class)
+            .map(|(_, label)| label.as_str())
+    }
+
+    /// A short description of a class for guard reasons: its op, the user's name of the
+    /// value (when the input has it) and its type, e.g. `conv2d "conv3" tensor<...>`.
+    pub fn describe(&self, egraph: &FusionGraph, class: Id) -> String {
+        let data = &egraph[class].data;
+        let what = egraph[class]
+            .nodes
+            .first()
+            .map(|n| match n {
+                TensorNode::Op(k, _) => k.name().to_string(),
+                TensorNode::Param(_) => "parameter".to_string(),
+                TensorNode::Weight(_) => "const".to_string(),
+                TensorNode::Attr(_) => "attributes".to_string(),
+            })
+            .unwrap_or_default();
+        let mut out = what;
+        if let Some(label) = self.label(egraph, class) {
+            out.push(' ');
+            out.push_str(label);
+        }
+        if let Some(t) = &data.ty {
+            out.push(' ');
+            out.push_str(&t.to_string());
+        }
+        out
     }
 }
 
@@ -188,7 +227,7 @@ impl RuleApplier {
                         if !egraph[subst[*v]].data.is_const {
                             return refuse(format!(
                                 "{v} ({}) is not a compile-time constant",
-                                describe(egraph, subst[*v])
+                                self.context.describe(egraph, subst[*v])
                             ));
                         }
                     }
@@ -239,8 +278,8 @@ impl RuleApplier {
                         return refuse(format!(
                             "{} ({}) is not a per-channel constant of {}",
                             g.vars[0],
-                            describe(egraph, c),
-                            describe(egraph, y)
+                            self.context.describe(egraph, c),
+                            self.context.describe(egraph, y)
                         ));
                     }
                 }
@@ -251,7 +290,7 @@ impl RuleApplier {
                     if rank.map(|r| r as f64) != Some(want) {
                         return refuse(format!(
                             "{v} ({}) does not have rank {want}",
-                            describe(egraph, subst[v])
+                            self.context.describe(egraph, subst[v])
                         ));
                     }
                 }
@@ -291,7 +330,7 @@ impl RuleApplier {
                             return refuse(format!(
                                 "{} ({}) has {n} consumers",
                                 g.vars[0],
-                                describe(egraph, v)
+                                self.context.describe(egraph, v)
                             ));
                         }
                     }
@@ -466,7 +505,7 @@ impl RuleApplier {
                 "anchor".into(),
                 format!(
                     "{} is not computed by an anchor op (conv2d, gemm, matmul, layer_norm, pool) or a fused op",
-                    describe(egraph, anchor_class)
+                    self.context.describe(egraph, anchor_class)
                 ),
             ));
         }
@@ -615,25 +654,6 @@ impl Applier<TensorNode, FusionAnalysis> for RuleApplier {
             vars.extend(g.vars.iter().copied());
         }
         vars.into_iter().collect()
-    }
-}
-
-/// A short description of a class for guard reasons: its op and type.
-pub fn describe(egraph: &FusionGraph, class: Id) -> String {
-    let data = &egraph[class].data;
-    let what = egraph[class]
-        .nodes
-        .first()
-        .map(|n| match n {
-            TensorNode::Op(k, _) => k.name().to_string(),
-            TensorNode::Param(_) => "parameter".to_string(),
-            TensorNode::Weight(_) => "const".to_string(),
-            TensorNode::Attr(_) => "attributes".to_string(),
-        })
-        .unwrap_or_default();
-    match &data.ty {
-        Some(t) => format!("{what} {t}"),
-        None => what,
     }
 }
 

@@ -806,6 +806,7 @@ fn compare(rule: &Rule, instance: &Instance, seed: u64) -> Comparison {
             .iter()
             .map(|(_, w)| (w.ty.num_elements() <= 16).then(|| w.f32s().to_vec()))
             .collect(),
+        labels: Vec::new(),
     });
     let Ok(rewrites) = compile_rules(
         std::slice::from_ref(rule),

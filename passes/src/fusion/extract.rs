@@ -152,34 +152,144 @@ fn greedy_tree(table: &CostTable) -> Choice {
     best.into_iter().map(|(c, (_, i))| (c, i)).collect()
 }
 
+/// A child class that has no entry in the cost table.
+const MISSING: usize = usize::MAX;
+
+/// The cost table in dense form for the search: classes by index (in
+/// [`CostTable::classes`] order), each node's children as class indices.
+struct Dense {
+    /// Dense index of every class of the table.
+    index: HashMap<Id, usize>,
+    /// Per class, per node: children (attribute leaf included, in node order).
+    kids: Vec<Vec<Vec<usize>>>,
+    /// Per class, per node: own cost.
+    costs: Vec<Vec<f64>>,
+}
+
+/// Scratch space of [`Dense::cost`], reused across calls.
+#[derive(Default)]
+struct Walk {
+    /// 0 = unseen, 1 = on the stack, 2 = done.
+    state: Vec<u8>,
+    stack: Vec<(usize, usize)>,
+}
+
+impl Dense {
+    fn new(table: &CostTable) -> Dense {
+        let index: HashMap<Id, usize> = table
+            .classes
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (*c, i))
+            .collect();
+        let mut kids = Vec::with_capacity(table.classes.len());
+        let mut costs = Vec::with_capacity(table.classes.len());
+        for c in &table.classes {
+            let list = &table.nodes[c];
+            kids.push(
+                list.iter()
+                    .map(|(n, _)| {
+                        n.children()
+                            .iter()
+                            .map(|k| index.get(k).copied().unwrap_or(MISSING))
+                            .collect()
+                    })
+                    .collect(),
+            );
+            costs.push(list.iter().map(|(_, cost)| *cost).collect());
+        }
+        Dense { index, kids, costs }
+    }
+
+    /// [`dag_cost`] over dense indices: the same walk in the same order (so the same
+    /// floating-point sum); `choice[c] == MISSING` means no choice. On success,
+    /// `walk.state[c] == 2` exactly for the classes reachable from the roots.
+    fn cost(&self, choice: &[usize], roots: &[usize], walk: &mut Walk) -> Option<f64> {
+        walk.state.clear();
+        walk.state.resize(self.kids.len(), 0);
+        walk.stack.clear();
+        let mut total = 0.0;
+        for &root in roots {
+            if root == MISSING {
+                return None;
+            }
+            if walk.state[root] == 2 {
+                continue;
+            }
+            walk.stack.push((root, 0));
+            walk.state[root] = 1;
+            while let Some(top) = walk.stack.last_mut() {
+                let (class, next) = *top;
+                let idx = *choice.get(class)?;
+                let children = self.kids[class].get(idx)?;
+                if let Some(&child) = children.get(next) {
+                    top.1 += 1;
+                    if child == MISSING {
+                        return None;
+                    }
+                    match walk.state[child] {
+                        1 => return None,
+                        0 => {
+                            walk.state[child] = 1;
+                            walk.stack.push((child, 0));
+                        }
+                        _ => {}
+                    }
+                } else {
+                    total += self.costs[class][idx];
+                    walk.state[class] = 2;
+                    walk.stack.pop();
+                }
+            }
+        }
+        Some(total)
+    }
+}
+
 /// Improves `choice` by single-class changes while the DAG cost drops.
-fn improve(table: &CostTable, mut choice: Choice, roots: &[Id]) -> Option<(Choice, f64)> {
-    let mut cost = dag_cost(table, &choice, roots)?;
-    let candidates: Vec<Id> = table
+///
+/// A class the current graph does not reach is skipped: changing its node cannot change
+/// the graph's cost, so trying it could only be refused.
+fn improve(table: &CostTable, choice: Choice, roots: &[Id]) -> Option<(Choice, f64)> {
+    let dense = Dense::new(table);
+    let mut current: Vec<usize> = table
         .classes
         .iter()
-        .copied()
-        .filter(|c| table.nodes[c].len() > 1)
+        .map(|c| choice.get(c).copied().unwrap_or(MISSING))
+        .collect();
+    let roots: Vec<usize> = roots
+        .iter()
+        .map(|r| dense.index.get(r).copied().unwrap_or(MISSING))
+        .collect();
+    let mut walk = Walk::default();
+    let mut cost = dense.cost(&current, &roots, &mut walk)?;
+    let mut reached: Vec<bool> = walk.state.iter().map(|s| *s == 2).collect();
+    let candidates: Vec<usize> = (0..dense.kids.len())
+        .filter(|c| dense.kids[*c].len() > 1)
         .collect();
     for _sweep in 0..8 {
         let mut improved = false;
         for &c in &candidates {
-            let Some(&current) = choice.get(&c) else {
+            let chosen = current[c];
+            if chosen == MISSING || !reached[c] {
                 continue;
-            };
-            for i in 0..table.nodes[&c].len() {
-                if i == current {
+            }
+            for i in 0..dense.kids[c].len() {
+                if i == chosen {
                     continue;
                 }
-                choice.insert(c, i);
-                match dag_cost(table, &choice, roots) {
+                current[c] = i;
+                match dense.cost(&current, &roots, &mut walk) {
                     Some(new) if better(new, cost) => {
                         cost = new;
                         improved = true;
+                        for (r, s) in reached.iter_mut().zip(&walk.state) {
+                            *r = *s == 2;
+                        }
                         break;
                     }
                     _ => {
-                        choice.insert(c, current);
+                        current[c] = chosen;
                     }
                 }
             }
@@ -188,6 +298,13 @@ fn improve(table: &CostTable, mut choice: Choice, roots: &[Id]) -> Option<(Choic
             break;
         }
     }
+    let choice = table
+        .classes
+        .iter()
+        .zip(&current)
+        .filter(|(_, i)| **i != MISSING)
+        .map(|(c, i)| (*c, *i))
+        .collect();
     Some((choice, cost))
 }
 

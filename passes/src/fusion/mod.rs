@@ -10,6 +10,8 @@ pub mod analysis;
 pub mod apply;
 pub mod check;
 pub mod cost;
+pub mod dot;
+pub mod explain;
 pub mod extract;
 pub mod lang;
 pub mod report;
@@ -31,6 +33,7 @@ use analysis::{FusionAnalysis, FusionGraph, Outcome, Provenance};
 use apply::{compile_rules, GuardContext};
 pub use check::{check_rule, check_rules, CheckOptions, RuleCheck, Verdict};
 pub use cost::CostModel;
+pub use explain::{explain_json, explain_text};
 use extract::{dag_cost, CostTable};
 use lang::{split_op, OpKind, TensorNode};
 pub use report::{FusionReport, FusionSite, LostFusion, NearMiss, RuleStat, StopReason};
@@ -237,7 +240,23 @@ pub fn op_summary(op: &Op) -> String {
     }
 }
 
-fn op_counts(func: &Func) -> BTreeMap<String, usize> {
+/// How the user names each value of `func` in guard reasons: `%name` for a parameter,
+/// `@name` for a weight, the op's location (node name or file:line:col) otherwise.
+fn value_labels(func: &Func, weights: &WeightStore) -> Vec<String> {
+    let params = func.params.iter().map(|p| format!("%{}", p.name));
+    let insts = func.insts.iter().map(|inst| match (&inst.op, &inst.loc) {
+        (Op::Const(w), _) => weights
+            .get(*w)
+            .map(|w| format!("@{}", w.name))
+            .unwrap_or_default(),
+        (_, Location::Unknown) => String::new(),
+        (_, loc) => loc.to_string(),
+    });
+    params.chain(insts).collect()
+}
+
+/// Op counts of `func`, by mnemonic.
+pub fn op_counts(func: &Func) -> BTreeMap<String, usize> {
     let mut m = BTreeMap::new();
     for inst in &func.insts {
         *m.entry(inst.op.name().to_string()).or_insert(0) += 1;
@@ -293,6 +312,7 @@ pub fn fuse_func(
                 (w.ty.dtype == DType::F32 && w.ty.num_elements() <= 16).then(|| w.f32s().to_vec())
             })
             .collect(),
+        labels: value_labels(func, weights),
     });
     let rewrites = compile_rules(&rules, &mut egraph.analysis.attrs, &context).map_err(|m| {
         PassError::Internal {
@@ -766,11 +786,13 @@ fn emit(
                             internal(format!("extracted '{}' is ill-typed: {m}", op.name()))
                         })?;
                     let prov = FusionAnalysis::provenance_of(egraph, node);
-                    let merged: Vec<Location> = prov
+                    let merged_insts: Vec<&Inst> = prov
                         .insts
                         .iter()
-                        .filter_map(|i| input.insts.get(*i).map(|inst| inst.loc.clone()))
+                        .filter_map(|i| input.insts.get(*i))
                         .collect();
+                    let merged: Vec<Location> =
+                        merged_insts.iter().map(|inst| inst.loc.clone()).collect();
                     let loc = Location::fuse(merged.clone());
                     // Weight-prep ops are folded away by const_fold; they are not sites.
                     if !prov.rules.is_empty() && !op.is_weight_prep() {
@@ -778,6 +800,10 @@ fn emit(
                             inst: out.insts.len(),
                             op: op_summary(&op),
                             rules: prov.rules.clone(),
+                            merged_ops: merged_insts
+                                .iter()
+                                .map(|inst| inst.op.name().to_string())
+                                .collect(),
                             merged,
                         });
                         site_classes.push(class);

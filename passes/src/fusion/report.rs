@@ -61,6 +61,8 @@ pub struct FusionSite {
     pub rules: Vec<String>,
     /// The locations of the input ops it merges, in program order.
     pub merged: Vec<Location>,
+    /// The mnemonics of the input ops it merges, parallel to `merged`.
+    pub merged_ops: Vec<String>,
 }
 
 /// A rule that matched but whose guard refused, at a site where it never fired.
@@ -123,15 +125,18 @@ pub struct FusionReport {
     pub cost_after: f64,
     /// Op counts of the input, by mnemonic.
     pub ops_before: BTreeMap<String, usize>,
-    /// Op counts of the output, by mnemonic.
+    /// Op counts of the output, by mnemonic: of the function at the end of the pipeline
+    /// that ran fusion (after `const_fold` and `dce` in the default pipeline, so folded
+    /// weight-prep ops are gone), or of fusion's own output when [`super::fuse_func`]
+    /// is called alone.
     pub ops_after: BTreeMap<String, usize>,
 }
 
-fn micros(s: f64) -> String {
+pub(crate) fn micros(s: f64) -> String {
     format!("{:.3} us", s * 1e6)
 }
 
-fn counts(m: &BTreeMap<String, usize>) -> String {
+pub(crate) fn counts(m: &BTreeMap<String, usize>) -> String {
     m.iter()
         .map(|(k, v)| format!("{k} {v}"))
         .collect::<Vec<_>>()
@@ -220,7 +225,7 @@ impl FusionReport {
 }
 
 /// Escapes a string for JSON.
-fn json_str(s: &str) -> String {
+pub(crate) fn json_str(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {
@@ -237,7 +242,7 @@ fn json_str(s: &str) -> String {
     out
 }
 
-fn json_counts(m: &BTreeMap<String, usize>) -> String {
+pub(crate) fn json_counts(m: &BTreeMap<String, usize>) -> String {
     let items: Vec<String> = m
         .iter()
         .map(|(k, v)| format!("{}: {v}", json_str(k)))
@@ -245,12 +250,12 @@ fn json_counts(m: &BTreeMap<String, usize>) -> String {
     format!("{{{}}}", items.join(", "))
 }
 
-fn json_list(items: impl IntoIterator<Item = String>) -> String {
+pub(crate) fn json_list(items: impl IntoIterator<Item = String>) -> String {
     format!("[{}]", items.into_iter().collect::<Vec<_>>().join(", "))
 }
 
 /// Seconds as a JSON number (finite; NaN becomes null).
-fn json_num(x: f64) -> String {
+pub(crate) fn json_num(x: f64) -> String {
     if x.is_finite() {
         format!("{x:e}")
     } else {
