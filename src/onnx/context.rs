@@ -64,7 +64,7 @@ impl<'m> Importer<'m> {
                 if let Some(v) = self.materialized.get(name) {
                     return Ok(*v);
                 }
-                if c.f32s().is_none() {
+                if !c.is_f32() {
                     return Err(plain_error(
                         "onnx-unsupported-dtype",
                         format!(
