@@ -25,7 +25,7 @@ use smelt_ir::graph::{Func, FuncResult, Module};
 use smelt_ir::interp;
 use smelt_ir::weights::random_f32;
 use smelt_ir::{ErrorStats, Op, Tensor, TensorType};
-use smelt_passes::fusion::{op_summary, FusionSite};
+use smelt_passes::fusion::{json_str, op_summary, FusionSite};
 
 use crate::{CompileOptions, Error, Executable, OptimizeOptions};
 
@@ -1128,24 +1128,6 @@ impl BisectReport {
             }
         }
     }
-}
-
-/// Escapes a string for JSON.
-fn json_str(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 /// A number as JSON (non-finite values become null, which JSON lacks numbers for).

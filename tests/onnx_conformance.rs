@@ -12,10 +12,11 @@
 //! Data: `scripts/gen_onnx_tests.py` writes it to `target/onnx-tests/conformance`; this
 //! test runs it through `$SMELT_PYTHON` (set by `scripts/test.sh`) when it is missing.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
 use prost::Message;
@@ -105,10 +106,6 @@ const FIRST_OUTPUT_ONLY: &[(&str, &str)] = &[
 const MAX_RTOL: f64 = 1e-3;
 const MAX_ATOL: f64 = 1e-7;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
 /// The generated data folder; generates it (once per process) with `$SMELT_PYTHON`
 /// if missing or stale.
 fn conformance_data() -> PathBuf {
@@ -117,31 +114,7 @@ fn conformance_data() -> PathBuf {
 }
 
 fn generate_data() -> PathBuf {
-    let dir = root().join("target/onnx-tests/conformance");
-    let stamp = std::fs::read_to_string(dir.join(".complete")).unwrap_or_default();
-    if stamp.trim() == "onnx 1.23.2" {
-        return dir;
-    }
-    let script = root().join("scripts/gen_onnx_tests.py");
-    let how = format!(
-        "run `scripts/test.sh`, or `scripts/setup-python.sh && .venv/bin/python {} {}`",
-        script.display(),
-        dir.display()
-    );
-    let python = std::env::var("SMELT_PYTHON").unwrap_or_else(|_| {
-        panic!("ONNX conformance data is missing and SMELT_PYTHON is not set: {how}")
-    });
-    let status = Command::new(&python)
-        .arg(&script)
-        .arg(&dir)
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run {python}: {e}; {how}"));
-    assert!(
-        status.success(),
-        "{} failed ({status}); {how}",
-        script.display()
-    );
-    dir
+    common::generated_data("conformance", "gen_onnx_tests.py", "onnx 1.23.2")
 }
 
 struct Case {

@@ -6,8 +6,9 @@
 //! Data: `scripts/make_models.py` writes it to `target/onnx-tests/models`; this test
 //! runs it through `$SMELT_PYTHON` (set by `scripts/test.sh`) when it is missing.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
 use smelt::ir::{interp, ErrorStats, Location, Module, Op, Tensor};
@@ -16,10 +17,6 @@ use smelt::onnx::{import, read_tensor, ImportOptions};
 /// Gate on FACTS.md's relative error: max |got − ref| / max |ref|.
 const MAX_RELATIVE: f64 = 1e-4;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
 /// The generated models folder; generates it (once per process) with `$SMELT_PYTHON`.
 fn models_dir() -> PathBuf {
     static DATA: OnceLock<PathBuf> = OnceLock::new();
@@ -27,31 +24,7 @@ fn models_dir() -> PathBuf {
 }
 
 fn generate() -> PathBuf {
-    let dir = root().join("target/onnx-tests/models");
-    let stamp = std::fs::read_to_string(dir.join(".complete")).unwrap_or_default();
-    if stamp.trim() == "onnx 1.23.2 onnxruntime 1.32.0" {
-        return dir;
-    }
-    let script = root().join("scripts/make_models.py");
-    let how = format!(
-        "run `scripts/test.sh`, or `scripts/setup-python.sh && .venv/bin/python {} {}`",
-        script.display(),
-        dir.display()
-    );
-    let python = std::env::var("SMELT_PYTHON").unwrap_or_else(|_| {
-        panic!("ONNX model test data is missing and SMELT_PYTHON is not set: {how}")
-    });
-    let status = Command::new(&python)
-        .arg(&script)
-        .arg(&dir)
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run {python}: {e}; {how}"));
-    assert!(
-        status.success(),
-        "{} failed ({status}); {how}",
-        script.display()
-    );
-    dir
+    common::generated_data("models", "make_models.py", "onnx 1.23.2 onnxruntime 1.32.0")
 }
 
 fn tensor(path: &Path) -> Tensor {

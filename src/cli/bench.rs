@@ -10,6 +10,7 @@ use clap::{Args, ValueEnum};
 use smelt::ir::weights::random_f32;
 use smelt::ir::{Module, Tensor};
 use smelt::models::{residual_tail, resnet, ResNetConfig};
+use smelt::passes::fusion::json_str;
 use smelt::runtime::KernelProfile;
 use smelt::{CompileOptions, Executable};
 
@@ -498,26 +499,6 @@ fn json_num(v: f64) -> String {
     } else {
         "null".into()
     }
-}
-
-fn json_str(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 #[cfg(test)]

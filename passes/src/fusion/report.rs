@@ -224,8 +224,9 @@ impl FusionReport {
     }
 }
 
-/// Escapes a string for JSON.
-pub(crate) fn json_str(s: &str) -> String {
+/// A JSON string literal for `s` (quotes, backslashes and control characters escaped):
+/// the one escaper behind every hand-written JSON report (fusion, explain, verify, bench).
+pub fn json_str(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {
