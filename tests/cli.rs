@@ -247,14 +247,21 @@ fn readme_user_rule_example_recognizes_and_fuses_hard_swish() {
     let model = "examples/rules/hard_swish_block.tir";
     let o = smelt(&["check-rules", rules]);
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
-    assert!(stdout(&o).contains("ok       recognize-hard-swish"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("ok       recognize-hard-swish"),
+        "{}",
+        stdout(&o)
+    );
 
     let without = stdout(&smelt(&["opt", model, "--elide-weights"]));
     assert!(!without.contains("hard_swish"), "{without}");
     let o = smelt(&["opt", model, "--rules", rules, "--elide-weights"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
-    assert!(out.contains("post [hard_swish]") && !out.contains("mul"), "{out}");
+    assert!(
+        out.contains("post [hard_swish]") && !out.contains("mul"),
+        "{out}"
+    );
     let o = smelt(&["verify", model, "--rules", rules]);
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
 }

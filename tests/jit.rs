@@ -150,7 +150,65 @@ fn fused_tail_over_conv_geometries() {
 /// Every post-op kind, with per-channel, scalar and full-tensor operands on either side.
 #[test]
 fn every_post_op_kind_is_applied_in_registers() {
-    let case = ConvCase::new(4, 5, [6, 9], 3);
+    // 5 output channels: the generic kernel (lane by lane); 8 channels with constant
+    // weights: the packed kernel, whose 4×4 tiles are transposed so the post-ops run on
+    // vectors along W (9 columns: two transposed quads and a one-column tail), batch 2
+    let mut packed = ConvCase::new(4, 8, [6, 9], 3);
+    packed.n = 2;
+    for case in [ConvCase::new(4, 5, [6, 9], 3), packed] {
+        check_every_post_op_kind(&case);
+    }
+}
+
+/// A NaN in the residual reaches the output through add, relu, max, min and clip in the
+/// packed kernel's transposed (vector) epilogue and in its scalar tail, as in the
+/// interpreter.
+#[test]
+fn nan_propagates_through_the_packed_conv_epilogue() {
+    let case = ConvCase::new(4, 8, [5, 9], 3);
+    let full = out_dims(&case);
+    let bin = |op| PostOp::Binary {
+        op,
+        acc_is_lhs: true,
+    };
+    let clip = UnaryOp::Clip {
+        min: F32(-0.25),
+        max: F32(0.5),
+    };
+    let posts: [(&str, Vec<PostOp>); 4] = [
+        ("add relu", add_relu()),
+        ("max", vec![bin(BinaryOp::Max)]),
+        ("min", vec![bin(BinaryOp::Min)]),
+        ("add clip", vec![bin(BinaryOp::Add), PostOp::Unary(clip)]),
+    ];
+    for (what, post) in posts {
+        let m = fused_conv_module(&case, &post, std::slice::from_ref(&full));
+        let mut inputs = random_inputs(&m, 21);
+        // columns 0, 5 (inside the transposed quads) and 8 (the tail) of several rows
+        // and channels
+        for i in [0, 5, 8, 9 + 5, 45 + 8, 3 * 45 + 9, 7 * 45 + 36 + 8] {
+            inputs[1].data[i] = f32::NAN;
+        }
+        let want = smelt_ir::interp::run(&m, &m.funcs[0], &inputs).expect("interprets");
+        let exe = Executable::compile(&m, None, &opts()).expect("compiles");
+        let got = exe.run(&inputs).expect("runs");
+        let (g, w) = (&got[0].data, &want[0].data);
+        assert!(
+            w.iter().any(|v| v.is_nan()),
+            "{what}: the case has NaN outputs"
+        );
+        for (i, (a, b)) in g.iter().zip(w).enumerate() {
+            assert_eq!(
+                a.is_nan(),
+                b.is_nan(),
+                "{what}: output {i}: jit {a}, interpreter {b}"
+            );
+        }
+    }
+}
+
+fn check_every_post_op_kind(case: &ConvCase) {
+    let case = case.clone();
     let full = out_dims(&case);
     let chan = vec![case.o, 1, 1];
     let scalar = vec![1];

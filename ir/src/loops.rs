@@ -233,6 +233,9 @@ pub enum Expr {
     Reduce(ReduceOp, Box<Expr>),
     /// One lane (0..4) of a vector, as a scalar.
     Lane(Box<Expr>, u8),
+    /// Lanes picked from two vectors: lane `i` of the result is lane `m[i]` of the
+    /// eight lanes `a ++ b` (`m[i] < 8`). Register tiles are transposed with these.
+    Shuffle(Box<Expr>, Box<Expr>, [u8; 4]),
 }
 
 impl Expr {
@@ -283,6 +286,11 @@ impl Expr {
     /// Lane `lane` (0..4) of the vector `x`.
     pub fn lane(x: Expr, lane: u8) -> Expr {
         Expr::Lane(Box::new(x), lane)
+    }
+
+    /// Lanes `m` of the eight lanes `a ++ b` (see [`Expr::Shuffle`]).
+    pub fn shuffle(a: Expr, b: Expr, m: [u8; 4]) -> Expr {
+        Expr::Shuffle(Box::new(a), Box::new(b), m)
     }
 
     /// Whether evaluating the expression twice costs nothing (a variable or a constant).
@@ -427,6 +435,8 @@ impl Kernel {
                 }
                 Expr::Reduce(_, x) => 3 + expr(x, vars),
                 Expr::Lane(x, _) => expr(x, vars),
+                // data movement, not arithmetic
+                Expr::Shuffle(a, b, _) => expr(a, vars) + expr(b, vars),
             }
         }
         fn lanes_of(e: &Expr, vars: &[Width]) -> u64 {
@@ -442,6 +452,7 @@ impl Kernel {
                         if_true, if_false, ..
                     } => width(if_true, vars).max(width(if_false, vars)),
                     Expr::Reduce(..) | Expr::Lane(..) => 1,
+                    Expr::Shuffle(..) => 4,
                 }
             }
             width(e, vars) as u64
@@ -640,6 +651,15 @@ impl CheckCx<'_> {
                 Width::F32x4 => Err(format!("lane {lane} of a 4-lane vector")),
                 Width::Scalar => Err("lane of a scalar".into()),
             },
+            Expr::Shuffle(a, b, m) => {
+                if same(self.expr(a)?, self.expr(b)?, "shuffle")? != Width::F32x4 {
+                    return Err("shuffle of scalars".into());
+                }
+                if m.iter().any(|&l| l >= 8) {
+                    return Err(format!("shuffle lanes {m:?} outside the 8 lanes of a ++ b"));
+                }
+                Ok(Width::F32x4)
+            }
         }
     }
 }
@@ -707,6 +727,9 @@ impl fmt::Display for Expr {
                 write!(f, "{n}({x})")
             }
             Expr::Lane(x, lane) => write!(f, "lane({x}, {lane})"),
+            Expr::Shuffle(a, b, [m0, m1, m2, m3]) => {
+                write!(f, "shuffle({a}, {b}, [{m0}, {m1}, {m2}, {m3}])")
+            }
         }
     }
 }
@@ -922,6 +945,35 @@ mod tests {
             b.store(y, Affine::var(i), v, Width::F32x4);
         });
         b.finish()
+    }
+
+    /// A kernel storing `shuffle(x[0..4], x[4..8], m)` (or of two scalars).
+    fn shuffle_kernel(m: [u8; 4], width: Width) -> Kernel {
+        let mut b = KernelBuilder::new("shuffle");
+        let x = b.arg("x", 8, Access::Read);
+        let y = b.arg("y", 4, Access::Write);
+        let v = Expr::shuffle(
+            Expr::load(x, Affine::constant(0), width),
+            Expr::load(x, Affine::constant(4), width),
+            m,
+        );
+        b.store(y, Affine::constant(0), v, Width::F32x4);
+        b.finish()
+    }
+
+    #[test]
+    fn shuffles_take_lanes_of_two_vectors() {
+        let ok = shuffle_kernel([0, 4, 1, 5], Width::F32x4);
+        assert!(ok.check().is_ok());
+        assert!(ok.to_string().contains("shuffle("), "{ok}");
+        let err = shuffle_kernel([0, 8, 1, 5], Width::F32x4)
+            .check()
+            .unwrap_err();
+        assert!(err.contains("outside the 8 lanes"), "{err}");
+        let err = shuffle_kernel([0, 1, 2, 3], Width::Scalar)
+            .check()
+            .unwrap_err();
+        assert!(err.contains("shuffle of scalars"), "{err}");
     }
 
     #[test]

@@ -15,8 +15,8 @@ use std::collections::{BTreeSet, HashMap};
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
-    types, AbiParam, Endianness, Function, InstBuilder, InstructionData, MemFlagsData, Opcode,
-    Type, UserFuncName, Value as ClifValue,
+    types, AbiParam, ConstantData, Endianness, Function, InstBuilder, InstructionData,
+    MemFlagsData, Opcode, Type, UserFuncName, Value as ClifValue,
 };
 use cranelift_codegen::isa::{OwnedTargetIsa, TargetIsa};
 use cranelift_codegen::settings::{self, Configurable};
@@ -544,6 +544,10 @@ impl Gen<'_, '_> {
                         expr(b, out);
                         expr(c, out);
                     }
+                    Expr::Shuffle(a, b, _) => {
+                        expr(a, out);
+                        expr(b, out);
+                    }
                     Expr::Select {
                         a,
                         b,
@@ -773,6 +777,11 @@ impl Gen<'_, '_> {
                 let x = self.expr(x);
                 self.fb.ins().extractlane(x, *lane)
             }
+            Expr::Shuffle(a, b, m) => {
+                let a = self.expr(a);
+                let b = self.expr(b);
+                self.shuffle(a, b, *m)
+            }
             Expr::Reduce(op, x) => {
                 let x = self.expr(x);
                 let lanes: Vec<ClifValue> =
@@ -786,6 +795,22 @@ impl Gen<'_, '_> {
                 self.binary(op, lo, hi)
             }
         }
+    }
+
+    /// Lanes `m` of `a ++ b`. Cranelift shuffles bytes, so the lanes become byte masks;
+    /// the x86 backend matches the transpose patterns to `punpck{l,h}{dq,qdq}` and
+    /// `shufps`.
+    fn shuffle(&mut self, a: ClifValue, b: ClifValue, m: [u8; 4]) -> ClifValue {
+        let flags = MemFlagsData::new().with_endianness(Endianness::Little);
+        let bytes: Vec<u8> = m
+            .iter()
+            .flat_map(|&lane| (0..4).map(move |k| lane * 4 + k))
+            .collect();
+        let mask = self.fb.func.dfg.immediates.push(ConstantData::from(bytes));
+        let a = self.fb.ins().bitcast(types::I8X16, flags, a);
+        let b = self.fb.ins().bitcast(types::I8X16, flags, b);
+        let r = self.fb.ins().shuffle(a, b, mask);
+        self.fb.ins().bitcast(types::F32X4, flags, r)
     }
 
     fn fma(&mut self, a: ClifValue, b: ClifValue, c: ClifValue) -> ClifValue {

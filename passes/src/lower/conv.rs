@@ -452,9 +452,9 @@ fn tile(
 /// A register tile is `V` vectors of output channels × `P` consecutive output pixels of
 /// one row: per input channel and tap, `V` weight vectors are loaded, each input pixel is
 /// loaded once and broadcast, and every accumulator gets one FMA. Strides and dilations
-/// only change the input addresses, so the input needs no phase split. The accumulators'
-/// lanes are extracted at the end (one output channel each) for the bias-free epilogue
-/// and the store.
+/// only change the input addresses, so the input needs no phase split. At the end, each
+/// group of 4 pixels' accumulators is transposed into vectors of one channel × 4 columns
+/// for the epilogue and vector stores along W; leftover pixels go lane by lane.
 struct PackedConv {
     /// Vectors of 4 output channels per tile.
     vecs: usize,
@@ -735,22 +735,62 @@ impl PackedConv {
             });
         }
         let out_plane = (g.oh * g.ow) as i64;
+        let out_index = |o: &Affine, col: &Affine| {
+            at.n.scale(g.o as i64 * out_plane)
+                .add(&o.scale(out_plane))
+                .add(&at.oh.scale(g.ow as i64))
+                .add(col)
+        };
         for (v, row_accs) in accs.iter().enumerate() {
+            // Groups of 4 pixels: a 4×4 transpose turns 4 accumulators (4 channels each)
+            // into 4 vectors of one channel × 4 consecutive columns, so the post-ops run
+            // on f32x4 and the stores are vector stores along W.
+            let quads = row_accs.len() / 4;
+            for quad in 0..quads {
+                let tile: Vec<Expr> = row_accs[4 * quad..4 * quad + 4]
+                    .iter()
+                    .map(|&acc| Expr::Var(acc))
+                    .collect();
+                let col = q0.plus(4 * quad as i64);
+                for (l, channel) in transpose4(b, &tile).into_iter().enumerate() {
+                    let o = at.o0.plus(4 * v as i64 + l as i64);
+                    let idx = [at.n.clone(), o.clone(), at.oh.clone(), col.clone()];
+                    let val = epi.apply(b, channel, &idx, w4);
+                    b.store(bufs.out, out_index(&o, &col), val, w4);
+                }
+            }
+            // the tail pixels, one lane at a time
             for l in 0..4 {
                 let o = at.o0.plus(4 * v as i64 + l);
-                for (p, &acc) in row_accs.iter().enumerate() {
+                for (p, &acc) in row_accs.iter().enumerate().skip(4 * quads) {
                     let col = q0.plus(p as i64);
                     let s = Expr::lane(Expr::Var(acc), l as u8);
                     let idx = [at.n.clone(), o.clone(), at.oh.clone(), col.clone()];
                     let val = epi.apply(b, s, &idx, Width::Scalar);
-                    let dst =
-                        at.n.scale(g.o as i64 * out_plane)
-                            .add(&o.scale(out_plane))
-                            .add(&at.oh.scale(g.ow as i64))
-                            .add(&col);
-                    b.store(bufs.out, dst, val, Width::Scalar);
+                    b.store(bufs.out, out_index(&o, &col), val, Width::Scalar);
                 }
             }
         }
     }
+}
+
+/// Transposes a 4×4 tile held in four vectors: lane `j` of result `i` is lane `i` of
+/// input `j`. Eight two-input shuffles (unpack low/high of lanes, then of lane pairs),
+/// each bound to a variable so no shuffle is emitted twice.
+fn transpose4(b: &mut KernelBuilder, rows: &[Expr]) -> Vec<Expr> {
+    let w4 = Width::F32x4;
+    let shuf = |b: &mut KernelBuilder, x: &Expr, y: &Expr, m: [u8; 4]| {
+        b.let_(Expr::shuffle(x.clone(), y.clone(), m), w4)
+    };
+    // [r0.0, r1.0, r0.1, r1.1], [r2.0, r3.0, r2.1, r3.1], and the same for lanes 2, 3
+    let lo01 = shuf(b, &rows[0], &rows[1], [0, 4, 1, 5]);
+    let lo23 = shuf(b, &rows[2], &rows[3], [0, 4, 1, 5]);
+    let hi01 = shuf(b, &rows[0], &rows[1], [2, 6, 3, 7]);
+    let hi23 = shuf(b, &rows[2], &rows[3], [2, 6, 3, 7]);
+    vec![
+        shuf(b, &lo01, &lo23, [0, 1, 4, 5]),
+        shuf(b, &lo01, &lo23, [2, 3, 6, 7]),
+        shuf(b, &hi01, &hi23, [0, 1, 4, 5]),
+        shuf(b, &hi01, &hi23, [2, 3, 6, 7]),
+    ]
 }
