@@ -3,11 +3,9 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 use smelt::codegen::{clif_text, TargetDesc};
-use smelt::ir::Module;
-use smelt::passes::lower;
 use smelt::Executable;
 
 /// Switches that show what the JIT compiles.
@@ -28,30 +26,26 @@ impl DumpArgs {
         self.dump_loops || self.dump_clif.is_some()
     }
 
-    /// Dumps what was asked for: `optimized` is the module `exe` was compiled from.
-    pub fn write(&self, optimized: &Module, exe: &Executable) -> Result<()> {
+    /// Dumps what was asked for about `exe`.
+    pub fn write(&self, exe: &Executable) -> Result<()> {
         if self.dump_loops {
             print!("{}", exe.dump_loops());
         }
         if let Some(dir) = &self.dump_clif {
-            let count = write_clif(optimized, dir)?;
+            let count = write_clif(exe, dir)?;
             eprintln!("wrote {count} .clif files to {}", dir.display());
         }
         Ok(())
     }
 }
 
-/// Writes one `.clif` file per kernel of the entry function of `module` into `dir`;
-/// returns how many.
-pub fn write_clif(module: &Module, dir: &Path) -> Result<usize> {
-    let func = module
-        .entry()
-        .ok_or_else(|| anyhow!(module.no_entry_reason()))?;
-    let program = lower::lower(module, func).map_err(|d| anyhow!("{d}"))?;
+/// Writes one `.clif` file per kernel of `exe` (the kernels it runs, not a second
+/// lowering) into `dir`; returns how many.
+pub fn write_clif(exe: &Executable, dir: &Path) -> Result<usize> {
     let target = TargetDesc::host()?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut used = BTreeSet::new();
-    for (i, kernel) in program.kernels.iter().enumerate() {
+    for (i, kernel) in exe.kernels().iter().enumerate() {
         let text = clif_text(kernel, &target)?;
         let mut stem = file_stem(&kernel.name);
         if !used.insert(stem.clone()) {
@@ -63,7 +57,7 @@ pub fn write_clif(module: &Module, dir: &Path) -> Result<usize> {
         std::fs::write(&path, header + &text)
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    Ok(program.kernels.len())
+    Ok(exe.kernels().len())
 }
 
 /// A file name for a kernel: its name with anything but letters, digits, `_`, `-` and `.`

@@ -79,7 +79,7 @@ pub fn main(a: OptArgs) -> Result<()> {
     }
     if a.dump.any() {
         let exe = smelt::Executable::compile(&module, None, &smelt::CompileOptions::default())?;
-        a.dump.write(&module, &exe)?;
+        a.dump.write(&exe)?;
     }
     Ok(())
 }

@@ -85,10 +85,8 @@ pub fn main(a: RunArgs) -> Result<()> {
         interp::run(&module, func, &inputs).map_err(|d| anyhow!("{d}"))?
     } else {
         let opts = a.fusion.options(None)?;
-        let mut optimized = module.clone();
-        smelt::optimize(&mut optimized, &opts, None)?;
-        let exe = smelt::Executable::compile(&optimized, None, &smelt::CompileOptions::default())?;
-        a.dump.write(&optimized, &exe)?;
+        let (exe, _) = smelt::compile(&module, &opts)?;
+        a.dump.write(&exe)?;
         exe.run(&inputs)?
     };
     std::fs::create_dir_all(&a.output_dir)

@@ -63,30 +63,7 @@ pub fn import(bytes: &[u8], opts: &ImportOptions) -> Result<Module, crate::Error
 /// from it during decoding and copied once, into the module's aligned weight buffers.
 pub fn import_bytes(bytes: Bytes, opts: &ImportOptions) -> Result<Module, crate::Error> {
     let model = decode_model(bytes).map_err(onnx_error)?;
-    let module = import_model(&model, opts);
-    release(model);
-    module.map_err(onnx_error)
-}
-
-/// Models whose initializers hold at least this many bytes are freed on another thread.
-const BACKGROUND_RELEASE_BYTES: usize = 16 << 20;
-
-/// Frees the decoded model, and with it the file buffer its weights were sliced from.
-/// Every weight has been copied into the module by now; unmapping a large buffer (≈10 ms
-/// for ResNet-50's 100 MB) is done on a short-lived thread the caller does not wait for.
-fn release(model: ModelProto) {
-    let raw_bytes: usize = model
-        .graph
-        .iter()
-        .flat_map(|g| &g.initializer)
-        .map(|t| t.raw_data.as_ref().map_or(0, Bytes::len))
-        .sum();
-    if raw_bytes >= BACKGROUND_RELEASE_BYTES {
-        // If no thread can be started, the closure (and the model) is dropped right here.
-        let _ = std::thread::Builder::new()
-            .name("smelt-onnx-release".into())
-            .spawn(move || drop(model));
-    }
+    import_model(&model, opts).map_err(onnx_error)
 }
 
 /// Reads and imports an ONNX model file.

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use smelt_ir::diag::Location;
+use smelt_ir::loops::Kernel;
 use smelt_ir::{AlignedBuf, Module, Tensor, TensorType};
 use smelt_passes::lower::{self, BufferKind, MemoryPlan, Program};
 
@@ -155,6 +156,8 @@ pub struct Executable {
     step_info: Vec<StepInfo>,
     times: CompileTimes,
     loops_text: String,
+    /// The loop IR of every distinct kernel, in compile order (for `--dump-clif`).
+    kernels: Vec<Kernel>,
     /// Dropped last: the code the step function pointers point into.
     code: CompiledKernels,
 }
@@ -307,6 +310,7 @@ impl Executable {
             step_info,
             times: CompileTimes::default(),
             loops_text: program.dump_loops(),
+            kernels: program.kernels.clone(),
             code,
         })
     }
@@ -324,6 +328,11 @@ impl Executable {
     /// Time spent compiling, by stage.
     pub fn compile_times(&self) -> CompileTimes {
         self.times
+    }
+
+    /// The loop IR of every distinct kernel this executable runs, as compiled.
+    pub fn kernels(&self) -> &[Kernel] {
+        &self.kernels
     }
 
     /// Number of distinct kernels (each compiled once) and of kernel calls per run.

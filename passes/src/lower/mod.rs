@@ -350,33 +350,10 @@ impl Cx<'_> {
         post_vals: &[Value],
         out: BufferId,
     ) -> Result<(), Diagnostic> {
-        let in_registers = match op {
-            Op::Conv2d(_)
-            | Op::Gemm(_)
-            | Op::MatMul
-            | Op::MaxPool2d(_)
-            | Op::AvgPool2d { .. }
-            | Op::GlobalAvgPool
-            | Op::Fused(_) => true,
-            Op::Const(_)
-            | Op::BatchNorm { .. }
-            | Op::Unary(_)
-            | Op::Binary(_)
-            | Op::LayerNorm { .. }
-            | Op::Flatten { .. }
-            | Op::Reshape { .. }
-            | Op::Transpose { .. }
-            | Op::Concat { .. }
-            | Op::Softmax { .. }
-            | Op::Reorder { .. }
-            | Op::BnFoldWeight { .. }
-            | Op::BnFoldBias { .. }
-            | Op::BnScale { .. }
-            | Op::BnShift { .. }
-            | Op::ChannelScale
-            | Op::ChannelVector
-            | Op::ConvShiftBias => false,
-        };
+        // Every anchor extends its register tile with the post-ops, except layer_norm,
+        // whose post-ops run as a second elementwise pass (see below).
+        let in_registers =
+            matches!(op, Op::Fused(_)) || (op.is_anchor() && !matches!(op, Op::LayerNorm { .. }));
         if !post.is_empty() && !in_registers {
             // The anchor's kernel has no register tile to extend: compute it, then apply
             // the post-ops in one elementwise pass.
