@@ -33,7 +33,7 @@ enum Command {
     /// Write Graphviz DOT of a model's graph, as loaded or after fusion (--fused).
     Dot(cli::dot::DotArgs),
     /// Build a small ResNet-style network in code and show every stage working on it.
-    Demo,
+    Demo(cli::demo::DemoArgs),
 }
 
 fn main() -> ExitCode {
@@ -46,7 +46,7 @@ fn main() -> ExitCode {
         Command::CheckRules(a) => cli::check_rules::main(a),
         Command::Explain(a) => cli::explain::main(a),
         Command::Dot(a) => cli::dot::main(a),
-        Command::Demo => cli::demo::run(),
+        Command::Demo(a) => cli::demo::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use smelt_ir::diag::Location;
-use smelt_ir::graph::{Func, FuncResult, Module};
+use smelt_ir::graph::{Func, Module};
 use smelt_ir::interp;
 use smelt_ir::weights::random_f32;
 use smelt_ir::{ErrorStats, Op, Tensor, TensorType};
@@ -335,7 +335,7 @@ pub fn verify(module: &Module, opts: &VerifyOptions) -> Result<VerifyReport, Err
         None => interp::run(&fused, fused_func, &inputs)?,
     };
     let (jit_fused, jit_error) = if opts.jit {
-        match jit_run(&fused, &func.name, &inputs, false) {
+        match jit_run(&fused, &func.name, &inputs) {
             Ok(out) => (Some(out), None),
             Err(e) => (None, Some(e.to_string())),
         }
@@ -511,23 +511,24 @@ fn compare(
     })
 }
 
-/// Compiles function `name` of `module` and runs it; with `keep_intermediates`, every
-/// intermediate gets its own memory.
-fn jit_run(
+/// Compiles function `name` of `module` and runs it.
+fn jit_run(module: &Module, name: &str, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
+    Executable::compile(module, Some(name), &CompileOptions::default())?.run(inputs)
+}
+
+/// Compiles function `name` of `module` keeping every intermediate, runs it, and returns
+/// each computed value by instruction index.
+fn jit_intermediates(
     module: &Module,
     name: &str,
     inputs: &[Tensor],
-    keep_intermediates: bool,
-) -> Result<Vec<Tensor>, Error> {
-    let exe = Executable::compile(
-        module,
-        Some(name),
-        &CompileOptions {
-            keep_intermediates,
-            ..CompileOptions::default()
-        },
-    )?;
-    exe.run(inputs)
+) -> Result<BTreeMap<usize, Tensor>, Error> {
+    let opts = CompileOptions {
+        keep_intermediates: true,
+        ..CompileOptions::default()
+    };
+    let (_, values) = Executable::compile(module, Some(name), &opts)?.run_keeping(inputs)?;
+    Ok(values.into_iter().map(|v| (v.inst, v.tensor)).collect())
 }
 
 /// The location an op of the fused module is compared under: the last user op it
@@ -694,36 +695,24 @@ fn per_layer(
     }
     skipped.sort_by_key(|s| s.inst);
 
-    // The JIT's intermediates: the fused function with every compared value as an
-    // extra result, compiled with its own memory per intermediate.
+    // The JIT's intermediates: the fused function compiled with its own memory per
+    // value, every value read back after one run.
     let (jit_values, jit_note) = if !opts.jit {
         (None, Some("the JIT legs are off".to_string()))
     } else {
-        let mut probe = fused.clone();
-        let result = match probe.funcs.iter_mut().find(|f| f.name == fused_func.name) {
-            None => Err(Error::Unsupported("the fused function disappeared".into())),
-            Some(f) => {
-                for &(i, _) in &compared {
-                    f.results.push(FuncResult {
-                        name: format!("verify_layer_{i}"),
-                        value: f.inst_value(i),
-                    });
-                }
-                jit_run(&probe, &fused_func.name, inputs, true)
-            }
-        };
-        match result {
-            Ok(out) => (Some(out), None),
+        match jit_intermediates(fused, &fused_func.name, inputs) {
+            Ok(values) => (Some(values), None),
             Err(e) => (
                 None,
-                Some(format!("the JIT could not run the layer probe: {e}")),
+                Some(format!(
+                    "the JIT could not run with intermediates kept: {e}"
+                )),
             ),
         }
     };
 
     let mut layers = Vec::with_capacity(compared.len());
-    let base = fused_func.results.len();
-    for (k, &(i, u)) in compared.iter().enumerate() {
+    for &(i, u) in &compared {
         let inst = &fused_func.insts[i];
         let op = op_summary(&inst.op);
         let (Some(got), Some(want)) = (
@@ -737,7 +726,7 @@ fn per_layer(
         };
         let jit = jit_values
             .as_ref()
-            .and_then(|v| v.get(base + k))
+            .and_then(|v| v.get(&i))
             .and_then(|t| ErrorStats::between_tensors(t, want).ok());
         let pass = interp_stats.relative <= opts.rtol
             && jit.as_ref().is_none_or(|j| j.relative <= opts.rtol);
@@ -826,7 +815,7 @@ fn probe(
         Error::Unsupported(format!("optimization removed function @{}", func.name))
     })?;
     let got = match oracle {
-        Run::JitFused => jit_run(&fused, &func.name, inputs, false)?,
+        Run::JitFused => jit_run(&fused, &func.name, inputs)?,
         Run::InterpFused | Run::InterpUnfused => interp::run(&fused, fused_func, inputs)?,
     };
     let mut worst = 0.0f64;

@@ -1,7 +1,8 @@
 //! The C API from C: the committed header matches cbindgen's output, and a C program
 //! (tests/capi/capi_test.c, built with `cc` against the cdylib) compiles the residual
 //! tail, runs it from 4 pthreads against expected values computed here, and gets error
-//! codes — never a crash — for every misuse it tries.
+//! codes — never a crash — for every misuse it tries. The embedding example
+//! (examples/c, built with its own Makefile) runs here too.
 //!
 //! Regenerate the header after changing src/capi.rs:
 //! `SMELT_UPDATE_HEADER=1 cargo test --release --test capi header`.
@@ -225,6 +226,40 @@ fn c_program_runs_the_tail_on_four_threads_and_survives_misuse() {
         stdout.contains("capi_test: all checks passed"),
         "{stdout}\n{stderr}"
     );
+}
+
+/// examples/c builds with its Makefile (warnings are errors here) against this test's
+/// cdylib and passes its own check: the JIT's output against a loop nest written in C.
+#[test]
+fn c_embedding_example_builds_runs_and_agrees_with_its_reference() {
+    let lib = cdylib();
+    let out = tempfile::tempdir().unwrap();
+    let make = Command::new("make")
+        .arg("-C")
+        .arg(common::root().join("examples/c"))
+        .arg("run")
+        .arg(format!("LIBDIR={}", lib.parent().unwrap().display()))
+        .arg(format!("OUT={}", out.path().display()))
+        .arg("CFLAGS=-std=c11 -O2 -Wall -Wextra -pedantic -Werror")
+        .output()
+        .expect("make is installed");
+    let stdout = String::from_utf8_lossy(&make.stdout);
+    let stderr = String::from_utf8_lossy(&make.stderr);
+    assert!(
+        make.status.success(),
+        "the C example failed ({}):\n{stdout}\n{stderr}",
+        make.status
+    );
+    // Its report: both errors, both error figures, and the final verdict.
+    for expected in [
+        "max abs error",
+        "relative error",
+        "input buffer one float short -> SMELT_STATUS_INVALID_ARGUMENT: input 0 (x) needs",
+        "no output buffer -> SMELT_STATUS_INVALID_ARGUMENT:",
+        "residual_block: OK",
+    ] {
+        assert!(stdout.contains(expected), "no '{expected}' in:\n{stdout}");
+    }
 }
 
 /// The same API called from Rust: misaligned buffers are rejected, and destroying a handle

@@ -265,3 +265,66 @@ fn readme_user_rule_example_recognizes_and_fuses_hard_swish() {
     let o = smelt(&["verify", model, "--rules", rules]);
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
 }
+
+/// `--threads` splits output tiles only, so `run` writes byte-identical results at 1, 2
+/// and the default (one per core) threads; `--interp` refuses it; a silly count is a usage
+/// error.
+#[test]
+fn run_threads_give_byte_identical_outputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |threads: Option<&str>| {
+        let out = dir
+            .path()
+            .join(format!("t{}", threads.unwrap_or("default")));
+        let mut args = vec![
+            "run",
+            TAIL,
+            "--random-inputs",
+            "3",
+            "--output-dir",
+            out.to_str().unwrap(),
+        ];
+        if let Some(t) = threads {
+            args.extend(["--threads", t]);
+        }
+        let o = smelt(&args);
+        assert!(o.status.success(), "--threads {threads:?}: {}", stderr(&o));
+        std::fs::read(out.join("y.npy")).unwrap()
+    };
+    let one = run(Some("1"));
+    assert_eq!(
+        one.len(),
+        128 + 16 * 14 * 14 * 4,
+        "a .npy of the tail's output"
+    );
+    assert!(one == run(Some("2")), "--threads 2 changed the output");
+    assert!(
+        one == run(None),
+        "the default thread count changed the output"
+    );
+
+    let o = smelt(&[
+        "run",
+        TAIL,
+        "--random-inputs",
+        "3",
+        "--interp",
+        "--threads",
+        "2",
+        "--output-dir",
+        "unused",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("drop --interp"), "{}", stderr(&o));
+    let o = smelt(&["run", TAIL, "--threads", "100000", "--output-dir", "unused"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+#[test]
+fn demo_takes_a_thread_count_and_reports_it() {
+    let o = smelt(&["demo", "--threads", "2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("after warm-up, 2 threads)"), "{out}");
+    assert!(out.contains("all stages agree"), "{out}");
+}

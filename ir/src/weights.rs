@@ -19,13 +19,43 @@ struct Line([u8; 64]);
 
 /// An immutable byte buffer whose start is 64-byte aligned (one cache line, and enough
 /// for any vector load), readable as `f32` or `i64` elements.
+///
+/// The bytes either belong to the buffer or are a 64-byte-aligned window of a larger
+/// shared buffer ([`AlignedBuf::share`], [`AlignedBuf::slice`]): the ONNX importer reads
+/// a model file once and its weights become windows of it, with no copy. A window keeps
+/// its whole base alive.
 #[derive(Clone)]
 pub struct AlignedBuf {
-    lines: Vec<Line>,
+    storage: Storage,
+    /// Offset of the first byte in `storage`, a multiple of 64.
+    start: usize,
     len_bytes: usize,
 }
 
+#[derive(Clone)]
+enum Storage {
+    Owned(Vec<Line>),
+    Shared(Arc<Vec<Line>>),
+}
+
+impl Storage {
+    fn lines(&self) -> &[Line] {
+        match self {
+            Storage::Owned(v) => v,
+            Storage::Shared(v) => v,
+        }
+    }
+}
+
 impl AlignedBuf {
+    fn owned(lines: Vec<Line>, len_bytes: usize) -> AlignedBuf {
+        AlignedBuf {
+            storage: Storage::Owned(lines),
+            start: 0,
+            len_bytes,
+        }
+    }
+
     /// Copies `values` into a new aligned buffer.
     pub fn from_f32(values: &[f32]) -> AlignedBuf {
         Self::from_bytes(bytemuck::cast_slice(values))
@@ -36,14 +66,20 @@ impl AlignedBuf {
         Self::from_bytes(bytemuck::cast_slice(values))
     }
 
-    /// Copies raw little-endian bytes into a new aligned buffer.
+    /// Copies raw little-endian bytes into a new aligned buffer. Zeroed memory comes
+    /// fresh from the allocator without a fill pass, so each byte is written once.
     pub fn from_bytes(bytes: &[u8]) -> AlignedBuf {
-        let mut lines = vec![Line([0; 64]); bytes.len().div_ceil(64)];
-        bytemuck::cast_slice_mut::<Line, u8>(&mut lines)[..bytes.len()].copy_from_slice(bytes);
-        AlignedBuf {
-            lines,
-            len_bytes: bytes.len(),
+        let mut buf = AlignedBuf::zeroed(bytes.len());
+        if let Some(dst) = buf.as_bytes_mut() {
+            dst.copy_from_slice(bytes);
         }
+        buf
+    }
+
+    /// A buffer of `len_bytes` zero bytes, owned (so [`AlignedBuf::as_bytes_mut`] gives
+    /// access to them until it is shared).
+    pub fn zeroed(len_bytes: usize) -> AlignedBuf {
+        AlignedBuf::owned(bytemuck::zeroed_vec(len_bytes.div_ceil(64)), len_bytes)
     }
 
     /// A buffer of `len` f32 elements written by `fill`, which receives them zeroed. The
@@ -53,27 +89,87 @@ impl AlignedBuf {
         let len_bytes = len * 4;
         let mut lines = bytemuck::zeroed_vec::<Line>(len_bytes.div_ceil(64));
         fill(&mut bytemuck::cast_slice_mut::<Line, f32>(&mut lines)[..len]);
-        AlignedBuf { lines, len_bytes }
+        AlignedBuf::owned(lines, len_bytes)
+    }
+
+    /// The bytes, writable, while the buffer owns them alone: `None` once it has been
+    /// shared ([`AlignedBuf::share`]) or when it is a window of another buffer.
+    pub fn as_bytes_mut(&mut self) -> Option<&mut [u8]> {
+        let lines = match &mut self.storage {
+            Storage::Owned(v) => v.as_mut_slice(),
+            Storage::Shared(a) => Arc::get_mut(a)?.as_mut_slice(),
+        };
+        let end = self.start + self.len_bytes;
+        Some(&mut bytemuck::cast_slice_mut::<Line, u8>(lines)[self.start..end])
+    }
+
+    /// The same bytes, now shareable: clones and [`AlignedBuf::slice`]s of the result
+    /// refer to them instead of copying.
+    pub fn share(self) -> AlignedBuf {
+        match self.storage {
+            Storage::Owned(v) => AlignedBuf {
+                storage: Storage::Shared(Arc::new(v)),
+                ..self
+            },
+            Storage::Shared(_) => self,
+        }
+    }
+
+    /// `len` bytes from byte `start` (a multiple of 64, else `None`; `None` out of
+    /// bounds too): a window of a shared buffer (no copy), a copy of an owned one.
+    pub fn slice(&self, start: usize, len: usize) -> Option<AlignedBuf> {
+        if !start.is_multiple_of(64) || start.checked_add(len)? > self.len_bytes {
+            return None;
+        }
+        match &self.storage {
+            Storage::Owned(_) => Some(AlignedBuf::from_bytes(&self.as_bytes()[start..start + len])),
+            Storage::Shared(a) => Some(AlignedBuf {
+                storage: Storage::Shared(a.clone()),
+                start: self.start + start,
+                len_bytes: len,
+            }),
+        }
+    }
+
+    /// `buf` itself, unless it is a window of less than half of a shared base: then an
+    /// owned copy, so that whoever keeps it for long (an executable) does not keep the
+    /// whole base (a model file) alive.
+    pub fn detached(buf: &Arc<AlignedBuf>) -> Arc<AlignedBuf> {
+        match &buf.storage {
+            Storage::Shared(base) if buf.len_bytes < base.len() * 64 / 2 => {
+                Arc::new(AlignedBuf::from_bytes(buf.as_bytes()))
+            }
+            _ => buf.clone(),
+        }
     }
 
     /// The bytes.
     pub fn as_bytes(&self) -> &[u8] {
-        &bytemuck::cast_slice::<Line, u8>(&self.lines)[..self.len_bytes]
+        &bytemuck::cast_slice::<Line, u8>(self.storage.lines())
+            [self.start..self.start + self.len_bytes]
     }
 
     /// The buffer as `f32` elements (trailing bytes that do not fill an element are ignored).
     pub fn as_f32(&self) -> &[f32] {
-        &bytemuck::cast_slice::<Line, f32>(&self.lines)[..self.len_bytes / 4]
+        let bytes = self.as_bytes();
+        bytemuck::cast_slice(&bytes[..bytes.len() / 4 * 4])
     }
 
     /// The buffer as `i64` elements.
     pub fn as_i64(&self) -> &[i64] {
-        &bytemuck::cast_slice::<Line, i64>(&self.lines)[..self.len_bytes / 8]
+        let bytes = self.as_bytes();
+        bytemuck::cast_slice(&bytes[..bytes.len() / 8 * 8])
     }
 
     /// Length in bytes.
     pub fn len_bytes(&self) -> usize {
         self.len_bytes
+    }
+}
+
+impl AsRef<[u8]> for AlignedBuf {
+    fn as_ref(&self) -> &[u8] {
+        self.as_bytes()
     }
 }
 
@@ -304,6 +400,31 @@ mod tests {
         let b = AlignedBuf::from_f32(&v);
         assert_eq!(b.as_f32(), &v[..]);
         assert_eq!(b.as_f32().as_ptr() as usize % 64, 0);
+    }
+
+    #[test]
+    fn windows_of_a_shared_buffer_are_aligned_views() {
+        let v: Vec<f32> = (0..100).map(|i| i as f32).collect();
+        let mut owned = AlignedBuf::from_f32(&v);
+        assert!(owned.as_bytes_mut().is_some());
+        // an owned buffer's window is a copy
+        let copy = owned.slice(64, 16).unwrap();
+        assert_eq!(copy.as_f32(), &v[16..20]);
+        let shared = owned.share();
+        let w = shared.slice(128, 160).unwrap();
+        assert_eq!(w.as_f32(), &v[32..72]);
+        assert_eq!(w.as_f32().as_ptr(), shared.as_f32()[32..].as_ptr());
+        assert_eq!(w.slice(64, 8).unwrap().as_f32(), &v[48..50]);
+        assert!(shared.slice(4, 8).is_none(), "misaligned start");
+        assert!(shared.slice(384, 32).is_none(), "past the end");
+        let small = Arc::new(w.clone());
+        let kept = AlignedBuf::detached(&small);
+        assert!(!Arc::ptr_eq(&kept, &small), "a small window is copied");
+        assert_eq!(kept.as_f32(), &v[32..72]);
+        let whole = Arc::new(shared.clone());
+        assert!(Arc::ptr_eq(&AlignedBuf::detached(&whole), &whole));
+        let mut w = w;
+        assert!(w.as_bytes_mut().is_none(), "the base is shared");
     }
 
     #[test]

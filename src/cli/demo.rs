@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use anyhow::{anyhow, Result};
+use clap::Args;
 use smelt::ir::text::{self, PrintOptions};
 use smelt::ir::weights::random_f32;
 use smelt::ir::{interp, Module, Op, Tensor};
@@ -15,8 +16,17 @@ const RUNS: usize = 30;
 /// Seed of the demo's input (the same values `smelt verify --seed 1` uses).
 const INPUT_SEED: u64 = 1;
 
+/// Arguments of `smelt demo`.
+#[derive(Args)]
+pub struct DemoArgs {
+    /// Threads per run of the compiled network, the calling thread included; 0 (the
+    /// default) means one per core. Results are bit-identical for every count.
+    #[arg(long, default_value_t = 0, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=1024))]
+    threads: u16,
+}
+
 /// Runs `smelt demo`.
-pub fn run() -> Result<()> {
+pub fn run(a: DemoArgs) -> Result<()> {
     let cfg = ResNetConfig::demo();
     println!("smelt demo: a ResNet-style network built in code (seeded random weights)\n");
 
@@ -81,7 +91,14 @@ pub fn run() -> Result<()> {
     no_fuse.fusion.enabled = false;
     smelt::optimize(&mut unfused, &no_fuse, None)?;
 
-    let opts = smelt::CompileOptions::default();
+    let opts = smelt::CompileOptions {
+        threads: usize::from(a.threads),
+        ..smelt::CompileOptions::default()
+    };
+    let threads = match opts.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
     let exe_fused = Executable::compile(&fused, None, &opts)?;
     let exe_unfused = Executable::compile(&unfused, None, &opts)?;
     println!("\n4. Cranelift JIT:");
@@ -109,7 +126,10 @@ pub fn run() -> Result<()> {
     let interp_ms = t.elapsed().as_secs_f64() * 1e3;
     let fused_ms = median_ms(&exe_fused, &inputs)?;
     let unfused_ms = median_ms(&exe_unfused, &inputs)?;
-    println!("\n5. run (median of {RUNS}, after warm-up, 1 thread):");
+    println!(
+        "\n5. run (median of {RUNS}, after warm-up, {threads} thread{}):",
+        if threads == 1 { "" } else { "s" }
+    );
     println!("   JIT fused     {fused_ms:8.3} ms");
     println!(
         "   JIT unfused   {unfused_ms:8.3} ms   (speedup from fusion: {:.2}x)",

@@ -6,6 +6,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use smelt::ir::weights::random_f32;
 use smelt::ir::{interp, Tensor};
+use smelt::{CompileOptions, Executable};
 
 use super::dump::DumpArgs;
 use super::{read_inputs, FusionArgs, ModelArgs};
@@ -27,6 +28,10 @@ pub struct RunArgs {
     /// Run the reference interpreter on the unoptimized model instead of compiled code.
     #[arg(long)]
     interp: bool,
+    /// Threads per run, the calling thread included; 0 (the default) means one per core.
+    /// Results are bit-identical for every count. Compiled code only (not `--interp`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=1024))]
+    threads: Option<u16>,
     #[command(flatten)]
     fusion: FusionArgs,
     #[command(flatten)]
@@ -81,11 +86,19 @@ pub fn main(a: RunArgs) -> Result<()> {
     if a.interp && a.dump.any() {
         bail!("--dump-loops and --dump-clif show compiled code: drop --interp");
     }
+    if a.interp && a.threads.is_some() {
+        bail!("--threads sets the threads of compiled code; the interpreter runs on one: drop --interp");
+    }
     let outputs = if a.interp {
         interp::run(&module, func, &inputs).map_err(|d| anyhow!("{d}"))?
     } else {
-        let opts = a.fusion.options(None)?;
-        let (exe, _) = smelt::compile(&module, &opts)?;
+        let mut optimized = module.clone();
+        smelt::optimize(&mut optimized, &a.fusion.options(None)?, None)?;
+        let compile = CompileOptions {
+            threads: a.threads.map_or(0, usize::from),
+            ..CompileOptions::default()
+        };
+        let exe = Executable::compile(&optimized, None, &compile)?;
         a.dump.write(&exe)?;
         exe.run(&inputs)?
     };

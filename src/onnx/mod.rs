@@ -16,23 +16,25 @@
 
 #![cfg(feature = "onnx")]
 
+mod aligned;
 mod context;
 mod ops;
 pub mod proto;
 pub mod tensor;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::Read;
 use std::path::Path;
 
 use bytes::Bytes;
 use prost::Message;
 use smelt_ir::builder::FuncBuilder;
-use smelt_ir::{Diagnostic, Diagnostics, Location, Module, Tensor, TensorType};
+use smelt_ir::{AlignedBuf, Diagnostic, Diagnostics, Location, Module, Tensor, TensorType};
 
 use context::{node_display_name, plain_error, Entry, Importer, NodeCtx};
 pub use ops::MAX_OPSET;
 use proto::{tensor_shape_proto::dimension, type_proto, GraphProto, ModelProto, NodeProto};
-use tensor::{dtype, ConstTensor};
+use tensor::{dtype, ConstData, ConstTensor};
 
 /// Options of [`import`].
 #[derive(Clone, Debug, Default)]
@@ -54,25 +56,49 @@ impl ImportOptions {
     }
 }
 
-/// Imports an ONNX model from its serialized bytes.
+/// Imports an ONNX model from its serialized bytes (copied once, into an aligned buffer
+/// whose windows become the large weights).
 pub fn import(bytes: &[u8], opts: &ImportOptions) -> Result<Module, crate::Error> {
-    import_bytes(Bytes::copy_from_slice(bytes), opts)
+    import_aligned(AlignedBuf::from_bytes(bytes), opts)
 }
 
 /// Imports an ONNX model from a shared buffer; weights stored in `raw_data` are sliced
 /// from it during decoding and copied once, into the module's aligned weight buffers.
 pub fn import_bytes(bytes: Bytes, opts: &ImportOptions) -> Result<Module, crate::Error> {
     let model = decode_model(bytes).map_err(onnx_error)?;
-    import_model(&model, opts).map_err(onnx_error)
+    import_model(&model, &HashMap::new(), opts).map_err(onnx_error)
 }
 
-/// Reads and imports an ONNX model file.
+/// Reads and imports an ONNX model file. The file is read once, into an aligned buffer;
+/// its large float initializers are aligned in place and become windows of it, so no
+/// weight data is copied.
 pub fn import_file(path: &Path, opts: &ImportOptions) -> Result<Module, crate::Error> {
-    let data = std::fs::read(path).map_err(|source| crate::Error::Io {
+    let io = |source| crate::Error::Io {
         path: path.display().to_string(),
         source,
-    })?;
-    import_bytes(Bytes::from(data), opts)
+    };
+    let mut file = std::fs::File::open(path).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
+    let len = usize::try_from(len)
+        .map_err(|_| crate::Error::InvalidArgument(format!("{}: too large", path.display())))?;
+    let mut buf = AlignedBuf::zeroed(len);
+    if let Some(dst) = buf.as_bytes_mut() {
+        file.read_exact(dst).map_err(io)?;
+    }
+    // a file that grew since its length was read is read no further, like a truncated one
+    import_aligned(buf, opts)
+}
+
+/// Imports a model held in an owned aligned buffer (see [`aligned`]).
+fn import_aligned(file: AlignedBuf, opts: &ImportOptions) -> Result<Module, crate::Error> {
+    if file.len_bytes() == 0 {
+        return Err(onnx_error(plain_error(
+            "onnx-decode",
+            "the model file is empty",
+        )));
+    }
+    let decoded = aligned::decode(file).map_err(|e| onnx_error(malformed(e)))?;
+    import_model(&decoded.model, &decoded.windows, opts).map_err(onnx_error)
 }
 
 /// Decodes a serialized `TensorProto` (the `input_N.pb` files of ONNX test data) into a
@@ -112,12 +138,14 @@ fn decode_model(bytes: Bytes) -> Result<ModelProto, Diagnostic> {
     if bytes.is_empty() {
         return Err(plain_error("onnx-decode", "the model file is empty"));
     }
-    ModelProto::decode(bytes).map_err(|e| {
-        plain_error(
-            "onnx-decode",
-            format!("not a valid ONNX model (malformed or truncated protobuf): {e}"),
-        )
-    })
+    ModelProto::decode(bytes).map_err(malformed)
+}
+
+fn malformed(e: prost::DecodeError) -> Diagnostic {
+    plain_error(
+        "onnx-decode",
+        format!("not a valid ONNX model (malformed or truncated protobuf): {e}"),
+    )
 }
 
 /// The `ai.onnx` opset the model imports.
@@ -146,7 +174,13 @@ fn model_opset(model: &ModelProto) -> Result<i64, Diagnostic> {
     Ok(opset)
 }
 
-fn import_model(model: &ModelProto, opts: &ImportOptions) -> Result<Module, Diagnostic> {
+/// Imports a decoded model; `windows` holds, by initializer index, data already in
+/// aligned buffers (used as the weights instead of decoding `raw_data`).
+fn import_model(
+    model: &ModelProto,
+    windows: &HashMap<usize, AlignedBuf>,
+    opts: &ImportOptions,
+) -> Result<Module, Diagnostic> {
     let opset = model_opset(model)?;
     let graph = model
         .graph
@@ -161,7 +195,7 @@ fn import_model(model: &ModelProto, opts: &ImportOptions) -> Result<Module, Diag
     let mut module = Module::default();
     let builder = FuncBuilder::new(&mut module, "main");
     let mut imp = Importer::new(builder);
-    define_inputs(&mut imp, graph, opts)?;
+    define_inputs(&mut imp, graph, windows, opts)?;
     for index in topological_order(graph, &imp)? {
         import_node(&mut imp, &graph.node[index], opset)?;
     }
@@ -206,10 +240,11 @@ fn import_model(model: &ModelProto, opts: &ImportOptions) -> Result<Module, Diag
 fn define_inputs(
     imp: &mut Importer,
     graph: &GraphProto,
+    windows: &HashMap<usize, AlignedBuf>,
     opts: &ImportOptions,
 ) -> Result<(), Diagnostic> {
-    for t in &graph.initializer {
-        let c = ConstTensor::from_proto(t).map_err(|m| {
+    for (i, t) in graph.initializer.iter().enumerate() {
+        let mut c = ConstTensor::from_proto(t).map_err(|m| {
             plain_error(
                 if m.contains("external") {
                     "onnx-external-data"
@@ -219,6 +254,9 @@ fn define_inputs(
                 format!("initializer '{}': {m}", t.name()),
             )
         })?;
+        if let (Some(w), ConstData::F32Raw(_)) = (windows.get(&i), &c.data) {
+            c.data = ConstData::F32Aligned(w.clone());
+        }
         imp.entries.insert(t.name().to_string(), Entry::constant(c));
     }
     let input_names: BTreeSet<&str> = graph.input.iter().map(|i| i.name()).collect();

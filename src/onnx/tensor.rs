@@ -59,6 +59,9 @@ pub mod dtype {
 pub enum ConstData {
     /// float32 elements still in the model's little-endian `raw_data` (not copied).
     F32Raw(Bytes),
+    /// float32 elements in an aligned window of the model file (not copied; they become
+    /// the module weight as they are).
+    F32Aligned(AlignedBuf),
     /// float32 elements.
     F32(Vec<f32>),
     /// Integer or boolean elements widened to i64 (shapes, axes, indices, flags).
@@ -189,7 +192,10 @@ impl ConstTensor {
     /// Whether the elements are float32 (known without decoding them: large weights are
     /// only decoded once, into their aligned module buffer).
     pub fn is_f32(&self) -> bool {
-        matches!(self.data, ConstData::F32(_) | ConstData::F32Raw(_))
+        matches!(
+            self.data,
+            ConstData::F32(_) | ConstData::F32Raw(_) | ConstData::F32Aligned(_)
+        )
     }
 
     /// The elements as f32, if the tensor is float32 (decoded into a new vector when they
@@ -197,6 +203,7 @@ impl ConstTensor {
     pub fn f32s(&self) -> Option<Cow<'_, [f32]>> {
         match &self.data {
             ConstData::F32(v) => Some(Cow::Borrowed(v)),
+            ConstData::F32Aligned(b) => Some(Cow::Borrowed(b.as_f32())),
             ConstData::F32Raw(r) => Some(Cow::Owned(
                 r.chunks_exact(4)
                     .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
@@ -210,7 +217,10 @@ impl ConstTensor {
     pub fn i64s(&self) -> Option<&[i64]> {
         match &self.data {
             ConstData::I64(v) => Some(v),
-            ConstData::F32(_) | ConstData::F32Raw(_) | ConstData::Unsupported => None,
+            ConstData::F32(_)
+            | ConstData::F32Raw(_)
+            | ConstData::F32Aligned(_)
+            | ConstData::Unsupported => None,
         }
     }
 
@@ -219,11 +229,12 @@ impl ConstTensor {
         dtype::name(self.onnx_type)
     }
 
-    /// The IR type and an aligned copy of the data, for a module weight. `None` for
-    /// element types smelt cannot store.
+    /// The IR type and an aligned copy of the data (or the aligned window of the model
+    /// file holding it), for a module weight. `None` for element types smelt cannot store.
     pub fn to_weight(&self) -> Option<(TensorType, AlignedBuf)> {
         let (dt, buf) = match &self.data {
             ConstData::F32Raw(r) => (DType::F32, aligned_f32_from_le(r)),
+            ConstData::F32Aligned(b) => (DType::F32, b.clone()),
             ConstData::F32(v) => (
                 DType::F32,
                 AlignedBuf::from_f32_with(v.len(), |dst| dst.copy_from_slice(v)),
@@ -271,7 +282,7 @@ impl ConstTensor {
             ConstData::I64(v) => {
                 ConstData::I64(gather(v.len()).into_iter().map(|k| v[k]).collect())
             }
-            ConstData::F32(_) | ConstData::F32Raw(_) => {
+            ConstData::F32(_) | ConstData::F32Raw(_) | ConstData::F32Aligned(_) => {
                 let v = self.f32s().unwrap_or_default();
                 ConstData::F32(gather(v.len()).into_iter().map(|k| v[k]).collect())
             }

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use smelt_ir::diag::Location;
 use smelt_ir::loops::Kernel;
-use smelt_ir::{AlignedBuf, Module, Tensor, TensorType};
+use smelt_ir::{AlignedBuf, Func, Layout, Module, Op, Tensor, TensorType, Value};
 use smelt_passes::lower::{self, BufferKind, MemoryPlan, Program};
 
 use crate::codegen::{self, CodegenOptions, CompiledKernels, KernelFn};
@@ -26,10 +26,11 @@ use crate::Error;
 pub struct CompileOptions {
     /// Run Cranelift's verifier on every generated function (on in tests).
     pub verify: bool,
-    /// Give every intermediate its own memory (no reuse), for verification and profiling.
+    /// Give every intermediate its own memory (no reuse), for verification and profiling;
+    /// [`Executable::run_keeping`] then returns every value a run computed.
     pub keep_intermediates: bool,
-    /// Threads per run (the calling thread included) and for compiling kernels; 0 means
-    /// one per core. Outputs are bit-identical for every count.
+    /// Threads per run (the calling thread included); 0 means one per core. Outputs are
+    /// bit-identical for every count. Kernels compile on every core whatever it is.
     pub threads: usize,
 }
 
@@ -48,6 +49,35 @@ pub struct KernelProfile {
     pub bytes: u64,
     /// Wall time of the call in nanoseconds.
     pub ns: u64,
+}
+
+/// One value a run computed, from [`Executable::run_keeping`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Intermediate {
+    /// Index of the instruction that computed it in the function's body: the number the
+    /// IR text prints (`%7 = conv2d ...` is instruction 7).
+    pub inst: usize,
+    /// The value in the compiled function ([`Func::inst_value`] of `inst`: parameters
+    /// come first, so this is `inst` plus the number of parameters).
+    pub value: Value,
+    /// The op's mnemonic, e.g. `conv2d` or `fused`.
+    pub op: &'static str,
+    /// Where the op came from: file:line:col, ONNX node name, or the merged list of a
+    /// fused op.
+    pub loc: Location,
+    /// The value, in row-major order whatever layout the kernels used (its `ty` has the
+    /// value's shape and the row-major layout).
+    pub tensor: Tensor,
+}
+
+/// Where a non-constant value of the function lives after a run (keep-intermediates only).
+struct KeptValue {
+    value: Value,
+    inst: usize,
+    op: &'static str,
+    loc: Location,
+    ty: TensorType,
+    src: Source,
 }
 
 /// Name and type of an input or output.
@@ -158,6 +188,9 @@ pub struct Executable {
     loops_text: String,
     /// The loop IR of every distinct kernel, in compile order (for `--dump-clif`).
     kernels: Vec<Kernel>,
+    /// Every computed value and its memory, when compiled with `keep_intermediates`
+    /// (otherwise buffers are reused and a value may be overwritten before the run ends).
+    kept: Option<Vec<KeptValue>>,
     /// Dropped last: the code the step function pointers point into.
     code: CompiledKernels,
 }
@@ -200,11 +233,12 @@ impl Executable {
             &program.kernels,
             &CodegenOptions {
                 verify: opts.verify,
-                threads: opts.threads,
+                threads: 0,
             },
         )?;
         let generated = Instant::now();
-        let mut exe = Executable::assemble(module, &program, &plan, code)?;
+        let keep = opts.keep_intermediates.then_some(func);
+        let mut exe = Executable::assemble(module, &program, &plan, code, keep)?;
         let threads = match opts.threads {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
@@ -223,6 +257,7 @@ impl Executable {
         program: &Program,
         plan: &MemoryPlan,
         code: CompiledKernels,
+        keep: Option<&Func>,
     ) -> Result<Executable, Error> {
         let mut constants = Vec::new();
         let mut sources = Vec::with_capacity(program.buffers.len());
@@ -233,7 +268,8 @@ impl Executable {
                     let w = module.weights.get(*id).ok_or_else(|| {
                         Error::InvalidArgument(format!("weight {} does not exist", id.0))
                     })?;
-                    constants.push(w.data.clone());
+                    // a window of an ONNX file is copied, not kept with the whole file
+                    constants.push(AlignedBuf::detached(&w.data));
                     Source::Constant(constants.len() - 1)
                 }
                 BufferKind::Constant(data) => {
@@ -290,6 +326,10 @@ impl Executable {
             });
         }
         let max_args = steps.iter().map(|s| s.args.len()).max().unwrap_or(0);
+        let kept = match keep {
+            None => None,
+            Some(func) => Some(kept_values(func, program, &sources)?),
+        };
         let info = |p: &lower::Port| TensorInfo {
             name: p.name.clone(),
             ty: p.ty.clone(),
@@ -311,6 +351,7 @@ impl Executable {
             times: CompileTimes::default(),
             loops_text: program.dump_loops(),
             kernels: program.kernels.clone(),
+            kept,
             code,
         })
     }
@@ -358,7 +399,27 @@ impl Executable {
     /// Runs on host tensors; checks each input's count, shape and layout. Borrows a
     /// workspace from the executable's pool, so concurrent callers do not contend.
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
-        self.run_tensors(inputs, None)
+        self.run_tensors(inputs, None, None)
+    }
+
+    /// Like [`Executable::run`], and also returns the value of every instruction of the
+    /// function but constants, in definition order, each named by its IR value and
+    /// location and converted to row-major order. Only for executables compiled with
+    /// [`CompileOptions::keep_intermediates`] (an `InvalidArgument` error otherwise): only
+    /// then does every value keep its own memory until the run ends.
+    pub fn run_keeping(
+        &self,
+        inputs: &[Tensor],
+    ) -> Result<(Vec<Tensor>, Vec<Intermediate>), Error> {
+        if self.kept.is_none() {
+            return Err(Error::InvalidArgument(
+                "intermediates are kept only by executables compiled with keep_intermediates"
+                    .into(),
+            ));
+        }
+        let mut values = Vec::new();
+        let outs = self.run_tensors(inputs, None, Some(&mut values))?;
+        Ok((outs, values))
     }
 
     /// Like [`Executable::run`], and times every kernel call: one [`KernelProfile`] per
@@ -368,7 +429,7 @@ impl Executable {
         inputs: &[Tensor],
     ) -> Result<(Vec<Tensor>, Vec<KernelProfile>), Error> {
         let mut times = Vec::with_capacity(self.steps.len());
-        let outs = self.run_tensors(inputs, Some(&mut times))?;
+        let outs = self.run_tensors(inputs, Some(&mut times), None)?;
         let profile = self
             .steps
             .iter()
@@ -392,6 +453,7 @@ impl Executable {
         &self,
         inputs: &[Tensor],
         times: Option<&mut Vec<u64>>,
+        keeping: Option<&mut Vec<Intermediate>>,
     ) -> Result<Vec<Tensor>, Error> {
         if inputs.len() != self.inputs.len() {
             return Err(Error::InvalidArgument(format!(
@@ -421,6 +483,29 @@ impl Executable {
                 outs.iter_mut().map(|t| t.data.as_mut_slice()).collect();
             self.run_steps(&ins, &mut out_slices, &mut ws, times)
         };
+        // Read the kept values before the workspace goes back to the pool.
+        if let (Ok(()), Some(values), Some(kept)) = (&result, keeping, &self.kept) {
+            let arena = flatten(&ws.arena);
+            values.extend(kept.iter().map(|k| {
+                let n = k.ty.storage_len();
+                let data = match k.src {
+                    Source::Input(i) => &ins[i][..n],
+                    Source::Constant(c) => &self.constants[c].as_f32()[..n],
+                    Source::Arena(off) => &arena[off..off + n],
+                };
+                let stored = Tensor {
+                    ty: k.ty.clone(),
+                    data: data.to_vec(),
+                };
+                Intermediate {
+                    value: k.value,
+                    inst: k.inst,
+                    op: k.op,
+                    loc: k.loc.clone(),
+                    tensor: stored.to_layout(Layout::RowMajor),
+                }
+            }));
+        }
         if let Ok(mut pool) = self.pool.lock() {
             pool.push(ws);
         }
@@ -539,6 +624,39 @@ impl Executable {
         }
         Ok(())
     }
+}
+
+/// The memory of every non-constant value of `func`, in definition order. Buffer lengths
+/// were checked against the types at lowering, so reading `storage_len` elements is in
+/// bounds (checked again here, since a wrong read would be a silent wrong answer).
+fn kept_values(
+    func: &Func,
+    program: &Program,
+    sources: &[Source],
+) -> Result<Vec<KeptValue>, Error> {
+    let mut kept = Vec::new();
+    for (i, inst) in func.insts.iter().enumerate() {
+        if matches!(inst.op, Op::Const(_)) {
+            continue;
+        }
+        let value = func.inst_value(i);
+        let buffer = program
+            .values
+            .get(value.index())
+            .filter(|b| program.buffers[b.0 as usize].len >= inst.ty.storage_len())
+            .ok_or_else(|| {
+                Error::Unsupported(format!("lowering kept no buffer for value %{}", value.0))
+            })?;
+        kept.push(KeptValue {
+            value,
+            inst: i,
+            op: inst.op.name(),
+            loc: inst.loc.clone(),
+            ty: inst.ty.clone(),
+            src: sources[buffer.0 as usize],
+        });
+    }
+    Ok(kept)
 }
 
 fn flatten(lines: &[Line]) -> &[f32] {

@@ -90,6 +90,9 @@ pub struct Program {
     pub inputs: Vec<Port>,
     /// The function's results, in order; copied out of their buffers after the last step.
     pub outputs: Vec<Port>,
+    /// The buffer of every value of the function, by [`Value::index`] (parameters, then
+    /// one per instruction); a reshape or flatten shares its operand's buffer.
+    pub values: Vec<BufferId>,
 }
 
 impl Program {
@@ -130,6 +133,7 @@ pub fn lower(module: &Module, func: &Func) -> Result<Program, Diagnostic> {
             steps: Vec::new(),
             inputs: Vec::new(),
             outputs: Vec::new(),
+            values: Vec::new(),
         },
         value_buf: Vec::with_capacity(func.num_values()),
         dedupe: HashMap::new(),
@@ -167,6 +171,7 @@ pub fn lower(module: &Module, func: &Func) -> Result<Program, Diagnostic> {
             buffer,
         });
     }
+    cx.prog.values = cx.value_buf;
     Ok(cx.prog)
 }
 
@@ -213,10 +218,19 @@ impl Cx<'_> {
         self.buffer(name, len, BufferKind::Temp)
     }
 
-    /// A constant buffer holding `values`.
+    /// A constant buffer holding a copy of `values`.
     pub(crate) fn constant(&mut self, name: &str, values: &[f32]) -> BufferId {
-        let data = Arc::new(AlignedBuf::from_f32(values));
-        self.buffer(name, values.len(), BufferKind::Constant(data))
+        self.constant_buf(name, AlignedBuf::from_f32(values))
+    }
+
+    /// A constant buffer owning `data`, with no copy. Compile time is dominated by first
+    /// touches of fresh memory (≈0.55 ms per MB here), so a packer should write straight
+    /// into an [`AlignedBuf`] (`AlignedBuf::from_f32_with`) rather than hand a `Vec` to
+    /// [`Cx::constant`] (for ResNet-50's packed and Winograd weights: 113 k → 104 k page
+    /// faults per compile, benches/RESULTS.md "Compile time").
+    pub(crate) fn constant_buf(&mut self, name: &str, data: AlignedBuf) -> BufferId {
+        let len = data.as_f32().len();
+        self.buffer(name, len, BufferKind::Constant(Arc::new(data)))
     }
 
     /// The buffer of a lowered value.

@@ -356,7 +356,7 @@ pub fn constant_of_shape(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     }
     let data = match &value.data {
         ConstData::I64(v) => ConstData::I64(vec![v[0]; n]),
-        ConstData::F32(_) | ConstData::F32Raw(_) => {
+        ConstData::F32(_) | ConstData::F32Raw(_) | ConstData::F32Aligned(_) => {
             ConstData::F32(vec![value.f32s().map(|v| v[0]).unwrap_or(0.0); n])
         }
         ConstData::Unsupported => {
