@@ -142,6 +142,24 @@ fn fused_tail_over_conv_geometries() {
     c.attrs.strides = [3, 3];
     c.attrs.pads = [1, 2, 0, 3];
     cases.push(("5x5 stride 3 wide", c));
+    // output channels per group a multiple of 4: the packed kernel on channels-last input
+    let mut c = ConvCase::new(6, 8, [9, 10], 3);
+    c.n = 2;
+    cases.push(("packed, batch 2", c));
+    let mut c = ConvCase::new(8, 16, [7, 9], 3);
+    c.attrs.groups = 2;
+    cases.push(("packed, groups 2", c));
+    let mut c = ConvCase::new(5, 8, [10, 11], 3);
+    c.attrs.strides = [2, 2];
+    cases.push(("packed, stride 2, 5 input channels", c));
+    let mut c = ConvCase::new(8, 8, [11, 13], 3);
+    c.attrs.dilations = [2, 2];
+    c.attrs.pads = [2, 1, 2, 3];
+    cases.push(("packed, dilation 2, asymmetric pads", c));
+    let mut c = ConvCase::new(12, 8, [6, 7], 1);
+    c.attrs.pads = [0; 4];
+    c.n = 3;
+    cases.push(("packed 1x1, batch 3", c));
     for (what, case) in &cases {
         check_fused_tail(what, case);
     }
@@ -460,8 +478,12 @@ fn equal_kernels_compile_once() {
     let y2 = b.op(Op::Conv2d(attrs), &[y1, w2]).unwrap();
     b.finish(&[("y", y2)]);
     let p = lower::lower(&m, &m.funcs[0]).expect("lowers");
-    assert_eq!(p.steps.len(), 4, "pad + conv twice");
-    assert_eq!(p.kernels.len(), 2, "one pad kernel and one conv kernel");
+    assert_eq!(p.steps.len(), 6, "border rows + padded copy + conv, twice");
+    assert_eq!(
+        p.kernels.len(),
+        3,
+        "one kernel of each kind, shared by both convs"
+    );
     let inputs = vec![random(&[1, 4, 6, 6], 3)];
     check_against_interp("two convs", &m, &inputs, 1e-5);
     let _ = Tensor::zeros(&f32t(&[1]));

@@ -100,10 +100,15 @@ fn resnet_end_to_end() {
 }
 
 #[test]
-#[ignore = "writes the conv kernel's disassembly to $SMELT_DISASM for inspection"]
+#[ignore = "writes a conv kernel's disassembly to $SMELT_DISASM for inspection"]
 fn dump_conv_disassembly() {
     let path = std::env::var("SMELT_DISASM").expect("set SMELT_DISASM to an output file");
-    let mut m = smelt::models::residual_tail(64, 56, 7).expect("tail");
+    // SMELT_DISASM_MODEL picks another model file (its first conv kernel)
+    let mut m = match std::env::var("SMELT_DISASM_MODEL") {
+        Ok(file) => smelt::load_model(std::path::Path::new(&file), &Default::default())
+            .expect("model loads"),
+        Err(_) => smelt::models::residual_tail(64, 56, 7).expect("tail"),
+    };
     smelt::optimize(&mut m, &smelt::OptimizeOptions::default(), None).expect("optimizes");
     let p = smelt_passes::lower::lower(&m, &m.funcs[0]).expect("lowers");
     let conv = p

@@ -1,12 +1,21 @@
-//! conv2d (and fused conv2d) → a padding kernel and a register-blocked convolution kernel.
+//! conv2d (and fused conv2d) → padding kernels and a register-blocked convolution kernel.
 //!
-//! The padding kernel copies the input into a zero-padded scratch buffer whose rows are
-//! split by column phase (`column mod stride_w`), so that for every stride the input
-//! columns feeding consecutive output columns are consecutive in memory. The convolution
-//! kernel then needs no bounds tests: for each output row it computes tiles of
-//! `OT` output channels × `WV` vectors of 4 output columns in registers (broadcast weight,
-//! vector input, FMA chains on the accumulators), applies bias and post-ops to the tile
-//! and stores it once.
+//! Two direct forms (3×3 stride-1 convs may go to `winograd` first):
+//!
+//! - **Packed** (output channels per group a multiple of 4, constant weights): the input
+//!   is copied into a zero-padded channels-last (NHWC) buffer, weights are packed at
+//!   compile time so vectors run along output channels, and a tile is `V` channel vectors
+//!   × `P` output pixels (broadcast input × weight vector FMAs). The outer loop order
+//!   (channel blocks or row bands first) comes from a model of the bytes each moves from
+//!   beyond L2. See [`PackedConv`].
+//! - **General** (any channel count, weights from the graph): the input is copied into a
+//!   zero-padded NCHW buffer whose rows are split by column phase (`column mod
+//!   stride_w`), so the input columns feeding consecutive output columns are consecutive;
+//!   tiles are `OT` output channels × `WV` vectors of 4 output columns (broadcast weight,
+//!   vector input).
+//!
+//! Neither needs bounds tests; both apply bias and post-ops to the tile in registers and
+//! store it once.
 
 use smelt_ir::loops::{Access, Affine, Expr, KernelBuilder, LoopVar, VarId, Width};
 use smelt_ir::op::Conv2dAttrs;
@@ -36,24 +45,24 @@ fn tile_shape(ow: usize, og: usize) -> (usize, usize) {
 }
 
 /// Shapes of one convolution, in elements.
-struct Geo {
-    n: usize,
-    c: usize,
-    o: usize,
-    cg: usize,
-    og: usize,
-    groups: usize,
-    kh: usize,
-    kw: usize,
-    oh: usize,
-    ow: usize,
-    stride: [usize; 2],
-    dil: [usize; 2],
+pub(super) struct Geo {
+    pub(super) n: usize,
+    pub(super) c: usize,
+    pub(super) o: usize,
+    pub(super) cg: usize,
+    pub(super) og: usize,
+    pub(super) groups: usize,
+    pub(super) kh: usize,
+    pub(super) kw: usize,
+    pub(super) oh: usize,
+    pub(super) ow: usize,
+    pub(super) stride: [usize; 2],
+    pub(super) dil: [usize; 2],
     /// Rows of the (padded) input.
-    hp: usize,
+    pub(super) hp: usize,
     /// Column phases (= stride along W) and columns per phase of the (padded) input.
-    phases: usize,
-    wq: usize,
+    pub(super) phases: usize,
+    pub(super) wq: usize,
 }
 
 impl Geo {
@@ -81,6 +90,9 @@ pub(crate) fn lower_conv2d(
     epi: Epilogue,
     out: BufferId,
 ) -> Result<(), Diagnostic> {
+    if let Some(plan) = super::winograd::plan(cx, a, operands, out_ty) {
+        return super::winograd::lower(cx, &plan, operands, epi, out);
+    }
     let xt = cx.func.type_of(operands[0]).clone();
     let wt = cx.func.type_of(operands[1]).clone();
     let [n, c, h, w] = [xt.dims[0], xt.dims[1], xt.dims[2], xt.dims[3]];
@@ -112,28 +124,25 @@ pub(crate) fn lower_conv2d(
     let og = o / a.groups;
     if og.is_multiple_of(4) {
         if let Some(wdata) = cx.const_data(operands[1]) {
-            let packed = PackedConv::new(&geo, og);
+            let packed = PackedConv {
+                channels_last: true,
+                ..PackedConv::new(&geo, og)
+            };
             let wpack = packed.pack(&geo, wdata);
             let wbuf = cx.constant("w_packed", &wpack);
             let wp1 = w + pl + pr;
-            let xp = if a.pads == [0; 4] {
-                x
-            } else {
-                let len = n * c * hp * wp1;
-                let xp = cx.temp("padded", len);
-                let k = pad_kernel(
-                    n * c,
-                    [h, w],
-                    [pt, pl],
-                    1,
-                    [hp, wp1],
-                    0.0,
-                    cx.len_of(x),
-                    len,
-                );
-                cx.step(k, vec![x, xp])?;
-                xp
-            };
+            // The packed kernel reads channels-last (NHWC) input: the input channels of
+            // one pixel are consecutive, so a tile's loads walk a few contiguous runs
+            // instead of one page per channel.
+            let len = n * hp * wp1 * c;
+            let xp = cx.temp("padded_nhwc", len);
+            let src_len = cx.len_of(x);
+            if pt > 0 || pb > 0 {
+                let k = nhwc_border_kernel(n, c, [h, hp, wp1], pt, len);
+                cx.step(k, vec![xp])?;
+            }
+            let k = nhwc_pad_kernel(n, c, [h, w], [pt, pl], [hp, wp1], src_len, len);
+            cx.step(k, vec![x, xp])?;
             let geo1 = Geo {
                 phases: 1,
                 wq: wp1,
@@ -163,9 +172,11 @@ pub(crate) fn lower_conv2d(
     conv_kernel(cx, &geo, xp, operands, epi, out)
 }
 
-/// Fills the padded buffer (`planes` planes of `hp` rows × `sw` phases × `wq` columns)
-/// with `fill`, then copies each `h × w` input plane into it at row `pt`, column `pl`,
-/// splitting columns by phase (`column mod sw`).
+/// Writes the padded buffer (`planes` planes of `hp` rows × `sw` phases × `wq` columns):
+/// each `h × w` input plane at row `pt`, column `pl`, with columns split by phase
+/// (`column mod sw`), and `fill` everywhere else. Every element is written once: the
+/// border rows and, per interior row and phase, the columns before and after the copied
+/// run. Stride-2 phases are gathered from pairs of vectors by shuffles.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn pad_kernel(
     planes: usize,
@@ -182,52 +193,204 @@ pub(crate) fn pad_kernel(
     ));
     let src = b.arg("x", src_len, Access::Read);
     let dst = b.arg("padded", dst_len, Access::Write);
-    // one plane per trip, split across threads: fill it, then copy the input rows in
-    let plane = (hp * sw * wq) as i64;
-    b.set_parallel();
-    b.for_loop(0, planes as i64, 1, |b, p| {
-        let at = |i: LoopVar| Affine::var(p).scale(plane).add(&Affine::var(i));
-        let main = plane / 4 * 4;
-        b.for_loop(0, main, 4, |b, i| {
-            b.store(dst, at(i), Expr::constant(fill, Width::F32x4), Width::F32x4)
-        });
-        b.for_loop(main, plane, 1, |b, i| {
+    let (w4, s1) = (Width::F32x4, Width::Scalar);
+    let row_len = (sw * wq) as i64;
+    let plane = hp as i64 * row_len;
+    // `fill` over `len` elements from `start` (an affine index)
+    let fill_run = |b: &mut KernelBuilder, start: &Affine, len: i64| {
+        let main = len / 4 * 4;
+        b.for_loop(0, main, 4, |b, k| {
             b.store(
                 dst,
-                at(i),
-                Expr::constant(fill, Width::Scalar),
-                Width::Scalar,
+                start.add(&Affine::var(k)),
+                Expr::constant(fill, w4),
+                w4,
             )
         });
+        b.for_loop(main, len, 1, |b, k| {
+            b.store(
+                dst,
+                start.add(&Affine::var(k)),
+                Expr::constant(fill, s1),
+                s1,
+            )
+        });
+    };
+    // one plane per trip, split across threads
+    b.set_parallel();
+    b.for_loop(0, planes as i64, 1, |b, p| {
+        let plane_at = Affine::var(p).scale(plane);
+        fill_run(b, &plane_at, pt as i64 * row_len);
+        let bottom = (hp - pt - h) as i64 * row_len;
+        fill_run(b, &plane_at.plus((pt + h) as i64 * row_len), bottom);
         b.for_loop(0, h as i64, 1, |b, r| {
             let src_row = Affine::var(p)
                 .scale((h * w) as i64)
                 .add(&Affine::var(r).scale(w as i64));
-            let dst_row = Affine::var(p)
-                .scale((hp * sw * wq) as i64)
-                .add(&Affine::var(r).plus(pt as i64).scale((sw * wq) as i64));
+            let dst_row = plane_at.add(&Affine::var(r).plus(pt as i64).scale(row_len));
             for phase in 0..sw {
                 // input columns x with (x + pl) mod sw == phase: x = x0 + k·sw
                 let x0 = (phase + sw - pl % sw) % sw;
-                if x0 >= w {
+                let phase_at = dst_row.plus((phase * wq) as i64);
+                let (count, q0) = if x0 < w {
+                    ((w - x0).div_ceil(sw), (x0 + pl) / sw)
+                } else {
+                    (0, wq)
+                };
+                fill_run(b, &phase_at, q0.min(wq) as i64);
+                let after = (q0 + count).min(wq);
+                fill_run(b, &phase_at.plus(after as i64), (wq - after) as i64);
+                if count == 0 {
                     continue;
                 }
-                let count = (w - x0).div_ceil(sw);
-                let q0 = (x0 + pl) / sw;
-                let dst_at = |k: &Affine| dst_row.add(k).plus((phase * wq + q0) as i64);
+                let dst_at = |k: &Affine| phase_at.add(k).plus(q0 as i64);
                 let src_at = |k: &Affine| src_row.add(&k.scale(sw as i64)).plus(x0 as i64);
-                let vec_end = if sw == 1 { count / 4 * 4 } else { 0 } as i64;
+                // vector blocks of 4 outputs: sw = 1 loads them; sw = 2 takes the even
+                // lanes of the 8 inputs from x0 + 2k (the last one must be in the row)
+                let vec_end = match sw {
+                    1 => count / 4 * 4,
+                    2 if w >= x0 + 8 => ((w - x0 - 8) / 8 + 1) * 4,
+                    _ => 0,
+                } as i64;
                 b.for_loop(0, vec_end, 4, |b, k| {
                     let k = Affine::var(k);
-                    let v = Expr::load(src, src_at(&k), Width::F32x4);
-                    b.store(dst, dst_at(&k), v, Width::F32x4);
+                    let v = if sw == 1 {
+                        Expr::load(src, src_at(&k), w4)
+                    } else {
+                        let lo = Expr::load(src, src_at(&k), w4);
+                        let hi = Expr::load(src, src_at(&k).plus(4), w4);
+                        Expr::shuffle(lo, hi, [0, 2, 4, 6])
+                    };
+                    b.store(dst, dst_at(&k), v, w4);
                 });
                 b.for_loop(vec_end, count as i64, 1, |b, k| {
                     let k = Affine::var(k);
-                    let v = Expr::load(src, src_at(&k), Width::Scalar);
-                    b.store(dst, dst_at(&k), v, Width::Scalar);
+                    let v = Expr::load(src, src_at(&k), s1);
+                    b.store(dst, dst_at(&k), v, s1);
                 });
             }
+        });
+    });
+    b.finish()
+}
+
+/// Zeroes the padding rows (top `pt` and bottom rows) of a channels-last padded buffer
+/// of `n` images × `hp` rows × `wp` columns × `c` channels.
+fn nhwc_border_kernel(
+    n: usize,
+    c: usize,
+    [h, hp, wp]: [usize; 3],
+    pt: usize,
+    dst_len: usize,
+) -> smelt_ir::loops::Kernel {
+    let mut b = KernelBuilder::new(&format!("pad_border_nhwc_{n}x{hp}x{wp}x{c}_t{pt}h{h}"));
+    let dst = b.arg("padded", dst_len, Access::Write);
+    let row = (wp * c) as i64;
+    let image = hp as i64 * row;
+    let zero4 = Expr::constant(0.0, Width::F32x4);
+    let zero = Expr::constant(0.0, Width::Scalar);
+    b.for_loop(0, n as i64, 1, |b, i| {
+        for (first, count) in [(0, pt), (pt + h, hp - pt - h)] {
+            let len = count as i64 * row;
+            let at = |k: LoopVar| {
+                Affine::var(i)
+                    .scale(image)
+                    .add(&Affine::var(k))
+                    .plus(first as i64 * row)
+            };
+            let main = len / 4 * 4;
+            b.for_loop(0, main, 4, |b, k| {
+                b.store(dst, at(k), zero4.clone(), Width::F32x4)
+            });
+            b.for_loop(main, len, 1, |b, k| {
+                b.store(dst, at(k), zero.clone(), Width::Scalar)
+            });
+        }
+    });
+    b.finish()
+}
+
+/// Copies NCHW input rows into a channels-last (NHWC) buffer padded by `pl` zero
+/// columns on the left and up to `wp` on the right, at row offset `pt` (the border rows
+/// are [`nhwc_border_kernel`]'s). Blocks of 4 channels × 4 columns are transposed in
+/// registers; leftover channels and columns go one element at a time. Parallel over
+/// input rows.
+#[allow(clippy::too_many_arguments)]
+fn nhwc_pad_kernel(
+    n: usize,
+    c: usize,
+    [h, w]: [usize; 2],
+    [pt, pl]: [usize; 2],
+    [hp, wp]: [usize; 2],
+    src_len: usize,
+    dst_len: usize,
+) -> smelt_ir::loops::Kernel {
+    let mut b = KernelBuilder::new(&format!("pad_nhwc_{n}x{c}x{h}x{w}_t{pt}l{pl}_{hp}x{wp}"));
+    let src = b.arg("x", src_len, Access::Read);
+    let dst = b.arg("padded", dst_len, Access::Write);
+    let (w4, s1) = (Width::F32x4, Width::Scalar);
+    let plane = (h * w) as i64;
+    let ci = c as i64;
+    b.set_parallel();
+    b.for_loop(0, h as i64, 1, |b, r| {
+        b.for_loop(0, n as i64, 1, |b, i| {
+            let r = Affine::var(r);
+            let src_at = |ch: &Affine, col: &Affine| {
+                Affine::var(i)
+                    .scale(ci * plane)
+                    .add(&ch.scale(plane))
+                    .add(&r.scale(w as i64))
+                    .add(col)
+            };
+            let row_start = Affine::var(i)
+                .scale(hp as i64)
+                .add(&r.plus(pt as i64))
+                .scale(wp as i64 * ci);
+            let dst_at = |col: &Affine, ch: &Affine| row_start.add(&col.scale(ci)).add(ch);
+            // the left and right padding columns
+            for (first, count) in [(0, pl), (pl + w, wp - pl - w)] {
+                let len = (count * c) as i64;
+                let at = |k: LoopVar| row_start.add(&Affine::var(k)).plus(first as i64 * ci);
+                let main = len / 4 * 4;
+                b.for_loop(0, main, 4, |b, k| {
+                    b.store(dst, at(k), Expr::constant(0.0, w4), w4)
+                });
+                b.for_loop(main, len, 1, |b, k| {
+                    b.store(dst, at(k), Expr::constant(0.0, s1), s1)
+                });
+            }
+            let (c4, w4end) = ((c / 4 * 4) as i64, (w / 4 * 4) as i64);
+            // channels innermost: the stores of 4 pixels run along their channels (a
+            // pixel stride of C floats would put them all in a few L1 sets)
+            b.for_loop(0, w4end, 4, |b, col| {
+                b.for_loop(0, c4, 4, |b, ch| {
+                    let (ch, col) = (Affine::var(ch), Affine::var(col));
+                    let rows: Vec<Expr> = (0..4)
+                        .map(|k| {
+                            let v = Expr::load(src, src_at(&ch.plus(k), &col), w4);
+                            b.let_(v, w4)
+                        })
+                        .collect();
+                    for (k, v) in transpose4(b, &rows).into_iter().enumerate() {
+                        b.store(dst, dst_at(&col.plus(pl as i64 + k as i64), &ch), v, w4);
+                    }
+                });
+            });
+            // leftover columns (all channels), then leftover channels (the other columns)
+            let copy = |b: &mut KernelBuilder, ch: &Affine, col: &Affine| {
+                let v = Expr::load(src, src_at(ch, col), s1);
+                b.store(dst, dst_at(&col.plus(pl as i64), ch), v, s1);
+            };
+            b.for_loop(w4end, w as i64, 1, |b, col| {
+                b.for_loop(0, ci, 1, |b, ch| {
+                    copy(b, &Affine::var(ch), &Affine::var(col))
+                })
+            });
+            b.for_loop(c4, ci, 1, |b, ch| {
+                b.for_loop(0, w4end, 1, |b, col| {
+                    copy(b, &Affine::var(ch), &Affine::var(col))
+                })
+            });
         });
     });
     b.finish()
@@ -445,6 +608,56 @@ fn tile(
     }
 }
 
+/// Bytes of L2 cache per core (AMD Zen 3: 512 KiB) the conv loop order plans for,
+/// leaving room for the output, the post-op operands and the stack.
+const L2_BUDGET: usize = 384 << 10;
+
+/// The outer loops of a packed convolution.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LoopOrder {
+    /// For each channel block, every output row: the whole input is swept once per
+    /// block, so it should stay in L2 between blocks.
+    BlocksOuter,
+    /// For each band of `rows` output rows, every channel block: the band's input rows
+    /// stay in L2 while all the weights stream past once per band.
+    RowBands { rows: usize },
+}
+
+/// Chooses the loop order that moves the fewest bytes from beyond L2: the input once per
+/// channel block when it does not fit, or the weights once per row band.
+fn loop_order(g: &Geo, lanes: usize) -> LoopOrder {
+    let f = std::mem::size_of::<f32>();
+    let row_bytes = g.n * g.c * g.wq * f;
+    let input = row_bytes * g.hp;
+    let weights = g.o * g.cg * g.kh * g.kw * f;
+    let block_w = g.cg * g.kh * g.kw * lanes * f;
+    let blocks = g.o / lanes;
+    let blocks_outer = if input + block_w <= L2_BUDGET {
+        input + weights
+    } else {
+        blocks * input + weights
+    };
+    let mut best = (blocks_outer, LoopOrder::BlocksOuter);
+    for band in (1..=g.oh).filter(|r| g.oh.is_multiple_of(*r)) {
+        let band_input = ((band - 1) * g.stride[0] + (g.kh - 1) * g.dil[0] + 1) * row_bytes;
+        if band_input + block_w > L2_BUDGET {
+            break;
+        }
+        let bands = g.oh / band;
+        let moved = if band_input + weights <= L2_BUDGET {
+            input + weights
+        } else {
+            input + bands * weights
+        };
+        // fewer bytes; on a tie, the longer band (fewer re-reads of each weight block
+        // from L2) as long as there are two bands to share between threads
+        if moved < best.0 || (moved == best.0 && bands >= 2) {
+            best = (moved, LoopOrder::RowBands { rows: band });
+        }
+    }
+    best.1
+}
+
 /// A convolution with weights packed at compile time so that vectors run along output
 /// channels: `[group][channel block][kh][kw][input channel][4·V lanes]`, each block
 /// holding `4·V` consecutive output channels of its group.
@@ -455,20 +668,22 @@ fn tile(
 /// only change the input addresses, so the input needs no phase split. At the end, each
 /// group of 4 pixels' accumulators is transposed into vectors of one channel × 4 columns
 /// for the epilogue and vector stores along W; leftover pixels go lane by lane.
-struct PackedConv {
+pub(super) struct PackedConv {
     /// Vectors of 4 output channels per tile.
-    vecs: usize,
+    pub(super) vecs: usize,
     /// Output pixels per tile (along a row).
-    pixels: usize,
+    pub(super) pixels: usize,
     /// Channel blocks per group.
-    blocks: usize,
+    pub(super) blocks: usize,
     /// Input channels per trip of the innermost loop.
-    unroll: usize,
+    pub(super) unroll: usize,
+    /// The input is channels-last (`[n][row][column][channel]`) rather than NCHW.
+    pub(super) channels_last: bool,
 }
 
 impl PackedConv {
     /// The tile for a group of `og` output channels (a multiple of 4).
-    fn new(g: &Geo, og: usize) -> PackedConv {
+    pub(super) fn new(g: &Geo, og: usize) -> PackedConv {
         // accumulators (V·P) + weight vectors (V) + one broadcast + one spare ≤ 16 registers
         // Candidate tiles (vectors, most pixels): accumulators V·P ≤ 12 with the V weight
         // vectors, the broadcast and its copy in the 16 registers. FMA latency (4 cycles,
@@ -515,6 +730,7 @@ impl PackedConv {
             pixels,
             blocks: og / (4 * vecs),
             unroll: 2,
+            channels_last: false,
         }
     }
 
@@ -523,7 +739,7 @@ impl PackedConv {
     }
 
     /// Packs OIHW weights into the blocked form.
-    fn pack(&self, g: &Geo, w: &[f32]) -> Vec<f32> {
+    pub(super) fn pack(&self, g: &Geo, w: &[f32]) -> Vec<f32> {
         let lanes = self.lanes();
         let mut out = vec![0.0f32; g.o * g.cg * g.kh * g.kw];
         let mut at = 0;
@@ -547,7 +763,7 @@ impl PackedConv {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn kernel(
+    pub(super) fn kernel(
         &self,
         cx: &mut Cx,
         g: &Geo,
@@ -594,38 +810,64 @@ impl PackedConv {
             out: ya,
         };
         b.set_parallel();
-        let rows = |b: &mut KernelBuilder, grp: Affine, blk: Affine| {
-            b.for_loop(0, g.n as i64, 1, |b, n| {
-                b.for_loop(0, g.oh as i64, 1, |b, r| {
-                    let at = TileAt {
-                        n: Affine::var(n),
-                        o0: grp.scale(g.og as i64).add(&blk.scale(self.lanes() as i64)),
-                        c0: grp.scale(g.cg as i64),
-                        oh: Affine::var(r),
-                    };
-                    let block_index = grp.scale(self.blocks as i64).add(&blk);
-                    let p = self.pixels;
-                    let main = g.ow / p * p;
-                    b.for_loop(0, main as i64, p as i64, |b, q| {
-                        self.tile(b, g, &bufs, &epi, &at, &block_index, &Affine::var(q), p);
-                    });
-                    if main < g.ow {
-                        let q0 = Affine::constant(main as i64);
-                        self.tile(b, g, &bufs, &epi, &at, &block_index, &q0, g.ow - main);
-                    }
+        // Output rows `row0 + 0..count` of image `n` for one channel block.
+        let rows = |b: &mut KernelBuilder,
+                    n: Affine,
+                    grp: &Affine,
+                    blk: &Affine,
+                    row0: Affine,
+                    count: usize| {
+            b.for_loop(0, count as i64, 1, |b, r| {
+                let at = TileAt {
+                    n: n.clone(),
+                    o0: grp.scale(g.og as i64).add(&blk.scale(self.lanes() as i64)),
+                    c0: grp.scale(g.cg as i64),
+                    oh: row0.add(&Affine::var(r)),
+                };
+                let block_index = grp.scale(self.blocks as i64).add(blk);
+                let p = self.pixels;
+                let main = g.ow / p * p;
+                b.for_loop(0, main as i64, p as i64, |b, q| {
+                    self.tile(b, g, &bufs, &epi, &at, &block_index, &Affine::var(q), p);
                 });
+                if main < g.ow {
+                    let q0 = Affine::constant(main as i64);
+                    self.tile(b, g, &bufs, &epi, &at, &block_index, &q0, g.ow - main);
+                }
             });
         };
-        if g.groups == 1 {
-            b.for_loop(0, self.blocks as i64, 1, |b, blk| {
-                rows(b, Affine::constant(0), Affine::var(blk))
+        let all_rows = |b: &mut KernelBuilder, grp: &Affine, blk: &Affine| {
+            b.for_loop(0, g.n as i64, 1, |b, n| {
+                rows(b, Affine::var(n), grp, blk, Affine::constant(0), g.oh)
             });
-        } else {
-            b.for_loop(0, g.groups as i64, 1, |b, grp| {
+        };
+        let grp0 = Affine::constant(0);
+        match loop_order(g, self.lanes()) {
+            LoopOrder::BlocksOuter if g.groups == 1 => {
                 b.for_loop(0, self.blocks as i64, 1, |b, blk| {
-                    rows(b, Affine::var(grp), Affine::var(blk))
+                    all_rows(b, &grp0, &Affine::var(blk))
                 });
-            });
+            }
+            LoopOrder::BlocksOuter => {
+                b.for_loop(0, g.groups as i64, 1, |b, grp| {
+                    b.for_loop(0, self.blocks as i64, 1, |b, blk| {
+                        all_rows(b, &Affine::var(grp), &Affine::var(blk))
+                    });
+                });
+            }
+            LoopOrder::RowBands { rows: band } => {
+                b.for_loop(0, (g.oh / band) as i64, 1, |b, bi| {
+                    let row0 = Affine::var(bi).scale(band as i64);
+                    b.for_loop(0, g.groups as i64, 1, |b, grp| {
+                        b.for_loop(0, self.blocks as i64, 1, |b, blk| {
+                            b.for_loop(0, g.n as i64, 1, |b, n| {
+                                let (grp, blk) = (Affine::var(grp), Affine::var(blk));
+                                rows(b, Affine::var(n), &grp, &blk, row0.clone(), band)
+                            });
+                        });
+                    });
+                });
+            }
         }
         cx.step(b.finish(), args)
     }
@@ -663,10 +905,9 @@ impl PackedConv {
             }
         }
         let block_len = (g.kh * g.kw * g.cg) as i64 * lanes;
-        let plane = (g.hp * g.wq) as i64;
         // One FMA per accumulator for input channel `c` at tap (kh, kw).
-        let step = |b: &mut KernelBuilder, kh: &Affine, kw: usize, c: &Affine| {
-            let tap = kh.scale(g.kw as i64).plus(kw as i64);
+        let step = |b: &mut KernelBuilder, kh: &Affine, kw: &Affine, c: &Affine| {
+            let tap = kh.scale(g.kw as i64).add(kw);
             let wbase = block_index
                 .scale(block_len)
                 .add(&c.scale(lanes))
@@ -685,14 +926,28 @@ impl PackedConv {
                 .oh
                 .scale(g.stride[0] as i64)
                 .add(&kh.scale(g.dil[0] as i64));
-            let xbase =
-                at.n.scale(g.c as i64 * plane)
-                    .add(&at.c0.add(c).scale(plane))
-                    .add(&row.scale(g.wq as i64))
-                    .add(&q0.scale(g.stride[1] as i64))
-                    .plus((kw * g.dil[1]) as i64);
+            // the input of pixel p is at xbase + p·pixel_step
+            let (xbase, pixel_step) = if self.channels_last {
+                let ci = g.c as i64;
+                let base =
+                    at.n.scale(g.hp as i64 * g.wq as i64 * ci)
+                        .add(&row.scale(g.wq as i64 * ci))
+                        .add(&q0.scale(g.stride[1] as i64 * ci))
+                        .add(&kw.scale(g.dil[1] as i64 * ci))
+                        .add(&at.c0.add(c));
+                (base, g.stride[1] as i64 * ci)
+            } else {
+                let plane = (g.hp * g.wq) as i64;
+                let base =
+                    at.n.scale(g.c as i64 * plane)
+                        .add(&at.c0.add(c).scale(plane))
+                        .add(&row.scale(g.wq as i64))
+                        .add(&q0.scale(g.stride[1] as i64))
+                        .add(&kw.scale(g.dil[1] as i64));
+                (base, g.stride[1] as i64)
+            };
             for p in 0..pixels {
-                let xi = xbase.plus((p * g.stride[1]) as i64);
+                let xi = xbase.plus(p as i64 * pixel_step);
                 let xv = Expr::Splat(Box::new(Expr::load(bufs.x, xi, Width::Scalar)));
                 let xv = if self.vecs > 1 { b.let_(xv, w4) } else { xv };
                 // the broadcast first: x86 FMAs overwrite their first factor, and the
@@ -703,35 +958,46 @@ impl PackedConv {
                 }
             }
         };
-        let unroll = self.unroll.min(g.cg).max(1);
-        if g.cg / unroll >= 2 || g.kh == 1 {
+        // Channels-last input with unit column dilation: the taps of one kernel row
+        // read kw·cg consecutive input floats against kw·cg consecutive packed weight
+        // vectors, so (kw, channel) runs as one loop over `chans` (the stem's 7×3
+        // becomes one loop of 21).
+        let flat = self.channels_last && g.dil[1] == 1 && g.groups == 1;
+        let (taps_w, chans) = if flat { (1, g.kw * g.cg) } else { (g.kw, g.cg) };
+        let unroll = self.unroll.min(chans).max(1);
+        if chans / unroll >= 2 || g.kh == 1 {
             // a loop over input channels per tap, `unroll` channels per trip
-            let main = g.cg / unroll * unroll;
+            let main = chans / unroll * unroll;
             for kh in 0..g.kh {
                 let kh = Affine::constant(kh as i64);
-                for kw in 0..g.kw {
+                for kw in 0..taps_w {
+                    let kw = Affine::constant(kw as i64);
                     b.for_loop(0, main as i64, unroll as i64, |b, c| {
                         for u in 0..unroll {
-                            step(b, &kh, kw, &Affine::var(c).plus(u as i64));
+                            step(b, &kh, &kw, &Affine::var(c).plus(u as i64));
                         }
                     });
-                    b.for_loop(main as i64, g.cg as i64, 1, |b, c| {
-                        step(b, &kh, kw, &Affine::var(c))
+                    b.for_loop(main as i64, chans as i64, 1, |b, c| {
+                        step(b, &kh, &kw, &Affine::var(c))
                     });
                 }
             }
         } else {
-            // Few input channels (a network's stem): loop over kernel rows instead, so
-            // the weight loads depend on a loop variable. Straight-line taps would make
-            // them invariant in the row loops, and Cranelift would hoist every one of
-            // them there (and spill them).
+            // Few input channels (a network's stem): loops over kernel rows and columns,
+            // so each loop body holds at most two weight vectors. Straight-line taps
+            // would make the weight loads invariant in the row loops or, in one body,
+            // keep every tap's weights live at once; either way Cranelift spills them.
             b.for_loop(0, g.kh as i64, 1, |b, kh| {
-                let kh = Affine::var(kh);
-                for kw in 0..g.kw {
-                    for c in 0..g.cg {
-                        step(b, &kh, kw, &Affine::constant(c as i64));
+                b.for_loop(0, g.kw as i64, 1, |b, kw| {
+                    let (kh, kw) = (Affine::var(kh), Affine::var(kw));
+                    if g.cg <= 2 {
+                        for c in 0..g.cg {
+                            step(b, &kh, &kw, &Affine::constant(c as i64));
+                        }
+                    } else {
+                        b.for_loop(0, g.cg as i64, 1, |b, c| step(b, &kh, &kw, &Affine::var(c)));
                     }
-                }
+                });
             });
         }
         let out_plane = (g.oh * g.ow) as i64;
@@ -777,7 +1043,7 @@ impl PackedConv {
 /// Transposes a 4×4 tile held in four vectors: lane `j` of result `i` is lane `i` of
 /// input `j`. Eight two-input shuffles (unpack low/high of lanes, then of lane pairs),
 /// each bound to a variable so no shuffle is emitted twice.
-fn transpose4(b: &mut KernelBuilder, rows: &[Expr]) -> Vec<Expr> {
+pub(super) fn transpose4(b: &mut KernelBuilder, rows: &[Expr]) -> Vec<Expr> {
     let w4 = Width::F32x4;
     let shuf = |b: &mut KernelBuilder, x: &Expr, y: &Expr, m: [u8; 4]| {
         b.let_(Expr::shuffle(x.clone(), y.clone(), m), w4)

@@ -14,6 +14,7 @@ mod conv;
 pub mod elementwise;
 mod memory;
 mod misc;
+mod winograd;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,0 +1,669 @@
+//! Winograd F(m×m, 3×3) convolution for 3×3 stride-1 dilation-1 convs with constant weights.
+//!
+//! Four kernels: padding (zero rows and columns enough for whole tiles), the input
+//! transform `V[ξ][c][t] = (Bᵀ·d·B)[ξ]` over `α×α` input tiles `d` (`α = m + 2`), the
+//! batched product `M[ξ][o][t] = Σ_c U[ξ][o][c]·V[ξ][c][t]` — a grouped 1×1 convolution
+//! with `α²` groups over `tiles` pixels, so it reuses [`PackedConv`] — and the output
+//! transform `Y = Aᵀ·M·A` with bias and the fused post-ops, stored as output rows. The
+//! transformed weights `U = G·g·Gᵀ` are computed at compile time in f64.
+//!
+//! `V` and `M` are NCHW-like (tiles innermost): the product's pixel loads are then
+//! consecutive. (Channels-last `V[t][ξ][c]` puts the 12 pixels of a register tile
+//! `α²·C·4` bytes apart — a multiple of 4 KiB for F2 at 64 channels and F4 at 256 — so
+//! they share one L1 set: the F2 product at C64 56² ran at 14 GFLOP/s that way.) Both
+//! transforms run on vectors of 4 horizontally adjacent tiles (lane = tile), with 4×4
+//! transposes between rows of pixels and tile columns. Tiles left over at a row's end
+//! run on scalars.
+
+use smelt_ir::loops::{Access, Affine, BinOp, BufId, Expr, KernelBuilder, Width};
+use smelt_ir::op::Conv2dAttrs;
+use smelt_ir::{Diagnostic, Layout, TensorType, Value};
+
+use super::conv::{pad_kernel, transpose4, Geo, PackedConv};
+use super::elementwise::{dims_name, Epilogue};
+use super::{BufferId, Cx};
+
+/// Whether Winograd may be chosen at all. Off gives the direct (packed) convolution for
+/// every conv, for A/B measurements.
+const ENABLED: bool = true;
+
+/// One Winograd form: output tile `m×m`, input tile `α×α`, and its matrices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Form {
+    /// F(2×2, 3×3): α = 4.
+    F2,
+    /// F(4×4, 3×3): α = 6.
+    F4,
+}
+
+impl Form {
+    fn m(self) -> usize {
+        match self {
+            Form::F2 => 2,
+            Form::F4 => 4,
+        }
+    }
+
+    fn alpha(self) -> usize {
+        self.m() + 2
+    }
+
+    /// Bᵀ (α×α): input tile → transformed tile, along each axis.
+    fn bt(self) -> Vec<Vec<f64>> {
+        match self {
+            Form::F2 => vec![
+                vec![1.0, 0.0, -1.0, 0.0],
+                vec![0.0, 1.0, 1.0, 0.0],
+                vec![0.0, -1.0, 1.0, 0.0],
+                vec![0.0, 1.0, 0.0, -1.0],
+            ],
+            Form::F4 => vec![
+                vec![4.0, 0.0, -5.0, 0.0, 1.0, 0.0],
+                vec![0.0, -4.0, -4.0, 1.0, 1.0, 0.0],
+                vec![0.0, 4.0, -4.0, -1.0, 1.0, 0.0],
+                vec![0.0, -2.0, -1.0, 2.0, 1.0, 0.0],
+                vec![0.0, 2.0, -1.0, -2.0, 1.0, 0.0],
+                vec![0.0, 4.0, 0.0, -5.0, 0.0, 1.0],
+            ],
+        }
+    }
+
+    /// G (α×3): filter → transformed filter, along each axis.
+    fn g(self) -> Vec<Vec<f64>> {
+        match self {
+            Form::F2 => vec![
+                vec![1.0, 0.0, 0.0],
+                vec![0.5, 0.5, 0.5],
+                vec![0.5, -0.5, 0.5],
+                vec![0.0, 0.0, 1.0],
+            ],
+            Form::F4 => vec![
+                vec![1.0 / 4.0, 0.0, 0.0],
+                vec![-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0],
+                vec![-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0],
+                vec![1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
+                vec![1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0],
+                vec![0.0, 0.0, 1.0],
+            ],
+        }
+    }
+
+    /// Aᵀ (m×α): transformed product → output tile, along each axis.
+    fn at(self) -> Vec<Vec<f64>> {
+        match self {
+            Form::F2 => vec![vec![1.0, 1.0, 1.0, 0.0], vec![0.0, 1.0, -1.0, -1.0]],
+            Form::F4 => vec![
+                vec![1.0, 1.0, 1.0, 1.0, 1.0, 0.0],
+                vec![0.0, 1.0, -1.0, 2.0, -2.0, 0.0],
+                vec![0.0, 1.0, 1.0, 4.0, 4.0, 0.0],
+                vec![0.0, 1.0, -1.0, 8.0, -8.0, 1.0],
+            ],
+        }
+    }
+}
+
+/// The plan for one convolution: its form and shapes.
+pub(super) struct Plan {
+    form: Form,
+    n: usize,
+    c: usize,
+    o: usize,
+    h: usize,
+    w: usize,
+    oh: usize,
+    ow: usize,
+    /// Top and left padding.
+    pt: usize,
+    pl: usize,
+    /// Tile rows and columns per image.
+    th: usize,
+    tw: usize,
+}
+
+impl Plan {
+    fn tiles(&self) -> usize {
+        self.n * self.th * self.tw
+    }
+
+    /// Rows and columns of the padded input: whole tiles, plus the columns the vector
+    /// loads of the last group of 4 tiles reach (F4 loads one vector past the group).
+    fn padded(&self) -> [usize; 2] {
+        let m = self.form.m();
+        let extra = match self.form {
+            Form::F2 => 2,
+            Form::F4 => 4,
+        };
+        [self.th * m + 2, self.tw * m + extra]
+    }
+}
+
+/// Bytes per cycle at which weights stream from beyond L2 on one core, measured: the F4
+/// product at C512 7² (37.7 MB of `U`, 4 tiles) runs at ≈ 5 GB/s ≈ 1.6 B/cycle.
+const WEIGHT_BYTES_PER_CYCLE: f64 = 1.6;
+
+/// Cycles of one extra kernel call (hand-off and loop setup), a guess that only matters
+/// for tiny convolutions.
+const CALL_CYCLES: f64 = 5000.0;
+
+/// Modelled cost (cycles on one core) of the direct packed convolution: vector FMAs at
+/// 2 per cycle and 60% efficiency (measured 27–40 GFLOP/s on the 3×3 tails), or
+/// streaming the weights, whichever is slower.
+fn direct_cost(n: usize, c: usize, o: usize, oh: usize, ow: usize) -> f64 {
+    let fmas = (n * o * c * oh * ow * 9) as f64 / 4.0;
+    let weights = (o * c * 9 * 4) as f64;
+    (fmas / 2.0 / 0.6).max(weights / WEIGHT_BYTES_PER_CYCLE)
+}
+
+/// Modelled cost of Winograd `form`, calibrated on the tails (1 thread, see
+/// benches/RESULTS.md "Winograd"): the batched product at 70% of the FMA peak when a
+/// register tile has ≥ 8 pixels (tiles) and proportionally less below, or streaming `U`
+/// (α²/9 × the weights), whichever is slower; the transforms at their measured cycles
+/// per tile and channel (vector paths; the scalar path for rows of fewer than 4 tiles
+/// costs ≈ 3×); and three more kernel calls.
+fn winograd_cost(form: Form, n: usize, c: usize, o: usize, oh: usize, ow: usize) -> f64 {
+    let (m, a) = (form.m(), form.alpha());
+    let tw = ow.div_ceil(m);
+    let tiles = (n * oh.div_ceil(m) * tw) as f64;
+    let a2 = (a * a) as f64;
+    let eff = 0.7 * (tiles / 8.0).min(1.0);
+    let gemm = a2 * (o * c) as f64 * tiles / 4.0 / 2.0 / eff;
+    let u = a2 * (o * c * 4) as f64;
+    let (tin, tout) = match form {
+        Form::F2 => (20.0, 15.0),
+        Form::F4 => (70.0, 45.0),
+    };
+    let scalar = if tw < 4 { 3.0 } else { 1.0 };
+    let transforms = scalar * tiles * (tin * c as f64 + tout * o as f64);
+    gemm.max(u / WEIGHT_BYTES_PER_CYCLE) + transforms + 3.0 * CALL_CYCLES
+}
+
+/// The Winograd plan for this convolution when it applies and the cost model prefers it
+/// over the direct convolution; `None` keeps the direct path.
+pub(super) fn plan(
+    cx: &Cx,
+    a: &Conv2dAttrs,
+    operands: &[Value],
+    out_ty: &TensorType,
+) -> Option<Plan> {
+    let form = choose(cx, a, operands, out_ty)?;
+    let xt = cx.func.type_of(operands[0]);
+    let wt = cx.func.type_of(operands[1]);
+    let m = form.m();
+    let [oh, ow] = [out_ty.dims[2], out_ty.dims[3]];
+    Some(Plan {
+        form,
+        n: xt.dims[0],
+        c: xt.dims[1],
+        o: wt.dims[0],
+        h: xt.dims[2],
+        w: xt.dims[3],
+        oh,
+        ow,
+        pt: a.pads[0],
+        pl: a.pads[1],
+        th: oh.div_ceil(m),
+        tw: ow.div_ceil(m),
+    })
+}
+
+/// The form the cost model picks, if Winograd applies at all: 3×3, stride 1, dilation 1,
+/// one group, constant weights, row-major operands, output channels a multiple of 4 (the
+/// packed product's vectors), and at least 32 input and output channels: smaller
+/// convolutions take microseconds either way, and stay on the direct path that the
+/// thin-path tests and snapshots pin down.
+fn choose(cx: &Cx, a: &Conv2dAttrs, operands: &[Value], out_ty: &TensorType) -> Option<Form> {
+    if !ENABLED {
+        return None;
+    }
+    let xt = cx.func.type_of(operands[0]);
+    let wt = cx.func.type_of(operands[1]);
+    let row_major = |t: &TensorType| t.layout == Layout::RowMajor;
+    if a.groups != 1
+        || a.strides != [1, 1]
+        || a.dilations != [1, 1]
+        || wt.dims[2..] != [3, 3]
+        || xt.rank() != 4
+        || !row_major(xt)
+        || !row_major(wt)
+        || !row_major(out_ty)
+        || cx.const_data(operands[1]).is_none()
+    {
+        return None;
+    }
+    let [n, c, o] = [xt.dims[0], xt.dims[1], wt.dims[0]];
+    let [oh, ow] = [out_ty.dims[2], out_ty.dims[3]];
+    if !o.is_multiple_of(4) || c < 32 || o < 32 || oh < 4 || ow < 4 {
+        return None;
+    }
+    let direct = direct_cost(n, c, o, oh, ow);
+    [Form::F4, Form::F2]
+        .into_iter()
+        .map(|f| (winograd_cost(f, n, c, o, oh, ow), f))
+        .filter(|&(cost, _)| cost < direct)
+        .min_by(|x, y| x.0.total_cmp(&y.0))
+        .map(|(_, f)| f)
+}
+
+/// Lowers the convolution by `plan`: pad, input transform, batched product, output
+/// transform with bias and `epi`.
+pub(super) fn lower(
+    cx: &mut Cx,
+    p: &Plan,
+    operands: &[Value],
+    epi: Epilogue,
+    out: BufferId,
+) -> Result<(), Diagnostic> {
+    let form = p.form;
+    let a2 = form.alpha() * form.alpha();
+    let tiles = p.tiles();
+    let wdata = cx
+        .const_data(operands[1])
+        .ok_or_else(|| cx.unsupported("winograd conv2d with non-constant weights"))?
+        .to_vec();
+
+    // 1. padding, bottom and right enough for whole tiles
+    let x = cx.buf(operands[0]);
+    let [hp, wp] = p.padded();
+    let padded_len = p.n * p.c * hp * wp;
+    let xp = cx.temp("wino_padded", padded_len);
+    let k = pad_kernel(
+        p.n * p.c,
+        [p.h, p.w],
+        [p.pt, p.pl],
+        1,
+        [hp, wp],
+        0.0,
+        cx.len_of(x),
+        padded_len,
+    );
+    cx.step(k, vec![x, xp])?;
+
+    // 2. input transform
+    let v = cx.temp("wino_v", a2 * p.c * tiles);
+    input_transform(cx, p, xp, v)?;
+
+    // 3. batched product as a grouped 1×1 convolution over [1, α²·C, 1, tiles]
+    // (NCHW: `V[ξ][c][t]`, so a tile's pixels are consecutive)
+    let gemm = Geo {
+        n: 1,
+        c: a2 * p.c,
+        o: a2 * p.o,
+        cg: p.c,
+        og: p.o,
+        groups: a2,
+        kh: 1,
+        kw: 1,
+        oh: 1,
+        ow: tiles,
+        stride: [1, 1],
+        dil: [1, 1],
+        hp: 1,
+        phases: 1,
+        wq: tiles,
+    };
+    let mut packed = PackedConv::new(&gemm, p.o);
+    packed.channels_last = false;
+    let u = transform_weights(form, p.o, p.c, &wdata);
+    let upack = packed.pack(&gemm, &u);
+    let ubuf = cx.constant("wino_u", &upack);
+    let mbuf = cx.temp("wino_m", a2 * p.o * tiles);
+    let none = Epilogue::new(cx, &[], &[], &[]);
+    packed.kernel(cx, &gemm, v, ubuf, &operands[..2], none, mbuf)?;
+
+    // 4. output transform, bias, post-ops
+    let bias = operands.get(2).map(|&b| cx.buf(b));
+    output_transform(cx, p, mbuf, bias, epi, out)
+}
+
+/// `U[ξ][o][c] = (G·g[o][c]·Gᵀ)[ξ]` in f64, as OIHW weights of `α²·O` output channels
+/// (`[ξ][o]`) × `C` input channels × 1×1 for the packed product.
+fn transform_weights(form: Form, o: usize, c: usize, w: &[f32]) -> Vec<f32> {
+    let a = form.alpha();
+    let g = form.g();
+    let plane = o * c;
+    let mut u = vec![0.0f32; a * a * plane];
+    for (f, filter) in w.chunks_exact(9).take(plane).enumerate() {
+        let mut f64s = [0.0f64; 9];
+        for (d, &s) in f64s.iter_mut().zip(filter) {
+            *d = f64::from(s);
+        }
+        // G·g (α×3), then (G·g)·Gᵀ (α×α)
+        let mut gf = [[0.0f64; 3]; 6];
+        for (gfk, gk) in gf.iter_mut().zip(&g) {
+            for (j, v) in gfk.iter_mut().enumerate() {
+                *v = gk[0] * f64s[j] + gk[1] * f64s[3 + j] + gk[2] * f64s[6 + j];
+            }
+        }
+        for (k, gfk) in gf.iter().take(a).enumerate() {
+            for (l, gl) in g.iter().enumerate() {
+                let v = gfk[0] * gl[0] + gfk[1] * gl[1] + gfk[2] * gl[2];
+                u[(k * a + l) * plane + f] = v as f32;
+            }
+        }
+    }
+    u
+}
+
+/// `Σ_i k[i]·x[i]` with the zero terms skipped and ±1 as adds and subtracts, bound to a
+/// variable.
+fn combine(b: &mut KernelBuilder, k: &[f64], xs: &[Expr], w: Width) -> Expr {
+    // start from a +1 term when there is one, so no negation is needed
+    let first = k
+        .iter()
+        .position(|&v| v == 1.0)
+        .or_else(|| k.iter().position(|&v| v != 0.0));
+    let Some(first) = first else {
+        return Expr::constant(0.0, w);
+    };
+    let mut acc = if k[first] == 1.0 {
+        xs[first].clone()
+    } else {
+        Expr::binary(
+            BinOp::Mul,
+            xs[first].clone(),
+            Expr::constant(k[first] as f32, w),
+        )
+    };
+    for (i, (&ki, x)) in k.iter().zip(xs).enumerate() {
+        if i == first || ki == 0.0 {
+            continue;
+        }
+        acc = if ki == 1.0 {
+            Expr::binary(BinOp::Add, acc, x.clone())
+        } else if ki == -1.0 {
+            Expr::binary(BinOp::Sub, acc, x.clone())
+        } else {
+            Expr::fma(x.clone(), Expr::constant(ki as f32, w), acc)
+        };
+    }
+    b.let_(acc, w)
+}
+
+/// `Bᵀ·d·B` of one input tile (or 4 tiles, one per lane), given `row(b, i)` = the α values
+/// of tile row `i`; `store(b, ξ, value)` receives each transformed value.
+fn input_tile(
+    b: &mut KernelBuilder,
+    form: Form,
+    w: Width,
+    row: &mut dyn FnMut(&mut KernelBuilder, usize) -> Vec<Expr>,
+    store: &mut dyn FnMut(&mut KernelBuilder, usize, Expr),
+) {
+    let a = form.alpha();
+    let bt = form.bt();
+    // t[i][l] = Σ_j d[i][j]·Bᵀ[l][j]: transform each row as it is loaded
+    let t: Vec<Vec<Expr>> = (0..a)
+        .map(|i| {
+            let d = row(b, i);
+            bt.iter().map(|btl| combine(b, btl, &d, w)).collect()
+        })
+        .collect();
+    // V[k][l] = Σ_i Bᵀ[k][i]·t[i][l]
+    for l in 0..a {
+        let col: Vec<Expr> = t.iter().map(|ti| ti[l].clone()).collect();
+        for (k, btk) in bt.iter().enumerate() {
+            let v = combine(b, btk, &col, w);
+            store(b, k * a + l, v);
+        }
+    }
+}
+
+/// `Aᵀ·M·A` of one tile (or 4 tiles, one per lane), given `load(ξ)`; returns the `m×m`
+/// outputs by row.
+fn output_tile(
+    b: &mut KernelBuilder,
+    form: Form,
+    w: Width,
+    load: &dyn Fn(usize) -> Expr,
+) -> Vec<Vec<Expr>> {
+    let (a, m) = (form.alpha(), form.m());
+    let at = form.at();
+    // s[r][l] = Σ_k Aᵀ[r][k]·M[k][l], one column of M at a time
+    let mut s: Vec<Vec<Expr>> = vec![Vec::with_capacity(a); m];
+    for l in 0..a {
+        let col: Vec<Expr> = (0..a).map(|k| b.let_(load(k * a + l), w)).collect();
+        for (r, atr) in at.iter().enumerate() {
+            let v = combine(b, atr, &col, w);
+            s[r].push(v);
+        }
+    }
+    // Y[r][j] = Σ_l s[r][l]·Aᵀ[j][l]
+    s.iter()
+        .map(|sr| at.iter().map(|atj| combine(b, atj, sr, w)).collect())
+        .collect()
+}
+
+/// Padded NCHW input → `V[ξ][c][t]` (`t = (n·TH + th)·TW + tw`). Vectors hold one value
+/// of 4 horizontally adjacent tiles: 4 row vectors (one per tile) are transposed into
+/// the tiles' columns 0–3; for F4, columns 4 and 5 are columns 0 and 1 of the next
+/// tile, shifted in from one more load. The last group overlaps the one before when the
+/// tile count is not a multiple of 4 (it rewrites identical values); rows of fewer than
+/// 4 tiles go tile by tile on scalars. Parallel over input channels.
+fn input_transform(cx: &mut Cx, p: &Plan, xp: BufferId, v: BufferId) -> Result<(), Diagnostic> {
+    let form = p.form;
+    let (m, a) = (form.m(), form.alpha());
+    let [hp, wp] = p.padded();
+    let tiles = p.tiles() as i64;
+    let mut b = KernelBuilder::new(&format!(
+        "winograd{m}_input_{}",
+        dims_name(&[p.n, p.c, hp, wp])
+    ));
+    let xa = b.arg("padded", cx.len_of(xp), Access::Read);
+    let va = b.arg("v", cx.len_of(v), Access::Write);
+    let c_count = p.c as i64;
+    let x_at = |n: &Affine, c: &Affine, row: &Affine, col: &Affine| {
+        n.scale((p.c * hp * wp) as i64)
+            .add(&c.scale((hp * wp) as i64))
+            .add(&row.scale(wp as i64))
+            .add(col)
+    };
+    let v_at = |xi: usize, c: &Affine, t: &Affine| c.plus(xi as i64 * c_count).scale(tiles).add(t);
+    let tile_of = |n: &Affine, th: &Affine, tw: &Affine| {
+        n.scale((p.th * p.tw) as i64)
+            .add(&th.scale(p.tw as i64))
+            .add(tw)
+    };
+    let w4 = Width::F32x4;
+    b.set_parallel();
+    b.for_loop(0, p.c as i64, 1, |b, c| {
+        let c = Affine::var(c);
+        b.for_loop(0, p.n as i64, 1, |b, n| {
+            let n = Affine::var(n);
+            b.for_loop(0, p.th as i64, 1, |b, th| {
+                let th = Affine::var(th);
+                let group = |b: &mut KernelBuilder, tw0: &Affine| {
+                    let t = tile_of(&n, &th, tw0);
+                    let mut row = |b: &mut KernelBuilder, i: usize| -> Vec<Expr> {
+                        let r = th.scale(m as i64).plus(i as i64);
+                        let base = x_at(&n, &c, &r, &tw0.scale(m as i64));
+                        let quads: Vec<Expr> = (0..4)
+                            .map(|k| Expr::load(xa, base.plus((k * m) as i64), w4))
+                            .collect();
+                        let mut cols = transpose4(b, &quads);
+                        if form == Form::F4 {
+                            let next = b.let_(Expr::load(xa, base.plus(16), w4), w4);
+                            let c4 = Expr::shuffle(cols[0].clone(), next.clone(), [1, 2, 3, 4]);
+                            let c5 = Expr::shuffle(cols[1].clone(), next, [1, 2, 3, 5]);
+                            cols.push(b.let_(c4, w4));
+                            cols.push(b.let_(c5, w4));
+                        }
+                        cols
+                    };
+                    let mut store = |b: &mut KernelBuilder, xi: usize, val: Expr| {
+                        b.store(va, v_at(xi, &c, &t), val, w4);
+                    };
+                    input_tile(b, form, w4, &mut row, &mut store);
+                };
+                let single = |b: &mut KernelBuilder, tw: &Affine| {
+                    let t = tile_of(&n, &th, tw);
+                    let mut row = |_: &mut KernelBuilder, i: usize| -> Vec<Expr> {
+                        let r = th.scale(m as i64).plus(i as i64);
+                        let base = x_at(&n, &c, &r, &tw.scale(m as i64));
+                        (0..a)
+                            .map(|j| Expr::load(xa, base.plus(j as i64), Width::Scalar))
+                            .collect()
+                    };
+                    let mut store = |b: &mut KernelBuilder, xi: usize, val: Expr| {
+                        b.store(va, v_at(xi, &c, &t), val, Width::Scalar);
+                    };
+                    input_tile(b, form, Width::Scalar, &mut row, &mut store);
+                };
+                let main = p.tw / 4 * 4;
+                b.for_loop(0, main as i64, 4, |b, tw| group(b, &Affine::var(tw)));
+                if main < p.tw {
+                    if p.tw >= 4 {
+                        group(b, &Affine::constant(p.tw as i64 - 4));
+                    } else {
+                        b.for_loop(0, p.tw as i64, 1, |b, tw| single(b, &Affine::var(tw)));
+                    }
+                }
+            });
+        });
+    });
+    cx.step(b.finish(), vec![xp, v])
+}
+
+/// `M[ξ][o][t]` → output rows: `Aᵀ·M·A`, bias, post-ops. Parallel over output channels.
+fn output_transform(
+    cx: &mut Cx,
+    p: &Plan,
+    mbuf: BufferId,
+    bias: Option<BufferId>,
+    mut epi: Epilogue,
+    out: BufferId,
+) -> Result<(), Diagnostic> {
+    let form = p.form;
+    let m = form.m();
+    let tiles = p.tiles() as i64;
+    let mut b = KernelBuilder::new(&format!(
+        "winograd{m}_output_{}{}{}",
+        dims_name(&[p.n, p.o, p.oh, p.ow]),
+        if bias.is_some() { "_bias" } else { "" },
+        if epi.is_empty() { "" } else { "_fused" }
+    ));
+    let ma = b.arg("m", cx.len_of(mbuf), Access::Read);
+    let mut args = vec![mbuf];
+    let ba: Option<BufId> = bias.map(|bb| {
+        args.push(bb);
+        b.arg("bias", cx.len_of(bb), Access::Read)
+    });
+    args.extend(epi.declare(&mut b));
+    let ya = b.arg("out", cx.len_of(out), Access::Write);
+    args.push(out);
+    let o_count = p.o as i64;
+    let m_at = |xi: usize, o: &Affine, t: &Affine| o.plus(xi as i64 * o_count).scale(tiles).add(t);
+    let tile_of = |n: &Affine, th: &Affine, tw: &Affine| {
+        n.scale((p.th * p.tw) as i64)
+            .add(&th.scale(p.tw as i64))
+            .add(tw)
+    };
+    let out_at = |n: &Affine, o: &Affine, row: &Affine, col: &Affine| {
+        n.scale((p.o * p.oh * p.ow) as i64)
+            .add(&o.scale((p.oh * p.ow) as i64))
+            .add(&row.scale(p.ow as i64))
+            .add(col)
+    };
+    let epi = &epi;
+    let full_rows = p.oh / m;
+    let full_cols = p.ow / m;
+    b.set_parallel();
+    b.for_loop(0, p.o as i64, 1, |b, o| {
+        let o = Affine::var(o);
+        let bias_of =
+            |w: Width| ba.map(|bb| Expr::splat_to(Expr::load(bb, o.clone(), Width::Scalar), w));
+        b.for_loop(0, p.n as i64, 1, |b, n| {
+            let n = Affine::var(n);
+            // one tile row: groups of 4 whole tiles on vectors, the rest tile by tile
+            let tile_row = |b: &mut KernelBuilder, th: &Affine, rows: usize| {
+                // 4 tiles from `tw0`, of which the first `cols` output columns exist
+                let group = |b: &mut KernelBuilder, tw0: &Affine, cols: usize| {
+                    let w4 = Width::F32x4;
+                    let t = tile_of(&n, th, tw0);
+                    let y = output_tile(b, form, w4, &|xi| Expr::load(ma, m_at(xi, &o, &t), w4));
+                    let bv = bias_of(w4).map(|e| b.let_(e, w4));
+                    for (r, yr) in y.into_iter().enumerate().take(rows) {
+                        let row = th.scale(m as i64).plus(r as i64);
+                        let yr: Vec<Expr> = match &bv {
+                            Some(bv) => yr
+                                .into_iter()
+                                .map(|e| Expr::binary(BinOp::Add, e, bv.clone()))
+                                .collect(),
+                            None => yr,
+                        };
+                        // vectors of 4 consecutive columns, by first column in the group
+                        let runs: Vec<(Expr, usize)> = match form {
+                            Form::F4 => transpose4(b, &yr)
+                                .into_iter()
+                                .enumerate()
+                                .map(|(k, e)| (e, 4 * k))
+                                .collect(),
+                            Form::F2 => {
+                                let lo = Expr::shuffle(yr[0].clone(), yr[1].clone(), [0, 4, 1, 5]);
+                                let hi = Expr::shuffle(yr[0].clone(), yr[1].clone(), [2, 6, 3, 7]);
+                                vec![(lo, 0), (hi, 4)]
+                            }
+                        };
+                        for (val, first) in runs {
+                            let col = tw0.scale(m as i64).plus(first as i64);
+                            if first + 4 <= cols {
+                                let idx = [n.clone(), o.clone(), row.clone(), col.clone()];
+                                let val = epi.apply(b, val, &idx, w4);
+                                b.store(ya, out_at(&n, &o, &row, &col), val, w4);
+                                continue;
+                            }
+                            // a run crossing the right edge: its valid lanes one by one
+                            let val = b.let_(val, w4);
+                            for l in 0..cols.saturating_sub(first).min(4) {
+                                let col = col.plus(l as i64);
+                                let s = Expr::lane(val.clone(), l as u8);
+                                let idx = [n.clone(), o.clone(), row.clone(), col.clone()];
+                                let s = epi.apply(b, s, &idx, Width::Scalar);
+                                b.store(ya, out_at(&n, &o, &row, &col), s, Width::Scalar);
+                            }
+                        }
+                    }
+                };
+                let single = |b: &mut KernelBuilder, twi: usize| {
+                    let ws = Width::Scalar;
+                    let tw = Affine::constant(twi as i64);
+                    let t = tile_of(&n, th, &tw);
+                    let y = output_tile(b, form, ws, &|xi| Expr::load(ma, m_at(xi, &o, &t), ws));
+                    let bs = bias_of(ws).map(|e| b.let_(e, ws));
+                    let cols = (p.ow - twi * m).min(m);
+                    for (r, yr) in y.into_iter().enumerate().take(rows) {
+                        let row = th.scale(m as i64).plus(r as i64);
+                        for (j, val) in yr.into_iter().enumerate().take(cols) {
+                            let val = match &bs {
+                                Some(bs) => Expr::binary(BinOp::Add, val, bs.clone()),
+                                None => val,
+                            };
+                            let col = tw.scale(m as i64).plus(j as i64);
+                            let idx = [n.clone(), o.clone(), row.clone(), col.clone()];
+                            let val = epi.apply(b, val, &idx, ws);
+                            b.store(ya, out_at(&n, &o, &row, &col), val, ws);
+                        }
+                    }
+                };
+                // groups of 4 whole tiles; then a group whose last tile is partial, if
+                // there are 4 tiles left; then tile by tile
+                let main = full_cols / 4 * 4;
+                b.for_loop(0, main as i64, 4, |b, tw| group(b, &Affine::var(tw), 4 * m));
+                let mut next = main;
+                if p.tw >= main + 4 {
+                    group(b, &Affine::constant(main as i64), p.ow - main * m);
+                    next = main + 4;
+                }
+                for tw in next..p.tw {
+                    single(b, tw);
+                }
+            };
+            b.for_loop(0, full_rows as i64, 1, |b, th| {
+                tile_row(b, &Affine::var(th), m)
+            });
+            if full_rows < p.th {
+                let th = Affine::constant(full_rows as i64);
+                tile_row(b, &th, p.oh - full_rows * m);
+            }
+        });
+    });
+    cx.step(b.finish(), args)
+}
