@@ -58,6 +58,7 @@ use smelt_passes::{PassContext, PassManager};
 
 pub use runtime::{CompileOptions, Executable, TensorInfo, Workspace};
 pub use smelt_ir::{Tensor, TensorType};
+pub use smelt_passes::lower::ConvAlgorithm;
 
 /// How to optimize a module before compiling it.
 #[derive(Clone, Debug, Default)]

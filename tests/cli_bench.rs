@@ -91,6 +91,33 @@ fn bench_without_fusion_runs_more_kernels() {
 }
 
 #[test]
+fn bench_conv_direct_runs_fewer_kernels_than_winograd() {
+    // tail:32,28: a 3x3 conv the cost model sends to Winograd (pad, two transforms and
+    // the product) unless --conv direct asks for the direct kernel (pad and conv)
+    let args = [
+        "bench",
+        "tail:32,28",
+        "--iterations",
+        "2",
+        "--warmup",
+        "0",
+        "--json",
+    ];
+    let auto = bench_json(&args);
+    let mut direct_args = args.to_vec();
+    direct_args.extend(["--conv", "direct"]);
+    let direct = bench_json(&direct_args);
+    assert_eq!(auto["conv"], "auto");
+    assert_eq!(direct["conv"], "direct");
+    assert!(
+        number(&direct, "kernel_calls") < number(&auto, "kernel_calls"),
+        "auto {auto}\ndirect {direct}"
+    );
+    let err = failure(&smelt(&["bench", "tail:8,8", "--conv", "fast"]));
+    assert!(err.contains("--conv"), "{err}");
+}
+
+#[test]
 fn bench_profile_lists_every_kernel_call() {
     let v = bench_json(&[
         "bench",

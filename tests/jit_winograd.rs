@@ -252,3 +252,31 @@ fn one_and_two_threads_are_bit_identical() {
         assert_eq!(one[0].data, two[0].data, "{k:?}");
     }
 }
+
+/// `ConvAlgorithm::Direct` turns Winograd off: the same conv lowers to the direct
+/// kernel, and both agree with each other within Winograd's tolerance.
+#[test]
+fn direct_option_lowers_without_winograd() {
+    let m = module(case(1, 32, 32, [28, 28]));
+    assert!(uses(&m, "4"), "auto picks F4 at 28²");
+    let direct = lower::LowerOptions {
+        conv: lower::ConvAlgorithm::Direct,
+    };
+    let p = lower::lower_with(&m, &m.funcs[0], &direct).expect("lowers");
+    assert!(
+        p.kernels.iter().all(|k| !k.name.starts_with("winograd")),
+        "direct lowering still has Winograd kernels"
+    );
+    let inputs = random_inputs(&m, 5);
+    let run = |conv| {
+        let o = smelt::CompileOptions { conv, ..opts() };
+        let exe = smelt::Executable::compile(&m, None, &o).expect("compiles");
+        exe.run(&inputs).expect("runs").remove(0)
+    };
+    let (wino, direct) = (
+        run(smelt::ConvAlgorithm::Auto),
+        run(smelt::ConvAlgorithm::Direct),
+    );
+    let stats = smelt_ir::ErrorStats::between_tensors(&wino, &direct).expect("same shape");
+    assert!(stats.relative <= 1e-4, "Winograd vs direct: {stats:?}");
+}

@@ -10,6 +10,7 @@ use smelt::models::{resnet, ResNetConfig};
 use smelt::{CompileOptions, Error, Executable, OptimizeOptions};
 
 const KEEP: CompileOptions = CompileOptions {
+    conv: smelt::ConvAlgorithm::Auto,
     verify: true,
     keep_intermediates: true,
     threads: 2,

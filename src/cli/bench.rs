@@ -12,7 +12,7 @@ use smelt::ir::{Module, Tensor};
 use smelt::models::{residual_tail, resnet, ResNetConfig};
 use smelt::passes::fusion::json_str;
 use smelt::runtime::KernelProfile;
-use smelt::{CompileOptions, Executable};
+use smelt::{CompileOptions, ConvAlgorithm, Executable};
 
 use super::{FusionArgs, ModelArgs};
 
@@ -38,6 +38,31 @@ impl Kernels {
     }
 }
 
+/// How 3×3 stride-1 convolutions are computed (`--conv`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Conv {
+    /// Winograd where the cost model expects it to win, direct elsewhere.
+    Auto,
+    /// The direct convolution everywhere.
+    Direct,
+}
+
+impl Conv {
+    fn algorithm(self) -> ConvAlgorithm {
+        match self {
+            Conv::Auto => ConvAlgorithm::Auto,
+            Conv::Direct => ConvAlgorithm::Direct,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Conv::Auto => "auto",
+            Conv::Direct => "direct",
+        }
+    }
+}
+
 /// Arguments of `smelt bench`.
 #[derive(Args)]
 pub struct BenchArgs {
@@ -59,6 +84,10 @@ pub struct BenchArgs {
     /// Kernel choice.
     #[arg(long, value_enum, default_value_t = Kernels::Auto)]
     kernels: Kernels,
+    /// How 3×3 stride-1 convolutions are computed: `auto` (Winograd where the cost model
+    /// expects it to win) or `direct` (the register-tiled direct convolution everywhere).
+    #[arg(long, value_enum, default_value_t = Conv::Auto)]
+    conv: Conv,
     /// Also time every kernel call (separate runs, after the timed ones).
     #[arg(long)]
     profile: bool,
@@ -119,6 +148,7 @@ pub fn main(a: BenchArgs) -> Result<()> {
     smelt::optimize(&mut optimized, &opts, Some(&mut record))?;
     let compile_opts = CompileOptions {
         threads: a.threads,
+        conv: a.conv.algorithm(),
         ..CompileOptions::default()
     };
     let exe = Executable::compile(&optimized, None, &compile_opts)?;
@@ -348,7 +378,7 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "latency  median {:.3} ms, p10 {:.3}, p90 {:.3} ({} runs after {} warm-up; {} thread{}, {}, kernels {})",
+            "latency  median {:.3} ms, p10 {:.3}, p90 {:.3} ({} runs after {} warm-up; {} thread{}, {}, kernels {}, conv {})",
             self.quantile(0.5),
             self.quantile(0.1),
             self.quantile(0.9),
@@ -357,7 +387,8 @@ impl Report {
             self.threads,
             if self.threads == 1 { "" } else { "s" },
             if a.fusion.no_fuse { "unfused" } else { "fused" },
-            a.kernels.name()
+            a.kernels.name(),
+            a.conv.name()
         );
         let _ = writeln!(
             s,
@@ -379,6 +410,7 @@ impl Report {
         o.str("model", &self.model);
         o.num("threads", self.threads as f64);
         o.str("kernels", a.kernels.name());
+        o.str("conv", a.conv.name());
         o.raw("fuse", if a.fusion.no_fuse { "false" } else { "true" });
         o.num("warmup", a.warmup as f64);
         o.num("iterations", self.samples_ms.len() as f64);

@@ -32,6 +32,8 @@ pub struct CompileOptions {
     /// Threads per run (the calling thread included); 0 means one per core. Outputs are
     /// bit-identical for every count. Kernels compile on every core whatever it is.
     pub threads: usize,
+    /// How 3×3 stride-1 convolutions are computed (Winograd where it wins, by default).
+    pub conv: lower::ConvAlgorithm,
 }
 
 /// Time and work of one kernel call in a profiled run ([`Executable::run_profiled`]).
@@ -226,7 +228,8 @@ impl Executable {
                 )
             })?,
         };
-        let program = lower::lower(module, func)?;
+        let lower_opts = lower::LowerOptions { conv: opts.conv };
+        let program = lower::lower_with(module, func, &lower_opts)?;
         let plan = lower::plan_memory(&program, opts.keep_intermediates);
         let lowered = Instant::now();
         let code = codegen::compile(

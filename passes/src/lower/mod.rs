@@ -122,12 +122,40 @@ impl Program {
     }
 }
 
-/// Lowers `func` of `module` to a [`Program`]. Fails with a diagnostic naming the op
-/// when an op (or an operand layout) has no lowering yet.
+/// How 3×3 stride-1 convolutions are computed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ConvAlgorithm {
+    /// Winograd F(4×4,3×3) or F(2×2,3×3) where the cost model expects it to win, the
+    /// direct convolution elsewhere.
+    #[default]
+    Auto,
+    /// The direct (register-tiled) convolution for every conv, e.g. for A/B measurements.
+    Direct,
+}
+
+/// Choices of [`lower_with`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LowerOptions {
+    /// How 3×3 stride-1 convolutions are computed.
+    pub conv: ConvAlgorithm,
+}
+
+/// Lowers `func` of `module` to a [`Program`] with the default [`LowerOptions`]. Fails
+/// with a diagnostic naming the op when an op (or an operand layout) has no lowering yet.
 pub fn lower(module: &Module, func: &Func) -> Result<Program, Diagnostic> {
+    lower_with(module, func, &LowerOptions::default())
+}
+
+/// Lowers `func` of `module` to a [`Program`] with `opts`.
+pub fn lower_with(
+    module: &Module,
+    func: &Func,
+    opts: &LowerOptions,
+) -> Result<Program, Diagnostic> {
     let mut cx = Cx {
         module,
         func,
+        opts: *opts,
         prog: Program {
             buffers: Vec::new(),
             kernels: Vec::new(),
@@ -197,6 +225,7 @@ fn op_label(op: &Op) -> String {
 pub(crate) struct Cx<'a> {
     pub(crate) module: &'a Module,
     pub(crate) func: &'a Func,
+    pub(crate) opts: LowerOptions,
     prog: Program,
     value_buf: Vec<BufferId>,
     dedupe: HashMap<Kernel, usize>,

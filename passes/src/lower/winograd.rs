@@ -21,11 +21,7 @@ use smelt_ir::{Diagnostic, Layout, TensorType, Value};
 
 use super::conv::{pad_kernel, transpose4, Geo, PackedConv};
 use super::elementwise::{dims_name, Epilogue};
-use super::{BufferId, Cx};
-
-/// Whether Winograd may be chosen at all. Off gives the direct (packed) convolution for
-/// every conv, for A/B measurements.
-const ENABLED: bool = true;
+use super::{BufferId, ConvAlgorithm, Cx};
 
 /// One Winograd form: output tile `m×m`, input tile `α×α`, and its matrices.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -212,7 +208,7 @@ pub(super) fn plan(
 /// convolutions take microseconds either way, and stay on the direct path that the
 /// thin-path tests and snapshots pin down.
 fn choose(cx: &Cx, a: &Conv2dAttrs, operands: &[Value], out_ty: &TensorType) -> Option<Form> {
-    if !ENABLED {
+    if cx.opts.conv == ConvAlgorithm::Direct {
         return None;
     }
     let xt = cx.func.type_of(operands[0]);
