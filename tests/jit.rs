@@ -160,6 +160,15 @@ fn fused_tail_over_conv_geometries() {
     c.attrs.pads = [0; 4];
     c.n = 3;
     cases.push(("packed 1x1, batch 3", c));
+    // many input channels: the K loop runs in parts with partial sums in between
+    cases.push(("packed, 128 channels in 2 parts", ConvCase::new(128, 8, [6, 13], 3)));
+    let mut c = ConvCase::new(1024, 12, [3, 14], 1);
+    c.attrs.pads = [0; 4];
+    c.n = 2;
+    cases.push(("packed 1x1, 1024 channels in 4 parts, batch 2", c));
+    let mut c = ConvCase::new(256, 8, [9, 9], 3);
+    c.attrs.strides = [2, 2];
+    cases.push(("packed, stride 2, 256 channels in parts", c));
     for (what, case) in &cases {
         check_fused_tail(what, case);
     }

@@ -438,6 +438,7 @@ fn conv_kernel(
         w: wa,
         bias,
         out: ya,
+        partial: None,
     };
     let (nt, nv) = tile_shape(g.ow, g.og);
     let og_main = g.og / nt * nt;
@@ -489,6 +490,20 @@ struct TileBufs {
     w: smelt_ir::loops::BufId,
     bias: Option<smelt_ir::loops::BufId>,
     out: smelt_ir::loops::BufId,
+    /// Partial sums between input-channel parts (`[n][o/4][oh][ow][4]`), when split.
+    partial: Option<smelt_ir::loops::BufId>,
+}
+
+/// The input channels one pass over a tile covers, and how it starts and ends: the
+/// first part starts from the bias, later ones from the partial sums; the last applies
+/// the epilogue, earlier ones store partial sums.
+struct ChannelPart {
+    /// First input channel (within the group) of the part.
+    c0: Affine,
+    /// Input channels in the part.
+    count: usize,
+    first: bool,
+    last: bool,
 }
 
 /// Where a tile row starts: batch, first output channel, first input channel of the
@@ -738,6 +753,30 @@ impl PackedConv {
         4 * self.vecs
     }
 
+    /// Input channels per part when a tile's K loop should be split (`None`: one part).
+    /// A tile reads its channel block's packed weights and, per kernel row, a run of
+    /// input pixels; when that exceeds what L1 keeps across tiles, each pass over the
+    /// rows covers only `kc` input channels, with partial sums stored in between (a few
+    /// loads and stores per accumulator against `kc·kh·kw` FMAs). Channels-last input only:
+    /// a part is then a contiguous run of each pixel's channels.
+    fn channel_split(&self, g: &Geo) -> Option<usize> {
+        const L1_BUDGET: usize = 28 << 10;
+        if !self.channels_last {
+            return None;
+        }
+        let f = std::mem::size_of::<f32>();
+        let span = (self.pixels - 1) * g.stride[1] + (g.kw - 1) * g.dil[1] + 1;
+        let bytes = |kc: usize| kc * f * (g.kh * g.kw * self.lanes() + g.kh * span);
+        if bytes(g.cg) <= L1_BUDGET {
+            return None;
+        }
+        // the largest part that fits, in whole cache lines of each pixel's channels
+        (32..g.cg)
+            .rev()
+            .filter(|kc| kc % 16 == 0 && g.cg % kc == 0)
+            .find(|&kc| bytes(kc) <= L1_BUDGET)
+    }
+
     /// Packs OIHW weights into the blocked form.
     pub(super) fn pack(&self, g: &Geo, w: &[f32]) -> Vec<f32> {
         let lanes = self.lanes();
@@ -803,38 +842,81 @@ impl PackedConv {
         args.extend(epi.declare(&mut b));
         let ya = b.arg("out", cx.len_of(out), Access::Write);
         args.push(out);
+        let split = self.channel_split(g);
+        let partial = match split {
+            Some(_) => {
+                let len = g.n * g.o * g.oh * g.ow;
+                let pb = cx.temp("partial", len);
+                args.push(pb);
+                Some(b.arg("partial", len, Access::Write))
+            }
+            None => None,
+        };
         let bufs = TileBufs {
             x: xa,
             w: wa,
             bias,
             out: ya,
+            partial,
         };
         b.set_parallel();
-        // Output rows `row0 + 0..count` of image `n` for one channel block.
+        // Output rows `row0 + 0..count` of image `n` for one channel block: with the input
+        // channels split, all rows for one part, then all rows for the next (so the
+        // part's weights and input rows stay in L1 across tiles).
         let rows = |b: &mut KernelBuilder,
                     n: Affine,
                     grp: &Affine,
                     blk: &Affine,
                     row0: Affine,
                     count: usize| {
-            b.for_loop(0, count as i64, 1, |b, r| {
-                let at = TileAt {
-                    n: n.clone(),
-                    o0: grp.scale(g.og as i64).add(&blk.scale(self.lanes() as i64)),
-                    c0: grp.scale(g.cg as i64),
-                    oh: row0.add(&Affine::var(r)),
-                };
-                let block_index = grp.scale(self.blocks as i64).add(blk);
-                let p = self.pixels;
-                let main = g.ow / p * p;
-                b.for_loop(0, main as i64, p as i64, |b, q| {
-                    self.tile(b, g, &bufs, &epi, &at, &block_index, &Affine::var(q), p);
+            let each_row = |b: &mut KernelBuilder, part: &ChannelPart| {
+                b.for_loop(0, count as i64, 1, |b, r| {
+                    let at = TileAt {
+                        n: n.clone(),
+                        o0: grp.scale(g.og as i64).add(&blk.scale(self.lanes() as i64)),
+                        c0: grp.scale(g.cg as i64),
+                        oh: row0.add(&Affine::var(r)),
+                    };
+                    let block_index = grp.scale(self.blocks as i64).add(blk);
+                    let p = self.pixels;
+                    let main = g.ow / p * p;
+                    b.for_loop(0, main as i64, p as i64, |b, q| {
+                        let q = Affine::var(q);
+                        self.tile(b, g, &bufs, &epi, &at, &block_index, &q, p, part);
+                    });
+                    if main < g.ow {
+                        let q0 = Affine::constant(main as i64);
+                        let rest = g.ow - main;
+                        self.tile(b, g, &bufs, &epi, &at, &block_index, &q0, rest, part);
+                    }
                 });
-                if main < g.ow {
-                    let q0 = Affine::constant(main as i64);
-                    self.tile(b, g, &bufs, &epi, &at, &block_index, &q0, g.ow - main);
+            };
+            match split {
+                None => {
+                    let whole = ChannelPart {
+                        c0: Affine::constant(0),
+                        count: g.cg,
+                        first: true,
+                        last: true,
+                    };
+                    each_row(b, &whole);
                 }
-            });
+                Some(kc) => {
+                    let parts = g.cg / kc;
+                    let part = |c0: Affine, first: bool, last: bool| ChannelPart {
+                        c0,
+                        count: kc,
+                        first,
+                        last,
+                    };
+                    each_row(b, &part(Affine::constant(0), true, false));
+                    b.for_loop(1, parts as i64 - 1, 1, |b, k| {
+                        each_row(b, &part(Affine::var(k).scale(kc as i64), false, false))
+                    });
+                    let last = Affine::constant(((parts - 1) * kc) as i64);
+                    each_row(b, &part(last, false, true));
+                }
+            }
         };
         let all_rows = |b: &mut KernelBuilder, grp: &Affine, blk: &Affine| {
             b.for_loop(0, g.n as i64, 1, |b, n| {
@@ -884,13 +966,32 @@ impl PackedConv {
         block_index: &Affine,
         q0: &Affine,
         pixels: usize,
+        part: &ChannelPart,
     ) {
         let w4 = Width::F32x4;
         let lanes = self.lanes() as i64;
         let accs: Vec<Vec<VarId>> = (0..self.vecs)
             .map(|_| (0..pixels).map(|_| b.var(w4)).collect())
             .collect();
+        // partial sums: [n][o/4][oh][ow][4], so a tile's accumulators are consecutive
+        let out_plane = (g.oh * g.ow) as i64;
+        let partial_index = |v: usize, p: usize| {
+            at.n.scale(g.o as i64 * out_plane)
+                .add(&at.o0.plus(4 * v as i64).scale(out_plane))
+                .add(&at.oh.scale(4 * g.ow as i64))
+                .add(&q0.plus(p as i64).scale(4))
+        };
+        if let (false, Some(pbuf)) = (part.first, bufs.partial) {
+            for (v, row) in accs.iter().enumerate() {
+                for (p, &acc) in row.iter().enumerate() {
+                    b.assign(acc, Expr::load(pbuf, partial_index(v, p), w4));
+                }
+            }
+        }
         for (v, row) in accs.iter().enumerate() {
+            if !part.first {
+                break;
+            }
             let init = match bufs.bias {
                 Some(bias) => Expr::load(bias, at.o0.plus(4 * v as i64), w4),
                 None => Expr::constant(0.0, w4),
@@ -962,8 +1063,16 @@ impl PackedConv {
         // read kw·cg consecutive input floats against kw·cg consecutive packed weight
         // vectors, so (kw, channel) runs as one loop over `chans` (the stem's 7×3
         // becomes one loop of 21).
-        let flat = self.channels_last && g.dil[1] == 1 && g.groups == 1;
-        let (taps_w, chans) = if flat { (1, g.kw * g.cg) } else { (g.kw, g.cg) };
+        let whole = part.count == g.cg;
+        let flat = self.channels_last && g.dil[1] == 1 && g.groups == 1 && whole;
+        let (taps_w, chans) = if flat {
+            (1, g.kw * g.cg)
+        } else {
+            (g.kw, part.count)
+        };
+        let step = |b: &mut KernelBuilder, kh: &Affine, kw: &Affine, c: &Affine| {
+            step(b, kh, kw, &c.add(&part.c0))
+        };
         let unroll = self.unroll.min(chans).max(1);
         if chans / unroll >= 2 || g.kh == 1 {
             // a loop over input channels per tap, `unroll` channels per trip
@@ -1000,7 +1109,16 @@ impl PackedConv {
                 });
             });
         }
-        let out_plane = (g.oh * g.ow) as i64;
+        if !part.last {
+            if let Some(pbuf) = bufs.partial {
+                for (v, row) in accs.iter().enumerate() {
+                    for (p, &acc) in row.iter().enumerate() {
+                        b.store(pbuf, partial_index(v, p), Expr::Var(acc), w4);
+                    }
+                }
+            }
+            return;
+        }
         let out_index = |o: &Affine, col: &Affine| {
             at.n.scale(g.o as i64 * out_plane)
                 .add(&o.scale(out_plane))
