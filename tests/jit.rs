@@ -161,7 +161,10 @@ fn fused_tail_over_conv_geometries() {
     c.n = 3;
     cases.push(("packed 1x1, batch 3", c));
     // many input channels: the K loop runs in parts with partial sums in between
-    cases.push(("packed, 128 channels in 2 parts", ConvCase::new(128, 8, [6, 13], 3)));
+    cases.push((
+        "packed, 128 channels in 2 parts",
+        ConvCase::new(128, 8, [6, 13], 3),
+    ));
     let mut c = ConvCase::new(1024, 12, [3, 14], 1);
     c.attrs.pads = [0; 4];
     c.n = 2;

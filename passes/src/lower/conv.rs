@@ -19,7 +19,7 @@
 
 use smelt_ir::loops::{Access, Affine, Expr, KernelBuilder, LoopVar, VarId, Width};
 use smelt_ir::op::Conv2dAttrs;
-use smelt_ir::{Diagnostic, TensorType, Value};
+use smelt_ir::{AlignedBuf, Diagnostic, TensorType, Value};
 
 use super::elementwise::{dims_name, Epilogue};
 use super::{BufferId, Cx};
@@ -129,7 +129,7 @@ pub(crate) fn lower_conv2d(
                 ..PackedConv::new(&geo, og)
             };
             let wpack = packed.pack(&geo, wdata);
-            let wbuf = cx.constant("w_packed", &wpack);
+            let wbuf = cx.constant_buf("w_packed", wpack);
             let wp1 = w + pl + pr;
             // The packed kernel reads channels-last (NHWC) input: the input channels of
             // one pixel are consecutive, so a tile's loads walk a few contiguous runs
@@ -749,7 +749,7 @@ impl PackedConv {
         }
     }
 
-    fn lanes(&self) -> usize {
+    pub(super) fn lanes(&self) -> usize {
         4 * self.vecs
     }
 
@@ -773,32 +773,29 @@ impl PackedConv {
         // the largest part that fits, in whole cache lines of each pixel's channels
         (32..g.cg)
             .rev()
-            .filter(|kc| kc % 16 == 0 && g.cg % kc == 0)
+            .filter(|kc| kc.is_multiple_of(16) && g.cg.is_multiple_of(*kc))
             .find(|&kc| bytes(kc) <= L1_BUDGET)
     }
 
     /// Packs OIHW weights into the blocked form.
-    pub(super) fn pack(&self, g: &Geo, w: &[f32]) -> Vec<f32> {
+    pub(super) fn pack(&self, g: &Geo, w: &[f32]) -> AlignedBuf {
         let lanes = self.lanes();
-        let mut out = vec![0.0f32; g.o * g.cg * g.kh * g.kw];
-        let mut at = 0;
-        for grp in 0..g.groups {
-            for blk in 0..self.blocks {
-                for kh in 0..g.kh {
-                    for kw in 0..g.kw {
-                        for c in 0..g.cg {
-                            for l in 0..lanes {
-                                let o = grp * g.og + blk * lanes + l;
-                                let src = ((o * g.cg + c) * g.kh + kh) * g.kw + kw;
-                                out[at] = w.get(src).copied().unwrap_or(0.0);
-                                at += 1;
-                            }
-                        }
-                    }
+        let taps = g.kh * g.kw;
+        let filter = g.cg * taps;
+        AlignedBuf::from_f32_with(g.o * filter, |out| {
+            // one output channel (a whole OIHW filter, read in order) at a time, written
+            // `lanes` apart: [group][block][kh][kw][c][lane]
+            for o in 0..g.o {
+                let (grp, in_grp) = (o / g.og, o % g.og);
+                let (blk, lane) = (in_grp / lanes, in_grp % lanes);
+                let base = (grp * self.blocks + blk) * filter * lanes + lane;
+                let src = w.get(o * filter..(o + 1) * filter).unwrap_or(&[]);
+                for (i, &v) in src.iter().enumerate() {
+                    let (c, tap) = (i / taps, i % taps);
+                    out[base + (tap * g.cg + c) * lanes] = v;
                 }
             }
-        }
-        out
+        })
     }
 
     #[allow(clippy::too_many_arguments)]

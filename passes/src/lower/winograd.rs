@@ -17,7 +17,7 @@
 
 use smelt_ir::loops::{Access, Affine, BinOp, BufId, Expr, KernelBuilder, Width};
 use smelt_ir::op::Conv2dAttrs;
-use smelt_ir::{Diagnostic, Layout, TensorType, Value};
+use smelt_ir::{AlignedBuf, Diagnostic, Layout, TensorType, Value};
 
 use super::conv::{pad_kernel, transpose4, Geo, PackedConv};
 use super::elementwise::{dims_name, Epilogue};
@@ -299,9 +299,8 @@ pub(super) fn lower(
     };
     let mut packed = PackedConv::new(&gemm, p.o);
     packed.channels_last = false;
-    let u = transform_weights(form, p.o, p.c, &wdata);
-    let upack = packed.pack(&gemm, &u);
-    let ubuf = cx.constant("wino_u", &upack);
+    let upack = transform_weights(form, p.o, p.c, &wdata, packed.lanes());
+    let ubuf = cx.constant_buf("wino_u", upack);
     let mbuf = cx.temp("wino_m", a2 * p.o * tiles);
     let none = Epilogue::new(cx, &[], &[], &[]);
     packed.kernel(cx, &gemm, v, ubuf, &operands[..2], none, mbuf)?;
@@ -311,33 +310,37 @@ pub(super) fn lower(
     output_transform(cx, p, mbuf, bias, epi, out)
 }
 
-/// `U[ξ][o][c] = (G·g[o][c]·Gᵀ)[ξ]` in f64, as OIHW weights of `α²·O` output channels
-/// (`[ξ][o]`) × `C` input channels × 1×1 for the packed product.
-fn transform_weights(form: Form, o: usize, c: usize, w: &[f32]) -> Vec<f32> {
+/// `U[ξ][o][c] = (G·g[o][c]·Gᵀ)[ξ]` in f64, written straight into the layout the packed
+/// product reads (`[ξ][o / lanes][c][lanes]`: a grouped 1×1 conv with group ξ), so the
+/// only fresh buffer is the result.
+fn transform_weights(form: Form, o: usize, c: usize, w: &[f32], lanes: usize) -> AlignedBuf {
     let a = form.alpha();
     let g = form.g();
     let plane = o * c;
-    let mut u = vec![0.0f32; a * a * plane];
-    for (f, filter) in w.chunks_exact(9).take(plane).enumerate() {
-        let mut f64s = [0.0f64; 9];
-        for (d, &s) in f64s.iter_mut().zip(filter) {
-            *d = f64::from(s);
-        }
-        // G·g (α×3), then (G·g)·Gᵀ (α×α)
-        let mut gf = [[0.0f64; 3]; 6];
-        for (gfk, gk) in gf.iter_mut().zip(&g) {
-            for (j, v) in gfk.iter_mut().enumerate() {
-                *v = gk[0] * f64s[j] + gk[1] * f64s[3 + j] + gk[2] * f64s[6 + j];
+    // packed for the product (a grouped 1×1 conv, group ξ): [ξ][o / lanes][c][lanes]
+    AlignedBuf::from_f32_with(a * a * plane, |u| {
+        for (f, filter) in w.chunks_exact(9).take(plane).enumerate() {
+            let (oi, ci) = (f / c, f % c);
+            let at = (oi / lanes * c + ci) * lanes + oi % lanes;
+            let mut f64s = [0.0f64; 9];
+            for (d, &s) in f64s.iter_mut().zip(filter) {
+                *d = f64::from(s);
+            }
+            // G·g (α×3), then (G·g)·Gᵀ (α×α)
+            let mut gf = [[0.0f64; 3]; 6];
+            for (gfk, gk) in gf.iter_mut().zip(&g) {
+                for (j, v) in gfk.iter_mut().enumerate() {
+                    *v = gk[0] * f64s[j] + gk[1] * f64s[3 + j] + gk[2] * f64s[6 + j];
+                }
+            }
+            for (k, gfk) in gf.iter().take(a).enumerate() {
+                for (l, gl) in g.iter().enumerate() {
+                    let v = gfk[0] * gl[0] + gfk[1] * gl[1] + gfk[2] * gl[2];
+                    u[(k * a + l) * plane + at] = v as f32;
+                }
             }
         }
-        for (k, gfk) in gf.iter().take(a).enumerate() {
-            for (l, gl) in g.iter().enumerate() {
-                let v = gfk[0] * gl[0] + gfk[1] * gl[1] + gfk[2] * gl[2];
-                u[(k * a + l) * plane + f] = v as f32;
-            }
-        }
-    }
-    u
+    })
 }
 
 /// `Σ_i k[i]·x[i]` with the zero terms skipped and ±1 as adds and subtracts, bound to a
