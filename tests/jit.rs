@@ -160,6 +160,8 @@ fn fused_tail_over_conv_geometries() {
     c.attrs.pads = [0; 4];
     c.n = 3;
     cases.push(("packed 1x1, batch 3", c));
+    // 22 input channels: the channels-last copy's 16-channel, 4-channel and scalar paths
+    cases.push(("packed, 22 input channels", ConvCase::new(22, 8, [5, 9], 3)));
     // many input channels: the K loop runs in parts with partial sums in between
     cases.push((
         "packed, 128 channels in 2 parts",

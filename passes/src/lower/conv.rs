@@ -360,20 +360,34 @@ fn nhwc_pad_kernel(
                 });
             }
             let (c4, w4end) = ((c / 4 * 4) as i64, (w / 4 * 4) as i64);
-            // channels innermost: the stores of 4 pixels run along their channels (a
-            // pixel stride of C floats would put them all in a few L1 sets)
-            b.for_loop(0, w4end, 4, |b, col| {
-                b.for_loop(0, c4, 4, |b, ch| {
-                    let (ch, col) = (Affine::var(ch), Affine::var(col));
+            // Blocks of 16 channels × 4 columns: the loads walk 16 channel rows along
+            // their columns (streams a prefetcher follows), and each pixel gets one whole
+            // cache line of 16 channels. (Columns outer with all channels inner made each
+            // row a 4-byte walk across C planes; channels outer with 4-channel blocks
+            // wrote 16 bytes per pixel at a C-float stride, into a few L1 sets.)
+            let block = |b: &mut KernelBuilder, ch: &Affine, col: &Affine, chans: usize| {
+                for sub in 0..chans / 4 {
+                    let ch = ch.plus(4 * sub as i64);
                     let rows: Vec<Expr> = (0..4)
                         .map(|k| {
-                            let v = Expr::load(src, src_at(&ch.plus(k), &col), w4);
+                            let v = Expr::load(src, src_at(&ch.plus(k), col), w4);
                             b.let_(v, w4)
                         })
                         .collect();
                     for (k, v) in transpose4(b, &rows).into_iter().enumerate() {
                         b.store(dst, dst_at(&col.plus(pl as i64 + k as i64), &ch), v, w4);
                     }
+                }
+            };
+            let c16 = (c / 16 * 16) as i64;
+            b.for_loop(0, c16, 16, |b, ch| {
+                b.for_loop(0, w4end, 4, |b, col| {
+                    block(b, &Affine::var(ch), &Affine::var(col), 16)
+                });
+            });
+            b.for_loop(c16, c4, 4, |b, ch| {
+                b.for_loop(0, w4end, 4, |b, col| {
+                    block(b, &Affine::var(ch), &Affine::var(col), 4)
                 });
             });
             // leftover columns (all channels), then leftover channels (the other columns)
