@@ -45,6 +45,7 @@ fn tile_shape(ow: usize, og: usize) -> (usize, usize) {
 }
 
 /// Shapes of one convolution, in elements.
+#[derive(Clone)]
 pub(super) struct Geo {
     pub(super) n: usize,
     pub(super) c: usize,
@@ -128,8 +129,12 @@ pub(crate) fn lower_conv2d(
                 channels_last: true,
                 ..PackedConv::new(&geo, og)
             };
-            let wpack = packed.pack(&geo, wdata);
-            let wbuf = cx.constant_buf("w_packed", wpack);
+            let (pack, pack_geo) = (packed.clone(), geo.clone());
+            let wbuf = cx.constant_later(
+                "w_packed",
+                o * cg * kh * kw,
+                Box::new(move || pack.pack(&pack_geo, wdata)),
+            );
             let wp1 = w + pl + pr;
             // The packed kernel reads channels-last (NHWC) input: the input channels of
             // one pixel are consecutive, so a tile's loads walk a few contiguous runs
@@ -697,6 +702,7 @@ fn loop_order(g: &Geo, lanes: usize) -> LoopOrder {
 /// only change the input addresses, so the input needs no phase split. At the end, each
 /// group of 4 pixels' accumulators is transposed into vectors of one channel × 4 columns
 /// for the epilogue and vector stores along W; leftover pixels go lane by lane.
+#[derive(Clone)]
 pub(super) struct PackedConv {
     /// Vectors of 4 output channels per tile.
     pub(super) vecs: usize,
@@ -804,9 +810,10 @@ impl PackedConv {
                 let (blk, lane) = (in_grp / lanes, in_grp % lanes);
                 let base = (grp * self.blocks + blk) * filter * lanes + lane;
                 let src = w.get(o * filter..(o + 1) * filter).unwrap_or(&[]);
-                for (i, &v) in src.iter().enumerate() {
-                    let (c, tap) = (i / taps, i % taps);
-                    out[base + (tap * g.cg + c) * lanes] = v;
+                for (c, taps_of_c) in src.chunks_exact(taps).enumerate() {
+                    for (tap, &v) in taps_of_c.iter().enumerate() {
+                        out[base + (tap * g.cg + c) * lanes] = v;
+                    }
                 }
             }
         })

@@ -168,6 +168,7 @@ pub fn lower_with(
         dedupe: HashMap::new(),
         cur_op: String::new(),
         cur_loc: Location::Unknown,
+        packing: Vec::new(),
     };
     for (i, p) in func.params.iter().enumerate() {
         p.ty.check_size()
@@ -186,6 +187,7 @@ pub fn lower_with(
         let out = cx.lower_inst(i)?;
         cx.value_buf.push(out);
     }
+    cx.run_packing();
     for r in &func.results {
         let buffer = *cx.value_buf.get(r.value.index()).ok_or_else(|| {
             Diagnostic::error(
@@ -226,6 +228,8 @@ pub(crate) struct Cx<'a> {
     pub(crate) module: &'a Module,
     pub(crate) func: &'a Func,
     pub(crate) opts: LowerOptions,
+    /// Constants still to compute ([`Cx::constant_later`]), with their buffers.
+    packing: Vec<(BufferId, PackJob<'a>)>,
     prog: Program,
     value_buf: Vec<BufferId>,
     dedupe: HashMap<Kernel, usize>,
@@ -233,7 +237,58 @@ pub(crate) struct Cx<'a> {
     cur_loc: Location,
 }
 
-impl Cx<'_> {
+/// Work that produces a constant buffer from module data (weight packing, transforms).
+pub(crate) type PackJob<'a> = Box<dyn FnOnce() -> AlignedBuf + Send + 'a>;
+
+impl<'a> Cx<'a> {
+    /// A constant buffer of `len` f32 elements whose data `job` computes later, at the
+    /// end of lowering, in parallel with the other jobs: packing writes every weight
+    /// once into fresh memory, and on two cores both the writes and their page faults
+    /// halve. Kernels only need the length now.
+    pub(crate) fn constant_later(&mut self, name: &str, len: usize, job: PackJob<'a>) -> BufferId {
+        let placeholder = Arc::new(AlignedBuf::zeroed(0));
+        let id = self.buffer(name, len, BufferKind::Constant(placeholder));
+        self.packing.push((id, job));
+        id
+    }
+
+    /// Runs the deferred constant jobs on up to two threads (each job is a large,
+    /// independent write), largest first, and stores their results.
+    fn run_packing(&mut self) {
+        let mut jobs = std::mem::take(&mut self.packing);
+        jobs.sort_by_key(|(id, _)| std::cmp::Reverse(self.prog.buffers[id.0 as usize].len));
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(2));
+        // deal the jobs out so each thread gets about the same bytes
+        let mut lanes: Vec<(usize, Vec<(BufferId, PackJob<'a>)>)> =
+            (0..threads).map(|_| (0, Vec::new())).collect();
+        for (id, job) in jobs {
+            let len = self.prog.buffers[id.0 as usize].len;
+            if let Some(lane) = lanes.iter_mut().min_by_key(|(bytes, _)| *bytes) {
+                lane.0 += len;
+                lane.1.push((id, job));
+            }
+        }
+        let results: Vec<(BufferId, AlignedBuf)> = std::thread::scope(|s| {
+            let handles: Vec<_> = lanes
+                .into_iter()
+                .map(|(_, lane)| {
+                    s.spawn(move || {
+                        lane.into_iter()
+                            .map(|(id, job)| (id, job()))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        });
+        for (id, data) in results {
+            self.prog.buffers[id.0 as usize].kind = BufferKind::Constant(Arc::new(data));
+        }
+    }
+
     fn buffer(&mut self, name: &str, len: usize, kind: BufferKind) -> BufferId {
         self.prog.buffers.push(Buffer {
             name: name.to_string(),
@@ -274,7 +329,7 @@ impl Cx<'_> {
     }
 
     /// The f32 data of `v` when it is a module weight (a `const` op), for packing.
-    pub(crate) fn const_data(&self, v: Value) -> Option<&[f32]> {
+    pub(crate) fn const_data(&self, v: Value) -> Option<&'a [f32]> {
         match self.func.inst_of(v)?.op {
             Op::Const(id) => self.module.weights.get(id).map(|w| w.f32s()),
             _ => None,

@@ -254,8 +254,7 @@ pub(super) fn lower(
     let tiles = p.tiles();
     let wdata = cx
         .const_data(operands[1])
-        .ok_or_else(|| cx.unsupported("winograd conv2d with non-constant weights"))?
-        .to_vec();
+        .ok_or_else(|| cx.unsupported("winograd conv2d with non-constant weights"))?;
 
     // 1. padding, bottom and right enough for whole tiles
     let x = cx.buf(operands[0]);
@@ -299,8 +298,12 @@ pub(super) fn lower(
     };
     let mut packed = PackedConv::new(&gemm, p.o);
     packed.channels_last = false;
-    let upack = transform_weights(form, p.o, p.c, &wdata, packed.lanes());
-    let ubuf = cx.constant_buf("wino_u", upack);
+    let (lanes, (o, c)) = (packed.lanes(), (p.o, p.c));
+    let ubuf = cx.constant_later(
+        "wino_u",
+        a2 * o * c,
+        Box::new(move || transform_weights(form, o, c, wdata, lanes)),
+    );
     let mbuf = cx.temp("wino_m", a2 * p.o * tiles);
     let none = Epilogue::new(cx, &[], &[], &[]);
     packed.kernel(cx, &gemm, v, ubuf, &operands[..2], none, mbuf)?;
