@@ -777,16 +777,21 @@ impl PackedConv {
     /// A tile reads its channel block's packed weights and, per kernel row, a run of
     /// input pixels; when that exceeds what L1 keeps across tiles, each pass over the
     /// rows covers only `kc` input channels, with partial sums stored in between (a few
-    /// loads and stores per accumulator against `kc·kh·kw` FMAs). Channels-last input only:
-    /// a part is then a contiguous run of each pixel's channels.
+    /// loads and stores per accumulator against `kc·kh·kw` FMAs). Channels-last, a part
+    /// is a contiguous run of each pixel's channels; NCHW, it is `kc` channel rows of
+    /// which a tile reads about one cache line per kernel row. With few pixels per row
+    /// (Winograd's products at 14² and 7²: a 12-pixel and a 4-pixel tile) this is what
+    /// keeps the second tile from streaming the weights from L3 again.
     fn channel_split(&self, g: &Geo) -> Option<usize> {
         const L1_BUDGET: usize = 28 << 10;
-        if !self.channels_last {
-            return None;
-        }
         let f = std::mem::size_of::<f32>();
         let span = (self.pixels - 1) * g.stride[1] + (g.kw - 1) * g.dil[1] + 1;
-        let bytes = |kc: usize| kc * f * (g.kh * g.kw * self.lanes() + g.kh * span);
+        let per_channel_input = if self.channels_last {
+            g.kh * span * f
+        } else {
+            g.kh * (span * f).next_multiple_of(64)
+        };
+        let bytes = |kc: usize| kc * (g.kh * g.kw * self.lanes() * f + per_channel_input);
         if bytes(g.cg) <= L1_BUDGET {
             return None;
         }
