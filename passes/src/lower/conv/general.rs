@@ -1,0 +1,227 @@
+//! The general direct convolution: any channel count and weights from the graph, tiles
+//! of output channels × vectors of 4 output columns (broadcast weight, vector input) over
+//! a phase-split padded NCHW input.
+
+use smelt_ir::loops::{Access, Affine, Expr, KernelBuilder, VarId, Width};
+use smelt_ir::{Diagnostic, Value};
+
+use super::{Geo, TileAt, TileBufs};
+use crate::lower::elementwise::{dims_name, Epilogue};
+use crate::lower::{BufferId, Cx};
+
+/// Most accumulators in one register tile (x86-64 has 16 vector registers; Cranelift's
+/// FMA needs a spare one, and the shared operands need the rest).
+const MAX_ACCUMULATORS: usize = 12;
+
+/// The register tile for a row of `ow` output columns: (channels, vectors of 4 columns).
+///
+/// Cranelift emits each accumulator's FMA chain in turn, so an operand shared by several
+/// accumulators stays in a register across their chains. Wide rows use one channel and up
+/// to 12 vectors: the broadcast weight is the only shared operand and every input load has
+/// one use, which folds into the FMA. Narrow rows add channels while
+/// `channels·vectors + vectors ≤ 13` (accumulators plus shared inputs plus two spare).
+fn tile_shape(ow: usize, og: usize) -> (usize, usize) {
+    let vecs = (ow / 4).max(1);
+    if vecs >= 6 {
+        return (1, vecs.min(MAX_ACCUMULATORS));
+    }
+    let nt = ((MAX_ACCUMULATORS + 1 - vecs) / vecs).clamp(1, MAX_ACCUMULATORS / vecs);
+    (nt.min(og.max(1)), vecs)
+}
+
+pub(super) fn conv_kernel(
+    cx: &mut Cx,
+    g: &Geo,
+    xp: BufferId,
+    operands: &[Value],
+    mut epi: Epilogue,
+    out: BufferId,
+) -> Result<(), Diagnostic> {
+    let has_bias = operands.len() > 2;
+    let mut b = KernelBuilder::new(&format!(
+        "conv2d_{}_k{}x{}_s{}x{}_d{}x{}_g{}{}{}",
+        dims_name(&[g.n, g.c, g.hp, g.phases * g.wq]),
+        g.kh,
+        g.kw,
+        g.stride[0],
+        g.stride[1],
+        g.dil[0],
+        g.dil[1],
+        g.groups,
+        if has_bias { "_bias" } else { "" },
+        if epi.is_empty() { "" } else { "_fused" }
+    ));
+    let xa = b.arg("x", cx.len_of(xp), Access::Read);
+    let wb = cx.buf(operands[1]);
+    let wa = b.arg("w", cx.len_of(wb), Access::Read);
+    let mut args = vec![xp, wb];
+    let bias = if has_bias {
+        let bb = cx.buf(operands[2]);
+        args.push(bb);
+        Some(b.arg("bias", cx.len_of(bb), Access::Read))
+    } else {
+        None
+    };
+    args.extend(epi.declare(&mut b));
+    let ya = b.arg("out", cx.len_of(out), Access::Write);
+    args.push(out);
+
+    let bufs = TileBufs {
+        x: xa,
+        w: wa,
+        bias,
+        out: ya,
+        partial: None,
+    };
+    let (nt, nv) = tile_shape(g.ow, g.og);
+    let og_main = g.og / nt * nt;
+    // the outermost loop is split across threads: groups when there are several, else rows
+    let rows = |b: &mut KernelBuilder, grp: Affine, r: Affine, n: Affine| {
+        let at = |ob: Affine| TileAt {
+            n: n.clone(),
+            o0: grp.scale(g.og as i64).add(&ob),
+            c0: grp.scale(g.cg as i64),
+            oh: r.clone(),
+        };
+        b.for_loop(0, og_main as i64, nt as i64, |b, ob| {
+            row_of_tiles(b, g, &bufs, &epi, &at(Affine::var(ob)), nt, nv);
+        });
+        if og_main < g.og {
+            let rest = g.og - og_main;
+            row_of_tiles(
+                b,
+                g,
+                &bufs,
+                &epi,
+                &at(Affine::constant(og_main as i64)),
+                rest,
+                nv,
+            );
+        }
+    };
+    b.set_parallel();
+    if g.groups > 1 {
+        b.for_loop(0, g.groups as i64, 1, |b, grp| {
+            b.for_loop(0, g.n as i64, 1, |b, n| {
+                b.for_loop(0, g.oh as i64, 1, |b, r| {
+                    rows(b, Affine::var(grp), Affine::var(r), Affine::var(n))
+                });
+            });
+        });
+    } else {
+        b.for_loop(0, g.oh as i64, 1, |b, r| {
+            b.for_loop(0, g.n as i64, 1, |b, n| {
+                rows(b, Affine::constant(0), Affine::var(r), Affine::var(n))
+            });
+        });
+    }
+    cx.step(b.finish(), args)
+}
+
+/// One output row for `nt` channels: tiles of `nv` vectors, then one tile covering the
+/// remaining columns whose last vector ends at the row's end — it may overlap the previous
+/// tile, recomputing (and rewriting) identical values, so no scalar tail is needed. Rows
+/// narrower than one vector use scalar lanes.
+#[allow(clippy::too_many_arguments)]
+fn row_of_tiles(
+    b: &mut KernelBuilder,
+    g: &Geo,
+    bufs: &TileBufs,
+    epi: &Epilogue,
+    at: &TileAt,
+    nt: usize,
+    nv: usize,
+) {
+    if g.ow < 4 {
+        let q0 = Affine::constant(0);
+        tile(b, g, bufs, epi, at, nt, &q0, g.ow, Width::Scalar);
+        return;
+    }
+    let span = 4 * nv;
+    let main = g.ow / span * span;
+    b.for_loop(0, main as i64, span as i64, |b, q| {
+        tile(b, g, bufs, epi, at, nt, &Affine::var(q), nv, Width::F32x4);
+    });
+    if main < g.ow {
+        let rest = (g.ow - main).div_ceil(4);
+        let q0 = Affine::constant((g.ow - 4 * rest) as i64);
+        tile(b, g, bufs, epi, at, nt, &q0, rest, Width::F32x4);
+    }
+}
+
+/// A register tile: `nt` output channels × `nv` groups of `w.lanes()` output columns
+/// starting at column `q0`.
+#[allow(clippy::too_many_arguments)]
+fn tile(
+    b: &mut KernelBuilder,
+    g: &Geo,
+    bufs: &TileBufs,
+    epi: &Epilogue,
+    at: &TileAt,
+    nt: usize,
+    q0: &Affine,
+    nv: usize,
+    w: Width,
+) {
+    let lanes = w.lanes() as i64;
+    let accs: Vec<Vec<VarId>> = (0..nt)
+        .map(|_| (0..nv).map(|_| b.var(w)).collect())
+        .collect();
+    for (t, row) in accs.iter().enumerate() {
+        let init = match bufs.bias {
+            Some(bias) => Expr::splat_to(Expr::load(bias, at.o0.plus(t as i64), Width::Scalar), w),
+            None => Expr::constant(0.0, w),
+        };
+        for &acc in row {
+            b.assign(acc, init.clone());
+        }
+    }
+    // One loop over input channels per tap: each body is one FMA per accumulator, so
+    // the chains interleave and only the tap's shared operands are live.
+    for kh in 0..g.kh {
+        let row = at.oh.scale(g.stride[0] as i64).plus((kh * g.dil[0]) as i64);
+        for kw in 0..g.kw {
+            let col = kw * g.dil[1];
+            let (phase, shift) = (col % g.phases, col / g.phases);
+            b.for_loop(0, g.cg as i64, 1, |b, c| {
+                let c = Affine::var(c);
+                let cin = at.c0.add(&c);
+                let xs: Vec<Expr> = (0..nv)
+                    .map(|j| {
+                        let q = q0.plus(j as i64 * lanes + shift as i64);
+                        let idx = g.x_index(&at.n, &cin, &row, phase, &q);
+                        let load = Expr::load(bufs.x, idx, w);
+                        if nt > 1 {
+                            b.let_(load, w)
+                        } else {
+                            load
+                        }
+                    })
+                    .collect();
+                for (t, row_accs) in accs.iter().enumerate() {
+                    let wi = g.w_index(&at.o0.plus(t as i64), &c, kh, kw);
+                    let wv = Expr::splat_to(Expr::load(bufs.w, wi, Width::Scalar), w);
+                    let wv = if nv > 1 { b.let_(wv, w) } else { wv };
+                    for (j, &acc) in row_accs.iter().enumerate() {
+                        b.assign(acc, Expr::fma(xs[j].clone(), wv.clone(), Expr::Var(acc)));
+                    }
+                }
+            });
+        }
+    }
+    let out_plane = (g.oh * g.ow) as i64;
+    for (t, row_accs) in accs.iter().enumerate() {
+        for (j, &acc) in row_accs.iter().enumerate() {
+            let o = at.o0.plus(t as i64);
+            let col = q0.plus(j as i64 * lanes);
+            let idx = [at.n.clone(), o.clone(), at.oh.clone(), col.clone()];
+            let v = epi.apply(b, Expr::Var(acc), &idx, w);
+            let dst =
+                at.n.scale(g.o as i64 * out_plane)
+                    .add(&o.scale(out_plane))
+                    .add(&at.oh.scale(g.ow as i64))
+                    .add(&col);
+            b.store(bufs.out, dst, v, w);
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! conv2d (and fused conv2d) → padding kernels and a register-blocked convolution kernel.
+//!
+//! Two direct forms (3×3 stride-1 convs may go to `winograd` first):
+//!
+//! - **Packed** ([`packed`]; output channels per group a multiple of 4, constant
+//!   weights): the input is copied into a zero-padded channels-last (NHWC) buffer, weights
+//!   are packed at compile time so vectors run along output channels, and a tile is `V`
+//!   channel vectors × `P` output pixels (broadcast input × weight vector FMAs). The
+//!   outer loop order (channel blocks or row bands first) comes from a model of the bytes
+//!   each moves from beyond L2; wide convs run their input channels in parts that fit L1.
+//! - **General** ([`general`]; any channel count, weights from the graph): the input is
+//!   copied into a zero-padded NCHW buffer whose rows are split by column phase (`column
+//!   mod stride_w`), so the input columns feeding consecutive output columns are
+//!   consecutive; tiles are `OT` output channels × `WV` vectors of 4 output columns
+//!   (broadcast weight, vector input).
+//!
+//! Neither needs bounds tests; both apply bias and post-ops to the tile in registers and
+//! store it once. The padding kernels of both are in [`pad`].
+
+mod general;
+mod packed;
+mod pad;
+
+use smelt_ir::loops::{Affine, Expr, KernelBuilder, Width};
+use smelt_ir::op::Conv2dAttrs;
+use smelt_ir::{Diagnostic, TensorType, Value};
+
+use general::conv_kernel;
+pub(super) use packed::PackedConv;
+pub(crate) use pad::pad_kernel;
+use pad::{nhwc_border_kernel, nhwc_pad_kernel};
+
+use super::elementwise::Epilogue;
+use super::{BufferId, Cx};
+
+/// Shapes of one convolution, in elements.
+#[derive(Clone)]
+pub(super) struct Geo {
+    pub(super) n: usize,
+    pub(super) c: usize,
+    pub(super) o: usize,
+    pub(super) cg: usize,
+    pub(super) og: usize,
+    pub(super) groups: usize,
+    pub(super) kh: usize,
+    pub(super) kw: usize,
+    pub(super) oh: usize,
+    pub(super) ow: usize,
+    pub(super) stride: [usize; 2],
+    pub(super) dil: [usize; 2],
+    /// Rows of the (padded) input.
+    pub(super) hp: usize,
+    /// Column phases (= stride along W) and columns per phase of the (padded) input.
+    pub(super) phases: usize,
+    pub(super) wq: usize,
+}
+
+impl Geo {
+    /// Element index in the padded, phase-split input.
+    fn x_index(&self, n: &Affine, c: &Affine, row: &Affine, phase: usize, q: &Affine) -> Affine {
+        let plane = (self.hp * self.phases * self.wq) as i64;
+        n.scale(self.c as i64 * plane)
+            .add(&c.scale(plane))
+            .add(&row.scale((self.phases * self.wq) as i64))
+            .add(&q.plus((phase * self.wq) as i64))
+    }
+
+    fn w_index(&self, o: &Affine, c: &Affine, kh: usize, kw: usize) -> Affine {
+        o.scale((self.cg * self.kh * self.kw) as i64)
+            .add(&c.scale((self.kh * self.kw) as i64))
+            .plus((kh * self.kw + kw) as i64)
+    }
+}
+
+pub(crate) fn lower_conv2d(
+    cx: &mut Cx,
+    a: &Conv2dAttrs,
+    operands: &[Value],
+    out_ty: &TensorType,
+    epi: Epilogue,
+    out: BufferId,
+) -> Result<(), Diagnostic> {
+    if let Some(plan) = super::winograd::plan(cx, a, operands, out_ty) {
+        return super::winograd::lower(cx, &plan, operands, epi, out);
+    }
+    let xt = cx.func.type_of(operands[0]).clone();
+    let wt = cx.func.type_of(operands[1]).clone();
+    let [n, c, h, w] = [xt.dims[0], xt.dims[1], xt.dims[2], xt.dims[3]];
+    let [o, cg, kh, kw] = [wt.dims[0], wt.dims[1], wt.dims[2], wt.dims[3]];
+    let [oh, ow] = [out_ty.dims[2], out_ty.dims[3]];
+    let [pt, pl, pb, pr] = a.pads;
+    let sw = a.strides[1];
+    let hp = h + pt + pb;
+    let wp = w + pl + pr;
+    let geo = Geo {
+        n,
+        c,
+        o,
+        cg,
+        og: o / a.groups,
+        groups: a.groups,
+        kh,
+        kw,
+        oh,
+        ow,
+        stride: a.strides,
+        dil: a.dilations,
+        hp,
+        phases: sw,
+        wq: wp.div_ceil(sw),
+    };
+
+    let x = cx.buf(operands[0]);
+    let og = o / a.groups;
+    if og.is_multiple_of(4) {
+        if let Some(wdata) = cx.const_data(operands[1]) {
+            let packed = PackedConv {
+                channels_last: true,
+                ..PackedConv::new(&geo, og)
+            };
+            let (pack, pack_geo) = (packed.clone(), geo.clone());
+            let wbuf = cx.constant_later(
+                "w_packed",
+                o * cg * kh * kw,
+                Box::new(move || pack.pack(&pack_geo, wdata)),
+            );
+            let wp1 = w + pl + pr;
+            // The packed kernel reads channels-last (NHWC) input: the input channels of
+            // one pixel are consecutive, so a tile's loads walk a few contiguous runs
+            // instead of one page per channel.
+            let len = n * hp * wp1 * c;
+            let xp = cx.temp("padded_nhwc", len);
+            let src_len = cx.len_of(x);
+            if pt > 0 || pb > 0 {
+                let k = nhwc_border_kernel(n, c, [h, hp, wp1], pt, len);
+                cx.step(k, vec![xp])?;
+            }
+            let k = nhwc_pad_kernel(n, c, [h, w], [pt, pl], [hp, wp1], src_len, len);
+            cx.step(k, vec![x, xp])?;
+            let geo1 = Geo {
+                phases: 1,
+                wq: wp1,
+                ..geo
+            };
+            return packed.kernel(cx, &geo1, xp, wbuf, operands, epi, out);
+        }
+    }
+    let xp = if a.pads == [0; 4] && sw == 1 {
+        x
+    } else {
+        let len = n * c * hp * sw * geo.wq;
+        let xp = cx.temp("padded", len);
+        let k = pad_kernel(
+            n * c,
+            [h, w],
+            [pt, pl],
+            sw,
+            [hp, geo.wq],
+            0.0,
+            cx.len_of(x),
+            len,
+        );
+        cx.step(k, vec![x, xp])?;
+        xp
+    };
+    conv_kernel(cx, &geo, xp, operands, epi, out)
+}
+
+struct TileBufs {
+    x: smelt_ir::loops::BufId,
+    w: smelt_ir::loops::BufId,
+    bias: Option<smelt_ir::loops::BufId>,
+    out: smelt_ir::loops::BufId,
+    /// Partial sums between input-channel parts (`[n][o/4][oh][ow][4]`), when split.
+    partial: Option<smelt_ir::loops::BufId>,
+}
+
+/// Where a tile row starts: batch, first output channel, first input channel of the
+/// group, output row.
+struct TileAt {
+    n: Affine,
+    o0: Affine,
+    c0: Affine,
+    oh: Affine,
+}
+
+/// Transposes a 4×4 tile held in four vectors: lane `j` of result `i` is lane `i` of
+/// input `j`. Eight two-input shuffles (unpack low/high of lanes, then of lane pairs),
+/// each bound to a variable so no shuffle is emitted twice.
+pub(super) fn transpose4(b: &mut KernelBuilder, rows: &[Expr]) -> Vec<Expr> {
+    let w4 = Width::F32x4;
+    let shuf = |b: &mut KernelBuilder, x: &Expr, y: &Expr, m: [u8; 4]| {
+        b.let_(Expr::shuffle(x.clone(), y.clone(), m), w4)
+    };
+    // [r0.0, r1.0, r0.1, r1.1], [r2.0, r3.0, r2.1, r3.1], and the same for lanes 2, 3
+    let lo01 = shuf(b, &rows[0], &rows[1], [0, 4, 1, 5]);
+    let lo23 = shuf(b, &rows[2], &rows[3], [0, 4, 1, 5]);
+    let hi01 = shuf(b, &rows[0], &rows[1], [2, 6, 3, 7]);
+    let hi23 = shuf(b, &rows[2], &rows[3], [2, 6, 3, 7]);
+    vec![
+        shuf(b, &lo01, &lo23, [0, 1, 4, 5]),
+        shuf(b, &lo01, &lo23, [2, 3, 6, 7]),
+        shuf(b, &hi01, &hi23, [0, 1, 4, 5]),
+        shuf(b, &hi01, &hi23, [2, 3, 6, 7]),
+    ]
+}

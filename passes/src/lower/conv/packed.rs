@@ -1,0 +1,561 @@
+//! The packed direct convolution: weights packed at compile time along output channels,
+//! register tiles of channel vectors × pixels on channels-last (or NCHW) input, the
+//! loop-order model and the input-channel split.
+
+use smelt_ir::loops::{Access, Affine, Expr, KernelBuilder, VarId, Width};
+use smelt_ir::{AlignedBuf, Diagnostic, Value};
+
+use super::{transpose4, Geo, TileAt, TileBufs};
+use crate::lower::elementwise::{dims_name, Epilogue};
+use crate::lower::{BufferId, Cx};
+
+/// Bytes of L2 cache per core (AMD Zen 3: 512 KiB) the conv loop order plans for,
+/// leaving room for the output, the post-op operands and the stack.
+const L2_BUDGET: usize = 384 << 10;
+
+/// The outer loops of a packed convolution.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LoopOrder {
+    /// For each channel block, every output row: the whole input is swept once per
+    /// block, so it should stay in L2 between blocks.
+    BlocksOuter,
+    /// For each band of `rows` output rows, every channel block: the band's input rows
+    /// stay in L2 while all the weights stream past once per band.
+    RowBands { rows: usize },
+}
+
+/// Chooses the loop order that moves the fewest bytes from beyond L2: the input once per
+/// channel block when it does not fit, or the weights once per row band.
+fn loop_order(g: &Geo, lanes: usize) -> LoopOrder {
+    let f = std::mem::size_of::<f32>();
+    let row_bytes = g.n * g.c * g.wq * f;
+    let input = row_bytes * g.hp;
+    let weights = g.o * g.cg * g.kh * g.kw * f;
+    let block_w = g.cg * g.kh * g.kw * lanes * f;
+    let blocks = g.o / lanes;
+    let blocks_outer = if input + block_w <= L2_BUDGET {
+        input + weights
+    } else {
+        blocks * input + weights
+    };
+    let mut best = (blocks_outer, LoopOrder::BlocksOuter);
+    for band in (1..=g.oh).filter(|r| g.oh.is_multiple_of(*r)) {
+        let band_input = ((band - 1) * g.stride[0] + (g.kh - 1) * g.dil[0] + 1) * row_bytes;
+        if band_input + block_w > L2_BUDGET {
+            break;
+        }
+        let bands = g.oh / band;
+        let moved = if band_input + weights <= L2_BUDGET {
+            input + weights
+        } else {
+            input + bands * weights
+        };
+        // fewer bytes; on a tie, the longer band (fewer re-reads of each weight block
+        // from L2) as long as there are two bands to share between threads
+        if moved < best.0 || (moved == best.0 && bands >= 2) {
+            best = (moved, LoopOrder::RowBands { rows: band });
+        }
+    }
+    best.1
+}
+
+/// The input channels one pass over a tile covers, and how it starts and ends: the
+/// first part starts from the bias, later ones from the partial sums; the last applies
+/// the epilogue, earlier ones store partial sums.
+struct ChannelPart {
+    /// First input channel (within the group) of the part.
+    c0: Affine,
+    /// Input channels in the part.
+    count: usize,
+    first: bool,
+    last: bool,
+}
+
+/// A convolution with weights packed at compile time so that vectors run along output
+/// channels: `[group][channel block][kh][kw][input channel][4·V lanes]`, each block
+/// holding `4·V` consecutive output channels of its group.
+///
+/// A register tile is `V` vectors of output channels × `P` consecutive output pixels of
+/// one row: per input channel and tap, `V` weight vectors are loaded, each input pixel is
+/// loaded once and broadcast, and every accumulator gets one FMA. Strides and dilations
+/// only change the input addresses, so the input needs no phase split. At the end, each
+/// group of 4 pixels' accumulators is transposed into vectors of one channel × 4 columns
+/// for the epilogue and vector stores along W; leftover pixels go lane by lane.
+#[derive(Clone)]
+pub(crate) struct PackedConv {
+    /// Vectors of 4 output channels per tile.
+    pub(crate) vecs: usize,
+    /// Output pixels per tile (along a row).
+    pub(crate) pixels: usize,
+    /// Channel blocks per group.
+    pub(crate) blocks: usize,
+    /// Input channels per trip of the innermost loop.
+    pub(crate) unroll: usize,
+    /// The input is channels-last (`[n][row][column][channel]`) rather than NCHW.
+    pub(crate) channels_last: bool,
+}
+
+impl PackedConv {
+    /// The tile for a group of `og` output channels (a multiple of 4).
+    pub(crate) fn new(g: &Geo, og: usize) -> PackedConv {
+        // accumulators (V·P) + weight vectors (V) + one broadcast + one spare ≤ 16 registers
+        // Candidate tiles (vectors, most pixels): accumulators V·P ≤ 12 with the V weight
+        // vectors, the broadcast and its copy in the 16 registers. FMA latency (4 cycles,
+        // 2 pipes) needs ≥ 8 independent accumulators for full throughput; a tile with
+        // fewer runs at the fraction it fills. Pick the tile of least modelled time per
+        // row.
+        let candidates: &[(usize, usize)] = if og.is_multiple_of(8) {
+            &[(2, 4), (1, 12)]
+        } else {
+            &[(1, 12)]
+        };
+        let row_cost = |vecs: usize, max_pixels: usize| -> (u64, usize, usize) {
+            let pixels = (1..=max_pixels.min(g.ow.max(1)))
+                .rev()
+                .min_by_key(|&p| g.ow.div_ceil(p))
+                .unwrap_or(1);
+            let full = g.ow / pixels;
+            let rest = g.ow % pixels;
+            // time per output channel, in 1/1000 cycles of FMA issue
+            let tile = |p: usize| -> u64 {
+                let fill = ((vecs * p) as f64 / 8.0).min(1.0);
+                (1000.0 * p as f64 / fill) as u64
+            };
+            let mut cost = full as u64 * tile(pixels);
+            if rest > 0 {
+                cost += tile(rest);
+            }
+            // Two vectors share each broadcast, so it cannot fold into a memory operand
+            // and needs a copy per FMA pair: measured in the disassembly, 3.4
+            // instructions per FMA against 2.9 for one vector (the front end, 6
+            // macro-ops per cycle, is the limit at 2 FMAs per cycle).
+            if vecs == 2 {
+                cost += cost * 15 / 100;
+            }
+            (cost, vecs, pixels)
+        };
+        let (_, vecs, pixels) = candidates
+            .iter()
+            .map(|&(v, p)| row_cost(v, p))
+            .min_by_key(|&(cost, v, _)| (cost, v))
+            .unwrap_or((0, 1, 1));
+        PackedConv {
+            vecs,
+            pixels,
+            blocks: og / (4 * vecs),
+            unroll: 2,
+            channels_last: false,
+        }
+    }
+
+    pub(crate) fn lanes(&self) -> usize {
+        4 * self.vecs
+    }
+
+    /// Input channels per part when a tile's K loop should be split (`None`: one part).
+    /// A tile reads its channel block's packed weights and, per kernel row, a run of
+    /// input pixels; when that exceeds what L1 keeps across tiles, each pass over the
+    /// rows covers only `kc` input channels, with partial sums stored in between (a few
+    /// loads and stores per accumulator against `kc·kh·kw` FMAs). Channels-last, a part
+    /// is a contiguous run of each pixel's channels; NCHW, it is `kc` channel rows of
+    /// which a tile reads about one cache line per kernel row. With few pixels per row
+    /// (Winograd's products at 14² and 7²: a 12-pixel and a 4-pixel tile) this is what
+    /// keeps the second tile from streaming the weights from L3 again.
+    fn channel_split(&self, g: &Geo) -> Option<usize> {
+        const L1_BUDGET: usize = 28 << 10;
+        let f = std::mem::size_of::<f32>();
+        let span = (self.pixels - 1) * g.stride[1] + (g.kw - 1) * g.dil[1] + 1;
+        let per_channel_input = if self.channels_last {
+            g.kh * span * f
+        } else {
+            g.kh * (span * f).next_multiple_of(64)
+        };
+        let bytes = |kc: usize| kc * (g.kh * g.kw * self.lanes() * f + per_channel_input);
+        if bytes(g.cg) <= L1_BUDGET {
+            return None;
+        }
+        // the largest part that fits, in whole cache lines of each pixel's channels
+        (32..g.cg)
+            .rev()
+            .filter(|kc| kc.is_multiple_of(16) && g.cg.is_multiple_of(*kc))
+            .find(|&kc| bytes(kc) <= L1_BUDGET)
+    }
+
+    /// Packs OIHW weights into the blocked form.
+    pub(crate) fn pack(&self, g: &Geo, w: &[f32]) -> AlignedBuf {
+        let lanes = self.lanes();
+        let taps = g.kh * g.kw;
+        let filter = g.cg * taps;
+        AlignedBuf::from_f32_with(g.o * filter, |out| {
+            // one output channel (a whole OIHW filter, read in order) at a time, written
+            // `lanes` apart: [group][block][kh][kw][c][lane]
+            for o in 0..g.o {
+                let (grp, in_grp) = (o / g.og, o % g.og);
+                let (blk, lane) = (in_grp / lanes, in_grp % lanes);
+                let base = (grp * self.blocks + blk) * filter * lanes + lane;
+                let src = w.get(o * filter..(o + 1) * filter).unwrap_or(&[]);
+                for (c, taps_of_c) in src.chunks_exact(taps).enumerate() {
+                    for (tap, &v) in taps_of_c.iter().enumerate() {
+                        out[base + (tap * g.cg + c) * lanes] = v;
+                    }
+                }
+            }
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn kernel(
+        &self,
+        cx: &mut Cx,
+        g: &Geo,
+        xp: BufferId,
+        wbuf: BufferId,
+        operands: &[Value],
+        mut epi: Epilogue,
+        out: BufferId,
+    ) -> Result<(), Diagnostic> {
+        let has_bias = operands.len() > 2;
+        let mut b = KernelBuilder::new(&format!(
+            "conv2d_packed_{}_k{}x{}_s{}x{}_d{}x{}_g{}_o{}x{}p{}{}{}",
+            dims_name(&[g.n, g.c, g.hp, g.wq]),
+            g.kh,
+            g.kw,
+            g.stride[0],
+            g.stride[1],
+            g.dil[0],
+            g.dil[1],
+            g.groups,
+            g.o,
+            self.lanes(),
+            self.pixels,
+            if has_bias { "_bias" } else { "" },
+            if epi.is_empty() { "" } else { "_fused" }
+        ));
+        let xa = b.arg("x", cx.len_of(xp), Access::Read);
+        let wa = b.arg("w_packed", cx.len_of(wbuf), Access::Read);
+        let mut args = vec![xp, wbuf];
+        let bias = if has_bias {
+            let bb = cx.buf(operands[2]);
+            args.push(bb);
+            Some(b.arg("bias", cx.len_of(bb), Access::Read))
+        } else {
+            None
+        };
+        args.extend(epi.declare(&mut b));
+        let ya = b.arg("out", cx.len_of(out), Access::Write);
+        args.push(out);
+        let split = self.channel_split(g);
+        let partial = match split {
+            Some(_) => {
+                let len = g.n * g.o * g.oh * g.ow;
+                let pb = cx.temp("partial", len);
+                args.push(pb);
+                Some(b.arg("partial", len, Access::Write))
+            }
+            None => None,
+        };
+        let bufs = TileBufs {
+            x: xa,
+            w: wa,
+            bias,
+            out: ya,
+            partial,
+        };
+        b.set_parallel();
+        // Output rows `row0 + 0..count` of image `n` for one channel block: with the input
+        // channels split, all rows for one part, then all rows for the next (so the
+        // part's weights and input rows stay in L1 across tiles).
+        let rows = |b: &mut KernelBuilder,
+                    n: Affine,
+                    grp: &Affine,
+                    blk: &Affine,
+                    row0: Affine,
+                    count: usize| {
+            let each_row = |b: &mut KernelBuilder, part: &ChannelPart| {
+                b.for_loop(0, count as i64, 1, |b, r| {
+                    let at = TileAt {
+                        n: n.clone(),
+                        o0: grp.scale(g.og as i64).add(&blk.scale(self.lanes() as i64)),
+                        c0: grp.scale(g.cg as i64),
+                        oh: row0.add(&Affine::var(r)),
+                    };
+                    let block_index = grp.scale(self.blocks as i64).add(blk);
+                    let p = self.pixels;
+                    let main = g.ow / p * p;
+                    b.for_loop(0, main as i64, p as i64, |b, q| {
+                        let q = Affine::var(q);
+                        self.tile(b, g, &bufs, &epi, &at, &block_index, &q, p, part);
+                    });
+                    if main < g.ow {
+                        let q0 = Affine::constant(main as i64);
+                        let rest = g.ow - main;
+                        self.tile(b, g, &bufs, &epi, &at, &block_index, &q0, rest, part);
+                    }
+                });
+            };
+            match split {
+                None => {
+                    let whole = ChannelPart {
+                        c0: Affine::constant(0),
+                        count: g.cg,
+                        first: true,
+                        last: true,
+                    };
+                    each_row(b, &whole);
+                }
+                Some(kc) => {
+                    let parts = g.cg / kc;
+                    let part = |c0: Affine, first: bool, last: bool| ChannelPart {
+                        c0,
+                        count: kc,
+                        first,
+                        last,
+                    };
+                    each_row(b, &part(Affine::constant(0), true, false));
+                    b.for_loop(1, parts as i64 - 1, 1, |b, k| {
+                        each_row(b, &part(Affine::var(k).scale(kc as i64), false, false))
+                    });
+                    let last = Affine::constant(((parts - 1) * kc) as i64);
+                    each_row(b, &part(last, false, true));
+                }
+            }
+        };
+        let all_rows = |b: &mut KernelBuilder, grp: &Affine, blk: &Affine| {
+            b.for_loop(0, g.n as i64, 1, |b, n| {
+                rows(b, Affine::var(n), grp, blk, Affine::constant(0), g.oh)
+            });
+        };
+        let grp0 = Affine::constant(0);
+        match loop_order(g, self.lanes()) {
+            LoopOrder::BlocksOuter if g.groups == 1 => {
+                b.for_loop(0, self.blocks as i64, 1, |b, blk| {
+                    all_rows(b, &grp0, &Affine::var(blk))
+                });
+            }
+            LoopOrder::BlocksOuter => {
+                b.for_loop(0, g.groups as i64, 1, |b, grp| {
+                    b.for_loop(0, self.blocks as i64, 1, |b, blk| {
+                        all_rows(b, &Affine::var(grp), &Affine::var(blk))
+                    });
+                });
+            }
+            LoopOrder::RowBands { rows: band } => {
+                b.for_loop(0, (g.oh / band) as i64, 1, |b, bi| {
+                    let row0 = Affine::var(bi).scale(band as i64);
+                    b.for_loop(0, g.groups as i64, 1, |b, grp| {
+                        b.for_loop(0, self.blocks as i64, 1, |b, blk| {
+                            b.for_loop(0, g.n as i64, 1, |b, n| {
+                                let (grp, blk) = (Affine::var(grp), Affine::var(blk));
+                                rows(b, Affine::var(n), &grp, &blk, row0.clone(), band)
+                            });
+                        });
+                    });
+                });
+            }
+        }
+        cx.step(b.finish(), args)
+    }
+
+    /// One tile: `V` channel vectors × `pixels` output pixels from column `q0`.
+    #[allow(clippy::too_many_arguments)]
+    fn tile(
+        &self,
+        b: &mut KernelBuilder,
+        g: &Geo,
+        bufs: &TileBufs,
+        epi: &Epilogue,
+        at: &TileAt,
+        block_index: &Affine,
+        q0: &Affine,
+        pixels: usize,
+        part: &ChannelPart,
+    ) {
+        let w4 = Width::F32x4;
+        let lanes = self.lanes() as i64;
+        let accs: Vec<Vec<VarId>> = (0..self.vecs)
+            .map(|_| (0..pixels).map(|_| b.var(w4)).collect())
+            .collect();
+        // partial sums: [n][o/4][oh][ow][4], so a tile's accumulators are consecutive
+        let out_plane = (g.oh * g.ow) as i64;
+        let partial_index = |v: usize, p: usize| {
+            at.n.scale(g.o as i64 * out_plane)
+                .add(&at.o0.plus(4 * v as i64).scale(out_plane))
+                .add(&at.oh.scale(4 * g.ow as i64))
+                .add(&q0.plus(p as i64).scale(4))
+        };
+        if let (false, Some(pbuf)) = (part.first, bufs.partial) {
+            for (v, row) in accs.iter().enumerate() {
+                for (p, &acc) in row.iter().enumerate() {
+                    b.assign(acc, Expr::load(pbuf, partial_index(v, p), w4));
+                }
+            }
+        }
+        for (v, row) in accs.iter().enumerate() {
+            if !part.first {
+                break;
+            }
+            let init = match bufs.bias {
+                Some(bias) => Expr::load(bias, at.o0.plus(4 * v as i64), w4),
+                None => Expr::constant(0.0, w4),
+            };
+            let init = if pixels > 1 && !init.is_trivial() {
+                b.let_(init, w4)
+            } else {
+                init
+            };
+            for &acc in row {
+                b.assign(acc, init.clone());
+            }
+        }
+        let block_len = (g.kh * g.kw * g.cg) as i64 * lanes;
+        // One FMA per accumulator for input channel `c` at tap (kh, kw).
+        let step = |b: &mut KernelBuilder, kh: &Affine, kw: &Affine, c: &Affine| {
+            let tap = kh.scale(g.kw as i64).add(kw);
+            let wbase = block_index
+                .scale(block_len)
+                .add(&c.scale(lanes))
+                .add(&tap.scale(g.cg as i64 * lanes));
+            let ws: Vec<Expr> = (0..self.vecs)
+                .map(|v| {
+                    let load = Expr::load(bufs.w, wbase.plus(4 * v as i64), w4);
+                    if pixels > 1 {
+                        b.let_(load, w4)
+                    } else {
+                        load
+                    }
+                })
+                .collect();
+            let row = at
+                .oh
+                .scale(g.stride[0] as i64)
+                .add(&kh.scale(g.dil[0] as i64));
+            // the input of pixel p is at xbase + p·pixel_step
+            let (xbase, pixel_step) = if self.channels_last {
+                let ci = g.c as i64;
+                let base =
+                    at.n.scale(g.hp as i64 * g.wq as i64 * ci)
+                        .add(&row.scale(g.wq as i64 * ci))
+                        .add(&q0.scale(g.stride[1] as i64 * ci))
+                        .add(&kw.scale(g.dil[1] as i64 * ci))
+                        .add(&at.c0.add(c));
+                (base, g.stride[1] as i64 * ci)
+            } else {
+                let plane = (g.hp * g.wq) as i64;
+                let base =
+                    at.n.scale(g.c as i64 * plane)
+                        .add(&at.c0.add(c).scale(plane))
+                        .add(&row.scale(g.wq as i64))
+                        .add(&q0.scale(g.stride[1] as i64))
+                        .add(&kw.scale(g.dil[1] as i64));
+                (base, g.stride[1] as i64)
+            };
+            for p in 0..pixels {
+                let xi = xbase.plus(p as i64 * pixel_step);
+                let xv = Expr::Splat(Box::new(Expr::load(bufs.x, xi, Width::Scalar)));
+                let xv = if self.vecs > 1 { b.let_(xv, w4) } else { xv };
+                // the broadcast first: x86 FMAs overwrite their first factor, and the
+                // broadcast is the operand that dies
+                for (v, row_accs) in accs.iter().enumerate() {
+                    let acc = row_accs[p];
+                    b.assign(acc, Expr::fma(xv.clone(), ws[v].clone(), Expr::Var(acc)));
+                }
+            }
+        };
+        // Channels-last input with unit column dilation: the taps of one kernel row
+        // read kw·cg consecutive input floats against kw·cg consecutive packed weight
+        // vectors, so (kw, channel) runs as one loop over `chans` (the stem's 7×3
+        // becomes one loop of 21).
+        let whole = part.count == g.cg;
+        let flat = self.channels_last && g.dil[1] == 1 && g.groups == 1 && whole;
+        let (taps_w, chans) = if flat {
+            (1, g.kw * g.cg)
+        } else {
+            (g.kw, part.count)
+        };
+        let step = |b: &mut KernelBuilder, kh: &Affine, kw: &Affine, c: &Affine| {
+            step(b, kh, kw, &c.add(&part.c0))
+        };
+        let unroll = self.unroll.min(chans).max(1);
+        if chans / unroll >= 2 || g.kh == 1 {
+            // a loop over input channels per tap, `unroll` channels per trip
+            let main = chans / unroll * unroll;
+            for kh in 0..g.kh {
+                let kh = Affine::constant(kh as i64);
+                for kw in 0..taps_w {
+                    let kw = Affine::constant(kw as i64);
+                    b.for_loop(0, main as i64, unroll as i64, |b, c| {
+                        for u in 0..unroll {
+                            step(b, &kh, &kw, &Affine::var(c).plus(u as i64));
+                        }
+                    });
+                    b.for_loop(main as i64, chans as i64, 1, |b, c| {
+                        step(b, &kh, &kw, &Affine::var(c))
+                    });
+                }
+            }
+        } else {
+            // Few input channels (a network's stem): loops over kernel rows and columns,
+            // so each loop body holds at most two weight vectors. Straight-line taps
+            // would make the weight loads invariant in the row loops or, in one body,
+            // keep every tap's weights live at once; either way Cranelift spills them.
+            b.for_loop(0, g.kh as i64, 1, |b, kh| {
+                b.for_loop(0, g.kw as i64, 1, |b, kw| {
+                    let (kh, kw) = (Affine::var(kh), Affine::var(kw));
+                    if g.cg <= 2 {
+                        for c in 0..g.cg {
+                            step(b, &kh, &kw, &Affine::constant(c as i64));
+                        }
+                    } else {
+                        b.for_loop(0, g.cg as i64, 1, |b, c| step(b, &kh, &kw, &Affine::var(c)));
+                    }
+                });
+            });
+        }
+        if !part.last {
+            if let Some(pbuf) = bufs.partial {
+                for (v, row) in accs.iter().enumerate() {
+                    for (p, &acc) in row.iter().enumerate() {
+                        b.store(pbuf, partial_index(v, p), Expr::Var(acc), w4);
+                    }
+                }
+            }
+            return;
+        }
+        let out_index = |o: &Affine, col: &Affine| {
+            at.n.scale(g.o as i64 * out_plane)
+                .add(&o.scale(out_plane))
+                .add(&at.oh.scale(g.ow as i64))
+                .add(col)
+        };
+        for (v, row_accs) in accs.iter().enumerate() {
+            // Groups of 4 pixels: a 4×4 transpose turns 4 accumulators (4 channels each)
+            // into 4 vectors of one channel × 4 consecutive columns, so the post-ops run
+            // on f32x4 and the stores are vector stores along W.
+            let quads = row_accs.len() / 4;
+            for quad in 0..quads {
+                let tile: Vec<Expr> = row_accs[4 * quad..4 * quad + 4]
+                    .iter()
+                    .map(|&acc| Expr::Var(acc))
+                    .collect();
+                let col = q0.plus(4 * quad as i64);
+                for (l, channel) in transpose4(b, &tile).into_iter().enumerate() {
+                    let o = at.o0.plus(4 * v as i64 + l as i64);
+                    let idx = [at.n.clone(), o.clone(), at.oh.clone(), col.clone()];
+                    let val = epi.apply(b, channel, &idx, w4);
+                    b.store(bufs.out, out_index(&o, &col), val, w4);
+                }
+            }
+            // the tail pixels, one lane at a time
+            for l in 0..4 {
+                let o = at.o0.plus(4 * v as i64 + l);
+                for (p, &acc) in row_accs.iter().enumerate().skip(4 * quads) {
+                    let col = q0.plus(p as i64);
+                    let s = Expr::lane(Expr::Var(acc), l as u8);
+                    let idx = [at.n.clone(), o.clone(), at.oh.clone(), col.clone()];
+                    let val = epi.apply(b, s, &idx, Width::Scalar);
+                    b.store(bufs.out, out_index(&o, &col), val, Width::Scalar);
+                }
+            }
+        }
+    }
+}
