@@ -511,6 +511,34 @@ mod tests {
         assert_eq!(b.as_f32().as_ptr() as usize % 64, 0);
     }
 
+    /// Large buffers come from an anonymous mapping (see `Lines`): zeroed, aligned,
+    /// writable while owned, and cloned, windowed and dropped like small ones.
+    #[test]
+    fn large_buffers_are_zeroed_aligned_and_independent() {
+        let len = (MAPPED_MIN_BYTES / 4) + 3;
+        let b = AlignedBuf::from_f32_with(len, |out| {
+            assert!(out.iter().all(|&x| x == 0.0), "fresh memory is zeroed");
+            for (i, x) in out.iter_mut().enumerate() {
+                *x = i as f32;
+            }
+        });
+        assert_eq!(b.as_f32().len(), len);
+        assert_eq!(b.as_f32().as_ptr() as usize % 64, 0);
+        assert_eq!(b.as_f32()[len - 1], (len - 1) as f32);
+        let mut copy = b.clone();
+        copy.as_bytes_mut().expect("a clone owns its bytes")[..4]
+            .copy_from_slice(&7.0f32.to_le_bytes());
+        assert_eq!(copy.as_f32()[0], 7.0);
+        assert_eq!(b.as_f32()[0], 0.0, "the original is untouched");
+        let shared = b.share();
+        let window = shared.slice(64, 64).expect("aligned window");
+        assert_eq!(window.as_f32()[0], 16.0);
+        drop(shared);
+        assert_eq!(window.as_f32()[15], 31.0, "a window keeps its base alive");
+        let empty = AlignedBuf::zeroed(0);
+        assert!(empty.as_bytes().is_empty());
+    }
+
     #[test]
     fn windows_of_a_shared_buffer_are_aligned_views() {
         let v: Vec<f32> = (0..100).map(|i| i as f32).collect();
