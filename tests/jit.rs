@@ -571,3 +571,24 @@ fn profiled_run_reports_every_kernel_call() {
     assert!(conv.bytes >= 4 * (8 * 10 * 10 + 8 * 8 * 9) as u64);
     assert!(prof.iter().any(|p| p.op == "relu"));
 }
+
+/// An executable keeps the weights its kernels read, not the ones lowering only packed:
+/// a packed conv holds its packed copy (plus the bias), not the OIHW weights as well.
+#[test]
+fn executables_do_not_keep_weights_only_lowering_read() {
+    // a 1x1 conv: always the packed direct kernel (no Winograd)
+    let mut case = ConvCase::new(64, 64, [8, 8], 1);
+    case.attrs.pads = [0; 4];
+    let m = fused_conv_module(&case, &add_relu(), &[out_dims(&case)]);
+    let exe = Executable::compile(&m, None, &opts()).expect("compiles");
+    let weights = 64 * 64 * 4;
+    assert!(
+        exe.constant_bytes() < 2 * weights,
+        "{} bytes of constants for {weights} bytes of weights",
+        exe.constant_bytes()
+    );
+    assert!(
+        exe.constant_bytes() >= weights,
+        "the packed weights are kept"
+    );
+}

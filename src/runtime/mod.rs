@@ -264,9 +264,24 @@ impl Executable {
     ) -> Result<Executable, Error> {
         let mut constants = Vec::new();
         let mut sources = Vec::with_capacity(program.buffers.len());
+        // Weights only lowering read (a conv's weights, once packed) are not kept: the
+        // executable would otherwise hold every model weight twice.
+        // (With intermediates kept, every value stays readable.)
+        let mut used = vec![keep.is_some(); program.buffers.len()];
+        let referenced = program.steps.iter().flat_map(|s| &s.args);
+        for id in referenced.chain(program.outputs.iter().map(|p| &p.buffer)) {
+            used[id.0 as usize] = true;
+        }
         for (i, b) in program.buffers.iter().enumerate() {
             let src = match &b.kind {
                 BufferKind::Input(k) => Source::Input(*k),
+                BufferKind::Weight(_) | BufferKind::Constant(_) if !used[i] => {
+                    // no step and no output refers to it, so no pointer to it is ever
+                    // made: an empty placeholder keeps the buffer numbering
+                    constants.push(Arc::new(AlignedBuf::zeroed(0)));
+                    sources.push(Source::Constant(constants.len() - 1));
+                    continue;
+                }
                 BufferKind::Weight(id) => {
                     let w = module.weights.get(*id).ok_or_else(|| {
                         Error::InvalidArgument(format!("weight {} does not exist", id.0))
@@ -387,6 +402,12 @@ impl Executable {
     /// Bytes of scratch memory one run uses (the arena of temporaries).
     pub fn arena_bytes(&self) -> usize {
         self.arena_len * 4
+    }
+
+    /// Bytes of constant data the executable holds: the weights its kernels read as
+    /// stored, and what lowering computed (packed weights, transformed weights, tables).
+    pub fn constant_bytes(&self) -> usize {
+        self.constants.iter().map(|c| c.as_bytes().len()).sum()
     }
 
     /// The loop IR of every kernel and the call sequence (`--dump-loops`).
