@@ -110,10 +110,11 @@ impl PackedConv {
             &[(1, 12)]
         };
         let row_cost = |vecs: usize, max_pixels: usize| -> (u64, usize, usize) {
-            let pixels = (1..=max_pixels.min(g.ow.max(1)))
-                .rev()
-                .min_by_key(|&p| g.ow.div_ceil(p))
-                .unwrap_or(1);
+            // as few tiles as the widest allows, of balanced widths: 28 columns as
+            // 10 + 10 + 8 rather than 12 + 12 + 4, 16 as 8 + 8 rather than 12 + 4 (a
+            // narrow last tile has too few accumulators to keep both FMA pipes busy)
+            let ow = g.ow.max(1);
+            let pixels = ow.div_ceil(ow.div_ceil(max_pixels.max(1)));
             let full = g.ow / pixels;
             let rest = g.ow % pixels;
             // time per output channel, in 1/1000 cycles of FMA issue
