@@ -103,8 +103,8 @@ fn fold_bn_weight(
     }))
 }
 
-/// The BN weight folds whose operands are all module constants, computed up front on two
-/// threads: each reads one weight and writes a fresh buffer of the same size (for
+/// The BN weight folds whose operands are all module constants, computed up front on the
+/// machine's cores: each reads one weight and writes a fresh buffer of the same size (for
 /// ResNet-50, 94 MB in all), independent of the others. The fold loop takes the results
 /// in instruction order, so names, ids and bits are what folding one by one gives.
 fn prefold_bn_weights(func: &Func, weights: &WeightStore) -> HashMap<usize, AlignedBuf> {
@@ -129,32 +129,16 @@ fn prefold_bn_weights(func: &Func, weights: &WeightStore) -> HashMap<usize, Alig
             _ => {}
         }
     }
-    // two lanes of about equal bytes, largest jobs first
-    jobs.sort_by_key(|job| std::cmp::Reverse(job.0));
-    let mut lanes: [(usize, Vec<_>); 2] = [(0, Vec::new()), (0, Vec::new())];
-    for job in jobs {
-        let lane = if lanes[0].0 <= lanes[1].0 { 0 } else { 1 };
-        lanes[lane].0 += job.0;
-        lanes[lane].1.push(job);
-    }
-    let [(_, first), (_, second)] = lanes;
-    let run = |jobs: Vec<(usize, usize, f32, Vec<WeightId>, &TensorType)>| {
-        jobs.into_iter()
-            .filter_map(|(_, i, eps, inputs, ty)| {
-                Some((i, fold_bn_weight(eps, &inputs, ty, weights)?))
-            })
-            .collect::<Vec<_>>()
-    };
-    std::thread::scope(|s| {
-        let other = s.spawn(|| run(second));
-        let mut done = run(first);
-        done.extend(
-            other
-                .join()
-                .unwrap_or_else(|p| std::panic::resume_unwind(p)),
-        );
-        done.into_iter().collect()
+    let jobs = jobs
+        .into_iter()
+        .map(|(bytes, i, eps, inputs, ty)| (bytes, (i, eps, inputs, ty)))
+        .collect();
+    crate::parallel::run_balanced(jobs, |(i, eps, inputs, ty)| {
+        fold_bn_weight(eps, &inputs, ty, weights).map(|buf| (i, buf))
     })
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 fn weight_tensor(weights: &WeightStore, id: WeightId) -> Option<Tensor> {

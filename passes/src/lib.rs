@@ -8,6 +8,7 @@ pub mod dce;
 pub mod fusion;
 pub mod lower;
 pub mod manager;
+mod parallel;
 
 pub use fusion::{fuse_func, FusionOptions, FusionPass, FusionReport};
 pub use manager::{

@@ -252,38 +252,13 @@ impl<'a> Cx<'a> {
         id
     }
 
-    /// Runs the deferred constant jobs on up to two threads (each job is a large,
-    /// independent write), largest first, and stores their results.
+    /// Runs the deferred constant jobs on the machine's cores and stores their results.
     fn run_packing(&mut self) {
-        let mut jobs = std::mem::take(&mut self.packing);
-        jobs.sort_by_key(|(id, _)| std::cmp::Reverse(self.prog.buffers[id.0 as usize].len));
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(2));
-        // deal the jobs out so each thread gets about the same bytes
-        let mut lanes: Vec<(usize, Vec<(BufferId, PackJob<'a>)>)> =
-            (0..threads).map(|_| (0, Vec::new())).collect();
-        for (id, job) in jobs {
-            let len = self.prog.buffers[id.0 as usize].len;
-            if let Some(lane) = lanes.iter_mut().min_by_key(|(bytes, _)| *bytes) {
-                lane.0 += len;
-                lane.1.push((id, job));
-            }
-        }
-        let results: Vec<(BufferId, AlignedBuf)> = std::thread::scope(|s| {
-            let handles: Vec<_> = lanes
-                .into_iter()
-                .map(|(_, lane)| {
-                    s.spawn(move || {
-                        lane.into_iter()
-                            .map(|(id, job)| (id, job()))
-                            .collect::<Vec<_>>()
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-                .collect()
-        });
+        let jobs: Vec<(usize, (BufferId, PackJob<'a>))> = std::mem::take(&mut self.packing)
+            .into_iter()
+            .map(|(id, job)| (self.prog.buffers[id.0 as usize].len, (id, job)))
+            .collect();
+        let results = crate::parallel::run_balanced(jobs, |(id, job)| (id, job()));
         for (id, data) in results {
             self.prog.buffers[id.0 as usize].kind = BufferKind::Constant(Arc::new(data));
         }
