@@ -2,7 +2,7 @@
 //! of output channels × vectors of 4 output columns (broadcast weight, vector input) over
 //! a phase-split padded NCHW input.
 
-use smelt_ir::loops::{Access, Affine, Expr, KernelBuilder, VarId, Width};
+use smelt_ir::loops::{Affine, Expr, KernelBuilder, VarId, Width};
 use smelt_ir::{Diagnostic, Value};
 
 use super::{Geo, TileAt, TileBufs};
@@ -51,28 +51,8 @@ pub(super) fn conv_kernel(
         if has_bias { "_bias" } else { "" },
         if epi.is_empty() { "" } else { "_fused" }
     ));
-    let xa = b.arg("x", cx.len_of(xp), Access::Read);
     let wb = cx.buf(operands[1]);
-    let wa = b.arg("w", cx.len_of(wb), Access::Read);
-    let mut args = vec![xp, wb];
-    let bias = if has_bias {
-        let bb = cx.buf(operands[2]);
-        args.push(bb);
-        Some(b.arg("bias", cx.len_of(bb), Access::Read))
-    } else {
-        None
-    };
-    args.extend(epi.declare(&mut b));
-    let ya = b.arg("out", cx.len_of(out), Access::Write);
-    args.push(out);
-
-    let bufs = TileBufs {
-        x: xa,
-        w: wa,
-        bias,
-        out: ya,
-        partial: None,
-    };
+    let (bufs, args) = TileBufs::declare(&mut b, cx, xp, ("w", wb), operands, &mut epi, out);
     let (nt, nv) = tile_shape(g.ow, g.og);
     let og_main = g.og / nt * nt;
     // the outermost loop is split across threads: groups when there are several, else rows

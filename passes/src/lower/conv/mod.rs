@@ -21,7 +21,7 @@ mod general;
 mod packed;
 mod pad;
 
-use smelt_ir::loops::{Affine, Expr, KernelBuilder, Width};
+use smelt_ir::loops::{Access, Affine, BufId, Expr, KernelBuilder, Width};
 use smelt_ir::op::Conv2dAttrs;
 use smelt_ir::{Diagnostic, TensorType, Value};
 
@@ -166,13 +166,50 @@ pub(crate) fn lower_conv2d(
     conv_kernel(cx, &geo, xp, operands, epi, out)
 }
 
+/// The kernel arguments a convolution tile reads and writes.
 struct TileBufs {
-    x: smelt_ir::loops::BufId,
-    w: smelt_ir::loops::BufId,
-    bias: Option<smelt_ir::loops::BufId>,
-    out: smelt_ir::loops::BufId,
+    x: BufId,
+    w: BufId,
+    bias: Option<BufId>,
+    out: BufId,
     /// Partial sums between input-channel parts (`[n][o/4][oh][ow][4]`), when split.
-    partial: Option<smelt_ir::loops::BufId>,
+    partial: Option<BufId>,
+}
+
+impl TileBufs {
+    /// Declares a conv kernel's arguments in their fixed order — input `x`, weights
+    /// (`w_name`), the bias (`operands[2]`, if any), the epilogue's operands, `out` — and
+    /// returns them with the buffers a step passes for them.
+    #[allow(clippy::too_many_arguments)]
+    fn declare(
+        b: &mut KernelBuilder,
+        cx: &Cx,
+        xp: BufferId,
+        (w_name, wbuf): (&str, BufferId),
+        operands: &[Value],
+        epi: &mut Epilogue,
+        out: BufferId,
+    ) -> (TileBufs, Vec<BufferId>) {
+        let x = b.arg("x", cx.len_of(xp), Access::Read);
+        let w = b.arg(w_name, cx.len_of(wbuf), Access::Read);
+        let mut args = vec![xp, wbuf];
+        let bias = operands.get(2).map(|&v| {
+            let bb = cx.buf(v);
+            args.push(bb);
+            b.arg("bias", cx.len_of(bb), Access::Read)
+        });
+        args.extend(epi.declare(b));
+        let out_arg = b.arg("out", cx.len_of(out), Access::Write);
+        args.push(out);
+        let bufs = TileBufs {
+            x,
+            w,
+            bias,
+            out: out_arg,
+            partial: None,
+        };
+        (bufs, args)
+    }
 }
 
 /// Where a tile row starts: batch, first output channel, first input channel of the

@@ -232,36 +232,15 @@ impl PackedConv {
             if has_bias { "_bias" } else { "" },
             if epi.is_empty() { "" } else { "_fused" }
         ));
-        let xa = b.arg("x", cx.len_of(xp), Access::Read);
-        let wa = b.arg("w_packed", cx.len_of(wbuf), Access::Read);
-        let mut args = vec![xp, wbuf];
-        let bias = if has_bias {
-            let bb = cx.buf(operands[2]);
-            args.push(bb);
-            Some(b.arg("bias", cx.len_of(bb), Access::Read))
-        } else {
-            None
-        };
-        args.extend(epi.declare(&mut b));
-        let ya = b.arg("out", cx.len_of(out), Access::Write);
-        args.push(out);
+        let (mut bufs, mut args) =
+            TileBufs::declare(&mut b, cx, xp, ("w_packed", wbuf), operands, &mut epi, out);
         let split = self.channel_split(g);
-        let partial = match split {
-            Some(_) => {
-                let len = g.n * g.o * g.oh * g.ow;
-                let pb = cx.temp("partial", len);
-                args.push(pb);
-                Some(b.arg("partial", len, Access::Write))
-            }
-            None => None,
-        };
-        let bufs = TileBufs {
-            x: xa,
-            w: wa,
-            bias,
-            out: ya,
-            partial,
-        };
+        if split.is_some() {
+            let len = g.n * g.o * g.oh * g.ow;
+            let pb = cx.temp("partial", len);
+            args.push(pb);
+            bufs.partial = Some(b.arg("partial", len, Access::Write));
+        }
         b.set_parallel();
         // Output rows `row0 + 0..count` of image `n` for one channel block: with the input
         // channels split, all rows for one part, then all rows for the next (so the
