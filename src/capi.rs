@@ -493,8 +493,9 @@ pub extern "C" fn smelt_executable_destroy(exe: *mut SmeltExecutable) -> SmeltSt
     })
 }
 
-/// Checks an out-pointer for a value of type `T`.
-fn check_out<T>(p: *mut T, what: &str) -> Result<(), Failure> {
+/// Checks a pointer argument (an out-pointer, or an array's first element): non-null and
+/// aligned for `T`.
+fn check_ptr<T>(p: *const T, what: &str) -> Result<(), Failure> {
     if p.is_null() {
         Err(invalid(format!("{what} is NULL")))
     } else if !p.is_aligned() {
@@ -515,7 +516,7 @@ pub unsafe extern "C" fn smelt_executable_input_count(
 ) -> SmeltStatus {
     guard(|| {
         let h = lookup(exe)?;
-        check_out(count, "`count`")?;
+        check_ptr(count.cast_const(), "`count`")?;
         // SAFETY: checked non-null and aligned; writable per the contract.
         unsafe { count.write(h.inputs.len()) };
         Ok(())
@@ -533,7 +534,7 @@ pub unsafe extern "C" fn smelt_executable_output_count(
 ) -> SmeltStatus {
     guard(|| {
         let h = lookup(exe)?;
-        check_out(count, "`count`")?;
+        check_ptr(count.cast_const(), "`count`")?;
         // SAFETY: checked non-null and aligned; writable per the contract.
         unsafe { count.write(h.outputs.len()) };
         Ok(())
@@ -550,7 +551,7 @@ unsafe fn describe(
     kind: &str,
     info: *mut SmeltTensorInfo,
 ) -> Result<(), Failure> {
-    check_out(info, "`info`")?;
+    check_ptr(info.cast_const(), "`info`")?;
     let t = list.get(index).ok_or_else(|| {
         invalid(format!(
             "{kind} index {index} is out of range: the executable has {} {kind}s",
@@ -637,17 +638,6 @@ unsafe fn float_range(
     Ok((p as usize, p as usize + len * 4))
 }
 
-/// Checks an array-of-pointers argument.
-fn check_array<T>(p: *const T, what: &str) -> Result<(), Failure> {
-    if p.is_null() {
-        Err(invalid(format!("{what} is NULL")))
-    } else if !p.is_aligned() {
-        Err(invalid(format!("{what} is misaligned")))
-    } else {
-        Ok(())
-    }
-}
-
 /// Runs `exe`: `inputs[i]` points to `input_lens[i]` floats of input i, `outputs[i]` to
 /// `output_lens[i]` writable floats for output i; each length must equal that tensor's
 /// `element_count` and the counts must match. Output buffers must not overlap any other
@@ -682,12 +672,12 @@ pub unsafe extern "C" fn smelt_executable_run(
             )));
         }
         if num_inputs > 0 {
-            check_array(inputs, "`inputs`")?;
-            check_array(input_lens, "`input_lens`")?;
+            check_ptr(inputs, "`inputs`")?;
+            check_ptr(input_lens, "`input_lens`")?;
         }
         if num_outputs > 0 {
-            check_array(outputs, "`outputs`")?;
-            check_array(output_lens, "`output_lens`")?;
+            check_ptr(outputs, "`outputs`")?;
+            check_ptr(output_lens, "`output_lens`")?;
         }
         let mut in_ranges = Vec::with_capacity(num_inputs);
         for (i, info) in h.inputs.iter().enumerate() {
