@@ -505,6 +505,17 @@ fn check_ptr<T>(p: *const T, what: &str) -> Result<(), Failure> {
     }
 }
 
+/// Writes `n` to `*count`.
+///
+/// # Safety
+/// A non-null, aligned `count` is writable.
+unsafe fn write_count(n: usize, count: *mut usize) -> Result<(), Failure> {
+    check_ptr(count.cast_const(), "`count`")?;
+    // SAFETY: checked non-null and aligned; writable per the callers' contracts.
+    unsafe { count.write(n) };
+    Ok(())
+}
+
 /// Stores the number of inputs of `exe` in `*count`.
 ///
 /// # Safety
@@ -514,13 +525,8 @@ pub unsafe extern "C" fn smelt_executable_input_count(
     exe: *const SmeltExecutable,
     count: *mut usize,
 ) -> SmeltStatus {
-    guard(|| {
-        let h = lookup(exe)?;
-        check_ptr(count.cast_const(), "`count`")?;
-        // SAFETY: checked non-null and aligned; writable per the contract.
-        unsafe { count.write(h.inputs.len()) };
-        Ok(())
-    })
+    // SAFETY: forwarded contract of this function.
+    guard(|| unsafe { write_count(lookup(exe)?.inputs.len(), count) })
 }
 
 /// Stores the number of outputs of `exe` in `*count`.
@@ -532,13 +538,8 @@ pub unsafe extern "C" fn smelt_executable_output_count(
     exe: *const SmeltExecutable,
     count: *mut usize,
 ) -> SmeltStatus {
-    guard(|| {
-        let h = lookup(exe)?;
-        check_ptr(count.cast_const(), "`count`")?;
-        // SAFETY: checked non-null and aligned; writable per the contract.
-        unsafe { count.write(h.outputs.len()) };
-        Ok(())
-    })
+    // SAFETY: forwarded contract of this function.
+    guard(|| unsafe { write_count(lookup(exe)?.outputs.len(), count) })
 }
 
 /// Writes the description of `list[index]` to `info`.
