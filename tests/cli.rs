@@ -1,28 +1,12 @@
 //! The `smelt` command line as a user runs it: exit codes, outputs, error messages.
 
 mod common;
+use common::{smelt, stderr, stdout};
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use smelt::ir::weights::random_f32;
 use smelt::ir::{ErrorStats, Tensor};
-
-fn smelt(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_smelt"))
-        .args(args)
-        .current_dir(common::root())
-        .output()
-        .expect("the smelt binary runs")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
 
 fn write_npy(dir: &Path, name: &str, t: &Tensor) -> PathBuf {
     let path = dir.join(format!("{name}.npy"));

@@ -2,18 +2,11 @@
 //! assertion depends on how fast anything runs.
 
 mod common;
+use common::smelt;
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
-
-fn smelt(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_smelt"))
-        .args(args)
-        .current_dir(common::root())
-        .output()
-        .expect("the smelt binary runs")
-}
 
 fn ok(o: &Output) -> String {
     assert!(

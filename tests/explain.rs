@@ -7,7 +7,6 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 
 use smelt::models::{resnet, ResNetConfig};
 use smelt_ir::text::parse_with;
@@ -130,11 +129,7 @@ fn every_explain_snapshot_has_its_case() {
 #[test]
 fn cli_json_is_one_object_with_the_pipeline_op_counts() {
     let case = Path::new("tests/cases/fusion/conv_bn_add_relu_tail.tir");
-    let out = Command::new(env!("CARGO_BIN_EXE_smelt"))
-        .args(["explain", case.to_str().expect("utf-8 path"), "--json"])
-        .current_dir(common::root())
-        .output()
-        .expect("the smelt binary runs");
+    let out = common::smelt(&["explain", case.to_str().expect("utf-8 path"), "--json"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let stdout = String::from_utf8(out.stdout).expect("utf-8 output");
@@ -156,16 +151,12 @@ fn cli_json_is_one_object_with_the_pipeline_op_counts() {
     assert!(v["near_misses"].is_array() && v["lost"].is_array());
 
     // The rule switches reach the pipeline: without fusion nothing is merged.
-    let out = Command::new(env!("CARGO_BIN_EXE_smelt"))
-        .args([
-            "explain",
-            case.to_str().expect("utf-8 path"),
-            "--json",
-            "--no-fuse",
-        ])
-        .current_dir(common::root())
-        .output()
-        .expect("the smelt binary runs");
+    let out = common::smelt(&[
+        "explain",
+        case.to_str().expect("utf-8 path"),
+        "--json",
+        "--no-fuse",
+    ]);
     assert!(out.status.success());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
     assert_eq!(v["sites"].as_array().map(Vec::len), Some(0));

@@ -2,30 +2,13 @@
 //! and input files.
 
 mod common;
-
-use std::process::{Command, Output};
+use common::{smelt, stderr, stdout};
 
 use smelt::ir::Tensor;
 
 const CASE: &str = "tests/cases/verify/bn_after_relu.tir";
 const PLANTED_RULES: &str = "tests/cases/verify/bn_through_relu.rules";
 const PLANTED: &str = "fold-bn-through-relu";
-
-fn smelt(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_smelt"))
-        .args(args)
-        .current_dir(common::root())
-        .output()
-        .expect("the smelt binary runs")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 /// `"CASE":LINE:COL` of the case line that starts with `prefix`, as locations print.
 fn location_of(prefix: &str) -> String {

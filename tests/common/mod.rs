@@ -1,7 +1,9 @@
-//! Helpers shared by the integration tests: snapshot settings and case-file discovery.
+//! Helpers shared by the integration tests: snapshot settings, case-file discovery and
+//! running the `smelt` binary.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
 /// The repository root (where the top-level `snapshots/` and `tests/cases/` live).
 pub fn root() -> PathBuf {
@@ -70,4 +72,23 @@ pub fn generated_data(name: &str, script: &str, stamp: &str) -> PathBuf {
         script.display()
     );
     dir
+}
+
+/// Runs the `smelt` binary with `args` from the repository root.
+pub fn smelt(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_smelt"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("the smelt binary runs")
+}
+
+/// The standard output of a run, as text.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The standard error of a run, as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
 }
