@@ -296,8 +296,7 @@ pub(super) fn lower(
         phases: 1,
         wq: tiles,
     };
-    let mut packed = PackedConv::new(&gemm, p.o);
-    packed.channels_last = false;
+    let packed = PackedConv::new(&gemm, p.o, false);
     let (lanes, (o, c)) = (packed.lanes(), (p.o, p.c));
     let ubuf = cx.constant_later(
         "wino_u",

@@ -114,10 +114,7 @@ pub(crate) fn lower_conv2d(
     let og = o / a.groups;
     if og.is_multiple_of(4) {
         if let Some(wdata) = cx.const_data(operands[1]) {
-            let packed = PackedConv {
-                channels_last: true,
-                ..PackedConv::new(&geo, og)
-            };
+            let packed = PackedConv::new(&geo, og, true);
             let (pack, pack_geo) = (packed.clone(), geo.clone());
             let wbuf = cx.constant_later(
                 "w_packed",

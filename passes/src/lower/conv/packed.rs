@@ -96,8 +96,9 @@ pub(crate) struct PackedConv {
 }
 
 impl PackedConv {
-    /// The tile for a group of `og` output channels (a multiple of 4).
-    pub(crate) fn new(g: &Geo, og: usize) -> PackedConv {
+    /// The tile for a group of `og` output channels (a multiple of 4), on channels-last
+    /// or NCHW input.
+    pub(crate) fn new(g: &Geo, og: usize, channels_last: bool) -> PackedConv {
         // accumulators (V·P) + weight vectors (V) + one broadcast + one spare ≤ 16 registers
         // Candidate tiles (vectors, most pixels): accumulators V·P ≤ 12 with the V weight
         // vectors, the broadcast and its copy in the 16 registers. FMA latency (4 cycles,
@@ -145,7 +146,7 @@ impl PackedConv {
             pixels,
             blocks: og / (4 * vecs),
             unroll: 2,
-            channels_last: false,
+            channels_last,
         }
     }
 
