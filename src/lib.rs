@@ -43,6 +43,7 @@ impl From<smelt_ir::Diagnostic> for Error {
 
 pub mod capi;
 pub mod codegen;
+pub mod microkernels;
 pub mod models;
 pub mod npy;
 #[cfg(feature = "onnx")]
@@ -56,7 +57,7 @@ use smelt_ir::Module;
 use smelt_passes::fusion::FusionOptions;
 use smelt_passes::{PassContext, PassManager};
 
-pub use runtime::{CompileOptions, Executable, TensorInfo, Workspace};
+pub use runtime::{CompileOptions, Executable, Kernels, TensorInfo, Workspace};
 pub use smelt_ir::{Tensor, TensorType};
 pub use smelt_passes::lower::ConvAlgorithm;
 

@@ -174,9 +174,41 @@ fn fused_tail_over_conv_geometries() {
     let mut c = ConvCase::new(256, 8, [9, 9], 3);
     c.attrs.strides = [2, 2];
     cases.push(("packed, stride 2, 256 channels in parts", c));
+    // 16 output channels per group: tiles call the micro-kernels (where the host runs
+    // them); unpadded 1×1 convs read NCHW, strided ones a subsampled copy, and their
+    // planes are walked as rows of whole calls
+    let mut c = ConvCase::new(24, 32, [9, 11], 1);
+    c.attrs.pads = [0; 4];
+    c.attrs.strides = [2, 2];
+    c.n = 2;
+    cases.push(("micro 1x1 stride 2, batch 2", c));
+    let mut c = ConvCase::new(20, 16, [10, 7], 1);
+    c.attrs.pads = [0; 4];
+    c.attrs.strides = [3, 1];
+    cases.push(("micro 1x1 stride 3x1", c));
+    let mut c = ConvCase::new(40, 16, [7, 7], 1);
+    c.attrs.pads = [0; 4];
+    cases.push(("micro 1x1, 7x7 plane as one row", c));
+    let mut c = ConvCase::new(36, 48, [5, 9], 3);
+    c.attrs.groups = 3;
+    cases.push(("micro 3x3, groups 3", c));
+    let mut c = ConvCase::new(16, 16, [9, 9], 3);
+    c.attrs.strides = [2, 2];
+    c.attrs.dilations = [2, 1];
+    cases.push(("micro 3x3, stride 2, row dilation 2", c));
     for (what, case) in &cases {
         check_fused_tail(what, case);
     }
+}
+
+/// An epilogue operand that broadcasts over rows but not columns keeps a 1×1 conv's
+/// plane in its real rows (it cannot be walked as longer rows).
+#[test]
+fn micro_1x1_with_a_row_broadcast_operand_keeps_its_rows() {
+    let mut case = ConvCase::new(8, 16, [7, 7], 1);
+    case.attrs.pads = [0; 4];
+    let m = fused_conv_module(&case, &add_relu(), &[vec![1, 16, 1, 7]]);
+    check_against_interp("row-broadcast add", &m, &random_inputs(&m, 4), 1e-5);
 }
 
 /// Every post-op kind, with per-channel, scalar and full-tensor operands on either side.
@@ -470,6 +502,34 @@ fn thin_path_clif_snapshot() {
     );
     common::snapshot_settings("clif")
         .bind(|| insta::assert_snapshot!("thin_path_conv_add_relu", text));
+}
+
+/// A conv whose tiles call the AVX2 micro-kernel: the call, its local sums buffer and the
+/// epilogue reading them back, as loop IR and as CLIF (lowering and code generation for
+/// a fixed target; nothing here depends on the host).
+#[test]
+fn micro_kernel_tile_loop_ir_and_clif_snapshots() {
+    let case = ConvCase::new(3, 16, [1, 4], 3);
+    let m = fused_conv_module(&case, &add_relu(), &[out_dims(&case)]);
+    let opts = lower::LowerOptions {
+        micro: Some(smelt_ir::loops::MicroKernel::ConvTileAvx2),
+        ..lower::LowerOptions::default()
+    };
+    let p = lower::lower_with(&m, &m.funcs[0], &opts).expect("lowers");
+    let conv = p
+        .kernels
+        .iter()
+        .find(|k| k.name.starts_with("conv2d"))
+        .expect("a conv kernel");
+    let loops = conv.to_string();
+    assert!(loops.contains("call smelt_conv_tile_avx2("), "{loops}");
+    let clif = clif_text(conv, &TargetDesc::fixed_avx2_fma()).expect("verifies");
+    assert!(clif.contains("call fn0("), "{clif}");
+    assert!(clif.contains("explicit_slot"), "{clif}");
+    common::snapshot_settings("loops")
+        .bind(|| insta::assert_snapshot!("micro_kernel_conv_add_relu", loops));
+    common::snapshot_settings("clif")
+        .bind(|| insta::assert_snapshot!("micro_kernel_conv_add_relu", clif));
 }
 
 #[test]

@@ -261,6 +261,7 @@ fn direct_option_lowers_without_winograd() {
     assert!(uses(&m, "4"), "auto picks F4 at 28²");
     let direct = lower::LowerOptions {
         conv: lower::ConvAlgorithm::Direct,
+        ..lower::LowerOptions::default()
     };
     let p = lower::lower_with(&m, &m.funcs[0], &direct).expect("lowers");
     assert!(

@@ -11,6 +11,7 @@ use smelt::{CompileOptions, Error, Executable, OptimizeOptions};
 
 const KEEP: CompileOptions = CompileOptions {
     conv: smelt::ConvAlgorithm::Auto,
+    kernels: smelt::Kernels::Auto,
     verify: true,
     keep_intermediates: true,
     threads: 2,

@@ -16,9 +16,31 @@ use std::fmt::{self, Write as _};
 
 use crate::types::F32;
 
-/// Index of a kernel argument (a buffer pointer).
+/// A buffer a kernel accesses: a kernel argument (a pointer the caller passes, by index)
+/// or a local scratch buffer of the call's own (on the stack, so every concurrent call
+/// has its own), numbered from [`BufId::LOCAL`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BufId(pub u32);
+
+impl BufId {
+    /// The id of local buffer 0; local `i` is `LOCAL + i`.
+    pub const LOCAL: u32 = 1 << 31;
+
+    /// The index of the local buffer this id names, if it names one.
+    pub fn local_index(self) -> Option<usize> {
+        self.0.checked_sub(BufId::LOCAL).map(|i| i as usize)
+    }
+}
+
+impl fmt::Display for BufId {
+    /// `%3` for argument 3, `%local0` for local buffer 0.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.local_index() {
+            Some(i) => write!(f, "%local{i}"),
+            None => write!(f, "%{}", self.0),
+        }
+    }
+}
 
 /// A loop induction variable (an integer), in scope inside its loop's body.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -299,6 +321,167 @@ impl Expr {
     }
 }
 
+/// A leaf routine written natively (with `std::arch`) that kernels call for GEMM-shaped
+/// tiles; the runtime provides it and selects it only where the host has the ISA.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MicroKernel {
+    /// The conv tile with AVX2 + FMA (two `f32x8` per pixel).
+    ConvTileAvx2,
+    /// The conv tile with AVX-512F (one `f32x16` per pixel).
+    ConvTileAvx512,
+}
+
+impl MicroKernel {
+    /// The routine's symbol name, as the JIT links it.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            MicroKernel::ConvTileAvx2 => "smelt_conv_tile_avx2",
+            MicroKernel::ConvTileAvx512 => "smelt_conv_tile_avx512",
+        }
+    }
+}
+
+/// The shape of one conv-tile call: for pixel `p < pixels` and output channel `l < 16`,
+///
+/// ```text
+/// out[p·out_pixel_stride + (l/4)·out_vec_stride + l%4]  (+)=
+///     Σ_{r<rows, t<taps, c<chans} x[r·row_stride + t·tap_stride + c·chan_stride + p·pixel_stride]
+///                                · w[(r·taps + t)·w_tap_stride + 16·c + l]
+/// ```
+///
+/// starting from the old `out` when `accumulate`, else from zero. All counts and strides
+/// are non-negative ([`Kernel::check`] verifies it and proves the footprints, which bound
+/// every index above, inside their buffers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ConvTile {
+    /// Output pixels.
+    pub pixels: i64,
+    /// Kernel rows.
+    pub rows: i64,
+    /// Input elements between kernel rows.
+    pub row_stride: i64,
+    /// Taps per kernel row.
+    pub taps: i64,
+    /// Input elements between taps.
+    pub tap_stride: i64,
+    /// Input channels.
+    pub chans: i64,
+    /// Input elements between channels.
+    pub chan_stride: i64,
+    /// Input elements between output pixels.
+    pub pixel_stride: i64,
+    /// Weight elements between taps (16 per input channel of the whole filter).
+    pub w_tap_stride: i64,
+    /// Output elements between pixels.
+    pub out_pixel_stride: i64,
+    /// Output elements between groups of 4 channels.
+    pub out_vec_stride: i64,
+    /// Add to the old output instead of overwriting it.
+    pub accumulate: bool,
+}
+
+impl ConvTile {
+    /// Output channels per call.
+    pub const LANES: i64 = 16;
+
+    fn is_empty(&self) -> bool {
+        self.pixels == 0 || self.rows == 0 || self.taps == 0 || self.chans == 0
+    }
+
+    /// Elements of `x`, `w` and `out` from each pointer that the call may touch
+    /// (`None` when a count or stride is negative or a product overflows).
+    pub fn footprints(&self) -> Option<[i64; 3]> {
+        let t = self;
+        let fields = [
+            t.pixels,
+            t.rows,
+            t.row_stride,
+            t.taps,
+            t.tap_stride,
+            t.chans,
+            t.chan_stride,
+            t.pixel_stride,
+            t.w_tap_stride,
+            t.out_pixel_stride,
+            t.out_vec_stride,
+        ];
+        if fields.iter().any(|&f| f < 0) {
+            return None;
+        }
+        let out = (t.pixels.max(1) - 1)
+            .checked_mul(t.out_pixel_stride)?
+            .checked_add(3i64.checked_mul(t.out_vec_stride)?)?
+            .checked_add(4)?;
+        if t.is_empty() {
+            // nothing read; `out` is still written (zeroed) unless there are no pixels
+            return Some([0, 0, if t.pixels == 0 { 0 } else { out }]);
+        }
+        let x = [
+            (t.rows, t.row_stride),
+            (t.taps, t.tap_stride),
+            (t.chans, t.chan_stride),
+            (t.pixels, t.pixel_stride),
+        ]
+        .iter()
+        .try_fold(1i64, |acc, &(n, s)| {
+            acc.checked_add((n - 1).checked_mul(s)?)
+        })?;
+        let w = (t.rows.checked_mul(t.taps)? - 1)
+            .checked_mul(t.w_tap_stride)?
+            .checked_add((t.chans - 1).checked_mul(ConvTile::LANES)?)?
+            .checked_add(ConvTile::LANES)?;
+        Some([x, w, out])
+    }
+
+    /// Floating-point operations of one call (an FMA counts two).
+    pub fn flops(&self) -> u64 {
+        let n = [
+            self.pixels,
+            self.rows,
+            self.taps,
+            self.chans,
+            2 * ConvTile::LANES,
+        ];
+        n.iter().map(|&v| v.max(0) as u64).product()
+    }
+}
+
+impl fmt::Display for ConvTile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "pixels={}, rows={}x{}, taps={}x{}, chans={}x{}, pixel_stride={}, w_tap_stride={}, out_strides=({}, {}){}",
+            self.pixels,
+            self.rows,
+            self.row_stride,
+            self.taps,
+            self.tap_stride,
+            self.chans,
+            self.chan_stride,
+            self.pixel_stride,
+            self.w_tap_stride,
+            self.out_pixel_stride,
+            self.out_vec_stride,
+            if self.accumulate { ", accumulate" } else { "" }
+        )
+    }
+}
+
+/// A buffer position passed to a micro-kernel: the pointer to element `index` of `buf`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BufPtr {
+    /// The buffer.
+    pub buf: BufId,
+    /// Element index the pointer points at.
+    pub index: Affine,
+}
+
+impl fmt::Display for BufPtr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "&{}[{}]", self.buf, self.index)
+    }
+}
+
 /// A statement of a kernel body.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Stmt {
@@ -333,7 +516,32 @@ pub enum Stmt {
         /// How many lanes.
         width: Width,
     },
+    /// A call of the conv-tile micro-kernel `routine` (see [`ConvTile`]): reads `x` and
+    /// `w`, writes `out`.
+    ConvTile {
+        /// Which implementation.
+        routine: MicroKernel,
+        /// The input pointer.
+        x: BufPtr,
+        /// The packed weights pointer.
+        w: BufPtr,
+        /// The output pointer.
+        out: BufPtr,
+        /// The tile's shape.
+        tile: ConvTile,
+    },
 }
+
+/// Everything that determines a kernel's machine code: arguments, locals, variable
+/// widths, loop variable count, body and parallelism ([`Kernel::signature`]).
+pub type KernelSignature<'a> = (
+    &'a [KernelArg],
+    &'a [usize],
+    &'a [Width],
+    u32,
+    &'a [Stmt],
+    bool,
+);
 
 /// A kernel: buffer arguments, register variables and a body.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -343,6 +551,8 @@ pub struct Kernel {
     pub name: String,
     /// Buffer arguments, in call order.
     pub args: Vec<KernelArg>,
+    /// Lengths (in `f32` elements) of the local scratch buffers, per call.
+    pub locals: Vec<usize>,
     /// Width of each register variable, indexed by [`VarId`].
     pub vars: Vec<Width>,
     /// Number of loop variables used (indices `0..num_loop_vars`).
@@ -358,9 +568,10 @@ pub struct Kernel {
 impl Kernel {
     /// Everything that determines the generated code (all but the name): kernels with
     /// equal signatures compile to identical machine code, so they compile once.
-    pub fn signature(&self) -> (&[KernelArg], &[Width], u32, &[Stmt], bool) {
+    pub fn signature(&self) -> KernelSignature<'_> {
         (
             &self.args,
+            &self.locals,
             &self.vars,
             self.num_loop_vars,
             &self.body,
@@ -469,6 +680,7 @@ impl Kernel {
                         ..
                     } => trip_count(*start, *end, *step) as u64 * block(body, vars),
                     Stmt::Assign { value, .. } | Stmt::Store { value, .. } => expr(value, vars),
+                    Stmt::ConvTile { tile, .. } => tile.flops(),
                 })
                 .sum()
         }
@@ -548,15 +760,35 @@ impl CheckCx<'_> {
                     let got = self.expr(value)?;
                     if got != *width {
                         return Err(format!(
-                            "store of {} to %{} stores a {} value",
+                            "store of {} to {buf} stores a {} value",
                             width.name(),
-                            buf.0,
                             got.name()
                         ));
                     }
-                    let arg = self.access(*buf, index, *width)?;
-                    if arg.access != Access::Write {
-                        return Err(format!("store to read-only argument %{}", buf.0));
+                    if self.access(*buf, index, width.lanes() as i64)? != Access::Write {
+                        return Err(format!("store to read-only argument {buf}"));
+                    }
+                }
+                Stmt::ConvTile {
+                    routine,
+                    x,
+                    w,
+                    out,
+                    tile,
+                } => {
+                    let [xs, ws, os] = tile
+                        .footprints()
+                        .ok_or_else(|| format!("{routine:?} call with a negative count or stride, or an overflowing footprint: {tile}"))?;
+                    for (ptr, span) in [(x, xs), (w, ws), (out, os)] {
+                        if span > 0 {
+                            self.access(ptr.buf, &ptr.index, span)?;
+                        }
+                    }
+                    if os > 0 && self.access(out.buf, &out.index, os)? != Access::Write {
+                        return Err(format!(
+                            "{routine:?} call writes read-only argument {}",
+                            out.buf
+                        ));
                     }
                 }
             }
@@ -564,12 +796,27 @@ impl CheckCx<'_> {
         Ok(())
     }
 
-    fn access(&self, buf: BufId, index: &Affine, width: Width) -> Result<&KernelArg, String> {
-        let arg = self
-            .kernel
-            .args
-            .get(buf.0 as usize)
-            .ok_or_else(|| format!("argument %{} does not exist", buf.0))?;
+    /// Proves `span` elements from `index` inside `buf` for every iteration in scope, and
+    /// returns how the buffer may be accessed.
+    fn access(&self, buf: BufId, index: &Affine, span: i64) -> Result<Access, String> {
+        let (name, len, access) = match buf.local_index() {
+            Some(i) => {
+                let len = self
+                    .kernel
+                    .locals
+                    .get(i)
+                    .ok_or_else(|| format!("local buffer {buf} does not exist"))?;
+                ("local", *len, Access::Write)
+            }
+            None => {
+                let arg = self
+                    .kernel
+                    .args
+                    .get(buf.0 as usize)
+                    .ok_or_else(|| format!("argument {buf} does not exist"))?;
+                (arg.name.as_str(), arg.len, arg.access)
+            }
+        };
         let (mut lo, mut hi) = (index.offset, index.offset);
         for &(v, c) in &index.terms {
             let (a, b) = self
@@ -582,14 +829,13 @@ impl CheckCx<'_> {
             lo = lo.saturating_add(x.min(y));
             hi = hi.saturating_add(x.max(y));
         }
-        let last = hi.saturating_add(width.lanes() as i64 - 1);
-        if lo < 0 || last >= arg.len as i64 {
+        let last = hi.saturating_add(span - 1);
+        if lo < 0 || last >= len as i64 {
             return Err(format!(
-                "access to %{} ({}) at [{lo}, {last}] is outside its {} elements",
-                buf.0, arg.name, arg.len
+                "access to {buf} ({name}) at [{lo}, {last}] is outside its {len} elements"
             ));
         }
-        Ok(arg)
+        Ok(access)
     }
 
     fn expr(&self, e: &Expr) -> Result<Width, String> {
@@ -618,7 +864,7 @@ impl CheckCx<'_> {
             }
             Expr::Const(_, w) => Ok(*w),
             Expr::Load { buf, index, width } => {
-                self.access(*buf, index, *width)?;
+                self.access(*buf, index, width.lanes() as i64)?;
                 Ok(*width)
             }
             Expr::Splat(x) => match self.expr(x)? {
@@ -696,7 +942,7 @@ impl fmt::Display for Expr {
             Expr::Const(c, Width::Scalar) => write!(f, "{c}"),
             Expr::Const(c, Width::F32x4) => write!(f, "splat({c})"),
             Expr::Load { buf, index, width } => {
-                write!(f, "load.{} %{}[{index}]", width.name(), buf.0)
+                write!(f, "load.{} {buf}[{index}]", width.name())
             }
             Expr::Splat(x) => write!(f, "splat({x})"),
             Expr::Unary(op, x) => write!(f, "{}({x})", format!("{op:?}").to_lowercase()),
@@ -762,11 +1008,19 @@ fn print_block(out: &mut String, stmts: &[Stmt], depth: usize) {
                 value,
                 width,
             } => {
+                let _ = writeln!(out, "{pad}store.{} {buf}[{index}] = {value}", width.name());
+            }
+            Stmt::ConvTile {
+                routine,
+                x,
+                w,
+                out: o,
+                tile,
+            } => {
                 let _ = writeln!(
                     out,
-                    "{pad}store.{} %{}[{index}] = {value}",
-                    width.name(),
-                    buf.0
+                    "{pad}call {}(x: {x}, w: {w}, out: {o}; {tile})",
+                    routine.symbol()
                 );
             }
         }
@@ -787,6 +1041,9 @@ impl fmt::Display for Kernel {
                 Access::Write => "write",
             };
             let _ = writeln!(out, "  %{i} {}: {access} f32[{}]", a.name, a.len);
+        }
+        for (i, len) in self.locals.iter().enumerate() {
+            let _ = writeln!(out, "  %local{i}: local f32[{len}]");
         }
         out.push_str(") {\n");
         // Consecutive variables of the same width print as one range.
@@ -835,6 +1092,7 @@ impl KernelBuilder {
             kernel: Kernel {
                 name: name.to_string(),
                 args: Vec::new(),
+                locals: Vec::new(),
                 vars: Vec::new(),
                 num_loop_vars: 0,
                 body: Vec::new(),
@@ -852,6 +1110,30 @@ impl KernelBuilder {
             access,
         });
         BufId(self.kernel.args.len() as u32 - 1)
+    }
+
+    /// Adds a local scratch buffer of `len` elements (one per call, on its stack).
+    pub fn local(&mut self, len: usize) -> BufId {
+        self.kernel.locals.push(len);
+        BufId(BufId::LOCAL + self.kernel.locals.len() as u32 - 1)
+    }
+
+    /// Calls the conv-tile micro-kernel `routine`.
+    pub fn conv_tile(
+        &mut self,
+        routine: MicroKernel,
+        x: BufPtr,
+        w: BufPtr,
+        out: BufPtr,
+        tile: ConvTile,
+    ) {
+        self.push(Stmt::ConvTile {
+            routine,
+            x,
+            w,
+            out,
+            tile,
+        });
     }
 
     /// A fresh register variable.
@@ -1014,6 +1296,63 @@ mod tests {
         assert_eq!(a.to_string(), "i0 + 3*i1 + 2");
         let z = a.add(&Affine::var(j).scale(-3));
         assert_eq!(z.to_string(), "i0 + 2");
+    }
+
+    /// A kernel calling the AVX2 conv tile on `x` (len `x_len`) into a local buffer.
+    fn tile_kernel(x_len: usize, tile: ConvTile) -> Kernel {
+        let mut b = KernelBuilder::new("tile");
+        let x = b.arg("x", x_len, Access::Read);
+        let w = b.arg("w", 16 * 8, Access::Read);
+        let sums = b.local(16 * 4);
+        let at = |buf| BufPtr {
+            buf,
+            index: Affine::constant(0),
+        };
+        b.conv_tile(MicroKernel::ConvTileAvx2, at(x), at(w), at(sums), tile);
+        b.finish()
+    }
+
+    fn four_pixels() -> ConvTile {
+        ConvTile {
+            pixels: 4,
+            rows: 1,
+            row_stride: 0,
+            taps: 1,
+            tap_stride: 0,
+            chans: 8,
+            chan_stride: 1,
+            pixel_stride: 8,
+            w_tap_stride: 128,
+            out_pixel_stride: 16,
+            out_vec_stride: 4,
+            accumulate: false,
+        }
+    }
+
+    #[test]
+    fn micro_kernel_calls_are_proven_from_their_footprints() {
+        // x: pixel 3, channel 7 is element 31; w: 8 channels × 16; out: 4 pixels × 16
+        assert_eq!(four_pixels().footprints(), Some([32, 128, 64]));
+        assert_eq!(four_pixels().flops(), 2 * 4 * 8 * 16);
+        assert!(tile_kernel(32, four_pixels()).check().is_ok());
+        let err = tile_kernel(31, four_pixels()).check().unwrap_err();
+        assert!(err.contains("outside its 31 elements"), "{err}");
+        let mut wide = four_pixels();
+        wide.pixels = 5;
+        let err = tile_kernel(64, wide).check().unwrap_err();
+        assert!(err.contains("%local0"), "{err}");
+        let mut negative = four_pixels();
+        negative.chan_stride = -1;
+        let err = tile_kernel(64, negative).check().unwrap_err();
+        assert!(err.contains("negative"), "{err}");
+        let text = tile_kernel(32, four_pixels()).to_string();
+        assert!(text.contains("%local0: local f32[64]"), "{text}");
+        assert!(
+            text.contains(
+                "call smelt_conv_tile_avx2(x: &%0[0], w: &%1[0], out: &%local0[0]; pixels=4"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

@@ -23,7 +23,10 @@ struct Line([u8; 64]);
 /// The bytes either belong to the buffer or are a 64-byte-aligned window of a larger
 /// shared buffer ([`AlignedBuf::share`], [`AlignedBuf::slice`]): the ONNX importer reads
 /// a model file once and its weights become windows of it, with no copy. A window keeps
-/// its whole base alive.
+/// its whole base alive. A third kind is computed on first read: another f32 buffer with
+/// each row scaled ([`AlignedBuf::scaled_rows`], what BN folding produces), so that
+/// weight packers can fold the scale in as they pack instead of writing the folded
+/// weights out once more.
 #[derive(Clone)]
 pub struct AlignedBuf {
     storage: Storage,
@@ -36,6 +39,7 @@ pub struct AlignedBuf {
 enum Storage {
     Owned(Lines),
     Shared(Arc<Lines>),
+    Scaled(Arc<ScaledRows>),
 }
 
 impl Storage {
@@ -43,7 +47,44 @@ impl Storage {
         match self {
             Storage::Owned(v) => v.as_slice(),
             Storage::Shared(v) => v.as_slice(),
+            Storage::Scaled(s) => s.lines(),
         }
+    }
+}
+
+/// The f32 values of `source` with row `r` (of `source.len() / scale.len()` elements)
+/// multiplied by `scale[r]` in f64 and rounded to f32, computed on first read.
+struct ScaledRows {
+    source: Arc<AlignedBuf>,
+    scale: Vec<f64>,
+    data: std::sync::OnceLock<Lines>,
+}
+
+impl ScaledRows {
+    /// The element `x` of a row with factor `alpha`, as every reader computes it.
+    fn apply(x: f32, alpha: f64) -> f32 {
+        (f64::from(x) * alpha) as f32
+    }
+
+    fn lines(&self) -> &[Line] {
+        self.data
+            .get_or_init(|| {
+                let src = self.source.as_f32();
+                let mut lines = Lines::zeroed((src.len() * 4).div_ceil(64));
+                let out =
+                    &mut bytemuck::cast_slice_mut::<Line, f32>(lines.as_mut_slice())[..src.len()];
+                let row = src.len() / self.scale.len().max(1);
+                if row > 0 {
+                    let rows = out.chunks_exact_mut(row).zip(src.chunks_exact(row));
+                    for ((dst, src), &alpha) in rows.zip(&self.scale) {
+                        for (d, &x) in dst.iter_mut().zip(src) {
+                            *d = ScaledRows::apply(x, alpha);
+                        }
+                    }
+                }
+                lines
+            })
+            .as_slice()
     }
 }
 
@@ -201,12 +242,52 @@ impl AlignedBuf {
         AlignedBuf::owned(lines, len_bytes)
     }
 
+    /// `source`'s f32 values with row `r` multiplied by `scale[r]` (in f64, rounded to
+    /// f32: `(x as f64 * scale[r]) as f32`), the rows being `scale.len()` equal parts of
+    /// `source`. Nothing is computed until the bytes are first read; a reader that
+    /// rearranges the values anyway (a weight packer) can apply the scale itself from
+    /// [`AlignedBuf::as_scaled_rows`] and never make the scaled copy. `None` when
+    /// `scale` does not divide `source` into whole rows.
+    pub fn scaled_rows(source: Arc<AlignedBuf>, scale: Vec<f64>) -> Option<AlignedBuf> {
+        let len = source.as_f32().len();
+        if scale.is_empty() || !len.is_multiple_of(scale.len()) {
+            return None;
+        }
+        Some(AlignedBuf {
+            start: 0,
+            len_bytes: len * 4,
+            storage: Storage::Scaled(Arc::new(ScaledRows {
+                source,
+                scale,
+                data: std::sync::OnceLock::new(),
+            })),
+        })
+    }
+
+    /// For a buffer made by [`AlignedBuf::scaled_rows`]: the source values and the
+    /// per-row factors; element `i` is `(values[i] as f64 * scale[i / row]) as f32` with
+    /// `row = values.len() / scale.len()` (what [`AlignedBuf::scaled_value`] computes).
+    pub fn as_scaled_rows(&self) -> Option<(&[f32], &[f64])> {
+        match &self.storage {
+            Storage::Scaled(s) => Some((s.source.as_f32(), &s.scale)),
+            _ => None,
+        }
+    }
+
+    /// One element of a [`AlignedBuf::scaled_rows`] buffer: `x` in a row scaled by
+    /// `alpha`, bit-identical to what reading the buffer gives.
+    pub fn scaled_value(x: f32, alpha: f64) -> f32 {
+        ScaledRows::apply(x, alpha)
+    }
+
     /// The bytes, writable, while the buffer owns them alone: `None` once it has been
-    /// shared ([`AlignedBuf::share`]) or when it is a window of another buffer.
+    /// shared ([`AlignedBuf::share`]), when it is a window of another buffer, or when it
+    /// is computed ([`AlignedBuf::scaled_rows`]).
     pub fn as_bytes_mut(&mut self) -> Option<&mut [u8]> {
         let lines = match &mut self.storage {
             Storage::Owned(v) => v.as_mut_slice(),
             Storage::Shared(a) => Arc::get_mut(a)?.as_mut_slice(),
+            Storage::Scaled(_) => return None,
         };
         let end = self.start + self.len_bytes;
         Some(&mut bytemuck::cast_slice_mut::<Line, u8>(lines)[self.start..end])
@@ -220,7 +301,7 @@ impl AlignedBuf {
                 storage: Storage::Shared(Arc::new(v)),
                 ..self
             },
-            Storage::Shared(_) => self,
+            Storage::Shared(_) | Storage::Scaled(_) => self,
         }
     }
 
@@ -231,7 +312,9 @@ impl AlignedBuf {
             return None;
         }
         match &self.storage {
-            Storage::Owned(_) => Some(AlignedBuf::from_bytes(&self.as_bytes()[start..start + len])),
+            Storage::Owned(_) | Storage::Scaled(_) => {
+                Some(AlignedBuf::from_bytes(&self.as_bytes()[start..start + len]))
+            }
             Storage::Shared(a) => Some(AlignedBuf {
                 storage: Storage::Shared(a.clone()),
                 start: self.start + start,
@@ -240,14 +323,16 @@ impl AlignedBuf {
         }
     }
 
-    /// `buf` itself, unless it is a window of less than half of a shared base: then an
-    /// owned copy, so that whoever keeps it for long (an executable) does not keep the
-    /// whole base (a model file) alive.
+    /// `buf` itself, unless it is a window of less than half of a shared base or is
+    /// computed from another buffer ([`AlignedBuf::scaled_rows`]): then an owned copy, so
+    /// that whoever keeps it for long (an executable) does not keep the whole base (a
+    /// model file) alive.
     pub fn detached(buf: &Arc<AlignedBuf>) -> Arc<AlignedBuf> {
         match &buf.storage {
             Storage::Shared(base) if buf.len_bytes < base.len() * 64 / 2 => {
                 Arc::new(AlignedBuf::from_bytes(buf.as_bytes()))
             }
+            Storage::Scaled(_) => Arc::new(AlignedBuf::from_bytes(buf.as_bytes())),
             _ => buf.clone(),
         }
     }
@@ -562,6 +647,36 @@ mod tests {
         assert!(Arc::ptr_eq(&AlignedBuf::detached(&whole), &whole));
         let mut w = w;
         assert!(w.as_bytes_mut().is_none(), "the base is shared");
+    }
+
+    /// A scaled-rows buffer reads as the scaled values (computed once, on first read),
+    /// exposes its parts, refuses writes and partial rows, and is copied when detached
+    /// (it would keep its source alive).
+    #[test]
+    fn scaled_rows_compute_on_read() {
+        let src: Vec<f32> = (0..12).map(|i| i as f32 - 3.5).collect();
+        let source = Arc::new(AlignedBuf::from_f32(&src));
+        let scale = vec![0.5, -2.0, 1.0 / 3.0];
+        assert!(AlignedBuf::scaled_rows(source.clone(), vec![1.0; 5]).is_none());
+        let mut b = AlignedBuf::scaled_rows(source.clone(), scale.clone()).unwrap();
+        let (values, factors) = b.as_scaled_rows().expect("parts");
+        assert_eq!(values, &src[..]);
+        assert_eq!(factors, &scale[..]);
+        let want: Vec<f32> = src
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| (x as f64 * scale[i / 4]) as f32)
+            .collect();
+        assert_eq!(b.as_f32(), &want[..]);
+        assert_eq!(b.as_f32().as_ptr() as usize % 64, 0);
+        assert_eq!(b.len_bytes(), 48);
+        assert_eq!(AlignedBuf::scaled_value(src[5], scale[1]), want[5]);
+        assert_eq!(b.slice(0, 16).unwrap().as_f32(), &want[..4]);
+        assert!(b.as_bytes_mut().is_none());
+        let b = Arc::new(b);
+        let kept = AlignedBuf::detached(&b);
+        assert!(kept.as_scaled_rows().is_none(), "an owned copy");
+        assert_eq!(kept.as_f32(), &want[..]);
     }
 
     #[test]

@@ -52,13 +52,15 @@ impl Pass for ConstFoldPass {
     }
 }
 
-/// `bn_fold_weight` of an f32 row-major weight, computed straight into a new weight
-/// buffer: per output channel `o`, `alpha = scale[o] / sqrt(var[o] + eps)` in f64 and
-/// each element `(w as f64 * alpha) as f32` — the interpreter's formula, so the result
-/// is bit-identical to [`eval_op`] — reading the weight in place and writing the result
-/// once (the generic path copies the weight into a tensor, builds the result in a
-/// vector and copies that into the store: five passes over the data instead of two).
-/// `None` when the operands are not of that form (the generic path handles them).
+/// `bn_fold_weight` of an f32 row-major weight as a weight computed on first read
+/// ([`AlignedBuf::scaled_rows`]): per output channel `o`,
+/// `alpha = scale[o] / sqrt(var[o] + eps)` in f64 and each element `(w as f64 * alpha) as f32` — the interpreter's
+/// formula, so the result is bit-identical to [`eval_op`]. Only the factors are
+/// computed here: the weight packers, which rewrite every conv weight anyway, apply them
+/// as they pack ([`AlignedBuf::as_scaled_rows`]), so ResNet-50's 94 MB of folded weights
+/// are never written out (they were a fifth of its compile time); anything else that
+/// reads the data (the interpreter, the printer) gets it computed once. `None` when the
+/// operands are not of that form (the generic path handles them).
 fn fold_bn_weight(
     epsilon: f32,
     inputs: &[WeightId],
@@ -79,66 +81,20 @@ fn fold_bn_weight(
         && result_ty.dims == w.ty.dims
         && channels > 0
         && len % channels == 0
-        && w.f32s().len() == len
+        && w.data.len_bytes() == len * 4
         && scale.f32s().len() == channels
         && var.f32s().len() == channels;
     if !well_formed {
         return None;
     }
-    let per_channel = len / channels;
     let eps = epsilon as f64;
-    Some(AlignedBuf::from_f32_with(len, |out| {
-        if per_channel == 0 {
-            return;
-        }
-        let rows = out
-            .chunks_exact_mut(per_channel)
-            .zip(w.f32s().chunks_exact(per_channel));
-        for ((dst, src), (s, v)) in rows.zip(scale.f32s().iter().zip(var.f32s())) {
-            let alpha = *s as f64 / (*v as f64 + eps).sqrt();
-            for (d, x) in dst.iter_mut().zip(src) {
-                *d = (*x as f64 * alpha) as f32;
-            }
-        }
-    }))
-}
-
-/// The BN weight folds whose operands are all module constants, computed up front on the
-/// machine's cores: each reads one weight and writes a fresh buffer of the same size (for
-/// ResNet-50, 94 MB in all), independent of the others. The fold loop takes the results
-/// in instruction order, so names, ids and bits are what folding one by one gives.
-fn prefold_bn_weights(func: &Func, weights: &WeightStore) -> HashMap<usize, AlignedBuf> {
-    let mut consts: HashMap<Value, WeightId> = HashMap::new();
-    let mut jobs = Vec::new();
-    for (i, inst) in func.insts.iter().enumerate() {
-        match inst.op {
-            Op::Const(w) => {
-                consts.insert(func.inst_value(i), w);
-            }
-            Op::BnFoldWeight { epsilon } => {
-                let inputs: Option<Vec<WeightId>> = inst
-                    .operands
-                    .iter()
-                    .map(|v| consts.get(v).copied())
-                    .collect();
-                if let Some(inputs) = inputs {
-                    let bytes = inst.ty.num_elements();
-                    jobs.push((bytes, i, epsilon.0, inputs, &inst.ty));
-                }
-            }
-            _ => {}
-        }
-    }
-    let jobs = jobs
-        .into_iter()
-        .map(|(bytes, i, eps, inputs, ty)| (bytes, (i, eps, inputs, ty)))
+    let alpha = scale
+        .f32s()
+        .iter()
+        .zip(var.f32s())
+        .map(|(s, v)| *s as f64 / (*v as f64 + eps).sqrt())
         .collect();
-    crate::parallel::run_balanced(jobs, |(i, eps, inputs, ty)| {
-        fold_bn_weight(eps, &inputs, ty, weights).map(|buf| (i, buf))
-    })
-    .into_iter()
-    .flatten()
-    .collect()
+    AlignedBuf::scaled_rows(w.data.clone(), alpha)
 }
 
 fn weight_tensor(weights: &WeightStore, id: WeightId) -> Option<Tensor> {
@@ -185,7 +141,6 @@ fn fold_func(
     weights: &mut WeightStore,
     cx: &mut PassContext,
 ) -> Result<(), PassError> {
-    let mut prefolded = prefold_bn_weights(func, weights);
     let mut known: HashMap<Value, WeightId> = HashMap::new();
     for i in 0..func.insts.len() {
         let value = func.inst_value(i);
@@ -206,11 +161,7 @@ fn fold_func(
             continue;
         };
         if let Op::BnFoldWeight { epsilon } = inst.op {
-            let folded = match prefolded.remove(&i) {
-                Some(buf) => Some(buf),
-                None => fold_bn_weight(epsilon.0, &inputs, &inst.ty, weights),
-            };
-            if let Some(buf) = folded {
+            if let Some(buf) = fold_bn_weight(epsilon.0, &inputs, &inst.ty, weights) {
                 if let Some(factor) = bn_amplification(epsilon.0, &inputs, weights) {
                     warn_amplification(factor, inst, cx);
                 }

@@ -14,29 +14,11 @@ use smelt::passes::fusion::json_str;
 use smelt::runtime::KernelProfile;
 use smelt::{CompileOptions, ConvAlgorithm, Executable};
 
-use super::{FusionArgs, ModelArgs};
+use super::{FusionArgs, Kernels, ModelArgs};
 
 /// f32x4 FMA peak of one core of the reference machine (FACTS.md): 2 pipes × 4 lanes × 2
 /// flops × ≈3.13 GHz.
 const F32X4_PEAK_GFLOPS_PER_CORE: f64 = 50.0;
-
-/// Which kernels the JIT may use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Kernels {
-    /// The best available (today: the Cranelift kernels).
-    Auto,
-    /// Only Cranelift-generated code (the portable path).
-    Cranelift,
-}
-
-impl Kernels {
-    fn name(self) -> &'static str {
-        match self {
-            Kernels::Auto => "auto",
-            Kernels::Cranelift => "cranelift",
-        }
-    }
-}
 
 /// How 3×3 stride-1 convolutions are computed (`--conv`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -149,6 +131,7 @@ pub fn main(a: BenchArgs) -> Result<()> {
     let compile_opts = CompileOptions {
         threads: a.threads,
         conv: a.conv.algorithm(),
+        kernels: a.kernels.choice(),
         ..CompileOptions::default()
     };
     let exe = Executable::compile(&optimized, None, &compile_opts)?;

@@ -15,7 +15,7 @@ pub mod verify;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context, Result};
-use clap::Args;
+use clap::{Args, ValueEnum};
 use smelt::ir::{Module, Tensor};
 use smelt::passes::fusion::load_rules;
 use smelt::{LoadOptions, OptimizeOptions};
@@ -61,6 +61,36 @@ fn load(path: &Path, opts: &LoadOptions) -> Result<Module> {
         }
         _ => anyhow!(e),
     })
+}
+
+/// Which code computes conv tiles (`--kernels`; see [`smelt::Kernels`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Kernels {
+    /// The widest micro-kernel the CPU runs (AVX-512, else AVX2), else Cranelift code.
+    Auto,
+    /// Only Cranelift-generated code (the portable path).
+    Cranelift,
+    /// The AVX2 + FMA micro-kernel.
+    Avx2,
+    /// The AVX-512 micro-kernel.
+    Avx512,
+}
+
+impl Kernels {
+    /// The library's choice.
+    pub fn choice(self) -> smelt::Kernels {
+        match self {
+            Kernels::Auto => smelt::Kernels::Auto,
+            Kernels::Cranelift => smelt::Kernels::Cranelift,
+            Kernels::Avx2 => smelt::Kernels::Avx2,
+            Kernels::Avx512 => smelt::Kernels::Avx512,
+        }
+    }
+
+    /// The name in reports.
+    pub fn name(self) -> &'static str {
+        self.choice().name()
+    }
 }
 
 /// Options choosing and configuring fusion, shared by every command that compiles.

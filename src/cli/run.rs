@@ -9,7 +9,7 @@ use smelt::ir::{interp, Tensor};
 use smelt::{CompileOptions, Executable};
 
 use super::dump::DumpArgs;
-use super::{read_inputs, FusionArgs, ModelArgs};
+use super::{read_inputs, FusionArgs, Kernels, ModelArgs};
 
 /// Arguments of `smelt run`.
 #[derive(Args)]
@@ -32,6 +32,10 @@ pub struct RunArgs {
     /// Results are bit-identical for every count. Compiled code only (not `--interp`).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=1024))]
     threads: Option<u16>,
+    /// Which code computes conv tiles: `auto` (the widest micro-kernel the CPU runs),
+    /// `cranelift` (portable code only), `avx2` or `avx512`.
+    #[arg(long, value_enum, default_value_t = Kernels::Auto)]
+    kernels: Kernels,
     #[command(flatten)]
     fusion: FusionArgs,
     #[command(flatten)]
@@ -96,6 +100,7 @@ pub fn main(a: RunArgs) -> Result<()> {
         smelt::optimize(&mut optimized, &a.fusion.options(None)?, None)?;
         let compile = CompileOptions {
             threads: a.threads.map_or(0, usize::from),
+            kernels: a.kernels.choice(),
             ..CompileOptions::default()
         };
         let exe = Executable::compile(&optimized, None, &compile)?;

@@ -15,8 +15,9 @@ use std::collections::{BTreeSet, HashMap};
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
-    types, AbiParam, ConstantData, Endianness, Function, InstBuilder, InstructionData,
-    MemFlagsData, Opcode, Type, UserFuncName, Value as ClifValue,
+    types, AbiParam, ConstantData, Endianness, ExtFuncData, ExternalName, FuncRef, Function,
+    InstBuilder, InstructionData, MemFlagsData, Opcode, StackSlotData, StackSlotKind, Type,
+    UserExternalName, UserFuncName, Value as ClifValue,
 };
 use cranelift_codegen::isa::{OwnedTargetIsa, TargetIsa};
 use cranelift_codegen::settings::{self, Configurable};
@@ -24,10 +25,11 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{Linkage, Module as _};
 use smelt_ir::loops::{
-    trip_count, Access, Affine, BinOp, CmpOp, Expr, Kernel, LoopVar, ReduceOp, Stmt, UnOp, Width,
+    trip_count, Access, Affine, BinOp, BufId, BufPtr, CmpOp, ConvTile, Expr, Kernel, LoopVar,
+    MicroKernel, ReduceOp, Stmt, UnOp, Width,
 };
 
-use crate::Error;
+use crate::{microkernels, Error};
 
 /// The instruction-set features code generation depends on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,6 +92,10 @@ fn shared_flags(verify: bool) -> Result<settings::Flags, Error> {
     )?;
     set(&mut b, "use_colocated_libcalls", "false")?;
     set(&mut b, "is_pic", "false")?;
+    // kernels with local buffers have frames of several pages: touch each page in order
+    // so a frame can never step over a thread's guard page
+    set(&mut b, "enable_probestack", "true")?;
+    set(&mut b, "probestack_strategy", "inline")?;
     Ok(settings::Flags::new(b))
 }
 
@@ -176,11 +182,34 @@ pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKern
     let target = TargetDesc::host()?;
     for k in kernels {
         k.check().map_err(Error::Unsupported)?;
+        if let Some(r) = routines_of(&k.body).find(|r| !host_runs(*r)) {
+            return Err(Error::Unsupported(format!(
+                "kernel {} calls {}, which this host's CPU cannot run",
+                k.name,
+                r.symbol()
+            )));
+        }
     }
-    let mut module = JITModule::new(JITBuilder::with_isa(
-        isa.clone(),
-        cranelift_module::default_libcall_names(),
-    ));
+    let mut builder = JITBuilder::with_isa(isa.clone(), cranelift_module::default_libcall_names());
+    for r in MICRO_KERNELS {
+        builder.symbol(r.symbol(), routine_entry(r));
+    }
+    let mut module = JITModule::new(builder);
+    // the routines first, so their ids are their indices in MICRO_KERNELS (CLIF text
+    // names them the same way without a module)
+    let routine_sig = conv_tile_signature(isa.as_ref());
+    for (i, r) in MICRO_KERNELS.iter().enumerate() {
+        let id = module
+            .declare_function(r.symbol(), Linkage::Import, &routine_sig)
+            .map_err(|e| Error::Unsupported(format!("declaring {}: {e}", r.symbol())))?;
+        if id.as_u32() as usize != i {
+            return Err(Error::Unsupported(format!(
+                "{} was declared as function {}, not {i}",
+                r.symbol(),
+                id.as_u32()
+            )));
+        }
+    }
     let sig = kernel_signature(isa.as_ref());
     let ids = kernels
         .iter()
@@ -301,6 +330,60 @@ fn codegen_error(k: &Kernel, e: impl std::fmt::Display) -> Error {
     Error::Unsupported(format!("code generation of kernel {} failed: {e}", k.name))
 }
 
+/// The micro-kernels a JIT module links, in the order of their function ids.
+const MICRO_KERNELS: [MicroKernel; 2] = [MicroKernel::ConvTileAvx2, MicroKernel::ConvTileAvx512];
+
+/// Whether the host's CPU has the instructions `r` uses.
+pub fn host_runs(r: MicroKernel) -> bool {
+    match r {
+        MicroKernel::ConvTileAvx2 => microkernels::has_avx2_fma(),
+        MicroKernel::ConvTileAvx512 => microkernels::has_avx512f(),
+    }
+}
+
+/// The entry point of routine `r` (its signature is `conv_tile_signature`).
+fn routine_entry(r: MicroKernel) -> *const u8 {
+    #[cfg(target_arch = "x86_64")]
+    let entry: microkernels::ConvTileFn = match r {
+        MicroKernel::ConvTileAvx2 => microkernels::conv_tile_avx2,
+        MicroKernel::ConvTileAvx512 => microkernels::conv_tile_avx512,
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let entry: microkernels::ConvTileFn = {
+        let _ = r;
+        microkernels::conv_tile_reference
+    };
+    entry as *const u8
+}
+
+/// The routines `stmts` call, with repeats.
+fn routines_of(stmts: &[Stmt]) -> impl Iterator<Item = MicroKernel> + '_ {
+    let mut found = Vec::new();
+    fn walk(stmts: &[Stmt], found: &mut Vec<MicroKernel>) {
+        for s in stmts {
+            match s {
+                Stmt::Loop { body, .. } => walk(body, found),
+                Stmt::ConvTile { routine, .. } => found.push(*routine),
+                Stmt::Assign { .. } | Stmt::Store { .. } => {}
+            }
+        }
+    }
+    walk(stmts, &mut found);
+    found.into_iter()
+}
+
+/// `extern "C" fn(x, w, out: *f32, 12 × i64)`: see `crate::microkernels`.
+fn conv_tile_signature(isa: &dyn TargetIsa) -> cranelift_codegen::ir::Signature {
+    let mut sig = cranelift_codegen::ir::Signature::new(isa.default_call_conv());
+    for _ in 0..3 {
+        sig.params.push(AbiParam::new(isa.pointer_type()));
+    }
+    for _ in 0..12 {
+        sig.params.push(AbiParam::new(types::I64));
+    }
+    sig
+}
+
 fn kernel_signature(isa: &dyn TargetIsa) -> cranelift_codegen::ir::Signature {
     let mut sig = cranelift_codegen::ir::Signature::new(isa.default_call_conv());
     sig.params.push(AbiParam::new(isa.pointer_type()));
@@ -382,9 +465,34 @@ fn build_function(
         .with_aligned()
         .with_readonly()
         .with_can_move();
-    let bases: Vec<ClifValue> = (0..kernel.args.len())
+    let mut bases: Vec<ClifValue> = (0..kernel.args.len())
         .map(|i| fb.ins().load(ptr, arg_flags, args_ptr, (i * 8) as i32))
         .collect();
+    for &len in &kernel.locals {
+        // 64-byte aligned, like every other buffer
+        let bytes = u32::try_from(len * 4).unwrap_or(u32::MAX);
+        let slot =
+            fb.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 6));
+        bases.push(fb.ins().stack_addr(ptr, slot, 0));
+    }
+    // every routine the kernel calls, named by its index in MICRO_KERNELS
+    let mut routines = [None; MICRO_KERNELS.len()];
+    for r in routines_of(&kernel.body) {
+        let i = MICRO_KERNELS.iter().position(|m| *m == r).unwrap_or(0);
+        if routines[i].is_none() {
+            let signature = fb.import_signature(conv_tile_signature(isa));
+            let name = fb.func.declare_imported_user_function(UserExternalName {
+                namespace: 0,
+                index: i as u32,
+            });
+            routines[i] = Some(fb.import_function(ExtFuncData {
+                name: ExternalName::user(name),
+                signature,
+                colocated: false,
+                patchable: false,
+            }));
+        }
+    }
     let vars: Vec<Variable> = kernel
         .vars
         .iter()
@@ -399,6 +507,7 @@ fn build_function(
         fb,
         kernel,
         bases,
+        routines,
         vars,
         known: vec![None; kernel.num_loop_vars as usize],
         loops,
@@ -468,7 +577,10 @@ type PointerKey = (usize, Vec<(u32, i64)>);
 struct Gen<'f, 'k> {
     fb: FunctionBuilder<'f>,
     kernel: &'k Kernel,
+    /// Base pointers: the arguments, then the local buffers.
     bases: Vec<ClifValue>,
+    /// The function reference of each routine in MICRO_KERNELS the kernel calls.
+    routines: [Option<FuncRef>; MICRO_KERNELS.len()],
     vars: Vec<Variable>,
     loop_vars: Vec<Variable>,
     /// Values of loop variables of single-trip loops, folded into addresses.
@@ -503,13 +615,61 @@ impl Gen<'_, '_> {
                     width: _,
                 } => {
                     let v = self.expr(value);
-                    let (addr, off) = self.address(buf.0 as usize, index);
+                    let (addr, off) = self.address(self.slot(*buf), index);
                     self.fb
                         .ins()
                         .store(MemFlagsData::new().with_notrap(), v, addr, off);
                 }
+                Stmt::ConvTile {
+                    routine,
+                    x,
+                    w,
+                    out,
+                    tile,
+                } => self.conv_tile(*routine, [x, w, out], tile),
             }
         }
+    }
+
+    /// The index in `bases` of a buffer.
+    fn slot(&self, buf: BufId) -> usize {
+        match buf.local_index() {
+            Some(i) => self.kernel.args.len() + i,
+            None => buf.0 as usize,
+        }
+    }
+
+    /// Calls a conv-tile routine (arguments in `conv_tile_signature` order).
+    fn conv_tile(&mut self, routine: MicroKernel, ptrs: [&BufPtr; 3], t: &ConvTile) {
+        let i = MICRO_KERNELS
+            .iter()
+            .position(|m| *m == routine)
+            .unwrap_or(0);
+        let Some(callee) = self.routines[i] else {
+            return;
+        };
+        let mut args = Vec::with_capacity(15);
+        for p in ptrs {
+            let (addr, off) = self.address(self.slot(p.buf), &p.index);
+            args.push(self.fb.ins().iadd_imm_s(addr, i64::from(off)));
+        }
+        for v in [
+            t.pixels,
+            t.rows,
+            t.row_stride,
+            t.taps,
+            t.tap_stride,
+            t.chans,
+            t.chan_stride,
+            t.pixel_stride,
+            t.w_tap_stride,
+            t.out_pixel_stride,
+            t.out_vec_stride,
+            i64::from(t.accumulate),
+        ] {
+            args.push(self.fb.ins().iconst(types::I64, v));
+        }
+        self.fb.ins().call(callee, &args);
     }
 
     /// The loop terms of an address that vary (single-trip loops excluded), outermost first.
@@ -527,11 +687,11 @@ impl Gen<'_, '_> {
     /// Every pointer key the loop of `var` carries: the prefixes, up to `var`, of the
     /// varying terms of each address in `body` that depends on `var`. Sorted.
     fn loop_pointers(&self, var: LoopVar, body: &[Stmt]) -> BTreeSet<PointerKey> {
-        fn exprs<'a>(stmts: &'a [Stmt], out: &mut Vec<(usize, &'a Affine)>) {
-            fn expr<'a>(e: &'a Expr, out: &mut Vec<(usize, &'a Affine)>) {
+        fn exprs<'a>(stmts: &'a [Stmt], out: &mut Vec<(BufId, &'a Affine)>) {
+            fn expr<'a>(e: &'a Expr, out: &mut Vec<(BufId, &'a Affine)>) {
                 match e {
                     Expr::Var(_) | Expr::Const(..) => {}
-                    Expr::Load { buf, index, .. } => out.push((buf.0 as usize, index)),
+                    Expr::Load { buf, index, .. } => out.push((*buf, index)),
                     Expr::Splat(x) | Expr::Unary(_, x) | Expr::Reduce(_, x) | Expr::Lane(x, _) => {
                         expr(x, out)
                     }
@@ -568,8 +728,13 @@ impl Gen<'_, '_> {
                     Stmt::Store {
                         buf, index, value, ..
                     } => {
-                        out.push((buf.0 as usize, index));
+                        out.push((*buf, index));
                         expr(value, out);
+                    }
+                    Stmt::ConvTile { x, w, out: o, .. } => {
+                        for p in [x, w, o] {
+                            out.push((p.buf, &p.index));
+                        }
                     }
                 }
             }
@@ -585,7 +750,7 @@ impl Gen<'_, '_> {
                     .into_iter()
                     .filter(|&(v, _)| self.loops[v as usize].depth <= depth)
                     .collect();
-                keys.insert((buf, prefix));
+                keys.insert((self.slot(buf), prefix));
             }
         }
         keys
@@ -719,8 +884,12 @@ impl Gen<'_, '_> {
             Expr::Var(v) => self.fb.use_var(self.vars[v.0 as usize]),
             Expr::Const(c, w) => self.constant(c.0, clif_type(*w)),
             Expr::Load { buf, index, width } => {
-                let b = buf.0 as usize;
-                let flags = match self.kernel.args[b].access {
+                let b = self.slot(*buf);
+                let access = match buf.local_index() {
+                    Some(_) => Access::Write,
+                    None => self.kernel.args[b].access,
+                };
+                let flags = match access {
                     Access::Read => MemFlagsData::new()
                         .with_notrap()
                         .with_readonly()

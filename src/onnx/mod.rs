@@ -83,10 +83,39 @@ pub fn import_file(path: &Path, opts: &ImportOptions) -> Result<Module, crate::E
         .map_err(|_| crate::Error::InvalidArgument(format!("{}: too large", path.display())))?;
     let mut buf = AlignedBuf::zeroed(len);
     if let Some(dst) = buf.as_bytes_mut() {
-        file.read_exact(dst).map_err(io)?;
+        read_into(&mut file, dst).map_err(io)?;
     }
     // a file that grew since its length was read is read no further, like a truncated one
     import_aligned(buf, opts)
+}
+
+/// Files at least this large are read by two threads, each into its half of the buffer.
+const PARALLEL_READ_MIN_BYTES: usize = 8 << 20;
+
+/// Fills `dst` from the start of `file`. Reading into fresh memory is mostly the kernel
+/// clearing the buffer's new pages (huge pages, see `AlignedBuf`), which runs on two
+/// cores at once when two threads read the two halves (ResNet-50's 98 MB: see
+/// benches/RESULTS.md "Compile time, session 3").
+fn read_into(file: &mut std::fs::File, dst: &mut [u8]) -> std::io::Result<()> {
+    #[cfg(unix)]
+    if dst.len() >= PARALLEL_READ_MIN_BYTES
+        && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1)
+    {
+        use std::os::unix::fs::FileExt;
+        // split on a 2 MiB (huge page) boundary so the halves share no page
+        let mid = (dst.len() / 2).next_multiple_of(2 << 20).min(dst.len());
+        let (lo, hi) = dst.split_at_mut(mid);
+        let file = &*file;
+        return std::thread::scope(|s| {
+            let upper = s.spawn(move || file.read_exact_at(hi, mid as u64));
+            let lower = file.read_exact_at(lo, 0);
+            let upper = upper
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p));
+            lower.and(upper)
+        });
+    }
+    file.read_exact(dst)
 }
 
 /// Imports a model held in an owned aligned buffer (see [`aligned`]).

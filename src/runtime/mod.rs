@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use smelt_ir::diag::Location;
-use smelt_ir::loops::Kernel;
+use smelt_ir::loops::{Kernel, MicroKernel};
 use smelt_ir::{AlignedBuf, Func, Layout, Module, Op, Tensor, TensorType, Value};
 use smelt_passes::lower::{self, BufferKind, MemoryPlan, Program};
 
@@ -34,6 +34,48 @@ pub struct CompileOptions {
     pub threads: usize,
     /// How 3×3 stride-1 convolutions are computed (Winograd where it wins, by default).
     pub conv: lower::ConvAlgorithm,
+    /// Which code computes GEMM-shaped conv tiles (the best the host runs, by default).
+    pub kernels: Kernels,
+}
+
+/// Which code computes GEMM-shaped conv tiles (1×1 and direct convolutions, Winograd's
+/// batched products): Cranelift's f32x4 loops, or a native micro-kernel that JIT code
+/// calls before it applies the fused epilogue.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Kernels {
+    /// The widest micro-kernel the host's CPU runs (AVX-512, else AVX2 + FMA), else
+    /// Cranelift code.
+    #[default]
+    Auto,
+    /// Only Cranelift-generated code: the portable path.
+    Cranelift,
+    /// The AVX2 + FMA micro-kernel (compiling fails on a host without them).
+    Avx2,
+    /// The AVX-512F micro-kernel (compiling fails on a host without it).
+    Avx512,
+}
+
+impl Kernels {
+    /// The micro-kernel tiles call on this host (`None`: Cranelift code only).
+    pub fn micro_kernel(self) -> Option<MicroKernel> {
+        let (avx512, avx2) = (MicroKernel::ConvTileAvx512, MicroKernel::ConvTileAvx2);
+        match self {
+            Kernels::Auto => [avx512, avx2].into_iter().find(|&r| codegen::host_runs(r)),
+            Kernels::Cranelift => None,
+            Kernels::Avx2 => Some(avx2),
+            Kernels::Avx512 => Some(avx512),
+        }
+    }
+
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernels::Auto => "auto",
+            Kernels::Cranelift => "cranelift",
+            Kernels::Avx2 => "avx2",
+            Kernels::Avx512 => "avx512",
+        }
+    }
 }
 
 /// Time and work of one kernel call in a profiled run ([`Executable::run_profiled`]).
@@ -228,7 +270,10 @@ impl Executable {
                 )
             })?,
         };
-        let lower_opts = lower::LowerOptions { conv: opts.conv };
+        let lower_opts = lower::LowerOptions {
+            conv: opts.conv,
+            micro: opts.kernels.micro_kernel(),
+        };
         let program = lower::lower_with(module, func, &lower_opts)?;
         let plan = lower::plan_memory(&program, opts.keep_intermediates);
         let lowered = Instant::now();

@@ -1,7 +1,7 @@
 //! Helpers shared by the JIT tests: random tensors, the interpreter oracle, comparison.
 #![allow(dead_code)]
 
-use smelt::runtime::{CompileOptions, Executable};
+use smelt::runtime::{CompileOptions, Executable, Kernels};
 use smelt_ir::weights::random_f32;
 use smelt_ir::{interp, ErrorStats, Module, Tensor, TensorType};
 
@@ -47,24 +47,47 @@ pub fn check_against_interp(
     let func = &module.funcs[0];
     let want = interp::run(module, func, inputs)
         .unwrap_or_else(|d| panic!("{what}: interpreter failed: {d}"));
-    let exe = Executable::compile(module, None, &opts())
-        .unwrap_or_else(|e| panic!("{what}: compile failed: {e}"));
-    let got = exe
-        .run(inputs)
-        .unwrap_or_else(|e| panic!("{what}: run failed: {e}"));
-    assert_eq!(got.len(), want.len(), "{what}: output count");
-    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-        assert_eq!(g.ty, w.ty, "{what}: output {i} type");
-        let stats = ErrorStats::between_tensors(g, w).expect("same shape");
-        assert!(
-            stats.relative <= tol,
-            "{what}: output {i} relative error {} > {tol} (max abs {}, rmse {})",
-            stats.relative,
-            stats.max_abs,
-            stats.rmse
-        );
+    let mut outputs = Vec::new();
+    for kernels in kernel_choices() {
+        let o = CompileOptions { kernels, ..opts() };
+        let exe = Executable::compile(module, None, &o)
+            .unwrap_or_else(|e| panic!("{what} ({kernels:?}): compile failed: {e}"));
+        let got = exe
+            .run(inputs)
+            .unwrap_or_else(|e| panic!("{what} ({kernels:?}): run failed: {e}"));
+        assert_eq!(got.len(), want.len(), "{what}: output count");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.ty, w.ty, "{what}: output {i} type");
+            let stats = ErrorStats::between_tensors(g, w).expect("same shape");
+            assert!(
+                stats.relative <= tol,
+                "{what} ({kernels:?}): output {i} relative error {} > {tol} (max abs {}, rmse {})",
+                stats.relative,
+                stats.max_abs,
+                stats.rmse
+            );
+        }
+        outputs = got;
     }
-    got
+    outputs
+}
+
+/// Every kernel choice this host runs, the portable one first: Cranelift code, the AVX2
+/// micro-kernel (required on x86-64: the test machines have it, so its absence is a
+/// failure, not a skip) and the AVX-512 one where the CPU has it.
+pub fn kernel_choices() -> Vec<Kernels> {
+    let mut choices = vec![Kernels::Cranelift];
+    if cfg!(target_arch = "x86_64") {
+        assert!(
+            smelt::microkernels::has_avx2_fma(),
+            "an x86-64 test machine without AVX2 + FMA"
+        );
+        choices.push(Kernels::Avx2);
+    }
+    if smelt::microkernels::has_avx512f() {
+        choices.push(Kernels::Avx512);
+    }
+    choices
 }
 
 /// Type shorthand.

@@ -228,6 +228,27 @@ impl Epilogue {
         }
     }
 
+    /// The same epilogue for a result whose `[.., h, w]` plane is walked as rows of `k`
+    /// (`h·w` a multiple of `k`), as a 1×1 stride-1 convolution may: `None` when an
+    /// operand neither walks the plane contiguously nor broadcasts over all of it.
+    pub(crate) fn with_plane_rows(&self, w: usize, k: usize) -> Option<Epilogue> {
+        let mut operands = self.operands.clone();
+        for (_, _, strides) in &mut operands {
+            let [.., sh, sw] = strides.as_mut_slice() else {
+                return None;
+            };
+            if *sh != *sw * w as i64 {
+                return None;
+            }
+            *sh = *sw * k as i64;
+        }
+        Some(Epilogue {
+            post: self.post.clone(),
+            operands,
+            args: Vec::new(),
+        })
+    }
+
     /// Whether there is nothing to apply.
     pub fn is_empty(&self) -> bool {
         self.post.is_empty()

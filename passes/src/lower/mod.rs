@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use smelt_ir::diag::Location;
-use smelt_ir::loops::{Access, Kernel};
+use smelt_ir::loops::{Access, Kernel, MicroKernel};
 use smelt_ir::op::PostOp;
 use smelt_ir::{AlignedBuf, Diagnostic, Func, Layout, Module, Op, TensorType, Value, WeightId};
 
@@ -138,6 +138,9 @@ pub enum ConvAlgorithm {
 pub struct LowerOptions {
     /// How 3×3 stride-1 convolutions are computed.
     pub conv: ConvAlgorithm,
+    /// The micro-kernel GEMM-shaped conv tiles call (`None`: Cranelift code only, the
+    /// portable default). Code generation refuses a routine the host cannot run.
+    pub micro: Option<MicroKernel>,
 }
 
 /// Lowers `func` of `module` to a [`Program`] with the default [`LowerOptions`]. Fails
@@ -301,6 +304,16 @@ impl<'a> Cx<'a> {
     /// Length of a buffer.
     pub(crate) fn len_of(&self, b: BufferId) -> usize {
         self.prog.buffers[b.0 as usize].len
+    }
+
+    /// The buffer of `v` when it is a module weight (a `const` op), for packers: unlike
+    /// [`Cx::const_data`] it does not compute a BN-folded weight's values
+    /// ([`AlignedBuf::as_scaled_rows`]), so a packer can fold the scale in.
+    pub(crate) fn const_weight(&self, v: Value) -> Option<&'a AlignedBuf> {
+        match self.func.inst_of(v)?.op {
+            Op::Const(id) => self.module.weights.get(id).map(|w| &*w.data),
+            _ => None,
+        }
     }
 
     /// The f32 data of `v` when it is a module weight (a `const` op), for packing.

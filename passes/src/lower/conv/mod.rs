@@ -28,7 +28,7 @@ use smelt_ir::{Diagnostic, TensorType, Value};
 use general::conv_kernel;
 pub(super) use packed::PackedConv;
 pub(crate) use pad::pad_kernel;
-use pad::{nhwc_border_kernel, nhwc_pad_kernel};
+use pad::{nhwc_border_kernel, nhwc_pad_kernel, subsample_kernel};
 
 use super::elementwise::Epilogue;
 use super::{BufferId, Cx};
@@ -113,8 +113,66 @@ pub(crate) fn lower_conv2d(
     let x = cx.buf(operands[0]);
     let og = o / a.groups;
     if og.is_multiple_of(4) {
-        if let Some(wdata) = cx.const_data(operands[1]) {
-            let packed = PackedConv::new(&geo, og, true);
+        if let Some(wdata) = cx.const_weight(operands[1]) {
+            // An unpadded 1×1 conv whose tiles call a micro-kernel reads the NCHW input
+            // as it is: a tile's broadcasts walk one run of consecutive pixels per input
+            // channel, which the routine's wide tiles amortize, and the channels-last
+            // copy would cost as much time as the product saves.
+            let unpadded_1x1 = kh == 1 && kw == 1 && a.pads == [0; 4];
+            let micro = PackedConv::new(&geo, og, false, cx.opts.micro);
+            if let (true, Some(routine)) = (unpadded_1x1, micro.micro) {
+                // A strided 1×1 conv reads every stride-th pixel: copied out first (a
+                // fraction of the conv's time), the conv runs at stride 1.
+                let x = if a.strides == [1, 1] {
+                    x
+                } else {
+                    let len = n * c * oh * ow;
+                    let xs = cx.temp("subsampled", len);
+                    let k = subsample_kernel(n * c, [h, w], a.strides, [oh, ow], cx.len_of(x), len);
+                    cx.step(k, vec![x, xs])?;
+                    xs
+                };
+                let mut geo1 = Geo {
+                    stride: [1, 1],
+                    hp: oh,
+                    phases: 1,
+                    wq: ow,
+                    ..geo
+                };
+                let mut epi = epi;
+                // At stride 1 an output pixel reads only the input pixel at the same
+                // place, so the plane may be walked as rows of any length `k` dividing
+                // it: rows of whole calls even at 14² and 7² (fewer calls, each weight
+                // block read once per call).
+                let plane = oh * ow;
+                let k = (1..=2 * packed::micro_pixels(routine))
+                    .rev()
+                    .find(|k| plane.is_multiple_of(*k))
+                    .unwrap_or(ow);
+                if k != ow {
+                    if let Some(flat) = epi.with_plane_rows(ow, k) {
+                        epi = flat;
+                        geo1 = Geo {
+                            oh: plane / k,
+                            ow: k,
+                            hp: plane / k,
+                            wq: k,
+                            ..geo1
+                        };
+                    }
+                }
+                let micro = PackedConv::new(&geo1, og, false, cx.opts.micro);
+                let wbuf = cx.constant_later(
+                    "w_packed",
+                    o * cg,
+                    Box::new({
+                        let (pack, g) = (micro.clone(), geo1.clone());
+                        move || pack.pack(&g, wdata)
+                    }),
+                );
+                return micro.kernel(cx, &geo1, x, wbuf, operands, epi, out);
+            }
+            let packed = PackedConv::new(&geo, og, true, cx.opts.micro);
             let (pack, pack_geo) = (packed.clone(), geo.clone());
             let wbuf = cx.constant_later(
                 "w_packed",

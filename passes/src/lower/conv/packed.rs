@@ -2,7 +2,9 @@
 //! register tiles of channel vectors × pixels on channels-last (or NCHW) input, the
 //! loop-order model and the input-channel split.
 
-use smelt_ir::loops::{Access, Affine, Expr, KernelBuilder, VarId, Width};
+use smelt_ir::loops::{
+    Access, Affine, BinOp, BufPtr, ConvTile, Expr, KernelBuilder, MicroKernel, VarId, Width,
+};
 use smelt_ir::{AlignedBuf, Diagnostic, Value};
 
 use super::{transpose4, Geo, TileAt, TileBufs};
@@ -93,12 +95,42 @@ pub(crate) struct PackedConv {
     pub(crate) unroll: usize,
     /// The input is channels-last (`[n][row][column][channel]`) rather than NCHW.
     pub(crate) channels_last: bool,
+    /// The native routine that computes each tile's sums (then `vecs` is 4 and a tile is
+    /// up to [`MICRO_PIXELS`] pixels of a row), or `None` for Cranelift FMAs.
+    pub(crate) micro: Option<MicroKernel>,
+}
+
+/// Most output pixels one call of `routine` covers: whole register blocks of the routine
+/// (28 pixels for AVX-512, 6 for AVX2), about 56 in all, so its sums — a stack buffer of
+/// `16 · pixels` floats, under 4 KiB — stay in L1 until the epilogue reads them back.
+pub(crate) fn micro_pixels(routine: MicroKernel) -> usize {
+    match routine {
+        MicroKernel::ConvTileAvx512 => 56,
+        MicroKernel::ConvTileAvx2 => 60,
+    }
 }
 
 impl PackedConv {
     /// The tile for a group of `og` output channels (a multiple of 4), on channels-last
-    /// or NCHW input.
-    pub(crate) fn new(g: &Geo, og: usize, channels_last: bool) -> PackedConv {
+    /// or NCHW input; tiles call `micro` when it is given and `og` is a multiple of 16.
+    pub(crate) fn new(
+        g: &Geo,
+        og: usize,
+        channels_last: bool,
+        micro: Option<MicroKernel>,
+    ) -> PackedConv {
+        if let Some(routine) = micro.filter(|_| og.is_multiple_of(ConvTile::LANES as usize)) {
+            // full calls along a row, then the rest
+            let pixels = g.ow.clamp(1, micro_pixels(routine));
+            return PackedConv {
+                vecs: ConvTile::LANES as usize / 4,
+                pixels,
+                blocks: og / ConvTile::LANES as usize,
+                unroll: 1,
+                channels_last,
+                micro: Some(routine),
+            };
+        }
         // accumulators (V·P) + weight vectors (V) + one broadcast + one spare ≤ 16 registers
         // Candidate tiles (vectors, most pixels): accumulators V·P ≤ 12 with the V weight
         // vectors, the broadcast and its copy in the 16 registers. FMA latency (4 cycles,
@@ -147,6 +179,7 @@ impl PackedConv {
             blocks: og / (4 * vecs),
             unroll: 2,
             channels_last,
+            micro: None,
         }
     }
 
@@ -165,6 +198,10 @@ impl PackedConv {
     /// keeps the second tile from streaming the weights from L3 again.
     fn channel_split(&self, g: &Geo) -> Option<usize> {
         const L1_BUDGET: usize = 28 << 10;
+        if self.micro.is_some() {
+            // a call covers every input channel (its weights stream from L2)
+            return None;
+        }
         let f = std::mem::size_of::<f32>();
         let span = (self.pixels - 1) * g.stride[1] + (g.kw - 1) * g.dil[1] + 1;
         let per_channel_input = if self.channels_last {
@@ -183,22 +220,52 @@ impl PackedConv {
             .find(|&kc| bytes(kc) <= L1_BUDGET)
     }
 
-    /// Packs OIHW weights into the blocked form.
-    pub(crate) fn pack(&self, g: &Geo, w: &[f32]) -> AlignedBuf {
+    /// Packs OIHW weights into the blocked form. A BN-folded weight
+    /// ([`AlignedBuf::as_scaled_rows`]) is folded here, one factor per output channel,
+    /// bit-identical to packing its folded values, which are then never written out.
+    pub(crate) fn pack(&self, g: &Geo, w: &AlignedBuf) -> AlignedBuf {
         let lanes = self.lanes();
         let taps = g.kh * g.kw;
         let filter = g.cg * taps;
+        let (src, scale) = match w.as_scaled_rows() {
+            Some((values, scale)) if scale.len() == g.o => (values, Some(scale)),
+            _ => (w.as_f32(), None),
+        };
         AlignedBuf::from_f32_with(g.o * filter, |out| {
-            // one output channel (a whole OIHW filter, read in order) at a time, written
-            // `lanes` apart: [group][block][kh][kw][c][lane]
-            for o in 0..g.o {
-                let (grp, in_grp) = (o / g.og, o % g.og);
-                let (blk, lane) = (in_grp / lanes, in_grp % lanes);
-                let base = (grp * self.blocks + blk) * filter * lanes + lane;
-                let src = w.get(o * filter..(o + 1) * filter).unwrap_or(&[]);
-                for (c, taps_of_c) in src.chunks_exact(taps).enumerate() {
-                    for (tap, &v) in taps_of_c.iter().enumerate() {
-                        out[base + (tap * g.cg + c) * lanes] = v;
+            if filter == 0 || lanes == 0 {
+                return;
+            }
+            // One block of `lanes` output channels at a time: its filters are first
+            // copied (and folded: a vectorizable loop over each filter) into `rows`
+            // (≤ 150 KB, stays in L2), then interleaved into the block in output order
+            // ([group][block][kh][kw][c][lane]), so every output line is written once.
+            let mut rows = vec![0.0f32; lanes * filter];
+            for (b, block) in out.chunks_exact_mut(filter * lanes).enumerate() {
+                let group_end = (b / self.blocks + 1) * g.og;
+                let o0 = b / self.blocks * g.og + b % self.blocks * lanes;
+                for (l, row) in rows.chunks_exact_mut(filter).enumerate() {
+                    let o = o0 + l;
+                    match src
+                        .get(o * filter..(o + 1) * filter)
+                        .filter(|_| o < group_end)
+                    {
+                        Some(from) => match scale.and_then(|s| s.get(o)) {
+                            Some(&alpha) => {
+                                for (d, &x) in row.iter_mut().zip(from) {
+                                    *d = AlignedBuf::scaled_value(x, alpha);
+                                }
+                            }
+                            None => row.copy_from_slice(from),
+                        },
+                        None => row.fill(0.0),
+                    }
+                }
+                for tap in 0..taps {
+                    for c in 0..g.cg {
+                        let at = (tap * g.cg + c) * lanes;
+                        for (l, d) in block[at..at + lanes].iter_mut().enumerate() {
+                            *d = rows[l * filter + c * taps + tap];
+                        }
                     }
                 }
             }
@@ -351,6 +418,9 @@ impl PackedConv {
         pixels: usize,
         part: &ChannelPart,
     ) {
+        if let Some(routine) = self.micro {
+            return self.micro_tile(b, g, bufs, epi, at, block_index, q0, pixels, routine);
+        }
         let w4 = Width::F32x4;
         let lanes = self.lanes() as i64;
         let accs: Vec<Vec<VarId>> = (0..self.vecs)
@@ -534,6 +604,141 @@ impl PackedConv {
                     let s = Expr::lane(Expr::Var(acc), l as u8);
                     let idx = [at.n.clone(), o.clone(), at.oh.clone(), col.clone()];
                     let val = epi.apply(b, s, &idx, Width::Scalar);
+                    b.store(bufs.out, out_index(&o, &col), val, Width::Scalar);
+                }
+            }
+        }
+    }
+
+    /// One micro-kernel tile: the routine sums 16 channels × `pixels` pixels into a
+    /// local buffer `[pixel][16]`; then, per 4 pixels, bias, a 4×4 transpose per channel
+    /// vector, the epilogue and vector stores along W, as in the Cranelift tile.
+    #[allow(clippy::too_many_arguments)]
+    fn micro_tile(
+        &self,
+        b: &mut KernelBuilder,
+        g: &Geo,
+        bufs: &TileBufs,
+        epi: &Epilogue,
+        at: &TileAt,
+        block_index: &Affine,
+        q0: &Affine,
+        pixels: usize,
+        routine: MicroKernel,
+    ) {
+        let w4 = Width::F32x4;
+        let lanes = ConvTile::LANES;
+        let sums = b.local(pixels * lanes as usize);
+        let row = at.oh.scale(g.stride[0] as i64);
+        let (ci, plane) = (g.c as i64, (g.hp * g.wq) as i64);
+        let flat = self.channels_last && g.dil[1] == 1 && g.groups == 1;
+        let (x, tile) = if self.channels_last {
+            let x =
+                at.n.scale(g.hp as i64 * g.wq as i64 * ci)
+                    .add(&row.scale(g.wq as i64 * ci))
+                    .add(&q0.scale(g.stride[1] as i64 * ci))
+                    .add(&at.c0);
+            let (taps, tap_stride, chans) = if flat {
+                (1, 0, g.kw * g.cg)
+            } else {
+                (g.kw, g.dil[1] as i64 * ci, g.cg)
+            };
+            let tile = ConvTile {
+                pixels: pixels as i64,
+                rows: g.kh as i64,
+                row_stride: g.dil[0] as i64 * g.wq as i64 * ci,
+                taps: taps as i64,
+                tap_stride,
+                chans: chans as i64,
+                chan_stride: 1,
+                pixel_stride: g.stride[1] as i64 * ci,
+                w_tap_stride: (chans as i64) * lanes,
+                out_pixel_stride: lanes,
+                out_vec_stride: 4,
+                accumulate: false,
+            };
+            (x, tile)
+        } else {
+            let x =
+                at.n.scale(ci * plane)
+                    .add(&at.c0.scale(plane))
+                    .add(&row.scale(g.wq as i64))
+                    .add(&q0.scale(g.stride[1] as i64));
+            let tile = ConvTile {
+                pixels: pixels as i64,
+                rows: g.kh as i64,
+                row_stride: g.dil[0] as i64 * g.wq as i64,
+                taps: g.kw as i64,
+                tap_stride: g.dil[1] as i64,
+                chans: g.cg as i64,
+                chan_stride: plane,
+                pixel_stride: g.stride[1] as i64,
+                w_tap_stride: g.cg as i64 * lanes,
+                out_pixel_stride: lanes,
+                out_vec_stride: 4,
+                accumulate: false,
+            };
+            (x, tile)
+        };
+        let block_len = (g.kh * g.kw * g.cg) as i64 * lanes;
+        b.conv_tile(
+            routine,
+            BufPtr {
+                buf: bufs.x,
+                index: x,
+            },
+            BufPtr {
+                buf: bufs.w,
+                index: block_index.scale(block_len),
+            },
+            BufPtr {
+                buf: sums,
+                index: Affine::constant(0),
+            },
+            tile,
+        );
+        let out_plane = (g.oh * g.ow) as i64;
+        let out_index = |o: &Affine, col: &Affine| {
+            at.n.scale(g.o as i64 * out_plane)
+                .add(&o.scale(out_plane))
+                .add(&at.oh.scale(g.ow as i64))
+                .add(col)
+        };
+        // the sums of pixel `p`, channels `4v..4v + 4`, plus their bias
+        let sum = |b: &mut KernelBuilder, p: &Affine, v: usize| {
+            let s = Expr::load(sums, p.scale(lanes).plus(4 * v as i64), w4);
+            match bufs.bias {
+                Some(bias) => {
+                    let bv = Expr::load(bias, at.o0.plus(4 * v as i64), w4);
+                    b.let_(Expr::binary(BinOp::Add, s, bv), w4)
+                }
+                None => s,
+            }
+        };
+        let quads = pixels / 4;
+        b.for_loop(0, quads as i64, 1, |b, quad| {
+            let p0 = Affine::var(quad).scale(4);
+            let col = q0.add(&p0);
+            for v in 0..self.vecs {
+                let tile: Vec<Expr> = (0..4).map(|i| sum(b, &p0.plus(i), v)).collect();
+                for (l, channel) in transpose4(b, &tile).into_iter().enumerate() {
+                    let o = at.o0.plus(4 * v as i64 + l as i64);
+                    let idx = [at.n.clone(), o.clone(), at.oh.clone(), col.clone()];
+                    let val = epi.apply(b, channel, &idx, w4);
+                    b.store(bufs.out, out_index(&o, &col), val, w4);
+                }
+            }
+        });
+        // the tail pixels, one lane at a time
+        for p in 4 * quads..pixels {
+            let col = q0.plus(p as i64);
+            for v in 0..self.vecs {
+                let s = sum(b, &Affine::constant(p as i64), v);
+                let s = if s.is_trivial() { s } else { b.let_(s, w4) };
+                for l in 0..4 {
+                    let o = at.o0.plus(4 * v as i64 + l);
+                    let idx = [at.n.clone(), o.clone(), at.oh.clone(), col.clone()];
+                    let val = epi.apply(b, Expr::lane(s.clone(), l as u8), &idx, Width::Scalar);
                     b.store(bufs.out, out_index(&o, &col), val, Width::Scalar);
                 }
             }

@@ -107,6 +107,60 @@ pub(crate) fn pad_kernel(
     b.finish()
 }
 
+/// Copies every `sh`-th row and `sw`-th column of `planes` planes of `h × w` into planes
+/// of `oh × ow` (the input a strided 1×1 convolution reads), so the convolution itself
+/// runs at stride 1 on consecutive pixels. Stride-2 columns are gathered from pairs of
+/// vectors by shuffles.
+pub(super) fn subsample_kernel(
+    planes: usize,
+    [h, w]: [usize; 2],
+    [sh, sw]: [usize; 2],
+    [oh, ow]: [usize; 2],
+    src_len: usize,
+    dst_len: usize,
+) -> smelt_ir::loops::Kernel {
+    let mut b = KernelBuilder::new(&format!("subsample_{planes}x{h}x{w}_s{sh}x{sw}"));
+    let src = b.arg("x", src_len, Access::Read);
+    let dst = b.arg("subsampled", dst_len, Access::Write);
+    let (w4, s1) = (Width::F32x4, Width::Scalar);
+    // vector blocks of 4 outputs: sw = 1 loads them; sw = 2 takes the even lanes of the
+    // 8 inputs from 2k (the last one must be in the row)
+    let vec_end = match sw {
+        1 => ow / 4 * 4,
+        2 if w >= 8 => (((w - 8) / 8 + 1) * 4).min(ow / 4 * 4),
+        _ => 0,
+    } as i64;
+    b.set_parallel();
+    b.for_loop(0, planes as i64, 1, |b, p| {
+        b.for_loop(0, oh as i64, 1, |b, i| {
+            let src_row = Affine::var(p)
+                .scale((h * w) as i64)
+                .add(&Affine::var(i).scale((sh * w) as i64));
+            let dst_row = Affine::var(p)
+                .scale((oh * ow) as i64)
+                .add(&Affine::var(i).scale(ow as i64));
+            let src_at = |k: &Affine| src_row.add(&k.scale(sw as i64));
+            let dst_at = |k: &Affine| dst_row.add(k);
+            b.for_loop(0, vec_end, 4, |b, k| {
+                let k = Affine::var(k);
+                let v = if sw == 1 {
+                    Expr::load(src, src_at(&k), w4)
+                } else {
+                    let lo = Expr::load(src, src_at(&k), w4);
+                    let hi = Expr::load(src, src_at(&k).plus(4), w4);
+                    Expr::shuffle(lo, hi, [0, 2, 4, 6])
+                };
+                b.store(dst, dst_at(&k), v, w4);
+            });
+            b.for_loop(vec_end, ow as i64, 1, |b, k| {
+                let k = Affine::var(k);
+                b.store(dst, dst_at(&k), Expr::load(src, src_at(&k), s1), s1);
+            });
+        });
+    });
+    b.finish()
+}
+
 /// Zeroes the padding rows (top `pt` and bottom rows) of a channels-last padded buffer
 /// of `n` images × `hp` rows × `wp` columns × `c` channels.
 pub(super) fn nhwc_border_kernel(

@@ -1,0 +1,236 @@
+//! The AVX2+FMA conv tile: 16 output channels as two ymm vectors, 6 pixels per register block.
+//!
+//! 6 pixels × 2 vectors = 12 accumulators, plus the two weight vectors of the current input
+//! channel and one broadcast x: 15 of the 16 ymm registers. Per input channel a block does
+//! 2 weight loads, 6 broadcasts and 12 FMAs, so it is FMA-bound (two FMA ports) and the 12
+//! independent chains cover the FMA latency. Remainder pixels (1–5) use the same code
+//! monomorphized for the smaller block.
+
+use std::arch::x86_64::*;
+
+use super::{empty_reduction, Geom};
+
+/// Pixels per full register block.
+const BLOCK: usize = 6;
+/// Input channels ahead that planar blocks prefetch.
+const PREFETCH_DISTANCE: isize = 16;
+
+/// The AVX2+FMA conv tile; the contract is the module docs of [`crate::microkernels`].
+///
+/// # Safety
+///
+/// The CPU must support AVX2 and FMA ([`super::has_avx2_fma`]); every index of the contract
+/// must lie inside the buffers `x`, `w` and `out` point to; `out` must not overlap `x` or `w`.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma")]
+pub unsafe extern "C" fn conv_tile_avx2(
+    x: *const f32,
+    w: *const f32,
+    out: *mut f32,
+    pixels: i64,
+    rows: i64,
+    row_stride: i64,
+    taps: i64,
+    tap_stride: i64,
+    chans: i64,
+    chan_stride: i64,
+    pixel_stride: i64,
+    w_tap_stride: i64,
+    out_pixel_stride: i64,
+    out_vec_stride: i64,
+    accumulate: i64,
+) {
+    let g = Geom::new(
+        w,
+        rows,
+        row_stride,
+        taps,
+        tap_stride,
+        chans,
+        chan_stride,
+        pixel_stride,
+        w_tap_stride,
+        out_pixel_stride,
+        out_vec_stride,
+        accumulate,
+    );
+    let pixels = pixels as isize;
+    if pixels <= 0 {
+        return;
+    }
+    if g.is_empty() {
+        // SAFETY: the caller's contract.
+        unsafe { empty_reduction(out, pixels, &g) };
+        return;
+    }
+    let full = pixels / BLOCK as isize;
+    // SAFETY (all blocks): pixels p..p+n are pixels of the call and the reduction is
+    // non-empty, so x + p*pixel_stride and out + p*out_pixel_stride are contract indices.
+    unsafe {
+        // Common pixel strides are compile-time constants in the full blocks, so every
+        // pixel's x address is the base plus an immediate: with a run-time stride the
+        // addresses take integer adds that compete with the FMAs for ports. Planar inputs
+        // (a channel at least a cache line from the next) are prefetched.
+        match (g.pixel_stride, g.chan_stride >= 16) {
+            (1, true) => full_blocks::<1, true>(&g, x, out, full),
+            (2, true) => full_blocks::<2, true>(&g, x, out, full),
+            (1, false) => full_blocks::<1, false>(&g, x, out, full),
+            (2, false) => full_blocks::<2, false>(&g, x, out, full),
+            (3, _) => full_blocks::<3, false>(&g, x, out, full),
+            (6, _) => full_blocks::<6, false>(&g, x, out, full),
+            (64, _) => full_blocks::<64, false>(&g, x, out, full),
+            (128, _) => full_blocks::<128, false>(&g, x, out, full),
+            (256, _) => full_blocks::<256, false>(&g, x, out, full),
+            (512, _) => full_blocks::<512, false>(&g, x, out, full),
+            (1024, _) => full_blocks::<1024, false>(&g, x, out, full),
+            _ => full_blocks::<0, false>(&g, x, out, full),
+        }
+        let p = full * BLOCK as isize;
+        if p == pixels {
+            return;
+        }
+        let (xp, op) = (
+            x.offset(p * g.pixel_stride),
+            out.offset(p * g.out_pixel_stride),
+        );
+        match pixels - p {
+            1 => block::<1, 0, false>(&g, xp, op),
+            2 => block::<2, 0, false>(&g, xp, op),
+            3 => block::<3, 0, false>(&g, xp, op),
+            4 => block::<4, 0, false>(&g, xp, op),
+            5 => block::<5, 0, false>(&g, xp, op),
+            _ => {}
+        }
+    }
+}
+
+/// The first `full` blocks of `BLOCK` pixels (see [`block`] for `PS` and `PF`).
+///
+/// # Safety
+///
+/// As [`block`], for all `full * BLOCK` pixels.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn full_blocks<const PS: usize, const PF: bool>(
+    g: &Geom,
+    x: *const f32,
+    out: *mut f32,
+    full: isize,
+) {
+    for b in 0..full {
+        let p = b * BLOCK as isize;
+        // SAFETY: the caller's.
+        unsafe {
+            block::<BLOCK, PS, PF>(
+                g,
+                x.offset(p * g.pixel_stride),
+                out.offset(p * g.out_pixel_stride),
+            )
+        };
+    }
+}
+
+/// `NP` pixels starting at `x` (their r=t=c=0 input) and `out` (their lane-0 output), with
+/// pixel stride `PS` if it is not 0 (then it equals `g.pixel_stride`); with `PF` (only for
+/// `PS` 1 or 2), the x lines of channel `c + PREFETCH_DISTANCE` are prefetched while channel
+/// `c` is computed, as long as that channel exists (so only contract addresses are touched).
+///
+/// # Safety
+///
+/// AVX2+FMA; a non-empty reduction; the contract's indices for these `NP` pixels in bounds.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn block<const NP: usize, const PS: usize, const PF: bool>(
+    g: &Geom,
+    x: *const f32,
+    out: *mut f32,
+) {
+    let ps = if PS == 0 { g.pixel_stride } else { PS as isize };
+    let ovs = g.out_vec_stride;
+    let mut acc = [[_mm256_setzero_ps(); 2]; NP];
+    // SAFETY (whole body): every pointer dereferenced or prefetched is a contract index:
+    // out groups p*out_pixel_stride + {0,1,2,3}*out_vec_stride (4 floats each), weight rows
+    // (r*taps+t)*w_tap_stride + c*16 (16 floats), single x floats of channels c < chans.
+    unsafe {
+        if g.accumulate {
+            for (p, a) in acc.iter_mut().enumerate() {
+                let o = out.offset(p as isize * g.out_pixel_stride);
+                a[0] = _mm256_loadu2_m128(o.offset(ovs), o);
+                a[1] = _mm256_loadu2_m128(o.offset(3 * ovs), o.offset(2 * ovs));
+            }
+        }
+        for r in 0..g.rows {
+            for t in 0..g.taps {
+                let xrt = x.offset(r * g.row_stride + t * g.tap_stride);
+                let wrt = g.w.offset((r * g.taps + t) * g.w_tap_stride);
+                // one loop (a second loop for the last channels without prefetches
+                // makes LLVM keep the accumulators in memory)
+                for c in 0..g.chans {
+                    if PF && c + PREFETCH_DISTANCE < g.chans {
+                        prefetch_pixels::<NP, PS>(
+                            xrt.offset((c + PREFETCH_DISTANCE) * g.chan_stride),
+                        );
+                    }
+                    channel(
+                        &mut acc,
+                        xrt.offset(c * g.chan_stride),
+                        wrt.offset(c * 16),
+                        ps,
+                    );
+                }
+            }
+        }
+        for (p, a) in acc.iter().enumerate() {
+            let o = out.offset(p as isize * g.out_pixel_stride);
+            if ovs == 4 {
+                _mm256_storeu_ps(o, a[0]);
+                _mm256_storeu_ps(o.add(8), a[1]);
+            } else {
+                _mm256_storeu2_m128(o.offset(ovs), o, a[0]);
+                _mm256_storeu2_m128(o.offset(3 * ovs), o.offset(2 * ovs), a[1]);
+            }
+        }
+    }
+}
+
+/// One input channel: `acc[p] += x[p*ps] * w[0..16]` for every pixel of the block.
+///
+/// # Safety
+///
+/// AVX2+FMA; `x[p*ps]` for `p < NP` and `w[0..16]` readable.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn channel<const NP: usize>(
+    acc: &mut [[__m256; 2]; NP],
+    x: *const f32,
+    w: *const f32,
+    ps: isize,
+) {
+    // SAFETY: the caller's.
+    unsafe {
+        let w0 = _mm256_loadu_ps(w);
+        let w1 = _mm256_loadu_ps(w.add(8));
+        for (p, a) in acc.iter_mut().enumerate() {
+            let xv = _mm256_broadcast_ss(&*x.offset(p as isize * ps));
+            a[0] = _mm256_fmadd_ps(xv, w0, a[0]);
+            a[1] = _mm256_fmadd_ps(xv, w1, a[1]);
+        }
+    }
+}
+
+/// Prefetches the cache lines of pixels `0..NP` at stride `PS` (1 or 2) from `x`: one pixel
+/// per 16 floats and the last, so every line of the span is touched.
+///
+/// # Safety
+///
+/// `x[p*PS]` for `p < NP` must be contract indices (prefetches cannot fault, but the
+/// contract allows no other addresses).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn prefetch_pixels<const NP: usize, const PS: usize>(x: *const f32) {
+    let step = 16 / PS.max(1);
+    let mut p = 0;
+    while p < NP {
+        _mm_prefetch::<_MM_HINT_T0>(x.wrapping_add(p * PS) as *const i8);
+        p += step;
+    }
+    _mm_prefetch::<_MM_HINT_T0>(x.wrapping_add((NP - 1) * PS) as *const i8);
+}

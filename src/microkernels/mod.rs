@@ -1,0 +1,271 @@
+//! Native GEMM leaf micro-kernels (AVX2+FMA, AVX-512F) that JIT-compiled loops call for conv tiles.
+//!
+//! Cranelift emits f32x4 only; the register-blocked inner tile of a convolution or GEMM is
+//! where wider vectors pay, so that one tile is written here with `std::arch`, selected at
+//! run time by CPU detection ([`has_avx2_fma`], [`has_avx512f`]), and called by symbol from
+//! JIT code, which applies the fused epilogue afterwards while the tile is hot.
+//!
+//! # The contract (the safety argument)
+//!
+//! Every kernel has the C signature of [`ConvTileFn`]:
+//!
+//! ```text
+//! (x, w, out, pixels, rows, row_stride, taps, tap_stride, chans, chan_stride,
+//!  pixel_stride, w_tap_stride, out_pixel_stride, out_vec_stride, accumulate)
+//! ```
+//!
+//! All counts and strides are `i64` in elements (not bytes) and are `>= 0`. For every pixel
+//! `p < pixels` and output lane `l < 16` (16 output channels = one packed weight block):
+//!
+//! ```text
+//! o    = p*out_pixel_stride + (l/4)*out_vec_stride + (l%4)        // out index of (p, l)
+//! s    = if accumulate != 0 { out[o] } else { 0.0 }
+//! s   += Σ_{r<rows} Σ_{t<taps} Σ_{c<chans}
+//!          x[r*row_stride + t*tap_stride + c*chan_stride + p*pixel_stride]
+//!        * w[(r*taps + t)*w_tap_stride + c*16 + l]
+//! out[o] = s
+//! ```
+//!
+//! Accumulation is in f32. The summation order is fixed by the arguments alone (no
+//! data-dependent paths), so the same call gives bit-identical results every time; the
+//! vector kernels add the products in `r, t, c` order into the initial value with fused
+//! multiply-adds, the same order for every pixel whatever its register block.
+//!
+//! The caller proves every index above lies inside its buffer. The kernels read and write
+//! *only* those indices: single-float broadcasts of `x` (never a wider load, even when
+//! `chan_stride == 1`), 16-float loads of one weight block row `w[... + c*16 .. + 16]`, and
+//! four-float loads/stores of `out` at each `p*out_pixel_stride + g*out_vec_stride`,
+//! `g < 4` (wider ones when `out_vec_stride == 4`: the same indices). Software prefetches
+//! (planar inputs: `chan_stride >= 16`, `pixel_stride` 1 or 2) also name only x indices of
+//! the contract: channels `c < chans`. With `pixels == 0` nothing is touched; with `rows`,
+//! `taps` or `chans` zero, `out` is set to its initial value (zero, or itself when
+//! accumulating) and `x`/`w` are not read. Loads are unaligned (`loadu`), so no alignment
+//! is required.
+//!
+//! Layouts of `out` in use: `[p][16]` (`out_pixel_stride = 16`, `out_vec_stride = 4`) and the
+//! partial-sum layout (`out_pixel_stride = 4`, `out_vec_stride` large).
+//!
+//! # Speed
+//!
+//! Register blocks: AVX2 6 pixels × 2 ymm, AVX-512 28 pixels × 1 zmm. The full blocks are
+//! monomorphized for the common pixel strides (1, 2, 3, 6, 64–1024) so x addresses are
+//! immediates; other strides work at some cost in integer adds. Measured on this project's
+//! AVX-512 development machine (one core, ≈2.8 GHz under FMA load, data in L1/L2): a 3×3
+//! channels-last row (128 channels, 28 pixels) runs at ≈86 GFLOP/s with AVX2 and ≈168 with
+//! AVX-512, against pure-FMA loops of ≈90 and ≈179.
+
+use smelt_ir::loops::MicroKernel;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+
+#[cfg(target_arch = "x86_64")]
+pub use avx2::conv_tile_avx2;
+#[cfg(target_arch = "x86_64")]
+pub use avx512::conv_tile_avx512;
+
+/// The C-ABI type shared by every conv-tile kernel (see the module docs for the contract).
+pub type ConvTileFn = unsafe extern "C" fn(
+    x: *const f32,
+    w: *const f32,
+    out: *mut f32,
+    pixels: i64,
+    rows: i64,
+    row_stride: i64,
+    taps: i64,
+    tap_stride: i64,
+    chans: i64,
+    chan_stride: i64,
+    pixel_stride: i64,
+    w_tap_stride: i64,
+    out_pixel_stride: i64,
+    out_vec_stride: i64,
+    accumulate: i64,
+);
+
+/// Whether this CPU runs `routine`.
+pub fn host_has(routine: MicroKernel) -> bool {
+    match routine {
+        MicroKernel::ConvTileAvx2 => has_avx2_fma(),
+        MicroKernel::ConvTileAvx512 => has_avx512f(),
+    }
+}
+
+/// The address of `routine`'s entry point, for the JIT to link its symbol to. Call it
+/// (through [`ConvTileFn`]) only if [`host_has`] says so; off x86-64 the routines do not
+/// exist and this is null.
+pub fn entry(routine: MicroKernel) -> *const u8 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let f: ConvTileFn = match routine {
+            MicroKernel::ConvTileAvx2 => conv_tile_avx2,
+            MicroKernel::ConvTileAvx512 => conv_tile_avx512,
+        };
+        f as *const u8
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = routine;
+        std::ptr::null()
+    }
+}
+
+/// Output channels per call: one packed weight block.
+pub const LANES: usize = 16;
+
+/// The contract's arguments as `isize`, shared by the vector kernels' register blocks.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct Geom {
+    w: *const f32,
+    rows: isize,
+    row_stride: isize,
+    taps: isize,
+    tap_stride: isize,
+    chans: isize,
+    chan_stride: isize,
+    pixel_stride: isize,
+    w_tap_stride: isize,
+    out_pixel_stride: isize,
+    out_vec_stride: isize,
+    accumulate: bool,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Geom {
+    /// The contract's arguments after `out`, minus `pixels`, in the contract's order.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn new(
+        w: *const f32,
+        rows: i64,
+        row_stride: i64,
+        taps: i64,
+        tap_stride: i64,
+        chans: i64,
+        chan_stride: i64,
+        pixel_stride: i64,
+        w_tap_stride: i64,
+        out_pixel_stride: i64,
+        out_vec_stride: i64,
+        accumulate: i64,
+    ) -> Geom {
+        Geom {
+            w,
+            rows: rows as isize,
+            row_stride: row_stride as isize,
+            taps: taps as isize,
+            tap_stride: tap_stride as isize,
+            chans: chans as isize,
+            chan_stride: chan_stride as isize,
+            pixel_stride: pixel_stride as isize,
+            w_tap_stride: w_tap_stride as isize,
+            out_pixel_stride: out_pixel_stride as isize,
+            out_vec_stride: out_vec_stride as isize,
+            accumulate: accumulate != 0,
+        }
+    }
+
+    /// Whether the reduction is empty (see [`empty_reduction`]).
+    fn is_empty(&self) -> bool {
+        self.rows <= 0 || self.taps <= 0 || self.chans <= 0
+    }
+}
+
+/// The degenerate case of an empty reduction (`rows`, `taps` or `chans` zero): the result
+/// is the initial value, so only a non-accumulating call writes anything (zeros). Kept apart
+/// so that the vector kernels compute only pointers inside the contract's index sets.
+///
+/// # Safety
+///
+/// The out indices of the contract for `pixels` pixels must be inside `out`'s buffer.
+#[cfg(target_arch = "x86_64")]
+unsafe fn empty_reduction(out: *mut f32, pixels: isize, g: &Geom) {
+    if g.accumulate {
+        return;
+    }
+    for p in 0..pixels {
+        for l in 0..LANES as isize {
+            let o = p * g.out_pixel_stride + (l / 4) * g.out_vec_stride + l % 4;
+            // SAFETY: an out index of the contract.
+            unsafe { *out.offset(o) = 0.0 };
+        }
+    }
+}
+
+/// Whether this CPU runs [`conv_tile_avx2`] (AVX2 and FMA). Always false off x86-64.
+pub fn has_avx2_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether this CPU runs [`conv_tile_avx512`] (AVX-512F). Always false off x86-64.
+pub fn has_avx512f() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The scalar oracle: the contract above as plain f32 loops (multiply, then add), in the
+/// order `r, t, c`. Portable; slow; for tests.
+///
+/// # Safety
+///
+/// Every index of the contract (module docs) must lie inside the buffers `x`, `w` and `out`
+/// point to, and `out` must not overlap `x` or `w`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn conv_tile_reference(
+    x: *const f32,
+    w: *const f32,
+    out: *mut f32,
+    pixels: i64,
+    rows: i64,
+    row_stride: i64,
+    taps: i64,
+    tap_stride: i64,
+    chans: i64,
+    chan_stride: i64,
+    pixel_stride: i64,
+    w_tap_stride: i64,
+    out_pixel_stride: i64,
+    out_vec_stride: i64,
+    accumulate: i64,
+) {
+    for p in 0..pixels {
+        for l in 0..LANES as i64 {
+            let o = (p * out_pixel_stride + (l / 4) * out_vec_stride + l % 4) as isize;
+            // SAFETY: o is an out index of the contract; the caller proved it in bounds.
+            let mut s = if accumulate != 0 {
+                unsafe { *out.offset(o) }
+            } else {
+                0.0
+            };
+            for r in 0..rows {
+                for t in 0..taps {
+                    for c in 0..chans {
+                        let xi =
+                            r * row_stride + t * tap_stride + c * chan_stride + p * pixel_stride;
+                        let wi = (r * taps + t) * w_tap_stride + c * LANES as i64 + l;
+                        // SAFETY: xi and wi are indices of the contract.
+                        s += unsafe { *x.offset(xi as isize) * *w.offset(wi as isize) };
+                    }
+                }
+            }
+            // SAFETY: as above.
+            unsafe { *out.offset(o) = s };
+        }
+    }
+}

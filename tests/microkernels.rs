@@ -1,0 +1,436 @@
+//! The native conv-tile micro-kernels against the scalar reference, over many shapes, with
+//! poisoned gaps and guard regions to catch any access outside the contract's index sets.
+
+use smelt::ir::weights::random_f32;
+use smelt::microkernels::{self, ConvTileFn, LANES};
+
+/// The NaN every element outside a contract index set holds (a payload no arithmetic makes).
+const POISON: u32 = 0x7fc0_dead;
+/// Poisoned elements before and after every buffer.
+const GUARD: usize = 67;
+
+/// One call's arguments (everything but the pointers).
+#[derive(Clone, Copy, Debug)]
+struct Call {
+    pixels: i64,
+    rows: i64,
+    row_stride: i64,
+    taps: i64,
+    tap_stride: i64,
+    chans: i64,
+    chan_stride: i64,
+    pixel_stride: i64,
+    w_tap_stride: i64,
+    out_pixel_stride: i64,
+    out_vec_stride: i64,
+    accumulate: bool,
+}
+
+impl Call {
+    fn x_indices(&self) -> Vec<usize> {
+        let mut v = Vec::new();
+        for r in 0..self.rows {
+            for t in 0..self.taps {
+                for c in 0..self.chans {
+                    for p in 0..self.pixels {
+                        v.push(
+                            (r * self.row_stride
+                                + t * self.tap_stride
+                                + c * self.chan_stride
+                                + p * self.pixel_stride) as usize,
+                        );
+                    }
+                }
+            }
+        }
+        v
+    }
+
+    fn w_indices(&self) -> Vec<usize> {
+        let mut v = Vec::new();
+        for r in 0..self.rows {
+            for t in 0..self.taps {
+                for c in 0..self.chans {
+                    for l in 0..LANES as i64 {
+                        v.push(
+                            ((r * self.taps + t) * self.w_tap_stride + c * LANES as i64 + l)
+                                as usize,
+                        );
+                    }
+                }
+            }
+        }
+        v
+    }
+
+    fn out_indices(&self) -> Vec<usize> {
+        let mut v = Vec::new();
+        for p in 0..self.pixels {
+            for l in 0..LANES as i64 {
+                v.push(
+                    (p * self.out_pixel_stride + (l / 4) * self.out_vec_stride + l % 4) as usize,
+                );
+            }
+        }
+        v
+    }
+
+    /// Calls `f` with the buffers' interiors (past the front guard).
+    fn run(&self, f: ConvTileFn, x: &[f32], w: &[f32], out: &mut [f32]) {
+        // SAFETY: the buffers hold every index of the contract (built from the index sets
+        // plus guards) and do not overlap; the caller checked the ISA.
+        unsafe {
+            f(
+                x.as_ptr().add(GUARD),
+                w.as_ptr().add(GUARD),
+                out.as_mut_ptr().add(GUARD),
+                self.pixels,
+                self.rows,
+                self.row_stride,
+                self.taps,
+                self.tap_stride,
+                self.chans,
+                self.chan_stride,
+                self.pixel_stride,
+                self.w_tap_stride,
+                self.out_pixel_stride,
+                self.out_vec_stride,
+                self.accumulate as i64,
+            )
+        }
+    }
+}
+
+/// A buffer of poison with `GUARD` elements on each side, random values at `indices`.
+fn poisoned(indices: &[usize], seed: u64) -> Vec<f32> {
+    let len = indices.iter().max().map_or(0, |m| m + 1);
+    let mut buf = vec![f32::from_bits(POISON); len + 2 * GUARD];
+    let values = random_f32(seed, indices.len(), -1.0, 1.0);
+    for (&i, v) in indices.iter().zip(values) {
+        buf[GUARD + i] = v;
+    }
+    buf
+}
+
+/// The kernels this host can run, by name; on x86-64 AVX2+FMA is required.
+fn kernels() -> Vec<(&'static str, ConvTileFn)> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        assert!(
+            microkernels::has_avx2_fma(),
+            "this x86-64 host lacks AVX2+FMA: the micro-kernels cannot be tested"
+        );
+        assert_eq!(
+            microkernels::has_avx512f(),
+            std::is_x86_feature_detected!("avx512f")
+        );
+        let mut v: Vec<(&'static str, ConvTileFn)> = vec![("avx2", microkernels::conv_tile_avx2)];
+        if microkernels::has_avx512f() {
+            v.push(("avx512", microkernels::conv_tile_avx512));
+        }
+        v
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        assert!(!microkernels::has_avx2_fma() && !microkernels::has_avx512f());
+        Vec::new()
+    }
+}
+
+/// Runs `call` through the reference and every kernel; checks results, untouched poison
+/// outside the out index set, and bit-identical repeats.
+fn check(call: &Call, seed: u64) {
+    let x = poisoned(&call.x_indices(), seed);
+    let w = poisoned(&call.w_indices(), seed ^ 0x5555);
+    let out_idx = call.out_indices();
+    let mut init = poisoned(&out_idx, seed ^ 0xaaaa);
+    if !call.accumulate {
+        // a non-accumulating kernel must not read out: poison its initial values too
+        for &i in &out_idx {
+            init[GUARD + i] = f32::from_bits(POISON);
+        }
+    }
+    let mut want = init.clone();
+    call.run(microkernels::conv_tile_reference, &x, &w, &mut want);
+    let in_set: std::collections::HashSet<usize> = out_idx.iter().map(|i| i + GUARD).collect();
+    let scale = out_idx
+        .iter()
+        .map(|&i| f64::from(want[GUARD + i]).abs())
+        .fold(1.0, f64::max);
+    for (name, f) in kernels() {
+        let mut got = init.clone();
+        call.run(f, &x, &w, &mut got);
+        let mut max_err = 0.0f64;
+        for (i, (&g, &r)) in got.iter().zip(&want).enumerate() {
+            if in_set.contains(&i) {
+                assert!(
+                    g.is_finite(),
+                    "{name} {call:?}: out[{i}] = {g} (read poison?)"
+                );
+                max_err = max_err.max((f64::from(g) - f64::from(r)).abs());
+            } else {
+                assert_eq!(
+                    g.to_bits(),
+                    POISON,
+                    "{name} {call:?}: wrote out[{}] outside the index set",
+                    i as isize - GUARD as isize
+                );
+            }
+        }
+        assert!(
+            max_err / scale <= 1e-5,
+            "{name} {call:?}: relative error {}",
+            max_err / scale
+        );
+        let mut again = init.clone();
+        call.run(f, &x, &w, &mut again);
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&got),
+            bits(&again),
+            "{name} {call:?}: not deterministic"
+        );
+    }
+}
+
+/// Input layouts: `(chan_stride, pixel_stride, tap_stride, row_stride)` for a tile of
+/// `pixels` outputs with `taps` kernel columns and `chans` input channels.
+fn x_layouts(pixels: i64, taps: i64, chans: i64) -> Vec<(i64, i64, i64, i64)> {
+    let c = chans;
+    let mut v = Vec::new();
+    for stride in [1, 2] {
+        // channels-last padded rows: pixel stride C or 2C, next tap one pixel over
+        let wpad = pixels * stride + taps + 1;
+        v.push((1, c * stride, c, wpad * c));
+        // planar (NCHW): channel = plane apart, pixels 1 or 2 apart in a row
+        let plane = wpad * 4 + 3;
+        v.push((plane, stride, 1, wpad));
+    }
+    // overlapping channels-last windows with pixel stride 1 (odd but legal)
+    v.push((1, 1, 3, 7 + pixels));
+    v
+}
+
+#[test]
+fn kernels_match_reference_on_many_shapes() {
+    let mut seed = 1;
+    let mut cases = 0;
+    for pixels in [0, 1, 2, 5, 6, 7, 12, 13, 14, 15, 28, 56, 112] {
+        for (rows, taps) in [(1, 1), (3, 3), (1, 3)] {
+            for chans in [1, 3, 16, 64] {
+                for (chan_stride, pixel_stride, tap_stride, row_stride) in
+                    x_layouts(pixels, taps, chans)
+                {
+                    for (out_pixel_stride, out_vec_stride) in [(16, 4), (4, 4 * pixels + 5)] {
+                        for accumulate in [false, true] {
+                            // packed weights, or a gap (poisoned) between taps
+                            let w_tap_stride = chans * 16 + if seed % 3 == 0 { 32 } else { 0 };
+                            let call = Call {
+                                pixels,
+                                rows,
+                                row_stride,
+                                taps,
+                                tap_stride,
+                                chans,
+                                chan_stride,
+                                pixel_stride,
+                                w_tap_stride,
+                                out_pixel_stride,
+                                out_vec_stride,
+                                accumulate,
+                            };
+                            check(&call, seed);
+                            seed += 1;
+                            cases += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(cases, 13 * 3 * 4 * 5 * 2 * 2);
+}
+
+#[test]
+fn typical_calls_match_reference() {
+    // a 3×3 channels-last row at 128 channels, 28 pixels; stride 2; a 1×1 NCHW row
+    let base = Call {
+        pixels: 28,
+        rows: 3,
+        row_stride: 30 * 128,
+        taps: 3,
+        tap_stride: 128,
+        chans: 128,
+        chan_stride: 1,
+        pixel_stride: 128,
+        w_tap_stride: 128 * 16,
+        out_pixel_stride: 16,
+        out_vec_stride: 4,
+        accumulate: false,
+    };
+    check(&base, 7);
+    check(
+        &Call {
+            pixels: 14,
+            row_stride: 30 * 128,
+            pixel_stride: 256,
+            accumulate: true,
+            ..base
+        },
+        8,
+    );
+    check(
+        &Call {
+            pixels: 56,
+            rows: 1,
+            row_stride: 0,
+            taps: 1,
+            tap_stride: 0,
+            chans: 256,
+            chan_stride: 56 * 56,
+            pixel_stride: 1,
+            w_tap_stride: 256 * 16,
+            out_pixel_stride: 4,
+            out_vec_stride: 56 * 4,
+            accumulate: true,
+        },
+        9,
+    );
+}
+
+#[test]
+fn every_pixel_stride_path_matches_reference() {
+    // the kernels specialize full blocks on these pixel strides (and prefetch planar
+    // inputs with strides 1 and 2); 7 and 130 take the run-time-stride path
+    let mut seed = 100;
+    for pixel_stride in [1, 2, 3, 6, 7, 64, 128, 130, 256, 512, 1024] {
+        for chan_stride in [1, 40 * 1024] {
+            for pixels in [63, 28, 6] {
+                let call = Call {
+                    pixels,
+                    rows: 1,
+                    row_stride: 0,
+                    taps: 2,
+                    tap_stride: 5,
+                    chans: 20,
+                    chan_stride,
+                    pixel_stride,
+                    w_tap_stride: 20 * 16,
+                    out_pixel_stride: 16,
+                    out_vec_stride: 4,
+                    accumulate: seed % 2 == 0,
+                };
+                check(&call, seed);
+                seed += 1;
+            }
+        }
+    }
+}
+
+#[test]
+fn empty_reductions_give_the_initial_value_and_read_nothing() {
+    for (rows, taps, chans) in [(0, 3, 8), (3, 0, 8), (3, 3, 0), (0, 0, 0)] {
+        for accumulate in [false, true] {
+            let call = Call {
+                pixels: 9,
+                rows,
+                row_stride: 100,
+                taps,
+                tap_stride: 10,
+                chans,
+                chan_stride: 1,
+                pixel_stride: 10,
+                w_tap_stride: 128,
+                out_pixel_stride: 16,
+                out_vec_stride: 4,
+                accumulate,
+            };
+            let init = random_f32(3, 9 * 16, -1.0, 1.0);
+            for (name, f) in kernels()
+                .into_iter()
+                .chain([("reference", microkernels::conv_tile_reference as ConvTileFn)])
+            {
+                let mut out = init.clone();
+                // SAFETY: x and w have empty index sets, so null is never read; out holds
+                // 9 pixels × 16 lanes.
+                unsafe {
+                    f(
+                        std::ptr::null(),
+                        std::ptr::null(),
+                        out.as_mut_ptr(),
+                        call.pixels,
+                        call.rows,
+                        call.row_stride,
+                        call.taps,
+                        call.tap_stride,
+                        call.chans,
+                        call.chan_stride,
+                        call.pixel_stride,
+                        call.w_tap_stride,
+                        call.out_pixel_stride,
+                        call.out_vec_stride,
+                        call.accumulate as i64,
+                    )
+                };
+                let want = if accumulate {
+                    init.clone()
+                } else {
+                    vec![0.0; 9 * 16]
+                };
+                assert_eq!(out, want, "{name} {call:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn zero_pixels_touch_nothing() {
+    for (_, f) in kernels() {
+        // SAFETY: no pixels, so every index set is empty and null is never dereferenced.
+        unsafe {
+            f(
+                std::ptr::null(),
+                std::ptr::null(),
+                std::ptr::null_mut(),
+                0,
+                3,
+                1,
+                3,
+                1,
+                64,
+                1,
+                64,
+                1024,
+                16,
+                4,
+                1,
+            )
+        };
+    }
+}
+
+#[test]
+fn entries_are_the_kernels_the_host_can_run() {
+    use smelt::ir::loops::MicroKernel;
+    assert_eq!(
+        microkernels::host_has(MicroKernel::ConvTileAvx2),
+        microkernels::has_avx2_fma()
+    );
+    assert_eq!(
+        microkernels::host_has(MicroKernel::ConvTileAvx512),
+        microkernels::has_avx512f()
+    );
+    #[cfg(target_arch = "x86_64")]
+    {
+        let avx2: ConvTileFn = microkernels::conv_tile_avx2;
+        let avx512: ConvTileFn = microkernels::conv_tile_avx512;
+        assert_eq!(
+            microkernels::entry(MicroKernel::ConvTileAvx2),
+            avx2 as *const u8
+        );
+        assert_eq!(
+            microkernels::entry(MicroKernel::ConvTileAvx512),
+            avx512 as *const u8
+        );
+    }
+}
