@@ -154,6 +154,9 @@ enum Source {
     Constant(usize),
     /// Elements `offset..` of the run's arena.
     Arena(usize),
+    /// The caller's i-th output slice: the kernel computing a result writes it in place
+    /// (no copy after the run).
+    Output(usize),
 }
 
 struct ExecStep {
@@ -355,6 +358,30 @@ impl Executable {
                 }
             }
             sources.push(src);
+        }
+        // A result computed into a temporary of its own (not returned twice, not kept
+        // for `run_keeping`) is written straight into the caller's output slice.
+        if keep.is_none() {
+            for (i, p) in program.outputs.iter().enumerate() {
+                let b = p.buffer.0 as usize;
+                let once = program
+                    .outputs
+                    .iter()
+                    .filter(|q| q.buffer == p.buffer)
+                    .count()
+                    == 1;
+                if once && matches!(sources[b], Source::Arena(_)) {
+                    if program.buffers[b].len > p.ty.storage_len() {
+                        return Err(Error::Unsupported(format!(
+                            "result {} needs {} elements, its buffer {}",
+                            p.name,
+                            p.ty.storage_len(),
+                            program.buffers[b].len
+                        )));
+                    }
+                    sources[b] = Source::Output(i);
+                }
+            }
         }
         let steps = program
             .steps
@@ -561,6 +588,7 @@ impl Executable {
                     Source::Input(i) => &ins[i][..n],
                     Source::Constant(c) => &self.constants[c].as_f32()[..n],
                     Source::Arena(off) => &arena[off..off + n],
+                    Source::Output(i) => &outs[i].data[..n],
                 };
                 let stored = Tensor {
                     ty: k.ty.clone(),
@@ -643,11 +671,12 @@ impl Executable {
             ));
         }
         let arena = ws.arena.as_mut_ptr() as *mut f32;
-        let address = |src: Source| -> usize {
+        let mut address = |src: Source| -> usize {
             match src {
                 Source::Input(i) => inputs[i].as_ptr() as usize,
                 Source::Constant(c) => self.constants[c].as_f32().as_ptr() as usize,
                 Source::Arena(off) => arena.wrapping_add(off) as usize,
+                Source::Output(i) => outputs[i].as_mut_ptr() as usize,
             }
         };
         for step in &self.steps {
@@ -660,11 +689,14 @@ impl Executable {
             // each step passes buffers of exactly those lengths. Here: inputs have exactly
             // their declared lengths (checked above); constants hold at least theirs
             // (checked in `assemble`); arena buffers lie at `offset + len <= arena_len
-            // <= ws.arena_len()` (memory plan, checked above). The kernel writes only its
-            // `Write` arguments, which lowering restricts to arena temporaries; the memory
-            // plan never overlaps buffers live in the same step, so no written buffer
-            // aliases another argument, and the read-only inputs and constants are never
-            // written. All slices outlive the call; `ws.ptrs` holds one pointer per
+            // <= ws.arena_len()` (memory plan, checked above); a result written in place
+            // is the caller's output slice of exactly its type's length (checked above),
+            // at least the buffer's (checked in `assemble`). The kernel writes only its
+            // `Write` arguments, which lowering restricts to temporaries: arena buffers,
+            // which the memory plan never overlaps while live in the same step, and output
+            // slices, which are distinct `&mut` borrows (one per result, each result
+            // buffer at most one slice), so no written buffer aliases another argument,
+            // and the read-only inputs and constants are never written. All slices outlive the call; `ws.ptrs` holds one pointer per
             // argument (max_args checked above) and is not touched during the call.
             // A split call runs disjoint trip ranges of a parallel kernel's top-level
             // loop (whose iterations write disjoint elements, proven independent by
@@ -689,6 +721,8 @@ impl Executable {
                     let flat: &[f32] = flatten(&ws.arena);
                     dst.copy_from_slice(&flat[off..off + n]);
                 }
+                // computed in place
+                Source::Output(_) => {}
             }
         }
         Ok(())

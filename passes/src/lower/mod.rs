@@ -155,6 +155,24 @@ pub fn lower_with(
     func: &Func,
     opts: &LowerOptions,
 ) -> Result<Program, Diagnostic> {
+    // weight packing runs on the other cores while the kernels are built
+    let (prog, constants) =
+        crate::parallel::overlapped(|packing| lower_program(module, func, opts, packing));
+    let mut prog = prog?;
+    for (id, data) in constants {
+        prog.buffers[id.0 as usize].kind = BufferKind::Constant(Arc::new(data));
+    }
+    Ok(prog)
+}
+
+/// [`lower_with`], submitting the deferred constants ([`Cx::constant_later`]) to
+/// `packing`.
+fn lower_program<'a>(
+    module: &'a Module,
+    func: &'a Func,
+    opts: &LowerOptions,
+    packing: crate::parallel::Overlap<'a, (BufferId, AlignedBuf)>,
+) -> Result<Program, Diagnostic> {
     let mut cx = Cx {
         module,
         func,
@@ -171,7 +189,7 @@ pub fn lower_with(
         dedupe: HashMap::new(),
         cur_op: String::new(),
         cur_loc: Location::Unknown,
-        packing: Vec::new(),
+        packing,
     };
     for (i, p) in func.params.iter().enumerate() {
         p.ty.check_size()
@@ -190,7 +208,6 @@ pub fn lower_with(
         let out = cx.lower_inst(i)?;
         cx.value_buf.push(out);
     }
-    cx.run_packing();
     for r in &func.results {
         let buffer = *cx.value_buf.get(r.value.index()).ok_or_else(|| {
             Diagnostic::error(
@@ -231,8 +248,8 @@ pub(crate) struct Cx<'a> {
     pub(crate) module: &'a Module,
     pub(crate) func: &'a Func,
     pub(crate) opts: LowerOptions,
-    /// Constants still to compute ([`Cx::constant_later`]), with their buffers.
-    packing: Vec<(BufferId, PackJob<'a>)>,
+    /// Where constants to compute are submitted ([`Cx::constant_later`]).
+    packing: crate::parallel::Overlap<'a, (BufferId, AlignedBuf)>,
     prog: Program,
     value_buf: Vec<BufferId>,
     dedupe: HashMap<Kernel, usize>,
@@ -244,27 +261,15 @@ pub(crate) struct Cx<'a> {
 pub(crate) type PackJob<'a> = Box<dyn FnOnce() -> AlignedBuf + Send + 'a>;
 
 impl<'a> Cx<'a> {
-    /// A constant buffer of `len` f32 elements whose data `job` computes later, at the
-    /// end of lowering, in parallel with the other jobs: packing writes every weight
-    /// once into fresh memory, and on two cores both the writes and their page faults
-    /// halve. Kernels only need the length now.
+    /// A constant buffer of `len` f32 elements whose data `job` computes on another
+    /// core while lowering goes on (the rest at the end of lowering, on every core):
+    /// packing writes every weight once into fresh memory, and on two cores both the
+    /// writes and their page faults halve. Kernels only need the length now.
     pub(crate) fn constant_later(&mut self, name: &str, len: usize, job: PackJob<'a>) -> BufferId {
         let placeholder = Arc::new(AlignedBuf::zeroed(0));
         let id = self.buffer(name, len, BufferKind::Constant(placeholder));
-        self.packing.push((id, job));
+        self.packing.submit(len, Box::new(move || (id, job())));
         id
-    }
-
-    /// Runs the deferred constant jobs on the machine's cores and stores their results.
-    fn run_packing(&mut self) {
-        let jobs: Vec<(usize, (BufferId, PackJob<'a>))> = std::mem::take(&mut self.packing)
-            .into_iter()
-            .map(|(id, job)| (self.prog.buffers[id.0 as usize].len, (id, job)))
-            .collect();
-        let results = crate::parallel::run_balanced(jobs, |(id, job)| (id, job()));
-        for (id, data) in results {
-            self.prog.buffers[id.0 as usize].kind = BufferKind::Constant(Arc::new(data));
-        }
     }
 
     fn buffer(&mut self, name: &str, len: usize, kind: BufferKind) -> BufferId {

@@ -15,7 +15,7 @@
 //! transposes between rows of pixels and tile columns. Tiles left over at a row's end
 //! run on scalars.
 
-use smelt_ir::loops::{Access, Affine, BinOp, BufId, Expr, KernelBuilder, Width};
+use smelt_ir::loops::{Access, Affine, BinOp, BufId, Expr, KernelBuilder, MicroKernel, Width};
 use smelt_ir::op::Conv2dAttrs;
 use smelt_ir::{AlignedBuf, Diagnostic, Layout, TensorType, Value};
 
@@ -143,11 +143,21 @@ const WEIGHT_BYTES_PER_CYCLE: f64 = 1.6;
 /// for tiny convolutions.
 const CALL_CYCLES: f64 = 5000.0;
 
+/// Lanes of one FMA instruction of the conv tiles: Cranelift's f32x4, or the
+/// micro-kernel's f32x8 (AVX2) or f32x16 (AVX-512).
+fn fma_lanes(micro: Option<MicroKernel>) -> f64 {
+    match micro {
+        None => 4.0,
+        Some(MicroKernel::ConvTileAvx2) => 8.0,
+        Some(MicroKernel::ConvTileAvx512) => 16.0,
+    }
+}
+
 /// Modelled cost (cycles on one core) of the direct packed convolution: vector FMAs at
-/// 2 per cycle and 60% efficiency (measured 27–40 GFLOP/s on the 3×3 tails), or
-/// streaming the weights, whichever is slower.
-fn direct_cost(n: usize, c: usize, o: usize, oh: usize, ow: usize) -> f64 {
-    let fmas = (n * o * c * oh * ow * 9) as f64 / 4.0;
+/// 2 per cycle and 60% efficiency (measured 27–40 GFLOP/s on the 3×3 tails with f32x4),
+/// or streaming the weights, whichever is slower.
+fn direct_cost(lanes: f64, n: usize, c: usize, o: usize, oh: usize, ow: usize) -> f64 {
+    let fmas = (n * o * c * oh * ow * 9) as f64 / lanes;
     let weights = (o * c * 9 * 4) as f64;
     (fmas / 2.0 / 0.6).max(weights / WEIGHT_BYTES_PER_CYCLE)
 }
@@ -158,13 +168,21 @@ fn direct_cost(n: usize, c: usize, o: usize, oh: usize, ow: usize) -> f64 {
 /// (α²/9 × the weights), whichever is slower; the transforms at their measured cycles
 /// per tile and channel (vector paths; the scalar path for rows of fewer than 4 tiles
 /// costs ≈ 3×); and three more kernel calls.
-fn winograd_cost(form: Form, n: usize, c: usize, o: usize, oh: usize, ow: usize) -> f64 {
+fn winograd_cost(
+    form: Form,
+    lanes: f64,
+    n: usize,
+    c: usize,
+    o: usize,
+    oh: usize,
+    ow: usize,
+) -> f64 {
     let (m, a) = (form.m(), form.alpha());
     let tw = ow.div_ceil(m);
     let tiles = (n * oh.div_ceil(m) * tw) as f64;
     let a2 = (a * a) as f64;
     let eff = 0.7 * (tiles / 8.0).min(1.0);
-    let gemm = a2 * (o * c) as f64 * tiles / 4.0 / 2.0 / eff;
+    let gemm = a2 * (o * c) as f64 * tiles / lanes / 2.0 / eff;
     let u = a2 * (o * c * 4) as f64;
     let (tin, tout) = match form {
         Form::F2 => (20.0, 15.0),
@@ -233,10 +251,11 @@ fn choose(cx: &Cx, a: &Conv2dAttrs, operands: &[Value], out_ty: &TensorType) -> 
     if !o.is_multiple_of(4) || c < 32 || o < 32 || oh < 4 || ow < 4 {
         return None;
     }
-    let direct = direct_cost(n, c, o, oh, ow);
+    let lanes = fma_lanes(cx.opts.micro);
+    let direct = direct_cost(lanes, n, c, o, oh, ow);
     [Form::F4, Form::F2]
         .into_iter()
-        .map(|f| (winograd_cost(f, n, c, o, oh, ow), f))
+        .map(|f| (winograd_cost(f, lanes, n, c, o, oh, ow), f))
         .filter(|&(cost, _)| cost < direct)
         .min_by(|x, y| x.0.total_cmp(&y.0))
         .map(|(_, f)| f)
