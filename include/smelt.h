@@ -82,6 +82,12 @@ typedef struct SmeltOptions {
    * `"NAME=1x3x224x224;OTHER=1x16"`, or NULL for none.
    */
   const char *input_shapes;
+  /**
+   * The code of conv tiles: 0 the widest micro-kernel the CPU runs (default), 1
+   * Cranelift code only (portable), 2 the AVX2 micro-kernel, 3 the AVX-512 one (2 and
+   * 3 fail with `SMELT_STATUS_UNSUPPORTED` on a CPU without them).
+   */
+  int32_t kernels;
 } SmeltOptions;
 
 /**

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use smelt_ir::Module;
 
-use crate::runtime::{CompileOptions, Executable, TensorInfo, Workspace};
+use crate::runtime::{CompileOptions, Executable, Kernels, TensorInfo, Workspace};
 use crate::{Error, OptimizeOptions};
 
 /// Result of every smelt C function: `SMELT_STATUS_OK` or the kind of failure, one code per
@@ -75,6 +75,10 @@ pub struct SmeltOptions {
     /// ONNX only: shapes pinning dynamic input dimensions, as a NUL-terminated string
     /// `"NAME=1x3x224x224;OTHER=1x16"`, or NULL for none.
     pub input_shapes: *const c_char,
+    /// The code of conv tiles: 0 the widest micro-kernel the CPU runs (default), 1
+    /// Cranelift code only (portable), 2 the AVX2 micro-kernel, 3 the AVX-512 one (2 and
+    /// 3 fail with `SMELT_STATUS_UNSUPPORTED` on a CPU without them).
+    pub kernels: i32,
 }
 
 /// The default options: fusion on, default threads, no pinned shapes.
@@ -84,6 +88,7 @@ pub extern "C" fn smelt_options_default() -> SmeltOptions {
         fuse: 1,
         threads: 0,
         input_shapes: std::ptr::null(),
+        kernels: 0,
     }
 }
 
@@ -242,10 +247,22 @@ unsafe fn read_options(opts: *const SmeltOptions) -> Result<Options, Failure> {
             input_shapes.insert(name, dims);
         }
     }
+    let kernels = match o.kernels {
+        0 => Kernels::Auto,
+        1 => Kernels::Cranelift,
+        2 => Kernels::Avx2,
+        3 => Kernels::Avx512,
+        k => {
+            return Err(invalid(format!(
+                "kernels = {k}: 0 (auto), 1 (cranelift), 2 (avx2) or 3 (avx512)"
+            )))
+        }
+    };
     Ok(Options {
         fuse: o.fuse != 0,
         threads: o.threads,
         input_shapes,
+        kernels,
     })
 }
 
@@ -264,6 +281,7 @@ struct Options {
     fuse: bool,
     threads: u32,
     input_shapes: BTreeMap<String, Vec<usize>>,
+    kernels: Kernels,
 }
 
 impl Options {
@@ -293,6 +311,7 @@ unsafe fn finish(
     let compile = CompileOptions {
         threads: usize::try_from(opts.threads)
             .map_err(|_| invalid(format!("threads = {} is too many", opts.threads)))?,
+        kernels: opts.kernels,
         ..CompileOptions::default()
     };
     let exe = Executable::compile(&module, None, &compile)?;
@@ -838,6 +857,13 @@ mod tests {
             ..smelt_options_default()
         };
         // SAFETY: `opts` is a valid options struct with a NUL-terminated string.
+        let err = unsafe { read_options(&opts) }.err().map(|f| f.0);
+        assert_eq!(err, Some(SmeltStatus::InvalidArgument));
+        let opts = SmeltOptions {
+            kernels: 4,
+            ..smelt_options_default()
+        };
+        // SAFETY: `opts` is a valid options struct.
         let err = unsafe { read_options(&opts) }.err().map(|f| f.0);
         assert_eq!(err, Some(SmeltStatus::InvalidArgument));
     }

@@ -191,10 +191,18 @@ int main(int argc, char **argv) {
     SmeltOptions unfused = smelt_options_default();
     unfused.fuse = 0;
     unfused.threads = 2;
+    unfused.kernels = 1; /* Cranelift code only: the portable path */
     SmeltExecutable *exe2 = NULL;
     expect(smelt_executable_from_file(path, &unfused, &exe2), SMELT_STATUS_OK, "from_file unfused");
     run_threads(exe2, x, skip, expected, n, "unfused");
     expect(smelt_executable_destroy(exe2), SMELT_STATUS_OK, "destroy unfused");
+
+    /* ---- an unknown kernel choice is an argument error ---- */
+    SmeltOptions bad_kernels = smelt_options_default();
+    bad_kernels.kernels = 9;
+    SmeltExecutable *none = NULL;
+    expect(smelt_executable_from_file(path, &bad_kernels, &none), SMELT_STATUS_INVALID_ARGUMENT,
+           "unknown kernels");
 
     /* ---- ONNX bytes ---- */
     SmeltExecutable *relu = NULL;
