@@ -101,7 +101,11 @@ pub fn run(a: DemoArgs) -> Result<()> {
     };
     let exe_fused = Executable::compile(&fused, None, &opts)?;
     let exe_unfused = Executable::compile(&unfused, None, &opts)?;
-    println!("\n4. Cranelift JIT:");
+    let tiles = match opts.kernels.micro_kernel() {
+        Some(r) => format!("Cranelift loop nests calling {} for conv tiles", r.symbol()),
+        None => "Cranelift code only (no micro-kernel for this CPU)".to_string(),
+    };
+    println!("\n4. Cranelift JIT ({tiles}):");
     for (name, exe) in [("fused", &exe_fused), ("unfused", &exe_unfused)] {
         let (kernels, calls) = exe.kernel_counts();
         let times = exe.compile_times();
