@@ -141,7 +141,8 @@ fn bench_profile_lists_every_kernel_call() {
     ]));
     for needle in [
         "latency  median",
-        "% of the f32x4 peak",
+        "kernels auto (",
+        "% of the f32x",
         "compile",
         "total of the kernel calls",
     ] {

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use anyhow::{anyhow, bail, Result};
 use clap::{Args, ValueEnum};
+use smelt::ir::loops::MicroKernel;
 use smelt::ir::weights::random_f32;
 use smelt::ir::{Module, Tensor};
 use smelt::models::{residual_tail, resnet, ResNetConfig};
@@ -17,7 +18,7 @@ use smelt::{CompileOptions, ConvAlgorithm, Executable};
 use super::{FusionArgs, Kernels, ModelArgs};
 
 /// f32x4 FMA peak of one core of the reference machine (FACTS.md): 2 pipes × 4 lanes × 2
-/// flops × ≈3.13 GHz.
+/// flops × ≈3.13 GHz. Wider vectors scale it: f32x8 (AVX2) 100, f32x16 (AVX-512) 200.
 const F32X4_PEAK_GFLOPS_PER_CORE: f64 = 50.0;
 
 /// How 3×3 stride-1 convolutions are computed (`--conv`).
@@ -102,6 +103,8 @@ struct Report {
     model: String,
     gflop: f64,
     threads: usize,
+    /// Lanes of the widest FMA the conv tiles use (4: Cranelift's f32x4).
+    lanes: usize,
     compile: CompileBreakdown,
     kernels: (usize, usize),
     arena_bytes: usize,
@@ -159,6 +162,11 @@ pub fn main(a: BenchArgs) -> Result<()> {
         model: a.model.clone(),
         gflop,
         threads,
+        lanes: match a.kernels.choice().micro_kernel() {
+            None => 4,
+            Some(MicroKernel::ConvTileAvx2) => 8,
+            Some(MicroKernel::ConvTileAvx512) => 16,
+        },
         compile,
         kernels: exe.kernel_counts(),
         arena_bytes: exe.arena_bytes(),
@@ -326,8 +334,19 @@ impl Report {
         self.gflop / (self.quantile(0.5) / 1e3)
     }
 
+    /// The kernel choice, and what `auto` resolved to on this CPU.
+    fn kernels_name(&self, a: &BenchArgs) -> String {
+        match (a.kernels, self.lanes) {
+            (Kernels::Auto, 4) => "auto (cranelift)".into(),
+            (Kernels::Auto, 8) => "auto (avx2)".into(),
+            (Kernels::Auto, _) => "auto (avx512)".into(),
+            (k, _) => k.name().into(),
+        }
+    }
+
+    /// The FMA peak of the vectors the conv tiles use, on every thread's core.
     fn peak_gflops(&self) -> f64 {
-        F32X4_PEAK_GFLOPS_PER_CORE * self.threads as f64
+        F32X4_PEAK_GFLOPS_PER_CORE * (self.lanes / 4) as f64 * self.threads as f64
     }
 
     fn text(&self, a: &BenchArgs) -> String {
@@ -370,14 +389,15 @@ impl Report {
             self.threads,
             if self.threads == 1 { "" } else { "s" },
             if a.fusion.no_fuse { "unfused" } else { "fused" },
-            a.kernels.name(),
+            self.kernels_name(a),
             a.conv.name()
         );
         let _ = writeln!(
             s,
-            "speed    {:.1} GFLOP/s = {:.1}% of the f32x4 peak ({:.0} GFLOP/s on {} core{})",
+            "speed    {:.1} GFLOP/s = {:.1}% of the f32x{} peak ({:.0} GFLOP/s on {} core{})",
             self.gflops(),
             100.0 * self.gflops() / self.peak_gflops(),
+            self.lanes,
             self.peak_gflops(),
             self.threads,
             if self.threads == 1 { "" } else { "s" }
@@ -392,7 +412,7 @@ impl Report {
         let mut o = JsonObject::default();
         o.str("model", &self.model);
         o.num("threads", self.threads as f64);
-        o.str("kernels", a.kernels.name());
+        o.str("kernels", &self.kernels_name(a));
         o.str("conv", a.conv.name());
         o.raw("fuse", if a.fusion.no_fuse { "false" } else { "true" });
         o.num("warmup", a.warmup as f64);
