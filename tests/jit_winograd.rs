@@ -281,3 +281,47 @@ fn direct_option_lowers_without_winograd() {
     let stats = smelt_ir::ErrorStats::between_tensors(&wino, &direct).expect("same shape");
     assert!(stats.relative <= 1e-4, "Winograd vs direct: {stats:?}");
 }
+
+/// The kernel names of `convs` chained 512→512 3×3 convs at 7², lowered for the AVX-512
+/// micro-kernel (lowering only: nothing runs, so any host will do).
+fn chain_kernels(convs: usize) -> Vec<String> {
+    let mut m = Module::default();
+    let mut b = FuncBuilder::new(&mut m, "chain");
+    let mut y = b.param("x", TensorType::f32(vec![1, 512, 7, 7]));
+    for i in 0..convs {
+        let wv = random_f32(i as u64, 512 * 512 * 9, -0.02, 0.02);
+        let w = b
+            .constant(&format!("w{i}"), TensorType::f32(vec![512, 512, 3, 3]), &wv)
+            .expect("weights");
+        let conv = Op::Conv2d(Conv2dAttrs {
+            pads: [1; 4],
+            ..Conv2dAttrs::default()
+        });
+        y = b.op(conv, &[y, w]).expect("conv type-checks");
+    }
+    b.finish(&[("y", y)]);
+    let opts = lower::LowerOptions {
+        micro: Some(smelt_ir::loops::MicroKernel::ConvTileAvx512),
+        ..lower::LowerOptions::default()
+    };
+    let p = lower::lower_with(&m, &m.funcs[0], &opts).expect("lowers");
+    p.kernels.iter().map(|k| k.name.clone()).collect()
+}
+
+/// Weights that fit in the last-level cache stay there between runs, so one 512·7² conv
+/// (9.4 MB) takes F(2×2) — fewer flops, its 16.8 MB of `U` streamed from cache — while in
+/// a function of three (28 MB: every weight comes from memory on every run) the direct
+/// convolution streams fewer bytes and wins.
+#[test]
+fn weights_that_stay_cached_change_the_choice() {
+    let one = chain_kernels(1);
+    assert!(
+        one.iter().any(|k| k.starts_with("winograd2_output")),
+        "one conv: {one:?}"
+    );
+    let three = chain_kernels(3);
+    assert!(
+        three.iter().all(|k| !k.starts_with("winograd")),
+        "three convs: {three:?}"
+    );
+}

@@ -16,7 +16,7 @@
 //! run on scalars.
 
 use smelt_ir::loops::{Access, Affine, BinOp, BufId, Expr, KernelBuilder, MicroKernel, Width};
-use smelt_ir::op::Conv2dAttrs;
+use smelt_ir::op::{Conv2dAttrs, Op};
 use smelt_ir::{AlignedBuf, Diagnostic, Layout, TensorType, Value};
 
 use super::conv::{pad_kernel, transpose4, Geo, PackedConv};
@@ -135,9 +135,39 @@ impl Plan {
     }
 }
 
-/// Bytes per cycle at which weights stream from beyond L2 on one core, measured: the F4
+/// Bytes per cycle at which weights stream from memory on one core, measured: the F4
 /// product at C512 7² (37.7 MB of `U`, 4 tiles) runs at ≈ 5 GB/s ≈ 1.6 B/cycle.
 const WEIGHT_BYTES_PER_CYCLE: f64 = 1.6;
+
+/// Bytes per cycle from the last-level cache, for weights that stay there between runs:
+/// ≈ 22 GB/s, so that alone (the residual tails) the forms measured fastest win — F4 at
+/// 256·14² (1.04 ms, F2 1.29), F2 at 512·7² (1.43 ms, direct 2.0); the F4 product there
+/// streams 9.4 MB of `U` in < 1 ms, so the cache delivers at least 10 GB/s.
+const WARM_WEIGHT_BYTES_PER_CYCLE: f64 = 8.0;
+
+/// A function whose weights total at most this many bytes keeps them in the last-level
+/// cache from one run to the next (a share of Zen 3's 32 MiB L3 that leaves room for the
+/// activations); a larger one streams every weight from memory on every run.
+const WARM_WEIGHTS_BUDGET: usize = 24 << 20;
+
+/// Bytes per cycle at which this function's weights reach the core: from cache when
+/// they all fit in it between runs (a single block), from memory otherwise (a network).
+fn weight_bandwidth(cx: &Cx) -> f64 {
+    let bytes: usize = cx
+        .func
+        .insts
+        .iter()
+        .filter_map(|i| match i.op {
+            Op::Const(id) => cx.module.weights.get(id).map(|w| w.data.len_bytes()),
+            _ => None,
+        })
+        .sum();
+    if bytes <= WARM_WEIGHTS_BUDGET {
+        WARM_WEIGHT_BYTES_PER_CYCLE
+    } else {
+        WEIGHT_BYTES_PER_CYCLE
+    }
+}
 
 /// Cycles of one extra kernel call (hand-off and loop setup), a guess that only matters
 /// for tiny convolutions.
@@ -156,10 +186,19 @@ fn fma_lanes(micro: Option<MicroKernel>) -> f64 {
 /// Modelled cost (cycles on one core) of the direct packed convolution: vector FMAs at
 /// 2 per cycle and 60% efficiency (measured 27–40 GFLOP/s on the 3×3 tails with f32x4),
 /// or streaming the weights, whichever is slower.
-fn direct_cost(lanes: f64, n: usize, c: usize, o: usize, oh: usize, ow: usize) -> f64 {
-    let fmas = (n * o * c * oh * ow * 9) as f64 / lanes;
+fn direct_cost(t: Throughput, n: usize, c: usize, o: usize, oh: usize, ow: usize) -> f64 {
+    let fmas = (n * o * c * oh * ow * 9) as f64 / t.lanes;
     let weights = (o * c * 9 * 4) as f64;
-    (fmas / 2.0 / 0.6).max(weights / WEIGHT_BYTES_PER_CYCLE)
+    (fmas / 2.0 / 0.6).max(weights / t.weight_bytes_per_cycle)
+}
+
+/// What the cost models need to know about the machine and the function.
+#[derive(Clone, Copy)]
+struct Throughput {
+    /// Lanes per FMA of the conv tiles ([`fma_lanes`]).
+    lanes: f64,
+    /// Bytes per cycle at which weights arrive ([`weight_bandwidth`]).
+    weight_bytes_per_cycle: f64,
 }
 
 /// Modelled cost of Winograd `form`, calibrated on the tails (1 thread, see
@@ -170,7 +209,7 @@ fn direct_cost(lanes: f64, n: usize, c: usize, o: usize, oh: usize, ow: usize) -
 /// costs ≈ 3×); and three more kernel calls.
 fn winograd_cost(
     form: Form,
-    lanes: f64,
+    t: Throughput,
     n: usize,
     c: usize,
     o: usize,
@@ -182,7 +221,7 @@ fn winograd_cost(
     let tiles = (n * oh.div_ceil(m) * tw) as f64;
     let a2 = (a * a) as f64;
     let eff = 0.7 * (tiles / 8.0).min(1.0);
-    let gemm = a2 * (o * c) as f64 * tiles / lanes / 2.0 / eff;
+    let gemm = a2 * (o * c) as f64 * tiles / t.lanes / 2.0 / eff;
     let u = a2 * (o * c * 4) as f64;
     let (tin, tout) = match form {
         Form::F2 => (20.0, 15.0),
@@ -190,7 +229,7 @@ fn winograd_cost(
     };
     let scalar = if tw < 4 { 3.0 } else { 1.0 };
     let transforms = scalar * tiles * (tin * c as f64 + tout * o as f64);
-    gemm.max(u / WEIGHT_BYTES_PER_CYCLE) + transforms + 3.0 * CALL_CYCLES
+    gemm.max(u / t.weight_bytes_per_cycle) + transforms + 3.0 * CALL_CYCLES
 }
 
 /// The Winograd plan for this convolution when it applies and the cost model prefers it
@@ -251,11 +290,14 @@ fn choose(cx: &Cx, a: &Conv2dAttrs, operands: &[Value], out_ty: &TensorType) -> 
     if !o.is_multiple_of(4) || c < 32 || o < 32 || oh < 4 || ow < 4 {
         return None;
     }
-    let lanes = fma_lanes(cx.opts.micro);
-    let direct = direct_cost(lanes, n, c, o, oh, ow);
+    let t = Throughput {
+        lanes: fma_lanes(cx.opts.micro),
+        weight_bytes_per_cycle: weight_bandwidth(cx),
+    };
+    let direct = direct_cost(t, n, c, o, oh, ow);
     [Form::F4, Form::F2]
         .into_iter()
-        .map(|f| (winograd_cost(f, lanes, n, c, o, oh, ow), f))
+        .map(|f| (winograd_cost(f, t, n, c, o, oh, ow), f))
         .filter(|&(cost, _)| cost < direct)
         .min_by(|x, y| x.0.total_cmp(&y.0))
         .map(|(_, f)| f)
