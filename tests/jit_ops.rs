@@ -244,6 +244,36 @@ fn gemm_variants() {
     }
 }
 
+/// One row of A against a `transB` matrix (a classifier layer): the dot-product kernel,
+/// with k a multiple of 16 and not, every C broadcast, B as a parameter and a constant.
+#[test]
+fn gemv_variants() {
+    let n = 9;
+    for k in [16, 37] {
+        for trans_a in [false, true] {
+            for c_dims in [None, Some(vec![n]), Some(vec![1, n]), Some(vec![1, 1])] {
+                let g = GemmAttrs {
+                    alpha: F32(0.75),
+                    beta: F32(-1.25),
+                    trans_a,
+                    trans_b: true,
+                };
+                let a = if trans_a { t(&[k, 1]) } else { t(&[1, k]) };
+                let b = t(&[n, k]);
+                let mut params = vec![a, b.clone()];
+                if let Some(c) = &c_dims {
+                    params.push(t(c));
+                }
+                let what = format!("gemv k={k} tA={trans_a} C={c_dims:?}");
+                check(&what, &one_op(Op::Gemm(g.clone()), &params, &[]));
+                params.remove(1);
+                let m = one_op(Op::Gemm(g), &params, &[(1, b)]);
+                check(&format!("{what} const B"), &m);
+            }
+        }
+    }
+}
+
 #[test]
 fn normalizations() {
     for (dims, axis) in [

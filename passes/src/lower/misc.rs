@@ -309,8 +309,11 @@ pub(crate) fn lower_gemm(
         Op::MatMul => (matmul_geo(&at, &bt, out_ty), None),
         _ => return Err(cx.unsupported("not a matrix product")),
     };
+    // One row of A against a B whose k runs contiguously (a classifier's `transB`
+    // weights): dot products, reading B once in order, split over output columns.
+    let gemv = geo.batch.is_empty() && geo.m == 1 && geo.b_k == 1 && geo.k >= 16;
     // A constant B read across its rows (gemm transB): transpose it once, here.
-    if geo.b_n != 1 && geo.batch.is_empty() {
+    if geo.b_n != 1 && geo.batch.is_empty() && !gemv {
         if let Some(data) = cx.const_data(operands[1]) {
             let (k, n) = (geo.k, geo.n);
             let (bk, bn) = (geo.b_k as usize, geo.b_n as usize);
@@ -365,6 +368,10 @@ pub(crate) fn lower_gemm(
         out: ya,
     };
     let out_strides = row_major_strides(&geo.out_dims);
+    if gemv {
+        gemv_kernel(&mut kb, &geo, &bufs, &epi, &out_strides);
+        return cx.step(kb.finish(), args);
+    }
     // batch loops
     fn batches(
         kb: &mut KernelBuilder,
@@ -627,6 +634,68 @@ fn gemm_tile(
             kb.store(bufs.out, index_of(out_strides, &idx), v, w);
         }
     }
+}
+
+/// `out[n] = α · Σ_k A[k] · B[n·b_n + k] (+ β · C[n])` for one row of A, one output per
+/// trip of the (parallel) loop: four f32x4 accumulators over k (so the FMA chains
+/// overlap), reduced once. A stays in L1; B streams once, in order.
+fn gemv_kernel(
+    kb: &mut KernelBuilder,
+    g: &GemmGeo,
+    bufs: &GemmBufs,
+    epi: &Epilogue,
+    out_strides: &[i64],
+) {
+    let w4 = Width::F32x4;
+    let main = (g.k / 16 * 16) as i64;
+    kb.set_parallel();
+    kb.for_loop(0, g.n as i64, 1, |kb, n| {
+        let n = Affine::var(n);
+        let row = n.scale(g.b_n);
+        let accs: Vec<VarId> = (0..4).map(|_| kb.var(w4)).collect();
+        for &acc in &accs {
+            kb.assign(acc, Expr::constant(0.0, w4));
+        }
+        kb.for_loop(0, main, 16, |kb, k| {
+            for (u, &acc) in accs.iter().enumerate() {
+                let k = Affine::var(k).plus(4 * u as i64);
+                let a = Expr::load(bufs.a, k.scale(g.a_k), w4);
+                let b = Expr::load(bufs.b, row.add(&k), w4);
+                kb.assign(acc, Expr::fma(a, b, Expr::Var(acc)));
+            }
+        });
+        let pair = |x: VarId, y: VarId| Expr::binary(BinOp::Add, Expr::Var(x), Expr::Var(y));
+        let sum = Expr::binary(BinOp::Add, pair(accs[0], accs[1]), pair(accs[2], accs[3]));
+        let total = kb.var(Width::Scalar);
+        kb.assign(total, Expr::Reduce(ReduceOp::Add, Box::new(sum)));
+        kb.for_loop(main, g.k as i64, 1, |kb, k| {
+            let k = Affine::var(k);
+            let a = Expr::load(bufs.a, k.scale(g.a_k), Width::Scalar);
+            let b = Expr::load(bufs.b, row.add(&k), Width::Scalar);
+            kb.assign(total, Expr::fma(a, b, Expr::Var(total)));
+        });
+        let s1 = Width::Scalar;
+        let mut v = Expr::Var(total);
+        if g.alpha != 1.0 {
+            v = Expr::binary(BinOp::Mul, v, Expr::constant(g.alpha, s1));
+        }
+        let m = Affine::constant(0);
+        if let Some((c, strides)) = &bufs.c {
+            if g.beta != 0.0 {
+                let cv = Expr::load(*c, index_of(strides, &[m.clone(), n.clone()]), s1);
+                v = Expr::fma(cv, Expr::constant(g.beta, s1), v);
+            }
+        }
+        let mut idx = Vec::new();
+        if g.has_m {
+            idx.push(m);
+        }
+        if g.has_n {
+            idx.push(n);
+        }
+        let v = epi.apply(kb, v, &idx, s1);
+        kb.store(bufs.out, index_of(out_strides, &idx), v, s1);
+    });
 }
 
 // ---------------------------------------------------------------------------------------
