@@ -62,6 +62,7 @@ struct ScaledRows {
 
 impl ScaledRows {
     /// The element `x` of a row with factor `alpha`, as every reader computes it.
+    #[inline]
     fn apply(x: f32, alpha: f64) -> f32 {
         (f64::from(x) * alpha) as f32
     }
@@ -275,7 +276,9 @@ impl AlignedBuf {
     }
 
     /// One element of a [`AlignedBuf::scaled_rows`] buffer: `x` in a row scaled by
-    /// `alpha`, bit-identical to what reading the buffer gives.
+    /// `alpha`, bit-identical to what reading the buffer gives. (Inlined across crates:
+    /// packers call it once per weight element.)
+    #[inline]
     pub fn scaled_value(x: f32, alpha: f64) -> f32 {
         ScaledRows::apply(x, alpha)
     }

@@ -68,19 +68,8 @@ pub fn decode(file: AlignedBuf) -> Result<AlignedModel, prost::DecodeError> {
     let mut base = base;
     let placed: Vec<(usize, usize, usize)> = match base.as_bytes_mut() {
         Some(bytes) => {
-            let mut placed = Vec::with_capacity(moves.len());
-            let mut free = 0usize; // first byte not holding a moved tensor
-            for &(i, off, len) in &moves {
-                let dst = free.next_multiple_of(64);
-                if dst > off {
-                    // cannot move down without overwriting it; copy this one out first
-                    windows.insert(i, AlignedBuf::from_bytes(&bytes[off..off + len]));
-                    continue;
-                }
-                bytes.copy_within(off..off + len, dst);
-                placed.push((i, dst, len));
-                free = dst + len;
-            }
+            let (placed, copied) = place_all(bytes, &moves);
+            windows.extend(copied);
             placed
         }
         // Some slice of the file is still referenced (a field this module does not
@@ -105,6 +94,72 @@ pub fn decode(file: AlignedBuf) -> Result<AlignedModel, prost::DecodeError> {
         }
     }
     Ok(AlignedModel { model, windows })
+}
+
+/// Files at least this large move their tensors on two threads (see [`place_all`]).
+const PARALLEL_PLACE_MIN_BYTES: usize = 8 << 20;
+
+/// (initializer index, destination offset, length) of the tensors moved in place, and
+/// copies of those that could not move.
+type Placement = (Vec<(usize, usize, usize)>, Vec<(usize, AlignedBuf)>);
+
+/// Moves each `(initializer, offset, length)` of `moves` (in file order) down to a
+/// 64-byte boundary of `bytes`, or copies it out when it cannot move down. For a large
+/// file, the moves are split at a tensor whose first aligned destination after the
+/// previous tensor's bytes is still at or before its own start: the two halves then
+/// write disjoint parts of the file and run on two threads (the moves are a warm
+/// `memmove` of the whole file, ≈ 10 ms for ResNet-50's 98 MB).
+fn place_all(bytes: &mut [u8], moves: &[(usize, usize, usize)]) -> Placement {
+    let total = bytes.len();
+    let split = (total >= PARALLEL_PLACE_MIN_BYTES
+        && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1))
+    .then(|| {
+        (1..moves.len()).find(|&m| {
+            let (_, prev_off, prev_len) = moves[m - 1];
+            let (_, off, _) = moves[m];
+            off >= total / 2 && (prev_off + prev_len).next_multiple_of(64) <= off
+        })
+    })
+    .flatten();
+    let Some(m) = split else {
+        return place(bytes, 0, moves);
+    };
+    let boundary = moves[m - 1].1 + moves[m - 1].2;
+    let (lo, hi) = bytes.split_at_mut(boundary);
+    let ((mut placed, mut copied), (placed_hi, copied_hi)) = std::thread::scope(|s| {
+        let upper = s.spawn(|| place(hi, boundary, &moves[m..]));
+        let lower = place(lo, 0, &moves[..m]);
+        let upper = upper
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        (lower, upper)
+    });
+    placed.extend(placed_hi);
+    copied.extend(copied_hi);
+    (placed, copied)
+}
+
+/// [`place_all`] on one thread, for `bytes` holding the file's bytes from offset
+/// `origin` (offsets in `moves` and in the result are file offsets). Moving down in
+/// file order never overwrites bytes not yet moved, because each tensor's destination
+/// starts at or before its own start.
+fn place(bytes: &mut [u8], origin: usize, moves: &[(usize, usize, usize)]) -> Placement {
+    let mut placed = Vec::with_capacity(moves.len());
+    let mut copied = Vec::new();
+    let mut free = origin; // first byte not holding a moved tensor
+    for &(i, off, len) in moves {
+        let dst = free.next_multiple_of(64);
+        let from = off - origin;
+        if dst > off {
+            // cannot move down without overwriting it; copy this one out first
+            copied.push((i, AlignedBuf::from_bytes(&bytes[from..from + len])));
+            continue;
+        }
+        bytes.copy_within(from..from + len, dst - origin);
+        placed.push((i, dst, len));
+        free = dst + len;
+    }
+    (placed, copied)
 }
 
 /// Replaces every `raw_data` slice of the file buffer left in the model by a copy.
@@ -230,5 +285,42 @@ mod tests {
             "small tensors are detached copies"
         );
         assert_eq!(raw.len(), 12);
+    }
+
+    /// A file large enough to move its tensors on two threads gives the same windows
+    /// (names of 80 bytes leave more than 64 bytes between tensors, so the split is
+    /// always possible).
+    #[test]
+    fn large_files_place_their_tensors_in_two_halves() {
+        let n = (PARALLEL_PLACE_MIN_BYTES / 4) / 3;
+        let tensors: Vec<Vec<f32>> = (0..5)
+            .map(|t| (0..n + t).map(|i| (i * 7 + t) as f32).collect())
+            .collect();
+        let model = ModelProto {
+            graph: Some(GraphProto {
+                initializer: tensors
+                    .iter()
+                    .enumerate()
+                    .map(|(t, v)| tensor(&format!("w{t}_{}", "x".repeat(80)), v))
+                    .collect(),
+                ..GraphProto::default()
+            }),
+            ..ModelProto::default()
+        };
+        let bytes = model.encode_to_vec();
+        assert!(bytes.len() >= PARALLEL_PLACE_MIN_BYTES);
+        let file = AlignedBuf::from_bytes(&bytes);
+        let range = file.as_bytes().as_ptr_range();
+        let decoded = decode(file).unwrap();
+        assert_eq!(decoded.windows.len(), 5);
+        for (t, want) in tensors.iter().enumerate() {
+            let w = &decoded.windows[&t];
+            assert_eq!(w.as_f32(), &want[..], "tensor {t}");
+            assert_eq!(w.as_bytes().as_ptr() as usize % 64, 0);
+            assert!(
+                range.contains(&w.as_bytes().as_ptr()),
+                "tensor {t} is a window"
+            );
+        }
     }
 }
