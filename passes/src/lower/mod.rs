@@ -155,14 +155,31 @@ pub fn lower_with(
     func: &Func,
     opts: &LowerOptions,
 ) -> Result<Program, Diagnostic> {
-    // weight packing runs on the other cores while the kernels are built
-    let (prog, constants) =
-        crate::parallel::overlapped(|packing| lower_program(module, func, opts, packing));
-    let mut prog = prog?;
+    lower_with_then(module, func, opts, |_| ()).map(|(prog, ())| prog)
+}
+
+/// [`lower_with`], running `then` on the program as soon as its kernels are final, while
+/// its deferred constants (packed and transformed weights) are still being computed on
+/// the other cores; their buffers are filled in before this returns. Code generation
+/// reads kernels, never constants, so it overlaps the packing this way.
+pub fn lower_with_then<T>(
+    module: &Module,
+    func: &Func,
+    opts: &LowerOptions,
+    then: impl FnOnce(&Program) -> T,
+) -> Result<(Program, T), Diagnostic> {
+    // weight packing runs on the other cores while the kernels are built, then beside
+    // `then`
+    let (lowered, constants) = crate::parallel::overlapped(|packing| {
+        let prog = lower_program(module, func, opts, packing)?;
+        let out = then(&prog);
+        Ok::<_, Diagnostic>((prog, out))
+    });
+    let (mut prog, out) = lowered?;
     for (id, data) in constants {
         prog.buffers[id.0 as usize].kind = BufferKind::Constant(Arc::new(data));
     }
-    Ok(prog)
+    Ok((prog, out))
 }
 
 /// [`lower_with`], submitting the deferred constants ([`Cx::constant_later`]) to
