@@ -198,10 +198,11 @@ pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKern
     // the routines first, so their ids are their indices in MICRO_KERNELS (CLIF text
     // names them the same way without a module)
     let routine_sig = conv_tile_signature(isa.as_ref());
-    for (i, r) in MICRO_KERNELS.iter().enumerate() {
+    for r in MICRO_KERNELS {
         let id = module
             .declare_function(r.symbol(), Linkage::Import, &routine_sig)
             .map_err(|e| Error::Unsupported(format!("declaring {}: {e}", r.symbol())))?;
+        let i = routine_index(r);
         if id.as_u32() as usize != i {
             return Err(Error::Unsupported(format!(
                 "{} was declared as function {}, not {i}",
@@ -330,8 +331,17 @@ fn codegen_error(k: &Kernel, e: impl std::fmt::Display) -> Error {
     Error::Unsupported(format!("code generation of kernel {} failed: {e}", k.name))
 }
 
-/// The micro-kernels a JIT module links, in the order of their function ids.
+/// The micro-kernels a JIT module links, in the order of their function ids: routine
+/// `r` is `MICRO_KERNELS[routine_index(r)]`.
 const MICRO_KERNELS: [MicroKernel; 2] = [MicroKernel::ConvTileAvx2, MicroKernel::ConvTileAvx512];
+
+/// The position of `r` in [`MICRO_KERNELS`] (exhaustive, so a new routine must be placed).
+fn routine_index(r: MicroKernel) -> usize {
+    match r {
+        MicroKernel::ConvTileAvx2 => 0,
+        MicroKernel::ConvTileAvx512 => 1,
+    }
+}
 
 /// Whether the host's CPU has the instructions `r` uses.
 pub fn host_runs(r: MicroKernel) -> bool {
@@ -475,24 +485,6 @@ fn build_function(
             fb.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 6));
         bases.push(fb.ins().stack_addr(ptr, slot, 0));
     }
-    // every routine the kernel calls, named by its index in MICRO_KERNELS
-    let mut routines = [None; MICRO_KERNELS.len()];
-    for r in routines_of(&kernel.body) {
-        let i = MICRO_KERNELS.iter().position(|m| *m == r).unwrap_or(0);
-        if routines[i].is_none() {
-            let signature = fb.import_signature(conv_tile_signature(isa));
-            let name = fb.func.declare_imported_user_function(UserExternalName {
-                namespace: 0,
-                index: i as u32,
-            });
-            routines[i] = Some(fb.import_function(ExtFuncData {
-                name: ExternalName::user(name),
-                signature,
-                colocated: false,
-                patchable: false,
-            }));
-        }
-    }
     let vars: Vec<Variable> = kernel
         .vars
         .iter()
@@ -507,7 +499,8 @@ fn build_function(
         fb,
         kernel,
         bases,
-        routines,
+        routines: [None; MICRO_KERNELS.len()],
+        routine_sig: conv_tile_signature(isa),
         vars,
         known: vec![None; kernel.num_loop_vars as usize],
         loops,
@@ -579,8 +572,11 @@ struct Gen<'f, 'k> {
     kernel: &'k Kernel,
     /// Base pointers: the arguments, then the local buffers.
     bases: Vec<ClifValue>,
-    /// The function reference of each routine in MICRO_KERNELS the kernel calls.
+    /// The function reference of each routine the kernel calls, by [`routine_index`],
+    /// imported at its first call.
     routines: [Option<FuncRef>; MICRO_KERNELS.len()],
+    /// The routines' signature.
+    routine_sig: cranelift_codegen::ir::Signature,
     vars: Vec<Variable>,
     loop_vars: Vec<Variable>,
     /// Values of loop variables of single-trip loops, folded into addresses.
@@ -641,12 +637,28 @@ impl Gen<'_, '_> {
 
     /// Calls a conv-tile routine (arguments in `conv_tile_signature` order).
     fn conv_tile(&mut self, routine: MicroKernel, ptrs: [&BufPtr; 3], t: &ConvTile) {
-        let i = MICRO_KERNELS
-            .iter()
-            .position(|m| *m == routine)
-            .unwrap_or(0);
-        let Some(callee) = self.routines[i] else {
-            return;
+        let i = routine_index(routine);
+        let callee = match self.routines[i] {
+            Some(f) => f,
+            None => {
+                // named by its function id in the module (see MICRO_KERNELS)
+                let signature = self.fb.import_signature(self.routine_sig.clone());
+                let name = self
+                    .fb
+                    .func
+                    .declare_imported_user_function(UserExternalName {
+                        namespace: 0,
+                        index: i as u32,
+                    });
+                let f = self.fb.import_function(ExtFuncData {
+                    name: ExternalName::user(name),
+                    signature,
+                    colocated: false,
+                    patchable: false,
+                });
+                self.routines[i] = Some(f);
+                f
+            }
         };
         let mut args = Vec::with_capacity(15);
         for p in ptrs {
