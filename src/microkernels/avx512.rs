@@ -16,6 +16,10 @@ use super::{empty_reduction, Geom};
 const BLOCK: usize = 28;
 /// Input channels ahead that planar blocks prefetch.
 const PREFETCH_DISTANCE: isize = 8;
+/// Input channels ahead whose weight row (one cache line) every block prefetches: cold
+/// weights stream from memory, and the hardware prefetchers stop at each 4 KiB page.
+/// ResNet-50, per-op minima of 4 alternating runs: 77.9 → 67.6 ms.
+const W_PREFETCH_DISTANCE: isize = 16;
 
 /// The AVX-512F conv tile; the contract is the module docs of [`crate::microkernels`].
 ///
@@ -182,6 +186,11 @@ unsafe fn block<const NP: usize, const PS: usize, const PF: bool>(
                     if PF && c + PREFETCH_DISTANCE < g.chans {
                         prefetch_pixels::<NP, PS>(
                             xrt.offset((c + PREFETCH_DISTANCE) * g.chan_stride),
+                        );
+                    }
+                    if c + W_PREFETCH_DISTANCE < g.chans {
+                        _mm_prefetch::<_MM_HINT_T0>(
+                            wrt.offset((c + W_PREFETCH_DISTANCE) * 16) as *const i8,
                         );
                     }
                     channel(
