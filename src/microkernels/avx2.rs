@@ -175,7 +175,7 @@ unsafe fn block<const NP: usize, const PS: usize, const PF: bool>(
                     }
                     if c + W_PREFETCH_DISTANCE < g.chans {
                         _mm_prefetch::<_MM_HINT_T0>(
-                            wrt.offset((c + W_PREFETCH_DISTANCE) * 16) as *const i8,
+                            wrt.offset((c + W_PREFETCH_DISTANCE) * 16) as *const i8
                         );
                     }
                     channel(
