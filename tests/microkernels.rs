@@ -1,17 +1,19 @@
-//! The native conv-tile micro-kernels against the scalar reference, over many shapes, with
-//! poisoned gaps and guard regions to catch any access outside the contract's index sets.
+//! The native conv-tile micro-kernels (16 and 32 lanes) against the scalar references, over
+//! many shapes, with poisoned gaps and guard regions to catch any access outside the
+//! contract's index sets.
 
 use smelt::ir::weights::random_f32;
-use smelt::microkernels::{self, ConvTileFn, LANES};
+use smelt::microkernels::{self, ConvTileFn, LANES, LANES_X32};
 
 /// The NaN every element outside a contract index set holds (a payload no arithmetic makes).
 const POISON: u32 = 0x7fc0_dead;
 /// Poisoned elements before and after every buffer.
 const GUARD: usize = 67;
 
-/// One call's arguments (everything but the pointers).
+/// One call's arguments (everything but the pointers) and the kernels' lane count.
 #[derive(Clone, Copy, Debug)]
 struct Call {
+    lanes: i64,
     pixels: i64,
     rows: i64,
     row_stride: i64,
@@ -51,10 +53,9 @@ impl Call {
         for r in 0..self.rows {
             for t in 0..self.taps {
                 for c in 0..self.chans {
-                    for l in 0..LANES as i64 {
+                    for l in 0..self.lanes {
                         v.push(
-                            ((r * self.taps + t) * self.w_tap_stride + c * LANES as i64 + l)
-                                as usize,
+                            ((r * self.taps + t) * self.w_tap_stride + c * self.lanes + l) as usize,
                         );
                     }
                 }
@@ -66,7 +67,7 @@ impl Call {
     fn out_indices(&self) -> Vec<usize> {
         let mut v = Vec::new();
         for p in 0..self.pixels {
-            for l in 0..LANES as i64 {
+            for l in 0..self.lanes {
                 v.push(
                     (p * self.out_pixel_stride + (l / 4) * self.out_vec_stride + l % 4) as usize,
                 );
@@ -112,8 +113,8 @@ fn poisoned(indices: &[usize], seed: u64) -> Vec<f32> {
     buf
 }
 
-/// The kernels this host can run, by name; on x86-64 AVX2+FMA is required.
-fn kernels() -> Vec<(&'static str, ConvTileFn)> {
+/// The kernels of `lanes` lanes this host can run, by name; on x86-64 AVX2+FMA is required.
+fn kernels(lanes: i64) -> Vec<(&'static str, ConvTileFn)> {
     #[cfg(target_arch = "x86_64")]
     {
         assert!(
@@ -124,18 +125,43 @@ fn kernels() -> Vec<(&'static str, ConvTileFn)> {
             microkernels::has_avx512f(),
             std::is_x86_feature_detected!("avx512f")
         );
-        let mut v: Vec<(&'static str, ConvTileFn)> = vec![("avx2", microkernels::conv_tile_avx2)];
-        if microkernels::has_avx512f() {
-            v.push(("avx512", microkernels::conv_tile_avx512));
+        let avx512 = microkernels::has_avx512f();
+        let mut v: Vec<(&'static str, ConvTileFn)> = Vec::new();
+        match lanes as usize {
+            LANES => {
+                v.push(("avx2", microkernels::conv_tile_avx2));
+                if avx512 {
+                    v.push(("avx512", microkernels::conv_tile_avx512));
+                }
+            }
+            LANES_X32 => {
+                if avx512 {
+                    v.push(("avx512_x32", microkernels::conv_tile_avx512_x32));
+                }
+            }
+            _ => panic!("no kernel has {lanes} lanes"),
         }
         v
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
         assert!(!microkernels::has_avx2_fma() && !microkernels::has_avx512f());
+        let _ = lanes;
         Vec::new()
     }
 }
+
+/// The scalar oracle of `lanes` lanes.
+fn reference(lanes: i64) -> ConvTileFn {
+    match lanes as usize {
+        LANES => microkernels::conv_tile_reference,
+        LANES_X32 => microkernels::conv_tile_reference_x32,
+        _ => panic!("no reference has {lanes} lanes"),
+    }
+}
+
+/// Both lane counts.
+const ALL_LANES: [i64; 2] = [LANES as i64, LANES_X32 as i64];
 
 /// Runs `call` through the reference and every kernel; checks results, untouched poison
 /// outside the out index set, and bit-identical repeats.
@@ -151,13 +177,13 @@ fn check(call: &Call, seed: u64) {
         }
     }
     let mut want = init.clone();
-    call.run(microkernels::conv_tile_reference, &x, &w, &mut want);
+    call.run(reference(call.lanes), &x, &w, &mut want);
     let in_set: std::collections::HashSet<usize> = out_idx.iter().map(|i| i + GUARD).collect();
     let scale = out_idx
         .iter()
         .map(|&i| f64::from(want[GUARD + i]).abs())
         .fold(1.0, f64::max);
-    for (name, f) in kernels() {
+    for (name, f) in kernels(call.lanes) {
         let mut got = init.clone();
         call.run(f, &x, &w, &mut got);
         let mut max_err = 0.0f64;
@@ -215,17 +241,21 @@ fn x_layouts(pixels: i64, taps: i64, chans: i64) -> Vec<(i64, i64, i64, i64)> {
 fn kernels_match_reference_on_many_shapes() {
     let mut seed = 1;
     let mut cases = 0;
-    for pixels in [0, 1, 2, 5, 6, 7, 12, 13, 14, 15, 28, 56, 112] {
+    for (lanes, pixels) in ALL_LANES
+        .into_iter()
+        .flat_map(|l| [0, 1, 2, 5, 6, 7, 12, 13, 14, 15, 28, 56, 112].map(|p| (l, p)))
+    {
         for (rows, taps) in [(1, 1), (3, 3), (1, 3)] {
             for chans in [1, 3, 16, 64] {
                 for (chan_stride, pixel_stride, tap_stride, row_stride) in
                     x_layouts(pixels, taps, chans)
                 {
-                    for (out_pixel_stride, out_vec_stride) in [(16, 4), (4, 4 * pixels + 5)] {
+                    for (out_pixel_stride, out_vec_stride) in [(lanes, 4), (4, 4 * pixels + 5)] {
                         for accumulate in [false, true] {
                             // packed weights, or a gap (poisoned) between taps
-                            let w_tap_stride = chans * 16 + if seed % 3 == 0 { 32 } else { 0 };
+                            let w_tap_stride = chans * lanes + if seed % 3 == 0 { 32 } else { 0 };
                             let call = Call {
+                                lanes,
                                 pixels,
                                 rows,
                                 row_stride,
@@ -248,80 +278,88 @@ fn kernels_match_reference_on_many_shapes() {
             }
         }
     }
-    assert_eq!(cases, 13 * 3 * 4 * 5 * 2 * 2);
+    assert_eq!(cases, 2 * 13 * 3 * 4 * 5 * 2 * 2);
 }
 
 #[test]
 fn typical_calls_match_reference() {
     // a 3×3 channels-last row at 128 channels, 28 pixels; stride 2; a 1×1 NCHW row
-    let base = Call {
-        pixels: 28,
-        rows: 3,
-        row_stride: 30 * 128,
-        taps: 3,
-        tap_stride: 128,
-        chans: 128,
-        chan_stride: 1,
-        pixel_stride: 128,
-        w_tap_stride: 128 * 16,
-        out_pixel_stride: 16,
-        out_vec_stride: 4,
-        accumulate: false,
-    };
-    check(&base, 7);
-    check(
-        &Call {
-            pixels: 14,
+    for lanes in ALL_LANES {
+        let base = Call {
+            lanes,
+            pixels: 28,
+            rows: 3,
             row_stride: 30 * 128,
-            pixel_stride: 256,
-            accumulate: true,
-            ..base
-        },
-        8,
-    );
-    check(
-        &Call {
-            pixels: 56,
-            rows: 1,
-            row_stride: 0,
-            taps: 1,
-            tap_stride: 0,
-            chans: 256,
-            chan_stride: 56 * 56,
-            pixel_stride: 1,
-            w_tap_stride: 256 * 16,
-            out_pixel_stride: 4,
-            out_vec_stride: 56 * 4,
-            accumulate: true,
-        },
-        9,
-    );
+            taps: 3,
+            tap_stride: 128,
+            chans: 128,
+            chan_stride: 1,
+            pixel_stride: 128,
+            w_tap_stride: 128 * lanes,
+            out_pixel_stride: lanes,
+            out_vec_stride: 4,
+            accumulate: false,
+        };
+        check(&base, 7 + lanes as u64);
+        check(
+            &Call {
+                pixels: 14,
+                row_stride: 30 * 128,
+                pixel_stride: 256,
+                accumulate: true,
+                ..base
+            },
+            8 + lanes as u64,
+        );
+        check(
+            &Call {
+                pixels: 56,
+                rows: 1,
+                row_stride: 0,
+                taps: 1,
+                tap_stride: 0,
+                chans: 256,
+                chan_stride: 56 * 56,
+                pixel_stride: 1,
+                w_tap_stride: 256 * lanes,
+                out_pixel_stride: 4,
+                out_vec_stride: 56 * 4,
+                accumulate: true,
+                ..base
+            },
+            9 + lanes as u64,
+        );
+    }
 }
 
 #[test]
 fn every_pixel_stride_path_matches_reference() {
     // the kernels specialize full blocks on these pixel strides (and prefetch planar
-    // inputs with strides 1 and 2); 7 and 130 take the run-time-stride path
+    // inputs with strides 1 and 2); 7 and 130 take the run-time-stride path; the pixel
+    // counts give full blocks and remainders of every kernel's block size
     let mut seed = 100;
-    for pixel_stride in [1, 2, 3, 6, 7, 64, 128, 130, 256, 512, 1024] {
-        for chan_stride in [1, 40 * 1024] {
-            for pixels in [63, 28, 6] {
-                let call = Call {
-                    pixels,
-                    rows: 1,
-                    row_stride: 0,
-                    taps: 2,
-                    tap_stride: 5,
-                    chans: 20,
-                    chan_stride,
-                    pixel_stride,
-                    w_tap_stride: 20 * 16,
-                    out_pixel_stride: 16,
-                    out_vec_stride: 4,
-                    accumulate: seed % 2 == 0,
-                };
-                check(&call, seed);
-                seed += 1;
+    for lanes in ALL_LANES {
+        for pixel_stride in [1, 2, 3, 6, 7, 64, 128, 130, 256, 512, 1024] {
+            for chan_stride in [1, 40 * 1024] {
+                for pixels in [63, 28, 14, 13, 6] {
+                    let call = Call {
+                        lanes,
+                        pixels,
+                        rows: 1,
+                        row_stride: 0,
+                        taps: 2,
+                        tap_stride: 5,
+                        chans: 20,
+                        chan_stride,
+                        pixel_stride,
+                        w_tap_stride: 20 * lanes,
+                        out_pixel_stride: lanes,
+                        out_vec_stride: 4,
+                        accumulate: seed % 2 == 0,
+                    };
+                    check(&call, seed);
+                    seed += 1;
+                }
             }
         }
     }
@@ -329,55 +367,59 @@ fn every_pixel_stride_path_matches_reference() {
 
 #[test]
 fn empty_reductions_give_the_initial_value_and_read_nothing() {
-    for (rows, taps, chans) in [(0, 3, 8), (3, 0, 8), (3, 3, 0), (0, 0, 0)] {
-        for accumulate in [false, true] {
-            let call = Call {
-                pixels: 9,
-                rows,
-                row_stride: 100,
-                taps,
-                tap_stride: 10,
-                chans,
-                chan_stride: 1,
-                pixel_stride: 10,
-                w_tap_stride: 128,
-                out_pixel_stride: 16,
-                out_vec_stride: 4,
-                accumulate,
-            };
-            let init = random_f32(3, 9 * 16, -1.0, 1.0);
-            for (name, f) in kernels()
-                .into_iter()
-                .chain([("reference", microkernels::conv_tile_reference as ConvTileFn)])
-            {
-                let mut out = init.clone();
-                // SAFETY: x and w have empty index sets, so null is never read; out holds
-                // 9 pixels × 16 lanes.
-                unsafe {
-                    f(
-                        std::ptr::null(),
-                        std::ptr::null(),
-                        out.as_mut_ptr(),
-                        call.pixels,
-                        call.rows,
-                        call.row_stride,
-                        call.taps,
-                        call.tap_stride,
-                        call.chans,
-                        call.chan_stride,
-                        call.pixel_stride,
-                        call.w_tap_stride,
-                        call.out_pixel_stride,
-                        call.out_vec_stride,
-                        call.accumulate as i64,
-                    )
+    for lanes in ALL_LANES {
+        let len = 9 * lanes as usize;
+        for (rows, taps, chans) in [(0, 3, 8), (3, 0, 8), (3, 3, 0), (0, 0, 0)] {
+            for accumulate in [false, true] {
+                let call = Call {
+                    lanes,
+                    pixels: 9,
+                    rows,
+                    row_stride: 100,
+                    taps,
+                    tap_stride: 10,
+                    chans,
+                    chan_stride: 1,
+                    pixel_stride: 10,
+                    w_tap_stride: 128,
+                    out_pixel_stride: lanes,
+                    out_vec_stride: 4,
+                    accumulate,
                 };
-                let want = if accumulate {
-                    init.clone()
-                } else {
-                    vec![0.0; 9 * 16]
-                };
-                assert_eq!(out, want, "{name} {call:?}");
+                let init = random_f32(3, len, -1.0, 1.0);
+                for (name, f) in kernels(lanes)
+                    .into_iter()
+                    .chain([("reference", reference(lanes))])
+                {
+                    let mut out = init.clone();
+                    // SAFETY: x and w have empty index sets, so null is never read; out
+                    // holds 9 pixels × `lanes` lanes.
+                    unsafe {
+                        f(
+                            std::ptr::null(),
+                            std::ptr::null(),
+                            out.as_mut_ptr(),
+                            call.pixels,
+                            call.rows,
+                            call.row_stride,
+                            call.taps,
+                            call.tap_stride,
+                            call.chans,
+                            call.chan_stride,
+                            call.pixel_stride,
+                            call.w_tap_stride,
+                            call.out_pixel_stride,
+                            call.out_vec_stride,
+                            call.accumulate as i64,
+                        )
+                    };
+                    let want = if accumulate {
+                        init.clone()
+                    } else {
+                        vec![0.0; len]
+                    };
+                    assert_eq!(out, want, "{name} {call:?}");
+                }
             }
         }
     }
@@ -385,7 +427,7 @@ fn empty_reductions_give_the_initial_value_and_read_nothing() {
 
 #[test]
 fn zero_pixels_touch_nothing() {
-    for (_, f) in kernels() {
+    for (_, f) in ALL_LANES.into_iter().flat_map(kernels) {
         // SAFETY: no pixels, so every index set is empty and null is never dereferenced.
         unsafe {
             f(
@@ -416,21 +458,21 @@ fn entries_are_the_kernels_the_host_can_run() {
         microkernels::host_has(MicroKernel::ConvTileAvx2),
         microkernels::has_avx2_fma()
     );
-    assert_eq!(
-        microkernels::host_has(MicroKernel::ConvTileAvx512),
-        microkernels::has_avx512f()
-    );
+    for routine in [MicroKernel::ConvTileAvx512, MicroKernel::ConvTileAvx512x32] {
+        assert_eq!(microkernels::host_has(routine), microkernels::has_avx512f());
+    }
     #[cfg(target_arch = "x86_64")]
     {
-        let avx2: ConvTileFn = microkernels::conv_tile_avx2;
-        let avx512: ConvTileFn = microkernels::conv_tile_avx512;
-        assert_eq!(
-            microkernels::entry(MicroKernel::ConvTileAvx2),
-            avx2 as *const u8
-        );
-        assert_eq!(
-            microkernels::entry(MicroKernel::ConvTileAvx512),
-            avx512 as *const u8
-        );
+        let routines: [(MicroKernel, ConvTileFn); 3] = [
+            (MicroKernel::ConvTileAvx2, microkernels::conv_tile_avx2),
+            (MicroKernel::ConvTileAvx512, microkernels::conv_tile_avx512),
+            (
+                MicroKernel::ConvTileAvx512x32,
+                microkernels::conv_tile_avx512_x32,
+            ),
+        ];
+        for (routine, f) in routines {
+            assert_eq!(microkernels::entry(routine), f as *const u8, "{routine:?}");
+        }
     }
 }

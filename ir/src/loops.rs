@@ -329,24 +329,54 @@ pub enum MicroKernel {
     ConvTileAvx2,
     /// The conv tile with AVX-512F (one `f32x16` per pixel).
     ConvTileAvx512,
+    /// The conv tile with AVX-512F over 32 channels (two `f32x16` per pixel).
+    ConvTileAvx512x32,
 }
 
 impl MicroKernel {
+    /// Output channels per call: the lanes of one packed weight row.
+    pub fn lanes(self) -> i64 {
+        match self {
+            MicroKernel::ConvTileAvx2 | MicroKernel::ConvTileAvx512 => 16,
+            MicroKernel::ConvTileAvx512x32 => 32,
+        }
+    }
+
+    /// The routine to use instead when a group's output channels are not a multiple of
+    /// [`MicroKernel::lanes`] (the 16-channel AVX-512 tile for the 32-channel one).
+    pub fn narrower(self) -> Option<MicroKernel> {
+        match self {
+            MicroKernel::ConvTileAvx512x32 => Some(MicroKernel::ConvTileAvx512),
+            MicroKernel::ConvTileAvx2 | MicroKernel::ConvTileAvx512 => None,
+        }
+    }
+
+    /// Lanes of the routine's FMA instructions (8 for AVX2, 16 for AVX-512), for cost
+    /// models and peak-speed reports.
+    pub fn fma_lanes(self) -> i64 {
+        match self {
+            MicroKernel::ConvTileAvx2 => 8,
+            MicroKernel::ConvTileAvx512 | MicroKernel::ConvTileAvx512x32 => 16,
+        }
+    }
+
     /// The routine's symbol name, as the JIT links it.
     pub fn symbol(self) -> &'static str {
         match self {
             MicroKernel::ConvTileAvx2 => "smelt_conv_tile_avx2",
             MicroKernel::ConvTileAvx512 => "smelt_conv_tile_avx512",
+            MicroKernel::ConvTileAvx512x32 => "smelt_conv_tile_avx512_x32",
         }
     }
 }
 
-/// The shape of one conv-tile call: for pixel `p < pixels` and output channel `l < 16`,
+/// The shape of one conv-tile call: for pixel `p < pixels` and output channel
+/// `l < lanes`,
 ///
 /// ```text
 /// out[p·out_pixel_stride + (l/4)·out_vec_stride + l%4]  (+)=
 ///     Σ_{r<rows, t<taps, c<chans} x[r·row_stride + t·tap_stride + c·chan_stride + p·pixel_stride]
-///                                · w[(r·taps + t)·w_tap_stride + 16·c + l]
+///                                · w[(r·taps + t)·w_tap_stride + lanes·c + l]
 /// ```
 ///
 /// starting from the old `out` when `accumulate`, else from zero. All counts and strides
@@ -354,6 +384,8 @@ impl MicroKernel {
 /// every index above, inside their buffers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ConvTile {
+    /// Output channels (the routine's [`MicroKernel::lanes`]).
+    pub lanes: i64,
     /// Output pixels.
     pub pixels: i64,
     /// Kernel rows.
@@ -370,7 +402,7 @@ pub struct ConvTile {
     pub chan_stride: i64,
     /// Input elements between output pixels.
     pub pixel_stride: i64,
-    /// Weight elements between taps (16 per input channel of the whole filter).
+    /// Weight elements between taps (`lanes` per input channel of the whole filter).
     pub w_tap_stride: i64,
     /// Output elements between pixels.
     pub out_pixel_stride: i64,
@@ -381,17 +413,18 @@ pub struct ConvTile {
 }
 
 impl ConvTile {
-    /// Output channels per call.
-    pub const LANES: i64 = 16;
-
     fn is_empty(&self) -> bool {
         self.pixels == 0 || self.rows == 0 || self.taps == 0 || self.chans == 0
     }
 
     /// Elements of `x`, `w` and `out` from each pointer that the call may touch
-    /// (`None` when a count or stride is negative or a product overflows).
+    /// (`None` when a count or stride is negative, the lanes are not a positive multiple
+    /// of 4, or a product overflows).
     pub fn footprints(&self) -> Option<[i64; 3]> {
         let t = self;
+        if t.lanes <= 0 || t.lanes % 4 != 0 {
+            return None;
+        }
         let fields = [
             t.pixels,
             t.rows,
@@ -410,7 +443,7 @@ impl ConvTile {
         }
         let out = (t.pixels.max(1) - 1)
             .checked_mul(t.out_pixel_stride)?
-            .checked_add(3i64.checked_mul(t.out_vec_stride)?)?
+            .checked_add((t.lanes / 4 - 1).checked_mul(t.out_vec_stride)?)?
             .checked_add(4)?;
         if t.is_empty() {
             // nothing read; `out` is still written (zeroed) unless there are no pixels
@@ -428,8 +461,8 @@ impl ConvTile {
         })?;
         let w = (t.rows.checked_mul(t.taps)? - 1)
             .checked_mul(t.w_tap_stride)?
-            .checked_add((t.chans - 1).checked_mul(ConvTile::LANES)?)?
-            .checked_add(ConvTile::LANES)?;
+            .checked_add((t.chans - 1).checked_mul(t.lanes)?)?
+            .checked_add(t.lanes)?;
         Some([x, w, out])
     }
 
@@ -440,7 +473,7 @@ impl ConvTile {
             self.rows,
             self.taps,
             self.chans,
-            2 * ConvTile::LANES,
+            2 * self.lanes,
         ];
         n.iter().map(|&v| v.max(0) as u64).product()
     }
@@ -450,7 +483,8 @@ impl fmt::Display for ConvTile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "pixels={}, rows={}x{}, taps={}x{}, chans={}x{}, pixel_stride={}, w_tap_stride={}, out_strides=({}, {}){}",
+            "lanes={}, pixels={}, rows={}x{}, taps={}x{}, chans={}x{}, pixel_stride={}, w_tap_stride={}, out_strides=({}, {}){}",
+            self.lanes,
             self.pixels,
             self.rows,
             self.row_stride,
@@ -776,6 +810,13 @@ impl CheckCx<'_> {
                     out,
                     tile,
                 } => {
+                    if tile.lanes != routine.lanes() {
+                        return Err(format!(
+                            "{routine:?} computes {} channels per call, not {}",
+                            routine.lanes(),
+                            tile.lanes
+                        ));
+                    }
                     let [xs, ws, os] = tile
                         .footprints()
                         .ok_or_else(|| format!("{routine:?} call with a negative count or stride, or an overflowing footprint: {tile}"))?;
@@ -1314,6 +1355,7 @@ mod tests {
 
     fn four_pixels() -> ConvTile {
         ConvTile {
+            lanes: 16,
             pixels: 4,
             rows: 1,
             row_stride: 0,
@@ -1345,11 +1387,15 @@ mod tests {
         negative.chan_stride = -1;
         let err = tile_kernel(64, negative).check().unwrap_err();
         assert!(err.contains("negative"), "{err}");
+        let mut wrong_lanes = four_pixels();
+        wrong_lanes.lanes = 32;
+        let err = tile_kernel(32, wrong_lanes).check().unwrap_err();
+        assert!(err.contains("16 channels per call"), "{err}");
         let text = tile_kernel(32, four_pixels()).to_string();
         assert!(text.contains("%local0: local f32[64]"), "{text}");
         assert!(
             text.contains(
-                "call smelt_conv_tile_avx2(x: &%0[0], w: &%1[0], out: &%local0[0]; pixels=4"
+                "call smelt_conv_tile_avx2(x: &%0[0], w: &%1[0], out: &%local0[0]; lanes=16, pixels=4"
             ),
             "{text}"
         );

@@ -7,7 +7,6 @@ use std::time::Instant;
 
 use anyhow::{anyhow, bail, Result};
 use clap::{Args, ValueEnum};
-use smelt::ir::loops::MicroKernel;
 use smelt::ir::weights::random_f32;
 use smelt::ir::{Module, Tensor};
 use smelt::models::{residual_tail, resnet, ResNetConfig};
@@ -162,11 +161,11 @@ pub fn main(a: BenchArgs) -> Result<()> {
         model: a.model.clone(),
         gflop,
         threads,
-        lanes: match a.kernels.choice().micro_kernel() {
-            None => 4,
-            Some(MicroKernel::ConvTileAvx2) => 8,
-            Some(MicroKernel::ConvTileAvx512) => 16,
-        },
+        lanes: a
+            .kernels
+            .choice()
+            .micro_kernel()
+            .map_or(4, |r| r.fma_lanes() as usize),
         compile,
         kernels: exe.kernel_counts(),
         arena_bytes: exe.arena_bytes(),

@@ -182,7 +182,7 @@ pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKern
     let target = TargetDesc::host()?;
     for k in kernels {
         k.check().map_err(Error::Unsupported)?;
-        if let Some(r) = routines_of(&k.body).find(|r| !host_runs(*r)) {
+        if let Some(r) = routines_of(&k.body).find(|r| !microkernels::host_has(*r)) {
             return Err(Error::Unsupported(format!(
                 "kernel {} calls {}, which this host's CPU cannot run",
                 k.name,
@@ -192,7 +192,7 @@ pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKern
     }
     let mut builder = JITBuilder::with_isa(isa.clone(), cranelift_module::default_libcall_names());
     for r in MICRO_KERNELS {
-        builder.symbol(r.symbol(), routine_entry(r));
+        builder.symbol(r.symbol(), microkernels::entry(r));
     }
     let mut module = JITModule::new(builder);
     // the routines first, so their ids are their indices in MICRO_KERNELS (CLIF text
@@ -333,37 +333,19 @@ fn codegen_error(k: &Kernel, e: impl std::fmt::Display) -> Error {
 
 /// The micro-kernels a JIT module links, in the order of their function ids: routine
 /// `r` is `MICRO_KERNELS[routine_index(r)]`.
-const MICRO_KERNELS: [MicroKernel; 2] = [MicroKernel::ConvTileAvx2, MicroKernel::ConvTileAvx512];
+const MICRO_KERNELS: [MicroKernel; 3] = [
+    MicroKernel::ConvTileAvx2,
+    MicroKernel::ConvTileAvx512,
+    MicroKernel::ConvTileAvx512x32,
+];
 
 /// The position of `r` in [`MICRO_KERNELS`] (exhaustive, so a new routine must be placed).
 fn routine_index(r: MicroKernel) -> usize {
     match r {
         MicroKernel::ConvTileAvx2 => 0,
         MicroKernel::ConvTileAvx512 => 1,
+        MicroKernel::ConvTileAvx512x32 => 2,
     }
-}
-
-/// Whether the host's CPU has the instructions `r` uses.
-pub fn host_runs(r: MicroKernel) -> bool {
-    match r {
-        MicroKernel::ConvTileAvx2 => microkernels::has_avx2_fma(),
-        MicroKernel::ConvTileAvx512 => microkernels::has_avx512f(),
-    }
-}
-
-/// The entry point of routine `r` (its signature is `conv_tile_signature`).
-fn routine_entry(r: MicroKernel) -> *const u8 {
-    #[cfg(target_arch = "x86_64")]
-    let entry: microkernels::ConvTileFn = match r {
-        MicroKernel::ConvTileAvx2 => microkernels::conv_tile_avx2,
-        MicroKernel::ConvTileAvx512 => microkernels::conv_tile_avx512,
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let entry: microkernels::ConvTileFn = {
-        let _ = r;
-        microkernels::conv_tile_reference
-    };
-    entry as *const u8
 }
 
 /// The routines `stmts` call, with repeats.

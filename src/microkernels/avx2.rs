@@ -8,7 +8,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{empty_reduction, Geom};
+use super::{empty_reduction, Geom, LANES};
 
 /// Pixels per full register block.
 const BLOCK: usize = 6;
@@ -64,7 +64,7 @@ pub unsafe extern "C" fn conv_tile_avx2(
     }
     if g.is_empty() {
         // SAFETY: the caller's contract.
-        unsafe { empty_reduction(out, pixels, &g) };
+        unsafe { empty_reduction(out, pixels, &g, LANES as isize) };
         return;
     }
     let full = pixels / BLOCK as isize;

@@ -1,27 +1,59 @@
-//! The AVX-512F conv tile: 16 output channels as one zmm vector, 28 pixels per register block.
+//! The AVX-512F conv tiles: 16 output channels as one zmm vector with 28 pixels per register
+//! block, and 32 output channels as two zmm vectors with 14 pixels per block.
 //!
-//! 28 accumulators plus the weight vector of the current input channel (29 of the 32 zmm
-//! registers); x is broadcast from memory by the FMA itself (`{1to16}`). Per input channel a
-//! block does 1 weight load and 28 FMAs: FMA-bound on two FMA-512 ports, with far more
-//! independent chains than the FMA latency needs. The block is this wide because every block
-//! streams the whole weight slice (`rows·taps·chans` × 64 bytes, often more than L1 holds)
-//! once: a 3×3 conv row of 28 pixels at 128 channels measured 130 GFLOP/s with 14-pixel
-//! blocks and 160 with 28. The remainder (1–27 pixels) is one block.
+//! 16 channels: 28 accumulators plus the weight vector of the current input channel (29 of
+//! the 32 zmm registers); x is broadcast from memory by the FMA itself (`{1to16}`). Per input
+//! channel a block does 1 weight load and 28 FMAs: FMA-bound on two FMA-512 ports, with far
+//! more independent chains than the FMA latency needs. The block is this wide because every
+//! block streams the whole weight slice (`rows·taps·chans` × 64 bytes, often more than L1
+//! holds) once: a 3×3 conv row of 28 pixels at 128 channels measured 130 GFLOP/s with
+//! 14-pixel blocks and 160 with 28.
+//!
+//! 32 channels: 14 pixels × 2 vectors = 28 accumulators, the two weight vectors and the
+//! broadcast x (LLVM alternates two: all 32 registers, no spills). Per input channel a block does 2 weight loads and 14
+//! broadcasts for 28 FMAs (16 loads instead of 29), and every x element read feeds 32
+//! channels instead of 16, which halves the activation reads of planar (NCHW) inputs.
+//! Standalone, best of 3 alternating runs: the 3×3 channels-last row above 168 → 175
+//! GFLOP/s (16 → 32 lanes), a 1×1 NCHW row of 56 pixels at 256 channels 138 → 153; 12-pixel
+//! blocks measured 166 and 151.
+//!
+//! Both share one generic register block (`V` vectors per pixel); the remainder of a call
+//! (1–27 or 1–13 pixels) is one block.
 
 use std::arch::x86_64::*;
 
 use super::{empty_reduction, Geom};
 
-/// Pixels per full register block.
+/// Pixels per full register block, 16 channels.
 const BLOCK: usize = 28;
+/// Pixels per full register block, 32 channels.
+const BLOCK_X32: usize = 14;
 /// Input channels ahead that planar blocks prefetch.
 const PREFETCH_DISTANCE: isize = 8;
-/// Input channels ahead whose weight row (one cache line) every block prefetches: cold
-/// weights stream from memory, and the hardware prefetchers stop at each 4 KiB page.
-/// ResNet-50, per-op minima of 4 alternating runs: 77.9 → 67.6 ms.
+/// Input channels ahead whose weight row (one cache line per vector) every block prefetches:
+/// cold weights stream from memory, and the hardware prefetchers stop at each 4 KiB page.
+/// ResNet-50 (16 channels), per-op minima of 4 alternating runs: 77.9 → 67.6 ms.
 const W_PREFETCH_DISTANCE: isize = 16;
 
-/// The AVX-512F conv tile; the contract is the module docs of [`crate::microkernels`].
+/// The remainder of a call (`$n` pixels from `$x`, `$out`) as one block, monomorphized for
+/// each count in the list, so every chain of a short call (Winograd's products at 14² and
+/// 7²) overlaps the FMA latency; unit pixel strides (planar inputs) keep their constant
+/// addresses and prefetches.
+macro_rules! rest {
+    ($v:literal, $g:expr, $x:expr, $out:expr, $n:expr; $($np:literal)*) => {{
+        let g: &Geom = $g;
+        let planar = g.pixel_stride == 1 && g.chan_stride >= 16;
+        match $n {
+            $($np if planar => block::<$np, $v, { $np * $v }, 1, true>(g, $x, $out),
+              $np if g.pixel_stride == 1 => block::<$np, $v, { $np * $v }, 1, false>(g, $x, $out),
+              $np => block::<$np, $v, { $np * $v }, 0, false>(g, $x, $out),)*
+            _ => {}
+        }
+    }};
+}
+
+/// The AVX-512F conv tile, 16 channels; the contract is the module docs of
+/// [`crate::microkernels`].
 ///
 /// # Safety
 ///
@@ -60,16 +92,90 @@ pub unsafe extern "C" fn conv_tile_avx512(
         out_vec_stride,
         accumulate,
     );
-    let pixels = pixels as isize;
+    // SAFETY: the caller's contract; the remainder's pixels are pixels of the call.
+    unsafe {
+        if let Some((n, xp, op)) = full_blocks_of::<1, BLOCK, BLOCK>(&g, x, out, pixels as isize) {
+            rest!(1, &g, xp, op, n;
+                  1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27);
+        }
+    }
+}
+
+/// The AVX-512F conv tile, 32 channels: the contract of [`crate::microkernels`] with 32
+/// lanes (weight rows of 32 floats, out groups `0..8`).
+///
+/// # Safety
+///
+/// The CPU must support AVX-512F ([`super::has_avx512f`]); every index of the 32-lane
+/// contract must lie inside the buffers `x`, `w` and `out` point to; `out` must not overlap
+/// `x` or `w`.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f")]
+pub unsafe extern "C" fn conv_tile_avx512_x32(
+    x: *const f32,
+    w: *const f32,
+    out: *mut f32,
+    pixels: i64,
+    rows: i64,
+    row_stride: i64,
+    taps: i64,
+    tap_stride: i64,
+    chans: i64,
+    chan_stride: i64,
+    pixel_stride: i64,
+    w_tap_stride: i64,
+    out_pixel_stride: i64,
+    out_vec_stride: i64,
+    accumulate: i64,
+) {
+    let g = Geom::new(
+        w,
+        rows,
+        row_stride,
+        taps,
+        tap_stride,
+        chans,
+        chan_stride,
+        pixel_stride,
+        w_tap_stride,
+        out_pixel_stride,
+        out_vec_stride,
+        accumulate,
+    );
+    // SAFETY: the caller's contract; the remainder's pixels are pixels of the call.
+    unsafe {
+        if let Some((n, xp, op)) =
+            full_blocks_of::<2, BLOCK_X32, { 2 * BLOCK_X32 }>(&g, x, out, pixels as isize)
+        {
+            rest!(2, &g, xp, op, n; 1 2 3 4 5 6 7 8 9 10 11 12 13);
+        }
+    }
+}
+
+/// Everything of a call with `V` vectors (16·`V` channels) per pixel but the remainder:
+/// nothing for no pixels, the initial values for an empty reduction, else the full blocks
+/// of `NB` pixels (`NA = NB·V` accumulators). Returns the remainder (pixel count in
+/// `1..NB`, its x and out) if any.
+///
+/// # Safety
+///
+/// AVX-512F; the contract's indices for `pixels` pixels with 16·`V` lanes in bounds.
+#[target_feature(enable = "avx512f")]
+unsafe fn full_blocks_of<const V: usize, const NB: usize, const NA: usize>(
+    g: &Geom,
+    x: *const f32,
+    out: *mut f32,
+    pixels: isize,
+) -> Option<(isize, *const f32, *mut f32)> {
     if pixels <= 0 {
-        return;
+        return None;
     }
     if g.is_empty() {
         // SAFETY: the caller's contract.
-        unsafe { empty_reduction(out, pixels, &g) };
-        return;
+        unsafe { empty_reduction(out, pixels, g, 16 * V as isize) };
+        return None;
     }
-    let full = pixels / BLOCK as isize;
+    let full = pixels / NB as isize;
     // SAFETY (all blocks): pixels p..p+n are pixels of the call and the reduction is
     // non-empty, so x + p*pixel_stride and out + p*out_pixel_stride are contract indices.
     unsafe {
@@ -78,62 +184,53 @@ pub unsafe extern "C" fn conv_tile_avx512(
         // addresses take integer adds that compete with the FMAs for ports. Planar inputs
         // (a channel at least a cache line from the next) are prefetched.
         match (g.pixel_stride, g.chan_stride >= 16) {
-            (1, true) => full_blocks::<1, true>(&g, x, out, full),
-            (2, true) => full_blocks::<2, true>(&g, x, out, full),
-            (1, false) => full_blocks::<1, false>(&g, x, out, full),
-            (2, false) => full_blocks::<2, false>(&g, x, out, full),
-            (3, _) => full_blocks::<3, false>(&g, x, out, full),
-            (6, _) => full_blocks::<6, false>(&g, x, out, full),
-            (64, _) => full_blocks::<64, false>(&g, x, out, full),
-            (128, _) => full_blocks::<128, false>(&g, x, out, full),
-            (256, _) => full_blocks::<256, false>(&g, x, out, full),
-            (512, _) => full_blocks::<512, false>(&g, x, out, full),
-            (1024, _) => full_blocks::<1024, false>(&g, x, out, full),
-            _ => full_blocks::<0, false>(&g, x, out, full),
+            (1, true) => full_blocks::<NB, V, NA, 1, true>(g, x, out, full),
+            (2, true) => full_blocks::<NB, V, NA, 2, true>(g, x, out, full),
+            (1, false) => full_blocks::<NB, V, NA, 1, false>(g, x, out, full),
+            (2, false) => full_blocks::<NB, V, NA, 2, false>(g, x, out, full),
+            (3, _) => full_blocks::<NB, V, NA, 3, false>(g, x, out, full),
+            (6, _) => full_blocks::<NB, V, NA, 6, false>(g, x, out, full),
+            (64, _) => full_blocks::<NB, V, NA, 64, false>(g, x, out, full),
+            (128, _) => full_blocks::<NB, V, NA, 128, false>(g, x, out, full),
+            (256, _) => full_blocks::<NB, V, NA, 256, false>(g, x, out, full),
+            (512, _) => full_blocks::<NB, V, NA, 512, false>(g, x, out, full),
+            (1024, _) => full_blocks::<NB, V, NA, 1024, false>(g, x, out, full),
+            _ => full_blocks::<NB, V, NA, 0, false>(g, x, out, full),
         }
-        let p = full * BLOCK as isize;
-        if p == pixels {
-            return;
-        }
-        let (xp, op) = (
-            x.offset(p * g.pixel_stride),
-            out.offset(p * g.out_pixel_stride),
-        );
-        // The rest as one block, so every chain of a 16-pixel call (Winograd's products
-        // at 14² and 7²) overlaps the FMA latency; unit pixel strides (planar inputs)
-        // keep their constant addresses and prefetches.
-        let planar = g.pixel_stride == 1 && g.chan_stride >= 16;
-        macro_rules! rest {
-            ($($n:literal)*) => {
-                match pixels - p {
-                    $($n if planar => block::<$n, 1, true>(&g, xp, op),
-                      $n if g.pixel_stride == 1 => block::<$n, 1, false>(&g, xp, op),
-                      $n => block::<$n, 0, false>(&g, xp, op),)*
-                    _ => {}
-                }
-            };
-        }
-        rest!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27);
+        let p = full * NB as isize;
+        (p < pixels).then(|| {
+            (
+                pixels - p,
+                x.offset(p * g.pixel_stride),
+                out.offset(p * g.out_pixel_stride),
+            )
+        })
     }
 }
 
-/// The first `full` blocks of `BLOCK` pixels (see [`block`] for `PS` and `PF`).
+/// The first `full` blocks of `NP` pixels (see [`block`] for `V`, `NA`, `PS` and `PF`).
 ///
 /// # Safety
 ///
-/// As [`block`], for all `full * BLOCK` pixels.
+/// As [`block`], for all `full * NP` pixels.
 #[target_feature(enable = "avx512f")]
-unsafe fn full_blocks<const PS: usize, const PF: bool>(
+unsafe fn full_blocks<
+    const NP: usize,
+    const V: usize,
+    const NA: usize,
+    const PS: usize,
+    const PF: bool,
+>(
     g: &Geom,
     x: *const f32,
     out: *mut f32,
     full: isize,
 ) {
     for b in 0..full {
-        let p = b * BLOCK as isize;
+        let p = b * NP as isize;
         // SAFETY: the caller's.
         unsafe {
-            block::<BLOCK, PS, PF>(
+            block::<NP, V, NA, PS, PF>(
                 g,
                 x.offset(p * g.pixel_stride),
                 out.offset(p * g.out_pixel_stride),
@@ -142,33 +239,48 @@ unsafe fn full_blocks<const PS: usize, const PF: bool>(
     }
 }
 
-/// `NP` pixels starting at `x` (their r=t=c=0 input) and `out` (their lane-0 output), with
-/// pixel stride `PS` if it is not 0 (then it equals `g.pixel_stride`); with `PF` (only for
-/// `PS` 1 or 2), the x lines of channel `c + PREFETCH_DISTANCE` are prefetched while channel
-/// `c` is computed, as long as that channel exists (so only contract addresses are touched).
+/// `NP` pixels × `V` vectors (16·`V` channels) starting at `x` (their r=t=c=0 input) and
+/// `out` (their lane-0 output), in `NA = NP·V` accumulators (one flat array: LLVM keeps a
+/// nested one in memory, storing every accumulator after every FMA), with pixel stride `PS` if it is not 0 (then it equals
+/// `g.pixel_stride`); with `PF` (only for `PS` 1 or 2), the x lines of channel
+/// `c + PREFETCH_DISTANCE` are prefetched while channel `c` is computed, as long as that
+/// channel exists (so only contract addresses are touched).
 ///
 /// # Safety
 ///
-/// AVX-512F; a non-empty reduction; the contract's indices for these `NP` pixels in bounds.
+/// AVX-512F; a non-empty reduction; the contract's indices (16·`V` lanes) for these `NP`
+/// pixels in bounds.
 #[target_feature(enable = "avx512f")]
-unsafe fn block<const NP: usize, const PS: usize, const PF: bool>(
+unsafe fn block<
+    const NP: usize,
+    const V: usize,
+    const NA: usize,
+    const PS: usize,
+    const PF: bool,
+>(
     g: &Geom,
     x: *const f32,
     out: *mut f32,
 ) {
+    const { assert!(NA == NP * V) };
     let ps = if PS == 0 { g.pixel_stride } else { PS as isize };
     let ovs = g.out_vec_stride;
-    let mut acc = [_mm512_setzero_ps(); NP];
+    // floats per weight row (one input channel)
+    let row = 16 * V as isize;
+    // acc[p*V + j]: pixel p, lanes 16j..16j+16
+    let mut acc = [_mm512_setzero_ps(); NA];
     // SAFETY (whole body): every pointer dereferenced or prefetched is a contract index:
-    // out groups p*out_pixel_stride + {0,1,2,3}*out_vec_stride (4 floats each), weight rows
-    // (r*taps+t)*w_tap_stride + c*16 (16 floats), single x floats of channels c < chans.
+    // out groups p*out_pixel_stride + {0..4V}*out_vec_stride (4 floats each), weight rows
+    // (r*taps+t)*w_tap_stride + c*16V (16V floats), single x floats of channels c < chans.
     unsafe {
         if g.accumulate {
-            for (p, a) in acc.iter_mut().enumerate() {
+            for (i, a) in acc.iter_mut().enumerate() {
+                let (p, j) = (i / V, i % V);
                 let o = out.offset(p as isize * g.out_pixel_stride);
                 *a = if ovs == 4 {
-                    _mm512_loadu_ps(o)
+                    _mm512_loadu_ps(o.add(16 * j))
                 } else {
+                    let o = o.offset(4 * j as isize * ovs);
                     let v = _mm512_castps128_ps512(_mm_loadu_ps(o));
                     let v = _mm512_insertf32x4::<1>(v, _mm_loadu_ps(o.offset(ovs)));
                     let v = _mm512_insertf32x4::<2>(v, _mm_loadu_ps(o.offset(2 * ovs)));
@@ -189,24 +301,27 @@ unsafe fn block<const NP: usize, const PS: usize, const PF: bool>(
                         );
                     }
                     if c + W_PREFETCH_DISTANCE < g.chans {
-                        _mm_prefetch::<_MM_HINT_T0>(
-                            wrt.offset((c + W_PREFETCH_DISTANCE) * 16) as *const i8
-                        );
+                        let wp = wrt.offset((c + W_PREFETCH_DISTANCE) * row);
+                        for j in 0..V {
+                            _mm_prefetch::<_MM_HINT_T0>(wp.add(16 * j) as *const i8);
+                        }
                     }
-                    channel(
+                    channel::<NP, V, NA>(
                         &mut acc,
                         xrt.offset(c * g.chan_stride),
-                        wrt.offset(c * 16),
+                        wrt.offset(c * row),
                         ps,
                     );
                 }
             }
         }
-        for (p, a) in acc.iter().enumerate() {
+        for (i, a) in acc.iter().enumerate() {
+            let (p, j) = (i / V, i % V);
             let o = out.offset(p as isize * g.out_pixel_stride);
             if ovs == 4 {
-                _mm512_storeu_ps(o, *a);
+                _mm512_storeu_ps(o.add(16 * j), *a);
             } else {
+                let o = o.offset(4 * j as isize * ovs);
                 _mm_storeu_ps(o, _mm512_extractf32x4_ps::<0>(*a));
                 _mm_storeu_ps(o.offset(ovs), _mm512_extractf32x4_ps::<1>(*a));
                 _mm_storeu_ps(o.offset(2 * ovs), _mm512_extractf32x4_ps::<2>(*a));
@@ -216,24 +331,31 @@ unsafe fn block<const NP: usize, const PS: usize, const PF: bool>(
     }
 }
 
-/// One input channel: `acc[p] += x[p*ps] * w[0..16]` for every pixel of the block.
+/// One input channel: `acc[p*V + j] += x[p*ps] * w[16j..16j+16]` for every pixel `p < NP`
+/// of the block (`NA = NP·V`).
 ///
 /// # Safety
 ///
-/// AVX-512F; `x[p*ps]` for `p < NP` and `w[0..16]` readable.
+/// AVX-512F; `x[p*ps]` for `p < NP` and `w[0..16V]` readable.
 #[inline]
 #[target_feature(enable = "avx512f")]
-unsafe fn channel<const NP: usize>(
-    acc: &mut [__m512; NP],
+unsafe fn channel<const NP: usize, const V: usize, const NA: usize>(
+    acc: &mut [__m512; NA],
     x: *const f32,
     w: *const f32,
     ps: isize,
 ) {
     // SAFETY: the caller's.
     unsafe {
-        let wv = _mm512_loadu_ps(w);
-        for (p, a) in acc.iter_mut().enumerate() {
-            *a = _mm512_fmadd_ps(_mm512_set1_ps(*x.offset(p as isize * ps)), wv, *a);
+        let mut wv = [_mm512_setzero_ps(); V];
+        for (j, v) in wv.iter_mut().enumerate() {
+            *v = _mm512_loadu_ps(w.add(16 * j));
+        }
+        for p in 0..NP {
+            let xv = _mm512_set1_ps(*x.offset(p as isize * ps));
+            for (j, v) in wv.iter().enumerate() {
+                acc[p * V + j] = _mm512_fmadd_ps(xv, *v, acc[p * V + j]);
+            }
         }
     }
 }

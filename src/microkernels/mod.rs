@@ -45,14 +45,39 @@
 //! Layouts of `out` in use: `[p][16]` (`out_pixel_stride = 16`, `out_vec_stride = 4`) and the
 //! partial-sum layout (`out_pixel_stride = 4`, `out_vec_stride` large).
 //!
+//! ## The 32-lane contract
+//!
+//! [`conv_tile_avx512_x32`] takes the same arguments and keeps the same contract with 32
+//! output lanes (two packed weight blocks side by side) in place of 16: for `p < pixels` and
+//! `l < 32`,
+//!
+//! ```text
+//! o    = p*out_pixel_stride + (l/4)*out_vec_stride + (l%4)        // out groups 0..8
+//! s    = if accumulate != 0 { out[o] } else { 0.0 }
+//! s   += Σ_{r,t,c} x[r*row_stride + t*tap_stride + c*chan_stride + p*pixel_stride]
+//!                * w[(r*taps + t)*w_tap_stride + c*32 + l]
+//! out[o] = s
+//! ```
+//!
+//! so a weight row is 32 floats, read as two 16-float loads `w[... + c*32 .. + 16]` and
+//! `w[... + c*32 + 16 .. + 32]`, `out` is touched in four-float groups `g < 8` (or 16-float
+//! vectors when `out_vec_stride == 4`), and weight prefetches name both halves of a row of a
+//! channel `c < chans`. Everything else (summation order, determinism, x accesses, empty
+//! cases, no alignment) is as above. Its `out` layouts: `[p][32]` (`out_pixel_stride = 32`,
+//! `out_vec_stride = 4`) and the partial-sum layout. [`conv_tile_reference_x32`] is its
+//! oracle.
+//!
 //! # Speed
 //!
-//! Register blocks: AVX2 6 pixels × 2 ymm, AVX-512 28 pixels × 1 zmm. The full blocks are
-//! monomorphized for the common pixel strides (1, 2, 3, 6, 64–1024) so x addresses are
-//! immediates; other strides work at some cost in integer adds. Measured on this project's
-//! AVX-512 development machine (one core, ≈2.8 GHz under FMA load, data in L1/L2): a 3×3
-//! channels-last row (128 channels, 28 pixels) runs at ≈86 GFLOP/s with AVX2 and ≈168 with
-//! AVX-512, against pure-FMA loops of ≈90 and ≈179.
+//! Register blocks: AVX2 6 pixels × 2 ymm, AVX-512 28 pixels × 1 zmm, AVX-512 with 32 lanes
+//! 14 pixels × 2 zmm. The full blocks are monomorphized for the common pixel strides (1, 2,
+//! 3, 6, 64–1024) so x addresses are immediates; other strides work at some cost in integer
+//! adds. Measured on this project's AVX-512 development machine (one core, ≈2.8 GHz under
+//! FMA load, data in L1/L2, best of 400 × 10 calls): a 3×3 channels-last row (128 channels,
+//! 28 pixels) runs at ≈86 GFLOP/s with AVX2, ≈168 with AVX-512 and ≈175 with 32 lanes,
+//! against pure-FMA loops of ≈90 and ≈179; a 1×1 planar (NCHW) row (256 channels, 56
+//! pixels, partial-sum layout) at ≈78, ≈138 and ≈153 — the 32-lane kernel reads each input
+//! element once per 32 channels.
 
 use smelt_ir::loops::MicroKernel;
 
@@ -64,7 +89,7 @@ mod avx512;
 #[cfg(target_arch = "x86_64")]
 pub use avx2::conv_tile_avx2;
 #[cfg(target_arch = "x86_64")]
-pub use avx512::conv_tile_avx512;
+pub use avx512::{conv_tile_avx512, conv_tile_avx512_x32};
 
 /// The C-ABI type shared by every conv-tile kernel (see the module docs for the contract).
 pub type ConvTileFn = unsafe extern "C" fn(
@@ -89,7 +114,7 @@ pub type ConvTileFn = unsafe extern "C" fn(
 pub fn host_has(routine: MicroKernel) -> bool {
     match routine {
         MicroKernel::ConvTileAvx2 => has_avx2_fma(),
-        MicroKernel::ConvTileAvx512 => has_avx512f(),
+        MicroKernel::ConvTileAvx512 | MicroKernel::ConvTileAvx512x32 => has_avx512f(),
     }
 }
 
@@ -102,6 +127,7 @@ pub fn entry(routine: MicroKernel) -> *const u8 {
         let f: ConvTileFn = match routine {
             MicroKernel::ConvTileAvx2 => conv_tile_avx2,
             MicroKernel::ConvTileAvx512 => conv_tile_avx512,
+            MicroKernel::ConvTileAvx512x32 => conv_tile_avx512_x32,
         };
         f as *const u8
     }
@@ -114,6 +140,9 @@ pub fn entry(routine: MicroKernel) -> *const u8 {
 
 /// Output channels per call: one packed weight block.
 pub const LANES: usize = 16;
+
+/// Output channels per call of the 32-lane kernel ([`conv_tile_avx512_x32`]).
+pub const LANES_X32: usize = 32;
 
 /// The contract's arguments as `isize`, shared by the vector kernels' register blocks.
 #[cfg(target_arch = "x86_64")]
@@ -174,20 +203,22 @@ impl Geom {
     }
 }
 
-/// The degenerate case of an empty reduction (`rows`, `taps` or `chans` zero): the result
-/// is the initial value, so only a non-accumulating call writes anything (zeros). Kept apart
-/// so that the vector kernels compute only pointers inside the contract's index sets.
+/// The degenerate case of an empty reduction (`rows`, `taps` or `chans` zero) for a kernel
+/// of `lanes` lanes: the result is the initial value, so only a non-accumulating call writes
+/// anything (zeros). Kept apart so that the vector kernels compute only pointers inside the
+/// contract's index sets.
 ///
 /// # Safety
 ///
-/// The out indices of the contract for `pixels` pixels must be inside `out`'s buffer.
+/// The out indices of the contract for `pixels` pixels and `lanes` lanes must be inside
+/// `out`'s buffer.
 #[cfg(target_arch = "x86_64")]
-unsafe fn empty_reduction(out: *mut f32, pixels: isize, g: &Geom) {
+unsafe fn empty_reduction(out: *mut f32, pixels: isize, g: &Geom, lanes: isize) {
     if g.accumulate {
         return;
     }
     for p in 0..pixels {
-        for l in 0..LANES as isize {
+        for l in 0..lanes {
             let o = p * g.out_pixel_stride + (l / 4) * g.out_vec_stride + l % 4;
             // SAFETY: an out index of the contract.
             unsafe { *out.offset(o) = 0.0 };
@@ -220,7 +251,7 @@ pub fn has_avx512f() -> bool {
 }
 
 /// The scalar oracle: the contract above as plain f32 loops (multiply, then add), in the
-/// order `r, t, c`. Portable; slow; for tests.
+/// order `r, t, c`, 16 lanes. Portable; slow; for tests.
 ///
 /// # Safety
 ///
@@ -244,8 +275,91 @@ pub unsafe extern "C" fn conv_tile_reference(
     out_vec_stride: i64,
     accumulate: i64,
 ) {
+    // SAFETY: the caller's.
+    unsafe {
+        reference::<LANES>(
+            x,
+            w,
+            out,
+            [
+                pixels,
+                rows,
+                row_stride,
+                taps,
+                tap_stride,
+                chans,
+                chan_stride,
+                pixel_stride,
+                w_tap_stride,
+                out_pixel_stride,
+                out_vec_stride,
+                accumulate,
+            ],
+        )
+    }
+}
+
+/// The scalar oracle of the 32-lane contract ([`conv_tile_avx512_x32`]'s); as
+/// [`conv_tile_reference`] otherwise.
+///
+/// # Safety
+///
+/// Every index of the 32-lane contract must lie inside the buffers `x`, `w` and `out` point
+/// to, and `out` must not overlap `x` or `w`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn conv_tile_reference_x32(
+    x: *const f32,
+    w: *const f32,
+    out: *mut f32,
+    pixels: i64,
+    rows: i64,
+    row_stride: i64,
+    taps: i64,
+    tap_stride: i64,
+    chans: i64,
+    chan_stride: i64,
+    pixel_stride: i64,
+    w_tap_stride: i64,
+    out_pixel_stride: i64,
+    out_vec_stride: i64,
+    accumulate: i64,
+) {
+    // SAFETY: the caller's.
+    unsafe {
+        reference::<LANES_X32>(
+            x,
+            w,
+            out,
+            [
+                pixels,
+                rows,
+                row_stride,
+                taps,
+                tap_stride,
+                chans,
+                chan_stride,
+                pixel_stride,
+                w_tap_stride,
+                out_pixel_stride,
+                out_vec_stride,
+                accumulate,
+            ],
+        )
+    }
+}
+
+/// The contract with `L` lanes as scalar loops; `a` holds the arguments after `out` in the
+/// contract's order.
+///
+/// # Safety
+///
+/// As [`conv_tile_reference`], for `L` lanes.
+unsafe fn reference<const L: usize>(x: *const f32, w: *const f32, out: *mut f32, a: [i64; 12]) {
+    let [pixels, rows, row_stride, taps, tap_stride, chans, chan_stride, pixel_stride, w_tap_stride, out_pixel_stride, out_vec_stride, accumulate] =
+        a;
+    let lanes = L as i64;
     for p in 0..pixels {
-        for l in 0..LANES as i64 {
+        for l in 0..lanes {
             let o = (p * out_pixel_stride + (l / 4) * out_vec_stride + l % 4) as isize;
             // SAFETY: o is an out index of the contract; the caller proved it in bounds.
             let mut s = if accumulate != 0 {
@@ -258,7 +372,7 @@ pub unsafe extern "C" fn conv_tile_reference(
                     for c in 0..chans {
                         let xi =
                             r * row_stride + t * tap_stride + c * chan_stride + p * pixel_stride;
-                        let wi = (r * taps + t) * w_tap_stride + c * LANES as i64 + l;
+                        let wi = (r * taps + t) * w_tap_stride + c * lanes + l;
                         // SAFETY: xi and wi are indices of the contract.
                         s += unsafe { *x.offset(xi as isize) * *w.offset(wi as isize) };
                     }

@@ -51,16 +51,21 @@ pub enum Kernels {
     Cranelift,
     /// The AVX2 + FMA micro-kernel (compiling fails on a host without them).
     Avx2,
-    /// The AVX-512F micro-kernel (compiling fails on a host without it).
+    /// The AVX-512F micro-kernels: 32 output channels per call, 16 where a group has
+    /// no multiple of 32 (compiling fails on a host without AVX-512F).
     Avx512,
 }
 
 impl Kernels {
     /// The micro-kernel tiles call on this host (`None`: Cranelift code only).
     pub fn micro_kernel(self) -> Option<MicroKernel> {
-        let (avx512, avx2) = (MicroKernel::ConvTileAvx512, MicroKernel::ConvTileAvx2);
+        // 32 channels per call where a group has a multiple of 32, else 16 (lowering
+        // falls back to the narrower routine)
+        let (avx512, avx2) = (MicroKernel::ConvTileAvx512x32, MicroKernel::ConvTileAvx2);
         match self {
-            Kernels::Auto => [avx512, avx2].into_iter().find(|&r| codegen::host_runs(r)),
+            Kernels::Auto => [avx512, avx2]
+                .into_iter()
+                .find(|&r| crate::microkernels::host_has(r)),
             Kernels::Cranelift => None,
             Kernels::Avx2 => Some(avx2),
             Kernels::Avx512 => Some(avx512),

@@ -176,11 +176,7 @@ const CALL_CYCLES: f64 = 5000.0;
 /// Lanes of one FMA instruction of the conv tiles: Cranelift's f32x4, or the
 /// micro-kernel's f32x8 (AVX2) or f32x16 (AVX-512).
 fn fma_lanes(micro: Option<MicroKernel>) -> f64 {
-    match micro {
-        None => 4.0,
-        Some(MicroKernel::ConvTileAvx2) => 8.0,
-        Some(MicroKernel::ConvTileAvx512) => 16.0,
-    }
+    micro.map_or(4.0, |r| r.fma_lanes() as f64)
 }
 
 /// Modelled cost (cycles on one core) of the direct packed convolution: vector FMAs at

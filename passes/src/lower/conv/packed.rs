@@ -106,6 +106,7 @@ pub(crate) struct PackedConv {
 pub(crate) fn micro_pixels(routine: MicroKernel) -> usize {
     match routine {
         MicroKernel::ConvTileAvx512 => 56,
+        MicroKernel::ConvTileAvx512x32 => 56,
         MicroKernel::ConvTileAvx2 => 60,
     }
 }
@@ -119,13 +120,17 @@ impl PackedConv {
         channels_last: bool,
         micro: Option<MicroKernel>,
     ) -> PackedConv {
-        if let Some(routine) = micro.filter(|_| og.is_multiple_of(ConvTile::LANES as usize)) {
+        let fits = |r: &MicroKernel| og.is_multiple_of(r.lanes() as usize);
+        let routine =
+            micro.and_then(|r| std::iter::successors(Some(r), |r| r.narrower()).find(fits));
+        if let Some(routine) = routine {
             // full calls along a row, then the rest
             let pixels = g.ow.clamp(1, micro_pixels(routine));
+            let lanes = routine.lanes() as usize;
             return PackedConv {
-                vecs: ConvTile::LANES as usize / 4,
+                vecs: lanes / 4,
                 pixels,
-                blocks: og / ConvTile::LANES as usize,
+                blocks: og / lanes,
                 unroll: 1,
                 channels_last,
                 micro: Some(routine),
@@ -627,7 +632,7 @@ impl PackedConv {
         routine: MicroKernel,
     ) {
         let w4 = Width::F32x4;
-        let lanes = ConvTile::LANES;
+        let lanes = routine.lanes();
         let sums = b.local(pixels * lanes as usize);
         let row = at.oh.scale(g.stride[0] as i64);
         let (ci, plane) = (g.c as i64, (g.hp * g.wq) as i64);
@@ -644,6 +649,7 @@ impl PackedConv {
                 (g.kw, g.dil[1] as i64 * ci, g.cg)
             };
             let tile = ConvTile {
+                lanes,
                 pixels: pixels as i64,
                 rows: g.kh as i64,
                 row_stride: g.dil[0] as i64 * g.wq as i64 * ci,
@@ -665,6 +671,7 @@ impl PackedConv {
                     .add(&row.scale(g.wq as i64))
                     .add(&q0.scale(g.stride[1] as i64));
             let tile = ConvTile {
+                lanes,
                 pixels: pixels as i64,
                 rows: g.kh as i64,
                 row_stride: g.dil[0] as i64 * g.wq as i64,
