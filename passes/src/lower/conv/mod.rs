@@ -8,7 +8,7 @@
 //!   channel vectors × `P` output pixels (broadcast input × weight vector FMAs). The
 //!   outer loop order (channel blocks or row bands first) comes from a model of the bytes
 //!   each moves from beyond L2; wide convs run their input channels in parts that fit L1.
-//!   With a micro-kernel (`LowerOptions::micro`), a tile is 16 channels × up to 56–60
+//!   With a micro-kernel (`LowerOptions::micro`), a tile is 16 or 32 channels × up to 56–60
 //!   pixels summed by the native routine into a stack buffer, then finished by the same
 //!   JIT epilogue; unpadded 1×1 convs then skip the channels-last copy (strided ones
 //!   read a subsampled copy) and walk their plane as rows of whole calls.

@@ -101,8 +101,9 @@ pub(crate) struct PackedConv {
 }
 
 /// Most output pixels one call of `routine` covers: whole register blocks of the routine
-/// (28 pixels for AVX-512, 6 for AVX2), about 56 in all, so its sums — a stack buffer of
-/// `16 · pixels` floats, under 4 KiB — stay in L1 until the epilogue reads them back.
+/// (28 pixels for 16-channel AVX-512, 14 for 32-channel AVX-512, 6 for AVX2), about 56
+/// in all, so its sums — a stack buffer of `lanes · pixels` floats, 3.5–7 KiB — stay in
+/// L1 until the epilogue reads them back.
 pub(crate) fn micro_pixels(routine: MicroKernel) -> usize {
     match routine {
         MicroKernel::ConvTileAvx512 => 56,
