@@ -154,6 +154,11 @@ def compare(args: argparse.Namespace, name: str, threads: int) -> dict:
         except RuntimeError as e:
             error = str(e).splitlines()[0]
         ort_samples += runner.time(args.warmup, args.iterations)
+        # ORT's intra-op threads keep spinning for a while after a run (its default
+        # allow_spinning): let them park before the next smelt process starts, so that
+        # smelt's second thread does not share its core with them (measured: smelt's p90
+        # at 2 threads 2-4.7 ms right after ORT runs, 0.8-1.1 ms after a 1 s pause)
+        time.sleep(1.0)
     row = {
         "model": name,
         "threads": threads,
