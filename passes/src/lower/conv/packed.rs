@@ -712,44 +712,53 @@ impl PackedConv {
                 .add(&at.oh.scale(g.ow as i64))
                 .add(col)
         };
-        // the sums of pixel `p`, channels `4v..4v + 4`, plus their bias
-        let sum = |b: &mut KernelBuilder, p: &Affine, v: usize| {
-            let s = Expr::load(sums, p.scale(lanes).plus(4 * v as i64), w4);
+        // the sums of pixel `p`, channels `4v..4v + 4` (`v` an affine vector index), plus
+        // their bias
+        let sum = |b: &mut KernelBuilder, p: &Affine, v: &Affine| {
+            let s = Expr::load(sums, p.scale(lanes).add(&v.scale(4)), w4);
             match bufs.bias {
                 Some(bias) => {
-                    let bv = Expr::load(bias, at.o0.plus(4 * v as i64), w4);
+                    let bv = Expr::load(bias, at.o0.add(&v.scale(4)), w4);
                     b.let_(Expr::binary(BinOp::Add, s, bv), w4)
                 }
                 None => s,
             }
         };
+        // a loop over pairs of channel vectors rather than `vecs` copies of the body: the
+        // code stays small (Cranelift's time grows with it: ResNet-50 lower + codegen
+        // 104 → 87 ms), and the loop costs a few instructions per pair
         let quads = pixels / 4;
+        let pair = if self.vecs.is_multiple_of(2) { 2 } else { 1 };
         b.for_loop(0, quads as i64, 1, |b, quad| {
             let p0 = Affine::var(quad).scale(4);
             let col = q0.add(&p0);
-            for v in 0..self.vecs {
-                let tile: Vec<Expr> = (0..4).map(|i| sum(b, &p0.plus(i), v)).collect();
-                for (l, channel) in transpose4(b, &tile).into_iter().enumerate() {
-                    let o = at.o0.plus(4 * v as i64 + l as i64);
-                    let idx = [at.n.clone(), o.clone(), at.oh.clone(), col.clone()];
-                    let val = epi.apply(b, channel, &idx, w4);
-                    b.store(bufs.out, out_index(&o, &col), val, w4);
+            b.for_loop(0, self.vecs as i64, pair, |b, v0| {
+                for u in 0..pair {
+                    let v = Affine::var(v0).plus(u);
+                    let tile: Vec<Expr> = (0..4).map(|i| sum(b, &p0.plus(i), &v)).collect();
+                    for (l, channel) in transpose4(b, &tile).into_iter().enumerate() {
+                        let o = at.o0.add(&v.scale(4)).plus(l as i64);
+                        let idx = [at.n.clone(), o.clone(), at.oh.clone(), col.clone()];
+                        let val = epi.apply(b, channel, &idx, w4);
+                        b.store(bufs.out, out_index(&o, &col), val, w4);
+                    }
                 }
-            }
+            });
         });
         // the tail pixels, one lane at a time
         for p in 4 * quads..pixels {
             let col = q0.plus(p as i64);
-            for v in 0..self.vecs {
-                let s = sum(b, &Affine::constant(p as i64), v);
+            b.for_loop(0, self.vecs as i64, 1, |b, v| {
+                let v = Affine::var(v);
+                let s = sum(b, &Affine::constant(p as i64), &v);
                 let s = if s.is_trivial() { s } else { b.let_(s, w4) };
                 for l in 0..4 {
-                    let o = at.o0.plus(4 * v as i64 + l);
+                    let o = at.o0.add(&v.scale(4)).plus(l);
                     let idx = [at.n.clone(), o.clone(), at.oh.clone(), col.clone()];
                     let val = epi.apply(b, Expr::lane(s.clone(), l as u8), &idx, Width::Scalar);
                     b.store(bufs.out, out_index(&o, &col), val, Width::Scalar);
                 }
-            }
+            });
         }
     }
 }
