@@ -3,32 +3,22 @@
 //! contract's index sets.
 
 use smelt::ir::weights::random_f32;
-use smelt::microkernels::{self, ConvTileFn, LANES, LANES_X32};
+use smelt::microkernels::{self, ConvTile as Call, ConvTileFn, LANES, LANES_X32};
 
 /// The NaN every element outside a contract index set holds (a payload no arithmetic makes).
 const POISON: u32 = 0x7fc0_dead;
 /// Poisoned elements before and after every buffer.
 const GUARD: usize = 67;
 
-/// One call's arguments (everything but the pointers) and the kernels' lane count.
-#[derive(Clone, Copy, Debug)]
-struct Call {
-    lanes: i64,
-    pixels: i64,
-    rows: i64,
-    row_stride: i64,
-    taps: i64,
-    tap_stride: i64,
-    chans: i64,
-    chan_stride: i64,
-    pixel_stride: i64,
-    w_tap_stride: i64,
-    out_pixel_stride: i64,
-    out_vec_stride: i64,
-    accumulate: bool,
+/// The index sets of a call's contract, and the call itself.
+trait Contract {
+    fn x_indices(&self) -> Vec<usize>;
+    fn w_indices(&self) -> Vec<usize>;
+    fn out_indices(&self) -> Vec<usize>;
+    fn run(&self, f: ConvTileFn, x: &[f32], w: &[f32], out: &mut [f32]);
 }
 
-impl Call {
+impl Contract for Call {
     fn x_indices(&self) -> Vec<usize> {
         let mut v = Vec::new();
         for r in 0..self.rows {
@@ -85,18 +75,7 @@ impl Call {
                 x.as_ptr().add(GUARD),
                 w.as_ptr().add(GUARD),
                 out.as_mut_ptr().add(GUARD),
-                self.pixels,
-                self.rows,
-                self.row_stride,
-                self.taps,
-                self.tap_stride,
-                self.chans,
-                self.chan_stride,
-                self.pixel_stride,
-                self.w_tap_stride,
-                self.out_pixel_stride,
-                self.out_vec_stride,
-                self.accumulate as i64,
+                self,
             )
         }
     }
@@ -151,15 +130,6 @@ fn kernels(lanes: i64) -> Vec<(&'static str, ConvTileFn)> {
     }
 }
 
-/// The scalar oracle of `lanes` lanes.
-fn reference(lanes: i64) -> ConvTileFn {
-    match lanes as usize {
-        LANES => microkernels::conv_tile_reference,
-        LANES_X32 => microkernels::conv_tile_reference_x32,
-        _ => panic!("no reference has {lanes} lanes"),
-    }
-}
-
 /// Both lane counts.
 const ALL_LANES: [i64; 2] = [LANES as i64, LANES_X32 as i64];
 
@@ -177,7 +147,7 @@ fn check(call: &Call, seed: u64) {
         }
     }
     let mut want = init.clone();
-    call.run(reference(call.lanes), &x, &w, &mut want);
+    call.run(microkernels::conv_tile_reference, &x, &w, &mut want);
     let in_set: std::collections::HashSet<usize> = out_idx.iter().map(|i| i + GUARD).collect();
     let scale = out_idx
         .iter()
@@ -389,30 +359,12 @@ fn empty_reductions_give_the_initial_value_and_read_nothing() {
                 let init = random_f32(3, len, -1.0, 1.0);
                 for (name, f) in kernels(lanes)
                     .into_iter()
-                    .chain([("reference", reference(lanes))])
+                    .chain([("reference", microkernels::conv_tile_reference as ConvTileFn)])
                 {
                     let mut out = init.clone();
                     // SAFETY: x and w have empty index sets, so null is never read; out
                     // holds 9 pixels × `lanes` lanes.
-                    unsafe {
-                        f(
-                            std::ptr::null(),
-                            std::ptr::null(),
-                            out.as_mut_ptr(),
-                            call.pixels,
-                            call.rows,
-                            call.row_stride,
-                            call.taps,
-                            call.tap_stride,
-                            call.chans,
-                            call.chan_stride,
-                            call.pixel_stride,
-                            call.w_tap_stride,
-                            call.out_pixel_stride,
-                            call.out_vec_stride,
-                            call.accumulate as i64,
-                        )
-                    };
+                    unsafe { f(std::ptr::null(), std::ptr::null(), out.as_mut_ptr(), &call) };
                     let want = if accumulate {
                         init.clone()
                     } else {
@@ -427,27 +379,34 @@ fn empty_reductions_give_the_initial_value_and_read_nothing() {
 
 #[test]
 fn zero_pixels_touch_nothing() {
-    for (_, f) in ALL_LANES.into_iter().flat_map(kernels) {
-        // SAFETY: no pixels, so every index set is empty and null is never dereferenced.
-        unsafe {
-            f(
-                std::ptr::null(),
-                std::ptr::null(),
-                std::ptr::null_mut(),
-                0,
-                3,
-                1,
-                3,
-                1,
-                64,
-                1,
-                64,
-                1024,
-                16,
-                4,
-                1,
-            )
+    for lanes in ALL_LANES {
+        let call = Call {
+            lanes,
+            pixels: 0,
+            rows: 3,
+            row_stride: 1,
+            taps: 3,
+            tap_stride: 1,
+            chans: 64,
+            chan_stride: 1,
+            pixel_stride: 64,
+            w_tap_stride: 1024,
+            out_pixel_stride: lanes,
+            out_vec_stride: 4,
+            accumulate: true,
         };
+        for (_, f) in kernels(lanes) {
+            // SAFETY: no pixels, so every index set is empty and null is never
+            // dereferenced; `call` is readable.
+            unsafe {
+                f(
+                    std::ptr::null(),
+                    std::ptr::null(),
+                    std::ptr::null_mut(),
+                    &call,
+                )
+            };
+        }
     }
 }
 

@@ -382,7 +382,11 @@ impl MicroKernel {
 /// starting from the old `out` when `accumulate`, else from zero. All counts and strides
 /// are non-negative ([`Kernel::check`] verifies it and proves the footprints, which bound
 /// every index above, inside their buffers).
+///
+/// It is also the record a routine reads its shape from (`*const ConvTile`, after the
+/// three buffer pointers), hence `repr(C)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(C)]
 pub struct ConvTile {
     /// Output channels (the routine's [`MicroKernel::lanes`]).
     pub lanes: i64,

@@ -16,8 +16,8 @@ use std::collections::{BTreeSet, HashMap};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
     types, AbiParam, ConstantData, Endianness, ExtFuncData, ExternalName, FuncRef, Function,
-    InstBuilder, InstructionData, MemFlagsData, Opcode, StackSlotData, StackSlotKind, Type,
-    UserExternalName, UserFuncName, Value as ClifValue,
+    InstBuilder, InstructionData, MemFlagsData, Opcode, StackSlot, StackSlotData, StackSlotKind,
+    Type, UserExternalName, UserFuncName, Value as ClifValue,
 };
 use cranelift_codegen::isa::{OwnedTargetIsa, TargetIsa};
 use cranelift_codegen::settings::{self, Configurable};
@@ -350,30 +350,66 @@ fn routine_index(r: MicroKernel) -> usize {
 
 /// The routines `stmts` call, with repeats.
 fn routines_of(stmts: &[Stmt]) -> impl Iterator<Item = MicroKernel> + '_ {
-    let mut found = Vec::new();
-    fn walk(stmts: &[Stmt], found: &mut Vec<MicroKernel>) {
+    calls_of(stmts).into_iter().map(|(r, _)| r)
+}
+
+/// The routine and shape of every call in `stmts`, in order, with repeats.
+fn calls_of(stmts: &[Stmt]) -> Vec<(MicroKernel, ConvTile)> {
+    fn walk(stmts: &[Stmt], found: &mut Vec<(MicroKernel, ConvTile)>) {
         for s in stmts {
             match s {
                 Stmt::Loop { body, .. } => walk(body, found),
-                Stmt::ConvTile { routine, .. } => found.push(*routine),
+                Stmt::ConvTile { routine, tile, .. } => found.push((*routine, *tile)),
                 Stmt::Assign { .. } | Stmt::Store { .. } => {}
             }
         }
     }
+    let mut found = Vec::new();
     walk(stmts, &mut found);
-    found.into_iter()
+    found
 }
 
-/// `extern "C" fn(x, w, out: *f32, 12 × i64)`: see `crate::microkernels`.
+/// `extern "C" fn(x, w, out: *f32, shape: *const ConvTile)`: see `crate::microkernels`.
 fn conv_tile_signature(isa: &dyn TargetIsa) -> cranelift_codegen::ir::Signature {
     let mut sig = cranelift_codegen::ir::Signature::new(isa.default_call_conv());
-    for _ in 0..3 {
+    for _ in 0..4 {
         sig.params.push(AbiParam::new(isa.pointer_type()));
     }
-    for _ in 0..12 {
-        sig.params.push(AbiParam::new(types::I64));
-    }
     sig
+}
+
+/// Writes `tile` into a new stack slot, in `ConvTile`'s `repr(C)` layout, where the
+/// routines read it: once, at function entry, for every call site of that shape.
+fn conv_tile_record(fb: &mut FunctionBuilder, ptr: Type, tile: &ConvTile) -> StackSlot {
+    use std::mem::{offset_of, size_of};
+    let size = u32::try_from(size_of::<ConvTile>()).unwrap_or(u32::MAX);
+    let slot = fb.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, size, 3));
+    let words = [
+        (offset_of!(ConvTile, lanes), tile.lanes),
+        (offset_of!(ConvTile, pixels), tile.pixels),
+        (offset_of!(ConvTile, rows), tile.rows),
+        (offset_of!(ConvTile, row_stride), tile.row_stride),
+        (offset_of!(ConvTile, taps), tile.taps),
+        (offset_of!(ConvTile, tap_stride), tile.tap_stride),
+        (offset_of!(ConvTile, chans), tile.chans),
+        (offset_of!(ConvTile, chan_stride), tile.chan_stride),
+        (offset_of!(ConvTile, pixel_stride), tile.pixel_stride),
+        (offset_of!(ConvTile, w_tap_stride), tile.w_tap_stride),
+        (
+            offset_of!(ConvTile, out_pixel_stride),
+            tile.out_pixel_stride,
+        ),
+        (offset_of!(ConvTile, out_vec_stride), tile.out_vec_stride),
+    ];
+    for (at, v) in words {
+        let v = fb.ins().iconst(types::I64, v);
+        fb.ins().stack_store(ptr, v, slot, at as i32);
+    }
+    // a Rust `bool`: one byte, 0 or 1
+    let acc = fb.ins().iconst(types::I8, i64::from(tile.accumulate));
+    fb.ins()
+        .stack_store(ptr, acc, slot, offset_of!(ConvTile, accumulate) as i32);
+    slot
 }
 
 fn kernel_signature(isa: &dyn TargetIsa) -> cranelift_codegen::ir::Signature {
@@ -467,6 +503,12 @@ fn build_function(
             fb.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 6));
         bases.push(fb.ins().stack_addr(ptr, slot, 0));
     }
+    let mut tile_records = HashMap::new();
+    for (_, tile) in calls_of(&kernel.body) {
+        if let std::collections::hash_map::Entry::Vacant(e) = tile_records.entry(tile) {
+            e.insert(conv_tile_record(&mut fb, ptr, &tile));
+        }
+    }
     let vars: Vec<Variable> = kernel
         .vars
         .iter()
@@ -483,6 +525,7 @@ fn build_function(
         bases,
         routines: [None; MICRO_KERNELS.len()],
         routine_sig: conv_tile_signature(isa),
+        tile_records,
         vars,
         known: vec![None; kernel.num_loop_vars as usize],
         loops,
@@ -559,6 +602,8 @@ struct Gen<'f, 'k> {
     routines: [Option<FuncRef>; MICRO_KERNELS.len()],
     /// The routines' signature.
     routine_sig: cranelift_codegen::ir::Signature,
+    /// The stack slot holding each call shape's record (written at entry).
+    tile_records: HashMap<ConvTile, StackSlot>,
     vars: Vec<Variable>,
     loop_vars: Vec<Variable>,
     /// Values of loop variables of single-trip loops, folded into addresses.
@@ -642,27 +687,17 @@ impl Gen<'_, '_> {
                 f
             }
         };
-        let mut args = Vec::with_capacity(15);
+        let mut args = Vec::with_capacity(4);
         for p in ptrs {
             let (addr, off) = self.address(self.slot(p.buf), &p.index);
             args.push(self.fb.ins().iadd_imm_s(addr, i64::from(off)));
         }
-        for v in [
-            t.pixels,
-            t.rows,
-            t.row_stride,
-            t.taps,
-            t.tap_stride,
-            t.chans,
-            t.chan_stride,
-            t.pixel_stride,
-            t.w_tap_stride,
-            t.out_pixel_stride,
-            t.out_vec_stride,
-            i64::from(t.accumulate),
-        ] {
-            args.push(self.fb.ins().iconst(types::I64, v));
-        }
+        // every call's shape was written at entry (`calls_of` walks the same body)
+        let Some(&record) = self.tile_records.get(t) else {
+            unreachable!("conv tile {t} has no record");
+        };
+        let ptr = self.fb.func.dfg.value_type(args[0]);
+        args.push(self.fb.ins().stack_addr(ptr, record, 0));
         self.fb.ins().call(callee, &args);
     }
 

@@ -8,7 +8,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{empty_reduction, Geom, LANES};
+use super::{empty_reduction, ConvTile, Geom, LANES};
 
 /// Pixels per full register block.
 const BLOCK: usize = 6;
@@ -25,39 +25,16 @@ const W_PREFETCH_DISTANCE: isize = 32;
 ///
 /// The CPU must support AVX2 and FMA ([`super::has_avx2_fma`]); every index of the contract
 /// must lie inside the buffers `x`, `w` and `out` point to; `out` must not overlap `x` or `w`.
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma")]
 pub unsafe extern "C" fn conv_tile_avx2(
     x: *const f32,
     w: *const f32,
     out: *mut f32,
-    pixels: i64,
-    rows: i64,
-    row_stride: i64,
-    taps: i64,
-    tap_stride: i64,
-    chans: i64,
-    chan_stride: i64,
-    pixel_stride: i64,
-    w_tap_stride: i64,
-    out_pixel_stride: i64,
-    out_vec_stride: i64,
-    accumulate: i64,
+    shape: *const ConvTile,
 ) {
-    let g = Geom::new(
-        w,
-        rows,
-        row_stride,
-        taps,
-        tap_stride,
-        chans,
-        chan_stride,
-        pixel_stride,
-        w_tap_stride,
-        out_pixel_stride,
-        out_vec_stride,
-        accumulate,
-    );
+    // SAFETY: readable per the contract.
+    let shape = unsafe { &*shape };
+    let (g, pixels) = (Geom::new(w, shape), shape.pixels);
     let pixels = pixels as isize;
     if pixels <= 0 {
         return;

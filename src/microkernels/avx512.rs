@@ -22,7 +22,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{empty_reduction, Geom};
+use super::{empty_reduction, ConvTile, Geom};
 
 /// Pixels per full register block, 16 channels.
 const BLOCK: usize = 28;
@@ -59,39 +59,16 @@ macro_rules! rest {
 ///
 /// The CPU must support AVX-512F ([`super::has_avx512f`]); every index of the contract
 /// must lie inside the buffers `x`, `w` and `out` point to; `out` must not overlap `x` or `w`.
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f")]
 pub unsafe extern "C" fn conv_tile_avx512(
     x: *const f32,
     w: *const f32,
     out: *mut f32,
-    pixels: i64,
-    rows: i64,
-    row_stride: i64,
-    taps: i64,
-    tap_stride: i64,
-    chans: i64,
-    chan_stride: i64,
-    pixel_stride: i64,
-    w_tap_stride: i64,
-    out_pixel_stride: i64,
-    out_vec_stride: i64,
-    accumulate: i64,
+    shape: *const ConvTile,
 ) {
-    let g = Geom::new(
-        w,
-        rows,
-        row_stride,
-        taps,
-        tap_stride,
-        chans,
-        chan_stride,
-        pixel_stride,
-        w_tap_stride,
-        out_pixel_stride,
-        out_vec_stride,
-        accumulate,
-    );
+    // SAFETY: readable per the contract.
+    let shape = unsafe { &*shape };
+    let (g, pixels) = (Geom::new(w, shape), shape.pixels);
     // SAFETY: the caller's contract; the remainder's pixels are pixels of the call.
     unsafe {
         if let Some((n, xp, op)) = full_blocks_of::<1, BLOCK, BLOCK>(&g, x, out, pixels as isize) {
@@ -109,39 +86,16 @@ pub unsafe extern "C" fn conv_tile_avx512(
 /// The CPU must support AVX-512F ([`super::has_avx512f`]); every index of the 32-lane
 /// contract must lie inside the buffers `x`, `w` and `out` point to; `out` must not overlap
 /// `x` or `w`.
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f")]
 pub unsafe extern "C" fn conv_tile_avx512_x32(
     x: *const f32,
     w: *const f32,
     out: *mut f32,
-    pixels: i64,
-    rows: i64,
-    row_stride: i64,
-    taps: i64,
-    tap_stride: i64,
-    chans: i64,
-    chan_stride: i64,
-    pixel_stride: i64,
-    w_tap_stride: i64,
-    out_pixel_stride: i64,
-    out_vec_stride: i64,
-    accumulate: i64,
+    shape: *const ConvTile,
 ) {
-    let g = Geom::new(
-        w,
-        rows,
-        row_stride,
-        taps,
-        tap_stride,
-        chans,
-        chan_stride,
-        pixel_stride,
-        w_tap_stride,
-        out_pixel_stride,
-        out_vec_stride,
-        accumulate,
-    );
+    // SAFETY: readable per the contract.
+    let shape = unsafe { &*shape };
+    let (g, pixels) = (Geom::new(w, shape), shape.pixels);
     // SAFETY: the caller's contract; the remainder's pixels are pixels of the call.
     unsafe {
         if let Some((n, xp, op)) =

@@ -7,19 +7,22 @@
 //!
 //! # The contract (the safety argument)
 //!
-//! Every kernel has the C signature of [`ConvTileFn`]:
+//! Every kernel has the C signature of [`ConvTileFn`], `(x, w, out, shape)`: three buffer
+//! pointers and the call's [`ConvTile`] (the loop IR's own record of the call, `repr(C)`),
+//! read once at entry:
 //!
 //! ```text
-//! (x, w, out, pixels, rows, row_stride, taps, tap_stride, chans, chan_stride,
-//!  pixel_stride, w_tap_stride, out_pixel_stride, out_vec_stride, accumulate)
+//! shape = { lanes, pixels, rows, row_stride, taps, tap_stride, chans, chan_stride,
+//!           pixel_stride, w_tap_stride, out_pixel_stride, out_vec_stride, accumulate }
 //! ```
 //!
+//! `shape.lanes` must be the kernel's lane count (16, or 32 for [`conv_tile_avx512_x32`]).
 //! All counts and strides are `i64` in elements (not bytes) and are `>= 0`. For every pixel
 //! `p < pixels` and output lane `l < 16` (16 output channels = one packed weight block):
 //!
 //! ```text
 //! o    = p*out_pixel_stride + (l/4)*out_vec_stride + (l%4)        // out index of (p, l)
-//! s    = if accumulate != 0 { out[o] } else { 0.0 }
+//! s    = if accumulate { out[o] } else { 0.0 }
 //! s   += Σ_{r<rows} Σ_{t<taps} Σ_{c<chans}
 //!          x[r*row_stride + t*tap_stride + c*chan_stride + p*pixel_stride]
 //!        * w[(r*taps + t)*w_tap_stride + c*16 + l]
@@ -47,13 +50,13 @@
 //!
 //! ## The 32-lane contract
 //!
-//! [`conv_tile_avx512_x32`] takes the same arguments and keeps the same contract with 32
+//! [`conv_tile_avx512_x32`] takes the same arguments (`shape.lanes == 32`) and keeps the same contract with 32
 //! output lanes (two packed weight blocks side by side) in place of 16: for `p < pixels` and
 //! `l < 32`,
 //!
 //! ```text
 //! o    = p*out_pixel_stride + (l/4)*out_vec_stride + (l%4)        // out groups 0..8
-//! s    = if accumulate != 0 { out[o] } else { 0.0 }
+//! s    = if accumulate { out[o] } else { 0.0 }
 //! s   += Σ_{r,t,c} x[r*row_stride + t*tap_stride + c*chan_stride + p*pixel_stride]
 //!                * w[(r*taps + t)*w_tap_stride + c*32 + l]
 //! out[o] = s
@@ -64,8 +67,8 @@
 //! vectors when `out_vec_stride == 4`), and weight prefetches name both halves of a row of a
 //! channel `c < chans`. Everything else (summation order, determinism, x accesses, empty
 //! cases, no alignment) is as above. Its `out` layouts: `[p][32]` (`out_pixel_stride = 32`,
-//! `out_vec_stride = 4`) and the partial-sum layout. [`conv_tile_reference_x32`] is its
-//! oracle.
+//! `out_vec_stride = 4`) and the partial-sum layout. [`conv_tile_reference`] is the oracle
+//! of every lane count.
 //!
 //! # Speed
 //!
@@ -79,6 +82,7 @@
 //! pixels, partial-sum layout) at ≈78, ≈138 and ≈153 — the 32-lane kernel reads each input
 //! element once per 32 channels.
 
+pub use smelt_ir::loops::ConvTile;
 use smelt_ir::loops::MicroKernel;
 
 #[cfg(target_arch = "x86_64")]
@@ -92,23 +96,8 @@ pub use avx2::conv_tile_avx2;
 pub use avx512::{conv_tile_avx512, conv_tile_avx512_x32};
 
 /// The C-ABI type shared by every conv-tile kernel (see the module docs for the contract).
-pub type ConvTileFn = unsafe extern "C" fn(
-    x: *const f32,
-    w: *const f32,
-    out: *mut f32,
-    pixels: i64,
-    rows: i64,
-    row_stride: i64,
-    taps: i64,
-    tap_stride: i64,
-    chans: i64,
-    chan_stride: i64,
-    pixel_stride: i64,
-    w_tap_stride: i64,
-    out_pixel_stride: i64,
-    out_vec_stride: i64,
-    accumulate: i64,
-);
+pub type ConvTileFn =
+    unsafe extern "C" fn(x: *const f32, w: *const f32, out: *mut f32, shape: *const ConvTile);
 
 /// Whether this CPU runs `routine`.
 pub fn host_has(routine: MicroKernel) -> bool {
@@ -164,36 +153,23 @@ struct Geom {
 
 #[cfg(target_arch = "x86_64")]
 impl Geom {
-    /// The contract's arguments after `out`, minus `pixels`, in the contract's order.
-    #[allow(clippy::too_many_arguments)]
+    /// The kernel's view of `shape` (counts and strides as pointer offsets) with the
+    /// weights at `w`.
     #[inline(always)]
-    fn new(
-        w: *const f32,
-        rows: i64,
-        row_stride: i64,
-        taps: i64,
-        tap_stride: i64,
-        chans: i64,
-        chan_stride: i64,
-        pixel_stride: i64,
-        w_tap_stride: i64,
-        out_pixel_stride: i64,
-        out_vec_stride: i64,
-        accumulate: i64,
-    ) -> Geom {
+    fn new(w: *const f32, shape: &ConvTile) -> Geom {
         Geom {
             w,
-            rows: rows as isize,
-            row_stride: row_stride as isize,
-            taps: taps as isize,
-            tap_stride: tap_stride as isize,
-            chans: chans as isize,
-            chan_stride: chan_stride as isize,
-            pixel_stride: pixel_stride as isize,
-            w_tap_stride: w_tap_stride as isize,
-            out_pixel_stride: out_pixel_stride as isize,
-            out_vec_stride: out_vec_stride as isize,
-            accumulate: accumulate != 0,
+            rows: shape.rows as isize,
+            row_stride: shape.row_stride as isize,
+            taps: shape.taps as isize,
+            tap_stride: shape.tap_stride as isize,
+            chans: shape.chans as isize,
+            chan_stride: shape.chan_stride as isize,
+            pixel_stride: shape.pixel_stride as isize,
+            w_tap_stride: shape.w_tap_stride as isize,
+            out_pixel_stride: shape.out_pixel_stride as isize,
+            out_vec_stride: shape.out_vec_stride as isize,
+            accumulate: shape.accumulate,
         }
     }
 
@@ -251,128 +227,38 @@ pub fn has_avx512f() -> bool {
 }
 
 /// The scalar oracle: the contract above as plain f32 loops (multiply, then add), in the
-/// order `r, t, c`, 16 lanes. Portable; slow; for tests.
+/// order `r, t, c`, for any `shape.lanes`. Portable; slow; for tests.
 ///
 /// # Safety
 ///
-/// Every index of the contract (module docs) must lie inside the buffers `x`, `w` and `out`
-/// point to, and `out` must not overlap `x` or `w`.
-#[allow(clippy::too_many_arguments)]
+/// `shape` is readable; every index of the contract (module docs) must lie inside the
+/// buffers `x`, `w` and `out` point to, and `out` must not overlap `x` or `w`.
 pub unsafe extern "C" fn conv_tile_reference(
     x: *const f32,
     w: *const f32,
     out: *mut f32,
-    pixels: i64,
-    rows: i64,
-    row_stride: i64,
-    taps: i64,
-    tap_stride: i64,
-    chans: i64,
-    chan_stride: i64,
-    pixel_stride: i64,
-    w_tap_stride: i64,
-    out_pixel_stride: i64,
-    out_vec_stride: i64,
-    accumulate: i64,
+    shape: *const ConvTile,
 ) {
-    // SAFETY: the caller's.
-    unsafe {
-        reference::<LANES>(
-            x,
-            w,
-            out,
-            [
-                pixels,
-                rows,
-                row_stride,
-                taps,
-                tap_stride,
-                chans,
-                chan_stride,
-                pixel_stride,
-                w_tap_stride,
-                out_pixel_stride,
-                out_vec_stride,
-                accumulate,
-            ],
-        )
-    }
-}
-
-/// The scalar oracle of the 32-lane contract ([`conv_tile_avx512_x32`]'s); as
-/// [`conv_tile_reference`] otherwise.
-///
-/// # Safety
-///
-/// Every index of the 32-lane contract must lie inside the buffers `x`, `w` and `out` point
-/// to, and `out` must not overlap `x` or `w`.
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn conv_tile_reference_x32(
-    x: *const f32,
-    w: *const f32,
-    out: *mut f32,
-    pixels: i64,
-    rows: i64,
-    row_stride: i64,
-    taps: i64,
-    tap_stride: i64,
-    chans: i64,
-    chan_stride: i64,
-    pixel_stride: i64,
-    w_tap_stride: i64,
-    out_pixel_stride: i64,
-    out_vec_stride: i64,
-    accumulate: i64,
-) {
-    // SAFETY: the caller's.
-    unsafe {
-        reference::<LANES_X32>(
-            x,
-            w,
-            out,
-            [
-                pixels,
-                rows,
-                row_stride,
-                taps,
-                tap_stride,
-                chans,
-                chan_stride,
-                pixel_stride,
-                w_tap_stride,
-                out_pixel_stride,
-                out_vec_stride,
-                accumulate,
-            ],
-        )
-    }
-}
-
-/// The contract with `L` lanes as scalar loops; `a` holds the arguments after `out` in the
-/// contract's order.
-///
-/// # Safety
-///
-/// As [`conv_tile_reference`], for `L` lanes.
-unsafe fn reference<const L: usize>(x: *const f32, w: *const f32, out: *mut f32, a: [i64; 12]) {
-    let [pixels, rows, row_stride, taps, tap_stride, chans, chan_stride, pixel_stride, w_tap_stride, out_pixel_stride, out_vec_stride, accumulate] =
-        a;
-    let lanes = L as i64;
-    for p in 0..pixels {
+    // SAFETY: readable per the contract.
+    let t = unsafe { *shape };
+    let lanes = t.lanes;
+    for p in 0..t.pixels {
         for l in 0..lanes {
-            let o = (p * out_pixel_stride + (l / 4) * out_vec_stride + l % 4) as isize;
+            let o = (p * t.out_pixel_stride + (l / 4) * t.out_vec_stride + l % 4) as isize;
             // SAFETY: o is an out index of the contract; the caller proved it in bounds.
-            let mut s = if accumulate != 0 {
+            let mut s = if t.accumulate {
                 unsafe { *out.offset(o) }
             } else {
                 0.0
             };
-            for r in 0..rows {
-                for t in 0..taps {
-                    for c in 0..chans {
-                        let xi =
-                            r * row_stride + t * tap_stride + c * chan_stride + p * pixel_stride;
-                        let wi = (r * taps + t) * w_tap_stride + c * lanes + l;
+            for r in 0..t.rows {
+                for tap in 0..t.taps {
+                    for c in 0..t.chans {
+                        let xi = r * t.row_stride
+                            + tap * t.tap_stride
+                            + c * t.chan_stride
+                            + p * t.pixel_stride;
+                        let wi = (r * t.taps + tap) * t.w_tap_stride + c * lanes + l;
                         // SAFETY: xi and wi are indices of the contract.
                         s += unsafe { *x.offset(xi as isize) * *w.offset(wi as isize) };
                     }
