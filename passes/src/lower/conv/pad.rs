@@ -1,7 +1,7 @@
 //! Padding kernels: the zero (or −∞) padded NCHW copy with stride phases, and the
 //! channels-last (NHWC) padded copy the packed convolution reads.
 
-use smelt_ir::loops::{Access, Affine, Expr, KernelBuilder, LoopVar, Width};
+use smelt_ir::loops::{Access, Affine, BufId, Expr, KernelBuilder, LoopVar, Width};
 
 use super::transpose4;
 
@@ -76,35 +76,47 @@ pub(crate) fn pad_kernel(
                 if count == 0 {
                     continue;
                 }
-                let dst_at = |k: &Affine| phase_at.add(k).plus(q0 as i64);
-                let src_at = |k: &Affine| src_row.add(&k.scale(sw as i64)).plus(x0 as i64);
-                // vector blocks of 4 outputs: sw = 1 loads them; sw = 2 takes the even
-                // lanes of the 8 inputs from x0 + 2k (the last one must be in the row)
-                let vec_end = match sw {
-                    1 => count / 4 * 4,
-                    2 if w >= x0 + 8 => ((w - x0 - 8) / 8 + 1) * 4,
-                    _ => 0,
-                } as i64;
-                b.for_loop(0, vec_end, 4, |b, k| {
-                    let k = Affine::var(k);
-                    let v = if sw == 1 {
-                        Expr::load(src, src_at(&k), w4)
-                    } else {
-                        let lo = Expr::load(src, src_at(&k), w4);
-                        let hi = Expr::load(src, src_at(&k).plus(4), w4);
-                        Expr::shuffle(lo, hi, [0, 2, 4, 6])
-                    };
-                    b.store(dst, dst_at(&k), v, w4);
-                });
-                b.for_loop(vec_end, count as i64, 1, |b, k| {
-                    let k = Affine::var(k);
-                    let v = Expr::load(src, src_at(&k), s1);
-                    b.store(dst, dst_at(&k), v, s1);
-                });
+                let from = (src, src_row.plus(x0 as i64), w - x0);
+                copy_strided(b, from, sw, (dst, phase_at.plus(q0 as i64)), count);
             }
         });
     });
     b.finish()
+}
+
+/// Copies `count` elements, `stride` apart from `src` at `start` (a row with `avail`
+/// elements from there), to consecutive elements of `dst` from `to`. Vector blocks of 4:
+/// stride 1 loads them; stride 2 takes the even lanes of the 8 inputs from `2k` (so the
+/// 8th must still be in the row); other strides and the rest go element by element.
+fn copy_strided(
+    b: &mut KernelBuilder,
+    (src, start, avail): (BufId, Affine, usize),
+    stride: usize,
+    (dst, to): (BufId, Affine),
+    count: usize,
+) {
+    let (w4, s1) = (Width::F32x4, Width::Scalar);
+    let vec_end = match stride {
+        1 => count / 4 * 4,
+        2 if avail >= 8 => (((avail - 8) / 8 + 1) * 4).min(count / 4 * 4),
+        _ => 0,
+    } as i64;
+    let src_at = |k: &Affine| start.add(&k.scale(stride as i64));
+    b.for_loop(0, vec_end, 4, |b, k| {
+        let k = Affine::var(k);
+        let v = if stride == 1 {
+            Expr::load(src, src_at(&k), w4)
+        } else {
+            let lo = Expr::load(src, src_at(&k), w4);
+            let hi = Expr::load(src, src_at(&k).plus(4), w4);
+            Expr::shuffle(lo, hi, [0, 2, 4, 6])
+        };
+        b.store(dst, to.add(&k), v, w4);
+    });
+    b.for_loop(vec_end, count as i64, 1, |b, k| {
+        let k = Affine::var(k);
+        b.store(dst, to.add(&k), Expr::load(src, src_at(&k), s1), s1);
+    });
 }
 
 /// Copies every `sh`-th row and `sw`-th column of `planes` planes of `h × w` into planes
@@ -122,14 +134,6 @@ pub(super) fn subsample_kernel(
     let mut b = KernelBuilder::new(&format!("subsample_{planes}x{h}x{w}_s{sh}x{sw}"));
     let src = b.arg("x", src_len, Access::Read);
     let dst = b.arg("subsampled", dst_len, Access::Write);
-    let (w4, s1) = (Width::F32x4, Width::Scalar);
-    // vector blocks of 4 outputs: sw = 1 loads them; sw = 2 takes the even lanes of the
-    // 8 inputs from 2k (the last one must be in the row)
-    let vec_end = match sw {
-        1 => ow / 4 * 4,
-        2 if w >= 8 => (((w - 8) / 8 + 1) * 4).min(ow / 4 * 4),
-        _ => 0,
-    } as i64;
     b.set_parallel();
     b.for_loop(0, planes as i64, 1, |b, p| {
         b.for_loop(0, oh as i64, 1, |b, i| {
@@ -139,23 +143,7 @@ pub(super) fn subsample_kernel(
             let dst_row = Affine::var(p)
                 .scale((oh * ow) as i64)
                 .add(&Affine::var(i).scale(ow as i64));
-            let src_at = |k: &Affine| src_row.add(&k.scale(sw as i64));
-            let dst_at = |k: &Affine| dst_row.add(k);
-            b.for_loop(0, vec_end, 4, |b, k| {
-                let k = Affine::var(k);
-                let v = if sw == 1 {
-                    Expr::load(src, src_at(&k), w4)
-                } else {
-                    let lo = Expr::load(src, src_at(&k), w4);
-                    let hi = Expr::load(src, src_at(&k).plus(4), w4);
-                    Expr::shuffle(lo, hi, [0, 2, 4, 6])
-                };
-                b.store(dst, dst_at(&k), v, w4);
-            });
-            b.for_loop(vec_end, ow as i64, 1, |b, k| {
-                let k = Affine::var(k);
-                b.store(dst, dst_at(&k), Expr::load(src, src_at(&k), s1), s1);
-            });
+            copy_strided(b, (src, src_row, w), sw, (dst, dst_row), ow);
         });
     });
     b.finish()
