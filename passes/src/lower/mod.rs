@@ -207,6 +207,7 @@ fn lower_program<'a>(
         cur_op: String::new(),
         cur_loc: Location::Unknown,
         packing,
+        weight_bytes: std::cell::OnceCell::new(),
     };
     for (i, p) in func.params.iter().enumerate() {
         p.ty.check_size()
@@ -272,12 +273,28 @@ pub(crate) struct Cx<'a> {
     dedupe: HashMap<Kernel, usize>,
     cur_op: String,
     cur_loc: Location,
+    /// Bytes of the weights the function reads ([`Cx::weight_bytes`]), once asked.
+    weight_bytes: std::cell::OnceCell<usize>,
 }
 
 /// Work that produces a constant buffer from module data (weight packing, transforms).
 pub(crate) type PackJob<'a> = Box<dyn FnOnce() -> AlignedBuf + Send + 'a>;
 
 impl<'a> Cx<'a> {
+    /// Bytes of the module weights the function reads (its `const` ops), computed once.
+    pub(crate) fn weight_bytes(&self) -> usize {
+        *self.weight_bytes.get_or_init(|| {
+            self.func
+                .insts
+                .iter()
+                .filter_map(|i| match i.op {
+                    Op::Const(id) => self.module.weights.get(id).map(|w| w.data.len_bytes()),
+                    _ => None,
+                })
+                .sum()
+        })
+    }
+
     /// A constant buffer of `len` f32 elements whose data `job` computes on another
     /// core while lowering goes on (the rest at the end of lowering, on every core):
     /// packing writes every weight once into fresh memory, and on two cores both the

@@ -16,7 +16,7 @@
 //! run on scalars.
 
 use smelt_ir::loops::{Access, Affine, BinOp, BufId, Expr, KernelBuilder, MicroKernel, Width};
-use smelt_ir::op::{Conv2dAttrs, Op};
+use smelt_ir::op::Conv2dAttrs;
 use smelt_ir::{AlignedBuf, Diagnostic, Layout, TensorType, Value};
 
 use super::conv::{pad_kernel, transpose4, Geo, PackedConv};
@@ -153,16 +153,7 @@ const WARM_WEIGHTS_BUDGET: usize = 24 << 20;
 /// Bytes per cycle at which this function's weights reach the core: from cache when
 /// they all fit in it between runs (a single block), from memory otherwise (a network).
 fn weight_bandwidth(cx: &Cx) -> f64 {
-    let bytes: usize = cx
-        .func
-        .insts
-        .iter()
-        .filter_map(|i| match i.op {
-            Op::Const(id) => cx.module.weights.get(id).map(|w| w.data.len_bytes()),
-            _ => None,
-        })
-        .sum();
-    if bytes <= WARM_WEIGHTS_BUDGET {
+    if cx.weight_bytes() <= WARM_WEIGHTS_BUDGET {
         WARM_WEIGHT_BYTES_PER_CYCLE
     } else {
         WEIGHT_BYTES_PER_CYCLE
