@@ -188,6 +188,18 @@ fn pools() {
             check(&format!("avg_pool include_pad={include} {p:?}"), &m);
         }
     }
+    // the 3x3 stride-2 max pool that halves an even H and a W that is a multiple of 8
+    // has its own kernel (no padded copy); with bottom/right padding or not, ceil or not
+    for dims in [&[2, 3, 10, 16][..], &[1, 5, 2, 8], &[1, 2, 12, 24]] {
+        let x = t(dims);
+        for p in [
+            pool(3, 2, [1; 4], 1, false),
+            pool(3, 2, [1, 1, 0, 0], 1, true),
+        ] {
+            let m = one_op(Op::MaxPool2d(p.clone()), std::slice::from_ref(&x), &[]);
+            check(&format!("max_pool {dims:?} {p:?}"), &m);
+        }
+    }
     for dims in [&[2, 5, 3, 7][..], &[1, 3, 1, 1], &[1, 4, 9, 9]] {
         let m = one_op(Op::GlobalAvgPool, &[t(dims)], &[]);
         check(&format!("global_avg_pool {dims:?}"), &m);
@@ -440,14 +452,28 @@ fn fused_ops_on_every_anchor_kind() {
 /// whichever tap of the window it is in.
 #[test]
 fn max_pool_propagates_nan() {
-    let x = t(&[1, 2, 7, 8]);
+    // 7x8 takes the general kernel, 8x16 the 3x3 stride-2 one (NaNs in its first and
+    // last rows and columns, and on both sides of a vector boundary)
+    for (dims, nans) in [
+        ([1, 2, 7, 8], &[0, 9, 17, 30, 63, 64, 100][..]),
+        (
+            [1, 2, 8, 16],
+            &[0, 15, 16, 39, 40, 112, 127, 135, 200, 255][..],
+        ),
+    ] {
+        max_pool_nan_case(&dims, nans);
+    }
+}
+
+fn max_pool_nan_case(dims: &[usize], nans: &[usize]) {
+    let x = t(dims);
     let m = one_op(
         Op::MaxPool2d(pool(3, 2, [1; 4], 1, false)),
         std::slice::from_ref(&x),
         &[],
     );
     let mut inputs = random_inputs(&m, 23);
-    for i in [0, 9, 17, 30, 63, 64, 100] {
+    for &i in nans {
         inputs[0].data[i] = f32::NAN;
     }
     let want = smelt_ir::interp::run(&m, &m.funcs[0], &inputs).expect("interprets");

@@ -41,6 +41,9 @@ pub(crate) fn lower_pool(
     }
     let [n, c, h, w] = [xt.dims[0], xt.dims[1], xt.dims[2], xt.dims[3]];
     let [oh, ow] = [out_ty.dims[2], out_ty.dims[3]];
+    if is_max && halves_with_3x3_windows(&p, [h, w], [oh, ow]) {
+        return max_pool_3x3_s2(cx, x, [n, c, h, w], epi, out);
+    }
     let [sh, sw] = p.strides;
     let [dh, dw] = p.dilations;
     let [kh, kw] = p.kernel;
@@ -137,6 +140,89 @@ pub(crate) fn lower_pool(
                     emit(b, Affine::var(q), Width::Scalar)
                 });
             });
+        });
+    });
+    cx.step(b.finish(), args)
+}
+
+/// Whether a pool is the 3×3, stride-2, pad-1 window that halves an even H and a W that
+/// is a multiple of 8 (ResNet's stem pool): every window holds input elements, no
+/// window reaches the bottom or right padding, and output rows come in whole vectors.
+fn halves_with_3x3_windows(p: &Pool2dAttrs, [h, w]: [usize; 2], [oh, ow]: [usize; 2]) -> bool {
+    p.kernel == [3, 3]
+        && p.strides == [2, 2]
+        && p.dilations == [1, 1]
+        && p.pads[0] == 1
+        && p.pads[1] == 1
+        && h >= 2
+        && h.is_multiple_of(2)
+        && w.is_multiple_of(8)
+        && (oh, ow) == (h / 2, w / 2)
+}
+
+/// A 3×3 stride-2 max pool straight from the NCHW input, without a padded copy: per
+/// output row, the vertical max of its 2–3 input rows along 8 columns, split into even
+/// and odd columns by two shuffles; output column `q` is the max of odd column `q - 1`
+/// (carried over from the previous vector, −∞ left of the row), even column `q` and odd
+/// column `q`. The first output row's window has no row above.
+fn max_pool_3x3_s2(
+    cx: &mut Cx,
+    x: BufferId,
+    [n, c, h, w]: [usize; 4],
+    mut epi: Epilogue,
+    out: BufferId,
+) -> Result<(), Diagnostic> {
+    let (oh, ow) = (h / 2, w / 2);
+    let mut b = KernelBuilder::new(&format!("max_pool2d_3x3_s2_{}", dims_name(&[n, c, h, w])));
+    let xa = b.arg("x", cx.len_of(x), Access::Read);
+    let mut args = vec![x];
+    args.extend(epi.declare(&mut b));
+    let ya = b.arg("out", cx.len_of(out), Access::Write);
+    args.push(out);
+    let w4 = Width::F32x4;
+    let max = |a: Expr, b: Expr| Expr::binary(BinOp::Max, a, b);
+    b.set_parallel();
+    b.for_loop(0, c as i64, 1, |b, ci| {
+        b.for_loop(0, n as i64, 1, |b, ni| {
+            let plane = Affine::var(ni).scale(c as i64).add(&Affine::var(ci));
+            let row = |b: &mut KernelBuilder, r: Affine, first: bool| {
+                let left_of_row = b.var(w4);
+                b.assign(left_of_row, Expr::constant(f32::NEG_INFINITY, w4));
+                b.for_loop(0, ow as i64, 4, |b, q| {
+                    let q = Affine::var(q);
+                    let window_rows: &[i64] = if first { &[0, 1] } else { &[-1, 0, 1] };
+                    let column = |b: &mut KernelBuilder, k: i64| {
+                        let at = |dy: i64| {
+                            let y = r.scale(2).plus(dy);
+                            let idx = plane
+                                .scale((h * w) as i64)
+                                .add(&y.scale(w as i64))
+                                .add(&q.scale(2).plus(k));
+                            Expr::load(xa, idx, w4)
+                        };
+                        let v = window_rows[1..]
+                            .iter()
+                            .fold(at(window_rows[0]), |m, &dy| max(m, at(dy)));
+                        b.let_(v, w4)
+                    };
+                    let lo = column(b, 0);
+                    let hi = column(b, 4);
+                    let even = b.let_(Expr::shuffle(lo.clone(), hi.clone(), [0, 2, 4, 6]), w4);
+                    let odd = b.let_(Expr::shuffle(lo, hi, [1, 3, 5, 7]), w4);
+                    let left = Expr::shuffle(Expr::Var(left_of_row), odd.clone(), [3, 4, 5, 6]);
+                    let m = b.let_(max(max(left, even), odd.clone()), w4);
+                    b.assign(left_of_row, odd);
+                    let idx = [Affine::var(ni), Affine::var(ci), r.clone(), q.clone()];
+                    let v = epi.apply(b, m, &idx, w4);
+                    let dst = plane
+                        .scale((oh * ow) as i64)
+                        .add(&r.scale(ow as i64))
+                        .add(&q);
+                    b.store(ya, dst, v, w4);
+                });
+            };
+            row(b, Affine::constant(0), true);
+            b.for_loop(1, oh as i64, 1, |b, r| row(b, Affine::var(r), false));
         });
     });
     cx.step(b.finish(), args)
