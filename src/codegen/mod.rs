@@ -261,9 +261,11 @@ pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKern
             }
         }
     });
+    let mut sizes = Vec::with_capacity(kernels.len());
     for (i, r) in results.into_iter().enumerate() {
         let code =
             r.ok_or_else(|| Error::Unsupported(format!("kernel {i} was not compiled")))??;
+        sizes.push(code.bytes.len());
         let id = *ids
             .get(i)
             .ok_or_else(|| Error::Unsupported("a code generation thread failed".into()))?;
@@ -283,11 +285,34 @@ pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKern
             // convention), which is `KernelFn`.
             unsafe { std::mem::transmute::<*const u8, KernelFn>(p) }
         })
-        .collect();
+        .collect::<Vec<KernelFn>>();
+    if std::env::var_os("SMELT_PERF_MAP").is_some() {
+        write_perf_map(kernels, &fns, &sizes);
+    }
     Ok(CompiledKernels {
         module: std::sync::Mutex::new(Some(module)),
         fns,
     })
+}
+
+/// Appends each kernel's address range and name to `/tmp/perf-PID.map`, where `perf
+/// report` looks up symbols of JIT code (profiling aid, on when `SMELT_PERF_MAP` is set;
+/// a failed write only loses names in the profile).
+fn write_perf_map(kernels: &[Kernel], fns: &[KernelFn], sizes: &[usize]) {
+    use std::io::Write;
+    let path = format!("/tmp/perf-{}.map", std::process::id());
+    let Ok(mut file) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    else {
+        return;
+    };
+    let mut text = String::new();
+    for ((k, f), size) in kernels.iter().zip(fns).zip(sizes) {
+        text.push_str(&format!("{:x} {size:x} {}\n", *f as usize, k.name));
+    }
+    let _ = file.write_all(text.as_bytes());
 }
 
 /// One function's machine code, ready for `define_function_bytes`.
