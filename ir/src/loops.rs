@@ -568,6 +568,20 @@ pub enum Stmt {
         /// The tile's shape.
         tile: ConvTile,
     },
+    /// A hint that `rows` runs of `row_len` elements, `row_stride` apart from `at`, will
+    /// be read soon: a native helper issues one cache-line prefetch per line (Cranelift
+    /// has no prefetch instruction). Prefetches change no value and never fault; the
+    /// checker still proves the runs inside the buffer.
+    Prefetch {
+        /// The first element of the first run.
+        at: BufPtr,
+        /// Runs.
+        rows: i64,
+        /// Elements from one run's start to the next.
+        row_stride: i64,
+        /// Elements per run.
+        row_len: i64,
+    },
 }
 
 /// Everything that determines a kernel's machine code: arguments, locals, variable
@@ -719,6 +733,7 @@ impl Kernel {
                     } => trip_count(*start, *end, *step) as u64 * block(body, vars),
                     Stmt::Assign { value, .. } | Stmt::Store { value, .. } => expr(value, vars),
                     Stmt::ConvTile { tile, .. } => tile.flops(),
+                    Stmt::Prefetch { .. } => 0,
                 })
                 .sum()
         }
@@ -835,6 +850,20 @@ impl CheckCx<'_> {
                             out.buf
                         ));
                     }
+                }
+                Stmt::Prefetch {
+                    at,
+                    rows,
+                    row_stride,
+                    row_len,
+                } => {
+                    let span = (*rows > 0 && *row_stride >= 0 && *row_len > 0)
+                        .then(|| row_stride.checked_mul(rows - 1)?.checked_add(*row_len))
+                        .flatten()
+                        .ok_or_else(|| {
+                            format!("prefetch of {rows} runs of {row_len} every {row_stride}")
+                        })?;
+                    self.access(at.buf, &at.index, span)?;
                 }
             }
         }
@@ -1068,6 +1097,14 @@ fn print_block(out: &mut String, stmts: &[Stmt], depth: usize) {
                     routine.symbol()
                 );
             }
+            Stmt::Prefetch {
+                at,
+                rows,
+                row_stride,
+                row_len,
+            } => {
+                let _ = writeln!(out, "{pad}prefetch {at}; rows={rows}x{row_stride}, len={row_len}");
+            }
         }
     }
 }
@@ -1190,6 +1227,16 @@ impl KernelBuilder {
     /// Assigns `value` to `dst`.
     pub fn assign(&mut self, dst: VarId, value: Expr) {
         self.push(Stmt::Assign { dst, value });
+    }
+
+    /// Emits a [`Stmt::Prefetch`] of `rows` runs of `row_len` elements, `row_stride` apart.
+    pub fn prefetch(&mut self, at: BufPtr, rows: i64, row_stride: i64, row_len: i64) {
+        self.push(Stmt::Prefetch {
+            at,
+            rows,
+            row_stride,
+            row_len,
+        });
     }
 
     /// Assigns `value` to a fresh variable of `width` and returns a read of it.
@@ -1403,6 +1450,33 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn prefetches_are_proven_inside_their_buffer() {
+        let kernel = |len: usize, rows: i64, row_stride: i64, row_len: i64| {
+            let mut b = KernelBuilder::new("prefetch");
+            let r = b.arg("r", len, Access::Read);
+            b.for_loop(0, 2, 1, |b, i| {
+                let at = BufPtr {
+                    buf: r,
+                    index: Affine::var(i).scale(4),
+                };
+                b.prefetch(at, rows, row_stride, row_len);
+            });
+            b.finish()
+        };
+        // the last run of the last trip: 4 + 2·10 .. 4 + 2·10 + 4
+        assert!(kernel(28, 3, 10, 4).check().is_ok());
+        let err = kernel(27, 3, 10, 4).check().unwrap_err();
+        assert!(err.contains("outside its 27 elements"), "{err}");
+        for (rows, stride, len) in [(0, 10, 4), (3, -1, 4), (3, 10, 0), (i64::MAX, i64::MAX, 1)] {
+            let err = kernel(1 << 20, rows, stride, len).check().unwrap_err();
+            assert!(err.contains("prefetch of"), "{err}");
+        }
+        let text = kernel(28, 3, 10, 4).to_string();
+        assert!(text.contains("prefetch &%0[4*i0]; rows=3x10, len=4"), "{text}");
+        assert_eq!(kernel(28, 3, 10, 4).flops(), 0);
     }
 
     #[test]

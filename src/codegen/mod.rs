@@ -194,6 +194,8 @@ pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKern
     for r in MICRO_KERNELS {
         builder.symbol(r.symbol(), microkernels::entry(r));
     }
+    let prefetch_rows: microkernels::PrefetchRowsFn = microkernels::prefetch_rows;
+    builder.symbol(microkernels::PREFETCH_ROWS_SYMBOL, prefetch_rows as *const u8);
     let mut module = JITModule::new(builder);
     // the routines first, so their ids are their indices in MICRO_KERNELS (CLIF text
     // names them the same way without a module)
@@ -210,6 +212,19 @@ pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKern
                 id.as_u32()
             )));
         }
+    }
+    let id = module
+        .declare_function(
+            microkernels::PREFETCH_ROWS_SYMBOL,
+            Linkage::Import,
+            &prefetch_rows_signature(isa.as_ref()),
+        )
+        .map_err(|e| Error::Unsupported(format!("declaring the prefetch helper: {e}")))?;
+    if id.as_u32() as usize != PREFETCH_ROWS_ID {
+        return Err(Error::Unsupported(format!(
+            "the prefetch helper was declared as function {}, not {PREFETCH_ROWS_ID}",
+            id.as_u32()
+        )));
     }
     let sig = kernel_signature(isa.as_ref());
     let ids = kernels
@@ -385,7 +400,7 @@ fn calls_of(stmts: &[Stmt]) -> Vec<(MicroKernel, ConvTile)> {
             match s {
                 Stmt::Loop { body, .. } => walk(body, found),
                 Stmt::ConvTile { routine, tile, .. } => found.push((*routine, *tile)),
-                Stmt::Assign { .. } | Stmt::Store { .. } => {}
+                Stmt::Assign { .. } | Stmt::Store { .. } | Stmt::Prefetch { .. } => {}
             }
         }
     }
@@ -399,6 +414,20 @@ fn conv_tile_signature(isa: &dyn TargetIsa) -> cranelift_codegen::ir::Signature 
     let mut sig = cranelift_codegen::ir::Signature::new(isa.default_call_conv());
     for _ in 0..4 {
         sig.params.push(AbiParam::new(isa.pointer_type()));
+    }
+    sig
+}
+
+/// The module's function id of the prefetch helper: declared right after the routines.
+const PREFETCH_ROWS_ID: usize = MICRO_KERNELS.len();
+
+/// `extern "C" fn(at: *f32, rows, row_stride, row_len: i64)`: see
+/// `microkernels::prefetch_rows`.
+fn prefetch_rows_signature(isa: &dyn TargetIsa) -> cranelift_codegen::ir::Signature {
+    let mut sig = cranelift_codegen::ir::Signature::new(isa.default_call_conv());
+    sig.params.push(AbiParam::new(isa.pointer_type()));
+    for _ in 0..3 {
+        sig.params.push(AbiParam::new(types::I64));
     }
     sig
 }
@@ -550,6 +579,8 @@ fn build_function(
         bases,
         routines: [None; MICRO_KERNELS.len()],
         routine_sig: conv_tile_signature(isa),
+        prefetch_rows: None,
+        isa,
         tile_records,
         vars,
         known: vec![None; kernel.num_loop_vars as usize],
@@ -627,6 +658,9 @@ struct Gen<'f, 'k> {
     routines: [Option<FuncRef>; MICRO_KERNELS.len()],
     /// The routines' signature.
     routine_sig: cranelift_codegen::ir::Signature,
+    /// The prefetch helper, imported at its first call.
+    prefetch_rows: Option<FuncRef>,
+    isa: &'k dyn TargetIsa,
     /// The stack slot holding each call shape's record (written at entry).
     tile_records: HashMap<ConvTile, StackSlot>,
     vars: Vec<Variable>,
@@ -675,6 +709,12 @@ impl Gen<'_, '_> {
                     out,
                     tile,
                 } => self.conv_tile(*routine, [x, w, out], tile),
+                Stmt::Prefetch {
+                    at,
+                    rows,
+                    row_stride,
+                    row_len,
+                } => self.prefetch(at, [*rows, *row_stride, *row_len]),
             }
         }
     }
@@ -724,6 +764,38 @@ impl Gen<'_, '_> {
         let ptr = self.fb.func.dfg.value_type(args[0]);
         args.push(self.fb.ins().stack_addr(ptr, record, 0));
         self.fb.ins().call(callee, &args);
+    }
+
+    /// Calls the prefetch helper for `rows` runs of `row_len` elements, `row_stride` apart.
+    fn prefetch(&mut self, at: &BufPtr, [rows, row_stride, row_len]: [i64; 3]) {
+        let callee = match self.prefetch_rows {
+            Some(f) => f,
+            None => {
+                let sig = prefetch_rows_signature(self.isa);
+                let signature = self.fb.import_signature(sig);
+                let name = self
+                    .fb
+                    .func
+                    .declare_imported_user_function(UserExternalName {
+                        namespace: 0,
+                        index: PREFETCH_ROWS_ID as u32,
+                    });
+                let f = self.fb.import_function(ExtFuncData {
+                    name: ExternalName::user(name),
+                    signature,
+                    colocated: false,
+                    patchable: false,
+                });
+                self.prefetch_rows = Some(f);
+                f
+            }
+        };
+        let (addr, off) = self.address(self.slot(at.buf), &at.index);
+        let addr = self.fb.ins().iadd_imm_s(addr, i64::from(off));
+        let counts = [rows, row_stride, row_len].map(|v| self.fb.ins().iconst(types::I64, v));
+        self.fb
+            .ins()
+            .call(callee, &[addr, counts[0], counts[1], counts[2]]);
     }
 
     /// The loop terms of an address that vary (single-trip loops excluded), outermost first.
@@ -790,6 +862,7 @@ impl Gen<'_, '_> {
                             out.push((p.buf, &p.index));
                         }
                     }
+                    Stmt::Prefetch { at, .. } => out.push((at.buf, &at.index)),
                 }
             }
         }

@@ -127,6 +127,40 @@ pub fn entry(routine: MicroKernel) -> *const u8 {
     }
 }
 
+/// The symbol of [`prefetch_rows`] in JIT code.
+pub const PREFETCH_ROWS_SYMBOL: &str = "smelt_prefetch_rows";
+
+/// `extern "C" fn(at, rows, row_stride, row_len)`: see [`prefetch_rows`].
+pub type PrefetchRowsFn = unsafe extern "C" fn(*const f32, i64, i64, i64);
+
+/// Prefetches into L1 every cache line of `rows` runs of `row_len` f32 elements,
+/// `row_stride` elements apart from `at` — what JIT code calls for a `Stmt::Prefetch`,
+/// since Cranelift has no prefetch instruction.
+///
+/// # Safety
+/// None needed for memory: a prefetch never faults and changes no value, so any address
+/// is harmless. (JIT code only passes runs that `Kernel::check` proved inside a buffer.)
+pub unsafe extern "C" fn prefetch_rows(at: *const f32, rows: i64, row_stride: i64, row_len: i64) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+        const LINE: usize = 16;
+        for r in 0..rows.max(0) as usize {
+            let run = at.wrapping_add(r * row_stride.max(0) as usize);
+            let len = row_len.max(0) as usize;
+            // the line of every 16th element, and of the last (a run need not be aligned)
+            let lines = (0..len).step_by(LINE).chain(len.checked_sub(1));
+            for e in lines {
+                // SAFETY: prefetching is a hint (SSE, on every x86-64): it cannot fault
+                // whatever the address.
+                unsafe { _mm_prefetch::<_MM_HINT_T1>(run.wrapping_add(e) as *const i8) };
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (at, rows, row_stride, row_len);
+}
+
 /// Output channels per call: one packed weight block.
 pub const LANES: usize = 16;
 

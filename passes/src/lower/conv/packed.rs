@@ -688,6 +688,9 @@ impl PackedConv {
             };
             (x, tile)
         };
+        // the epilogue's operand rows (a residual) stream in while the routine computes
+        let tile_at = [at.n.clone(), at.o0.clone(), at.oh.clone(), q0.clone()];
+        epi.prefetch(b, &tile_at, 1, lanes as usize, pixels);
         let block_len = (g.kh * g.kw * g.cg) as i64 * lanes;
         b.conv_tile(
             routine,
