@@ -4,14 +4,23 @@
     bash scripts/setup-python.sh && cargo build --release
     .venv/bin/python benches/compare.py [--threads 1,2] [--rounds 5] [--iterations 20]
                                         [--models resnet18,tail3x3_64_56] [--kernels auto]
-                                        [--no-fuse] [--markdown]
+                                        [--no-fuse] [--processes] [--markdown]
 
-For each model and thread count, `rounds` times in turn: one `smelt bench --json` process
-(compile, `warmup` untimed runs, `iterations` timed runs), then the same number of timed
-onnxruntime runs (CPU provider, graph optimizations ENABLE_ALL, intra-op threads = the
-same count, inputs and outputs bound once with io_binding, session created once, before
-the first round). Samples of all rounds are pooled; the ratio is median(smelt) /
-median(ORT): lower is better, < 1 means smelt is faster.
+By default both run in this process and alternate run by run: smelt through its C API
+(target/release/libsmelt.so, loaded with ctypes; one executable, inputs and outputs
+allocated once) and onnxruntime (CPU provider, graph optimizations ENABLE_ALL, intra-op
+threads = the same count, inputs and outputs bound once with io_binding). After `warmup`
+untimed runs of each, `rounds × iterations` pairs are timed, smelt first then ORT; the
+ratio is median(smelt) / median(ORT): lower is better, < 1 means smelt is faster. This
+VM's speed drifts by up to 2× over seconds (neighbours), and run-by-run alternation puts
+both sides in the same moments. At more than one thread ORT's workers do not spin after
+a run (`session.intra_op.allow_spinning = 0`): spinning workers would hold the cores
+that smelt's next run needs. One `smelt bench --json` process per model and thread count
+reports the compile time (file to executable, as a user sees it) and the flop count.
+
+`--processes` instead alternates `rounds` times one `smelt bench --json` process
+(`warmup` untimed runs, `iterations` timed runs) with as many timed ORT runs, pausing
+1 s after ORT's runs so that its spinning workers park (ORT keeps its default spinning).
 
 Models come from benches/make_bench_models.py (written to target/bench-models if missing).
 Dynamic input dimensions are pinned to 1 for both sides. The machine's load average is
@@ -21,6 +30,7 @@ printed with the table: the machine is shared and timings are noisy.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import datetime
 import json
 import os
@@ -83,13 +93,15 @@ def dynamic_inputs(model: onnx.ModelProto) -> set[str]:
 class OrtRunner:
     """One session with inputs and outputs bound once; `time(n)` returns n run times in ms."""
 
-    def __init__(self, path: str, threads: int) -> None:
+    def __init__(self, path: str, threads: int, spinning: bool = True) -> None:
         model = onnx.load(path, load_external_data=False)
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        if not spinning:
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         start = time.perf_counter()
         self.session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
         self.session_ms = (time.perf_counter() - start) * 1e3
@@ -108,23 +120,122 @@ class OrtRunner:
             self.binding.bind_ortvalue_output(out.name, value)
         self.keep.extend(outputs)
 
+    def run(self) -> None:
+        self.session.run_with_iobinding(self.binding)
+
     def time(self, warmup: int, iterations: int) -> list[float]:
         for _ in range(warmup):
-            self.session.run_with_iobinding(self.binding)
+            self.run()
         samples = []
         for _ in range(iterations):
             start = time.perf_counter()
-            self.session.run_with_iobinding(self.binding)
+            self.run()
             samples.append((time.perf_counter() - start) * 1e3)
         return samples
 
 
-def smelt_bench(args: argparse.Namespace, path: str, shapes: list[str], threads: int) -> dict:
+class SmeltOptions(ctypes.Structure):
+    _fields_ = [
+        ("fuse", ctypes.c_int32),
+        ("threads", ctypes.c_uint32),
+        ("input_shapes", ctypes.c_char_p),
+        ("kernels", ctypes.c_int32),
+    ]
+
+
+class SmeltTensorInfo(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("rank", ctypes.c_size_t),
+        ("dims", ctypes.POINTER(ctypes.c_size_t)),
+        ("element_count", ctypes.c_size_t),
+        ("layout", ctypes.c_char_p),
+    ]
+
+
+def load_smelt(path: str) -> ctypes.CDLL:
+    lib = ctypes.CDLL(path)
+    lib.smelt_options_default.restype = SmeltOptions
+    lib.smelt_last_error.restype = ctypes.c_char_p
+    lib.smelt_executable_from_file.argtypes = [
+        ctypes.c_char_p, ctypes.POINTER(SmeltOptions), ctypes.POINTER(ctypes.c_void_p)]
+    lib.smelt_executable_destroy.argtypes = [ctypes.c_void_p]
+    for f in (lib.smelt_executable_input_count, lib.smelt_executable_output_count):
+        f.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
+    for f in (lib.smelt_executable_input, lib.smelt_executable_output):
+        f.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(SmeltTensorInfo)]
+    floats = ctypes.POINTER(ctypes.c_float)
+    sizes = ctypes.POINTER(ctypes.c_size_t)
+    lib.smelt_executable_run.argtypes = [
+        ctypes.c_void_p, ctypes.POINTER(floats), sizes, ctypes.c_size_t,
+        ctypes.POINTER(floats), sizes, ctypes.c_size_t]
+    return lib
+
+
+class SmeltRunner:
+    """One executable compiled through the C API, with its buffers allocated once."""
+
+    KERNELS = {"auto": 0, "cranelift": 1}
+
+    def __init__(self, lib: ctypes.CDLL, path: str, threads: int, kernels: str, fuse: bool,
+                 shapes: list[str]) -> None:
+        self.lib = lib
+        opts = lib.smelt_options_default()
+        opts.fuse = int(fuse)
+        opts.threads = threads
+        opts.kernels = self.KERNELS[kernels]
+        self.pins = ";".join(shapes).encode() if shapes else None
+        opts.input_shapes = self.pins
+        self.exe = ctypes.c_void_p()
+        self.check(lib.smelt_executable_from_file(path.encode(), ctypes.byref(opts),
+                                                  ctypes.byref(self.exe)))
+        rng = np.random.default_rng(1)
+
+        def buffers(count_fn, info_fn, fill: bool) -> list[np.ndarray]:
+            n = ctypes.c_size_t()
+            self.check(count_fn(self.exe, ctypes.byref(n)))
+            arrays = []
+            for i in range(n.value):
+                info = SmeltTensorInfo()
+                self.check(info_fn(self.exe, i, ctypes.byref(info)))
+                a = (rng.uniform(-1, 1, info.element_count) if fill
+                     else np.zeros(info.element_count)).astype(np.float32)
+                arrays.append(a)
+            return arrays
+
+        self.inputs = buffers(lib.smelt_executable_input_count, lib.smelt_executable_input, True)
+        self.outputs = buffers(lib.smelt_executable_output_count, lib.smelt_executable_output,
+                               False)
+        floats = ctypes.POINTER(ctypes.c_float)
+
+        def pointers(arrays: list[np.ndarray]):
+            ptrs = (floats * len(arrays))(*[a.ctypes.data_as(floats) for a in arrays])
+            lens = (ctypes.c_size_t * len(arrays))(*[a.size for a in arrays])
+            return ptrs, lens
+
+        self.in_ptrs, self.in_lens = pointers(self.inputs)
+        self.out_ptrs, self.out_lens = pointers(self.outputs)
+
+    def check(self, status: int) -> None:
+        if status != 0:
+            raise RuntimeError(self.lib.smelt_last_error().decode())
+
+    def run(self) -> None:
+        self.check(self.lib.smelt_executable_run(
+            self.exe, self.in_ptrs, self.in_lens, len(self.inputs),
+            self.out_ptrs, self.out_lens, len(self.outputs)))
+
+    def close(self) -> None:
+        self.lib.smelt_executable_destroy(self.exe)
+
+
+def smelt_bench(args: argparse.Namespace, path: str, shapes: list[str], threads: int,
+                iterations: int | None = None, warmup: int | None = None) -> dict:
     cmd = [
         args.smelt, "bench", path, "--json",
         "--threads", str(threads),
-        "--warmup", str(args.warmup),
-        "--iterations", str(args.iterations),
+        "--warmup", str(args.warmup if warmup is None else warmup),
+        "--iterations", str(args.iterations if iterations is None else iterations),
         "--kernels", args.kernels,
     ]
     for s in shapes:
@@ -135,6 +246,40 @@ def smelt_bench(args: argparse.Namespace, path: str, shapes: list[str], threads:
     if done.returncode != 0:
         raise RuntimeError(done.stderr.strip() or f"smelt bench exited with {done.returncode}")
     return json.loads(done.stdout)
+
+
+def compare_interleaved(args: argparse.Namespace, lib: ctypes.CDLL, name: str,
+                        threads: int) -> dict:
+    path = os.path.join(MODEL_DIR, f"{name}.onnx")
+    model = onnx.load(path, load_external_data=False)
+    pins = input_shapes(model)
+    shapes = [f"{n}={'x'.join(map(str, pins[n]))}" for n in sorted(dynamic_inputs(model))]
+    row = {"model": name, "threads": threads, "smelt_ms": None, "ort_ms": None, "ratio": None,
+           "smelt_compile_ms": None, "gflop": None, "error": None}
+    try:
+        # the compile time a user sees (file to executable) and the flop count
+        once = smelt_bench(args, path, shapes, threads, iterations=1, warmup=0)
+        row["smelt_compile_ms"], row["gflop"] = once["compile_ms"], once["gflop"]
+        smelt = SmeltRunner(lib, path, threads, args.kernels, not args.no_fuse, shapes)
+    except RuntimeError as e:
+        row["error"] = str(e).splitlines()[0]
+        return row
+    runner = OrtRunner(path, threads, spinning=threads <= 1)
+    row["ort_session_ms"] = runner.session_ms
+    for _ in range(args.warmup):
+        smelt.run()
+        runner.run()
+    smelt_samples, ort_samples = [], []
+    for _ in range(args.rounds * args.iterations):
+        for side, samples in ((smelt, smelt_samples), (runner, ort_samples)):
+            start = time.perf_counter()
+            side.run()
+            samples.append((time.perf_counter() - start) * 1e3)
+    smelt.close()
+    row["smelt_ms"] = statistics.median(smelt_samples)
+    row["ort_ms"] = statistics.median(ort_samples)
+    row["ratio"] = row["smelt_ms"] / row["ort_ms"]
+    return row
 
 
 def compare(args: argparse.Namespace, name: str, threads: int) -> dict:
@@ -187,10 +332,19 @@ def main() -> None:
     p.add_argument("--kernels", default="auto", choices=["auto", "cranelift"])
     p.add_argument("--no-fuse", action="store_true", help="pass --no-fuse to smelt")
     p.add_argument("--smelt", default=os.path.join(ROOT, "target", "release", "smelt"))
+    p.add_argument("--library", default=os.path.join(ROOT, "target", "release", "libsmelt.so"),
+                   help="smelt's C library, for the in-process alternation")
+    p.add_argument("--processes", action="store_true",
+                   help="alternate smelt bench processes with rounds of ORT runs instead")
     p.add_argument("--markdown", action="store_true", help="print the table as Markdown rows")
     args = p.parse_args()
     if not os.access(args.smelt, os.X_OK):
         sys.exit(f"{args.smelt} is missing: run `cargo build --release` first")
+    lib = None
+    if not args.processes:
+        if not os.path.exists(args.library):
+            sys.exit(f"{args.library} is missing: run `cargo build --release` first")
+        lib = load_smelt(args.library)
     names = [n for n in args.models.split(",") if n]
     threads = [int(t) for t in args.threads.split(",") if t]
     ensure_models(names)
@@ -200,7 +354,8 @@ def main() -> None:
     print(
         f"# {stamp}, {platform.node()}, {os.cpu_count()} cpus, onnxruntime {ort.__version__}, "
         f"kernels {args.kernels}{', no fusion' if args.no_fuse else ''}, "
-        f"{args.rounds} rounds x {args.iterations} runs, load average before "
+        f"{args.rounds} rounds x {args.iterations} runs, "
+        f"{'processes' if args.processes else 'run-by-run in one process'}, load average before "
         + " ".join(f"{x:.2f}" for x in load_before)
     )
     if args.markdown:
@@ -211,7 +366,7 @@ def main() -> None:
               f"{'compile':>8} {'session':>8}")
     for name in names:
         for t in threads:
-            r = compare(args, name, t)
+            r = compare(args, name, t) if args.processes else compare_interleaved(args, lib, name, t)
             gflops = r["gflop"] / r["smelt_ms"] * 1e3 if r["smelt_ms"] and r["gflop"] else None
             cells = [
                 name, str(t), fmt(r["smelt_ms"], ".2f"), fmt(r["ort_ms"], ".2f"),
