@@ -180,7 +180,8 @@ fn medium_images_use_f4() {
 
 #[test]
 fn rows_of_fewer_than_4_tiles_run_on_scalars() {
-    // 3 tiles per row: the input and output transforms take their scalar paths
+    // 3 tiles per row: the input transform takes its scalar path, the output transform
+    // stores its last columns lane by lane (F2: a last tile paired with one past the row)
     for (k, form) in [
         (
             Case {

@@ -1103,7 +1103,10 @@ fn print_block(out: &mut String, stmts: &[Stmt], depth: usize) {
                 row_stride,
                 row_len,
             } => {
-                let _ = writeln!(out, "{pad}prefetch {at}; rows={rows}x{row_stride}, len={row_len}");
+                let _ = writeln!(
+                    out,
+                    "{pad}prefetch {at}; rows={rows}x{row_stride}, len={row_len}"
+                );
             }
         }
     }
@@ -1475,7 +1478,10 @@ mod tests {
             assert!(err.contains("prefetch of"), "{err}");
         }
         let text = kernel(28, 3, 10, 4).to_string();
-        assert!(text.contains("prefetch &%0[4*i0]; rows=3x10, len=4"), "{text}");
+        assert!(
+            text.contains("prefetch &%0[4*i0]; rows=3x10, len=4"),
+            "{text}"
+        );
         assert_eq!(kernel(28, 3, 10, 4).flops(), 0);
     }
 

@@ -195,7 +195,10 @@ pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKern
         builder.symbol(r.symbol(), microkernels::entry(r));
     }
     let prefetch_rows: microkernels::PrefetchRowsFn = microkernels::prefetch_rows;
-    builder.symbol(microkernels::PREFETCH_ROWS_SYMBOL, prefetch_rows as *const u8);
+    builder.symbol(
+        microkernels::PREFETCH_ROWS_SYMBOL,
+        prefetch_rows as *const u8,
+    );
     let mut module = JITModule::new(builder);
     // the routines first, so their ids are their indices in MICRO_KERNELS (CLIF text
     // names them the same way without a module)

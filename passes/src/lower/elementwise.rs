@@ -1,7 +1,9 @@
 //! The per-op vector emitter: elementwise ops on values in registers, shared by
 //! standalone elementwise kernels and by fused ops' epilogues (post-ops on a register tile).
 
-use smelt_ir::loops::{Access, Affine, BinOp, BufId, BufPtr, CmpOp, Expr, KernelBuilder, UnOp, Width};
+use smelt_ir::loops::{
+    Access, Affine, BinOp, BufId, BufPtr, CmpOp, Expr, KernelBuilder, UnOp, Width,
+};
 use smelt_ir::op::PostOp;
 use smelt_ir::{BinaryOp, Diagnostic, Op, TensorType, UnaryOp, Value};
 
@@ -269,7 +271,14 @@ impl Epilogue {
     /// Prefetches what the post-ops will read for `rows` consecutive indices along result
     /// dimension `axis` × `len` along the last, from logical index `idx`: the runs of
     /// each extra operand that walks the last dimension contiguously (a residual).
-    pub fn prefetch(&self, b: &mut KernelBuilder, idx: &[Affine], axis: usize, rows: usize, len: usize) {
+    pub fn prefetch(
+        &self,
+        b: &mut KernelBuilder,
+        idx: &[Affine],
+        axis: usize,
+        rows: usize,
+        len: usize,
+    ) {
         for ((_, _, strides), &buf) in self.operands.iter().zip(&self.args) {
             if strides.last() != Some(&1) || rows == 0 {
                 continue;

@@ -7,13 +7,16 @@
 //! transform `Y = Aᵀ·M·A` with bias and the fused post-ops, stored as output rows. The
 //! transformed weights `U = G·g·Gᵀ` are computed at compile time in f64.
 //!
-//! `V` and `M` are NCHW-like (tiles innermost): the product's pixel loads are then
-//! consecutive. (Channels-last `V[t][ξ][c]` puts the 12 pixels of a register tile
-//! `α²·C·4` bytes apart — a multiple of 4 KiB for F2 at 64 channels and F4 at 256 — so
-//! they share one L1 set: the F2 product at C64 56² ran at 14 GFLOP/s that way.) Both
-//! transforms run on vectors of 4 horizontally adjacent tiles (lane = tile), with 4×4
-//! transposes between rows of pixels and tile columns. Tiles left over at a row's end
-//! run on scalars.
+//! `V` is NCHW-like (tiles innermost): the product's pixel loads are then consecutive.
+//! (Channels-last `V[t][ξ][c]` puts the 12 pixels of a register tile `α²·C·4` bytes
+//! apart — a multiple of 4 KiB for F2 at 64 channels and F4 at 256 — so they share one
+//! L1 set: the F2 product at C64 56² ran at 14 GFLOP/s that way.) The input transform
+//! runs on vectors of 4 horizontally adjacent tiles (lane = tile), with 4×4 transposes
+//! between rows of pixels and tile columns; tiles left over at a row's end run on
+//! scalars. `M` is stored as the product's tiles leave it, by channel block
+//! (`[ξ][block][t][lanes]`, [`PackedConv::channel_block_output`]): a micro-kernel writes
+//! it directly, with no epilogue (−20% product time at C64 56²). The output transform
+//! then runs on vectors of 4 channels of one tile.
 
 use smelt_ir::loops::{Access, Affine, BinOp, BufId, Expr, KernelBuilder, MicroKernel, Width};
 use smelt_ir::op::Conv2dAttrs;
@@ -346,20 +349,22 @@ pub(super) fn lower(
         phases: 1,
         wq: tiles,
     };
-    let packed = PackedConv::new(&gemm, p.o, false, cx.opts.micro);
+    let packed = PackedConv::new(&gemm, p.o, false, cx.opts.micro).with_channel_block_output();
     let (lanes, (o, c)) = (packed.lanes(), (p.o, p.c));
     let ubuf = cx.constant_later(
         "wino_u",
         a2 * o * c,
         Box::new(move || transform_weights(form, o, c, wdata, lanes)),
     );
-    let mbuf = cx.temp("wino_m", a2 * p.o * tiles);
+    // one tile more than the product writes: F2's output transform pairs a row's odd
+    // last tile with the next one, whose lanes it never stores
+    let mbuf = cx.temp("wino_m", packed.channel_block_len(&gemm) + lanes);
     let none = Epilogue::new(cx, &[], &[], &[]);
     packed.kernel(cx, &gemm, v, ubuf, &operands[..2], none, mbuf)?;
 
     // 4. output transform, bias, post-ops
     let bias = operands.get(2).map(|&b| cx.buf(b));
-    output_transform(cx, p, mbuf, bias, epi, out)
+    output_transform(cx, p, mbuf, [lanes, packed.blocks], bias, epi, out)
 }
 
 /// `U[ξ][o][c] = (G·g[o][c]·Gᵀ)[ξ]` in f64, written straight into the layout the packed
@@ -681,11 +686,18 @@ fn input_transform(cx: &mut Cx, p: &Plan, xp: BufferId, v: BufferId) -> Result<(
     cx.step(b.finish(), vec![xp, v])
 }
 
-/// `M[ξ][o][t]` → output rows: `Aᵀ·M·A`, bias, post-ops. Parallel over output channels.
+/// `M` stored by channel block (`[ξ][block][t][lanes]`, as the product's tiles leave
+/// it) → `Y = Aᵀ·M·A` + bias + post-ops, NCHW. Vectors hold 4 consecutive channels of
+/// one tile, so every tile and channel count runs on vectors: a 4×4 transpose turns 4
+/// output columns × 4 channels into 4 channels × 4 columns for the post-ops and the
+/// stores along W (F2 pairs horizontally adjacent tiles for its 4 columns). Columns past
+/// the right edge are stored lane by lane. Parallel over channel blocks; per tile, all
+/// vectors of a block, so each line of `M` is read once.
 fn output_transform(
     cx: &mut Cx,
     p: &Plan,
     mbuf: BufferId,
+    [lanes, blocks]: [usize; 2],
     bias: Option<BufferId>,
     mut epi: Epilogue,
     out: BufferId,
@@ -694,7 +706,7 @@ fn output_transform(
     let m = form.m();
     let tiles = p.tiles() as i64;
     let mut b = KernelBuilder::new(&format!(
-        "winograd{m}_output_{}{}{}",
+        "winograd{m}_output_{}_cb{lanes}{}{}",
         dims_name(&[p.n, p.o, p.oh, p.ow]),
         if bias.is_some() { "_bias" } else { "" },
         if epi.is_empty() { "" } else { "_fused" }
@@ -708,12 +720,15 @@ fn output_transform(
     args.extend(epi.declare(&mut b));
     let ya = b.arg("out", cx.len_of(out), Access::Write);
     args.push(out);
-    let o_count = p.o as i64;
-    let m_at = |xi: usize, o: &Affine, t: &Affine| o.plus(xi as i64 * o_count).scale(tiles).add(t);
-    let tile_of = |n: &Affine, th: &Affine, tw: &Affine| {
-        n.scale((p.th * p.tw) as i64)
-            .add(&th.scale(p.tw as i64))
-            .add(tw)
+    let w4 = Width::F32x4;
+    let (l, block_count) = (lanes as i64, blocks as i64);
+    // M[ξ][block][t][lane] for the 4 channels from lane `4v` of `block`
+    let m_at = |xi: usize, blk: &Affine, t: &Affine, v: &Affine| {
+        blk.plus(xi as i64 * block_count)
+            .scale(tiles)
+            .add(t)
+            .scale(l)
+            .add(&v.scale(4))
     };
     let out_at = |n: &Affine, o: &Affine, row: &Affine, col: &Affine| {
         n.scale((p.o * p.oh * p.ow) as i64)
@@ -722,106 +737,94 @@ fn output_transform(
             .add(col)
     };
     let epi = &epi;
+    // tiles per step along a row: F2's 2 columns per tile are paired into 4
+    let per_step = 4 / m;
     let full_rows = p.oh / m;
-    let full_cols = p.ow / m;
     b.set_parallel();
-    b.for_loop(0, p.o as i64, 1, |b, o| {
-        let o = Affine::var(o);
-        let bias_of =
-            |w: Width| ba.map(|bb| Expr::splat_to(Expr::load(bb, o.clone(), Width::Scalar), w));
-        b.for_loop(0, p.n as i64, 1, |b, n| {
-            let n = Affine::var(n);
-            // one tile row: groups of 4 whole tiles on vectors, the rest tile by tile
-            let tile_row = |b: &mut KernelBuilder, th: &Affine, rows: usize| {
-                // 4 tiles from `tw0`, of which the first `cols` output columns exist
-                let group = |b: &mut KernelBuilder, tw0: &Affine, cols: usize| {
-                    let w4 = Width::F32x4;
-                    let t = tile_of(&n, th, tw0);
-                    let y = output_tile(b, form, w4, &|xi| Expr::load(ma, m_at(xi, &o, &t), w4));
-                    let bv = bias_of(w4).map(|e| b.let_(e, w4));
-                    for (r, yr) in y.into_iter().enumerate().take(rows) {
-                        let row = th.scale(m as i64).plus(r as i64);
-                        let yr: Vec<Expr> = match &bv {
-                            Some(bv) => yr
-                                .into_iter()
-                                .map(|e| Expr::binary(BinOp::Add, e, bv.clone()))
-                                .collect(),
-                            None => yr,
-                        };
-                        // vectors of 4 consecutive columns, by first column in the group
-                        let runs: Vec<(Expr, usize)> = match form {
-                            Form::F4 => transpose4(b, &yr)
-                                .into_iter()
-                                .enumerate()
-                                .map(|(k, e)| (e, 4 * k))
-                                .collect(),
-                            Form::F2 => {
-                                let lo = Expr::shuffle(yr[0].clone(), yr[1].clone(), [0, 4, 1, 5]);
-                                let hi = Expr::shuffle(yr[0].clone(), yr[1].clone(), [2, 6, 3, 7]);
-                                vec![(lo, 0), (hi, 4)]
-                            }
-                        };
-                        for (val, first) in runs {
-                            let col = tw0.scale(m as i64).plus(first as i64);
-                            if first + 4 <= cols {
-                                let idx = [n.clone(), o.clone(), row.clone(), col.clone()];
-                                let val = epi.apply(b, val, &idx, w4);
-                                b.store(ya, out_at(&n, &o, &row, &col), val, w4);
-                                continue;
-                            }
-                            // a run crossing the right edge: its valid lanes one by one
-                            let val = b.let_(val, w4);
-                            for l in 0..cols.saturating_sub(first).min(4) {
-                                let col = col.plus(l as i64);
-                                let s = Expr::lane(val.clone(), l as u8);
-                                let idx = [n.clone(), o.clone(), row.clone(), col.clone()];
-                                let s = epi.apply(b, s, &idx, Width::Scalar);
-                                b.store(ya, out_at(&n, &o, &row, &col), s, Width::Scalar);
+    b.for_loop(0, block_count, 1, |b, blk| {
+        let blk = Affine::var(blk);
+        b.for_loop(0, l / 4, 1, |b, v| {
+            let v = Affine::var(v);
+            b.for_loop(0, p.n as i64, 1, |b, n| {
+                let n = Affine::var(n);
+                // `per_step` tiles from tile column `tw0` of tile row `th`, of which `rows`
+                // output rows and `cols` output columns are inside the image
+                let step =
+                    |b: &mut KernelBuilder, th: &Affine, tw0: &Affine, rows: usize, cols: usize| {
+                        {
+                            let o0 = blk.scale(l).add(&v.scale(4));
+                            let bias_v = ba.map(|bb| b.let_(Expr::load(bb, o0.clone(), w4), w4));
+                            // ys[k][r][j]: output (r, j) of tile `tw0 + k`, 4 channels
+                            let ys: Vec<Vec<Vec<Expr>>> = (0..per_step)
+                                .map(|k| {
+                                    let t = n
+                                        .scale((p.th * p.tw) as i64)
+                                        .add(&th.scale(p.tw as i64))
+                                        .add(&tw0.plus(k as i64));
+                                    let load =
+                                        |xi: usize| Expr::load(ma, m_at(xi, &blk, &t, &v), w4);
+                                    output_tile(b, form, w4, &load)
+                                })
+                                .collect();
+                            for r in 0..rows {
+                                let row = th.scale(m as i64).plus(r as i64);
+                                let columns: Vec<Expr> = ys
+                                    .iter()
+                                    .flat_map(|y| y[r].iter().cloned())
+                                    .map(|e| match &bias_v {
+                                        Some(bv) => Expr::binary(BinOp::Add, e, bv.clone()),
+                                        None => e,
+                                    })
+                                    .collect();
+                                let col = tw0.scale(m as i64);
+                                for (k, channel) in transpose4(b, &columns).into_iter().enumerate()
+                                {
+                                    let o = o0.plus(k as i64);
+                                    if cols >= 4 {
+                                        let idx = [n.clone(), o.clone(), row.clone(), col.clone()];
+                                        let val = epi.apply(b, channel, &idx, w4);
+                                        b.store(ya, out_at(&n, &o, &row, &col), val, w4);
+                                        continue;
+                                    }
+                                    let channel = b.let_(channel, w4);
+                                    for j in 0..cols {
+                                        let col = col.plus(j as i64);
+                                        let s = Expr::lane(channel.clone(), j as u8);
+                                        let idx = [n.clone(), o.clone(), row.clone(), col.clone()];
+                                        let s = epi.apply(b, s, &idx, Width::Scalar);
+                                        b.store(ya, out_at(&n, &o, &row, &col), s, Width::Scalar);
+                                    }
+                                }
                             }
                         }
+                    };
+                let tile_row = |b: &mut KernelBuilder, th: &Affine, rows: usize| {
+                    // tiles whose 4 columns (F2: pairs of tiles) are all inside the image
+                    let whole = p.ow / 4 * 4 / m;
+                    b.for_loop(0, whole as i64, per_step as i64, |b, tw| {
+                        step(b, th, &Affine::var(tw), rows, 4)
+                    });
+                    if whole < p.tw {
+                        // the last columns: F4's last tile, or F2's last one or two tiles
+                        // (pairing an odd last tile with one past the grid, whose lanes are
+                        // never stored: see the length of `M` in `lower`)
+                        step(
+                            b,
+                            th,
+                            &Affine::constant(whole as i64),
+                            rows,
+                            p.ow - whole * m,
+                        );
                     }
                 };
-                let single = |b: &mut KernelBuilder, twi: usize| {
-                    let ws = Width::Scalar;
-                    let tw = Affine::constant(twi as i64);
-                    let t = tile_of(&n, th, &tw);
-                    let y = output_tile(b, form, ws, &|xi| Expr::load(ma, m_at(xi, &o, &t), ws));
-                    let bs = bias_of(ws).map(|e| b.let_(e, ws));
-                    let cols = (p.ow - twi * m).min(m);
-                    for (r, yr) in y.into_iter().enumerate().take(rows) {
-                        let row = th.scale(m as i64).plus(r as i64);
-                        for (j, val) in yr.into_iter().enumerate().take(cols) {
-                            let val = match &bs {
-                                Some(bs) => Expr::binary(BinOp::Add, val, bs.clone()),
-                                None => val,
-                            };
-                            let col = tw.scale(m as i64).plus(j as i64);
-                            let idx = [n.clone(), o.clone(), row.clone(), col.clone()];
-                            let val = epi.apply(b, val, &idx, ws);
-                            b.store(ya, out_at(&n, &o, &row, &col), val, ws);
-                        }
-                    }
-                };
-                // groups of 4 whole tiles; then a group whose last tile is partial, if
-                // there are 4 tiles left; then tile by tile
-                let main = full_cols / 4 * 4;
-                b.for_loop(0, main as i64, 4, |b, tw| group(b, &Affine::var(tw), 4 * m));
-                let mut next = main;
-                if p.tw >= main + 4 {
-                    group(b, &Affine::constant(main as i64), p.ow - main * m);
-                    next = main + 4;
+                b.for_loop(0, full_rows as i64, 1, |b, th| {
+                    tile_row(b, &Affine::var(th), m)
+                });
+                if full_rows < p.th {
+                    let th = Affine::constant(full_rows as i64);
+                    tile_row(b, &th, p.oh - full_rows * m);
                 }
-                for tw in next..p.tw {
-                    single(b, tw);
-                }
-            };
-            b.for_loop(0, full_rows as i64, 1, |b, th| {
-                tile_row(b, &Affine::var(th), m)
             });
-            if full_rows < p.th {
-                let th = Affine::constant(full_rows as i64);
-                tile_row(b, &th, p.oh - full_rows * m);
-            }
         });
     });
     cx.step(b.finish(), args)

@@ -98,6 +98,11 @@ pub(crate) struct PackedConv {
     /// The native routine that computes each tile's sums (then `vecs` is 4 and a tile is
     /// up to [`MICRO_PIXELS`] pixels of a row), or `None` for Cranelift FMAs.
     pub(crate) micro: Option<MicroKernel>,
+    /// The sums are stored as they come out of a tile, channel blocks outermost —
+    /// `[n][group][block][oh][ow][lanes]` — instead of NCHW: no transposes, and a
+    /// micro-kernel writes them itself. For an internal result read by a kernel made
+    /// for it (Winograd's `M`); no bias, no epilogue.
+    pub(crate) channel_block_output: bool,
 }
 
 /// Most output pixels one call of `routine` covers: whole register blocks of the routine
@@ -135,6 +140,7 @@ impl PackedConv {
                 unroll: 1,
                 channels_last,
                 micro: Some(routine),
+                channel_block_output: false,
             };
         }
         // accumulators (V·P) + weight vectors (V) + one broadcast + one spare ≤ 16 registers
@@ -186,7 +192,39 @@ impl PackedConv {
             unroll: 2,
             channels_last,
             micro: None,
+            channel_block_output: false,
         }
+    }
+
+    /// The same tiles, storing their sums by channel block (see
+    /// [`PackedConv::channel_block_output`]).
+    pub(crate) fn with_channel_block_output(self) -> PackedConv {
+        PackedConv {
+            channel_block_output: true,
+            ..self
+        }
+    }
+
+    /// Elements of a result stored by channel block: whole blocks of every group.
+    pub(crate) fn channel_block_len(&self, g: &Geo) -> usize {
+        g.n * g.groups * self.blocks * g.oh * g.ow * self.lanes()
+    }
+
+    /// Index of the first sum of the tile at pixel (`at.oh`, `q0`) of channel block
+    /// `block_index` (`group · blocks + block`), stored by channel block.
+    fn channel_block_index(
+        &self,
+        g: &Geo,
+        at: &TileAt,
+        block_index: &Affine,
+        q0: &Affine,
+    ) -> Affine {
+        let lanes = self.lanes() as i64;
+        let plane = (g.oh * g.ow) as i64;
+        at.n.scale((g.groups * self.blocks) as i64 * plane * lanes)
+            .add(&block_index.scale(plane * lanes))
+            .add(&at.oh.scale(g.ow as i64 * lanes))
+            .add(&q0.scale(lanes))
     }
 
     pub(crate) fn lanes(&self) -> usize {
@@ -290,8 +328,11 @@ impl PackedConv {
         out: BufferId,
     ) -> Result<(), Diagnostic> {
         let has_bias = operands.len() > 2;
+        if self.channel_block_output && (has_bias || !epi.is_empty()) {
+            return Err(cx.unsupported("sums stored by channel block take no bias or post-ops"));
+        }
         let mut b = KernelBuilder::new(&format!(
-            "conv2d_packed_{}_k{}x{}_s{}x{}_d{}x{}_g{}_o{}x{}p{}{}{}",
+            "conv2d_packed_{}_k{}x{}_s{}x{}_d{}x{}_g{}_o{}x{}p{}{}{}{}",
             dims_name(&[g.n, g.c, g.hp, g.wq]),
             g.kh,
             g.kw,
@@ -304,7 +345,8 @@ impl PackedConv {
             self.lanes(),
             self.pixels,
             if has_bias { "_bias" } else { "" },
-            if epi.is_empty() { "" } else { "_fused" }
+            if epi.is_empty() { "" } else { "_fused" },
+            if self.channel_block_output { "_cb" } else { "" }
         ));
         let (mut bufs, mut args) =
             TileBufs::declare(&mut b, cx, xp, ("w_packed", wbuf), operands, &mut epi, out);
@@ -578,6 +620,16 @@ impl PackedConv {
             }
             return;
         }
+        if self.channel_block_output {
+            let base = self.channel_block_index(g, at, block_index, q0);
+            for (v, row_accs) in accs.iter().enumerate() {
+                for (p, &acc) in row_accs.iter().enumerate() {
+                    let at = base.plus(p as i64 * lanes + 4 * v as i64);
+                    b.store(bufs.out, at, Expr::Var(acc), w4);
+                }
+            }
+            return;
+        }
         let out_index = |o: &Affine, col: &Affine| {
             at.n.scale(g.o as i64 * out_plane)
                 .add(&o.scale(out_plane))
@@ -634,7 +686,16 @@ impl PackedConv {
     ) {
         let w4 = Width::F32x4;
         let lanes = routine.lanes();
-        let sums = b.local(pixels * lanes as usize);
+        let sums = if self.channel_block_output {
+            bufs.out
+        } else {
+            b.local(pixels * lanes as usize)
+        };
+        let sums_at = if self.channel_block_output {
+            self.channel_block_index(g, at, block_index, q0)
+        } else {
+            Affine::constant(0)
+        };
         let row = at.oh.scale(g.stride[0] as i64);
         let (ci, plane) = (g.c as i64, (g.hp * g.wq) as i64);
         let flat = self.channels_last && g.dil[1] == 1 && g.groups == 1;
@@ -704,10 +765,13 @@ impl PackedConv {
             },
             BufPtr {
                 buf: sums,
-                index: Affine::constant(0),
+                index: sums_at,
             },
             tile,
         );
+        if self.channel_block_output {
+            return;
+        }
         let out_plane = (g.oh * g.ow) as i64;
         let out_index = |o: &Affine, col: &Affine| {
             at.n.scale(g.o as i64 * out_plane)
