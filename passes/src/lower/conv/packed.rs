@@ -98,11 +98,13 @@ pub(crate) struct PackedConv {
     /// The native routine that computes each tile's sums (then `vecs` is 4 and a tile is
     /// up to [`MICRO_PIXELS`] pixels of a row), or `None` for Cranelift FMAs.
     pub(crate) micro: Option<MicroKernel>,
-    /// The sums are stored as they come out of a tile, channel blocks outermost —
-    /// `[n][group][block][oh][ow][lanes]` — instead of NCHW: no transposes, and a
-    /// micro-kernel writes them itself. For an internal result read by a kernel made
-    /// for it (Winograd's `M`); no bias, no epilogue.
-    pub(crate) channel_block_output: bool,
+    /// The sums are stored by quads of channels — `[n][o / 4][oh][ow][4]` (NCHW4c) —
+    /// instead of NCHW: a tile's channel vectors go out as they are (no transposes), and
+    /// a micro-kernel writes them itself (its 4-channel pieces `out_vec_stride` apart).
+    /// For an internal result read by a kernel made for it (Winograd's `M`, whose
+    /// output transform then reads every quad's tiles as one stream); no bias, no
+    /// epilogue.
+    pub(crate) channel_quad_output: bool,
 }
 
 /// Most output pixels one call of `routine` covers: whole register blocks of the routine
@@ -140,7 +142,7 @@ impl PackedConv {
                 unroll: 1,
                 channels_last,
                 micro: Some(routine),
-                channel_block_output: false,
+                channel_quad_output: false,
             };
         }
         // accumulators (V·P) + weight vectors (V) + one broadcast + one spare ≤ 16 registers
@@ -192,39 +194,43 @@ impl PackedConv {
             unroll: 2,
             channels_last,
             micro: None,
-            channel_block_output: false,
+            channel_quad_output: false,
         }
     }
 
-    /// The same tiles, storing their sums by channel block (see
-    /// [`PackedConv::channel_block_output`]).
-    pub(crate) fn with_channel_block_output(self) -> PackedConv {
+    /// The same tiles, storing their sums by quads of channels (see
+    /// [`PackedConv::channel_quad_output`]).
+    pub(crate) fn with_channel_quad_output(self) -> PackedConv {
         PackedConv {
-            channel_block_output: true,
+            channel_quad_output: true,
             ..self
         }
     }
 
-    /// Elements of a result stored by channel block: whole blocks of every group.
-    pub(crate) fn channel_block_len(&self, g: &Geo) -> usize {
-        g.n * g.groups * self.blocks * g.oh * g.ow * self.lanes()
-    }
-
     /// Index of the first sum of the tile at pixel (`at.oh`, `q0`) of channel block
-    /// `block_index` (`group · blocks + block`), stored by channel block.
-    fn channel_block_index(
+    /// `block_index` (`group · blocks + block`), stored by quads of channels: its quads
+    /// follow each other a plane of quads apart ([`PackedConv::quad_plane`]).
+    fn channel_quad_index(
         &self,
         g: &Geo,
         at: &TileAt,
         block_index: &Affine,
         q0: &Affine,
     ) -> Affine {
-        let lanes = self.lanes() as i64;
         let plane = (g.oh * g.ow) as i64;
-        at.n.scale((g.groups * self.blocks) as i64 * plane * lanes)
-            .add(&block_index.scale(plane * lanes))
-            .add(&at.oh.scale(g.ow as i64 * lanes))
-            .add(&q0.scale(lanes))
+        let first_quad =
+            at.n.scale(g.o as i64 / 4)
+                .add(&block_index.scale(self.lanes() as i64 / 4));
+        first_quad
+            .scale(plane)
+            .add(&at.oh.scale(g.ow as i64))
+            .add(q0)
+            .scale(4)
+    }
+
+    /// Elements from one quad of channels to the next, stored by quads.
+    fn quad_plane(g: &Geo) -> i64 {
+        (g.oh * g.ow * 4) as i64
     }
 
     pub(crate) fn lanes(&self) -> usize {
@@ -328,7 +334,7 @@ impl PackedConv {
         out: BufferId,
     ) -> Result<(), Diagnostic> {
         let has_bias = operands.len() > 2;
-        if self.channel_block_output && (has_bias || !epi.is_empty()) {
+        if self.channel_quad_output && (has_bias || !epi.is_empty()) {
             return Err(cx.unsupported("sums stored by channel block take no bias or post-ops"));
         }
         let mut b = KernelBuilder::new(&format!(
@@ -346,7 +352,7 @@ impl PackedConv {
             self.pixels,
             if has_bias { "_bias" } else { "" },
             if epi.is_empty() { "" } else { "_fused" },
-            if self.channel_block_output { "_cb" } else { "" }
+            if self.channel_quad_output { "_c4" } else { "" }
         ));
         let (mut bufs, mut args) =
             TileBufs::declare(&mut b, cx, xp, ("w_packed", wbuf), operands, &mut epi, out);
@@ -620,11 +626,11 @@ impl PackedConv {
             }
             return;
         }
-        if self.channel_block_output {
-            let base = self.channel_block_index(g, at, block_index, q0);
+        if self.channel_quad_output {
+            let base = self.channel_quad_index(g, at, block_index, q0);
             for (v, row_accs) in accs.iter().enumerate() {
                 for (p, &acc) in row_accs.iter().enumerate() {
-                    let at = base.plus(p as i64 * lanes + 4 * v as i64);
+                    let at = base.plus(v as i64 * Self::quad_plane(g) + 4 * p as i64);
                     b.store(bufs.out, at, Expr::Var(acc), w4);
                 }
             }
@@ -686,15 +692,21 @@ impl PackedConv {
     ) {
         let w4 = Width::F32x4;
         let lanes = routine.lanes();
-        let sums = if self.channel_block_output {
+        let sums = if self.channel_quad_output {
             bufs.out
         } else {
             b.local(pixels * lanes as usize)
         };
-        let sums_at = if self.channel_block_output {
-            self.channel_block_index(g, at, block_index, q0)
+        let sums_at = if self.channel_quad_output {
+            self.channel_quad_index(g, at, block_index, q0)
         } else {
             Affine::constant(0)
+        };
+        // `[pixel][lanes]` in the stack buffer, or quads a plane apart
+        let (out_pixel_stride, out_vec_stride) = if self.channel_quad_output {
+            (4, Self::quad_plane(g))
+        } else {
+            (lanes, 4)
         };
         let row = at.oh.scale(g.stride[0] as i64);
         let (ci, plane) = (g.c as i64, (g.hp * g.wq) as i64);
@@ -721,8 +733,8 @@ impl PackedConv {
                 chan_stride: 1,
                 pixel_stride: g.stride[1] as i64 * ci,
                 w_tap_stride: (chans as i64) * lanes,
-                out_pixel_stride: lanes,
-                out_vec_stride: 4,
+                out_pixel_stride,
+                out_vec_stride,
                 accumulate: false,
             };
             (x, tile)
@@ -743,8 +755,8 @@ impl PackedConv {
                 chan_stride: plane,
                 pixel_stride: g.stride[1] as i64,
                 w_tap_stride: g.cg as i64 * lanes,
-                out_pixel_stride: lanes,
-                out_vec_stride: 4,
+                out_pixel_stride,
+                out_vec_stride,
                 accumulate: false,
             };
             (x, tile)
@@ -769,7 +781,7 @@ impl PackedConv {
             },
             tile,
         );
-        if self.channel_block_output {
+        if self.channel_quad_output {
             return;
         }
         let out_plane = (g.oh * g.ow) as i64;
