@@ -583,7 +583,7 @@ fn build_function(
         routines: [None; MICRO_KERNELS.len()],
         routine_sig: conv_tile_signature(isa),
         prefetch_rows: None,
-        isa,
+        prefetch_sig: prefetch_rows_signature(isa),
         tile_records,
         vars,
         known: vec![None; kernel.num_loop_vars as usize],
@@ -661,9 +661,9 @@ struct Gen<'f, 'k> {
     routines: [Option<FuncRef>; MICRO_KERNELS.len()],
     /// The routines' signature.
     routine_sig: cranelift_codegen::ir::Signature,
-    /// The prefetch helper, imported at its first call.
+    /// The prefetch helper, imported at its first call, and its signature.
     prefetch_rows: Option<FuncRef>,
-    isa: &'k dyn TargetIsa,
+    prefetch_sig: cranelift_codegen::ir::Signature,
     /// The stack slot holding each call shape's record (written at entry).
     tile_records: HashMap<ConvTile, StackSlot>,
     vars: Vec<Variable>,
@@ -737,20 +737,7 @@ impl Gen<'_, '_> {
             Some(f) => f,
             None => {
                 // named by its function id in the module (see MICRO_KERNELS)
-                let signature = self.fb.import_signature(self.routine_sig.clone());
-                let name = self
-                    .fb
-                    .func
-                    .declare_imported_user_function(UserExternalName {
-                        namespace: 0,
-                        index: i as u32,
-                    });
-                let f = self.fb.import_function(ExtFuncData {
-                    name: ExternalName::user(name),
-                    signature,
-                    colocated: false,
-                    patchable: false,
-                });
+                let f = self.import(i, self.routine_sig.clone());
                 self.routines[i] = Some(f);
                 f
             }
@@ -769,26 +756,30 @@ impl Gen<'_, '_> {
         self.fb.ins().call(callee, &args);
     }
 
+    /// Imports the module's function `id` (a native helper) with `signature`.
+    fn import(&mut self, id: usize, signature: cranelift_codegen::ir::Signature) -> FuncRef {
+        let signature = self.fb.import_signature(signature);
+        let name = self
+            .fb
+            .func
+            .declare_imported_user_function(UserExternalName {
+                namespace: 0,
+                index: id as u32,
+            });
+        self.fb.import_function(ExtFuncData {
+            name: ExternalName::user(name),
+            signature,
+            colocated: false,
+            patchable: false,
+        })
+    }
+
     /// Calls the prefetch helper for `rows` runs of `row_len` elements, `row_stride` apart.
     fn prefetch(&mut self, at: &BufPtr, [rows, row_stride, row_len]: [i64; 3]) {
         let callee = match self.prefetch_rows {
             Some(f) => f,
             None => {
-                let sig = prefetch_rows_signature(self.isa);
-                let signature = self.fb.import_signature(sig);
-                let name = self
-                    .fb
-                    .func
-                    .declare_imported_user_function(UserExternalName {
-                        namespace: 0,
-                        index: PREFETCH_ROWS_ID as u32,
-                    });
-                let f = self.fb.import_function(ExtFuncData {
-                    name: ExternalName::user(name),
-                    signature,
-                    colocated: false,
-                    patchable: false,
-                });
+                let f = self.import(PREFETCH_ROWS_ID, self.prefetch_sig.clone());
                 self.prefetch_rows = Some(f);
                 f
             }

@@ -335,7 +335,7 @@ impl PackedConv {
     ) -> Result<(), Diagnostic> {
         let has_bias = operands.len() > 2;
         if self.channel_quad_output && (has_bias || !epi.is_empty()) {
-            return Err(cx.unsupported("sums stored by channel block take no bias or post-ops"));
+            return Err(cx.unsupported("sums stored by quads of channels take no bias or post-ops"));
         }
         let mut b = KernelBuilder::new(&format!(
             "conv2d_packed_{}_k{}x{}_s{}x{}_d{}x{}_g{}_o{}x{}p{}{}{}{}",
@@ -692,21 +692,14 @@ impl PackedConv {
     ) {
         let w4 = Width::F32x4;
         let lanes = routine.lanes();
-        let sums = if self.channel_quad_output {
-            bufs.out
+        // where the routine leaves its sums: the result itself, by quads of channels a
+        // plane apart, or `[pixel][lanes]` in a stack buffer for the epilogue
+        let (sums, sums_at, out_pixel_stride, out_vec_stride) = if self.channel_quad_output {
+            let at = self.channel_quad_index(g, at, block_index, q0);
+            (bufs.out, at, 4, Self::quad_plane(g))
         } else {
-            b.local(pixels * lanes as usize)
-        };
-        let sums_at = if self.channel_quad_output {
-            self.channel_quad_index(g, at, block_index, q0)
-        } else {
-            Affine::constant(0)
-        };
-        // `[pixel][lanes]` in the stack buffer, or quads a plane apart
-        let (out_pixel_stride, out_vec_stride) = if self.channel_quad_output {
-            (4, Self::quad_plane(g))
-        } else {
-            (lanes, 4)
+            let local = b.local(pixels * lanes as usize);
+            (local, Affine::constant(0), lanes, 4)
         };
         let row = at.oh.scale(g.stride[0] as i64);
         let (ci, plane) = (g.c as i64, (g.hp * g.wq) as i64);
