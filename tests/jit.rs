@@ -131,6 +131,16 @@ fn fused_tail_over_conv_geometries() {
     let mut c = ConvCase::new(8, 8, [7, 9], 3);
     c.attrs.groups = 8;
     cases.push(("depthwise", c));
+    // depthwise 3x3, pad 1, whole vectors of columns: the kernel reading NCHW directly
+    // (3 vectors per row; one vector, which is also the last, over 2 rows; batch 2)
+    let mut c = ConvCase::new(8, 8, [7, 12], 3);
+    c.attrs.groups = 8;
+    cases.push(("depthwise 3x3 from NCHW", c));
+    let mut c = ConvCase::new(5, 5, [2, 4], 3);
+    c.attrs.groups = 5;
+    c.bias = false;
+    c.n = 2;
+    cases.push(("depthwise 3x3 from NCHW, 2x4 plane, batch 2", c));
     let mut c = ConvCase::new(5, 6, [6, 7], 1);
     c.bias = false;
     c.n = 2;
@@ -199,6 +209,25 @@ fn fused_tail_over_conv_geometries() {
     for (what, case) in &cases {
         check_fused_tail(what, case);
     }
+}
+
+/// Depthwise 3×3 convs with one pixel of padding and whole vectors of columns lower to
+/// the kernel that reads NCHW directly (no padded copy); others keep the general one.
+#[test]
+fn depthwise_3x3_reads_nchw_without_a_padded_copy() {
+    let names = |case: &ConvCase| {
+        let m = fused_conv_module(case, &add_relu(), &[out_dims(case)]);
+        let p =
+            lower::lower_with(&m, &m.funcs[0], &lower::LowerOptions::default()).expect("lowers");
+        p.kernels.iter().map(|k| k.name.clone()).collect::<Vec<_>>()
+    };
+    let mut c = ConvCase::new(8, 8, [7, 12], 3);
+    c.attrs.groups = 8;
+    assert_eq!(names(&c), ["conv2d_depthwise3x3_1x8x7x12_bias_fused"]);
+    // 9 columns (not whole vectors): the padded copy and the general kernel
+    c.hw = [7, 9];
+    let general = names(&c);
+    assert!(general.iter().any(|k| k.starts_with("pad_")), "{general:?}");
 }
 
 /// An epilogue operand that broadcasts over rows but not columns keeps a 1×1 conv's

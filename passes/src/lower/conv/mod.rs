@@ -1,6 +1,6 @@
 //! conv2d (and fused conv2d) → padding kernels and a register-blocked convolution kernel.
 //!
-//! Two direct forms (3×3 stride-1 convs may go to `winograd` first):
+//! Three direct forms (3×3 stride-1 convs may go to `winograd` first):
 //!
 //! - **Packed** ([`packed`]; output channels per group a multiple of 4, constant
 //!   weights): the input is copied into a zero-padded channels-last (NHWC) buffer, weights
@@ -12,6 +12,9 @@
 //!   pixels summed by the native routine into a stack buffer, then finished by the same
 //!   JIT epilogue; unpadded 1×1 convs then skip the channels-last copy (strided ones
 //!   read a subsampled copy) and walk their plane as rows of whole calls.
+//! - **Depthwise 3×3** ([`depthwise`]; one channel per group, stride 1, padding 1, whole
+//!   vectors of columns): straight from the NCHW input, the left and right taps shifted
+//!   in from the neighbouring vectors, with no padded copy.
 //! - **General** ([`general`]; any channel count, weights from the graph): the input is
 //!   copied into a zero-padded NCHW buffer whose rows are split by column phase (`column
 //!   mod stride_w`), so the input columns feeding consecutive output columns are
@@ -21,6 +24,7 @@
 //! Neither needs bounds tests; both apply bias and post-ops to the tile in registers and
 //! store it once. The padding kernels of both are in [`pad`].
 
+mod depthwise;
 mod general;
 mod packed;
 mod pad;
@@ -203,6 +207,9 @@ pub(crate) fn lower_conv2d(
             };
             return packed.kernel(cx, &geo1, xp, wbuf, operands, epi, out);
         }
+    }
+    if depthwise::applies(&geo, a.pads) {
+        return depthwise::kernel(cx, &geo, x, operands, epi, out);
     }
     let xp = if a.pads == [0; 4] && sw == 1 {
         x
