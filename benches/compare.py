@@ -35,6 +35,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -153,7 +154,23 @@ class SmeltTensorInfo(ctypes.Structure):
     ]
 
 
+def check_mirrors(header: str) -> None:
+    """Fails unless the ctypes structs list the C header's fields in its order (a struct
+    passed with another layout would be read as garbage, not rejected)."""
+    text = open(header).read()
+    for struct in (SmeltOptions, SmeltTensorInfo):
+        name = struct.__name__
+        body = re.search(r"typedef struct " + name + r" \{(.*?)\} " + name + ";", text, re.S)
+        if body is None:
+            sys.exit(f"{header}: no struct {name}")
+        fields = re.findall(r"^\s*[\w\s\*]*?\b(\w+);", re.sub(r"/\*.*?\*/", "", body.group(1), flags=re.S), re.M)
+        mirrored = [f[0] for f in struct._fields_]
+        if fields != mirrored:
+            sys.exit(f"compare.py's {name} {mirrored} does not match {header}: {fields}")
+
+
 def load_smelt(path: str) -> ctypes.CDLL:
+    check_mirrors(os.path.join(ROOT, "include", "smelt.h"))
     lib = ctypes.CDLL(path)
     lib.smelt_options_default.restype = SmeltOptions
     lib.smelt_last_error.restype = ctypes.c_char_p
@@ -255,7 +272,7 @@ def compare_interleaved(args: argparse.Namespace, lib: ctypes.CDLL, name: str,
     pins = input_shapes(model)
     shapes = [f"{n}={'x'.join(map(str, pins[n]))}" for n in sorted(dynamic_inputs(model))]
     row = {"model": name, "threads": threads, "smelt_ms": None, "ort_ms": None, "ratio": None,
-           "smelt_compile_ms": None, "gflop": None, "error": None}
+           "smelt_compile_ms": None, "gflop": None, "error": None, "ort_session_ms": None}
     try:
         # the compile time a user sees (file to executable) and the flop count
         once = smelt_bench(args, path, shapes, threads, iterations=1, warmup=0)
@@ -364,6 +381,7 @@ def main() -> None:
     else:
         print(f"{'model':<22} {'thr':>3} {'smelt ms':>9} {'ORT ms':>9} {'ratio':>6} {'GFLOP/s':>8} "
               f"{'compile':>8} {'session':>8}")
+    failed = False
     for name in names:
         for t in threads:
             r = compare(args, name, t) if args.processes else compare_interleaved(args, lib, name, t)
@@ -380,8 +398,11 @@ def main() -> None:
                       f"{cells[5]:>8} {cells[6]:>8} {cells[7]:>8}", flush=True)
             if r["error"]:
                 print(f"  smelt failed: {r['error']}", flush=True)
+                failed = True
     load_after = os.getloadavg()
     print("# load average after " + " ".join(f"{x:.2f}" for x in load_after))
+    if failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":
