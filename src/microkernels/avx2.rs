@@ -8,7 +8,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{empty_reduction, ConvTile, Geom, LANES};
+use super::{empty_reduction, for_each_channel, ConvTile, Geom, LANES};
 
 /// Pixels per full register block.
 const BLOCK: usize = 6;
@@ -138,32 +138,12 @@ unsafe fn block<const NP: usize, const PS: usize, const PF: bool>(
                 a[1] = _mm256_loadu2_m128(o.offset(3 * ovs), o.offset(2 * ovs));
             }
         }
-        for r in 0..g.rows {
-            for t in 0..g.taps {
-                let xrt = x.offset(r * g.row_stride + t * g.tap_stride);
-                let wrt = g.w.offset((r * g.taps + t) * g.w_tap_stride);
-                // one loop (a second loop for the last channels without prefetches
-                // makes LLVM keep the accumulators in memory)
-                for c in 0..g.chans {
-                    if PF && c + PREFETCH_DISTANCE < g.chans {
-                        prefetch_pixels::<NP, PS>(
-                            xrt.offset((c + PREFETCH_DISTANCE) * g.chan_stride),
-                        );
-                    }
-                    if c + W_PREFETCH_DISTANCE < g.chans {
-                        _mm_prefetch::<_MM_HINT_T0>(
-                            wrt.offset((c + W_PREFETCH_DISTANCE) * 16) as *const i8
-                        );
-                    }
-                    channel(
-                        &mut acc,
-                        xrt.offset(c * g.chan_stride),
-                        wrt.offset(c * 16),
-                        ps,
-                    );
-                }
-            }
-        }
+        for_each_channel::<NP, PS, PF, PREFETCH_DISTANCE, W_PREFETCH_DISTANCE>(
+            g,
+            x,
+            16,
+            |xc, wc| channel(&mut acc, xc, wc, ps),
+        );
         for (p, a) in acc.iter().enumerate() {
             let o = out.offset(p as isize * g.out_pixel_stride);
             if ovs == 4 {
@@ -200,23 +180,4 @@ unsafe fn channel<const NP: usize>(
             a[1] = _mm256_fmadd_ps(xv, w1, a[1]);
         }
     }
-}
-
-/// Prefetches the cache lines of pixels `0..NP` at stride `PS` (1 or 2) from `x`: one pixel
-/// per 16 floats and the last, so every line of the span is touched.
-///
-/// # Safety
-///
-/// `x[p*PS]` for `p < NP` must be contract indices (prefetches cannot fault, but the
-/// contract allows no other addresses).
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn prefetch_pixels<const NP: usize, const PS: usize>(x: *const f32) {
-    let step = 16 / PS.max(1);
-    let mut p = 0;
-    while p < NP {
-        _mm_prefetch::<_MM_HINT_T0>(x.wrapping_add(p * PS) as *const i8);
-        p += step;
-    }
-    _mm_prefetch::<_MM_HINT_T0>(x.wrapping_add((NP - 1) * PS) as *const i8);
 }

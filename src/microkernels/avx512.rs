@@ -22,7 +22,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{empty_reduction, ConvTile, Geom};
+use super::{empty_reduction, for_each_channel, ConvTile, Geom};
 
 /// Pixels per full register block, 16 channels.
 const BLOCK: usize = 28;
@@ -242,33 +242,12 @@ unsafe fn block<
                 };
             }
         }
-        for r in 0..g.rows {
-            for t in 0..g.taps {
-                let xrt = x.offset(r * g.row_stride + t * g.tap_stride);
-                let wrt = g.w.offset((r * g.taps + t) * g.w_tap_stride);
-                // one loop (a second loop for the last channels without prefetches
-                // makes LLVM keep the accumulators in memory)
-                for c in 0..g.chans {
-                    if PF && c + PREFETCH_DISTANCE < g.chans {
-                        prefetch_pixels::<NP, PS>(
-                            xrt.offset((c + PREFETCH_DISTANCE) * g.chan_stride),
-                        );
-                    }
-                    if c + W_PREFETCH_DISTANCE < g.chans {
-                        let wp = wrt.offset((c + W_PREFETCH_DISTANCE) * row);
-                        for j in 0..V {
-                            _mm_prefetch::<_MM_HINT_T0>(wp.add(16 * j) as *const i8);
-                        }
-                    }
-                    channel::<NP, V, NA>(
-                        &mut acc,
-                        xrt.offset(c * g.chan_stride),
-                        wrt.offset(c * row),
-                        ps,
-                    );
-                }
-            }
-        }
+        for_each_channel::<NP, PS, PF, PREFETCH_DISTANCE, W_PREFETCH_DISTANCE>(
+            g,
+            x,
+            row,
+            |xc, wc| channel::<NP, V, NA>(&mut acc, xc, wc, ps),
+        );
         for (i, a) in acc.iter().enumerate() {
             let (p, j) = (i / V, i % V);
             let o = out.offset(p as isize * g.out_pixel_stride);
@@ -312,23 +291,4 @@ unsafe fn channel<const NP: usize, const V: usize, const NA: usize>(
             }
         }
     }
-}
-
-/// Prefetches the cache lines of pixels `0..NP` at stride `PS` (1 or 2) from `x`: one pixel
-/// per 16 floats and the last, so every line of the span is touched.
-///
-/// # Safety
-///
-/// `x[p*PS]` for `p < NP` must be contract indices (prefetches cannot fault, but the
-/// contract allows no other addresses).
-#[inline]
-#[target_feature(enable = "avx512f")]
-unsafe fn prefetch_pixels<const NP: usize, const PS: usize>(x: *const f32) {
-    let step = 16 / PS.max(1);
-    let mut p = 0;
-    while p < NP {
-        _mm_prefetch::<_MM_HINT_T0>(x.wrapping_add(p * PS) as *const i8);
-        p += step;
-    }
-    _mm_prefetch::<_MM_HINT_T0>(x.wrapping_add((NP - 1) * PS) as *const i8);
 }

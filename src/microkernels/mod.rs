@@ -213,6 +213,78 @@ impl Geom {
     }
 }
 
+/// Walks a non-empty reduction in the contract's order — rows, taps, input channels —
+/// calling `channel(x, w)` with the x of the block's first pixel and the weight row (`row`
+/// floats) of each input channel. Ahead of channel `c` it prefetches the weight row of
+/// channel `c + W_AHEAD` (cold weights stream from memory, and the hardware prefetchers
+/// stop at each 4 KiB page) and, with `PF`, the x lines of channel `c + X_AHEAD` for the
+/// block's `NP` pixels at stride `PS` (planar inputs); only channels that exist, so only
+/// contract addresses are touched. One loop per (row, tap): a second loop for the last
+/// channels without prefetches makes LLVM keep the accumulators in memory. Inlined into
+/// each kernel's register block, whose `channel` holds the accumulators.
+///
+/// # Safety
+///
+/// A non-empty reduction; the contract's indices for these `NP` pixels in bounds.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn for_each_channel<
+    const NP: usize,
+    const PS: usize,
+    const PF: bool,
+    const X_AHEAD: isize,
+    const W_AHEAD: isize,
+>(
+    g: &Geom,
+    x: *const f32,
+    row: isize,
+    mut channel: impl FnMut(*const f32, *const f32),
+) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    // SAFETY (whole body): x + r*row_stride + t*tap_stride + c*chan_stride and
+    // w + (r*taps+t)*w_tap_stride + c*row are contract indices for c < chans.
+    unsafe {
+        for r in 0..g.rows {
+            for t in 0..g.taps {
+                let xrt = x.offset(r * g.row_stride + t * g.tap_stride);
+                let wrt = g.w.offset((r * g.taps + t) * g.w_tap_stride);
+                for c in 0..g.chans {
+                    if PF && c + X_AHEAD < g.chans {
+                        prefetch_pixels::<NP, PS>(xrt.offset((c + X_AHEAD) * g.chan_stride));
+                    }
+                    if c + W_AHEAD < g.chans {
+                        let wp = wrt.offset((c + W_AHEAD) * row);
+                        for line in 0..row / 16 {
+                            _mm_prefetch::<_MM_HINT_T0>(wp.offset(16 * line) as *const i8);
+                        }
+                    }
+                    channel(xrt.offset(c * g.chan_stride), wrt.offset(c * row));
+                }
+            }
+        }
+    }
+}
+
+/// Prefetches the cache lines of pixels `0..NP` at stride `PS` (1 or 2) from `x`: one pixel
+/// per 16 floats and the last, so every line of the span is touched.
+///
+/// # Safety
+///
+/// `x[p*PS]` for `p < NP` must be contract indices (prefetches cannot fault, but the
+/// contract allows no other addresses).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn prefetch_pixels<const NP: usize, const PS: usize>(x: *const f32) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    let step = 16 / PS.max(1);
+    let mut p = 0;
+    while p < NP {
+        _mm_prefetch::<_MM_HINT_T0>(x.wrapping_add(p * PS) as *const i8);
+        p += step;
+    }
+    _mm_prefetch::<_MM_HINT_T0>(x.wrapping_add((NP - 1) * PS) as *const i8);
+}
+
 /// The degenerate case of an empty reduction (`rows`, `taps` or `chans` zero) for a kernel
 /// of `lanes` lanes: the result is the initial value, so only a non-accumulating call writes
 /// anything (zeros). Kept apart so that the vector kernels compute only pointers inside the
