@@ -7,10 +7,10 @@
 //! vector shifted by one lane, filled in from the previous and the next vector (carried
 //! from one step to the next, zero past the row's ends).
 
-use smelt_ir::loops::{Access, Affine, Expr, KernelBuilder, VarId, Width};
+use smelt_ir::loops::{Affine, Expr, KernelBuilder, VarId, Width};
 use smelt_ir::{Diagnostic, Value};
 
-use super::Geo;
+use super::{Geo, TileBufs};
 use crate::lower::elementwise::{dims_name, Epilogue};
 use crate::lower::{BufferId, Cx};
 
@@ -45,18 +45,9 @@ pub(super) fn kernel(
         if operands.len() > 2 { "_bias" } else { "" },
         if epi.is_empty() { "" } else { "_fused" }
     ));
-    let xa = b.arg("x", cx.len_of(x), Access::Read);
     let wbuf = cx.buf(operands[1]);
-    let wa = b.arg("w", cx.len_of(wbuf), Access::Read);
-    let mut args = vec![x, wbuf];
-    let bias = operands.get(2).map(|&v| {
-        let bb = cx.buf(v);
-        args.push(bb);
-        b.arg("bias", cx.len_of(bb), Access::Read)
-    });
-    args.extend(epi.declare(&mut b));
-    let ya = b.arg("out", cx.len_of(out), Access::Write);
-    args.push(out);
+    let (bufs, args) = TileBufs::declare(&mut b, cx, x, ("w", wbuf), operands, &mut epi, out);
+    let (xa, wa, bias, ya) = (bufs.x, bufs.w, bufs.bias, bufs.out);
     let (w4, s1) = (Width::F32x4, Width::Scalar);
     let plane = (h * w) as i64;
     let c = g.c as i64;
