@@ -57,7 +57,7 @@ use smelt_ir::Module;
 use smelt_passes::fusion::FusionOptions;
 use smelt_passes::{PassContext, PassManager};
 
-pub use runtime::{CompileOptions, Executable, Kernels, TensorInfo, Workspace};
+pub use runtime::{CompileOptions, Executable, Kernels, Layouts, TensorInfo, Workspace};
 pub use smelt_ir::{Tensor, TensorType};
 pub use smelt_passes::lower::ConvAlgorithm;
 

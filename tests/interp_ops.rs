@@ -63,6 +63,7 @@ fn conv_op(strides: [usize; 2], pads: [usize; 4], dilations: [usize; 2], groups:
         pads,
         dilations,
         groups,
+        ..Conv2dAttrs::default()
     })
 }
 
@@ -224,6 +225,7 @@ fn conv_matches_im2col_over_attribute_grid() {
             pads,
             dilations,
             groups,
+            ..Conv2dAttrs::default()
         };
         let x = random(&xd, 100 + i as u64);
         let w = random(&[o, xd[1] / groups, k[0], k[1]], 200 + i as u64);

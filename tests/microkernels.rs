@@ -204,6 +204,9 @@ fn x_layouts(pixels: i64, taps: i64, chans: i64) -> Vec<(i64, i64, i64, i64)> {
     }
     // overlapping channels-last windows with pixel stride 1 (odd but legal)
     v.push((1, 1, 3, 7 + pixels));
+    // channel blocks of 16 (NCHW16c; rows walk the blocks): a pixel's 16 channels are
+    // consecutive, blocks a padded plane apart
+    v.push((1, 16, 16, 16 * (pixels + taps + 2)));
     v
 }
 
@@ -248,7 +251,7 @@ fn kernels_match_reference_on_many_shapes() {
             }
         }
     }
-    assert_eq!(cases, 2 * 13 * 3 * 4 * 5 * 2 * 2);
+    assert_eq!(cases, 2 * 13 * 3 * 4 * 6 * 2 * 2);
 }
 
 #[test]

@@ -293,6 +293,7 @@ fn conv_keeps_asymmetric_pads_dilations_and_groups() {
         pads: [1, 0, 2, 1],
         dilations: [2, 1],
         groups: 2,
+        ..Conv2dAttrs::default()
     };
     assert_eq!(conv_attrs(&m), want);
     let conv = m.funcs[0]

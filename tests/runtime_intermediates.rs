@@ -15,6 +15,7 @@ const KEEP: CompileOptions = CompileOptions {
     verify: true,
     keep_intermediates: true,
     threads: 2,
+    layouts: smelt::Layouts::Auto,
 };
 
 fn random_inputs(module: &Module, seed: u64) -> Vec<Tensor> {

@@ -300,6 +300,7 @@ impl Gen<'_, '_, '_> {
             ],
             dilations: [self.int(1, 2), self.int(1, 2)],
             groups,
+            ..Conv2dAttrs::default()
         };
         let mut k = [self.int(1, 3), self.int(1, 3)];
         for (i, size) in [h, w].into_iter().enumerate() {

@@ -187,6 +187,9 @@ pub struct Conv2dAttrs {
     pub dilations: [usize; 2],
     /// Number of groups; `groups == C_in` with one input channel per group is depthwise.
     pub groups: usize,
+    /// Layout of the result: row-major, or channels in blocks (`nchw16c`) where the
+    /// layout pass chose it for a kernel that writes blocks (text attribute `layout`).
+    pub layout: Layout,
 }
 
 impl Default for Conv2dAttrs {
@@ -196,6 +199,7 @@ impl Default for Conv2dAttrs {
             pads: [0; 4],
             dilations: [1, 1],
             groups: 1,
+            layout: Layout::RowMajor,
         }
     }
 }
@@ -933,7 +937,15 @@ fn conv2d_type(a: &Conv2dAttrs, operands: &[&TensorType]) -> Result<TensorType, 
         Some(padded.checked_sub(span)? / a.strides[i] + 1)
     };
     match (out(0, h, kh), out(1, wd, kw)) {
-        (Some(oh), Some(ow)) => Ok(TensorType::f32([n, o, oh, ow])),
+        (Some(oh), Some(ow)) => {
+            let result = TensorType::f32([n, o, oh, ow]).with_layout(a.layout);
+            if let Layout::Blocked { axis, block } = a.layout {
+                if axis >= 4 || block == 0 {
+                    return Err(format!("conv2d result layout {a:?} does not fit {result}"));
+                }
+            }
+            Ok(result)
+        }
         _ => Err(format!(
             "conv2d kernel {kh}x{kw} (dilations {:?}) does not fit the padded input {h}x{wd}",
             a.dilations
@@ -1018,10 +1030,32 @@ mod tests {
             pads: [1, 0, 2, 1],
             dilations: [1, 2],
             groups: 2,
+            layout: Layout::RowMajor,
         });
         let t = op.infer_type(&[&x, &w], &no_weights).unwrap();
         // H: (10 + 3 - 3) / 2 + 1 = 6; W: (9 + 1 - 5) / 1 + 1 = 6
         assert_eq!(t.dims, vec![1, 6, 6, 6]);
+    }
+
+    #[test]
+    fn conv_result_takes_the_layout_attribute() {
+        let blocks = Layout::Blocked { axis: 1, block: 16 };
+        let x = TensorType::f32([1, 32, 5, 5]);
+        let w = TensorType::f32([48, 32, 1, 1]);
+        let conv = |layout| {
+            Op::Conv2d(Conv2dAttrs {
+                layout,
+                ..Conv2dAttrs::default()
+            })
+        };
+        let t = conv(blocks).infer_type(&[&x.with_layout(blocks), &w], &no_weights);
+        assert_eq!(
+            t.unwrap(),
+            TensorType::f32([1, 48, 5, 5]).with_layout(blocks)
+        );
+        let bad = Layout::Blocked { axis: 4, block: 8 };
+        let e = conv(bad).infer_type(&[&x, &w], &no_weights).unwrap_err();
+        assert!(e.contains("does not fit"), "{e}");
     }
 
     #[test]

@@ -248,7 +248,7 @@ mod tests {
         let dims = [1, 5, 2, 3];
         let layout = Layout::Blocked { axis: 1, block: 4 };
         assert_eq!(layout.storage_dims(&dims), vec![1, 2, 2, 3, 4]);
-        let mut seen = vec![false; 48];
+        let mut seen = [false; 48];
         for c in 0..5 {
             for h in 0..2 {
                 for w in 0..3 {

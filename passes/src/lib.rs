@@ -1,11 +1,12 @@
 //! smelt-passes: transformations of smelt's IR — e-graph fusion, constant folding,
-//! dead-code elimination — and lowering of functions to loop-nest kernels.
+//! dead-code elimination, activation layouts — and lowering of functions to loop-nest kernels.
 
 #![warn(missing_docs)]
 
 pub mod const_fold;
 pub mod dce;
 pub mod fusion;
+pub mod layout;
 pub mod lower;
 pub mod manager;
 mod parallel;

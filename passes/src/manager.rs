@@ -8,6 +8,7 @@ use smelt_ir::graph::Module;
 use crate::const_fold::ConstFoldPass;
 use crate::dce::DcePass;
 use crate::fusion::{FusionOptions, FusionPass, FusionReport};
+use crate::layout::LayoutPass;
 
 /// Errors of the passes crate.
 #[derive(Debug, thiserror::Error)]
@@ -69,7 +70,7 @@ pub trait Pass {
 }
 
 /// Names of every registered pass.
-pub const PASS_NAMES: &[&str] = &["fusion", "const_fold", "dce"];
+pub const PASS_NAMES: &[&str] = &["fusion", "const_fold", "dce", "layout"];
 
 /// The default pipeline.
 pub const DEFAULT_PIPELINE: &[&str] = &["fusion", "const_fold", "dce"];
@@ -87,6 +88,7 @@ pub fn pass_by_name_with(name: &str, fusion: &FusionOptions) -> Option<Box<dyn P
         })),
         "const_fold" => Some(Box::new(ConstFoldPass)),
         "dce" => Some(Box::new(DcePass)),
+        "layout" => Some(Box::new(LayoutPass::default())),
         _ => None,
     }
 }

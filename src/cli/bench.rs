@@ -12,7 +12,7 @@ use smelt::ir::{Module, Tensor};
 use smelt::models::{residual_tail, resnet, ResNetConfig};
 use smelt::passes::fusion::json_str;
 use smelt::runtime::KernelProfile;
-use smelt::{CompileOptions, ConvAlgorithm, Executable};
+use smelt::{CompileOptions, ConvAlgorithm, Executable, Layouts};
 
 use super::{FusionArgs, Kernels, ModelArgs};
 
@@ -27,6 +27,25 @@ pub enum Conv {
     Auto,
     /// The direct convolution everywhere.
     Direct,
+}
+
+/// How activations are laid out between kernels (`--layouts`; see [`smelt::Layouts`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LayoutChoice {
+    /// Channel blocks (NCHW16c) between pointwise convs where every reader and writer
+    /// computes on them (with a micro-kernel), row-major elsewhere.
+    Auto,
+    /// Row-major (NCHW) everywhere.
+    RowMajor,
+}
+
+impl LayoutChoice {
+    fn layouts(self) -> Layouts {
+        match self {
+            LayoutChoice::Auto => Layouts::Auto,
+            LayoutChoice::RowMajor => Layouts::RowMajor,
+        }
+    }
 }
 
 impl Conv {
@@ -70,6 +89,10 @@ pub struct BenchArgs {
     /// expects it to win) or `direct` (the register-tiled direct convolution everywhere).
     #[arg(long, value_enum, default_value_t = Conv::Auto)]
     conv: Conv,
+    /// How activations are laid out between kernels: `auto` (channel blocks between
+    /// pointwise convs where they pay) or `row-major` (NCHW everywhere).
+    #[arg(long, value_enum, default_value_t = LayoutChoice::Auto)]
+    layouts: LayoutChoice,
     /// Also time every kernel call (separate runs, after the timed ones).
     #[arg(long)]
     profile: bool,
@@ -134,6 +157,7 @@ pub fn main(a: BenchArgs) -> Result<()> {
         threads: a.threads,
         conv: a.conv.algorithm(),
         kernels: a.kernels.choice(),
+        layouts: a.layouts.layouts(),
         ..CompileOptions::default()
     };
     let exe = Executable::compile(&optimized, None, &compile_opts)?;
@@ -379,7 +403,7 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "latency  median {:.3} ms, p10 {:.3}, p90 {:.3} ({} runs after {} warm-up; {} thread{}, {}, kernels {}, conv {})",
+            "latency  median {:.3} ms, p10 {:.3}, p90 {:.3} ({} runs after {} warm-up; {} thread{}, {}, kernels {}, conv {}, layouts {})",
             self.quantile(0.5),
             self.quantile(0.1),
             self.quantile(0.9),
@@ -389,7 +413,8 @@ impl Report {
             if self.threads == 1 { "" } else { "s" },
             if a.fusion.no_fuse { "unfused" } else { "fused" },
             self.kernels_name(a),
-            a.conv.name()
+            a.conv.name(),
+            a.layouts.layouts().name()
         );
         let _ = writeln!(
             s,
@@ -413,6 +438,7 @@ impl Report {
         o.num("threads", self.threads as f64);
         o.str("kernels", &self.kernels_name(a));
         o.str("conv", a.conv.name());
+        o.str("layouts", a.layouts.layouts().name());
         o.raw("fuse", if a.fusion.no_fuse { "false" } else { "true" });
         o.num("warmup", a.warmup as f64);
         o.num("iterations", self.samples_ms.len() as f64);

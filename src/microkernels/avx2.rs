@@ -59,6 +59,7 @@ pub unsafe extern "C" fn conv_tile_avx2(
             (2, false) => full_blocks::<2, false>(&g, x, out, full),
             (3, _) => full_blocks::<3, false>(&g, x, out, full),
             (6, _) => full_blocks::<6, false>(&g, x, out, full),
+            (16, _) => full_blocks::<16, false>(&g, x, out, full),
             (64, _) => full_blocks::<64, false>(&g, x, out, full),
             (128, _) => full_blocks::<128, false>(&g, x, out, full),
             (256, _) => full_blocks::<256, false>(&g, x, out, full),

@@ -144,6 +144,7 @@ unsafe fn full_blocks_of<const V: usize, const NB: usize, const NA: usize>(
             (2, false) => full_blocks::<NB, V, NA, 2, false>(g, x, out, full),
             (3, _) => full_blocks::<NB, V, NA, 3, false>(g, x, out, full),
             (6, _) => full_blocks::<NB, V, NA, 6, false>(g, x, out, full),
+            (16, _) => full_blocks::<NB, V, NA, 16, false>(g, x, out, full),
             (64, _) => full_blocks::<NB, V, NA, 64, false>(g, x, out, full),
             (128, _) => full_blocks::<NB, V, NA, 128, false>(g, x, out, full),
             (256, _) => full_blocks::<NB, V, NA, 256, false>(g, x, out, full),

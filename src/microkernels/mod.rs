@@ -215,11 +215,13 @@ impl Geom {
 
 /// Walks a non-empty reduction in the contract's order — rows, taps, input channels —
 /// calling `channel(x, w)` with the x of the block's first pixel and the weight row (`row`
-/// floats) of each input channel. Ahead of channel `c` it prefetches the weight row of
-/// channel `c + W_AHEAD` (cold weights stream from memory, and the hardware prefetchers
-/// stop at each 4 KiB page) and, with `PF`, the x lines of channel `c + X_AHEAD` for the
-/// block's `NP` pixels at stride `PS` (planar inputs); only channels that exist, so only
-/// contract addresses are touched. One loop per (row, tap): a second loop for the last
+/// floats) of each input channel. Each step prefetches the weight row `W_AHEAD` steps
+/// later in the walk, across taps and rows when the weights are packed (cold weights stream from memory, and the
+/// hardware prefetchers stop at each 4 KiB page) and, with `PF`, the x lines of channel `c + X_AHEAD` for the
+/// block's `NP` pixels at stride `PS` (planar inputs); at pixel stride 16 (channel
+/// blocks, one line per pixel), at each row's start, the x lines of the next row's
+/// pixels (the next block);
+/// only channels and rows that exist, so only contract addresses are touched. One loop per (row, tap): a second loop for the last
 /// channels without prefetches makes LLVM keep the accumulators in memory. Inlined into
 /// each kernel's register block, whose `channel` holds the accumulators.
 ///
@@ -241,22 +243,47 @@ unsafe fn for_each_channel<
     mut channel: impl FnMut(*const f32, *const f32),
 ) {
     use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    let prefetch_w_row = |wp: *const f32| {
+        for line in 0..row / 16 {
+            _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_offset(16 * line) as *const i8);
+        }
+    };
+    // Packed weights (no gap between taps) are one run of weight rows in the walk's
+    // order, so the row `W_AHEAD` steps ahead is one pointer away, across taps and rows
+    // (with channel blocks as rows, a row is only 16 channels: stopping at each row's
+    // end would prefetch no weight at all); with gaps, each (row, tap) prefetches within
+    // itself.
+    let packed = g.w_tap_stride == g.chans * row;
+    let steps = g.rows * g.taps * g.chans;
+    let mut step = 0;
     // SAFETY (whole body): x + r*row_stride + t*tap_stride + c*chan_stride and
-    // w + (r*taps+t)*w_tap_stride + c*row are contract indices for c < chans.
+    // w + (r*taps+t)*w_tap_stride + c*row are contract indices for r < rows, t < taps,
+    // c < chans; packed, w + k*row for k < steps is the row of one such (r, t, c).
     unsafe {
         for r in 0..g.rows {
             for t in 0..g.taps {
                 let xrt = x.offset(r * g.row_stride + t * g.tap_stride);
                 let wrt = g.w.offset((r * g.taps + t) * g.w_tap_stride);
+                // channel blocks (NCHW16c: pixel stride 16, one line per pixel, the
+                // rows are the blocks): the next block's pixel lines, all at once, while
+                // this block's 16 channels are summed
+                if PS == 16 && r + 1 < g.rows {
+                    let next = x.offset((r + 1) * g.row_stride + t * g.tap_stride);
+                    for p in 0..NP {
+                        _mm_prefetch::<_MM_HINT_T0>(next.add(p * PS) as *const i8);
+                    }
+                }
                 for c in 0..g.chans {
                     if PF && c + X_AHEAD < g.chans {
                         prefetch_pixels::<NP, PS>(xrt.offset((c + X_AHEAD) * g.chan_stride));
                     }
-                    if c + W_AHEAD < g.chans {
-                        let wp = wrt.offset((c + W_AHEAD) * row);
-                        for line in 0..row / 16 {
-                            _mm_prefetch::<_MM_HINT_T0>(wp.offset(16 * line) as *const i8);
+                    if packed {
+                        if step + W_AHEAD < steps {
+                            prefetch_w_row(g.w.offset((step + W_AHEAD) * row));
                         }
+                        step += 1;
+                    } else if c + W_AHEAD < g.chans {
+                        prefetch_w_row(wrt.offset((c + W_AHEAD) * row));
                     }
                     channel(xrt.offset(c * g.chan_stride), wrt.offset(c * row));
                 }

@@ -36,6 +36,31 @@ pub struct CompileOptions {
     pub conv: lower::ConvAlgorithm,
     /// Which code computes GEMM-shaped conv tiles (the best the host runs, by default).
     pub kernels: Kernels,
+    /// How activations are laid out between kernels (channel blocks where they pay, by
+    /// default).
+    pub layouts: Layouts,
+}
+
+/// How activations are laid out in memory between kernels.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Layouts {
+    /// Channel blocks (NCHW16c) between pointwise convs where every writer and reader
+    /// computes on them ([`smelt_passes::layout`]; only with a micro-kernel), row-major
+    /// elsewhere.
+    #[default]
+    Auto,
+    /// Row-major (NCHW) everywhere, e.g. for A/B measurements.
+    RowMajor,
+}
+
+impl Layouts {
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Layouts::Auto => "auto",
+            Layouts::RowMajor => "row-major",
+        }
+    }
 }
 
 /// Which code computes GEMM-shaped conv tiles (1×1 and direct convolutions, Winograd's
@@ -283,6 +308,12 @@ impl Executable {
             conv: opts.conv,
             micro: opts.kernels.micro_kernel(),
         };
+        // activation layouts depend on the kernels, so they are chosen here
+        let laid_out = match opts.layouts {
+            Layouts::Auto => smelt_passes::layout::assign_layouts(func, lower_opts.micro),
+            Layouts::RowMajor => None,
+        };
+        let func = laid_out.as_ref().unwrap_or(func);
         // code generation runs while the weights are still being packed
         let mut lowered = start;
         let mut generated = start;

@@ -362,6 +362,7 @@ pub(crate) fn build_op(name: &str, d: &mut AttrDict) -> Result<Option<Op>, AttrE
                     .unwrap_or(def.pads),
                 dilations: d.array("dilations", "[dh, dw]")?.unwrap_or(def.dilations),
                 groups: d.usize("groups")?.unwrap_or(def.groups),
+                layout: d.layout("layout")?.unwrap_or(def.layout),
             }))
         }
         "batch_norm" => Some(Op::BatchNorm { epsilon: eps(d)? }),
@@ -635,6 +636,9 @@ pub(crate) fn op_attrs(op: &Op, rank: usize) -> Vec<(&'static str, AttrValue)> {
                 ints,
             );
             out.unless("groups", a.groups, def.groups, AttrValue::Int);
+            if a.layout != def.layout {
+                out.always("layout", AttrValue::Layout(a.layout, rank));
+            }
         }
         Op::BatchNorm { epsilon }
         | Op::BnFoldWeight { epsilon }
@@ -745,6 +749,11 @@ mod tests {
                 pads: [1, 0, 2, 1],
                 dilations: [2, 1],
                 groups: 4,
+                layout: Layout::RowMajor,
+            }),
+            Op::Conv2d(Conv2dAttrs {
+                layout: Layout::Blocked { axis: 1, block: 16 },
+                ..Conv2dAttrs::default()
             }),
             Op::BatchNorm { epsilon: F32(1e-3) },
             Op::Unary(UnaryOp::Relu),

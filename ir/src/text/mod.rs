@@ -60,7 +60,7 @@
 //!
 //! | op | operands | attributes (default) |
 //! |---|---|---|
-//! | `conv2d` | x, w, bias? | `strides` ([1, 1]), `pads` ([0, 0, 0, 0] = top, left, bottom, right), `dilations` ([1, 1]), `groups` (1) |
+//! | `conv2d` | x, w, bias? | `strides` ([1, 1]), `pads` ([0, 0, 0, 0] = top, left, bottom, right), `dilations` ([1, 1]), `groups` (1), `layout` (row_major: the result's layout, e.g. `nchw16c` as the layout pass chooses) |
 //! | `batch_norm` | x, scale, bias, mean, var | `epsilon` (1e-5) |
 //! | `relu` `sigmoid` `tanh` `erf` `gelu` `hard_swish` `silu` | x | — |
 //! | `clip` | x | `min`, `max` (both required) |

@@ -593,6 +593,7 @@ impl Planner {
                     pads: [pad; 4],
                     dilations: [1, 1],
                     groups: r.pick(&[1, 1, 1, 0]),
+                    ..Conv2dAttrs::default()
                 })
             }
             OpKind::BatchNorm

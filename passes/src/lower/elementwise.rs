@@ -206,6 +206,9 @@ pub struct Epilogue {
     post: Vec<PostOp>,
     /// Buffer, length and broadcast strides (against the result shape) of each extra operand.
     operands: Vec<(BufferId, usize, Vec<i64>)>,
+    /// Whether each extra operand has the result's whole shape (no broadcast), and so
+    /// the result's layout (the fused op's type rule).
+    full: Vec<bool>,
     args: Vec<BufId>,
 }
 
@@ -223,9 +226,14 @@ impl Epilogue {
                 )
             })
             .collect();
+        let full = vals
+            .iter()
+            .map(|&v| cx.func.type_of(v).dims == out)
+            .collect();
         Epilogue {
             post: post.to_vec(),
             operands,
+            full,
             args: Vec::new(),
         }
     }
@@ -247,8 +255,19 @@ impl Epilogue {
         Some(Epilogue {
             post: self.post.clone(),
             operands,
+            full: self.full.clone(),
             args: Vec::new(),
         })
+    }
+
+    /// Whether the post-ops can run on vectors whose lanes are consecutive channels
+    /// (axis 1), as for a result stored in channel blocks: every broadcast operand walks
+    /// the channels contiguously (per-channel vectors) or not at all (scalars).
+    pub(crate) fn runs_along_channels(&self) -> bool {
+        self.operands
+            .iter()
+            .zip(&self.full)
+            .all(|((_, _, strides), &full)| full || matches!(strides.get(1), Some(0 | 1)))
     }
 
     /// Whether there is nothing to apply.
@@ -291,18 +310,73 @@ impl Epilogue {
         }
     }
 
+    /// Prefetches, for each full-size operand (a residual in the result's layout),
+    /// `rows` runs of `len` elements `row_stride` apart from storage index `at`.
+    pub(crate) fn prefetch_stored(
+        &self,
+        b: &mut KernelBuilder,
+        at: &Affine,
+        rows: i64,
+        row_stride: i64,
+        len: i64,
+    ) {
+        for (&buf, _) in self.args.iter().zip(&self.full).filter(|(_, &full)| full) {
+            let at = BufPtr {
+                buf,
+                index: at.clone(),
+            };
+            b.prefetch(at, rows, row_stride, len);
+        }
+    }
+
     /// Applies the post-ops to `acc`, the result element(s) at logical index `idx` (one
     /// affine per result dimension; vector lanes run along the last dimension).
     pub fn apply(&self, b: &mut KernelBuilder, acc: Expr, idx: &[Affine], w: Width) -> Expr {
+        self.apply_loading(b, acc, w, |i| {
+            let strides = &self.operands[i].2;
+            let lane = strides.last().copied().unwrap_or(0);
+            load_lanes(self.args[i], index_of(strides, idx), lane, w)
+        })
+    }
+
+    /// [`Epilogue::apply`] for a result stored in channel blocks, with vector lanes along
+    /// channels (see [`Epilogue::runs_along_channels`]): full-size operands, laid out as
+    /// the result, are read at `stored`, the result element's storage index; broadcast
+    /// ones at logical index `idx`.
+    pub(crate) fn apply_along_channels(
+        &self,
+        b: &mut KernelBuilder,
+        acc: Expr,
+        idx: &[Affine],
+        stored: &Affine,
+        w: Width,
+    ) -> Expr {
+        self.apply_loading(b, acc, w, |i| {
+            let strides = &self.operands[i].2;
+            if self.full[i] {
+                Expr::load(self.args[i], stored.clone(), w)
+            } else {
+                let lane = strides.get(1).copied().unwrap_or(0);
+                load_lanes(self.args[i], index_of(strides, idx), lane, w)
+            }
+        })
+    }
+
+    /// The post-ops on `acc`, the extra operand `i` of a binary one read by `load(i)`.
+    fn apply_loading(
+        &self,
+        b: &mut KernelBuilder,
+        acc: Expr,
+        w: Width,
+        load: impl Fn(usize) -> Expr,
+    ) -> Expr {
         let mut acc = acc;
         let mut next = 0;
         for p in &self.post {
             acc = match *p {
                 PostOp::Unary(u) => unary(b, u, acc, w),
                 PostOp::Binary { op, acc_is_lhs } => {
-                    let (_, _, strides) = &self.operands[next];
-                    let lane = strides.last().copied().unwrap_or(0);
-                    let x = load_lanes(self.args[next], index_of(strides, idx), lane, w);
+                    let x = load(next);
                     next += 1;
                     if acc_is_lhs {
                         binary(op, acc, x)

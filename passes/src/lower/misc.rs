@@ -6,7 +6,7 @@ use smelt_ir::loops::{
 use smelt_ir::op::{GemmAttrs, Pool2dAttrs};
 use smelt_ir::{Diagnostic, Layout, Op, TensorType, Value};
 
-use super::conv::pad_kernel;
+use super::conv::{pad_kernel, CHANNEL_BLOCK, CHANNEL_BLOCKS};
 use super::elementwise::{
     broadcast_strides, collapse, dims_name, emit_nest, index_of, load_lanes, row_major_strides,
     Epilogue,
@@ -291,23 +291,61 @@ fn global_avg_pool(
 ) -> Result<(), Diagnostic> {
     let (n, c) = (xt.dims[0], xt.dims[1]);
     let inner: usize = xt.dims[2..].iter().product();
-    let mut b = KernelBuilder::new(&format!("global_avg_pool_{}", dims_name(&xt.dims)));
+    let blocked = xt.layout == CHANNEL_BLOCKS;
+    if xt.layout != Layout::RowMajor && !(blocked && epi.runs_along_channels()) {
+        return Err(cx.unsupported(
+            "global_avg_pool reads row-major or nchw16c input (with per-channel or full-size post-op operands)",
+        ));
+    }
+    let mut b = KernelBuilder::new(&format!(
+        "global_avg_pool_{}{}",
+        dims_name(&xt.dims),
+        if blocked { "c16" } else { "" }
+    ));
     let xa = b.arg("x", cx.len_of(x), Access::Read);
     let mut args = vec![x];
     args.extend(epi.declare(&mut b));
     let ya = b.arg("out", cx.len_of(out), Access::Write);
     args.push(out);
     let rank = out_ty.rank();
+    let scale = (1.0f64 / inner as f64) as f32;
+    if blocked {
+        // [n][c/16][pixel][16]: a vector of 4 channels summed down the pixels, the
+        // result's 4 consecutive channels
+        let unit = CHANNEL_BLOCK as i64;
+        let w4 = Width::F32x4;
+        let blocks = (c / CHANNEL_BLOCK) as i64;
+        b.for_loop(0, n as i64, 1, |b, ni| {
+            b.for_loop(0, blocks, 1, |b, cb| {
+                let block = Affine::var(ni).scale(blocks).add(&Affine::var(cb));
+                for quad in (0..unit).step_by(4) {
+                    let acc = b.var(w4);
+                    b.assign(acc, Expr::constant(0.0, w4));
+                    let base = block.scale(unit * inner as i64).plus(quad);
+                    b.for_loop(0, inner as i64, 1, |b, p| {
+                        let at = base.add(&Affine::var(p).scale(unit));
+                        let v = Expr::binary(BinOp::Add, Expr::Var(acc), Expr::load(xa, at, w4));
+                        b.assign(acc, v);
+                    });
+                    let mean = Expr::binary(BinOp::Mul, Expr::Var(acc), Expr::constant(scale, w4));
+                    let channel = Affine::var(cb).scale(unit).plus(quad);
+                    let mut idx = vec![Affine::var(ni), channel];
+                    idx.resize(rank, Affine::constant(0));
+                    // the result is [n][c] (1×1 planes): element n·c + channel
+                    let stored = block.scale(unit).plus(quad);
+                    let v = epi.apply_along_channels(b, mean, &idx, &stored, w4);
+                    b.store(ya, stored, v, w4);
+                }
+            });
+        });
+        return cx.step(b.finish(), args);
+    }
     b.for_loop(0, n as i64, 1, |b, ni| {
         b.for_loop(0, c as i64, 1, |b, ci| {
             let plane = Affine::var(ni).scale(c as i64).add(&Affine::var(ci));
             let base = plane.scale(inner as i64);
             let sum = sum_row(b, xa, &base, inner, 1, |e| e);
-            let mean = Expr::binary(
-                BinOp::Mul,
-                sum,
-                Expr::constant((1.0f64 / inner as f64) as f32, Width::Scalar),
-            );
+            let mean = Expr::binary(BinOp::Mul, sum, Expr::constant(scale, Width::Scalar));
             let mut idx = vec![Affine::var(ni), Affine::var(ci)];
             idx.resize(rank, Affine::constant(0));
             let v = epi.apply(b, mean, &idx, Width::Scalar);

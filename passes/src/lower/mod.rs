@@ -10,7 +10,7 @@
 //! post-ops with the same elementwise emitter ([`elementwise`]) that standalone
 //! elementwise kernels use, before one store per output element.
 
-mod conv;
+pub mod conv;
 pub mod elementwise;
 mod memory;
 mod misc;
@@ -141,6 +141,42 @@ pub struct LowerOptions {
     /// The micro-kernel GEMM-shaped conv tiles call (`None`: Cranelift code only, the
     /// portable default). Code generation refuses a routine the host cannot run.
     pub micro: Option<MicroKernel>,
+}
+
+/// Whether some kernel computes `op` with operands of `types` into `result` as they are
+/// laid out: every op on row-major tensors; `reorder` between any; convs (plain or
+/// fused) reading and writing channel blocks (their full-size post-op operands laid out
+/// as the result, weights, bias and broadcast operands row-major); global average pools
+/// reading them. The conv and pool lowerings check the finer conditions.
+fn layouts_have_kernels(op: &Op, types: &[&TensorType], result: &TensorType) -> bool {
+    let row_major = |t: &TensorType| t.layout == Layout::RowMajor;
+    if types.iter().all(|t| row_major(t)) && row_major(result) {
+        return true;
+    }
+    let (anchor, n_anchor) = match op {
+        Op::Fused(f) => (&*f.anchor, types.len() - f.num_post_operands()),
+        _ => (op, types.len()),
+    };
+    let activation = |t: &TensorType| row_major(t) || t.layout == conv::CHANNEL_BLOCKS;
+    let post_ok = types[n_anchor..].iter().all(|t| {
+        let want = if t.dims == result.dims {
+            result.layout
+        } else {
+            Layout::RowMajor
+        };
+        t.layout == want
+    });
+    let Some((x, params)) = types[..n_anchor].split_first() else {
+        return false;
+    };
+    match anchor {
+        Op::Reorder { .. } => true,
+        Op::Conv2d(_) => {
+            activation(x) && params.iter().all(|t| row_major(t)) && activation(result) && post_ok
+        }
+        Op::GlobalAvgPool => activation(x) && row_major(result) && post_ok,
+        _ => false,
+    }
 }
 
 /// Lowers `func` of `module` to a [`Program`] with the default [`LowerOptions`]. Fails
@@ -446,11 +482,12 @@ impl<'a> Cx<'a> {
             let name = w.name.clone();
             return Ok(self.buffer(&name, w.ty.storage_len(), BufferKind::Weight(id)));
         }
-        // Every op but reorder computes on row-major tensors.
-        let row_major = |t: &TensorType| t.layout == Layout::RowMajor;
-        let all_row_major = types.iter().all(|t| row_major(t)) && row_major(&inst.ty);
-        if !matches!(inst.op, Op::Reorder { .. }) && !all_row_major {
-            return Err(self.unsupported("blocked layouts are only supported by reorder"));
+        if !layouts_have_kernels(&inst.op, &types, &inst.ty) {
+            return Err(self.unsupported(
+                "no kernel for these layouts: every op computes on row-major tensors, \
+                 except reorder, and pointwise convolutions and global_avg_pool, which \
+                 read (and convolutions write) nchw16c",
+            ));
         }
         // Reshape and flatten of a row-major tensor keep the bytes: alias the operand.
         if let Op::Reshape { .. } | Op::Flatten { .. } = inst.op {

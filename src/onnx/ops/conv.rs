@@ -208,6 +208,7 @@ pub fn conv(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         pads,
         dilations,
         groups: group as usize,
+        ..Conv2dAttrs::default()
     };
     let y = cx.emit(Op::Conv2d(attrs), &operands)?;
     let y = output_from_4d(cx, y, x_dims.len())?;

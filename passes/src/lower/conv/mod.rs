@@ -29,9 +29,9 @@ mod general;
 mod packed;
 mod pad;
 
-use smelt_ir::loops::{Access, Affine, BufId, Expr, KernelBuilder, Width};
+use smelt_ir::loops::{Access, Affine, BufId, Expr, KernelBuilder, MicroKernel, Width};
 use smelt_ir::op::Conv2dAttrs;
-use smelt_ir::{Diagnostic, TensorType, Value};
+use smelt_ir::{Diagnostic, Layout, TensorType, Value};
 
 use general::conv_kernel;
 pub(super) use packed::PackedConv;
@@ -80,6 +80,31 @@ impl Geo {
     }
 }
 
+/// Channels per block of the channel-blocked activations (`nchw16c`) that pointwise
+/// convs on a micro-kernel read and write: one AVX-512 vector of channels, two AVX2
+/// ones, four of Cranelift's.
+pub const CHANNEL_BLOCK: usize = 16;
+
+/// The layout of channel blocks, `nchw16c`.
+pub const CHANNEL_BLOCKS: Layout = Layout::Blocked {
+    axis: 1,
+    block: CHANNEL_BLOCK as u8,
+};
+
+/// Whether a conv with attributes `a` and weight type `w` (constant weights assumed) is
+/// pointwise on a micro-kernel — 1×1, unpadded, ungrouped, output channels in whole
+/// blocks, with `micro` given — the one conv form whose kernel reads its input and
+/// writes its result in channel blocks ([`CHANNEL_BLOCKS`]; the input needs whole blocks
+/// of channels too).
+pub fn pointwise_on_micro(a: &Conv2dAttrs, w: &TensorType, micro: Option<MicroKernel>) -> bool {
+    micro.is_some()
+        && a.groups == 1
+        && a.pads == [0; 4]
+        && w.rank() == 4
+        && w.dims[2..] == [1, 1]
+        && w.dims[0].is_multiple_of(CHANNEL_BLOCK)
+}
+
 pub(crate) fn lower_conv2d(
     cx: &mut Cx,
     a: &Conv2dAttrs,
@@ -88,6 +113,25 @@ pub(crate) fn lower_conv2d(
     epi: Epilogue,
     out: BufferId,
 ) -> Result<(), Diagnostic> {
+    let x_blocked = cx.func.type_of(operands[0]).layout != Layout::RowMajor;
+    let out_blocked = out_ty.layout != Layout::RowMajor;
+    if x_blocked || out_blocked {
+        let wt = cx.func.type_of(operands[1]);
+        let supported = pointwise_on_micro(a, wt, cx.opts.micro)
+            && cx.const_weight(operands[1]).is_some()
+            && [cx.func.type_of(operands[0]).layout, out_ty.layout]
+                .iter()
+                .all(|&l| l == Layout::RowMajor || l == CHANNEL_BLOCKS)
+            && (!out_blocked || epi.runs_along_channels());
+        if !supported {
+            return Err(cx.unsupported(
+                "channel-blocked (nchw16c) activations are lowered only for unpadded, \
+                 ungrouped 1×1 convs with constant weights, output channels in blocks of 16, \
+                 per-channel or full-size post-op operands, and a micro-kernel \
+                 (--kernels auto, avx2 or avx512)",
+            ));
+        }
+    }
     if let Some(plan) = super::winograd::plan(cx, a, operands, out_ty) {
         return super::winograd::lower(cx, &plan, operands, epi, out);
     }
@@ -136,7 +180,20 @@ pub(crate) fn lower_conv2d(
                 } else {
                     let len = n * c * oh * ow;
                     let xs = cx.temp("subsampled", len);
-                    let k = subsample_kernel(n * c, [h, w], a.strides, [oh, ow], cx.len_of(x), len);
+                    let (planes, unit) = if x_blocked {
+                        (n * c / CHANNEL_BLOCK, CHANNEL_BLOCK)
+                    } else {
+                        (n * c, 1)
+                    };
+                    let k = subsample_kernel(
+                        planes,
+                        unit,
+                        [h, w],
+                        a.strides,
+                        [oh, ow],
+                        cx.len_of(x),
+                        len,
+                    );
                     cx.step(k, vec![x, xs])?;
                     xs
                 };
@@ -169,7 +226,8 @@ pub(crate) fn lower_conv2d(
                         };
                     }
                 }
-                let micro = PackedConv::new(&geo1, og, false, cx.opts.micro);
+                let micro = PackedConv::new(&geo1, og, false, cx.opts.micro)
+                    .with_channel_blocks(x_blocked, out_blocked);
                 let wbuf = cx.constant_later(
                     "w_packed",
                     o * cg,

@@ -119,31 +119,52 @@ fn copy_strided(
     });
 }
 
-/// Copies every `sh`-th row and `sw`-th column of `planes` planes of `h × w` into planes
-/// of `oh × ow` (the input a strided 1×1 convolution reads), so the convolution itself
-/// runs at stride 1 on consecutive pixels. Stride-2 columns are gathered from pairs of
-/// vectors by shuffles.
+/// Copies every `sh`-th row and `sw`-th column of `planes` planes of `h × w` pixels into
+/// planes of `oh × ow` (the input a strided 1×1 convolution reads), so the convolution
+/// itself runs at stride 1 on consecutive pixels. A pixel is one element (NCHW), or the
+/// `unit` consecutive channels of a channel block (NCHW16c: a plane per block), copied
+/// as vectors. Stride-2 columns of NCHW are gathered from pairs of vectors by shuffles.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn subsample_kernel(
     planes: usize,
+    unit: usize,
     [h, w]: [usize; 2],
     [sh, sw]: [usize; 2],
     [oh, ow]: [usize; 2],
     src_len: usize,
     dst_len: usize,
 ) -> smelt_ir::loops::Kernel {
-    let mut b = KernelBuilder::new(&format!("subsample_{planes}x{h}x{w}_s{sh}x{sw}"));
+    let blocked = if unit > 1 {
+        format!("c{unit}")
+    } else {
+        String::new()
+    };
+    let mut b = KernelBuilder::new(&format!("subsample_{planes}x{h}x{w}{blocked}_s{sh}x{sw}"));
     let src = b.arg("x", src_len, Access::Read);
     let dst = b.arg("subsampled", dst_len, Access::Write);
     b.set_parallel();
+    let unit = unit as i64;
     b.for_loop(0, planes as i64, 1, |b, p| {
         b.for_loop(0, oh as i64, 1, |b, i| {
             let src_row = Affine::var(p)
                 .scale((h * w) as i64)
-                .add(&Affine::var(i).scale((sh * w) as i64));
+                .add(&Affine::var(i).scale((sh * w) as i64))
+                .scale(unit);
             let dst_row = Affine::var(p)
                 .scale((oh * ow) as i64)
-                .add(&Affine::var(i).scale(ow as i64));
-            copy_strided(b, (src, src_row, w), sw, (dst, dst_row), ow);
+                .add(&Affine::var(i).scale(ow as i64))
+                .scale(unit);
+            if unit == 1 {
+                return copy_strided(b, (src, src_row, w), sw, (dst, dst_row), ow);
+            }
+            b.for_loop(0, ow as i64, 1, |b, j| {
+                let from = src_row.add(&Affine::var(j).scale(sw as i64 * unit));
+                let to = dst_row.add(&Affine::var(j).scale(unit));
+                for lane in (0..unit).step_by(4) {
+                    let v = Expr::load(src, from.plus(lane), Width::F32x4);
+                    b.store(dst, to.plus(lane), v, Width::F32x4);
+                }
+            });
         });
     });
     b.finish()

@@ -1,0 +1,233 @@
+//! The layout pass: activations passed between pointwise convolutions stay in channel blocks (NCHW16c).
+//!
+//! A pointwise (1×1) conv on a micro-kernel computes a tile of 16 or 32 output channels
+//! × up to 56 pixels, vectors along channels. Stored NCHW, that tile goes out as 16–32
+//! rows in as many planes, after a 4×4 transpose per 16 results, and its residual comes
+//! in the same way; stored in channel blocks (`[n][c/16][h·w][16]`), it is one or two
+//! contiguous runs, and the epilogue stores each vector as it is. Reading blocks costs
+//! the next pointwise conv nothing: its reduction walks the blocks as rows. In a
+//! ResNet bottleneck the block outputs — written by the expanding 1×1 conv with its
+//! residual, read by the next block's reducing 1×1 conv and residual — qualify.
+//!
+//! A value is put in blocks when
+//! - it is the result of a conv, plain or fused, that the lowering computes on blocks
+//!   ([`pointwise_on_micro`] with constant weights) and whose broadcast post-op operands
+//!   are per-channel vectors or scalars;
+//! - every use reads blocks: the input of such a conv or of a global average pool, or a
+//!   full-size post-op operand (a residual) of such a conv whose result is in blocks too
+//!   (the fused op's type rule wants it laid out as the result);
+//! - it is not a function result (callers exchange row-major tensors).
+//!
+//! The rules are solved as a greatest fixed point: every candidate starts in blocks and
+//! any whose uses fail is dropped, until nothing changes. No `reorder` is inserted: a
+//! value is in blocks only where nothing needs it row-major, so the pass never adds a
+//! copy. Results change layout through the conv's `layout` attribute, with the type.
+
+use smelt_ir::graph::{Func, Inst, Module, Use, Value};
+use smelt_ir::loops::MicroKernel;
+use smelt_ir::op::{Conv2dAttrs, Op};
+use smelt_ir::{Layout, TensorType};
+
+use crate::lower::conv::{pointwise_on_micro, CHANNEL_BLOCK, CHANNEL_BLOCKS};
+use crate::lower::elementwise::broadcast_strides;
+use crate::manager::{Pass, PassContext, PassError};
+
+/// The layout pass (`layout` in pipelines), for a target with a micro-kernel:
+/// [`Executable::compile`](../../smelt/struct.Executable.html) runs the same assignment
+/// by itself for the kernels it compiles with, so this pass is for printing the result.
+#[derive(Clone, Copy, Debug)]
+pub struct LayoutPass {
+    /// The micro-kernel the target's conv tiles call (`None`: no blocks, nothing changes).
+    pub micro: Option<MicroKernel>,
+}
+
+impl Default for LayoutPass {
+    fn default() -> Self {
+        LayoutPass {
+            micro: Some(MicroKernel::ConvTileAvx2),
+        }
+    }
+}
+
+impl Pass for LayoutPass {
+    fn name(&self) -> &'static str {
+        "layout"
+    }
+
+    fn run(&self, module: &mut Module, _cx: &mut PassContext) -> Result<(), PassError> {
+        for i in 0..module.funcs.len() {
+            if let Some(f) = assign_layouts(&module.funcs[i], self.micro) {
+                module.funcs[i] = f;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `func` with its activations in channel blocks wherever the rules above allow, for
+/// conv tiles calling `micro`; `None` when no value qualifies, or when `func` already
+/// has a layout other than row-major (its author's choice is kept).
+pub fn assign_layouts(func: &Func, micro: Option<MicroKernel>) -> Option<Func> {
+    let row_major = |t: &TensorType| t.layout == Layout::RowMajor;
+    if !func.params.iter().all(|p| row_major(&p.ty)) || !func.insts.iter().all(|i| row_major(&i.ty))
+    {
+        return None;
+    }
+    let first_inst = func.params.len();
+    let writes_blocks: Vec<bool> = (0..func.num_values())
+        .map(|v| v >= first_inst && writes_blocks(func, v - first_inst, micro))
+        .collect();
+    let mut blocked = writes_blocks.clone();
+    let uses = func.uses();
+    loop {
+        let mut changed = false;
+        for v in 0..blocked.len() {
+            if blocked[v] && !stays_blocked(func, &blocked, &uses[v], v, micro) {
+                blocked[v] = false;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    if !blocked.contains(&true) {
+        return None;
+    }
+    let mut out = func.clone();
+    for (i, inst) in out.insts.iter_mut().enumerate() {
+        if blocked[first_inst + i] {
+            if let Some(a) = conv_attrs_mut(&mut inst.op) {
+                a.layout = CHANNEL_BLOCKS;
+            }
+            inst.ty = inst.ty.with_layout(CHANNEL_BLOCKS);
+        }
+    }
+    Some(out)
+}
+
+/// Whether the instruction `i` is a conv the lowering computes on channel blocks, both
+/// reading and writing them.
+fn computes_on_blocks(func: &Func, i: usize, micro: Option<MicroKernel>) -> bool {
+    let inst = &func.insts[i];
+    let Some(a) = conv_attrs(&inst.op) else {
+        return false;
+    };
+    let const_weight = inst
+        .operands
+        .get(1)
+        .and_then(|&w| func.inst_of(w))
+        .is_some_and(|w| matches!(w.op, Op::Const(_)));
+    const_weight && pointwise_on_micro(a, func.type_of(inst.operands[1]), micro)
+}
+
+/// Whether instruction `i` may write its result in blocks: a conv computing on blocks
+/// whose broadcast post-op operands walk the channels contiguously or not at all.
+fn writes_blocks(func: &Func, i: usize, micro: Option<MicroKernel>) -> bool {
+    if !computes_on_blocks(func, i, micro) {
+        return false;
+    }
+    post_operands_walk_channels(func, &func.insts[i])
+}
+
+/// Whether every post-op operand of `inst` has the result's full size or walks its
+/// channels contiguously or not at all (a per-channel vector, a scalar): what an
+/// epilogue with vector lanes along channels reads.
+fn post_operands_walk_channels(func: &Func, inst: &Inst) -> bool {
+    post_operands(inst).iter().all(|&p| {
+        let t = func.type_of(p);
+        if t.dims == inst.ty.dims {
+            return true;
+        }
+        let s = broadcast_strides(&t.dims, &inst.ty.dims);
+        s.len() == 4 && s[0] == 0 && s[2] == 0 && s[3] == 0 && s[1] <= 1
+    })
+}
+
+/// Whether operand `operand` of instruction `i`, a rank-4 value of `channels`
+/// channels, may be read in channel blocks: the input of a conv computing on blocks, or
+/// of a global average pool (whose epilogue runs along channels).
+fn reads_blocks(
+    func: &Func,
+    i: usize,
+    operand: usize,
+    channels: usize,
+    micro: Option<MicroKernel>,
+) -> bool {
+    if operand != 0 || !channels.is_multiple_of(CHANNEL_BLOCK) {
+        return false;
+    }
+    let inst = &func.insts[i];
+    let pool = match &inst.op {
+        Op::GlobalAvgPool => true,
+        Op::Fused(f) => matches!(*f.anchor, Op::GlobalAvgPool),
+        _ => false,
+    };
+    if pool {
+        post_operands_walk_channels(func, inst)
+    } else {
+        computes_on_blocks(func, i, micro)
+    }
+}
+
+/// Whether value `v` (in blocks so far) may stay in blocks: its full-size post-op
+/// operands are in blocks, and every use reads blocks.
+fn stays_blocked(
+    func: &Func,
+    blocked: &[bool],
+    uses: &[Use],
+    v: usize,
+    micro: Option<MicroKernel>,
+) -> bool {
+    let first_inst = func.params.len();
+    let producer = &func.insts[v - first_inst];
+    let residuals_blocked = post_operands(producer)
+        .iter()
+        .filter(|&&p| func.type_of(p).dims == producer.ty.dims)
+        .all(|p| blocked[p.index()]);
+    residuals_blocked
+        && uses.iter().all(|u| match *u {
+            Use::Result(_) => false,
+            Use::Operand { inst, operand } => {
+                let reader = &func.insts[inst];
+                let dims = &func.type_of(Value(v as u32)).dims;
+                let first_post = reader.operands.len() - post_operands(reader).len();
+                // a residual only into a result in blocks (the type rule), while a conv
+                // or pool reads blocks as its input whatever its result's layout
+                let full_residual =
+                    operand >= first_post && *dims == reader.ty.dims && blocked[first_inst + inst];
+                full_residual || reads_blocks(func, inst, operand, dims[1], micro)
+            }
+        })
+}
+
+/// The post-op operands of a fused op (empty for other ops).
+fn post_operands(inst: &Inst) -> &[Value] {
+    match &inst.op {
+        Op::Fused(f) => &inst.operands[inst.operands.len() - f.num_post_operands()..],
+        _ => &[],
+    }
+}
+
+/// The conv attributes of a conv or of a fused op anchored on one.
+fn conv_attrs(op: &Op) -> Option<&Conv2dAttrs> {
+    match op {
+        Op::Conv2d(a) => Some(a),
+        Op::Fused(f) => match &*f.anchor {
+            Op::Conv2d(a) => Some(a),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn conv_attrs_mut(op: &mut Op) -> Option<&mut Conv2dAttrs> {
+    match op {
+        Op::Conv2d(a) => Some(a),
+        Op::Fused(f) => match &mut *f.anchor {
+            Op::Conv2d(a) => Some(a),
+            _ => None,
+        },
+        _ => None,
+    }
+}

@@ -1,0 +1,326 @@
+//! The layout pass and channel-blocked (NCHW16c) activations: which values it puts in
+//! blocks and why not others, the printed result, the JIT against the interpreter with
+//! and without blocks, and the errors for blocked forms nothing computes.
+
+mod common;
+mod jit_util;
+
+use jit_util::{check_against_interp, f32t, kernel_choices, opts, random_inputs};
+use smelt::runtime::{CompileOptions, Executable, Kernels, Layouts};
+use smelt_ir::builder::FuncBuilder;
+use smelt_ir::loops::MicroKernel;
+use smelt_ir::op::{Conv2dAttrs, FusedOp, PostOp};
+use smelt_ir::text::{self, PrintOptions};
+use smelt_ir::weights::random_f32;
+use smelt_ir::{BinaryOp, Layout, Module, Op, UnaryOp, Value};
+use smelt_passes::layout::assign_layouts;
+
+const BLOCKS: Layout = Layout::Blocked { axis: 1, block: 16 };
+
+/// A conv of `x` (`cin` → `cout` channels, `k`×`k`, stride `s`, padded to keep the
+/// size) with bias, then `post` with `extra` operands: fused when `post` is not empty.
+#[allow(clippy::too_many_arguments)]
+fn conv(
+    b: &mut FuncBuilder,
+    x: Value,
+    (cin, cout): (usize, usize),
+    k: usize,
+    s: usize,
+    post: &[PostOp],
+    extra: &[Value],
+    seed: u64,
+) -> Value {
+    let wdims = [cout, cin, k, k];
+    let n = wdims.iter().product();
+    let scale = (1.0 / (cin * k * k) as f32).sqrt();
+    let w = b
+        .constant(
+            &format!("w{seed}"),
+            f32t(&wdims),
+            &random_f32(seed, n, -scale, scale),
+        )
+        .expect("weight");
+    let bias = b
+        .constant(
+            &format!("b{seed}"),
+            f32t(&[cout]),
+            &random_f32(seed + 1, cout, -0.2, 0.2),
+        )
+        .expect("bias");
+    let attrs = Conv2dAttrs {
+        strides: [s, s],
+        pads: [k / 2; 4],
+        ..Conv2dAttrs::default()
+    };
+    let mut operands = vec![x, w, bias];
+    operands.extend_from_slice(extra);
+    let op = if post.is_empty() {
+        Op::Conv2d(attrs)
+    } else {
+        Op::Fused(FusedOp {
+            anchor: Box::new(Op::Conv2d(attrs)),
+            post_ops: post.to_vec(),
+        })
+    };
+    b.op(op, &operands).expect("conv type-checks")
+}
+
+fn relu() -> Vec<PostOp> {
+    vec![PostOp::Unary(UnaryOp::Relu)]
+}
+
+fn add_relu() -> Vec<PostOp> {
+    vec![
+        PostOp::Binary {
+            op: BinaryOp::Add,
+            acc_is_lhs: true,
+        },
+        PostOp::Unary(UnaryOp::Relu),
+    ]
+}
+
+/// Three fused ResNet bottleneck blocks as fusion leaves them, on `hw`×`hw` input:
+/// the first with a 1×1 projection, the second plain, the third with a stride-2
+/// projection; a per-channel scale on the second block's output, whose result is a
+/// function result.
+fn bottlenecks(hw: usize) -> Module {
+    let mut m = Module::default();
+    let mut b = FuncBuilder::new(&mut m, "main");
+    let x = b.param("x", f32t(&[1, 48, hw, hw]));
+    let gamma = b.param("gamma", f32t(&[1, 64, 1, 1]));
+    // block 1: projection 48 → 64 beside 48 → 16 → 16 → 64
+    let proj = conv(&mut b, x, (48, 64), 1, 1, &[], &[], 10);
+    let a = conv(&mut b, x, (48, 16), 1, 1, &relu(), &[], 20);
+    let a = conv(&mut b, a, (16, 16), 3, 1, &relu(), &[], 30);
+    let y1 = conv(&mut b, a, (16, 64), 1, 1, &add_relu(), &[proj], 40);
+    // block 2: 64 → 32 → 32 → 64 on the identity
+    let c = conv(&mut b, y1, (64, 32), 1, 1, &relu(), &[], 50);
+    let c = conv(&mut b, c, (32, 32), 3, 1, &relu(), &[], 60);
+    let y2 = conv(&mut b, c, (32, 64), 1, 1, &add_relu(), &[y1], 70);
+    // a per-channel scale: a broadcast operand the blocked epilogue reads along channels
+    let mul = [PostOp::Binary {
+        op: BinaryOp::Mul,
+        acc_is_lhs: true,
+    }];
+    let scaled = conv(&mut b, y2, (64, 64), 1, 1, &mul, &[gamma], 80);
+    // block 3: stride-2 projection 64 → 128 beside 64 → 32 → 32 (stride 2) → 128
+    let proj2 = conv(&mut b, scaled, (64, 128), 1, 2, &[], &[], 90);
+    let e = conv(&mut b, scaled, (64, 32), 1, 1, &relu(), &[], 100);
+    let e = conv(&mut b, e, (32, 32), 3, 2, &relu(), &[], 110);
+    let y3 = conv(&mut b, e, (32, 128), 1, 1, &add_relu(), &[proj2], 120);
+    b.finish(&[("y", y3)]);
+    m
+}
+
+/// The result names of the instructions the pass put in blocks, by weight seed order.
+fn blocked_values(m: &Module, micro: Option<MicroKernel>) -> Vec<usize> {
+    let f = assign_layouts(&m.funcs[0], micro).expect("something is blocked");
+    f.insts
+        .iter()
+        .enumerate()
+        .filter(|(_, i)| i.ty.layout == BLOCKS)
+        .map(|(k, _)| k)
+        .collect()
+}
+
+#[test]
+fn layout_pass_blocks_values_whose_writers_and_readers_all_compute_on_blocks() {
+    let m = bottlenecks(10);
+    let f = &m.funcs[0];
+    let laid = assign_layouts(f, Some(MicroKernel::ConvTileAvx2)).expect("blocks");
+    let name = |k: usize| format!("{}", laid.insts[k].ty);
+    let conv_results: Vec<(usize, String)> = laid
+        .insts
+        .iter()
+        .enumerate()
+        .filter(|(_, i)| !matches!(i.op, Op::Const(_)))
+        .map(|(k, _)| (k, name(k)))
+        .collect();
+    let blocked: Vec<&String> = conv_results
+        .iter()
+        .filter(|(_, t)| t.contains("nchw16c"))
+        .map(|(_, t)| t)
+        .collect();
+    // the projection, both block outputs and the scaled output; not the reducing convs
+    // (read by 3×3 convs), not block 3 (its output is a function result, and its
+    // projection is its residual)
+    assert_eq!(
+        blocked,
+        [
+            "tensor<1x64x10x10xf32, nchw16c>",
+            "tensor<1x64x10x10xf32, nchw16c>",
+            "tensor<1x64x10x10xf32, nchw16c>",
+            "tensor<1x64x10x10xf32, nchw16c>",
+        ],
+        "{conv_results:?}"
+    );
+    assert!(laid
+        .results
+        .iter()
+        .all(|r| laid.type_of(r.value).layout == Layout::RowMajor));
+    assert!(laid.params.iter().all(|p| p.ty.layout == Layout::RowMajor));
+    // without a micro-kernel nothing computes on blocks
+    assert!(assign_layouts(f, None).is_none());
+    // the same choice whichever micro-kernel
+    assert_eq!(
+        blocked_values(&m, Some(MicroKernel::ConvTileAvx2)),
+        blocked_values(&m, Some(MicroKernel::ConvTileAvx512x32))
+    );
+}
+
+#[test]
+fn laid_out_module_prints_and_parses_back() {
+    let mut m = bottlenecks(10);
+    let laid = assign_layouts(&m.funcs[0], Some(MicroKernel::ConvTileAvx2)).expect("blocks");
+    m.funcs[0] = laid;
+    smelt_ir::verify::verify_module(&m).expect("the laid-out module verifies");
+    let print = PrintOptions {
+        elide_weights: true,
+        ..PrintOptions::default()
+    };
+    let printed = text::print(&m, &print);
+    common::snapshot_settings("layout").bind(|| insta::assert_snapshot!("bottlenecks", printed));
+    let full = text::print(&m, &PrintOptions::default());
+    let back = text::parse(&full, "bottlenecks.tir").expect("the printed module parses");
+    assert_eq!(text::print(&back, &PrintOptions::default()), full);
+}
+
+#[test]
+fn blocked_activations_match_the_interpreter_and_row_major_bit_for_bit() {
+    for hw in [10, 7, 16] {
+        let m = bottlenecks(hw);
+        let inputs = random_inputs(&m, 5);
+        check_against_interp(&format!("bottlenecks {hw}²"), &m, &inputs, 1e-5);
+        // the blocked reduction walks channels in the planar order, so the sums are
+        // the same floats
+        for kernels in kernel_choices() {
+            let run = |layouts| {
+                let o = CompileOptions {
+                    kernels,
+                    layouts,
+                    ..opts()
+                };
+                Executable::compile(&m, None, &o)
+                    .expect("compiles")
+                    .run(&inputs)
+                    .expect("runs")
+            };
+            let (blocked, plain) = (run(Layouts::Auto), run(Layouts::RowMajor));
+            let bits = |t: &[smelt_ir::Tensor]| -> Vec<u32> {
+                t.iter()
+                    .flat_map(|t| t.data.iter().map(|v| v.to_bits()))
+                    .collect()
+            };
+            assert_eq!(bits(&blocked), bits(&plain), "{hw}² {kernels:?}");
+        }
+    }
+}
+
+#[test]
+fn blocked_intermediates_are_returned_row_major() {
+    let m = bottlenecks(10);
+    let inputs = random_inputs(&m, 6);
+    let o = CompileOptions {
+        kernels: Kernels::Avx2,
+        keep_intermediates: true,
+        ..opts()
+    };
+    let exe = Executable::compile(&m, None, &o).expect("compiles");
+    let (_, kept) = exe.run_keeping(&inputs).expect("runs");
+    let want = smelt_ir::interp::run_keep_all(&m, &m.funcs[0], &inputs).expect("interpreter");
+    let mut compared = 0;
+    for k in &kept {
+        let w = &want[k.value.index()];
+        assert_eq!(k.tensor.ty, w.ty, "value {:?}", k.value);
+        let stats = smelt_ir::ErrorStats::between_tensors(&k.tensor, w).expect("same shape");
+        assert!(
+            stats.relative <= 1e-5,
+            "value {:?}: {}",
+            k.value,
+            stats.relative
+        );
+        compared += 1;
+    }
+    assert!(compared > 10, "only {compared} intermediates kept");
+}
+
+/// A projection and an expanding conv with its residual, then a global average pool
+/// with a per-channel bias: the pool reads the blocks.
+fn pooled_head(c: usize) -> Module {
+    let mut m = Module::default();
+    let mut b = FuncBuilder::new(&mut m, "main");
+    let x = b.param("x", f32t(&[2, 24, 6, 6]));
+    let shift = b.param("shift", f32t(&[1, c, 1, 1]));
+    let proj = conv(&mut b, x, (24, c), 1, 1, &[], &[], 1);
+    let a = conv(&mut b, x, (24, 16), 3, 1, &relu(), &[], 2);
+    let y = conv(&mut b, a, (16, c), 1, 1, &add_relu(), &[proj], 3);
+    let add = [PostOp::Binary {
+        op: BinaryOp::Add,
+        acc_is_lhs: true,
+    }];
+    let pooled = b
+        .op(
+            Op::Fused(FusedOp {
+                anchor: Box::new(Op::GlobalAvgPool),
+                post_ops: add.to_vec(),
+            }),
+            &[y, shift],
+        )
+        .expect("pool type-checks");
+    b.finish(&[("pooled", pooled)]);
+    m
+}
+
+#[test]
+fn global_average_pool_reads_channel_blocks() {
+    let m = pooled_head(48);
+    let laid = assign_layouts(&m.funcs[0], Some(MicroKernel::ConvTileAvx2)).expect("blocks");
+    let blocked = laid.insts.iter().filter(|i| i.ty.layout == BLOCKS).count();
+    assert_eq!(blocked, 2, "the projection and the block output");
+    check_against_interp("pooled head", &m, &random_inputs(&m, 7), 1e-5);
+}
+
+#[test]
+fn blocked_forms_nothing_computes_are_errors() {
+    // laid out for a micro-kernel, then compiled for Cranelift code only
+    let mut m = bottlenecks(10);
+    m.funcs[0] = assign_layouts(&m.funcs[0], Some(MicroKernel::ConvTileAvx2)).expect("blocks");
+    let o = CompileOptions {
+        kernels: Kernels::Cranelift,
+        ..opts()
+    };
+    let e = Executable::compile(&m, None, &o).expect_err("cranelift tiles take no blocks");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("nchw16c") && msg.contains("micro-kernel"),
+        "{msg}"
+    );
+    // a blocked 3×3 conv result
+    let src = "const @w : tensor<16x16x3x3xf32> = dense<0.5>
+
+func @main(%x: tensor<1x16x6x6xf32>) -> (y: tensor<1x16x6x6xf32>) {
+  %w = const @w : tensor<16x16x3x3xf32>
+  %y = conv2d %x, %w {pads = [1, 1, 1, 1], layout = nchw16c} : tensor<1x16x6x6xf32, nchw16c>
+  %z = relu %y : tensor<1x16x6x6xf32>
+  return %z : tensor<1x16x6x6xf32>
+}
+";
+    let m = text::parse(src, "blocked_3x3.tir")
+        .expect("parses: the type rule allows a blocked conv result");
+    let e = Executable::compile(&m, None, &opts()).expect_err("3x3 takes no blocks");
+    assert!(e.to_string().contains("1×1"), "{e}");
+    // a blocked residual into a row-major result, and a blocked input to relu
+    let src = "const @w : tensor<16x16x1x1xf32> = dense<0.5>
+
+func @main(%x: tensor<1x16x4x4xf32>) -> (y: tensor<1x16x4x4xf32>, z: tensor<1x16x4x4xf32>) {
+  %w = const @w : tensor<16x16x1x1xf32>
+  %a = conv2d %x, %w {layout = nchw16c} : tensor<1x16x4x4xf32, nchw16c>
+  %y = fused conv2d %x, %w post [add(_, %a)] : tensor<1x16x4x4xf32>
+  %z = relu %a : tensor<1x16x4x4xf32>
+  return %y, %z : tensor<1x16x4x4xf32>, tensor<1x16x4x4xf32>
+}
+";
+    let m = text::parse(src, "mixed.tir").expect("parses: the interpreter reads any layout");
+    let e = Executable::compile(&m, None, &opts()).expect_err("no kernel reads these");
+    assert!(e.to_string().contains("no kernel for these layouts"), "{e}");
+}
