@@ -208,11 +208,13 @@ pub(crate) fn lower_conv2d(
                 // At stride 1 an output pixel reads only the input pixel at the same
                 // place, so the plane may be walked as rows of any length `k` dividing
                 // it: rows of whole calls even at 14² and 7² (fewer calls, each weight
-                // block read once per call).
+                // block read once per call). The longest such rows, unless they come in
+                // an odd number: row bands are what threads share, and 7 bands split 4:3
+                // over two cores where 8 split evenly (28² as 8 rows of 98, not 7 of 112).
                 let plane = oh * ow;
                 let k = (1..=2 * packed::micro_pixels(routine))
-                    .rev()
-                    .find(|k| plane.is_multiple_of(*k))
+                    .filter(|k| plane.is_multiple_of(*k))
+                    .max_by_key(|&k| (plane / k == 1 || (plane / k).is_multiple_of(2), k))
                     .unwrap_or(ow);
                 if k != ow {
                     if let Some(flat) = epi.with_plane_rows(ow, k) {
