@@ -257,11 +257,11 @@ fn gemm_variants() {
 }
 
 /// One row of A against a `transB` matrix (a classifier layer): the dot-product kernel,
-/// with k a multiple of 16 and not, every C broadcast, B as a parameter and a constant.
+/// with k a multiple of 16 and not, n taken 1, 4 or 8 rows at a time, every C broadcast, B as a parameter and a constant.
 #[test]
 fn gemv_variants() {
-    let n = 9;
-    for k in [16, 37] {
+    // n = 9, 12, 16: rows one, four and eight at a time
+    for (n, k) in [(9, 16), (9, 37), (12, 37), (16, 16)] {
         for trans_a in [false, true] {
             for c_dims in [None, Some(vec![n]), Some(vec![1, n]), Some(vec![1, 1])] {
                 let g = GemmAttrs {

@@ -760,9 +760,12 @@ fn gemm_tile(
     }
 }
 
-/// `out[n] = α · Σ_k A[k] · B[n·b_n + k] (+ β · C[n])` for one row of A, one output per
-/// trip of the (parallel) loop: four f32x4 accumulators over k (so the FMA chains
-/// overlap), reduced once. A stays in L1; B streams once, in order.
+/// `out[n] = α · Σ_k A[k] · B[n·b_n + k] (+ β · C[n])` for one row of A: `R` outputs (8,
+/// else 4, 2 or 1, whatever divides them) per trip of the (parallel) loop, one f32x4
+/// accumulator each over k (`R` independent FMA chains), reduced once. A stays in L1; B
+/// streams once, `R` rows at a time: one 8 KB row at a time left the memory system idle
+/// between rows (ResNet-50's classifier, 8 MB: 0.98–1.35 ms one row at a time, 0.76–0.98
+/// four, 0.70–0.81 eight).
 fn gemv_kernel(
     kb: &mut KernelBuilder,
     g: &GemmGeo,
@@ -771,54 +774,59 @@ fn gemv_kernel(
     out_strides: &[i64],
 ) {
     let w4 = Width::F32x4;
-    let main = (g.k / 16 * 16) as i64;
+    let rows = [8, 4, 2, 1]
+        .into_iter()
+        .find(|r| g.n.is_multiple_of(*r))
+        .unwrap_or(1);
+    let main = (g.k / 4 * 4) as i64;
     kb.set_parallel();
-    kb.for_loop(0, g.n as i64, 1, |kb, n| {
-        let n = Affine::var(n);
-        let row = n.scale(g.b_n);
-        let accs: Vec<VarId> = (0..4).map(|_| kb.var(w4)).collect();
+    kb.for_loop(0, (g.n / rows) as i64, 1, |kb, t| {
+        let n0 = Affine::var(t).scale(rows as i64);
+        let accs: Vec<VarId> = (0..rows).map(|_| kb.var(w4)).collect();
         for &acc in &accs {
             kb.assign(acc, Expr::constant(0.0, w4));
         }
-        kb.for_loop(0, main, 16, |kb, k| {
-            for (u, &acc) in accs.iter().enumerate() {
-                let k = Affine::var(k).plus(4 * u as i64);
-                let a = Expr::load(bufs.a, k.scale(g.a_k), w4);
-                let b = Expr::load(bufs.b, row.add(&k), w4);
-                kb.assign(acc, Expr::fma(a, b, Expr::Var(acc)));
-            }
-        });
-        let pair = |x: VarId, y: VarId| Expr::binary(BinOp::Add, Expr::Var(x), Expr::Var(y));
-        let sum = Expr::binary(BinOp::Add, pair(accs[0], accs[1]), pair(accs[2], accs[3]));
-        let total = kb.var(Width::Scalar);
-        kb.assign(total, Expr::Reduce(ReduceOp::Add, Box::new(sum)));
-        kb.for_loop(main, g.k as i64, 1, |kb, k| {
+        kb.for_loop(0, main, 4, |kb, k| {
             let k = Affine::var(k);
-            let a = Expr::load(bufs.a, k.scale(g.a_k), Width::Scalar);
-            let b = Expr::load(bufs.b, row.add(&k), Width::Scalar);
-            kb.assign(total, Expr::fma(a, b, Expr::Var(total)));
-        });
-        let s1 = Width::Scalar;
-        let mut v = Expr::Var(total);
-        if g.alpha != 1.0 {
-            v = Expr::binary(BinOp::Mul, v, Expr::constant(g.alpha, s1));
-        }
-        let m = Affine::constant(0);
-        if let Some((c, strides)) = &bufs.c {
-            if g.beta != 0.0 {
-                let cv = Expr::load(*c, index_of(strides, &[m.clone(), n.clone()]), s1);
-                v = Expr::fma(cv, Expr::constant(g.beta, s1), v);
+            let a = kb.let_(Expr::load(bufs.a, k.scale(g.a_k), w4), w4);
+            for (r, &acc) in accs.iter().enumerate() {
+                let b = Expr::load(bufs.b, n0.plus(r as i64).scale(g.b_n).add(&k), w4);
+                kb.assign(acc, Expr::fma(a.clone(), b, Expr::Var(acc)));
             }
+        });
+        for (r, &acc) in accs.iter().enumerate() {
+            let n = n0.plus(r as i64);
+            let row = n.scale(g.b_n);
+            let total = kb.var(Width::Scalar);
+            kb.assign(total, Expr::Reduce(ReduceOp::Add, Box::new(Expr::Var(acc))));
+            kb.for_loop(main, g.k as i64, 1, |kb, k| {
+                let k = Affine::var(k);
+                let a = Expr::load(bufs.a, k.scale(g.a_k), Width::Scalar);
+                let b = Expr::load(bufs.b, row.add(&k), Width::Scalar);
+                kb.assign(total, Expr::fma(a, b, Expr::Var(total)));
+            });
+            let s1 = Width::Scalar;
+            let mut v = Expr::Var(total);
+            if g.alpha != 1.0 {
+                v = Expr::binary(BinOp::Mul, v, Expr::constant(g.alpha, s1));
+            }
+            let m = Affine::constant(0);
+            if let Some((c, strides)) = &bufs.c {
+                if g.beta != 0.0 {
+                    let cv = Expr::load(*c, index_of(strides, &[m.clone(), n.clone()]), s1);
+                    v = Expr::fma(cv, Expr::constant(g.beta, s1), v);
+                }
+            }
+            let mut idx = Vec::new();
+            if g.has_m {
+                idx.push(m);
+            }
+            if g.has_n {
+                idx.push(n);
+            }
+            let v = epi.apply(kb, v, &idx, s1);
+            kb.store(bufs.out, index_of(out_strides, &idx), v, s1);
         }
-        let mut idx = Vec::new();
-        if g.has_m {
-            idx.push(m);
-        }
-        if g.has_n {
-            idx.push(n);
-        }
-        let v = epi.apply(kb, v, &idx, s1);
-        kb.store(bufs.out, index_of(out_strides, &idx), v, s1);
     });
 }
 
