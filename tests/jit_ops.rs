@@ -257,7 +257,8 @@ fn gemm_variants() {
 }
 
 /// One row of A against a `transB` matrix (a classifier layer): the dot-product kernel,
-/// with k a multiple of 16 and not, n taken 1, 4 or 8 rows at a time, every C broadcast, B as a parameter and a constant.
+/// with k a multiple of 16 and not, n taken 1, 4 or 8 rows at a time, every C
+/// broadcast, B as a parameter and a constant.
 #[test]
 fn gemv_variants() {
     // n = 9, 12, 16: rows one, four and eight at a time
