@@ -152,6 +152,11 @@ fn fused_tail_over_conv_geometries() {
     c.attrs.strides = [3, 3];
     c.attrs.pads = [1, 2, 0, 3];
     cases.push(("5x5 stride 3 wide", c));
+    // three channels (an RGB stem): the channels-last copy interleaves whole vectors
+    let mut c = ConvCase::new(3, 8, [9, 14], 7);
+    c.attrs.strides = [2, 2];
+    c.n = 2;
+    cases.push(("rgb 7x7 stride 2, batch 2", c));
     // output channels per group a multiple of 4: the packed kernel on channels-last input
     let mut c = ConvCase::new(6, 8, [9, 10], 3);
     c.n = 2;

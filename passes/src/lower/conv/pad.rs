@@ -286,6 +286,36 @@ pub(super) fn nhwc_pad_kernel(
                     block(b, &Affine::var(ch), &Affine::var(col), 4)
                 });
             });
+            // Three channels (an RGB image): 4 columns of each plane interleaved into 12
+            // consecutive floats by six shuffles, instead of 12 scalar copies at stride 3.
+            let c4 = if c == 3 {
+                b.for_loop(0, w4end, 4, |b, col| {
+                    let col = Affine::var(col);
+                    let mut ch = |k: i64| {
+                        let v = Expr::load(src, src_at(&Affine::constant(k), &col), w4);
+                        b.let_(v, w4)
+                    };
+                    let (r, g, bl) = (ch(0), ch(1), ch(2));
+                    let mut shuf = |x: &Expr, y: &Expr, m: [u8; 4]| {
+                        b.let_(Expr::shuffle(x.clone(), y.clone(), m), w4)
+                    };
+                    let rg01 = shuf(&r, &g, [0, 4, 1, 5]); // r0 g0 r1 g1
+                    let gb12 = shuf(&g, &bl, [1, 5, 2, 6]); // g1 b1 g2 b2
+                    let rg33 = shuf(&r, &g, [3, 7, 3, 7]); // r3 g3 r3 g3
+                    let out = [
+                        shuf(&rg01, &bl, [0, 1, 4, 2]), // r0 g0 b0 r1
+                        shuf(&gb12, &r, [0, 1, 6, 2]),  // g1 b1 r2 g2
+                        shuf(&bl, &rg33, [2, 4, 5, 3]), // b2 r3 g3 b3
+                    ];
+                    let first = dst_at(&col.plus(pl as i64), &Affine::constant(0));
+                    for (k, v) in out.into_iter().enumerate() {
+                        b.store(dst, first.plus(4 * k as i64), v, w4);
+                    }
+                });
+                3
+            } else {
+                c4
+            };
             // leftover columns (all channels), then leftover channels (the other columns)
             let copy = |b: &mut KernelBuilder, ch: &Affine, col: &Affine| {
                 let v = Expr::load(src, src_at(ch, col), s1);
