@@ -4,7 +4,7 @@
 mod common;
 mod jit_util;
 
-use jit_util::{check_against_interp, f32t, opts, random, random_inputs};
+use jit_util::{add_relu, check_against_interp, f32t, opts, random, random_inputs};
 use smelt::codegen::{clif_text, TargetDesc};
 use smelt::runtime::Executable;
 use smelt_ir::builder::FuncBuilder;
@@ -86,16 +86,6 @@ fn out_dims(case: &ConvCase) -> Vec<usize> {
         (case.hw[i] + a.pads[i] + a.pads[i + 2] - span) / a.strides[i] + 1
     };
     vec![case.n, case.o, size(0), size(1)]
-}
-
-fn add_relu() -> Vec<PostOp> {
-    vec![
-        PostOp::Binary {
-            op: BinaryOp::Add,
-            acc_is_lhs: true,
-        },
-        PostOp::Unary(UnaryOp::Relu),
-    ]
 }
 
 fn check_fused_tail(what: &str, case: &ConvCase) {

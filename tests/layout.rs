@@ -5,7 +5,7 @@
 mod common;
 mod jit_util;
 
-use jit_util::{check_against_interp, f32t, kernel_choices, opts, random_inputs};
+use jit_util::{add_relu, check_against_interp, f32t, kernel_choices, opts, random_inputs};
 use smelt::runtime::{CompileOptions, Executable, Kernels, Layouts};
 use smelt_ir::builder::FuncBuilder;
 use smelt_ir::loops::MicroKernel;
@@ -67,16 +67,6 @@ fn conv(
 
 fn relu() -> Vec<PostOp> {
     vec![PostOp::Unary(UnaryOp::Relu)]
-}
-
-fn add_relu() -> Vec<PostOp> {
-    vec![
-        PostOp::Binary {
-            op: BinaryOp::Add,
-            acc_is_lhs: true,
-        },
-        PostOp::Unary(UnaryOp::Relu),
-    ]
 }
 
 /// Three fused ResNet bottleneck blocks as fusion leaves them, on `hw`×`hw` input:

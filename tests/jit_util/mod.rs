@@ -3,7 +3,7 @@
 
 use smelt::runtime::{CompileOptions, Executable, Kernels};
 use smelt_ir::weights::random_f32;
-use smelt_ir::{interp, ErrorStats, Module, Tensor, TensorType};
+use smelt_ir::{interp, BinaryOp, ErrorStats, Module, PostOp, Tensor, TensorType, UnaryOp};
 
 /// Compile options for tests: Cranelift's verifier on for every generated function.
 pub fn opts() -> CompileOptions {
@@ -93,4 +93,15 @@ pub fn kernel_choices() -> Vec<Kernels> {
 /// Type shorthand.
 pub fn f32t(dims: &[usize]) -> TensorType {
     TensorType::f32(dims.to_vec())
+}
+
+/// The residual tail's post-ops: `add(_, skip)` then `relu`.
+pub fn add_relu() -> Vec<PostOp> {
+    vec![
+        PostOp::Binary {
+            op: BinaryOp::Add,
+            acc_is_lhs: true,
+        },
+        PostOp::Unary(UnaryOp::Relu),
+    ]
 }
