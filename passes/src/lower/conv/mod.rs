@@ -35,8 +35,8 @@ use smelt_ir::{Diagnostic, Layout, TensorType, Value};
 
 use general::conv_kernel;
 pub(super) use packed::PackedConv;
-pub(crate) use pad::pad_kernel;
-use pad::{nhwc_border_kernel, nhwc_pad_kernel, subsample_kernel};
+use pad::subsample_kernel;
+pub(crate) use pad::{nhwc_border_kernel, nhwc_pad_kernel, pad_kernel};
 
 use super::elementwise::Epilogue;
 use super::{BufferId, Cx};

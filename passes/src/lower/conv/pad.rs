@@ -172,7 +172,7 @@ pub(super) fn subsample_kernel(
 
 /// Zeroes the padding rows (top `pt` and bottom rows) of a channels-last padded buffer
 /// of `n` images × `hp` rows × `wp` columns × `c` channels.
-pub(super) fn nhwc_border_kernel(
+pub(crate) fn nhwc_border_kernel(
     n: usize,
     c: usize,
     [h, hp, wp]: [usize; 3],
@@ -212,7 +212,7 @@ pub(super) fn nhwc_border_kernel(
 /// registers; leftover channels and columns go one element at a time. Parallel over
 /// input rows.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn nhwc_pad_kernel(
+pub(crate) fn nhwc_pad_kernel(
     n: usize,
     c: usize,
     [h, w]: [usize; 2],
