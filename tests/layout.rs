@@ -131,16 +131,20 @@ fn layout_pass_blocks_values_whose_writers_and_readers_all_compute_on_blocks() {
         .filter(|(_, t)| t.contains("nchw16c"))
         .map(|(_, t)| t)
         .collect();
-    // the projection, both block outputs and the scaled output; not the reducing convs
-    // (read by 3×3 convs), not block 3 (its output is a function result, and its
-    // projection is its residual)
+    // the projection, the reducing convs' results (read by 3×3 convs, which copy
+    // 16-channel runs), both block outputs and the scaled output; not the 3×3 results
+    // (only pointwise convs write blocks), not block 3's output (a function result) nor
+    // its projection (that output's residual)
     assert_eq!(
         blocked,
         [
             "tensor<1x64x10x10xf32, nchw16c>",
+            "tensor<1x16x10x10xf32, nchw16c>",
+            "tensor<1x64x10x10xf32, nchw16c>",
+            "tensor<1x32x10x10xf32, nchw16c>",
             "tensor<1x64x10x10xf32, nchw16c>",
             "tensor<1x64x10x10xf32, nchw16c>",
-            "tensor<1x64x10x10xf32, nchw16c>",
+            "tensor<1x32x10x10xf32, nchw16c>",
         ],
         "{conv_results:?}"
     );
@@ -196,6 +200,17 @@ fn blocked_activations_match_the_interpreter_and_row_major_bit_for_bit() {
                     .expect("runs")
             };
             let (blocked, plain) = (run(Layouts::Auto), run(Layouts::RowMajor));
+            if hw == 16 && kernels != Kernels::Cranelift {
+                // both 3×3 forms read blocks: the direct one's channels-last copy from
+                // blocks, and Winograd's padding of 16-channel pixels (a left pad of one
+                // pixel is 16 floats)
+                let o = CompileOptions { kernels, ..opts() };
+                let exe = Executable::compile(&m, None, &o).expect("compiles");
+                let loops = exe.dump_loops();
+                assert!(loops.contains("c16_t1l1_"), "no direct 3×3 conv on blocks");
+                assert!(loops.contains("winograd"), "no Winograd conv at 16²");
+                assert!(loops.contains("_t1l16_"), "Winograd's input not in blocks");
+            }
             let bits = |t: &[smelt_ir::Tensor]| -> Vec<u32> {
                 t.iter()
                     .flat_map(|t| t.data.iter().map(|v| v.to_bits()))

@@ -13,7 +13,9 @@
 //! - it is the result of a conv, plain or fused, that the lowering computes on blocks
 //!   ([`pointwise_on_micro`] with constant weights) and whose broadcast post-op operands
 //!   are per-channel vectors or scalars;
-//! - every use reads blocks: the input of such a conv or of a global average pool, or a
+//! - every use reads blocks: the input of a conv that reads them
+//!   ([`reads_blocks_on_micro`]: pointwise, direct or Winograd) or of a global average
+//!   pool, or a
 //!   full-size post-op operand (a residual) of such a conv whose result is in blocks too
 //!   (the fused op's type rule wants it laid out as the result);
 //! - it is not a function result (callers exchange row-major tensors).
@@ -28,7 +30,9 @@ use smelt_ir::loops::MicroKernel;
 use smelt_ir::op::{Conv2dAttrs, Op};
 use smelt_ir::{Layout, TensorType};
 
-use crate::lower::conv::{pointwise_on_micro, CHANNEL_BLOCK, CHANNEL_BLOCKS};
+use crate::lower::conv::{
+    pointwise_on_micro, reads_blocks_on_micro, CHANNEL_BLOCK, CHANNEL_BLOCKS,
+};
 use crate::lower::elementwise::broadcast_strides;
 use crate::manager::{Pass, PassContext, PassError};
 
@@ -106,8 +110,7 @@ pub fn assign_layouts(func: &Func, micro: Option<MicroKernel>) -> Option<Func> {
     Some(out)
 }
 
-/// Whether the instruction `i` is a conv the lowering computes on channel blocks, both
-/// reading and writing them.
+/// Whether the instruction `i` is a conv that reads its input in channel blocks.
 fn computes_on_blocks(func: &Func, i: usize, micro: Option<MicroKernel>) -> bool {
     let inst = &func.insts[i];
     let Some(a) = conv_attrs(&inst.op) else {
@@ -118,16 +121,19 @@ fn computes_on_blocks(func: &Func, i: usize, micro: Option<MicroKernel>) -> bool
         .get(1)
         .and_then(|&w| func.inst_of(w))
         .is_some_and(|w| matches!(w.op, Op::Const(_)));
-    const_weight && pointwise_on_micro(a, func.type_of(inst.operands[1]), micro)
+    const_weight && reads_blocks_on_micro(a, func.type_of(inst.operands[1]), micro)
 }
 
 /// Whether instruction `i` may write its result in blocks: a conv computing on blocks
 /// whose broadcast post-op operands walk the channels contiguously or not at all.
 fn writes_blocks(func: &Func, i: usize, micro: Option<MicroKernel>) -> bool {
-    if !computes_on_blocks(func, i, micro) {
+    let inst = &func.insts[i];
+    let Some(a) = conv_attrs(&inst.op) else {
         return false;
-    }
-    post_operands_walk_channels(func, &func.insts[i])
+    };
+    computes_on_blocks(func, i, micro)
+        && pointwise_on_micro(a, func.type_of(inst.operands[1]), micro)
+        && post_operands_walk_channels(func, inst)
 }
 
 /// Whether every post-op operand of `inst` has the result's full size or walks its

@@ -31,6 +31,7 @@ use smelt_ir::{AlignedBuf, Diagnostic, Layout, TensorType, Value};
 
 use super::conv::{
     nhwc_border_kernel, nhwc_pad_kernel, pad_kernel, transpose4, Geo, PackedConv, CHANNEL_BLOCK,
+    CHANNEL_BLOCKS,
 };
 use super::elementwise::{dims_name, Epilogue};
 use super::{BufferId, ConvAlgorithm, Cx};
@@ -261,7 +262,8 @@ pub(super) fn plan(
 }
 
 /// The form the cost model picks, if Winograd applies at all: 3×3, stride 1, dilation 1,
-/// one group, constant weights, row-major operands, output channels a multiple of 4 (the
+/// one group, constant weights, row-major operands (the input may be in channel blocks on
+/// a micro-kernel), output channels a multiple of 4 (the
 /// packed product's vectors), and at least 32 input and output channels: smaller
 /// convolutions take microseconds either way, and stay on the direct path that the
 /// thin-path tests and snapshots pin down.
@@ -277,7 +279,7 @@ fn choose(cx: &Cx, a: &Conv2dAttrs, operands: &[Value], out_ty: &TensorType) -> 
         || a.dilations != [1, 1]
         || wt.dims[2..] != [3, 3]
         || xt.rank() != 4
-        || !row_major(xt)
+        || !(row_major(xt) || (xt.layout == CHANNEL_BLOCKS && cx.opts.micro.is_some()))
         || !row_major(wt)
         || !row_major(out_ty)
         || cx.const_weight(operands[1]).is_none()
@@ -327,7 +329,27 @@ pub(super) fn lower(
     let [hp, wp] = p.padded();
     let padded_len = p.n * p.c * hp * wp;
     let xp = cx.temp("wino_padded", padded_len);
-    let k = if blocked {
+    let x_blocked = cx.func.type_of(operands[0]).layout == CHANNEL_BLOCKS;
+    if x_blocked && !blocked {
+        return Err(cx.unsupported("winograd on nchw16c input needs a micro-kernel"));
+    }
+    let k = if x_blocked {
+        // rows of 16-channel pixels: the plain padding copy, on rows 16 times as long
+        let unit = CHANNEL_BLOCK;
+        let images = p.n * p.c / unit;
+        let [h, w] = [p.h, p.w * unit];
+        let (pads, padded) = ([p.pt, p.pl * unit], [hp, wp * unit]);
+        pad_kernel(
+            images,
+            [h, w],
+            pads,
+            1,
+            padded,
+            0.0,
+            cx.len_of(x),
+            padded_len,
+        )
+    } else if blocked {
         // NCHW with C channels is NCHW of N·C/16 images of 16 channels, and channel
         // blocks are those images channels-last
         let images = p.n * p.c / CHANNEL_BLOCK;

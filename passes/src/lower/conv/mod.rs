@@ -35,8 +35,8 @@ use smelt_ir::{Diagnostic, Layout, TensorType, Value};
 
 use general::conv_kernel;
 pub(super) use packed::PackedConv;
-use pad::subsample_kernel;
 pub(crate) use pad::{nhwc_border_kernel, nhwc_pad_kernel, pad_kernel};
+use pad::{nhwc_pad_from_blocks_kernel, subsample_kernel};
 
 use super::elementwise::Epilogue;
 use super::{BufferId, Cx};
@@ -105,6 +105,20 @@ pub fn pointwise_on_micro(a: &Conv2dAttrs, w: &TensorType, micro: Option<MicroKe
         && w.dims[0].is_multiple_of(CHANNEL_BLOCK)
 }
 
+/// Whether a conv with attributes `a` and weight type `w` (constant weights assumed)
+/// reads input in channel blocks ([`CHANNEL_BLOCKS`]) on a target with `micro`: a
+/// pointwise one on the micro-kernel ([`pointwise_on_micro`]), any other ungrouped one
+/// with output channels in quads (the packed convolution, whose channels-last copy of
+/// the input then copies 16-channel runs, or Winograd, whose padded copy stays in
+/// blocks).
+pub fn reads_blocks_on_micro(a: &Conv2dAttrs, w: &TensorType, micro: Option<MicroKernel>) -> bool {
+    let pointwise = w.rank() == 4 && w.dims[2..] == [1, 1] && a.pads == [0; 4];
+    if pointwise {
+        return pointwise_on_micro(a, w, micro);
+    }
+    micro.is_some() && a.groups == 1 && w.rank() == 4 && w.dims[0].is_multiple_of(4)
+}
+
 pub(crate) fn lower_conv2d(
     cx: &mut Cx,
     a: &Conv2dAttrs,
@@ -117,7 +131,9 @@ pub(crate) fn lower_conv2d(
     let out_blocked = out_ty.layout != Layout::RowMajor;
     if x_blocked || out_blocked {
         let wt = cx.func.type_of(operands[1]);
-        let supported = pointwise_on_micro(a, wt, cx.opts.micro)
+        let micro = cx.opts.micro;
+        let supported = (!x_blocked || reads_blocks_on_micro(a, wt, micro))
+            && (!out_blocked || pointwise_on_micro(a, wt, micro))
             && cx.const_weight(operands[1]).is_some()
             && [cx.func.type_of(operands[0]).layout, out_ty.layout]
                 .iter()
@@ -125,10 +141,11 @@ pub(crate) fn lower_conv2d(
             && (!out_blocked || epi.runs_along_channels());
         if !supported {
             return Err(cx.unsupported(
-                "channel-blocked (nchw16c) activations are lowered only for unpadded, \
-                 ungrouped 1×1 convs with constant weights, output channels in blocks of 16, \
-                 per-channel or full-size post-op operands, and a micro-kernel \
-                 (--kernels auto, avx2 or avx512)",
+                "channel-blocked (nchw16c) activations need constant weights and a \
+                 micro-kernel (--kernels auto, avx2 or avx512); ungrouped convs with output \
+                 channels in quads read them, and unpadded, ungrouped 1×1 convs with output \
+                 channels in blocks of 16 and per-channel or full-size post-op operands \
+                 write them",
             ));
         }
     }
@@ -258,7 +275,11 @@ pub(crate) fn lower_conv2d(
                 let k = nhwc_border_kernel(n, c, [h, hp, wp1], pt, len);
                 cx.step(k, vec![xp])?;
             }
-            let k = nhwc_pad_kernel(n, c, [h, w], [pt, pl], [hp, wp1], src_len, len);
+            let k = if x_blocked {
+                nhwc_pad_from_blocks_kernel(n, c, [h, w], [pt, pl], [hp, wp1], src_len, len)
+            } else {
+                nhwc_pad_kernel(n, c, [h, w], [pt, pl], [hp, wp1], src_len, len)
+            };
             cx.step(k, vec![x, xp])?;
             let geo1 = Geo {
                 phases: 1,

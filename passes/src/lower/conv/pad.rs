@@ -206,6 +206,76 @@ pub(crate) fn nhwc_border_kernel(
     b.finish()
 }
 
+/// Zeroes the left (`pl`) and right (past `pl + w`, up to `wp`) padding columns of one
+/// channels-last row of `c` channels starting at `row_start`.
+fn zero_side_columns(
+    b: &mut KernelBuilder,
+    dst: BufId,
+    row_start: &Affine,
+    c: usize,
+    [pl, w, wp]: [usize; 3],
+) {
+    let (w4, s1) = (Width::F32x4, Width::Scalar);
+    for (first, count) in [(0, pl), (pl + w, wp - pl - w)] {
+        let len = (count * c) as i64;
+        let at = |k: LoopVar| row_start.add(&Affine::var(k)).plus((first * c) as i64);
+        let main = len / 4 * 4;
+        b.for_loop(0, main, 4, |b, k| {
+            b.store(dst, at(k), Expr::constant(0.0, w4), w4)
+        });
+        b.for_loop(main, len, 1, |b, k| {
+            b.store(dst, at(k), Expr::constant(0.0, s1), s1)
+        });
+    }
+}
+
+/// [`nhwc_pad_kernel`] from input in channel blocks (`[n][c/16][h][w][16]`): each
+/// pixel's channels are its blocks' 16-float runs, copied as vectors (no transposes).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn nhwc_pad_from_blocks_kernel(
+    n: usize,
+    c: usize,
+    [h, w]: [usize; 2],
+    [pt, pl]: [usize; 2],
+    [hp, wp]: [usize; 2],
+    src_len: usize,
+    dst_len: usize,
+) -> smelt_ir::loops::Kernel {
+    let mut b = KernelBuilder::new(&format!("pad_nhwc_{n}x{c}x{h}x{w}c16_t{pt}l{pl}_{hp}x{wp}"));
+    let src = b.arg("x", src_len, Access::Read);
+    let dst = b.arg("padded", dst_len, Access::Write);
+    let w4 = Width::F32x4;
+    let unit = super::CHANNEL_BLOCK as i64;
+    let plane = (h * w) as i64;
+    b.set_parallel();
+    b.for_loop(0, h as i64, 1, |b, r| {
+        b.for_loop(0, n as i64, 1, |b, i| {
+            let r = Affine::var(r);
+            let row_start = Affine::var(i)
+                .scale(hp as i64)
+                .add(&r.plus(pt as i64))
+                .scale((wp * c) as i64);
+            zero_side_columns(b, dst, &row_start, c, [pl, w, wp]);
+            b.for_loop(0, w as i64, 1, |b, col| {
+                let col = Affine::var(col);
+                // channel `ch` (a multiple of 16) of pixel (r, col) starts its block's run
+                b.for_loop(0, c as i64, unit, |b, ch| {
+                    let ch = Affine::var(ch);
+                    let from = Affine::var(i)
+                        .scale(c as i64 * plane)
+                        .add(&ch.scale(plane))
+                        .add(&r.scale(w as i64).add(&col).scale(unit));
+                    let to = row_start.add(&col.plus(pl as i64).scale(c as i64)).add(&ch);
+                    for k in (0..unit).step_by(4) {
+                        b.store(dst, to.plus(k), Expr::load(src, from.plus(k), w4), w4);
+                    }
+                });
+            });
+        });
+    });
+    b.finish()
+}
+
 /// Copies NCHW input rows into a channels-last (NHWC) buffer padded by `pl` zero
 /// columns on the left and up to `wp` on the right, at row offset `pt` (the border rows
 /// are [`nhwc_border_kernel`]'s). Blocks of 4 channels × 4 columns are transposed in
@@ -243,18 +313,7 @@ pub(crate) fn nhwc_pad_kernel(
                 .add(&r.plus(pt as i64))
                 .scale(wp as i64 * ci);
             let dst_at = |col: &Affine, ch: &Affine| row_start.add(&col.scale(ci)).add(ch);
-            // the left and right padding columns
-            for (first, count) in [(0, pl), (pl + w, wp - pl - w)] {
-                let len = (count * c) as i64;
-                let at = |k: LoopVar| row_start.add(&Affine::var(k)).plus(first as i64 * ci);
-                let main = len / 4 * 4;
-                b.for_loop(0, main, 4, |b, k| {
-                    b.store(dst, at(k), Expr::constant(0.0, w4), w4)
-                });
-                b.for_loop(main, len, 1, |b, k| {
-                    b.store(dst, at(k), Expr::constant(0.0, s1), s1)
-                });
-            }
+            zero_side_columns(b, dst, &row_start, c, [pl, w, wp]);
             let (c4, w4end) = ((c / 4 * 4) as i64, (w / 4 * 4) as i64);
             // Blocks of 16 channels × 4 columns: the loads walk 16 channel rows along
             // their columns (streams a prefetcher follows), and each pixel gets one whole
