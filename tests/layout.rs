@@ -69,14 +69,15 @@ fn relu() -> Vec<PostOp> {
     vec![PostOp::Unary(UnaryOp::Relu)]
 }
 
-/// Three fused ResNet bottleneck blocks as fusion leaves them, on `hw`×`hw` input:
+/// Three fused ResNet bottleneck blocks as fusion leaves them, on `n` images of
+/// `hw`×`hw`:
 /// the first with a 1×1 projection, the second plain, the third with a stride-2
 /// projection; a per-channel scale on the second block's output, whose result is a
 /// function result.
-fn bottlenecks(hw: usize) -> Module {
+fn bottlenecks(n: usize, hw: usize) -> Module {
     let mut m = Module::default();
     let mut b = FuncBuilder::new(&mut m, "main");
-    let x = b.param("x", f32t(&[1, 48, hw, hw]));
+    let x = b.param("x", f32t(&[n, 48, hw, hw]));
     let gamma = b.param("gamma", f32t(&[1, 64, 1, 1]));
     // block 1: projection 48 → 64 beside 48 → 16 → 16 → 64
     let proj = conv(&mut b, x, (48, 64), 1, 1, &[], &[], 10);
@@ -115,7 +116,7 @@ fn blocked_values(m: &Module, micro: Option<MicroKernel>) -> Vec<usize> {
 
 #[test]
 fn layout_pass_blocks_values_whose_writers_and_readers_all_compute_on_blocks() {
-    let m = bottlenecks(10);
+    let m = bottlenecks(1, 10);
     let f = &m.funcs[0];
     let laid = assign_layouts(f, Some(MicroKernel::ConvTileAvx2)).expect("blocks");
     let name = |k: usize| format!("{}", laid.insts[k].ty);
@@ -164,7 +165,7 @@ fn layout_pass_blocks_values_whose_writers_and_readers_all_compute_on_blocks() {
 
 #[test]
 fn laid_out_module_prints_and_parses_back() {
-    let mut m = bottlenecks(10);
+    let mut m = bottlenecks(1, 10);
     let laid = assign_layouts(&m.funcs[0], Some(MicroKernel::ConvTileAvx2)).expect("blocks");
     m.funcs[0] = laid;
     smelt_ir::verify::verify_module(&m).expect("the laid-out module verifies");
@@ -181,10 +182,10 @@ fn laid_out_module_prints_and_parses_back() {
 
 #[test]
 fn blocked_activations_match_the_interpreter_and_row_major_bit_for_bit() {
-    for hw in [10, 7, 16] {
-        let m = bottlenecks(hw);
+    for (n, hw) in [(1, 10), (1, 7), (1, 16), (2, 12)] {
+        let m = bottlenecks(n, hw);
         let inputs = random_inputs(&m, 5);
-        check_against_interp(&format!("bottlenecks {hw}²"), &m, &inputs, 1e-5);
+        check_against_interp(&format!("bottlenecks {n}×{hw}²"), &m, &inputs, 1e-5);
         // the blocked reduction walks channels in the planar order, so the sums are
         // the same floats
         for kernels in kernel_choices() {
@@ -216,14 +217,14 @@ fn blocked_activations_match_the_interpreter_and_row_major_bit_for_bit() {
                     .flat_map(|t| t.data.iter().map(|v| v.to_bits()))
                     .collect()
             };
-            assert_eq!(bits(&blocked), bits(&plain), "{hw}² {kernels:?}");
+            assert_eq!(bits(&blocked), bits(&plain), "{n}×{hw}² {kernels:?}");
         }
     }
 }
 
 #[test]
 fn blocked_intermediates_are_returned_row_major() {
-    let m = bottlenecks(10);
+    let m = bottlenecks(1, 10);
     let inputs = random_inputs(&m, 6);
     let o = CompileOptions {
         kernels: Kernels::Avx2,
@@ -288,7 +289,7 @@ fn global_average_pool_reads_channel_blocks() {
 #[test]
 fn blocked_forms_nothing_computes_are_errors() {
     // laid out for a micro-kernel, then compiled for Cranelift code only
-    let mut m = bottlenecks(10);
+    let mut m = bottlenecks(1, 10);
     m.funcs[0] = assign_layouts(&m.funcs[0], Some(MicroKernel::ConvTileAvx2)).expect("blocks");
     let o = CompileOptions {
         kernels: Kernels::Cranelift,
