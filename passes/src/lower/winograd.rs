@@ -359,6 +359,7 @@ pub(super) fn lower(
         nhwc_pad_kernel(
             images,
             CHANNEL_BLOCK,
+            false,
             hw,
             pads,
             [hp, wp],

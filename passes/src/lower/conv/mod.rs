@@ -35,8 +35,8 @@ use smelt_ir::{Diagnostic, Layout, TensorType, Value};
 
 use general::conv_kernel;
 pub(super) use packed::PackedConv;
+use pad::subsample_kernel;
 pub(crate) use pad::{nhwc_border_kernel, nhwc_pad_kernel, pad_kernel};
-use pad::{nhwc_pad_from_blocks_kernel, subsample_kernel};
 
 use super::elementwise::Epilogue;
 use super::{BufferId, Cx};
@@ -275,11 +275,7 @@ pub(crate) fn lower_conv2d(
                 let k = nhwc_border_kernel(n, c, [h, hp, wp1], pt, len);
                 cx.step(k, vec![xp])?;
             }
-            let k = if x_blocked {
-                nhwc_pad_from_blocks_kernel(n, c, [h, w], [pt, pl], [hp, wp1], src_len, len)
-            } else {
-                nhwc_pad_kernel(n, c, [h, w], [pt, pl], [hp, wp1], src_len, len)
-            };
+            let k = nhwc_pad_kernel(n, c, x_blocked, [h, w], [pt, pl], [hp, wp1], src_len, len);
             cx.step(k, vec![x, xp])?;
             let geo1 = Geo {
                 phases: 1,

@@ -229,69 +229,28 @@ fn zero_side_columns(
     }
 }
 
-/// [`nhwc_pad_kernel`] from input in channel blocks (`[n][c/16][h][w][16]`): each
-/// pixel's channels are its blocks' 16-float runs, copied as vectors (no transposes).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn nhwc_pad_from_blocks_kernel(
-    n: usize,
-    c: usize,
-    [h, w]: [usize; 2],
-    [pt, pl]: [usize; 2],
-    [hp, wp]: [usize; 2],
-    src_len: usize,
-    dst_len: usize,
-) -> smelt_ir::loops::Kernel {
-    let mut b = KernelBuilder::new(&format!("pad_nhwc_{n}x{c}x{h}x{w}c16_t{pt}l{pl}_{hp}x{wp}"));
-    let src = b.arg("x", src_len, Access::Read);
-    let dst = b.arg("padded", dst_len, Access::Write);
-    let w4 = Width::F32x4;
-    let unit = super::CHANNEL_BLOCK as i64;
-    let plane = (h * w) as i64;
-    b.set_parallel();
-    b.for_loop(0, h as i64, 1, |b, r| {
-        b.for_loop(0, n as i64, 1, |b, i| {
-            let r = Affine::var(r);
-            let row_start = Affine::var(i)
-                .scale(hp as i64)
-                .add(&r.plus(pt as i64))
-                .scale((wp * c) as i64);
-            zero_side_columns(b, dst, &row_start, c, [pl, w, wp]);
-            b.for_loop(0, w as i64, 1, |b, col| {
-                let col = Affine::var(col);
-                // channel `ch` (a multiple of 16) of pixel (r, col) starts its block's run
-                b.for_loop(0, c as i64, unit, |b, ch| {
-                    let ch = Affine::var(ch);
-                    let from = Affine::var(i)
-                        .scale(c as i64 * plane)
-                        .add(&ch.scale(plane))
-                        .add(&r.scale(w as i64).add(&col).scale(unit));
-                    let to = row_start.add(&col.plus(pl as i64).scale(c as i64)).add(&ch);
-                    for k in (0..unit).step_by(4) {
-                        b.store(dst, to.plus(k), Expr::load(src, from.plus(k), w4), w4);
-                    }
-                });
-            });
-        });
-    });
-    b.finish()
-}
-
-/// Copies NCHW input rows into a channels-last (NHWC) buffer padded by `pl` zero
+/// Copies NCHW input rows — or, `from_blocks`, input in channel blocks
+/// (`[n][c/16][h][w][16]`) — into a channels-last (NHWC) buffer padded by `pl` zero
 /// columns on the left and up to `wp` on the right, at row offset `pt` (the border rows
-/// are [`nhwc_border_kernel`]'s). Blocks of 4 channels × 4 columns are transposed in
-/// registers; leftover channels and columns go one element at a time. Parallel over
-/// input rows.
+/// are [`nhwc_border_kernel`]'s). From NCHW, blocks of 4 channels × 4 columns are
+/// transposed in registers, leftover channels and columns going one element at a time;
+/// from blocks, each pixel's channels are its blocks' 16-float runs, copied as vectors.
+/// Parallel over input rows.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn nhwc_pad_kernel(
     n: usize,
     c: usize,
+    from_blocks: bool,
     [h, w]: [usize; 2],
     [pt, pl]: [usize; 2],
     [hp, wp]: [usize; 2],
     src_len: usize,
     dst_len: usize,
 ) -> smelt_ir::loops::Kernel {
-    let mut b = KernelBuilder::new(&format!("pad_nhwc_{n}x{c}x{h}x{w}_t{pt}l{pl}_{hp}x{wp}"));
+    let mut b = KernelBuilder::new(&format!(
+        "pad_nhwc_{n}x{c}x{h}x{w}{}_t{pt}l{pl}_{hp}x{wp}",
+        if from_blocks { "c16" } else { "" }
+    ));
     let src = b.arg("x", src_len, Access::Read);
     let dst = b.arg("padded", dst_len, Access::Write);
     let (w4, s1) = (Width::F32x4, Width::Scalar);
@@ -314,6 +273,26 @@ pub(crate) fn nhwc_pad_kernel(
                 .scale(wp as i64 * ci);
             let dst_at = |col: &Affine, ch: &Affine| row_start.add(&col.scale(ci)).add(ch);
             zero_side_columns(b, dst, &row_start, c, [pl, w, wp]);
+            if from_blocks {
+                let unit = super::CHANNEL_BLOCK as i64;
+                b.for_loop(0, w as i64, 1, |b, col| {
+                    let col = Affine::var(col);
+                    // channel `ch` (a multiple of 16) of pixel (r, col) starts its
+                    // block's run
+                    b.for_loop(0, ci, unit, |b, ch| {
+                        let ch = Affine::var(ch);
+                        let from = Affine::var(i)
+                            .scale(ci * plane)
+                            .add(&ch.scale(plane))
+                            .add(&r.scale(w as i64).add(&col).scale(unit));
+                        let to = dst_at(&col.plus(pl as i64), &ch);
+                        for k in (0..unit).step_by(4) {
+                            b.store(dst, to.plus(k), Expr::load(src, from.plus(k), w4), w4);
+                        }
+                    });
+                });
+                return;
+            }
             let (c4, w4end) = ((c / 4 * 4) as i64, (w / 4 * 4) as i64);
             // Blocks of 16 channels × 4 columns: the loads walk 16 channel rows along
             // their columns (streams a prefetcher follows), and each pixel gets one whole
