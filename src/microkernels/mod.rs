@@ -249,21 +249,27 @@ unsafe fn for_each_channel<
         }
     };
     // Packed weights (no gap between taps) are one run of weight rows in the walk's
-    // order, so the row `W_AHEAD` steps ahead is one pointer away, across taps and rows
-    // (with channel blocks as rows, a row is only 16 channels: stopping at each row's
-    // end would prefetch no weight at all); with gaps, each (row, tap) prefetches within
-    // itself.
+    // order, so the row `W_AHEAD` channels ahead is `W_AHEAD` rows further whether or
+    // not it is in the next (row, tap), and only the run's end bounds it (with channel
+    // blocks as rows, a row is only 16 channels: stopping at each row's end would
+    // prefetch no weight at all); with gaps, each (row, tap) prefetches within itself.
+    // One pointer compare per channel, as for the (row, tap) bound alone: a step counter
+    // cost the 1×1 tails 3%.
     let packed = g.w_tap_stride == g.chans * row;
-    let steps = g.rows * g.taps * g.chans;
-    let mut step = 0;
+    let w_end = g.w.wrapping_offset(g.rows * g.taps * g.chans * row);
     // SAFETY (whole body): x + r*row_stride + t*tap_stride + c*chan_stride and
     // w + (r*taps+t)*w_tap_stride + c*row are contract indices for r < rows, t < taps,
-    // c < chans; packed, w + k*row for k < steps is the row of one such (r, t, c).
+    // c < chans; packed, every row before `w_end` is the row of one such (r, t, c).
     unsafe {
         for r in 0..g.rows {
             for t in 0..g.taps {
                 let xrt = x.offset(r * g.row_stride + t * g.tap_stride);
                 let wrt = g.w.offset((r * g.taps + t) * g.w_tap_stride);
+                let w_limit = if packed {
+                    w_end
+                } else {
+                    wrt.wrapping_offset(g.chans * row)
+                };
                 // channel blocks (NCHW16c: pixel stride 16, one line per pixel, the
                 // rows are the blocks): the next block's pixel lines, all at once, while
                 // this block's 16 channels are summed
@@ -277,13 +283,9 @@ unsafe fn for_each_channel<
                     if PF && c + X_AHEAD < g.chans {
                         prefetch_pixels::<NP, PS>(xrt.offset((c + X_AHEAD) * g.chan_stride));
                     }
-                    if packed {
-                        if step + W_AHEAD < steps {
-                            prefetch_w_row(g.w.offset((step + W_AHEAD) * row));
-                        }
-                        step += 1;
-                    } else if c + W_AHEAD < g.chans {
-                        prefetch_w_row(wrt.offset((c + W_AHEAD) * row));
+                    let w_ahead = wrt.wrapping_offset((c + W_AHEAD) * row);
+                    if w_ahead < w_limit {
+                        prefetch_w_row(w_ahead);
                     }
                     channel(xrt.offset(c * g.chan_stride), wrt.offset(c * row));
                 }
