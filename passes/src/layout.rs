@@ -78,10 +78,9 @@ pub fn assign_layouts(func: &Func, micro: Option<MicroKernel>) -> Option<Func> {
         return None;
     }
     let first_inst = func.params.len();
-    let writes_blocks: Vec<bool> = (0..func.num_values())
+    let mut blocked: Vec<bool> = (0..func.num_values())
         .map(|v| v >= first_inst && writes_blocks(func, v - first_inst, micro))
         .collect();
-    let mut blocked = writes_blocks.clone();
     let uses = func.uses();
     loop {
         let mut changed = false;
@@ -110,30 +109,26 @@ pub fn assign_layouts(func: &Func, micro: Option<MicroKernel>) -> Option<Func> {
     Some(out)
 }
 
-/// Whether the instruction `i` is a conv that reads its input in channel blocks.
-fn computes_on_blocks(func: &Func, i: usize, micro: Option<MicroKernel>) -> bool {
+/// The attributes of instruction `i` when it is a conv (plain or fused) with constant
+/// weights, with its weight type: the convs the lowering may compute on blocks.
+fn const_conv(func: &Func, i: usize) -> Option<(&Conv2dAttrs, &TensorType)> {
     let inst = &func.insts[i];
-    let Some(a) = conv_attrs(&inst.op) else {
-        return false;
-    };
-    let const_weight = inst
-        .operands
-        .get(1)
-        .and_then(|&w| func.inst_of(w))
-        .is_some_and(|w| matches!(w.op, Op::Const(_)));
-    const_weight && reads_blocks_on_micro(a, func.type_of(inst.operands[1]), micro)
+    let a = conv_attrs(&inst.op)?;
+    let w = *inst.operands.get(1)?;
+    matches!(func.inst_of(w)?.op, Op::Const(_)).then(|| (a, func.type_of(w)))
 }
 
-/// Whether instruction `i` may write its result in blocks: a conv computing on blocks
-/// whose broadcast post-op operands walk the channels contiguously or not at all.
+/// Whether the instruction `i` is a conv that reads its input in channel blocks.
+fn computes_on_blocks(func: &Func, i: usize, micro: Option<MicroKernel>) -> bool {
+    const_conv(func, i).is_some_and(|(a, w)| reads_blocks_on_micro(a, w, micro))
+}
+
+/// Whether instruction `i` may write its result in blocks: a pointwise conv on a
+/// micro-kernel whose broadcast post-op operands walk the channels contiguously or not
+/// at all.
 fn writes_blocks(func: &Func, i: usize, micro: Option<MicroKernel>) -> bool {
-    let inst = &func.insts[i];
-    let Some(a) = conv_attrs(&inst.op) else {
-        return false;
-    };
-    computes_on_blocks(func, i, micro)
-        && pointwise_on_micro(a, func.type_of(inst.operands[1]), micro)
-        && post_operands_walk_channels(func, inst)
+    const_conv(func, i).is_some_and(|(a, w)| pointwise_on_micro(a, w, micro))
+        && post_operands_walk_channels(func, &func.insts[i])
 }
 
 /// Whether every post-op operand of `inst` has the result's full size or walks its

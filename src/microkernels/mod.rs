@@ -133,7 +133,8 @@ pub const PREFETCH_ROWS_SYMBOL: &str = "smelt_prefetch_rows";
 /// `extern "C" fn(at, rows, row_stride, row_len)`: see [`prefetch_rows`].
 pub type PrefetchRowsFn = unsafe extern "C" fn(*const f32, i64, i64, i64);
 
-/// Prefetches into L1 every cache line of `rows` runs of `row_len` f32 elements,
+/// Prefetches into L2 (`prefetcht1`: with `prefetcht0` the helper itself took 10% of the
+/// 64→256 tail, less this way) every cache line of `rows` runs of `row_len` f32 elements,
 /// `row_stride` elements apart from `at` — what JIT code calls for a `Stmt::Prefetch`,
 /// since Cranelift has no prefetch instruction.
 ///
@@ -215,15 +216,20 @@ impl Geom {
 
 /// Walks a non-empty reduction in the contract's order — rows, taps, input channels —
 /// calling `channel(x, w)` with the x of the block's first pixel and the weight row (`row`
-/// floats) of each input channel. Each step prefetches the weight row `W_AHEAD` steps
-/// later in the walk, across taps and rows when the weights are packed (cold weights stream from memory, and the
-/// hardware prefetchers stop at each 4 KiB page) and, with `PF`, the x lines of channel `c + X_AHEAD` for the
-/// block's `NP` pixels at stride `PS` (planar inputs); at pixel stride 16 (channel
-/// blocks, one line per pixel), at each row's start, the x lines of the next row's
-/// pixels (the next block);
-/// only channels and rows that exist, so only contract addresses are touched. One loop per (row, tap): a second loop for the last
-/// channels without prefetches makes LLVM keep the accumulators in memory. Inlined into
-/// each kernel's register block, whose `channel` holds the accumulators.
+/// floats) of each input channel. Ahead of each channel it prefetches:
+///
+/// - the weight row `W_AHEAD` channels later, running on into the next tap or row when
+///   the weights are packed (cold weights stream from memory, and the hardware
+///   prefetchers stop at each 4 KiB page);
+/// - with `PF` (planar inputs), the x lines of channel `c + X_AHEAD` for the block's `NP`
+///   pixels at stride `PS`;
+/// - at pixel stride 16 (channel blocks, one line per pixel), at each row's start, the x
+///   lines of the next row's pixels (the next block).
+///
+/// Only channels and rows that exist, so only contract addresses are touched. One loop
+/// per (row, tap): a second loop for the last channels without prefetches makes LLVM
+/// keep the accumulators in memory. Inlined into each kernel's register block, whose
+/// `channel` holds the accumulators.
 ///
 /// # Safety
 ///

@@ -132,12 +132,10 @@ pub(crate) fn lower_conv2d(
     if x_blocked || out_blocked {
         let wt = cx.func.type_of(operands[1]);
         let micro = cx.opts.micro;
+        // (which layouts at all: `lower::layouts_have_kernels`, checked before any op)
         let supported = (!x_blocked || reads_blocks_on_micro(a, wt, micro))
             && (!out_blocked || pointwise_on_micro(a, wt, micro))
             && cx.const_weight(operands[1]).is_some()
-            && [cx.func.type_of(operands[0]).layout, out_ty.layout]
-                .iter()
-                .all(|&l| l == Layout::RowMajor || l == CHANNEL_BLOCKS)
             && (!out_blocked || epi.runs_along_channels());
         if !supported {
             return Err(cx.unsupported(

@@ -696,9 +696,12 @@ impl PackedConv {
         }
     }
 
-    /// One micro-kernel tile: the routine sums 16 channels × `pixels` pixels into a
-    /// local buffer `[pixel][16]`; then, per 4 pixels, bias, a 4×4 transpose per channel
-    /// vector, the epilogue and vector stores along W, as in the Cranelift tile.
+    /// One micro-kernel tile: the routine sums `lanes` channels × `pixels` pixels —
+    /// straight into the result when it is stored by quads of channels, else into a local
+    /// buffer `[pixel][lanes]` — and the epilogue finishes them: stored in channel blocks,
+    /// per pixel and vector of 4 channels as they are; stored NCHW, per 4 pixels a 4×4
+    /// transpose per channel vector, then vector stores along W, as in the Cranelift
+    /// tile.
     #[allow(clippy::too_many_arguments)]
     fn micro_tile(
         &self,
