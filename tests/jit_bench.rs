@@ -103,19 +103,29 @@ fn resnet_end_to_end() {
 #[ignore = "writes a conv kernel's disassembly to $SMELT_DISASM for inspection"]
 fn dump_conv_disassembly() {
     let path = std::env::var("SMELT_DISASM").expect("set SMELT_DISASM to an output file");
-    // SMELT_DISASM_MODEL picks another model file (its first conv kernel)
+    // SMELT_DISASM_MODEL picks another model file
     let mut m = match std::env::var("SMELT_DISASM_MODEL") {
         Ok(file) => smelt::load_model(std::path::Path::new(&file), &Default::default())
             .expect("model loads"),
         Err(_) => smelt::models::residual_tail(64, 56, 7).expect("tail"),
     };
     smelt::optimize(&mut m, &smelt::OptimizeOptions::default(), None).expect("optimizes");
-    let p = smelt_passes::lower::lower(&m, &m.funcs[0]).expect("lowers");
+    // the layouts `Executable::compile` would choose on this host
+    let micro = smelt::Kernels::Auto.micro_kernel();
+    let laid_out = smelt_passes::layout::assign_layouts(&m.funcs[0], micro);
+    let func = laid_out.as_ref().unwrap_or(&m.funcs[0]);
+    let opts = smelt_passes::lower::LowerOptions {
+        micro,
+        ..Default::default()
+    };
+    let p = smelt_passes::lower::lower_with(&m, func, &opts).expect("lowers");
+    // SMELT_DISASM_KERNEL picks the first kernel whose name contains it
+    let wanted = std::env::var("SMELT_DISASM_KERNEL").unwrap_or_else(|_| "conv2d".into());
     let conv = p
         .kernels
         .iter()
-        .find(|k| k.name.starts_with("conv2d"))
-        .expect("conv kernel");
+        .find(|k| k.name.contains(&wanted))
+        .expect("a kernel of that name");
     let target = smelt::codegen::TargetDesc::host().expect("x86-64 host");
     let text = smelt::codegen::disassemble(conv, &target).expect("compiles");
     std::fs::write(path, text).expect("writable");

@@ -438,3 +438,81 @@ fn entries_are_the_kernels_the_host_can_run() {
         }
     }
 }
+
+/// Speed probe (no assertions; run by hand): one conv layer's calls without the JIT
+/// epilogue. `SMELT_PROBE` = `lanes,pixels,useful_pixels,rows,row_stride,chans,pixel_stride,
+/// out_rows,x_row_step,blocks`: `blocks` output-channel blocks outermost (weights of one
+/// block packed, `rows·chans·lanes` floats), `out_rows` calls per block, each `x_row_step`
+/// further in x. Prints GFLOP/s counting `useful_pixels` per call.
+#[test]
+#[ignore = "a speed probe for the micro-kernels, run by hand with SMELT_PROBE"]
+fn routine_speed_probe() {
+    let spec = std::env::var("SMELT_PROBE").expect("set SMELT_PROBE");
+    let v: Vec<i64> = spec.split(',').map(|s| s.parse().expect("a number")).collect();
+    let [lanes, pixels, useful, rows, row_stride, chans, chan_stride, pixel_stride, out_rows, x_row_step, blocks] =
+        v[..]
+    else {
+        panic!("SMELT_PROBE needs 11 numbers")
+    };
+    let f = kernels(lanes).pop().expect("a kernel").1;
+    let call = Call {
+        lanes,
+        pixels,
+        rows,
+        row_stride,
+        taps: 1,
+        tap_stride: 0,
+        chans,
+        chan_stride,
+        pixel_stride,
+        w_tap_stride: chans * lanes,
+        out_pixel_stride: lanes,
+        out_vec_stride: 4,
+        accumulate: false,
+    };
+    let x_len = (out_rows - 1) * x_row_step + (rows - 1) * row_stride + (chans - 1) * chan_stride + 1 + (pixels - 1) * pixel_stride;
+    let x = random_f32(1, x_len as usize, -1.0, 1.0);
+    let w_block = (rows * chans * lanes) as usize;
+    // SMELT_PROBE_COPIES weight copies used in turn: cold weights, as in a whole network
+    let copies: usize = std::env::var("SMELT_PROBE_COPIES").map_or(1, |c| c.parse().expect("a count"));
+    let layer_w = w_block * blocks as usize;
+    let w = random_f32(2, layer_w * copies, -1.0, 1.0);
+    let mut out = vec![0f32; (pixels * lanes) as usize];
+    // SMELT_PROBE_NEXT: each call prefetches its share of the next block's weights
+    let next = std::env::var("SMELT_PROBE_NEXT").is_ok_and(|v| v == "1");
+    let mut turn = 0;
+    let mut layer = || {
+        turn = (turn + 1) % copies;
+        let w = &w[turn * layer_w..];
+        for b in 0..blocks as usize {
+            for i in 0..out_rows {
+                if next && b + 1 < blocks as usize {
+                    let chunk = w_block.div_ceil(out_rows as usize);
+                    let from = (b + 1) * w_block + i as usize * chunk;
+                    let len = chunk.min((b + 2) * w_block - from);
+                    // SAFETY: a prefetch of elements inside `w`.
+                    unsafe { microkernels::prefetch_rows(w.as_ptr().add(from), 1, 0, len as i64) };
+                }
+                // SAFETY: every index of the call lies inside the buffers built above.
+                unsafe {
+                    f(
+                        x.as_ptr().add((i * x_row_step) as usize),
+                        w.as_ptr().add(b * w_block),
+                        out.as_ptr() as *mut f32,
+                        &call,
+                    )
+                }
+            }
+        }
+    };
+    let mut best = f64::MAX;
+    for _ in 0..50 {
+        let t = std::time::Instant::now();
+        for _ in 0..10 {
+            layer();
+        }
+        best = best.min(t.elapsed().as_secs_f64() / 10.0);
+    }
+    let flops = 2.0 * (blocks * out_rows * useful * lanes * rows * chans) as f64;
+    println!("{spec}: {:.3} ms, {:.1} GFLOP/s", best * 1e3, flops / best / 1e9);
+}
