@@ -66,16 +66,19 @@ impl Contract for Call {
         v
     }
 
-    /// Calls `f` with the buffers' interiors (past the front guard).
+    /// Calls `f` with the buffers' interiors (past the front guard); the run to prefetch
+    /// is `w`'s interior.
     fn run(&self, f: ConvTileFn, x: &[f32], w: &[f32], out: &mut [f32]) {
         // SAFETY: the buffers hold every index of the contract (built from the index sets
-        // plus guards) and do not overlap; the caller checked the ISA.
+        // plus guards) and do not overlap; `next_len` is at most w's interior (`check`);
+        // the caller checked the ISA.
         unsafe {
             f(
                 x.as_ptr().add(GUARD),
                 w.as_ptr().add(GUARD),
                 out.as_mut_ptr().add(GUARD),
                 self,
+                w.as_ptr().add(GUARD),
             )
         }
     }
@@ -186,6 +189,18 @@ fn check(call: &Call, seed: u64) {
             bits(&again),
             "{name} {call:?}: not deterministic"
         );
+        // prefetching a run (here all of w) changes nothing
+        let prefetching = Call {
+            next_len: (w.len() - 2 * GUARD) as i64,
+            ..*call
+        };
+        let mut with_next = init.clone();
+        prefetching.run(f, &x, &w, &mut with_next);
+        assert_eq!(
+            bits(&got),
+            bits(&with_next),
+            "{name} {call:?}: prefetching the next run changed the result"
+        );
     }
 }
 
@@ -240,6 +255,7 @@ fn kernels_match_reference_on_many_shapes() {
                                 w_tap_stride,
                                 out_pixel_stride,
                                 out_vec_stride,
+                                next_len: 0,
                                 accumulate,
                             };
                             check(&call, seed);
@@ -271,6 +287,7 @@ fn typical_calls_match_reference() {
             w_tap_stride: 128 * lanes,
             out_pixel_stride: lanes,
             out_vec_stride: 4,
+            next_len: 0,
             accumulate: false,
         };
         check(&base, 7 + lanes as u64);
@@ -297,6 +314,7 @@ fn typical_calls_match_reference() {
                 w_tap_stride: 256 * lanes,
                 out_pixel_stride: 4,
                 out_vec_stride: 56 * 4,
+                next_len: 0,
                 accumulate: true,
                 ..base
             },
@@ -328,6 +346,7 @@ fn every_pixel_stride_path_matches_reference() {
                         w_tap_stride: 20 * lanes,
                         out_pixel_stride: lanes,
                         out_vec_stride: 4,
+                        next_len: 0,
                         accumulate: seed % 2 == 0,
                     };
                     check(&call, seed);
@@ -357,6 +376,7 @@ fn empty_reductions_give_the_initial_value_and_read_nothing() {
                     w_tap_stride: 128,
                     out_pixel_stride: lanes,
                     out_vec_stride: 4,
+                    next_len: 0,
                     accumulate,
                 };
                 let init = random_f32(3, len, -1.0, 1.0);
@@ -367,7 +387,15 @@ fn empty_reductions_give_the_initial_value_and_read_nothing() {
                     let mut out = init.clone();
                     // SAFETY: x and w have empty index sets, so null is never read; out
                     // holds 9 pixels × `lanes` lanes.
-                    unsafe { f(std::ptr::null(), std::ptr::null(), out.as_mut_ptr(), &call) };
+                    unsafe {
+                        f(
+                            std::ptr::null(),
+                            std::ptr::null(),
+                            out.as_mut_ptr(),
+                            &call,
+                            std::ptr::null(),
+                        )
+                    };
                     let want = if accumulate {
                         init.clone()
                     } else {
@@ -396,6 +424,7 @@ fn zero_pixels_touch_nothing() {
             w_tap_stride: 1024,
             out_pixel_stride: lanes,
             out_vec_stride: 4,
+            next_len: 0,
             accumulate: true,
         };
         for (_, f) in kernels(lanes) {
@@ -407,6 +436,7 @@ fn zero_pixels_touch_nothing() {
                     std::ptr::null(),
                     std::ptr::null_mut(),
                     &call,
+                    std::ptr::null(),
                 )
             };
         }
@@ -440,15 +470,22 @@ fn entries_are_the_kernels_the_host_can_run() {
 }
 
 /// Speed probe (no assertions; run by hand): one conv layer's calls without the JIT
-/// epilogue. `SMELT_PROBE` = `lanes,pixels,useful_pixels,rows,row_stride,chans,pixel_stride,
-/// out_rows,x_row_step,blocks`: `blocks` output-channel blocks outermost (weights of one
-/// block packed, `rows·chans·lanes` floats), `out_rows` calls per block, each `x_row_step`
-/// further in x. Prints GFLOP/s counting `useful_pixels` per call.
+/// epilogue. `SMELT_PROBE` = `lanes,pixels,useful_pixels,rows,row_stride,chans,
+/// chan_stride,pixel_stride,out_rows,x_row_step,blocks`: `blocks` output-channel blocks
+/// outermost (weights of one block packed, `rows·chans·lanes` floats), `out_rows` calls
+/// per block, each `x_row_step` further in x. Prints GFLOP/s counting `useful_pixels` per
+/// call. `SMELT_PROBE_COPIES=N` cycles through N copies of the weights (cold, as in a
+/// network); `SMELT_PROBE_NEXT=1` has each call prefetch its share of the next block, as
+/// the conv lowering does. E.g. ResNet's last 3×3 convs:
+/// `SMELT_PROBE=32,7,7,3,4608,1536,1,512,7,4608,16`.
 #[test]
 #[ignore = "a speed probe for the micro-kernels, run by hand with SMELT_PROBE"]
 fn routine_speed_probe() {
     let spec = std::env::var("SMELT_PROBE").expect("set SMELT_PROBE");
-    let v: Vec<i64> = spec.split(',').map(|s| s.parse().expect("a number")).collect();
+    let v: Vec<i64> = spec
+        .split(',')
+        .map(|s| s.parse().expect("a number"))
+        .collect();
     let [lanes, pixels, useful, rows, row_stride, chans, chan_stride, pixel_stride, out_rows, x_row_step, blocks] =
         v[..]
     else {
@@ -468,17 +505,23 @@ fn routine_speed_probe() {
         w_tap_stride: chans * lanes,
         out_pixel_stride: lanes,
         out_vec_stride: 4,
+        next_len: 0,
         accumulate: false,
     };
-    let x_len = (out_rows - 1) * x_row_step + (rows - 1) * row_stride + (chans - 1) * chan_stride + 1 + (pixels - 1) * pixel_stride;
+    let x_len = (out_rows - 1) * x_row_step
+        + (rows - 1) * row_stride
+        + (chans - 1) * chan_stride
+        + 1
+        + (pixels - 1) * pixel_stride;
     let x = random_f32(1, x_len as usize, -1.0, 1.0);
     let w_block = (rows * chans * lanes) as usize;
     // SMELT_PROBE_COPIES weight copies used in turn: cold weights, as in a whole network
-    let copies: usize = std::env::var("SMELT_PROBE_COPIES").map_or(1, |c| c.parse().expect("a count"));
+    let copies: usize =
+        std::env::var("SMELT_PROBE_COPIES").map_or(1, |c| c.parse().expect("a count"));
     let layer_w = w_block * blocks as usize;
     let w = random_f32(2, layer_w * copies, -1.0, 1.0);
     let mut out = vec![0f32; (pixels * lanes) as usize];
-    // SMELT_PROBE_NEXT: each call prefetches its share of the next block's weights
+    // SMELT_PROBE_NEXT=1: each call prefetches its share of the next block's weights
     let next = std::env::var("SMELT_PROBE_NEXT").is_ok_and(|v| v == "1");
     let mut turn = 0;
     let mut layer = || {
@@ -486,20 +529,22 @@ fn routine_speed_probe() {
         let w = &w[turn * layer_w..];
         for b in 0..blocks as usize {
             for i in 0..out_rows {
-                if next && b + 1 < blocks as usize {
-                    let chunk = w_block.div_ceil(out_rows as usize);
-                    let from = (b + 1) * w_block + i as usize * chunk;
-                    let len = chunk.min((b + 2) * w_block - from);
-                    // SAFETY: a prefetch of elements inside `w`.
-                    unsafe { microkernels::prefetch_rows(w.as_ptr().add(from), 1, 0, len as i64) };
-                }
+                // this call's share of the next block (of the first, after the last)
+                let chunk = w_block.div_ceil(out_rows as usize);
+                let from = ((b + 1) % blocks as usize) * w_block + i as usize * chunk;
+                let len = chunk.min(w.len() - from);
+                let call = Call {
+                    next_len: if next { len as i64 } else { 0 },
+                    ..call
+                };
                 // SAFETY: every index of the call lies inside the buffers built above.
                 unsafe {
                     f(
                         x.as_ptr().add((i * x_row_step) as usize),
                         w.as_ptr().add(b * w_block),
-                        out.as_ptr() as *mut f32,
+                        out.as_mut_ptr(),
                         &call,
+                        w.as_ptr().add(from),
                     )
                 }
             }
@@ -514,5 +559,9 @@ fn routine_speed_probe() {
         best = best.min(t.elapsed().as_secs_f64() / 10.0);
     }
     let flops = 2.0 * (blocks * out_rows * useful * lanes * rows * chans) as f64;
-    println!("{spec}: {:.3} ms, {:.1} GFLOP/s", best * 1e3, flops / best / 1e9);
+    println!(
+        "{spec}: {:.3} ms, {:.1} GFLOP/s",
+        best * 1e3,
+        flops / best / 1e9
+    );
 }

@@ -412,6 +412,9 @@ pub struct ConvTile {
     pub out_pixel_stride: i64,
     /// Output elements between groups of 4 channels.
     pub out_vec_stride: i64,
+    /// Elements of the call's `next` run (see [`Stmt::ConvTile`]) that the routine
+    /// prefetches, spread over its reduction; 0 for none.
+    pub next_len: i64,
     /// Add to the old output instead of overwriting it.
     pub accumulate: bool,
 }
@@ -487,7 +490,7 @@ impl fmt::Display for ConvTile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "lanes={}, pixels={}, rows={}x{}, taps={}x{}, chans={}x{}, pixel_stride={}, w_tap_stride={}, out_strides=({}, {}){}",
+            "lanes={}, pixels={}, rows={}x{}, taps={}x{}, chans={}x{}, pixel_stride={}, w_tap_stride={}, out_strides=({}, {}){}{}",
             self.lanes,
             self.pixels,
             self.rows,
@@ -500,6 +503,11 @@ impl fmt::Display for ConvTile {
             self.w_tap_stride,
             self.out_pixel_stride,
             self.out_vec_stride,
+            if self.next_len > 0 {
+                format!(", next_len={}", self.next_len)
+            } else {
+                String::new()
+            },
             if self.accumulate { ", accumulate" } else { "" }
         )
     }
@@ -555,7 +563,10 @@ pub enum Stmt {
         width: Width,
     },
     /// A call of the conv-tile micro-kernel `routine` (see [`ConvTile`]): reads `x` and
-    /// `w`, writes `out`.
+    /// `w`, writes `out`, and prefetches `tile.next_len` elements from `next` (what later
+    /// calls will read: the next weight block, which would otherwise stream from memory
+    /// in one burst at its first use). The run starts at `next`, or earlier where it
+    /// would pass the buffer's end, so it is always inside the buffer.
     ConvTile {
         /// Which implementation.
         routine: MicroKernel,
@@ -565,6 +576,9 @@ pub enum Stmt {
         w: BufPtr,
         /// The output pointer.
         out: BufPtr,
+        /// Where the prefetched run starts, before the clamp to the buffer's end; present
+        /// exactly when `tile.next_len > 0`.
+        next: Option<BufPtr>,
         /// The tile's shape.
         tile: ConvTile,
     },
@@ -827,8 +841,18 @@ impl CheckCx<'_> {
                     x,
                     w,
                     out,
+                    next,
                     tile,
                 } => {
+                    match (next, tile.next_len) {
+                        (None, 0) => {}
+                        (Some(at), len) if len > 0 => self.clamped_run(at, len)?,
+                        _ => {
+                            return Err(format!(
+                                "{routine:?} call: a prefetched run needs both a start and a positive length ({tile})"
+                            ))
+                        }
+                    }
                     if tile.lanes != routine.lanes() {
                         return Err(format!(
                             "{routine:?} computes {} channels per call, not {}",
@@ -870,10 +894,24 @@ impl CheckCx<'_> {
         Ok(())
     }
 
-    /// Proves `span` elements from `index` inside `buf` for every iteration in scope, and
-    /// returns how the buffer may be accessed.
-    fn access(&self, buf: BufId, index: &Affine, span: i64) -> Result<Access, String> {
-        let (name, len, access) = match buf.local_index() {
+    /// Proves that a run of `span` elements starting at `at`, moved back where it would
+    /// pass the buffer's end, lies inside the buffer for every iteration in scope: the
+    /// start is never negative and the run is no longer than the buffer.
+    fn clamped_run(&self, at: &BufPtr, span: i64) -> Result<(), String> {
+        let (name, len, _) = self.buffer(at.buf)?;
+        let (lo, _) = self.index_range(&at.index)?;
+        if lo < 0 || span > len as i64 {
+            return Err(format!(
+                "prefetched run of {span} elements of {} ({name}) from {lo} is outside its {len} elements",
+                at.buf
+            ));
+        }
+        Ok(())
+    }
+
+    /// The name, length and access of `buf`.
+    fn buffer(&self, buf: BufId) -> Result<(&str, usize, Access), String> {
+        Ok(match buf.local_index() {
             Some(i) => {
                 let len = self
                     .kernel
@@ -890,7 +928,11 @@ impl CheckCx<'_> {
                     .ok_or_else(|| format!("argument {buf} does not exist"))?;
                 (arg.name.as_str(), arg.len, arg.access)
             }
-        };
+        })
+    }
+
+    /// The least and greatest value of `index` over the iterations in scope.
+    fn index_range(&self, index: &Affine) -> Result<(i64, i64), String> {
         let (mut lo, mut hi) = (index.offset, index.offset);
         for &(v, c) in &index.terms {
             let (a, b) = self
@@ -903,6 +945,14 @@ impl CheckCx<'_> {
             lo = lo.saturating_add(x.min(y));
             hi = hi.saturating_add(x.max(y));
         }
+        Ok((lo, hi))
+    }
+
+    /// Proves `span` elements from `index` inside `buf` for every iteration in scope, and
+    /// returns how the buffer may be accessed.
+    fn access(&self, buf: BufId, index: &Affine, span: i64) -> Result<Access, String> {
+        let (name, len, access) = self.buffer(buf)?;
+        let (lo, hi) = self.index_range(index)?;
         let last = hi.saturating_add(span - 1);
         if lo < 0 || last >= len as i64 {
             return Err(format!(
@@ -1089,11 +1139,15 @@ fn print_block(out: &mut String, stmts: &[Stmt], depth: usize) {
                 x,
                 w,
                 out: o,
+                next,
                 tile,
             } => {
+                let next = next
+                    .as_ref()
+                    .map_or(String::new(), |at| format!(", next: {at}"));
                 let _ = writeln!(
                     out,
-                    "{pad}call {}(x: {x}, w: {w}, out: {o}; {tile})",
+                    "{pad}call {}(x: {x}, w: {w}, out: {o}{next}; {tile})",
                     routine.symbol()
                 );
             }
@@ -1203,13 +1257,15 @@ impl KernelBuilder {
         BufId(BufId::LOCAL + self.kernel.locals.len() as u32 - 1)
     }
 
-    /// Calls the conv-tile micro-kernel `routine`.
+    /// Calls the conv-tile micro-kernel `routine`; with `next`, it prefetches
+    /// `tile.next_len` elements from there (see [`Stmt::ConvTile`]).
     pub fn conv_tile(
         &mut self,
         routine: MicroKernel,
         x: BufPtr,
         w: BufPtr,
         out: BufPtr,
+        next: Option<BufPtr>,
         tile: ConvTile,
     ) {
         self.push(Stmt::ConvTile {
@@ -1217,6 +1273,7 @@ impl KernelBuilder {
             x,
             w,
             out,
+            next,
             tile,
         });
     }
@@ -1403,7 +1460,14 @@ mod tests {
             buf,
             index: Affine::constant(0),
         };
-        b.conv_tile(MicroKernel::ConvTileAvx2, at(x), at(w), at(sums), tile);
+        b.conv_tile(
+            MicroKernel::ConvTileAvx2,
+            at(x),
+            at(w),
+            at(sums),
+            None,
+            tile,
+        );
         b.finish()
     }
 
@@ -1421,6 +1485,7 @@ mod tests {
             w_tap_stride: 128,
             out_pixel_stride: 16,
             out_vec_stride: 4,
+            next_len: 0,
             accumulate: false,
         }
     }
@@ -1453,6 +1518,42 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn next_runs_are_clamped_to_their_buffer_and_need_a_length() {
+        // trips 0..4 prefetch from 128·(i0 + 1): past the end of 512 elements on the last
+        // trip, which the clamp moves back; only a negative start or a run longer than
+        // the buffer is refused
+        let kernel = |w_len: usize, start: i64, next: Option<i64>, next_len: i64| {
+            let mut b = KernelBuilder::new("next");
+            let x = b.arg("x", 32, Access::Read);
+            let w = b.arg("w", w_len, Access::Read);
+            let sums = b.local(16 * 4);
+            let mut tile = four_pixels();
+            tile.next_len = next_len;
+            b.for_loop(0, 4, 1, |b, i| {
+                let at = |buf, index| BufPtr { buf, index };
+                let next = next.map(|step| at(w, Affine::var(i).scale(step).plus(start)));
+                let (x, wb) = (at(x, Affine::constant(0)), at(w, Affine::constant(0)));
+                let sums = at(sums, Affine::constant(0));
+                b.conv_tile(MicroKernel::ConvTileAvx2, x, wb, sums, next, tile);
+            });
+            b.finish()
+        };
+        let ok = kernel(512, 128, Some(128), 128);
+        assert!(ok.check().is_ok(), "{:?}", ok.check());
+        let text = ok.to_string();
+        assert!(text.contains("next: &%1[128*i0 + 128]"), "{text}");
+        assert!(text.contains("next_len=128"), "{text}");
+        let err = kernel(512, -1, Some(128), 128).check().unwrap_err();
+        assert!(err.contains("from -1"), "{err}");
+        let err = kernel(512, 0, Some(128), 513).check().unwrap_err();
+        assert!(err.contains("outside its 512 elements"), "{err}");
+        for (next, len) in [(Some(128), 0), (None, 128)] {
+            let err = kernel(512, 0, next, len).check().unwrap_err();
+            assert!(err.contains("needs both"), "{err}");
+        }
     }
 
     #[test]

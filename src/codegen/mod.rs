@@ -412,10 +412,11 @@ fn calls_of(stmts: &[Stmt]) -> Vec<(MicroKernel, ConvTile)> {
     found
 }
 
-/// `extern "C" fn(x, w, out: *f32, shape: *const ConvTile)`: see `crate::microkernels`.
+/// `extern "C" fn(x, w, out: *f32, shape: *const ConvTile, next: *const f32)`: see
+/// `crate::microkernels`.
 fn conv_tile_signature(isa: &dyn TargetIsa) -> cranelift_codegen::ir::Signature {
     let mut sig = cranelift_codegen::ir::Signature::new(isa.default_call_conv());
-    for _ in 0..4 {
+    for _ in 0..5 {
         sig.params.push(AbiParam::new(isa.pointer_type()));
     }
     sig
@@ -457,6 +458,7 @@ fn conv_tile_record(fb: &mut FunctionBuilder, ptr: Type, tile: &ConvTile) -> Sta
             tile.out_pixel_stride,
         ),
         (offset_of!(ConvTile, out_vec_stride), tile.out_vec_stride),
+        (offset_of!(ConvTile, next_len), tile.next_len),
     ];
     for (at, v) in words {
         let v = fb.ins().iconst(types::I64, v);
@@ -710,8 +712,9 @@ impl Gen<'_, '_> {
                     x,
                     w,
                     out,
+                    next,
                     tile,
-                } => self.conv_tile(*routine, [x, w, out], tile),
+                } => self.conv_tile(*routine, [x, w, out], next.as_ref(), tile),
                 Stmt::Prefetch {
                     at,
                     rows,
@@ -719,6 +722,14 @@ impl Gen<'_, '_> {
                     row_len,
                 } => self.prefetch(at, [*rows, *row_stride, *row_len]),
             }
+        }
+    }
+
+    /// Elements of a buffer (argument or local).
+    fn buffer_len(&self, buf: BufId) -> usize {
+        match buf.local_index() {
+            Some(i) => self.kernel.locals[i],
+            None => self.kernel.args[buf.0 as usize].len,
         }
     }
 
@@ -731,7 +742,13 @@ impl Gen<'_, '_> {
     }
 
     /// Calls a conv-tile routine (arguments in `conv_tile_signature` order).
-    fn conv_tile(&mut self, routine: MicroKernel, ptrs: [&BufPtr; 3], t: &ConvTile) {
+    fn conv_tile(
+        &mut self,
+        routine: MicroKernel,
+        ptrs: [&BufPtr; 3],
+        next: Option<&BufPtr>,
+        t: &ConvTile,
+    ) {
         let i = routine_index(routine);
         let callee = match self.routines[i] {
             Some(f) => f,
@@ -753,6 +770,20 @@ impl Gen<'_, '_> {
         };
         let ptr = self.fb.func.dfg.value_type(args[0]);
         args.push(self.fb.ins().stack_addr(ptr, record, 0));
+        let next = match next {
+            // the run moved back where it would pass the buffer's end (`Stmt::ConvTile`)
+            Some(at) => {
+                let slot = self.slot(at.buf);
+                let (addr, off) = self.address(slot, &at.index);
+                let start = self.fb.ins().iadd_imm_s(addr, i64::from(off));
+                let last_start = Affine::constant(self.buffer_len(at.buf) as i64 - t.next_len);
+                let (addr, off) = self.address(slot, &last_start);
+                let limit = self.fb.ins().iadd_imm_s(addr, i64::from(off));
+                self.fb.ins().umin(start, limit)
+            }
+            None => self.fb.ins().iconst(ptr, 0),
+        };
+        args.push(next);
         self.fb.ins().call(callee, &args);
     }
 
@@ -851,8 +882,13 @@ impl Gen<'_, '_> {
                         out.push((*buf, index));
                         expr(value, out);
                     }
-                    Stmt::ConvTile { x, w, out: o, .. } => {
-                        for p in [x, w, o] {
+                    Stmt::ConvTile {
+                        x, w, out: o, next, ..
+                    } => {
+                        for p in [Some(x), Some(w), Some(o), next.as_ref()]
+                            .into_iter()
+                            .flatten()
+                        {
                             out.push((p.buf, &p.index));
                         }
                     }

@@ -31,10 +31,11 @@ pub unsafe extern "C" fn conv_tile_avx2(
     w: *const f32,
     out: *mut f32,
     shape: *const ConvTile,
+    next: *const f32,
 ) {
     // SAFETY: readable per the contract.
     let shape = unsafe { &*shape };
-    let (g, pixels) = (Geom::new(w, shape), shape.pixels);
+    let (g, pixels) = (Geom::new(w, shape, next), shape.pixels);
     let pixels = pixels as isize;
     if pixels <= 0 {
         return;

@@ -65,10 +65,11 @@ pub unsafe extern "C" fn conv_tile_avx512(
     w: *const f32,
     out: *mut f32,
     shape: *const ConvTile,
+    next: *const f32,
 ) {
     // SAFETY: readable per the contract.
     let shape = unsafe { &*shape };
-    let (g, pixels) = (Geom::new(w, shape), shape.pixels);
+    let (g, pixels) = (Geom::new(w, shape, next), shape.pixels);
     // SAFETY: the caller's contract; the remainder's pixels are pixels of the call.
     unsafe {
         if let Some((n, xp, op)) = full_blocks_of::<1, BLOCK, BLOCK>(&g, x, out, pixels as isize) {
@@ -92,10 +93,11 @@ pub unsafe extern "C" fn conv_tile_avx512_x32(
     w: *const f32,
     out: *mut f32,
     shape: *const ConvTile,
+    next: *const f32,
 ) {
     // SAFETY: readable per the contract.
     let shape = unsafe { &*shape };
-    let (g, pixels) = (Geom::new(w, shape), shape.pixels);
+    let (g, pixels) = (Geom::new(w, shape, next), shape.pixels);
     // SAFETY: the caller's contract; the remainder's pixels are pixels of the call.
     unsafe {
         if let Some((n, xp, op)) =

@@ -7,13 +7,14 @@
 //!
 //! # The contract (the safety argument)
 //!
-//! Every kernel has the C signature of [`ConvTileFn`], `(x, w, out, shape)`: three buffer
-//! pointers and the call's [`ConvTile`] (the loop IR's own record of the call, `repr(C)`),
-//! read once at entry:
+//! Every kernel has the C signature of [`ConvTileFn`], `(x, w, out, shape, next)`: three
+//! buffer pointers, the call's [`ConvTile`] (the loop IR's own record of the call,
+//! `repr(C)`), read once at entry, and the start of a run to prefetch:
 //!
 //! ```text
 //! shape = { lanes, pixels, rows, row_stride, taps, tap_stride, chans, chan_stride,
-//!           pixel_stride, w_tap_stride, out_pixel_stride, out_vec_stride, accumulate }
+//!           pixel_stride, w_tap_stride, out_pixel_stride, out_vec_stride, next_len,
+//!           accumulate }
 //! ```
 //!
 //! `shape.lanes` must be the kernel's lane count (16, or 32 for [`conv_tile_avx512_x32`]).
@@ -40,7 +41,12 @@
 //! four-float loads/stores of `out` at each `p*out_pixel_stride + g*out_vec_stride`,
 //! `g < 4` (wider ones when `out_vec_stride == 4`: the same indices). Software prefetches
 //! (planar inputs: `chan_stride >= 16`, `pixel_stride` 1 or 2) also name only x indices of
-//! the contract: channels `c < chans`. With `pixels == 0` nothing is touched; with `rows`,
+//! the contract: channels `c < chans`. With `shape.next_len > 0` the kernel also prefetches
+//! (never loads) the cache lines of `next[0..next_len]`, spread evenly over its reduction:
+//! what the caller's next calls will read (the next weight block, which would otherwise
+//! stream from memory in one burst when first used); the caller passes a run inside one
+//! buffer, and with `next_len == 0` `next` is not used (it may be null). With `pixels == 0`
+//! nothing is touched; with `rows`,
 //! `taps` or `chans` zero, `out` is set to its initial value (zero, or itself when
 //! accumulating) and `x`/`w` are not read. Loads are unaligned (`loadu`), so no alignment
 //! is required.
@@ -96,8 +102,13 @@ pub use avx2::conv_tile_avx2;
 pub use avx512::{conv_tile_avx512, conv_tile_avx512_x32};
 
 /// The C-ABI type shared by every conv-tile kernel (see the module docs for the contract).
-pub type ConvTileFn =
-    unsafe extern "C" fn(x: *const f32, w: *const f32, out: *mut f32, shape: *const ConvTile);
+pub type ConvTileFn = unsafe extern "C" fn(
+    x: *const f32,
+    w: *const f32,
+    out: *mut f32,
+    shape: *const ConvTile,
+    next: *const f32,
+);
 
 /// Whether this CPU runs `routine`.
 pub fn host_has(routine: MicroKernel) -> bool {
@@ -168,9 +179,9 @@ pub const LANES: usize = 16;
 /// Output channels per call of the 32-lane kernel ([`conv_tile_avx512_x32`]).
 pub const LANES_X32: usize = 32;
 
-/// The contract's arguments as `isize`, shared by the vector kernels' register blocks.
+/// The contract's arguments as `isize`, shared by the vector kernels' register blocks, and
+/// the cursor of the `next` run's prefetches, which runs on from block to block.
 #[cfg(target_arch = "x86_64")]
-#[derive(Clone, Copy)]
 struct Geom {
     w: *const f32,
     rows: isize,
@@ -184,14 +195,32 @@ struct Geom {
     out_pixel_stride: isize,
     out_vec_stride: isize,
     accumulate: bool,
+    /// The next line of the `next` run to prefetch.
+    next: std::cell::Cell<*const f32>,
+    /// The end of the `next` run.
+    next_end: *const f32,
+    /// Pixel-steps (a block's pixels × its input channels) per prefetched line of the
+    /// `next` run: its lines spread over the call's work, so a narrow remainder block
+    /// (fast steps) issues them no denser than a full one; `isize::MAX` when there is no
+    /// run.
+    next_every: isize,
 }
 
 #[cfg(target_arch = "x86_64")]
 impl Geom {
     /// The kernel's view of `shape` (counts and strides as pointer offsets) with the
-    /// weights at `w`.
+    /// weights at `w`, prefetching the `next` run.
     #[inline(always)]
-    fn new(w: *const f32, shape: &ConvTile) -> Geom {
+    fn new(w: *const f32, shape: &ConvTile, next: *const f32) -> Geom {
+        let lines = (shape.next_len.max(0) as usize).div_ceil(16) as isize;
+        let steps = [shape.pixels, shape.rows, shape.taps, shape.chans]
+            .iter()
+            .fold(1isize, |n, &v| n.saturating_mul(v.max(0) as isize));
+        let next_every = if lines > 0 {
+            (steps / lines).max(1)
+        } else {
+            isize::MAX
+        };
         Geom {
             w,
             rows: shape.rows as isize,
@@ -205,6 +234,9 @@ impl Geom {
             out_pixel_stride: shape.out_pixel_stride as isize,
             out_vec_stride: shape.out_vec_stride as isize,
             accumulate: shape.accumulate,
+            next: std::cell::Cell::new(next),
+            next_end: next.wrapping_offset(16 * lines),
+            next_every,
         }
     }
 
@@ -224,7 +256,8 @@ impl Geom {
 /// - with `PF` (planar inputs), the x lines of channel `c + X_AHEAD` for the block's `NP`
 ///   pixels at stride `PS`;
 /// - at pixel stride 16 (channel blocks, one line per pixel), at each row's start, the x
-///   lines of the next row's pixels (the next block).
+///   lines of the next row's pixels (the next block);
+/// - every `g.next_every` pixel-steps, the next line of the call's `next` run, into L2.
 ///
 /// Only channels and rows that exist, so only contract addresses are touched. One loop
 /// per (row, tap): a second loop for the last channels without prefetches makes LLVM
@@ -248,7 +281,7 @@ unsafe fn for_each_channel<
     row: isize,
     mut channel: impl FnMut(*const f32, *const f32),
 ) {
-    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
     let prefetch_w_row = |wp: *const f32| {
         for line in 0..row / 16 {
             _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_offset(16 * line) as *const i8);
@@ -263,6 +296,9 @@ unsafe fn for_each_channel<
     // cost the 1×1 tails 3%.
     let packed = g.w_tap_stride == g.chans * row;
     let w_end = g.w.wrapping_offset(g.rows * g.taps * g.chans * row);
+    // a countdown in a register; the cursor goes back to `g` at the end
+    let mut next = g.next.get();
+    let mut countdown = g.next_every;
     // SAFETY (whole body): x + r*row_stride + t*tap_stride + c*chan_stride and
     // w + (r*taps+t)*w_tap_stride + c*row are contract indices for r < rows, t < taps,
     // c < chans; packed, every row before `w_end` is the row of one such (r, t, c).
@@ -293,11 +329,20 @@ unsafe fn for_each_channel<
                     if w_ahead < w_limit {
                         prefetch_w_row(w_ahead);
                     }
+                    countdown -= NP as isize;
+                    if countdown <= 0 {
+                        countdown += g.next_every;
+                        if next < g.next_end {
+                            _mm_prefetch::<_MM_HINT_T1>(next as *const i8);
+                            next = next.wrapping_add(16);
+                        }
+                    }
                     channel(xrt.offset(c * g.chan_stride), wrt.offset(c * row));
                 }
             }
         }
     }
+    g.next.set(next);
 }
 
 /// Prefetches the cache lines of pixels `0..NP` at stride `PS` (1 or 2) from `x`: one pixel
@@ -379,6 +424,7 @@ pub unsafe extern "C" fn conv_tile_reference(
     w: *const f32,
     out: *mut f32,
     shape: *const ConvTile,
+    _next: *const f32,
 ) {
     // SAFETY: readable per the contract.
     let t = unsafe { *shape };

@@ -73,6 +73,26 @@ struct ChannelPart {
     last: bool,
 }
 
+/// One micro-kernel call of a tile: the routine, the tile's pixels, and where they sit in
+/// their block's sweep (when the next block's weights are prefetched).
+struct MicroCall<'a> {
+    routine: MicroKernel,
+    pixels: usize,
+    sweep: Option<&'a Sweep>,
+}
+
+/// Where a row of tiles sits in its channel block's sweep of output pixels (the pixels
+/// that block's weights are used for before the next block's are), so that each
+/// micro-kernel call prefetches its share of the next block's weights.
+struct Sweep {
+    /// Output pixels of the sweep before this row.
+    row_start: Affine,
+    /// Weight elements to prefetch per output pixel: the next block over the sweep.
+    unit: i64,
+    /// Weight elements of a block (a call prefetches no more).
+    block_len: i64,
+}
+
 /// A convolution with weights packed at compile time so that vectors run along output
 /// channels: `[group][channel block][kh][kw][input channel][4·V lanes]`, each block
 /// holding `4·V` consecutive output channels of its group.
@@ -395,8 +415,22 @@ impl PackedConv {
                     blk: &Affine,
                     row0: Affine,
                     count: usize| {
+            // the next block's weights are prefetched a share per call, unless the input
+            // channels are split (each part sweeps the rows with a slice of the block)
+            let block_len = (g.kh * g.kw * g.cg * self.lanes()) as i64;
+            let sweep_pixels = (g.n * count * g.ow) as i64;
             let each_row = |b: &mut KernelBuilder, part: &ChannelPart| {
                 b.for_loop(0, count as i64, 1, |b, r| {
+                    let next_exists = g.groups * self.blocks > 1;
+                    let prefetch = self.micro.is_some() && split.is_none() && next_exists;
+                    let sweep = prefetch.then(|| Sweep {
+                        row_start: n
+                            .scale((count * g.ow) as i64)
+                            .add(&Affine::var(r).scale(g.ow as i64)),
+                        unit: (block_len + sweep_pixels - 1) / sweep_pixels.max(1),
+                        block_len,
+                    });
+                    let sweep = sweep.as_ref();
                     let at = TileAt {
                         n: n.clone(),
                         o0: grp.scale(g.og as i64).add(&blk.scale(self.lanes() as i64)),
@@ -408,12 +442,12 @@ impl PackedConv {
                     let main = g.ow / p * p;
                     b.for_loop(0, main as i64, p as i64, |b, q| {
                         let q = Affine::var(q);
-                        self.tile(b, g, &bufs, &epi, &at, &block_index, &q, p, part);
+                        self.tile(b, g, &bufs, &epi, &at, &block_index, &q, p, part, sweep);
                     });
                     if main < g.ow {
                         let q0 = Affine::constant(main as i64);
                         let rest = g.ow - main;
-                        self.tile(b, g, &bufs, &epi, &at, &block_index, &q0, rest, part);
+                        self.tile(b, g, &bufs, &epi, &at, &block_index, &q0, rest, part, sweep);
                     }
                 });
             };
@@ -493,9 +527,15 @@ impl PackedConv {
         q0: &Affine,
         pixels: usize,
         part: &ChannelPart,
+        sweep: Option<&Sweep>,
     ) {
         if let Some(routine) = self.micro {
-            return self.micro_tile(b, g, bufs, epi, at, block_index, q0, pixels, routine);
+            let call = MicroCall {
+                routine,
+                pixels,
+                sweep,
+            };
+            return self.micro_tile(b, g, bufs, epi, at, block_index, q0, call);
         }
         let w4 = Width::F32x4;
         let lanes = self.lanes() as i64;
@@ -712,9 +752,13 @@ impl PackedConv {
         at: &TileAt,
         block_index: &Affine,
         q0: &Affine,
-        pixels: usize,
-        routine: MicroKernel,
+        call: MicroCall,
     ) {
+        let MicroCall {
+            routine,
+            pixels,
+            sweep,
+        } = call;
         let w4 = Width::F32x4;
         let lanes = routine.lanes();
         // where the routine leaves its sums: the result itself, by quads of channels a
@@ -752,6 +796,7 @@ impl PackedConv {
                 w_tap_stride: unit * lanes,
                 out_pixel_stride,
                 out_vec_stride,
+                next_len: 0,
                 accumulate: false,
             };
             (x, tile)
@@ -779,6 +824,7 @@ impl PackedConv {
                 w_tap_stride: (chans as i64) * lanes,
                 out_pixel_stride,
                 out_vec_stride,
+                next_len: 0,
                 accumulate: false,
             };
             (x, tile)
@@ -801,6 +847,7 @@ impl PackedConv {
                 w_tap_stride: g.cg as i64 * lanes,
                 out_pixel_stride,
                 out_vec_stride,
+                next_len: 0,
                 accumulate: false,
             };
             (x, tile)
@@ -826,6 +873,28 @@ impl PackedConv {
             epi.prefetch(b, &tile_at, 1, lanes as usize, pixels);
         }
         let block_len = (g.kh * g.kw * g.cg) as i64 * lanes;
+        // this call's share of the next block's weights: the run past the last block is
+        // moved back into the buffer (`Stmt::ConvTile`), a harmless re-fetch
+        let (tile, next) = match sweep {
+            Some(s) => {
+                let at = block_index
+                    .plus(1)
+                    .scale(block_len)
+                    .add(&s.row_start.add(q0).scale(s.unit));
+                let tile = ConvTile {
+                    next_len: (s.unit * pixels as i64).min(s.block_len),
+                    ..tile
+                };
+                (
+                    tile,
+                    Some(BufPtr {
+                        buf: bufs.w,
+                        index: at,
+                    }),
+                )
+            }
+            None => (tile, None),
+        };
         b.conv_tile(
             routine,
             BufPtr {
@@ -840,6 +909,7 @@ impl PackedConv {
                 buf: sums,
                 index: sums_at,
             },
+            next,
             tile,
         );
         if self.channel_quad_output {
