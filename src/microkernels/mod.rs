@@ -45,11 +45,11 @@
 //! (never loads) the cache lines of `next[0..next_len]`, spread evenly over its reduction:
 //! what the caller's next calls will read (the next weight block, which would otherwise
 //! stream from memory in one burst when first used); the caller passes a run inside one
-//! buffer, and with `next_len == 0` `next` is not used (it may be null). With `pixels == 0`
-//! nothing is touched; with `rows`,
-//! `taps` or `chans` zero, `out` is set to its initial value (zero, or itself when
-//! accumulating) and `x`/`w` are not read. Loads are unaligned (`loadu`), so no alignment
-//! is required.
+//! buffer, and with `next_len == 0` `next` is not used (it may be null).
+//!
+//! With `pixels == 0` nothing is touched; with `rows`, `taps` or `chans` zero, `out` is set
+//! to its initial value (zero, or itself when accumulating) and `x`/`w` are not read. Loads
+//! are unaligned (`loadu`), so no alignment is required.
 //!
 //! Layouts of `out` in use: `[p][16]` (`out_pixel_stride = 16`, `out_vec_stride = 4`) and the
 //! partial-sum layout (`out_pixel_stride = 4`, `out_vec_stride` large).

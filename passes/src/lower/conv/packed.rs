@@ -415,15 +415,16 @@ impl PackedConv {
                     blk: &Affine,
                     row0: Affine,
                     count: usize| {
-            // the next block's weights are prefetched a share per call, unless the input
-            // channels are split (each part sweeps the rows with a slice of the block)
+            // Each micro-kernel call prefetches its share of the next block's weights,
+            // unless there is no next block or the input channels are split (each part
+            // sweeps the rows with a slice of the block).
             let block_len = (g.kh * g.kw * g.cg * self.lanes()) as i64;
             let sweep_pixels = (g.n * count * g.ow) as i64;
+            let prefetch_next =
+                self.micro.is_some() && split.is_none() && g.groups * self.blocks > 1;
             let each_row = |b: &mut KernelBuilder, part: &ChannelPart| {
                 b.for_loop(0, count as i64, 1, |b, r| {
-                    let next_exists = g.groups * self.blocks > 1;
-                    let prefetch = self.micro.is_some() && split.is_none() && next_exists;
-                    let sweep = prefetch.then(|| Sweep {
+                    let sweep = prefetch_next.then(|| Sweep {
                         row_start: n
                             .scale((count * g.ow) as i64)
                             .add(&Affine::var(r).scale(g.ow as i64)),
