@@ -133,9 +133,10 @@ fn layout_pass_blocks_values_whose_writers_and_readers_all_compute_on_blocks() {
         .map(|(_, t)| t)
         .collect();
     // the projection, the reducing convs' results (read by 3×3 convs, which copy
-    // 16-channel runs), both block outputs and the scaled output; not the 3×3 results
-    // (only pointwise convs write blocks), not block 3's output (a function result) nor
-    // its projection (that output's residual)
+    // 16-channel runs), both block outputs, the scaled output and block 3's stride-2
+    // 3×3 result (a direct conv writes blocks); not the stride-1 3×3 results (Winograd
+    // may compute them, whose output transform writes NCHW), not block 3's output (a
+    // function result) nor its projection (that output's residual)
     assert_eq!(
         blocked,
         [
@@ -146,6 +147,7 @@ fn layout_pass_blocks_values_whose_writers_and_readers_all_compute_on_blocks() {
             "tensor<1x64x10x10xf32, nchw16c>",
             "tensor<1x64x10x10xf32, nchw16c>",
             "tensor<1x32x10x10xf32, nchw16c>",
+            "tensor<1x32x5x5xf32, nchw16c>",
         ],
         "{conv_results:?}"
     );
@@ -313,8 +315,8 @@ func @main(%x: tensor<1x16x6x6xf32>) -> (y: tensor<1x16x6x6xf32>) {
 ";
     let m = text::parse(src, "blocked_3x3.tir")
         .expect("parses: the type rule allows a blocked conv result");
-    let e = Executable::compile(&m, None, &opts()).expect_err("3x3 takes no blocks");
-    assert!(e.to_string().contains("1×1"), "{e}");
+    let e = Executable::compile(&m, None, &opts()).expect_err("3x3 s1 writes no blocks");
+    assert!(e.to_string().contains("other than 3×3 stride 1"), "{e}");
     // a blocked residual into a row-major result, and a blocked input to relu
     let src = "const @w : tensor<16x16x1x1xf32> = dense<0.5>
 

@@ -1,4 +1,4 @@
-//! The layout pass: activations passed between pointwise convolutions stay in channel blocks (NCHW16c).
+//! The layout pass: activations passed between convolutions on a micro-kernel stay in channel blocks (NCHW16c).
 //!
 //! A pointwise (1×1) conv on a micro-kernel computes a tile of 16 or 32 output channels
 //! × up to 56 pixels, vectors along channels. Stored NCHW, that tile goes out as 16–32
@@ -7,11 +7,14 @@
 //! contiguous runs, and the epilogue stores each vector as it is. Reading blocks costs
 //! the next pointwise conv nothing: its reduction walks the blocks as rows. In a
 //! ResNet bottleneck the block outputs — written by the expanding 1×1 conv with its
-//! residual, read by the next block's reducing 1×1 conv and residual — qualify.
+//! residual, read by the next block's reducing 1×1 conv and residual — qualify. So do
+//! the results of direct convs on the micro-kernel other than 3×3 stride 1 (which
+//! Winograd may compute: its output transform writes NCHW), such as a bottleneck's
+//! stride-2 3×3 conv: their tiles are the same `[pixel][lanes]` sums.
 //!
 //! A value is put in blocks when
 //! - it is the result of a conv, plain or fused, that the lowering computes on blocks
-//!   ([`pointwise_on_micro`] with constant weights) and whose broadcast post-op operands
+//!   ([`writes_blocks_on_micro`] with constant weights) and whose broadcast post-op operands
 //!   are per-channel vectors or scalars;
 //! - every use reads blocks: the input of a conv that reads them
 //!   ([`reads_blocks_on_micro`]: pointwise, direct or Winograd) or of a global average
@@ -31,7 +34,7 @@ use smelt_ir::op::{Conv2dAttrs, Op};
 use smelt_ir::{Layout, TensorType};
 
 use crate::lower::conv::{
-    pointwise_on_micro, reads_blocks_on_micro, CHANNEL_BLOCK, CHANNEL_BLOCKS,
+    reads_blocks_on_micro, writes_blocks_on_micro, CHANNEL_BLOCK, CHANNEL_BLOCKS,
 };
 use crate::lower::elementwise::broadcast_strides;
 use crate::manager::{Pass, PassContext, PassError};
@@ -123,11 +126,11 @@ fn computes_on_blocks(func: &Func, i: usize, micro: Option<MicroKernel>) -> bool
     const_conv(func, i).is_some_and(|(a, w)| reads_blocks_on_micro(a, w, micro))
 }
 
-/// Whether instruction `i` may write its result in blocks: a pointwise conv on a
-/// micro-kernel whose broadcast post-op operands walk the channels contiguously or not
-/// at all.
+/// Whether instruction `i` may write its result in blocks: a conv whose kernel on the
+/// micro-kernel does ([`writes_blocks_on_micro`]) and whose broadcast post-op operands
+/// walk the channels contiguously or not at all.
 fn writes_blocks(func: &Func, i: usize, micro: Option<MicroKernel>) -> bool {
-    const_conv(func, i).is_some_and(|(a, w)| pointwise_on_micro(a, w, micro))
+    const_conv(func, i).is_some_and(|(a, w)| writes_blocks_on_micro(a, w, micro))
         && post_operands_walk_channels(func, &func.insts[i])
 }
 

@@ -105,6 +105,24 @@ pub fn pointwise_on_micro(a: &Conv2dAttrs, w: &TensorType, micro: Option<MicroKe
         && w.dims[0].is_multiple_of(CHANNEL_BLOCK)
 }
 
+/// Whether a conv with attributes `a` and weight type `w` (constant weights assumed) may
+/// write its result in channel blocks ([`CHANNEL_BLOCKS`]) on a target with `micro`: a
+/// pointwise one ([`pointwise_on_micro`]), or an ungrouped one with output channels in
+/// whole blocks that the packed direct convolution computes on the micro-kernel, whose
+/// epilogue then stores each vector of 4 channels as it is instead of transposing. A
+/// 3×3 stride-1 conv is left out: it may be lowered by Winograd, whose output
+/// transform writes NCHW.
+pub fn writes_blocks_on_micro(a: &Conv2dAttrs, w: &TensorType, micro: Option<MicroKernel>) -> bool {
+    let winograd_shaped =
+        w.rank() == 4 && w.dims[2..] == [3, 3] && a.strides == [1, 1] && a.dilations == [1, 1];
+    pointwise_on_micro(a, w, micro)
+        || (micro.is_some()
+            && a.groups == 1
+            && w.rank() == 4
+            && w.dims[0].is_multiple_of(CHANNEL_BLOCK)
+            && !winograd_shaped)
+}
+
 /// Whether a conv with attributes `a` and weight type `w` (constant weights assumed)
 /// reads input in channel blocks ([`CHANNEL_BLOCKS`]) on a target with `micro`: a
 /// pointwise one on the micro-kernel ([`pointwise_on_micro`]), any other ungrouped one
@@ -134,16 +152,16 @@ pub(crate) fn lower_conv2d(
         let micro = cx.opts.micro;
         // (which layouts at all: `lower::layouts_have_kernels`, checked before any op)
         let supported = (!x_blocked || reads_blocks_on_micro(a, wt, micro))
-            && (!out_blocked || pointwise_on_micro(a, wt, micro))
+            && (!out_blocked || writes_blocks_on_micro(a, wt, micro))
             && cx.const_weight(operands[1]).is_some()
             && (!out_blocked || epi.runs_along_channels());
         if !supported {
             return Err(cx.unsupported(
                 "channel-blocked (nchw16c) activations need constant weights and a \
                  micro-kernel (--kernels auto, avx2 or avx512); ungrouped convs with output \
-                 channels in quads read them, and unpadded, ungrouped 1×1 convs with output \
-                 channels in blocks of 16 and per-channel or full-size post-op operands \
-                 write them",
+                 channels in quads read them, and ungrouped convs other than 3×3 stride 1 \
+                 with output channels in blocks of 16 and per-channel or full-size post-op \
+                 operands write them",
             ));
         }
     }
@@ -255,7 +273,8 @@ pub(crate) fn lower_conv2d(
                 );
                 return micro.kernel(cx, &geo1, x, wbuf, operands, epi, out);
             }
-            let packed = PackedConv::new(&geo, og, true, cx.opts.micro);
+            let packed = PackedConv::new(&geo, og, true, cx.opts.micro)
+                .with_channel_blocks(false, out_blocked);
             let (pack, pack_geo) = (packed.clone(), geo.clone());
             let wbuf = cx.constant_later(
                 "w_packed",

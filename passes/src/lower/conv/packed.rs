@@ -229,7 +229,8 @@ impl PackedConv {
     }
 
     /// The same tiles on input and/or result in channel blocks (see
-    /// [`PackedConv::blocked_input`]); only for micro-kernel tiles of 1×1 convs.
+    /// [`PackedConv::blocked_input`] and [`PackedConv::blocked_output`]); only for
+    /// micro-kernel tiles, and blocked input only for 1×1 convs.
     pub(crate) fn with_channel_blocks(self, input: bool, output: bool) -> PackedConv {
         PackedConv {
             blocked_input: input,
