@@ -492,6 +492,8 @@ fn routine_speed_probe() {
         panic!("SMELT_PROBE needs 11 numbers")
     };
     let f = kernels(lanes).pop().expect("a kernel").1;
+    // SMELT_PROBE_QUADS=1: sums stored by quads of channels (Winograd's `M`)
+    let quads = std::env::var("SMELT_PROBE_QUADS").is_ok_and(|v| v == "1");
     let call = Call {
         lanes,
         pixels,
@@ -503,8 +505,8 @@ fn routine_speed_probe() {
         chan_stride,
         pixel_stride,
         w_tap_stride: chans * lanes,
-        out_pixel_stride: lanes,
-        out_vec_stride: 4,
+        out_pixel_stride: if quads { 4 } else { lanes },
+        out_vec_stride: if quads { 4 * pixels } else { 4 },
         next_len: 0,
         accumulate: false,
     };

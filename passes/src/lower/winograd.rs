@@ -20,10 +20,12 @@
 //! they share one L1 set: the F2 product at C64 56² ran at 14 GFLOP/s that way.) The
 //! input transform runs on vectors of 4 horizontally adjacent tiles (lane = tile), with
 //! 4×4 transposes between rows of pixels and tile columns; tiles left over at a row's end
-//! run on scalars. `M` is stored by quads of channels (`[ξ][o / 4][t][4]`,
-//! [`PackedConv::channel_quad_output`]): a micro-kernel writes it directly, with no
-//! epilogue (−20% product time at C64 56²), and the output transform runs on vectors of
-//! 4 channels of one tile, each quad's tiles one stream.
+//! run on scalars. `M` is stored in blocks of the product tile's lanes (`[ξ][o / L][t][L]`,
+//! [`PackedConv::lane_blocked_output`]): a micro-kernel writes it directly, with no
+//! epilogue, each tile's lanes as whole vectors (by quads of channels a plane apart, its
+//! earlier layout, the stores cost the product 13–28% at 64–128 channels), and the output
+//! transform runs on vectors of 4 channels of one tile, a block's quads one after the
+//! other on each step of tiles, so each block's tiles are one stream.
 
 use smelt_ir::loops::{Access, Affine, BinOp, BufId, Expr, KernelBuilder, MicroKernel, Width};
 use smelt_ir::op::Conv2dAttrs;
@@ -408,7 +410,7 @@ pub(super) fn lower(
         wq: tiles,
     };
     let packed = PackedConv::new(&gemm, p.o, false, cx.opts.micro)
-        .with_channel_quad_output()
+        .with_lane_blocked_output()
         .with_channel_blocks(blocked, false);
     let (lanes, (o, c)) = (packed.lanes(), (p.o, p.c));
     let ubuf = cx.constant_later(
@@ -418,13 +420,13 @@ pub(super) fn lower(
     );
     // one tile more than the product writes: F2's output transform pairs a row's odd
     // last tile with the next one, whose lanes it never stores
-    let mbuf = cx.temp("wino_m", a2 * p.o * tiles + 4);
+    let mbuf = cx.temp("wino_m", (a2 * tiles + 1) * p.o);
     let none = Epilogue::new(cx, &[], &[], &[]);
     packed.kernel(cx, &gemm, v, ubuf, &operands[..2], none, mbuf)?;
 
     // 4. output transform, bias, post-ops
     let bias = operands.get(2).map(|&b| cx.buf(b));
-    output_transform(cx, p, mbuf, bias, epi, out)
+    output_transform(cx, p, [mbuf, out], lanes, bias, epi)
 }
 
 /// `U[ξ][o][c] = (G·g[o][c]·Gᵀ)[ξ]` in f64, written straight into the layout the packed
@@ -810,29 +812,60 @@ fn input_transform_blocked(
     cx.step(b.finish(), vec![xp, v])
 }
 
-/// `M` stored by quads of channels (`[ξ][o / 4][t][4]`) → `Y = Aᵀ·M·A` + bias +
-/// post-ops, NCHW. Vectors hold the 4 channels of a quad at one tile, so every tile and
-/// channel count runs on vectors: a 4×4 transpose turns 4 output columns × 4 channels
-/// into 4 channels × 4 columns for the post-ops and the stores along W (F2 pairs
-/// horizontally adjacent tiles for its 4 columns). Columns past the right edge are
-/// stored lane by lane. Parallel over quads; a quad's tiles are read in order, so each
-/// of the α² planes of `M` is one stream.
+/// `M` stored in blocks of `lanes` channels (`[ξ][o / lanes][t][lanes]`) → `Y = Aᵀ·M·A`
+/// with bias and post-ops, NCHW. Vectors hold the 4 channels of a quad at one tile, so every
+/// tile and channel count runs on vectors: a 4×4 transpose turns 4 output columns × 4
+/// channels into 4 channels × 4 columns for the post-ops and the stores along W (F2
+/// pairs horizontally adjacent tiles for its 4 columns). Columns past the right edge are
+/// stored lane by lane. Each step of tiles runs every quad of one block in turn, so a
+/// block's tiles of each ξ plane are read as one stream, each line once. Parallel over
+/// tile rows; a last tile row reaching past the image is a second, serial kernel.
 fn output_transform(
     cx: &mut Cx,
     p: &Plan,
-    mbuf: BufferId,
+    [mbuf, out]: [BufferId; 2],
+    lanes: usize,
     bias: Option<BufferId>,
     mut epi: Epilogue,
-    out: BufferId,
+) -> Result<(), Diagnostic> {
+    let m = p.form.m();
+    let full_rows = p.oh / m;
+    let rows = |last| OutputRows { lanes, last };
+    if full_rows > 0 {
+        output_transform_rows(cx, p, [mbuf, out], bias, &mut epi, rows(None))?;
+    }
+    if full_rows < p.th {
+        output_transform_rows(cx, p, [mbuf, out], bias, &mut epi, rows(Some(full_rows)))?;
+    }
+    Ok(())
+}
+
+/// Which kernel of [`output_transform`]: `M`'s block size, and every whole tile row
+/// (`last` `None`, parallel over them) or tile row `last`, whose outputs reach past the
+/// image's last row.
+struct OutputRows {
+    lanes: usize,
+    last: Option<usize>,
+}
+
+/// One kernel of [`output_transform`].
+fn output_transform_rows(
+    cx: &mut Cx,
+    p: &Plan,
+    [mbuf, out]: [BufferId; 2],
+    bias: Option<BufferId>,
+    epi: &mut Epilogue,
+    OutputRows { lanes, last }: OutputRows,
 ) -> Result<(), Diagnostic> {
     let form = p.form;
     let m = form.m();
     let tiles = p.tiles() as i64;
     let mut b = KernelBuilder::new(&format!(
-        "winograd{m}_output_{}_c4{}{}",
+        "winograd{m}_output_{}_lb{lanes}{}{}{}",
         dims_name(&[p.n, p.o, p.oh, p.ow]),
         if bias.is_some() { "_bias" } else { "" },
-        if epi.is_empty() { "" } else { "_fused" }
+        if epi.is_empty() { "" } else { "_fused" },
+        if last.is_some() { "_last_row" } else { "" }
     ));
     let ma = b.arg("m", cx.len_of(mbuf), Access::Read);
     let mut args = vec![mbuf];
@@ -844,10 +877,14 @@ fn output_transform(
     let ya = b.arg("out", cx.len_of(out), Access::Write);
     args.push(out);
     let w4 = Width::F32x4;
-    let quads = (p.o / 4) as i64;
-    // M[ξ][quad][t][0..4]
-    let m_at = |xi: usize, quad: &Affine, t: &Affine| {
-        quad.plus(xi as i64 * quads).scale(tiles).add(t).scale(4)
+    // M[ξ][o / lanes][t][lanes]: quad `qi` of block `blk` at tile `t`
+    let blocks = (p.o / lanes) as i64;
+    let m_at = |xi: usize, blk: &Affine, qi: &Affine, t: &Affine| {
+        blk.plus(xi as i64 * blocks)
+            .scale(tiles)
+            .add(t)
+            .scale(lanes as i64)
+            .add(&qi.scale(4))
     };
     let out_at = |n: &Affine, o: &Affine, row: &Affine, col: &Affine| {
         n.scale((p.o * p.oh * p.ow) as i64)
@@ -855,90 +892,97 @@ fn output_transform(
             .add(&row.scale(p.ow as i64))
             .add(col)
     };
-    let epi = &epi;
+    let epi = &*epi;
     // tiles per step along a row: F2's 2 columns per tile are paired into 4
     let per_step = 4 / m;
-    let full_rows = p.oh / m;
-    b.set_parallel();
-    b.for_loop(0, quads, 1, |b, quad| {
-        let quad = Affine::var(quad);
-        let o0 = quad.scale(4);
+    // `per_step` tiles of image `n` from tile column `tw0` of tile row `th`, of which
+    // `rows` output rows and `cols` output columns are inside the image, for quad `quad`
+    let quad_step = |b: &mut KernelBuilder,
+                     n: &Affine,
+                     [blk, qi]: [&Affine; 2],
+                     th: &Affine,
+                     tw0: &Affine,
+                     rows: usize,
+                     cols: usize| {
+        let o0 = blk.scale(lanes as i64).add(&qi.scale(4));
         let bias_v = ba.map(|bb| b.let_(Expr::load(bb, o0.clone(), w4), w4));
+        // ys[k][r][j]: output (r, j) of tile `tw0 + k`, 4 channels
+        let ys: Vec<Vec<Vec<Expr>>> = (0..per_step)
+            .map(|k| {
+                let t = n
+                    .scale((p.th * p.tw) as i64)
+                    .add(&th.scale(p.tw as i64))
+                    .add(&tw0.plus(k as i64));
+                let load = |xi: usize| Expr::load(ma, m_at(xi, blk, qi, &t), w4);
+                output_tile(b, form, w4, &load)
+            })
+            .collect();
+        for r in 0..rows {
+            let row = th.scale(m as i64).plus(r as i64);
+            let columns: Vec<Expr> = ys
+                .iter()
+                .flat_map(|y| y[r].iter().cloned())
+                .map(|e| match &bias_v {
+                    Some(bv) => Expr::binary(BinOp::Add, e, bv.clone()),
+                    None => e,
+                })
+                .collect();
+            let col = tw0.scale(m as i64);
+            for (k, channel) in transpose4(b, &columns).into_iter().enumerate() {
+                let o = o0.plus(k as i64);
+                if cols >= 4 {
+                    let idx = [n.clone(), o.clone(), row.clone(), col.clone()];
+                    let val = epi.apply(b, channel, &idx, w4);
+                    b.store(ya, out_at(n, &o, &row, &col), val, w4);
+                    continue;
+                }
+                let channel = b.let_(channel, w4);
+                for j in 0..cols {
+                    let col = col.plus(j as i64);
+                    let s = Expr::lane(channel.clone(), j as u8);
+                    let idx = [n.clone(), o.clone(), row.clone(), col.clone()];
+                    let s = epi.apply(b, s, &idx, Width::Scalar);
+                    b.store(ya, out_at(n, &o, &row, &col), s, Width::Scalar);
+                }
+            }
+        }
+    };
+    // every quad of block `blk` on the `per_step` tiles from column `tw0`
+    let step =
+        |b: &mut KernelBuilder, n: &Affine, blk: &Affine, th: &Affine, tw0: &Affine, rows, cols| {
+            b.for_loop(0, (lanes / 4) as i64, 1, |b, qi| {
+                quad_step(b, n, [blk, &Affine::var(qi)], th, tw0, rows, cols)
+            })
+        };
+    let tile_row = |b: &mut KernelBuilder, th: &Affine, rows: usize| {
         b.for_loop(0, p.n as i64, 1, |b, n| {
             let n = Affine::var(n);
-            // `per_step` tiles from tile column `tw0` of tile row `th`, of which `rows`
-            // output rows and `cols` output columns are inside the image
-            let step =
-                |b: &mut KernelBuilder, th: &Affine, tw0: &Affine, rows: usize, cols: usize| {
-                    // ys[k][r][j]: output (r, j) of tile `tw0 + k`, 4 channels
-                    let ys: Vec<Vec<Vec<Expr>>> = (0..per_step)
-                        .map(|k| {
-                            let t = n
-                                .scale((p.th * p.tw) as i64)
-                                .add(&th.scale(p.tw as i64))
-                                .add(&tw0.plus(k as i64));
-                            let load = |xi: usize| Expr::load(ma, m_at(xi, &quad, &t), w4);
-                            output_tile(b, form, w4, &load)
-                        })
-                        .collect();
-                    for r in 0..rows {
-                        let row = th.scale(m as i64).plus(r as i64);
-                        let columns: Vec<Expr> = ys
-                            .iter()
-                            .flat_map(|y| y[r].iter().cloned())
-                            .map(|e| match &bias_v {
-                                Some(bv) => Expr::binary(BinOp::Add, e, bv.clone()),
-                                None => e,
-                            })
-                            .collect();
-                        let col = tw0.scale(m as i64);
-                        for (k, channel) in transpose4(b, &columns).into_iter().enumerate() {
-                            let o = o0.plus(k as i64);
-                            if cols >= 4 {
-                                let idx = [n.clone(), o.clone(), row.clone(), col.clone()];
-                                let val = epi.apply(b, channel, &idx, w4);
-                                b.store(ya, out_at(&n, &o, &row, &col), val, w4);
-                                continue;
-                            }
-                            let channel = b.let_(channel, w4);
-                            for j in 0..cols {
-                                let col = col.plus(j as i64);
-                                let s = Expr::lane(channel.clone(), j as u8);
-                                let idx = [n.clone(), o.clone(), row.clone(), col.clone()];
-                                let s = epi.apply(b, s, &idx, Width::Scalar);
-                                b.store(ya, out_at(&n, &o, &row, &col), s, Width::Scalar);
-                            }
-                        }
-                    }
-                };
-            let tile_row = |b: &mut KernelBuilder, th: &Affine, rows: usize| {
+            b.for_loop(0, blocks, 1, |b, blk| {
+                let blk = Affine::var(blk);
                 // tiles whose 4 columns (F2: pairs of tiles) are all inside the image
                 let whole = p.ow / 4 * 4 / m;
                 b.for_loop(0, whole as i64, per_step as i64, |b, tw| {
-                    step(b, th, &Affine::var(tw), rows, 4)
+                    step(b, &n, &blk, th, &Affine::var(tw), rows, 4)
                 });
                 if whole < p.tw {
                     // the last columns: F4's last tile, or F2's last one or two tiles
                     // (pairing an odd last tile with one past the grid, whose lanes are
                     // never stored: see the length of `M` in `lower`)
-                    step(
-                        b,
-                        th,
-                        &Affine::constant(whole as i64),
-                        rows,
-                        p.ow - whole * m,
-                    );
+                    let tw0 = Affine::constant(whole as i64);
+                    step(b, &n, &blk, th, &tw0, rows, p.ow - whole * m);
                 }
-            };
-            b.for_loop(0, full_rows as i64, 1, |b, th| {
+            })
+        })
+    };
+    match last {
+        None => {
+            b.set_parallel();
+            b.for_loop(0, (p.oh / m) as i64, 1, |b, th| {
                 tile_row(b, &Affine::var(th), m)
             });
-            if full_rows < p.th {
-                let th = Affine::constant(full_rows as i64);
-                tile_row(b, &th, p.oh - full_rows * m);
-            }
-        });
-    });
+        }
+        Some(th) => tile_row(&mut b, &Affine::constant(th as i64), p.oh - th * m),
+    }
     cx.step(b.finish(), args)
 }
 

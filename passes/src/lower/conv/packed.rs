@@ -118,13 +118,12 @@ pub(crate) struct PackedConv {
     /// The native routine that computes each tile's sums (then `vecs` is 4 and a tile is
     /// up to [`MICRO_PIXELS`] pixels of a row), or `None` for Cranelift FMAs.
     pub(crate) micro: Option<MicroKernel>,
-    /// The sums are stored by quads of channels — `[n][o / 4][oh][ow][4]` (NCHW4c) —
-    /// instead of NCHW: a tile's channel vectors go out as they are (no transposes), and
-    /// a micro-kernel writes them itself (its 4-channel pieces `out_vec_stride` apart).
-    /// For an internal result read by a kernel made for it (Winograd's `M`, whose
-    /// output transform then reads every quad's tiles as one stream); no bias, no
-    /// epilogue.
-    pub(crate) channel_quad_output: bool,
+    /// The sums are stored in blocks of the tile's lanes — `[n][o / lanes][oh][ow][lanes]`
+    /// — instead of NCHW: a tile's channel vectors go out as they are (no transposes),
+    /// and a micro-kernel writes them itself, each pixel's lanes as whole vectors. For an
+    /// internal result read by a kernel made for it (Winograd's `M`, whose output
+    /// transform then reads each block's tiles as one stream); no bias, no epilogue.
+    pub(crate) lane_blocked_output: bool,
     /// The input is in channel blocks (`nchw16c`, a pointwise conv on a micro-kernel):
     /// a call's reduction walks the blocks as its rows.
     pub(crate) blocked_input: bool,
@@ -168,7 +167,7 @@ impl PackedConv {
                 unroll: 1,
                 channels_last,
                 micro: Some(routine),
-                channel_quad_output: false,
+                lane_blocked_output: false,
                 blocked_input: false,
                 blocked_output: false,
             };
@@ -222,7 +221,7 @@ impl PackedConv {
             unroll: 2,
             channels_last,
             micro: None,
-            channel_quad_output: false,
+            lane_blocked_output: false,
             blocked_input: false,
             blocked_output: false,
         }
@@ -239,39 +238,32 @@ impl PackedConv {
         }
     }
 
-    /// The same tiles, storing their sums by quads of channels (see
-    /// [`PackedConv::channel_quad_output`]).
-    pub(crate) fn with_channel_quad_output(self) -> PackedConv {
+    /// The same tiles, storing their sums in blocks of their lanes (see
+    /// [`PackedConv::lane_blocked_output`]).
+    pub(crate) fn with_lane_blocked_output(self) -> PackedConv {
         PackedConv {
-            channel_quad_output: true,
+            lane_blocked_output: true,
             ..self
         }
     }
 
-    /// Index of the first sum of the tile at pixel (`at.oh`, `q0`) of channel block
-    /// `block_index` (`group · blocks + block`), stored by quads of channels: its quads
-    /// follow each other a plane of quads apart ([`PackedConv::quad_plane`]).
-    fn channel_quad_index(
+    /// Index of the first sum (lane 0) of the tile at pixel (`at.oh`, `q0`) of channel
+    /// block `block_index` (`group · blocks + block`), stored in blocks of the lanes:
+    /// `[n][o / lanes][oh][ow][lanes]`; the tile's next pixel is `lanes` further.
+    fn lane_blocked_index(
         &self,
         g: &Geo,
         at: &TileAt,
         block_index: &Affine,
         q0: &Affine,
     ) -> Affine {
-        let plane = (g.oh * g.ow) as i64;
-        let first_quad =
-            at.n.scale(g.o as i64 / 4)
-                .add(&block_index.scale(self.lanes() as i64 / 4));
-        first_quad
-            .scale(plane)
+        let lanes = self.lanes() as i64;
+        at.n.scale(g.o as i64 / lanes)
+            .add(block_index)
+            .scale((g.oh * g.ow) as i64)
             .add(&at.oh.scale(g.ow as i64))
             .add(q0)
-            .scale(4)
-    }
-
-    /// Elements from one quad of channels to the next, stored by quads.
-    fn quad_plane(g: &Geo) -> i64 {
-        (g.oh * g.ow * 4) as i64
+            .scale(lanes)
     }
 
     pub(crate) fn lanes(&self) -> usize {
@@ -375,8 +367,10 @@ impl PackedConv {
         out: BufferId,
     ) -> Result<(), Diagnostic> {
         let has_bias = operands.len() > 2;
-        if self.channel_quad_output && (has_bias || !epi.is_empty()) {
-            return Err(cx.unsupported("sums stored by quads of channels take no bias or post-ops"));
+        if self.lane_blocked_output && (has_bias || !epi.is_empty()) {
+            return Err(
+                cx.unsupported("sums stored channels-last per group take no bias or post-ops")
+            );
         }
         let mut b = KernelBuilder::new(&format!(
             "conv2d_packed_{}{}_k{}x{}_s{}x{}_d{}x{}_g{}_o{}x{}p{}{}{}{}{}",
@@ -394,7 +388,7 @@ impl PackedConv {
             self.pixels,
             if has_bias { "_bias" } else { "" },
             if epi.is_empty() { "" } else { "_fused" },
-            if self.channel_quad_output { "_c4" } else { "" },
+            if self.lane_blocked_output { "_lb" } else { "" },
             if self.blocked_output { "_out16c" } else { "" }
         ));
         let (mut bufs, mut args) =
@@ -690,11 +684,11 @@ impl PackedConv {
             }
             return;
         }
-        if self.channel_quad_output {
-            let base = self.channel_quad_index(g, at, block_index, q0);
+        if self.lane_blocked_output {
+            let base = self.lane_blocked_index(g, at, block_index, q0);
             for (v, row_accs) in accs.iter().enumerate() {
                 for (p, &acc) in row_accs.iter().enumerate() {
-                    let at = base.plus(v as i64 * Self::quad_plane(g) + 4 * p as i64);
+                    let at = base.plus((p * self.lanes() + 4 * v) as i64);
                     b.store(bufs.out, at, Expr::Var(acc), w4);
                 }
             }
@@ -763,11 +757,11 @@ impl PackedConv {
         } = call;
         let w4 = Width::F32x4;
         let lanes = routine.lanes();
-        // where the routine leaves its sums: the result itself, by quads of channels a
-        // plane apart, or `[pixel][lanes]` in a stack buffer for the epilogue
-        let (sums, sums_at, out_pixel_stride, out_vec_stride) = if self.channel_quad_output {
-            let at = self.channel_quad_index(g, at, block_index, q0);
-            (bufs.out, at, 4, Self::quad_plane(g))
+        // where the routine leaves its sums: the result itself, channels-last within
+        // the group, or `[pixel][lanes]` in a stack buffer for the epilogue
+        let (sums, sums_at, out_pixel_stride, out_vec_stride) = if self.lane_blocked_output {
+            let at = self.lane_blocked_index(g, at, block_index, q0);
+            (bufs.out, at, lanes, 4)
         } else {
             let local = b.local(pixels * lanes as usize);
             (local, Affine::constant(0), lanes, 4)
@@ -914,7 +908,7 @@ impl PackedConv {
             next,
             tile,
         );
-        if self.channel_quad_output {
+        if self.lane_blocked_output {
             return;
         }
         let out_index = |o: &Affine, col: &Affine| {
