@@ -132,17 +132,18 @@ fn layout_pass_blocks_values_whose_writers_and_readers_all_compute_on_blocks() {
         .filter(|(_, t)| t.contains("nchw16c"))
         .map(|(_, t)| t)
         .collect();
-    // the projection, the reducing convs' results (read by 3×3 convs, which copy
-    // 16-channel runs), both block outputs, the scaled output and block 3's stride-2
-    // 3×3 result (a direct conv writes blocks); not the stride-1 3×3 results (Winograd
-    // may compute them, whose output transform writes NCHW), not block 3's output (a
-    // function result) nor its projection (that output's residual)
+    // every conv's result — the reducing convs' results read by 3×3 convs (which copy
+    // 16-channel runs), the 3×3 results written by the direct conv's epilogue or
+    // Winograd's output transform — but block 3's output (a function result) and its
+    // projection (that output's residual)
     assert_eq!(
         blocked,
         [
             "tensor<1x64x10x10xf32, nchw16c>",
             "tensor<1x16x10x10xf32, nchw16c>",
+            "tensor<1x16x10x10xf32, nchw16c>",
             "tensor<1x64x10x10xf32, nchw16c>",
+            "tensor<1x32x10x10xf32, nchw16c>",
             "tensor<1x32x10x10xf32, nchw16c>",
             "tensor<1x64x10x10xf32, nchw16c>",
             "tensor<1x64x10x10xf32, nchw16c>",
@@ -206,13 +207,20 @@ fn blocked_activations_match_the_interpreter_and_row_major_bit_for_bit() {
             if hw == 16 && kernels != Kernels::Cranelift {
                 // both 3×3 forms read blocks: the direct one's channels-last copy from
                 // blocks, and Winograd's padding of 16-channel pixels (a left pad of one
-                // pixel is 16 floats)
+                // pixel is 16 floats); Winograd's output transform writes them
                 let o = CompileOptions { kernels, ..opts() };
                 let exe = Executable::compile(&m, None, &o).expect("compiles");
                 let loops = exe.dump_loops();
                 assert!(loops.contains("c16_t1l1_"), "no direct 3×3 conv on blocks");
                 assert!(loops.contains("winograd"), "no Winograd conv at 16²");
                 assert!(loops.contains("_t1l16_"), "Winograd's input not in blocks");
+                let blocked_output = |l: &str| l.contains("_output_") && l.contains("_out16c");
+                assert!(
+                    loops
+                        .lines()
+                        .any(|l| l.contains("winograd") && blocked_output(l)),
+                    "Winograd's output not in blocks"
+                );
             }
             let bits = |t: &[smelt_ir::Tensor]| -> Vec<u32> {
                 t.iter()
@@ -284,7 +292,10 @@ fn global_average_pool_reads_channel_blocks() {
     let m = pooled_head(48);
     let laid = assign_layouts(&m.funcs[0], Some(MicroKernel::ConvTileAvx2)).expect("blocks");
     let blocked = laid.insts.iter().filter(|i| i.ty.layout == BLOCKS).count();
-    assert_eq!(blocked, 2, "the projection and the block output");
+    assert_eq!(
+        blocked, 3,
+        "the projection, the 3×3 result and the block output"
+    );
     check_against_interp("pooled head", &m, &random_inputs(&m, 7), 1e-5);
 }
 
@@ -303,20 +314,24 @@ fn blocked_forms_nothing_computes_are_errors() {
         msg.contains("nchw16c") && msg.contains("micro-kernel"),
         "{msg}"
     );
-    // a blocked 3×3 conv result
-    let src = "const @w : tensor<16x16x3x3xf32> = dense<0.5>
+    // a blocked result of a grouped conv
+    let src = "const @w : tensor<16x8x3x3xf32> = dense<0.5>
 
 func @main(%x: tensor<1x16x6x6xf32>) -> (y: tensor<1x16x6x6xf32>) {
-  %w = const @w : tensor<16x16x3x3xf32>
-  %y = conv2d %x, %w {pads = [1, 1, 1, 1], layout = nchw16c} : tensor<1x16x6x6xf32, nchw16c>
+  %w = const @w : tensor<16x8x3x3xf32>
+  %y = conv2d %x, %w {pads = [1, 1, 1, 1], groups = 2, layout = nchw16c} : tensor<1x16x6x6xf32, nchw16c>
   %z = relu %y : tensor<1x16x6x6xf32>
   return %z : tensor<1x16x6x6xf32>
 }
 ";
-    let m = text::parse(src, "blocked_3x3.tir")
+    let m = text::parse(src, "blocked_grouped.tir")
         .expect("parses: the type rule allows a blocked conv result");
-    let e = Executable::compile(&m, None, &opts()).expect_err("3x3 s1 writes no blocks");
-    assert!(e.to_string().contains("other than 3×3 stride 1"), "{e}");
+    let e = Executable::compile(&m, None, &opts()).expect_err("grouped convs write no blocks");
+    assert!(
+        e.to_string()
+            .contains("ungrouped convs with output channels in"),
+        "{e}"
+    );
     // a blocked residual into a row-major result, and a blocked input to relu
     let src = "const @w : tensor<16x16x1x1xf32> = dense<0.5>
 

@@ -8,9 +8,9 @@
 //! the next pointwise conv nothing: its reduction walks the blocks as rows. In a
 //! ResNet bottleneck the block outputs — written by the expanding 1×1 conv with its
 //! residual, read by the next block's reducing 1×1 conv and residual — qualify. So do
-//! the results of direct convs on the micro-kernel other than 3×3 stride 1 (which
-//! Winograd may compute: its output transform writes NCHW), such as a bottleneck's
-//! stride-2 3×3 conv: their tiles are the same `[pixel][lanes]` sums.
+//! the results of other convs on the micro-kernel: the direct conv's tiles are the same
+//! `[pixel][lanes]` sums, and Winograd's output transform computes vectors of 4 channels
+//! of one pixel, which it stores as they are.
 //!
 //! A value is put in blocks when
 //! - it is the result of a conv, plain or fused, that the lowering computes on blocks

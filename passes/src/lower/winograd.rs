@@ -25,7 +25,9 @@
 //! epilogue, each tile's lanes as whole vectors (by quads of channels a plane apart, its
 //! earlier layout, the stores cost the product 13–28% at 64–128 channels), and the output
 //! transform runs on vectors of 4 channels of one tile, a block's quads one after the
-//! other on each step of tiles, so each block's tiles are one stream.
+//! other on each step of tiles, so each block's tiles are one stream. A result in
+//! channel blocks (`nchw16c`, as the layout pass chooses) takes those vectors as they
+//! are: per 16 channels, 4 output row streams instead of 64 channel rows of NCHW.
 
 use smelt_ir::loops::{Access, Affine, BinOp, BufId, Expr, KernelBuilder, MicroKernel, Width};
 use smelt_ir::op::Conv2dAttrs;
@@ -131,6 +133,8 @@ pub(super) struct Plan {
     /// Tile rows and columns per image.
     th: usize,
     tw: usize,
+    /// The result is in channel blocks (`nchw16c`).
+    out_blocked: bool,
 }
 
 impl Plan {
@@ -260,12 +264,13 @@ pub(super) fn plan(
         pl: a.pads[1],
         th: oh.div_ceil(m),
         tw: ow.div_ceil(m),
+        out_blocked: out_ty.layout == CHANNEL_BLOCKS,
     })
 }
 
 /// The form the cost model picks, if Winograd applies at all: 3×3, stride 1, dilation 1,
-/// one group, constant weights, row-major operands (the input may be in channel blocks on
-/// a micro-kernel), output channels a multiple of 4 (the
+/// one group, constant weights, row-major operands (the input and the result may be in
+/// channel blocks on a micro-kernel), output channels a multiple of 4 (the
 /// packed product's vectors), and at least 32 input and output channels: smaller
 /// convolutions take microseconds either way, and stay on the direct path that the
 /// thin-path tests and snapshots pin down.
@@ -283,7 +288,7 @@ fn choose(cx: &Cx, a: &Conv2dAttrs, operands: &[Value], out_ty: &TensorType) -> 
         || xt.rank() != 4
         || !(row_major(xt) || (xt.layout == CHANNEL_BLOCKS && cx.opts.micro.is_some()))
         || !row_major(wt)
-        || !row_major(out_ty)
+        || !(row_major(out_ty) || (out_ty.layout == CHANNEL_BLOCKS && cx.opts.micro.is_some()))
         || cx.const_weight(operands[1]).is_none()
     {
         return None;
@@ -420,6 +425,9 @@ pub(super) fn lower(
     );
     // one tile more than the product writes: F2's output transform pairs a row's odd
     // last tile with the next one, whose lanes it never stores
+    if p.out_blocked && !lanes.is_multiple_of(CHANNEL_BLOCK) {
+        return Err(cx.unsupported("winograd into nchw16c needs a micro-kernel's tiles"));
+    }
     let mbuf = cx.temp("wino_m", (a2 * tiles + 1) * p.o);
     let none = Epilogue::new(cx, &[], &[], &[]);
     packed.kernel(cx, &gemm, v, ubuf, &operands[..2], none, mbuf)?;
@@ -813,11 +821,12 @@ fn input_transform_blocked(
 }
 
 /// `M` stored in blocks of `lanes` channels (`[ξ][o / lanes][t][lanes]`) → `Y = Aᵀ·M·A`
-/// with bias and post-ops, NCHW. Vectors hold the 4 channels of a quad at one tile, so every
-/// tile and channel count runs on vectors: a 4×4 transpose turns 4 output columns × 4
-/// channels into 4 channels × 4 columns for the post-ops and the stores along W (F2
-/// pairs horizontally adjacent tiles for its 4 columns). Columns past the right edge are
-/// stored lane by lane. Each step of tiles runs every quad of one block in turn, so a
+/// with bias and post-ops, NCHW or in channel blocks. Vectors hold the 4 channels of a
+/// quad at one tile, so every tile and channel count runs on vectors. In channel blocks
+/// each output pixel's vector is stored as it is; NCHW, a 4×4 transpose turns 4 output
+/// columns × 4 channels into 4 channels × 4 columns for the post-ops and the stores
+/// along W (F2 pairs horizontally adjacent tiles for its 4 columns), and columns past
+/// the right edge are stored lane by lane. Each step of tiles runs every quad of one block in turn, so a
 /// block's tiles of each ξ plane are read as one stream, each line once. Parallel over
 /// tile rows; a last tile row reaching past the image is a second, serial kernel.
 fn output_transform(
@@ -861,8 +870,9 @@ fn output_transform_rows(
     let m = form.m();
     let tiles = p.tiles() as i64;
     let mut b = KernelBuilder::new(&format!(
-        "winograd{m}_output_{}_lb{lanes}{}{}{}",
+        "winograd{m}_output_{}_lb{lanes}{}{}{}{}",
         dims_name(&[p.n, p.o, p.oh, p.ow]),
+        if p.out_blocked { "_out16c" } else { "" },
         if bias.is_some() { "_bias" } else { "" },
         if epi.is_empty() { "" } else { "_fused" },
         if last.is_some() { "_last_row" } else { "" }
@@ -892,14 +902,29 @@ fn output_transform_rows(
             .add(&row.scale(p.ow as i64))
             .add(col)
     };
+    // in channel blocks, `[n][o / 16][oh][ow][16]`: the first of 4 channels at
+    // `within` of block `block`
+    let unit = CHANNEL_BLOCK as i64;
+    let stored_at = |n: &Affine, [block, within]: [&Affine; 2], row: &Affine, col: &Affine| {
+        n.scale((p.o / CHANNEL_BLOCK) as i64)
+            .add(block)
+            .scale((p.oh * p.ow) as i64)
+            .add(&row.scale(p.ow as i64))
+            .add(col)
+            .scale(unit)
+            .add(within)
+    };
     let epi = &*epi;
     // tiles per step along a row: F2's 2 columns per tile are paired into 4
     let per_step = 4 / m;
     // `per_step` tiles of image `n` from tile column `tw0` of tile row `th`, of which
-    // `rows` output rows and `cols` output columns are inside the image, for quad `quad`
+    // `rows` output rows and `cols` output columns are inside the image, for quad `qi`
+    // of block `blk` (in channel blocks, `stored` = the output block and the quad's
+    // first channel within it)
     let quad_step = |b: &mut KernelBuilder,
                      n: &Affine,
                      [blk, qi]: [&Affine; 2],
+                     stored: Option<[&Affine; 2]>,
                      th: &Affine,
                      tw0: &Affine,
                      rows: usize,
@@ -917,15 +942,30 @@ fn output_transform_rows(
                 output_tile(b, form, w4, &load)
             })
             .collect();
+        let bias = |e: Expr| match &bias_v {
+            Some(bv) => Expr::binary(BinOp::Add, e, bv.clone()),
+            None => e,
+        };
+        if let Some(block) = stored {
+            for r in 0..rows {
+                let row = th.scale(m as i64).plus(r as i64);
+                let pixels = ys.iter().flat_map(|y| y[r].iter().cloned());
+                for (j, v) in pixels.enumerate().take(cols) {
+                    let col = tw0.scale(m as i64).plus(j as i64);
+                    let idx = [n.clone(), o0.clone(), row.clone(), col.clone()];
+                    let at = stored_at(n, block, &row, &col);
+                    let val = epi.apply_along_channels(b, bias(v), &idx, &at, w4);
+                    b.store(ya, at, val, w4);
+                }
+            }
+            return;
+        }
         for r in 0..rows {
             let row = th.scale(m as i64).plus(r as i64);
             let columns: Vec<Expr> = ys
                 .iter()
                 .flat_map(|y| y[r].iter().cloned())
-                .map(|e| match &bias_v {
-                    Some(bv) => Expr::binary(BinOp::Add, e, bv.clone()),
-                    None => e,
-                })
+                .map(bias)
                 .collect();
             let col = tw0.scale(m as i64);
             for (k, channel) in transpose4(b, &columns).into_iter().enumerate() {
@@ -947,11 +987,24 @@ fn output_transform_rows(
             }
         }
     };
-    // every quad of block `blk` on the `per_step` tiles from column `tw0`
+    // every quad of block `blk` on the `per_step` tiles from column `tw0`; in channel
+    // blocks, as the 4 quads of each output block of 16 channels
     let step =
         |b: &mut KernelBuilder, n: &Affine, blk: &Affine, th: &Affine, tw0: &Affine, rows, cols| {
-            b.for_loop(0, (lanes / 4) as i64, 1, |b, qi| {
-                quad_step(b, n, [blk, &Affine::var(qi)], th, tw0, rows, cols)
+            if !p.out_blocked {
+                return b.for_loop(0, (lanes / 4) as i64, 1, |b, qi| {
+                    quad_step(b, n, [blk, &Affine::var(qi)], None, th, tw0, rows, cols)
+                });
+            }
+            b.for_loop(0, (lanes / CHANNEL_BLOCK) as i64, 1, |b, half| {
+                b.for_loop(0, 4, 1, |b, qq| {
+                    let (half, qq) = (Affine::var(half), Affine::var(qq));
+                    let qi = half.scale(4).add(&qq);
+                    let block = blk.scale((lanes / CHANNEL_BLOCK) as i64).add(&half);
+                    let within = qq.scale(4);
+                    let stored = Some([&block, &within]);
+                    quad_step(b, n, [blk, &qi], stored, th, tw0, rows, cols)
+                })
             })
         };
     let tile_row = |b: &mut KernelBuilder, th: &Affine, rows: usize| {

@@ -107,20 +107,16 @@ pub fn pointwise_on_micro(a: &Conv2dAttrs, w: &TensorType, micro: Option<MicroKe
 
 /// Whether a conv with attributes `a` and weight type `w` (constant weights assumed) may
 /// write its result in channel blocks ([`CHANNEL_BLOCKS`]) on a target with `micro`: a
-/// pointwise one ([`pointwise_on_micro`]), or an ungrouped one with output channels in
-/// whole blocks that the packed direct convolution computes on the micro-kernel, whose
-/// epilogue then stores each vector of 4 channels as it is instead of transposing. A
-/// 3×3 stride-1 conv is left out: it may be lowered by Winograd, whose output
-/// transform writes NCHW.
+/// pointwise one ([`pointwise_on_micro`]), or any other ungrouped one with output
+/// channels in whole blocks — the packed direct convolution's epilogue and Winograd's
+/// output transform then store each vector of 4 channels of a pixel as it is instead of
+/// transposing.
 pub fn writes_blocks_on_micro(a: &Conv2dAttrs, w: &TensorType, micro: Option<MicroKernel>) -> bool {
-    let winograd_shaped =
-        w.rank() == 4 && w.dims[2..] == [3, 3] && a.strides == [1, 1] && a.dilations == [1, 1];
     pointwise_on_micro(a, w, micro)
         || (micro.is_some()
             && a.groups == 1
             && w.rank() == 4
-            && w.dims[0].is_multiple_of(CHANNEL_BLOCK)
-            && !winograd_shaped)
+            && w.dims[0].is_multiple_of(CHANNEL_BLOCK))
 }
 
 /// Whether a conv with attributes `a` and weight type `w` (constant weights assumed)
@@ -159,9 +155,8 @@ pub(crate) fn lower_conv2d(
             return Err(cx.unsupported(
                 "channel-blocked (nchw16c) activations need constant weights and a \
                  micro-kernel (--kernels auto, avx2 or avx512); ungrouped convs with output \
-                 channels in quads read them, and ungrouped convs other than 3×3 stride 1 \
-                 with output channels in blocks of 16 and per-channel or full-size post-op \
-                 operands write them",
+                 channels in quads read them, and ungrouped convs with output channels in \
+                 blocks of 16 and per-channel or full-size post-op operands write them",
             ));
         }
     }
