@@ -188,6 +188,7 @@ pub fn resnet(cfg: &ResNetConfig) -> Result<Module, Diagnostic> {
             pads: [1, 1, 1, 1],
             dilations: [1, 1],
             ceil_mode: false,
+            layout: smelt_ir::Layout::RowMajor,
         });
         net.named("maxpool", pool, &[s])?
     } else {

@@ -74,6 +74,7 @@ fn pool(kernel: usize, stride: usize, pad: usize, ceil_mode: bool) -> Pool2dAttr
         pads: [pad; 4],
         dilations: [1, 1],
         ceil_mode,
+        layout: smelt_ir::Layout::RowMajor,
     }
 }
 

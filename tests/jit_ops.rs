@@ -163,6 +163,7 @@ fn pool(kernel: usize, stride: usize, pads: [usize; 4], dil: usize, ceil: bool) 
         pads,
         dilations: [dil, dil],
         ceil_mode: ceil,
+        layout: smelt_ir::Layout::RowMajor,
     }
 }
 

@@ -9,7 +9,7 @@ use jit_util::{add_relu, check_against_interp, f32t, kernel_choices, opts, rando
 use smelt::runtime::{CompileOptions, Executable, Kernels, Layouts};
 use smelt_ir::builder::FuncBuilder;
 use smelt_ir::loops::MicroKernel;
-use smelt_ir::op::{Conv2dAttrs, FusedOp, PostOp};
+use smelt_ir::op::{Conv2dAttrs, FusedOp, Pool2dAttrs, PostOp};
 use smelt_ir::text::{self, PrintOptions};
 use smelt_ir::weights::random_f32;
 use smelt_ir::{BinaryOp, Layout, Module, Op, UnaryOp, Value};
@@ -260,6 +260,80 @@ fn blocked_intermediates_are_returned_row_major() {
     assert!(compared > 10, "only {compared} intermediates kept");
 }
 
+/// A ResNet stem on `n` images of `hw`×`hw` — a 7×7 stride-2 conv with relu, a 3×3
+/// stride-2 max pool — then a basic block whose residual is the pool's output, and a
+/// 1×1 conv for the result.
+fn stem(n: usize, hw: usize) -> Module {
+    let mut m = Module::default();
+    let mut b = FuncBuilder::new(&mut m, "main");
+    let x = b.param("x", f32t(&[n, 3, hw, hw]));
+    let c = conv(&mut b, x, (3, 32), 7, 2, &relu(), &[], 300);
+    let pool = Pool2dAttrs {
+        kernel: [3, 3],
+        strides: [2, 2],
+        pads: [1; 4],
+        dilations: [1, 1],
+        ceil_mode: false,
+        layout: Layout::RowMajor,
+    };
+    let p = b.op(Op::MaxPool2d(pool), &[c]).expect("pool type-checks");
+    let a = conv(&mut b, p, (32, 32), 3, 1, &relu(), &[], 310);
+    let y = conv(&mut b, a, (32, 32), 3, 1, &add_relu(), &[p], 320);
+    let z = conv(&mut b, y, (32, 16), 1, 1, &[], &[], 330);
+    b.finish(&[("z", z)]);
+    m
+}
+
+#[test]
+fn max_pool_reads_and_writes_channel_blocks() {
+    let m = stem(1, 32);
+    let laid = assign_layouts(&m.funcs[0], Some(MicroKernel::ConvTileAvx2)).expect("blocks");
+    let pools: Vec<String> = laid
+        .insts
+        .iter()
+        .filter(|i| matches!(i.op, Op::MaxPool2d(_)))
+        .map(|i| i.ty.to_string())
+        .collect();
+    assert_eq!(pools, ["tensor<1x32x8x8xf32, nchw16c>"]);
+    // every conv result but the function's
+    let blocked = laid.insts.iter().filter(|i| i.ty.layout == BLOCKS).count();
+    assert_eq!(
+        blocked, 4,
+        "the stem conv, the pool, the block's two 3×3 results"
+    );
+    for (n, hw) in [(1, 32), (2, 48)] {
+        let m = stem(n, hw);
+        let inputs = random_inputs(&m, 9);
+        check_against_interp(&format!("stem {n}×{hw}²"), &m, &inputs, 1e-5);
+        for kernels in kernel_choices() {
+            let run = |layouts| {
+                let o = CompileOptions {
+                    kernels,
+                    layouts,
+                    ..opts()
+                };
+                let exe = Executable::compile(&m, None, &o).expect("compiles");
+                (
+                    exe.dump_loops().to_string(),
+                    exe.run(&inputs).expect("runs"),
+                )
+            };
+            let ((loops, blocked), (_, plain)) = (run(Layouts::Auto), run(Layouts::RowMajor));
+            if kernels != Kernels::Cranelift {
+                let blocked_pool =
+                    |l: &str| l.contains("@max_pool2d_3x3_s2_") && l.contains("c16 ");
+                assert!(loops.lines().any(blocked_pool), "no max pool on blocks");
+            }
+            let bits = |t: &[smelt_ir::Tensor]| -> Vec<u32> {
+                t.iter()
+                    .flat_map(|t| t.data.iter().map(|v| v.to_bits()))
+                    .collect()
+            };
+            assert_eq!(bits(&blocked), bits(&plain), "{n}×{hw}² {kernels:?}");
+        }
+    }
+}
+
 /// A projection and an expanding conv with its residual, then a global average pool
 /// with a per-channel bias: the pool reads the blocks.
 fn pooled_head(c: usize) -> Module {
@@ -332,6 +406,20 @@ func @main(%x: tensor<1x16x6x6xf32>) -> (y: tensor<1x16x6x6xf32>) {
             .contains("ungrouped convs with output channels in"),
         "{e}"
     );
+    // a max pool on blocks that the blocked kernel does not compute (2×2 windows)
+    let src = "const @w : tensor<16x16x1x1xf32> = dense<0.5>
+
+func @main(%x: tensor<1x16x8x8xf32>) -> (y: tensor<1x16x4x4xf32>) {
+  %w = const @w : tensor<16x16x1x1xf32>
+  %a = conv2d %x, %w {layout = nchw16c} : tensor<1x16x8x8xf32, nchw16c>
+  %p = max_pool2d %a {kernel = [2, 2], strides = [2, 2], layout = nchw16c} : tensor<1x16x4x4xf32, nchw16c>
+  %y = conv2d %p, %w : tensor<1x16x4x4xf32>
+  return %y : tensor<1x16x4x4xf32>
+}
+";
+    let m = text::parse(src, "blocked_pool.tir").expect("parses: the pool's layout attribute");
+    let e = Executable::compile(&m, None, &opts()).expect_err("2x2 pools take no blocks");
+    assert!(e.to_string().contains("no kernel for these layouts"), "{e}");
     // a blocked residual into a row-major result, and a blocked input to relu
     let src = "const @w : tensor<16x16x1x1xf32> = dense<0.5>
 

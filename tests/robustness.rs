@@ -520,6 +520,7 @@ fn nan_and_inf_flow_through_pools_and_softmax_in_the_jit_as_in_the_interpreter()
         pads: [0; 4],
         dilations: [1, 1],
         ceil_mode: false,
+        layout: smelt_ir::Layout::RowMajor,
     };
     let mut bad = Vec::new();
     for (what, op) in [
@@ -553,6 +554,7 @@ fn max_pool_windows_entirely_in_padding_agree_in_the_jit_and_the_interpreter() {
         pads: [1, 0, 0, 0],
         dilations: [2, 1],
         ceil_mode: false,
+        layout: smelt_ir::Layout::RowMajor,
     };
     let dims = [1, 1, 2, 2];
     let x = Tensor::new(dims, vec![1.0, -2.0, 3.0, -4.0]).expect("x");

@@ -414,6 +414,7 @@ impl Gen<'_, '_, '_> {
             pads: [0; 4],
             dilations: [self.int(1, 2), self.int(1, 2)],
             ceil_mode: self.flag(),
+            layout: smelt_ir::Layout::RowMajor,
         };
         // Every window must hold an input element (a window of padding alone is NaN in
         // the interpreter, and the JIT drops NaN — see fuzz/README.md): padded axes get

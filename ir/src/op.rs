@@ -217,6 +217,9 @@ pub struct Pool2dAttrs {
     pub dilations: [usize; 2],
     /// Round the output size up instead of down (windows may start in the end padding).
     pub ceil_mode: bool,
+    /// Layout of the result; row-major unless the layout pass chose channel blocks for a
+    /// max pool that reads and writes them (text attribute `layout`).
+    pub layout: Layout,
 }
 
 impl Pool2dAttrs {
@@ -628,12 +631,21 @@ impl Op {
                 }
                 let oh = p.output_size(0, x.dims[2]);
                 let ow = p.output_size(1, x.dims[3]);
-                match (oh, ow) {
+                let result = match (oh, ow) {
                     (Some(oh), Some(ow)) if oh > 0 && ow > 0 => {
-                        TensorType::f32([x.dims[0], x.dims[1], oh, ow])
+                        TensorType::f32([x.dims[0], x.dims[1], oh, ow]).with_layout(p.layout)
                     }
                     _ => return Err(format!("pool window {:?} does not fit input {x}", p.kernel)),
+                };
+                if let Layout::Blocked { axis, block } = p.layout {
+                    if axis != 1 || block == 0 || !result.dims[1].is_multiple_of(block as usize) {
+                        return Err(format!(
+                            "pool result layout {:?} does not fit {result}",
+                            p.layout
+                        ));
+                    }
                 }
+                result
             }
             Op::GlobalAvgPool => {
                 let x = operands[0];
@@ -1066,6 +1078,7 @@ mod tests {
             pads: [0, 0, 1, 1],
             dilations: [1, 1],
             ceil_mode: true,
+            layout: Layout::RowMajor,
         };
         // input 4, padded 5: floor gives 2, ceil gives 3 but window 3 starts at 4 = in the pad
         assert_eq!(p.output_size(0, 4), Some(2));

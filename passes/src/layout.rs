@@ -14,11 +14,12 @@
 //!
 //! A value is put in blocks when
 //! - it is the result of a conv, plain or fused, that the lowering computes on blocks
-//!   ([`writes_blocks_on_micro`] with constant weights) and whose broadcast post-op operands
-//!   are per-channel vectors or scalars;
+//!   ([`writes_blocks_on_micro`] with constant weights), or of a halving 3×3 max pool
+//!   whose input is in blocks ([`max_pool_fits_blocks`]), and whose broadcast post-op
+//!   operands are per-channel vectors or scalars;
 //! - every use reads blocks: the input of a conv that reads them
-//!   ([`reads_blocks_on_micro`]: pointwise, direct or Winograd) or of a global average
-//!   pool, or a
+//!   ([`reads_blocks_on_micro`]: pointwise, direct or Winograd), of such a max pool whose
+//!   result is in blocks, or of a global average pool, or a
 //!   full-size post-op operand (a residual) of such a conv whose result is in blocks too
 //!   (the fused op's type rule wants it laid out as the result);
 //! - it is not a function result (callers exchange row-major tensors).
@@ -37,6 +38,7 @@ use crate::lower::conv::{
     reads_blocks_on_micro, writes_blocks_on_micro, CHANNEL_BLOCK, CHANNEL_BLOCKS,
 };
 use crate::lower::elementwise::broadcast_strides;
+use crate::lower::misc::max_pool_fits_blocks;
 use crate::manager::{Pass, PassContext, PassError};
 
 /// The layout pass (`layout` in pipelines), for a target with a micro-kernel:
@@ -103,8 +105,8 @@ pub fn assign_layouts(func: &Func, micro: Option<MicroKernel>) -> Option<Func> {
     let mut out = func.clone();
     for (i, inst) in out.insts.iter_mut().enumerate() {
         if blocked[first_inst + i] {
-            if let Some(a) = conv_attrs_mut(&mut inst.op) {
-                a.layout = CHANNEL_BLOCKS;
+            if let Some(layout) = result_layout_mut(&mut inst.op) {
+                *layout = CHANNEL_BLOCKS;
             }
             inst.ty = inst.ty.with_layout(CHANNEL_BLOCKS);
         }
@@ -127,11 +129,26 @@ fn computes_on_blocks(func: &Func, i: usize, micro: Option<MicroKernel>) -> bool
 }
 
 /// Whether instruction `i` may write its result in blocks: a conv whose kernel on the
-/// micro-kernel does ([`writes_blocks_on_micro`]) and whose broadcast post-op operands
-/// walk the channels contiguously or not at all.
+/// micro-kernel does ([`writes_blocks_on_micro`]), or a max pool whose kernel reads and
+/// writes blocks ([`blocked_max_pool`]), whose broadcast post-op operands walk the
+/// channels contiguously or not at all.
 fn writes_blocks(func: &Func, i: usize, micro: Option<MicroKernel>) -> bool {
-    const_conv(func, i).is_some_and(|(a, w)| writes_blocks_on_micro(a, w, micro))
-        && post_operands_walk_channels(func, &func.insts[i])
+    let writer = const_conv(func, i).is_some_and(|(a, w)| writes_blocks_on_micro(a, w, micro))
+        || (micro.is_some() && blocked_max_pool(func, i));
+    writer && post_operands_walk_channels(func, &func.insts[i])
+}
+
+/// Whether instruction `i` is a max pool (plain or fused) that the channel-block kernel
+/// computes, given its input and result in blocks.
+fn blocked_max_pool(func: &Func, i: usize) -> bool {
+    let inst = &func.insts[i];
+    let anchor = match &inst.op {
+        Op::Fused(f) => &*f.anchor,
+        op => op,
+    };
+    inst.operands
+        .first()
+        .is_some_and(|&x| max_pool_fits_blocks(anchor, &func.type_of(x).dims, &inst.ty.dims))
 }
 
 /// Whether every post-op operand of `inst` has the result's full size or walks its
@@ -189,7 +206,11 @@ fn stays_blocked(
         .iter()
         .filter(|&&p| func.type_of(p).dims == producer.ty.dims)
         .all(|p| blocked[p.index()]);
+    // a max pool writes blocks only from blocks
+    let input_blocked =
+        !blocked_max_pool(func, v - first_inst) || blocked[producer.operands[0].index()];
     residuals_blocked
+        && input_blocked
         && uses.iter().all(|u| match *u {
             Use::Result(_) => false,
             Use::Operand { inst, operand } => {
@@ -197,10 +218,13 @@ fn stays_blocked(
                 let dims = &func.type_of(Value(v as u32)).dims;
                 let first_post = reader.operands.len() - post_operands(reader).len();
                 // a residual only into a result in blocks (the type rule), while a conv
-                // or pool reads blocks as its input whatever its result's layout
+                // or pool reads blocks as its input whatever its result's layout, and a
+                // max pool only into blocks
                 let full_residual =
                     operand >= first_post && *dims == reader.ty.dims && blocked[first_inst + inst];
-                full_residual || reads_blocks(func, inst, operand, dims[1], micro)
+                let max_pool_input =
+                    operand == 0 && blocked_max_pool(func, inst) && blocked[first_inst + inst];
+                full_residual || max_pool_input || reads_blocks(func, inst, operand, dims[1], micro)
             }
         })
 }
@@ -225,13 +249,15 @@ fn conv_attrs(op: &Op) -> Option<&Conv2dAttrs> {
     }
 }
 
-fn conv_attrs_mut(op: &mut Op) -> Option<&mut Conv2dAttrs> {
-    match op {
-        Op::Conv2d(a) => Some(a),
-        Op::Fused(f) => match &mut *f.anchor {
-            Op::Conv2d(a) => Some(a),
-            _ => None,
-        },
+/// The result layout attribute of a conv or max pool, plain or fused.
+fn result_layout_mut(op: &mut Op) -> Option<&mut Layout> {
+    let anchor = match op {
+        Op::Fused(f) => &mut *f.anchor,
+        op => op,
+    };
+    match anchor {
+        Op::Conv2d(a) => Some(&mut a.layout),
+        Op::MaxPool2d(p) => Some(&mut p.layout),
         _ => None,
     }
 }

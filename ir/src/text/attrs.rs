@@ -335,6 +335,7 @@ fn pool_attrs(d: &mut AttrDict) -> Result<Pool2dAttrs, AttrError> {
             .unwrap_or([0; 4]),
         dilations: d.array("dilations", "[dh, dw]")?.unwrap_or([1, 1]),
         ceil_mode: d.bool("ceil_mode")?.unwrap_or(false),
+        layout: d.layout("layout")?.unwrap_or(Layout::RowMajor),
     })
 }
 
@@ -579,7 +580,7 @@ impl Printed {
     }
 }
 
-fn pool_printed(p: &Pool2dAttrs, out: &mut Printed) {
+fn pool_printed(p: &Pool2dAttrs, rank: usize, out: &mut Printed) {
     out.always("kernel", AttrValue::Ints(p.kernel.to_vec()));
     out.unless("strides", p.strides, [1, 1], |v| {
         AttrValue::Ints(v.to_vec())
@@ -589,6 +590,9 @@ fn pool_printed(p: &Pool2dAttrs, out: &mut Printed) {
         AttrValue::Ints(v.to_vec())
     });
     out.unless("ceil_mode", p.ceil_mode, false, AttrValue::Bool);
+    if p.layout != Layout::RowMajor {
+        out.always("layout", AttrValue::Layout(p.layout, rank));
+    }
 }
 
 /// The attributes of a unary op that differ from their defaults, in print order.
@@ -654,12 +658,12 @@ pub(crate) fn op_attrs(op: &Op, rank: usize) -> Vec<(&'static str, AttrValue)> {
             out.always("axis", AttrValue::Int(*axis));
             out.unless("epsilon", *epsilon, DEFAULT_EPSILON, AttrValue::Float);
         }
-        Op::MaxPool2d(p) => pool_printed(p, &mut out),
+        Op::MaxPool2d(p) => pool_printed(p, rank, &mut out),
         Op::AvgPool2d {
             pool,
             count_include_pad,
         } => {
-            pool_printed(pool, &mut out);
+            pool_printed(pool, rank, &mut out);
             out.unless(
                 "count_include_pad",
                 *count_include_pad,
@@ -741,6 +745,7 @@ mod tests {
             pads: [1, 0, 1, 0],
             dilations: [1, 2],
             ceil_mode: true,
+            layout: Layout::RowMajor,
         };
         let all = vec![
             Op::Const(WeightId(0)),

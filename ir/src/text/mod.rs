@@ -68,7 +68,7 @@
 //! | `hard_sigmoid` | x | `alpha` (0.2), `beta` (0.5) |
 //! | `add` `sub` `mul` `div` `min` `max` | a, b (numpy broadcasting) | — |
 //! | `layer_norm` | x, scale, bias? | `axis` (required), `epsilon` (1e-5) |
-//! | `max_pool2d` | x | `kernel` (required), `strides` ([1, 1]), `pads` ([0, 0, 0, 0]), `dilations` ([1, 1]), `ceil_mode` (false) |
+//! | `max_pool2d` | x | `kernel` (required), `strides` ([1, 1]), `pads` ([0, 0, 0, 0]), `dilations` ([1, 1]), `ceil_mode` (false), `layout` (row_major: the result's layout) |
 //! | `avg_pool2d` | x | as `max_pool2d`, then `count_include_pad` (false) |
 //! | `global_avg_pool` | x | — |
 //! | `flatten` | x | `axis` (1) |

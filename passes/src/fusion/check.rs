@@ -616,6 +616,7 @@ impl Planner {
                 pads: [0; 4],
                 dilations: [1, 1],
                 ceil_mode: false,
+                layout: smelt_ir::Layout::RowMajor,
             }),
             OpKind::AvgPool2d => Attrs::AvgPool {
                 pool: Pool2dAttrs {
@@ -624,6 +625,7 @@ impl Planner {
                     pads: [0; 4],
                     dilations: [1, 1],
                     ceil_mode: false,
+                    layout: smelt_ir::Layout::RowMajor,
                 },
                 count_include_pad: false,
             },

@@ -777,6 +777,7 @@ fn representative_op(kind: OpKind) -> Option<Op> {
         pads: [0; 4],
         dilations: [1, 1],
         ceil_mode: false,
+        layout: smelt_ir::Layout::RowMajor,
     };
     let attrs = match kind {
         OpKind::Conv2d => Attrs::Conv2d(Conv2dAttrs::default()),

@@ -16,7 +16,8 @@ use super::{BufferId, Cx};
 // ---------------------------------------------------------------------------------------
 // Pools
 
-/// max_pool2d, avg_pool2d and global_avg_pool over NCHW, with post-ops in registers.
+/// max_pool2d, avg_pool2d and global_avg_pool over NCHW (and the halving 3×3 max pool
+/// and global_avg_pool over channel blocks), with post-ops in registers.
 pub(crate) fn lower_pool(
     cx: &mut Cx,
     op: &Op,
@@ -41,6 +42,16 @@ pub(crate) fn lower_pool(
     }
     let [n, c, h, w] = [xt.dims[0], xt.dims[1], xt.dims[2], xt.dims[3]];
     let [oh, ow] = [out_ty.dims[2], out_ty.dims[3]];
+    if xt.layout != Layout::RowMajor || out_ty.layout != Layout::RowMajor {
+        if !max_pool_on_blocks(op, &xt, out_ty) || !epi.runs_along_channels() {
+            return Err(cx.unsupported(
+                "pools on channel blocks (nchw16c) are 3×3 stride-2 max pools with one pixel \
+                 of top and left padding that halve an even plane, from blocks into blocks, \
+                 with per-channel or full-size post-op operands",
+            ));
+        }
+        return max_pool_3x3_s2_blocked(cx, x, [n, c, h, w], epi, out);
+    }
     if is_max && halves_with_3x3_windows(&p, [h, w], [oh, ow]) {
         return max_pool_3x3_s2(cx, x, [n, c, h, w], epi, out);
     }
@@ -219,6 +230,111 @@ fn max_pool_3x3_s2(
                         .add(&r.scale(ow as i64))
                         .add(&q);
                     b.store(ya, dst, v, w4);
+                });
+            };
+            row(b, Affine::constant(0), true);
+            b.for_loop(1, oh as i64, 1, |b, r| row(b, Affine::var(r), false));
+        });
+    });
+    cx.step(b.finish(), args)
+}
+
+/// Whether `op` is a max pool that the channel-block kernel computes for input `x` and
+/// result `out` ([`max_pool_3x3_s2_blocked`]): [`max_pool_fits_blocks`], with input and
+/// result both in blocks.
+pub(crate) fn max_pool_on_blocks(op: &Op, x: &TensorType, out: &TensorType) -> bool {
+    x.layout == CHANNEL_BLOCKS
+        && out.layout == CHANNEL_BLOCKS
+        && max_pool_fits_blocks(op, &x.dims, &out.dims)
+}
+
+/// Whether `op` is a max pool the channel-block kernel can compute from input dims `x`
+/// to result dims `out`, whatever their layouts: a halving 3×3 stride-2 window on whole
+/// blocks of channels. The layout pass and lowering share this test.
+pub(crate) fn max_pool_fits_blocks(op: &Op, x: &[usize], out: &[usize]) -> bool {
+    let Op::MaxPool2d(p) = op else {
+        return false;
+    };
+    x.len() == 4
+        && out.len() == 4
+        && x[1].is_multiple_of(CHANNEL_BLOCK)
+        && halves_with_3x3_windows(p, [x[2], x[3]], [out[2], out[3]])
+}
+
+/// The halving 3×3 stride-2 max pool ([`halves_with_3x3_windows`]) on channel blocks
+/// (`[n][c/16][h][w][16]` → `[n][c/16][h/2][w/2][16]`), on vectors of 4 channels of one
+/// pixel: per output pixel the columns `2q` and `2q + 1` are maxed over the window's 2–3
+/// rows and column `2q − 1` is carried over from the pixel before (−∞ left of the row),
+/// so every input vector is loaded once per output row. Parallel over channel blocks.
+fn max_pool_3x3_s2_blocked(
+    cx: &mut Cx,
+    x: BufferId,
+    [n, c, h, w]: [usize; 4],
+    mut epi: Epilogue,
+    out: BufferId,
+) -> Result<(), Diagnostic> {
+    let (oh, ow) = (h / 2, w / 2);
+    let mut b = KernelBuilder::new(&format!(
+        "max_pool2d_3x3_s2_{}c16",
+        dims_name(&[n, c, h, w])
+    ));
+    let xa = b.arg("x", cx.len_of(x), Access::Read);
+    let mut args = vec![x];
+    args.extend(epi.declare(&mut b));
+    let ya = b.arg("out", cx.len_of(out), Access::Write);
+    args.push(out);
+    let w4 = Width::F32x4;
+    let unit = CHANNEL_BLOCK as i64;
+    let quads = CHANNEL_BLOCK / 4;
+    let max = |a: Expr, b: Expr| Expr::binary(BinOp::Max, a, b);
+    let carried: Vec<VarId> = (0..quads).map(|_| b.var(w4)).collect();
+    b.set_parallel();
+    b.for_loop(0, (c / CHANNEL_BLOCK) as i64, 1, |b, cb| {
+        b.for_loop(0, n as i64, 1, |b, ni| {
+            // the block's plane of image `ni`
+            let plane = Affine::var(ni)
+                .scale((c / CHANNEL_BLOCK) as i64)
+                .add(&Affine::var(cb));
+            let row = |b: &mut KernelBuilder, r: Affine, first: bool| {
+                for &v in &carried {
+                    b.assign(v, Expr::constant(f32::NEG_INFINITY, w4));
+                }
+                b.for_loop(0, ow as i64, 1, |b, q| {
+                    let q = Affine::var(q);
+                    let window_rows: &[i64] = if first { &[0, 1] } else { &[-1, 0, 1] };
+                    for (k, &left) in carried.iter().enumerate() {
+                        // the vertical max of input column `2q + dx`, channels 4k..4k + 4
+                        let column = |b: &mut KernelBuilder, dx: i64| {
+                            let at = |dy: i64| {
+                                let y = r.scale(2).plus(dy);
+                                let idx = plane
+                                    .scale((h * w) as i64)
+                                    .add(&y.scale(w as i64))
+                                    .add(&q.scale(2).plus(dx))
+                                    .scale(unit)
+                                    .plus(4 * k as i64);
+                                Expr::load(xa, idx, w4)
+                            };
+                            let v = window_rows[1..]
+                                .iter()
+                                .fold(at(window_rows[0]), |m, &dy| max(m, at(dy)));
+                            b.let_(v, w4)
+                        };
+                        let even = column(b, 0);
+                        let odd = column(b, 1);
+                        let m = b.let_(max(max(Expr::Var(left), even), odd.clone()), w4);
+                        b.assign(left, odd);
+                        let o = Affine::var(cb).scale(unit).plus(4 * k as i64);
+                        let idx = [Affine::var(ni), o, r.clone(), q.clone()];
+                        let stored = plane
+                            .scale((oh * ow) as i64)
+                            .add(&r.scale(ow as i64))
+                            .add(&q)
+                            .scale(unit)
+                            .plus(4 * k as i64);
+                        let v = epi.apply_along_channels(b, m, &idx, &stored, w4);
+                        b.store(ya, stored, v, w4);
+                    }
                 });
             };
             row(b, Affine::constant(0), true);

@@ -13,7 +13,7 @@
 pub mod conv;
 pub mod elementwise;
 mod memory;
-mod misc;
+pub(crate) mod misc;
 mod winograd;
 
 use std::collections::HashMap;
@@ -175,6 +175,7 @@ fn layouts_have_kernels(op: &Op, types: &[&TensorType], result: &TensorType) -> 
             activation(x) && params.iter().all(|t| row_major(t)) && activation(result) && post_ok
         }
         Op::GlobalAvgPool => activation(x) && row_major(result) && post_ok,
+        Op::MaxPool2d(_) => misc::max_pool_on_blocks(anchor, x, result) && post_ok,
         _ => false,
     }
 }

@@ -27,6 +27,7 @@ fn pool_attrs(cx: &NodeCtx, x_dims: &[usize], dilations: bool) -> Result<Pool2dA
         pads,
         dilations,
         ceil_mode: cx.attr_bool("ceil_mode", false)?,
+        layout: smelt_ir::Layout::RowMajor,
     })
 }
 
