@@ -826,9 +826,10 @@ fn input_transform_blocked(
 /// each output pixel's vector is stored as it is; NCHW, a 4×4 transpose turns 4 output
 /// columns × 4 channels into 4 channels × 4 columns for the post-ops and the stores
 /// along W (F2 pairs horizontally adjacent tiles for its 4 columns), and columns past
-/// the right edge are stored lane by lane. Each step of tiles runs every quad of one block in turn, so a
-/// block's tiles of each ξ plane are read as one stream, each line once. Parallel over
-/// tile rows; a last tile row reaching past the image is a second, serial kernel.
+/// the right edge are stored lane by lane. Each step of tiles runs every quad of one
+/// block in turn, so a block's tiles of each ξ plane are read as one stream, each line
+/// once. Parallel over tile rows or blocks; a last tile row reaching past the image is a
+/// second, serial kernel.
 fn output_transform(
     cx: &mut Cx,
     p: &Plan,
@@ -1007,32 +1008,48 @@ fn output_transform_rows(
                 })
             })
         };
+    // the tiles of tile row `th` (`rows` output rows of them inside the image) in one
+    // block of `M`
+    let block_row = |b: &mut KernelBuilder, n: &Affine, blk: &Affine, th: &Affine, rows| {
+        // tiles whose 4 columns (F2: pairs of tiles) are all inside the image
+        let whole = p.ow / 4 * 4 / m;
+        b.for_loop(0, whole as i64, per_step as i64, |b, tw| {
+            step(b, n, blk, th, &Affine::var(tw), rows, 4)
+        });
+        if whole < p.tw {
+            // the last columns: F4's last tile, or F2's last one or two tiles
+            // (pairing an odd last tile with one past the grid, whose lanes are
+            // never stored: see the length of `M` in `lower`)
+            let tw0 = Affine::constant(whole as i64);
+            step(b, n, blk, th, &tw0, rows, p.ow - whole * m);
+        }
+    };
     let tile_row = |b: &mut KernelBuilder, th: &Affine, rows: usize| {
         b.for_loop(0, p.n as i64, 1, |b, n| {
-            let n = Affine::var(n);
             b.for_loop(0, blocks, 1, |b, blk| {
-                let blk = Affine::var(blk);
-                // tiles whose 4 columns (F2: pairs of tiles) are all inside the image
-                let whole = p.ow / 4 * 4 / m;
-                b.for_loop(0, whole as i64, per_step as i64, |b, tw| {
-                    step(b, &n, &blk, th, &Affine::var(tw), rows, 4)
-                });
-                if whole < p.tw {
-                    // the last columns: F4's last tile, or F2's last one or two tiles
-                    // (pairing an odd last tile with one past the grid, whose lanes are
-                    // never stored: see the length of `M` in `lower`)
-                    let tw0 = Affine::constant(whole as i64);
-                    step(b, &n, &blk, th, &tw0, rows, p.ow - whole * m);
-                }
+                block_row(b, &Affine::var(n), &Affine::var(blk), th, rows)
             })
         })
     };
+    let full_rows = (p.oh / m) as i64;
     match last {
+        // Threads share the longer of the two loops, or the even one when both are
+        // short (7 tile rows split 4:3, 4 blocks 2:2); over blocks, each thread's
+        // share of `M` is whole blocks.
+        None if blocks > full_rows || (full_rows < 8 && full_rows % 2 == 1 && blocks % 2 == 0) => {
+            b.set_parallel();
+            b.for_loop(0, blocks, 1, |b, blk| {
+                b.for_loop(0, full_rows, 1, |b, th| {
+                    b.for_loop(0, p.n as i64, 1, |b, n| {
+                        let (n, blk) = (Affine::var(n), Affine::var(blk));
+                        block_row(b, &n, &blk, &Affine::var(th), m)
+                    })
+                })
+            });
+        }
         None => {
             b.set_parallel();
-            b.for_loop(0, (p.oh / m) as i64, 1, |b, th| {
-                tile_row(b, &Affine::var(th), m)
-            });
+            b.for_loop(0, full_rows, 1, |b, th| tile_row(b, &Affine::var(th), m));
         }
         Some(th) => tile_row(&mut b, &Affine::constant(th as i64), p.oh - th * m),
     }
