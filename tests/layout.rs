@@ -183,6 +183,32 @@ fn laid_out_module_prints_and_parses_back() {
     assert_eq!(text::print(&back, &PrintOptions::default()), full);
 }
 
+/// Runs `m` compiled for `kernels` with the layout pass and without: the blocked
+/// executable's loop IR, and the bits of both results.
+fn blocked_and_row_major(
+    m: &Module,
+    inputs: &[smelt_ir::Tensor],
+    kernels: Kernels,
+) -> (String, Vec<u32>, Vec<u32>) {
+    let run = |layouts| {
+        let o = CompileOptions {
+            kernels,
+            layouts,
+            ..opts()
+        };
+        let exe = Executable::compile(m, None, &o).expect("compiles");
+        let bits: Vec<u32> = exe
+            .run(inputs)
+            .expect("runs")
+            .iter()
+            .flat_map(|t| t.data.iter().map(|v| v.to_bits()))
+            .collect();
+        (exe.dump_loops().to_string(), bits)
+    };
+    let ((loops, blocked), (_, plain)) = (run(Layouts::Auto), run(Layouts::RowMajor));
+    (loops, blocked, plain)
+}
+
 #[test]
 fn blocked_activations_match_the_interpreter_and_row_major_bit_for_bit() {
     for (n, hw) in [(1, 10), (1, 7), (1, 16), (2, 12)] {
@@ -192,25 +218,11 @@ fn blocked_activations_match_the_interpreter_and_row_major_bit_for_bit() {
         // the blocked reduction walks channels in the planar order, so the sums are
         // the same floats
         for kernels in kernel_choices() {
-            let run = |layouts| {
-                let o = CompileOptions {
-                    kernels,
-                    layouts,
-                    ..opts()
-                };
-                Executable::compile(&m, None, &o)
-                    .expect("compiles")
-                    .run(&inputs)
-                    .expect("runs")
-            };
-            let (blocked, plain) = (run(Layouts::Auto), run(Layouts::RowMajor));
+            let (loops, blocked, plain) = blocked_and_row_major(&m, &inputs, kernels);
             if hw == 16 && kernels != Kernels::Cranelift {
                 // both 3×3 forms read blocks: the direct one's channels-last copy from
                 // blocks, and Winograd's padding of 16-channel pixels (a left pad of one
                 // pixel is 16 floats); Winograd's output transform writes them
-                let o = CompileOptions { kernels, ..opts() };
-                let exe = Executable::compile(&m, None, &o).expect("compiles");
-                let loops = exe.dump_loops();
                 assert!(loops.contains("c16_t1l1_"), "no direct 3×3 conv on blocks");
                 assert!(loops.contains("winograd"), "no Winograd conv at 16²");
                 assert!(loops.contains("_t1l16_"), "Winograd's input not in blocks");
@@ -222,12 +234,7 @@ fn blocked_activations_match_the_interpreter_and_row_major_bit_for_bit() {
                     "Winograd's output not in blocks"
                 );
             }
-            let bits = |t: &[smelt_ir::Tensor]| -> Vec<u32> {
-                t.iter()
-                    .flat_map(|t| t.data.iter().map(|v| v.to_bits()))
-                    .collect()
-            };
-            assert_eq!(bits(&blocked), bits(&plain), "{n}×{hw}² {kernels:?}");
+            assert_eq!(blocked, plain, "{n}×{hw}² {kernels:?}");
         }
     }
 }
@@ -306,30 +313,13 @@ fn max_pool_reads_and_writes_channel_blocks() {
         let inputs = random_inputs(&m, 9);
         check_against_interp(&format!("stem {n}×{hw}²"), &m, &inputs, 1e-5);
         for kernels in kernel_choices() {
-            let run = |layouts| {
-                let o = CompileOptions {
-                    kernels,
-                    layouts,
-                    ..opts()
-                };
-                let exe = Executable::compile(&m, None, &o).expect("compiles");
-                (
-                    exe.dump_loops().to_string(),
-                    exe.run(&inputs).expect("runs"),
-                )
-            };
-            let ((loops, blocked), (_, plain)) = (run(Layouts::Auto), run(Layouts::RowMajor));
+            let (loops, blocked, plain) = blocked_and_row_major(&m, &inputs, kernels);
             if kernels != Kernels::Cranelift {
                 let blocked_pool =
                     |l: &str| l.contains("@max_pool2d_3x3_s2_") && l.contains("c16 ");
                 assert!(loops.lines().any(blocked_pool), "no max pool on blocks");
             }
-            let bits = |t: &[smelt_ir::Tensor]| -> Vec<u32> {
-                t.iter()
-                    .flat_map(|t| t.data.iter().map(|v| v.to_bits()))
-                    .collect()
-            };
-            assert_eq!(bits(&blocked), bits(&plain), "{n}×{hw}² {kernels:?}");
+            assert_eq!(blocked, plain, "{n}×{hw}² {kernels:?}");
         }
     }
 }

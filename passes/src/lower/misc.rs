@@ -196,25 +196,20 @@ fn max_pool_3x3_s2(
     b.for_loop(0, c as i64, 1, |b, ci| {
         b.for_loop(0, n as i64, 1, |b, ni| {
             let plane = Affine::var(ni).scale(c as i64).add(&Affine::var(ci));
-            let row = |b: &mut KernelBuilder, r: Affine, first: bool| {
+            let row = |b: &mut KernelBuilder, r: Affine, window: &[i64]| {
                 let left_of_row = b.var(w4);
                 b.assign(left_of_row, Expr::constant(f32::NEG_INFINITY, w4));
                 b.for_loop(0, ow as i64, 4, |b, q| {
                     let q = Affine::var(q);
-                    let window_rows: &[i64] = if first { &[0, 1] } else { &[-1, 0, 1] };
                     let column = |b: &mut KernelBuilder, k: i64| {
-                        let at = |dy: i64| {
+                        window_max(b, window, |dy| {
                             let y = r.scale(2).plus(dy);
                             let idx = plane
                                 .scale((h * w) as i64)
                                 .add(&y.scale(w as i64))
                                 .add(&q.scale(2).plus(k));
                             Expr::load(xa, idx, w4)
-                        };
-                        let v = window_rows[1..]
-                            .iter()
-                            .fold(at(window_rows[0]), |m, &dy| max(m, at(dy)));
-                        b.let_(v, w4)
+                        })
                     };
                     let lo = column(b, 0);
                     let hi = column(b, 4);
@@ -232,11 +227,31 @@ fn max_pool_3x3_s2(
                     b.store(ya, dst, v, w4);
                 });
             };
-            row(b, Affine::constant(0), true);
-            b.for_loop(1, oh as i64, 1, |b, r| row(b, Affine::var(r), false));
+            halving_rows(b, oh, row);
         });
     });
     cx.step(b.finish(), args)
+}
+
+/// The output rows of a halving 3×3 stride-2 max pool: `row(b, r, window)` for output row
+/// `r`, whose window covers input rows `2r + dy` for `dy` in `window` (the first row's
+/// has no row above: that is padding).
+fn halving_rows(
+    b: &mut KernelBuilder,
+    oh: usize,
+    row: impl Fn(&mut KernelBuilder, Affine, &[i64]),
+) {
+    row(b, Affine::constant(0), &[0, 1]);
+    b.for_loop(1, oh as i64, 1, |b, r| row(b, Affine::var(r), &[-1, 0, 1]));
+}
+
+/// The max of `at(dy)` over the window rows `dy`, bound to a variable.
+fn window_max(b: &mut KernelBuilder, window: &[i64], at: impl Fn(i64) -> Expr) -> Expr {
+    let max = |a: Expr, b: Expr| Expr::binary(BinOp::Max, a, b);
+    let v = window[1..]
+        .iter()
+        .fold(at(window[0]), |m, &dy| max(m, at(dy)));
+    b.let_(v, Width::F32x4)
 }
 
 /// Whether `op` is a max pool that the channel-block kernel computes for input `x` and
@@ -295,17 +310,16 @@ fn max_pool_3x3_s2_blocked(
             let plane = Affine::var(ni)
                 .scale((c / CHANNEL_BLOCK) as i64)
                 .add(&Affine::var(cb));
-            let row = |b: &mut KernelBuilder, r: Affine, first: bool| {
+            let row = |b: &mut KernelBuilder, r: Affine, window: &[i64]| {
                 for &v in &carried {
                     b.assign(v, Expr::constant(f32::NEG_INFINITY, w4));
                 }
                 b.for_loop(0, ow as i64, 1, |b, q| {
                     let q = Affine::var(q);
-                    let window_rows: &[i64] = if first { &[0, 1] } else { &[-1, 0, 1] };
                     for (k, &left) in carried.iter().enumerate() {
                         // the vertical max of input column `2q + dx`, channels 4k..4k + 4
                         let column = |b: &mut KernelBuilder, dx: i64| {
-                            let at = |dy: i64| {
+                            window_max(b, window, |dy| {
                                 let y = r.scale(2).plus(dy);
                                 let idx = plane
                                     .scale((h * w) as i64)
@@ -314,11 +328,7 @@ fn max_pool_3x3_s2_blocked(
                                     .scale(unit)
                                     .plus(4 * k as i64);
                                 Expr::load(xa, idx, w4)
-                            };
-                            let v = window_rows[1..]
-                                .iter()
-                                .fold(at(window_rows[0]), |m, &dy| max(m, at(dy)));
-                            b.let_(v, w4)
+                            })
                         };
                         let even = column(b, 0);
                         let odd = column(b, 1);
@@ -337,8 +347,7 @@ fn max_pool_3x3_s2_blocked(
                     }
                 });
             };
-            row(b, Affine::constant(0), true);
-            b.for_loop(1, oh as i64, 1, |b, r| row(b, Affine::var(r), false));
+            halving_rows(b, oh, row);
         });
     });
     cx.step(b.finish(), args)
