@@ -423,11 +423,11 @@ pub(super) fn lower(
         a2 * o * c,
         Box::new(move || transform_weights(form, o, c, wdata, lanes)),
     );
-    // one tile more than the product writes: F2's output transform pairs a row's odd
-    // last tile with the next one, whose lanes it never stores
     if p.out_blocked && !lanes.is_multiple_of(CHANNEL_BLOCK) {
         return Err(cx.unsupported("winograd into nchw16c needs a micro-kernel's tiles"));
     }
+    // one tile more than the product writes: F2's output transform pairs a row's odd
+    // last tile with the next one, whose lanes it never stores
     let mbuf = cx.temp("wino_m", (a2 * tiles + 1) * p.o);
     let none = Epilogue::new(cx, &[], &[], &[]);
     packed.kernel(cx, &gemm, v, ubuf, &operands[..2], none, mbuf)?;
@@ -851,7 +851,7 @@ fn output_transform(
 }
 
 /// Which kernel of [`output_transform`]: `M`'s block size, and every whole tile row
-/// (`last` `None`, parallel over them) or tile row `last`, whose outputs reach past the
+/// (`last` `None`, a parallel kernel) or tile row `last`, whose outputs reach past the
 /// image's last row.
 struct OutputRows {
     lanes: usize,
