@@ -50,10 +50,10 @@ pub(crate) fn lower_pool(
                  with per-channel or full-size post-op operands",
             ));
         }
-        return max_pool_3x3_s2_blocked(cx, x, [n, c, h, w], epi, out);
+        return max_pool_3x3_s2(cx, x, [n, c, h, w], true, epi, out);
     }
     if is_max && halves_with_3x3_windows(&p, [h, w], [oh, ow]) {
-        return max_pool_3x3_s2(cx, x, [n, c, h, w], epi, out);
+        return max_pool_3x3_s2(cx, x, [n, c, h, w], false, epi, out);
     }
     let [sh, sw] = p.strides;
     let [dh, dw] = p.dilations;
@@ -171,20 +171,28 @@ fn halves_with_3x3_windows(p: &Pool2dAttrs, [h, w]: [usize; 2], [oh, ow]: [usize
         && (oh, ow) == (h / 2, w / 2)
 }
 
-/// A 3×3 stride-2 max pool straight from the NCHW input, without a padded copy: per
-/// output row, the vertical max of its 2–3 input rows along 8 columns, split into even
-/// and odd columns by two shuffles; output column `q` is the max of odd column `q - 1`
-/// (carried over from the previous vector, −∞ left of the row), even column `q` and odd
-/// column `q`. The first output row's window has no row above.
+/// The halving 3×3 stride-2 max pool ([`halves_with_3x3_windows`]) straight from its
+/// input, without a padded copy, NCHW or in channel blocks (`[n][c/16][h][w][16]` →
+/// `[n][c/16][h/2][w/2][16]`, `blocked`). Each output row takes the vertical max of its
+/// 2–3 input rows ([`halving_rows`]); output column `q` is the max of input columns
+/// `2q − 1` (carried over from the column before, −∞ left of the row), `2q` and `2q + 1`:
+/// NCHW on 8 columns at a time, split into even and odd columns by two shuffles; in blocks
+/// on vectors of 4 channels of one pixel, so every input vector is loaded once per output
+/// row. Parallel over channel planes (blocks).
 fn max_pool_3x3_s2(
     cx: &mut Cx,
     x: BufferId,
     [n, c, h, w]: [usize; 4],
+    blocked: bool,
     mut epi: Epilogue,
     out: BufferId,
 ) -> Result<(), Diagnostic> {
     let (oh, ow) = (h / 2, w / 2);
-    let mut b = KernelBuilder::new(&format!("max_pool2d_3x3_s2_{}", dims_name(&[n, c, h, w])));
+    let mut b = KernelBuilder::new(&format!(
+        "max_pool2d_3x3_s2_{}{}",
+        dims_name(&[n, c, h, w]),
+        if blocked { "c16" } else { "" }
+    ));
     let xa = b.arg("x", cx.len_of(x), Access::Read);
     let mut args = vec![x];
     args.extend(epi.declare(&mut b));
@@ -192,42 +200,70 @@ fn max_pool_3x3_s2(
     args.push(out);
     let w4 = Width::F32x4;
     let max = |a: Expr, b: Expr| Expr::binary(BinOp::Max, a, b);
+    // floats per pixel of a plane; planes per image
+    let unit = if blocked { CHANNEL_BLOCK } else { 1 };
+    let planes = c / unit;
+    // the column carried from one step to the next: one vector NCHW, one per quad of
+    // channels in blocks
+    let carried: Vec<VarId> = (0..unit.div_ceil(4)).map(|_| b.var(w4)).collect();
     b.set_parallel();
-    b.for_loop(0, c as i64, 1, |b, ci| {
+    b.for_loop(0, planes as i64, 1, |b, cp| {
         b.for_loop(0, n as i64, 1, |b, ni| {
-            let plane = Affine::var(ni).scale(c as i64).add(&Affine::var(ci));
-            let row = |b: &mut KernelBuilder, r: Affine, window: &[i64]| {
-                let left_of_row = b.var(w4);
-                b.assign(left_of_row, Expr::constant(f32::NEG_INFINITY, w4));
-                b.for_loop(0, ow as i64, 4, |b, q| {
-                    let q = Affine::var(q);
-                    let column = |b: &mut KernelBuilder, k: i64| {
-                        window_max(b, window, |dy| {
-                            let y = r.scale(2).plus(dy);
-                            let idx = plane
-                                .scale((h * w) as i64)
-                                .add(&y.scale(w as i64))
-                                .add(&q.scale(2).plus(k));
-                            Expr::load(xa, idx, w4)
-                        })
-                    };
-                    let lo = column(b, 0);
-                    let hi = column(b, 4);
-                    let even = b.let_(Expr::shuffle(lo.clone(), hi.clone(), [0, 2, 4, 6]), w4);
-                    let odd = b.let_(Expr::shuffle(lo, hi, [1, 3, 5, 7]), w4);
-                    let left = Expr::shuffle(Expr::Var(left_of_row), odd.clone(), [3, 4, 5, 6]);
-                    let m = b.let_(max(max(left, even), odd.clone()), w4);
-                    b.assign(left_of_row, odd);
-                    let idx = [Affine::var(ni), Affine::var(ci), r.clone(), q.clone()];
-                    let v = epi.apply(b, m, &idx, w4);
-                    let dst = plane
-                        .scale((oh * ow) as i64)
-                        .add(&r.scale(ow as i64))
-                        .add(&q);
-                    b.store(ya, dst, v, w4);
-                });
+            let (cp, ni) = (Affine::var(cp), Affine::var(ni));
+            let plane = ni.scale(planes as i64).add(&cp);
+            // pixel (row, col) of the plane in an image of `[rows, cols]`, times `unit`
+            let pixel = |[rows, cols]: [usize; 2], row: &Affine, col: &Affine| {
+                plane
+                    .scale((rows * cols) as i64)
+                    .add(&row.scale(cols as i64))
+                    .add(col)
+                    .scale(unit as i64)
             };
-            halving_rows(b, oh, row);
+            let x_at = |y: &Affine, col: &Affine| pixel([h, w], y, col);
+            let y_at = |r: &Affine, q: &Affine| pixel([oh, ow], r, q);
+            halving_rows(b, oh, |b, r, window| {
+                for &v in &carried {
+                    b.assign(v, Expr::constant(f32::NEG_INFINITY, w4));
+                }
+                // the vertical max of input column `col`, lanes from `lane` on
+                let column = |b: &mut KernelBuilder, col: &Affine, lane: i64| {
+                    window_max(b, window, |dy| {
+                        let y = r.scale(2).plus(dy);
+                        Expr::load(xa, x_at(&y, col).plus(lane), w4)
+                    })
+                };
+                if !blocked {
+                    let left = carried[0];
+                    return b.for_loop(0, ow as i64, 4, |b, q| {
+                        let q = Affine::var(q);
+                        let lo = column(b, &q.scale(2), 0);
+                        let hi = column(b, &q.scale(2).plus(4), 0);
+                        let even = b.let_(Expr::shuffle(lo.clone(), hi.clone(), [0, 2, 4, 6]), w4);
+                        let odd = b.let_(Expr::shuffle(lo, hi, [1, 3, 5, 7]), w4);
+                        let before = Expr::shuffle(Expr::Var(left), odd.clone(), [3, 4, 5, 6]);
+                        let m = b.let_(max(max(before, even), odd.clone()), w4);
+                        b.assign(left, odd);
+                        let idx = [ni.clone(), cp.clone(), r.clone(), q.clone()];
+                        let v = epi.apply(b, m, &idx, w4);
+                        b.store(ya, y_at(&r, &q), v, w4);
+                    });
+                }
+                b.for_loop(0, ow as i64, 1, |b, q| {
+                    let q = Affine::var(q);
+                    for (k, &left) in carried.iter().enumerate() {
+                        let lane = 4 * k as i64;
+                        let even = column(b, &q.scale(2), lane);
+                        let odd = column(b, &q.scale(2).plus(1), lane);
+                        let m = b.let_(max(max(Expr::Var(left), even), odd.clone()), w4);
+                        b.assign(left, odd);
+                        let o = cp.scale(unit as i64).plus(lane);
+                        let idx = [ni.clone(), o, r.clone(), q.clone()];
+                        let stored = y_at(&r, &q).plus(lane);
+                        let v = epi.apply_along_channels(b, m, &idx, &stored, w4);
+                        b.store(ya, stored, v, w4);
+                    }
+                });
+            });
         });
     });
     cx.step(b.finish(), args)
@@ -255,7 +291,7 @@ fn window_max(b: &mut KernelBuilder, window: &[i64], at: impl Fn(i64) -> Expr) -
 }
 
 /// Whether `op` is a max pool that the channel-block kernel computes for input `x` and
-/// result `out` ([`max_pool_3x3_s2_blocked`]): [`max_pool_fits_blocks`], with input and
+/// result `out` ([`max_pool_3x3_s2`] on blocks): [`max_pool_fits_blocks`], with input and
 /// result both in blocks.
 pub(crate) fn max_pool_on_blocks(op: &Op, x: &TensorType, out: &TensorType) -> bool {
     x.layout == CHANNEL_BLOCKS
@@ -274,83 +310,6 @@ pub(crate) fn max_pool_fits_blocks(op: &Op, x: &[usize], out: &[usize]) -> bool 
         && out.len() == 4
         && x[1].is_multiple_of(CHANNEL_BLOCK)
         && halves_with_3x3_windows(p, [x[2], x[3]], [out[2], out[3]])
-}
-
-/// The halving 3×3 stride-2 max pool ([`halves_with_3x3_windows`]) on channel blocks
-/// (`[n][c/16][h][w][16]` → `[n][c/16][h/2][w/2][16]`), on vectors of 4 channels of one
-/// pixel: per output pixel the columns `2q` and `2q + 1` are maxed over the window's 2–3
-/// rows and column `2q − 1` is carried over from the pixel before (−∞ left of the row),
-/// so every input vector is loaded once per output row. Parallel over channel blocks.
-fn max_pool_3x3_s2_blocked(
-    cx: &mut Cx,
-    x: BufferId,
-    [n, c, h, w]: [usize; 4],
-    mut epi: Epilogue,
-    out: BufferId,
-) -> Result<(), Diagnostic> {
-    let (oh, ow) = (h / 2, w / 2);
-    let mut b = KernelBuilder::new(&format!(
-        "max_pool2d_3x3_s2_{}c16",
-        dims_name(&[n, c, h, w])
-    ));
-    let xa = b.arg("x", cx.len_of(x), Access::Read);
-    let mut args = vec![x];
-    args.extend(epi.declare(&mut b));
-    let ya = b.arg("out", cx.len_of(out), Access::Write);
-    args.push(out);
-    let w4 = Width::F32x4;
-    let unit = CHANNEL_BLOCK as i64;
-    let quads = CHANNEL_BLOCK / 4;
-    let max = |a: Expr, b: Expr| Expr::binary(BinOp::Max, a, b);
-    let carried: Vec<VarId> = (0..quads).map(|_| b.var(w4)).collect();
-    b.set_parallel();
-    b.for_loop(0, (c / CHANNEL_BLOCK) as i64, 1, |b, cb| {
-        b.for_loop(0, n as i64, 1, |b, ni| {
-            // the block's plane of image `ni`
-            let plane = Affine::var(ni)
-                .scale((c / CHANNEL_BLOCK) as i64)
-                .add(&Affine::var(cb));
-            let row = |b: &mut KernelBuilder, r: Affine, window: &[i64]| {
-                for &v in &carried {
-                    b.assign(v, Expr::constant(f32::NEG_INFINITY, w4));
-                }
-                b.for_loop(0, ow as i64, 1, |b, q| {
-                    let q = Affine::var(q);
-                    for (k, &left) in carried.iter().enumerate() {
-                        // the vertical max of input column `2q + dx`, channels 4k..4k + 4
-                        let column = |b: &mut KernelBuilder, dx: i64| {
-                            window_max(b, window, |dy| {
-                                let y = r.scale(2).plus(dy);
-                                let idx = plane
-                                    .scale((h * w) as i64)
-                                    .add(&y.scale(w as i64))
-                                    .add(&q.scale(2).plus(dx))
-                                    .scale(unit)
-                                    .plus(4 * k as i64);
-                                Expr::load(xa, idx, w4)
-                            })
-                        };
-                        let even = column(b, 0);
-                        let odd = column(b, 1);
-                        let m = b.let_(max(max(Expr::Var(left), even), odd.clone()), w4);
-                        b.assign(left, odd);
-                        let o = Affine::var(cb).scale(unit).plus(4 * k as i64);
-                        let idx = [Affine::var(ni), o, r.clone(), q.clone()];
-                        let stored = plane
-                            .scale((oh * ow) as i64)
-                            .add(&r.scale(ow as i64))
-                            .add(&q)
-                            .scale(unit)
-                            .plus(4 * k as i64);
-                        let v = epi.apply_along_channels(b, m, &idx, &stored, w4);
-                        b.store(ya, stored, v, w4);
-                    }
-                });
-            };
-            halving_rows(b, oh, row);
-        });
-    });
-    cx.step(b.finish(), args)
 }
 
 /// The per-output-position table and whether it is needed (not all zeros for max pools).

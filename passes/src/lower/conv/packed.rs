@@ -89,8 +89,6 @@ struct Sweep {
     row_start: Affine,
     /// Weight elements to prefetch per output pixel: the next block over the sweep.
     unit: i64,
-    /// Weight elements of a block (a call prefetches no more).
-    block_len: i64,
 }
 
 /// A convolution with weights packed at compile time so that vectors run along output
@@ -266,6 +264,11 @@ impl PackedConv {
             .scale(lanes)
     }
 
+    /// Packed weight elements of one channel block: `kh·kw·cg` rows of the block's lanes.
+    fn block_len(&self, g: &Geo) -> i64 {
+        (g.kh * g.kw * g.cg * self.lanes()) as i64
+    }
+
     pub(crate) fn lanes(&self) -> usize {
         4 * self.vecs
     }
@@ -413,7 +416,7 @@ impl PackedConv {
             // Each micro-kernel call prefetches its share of the next block's weights,
             // unless there is no next block or the input channels are split (each part
             // sweeps the rows with a slice of the block).
-            let block_len = (g.kh * g.kw * g.cg * self.lanes()) as i64;
+            let block_len = self.block_len(g);
             let sweep_pixels = (g.n * count * g.ow) as i64;
             let prefetch_next =
                 self.micro.is_some() && split.is_none() && g.groups * self.blocks > 1;
@@ -424,7 +427,6 @@ impl PackedConv {
                             .scale((count * g.ow) as i64)
                             .add(&Affine::var(r).scale(g.ow as i64)),
                         unit: (block_len + sweep_pixels - 1) / sweep_pixels.max(1),
-                        block_len,
                     });
                     let sweep = sweep.as_ref();
                     let at = TileAt {
@@ -570,7 +572,7 @@ impl PackedConv {
                 b.assign(acc, init.clone());
             }
         }
-        let block_len = (g.kh * g.kw * g.cg) as i64 * lanes;
+        let block_len = self.block_len(g);
         // One FMA per accumulator for input channel `c` at tap (kh, kw).
         let step = |b: &mut KernelBuilder, kh: &Affine, kw: &Affine, c: &Affine| {
             let tap = kh.scale(g.kw as i64).add(kw);
@@ -868,7 +870,7 @@ impl PackedConv {
             let tile_at = [at.n.clone(), at.o0.clone(), at.oh.clone(), q0.clone()];
             epi.prefetch(b, &tile_at, 1, lanes as usize, pixels);
         }
-        let block_len = (g.kh * g.kw * g.cg) as i64 * lanes;
+        let block_len = self.block_len(g);
         // this call's share of the next block's weights: the run past the last block is
         // moved back into the buffer (`Stmt::ConvTile`), a harmless re-fetch
         let (tile, next) = match sweep {
@@ -878,7 +880,7 @@ impl PackedConv {
                     .scale(block_len)
                     .add(&s.row_start.add(q0).scale(s.unit));
                 let tile = ConvTile {
-                    next_len: (s.unit * pixels as i64).min(s.block_len),
+                    next_len: (s.unit * pixels as i64).min(block_len),
                     ..tile
                 };
                 (
