@@ -536,7 +536,7 @@ fn micro_kernel_tile_loop_ir_and_clif_snapshots() {
     let case = ConvCase::new(3, 16, [1, 4], 3);
     let m = fused_conv_module(&case, &add_relu(), &[out_dims(&case)]);
     let opts = lower::LowerOptions {
-        micro: Some(smelt_ir::loops::MicroKernel::ConvTileAvx2),
+        micro: Some(smelt::microkernels::TileIsa::Avx2.target()),
         ..lower::LowerOptions::default()
     };
     let p = lower::lower_with(&m, &m.funcs[0], &opts).expect("lowers");
@@ -546,7 +546,7 @@ fn micro_kernel_tile_loop_ir_and_clif_snapshots() {
         .find(|k| k.name.starts_with("conv2d"))
         .expect("a conv kernel");
     let loops = conv.to_string();
-    assert!(loops.contains("call smelt_conv_tile_avx2("), "{loops}");
+    assert!(loops.contains("call conv_tile("), "{loops}");
     let clif = clif_text(conv, &TargetDesc::fixed_avx2_fma()).expect("verifies");
     // the residual's prefetch helper is imported first (fn0), the routine (u0:0) second
     assert!(clif.contains("fn1 = u0:0 sig"), "{clif}");
@@ -556,6 +556,57 @@ fn micro_kernel_tile_loop_ir_and_clif_snapshots() {
         .bind(|| insta::assert_snapshot!("micro_kernel_conv_add_relu", loops));
     common::snapshot_settings("clif")
         .bind(|| insta::assert_snapshot!("micro_kernel_conv_add_relu", clif));
+}
+
+/// The loop IR names only the conv-tile contract; code generation links the chosen ISA's
+/// routine for each call's lanes and refuses a call it has no routine for.
+#[test]
+fn conv_tile_calls_link_the_chosen_isas_routine_or_are_refused() {
+    let case = ConvCase::new(3, 64, [1, 4], 3);
+    let m = fused_conv_module(&case, &add_relu(), &[out_dims(&case)]);
+    let lowered = |isa: smelt::microkernels::TileIsa| {
+        let opts = lower::LowerOptions {
+            micro: Some(isa.target()),
+            ..lower::LowerOptions::default()
+        };
+        let p = lower::lower_with(&m, &m.funcs[0], &opts).expect("lowers");
+        p.kernels
+            .into_iter()
+            .find(|k| k.name.starts_with("conv2d"))
+            .expect("a conv kernel")
+    };
+    use smelt::microkernels::TileIsa::{Avx2, Avx512};
+    // 64 output channels: AVX-512 calls its 32-lane routine, AVX2 its 16-lane one
+    let wide = lowered(Avx512);
+    assert!(wide.to_string().contains("lanes=32"), "{wide}");
+    let narrow = lowered(Avx2);
+    assert!(narrow.to_string().contains("lanes=16"), "{narrow}");
+    let avx2 = TargetDesc::fixed_avx2_fma();
+    let err = clif_text(&wide, &avx2).unwrap_err().to_string();
+    assert!(
+        err.contains("conv tile of 32 lanes, which the avx2 routines do not compute"),
+        "{err}"
+    );
+    let none = TargetDesc {
+        tiles: None,
+        ..avx2
+    };
+    let err = clif_text(&narrow, &none).unwrap_err().to_string();
+    assert!(
+        err.contains("no micro-kernel instruction set was chosen"),
+        "{err}"
+    );
+    // the 32-lane routine is the third declared function (u0:2), AVX2's the first
+    let avx512 = TargetDesc {
+        tiles: Some(Avx512),
+        ..avx2
+    };
+    assert!(clif_text(&wide, &avx512)
+        .expect("links")
+        .contains("= u0:2 sig"));
+    assert!(clif_text(&narrow, &avx2)
+        .expect("links")
+        .contains("= u0:0 sig"));
 }
 
 #[test]

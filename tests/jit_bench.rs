@@ -111,7 +111,8 @@ fn dump_conv_disassembly() {
     };
     smelt::optimize(&mut m, &smelt::OptimizeOptions::default(), None).expect("optimizes");
     // the layouts `Executable::compile` would choose on this host
-    let micro = smelt::Kernels::Auto.micro_kernel();
+    let tiles = smelt::Kernels::Auto.tile_isa();
+    let micro = tiles.map(smelt::microkernels::TileIsa::target);
     let laid_out = smelt_passes::layout::assign_layouts(&m.funcs[0], micro);
     let func = laid_out.as_ref().unwrap_or(&m.funcs[0]);
     let opts = smelt_passes::lower::LowerOptions {
@@ -126,7 +127,10 @@ fn dump_conv_disassembly() {
         .iter()
         .find(|k| k.name.contains(&wanted))
         .expect("a kernel of that name");
-    let target = smelt::codegen::TargetDesc::host().expect("x86-64 host");
+    let target = smelt::codegen::TargetDesc {
+        tiles,
+        ..smelt::codegen::TargetDesc::host().expect("x86-64 host")
+    };
     let text = smelt::codegen::disassemble(conv, &target).expect("compiles");
     std::fs::write(path, text).expect("writable");
 }

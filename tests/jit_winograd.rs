@@ -302,7 +302,7 @@ fn chain_kernels(convs: usize) -> Vec<String> {
     }
     b.finish(&[("y", y)]);
     let opts = lower::LowerOptions {
-        micro: Some(smelt_ir::loops::MicroKernel::ConvTileAvx512),
+        micro: Some(smelt::microkernels::TileIsa::Avx512.target()),
         ..lower::LowerOptions::default()
     };
     let p = lower::lower_with(&m, &m.funcs[0], &opts).expect("lowers");

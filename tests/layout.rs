@@ -6,9 +6,10 @@ mod common;
 mod jit_util;
 
 use jit_util::{add_relu, check_against_interp, f32t, kernel_choices, opts, random_inputs};
+use smelt::microkernels::TileIsa;
 use smelt::runtime::{CompileOptions, Executable, Kernels, Layouts};
 use smelt_ir::builder::FuncBuilder;
-use smelt_ir::loops::MicroKernel;
+use smelt_ir::loops::TileTarget;
 use smelt_ir::op::{Conv2dAttrs, FusedOp, Pool2dAttrs, PostOp};
 use smelt_ir::text::{self, PrintOptions};
 use smelt_ir::weights::random_f32;
@@ -104,7 +105,7 @@ fn bottlenecks(n: usize, hw: usize) -> Module {
 }
 
 /// The result names of the instructions the pass put in blocks, by weight seed order.
-fn blocked_values(m: &Module, micro: Option<MicroKernel>) -> Vec<usize> {
+fn blocked_values(m: &Module, micro: Option<TileTarget>) -> Vec<usize> {
     let f = assign_layouts(&m.funcs[0], micro).expect("something is blocked");
     f.insts
         .iter()
@@ -118,7 +119,7 @@ fn blocked_values(m: &Module, micro: Option<MicroKernel>) -> Vec<usize> {
 fn layout_pass_blocks_values_whose_writers_and_readers_all_compute_on_blocks() {
     let m = bottlenecks(1, 10);
     let f = &m.funcs[0];
-    let laid = assign_layouts(f, Some(MicroKernel::ConvTileAvx2)).expect("blocks");
+    let laid = assign_layouts(f, Some(TileIsa::Avx2.target())).expect("blocks");
     let name = |k: usize| format!("{}", laid.insts[k].ty);
     let conv_results: Vec<(usize, String)> = laid
         .insts
@@ -161,15 +162,15 @@ fn layout_pass_blocks_values_whose_writers_and_readers_all_compute_on_blocks() {
     assert!(assign_layouts(f, None).is_none());
     // the same choice whichever micro-kernel
     assert_eq!(
-        blocked_values(&m, Some(MicroKernel::ConvTileAvx2)),
-        blocked_values(&m, Some(MicroKernel::ConvTileAvx512x32))
+        blocked_values(&m, Some(TileIsa::Avx2.target())),
+        blocked_values(&m, Some(TileIsa::Avx512.target()))
     );
 }
 
 #[test]
 fn laid_out_module_prints_and_parses_back() {
     let mut m = bottlenecks(1, 10);
-    let laid = assign_layouts(&m.funcs[0], Some(MicroKernel::ConvTileAvx2)).expect("blocks");
+    let laid = assign_layouts(&m.funcs[0], Some(TileIsa::Avx2.target())).expect("blocks");
     m.funcs[0] = laid;
     smelt_ir::verify::verify_module(&m).expect("the laid-out module verifies");
     let print = PrintOptions {
@@ -294,7 +295,7 @@ fn stem(n: usize, hw: usize) -> Module {
 #[test]
 fn max_pool_reads_and_writes_channel_blocks() {
     let m = stem(1, 32);
-    let laid = assign_layouts(&m.funcs[0], Some(MicroKernel::ConvTileAvx2)).expect("blocks");
+    let laid = assign_layouts(&m.funcs[0], Some(TileIsa::Avx2.target())).expect("blocks");
     let pools: Vec<String> = laid
         .insts
         .iter()
@@ -354,7 +355,7 @@ fn pooled_head(c: usize) -> Module {
 #[test]
 fn global_average_pool_reads_channel_blocks() {
     let m = pooled_head(48);
-    let laid = assign_layouts(&m.funcs[0], Some(MicroKernel::ConvTileAvx2)).expect("blocks");
+    let laid = assign_layouts(&m.funcs[0], Some(TileIsa::Avx2.target())).expect("blocks");
     let blocked = laid.insts.iter().filter(|i| i.ty.layout == BLOCKS).count();
     assert_eq!(
         blocked, 3,
@@ -367,7 +368,7 @@ fn global_average_pool_reads_channel_blocks() {
 fn blocked_forms_nothing_computes_are_errors() {
     // laid out for a micro-kernel, then compiled for Cranelift code only
     let mut m = bottlenecks(1, 10);
-    m.funcs[0] = assign_layouts(&m.funcs[0], Some(MicroKernel::ConvTileAvx2)).expect("blocks");
+    m.funcs[0] = assign_layouts(&m.funcs[0], Some(TileIsa::Avx2.target())).expect("blocks");
     let o = CompileOptions {
         kernels: Kernels::Cranelift,
         ..opts()

@@ -136,9 +136,61 @@ fn kernels(lanes: i64) -> Vec<(&'static str, ConvTileFn)> {
 /// Both lane counts.
 const ALL_LANES: [i64; 2] = [LANES as i64, LANES_X32 as i64];
 
+/// Every native kernel this build has on x86-64, by the names [`kernels`] gives them.
+const ALL_KERNELS: [&str; 3] = ["avx2", "avx512", "avx512_x32"];
+
+/// The kernels a test ran, so that a host without an ISA says what it did not cover
+/// (printed when the test ends) and a test that ran no native kernel fails instead of
+/// passing on empty loops.
+#[derive(Default)]
+struct Coverage {
+    calls: std::collections::BTreeMap<&'static str, usize>,
+}
+
+impl Coverage {
+    /// [`kernels`] of `lanes` lanes, counted.
+    fn kernels(&mut self, lanes: i64) -> Vec<(&'static str, ConvTileFn)> {
+        let v = kernels(lanes);
+        for (name, _) in &v {
+            *self.calls.entry(name).or_default() += 1;
+        }
+        v
+    }
+
+    /// Reports what ran and what this host lacks; fails when no native kernel ran. Off
+    /// x86-64 no native kernel exists, and the report says so.
+    fn finish(self, test: &str) {
+        let ran: Vec<String> = self
+            .calls
+            .iter()
+            .map(|(k, n)| format!("{k} ({n} calls)"))
+            .collect();
+        let missing: Vec<&str> = ALL_KERNELS
+            .into_iter()
+            .filter(|k| !self.calls.contains_key(k))
+            .collect();
+        eprintln!(
+            "{test}: ran {}; not run on this host: {}",
+            if ran.is_empty() {
+                "no native kernel".into()
+            } else {
+                ran.join(", ")
+            },
+            if missing.is_empty() {
+                "none".into()
+            } else {
+                missing.join(", ")
+            }
+        );
+        if cfg!(target_arch = "x86_64") {
+            assert!(!self.calls.is_empty(), "{test}: no native kernel ran");
+        }
+    }
+}
+
 /// Runs `call` through the reference and every kernel; checks results, untouched poison
 /// outside the out index set, and bit-identical repeats.
-fn check(call: &Call, seed: u64) {
+fn check(call: &Call, seed: u64, cov: &mut Coverage) {
     let x = poisoned(&call.x_indices(), seed);
     let w = poisoned(&call.w_indices(), seed ^ 0x5555);
     let out_idx = call.out_indices();
@@ -156,7 +208,7 @@ fn check(call: &Call, seed: u64) {
         .iter()
         .map(|&i| f64::from(want[GUARD + i]).abs())
         .fold(1.0, f64::max);
-    for (name, f) in kernels(call.lanes) {
+    for (name, f) in cov.kernels(call.lanes) {
         let mut got = init.clone();
         call.run(f, &x, &w, &mut got);
         let mut max_err = 0.0f64;
@@ -227,6 +279,7 @@ fn x_layouts(pixels: i64, taps: i64, chans: i64) -> Vec<(i64, i64, i64, i64)> {
 
 #[test]
 fn kernels_match_reference_on_many_shapes() {
+    let mut cov = Coverage::default();
     let mut seed = 1;
     let mut cases = 0;
     for (lanes, pixels) in ALL_LANES
@@ -258,7 +311,7 @@ fn kernels_match_reference_on_many_shapes() {
                                 next_len: 0,
                                 accumulate,
                             };
-                            check(&call, seed);
+                            check(&call, seed, &mut cov);
                             seed += 1;
                             cases += 1;
                         }
@@ -268,10 +321,12 @@ fn kernels_match_reference_on_many_shapes() {
         }
     }
     assert_eq!(cases, 2 * 13 * 3 * 4 * 6 * 2 * 2);
+    cov.finish("kernels_match_reference_on_many_shapes");
 }
 
 #[test]
 fn typical_calls_match_reference() {
+    let mut cov = Coverage::default();
     // a 3×3 channels-last row at 128 channels, 28 pixels; stride 2; a 1×1 NCHW row
     for lanes in ALL_LANES {
         let base = Call {
@@ -290,7 +345,7 @@ fn typical_calls_match_reference() {
             next_len: 0,
             accumulate: false,
         };
-        check(&base, 7 + lanes as u64);
+        check(&base, 7 + lanes as u64, &mut cov);
         check(
             &Call {
                 pixels: 14,
@@ -300,6 +355,7 @@ fn typical_calls_match_reference() {
                 ..base
             },
             8 + lanes as u64,
+            &mut cov,
         );
         check(
             &Call {
@@ -319,8 +375,10 @@ fn typical_calls_match_reference() {
                 ..base
             },
             9 + lanes as u64,
+            &mut cov,
         );
     }
+    cov.finish("typical_calls_match_reference");
 }
 
 #[test]
@@ -328,6 +386,7 @@ fn every_pixel_stride_path_matches_reference() {
     // the kernels specialize full blocks on these pixel strides (and prefetch planar
     // inputs with strides 1 and 2); 7 and 130 take the run-time-stride path; the pixel
     // counts give full blocks and remainders of every kernel's block size
+    let mut cov = Coverage::default();
     let mut seed = 100;
     for lanes in ALL_LANES {
         for pixel_stride in [1, 2, 3, 6, 7, 64, 128, 130, 256, 512, 1024] {
@@ -349,16 +408,18 @@ fn every_pixel_stride_path_matches_reference() {
                         next_len: 0,
                         accumulate: seed % 2 == 0,
                     };
-                    check(&call, seed);
+                    check(&call, seed, &mut cov);
                     seed += 1;
                 }
             }
         }
     }
+    cov.finish("every_pixel_stride_path_matches_reference");
 }
 
 #[test]
 fn empty_reductions_give_the_initial_value_and_read_nothing() {
+    let mut cov = Coverage::default();
     for lanes in ALL_LANES {
         let len = 9 * lanes as usize;
         for (rows, taps, chans) in [(0, 3, 8), (3, 0, 8), (3, 3, 0), (0, 0, 0)] {
@@ -380,7 +441,8 @@ fn empty_reductions_give_the_initial_value_and_read_nothing() {
                     accumulate,
                 };
                 let init = random_f32(3, len, -1.0, 1.0);
-                for (name, f) in kernels(lanes)
+                for (name, f) in cov
+                    .kernels(lanes)
                     .into_iter()
                     .chain([("reference", microkernels::conv_tile_reference as ConvTileFn)])
                 {
@@ -406,10 +468,12 @@ fn empty_reductions_give_the_initial_value_and_read_nothing() {
             }
         }
     }
+    cov.finish("empty_reductions_give_the_initial_value_and_read_nothing");
 }
 
 #[test]
 fn zero_pixels_touch_nothing() {
+    let mut cov = Coverage::default();
     for lanes in ALL_LANES {
         let call = Call {
             lanes,
@@ -427,7 +491,7 @@ fn zero_pixels_touch_nothing() {
             next_len: 0,
             accumulate: true,
         };
-        for (_, f) in kernels(lanes) {
+        for (_, f) in cov.kernels(lanes) {
             // SAFETY: no pixels, so every index set is empty and null is never
             // dereferenced; `call` is readable.
             unsafe {
@@ -441,30 +505,49 @@ fn zero_pixels_touch_nothing() {
             };
         }
     }
+    cov.finish("zero_pixels_touch_nothing");
 }
 
 #[test]
 fn entries_are_the_kernels_the_host_can_run() {
-    use smelt::ir::loops::MicroKernel;
-    assert_eq!(
-        microkernels::host_has(MicroKernel::ConvTileAvx2),
-        microkernels::has_avx2_fma()
-    );
-    for routine in [MicroKernel::ConvTileAvx512, MicroKernel::ConvTileAvx512x32] {
-        assert_eq!(microkernels::host_has(routine), microkernels::has_avx512f());
+    use smelt::microkernels::{TileIsa, ROUTINES};
+    assert_eq!(TileIsa::Avx2.host_has(), microkernels::has_avx2_fma());
+    assert_eq!(TileIsa::Avx512.host_has(), microkernels::has_avx512f());
+    // every ISA offers lowering its routines, widest first, and finds each by its lanes
+    for isa in TileIsa::ALL {
+        let target = isa.target();
+        let lanes: Vec<i64> = target.routines().map(|r| r.lanes).collect();
+        assert!(
+            !lanes.is_empty() && lanes.windows(2).all(|w| w[0] > w[1]),
+            "{isa:?}: {lanes:?}"
+        );
+        for l in lanes {
+            let (i, r) = isa.routine(l).expect("a routine of its own lanes");
+            assert_eq!((ROUTINES[i].isa, r.tile.lanes), (isa, l));
+        }
     }
+    assert_eq!(
+        TileIsa::Avx2.target().routine_for(32).map(|r| r.lanes),
+        Some(16)
+    );
+    assert_eq!(
+        TileIsa::Avx512.target().routine_for(64).map(|r| r.lanes),
+        Some(32)
+    );
+    assert_eq!(
+        TileIsa::Avx512.target().routine_for(48).map(|r| r.lanes),
+        Some(16)
+    );
+    assert_eq!(TileIsa::Avx512.target().routine_for(40), None);
     #[cfg(target_arch = "x86_64")]
     {
-        let routines: [(MicroKernel, ConvTileFn); 3] = [
-            (MicroKernel::ConvTileAvx2, microkernels::conv_tile_avx2),
-            (MicroKernel::ConvTileAvx512, microkernels::conv_tile_avx512),
-            (
-                MicroKernel::ConvTileAvx512x32,
-                microkernels::conv_tile_avx512_x32,
-            ),
+        let entries: [ConvTileFn; 3] = [
+            microkernels::conv_tile_avx2,
+            microkernels::conv_tile_avx512,
+            microkernels::conv_tile_avx512_x32,
         ];
-        for (routine, f) in routines {
-            assert_eq!(microkernels::entry(routine), f as *const u8, "{routine:?}");
+        for (r, f) in ROUTINES.iter().zip(entries) {
+            assert_eq!(r.entry(), f as *const u8, "{}", r.symbol);
         }
     }
 }

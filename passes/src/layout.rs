@@ -30,7 +30,7 @@
 //! copy. Results change layout through the conv's `layout` attribute, with the type.
 
 use smelt_ir::graph::{Func, Inst, Module, Use, Value};
-use smelt_ir::loops::MicroKernel;
+use smelt_ir::loops::{TileRoutine, TileTarget};
 use smelt_ir::op::{Conv2dAttrs, Op};
 use smelt_ir::{Layout, TensorType};
 
@@ -46,14 +46,23 @@ use crate::manager::{Pass, PassContext, PassError};
 /// by itself for the kernels it compiles with, so this pass is for printing the result.
 #[derive(Clone, Copy, Debug)]
 pub struct LayoutPass {
-    /// The micro-kernel the target's conv tiles call (`None`: no blocks, nothing changes).
-    pub micro: Option<MicroKernel>,
+    /// The routines the target's conv tiles call (`None`: no blocks, nothing changes).
+    pub micro: Option<TileTarget>,
 }
 
 impl Default for LayoutPass {
     fn default() -> Self {
+        // a target with one 16-lane routine: the layouts depend only on whether conv
+        // tiles have a routine, and every target with one has a 16-lane one
         LayoutPass {
-            micro: Some(MicroKernel::ConvTileAvx2),
+            micro: Some(TileTarget {
+                widest: TileRoutine {
+                    lanes: 16,
+                    max_pixels: 60,
+                },
+                narrower: None,
+                fma_lanes: 8,
+            }),
         }
     }
 }
@@ -76,7 +85,7 @@ impl Pass for LayoutPass {
 /// `func` with its activations in channel blocks wherever the rules above allow, for
 /// conv tiles calling `micro`; `None` when no value qualifies, or when `func` already
 /// has a layout other than row-major (its author's choice is kept).
-pub fn assign_layouts(func: &Func, micro: Option<MicroKernel>) -> Option<Func> {
+pub fn assign_layouts(func: &Func, micro: Option<TileTarget>) -> Option<Func> {
     let row_major = |t: &TensorType| t.layout == Layout::RowMajor;
     if !func.params.iter().all(|p| row_major(&p.ty)) || !func.insts.iter().all(|i| row_major(&i.ty))
     {
@@ -124,7 +133,7 @@ fn const_conv(func: &Func, i: usize) -> Option<(&Conv2dAttrs, &TensorType)> {
 }
 
 /// Whether the instruction `i` is a conv that reads its input in channel blocks.
-fn computes_on_blocks(func: &Func, i: usize, micro: Option<MicroKernel>) -> bool {
+fn computes_on_blocks(func: &Func, i: usize, micro: Option<TileTarget>) -> bool {
     const_conv(func, i).is_some_and(|(a, w)| reads_blocks_on_micro(a, w, micro))
 }
 
@@ -132,7 +141,7 @@ fn computes_on_blocks(func: &Func, i: usize, micro: Option<MicroKernel>) -> bool
 /// micro-kernel does ([`writes_blocks_on_micro`]), or a max pool whose kernel reads and
 /// writes blocks ([`blocked_max_pool`]), whose broadcast post-op operands walk the
 /// channels contiguously or not at all.
-fn writes_blocks(func: &Func, i: usize, micro: Option<MicroKernel>) -> bool {
+fn writes_blocks(func: &Func, i: usize, micro: Option<TileTarget>) -> bool {
     let writer = const_conv(func, i).is_some_and(|(a, w)| writes_blocks_on_micro(a, w, micro))
         || (micro.is_some() && blocked_max_pool(func, i));
     writer && post_operands_walk_channels(func, &func.insts[i])
@@ -173,7 +182,7 @@ fn reads_blocks(
     i: usize,
     operand: usize,
     channels: usize,
-    micro: Option<MicroKernel>,
+    micro: Option<TileTarget>,
 ) -> bool {
     if operand != 0 || !channels.is_multiple_of(CHANNEL_BLOCK) {
         return false;
@@ -198,7 +207,7 @@ fn stays_blocked(
     blocked: &[bool],
     uses: &[Use],
     v: usize,
-    micro: Option<MicroKernel>,
+    micro: Option<TileTarget>,
 ) -> bool {
     let first_inst = func.params.len();
     let producer = &func.insts[v - first_inst];

@@ -188,8 +188,8 @@ pub fn main(a: BenchArgs) -> Result<()> {
         lanes: a
             .kernels
             .choice()
-            .micro_kernel()
-            .map_or(4, |r| r.fma_lanes() as usize),
+            .tile_isa()
+            .map_or(4, |isa| isa.fma_lanes() as usize),
         compile,
         kernels: exe.kernel_counts(),
         arena_bytes: exe.arena_bytes(),

@@ -101,8 +101,11 @@ pub fn run(a: DemoArgs) -> Result<()> {
     };
     let exe_fused = Executable::compile(&fused, None, &opts)?;
     let exe_unfused = Executable::compile(&unfused, None, &opts)?;
-    let tiles = match opts.kernels.micro_kernel() {
-        Some(r) => format!("Cranelift loop nests calling {} for conv tiles", r.symbol()),
+    let tiles = match opts.kernels.tile_isa() {
+        Some(isa) => format!(
+            "Cranelift loop nests calling the {} micro-kernels for conv tiles",
+            isa.name()
+        ),
         None => "Cranelift code only (no micro-kernel for this CPU)".to_string(),
     };
     println!("\n4. Cranelift JIT ({tiles}):");

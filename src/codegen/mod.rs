@@ -26,10 +26,11 @@ use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{Linkage, Module as _};
 use smelt_ir::loops::{
     trip_count, Access, Affine, BinOp, BufId, BufPtr, CmpOp, ConvTile, Expr, Kernel, LoopVar,
-    MicroKernel, ReduceOp, Stmt, UnOp, Width,
+    ReduceOp, Stmt, UnOp, Width,
 };
 
-use crate::{microkernels, Error};
+use crate::microkernels::{self, TileIsa, ROUTINES};
+use crate::Error;
 
 /// The instruction-set features code generation depends on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,21 +43,26 @@ pub struct TargetDesc {
     pub has_avx2: bool,
     /// FMA3.
     pub has_fma: bool,
+    /// The instruction set whose conv-tile routines [`Stmt::ConvTile`] calls link to
+    /// (`None`: a kernel with such a call is refused).
+    pub tiles: Option<TileIsa>,
 }
 
 impl TargetDesc {
-    /// A fixed x86-64 description (AVX2 + FMA, like the development machines), for
-    /// snapshot tests that must not depend on the host's CPUID.
+    /// A fixed x86-64 description (AVX2 + FMA and its conv-tile routines, like the
+    /// development machines), for snapshot tests that must not depend on the host's CPUID.
     pub fn fixed_avx2_fma() -> TargetDesc {
         TargetDesc {
             has_sse41: true,
             has_avx: true,
             has_avx2: true,
             has_fma: true,
+            tiles: Some(TileIsa::Avx2),
         }
     }
 
-    /// The host's features (CPUID), or an error on hosts other than x86-64.
+    /// The host's features (CPUID), with no conv-tile routines (they are a choice of
+    /// the compilation: [`CodegenOptions::tiles`]), or an error on hosts other than x86-64.
     pub fn host() -> Result<TargetDesc, Error> {
         let isa = host_isa(false)?;
         let flag = |name: &str| {
@@ -69,6 +75,7 @@ impl TargetDesc {
             has_avx: flag("has_avx"),
             has_avx2: flag("has_avx2"),
             has_fma: flag("has_fma"),
+            tiles: None,
         })
     }
 
@@ -121,6 +128,9 @@ pub struct CodegenOptions {
     pub verify: bool,
     /// Threads compiling functions in parallel; 0 means one per core.
     pub threads: usize,
+    /// The instruction set whose conv-tile routines calls link to (`None`: a kernel
+    /// calling one is refused); compiling fails when the host's CPU does not run it.
+    pub tiles: Option<TileIsa>,
 }
 
 /// A compiled kernel: `args` points to one valid buffer pointer per kernel argument; a
@@ -179,20 +189,23 @@ impl std::fmt::Debug for CompiledKernels {
 /// on worker threads (a `JITModule` is not `Sync`); the module then takes their bytes.
 pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKernels, Error> {
     let isa = host_isa(opts.verify)?;
-    let target = TargetDesc::host()?;
+    let target = TargetDesc {
+        tiles: opts.tiles,
+        ..TargetDesc::host()?
+    };
+    if let Some(tiles) = opts.tiles.filter(|t| !t.host_has()) {
+        return Err(Error::Unsupported(format!(
+            "the {} conv-tile routines need a CPU feature this host lacks",
+            tiles.name()
+        )));
+    }
     for k in kernels {
         k.check().map_err(Error::Unsupported)?;
-        if let Some(r) = routines_of(&k.body).find(|r| !microkernels::host_has(*r)) {
-            return Err(Error::Unsupported(format!(
-                "kernel {} calls {}, which this host's CPU cannot run",
-                k.name,
-                r.symbol()
-            )));
-        }
+        check_calls(k, &target)?;
     }
     let mut builder = JITBuilder::with_isa(isa.clone(), cranelift_module::default_libcall_names());
-    for r in MICRO_KERNELS {
-        builder.symbol(r.symbol(), microkernels::entry(r));
+    for r in &ROUTINES {
+        builder.symbol(r.symbol, r.entry());
     }
     let prefetch_rows: microkernels::PrefetchRowsFn = microkernels::prefetch_rows;
     builder.symbol(
@@ -200,18 +213,17 @@ pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKern
         prefetch_rows as *const u8,
     );
     let mut module = JITModule::new(builder);
-    // the routines first, so their ids are their indices in MICRO_KERNELS (CLIF text
-    // names them the same way without a module)
+    // the routines first, so their ids are their indices in ROUTINES (CLIF text names
+    // them the same way without a module)
     let routine_sig = conv_tile_signature(isa.as_ref());
-    for r in MICRO_KERNELS {
+    for (i, r) in ROUTINES.iter().enumerate() {
         let id = module
-            .declare_function(r.symbol(), Linkage::Import, &routine_sig)
-            .map_err(|e| Error::Unsupported(format!("declaring {}: {e}", r.symbol())))?;
-        let i = routine_index(r);
+            .declare_function(r.symbol, Linkage::Import, &routine_sig)
+            .map_err(|e| Error::Unsupported(format!("declaring {}: {e}", r.symbol)))?;
         if id.as_u32() as usize != i {
             return Err(Error::Unsupported(format!(
                 "{} was declared as function {}, not {i}",
-                r.symbol(),
+                r.symbol,
                 id.as_u32()
             )));
         }
@@ -374,35 +386,35 @@ fn codegen_error(k: &Kernel, e: impl std::fmt::Display) -> Error {
     Error::Unsupported(format!("code generation of kernel {} failed: {e}", k.name))
 }
 
-/// The micro-kernels a JIT module links, in the order of their function ids: routine
-/// `r` is `MICRO_KERNELS[routine_index(r)]`.
-const MICRO_KERNELS: [MicroKernel; 3] = [
-    MicroKernel::ConvTileAvx2,
-    MicroKernel::ConvTileAvx512,
-    MicroKernel::ConvTileAvx512x32,
-];
-
-/// The position of `r` in [`MICRO_KERNELS`] (exhaustive, so a new routine must be placed).
-fn routine_index(r: MicroKernel) -> usize {
-    match r {
-        MicroKernel::ConvTileAvx2 => 0,
-        MicroKernel::ConvTileAvx512 => 1,
-        MicroKernel::ConvTileAvx512x32 => 2,
+/// Refuses a kernel whose conv-tile calls `target` has no routine for: no tile ISA
+/// chosen, or none of its routines computes that many lanes.
+fn check_calls(k: &Kernel, target: &TargetDesc) -> Result<(), Error> {
+    for t in calls_of(&k.body) {
+        let Some(isa) = target.tiles else {
+            return Err(Error::Unsupported(format!(
+                "kernel {} calls a conv-tile routine, but no micro-kernel instruction set was chosen",
+                k.name
+            )));
+        };
+        if isa.routine(t.lanes).is_none() {
+            return Err(Error::Unsupported(format!(
+                "kernel {} calls a conv tile of {} lanes, which the {} routines do not compute",
+                k.name,
+                t.lanes,
+                isa.name()
+            )));
+        }
     }
+    Ok(())
 }
 
-/// The routines `stmts` call, with repeats.
-fn routines_of(stmts: &[Stmt]) -> impl Iterator<Item = MicroKernel> + '_ {
-    calls_of(stmts).into_iter().map(|(r, _)| r)
-}
-
-/// The routine and shape of every call in `stmts`, in order, with repeats.
-fn calls_of(stmts: &[Stmt]) -> Vec<(MicroKernel, ConvTile)> {
-    fn walk(stmts: &[Stmt], found: &mut Vec<(MicroKernel, ConvTile)>) {
+/// The shape of every conv-tile call in `stmts`, in order, with repeats.
+fn calls_of(stmts: &[Stmt]) -> Vec<ConvTile> {
+    fn walk(stmts: &[Stmt], found: &mut Vec<ConvTile>) {
         for s in stmts {
             match s {
                 Stmt::Loop { body, .. } => walk(body, found),
-                Stmt::ConvTile { routine, tile, .. } => found.push((*routine, *tile)),
+                Stmt::ConvTile { tile, .. } => found.push(*tile),
                 Stmt::Assign { .. } | Stmt::Store { .. } | Stmt::Prefetch { .. } => {}
             }
         }
@@ -423,7 +435,7 @@ fn conv_tile_signature(isa: &dyn TargetIsa) -> cranelift_codegen::ir::Signature 
 }
 
 /// The module's function id of the prefetch helper: declared right after the routines.
-const PREFETCH_ROWS_ID: usize = MICRO_KERNELS.len();
+const PREFETCH_ROWS_ID: usize = ROUTINES.len();
 
 /// `extern "C" fn(at: *f32, rows, row_stride, row_len: i64)`: see
 /// `microkernels::prefetch_rows`.
@@ -483,6 +495,7 @@ fn kernel_signature(isa: &dyn TargetIsa) -> cranelift_codegen::ir::Signature {
 /// `--dump-clif` and the CLIF snapshots. Deterministic for a fixed target description.
 pub fn clif_text(kernel: &Kernel, target: &TargetDesc) -> Result<String, Error> {
     let isa = fixed_isa(target)?;
+    check_calls(kernel, target)?;
     let mut fctx = FunctionBuilderContext::new();
     let func = build_function(kernel, target, isa.as_ref(), &mut fctx);
     cranelift_codegen::verifier::verify_function(&func, isa.as_ref())
@@ -494,6 +507,7 @@ pub fn clif_text(kernel: &Kernel, target: &TargetDesc) -> Result<String, Error> 
 /// checking register allocation (spills) by eye.
 pub fn disassemble(kernel: &Kernel, target: &TargetDesc) -> Result<String, Error> {
     let isa = fixed_isa(target)?;
+    check_calls(kernel, target)?;
     let mut fctx = FunctionBuilderContext::new();
     let mut ctx = cranelift_codegen::Context::for_function(build_function(
         kernel,
@@ -563,7 +577,7 @@ fn build_function(
         bases.push(fb.ins().stack_addr(ptr, slot, 0));
     }
     let mut tile_records = HashMap::new();
-    for (_, tile) in calls_of(&kernel.body) {
+    for tile in calls_of(&kernel.body) {
         if let std::collections::hash_map::Entry::Vacant(e) = tile_records.entry(tile) {
             e.insert(conv_tile_record(&mut fb, ptr, &tile));
         }
@@ -582,7 +596,8 @@ fn build_function(
         fb,
         kernel,
         bases,
-        routines: [None; MICRO_KERNELS.len()],
+        tiles: target.tiles,
+        routines: [None; ROUTINES.len()],
         routine_sig: conv_tile_signature(isa),
         prefetch_rows: None,
         prefetch_sig: prefetch_rows_signature(isa),
@@ -658,9 +673,12 @@ struct Gen<'f, 'k> {
     kernel: &'k Kernel,
     /// Base pointers: the arguments, then the local buffers.
     bases: Vec<ClifValue>,
-    /// The function reference of each routine the kernel calls, by [`routine_index`],
-    /// imported at its first call.
-    routines: [Option<FuncRef>; MICRO_KERNELS.len()],
+    /// The instruction set whose routines the calls link to ([`check_calls`] proved it
+    /// has one for every call).
+    tiles: Option<TileIsa>,
+    /// The function reference of each routine the kernel calls, by its index in
+    /// [`ROUTINES`], imported at its first call.
+    routines: [Option<FuncRef>; ROUTINES.len()],
     /// The routines' signature.
     routine_sig: cranelift_codegen::ir::Signature,
     /// The prefetch helper, imported at its first call, and its signature.
@@ -708,13 +726,12 @@ impl Gen<'_, '_> {
                         .store(MemFlagsData::new().with_notrap(), v, addr, off);
                 }
                 Stmt::ConvTile {
-                    routine,
                     x,
                     w,
                     out,
                     next,
                     tile,
-                } => self.conv_tile(*routine, [x, w, out], next.as_ref(), tile),
+                } => self.conv_tile([x, w, out], next.as_ref(), tile),
                 Stmt::Prefetch {
                     at,
                     rows,
@@ -742,18 +759,14 @@ impl Gen<'_, '_> {
     }
 
     /// Calls a conv-tile routine (arguments in `conv_tile_signature` order).
-    fn conv_tile(
-        &mut self,
-        routine: MicroKernel,
-        ptrs: [&BufPtr; 3],
-        next: Option<&BufPtr>,
-        t: &ConvTile,
-    ) {
-        let i = routine_index(routine);
+    fn conv_tile(&mut self, ptrs: [&BufPtr; 3], next: Option<&BufPtr>, t: &ConvTile) {
+        let Some((i, _)) = self.tiles.and_then(|isa| isa.routine(t.lanes)) else {
+            unreachable!("check_calls proved a routine for every call");
+        };
         let callee = match self.routines[i] {
             Some(f) => f,
             None => {
-                // named by its function id in the module (see MICRO_KERNELS)
+                // named by its function id in the module (see ROUTINES)
                 let f = self.import(i, self.routine_sig.clone());
                 self.routines[i] = Some(f);
                 f

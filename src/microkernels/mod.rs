@@ -89,7 +89,7 @@
 //! element once per 32 channels.
 
 pub use smelt_ir::loops::ConvTile;
-use smelt_ir::loops::MicroKernel;
+use smelt_ir::loops::{TileRoutine, TileTarget};
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -110,31 +110,137 @@ pub type ConvTileFn = unsafe extern "C" fn(
     next: *const f32,
 );
 
-/// Whether this CPU runs `routine`.
-pub fn host_has(routine: MicroKernel) -> bool {
-    match routine {
-        MicroKernel::ConvTileAvx2 => has_avx2_fma(),
-        MicroKernel::ConvTileAvx512 | MicroKernel::ConvTileAvx512x32 => has_avx512f(),
+/// An instruction set this module has conv-tile routines for. The loop IR names only the
+/// contract (a call of `lanes` lanes); the ISA chosen for a compilation decides which
+/// routine each call links to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TileIsa {
+    /// AVX2 + FMA: 16 lanes per call (two `f32x8` per pixel).
+    Avx2,
+    /// AVX-512F: 32 lanes per call (two `f32x16` per pixel), or 16 (one) for groups with
+    /// no multiple of 32 output channels.
+    Avx512,
+}
+
+/// One routine: an ISA's implementation of the conv-tile contract for one lane count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Routine {
+    /// The instruction set it needs.
+    pub isa: TileIsa,
+    /// What lowering needs to know of it: lanes per call and pixels per call.
+    pub tile: TileRoutine,
+    /// The symbol the JIT links calls to.
+    pub symbol: &'static str,
+}
+
+/// Every routine, in a fixed order: a JIT module declares them in this order, so a
+/// routine's function id is its index here (CLIF text names them the same way).
+///
+/// Pixels per call are whole register blocks — AVX2 6 pixels × 2 ymm, AVX-512 28 × 1 zmm
+/// for 16 lanes and 14 × 2 zmm for 32 — about 56 in all, so a call's sums (a stack buffer
+/// of `lanes · pixels` floats, 3.5–7 KiB) stay in L1 until the epilogue reads them back.
+pub const ROUTINES: [Routine; 3] = [
+    Routine {
+        isa: TileIsa::Avx2,
+        tile: TileRoutine {
+            lanes: 16,
+            max_pixels: 60,
+        },
+        symbol: "smelt_conv_tile_avx2",
+    },
+    Routine {
+        isa: TileIsa::Avx512,
+        tile: TileRoutine {
+            lanes: 16,
+            max_pixels: 56,
+        },
+        symbol: "smelt_conv_tile_avx512",
+    },
+    Routine {
+        isa: TileIsa::Avx512,
+        tile: TileRoutine {
+            lanes: 32,
+            max_pixels: 56,
+        },
+        symbol: "smelt_conv_tile_avx512_x32",
+    },
+];
+
+impl TileIsa {
+    /// Both, widest first.
+    pub const ALL: [TileIsa; 2] = [TileIsa::Avx512, TileIsa::Avx2];
+
+    /// Whether this CPU runs the ISA's routines.
+    pub fn host_has(self) -> bool {
+        match self {
+            TileIsa::Avx2 => has_avx2_fma(),
+            TileIsa::Avx512 => has_avx512f(),
+        }
+    }
+
+    /// Lanes of the routines' FMA instructions, for cost models and peak-speed reports.
+    pub fn fma_lanes(self) -> i64 {
+        match self {
+            TileIsa::Avx2 => 8,
+            TileIsa::Avx512 => 16,
+        }
+    }
+
+    /// The name used on the command line and in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            TileIsa::Avx2 => "avx2",
+            TileIsa::Avx512 => "avx512",
+        }
+    }
+
+    /// The ISA's routine for calls of `lanes` lanes, with its index in [`ROUTINES`].
+    pub fn routine(self, lanes: i64) -> Option<(usize, Routine)> {
+        ROUTINES
+            .iter()
+            .enumerate()
+            .find(|(_, r)| r.isa == self && r.tile.lanes == lanes)
+            .map(|(i, r)| (i, *r))
+    }
+
+    /// What lowering sees of the ISA: its routines, widest first, and their FMA width.
+    pub fn target(self) -> TileTarget {
+        let mut tiles: Vec<TileRoutine> = ROUTINES
+            .iter()
+            .filter(|r| r.isa == self)
+            .map(|r| r.tile)
+            .collect();
+        tiles.sort_by_key(|t| std::cmp::Reverse(t.lanes));
+        TileTarget {
+            // every ISA in ROUTINES has at least one routine (a unit test checks it)
+            widest: tiles.first().copied().unwrap_or(TileRoutine {
+                lanes: 16,
+                max_pixels: 56,
+            }),
+            narrower: tiles.get(1).copied(),
+            fma_lanes: self.fma_lanes(),
+        }
     }
 }
 
-/// The address of `routine`'s entry point, for the JIT to link its symbol to. Call it
-/// (through [`ConvTileFn`]) only if [`host_has`] says so; off x86-64 the routines do not
-/// exist and this is null.
-pub fn entry(routine: MicroKernel) -> *const u8 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let f: ConvTileFn = match routine {
-            MicroKernel::ConvTileAvx2 => conv_tile_avx2,
-            MicroKernel::ConvTileAvx512 => conv_tile_avx512,
-            MicroKernel::ConvTileAvx512x32 => conv_tile_avx512_x32,
-        };
-        f as *const u8
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = routine;
-        std::ptr::null()
+impl Routine {
+    /// The address of the routine's entry point, for the JIT to link its symbol to. Call
+    /// it (through [`ConvTileFn`]) only if [`TileIsa::host_has`] says so; off x86-64 the
+    /// routines do not exist and this is null.
+    pub fn entry(&self) -> *const u8 {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let f: ConvTileFn = match (self.isa, self.tile.lanes) {
+                (TileIsa::Avx2, _) => conv_tile_avx2,
+                (TileIsa::Avx512, 32) => conv_tile_avx512_x32,
+                (TileIsa::Avx512, _) => conv_tile_avx512,
+            };
+            f as *const u8
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            std::ptr::null()
+        }
     }
 }
 

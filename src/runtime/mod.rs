@@ -14,11 +14,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use smelt_ir::diag::Location;
-use smelt_ir::loops::{Kernel, MicroKernel};
+use smelt_ir::loops::Kernel;
 use smelt_ir::{AlignedBuf, Func, Layout, Module, Op, Tensor, TensorType, Value};
 use smelt_passes::lower::{self, BufferKind, MemoryPlan, Program};
 
 use crate::codegen::{self, CodegenOptions, CompiledKernels, KernelFn};
+use crate::microkernels::TileIsa;
 use crate::Error;
 
 /// Options of [`Executable::compile`].
@@ -82,18 +83,15 @@ pub enum Kernels {
 }
 
 impl Kernels {
-    /// The micro-kernel tiles call on this host (`None`: Cranelift code only).
-    pub fn micro_kernel(self) -> Option<MicroKernel> {
-        // 32 channels per call where a group has a multiple of 32, else 16 (lowering
-        // falls back to the narrower routine)
-        let (avx512, avx2) = (MicroKernel::ConvTileAvx512x32, MicroKernel::ConvTileAvx2);
+    /// The instruction set whose conv-tile routines tiles call (`None`: Cranelift code
+    /// only): for `Auto`, the widest this host runs. On AVX-512, tiles are 32 channels per
+    /// call where a group has a multiple of 32, else 16 (lowering picks the routine).
+    pub fn tile_isa(self) -> Option<TileIsa> {
         match self {
-            Kernels::Auto => [avx512, avx2]
-                .into_iter()
-                .find(|&r| crate::microkernels::host_has(r)),
+            Kernels::Auto => TileIsa::ALL.into_iter().find(|isa| isa.host_has()),
             Kernels::Cranelift => None,
-            Kernels::Avx2 => Some(avx2),
-            Kernels::Avx512 => Some(avx512),
+            Kernels::Avx2 => Some(TileIsa::Avx2),
+            Kernels::Avx512 => Some(TileIsa::Avx512),
         }
     }
 
@@ -306,7 +304,7 @@ impl Executable {
         };
         let lower_opts = lower::LowerOptions {
             conv: opts.conv,
-            micro: opts.kernels.micro_kernel(),
+            micro: opts.kernels.tile_isa().map(TileIsa::target),
         };
         // activation layouts depend on the kernels, so they are chosen here
         let laid_out = match opts.layouts {
@@ -324,6 +322,7 @@ impl Executable {
                 &CodegenOptions {
                     verify: opts.verify,
                     threads: 0,
+                    tiles: opts.kernels.tile_isa(),
                 },
             );
             generated = Instant::now();

@@ -87,6 +87,20 @@ pub fn kernel_choices() -> Vec<Kernels> {
     if smelt::microkernels::has_avx512f() {
         choices.push(Kernels::Avx512);
     }
+    // once per test binary: which choices ran, and which this host cannot run
+    static REPORT: std::sync::Once = std::sync::Once::new();
+    REPORT.call_once(|| {
+        let all = [Kernels::Cranelift, Kernels::Avx2, Kernels::Avx512];
+        let names = |ks: &mut dyn Iterator<Item = Kernels>| {
+            ks.map(|k| k.name()).collect::<Vec<_>>().join(", ")
+        };
+        let missing = names(&mut all.into_iter().filter(|k| !choices.contains(k)));
+        eprintln!(
+            "kernel choices tested on this host: {}; not on this host: {}",
+            names(&mut choices.iter().copied()),
+            if missing.is_empty() { "none" } else { &missing }
+        );
+    });
     choices
 }
 

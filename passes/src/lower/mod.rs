@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use smelt_ir::diag::Location;
-use smelt_ir::loops::{Access, Kernel, MicroKernel};
+use smelt_ir::loops::{Access, Kernel, TileTarget};
 use smelt_ir::op::PostOp;
 use smelt_ir::{AlignedBuf, Diagnostic, Func, Layout, Module, Op, TensorType, Value, WeightId};
 
@@ -138,9 +138,10 @@ pub enum ConvAlgorithm {
 pub struct LowerOptions {
     /// How 3×3 stride-1 convolutions are computed.
     pub conv: ConvAlgorithm,
-    /// The micro-kernel GEMM-shaped conv tiles call (`None`: Cranelift code only, the
-    /// portable default). Code generation refuses a routine the host cannot run.
-    pub micro: Option<MicroKernel>,
+    /// The conv-tile routines GEMM-shaped conv tiles call (`None`: Cranelift code only,
+    /// the portable default). Code generation links the routines of the ISA it compiles
+    /// for and refuses a lane count that ISA has no routine for.
+    pub micro: Option<TileTarget>,
 }
 
 /// Whether some kernel computes `op` with operands of `types` into `result` as they are

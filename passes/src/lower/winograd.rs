@@ -29,7 +29,7 @@
 //! channel blocks (`nchw16c`, as the layout pass chooses) takes those vectors as they
 //! are: per 16 channels, 4 output row streams instead of 64 channel rows of NCHW.
 
-use smelt_ir::loops::{Access, Affine, BinOp, BufId, Expr, KernelBuilder, MicroKernel, Width};
+use smelt_ir::loops::{Access, Affine, BinOp, BufId, Expr, KernelBuilder, TileTarget, Width};
 use smelt_ir::op::Conv2dAttrs;
 use smelt_ir::{AlignedBuf, Diagnostic, Layout, TensorType, Value};
 
@@ -185,8 +185,8 @@ const CALL_CYCLES: f64 = 5000.0;
 
 /// Lanes of one FMA instruction of the conv tiles: Cranelift's f32x4, or the
 /// micro-kernel's f32x8 (AVX2) or f32x16 (AVX-512).
-fn fma_lanes(micro: Option<MicroKernel>) -> f64 {
-    micro.map_or(4.0, |r| r.fma_lanes() as f64)
+fn fma_lanes(micro: Option<TileTarget>) -> f64 {
+    micro.map_or(4.0, |t| t.fma_lanes as f64)
 }
 
 /// Modelled cost (cycles on one core) of the direct packed convolution: vector FMAs at

@@ -29,7 +29,7 @@ mod general;
 mod packed;
 mod pad;
 
-use smelt_ir::loops::{Access, Affine, BufId, Expr, KernelBuilder, MicroKernel, Width};
+use smelt_ir::loops::{Access, Affine, BufId, Expr, KernelBuilder, TileTarget, Width};
 use smelt_ir::op::Conv2dAttrs;
 use smelt_ir::{Diagnostic, Layout, TensorType, Value};
 
@@ -96,7 +96,7 @@ pub const CHANNEL_BLOCKS: Layout = Layout::Blocked {
 /// blocks, with `micro` given — the one conv form whose kernel reads its input and
 /// writes its result in channel blocks ([`CHANNEL_BLOCKS`]; the input needs whole blocks
 /// of channels too).
-pub fn pointwise_on_micro(a: &Conv2dAttrs, w: &TensorType, micro: Option<MicroKernel>) -> bool {
+pub fn pointwise_on_micro(a: &Conv2dAttrs, w: &TensorType, micro: Option<TileTarget>) -> bool {
     micro.is_some()
         && a.groups == 1
         && a.pads == [0; 4]
@@ -111,7 +111,7 @@ pub fn pointwise_on_micro(a: &Conv2dAttrs, w: &TensorType, micro: Option<MicroKe
 /// channels in whole blocks — the packed direct convolution's epilogue and Winograd's
 /// output transform then store each vector of 4 channels of a pixel as it is instead of
 /// transposing.
-pub fn writes_blocks_on_micro(a: &Conv2dAttrs, w: &TensorType, micro: Option<MicroKernel>) -> bool {
+pub fn writes_blocks_on_micro(a: &Conv2dAttrs, w: &TensorType, micro: Option<TileTarget>) -> bool {
     pointwise_on_micro(a, w, micro)
         || (micro.is_some()
             && a.groups == 1
@@ -125,7 +125,7 @@ pub fn writes_blocks_on_micro(a: &Conv2dAttrs, w: &TensorType, micro: Option<Mic
 /// with output channels in quads (the packed convolution, whose channels-last copy of
 /// the input then copies 16-channel runs, or Winograd, whose padded copy stays in
 /// blocks).
-pub fn reads_blocks_on_micro(a: &Conv2dAttrs, w: &TensorType, micro: Option<MicroKernel>) -> bool {
+pub fn reads_blocks_on_micro(a: &Conv2dAttrs, w: &TensorType, micro: Option<TileTarget>) -> bool {
     let pointwise = w.rank() == 4 && w.dims[2..] == [1, 1] && a.pads == [0; 4];
     if pointwise {
         return pointwise_on_micro(a, w, micro);
@@ -240,7 +240,7 @@ pub(crate) fn lower_conv2d(
                 // an odd number: row bands are what threads share, and 7 bands split 4:3
                 // over two cores where 8 split evenly (28² as 8 rows of 98, not 7 of 112).
                 let plane = oh * ow;
-                let k = (1..=2 * packed::micro_pixels(routine))
+                let k = (1..=2 * routine.max_pixels as usize)
                     .filter(|k| plane.is_multiple_of(*k))
                     .max_by_key(|&k| (plane / k == 1 || (plane / k).is_multiple_of(2), k))
                     .unwrap_or(ow);

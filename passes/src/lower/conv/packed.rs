@@ -3,7 +3,8 @@
 //! loop-order model and the input-channel split.
 
 use smelt_ir::loops::{
-    Access, Affine, BinOp, BufPtr, ConvTile, Expr, KernelBuilder, MicroKernel, VarId, Width,
+    Access, Affine, BinOp, BufPtr, ConvTile, Expr, KernelBuilder, TileRoutine, TileTarget, VarId,
+    Width,
 };
 use smelt_ir::{AlignedBuf, Diagnostic, Value};
 
@@ -76,7 +77,7 @@ struct ChannelPart {
 /// One micro-kernel call of a tile: the routine, the tile's pixels, and where they sit in
 /// their block's sweep (when the next block's weights are prefetched).
 struct MicroCall<'a> {
-    routine: MicroKernel,
+    routine: TileRoutine,
     pixels: usize,
     sweep: Option<&'a Sweep>,
 }
@@ -114,8 +115,8 @@ pub(crate) struct PackedConv {
     /// The input is channels-last (`[n][row][column][channel]`) rather than NCHW.
     pub(crate) channels_last: bool,
     /// The native routine that computes each tile's sums (then `vecs` is 4 and a tile is
-    /// up to [`MICRO_PIXELS`] pixels of a row), or `None` for Cranelift FMAs.
-    pub(crate) micro: Option<MicroKernel>,
+    /// up to [`TileRoutine::max_pixels`] pixels of a row), or `None` for Cranelift FMAs.
+    pub(crate) micro: Option<TileRoutine>,
     /// The sums are stored in blocks of the tile's lanes — `[n][o / lanes][oh][ow][lanes]`
     /// — instead of NCHW: a tile's channel vectors go out as they are (no transposes),
     /// and a micro-kernel writes them itself, each pixel's lanes as whole vectors. For an
@@ -130,18 +131,6 @@ pub(crate) struct PackedConv {
     pub(crate) blocked_output: bool,
 }
 
-/// Most output pixels one call of `routine` covers: whole register blocks of the routine
-/// (28 pixels for 16-channel AVX-512, 14 for 32-channel AVX-512, 6 for AVX2), about 56
-/// in all, so its sums — a stack buffer of `lanes · pixels` floats, 3.5–7 KiB — stay in
-/// L1 until the epilogue reads them back.
-pub(crate) fn micro_pixels(routine: MicroKernel) -> usize {
-    match routine {
-        MicroKernel::ConvTileAvx512 => 56,
-        MicroKernel::ConvTileAvx512x32 => 56,
-        MicroKernel::ConvTileAvx2 => 60,
-    }
-}
-
 impl PackedConv {
     /// The tile for a group of `og` output channels (a multiple of 4), on channels-last
     /// or NCHW input; tiles call `micro` when it is given and `og` is a multiple of 16.
@@ -149,15 +138,13 @@ impl PackedConv {
         g: &Geo,
         og: usize,
         channels_last: bool,
-        micro: Option<MicroKernel>,
+        micro: Option<TileTarget>,
     ) -> PackedConv {
-        let fits = |r: &MicroKernel| og.is_multiple_of(r.lanes() as usize);
-        let routine =
-            micro.and_then(|r| std::iter::successors(Some(r), |r| r.narrower()).find(fits));
+        let routine = micro.and_then(|t| t.routine_for(og));
         if let Some(routine) = routine {
             // full calls along a row, then the rest
-            let pixels = g.ow.clamp(1, micro_pixels(routine));
-            let lanes = routine.lanes() as usize;
+            let pixels = g.ow.clamp(1, routine.max_pixels as usize);
+            let lanes = routine.lanes as usize;
             return PackedConv {
                 vecs: lanes / 4,
                 pixels,
@@ -758,7 +745,7 @@ impl PackedConv {
             sweep,
         } = call;
         let w4 = Width::F32x4;
-        let lanes = routine.lanes();
+        let lanes = routine.lanes;
         // where the routine leaves its sums: the result itself, channels-last within
         // the group, or `[pixel][lanes]` in a stack buffer for the epilogue
         let (sums, sums_at, out_pixel_stride, out_vec_stride) = if self.lane_blocked_output {
@@ -894,7 +881,6 @@ impl PackedConv {
             None => (tile, None),
         };
         b.conv_tile(
-            routine,
             BufPtr {
                 buf: bufs.x,
                 index: x,

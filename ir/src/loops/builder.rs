@@ -1,0 +1,165 @@
+//! [`KernelBuilder`]: builds a kernel statement by statement, handing out fresh
+//! variables and loop variables, so lowering code reads like the loop nest it makes.
+
+use super::{
+    trip_count, Access, Affine, BufId, BufPtr, ConvTile, Expr, Kernel, KernelArg, LoopVar, Stmt,
+    VarId, Width,
+};
+
+/// Builds a [`Kernel`] statement by statement, handing out fresh variables.
+///
+/// ```
+/// use smelt_ir::loops::*;
+/// let mut b = KernelBuilder::new("copy");
+/// let x = b.arg("x", 8, Access::Read);
+/// let y = b.arg("y", 8, Access::Write);
+/// b.for_loop(0, 8, 4, |b, i| {
+///     let v = Expr::load(x, Affine::var(i), Width::F32x4);
+///     b.store(y, Affine::var(i), v, Width::F32x4);
+/// });
+/// let k = b.finish();
+/// assert!(k.check().is_ok());
+/// ```
+pub struct KernelBuilder {
+    kernel: Kernel,
+    stack: Vec<Vec<Stmt>>,
+}
+
+impl KernelBuilder {
+    /// Starts an empty kernel.
+    pub fn new(name: &str) -> KernelBuilder {
+        KernelBuilder {
+            kernel: Kernel {
+                name: name.to_string(),
+                args: Vec::new(),
+                locals: Vec::new(),
+                vars: Vec::new(),
+                num_loop_vars: 0,
+                body: Vec::new(),
+                parallel: false,
+            },
+            stack: vec![Vec::new()],
+        }
+    }
+
+    /// Adds a buffer argument.
+    pub fn arg(&mut self, name: &str, len: usize, access: Access) -> BufId {
+        self.kernel.args.push(KernelArg {
+            name: name.to_string(),
+            len,
+            access,
+        });
+        BufId(self.kernel.args.len() as u32 - 1)
+    }
+
+    /// Adds a local scratch buffer of `len` elements (one per call, on its stack).
+    pub fn local(&mut self, len: usize) -> BufId {
+        self.kernel.locals.push(len);
+        BufId(BufId::LOCAL + self.kernel.locals.len() as u32 - 1)
+    }
+
+    /// Calls the conv-tile micro-kernel of `tile.lanes` lanes; with `next`, it prefetches
+    /// `tile.next_len` elements from there (see [`Stmt::ConvTile`]).
+    pub fn conv_tile(
+        &mut self,
+        x: BufPtr,
+        w: BufPtr,
+        out: BufPtr,
+        next: Option<BufPtr>,
+        tile: ConvTile,
+    ) {
+        self.push(Stmt::ConvTile {
+            x,
+            w,
+            out,
+            next,
+            tile,
+        });
+    }
+
+    /// A fresh register variable.
+    pub fn var(&mut self, width: Width) -> VarId {
+        self.kernel.vars.push(width);
+        VarId(self.kernel.vars.len() as u32 - 1)
+    }
+
+    /// Assigns `value` to `dst`.
+    pub fn assign(&mut self, dst: VarId, value: Expr) {
+        self.push(Stmt::Assign { dst, value });
+    }
+
+    /// Emits a [`Stmt::Prefetch`] of `rows` runs of `row_len` elements, `row_stride` apart.
+    pub fn prefetch(&mut self, at: BufPtr, rows: i64, row_stride: i64, row_len: i64) {
+        self.push(Stmt::Prefetch {
+            at,
+            rows,
+            row_stride,
+            row_len,
+        });
+    }
+
+    /// Assigns `value` to a fresh variable of `width` and returns a read of it.
+    pub fn let_(&mut self, value: Expr, width: Width) -> Expr {
+        let v = self.var(width);
+        self.assign(v, value);
+        Expr::Var(v)
+    }
+
+    /// Stores `value`.
+    pub fn store(&mut self, buf: BufId, index: Affine, value: Expr, width: Width) {
+        self.push(Stmt::Store {
+            buf,
+            index,
+            value,
+            width,
+        });
+    }
+
+    /// Emits `for i in start..end step step { body(i) }`; nothing when the loop is empty.
+    /// A loop of one iteration still gets its variable (folded by code generation).
+    pub fn for_loop(
+        &mut self,
+        start: i64,
+        end: i64,
+        step: i64,
+        body: impl FnOnce(&mut KernelBuilder, LoopVar),
+    ) {
+        if trip_count(start, end, step) == 0 {
+            return;
+        }
+        let var = LoopVar(self.kernel.num_loop_vars);
+        self.kernel.num_loop_vars += 1;
+        self.stack.push(Vec::new());
+        body(self, var);
+        let body = self.stack.pop().unwrap_or_default();
+        self.push(Stmt::Loop {
+            var,
+            start,
+            end,
+            step,
+            body,
+        });
+    }
+
+    fn push(&mut self, s: Stmt) {
+        if let Some(top) = self.stack.last_mut() {
+            top.push(s);
+        }
+    }
+
+    /// Marks the kernel parallel: its body must be one loop whose iterations are
+    /// independent (see [`Kernel::parallel`]); [`Kernel::check`] verifies the shape.
+    pub fn set_parallel(&mut self) {
+        self.kernel.parallel = true;
+    }
+
+    /// The finished kernel. A kernel marked parallel whose body came out as anything but
+    /// one loop (e.g. an empty loop was dropped) runs serially.
+    pub fn finish(mut self) -> Kernel {
+        self.kernel.body = self.stack.pop().unwrap_or_default();
+        if !matches!(self.kernel.body.as_slice(), [Stmt::Loop { .. }]) {
+            self.kernel.parallel = false;
+        }
+        self.kernel
+    }
+}

@@ -1,0 +1,689 @@
+//! The bounds checker: the proof, made before any code runs, that every memory access
+//! of a [`Kernel`] stays inside its buffer. It is the safety argument of every call into
+//! JIT code, so it is written to be sound first and exact second.
+//!
+//! What [`Kernel::check`] proves, for every iteration of every loop:
+//! - every load and store of `width.lanes()` elements at its affine index lies inside its
+//!   buffer (a kernel argument of the declared length, or a local scratch buffer);
+//! - stores and micro-kernel outputs go to written buffers, never to read-only arguments;
+//! - a conv-tile call's footprints ([`ConvTile::footprints`](super::ConvTile::footprints): the elements from each
+//!   pointer the contract lets the routine touch) lie inside their buffers, and a call's
+//!   prefetched `next` run starts at or after its buffer's start and is no longer than
+//!   the buffer (code generation moves a start that would run past the end back);
+//! - a [`Stmt::Prefetch`] run lies inside its buffer (a prefetch cannot fault, but the
+//!   checker covers every address JIT code hands to native code);
+//! - widths agree, and every variable is declared, assigned before it is read and in
+//!   scope; loop steps are positive, a loop variable is not reused inside its loop, and a
+//!   parallel kernel's body is one loop.
+//!
+//! How: loop bounds are constants, so each loop variable ranges over a known interval
+//! and the iteration space is a box. An affine index is extreme at a corner of the box,
+//! so its exact minimum and maximum are sums of per-term extremes; the access is inside
+//! when the minimum is at least 0 and the maximum plus the access's span is at most the
+//! length. Every step is checked arithmetic: a bound that would overflow `i64` is a
+//! rejection, never a wrapped value. Loops with no trips are not entered (their bodies
+//! never run). The property test in this module compares the checker with brute-force
+//! execution of random kernels: it accepts exactly the kernels whose every access is
+//! inside.
+
+use super::{trip_count, Access, Affine, BufId, BufPtr, Expr, Kernel, Stmt, Width};
+
+impl Kernel {
+    /// Checks the kernel: widths agree, variables and loop variables are in scope, stores
+    /// go to written buffers, and every load and store stays inside its buffer for every
+    /// iteration. This is the proof the runtime relies on before calling native code.
+    pub fn check(&self) -> Result<(), String> {
+        if self.parallel && self.parallel_trips().is_none() {
+            return Err(format!(
+                "kernel {}: a parallel kernel's body must be one loop",
+                self.name
+            ));
+        }
+        let mut cx = CheckCx {
+            kernel: self,
+            ranges: vec![None; self.num_loop_vars as usize],
+            assigned: vec![false; self.vars.len()],
+        };
+        cx.block(&self.body)
+            .map_err(|e| format!("kernel {}: {e}", self.name))
+    }
+}
+
+struct CheckCx<'k> {
+    kernel: &'k Kernel,
+    /// Inclusive value range of each loop variable in scope.
+    ranges: Vec<Option<(i64, i64)>>,
+    assigned: Vec<bool>,
+}
+
+impl CheckCx<'_> {
+    fn block(&mut self, stmts: &[Stmt]) -> Result<(), String> {
+        for s in stmts {
+            match s {
+                Stmt::Loop {
+                    var,
+                    start,
+                    end,
+                    step,
+                    body,
+                } => {
+                    if *step <= 0 {
+                        return Err(format!("loop i{} has step {step}", var.0));
+                    }
+                    let slot = self
+                        .ranges
+                        .get_mut(var.0 as usize)
+                        .ok_or_else(|| format!("loop variable i{} is not declared", var.0))?;
+                    if slot.is_some() {
+                        return Err(format!("loop variable i{} is reused in its scope", var.0));
+                    }
+                    let trips = trip_count(*start, *end, *step);
+                    if trips == 0 {
+                        continue;
+                    }
+                    // the last value is below `end`, so it fits in i64
+                    let last = i128::from(*start) + i128::from(*step) * (i128::from(trips) - 1);
+                    *slot = Some((
+                        *start,
+                        i64::try_from(last).map_err(|_| {
+                            format!(
+                                "loop i{} from {start} to {end} by {step} has too many trips",
+                                var.0
+                            )
+                        })?,
+                    ));
+                    let r = self.block(body);
+                    self.ranges[var.0 as usize] = None;
+                    r?;
+                }
+                Stmt::Assign { dst, value } => {
+                    let want = *self
+                        .kernel
+                        .vars
+                        .get(dst.0 as usize)
+                        .ok_or_else(|| format!("variable ${} is not declared", dst.0))?;
+                    let got = self.expr(value)?;
+                    if got != want {
+                        return Err(format!(
+                            "${} is {} but is assigned a {} value",
+                            dst.0,
+                            want.name(),
+                            got.name()
+                        ));
+                    }
+                    self.assigned[dst.0 as usize] = true;
+                }
+                Stmt::Store {
+                    buf,
+                    index,
+                    value,
+                    width,
+                } => {
+                    let got = self.expr(value)?;
+                    if got != *width {
+                        return Err(format!(
+                            "store of {} to {buf} stores a {} value",
+                            width.name(),
+                            got.name()
+                        ));
+                    }
+                    if self.access(*buf, index, width.lanes() as i64)? != Access::Write {
+                        return Err(format!("store to read-only argument {buf}"));
+                    }
+                }
+                Stmt::ConvTile {
+                    x,
+                    w,
+                    out,
+                    next,
+                    tile,
+                } => {
+                    match (next, tile.next_len) {
+                        (None, 0) => {}
+                        (Some(at), len) if len > 0 => self.clamped_run(at, len)?,
+                        _ => {
+                            return Err(format!(
+                                "conv tile call: a prefetched run needs both a start and a positive length ({tile})"
+                            ))
+                        }
+                    }
+                    let [xs, ws, os] = tile
+                        .footprints()
+                        .ok_or_else(|| format!("conv tile call with a negative count or stride, or an overflowing footprint: {tile}"))?;
+                    for (ptr, span) in [(x, xs), (w, ws), (out, os)] {
+                        if span > 0 {
+                            self.access(ptr.buf, &ptr.index, span)?;
+                        }
+                    }
+                    if os > 0 && self.access(out.buf, &out.index, os)? != Access::Write {
+                        return Err(format!(
+                            "conv tile call writes read-only argument {}",
+                            out.buf
+                        ));
+                    }
+                }
+                Stmt::Prefetch {
+                    at,
+                    rows,
+                    row_stride,
+                    row_len,
+                } => {
+                    let span = (*rows > 0 && *row_stride >= 0 && *row_len > 0)
+                        .then(|| row_stride.checked_mul(rows - 1)?.checked_add(*row_len))
+                        .flatten()
+                        .ok_or_else(|| {
+                            format!("prefetch of {rows} runs of {row_len} every {row_stride}")
+                        })?;
+                    self.access(at.buf, &at.index, span)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Proves that a run of `span` elements starting at `at`, moved back where it would
+    /// pass the buffer's end, lies inside the buffer for every iteration in scope: the
+    /// start is never negative and the run is no longer than the buffer.
+    fn clamped_run(&self, at: &BufPtr, span: i64) -> Result<(), String> {
+        let (name, len, _) = self.buffer(at.buf)?;
+        let (lo, _) = self.index_range(&at.index)?;
+        if lo < 0 || i128::from(span) > len as i128 {
+            return Err(format!(
+                "prefetched run of {span} elements of {} ({name}) from {lo} is outside its {len} elements",
+                at.buf
+            ));
+        }
+        Ok(())
+    }
+
+    /// The name, length and access of `buf`.
+    fn buffer(&self, buf: BufId) -> Result<(&str, usize, Access), String> {
+        Ok(match buf.local_index() {
+            Some(i) => {
+                let len = self
+                    .kernel
+                    .locals
+                    .get(i)
+                    .ok_or_else(|| format!("local buffer {buf} does not exist"))?;
+                ("local", *len, Access::Write)
+            }
+            None => {
+                let arg = self
+                    .kernel
+                    .args
+                    .get(buf.0 as usize)
+                    .ok_or_else(|| format!("argument {buf} does not exist"))?;
+                (arg.name.as_str(), arg.len, arg.access)
+            }
+        })
+    }
+
+    /// The exact least and greatest value of `index` over the iterations in scope, in
+    /// i128: a term's product of two i64 values always fits, and a sum that would not is
+    /// an error rather than a wrapped (or saturated, hence too small) bound.
+    fn index_range(&self, index: &Affine) -> Result<(i128, i128), String> {
+        let overflow = || format!("index {index} overflows");
+        let (mut lo, mut hi) = (i128::from(index.offset), i128::from(index.offset));
+        for &(v, c) in &index.terms {
+            let (a, b) = self
+                .ranges
+                .get(v.0 as usize)
+                .copied()
+                .flatten()
+                .ok_or_else(|| format!("loop variable i{} used outside its loop", v.0))?;
+            let (x, y) = (i128::from(a) * i128::from(c), i128::from(b) * i128::from(c));
+            lo = lo.checked_add(x.min(y)).ok_or_else(overflow)?;
+            hi = hi.checked_add(x.max(y)).ok_or_else(overflow)?;
+        }
+        Ok((lo, hi))
+    }
+
+    /// Proves `span` elements from `index` inside `buf` for every iteration in scope, and
+    /// returns how the buffer may be accessed.
+    fn access(&self, buf: BufId, index: &Affine, span: i64) -> Result<Access, String> {
+        let (name, len, access) = self.buffer(buf)?;
+        let (lo, hi) = self.index_range(index)?;
+        let last = hi
+            .checked_add(i128::from(span) - 1)
+            .ok_or_else(|| format!("index {index} overflows"))?;
+        if lo < 0 || last >= len as i128 {
+            return Err(format!(
+                "access to {buf} ({name}) at [{lo}, {last}] is outside its {len} elements"
+            ));
+        }
+        Ok(access)
+    }
+
+    fn expr(&self, e: &Expr) -> Result<Width, String> {
+        let same = |a: Width, b: Width, what: &str| {
+            if a == b {
+                Ok(a)
+            } else {
+                Err(format!(
+                    "{what} mixes {} and {} operands",
+                    a.name(),
+                    b.name()
+                ))
+            }
+        };
+        match e {
+            Expr::Var(v) => {
+                let w = self
+                    .kernel
+                    .vars
+                    .get(v.0 as usize)
+                    .ok_or_else(|| format!("variable ${} is not declared", v.0))?;
+                if !self.assigned[v.0 as usize] {
+                    return Err(format!("variable ${} is read before any assignment", v.0));
+                }
+                Ok(*w)
+            }
+            Expr::Const(_, w) => Ok(*w),
+            Expr::Load { buf, index, width } => {
+                self.access(*buf, index, width.lanes() as i64)?;
+                Ok(*width)
+            }
+            Expr::Splat(x) => match self.expr(x)? {
+                Width::Scalar => Ok(Width::F32x4),
+                Width::F32x4 => Err("splat of a vector".into()),
+            },
+            Expr::Unary(_, x) => self.expr(x),
+            Expr::Binary(op, a, b) => same(self.expr(a)?, self.expr(b)?, &format!("{op:?}")),
+            Expr::Fma(a, b, c) => {
+                let ab = same(self.expr(a)?, self.expr(b)?, "fma")?;
+                same(ab, self.expr(c)?, "fma")
+            }
+            Expr::Select {
+                a,
+                b,
+                if_true,
+                if_false,
+                ..
+            } => {
+                let ab = same(self.expr(a)?, self.expr(b)?, "select comparison")?;
+                let tf = same(self.expr(if_true)?, self.expr(if_false)?, "select")?;
+                same(ab, tf, "select")
+            }
+            Expr::Reduce(_, x) => match self.expr(x)? {
+                Width::F32x4 => Ok(Width::Scalar),
+                Width::Scalar => Err("reduction of a scalar".into()),
+            },
+            Expr::Lane(x, lane) => match self.expr(x)? {
+                Width::F32x4 if *lane < 4 => Ok(Width::Scalar),
+                Width::F32x4 => Err(format!("lane {lane} of a 4-lane vector")),
+                Width::Scalar => Err("lane of a scalar".into()),
+            },
+            Expr::Shuffle(a, b, m) => {
+                if same(self.expr(a)?, self.expr(b)?, "shuffle")? != Width::F32x4 {
+                    return Err("shuffle of scalars".into());
+                }
+                if m.iter().any(|&l| l >= 8) {
+                    return Err(format!("shuffle lanes {m:?} outside the 8 lanes of a ++ b"));
+                }
+                Ok(Width::F32x4)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The checker against brute force: random well-typed kernels whose only possible
+    //! fault is a bounds or access violation, every iteration executed by an oracle that
+    //! enumerates each element every statement touches. The checker must accept exactly
+    //! the kernels whose every touched element is inside a buffer it may touch that way.
+
+    use super::super::{
+        Access, Affine, BufId, BufPtr, ConvTile, Expr, Kernel, KernelArg, LoopVar, Stmt, VarId,
+        Width,
+    };
+
+    /// A small deterministic generator (xorshift64*), so every case is reproducible from
+    /// its seed and the test needs no dependency.
+    struct Gen(u64);
+
+    impl Gen {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        /// Uniform in `lo..=hi`.
+        fn int(&mut self, lo: i64, hi: i64) -> i64 {
+            lo + (self.next() % (hi - lo + 1) as u64) as i64
+        }
+        fn chance(&mut self, percent: u64) -> bool {
+            self.next() % 100 < percent
+        }
+        /// A coefficient or offset: mostly small, sometimes near the ends of i64 so that
+        /// overflowing bounds are exercised.
+        fn wide(&mut self, small: i64) -> i64 {
+            match self.next() % 60 {
+                0 => i64::MAX - self.int(0, 3),
+                1 => i64::MIN + self.int(0, 3),
+                2 => (i64::MAX / 2) * if self.chance(50) { 1 } else { -1 },
+                _ => self.int(-small, small),
+            }
+        }
+    }
+
+    /// Builds a random kernel: arguments and locals of small lengths, nested loops (some
+    /// empty, some with far-out bounds), loads, stores, prefetches and conv-tile calls at
+    /// random affine positions.
+    fn random_kernel(g: &mut Gen) -> Kernel {
+        let args = (0..g.int(1, 3))
+            .map(|i| KernelArg {
+                name: format!("a{i}"),
+                len: g.int(0, 64) as usize,
+                access: if g.chance(50) {
+                    Access::Read
+                } else {
+                    Access::Write
+                },
+            })
+            .collect::<Vec<_>>();
+        let locals = (0..g.int(0, 1)).map(|_| g.int(0, 48) as usize).collect();
+        let mut k = Kernel {
+            name: "random".into(),
+            args,
+            locals,
+            vars: vec![Width::Scalar, Width::F32x4],
+            num_loop_vars: 0,
+            body: Vec::new(),
+            parallel: false,
+        };
+        // assign both variables first, so reads of them are always well-formed
+        k.body.push(Stmt::Assign {
+            dst: VarId(0),
+            value: Expr::constant(1.0, Width::Scalar),
+        });
+        k.body.push(Stmt::Assign {
+            dst: VarId(1),
+            value: Expr::constant(1.0, Width::F32x4),
+        });
+        let body = block(g, &mut k, &mut Vec::new(), 0);
+        k.body.extend(body);
+        k
+    }
+
+    fn buffer(g: &mut Gen, k: &Kernel) -> BufId {
+        if !k.locals.is_empty() && g.chance(25) {
+            BufId(BufId::LOCAL)
+        } else {
+            BufId(g.int(0, k.args.len() as i64 - 1) as u32)
+        }
+    }
+
+    fn index(g: &mut Gen, scope: &[LoopVar]) -> Affine {
+        let mut a = Affine::constant(g.wide(24));
+        for &v in scope {
+            if g.chance(50) {
+                a = a.add(&Affine::var(v).scale(g.wide(4)));
+            }
+        }
+        a
+    }
+
+    fn block(g: &mut Gen, k: &mut Kernel, scope: &mut Vec<LoopVar>, depth: usize) -> Vec<Stmt> {
+        let mut out = Vec::new();
+        for _ in 0..g.int(1, 2) {
+            let s = match g.int(0, 5) {
+                0 if depth < 3 => {
+                    let var = LoopVar(k.num_loop_vars);
+                    k.num_loop_vars += 1;
+                    let start = if g.chance(10) {
+                        g.wide(8)
+                    } else {
+                        g.int(-4, 8)
+                    };
+                    // trips stay few (the oracle runs them all); far-out starts get 0-3 trips
+                    let step = g.int(1, 4);
+                    let end = start.saturating_add(step * g.int(-1, 3) + g.int(0, step - 1));
+                    scope.push(var);
+                    let body = block(g, k, scope, depth + 1);
+                    scope.pop();
+                    Stmt::Loop {
+                        var,
+                        start,
+                        end,
+                        step,
+                        body,
+                    }
+                }
+                0 | 1 => {
+                    let width = if g.chance(50) {
+                        Width::Scalar
+                    } else {
+                        Width::F32x4
+                    };
+                    Stmt::Assign {
+                        dst: VarId(if width == Width::Scalar { 0 } else { 1 }),
+                        value: Expr::load(buffer(g, k), index(g, scope), width),
+                    }
+                }
+                2 => {
+                    let width = if g.chance(50) {
+                        Width::Scalar
+                    } else {
+                        Width::F32x4
+                    };
+                    Stmt::Store {
+                        buf: buffer(g, k),
+                        index: index(g, scope),
+                        value: Expr::Var(VarId(if width == Width::Scalar { 0 } else { 1 })),
+                        width,
+                    }
+                }
+                3 => Stmt::Prefetch {
+                    at: BufPtr {
+                        buf: buffer(g, k),
+                        index: index(g, scope),
+                    },
+                    rows: g.int(1, 3),
+                    row_stride: g.int(0, 12),
+                    row_len: g.int(1, 12),
+                },
+                _ => {
+                    let ptr = |g: &mut Gen| BufPtr {
+                        buf: buffer(g, k),
+                        index: index(g, scope),
+                    };
+                    let (x, w, out) = (ptr(g), ptr(g), ptr(g));
+                    let next_len = if g.chance(30) { g.int(1, 40) } else { 0 };
+                    let next = (next_len > 0).then(|| ptr(g));
+                    let tile = ConvTile {
+                        lanes: 4 * g.int(1, 2),
+                        pixels: g.int(0, 3),
+                        rows: g.int(0, 2),
+                        row_stride: g.int(0, 6),
+                        taps: g.int(0, 2),
+                        tap_stride: g.int(0, 4),
+                        chans: g.int(0, 2),
+                        chan_stride: g.int(0, 5),
+                        pixel_stride: g.int(0, 3),
+                        w_tap_stride: g.int(0, 20),
+                        out_pixel_stride: g.int(0, 9),
+                        out_vec_stride: g.int(0, 5),
+                        next_len,
+                        accumulate: g.chance(50),
+                    };
+                    Stmt::ConvTile {
+                        x,
+                        w,
+                        out,
+                        next,
+                        tile,
+                    }
+                }
+            };
+            out.push(s);
+        }
+        out
+    }
+
+    /// The oracle: runs every iteration and checks every element each statement touches.
+    struct Oracle<'k> {
+        kernel: &'k Kernel,
+        values: Vec<i64>,
+    }
+
+    impl Oracle<'_> {
+        fn eval(&self, a: &Affine) -> i128 {
+            a.terms.iter().fold(i128::from(a.offset), |acc, &(v, c)| {
+                acc + i128::from(self.values[v.0 as usize]) * i128::from(c)
+            })
+        }
+
+        fn buffer(&self, buf: BufId) -> (i128, Access) {
+            match buf.local_index() {
+                Some(i) => (self.kernel.locals[i] as i128, Access::Write),
+                None => {
+                    let a = &self.kernel.args[buf.0 as usize];
+                    (a.len as i128, a.access)
+                }
+            }
+        }
+
+        /// Elements `first..first+n` of `buf` (with the access needed) are inside it.
+        fn touch(&self, buf: BufId, first: i128, n: i128, write: bool) -> bool {
+            let (len, access) = self.buffer(buf);
+            n <= 0 || (first >= 0 && first + n <= len && (!write || access == Access::Write))
+        }
+
+        fn block(&mut self, stmts: &[Stmt]) -> bool {
+            stmts.iter().all(|s| self.stmt(s))
+        }
+
+        fn stmt(&mut self, s: &Stmt) -> bool {
+            match s {
+                Stmt::Loop {
+                    var,
+                    start,
+                    end,
+                    step,
+                    body,
+                } => {
+                    let mut i = i128::from(*start);
+                    while i < i128::from(*end) {
+                        self.values[var.0 as usize] = i as i64;
+                        if !self.block(body) {
+                            return false;
+                        }
+                        i += i128::from(*step);
+                    }
+                    true
+                }
+                Stmt::Assign { value, .. } => match value {
+                    Expr::Load { buf, index, width } => {
+                        self.touch(*buf, self.eval(index), width.lanes() as i128, false)
+                    }
+                    _ => true,
+                },
+                Stmt::Store {
+                    buf, index, width, ..
+                } => self.touch(*buf, self.eval(index), width.lanes() as i128, true),
+                Stmt::Prefetch {
+                    at,
+                    rows,
+                    row_stride,
+                    row_len,
+                } => (0..*rows).all(|r| {
+                    let first = self.eval(&at.index) + i128::from(r * row_stride);
+                    self.touch(at.buf, first, i128::from(*row_len), false)
+                }),
+                Stmt::ConvTile {
+                    x,
+                    w,
+                    out,
+                    next,
+                    tile: t,
+                } => {
+                    // every element the contract's formula names, one by one
+                    let reads = t.rows > 0 && t.taps > 0 && t.chans > 0;
+                    let (xs, ws, os) = (
+                        self.eval(&x.index),
+                        self.eval(&w.index),
+                        self.eval(&out.index),
+                    );
+                    for p in 0..t.pixels {
+                        for l in 0..t.lanes {
+                            let o = p * t.out_pixel_stride + (l / 4) * t.out_vec_stride + l % 4;
+                            if !self.touch(out.buf, os + i128::from(o), 1, true) {
+                                return false;
+                            }
+                        }
+                        if !reads {
+                            continue;
+                        }
+                        for r in 0..t.rows {
+                            for tap in 0..t.taps {
+                                for c in 0..t.chans {
+                                    let xi = r * t.row_stride
+                                        + tap * t.tap_stride
+                                        + c * t.chan_stride
+                                        + p * t.pixel_stride;
+                                    if !self.touch(x.buf, xs + i128::from(xi), 1, false) {
+                                        return false;
+                                    }
+                                    for l in 0..t.lanes {
+                                        let wi =
+                                            (r * t.taps + tap) * t.w_tap_stride + t.lanes * c + l;
+                                        if !self.touch(w.buf, ws + i128::from(wi), 1, false) {
+                                            return false;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    match next {
+                        // the run moved back where it would pass the end (Stmt::ConvTile)
+                        Some(at) => {
+                            let (len, _) = self.buffer(at.buf);
+                            let n = i128::from(t.next_len);
+                            let first = self.eval(&at.index).min(len - n);
+                            self.touch(at.buf, first, n, false)
+                        }
+                        None => true,
+                    }
+                }
+            }
+        }
+    }
+
+    fn oracle_accepts(k: &Kernel) -> bool {
+        let mut o = Oracle {
+            kernel: k,
+            values: vec![0; k.num_loop_vars as usize],
+        };
+        o.block(&k.body)
+    }
+
+    #[test]
+    fn checker_accepts_exactly_the_kernels_whose_accesses_are_inside() {
+        let (mut accepted, mut rejected) = (0, 0);
+        for seed in 1..=4000u64 {
+            let mut g = Gen(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+            let k = random_kernel(&mut g);
+            let proved = k.check();
+            let inside = oracle_accepts(&k);
+            assert_eq!(
+                proved.is_ok(),
+                inside,
+                "seed {seed}: checker says {proved:?}, brute force says inside = {inside}\n{k}"
+            );
+            if inside {
+                accepted += 1;
+            } else {
+                rejected += 1;
+            }
+        }
+        eprintln!("{accepted} kernels accepted, {rejected} rejected");
+        // both outcomes must be well represented, or the test shows nothing
+        assert!(
+            accepted > 400 && rejected > 400,
+            "{accepted} accepted, {rejected} rejected"
+        );
+    }
+}

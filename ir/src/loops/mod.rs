@@ -1,0 +1,791 @@
+//! The loop-nest IR: kernels as loops over vector loads, stores, FMAs and epilogues.
+//!
+//! A [`Kernel`] is a function of buffer arguments (pointers to `f32` elements, each
+//! with a static length). Its body is a tree of [`Stmt`]s: counted loops with constant
+//! bounds, assignments to register variables, and stores. Values are [`Expr`] trees over
+//! loads at affine addresses, constants, broadcasts, arithmetic, FMAs and selects, in
+//! scalar (`f32`) or vector (`f32x4`) width.
+//!
+//! Everything is static, so [`Kernel::check`] proves every access of every load and
+//! store inside its buffer before any code runs: the runtime's safety argument rests on
+//! it. Lowering (in smelt-passes) produces kernels; code generation (in smelt) turns them
+//! into Cranelift IR. The printer ([`Kernel::fmt`]) is deterministic, for `--dump-loops`
+//! and snapshot tests.
+//!
+//! The rooms: this file holds the IR's types; [`check`] the bounds checker (the safety
+//! argument), `tile` the conv-tile micro-kernel contract, `print` the text form and
+//! `builder` the [`KernelBuilder`].
+
+use std::fmt;
+
+use crate::types::F32;
+
+mod builder;
+pub mod check;
+mod print;
+mod tile;
+
+pub use builder::KernelBuilder;
+pub use tile::{ConvTile, TileRoutine, TileTarget};
+
+/// A buffer a kernel accesses: a kernel argument (a pointer the caller passes, by index)
+/// or a local scratch buffer of the call's own (on the stack, so every concurrent call
+/// has its own), numbered from [`BufId::LOCAL`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BufId(pub u32);
+
+impl BufId {
+    /// The id of local buffer 0; local `i` is `LOCAL + i`.
+    pub const LOCAL: u32 = 1 << 31;
+
+    /// The index of the local buffer this id names, if it names one.
+    pub fn local_index(self) -> Option<usize> {
+        self.0.checked_sub(BufId::LOCAL).map(|i| i as usize)
+    }
+}
+
+impl fmt::Display for BufId {
+    /// `%3` for argument 3, `%local0` for local buffer 0.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.local_index() {
+            Some(i) => write!(f, "%local{i}"),
+            None => write!(f, "%{}", self.0),
+        }
+    }
+}
+
+/// A loop induction variable (an integer), in scope inside its loop's body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LoopVar(pub u32);
+
+/// A register variable: assigned by [`Stmt::Assign`], read by [`Expr::Var`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct VarId(pub u32);
+
+/// Width of a value: one `f32` or a vector of four.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Width {
+    /// One `f32`.
+    Scalar,
+    /// Four `f32` lanes (128 bits).
+    F32x4,
+}
+
+impl Width {
+    /// Number of `f32` lanes.
+    pub fn lanes(self) -> usize {
+        match self {
+            Width::Scalar => 1,
+            Width::F32x4 => 4,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Width::Scalar => "f32",
+            Width::F32x4 => "f32x4",
+        }
+    }
+}
+
+/// How a kernel uses an argument buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Access {
+    /// Only read; nothing writes it while the kernel runs (loads may be moved freely).
+    Read,
+    /// Written (and possibly read back): outputs and scratch.
+    Write,
+}
+
+/// One buffer argument of a kernel.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct KernelArg {
+    /// A name for dumps (`x`, `w`, `out`, `residual`).
+    pub name: String,
+    /// Length in `f32` elements; every access is proven inside it.
+    pub len: usize,
+    /// Read-only or written.
+    pub access: Access,
+}
+
+/// An integer address in elements: `offset + Σ coefficient · loop variable`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Affine {
+    /// Constant part.
+    pub offset: i64,
+    /// Terms, at most one per loop variable, sorted by variable.
+    pub terms: Vec<(LoopVar, i64)>,
+}
+
+impl Affine {
+    /// A constant address.
+    pub fn constant(offset: i64) -> Affine {
+        Affine {
+            offset,
+            terms: Vec::new(),
+        }
+    }
+
+    /// The loop variable itself.
+    pub fn var(v: LoopVar) -> Affine {
+        Affine {
+            offset: 0,
+            terms: vec![(v, 1)],
+        }
+    }
+
+    /// `self + other`.
+    pub fn add(&self, other: &Affine) -> Affine {
+        let mut out = self.clone();
+        out.offset += other.offset;
+        for &(v, c) in &other.terms {
+            out.add_term(v, c);
+        }
+        out
+    }
+
+    /// `self + k`.
+    pub fn plus(&self, k: i64) -> Affine {
+        let mut out = self.clone();
+        out.offset += k;
+        out
+    }
+
+    /// `self · k`.
+    pub fn scale(&self, k: i64) -> Affine {
+        let mut out = Affine::constant(self.offset * k);
+        for &(v, c) in &self.terms {
+            out.add_term(v, c * k);
+        }
+        out
+    }
+
+    fn add_term(&mut self, v: LoopVar, c: i64) {
+        match self.terms.binary_search_by_key(&v, |t| t.0) {
+            Ok(i) => {
+                self.terms[i].1 += c;
+                if self.terms[i].1 == 0 {
+                    self.terms.remove(i);
+                }
+            }
+            Err(i) if c != 0 => self.terms.insert(i, (v, c)),
+            Err(_) => {}
+        }
+    }
+}
+
+/// An elementwise function of one value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum UnOp {
+    /// `-x`.
+    Neg,
+    /// `|x|`.
+    Abs,
+    /// Square root.
+    Sqrt,
+    /// `e^x` (code generation expands it into a polynomial; relative error ≈ 2e-7).
+    Exp,
+}
+
+/// An elementwise function of two values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BinOp {
+    /// `a + b`.
+    Add,
+    /// `a - b`.
+    Sub,
+    /// `a * b`.
+    Mul,
+    /// `a / b`.
+    Div,
+    /// `a > b ? a : b` (the x86 `maxps` rule: a NaN in `a` gives `b`).
+    Max,
+    /// `a < b ? a : b`.
+    Min,
+}
+
+/// A comparison for [`Expr::Select`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CmpOp {
+    /// `a < b`.
+    Lt,
+    /// `a <= b`.
+    Le,
+    /// `a > b`.
+    Gt,
+    /// `a >= b`.
+    Ge,
+}
+
+/// A horizontal reduction of a vector to a scalar.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ReduceOp {
+    /// Sum of the lanes.
+    Add,
+    /// Largest lane.
+    Max,
+}
+
+/// A value computed in registers.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Expr {
+    /// The current value of a register variable.
+    Var(VarId),
+    /// A constant, splatted to every lane.
+    Const(F32, Width),
+    /// Loads `width.lanes()` consecutive elements of `buf` starting at `index`.
+    Load {
+        /// The buffer.
+        buf: BufId,
+        /// Element index of the first lane.
+        index: Affine,
+        /// How many lanes.
+        width: Width,
+    },
+    /// A scalar broadcast to every lane of a vector.
+    Splat(Box<Expr>),
+    /// An elementwise function of one value.
+    Unary(UnOp, Box<Expr>),
+    /// An elementwise function of two values of the same width.
+    Binary(BinOp, Box<Expr>, Box<Expr>),
+    /// `a * b + c`, fused when the target has FMA.
+    Fma(Box<Expr>, Box<Expr>, Box<Expr>),
+    /// `(a cmp b) ? if_true : if_false`, lane by lane.
+    Select {
+        /// The comparison.
+        cmp: CmpOp,
+        /// Left side of the comparison.
+        a: Box<Expr>,
+        /// Right side of the comparison.
+        b: Box<Expr>,
+        /// Value where the comparison holds.
+        if_true: Box<Expr>,
+        /// Value where it does not.
+        if_false: Box<Expr>,
+    },
+    /// A vector reduced to a scalar.
+    Reduce(ReduceOp, Box<Expr>),
+    /// One lane (0..4) of a vector, as a scalar.
+    Lane(Box<Expr>, u8),
+    /// Lanes picked from two vectors: lane `i` of the result is lane `m[i]` of the
+    /// eight lanes `a ++ b` (`m[i] < 8`). Register tiles are transposed with these.
+    Shuffle(Box<Expr>, Box<Expr>, [u8; 4]),
+}
+
+impl Expr {
+    /// A load of `width` lanes.
+    pub fn load(buf: BufId, index: Affine, width: Width) -> Expr {
+        Expr::Load { buf, index, width }
+    }
+
+    /// A constant.
+    pub fn constant(v: f32, width: Width) -> Expr {
+        Expr::Const(F32(v), width)
+    }
+
+    /// `op(a, b)`.
+    pub fn binary(op: BinOp, a: Expr, b: Expr) -> Expr {
+        Expr::Binary(op, Box::new(a), Box::new(b))
+    }
+
+    /// `op(x)`.
+    pub fn unary(op: UnOp, x: Expr) -> Expr {
+        Expr::Unary(op, Box::new(x))
+    }
+
+    /// `a * b + c`.
+    pub fn fma(a: Expr, b: Expr, c: Expr) -> Expr {
+        Expr::Fma(Box::new(a), Box::new(b), Box::new(c))
+    }
+
+    /// `(a cmp b) ? t : f`.
+    pub fn select(cmp: CmpOp, a: Expr, b: Expr, t: Expr, f: Expr) -> Expr {
+        Expr::Select {
+            cmp,
+            a: Box::new(a),
+            b: Box::new(b),
+            if_true: Box::new(t),
+            if_false: Box::new(f),
+        }
+    }
+
+    /// `x` broadcast to `width` (no-op for scalar width).
+    pub fn splat_to(x: Expr, width: Width) -> Expr {
+        match width {
+            Width::Scalar => x,
+            Width::F32x4 => Expr::Splat(Box::new(x)),
+        }
+    }
+
+    /// Lane `lane` (0..4) of the vector `x`.
+    pub fn lane(x: Expr, lane: u8) -> Expr {
+        Expr::Lane(Box::new(x), lane)
+    }
+
+    /// Lanes `m` of the eight lanes `a ++ b` (see [`Expr::Shuffle`]).
+    pub fn shuffle(a: Expr, b: Expr, m: [u8; 4]) -> Expr {
+        Expr::Shuffle(Box::new(a), Box::new(b), m)
+    }
+
+    /// Whether evaluating the expression twice costs nothing (a variable or a constant).
+    pub fn is_trivial(&self) -> bool {
+        matches!(self, Expr::Var(_) | Expr::Const(..))
+    }
+}
+/// A buffer position passed to a micro-kernel: the pointer to element `index` of `buf`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BufPtr {
+    /// The buffer.
+    pub buf: BufId,
+    /// Element index the pointer points at.
+    pub index: Affine,
+}
+
+impl fmt::Display for BufPtr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "&{}[{}]", self.buf, self.index)
+    }
+}
+
+/// A statement of a kernel body.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Stmt {
+    /// `for var = start; var < end; var += step { body }` with constant bounds.
+    Loop {
+        /// The induction variable.
+        var: LoopVar,
+        /// First value.
+        start: i64,
+        /// Exclusive bound.
+        end: i64,
+        /// Positive increment.
+        step: i64,
+        /// The loop body.
+        body: Vec<Stmt>,
+    },
+    /// `dst = value`.
+    Assign {
+        /// The variable written.
+        dst: VarId,
+        /// The new value.
+        value: Expr,
+    },
+    /// Stores `width.lanes()` consecutive elements of `value` into `buf` at `index`.
+    Store {
+        /// The buffer (a [`Access::Write`] argument).
+        buf: BufId,
+        /// Element index of the first lane.
+        index: Affine,
+        /// The value stored.
+        value: Expr,
+        /// How many lanes.
+        width: Width,
+    },
+    /// A call of the conv-tile micro-kernel of `tile.lanes` lanes (the contract is
+    /// [`ConvTile`]; code generation links the host's routine): reads `x` and `w`, writes
+    /// `out`, and prefetches `tile.next_len` elements from `next` (what later
+    /// calls will read: the next weight block, which would otherwise stream from memory
+    /// in one burst at its first use). The run starts at `next`, or earlier where it
+    /// would pass the buffer's end, so it is always inside the buffer.
+    ConvTile {
+        /// The input pointer.
+        x: BufPtr,
+        /// The packed weights pointer.
+        w: BufPtr,
+        /// The output pointer.
+        out: BufPtr,
+        /// Where the prefetched run starts, before the clamp to the buffer's end; present
+        /// exactly when `tile.next_len > 0`.
+        next: Option<BufPtr>,
+        /// The tile's shape.
+        tile: ConvTile,
+    },
+    /// A hint that `rows` runs of `row_len` elements, `row_stride` apart from `at`, will
+    /// be read soon: a native helper issues one cache-line prefetch per line (Cranelift
+    /// has no prefetch instruction). Prefetches change no value and never fault; the
+    /// checker still proves the runs inside the buffer.
+    Prefetch {
+        /// The first element of the first run.
+        at: BufPtr,
+        /// Runs.
+        rows: i64,
+        /// Elements from one run's start to the next.
+        row_stride: i64,
+        /// Elements per run.
+        row_len: i64,
+    },
+}
+
+/// Everything that determines a kernel's machine code: arguments, locals, variable
+/// widths, loop variable count, body and parallelism ([`Kernel::signature`]).
+pub type KernelSignature<'a> = (
+    &'a [KernelArg],
+    &'a [usize],
+    &'a [Width],
+    u32,
+    &'a [Stmt],
+    bool,
+);
+
+/// A kernel: buffer arguments, register variables and a body.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Kernel {
+    /// A descriptive name, e.g. `conv2d_3x3_fused`; not part of identity for deduplication
+    /// purposes (callers compare [`Kernel::signature`]).
+    pub name: String,
+    /// Buffer arguments, in call order.
+    pub args: Vec<KernelArg>,
+    /// Lengths (in `f32` elements) of the local scratch buffers, per call.
+    pub locals: Vec<usize>,
+    /// Width of each register variable, indexed by [`VarId`].
+    pub vars: Vec<Width>,
+    /// Number of loop variables used (indices `0..num_loop_vars`).
+    pub num_loop_vars: u32,
+    /// The body.
+    pub body: Vec<Stmt>,
+    /// Whether the body's single top-level loop may be split across threads: its
+    /// iterations write disjoint elements and read nothing another iteration writes, so
+    /// any split gives bit-identical results (no reduction is ever split).
+    pub parallel: bool,
+}
+
+impl Kernel {
+    /// Everything that determines the generated code (all but the name): kernels with
+    /// equal signatures compile to identical machine code, so they compile once.
+    pub fn signature(&self) -> KernelSignature<'_> {
+        (
+            &self.args,
+            &self.locals,
+            &self.vars,
+            self.num_loop_vars,
+            &self.body,
+            self.parallel,
+        )
+    }
+
+    /// The trip count of the loop that may be split across threads, when the kernel is
+    /// parallel (its body is one loop). A call runs trips `lo..hi` of that loop
+    /// (`0 <= lo <= hi <= trips`); a kernel that is not parallel runs whole for `0..1`.
+    pub fn parallel_trips(&self) -> Option<i64> {
+        match (self.parallel, self.body.as_slice()) {
+            (
+                true,
+                [Stmt::Loop {
+                    start, end, step, ..
+                }],
+            ) => Some(trip_count(*start, *end, *step)),
+            _ => None,
+        }
+    }
+
+    /// Bytes one call moves at least: every argument's elements once (reads and writes),
+    /// for GB/s reports.
+    pub fn bytes(&self) -> u64 {
+        self.args.iter().map(|a| a.len as u64 * 4).sum()
+    }
+
+    /// Number of floating-point operations one call performs (FMA counts two), counted
+    /// statically over the loop trip counts; for GFLOP/s reports.
+    pub fn flops(&self) -> u64 {
+        fn expr(e: &Expr, vars: &[Width]) -> u64 {
+            match e {
+                Expr::Var(_) | Expr::Const(..) | Expr::Load { .. } => 0,
+                Expr::Splat(x) => expr(x, vars),
+                Expr::Unary(_, x) => lanes_of(e, vars) + expr(x, vars),
+                Expr::Binary(_, a, b) => lanes_of(e, vars) + expr(a, vars) + expr(b, vars),
+                Expr::Fma(a, b, c) => {
+                    2 * lanes_of(e, vars) + expr(a, vars) + expr(b, vars) + expr(c, vars)
+                }
+                Expr::Select {
+                    a,
+                    b,
+                    if_true,
+                    if_false,
+                    ..
+                } => {
+                    lanes_of(e, vars)
+                        + expr(a, vars)
+                        + expr(b, vars)
+                        + expr(if_true, vars)
+                        + expr(if_false, vars)
+                }
+                Expr::Reduce(_, x) => 3 + expr(x, vars),
+                Expr::Lane(x, _) => expr(x, vars),
+                // data movement, not arithmetic
+                Expr::Shuffle(a, b, _) => expr(a, vars) + expr(b, vars),
+            }
+        }
+        fn lanes_of(e: &Expr, vars: &[Width]) -> u64 {
+            fn width(e: &Expr, vars: &[Width]) -> usize {
+                match e {
+                    Expr::Var(v) => vars.get(v.0 as usize).map_or(1, |w| w.lanes()),
+                    Expr::Const(_, w) | Expr::Load { width: w, .. } => w.lanes(),
+                    Expr::Splat(_) => 4,
+                    Expr::Unary(_, x) => width(x, vars),
+                    Expr::Binary(_, a, b) => width(a, vars).max(width(b, vars)),
+                    Expr::Fma(a, b, c) => width(a, vars).max(width(b, vars)).max(width(c, vars)),
+                    Expr::Select {
+                        if_true, if_false, ..
+                    } => width(if_true, vars).max(width(if_false, vars)),
+                    Expr::Reduce(..) | Expr::Lane(..) => 1,
+                    Expr::Shuffle(..) => 4,
+                }
+            }
+            width(e, vars) as u64
+        }
+        fn block(stmts: &[Stmt], vars: &[Width]) -> u64 {
+            stmts
+                .iter()
+                .map(|s| match s {
+                    Stmt::Loop {
+                        start,
+                        end,
+                        step,
+                        body,
+                        ..
+                    } => trip_count(*start, *end, *step) as u64 * block(body, vars),
+                    Stmt::Assign { value, .. } | Stmt::Store { value, .. } => expr(value, vars),
+                    Stmt::ConvTile { tile, .. } => tile.flops(),
+                    Stmt::Prefetch { .. } => 0,
+                })
+                .sum()
+        }
+        block(&self.body, &self.vars)
+    }
+}
+
+/// Number of iterations of a loop `start..end` by `step` (0 when empty or `step <= 0`;
+/// computed without overflow, and at most `i64::MAX`).
+pub fn trip_count(start: i64, end: i64, step: i64) -> i64 {
+    if step <= 0 || end <= start {
+        0
+    } else {
+        let trips = (i128::from(end) - i128::from(start) + i128::from(step) - 1) / i128::from(step);
+        i64::try_from(trips).unwrap_or(i64::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn copy_kernel(len_in: usize, end: i64) -> Kernel {
+        let mut b = KernelBuilder::new("copy");
+        let x = b.arg("x", len_in, Access::Read);
+        let y = b.arg("y", 8, Access::Write);
+        b.for_loop(0, end, 4, |b, i| {
+            let v = Expr::load(x, Affine::var(i), Width::F32x4);
+            let v = Expr::binary(BinOp::Max, v, Expr::constant(0.0, Width::F32x4));
+            b.store(y, Affine::var(i), v, Width::F32x4);
+        });
+        b.finish()
+    }
+
+    /// A kernel storing `shuffle(x[0..4], x[4..8], m)` (or of two scalars).
+    fn shuffle_kernel(m: [u8; 4], width: Width) -> Kernel {
+        let mut b = KernelBuilder::new("shuffle");
+        let x = b.arg("x", 8, Access::Read);
+        let y = b.arg("y", 4, Access::Write);
+        let v = Expr::shuffle(
+            Expr::load(x, Affine::constant(0), width),
+            Expr::load(x, Affine::constant(4), width),
+            m,
+        );
+        b.store(y, Affine::constant(0), v, Width::F32x4);
+        b.finish()
+    }
+
+    #[test]
+    fn shuffles_take_lanes_of_two_vectors() {
+        let ok = shuffle_kernel([0, 4, 1, 5], Width::F32x4);
+        assert!(ok.check().is_ok());
+        assert!(ok.to_string().contains("shuffle("), "{ok}");
+        let err = shuffle_kernel([0, 8, 1, 5], Width::F32x4)
+            .check()
+            .unwrap_err();
+        assert!(err.contains("outside the 8 lanes"), "{err}");
+        let err = shuffle_kernel([0, 1, 2, 3], Width::Scalar)
+            .check()
+            .unwrap_err();
+        assert!(err.contains("shuffle of scalars"), "{err}");
+    }
+
+    #[test]
+    fn bounds_are_proven_per_access() {
+        assert!(copy_kernel(8, 8).check().is_ok());
+        // the last vector of the second iteration reads elements 4..8 of a 7-element buffer
+        let err = copy_kernel(7, 8).check().unwrap_err();
+        assert!(err.contains("outside its 7 elements"), "{err}");
+    }
+
+    #[test]
+    fn store_to_read_only_and_width_mismatch_are_rejected() {
+        let mut b = KernelBuilder::new("bad");
+        let x = b.arg("x", 4, Access::Read);
+        b.store(
+            x,
+            Affine::constant(0),
+            Expr::constant(1.0, Width::Scalar),
+            Width::Scalar,
+        );
+        assert!(b.finish().check().unwrap_err().contains("read-only"));
+
+        let mut b = KernelBuilder::new("bad");
+        let y = b.arg("y", 4, Access::Write);
+        let v = Expr::binary(
+            BinOp::Add,
+            Expr::constant(1.0, Width::Scalar),
+            Expr::constant(1.0, Width::F32x4),
+        );
+        b.store(y, Affine::constant(0), v, Width::Scalar);
+        assert!(b.finish().check().unwrap_err().contains("mixes"));
+    }
+
+    #[test]
+    fn affine_terms_merge_and_print() {
+        let (i, j) = (LoopVar(0), LoopVar(1));
+        let a = Affine::var(j).scale(3).add(&Affine::var(i).plus(2));
+        assert_eq!(a.to_string(), "i0 + 3*i1 + 2");
+        let z = a.add(&Affine::var(j).scale(-3));
+        assert_eq!(z.to_string(), "i0 + 2");
+    }
+
+    /// A kernel calling a 16-lane conv tile on `x` (len `x_len`) into a local buffer.
+    fn tile_kernel(x_len: usize, tile: ConvTile) -> Kernel {
+        let mut b = KernelBuilder::new("tile");
+        let x = b.arg("x", x_len, Access::Read);
+        let w = b.arg("w", 16 * 8, Access::Read);
+        let sums = b.local(16 * 4);
+        let at = |buf| BufPtr {
+            buf,
+            index: Affine::constant(0),
+        };
+        b.conv_tile(at(x), at(w), at(sums), None, tile);
+        b.finish()
+    }
+
+    fn four_pixels() -> ConvTile {
+        ConvTile {
+            lanes: 16,
+            pixels: 4,
+            rows: 1,
+            row_stride: 0,
+            taps: 1,
+            tap_stride: 0,
+            chans: 8,
+            chan_stride: 1,
+            pixel_stride: 8,
+            w_tap_stride: 128,
+            out_pixel_stride: 16,
+            out_vec_stride: 4,
+            next_len: 0,
+            accumulate: false,
+        }
+    }
+
+    #[test]
+    fn micro_kernel_calls_are_proven_from_their_footprints() {
+        // x: pixel 3, channel 7 is element 31; w: 8 channels × 16; out: 4 pixels × 16
+        assert_eq!(four_pixels().footprints(), Some([32, 128, 64]));
+        assert_eq!(four_pixels().flops(), 2 * 4 * 8 * 16);
+        assert!(tile_kernel(32, four_pixels()).check().is_ok());
+        let err = tile_kernel(31, four_pixels()).check().unwrap_err();
+        assert!(err.contains("outside its 31 elements"), "{err}");
+        let mut wide = four_pixels();
+        wide.pixels = 5;
+        let err = tile_kernel(64, wide).check().unwrap_err();
+        assert!(err.contains("%local0"), "{err}");
+        let mut negative = four_pixels();
+        negative.chan_stride = -1;
+        let err = tile_kernel(64, negative).check().unwrap_err();
+        assert!(err.contains("negative"), "{err}");
+        let mut wider = four_pixels();
+        wider.lanes = 32;
+        let err = tile_kernel(32, wider).check().unwrap_err();
+        assert!(err.contains("%1 (w) at [0, 255]"), "{err}");
+        let text = tile_kernel(32, four_pixels()).to_string();
+        assert!(text.contains("%local0: local f32[64]"), "{text}");
+        assert!(
+            text.contains(
+                "call conv_tile(x: &%0[0], w: &%1[0], out: &%local0[0]; lanes=16, pixels=4"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn next_runs_are_clamped_to_their_buffer_and_need_a_length() {
+        // trips 0..4 prefetch from 128·(i0 + 1): past the end of 512 elements on the last
+        // trip, which the clamp moves back; only a negative start or a run longer than
+        // the buffer is refused
+        let kernel = |w_len: usize, start: i64, next: Option<i64>, next_len: i64| {
+            let mut b = KernelBuilder::new("next");
+            let x = b.arg("x", 32, Access::Read);
+            let w = b.arg("w", w_len, Access::Read);
+            let sums = b.local(16 * 4);
+            let mut tile = four_pixels();
+            tile.next_len = next_len;
+            b.for_loop(0, 4, 1, |b, i| {
+                let at = |buf, index| BufPtr { buf, index };
+                let next = next.map(|step| at(w, Affine::var(i).scale(step).plus(start)));
+                let (x, wb) = (at(x, Affine::constant(0)), at(w, Affine::constant(0)));
+                let sums = at(sums, Affine::constant(0));
+                b.conv_tile(x, wb, sums, next, tile);
+            });
+            b.finish()
+        };
+        let ok = kernel(512, 128, Some(128), 128);
+        assert!(ok.check().is_ok(), "{:?}", ok.check());
+        let text = ok.to_string();
+        assert!(text.contains("next: &%1[128*i0 + 128]"), "{text}");
+        assert!(text.contains("next_len=128"), "{text}");
+        let err = kernel(512, -1, Some(128), 128).check().unwrap_err();
+        assert!(err.contains("from -1"), "{err}");
+        let err = kernel(512, 0, Some(128), 513).check().unwrap_err();
+        assert!(err.contains("outside its 512 elements"), "{err}");
+        for (next, len) in [(Some(128), 0), (None, 128)] {
+            let err = kernel(512, 0, next, len).check().unwrap_err();
+            assert!(err.contains("needs both"), "{err}");
+        }
+    }
+
+    #[test]
+    fn prefetches_are_proven_inside_their_buffer() {
+        let kernel = |len: usize, rows: i64, row_stride: i64, row_len: i64| {
+            let mut b = KernelBuilder::new("prefetch");
+            let r = b.arg("r", len, Access::Read);
+            b.for_loop(0, 2, 1, |b, i| {
+                let at = BufPtr {
+                    buf: r,
+                    index: Affine::var(i).scale(4),
+                };
+                b.prefetch(at, rows, row_stride, row_len);
+            });
+            b.finish()
+        };
+        // the last run of the last trip: 4 + 2·10 .. 4 + 2·10 + 4
+        assert!(kernel(28, 3, 10, 4).check().is_ok());
+        let err = kernel(27, 3, 10, 4).check().unwrap_err();
+        assert!(err.contains("outside its 27 elements"), "{err}");
+        for (rows, stride, len) in [(0, 10, 4), (3, -1, 4), (3, 10, 0), (i64::MAX, i64::MAX, 1)] {
+            let err = kernel(1 << 20, rows, stride, len).check().unwrap_err();
+            assert!(err.contains("prefetch of"), "{err}");
+        }
+        let text = kernel(28, 3, 10, 4).to_string();
+        assert!(
+            text.contains("prefetch &%0[4*i0]; rows=3x10, len=4"),
+            "{text}"
+        );
+        assert_eq!(kernel(28, 3, 10, 4).flops(), 0);
+    }
+
+    #[test]
+    fn printer_is_stable() {
+        let text = copy_kernel(8, 8).to_string();
+        assert_eq!(
+            text,
+            "kernel @copy(\n  %0 x: read f32[8]\n  %1 y: write f32[8]\n) {\n  \
+             for i0 in 0..8 step 4 {\n    store.f32x4 %1[i0] = max(load.f32x4 %0[i0], splat(0.0))\n  }\n}\n"
+        );
+    }
+}

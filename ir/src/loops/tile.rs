@@ -1,0 +1,190 @@
+//! The conv-tile micro-kernel contract: the one native routine shape the loop IR calls
+//! ([`ConvTile`]: what a call computes and which elements it may touch), and what a
+//! target's routines offer lowering ([`TileTarget`]).
+//!
+//! The loop IR names only the contract. Which instruction set implements it (AVX2,
+//! AVX-512, a NEON port) is the business of code generation and the runtime, which link
+//! one routine per lane count for the host they compile for.
+
+use std::fmt;
+
+/// One routine of a target: it computes [`ConvTile`]s of `lanes` output channels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TileRoutine {
+    /// Output channels per call (a multiple of 16: one channel block).
+    pub lanes: i64,
+    /// Most output pixels a call should cover: whole register blocks of the routine,
+    /// chosen so that its sums (a stack buffer of `lanes · pixels` floats) stay in L1
+    /// until the epilogue reads them back.
+    pub max_pixels: i64,
+}
+
+/// What a target's conv-tile routines offer lowering: the routines, widest first, and
+/// their arithmetic width for cost models. A group whose output channels are a multiple
+/// of no routine's lanes is computed by Cranelift code instead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TileTarget {
+    /// The widest routine.
+    pub widest: TileRoutine,
+    /// A narrower one for groups with no multiple of the widest's lanes, if any.
+    pub narrower: Option<TileRoutine>,
+    /// Lanes of the routines' FMA instructions (8 for 256-bit vectors, 16 for 512-bit),
+    /// for cost models and peak-speed reports.
+    pub fma_lanes: i64,
+}
+
+impl TileTarget {
+    /// The routines, widest first.
+    pub fn routines(&self) -> impl Iterator<Item = TileRoutine> {
+        std::iter::once(self.widest).chain(self.narrower)
+    }
+
+    /// The widest routine whose lanes divide `channels` (a group's output channels).
+    pub fn routine_for(&self, channels: usize) -> Option<TileRoutine> {
+        self.routines()
+            .find(|r| r.lanes > 0 && channels.is_multiple_of(r.lanes as usize))
+    }
+}
+
+/// The shape of one conv-tile call: for pixel `p < pixels` and output channel
+/// `l < lanes`,
+///
+/// ```text
+/// out[p·out_pixel_stride + (l/4)·out_vec_stride + l%4]  (+)=
+///     Σ_{r<rows, t<taps, c<chans} x[r·row_stride + t·tap_stride + c·chan_stride + p·pixel_stride]
+///                                · w[(r·taps + t)·w_tap_stride + lanes·c + l]
+/// ```
+///
+/// starting from the old `out` when `accumulate`, else from zero. All counts and strides
+/// are non-negative ([`Kernel::check`](super::Kernel::check) verifies it and proves the footprints, which bound
+/// every index above, inside their buffers).
+///
+/// It is also the record a routine reads its shape from (`*const ConvTile`, after the
+/// three buffer pointers), hence `repr(C)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(C)]
+pub struct ConvTile {
+    /// Output channels (the lanes of the routine called: [`TileRoutine::lanes`]).
+    pub lanes: i64,
+    /// Output pixels.
+    pub pixels: i64,
+    /// Kernel rows.
+    pub rows: i64,
+    /// Input elements between kernel rows.
+    pub row_stride: i64,
+    /// Taps per kernel row.
+    pub taps: i64,
+    /// Input elements between taps.
+    pub tap_stride: i64,
+    /// Input channels.
+    pub chans: i64,
+    /// Input elements between channels.
+    pub chan_stride: i64,
+    /// Input elements between output pixels.
+    pub pixel_stride: i64,
+    /// Weight elements between taps (`lanes` per input channel of the whole filter).
+    pub w_tap_stride: i64,
+    /// Output elements between pixels.
+    pub out_pixel_stride: i64,
+    /// Output elements between groups of 4 channels.
+    pub out_vec_stride: i64,
+    /// Elements of the call's `next` run (see [`Stmt::ConvTile`](super::Stmt::ConvTile)) that the routine
+    /// prefetches, spread over its reduction; 0 for none.
+    pub next_len: i64,
+    /// Add to the old output instead of overwriting it.
+    pub accumulate: bool,
+}
+
+impl ConvTile {
+    fn is_empty(&self) -> bool {
+        self.pixels == 0 || self.rows == 0 || self.taps == 0 || self.chans == 0
+    }
+
+    /// Elements of `x`, `w` and `out` from each pointer that the call may touch
+    /// (`None` when a count or stride is negative, the lanes are not a positive multiple
+    /// of 4, or a product overflows).
+    pub fn footprints(&self) -> Option<[i64; 3]> {
+        let t = self;
+        if t.lanes <= 0 || t.lanes % 4 != 0 {
+            return None;
+        }
+        let fields = [
+            t.pixels,
+            t.rows,
+            t.row_stride,
+            t.taps,
+            t.tap_stride,
+            t.chans,
+            t.chan_stride,
+            t.pixel_stride,
+            t.w_tap_stride,
+            t.out_pixel_stride,
+            t.out_vec_stride,
+        ];
+        if fields.iter().any(|&f| f < 0) {
+            return None;
+        }
+        let out = (t.pixels.max(1) - 1)
+            .checked_mul(t.out_pixel_stride)?
+            .checked_add((t.lanes / 4 - 1).checked_mul(t.out_vec_stride)?)?
+            .checked_add(4)?;
+        if t.is_empty() {
+            // nothing read; `out` is still written (zeroed) unless there are no pixels
+            return Some([0, 0, if t.pixels == 0 { 0 } else { out }]);
+        }
+        let x = [
+            (t.rows, t.row_stride),
+            (t.taps, t.tap_stride),
+            (t.chans, t.chan_stride),
+            (t.pixels, t.pixel_stride),
+        ]
+        .iter()
+        .try_fold(1i64, |acc, &(n, s)| {
+            acc.checked_add((n - 1).checked_mul(s)?)
+        })?;
+        let w = (t.rows.checked_mul(t.taps)? - 1)
+            .checked_mul(t.w_tap_stride)?
+            .checked_add((t.chans - 1).checked_mul(t.lanes)?)?
+            .checked_add(t.lanes)?;
+        Some([x, w, out])
+    }
+
+    /// Floating-point operations of one call (an FMA counts two).
+    pub fn flops(&self) -> u64 {
+        let n = [
+            self.pixels,
+            self.rows,
+            self.taps,
+            self.chans,
+            2 * self.lanes,
+        ];
+        n.iter().map(|&v| v.max(0) as u64).product()
+    }
+}
+
+impl fmt::Display for ConvTile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "lanes={}, pixels={}, rows={}x{}, taps={}x{}, chans={}x{}, pixel_stride={}, w_tap_stride={}, out_strides=({}, {}){}{}",
+            self.lanes,
+            self.pixels,
+            self.rows,
+            self.row_stride,
+            self.taps,
+            self.tap_stride,
+            self.chans,
+            self.chan_stride,
+            self.pixel_stride,
+            self.w_tap_stride,
+            self.out_pixel_stride,
+            self.out_vec_stride,
+            if self.next_len > 0 {
+                format!(", next_len={}", self.next_len)
+            } else {
+                String::new()
+            },
+            if self.accumulate { ", accumulate" } else { "" }
+        )
+    }
+}
