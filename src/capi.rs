@@ -15,6 +15,19 @@
 //!
 //! The header `include/smelt.h` is generated from this file by cbindgen (configuration
 //! in `tests/capi.rs`, which fails when the committed header is stale).
+//!
+//! # Safety
+//!
+//! This is the C boundary, so it dereferences pointers the caller passes. The
+//! invariant: a pointer is read or written only after it was checked for null and for
+//! the alignment of its element type, and only for the element count the caller passed
+//! with it, which was checked against the executable's declared size first; the header
+//! documents what the caller vouches for (that such a pointer is valid for that many
+//! elements for the duration of the call, and that written buffers alias nothing else).
+//! No pointer is kept past the call that received it. Handles are keys, never
+//! dereferenced, and no panic unwinds into C.
+
+#![allow(unsafe_code)]
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;

@@ -2,6 +2,11 @@
 //! e-graph fusion, Cranelift JIT, an `Executable` out.
 
 #![warn(missing_docs)]
+// `unsafe` lives in four modules, each stating the invariant that makes it sound: the C
+// API boundary (`capi`), JIT code memory (`codegen::code_memory`), the JIT entry and its
+// thread pool (`runtime::entry`, `runtime::pool`) and the micro-kernel intrinsics
+// (`microkernels`). Everywhere else it is refused.
+#![deny(unsafe_code)]
 
 pub use smelt_ir as ir;
 pub use smelt_passes as passes;

@@ -3,6 +3,10 @@
 //! the loop-nest IR that lowering produces and code generation consumes.
 
 #![warn(missing_docs)]
+// unsafe code lives in one module, `aligned_memory`, with its invariant stated there
+#![deny(unsafe_code)]
+
+mod aligned_memory;
 
 pub mod builder;
 pub mod diag;
@@ -21,4 +25,4 @@ pub use graph::{Func, FuncResult, Inst, Module, Param, Value};
 pub use op::{BinaryOp, FusedOp, Op, PostOp, UnaryOp};
 pub use tensor::{ErrorStats, Tensor};
 pub use types::{DType, Layout, TensorType, F32};
-pub use weights::{AlignedBuf, Weight, WeightId, WeightOrigin, WeightStore};
+pub use weights::{AlignedBuf, Derivation, Weight, WeightId, WeightOrigin, WeightStore};

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::aligned_memory::{Line, Lines};
 use crate::types::TensorType;
 
 /// Index of a weight in its module's [`WeightStore`].
@@ -13,20 +14,16 @@ pub struct WeightId(pub u32);
 /// match them and equal small constants share one id.
 pub const SMALL_CONSTANT_LIMIT: usize = 16;
 
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-#[repr(C, align(64))]
-struct Line([u8; 64]);
-
 /// An immutable byte buffer whose start is 64-byte aligned (one cache line, and enough
 /// for any vector load), readable as `f32` or `i64` elements.
 ///
 /// The bytes either belong to the buffer or are a 64-byte-aligned window of a larger
 /// shared buffer ([`AlignedBuf::share`], [`AlignedBuf::slice`]): the ONNX importer reads
 /// a model file once and its weights become windows of it, with no copy. A window keeps
-/// its whole base alive. A third kind is computed on first read: another f32 buffer with
-/// each row scaled ([`AlignedBuf::scaled_rows`], what BN folding produces), so that
-/// weight packers can fold the scale in as they pack instead of writing the folded
-/// weights out once more.
+/// its whole base alive. A third kind is computed on first read by a [`Derivation`]
+/// that a pass defines ([`AlignedBuf::derived`]), so that a reader that rearranges the
+/// values anyway (a weight packer) can apply the transform as it goes instead of
+/// writing the intermediate result out once more.
 #[derive(Clone)]
 pub struct AlignedBuf {
     storage: Storage,
@@ -39,7 +36,7 @@ pub struct AlignedBuf {
 enum Storage {
     Owned(Lines),
     Shared(Arc<Lines>),
-    Scaled(Arc<ScaledRows>),
+    Derived(Arc<Derived>),
 }
 
 impl Storage {
@@ -47,154 +44,38 @@ impl Storage {
         match self {
             Storage::Owned(v) => v.as_slice(),
             Storage::Shared(v) => v.as_slice(),
-            Storage::Scaled(s) => s.lines(),
+            Storage::Derived(d) => d.lines(),
         }
     }
 }
 
-/// The f32 values of `source` with row `r` (of `source.len() / scale.len()` elements)
-/// multiplied by `scale[r]` in f64 and rounded to f32, computed on first read.
-struct ScaledRows {
-    source: Arc<AlignedBuf>,
-    scale: Vec<f64>,
+/// The recipe of a buffer computed on first read ([`AlignedBuf::derived`]): a weight
+/// transform a pass defines (BN folding scales the rows of a conv's weights), kept
+/// unevaluated so that its readers can find it again ([`AlignedBuf::derivation`]).
+pub trait Derivation: std::any::Any + Send + Sync {
+    /// Bytes of the result.
+    fn len_bytes(&self) -> usize;
+    /// Writes the result into `out`: zeroed, exactly [`Derivation::len_bytes`] long.
+    fn compute(&self, out: &mut [u8]);
+}
+
+struct Derived {
+    recipe: Arc<dyn Derivation>,
     data: std::sync::OnceLock<Lines>,
 }
 
-impl ScaledRows {
-    /// The element `x` of a row with factor `alpha`, as every reader computes it.
-    #[inline]
-    fn apply(x: f32, alpha: f64) -> f32 {
-        (f64::from(x) * alpha) as f32
-    }
-
+impl Derived {
     fn lines(&self) -> &[Line] {
         self.data
             .get_or_init(|| {
-                let src = self.source.as_f32();
-                let mut lines = Lines::zeroed((src.len() * 4).div_ceil(64));
-                let out =
-                    &mut bytemuck::cast_slice_mut::<Line, f32>(lines.as_mut_slice())[..src.len()];
-                let row = src.len() / self.scale.len().max(1);
-                if row > 0 {
-                    let rows = out.chunks_exact_mut(row).zip(src.chunks_exact(row));
-                    for ((dst, src), &alpha) in rows.zip(&self.scale) {
-                        for (d, &x) in dst.iter_mut().zip(src) {
-                            *d = ScaledRows::apply(x, alpha);
-                        }
-                    }
-                }
+                let len = self.recipe.len_bytes();
+                let mut lines = Lines::zeroed(len.div_ceil(64));
+                self.recipe.compute(
+                    &mut bytemuck::cast_slice_mut::<Line, u8>(lines.as_mut_slice())[..len],
+                );
                 lines
             })
             .as_slice()
-    }
-}
-
-/// Buffers at least this large are mapped straight from the kernel, with huge pages.
-const MAPPED_MIN_BYTES: usize = 4 << 20;
-
-/// Zeroed cache lines that nobody has touched yet. The system allocator zero-fills
-/// over-aligned memory with a memset (only `calloc`'s ≤ 16-byte alignment gets fresh
-/// zero pages), which faults in every page before the first real write; on this VM a
-/// 4 KiB fault costs ≈ 2.5 µs (≈ 0.6 ms per MB, and compiling ResNet-50 writes its
-/// 100 MB of weights out a few times). So large buffers come from an anonymous mapping
-/// (zero pages, page-aligned), advised to use 2 MiB pages: one fault per 2 MiB at the
-/// first write. Small ones come from the allocator.
-struct Lines {
-    ptr: std::ptr::NonNull<Line>,
-    count: usize,
-    mapped: bool,
-}
-
-// SAFETY: `Lines` owns its memory exclusively, like a `Vec<Line>`; `Line` is plain bytes.
-unsafe impl Send for Lines {}
-// SAFETY: shared access only reads (`as_slice`); mutation needs `&mut`.
-unsafe impl Sync for Lines {}
-
-impl Lines {
-    fn zeroed(count: usize) -> Lines {
-        let bytes = count.checked_mul(64).expect("buffer size overflows usize");
-        #[cfg(target_os = "linux")]
-        if bytes >= MAPPED_MIN_BYTES {
-            // SAFETY: a fresh private anonymous mapping, owned by the result and unmapped
-            // in `drop`; madvise only hints how to back its pages.
-            unsafe {
-                let p = libc::mmap(
-                    std::ptr::null_mut(),
-                    bytes,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                );
-                if p != libc::MAP_FAILED {
-                    libc::madvise(p, bytes, libc::MADV_HUGEPAGE);
-                    if let Some(ptr) = std::ptr::NonNull::new(p.cast::<Line>()) {
-                        return Lines {
-                            ptr,
-                            count,
-                            mapped: true,
-                        };
-                    }
-                }
-            }
-        }
-        if count == 0 {
-            return Lines {
-                ptr: std::ptr::NonNull::dangling(),
-                count,
-                mapped: false,
-            };
-        }
-        let layout = std::alloc::Layout::array::<Line>(count).expect("buffer size");
-        // SAFETY: the layout has a non-zero size; the memory is freed with the same
-        // layout in `drop`.
-        let p = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = std::ptr::NonNull::new(p.cast::<Line>())
-            .unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        Lines {
-            ptr,
-            count,
-            mapped: false,
-        }
-    }
-
-    fn as_slice(&self) -> &[Line] {
-        // SAFETY: `ptr` points to `count` initialized (zeroed or written) lines we own.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.count) }
-    }
-
-    fn as_mut_slice(&mut self) -> &mut [Line] {
-        // SAFETY: as in `as_slice`, and `&mut self` makes the access exclusive.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.count) }
-    }
-
-    fn len(&self) -> usize {
-        self.count
-    }
-}
-
-impl Clone for Lines {
-    fn clone(&self) -> Lines {
-        let mut copy = Lines::zeroed(self.count);
-        copy.as_mut_slice().copy_from_slice(self.as_slice());
-        copy
-    }
-}
-
-impl Drop for Lines {
-    fn drop(&mut self) {
-        if self.mapped {
-            #[cfg(target_os = "linux")]
-            // SAFETY: the mapping was made in `zeroed` with exactly this length and is
-            // not referenced after drop.
-            unsafe {
-                libc::munmap(self.ptr.as_ptr().cast(), self.count * 64);
-            }
-        } else if self.count > 0 {
-            let layout = std::alloc::Layout::array::<Line>(self.count).expect("buffer size");
-            // SAFETY: allocated in `zeroed` with this layout.
-            unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast(), layout) }
-        }
     }
 }
 
@@ -243,54 +124,36 @@ impl AlignedBuf {
         AlignedBuf::owned(lines, len_bytes)
     }
 
-    /// `source`'s f32 values with row `r` multiplied by `scale[r]` (in f64, rounded to
-    /// f32: `(x as f64 * scale[r]) as f32`), the rows being `scale.len()` equal parts of
-    /// `source`. Nothing is computed until the bytes are first read; a reader that
-    /// rearranges the values anyway (a weight packer) can apply the scale itself from
-    /// [`AlignedBuf::as_scaled_rows`] and never make the scaled copy. `None` when
-    /// `scale` does not divide `source` into whole rows.
-    pub fn scaled_rows(source: Arc<AlignedBuf>, scale: Vec<f64>) -> Option<AlignedBuf> {
-        let len = source.as_f32().len();
-        if scale.is_empty() || !len.is_multiple_of(scale.len()) {
-            return None;
-        }
-        Some(AlignedBuf {
+    /// A buffer computed from `recipe` on first read. Nothing is computed until the
+    /// bytes are first read; a reader that knows the recipe's type can find it with
+    /// [`AlignedBuf::derivation`] and apply it itself.
+    pub fn derived(recipe: Arc<dyn Derivation>) -> AlignedBuf {
+        AlignedBuf {
             start: 0,
-            len_bytes: len * 4,
-            storage: Storage::Scaled(Arc::new(ScaledRows {
-                source,
-                scale,
+            len_bytes: recipe.len_bytes(),
+            storage: Storage::Derived(Arc::new(Derived {
+                recipe,
                 data: std::sync::OnceLock::new(),
             })),
-        })
+        }
     }
 
-    /// For a buffer made by [`AlignedBuf::scaled_rows`]: the source values and the
-    /// per-row factors; element `i` is `(values[i] as f64 * scale[i / row]) as f32` with
-    /// `row = values.len() / scale.len()` (what [`AlignedBuf::scaled_value`] computes).
-    pub fn as_scaled_rows(&self) -> Option<(&[f32], &[f64])> {
+    /// For a buffer made by [`AlignedBuf::derived`] with a recipe of type `T`: the recipe.
+    pub fn derivation<T: Derivation>(&self) -> Option<&T> {
         match &self.storage {
-            Storage::Scaled(s) => Some((s.source.as_f32(), &s.scale)),
+            Storage::Derived(d) => (d.recipe.as_ref() as &dyn std::any::Any).downcast_ref(),
             _ => None,
         }
     }
 
-    /// One element of a [`AlignedBuf::scaled_rows`] buffer: `x` in a row scaled by
-    /// `alpha`, bit-identical to what reading the buffer gives. (Inlined across crates:
-    /// packers call it once per weight element.)
-    #[inline]
-    pub fn scaled_value(x: f32, alpha: f64) -> f32 {
-        ScaledRows::apply(x, alpha)
-    }
-
     /// The bytes, writable, while the buffer owns them alone: `None` once it has been
     /// shared ([`AlignedBuf::share`]), when it is a window of another buffer, or when it
-    /// is computed ([`AlignedBuf::scaled_rows`]).
+    /// is computed ([`AlignedBuf::derived`]).
     pub fn as_bytes_mut(&mut self) -> Option<&mut [u8]> {
         let lines = match &mut self.storage {
             Storage::Owned(v) => v.as_mut_slice(),
             Storage::Shared(a) => Arc::get_mut(a)?.as_mut_slice(),
-            Storage::Scaled(_) => return None,
+            Storage::Derived(_) => return None,
         };
         let end = self.start + self.len_bytes;
         Some(&mut bytemuck::cast_slice_mut::<Line, u8>(lines)[self.start..end])
@@ -304,7 +167,7 @@ impl AlignedBuf {
                 storage: Storage::Shared(Arc::new(v)),
                 ..self
             },
-            Storage::Shared(_) | Storage::Scaled(_) => self,
+            Storage::Shared(_) | Storage::Derived(_) => self,
         }
     }
 
@@ -315,7 +178,7 @@ impl AlignedBuf {
             return None;
         }
         match &self.storage {
-            Storage::Owned(_) | Storage::Scaled(_) => {
+            Storage::Owned(_) | Storage::Derived(_) => {
                 Some(AlignedBuf::from_bytes(&self.as_bytes()[start..start + len]))
             }
             Storage::Shared(a) => Some(AlignedBuf {
@@ -327,7 +190,7 @@ impl AlignedBuf {
     }
 
     /// `buf` itself, unless it is a window of less than half of a shared base or is
-    /// computed from another buffer ([`AlignedBuf::scaled_rows`]): then an owned copy, so
+    /// computed from other data ([`AlignedBuf::derived`]): then an owned copy, so
     /// that whoever keeps it for long (an executable) does not keep the whole base (a
     /// model file) alive.
     pub fn detached(buf: &Arc<AlignedBuf>) -> Arc<AlignedBuf> {
@@ -335,7 +198,7 @@ impl AlignedBuf {
             Storage::Shared(base) if buf.len_bytes < base.len() * 64 / 2 => {
                 Arc::new(AlignedBuf::from_bytes(buf.as_bytes()))
             }
-            Storage::Scaled(_) => Arc::new(AlignedBuf::from_bytes(buf.as_bytes())),
+            Storage::Derived(_) => Arc::new(AlignedBuf::from_bytes(buf.as_bytes())),
             _ => buf.clone(),
         }
     }
@@ -590,6 +453,7 @@ pub fn random_f32(seed: u64, len: usize, min: f32, max: f32) -> Vec<f32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::aligned_memory::MAPPED_MIN_BYTES;
 
     #[test]
     fn buffers_are_aligned_and_round_trip() {
@@ -599,7 +463,7 @@ mod tests {
         assert_eq!(b.as_f32().as_ptr() as usize % 64, 0);
     }
 
-    /// Large buffers come from an anonymous mapping (see `Lines`): zeroed, aligned,
+    /// Large buffers come from an anonymous mapping (see `aligned_memory`): zeroed, aligned,
     /// writable while owned, and cloned, windowed and dropped like small ones.
     #[test]
     fn large_buffers_are_zeroed_aligned_and_independent() {
@@ -652,34 +516,48 @@ mod tests {
         assert!(w.as_bytes_mut().is_none(), "the base is shared");
     }
 
-    /// A scaled-rows buffer reads as the scaled values (computed once, on first read),
-    /// exposes its parts, refuses writes and partial rows, and is copied when detached
-    /// (it would keep its source alive).
+    /// A recipe for tests: `len` f32 values `0, 1, 2, ...`, counting its evaluations.
+    struct Iota {
+        len: usize,
+        runs: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Derivation for Iota {
+        fn len_bytes(&self) -> usize {
+            self.len * 4
+        }
+        fn compute(&self, out: &mut [u8]) {
+            self.runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            for (i, v) in out.chunks_exact_mut(4).enumerate() {
+                v.copy_from_slice(&(i as f32).to_le_bytes());
+            }
+        }
+    }
+
+    /// A derived buffer is computed once, on first read; it gives its recipe back,
+    /// refuses writes, and is copied when detached (it would keep its sources alive).
     #[test]
-    fn scaled_rows_compute_on_read() {
-        let src: Vec<f32> = (0..12).map(|i| i as f32 - 3.5).collect();
-        let source = Arc::new(AlignedBuf::from_f32(&src));
-        let scale = vec![0.5, -2.0, 1.0 / 3.0];
-        assert!(AlignedBuf::scaled_rows(source.clone(), vec![1.0; 5]).is_none());
-        let mut b = AlignedBuf::scaled_rows(source.clone(), scale.clone()).unwrap();
-        let (values, factors) = b.as_scaled_rows().expect("parts");
-        assert_eq!(values, &src[..]);
-        assert_eq!(factors, &scale[..]);
-        let want: Vec<f32> = src
-            .iter()
-            .enumerate()
-            .map(|(i, &x)| (x as f64 * scale[i / 4]) as f32)
-            .collect();
+    fn derived_buffers_compute_once_on_first_read() {
+        let recipe = Arc::new(Iota {
+            len: 20,
+            runs: Default::default(),
+        });
+        let mut b = AlignedBuf::derived(recipe.clone());
+        let runs = || recipe.runs.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(b.len_bytes(), 80);
+        assert_eq!(runs(), 0, "nothing computed before the first read");
+        assert!(b.derivation::<Iota>().is_some_and(|r| r.len == 20));
+        let want: Vec<f32> = (0..20).map(|i| i as f32).collect();
         assert_eq!(b.as_f32(), &want[..]);
         assert_eq!(b.as_f32().as_ptr() as usize % 64, 0);
-        assert_eq!(b.len_bytes(), 48);
-        assert_eq!(AlignedBuf::scaled_value(src[5], scale[1]), want[5]);
-        assert_eq!(b.slice(0, 16).unwrap().as_f32(), &want[..4]);
+        assert_eq!(b.slice(64, 16).unwrap().as_f32(), &want[16..20]);
+        assert_eq!(runs(), 1, "computed once");
         assert!(b.as_bytes_mut().is_none());
         let b = Arc::new(b);
         let kept = AlignedBuf::detached(&b);
-        assert!(kept.as_scaled_rows().is_none(), "an owned copy");
+        assert!(kept.derivation::<Iota>().is_none(), "an owned copy");
         assert_eq!(kept.as_f32(), &want[..]);
+        assert!(AlignedBuf::from_f32(&want).derivation::<Iota>().is_none());
     }
 
     #[test]

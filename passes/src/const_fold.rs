@@ -53,11 +53,11 @@ impl Pass for ConstFoldPass {
 }
 
 /// `bn_fold_weight` of an f32 row-major weight as a weight computed on first read
-/// ([`AlignedBuf::scaled_rows`]): per output channel `o`,
+/// ([`ScaledRows::buffer`](crate::scaled_rows::ScaledRows::buffer)): per output channel `o`,
 /// `alpha = scale[o] / sqrt(var[o] + eps)` in f64 and each element `(w as f64 * alpha) as f32` — the interpreter's
 /// formula, so the result is bit-identical to [`eval_op`]. Only the factors are
 /// computed here: the weight packers, which rewrite every conv weight anyway, apply them
-/// as they pack ([`AlignedBuf::as_scaled_rows`]), so ResNet-50's 94 MB of folded weights
+/// as they pack ([`ScaledRows::parts`](crate::scaled_rows::ScaledRows::parts)), so ResNet-50's 94 MB of folded weights
 /// are never written out (they were a fifth of its compile time); anything else that
 /// reads the data (the interpreter, the printer) gets it computed once. `None` when the
 /// operands are not of that form (the generic path handles them).
@@ -94,7 +94,7 @@ fn fold_bn_weight(
         .zip(var.f32s())
         .map(|(s, v)| *s as f64 / (*v as f64 + eps).sqrt())
         .collect();
-    AlignedBuf::scaled_rows(w.data.clone(), alpha)
+    crate::scaled_rows::ScaledRows::buffer(w.data.clone(), alpha)
 }
 
 fn weight_tensor(weights: &WeightStore, id: WeightId) -> Option<Tensor> {

@@ -2,6 +2,7 @@
 //! dead-code elimination, activation layouts — and lowering of functions to loop-nest kernels.
 
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod const_fold;
 pub mod dce;
@@ -10,6 +11,7 @@ pub mod layout;
 pub mod lower;
 pub mod manager;
 mod parallel;
+pub mod scaled_rows;
 
 pub use fusion::{fuse_func, FusionOptions, FusionPass, FusionReport};
 pub use manager::{

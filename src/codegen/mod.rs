@@ -29,8 +29,11 @@ use smelt_ir::loops::{
     ReduceOp, Stmt, UnOp, Width,
 };
 
+mod code_memory;
+
 use crate::microkernels::{self, TileIsa, ROUTINES};
 use crate::Error;
+pub use code_memory::CompiledKernels;
 
 /// The instruction-set features code generation depends on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -138,52 +141,6 @@ pub struct CodegenOptions {
 /// any other kernel runs whole whatever `lo` and `hi` are.
 pub type KernelFn = unsafe extern "C" fn(args: *const *mut f32, lo: i64, hi: i64);
 
-/// Native code of a set of kernels. Dropping it frees the code pages.
-pub struct CompiledKernels {
-    /// Kept only to free its memory on drop; never used after compilation. The mutex
-    /// makes the owner `Sync` honestly (a `JITModule` is `Send` but not `Sync`).
-    module: std::sync::Mutex<Option<JITModule>>,
-    fns: Vec<KernelFn>,
-}
-
-impl CompiledKernels {
-    /// The entry point of kernel `i`.
-    pub fn get(&self, i: usize) -> Option<KernelFn> {
-        self.fns.get(i).copied()
-    }
-
-    /// Number of kernels.
-    pub fn len(&self) -> usize {
-        self.fns.len()
-    }
-
-    /// Whether there are no kernels.
-    pub fn is_empty(&self) -> bool {
-        self.fns.is_empty()
-    }
-}
-
-impl Drop for CompiledKernels {
-    fn drop(&mut self) {
-        let module = match self.module.get_mut() {
-            Ok(m) => m.take(),
-            Err(poisoned) => poisoned.into_inner().take(),
-        };
-        if let Some(m) = module {
-            // SAFETY: the function pointers into this module's code live in `self.fns`,
-            // which is dropped together with `self`; nothing else holds them (the
-            // Executable owning `self` hands out no copies that outlive it).
-            unsafe { m.free_memory() };
-        }
-    }
-}
-
-impl std::fmt::Debug for CompiledKernels {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CompiledKernels({} functions)", self.fns.len())
-    }
-}
-
 /// Compiles `kernels` for the host on `opts.threads` threads (0: all cores). Each kernel
 /// is checked first ([`Kernel::check`]). Functions compile to machine code independently
 /// on worker threads (a `JITModule` is not `Sync`); the module then takes their bytes.
@@ -241,13 +198,11 @@ pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKern
             id.as_u32()
         )));
     }
-    let sig = kernel_signature(isa.as_ref());
     let ids = kernels
         .iter()
         .enumerate()
         .map(|(i, k)| {
-            module
-                .declare_function(&format!("k{i}"), Linkage::Local, &sig)
+            code_memory::declare_kernel(&mut module, &format!("k{i}"), isa.as_ref())
                 .map_err(|e| codegen_error(k, e))
         })
         .collect::<Result<Vec<_>, Error>>()?;
@@ -264,7 +219,10 @@ pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKern
         loop {
             let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let Some(k) = kernels.get(i) else { break };
-            done.push((i, machine_code(k, &target, isa.as_ref(), &mut fctx, ids[i])));
+            done.push((
+                i,
+                machine_code(k, &target, isa.as_ref(), &mut fctx, ids[i].func_id()),
+            ));
         }
         done
     };
@@ -296,33 +254,19 @@ pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKern
         let code =
             r.ok_or_else(|| Error::Unsupported(format!("kernel {i} was not compiled")))??;
         sizes.push(code.bytes.len());
-        let id = *ids
+        let id = ids
             .get(i)
-            .ok_or_else(|| Error::Unsupported("a code generation thread failed".into()))?;
+            .ok_or_else(|| Error::Unsupported("a code generation thread failed".into()))?
+            .func_id();
         module
             .define_function_bytes(id, code.align, &code.bytes, &code.relocs)
             .map_err(|e| codegen_error(&kernels[i], e))?;
     }
-    module
-        .finalize_definitions()
-        .map_err(|e| Error::Unsupported(format!("finalizing JIT code: {e}")))?;
-    let fns = ids
-        .into_iter()
-        .map(|id| {
-            let p = module.get_finalized_function(id);
-            // SAFETY: `p` is the entry of a function defined with `kernel_signature`
-            // (a pointer and two i64 arguments, no result, the platform's C calling
-            // convention), which is `KernelFn`.
-            unsafe { std::mem::transmute::<*const u8, KernelFn>(p) }
-        })
-        .collect::<Vec<KernelFn>>();
+    let compiled = CompiledKernels::finalize(module, &ids)?;
     if std::env::var_os("SMELT_PERF_MAP").is_some() {
-        write_perf_map(kernels, &fns, &sizes);
+        write_perf_map(kernels, compiled.entries(), &sizes);
     }
-    Ok(CompiledKernels {
-        module: std::sync::Mutex::new(Some(module)),
-        fns,
-    })
+    Ok(compiled)
 }
 
 /// Appends each kernel's address range and name to `/tmp/perf-PID.map`, where `perf

@@ -46,7 +46,7 @@ pub unsafe extern "C" fn conv_tile_avx2(
         return;
     }
     let full = pixels / BLOCK as isize;
-    // SAFETY (all blocks): pixels p..p+n are pixels of the call and the reduction is
+    // SAFETY: for all blocks, pixels p..p+n are pixels of the call and the reduction is
     // non-empty, so x + p*pixel_stride and out + p*out_pixel_stride are contract indices.
     unsafe {
         // Common pixel strides are compile-time constants in the full blocks, so every
@@ -129,7 +129,7 @@ unsafe fn block<const NP: usize, const PS: usize, const PF: bool>(
     let ps = if PS == 0 { g.pixel_stride } else { PS as isize };
     let ovs = g.out_vec_stride;
     let mut acc = [[_mm256_setzero_ps(); 2]; NP];
-    // SAFETY (whole body): every pointer dereferenced or prefetched is a contract index:
+    // SAFETY: for the whole body, every pointer dereferenced or prefetched is a contract index:
     // out groups p*out_pixel_stride + {0,1,2,3}*out_vec_stride (4 floats each), weight rows
     // (r*taps+t)*w_tap_stride + c*16 (16 floats), single x floats of channels c < chans.
     unsafe {

@@ -132,7 +132,7 @@ unsafe fn full_blocks_of<const V: usize, const NB: usize, const NA: usize>(
         return None;
     }
     let full = pixels / NB as isize;
-    // SAFETY (all blocks): pixels p..p+n are pixels of the call and the reduction is
+    // SAFETY: for all blocks, pixels p..p+n are pixels of the call and the reduction is
     // non-empty, so x + p*pixel_stride and out + p*out_pixel_stride are contract indices.
     unsafe {
         // Common pixel strides are compile-time constants in the full blocks, so every
@@ -226,7 +226,7 @@ unsafe fn block<
     let row = 16 * V as isize;
     // acc[p*V + j]: pixel p, lanes 16j..16j+16
     let mut acc = [_mm512_setzero_ps(); NA];
-    // SAFETY (whole body): every pointer dereferenced or prefetched is a contract index:
+    // SAFETY: for the whole body, every pointer dereferenced or prefetched is a contract index:
     // out groups p*out_pixel_stride + {0..4V}*out_vec_stride (4 floats each), weight rows
     // (r*taps+t)*w_tap_stride + c*16V (16V floats), single x floats of channels c < chans.
     unsafe {

@@ -88,6 +88,8 @@
 //! pixels, partial-sum layout) at ≈78, ≈138 and ≈153 — the 32-lane kernel reads each input
 //! element once per 32 channels.
 
+#![allow(unsafe_code)]
+
 pub use smelt_ir::loops::ConvTile;
 use smelt_ir::loops::{TileRoutine, TileTarget};
 
@@ -405,7 +407,7 @@ unsafe fn for_each_channel<
     // a countdown in a register; the cursor goes back to `g` at the end
     let mut next = g.next.get();
     let mut countdown = g.next_every;
-    // SAFETY (whole body): x + r*row_stride + t*tap_stride + c*chan_stride and
+    // SAFETY: for the whole body, x + r*row_stride + t*tap_stride + c*chan_stride and
     // w + (r*taps+t)*w_tap_stride + c*row are contract indices for r < rows, t < taps,
     // c < chans; packed, every row before `w_end` is the row of one such (r, t, c).
     unsafe {
@@ -538,8 +540,8 @@ pub unsafe extern "C" fn conv_tile_reference(
     for p in 0..t.pixels {
         for l in 0..lanes {
             let o = (p * t.out_pixel_stride + (l / 4) * t.out_vec_stride + l % 4) as isize;
-            // SAFETY: o is an out index of the contract; the caller proved it in bounds.
             let mut s = if t.accumulate {
+                // SAFETY: o is an out index of the contract; the caller proved it in bounds.
                 unsafe { *out.offset(o) }
             } else {
                 0.0

@@ -5,6 +5,20 @@
 //! running an executable on it) runs its kernel alone. Splits never cut a reduction
 //! (only a kernel's independent top-level loop is split), so results are bit-identical
 //! for any thread count and any split.
+//!
+//! # Safety
+//!
+//! The pool calls native kernels on several threads at once. The invariant: a job's
+//! chunks are claimed one by one from a counter tagged with the job's generation, so
+//! each chunk index runs exactly once, and chunk `i` runs trips
+//! `[trips·i/chunks, trips·(i+1)/chunks)`: disjoint ranges inside `0..trips`. A parallel
+//! kernel's trips write disjoint elements and read nothing another trip writes (what
+//! lowering's `parallel` flag means), so concurrent chunks never race; and the caller of
+//! [`ThreadPool::run`] (the JIT entry, `runtime::entry`) vouches that the kernel may be
+//! called with its argument array for any such range, and does not return until every
+//! chunk has completed, so the array and the buffers outlive every call.
+
+#![allow(unsafe_code)]
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock, TryLockError};

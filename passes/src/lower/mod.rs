@@ -385,7 +385,7 @@ impl<'a> Cx<'a> {
 
     /// The buffer of `v` when it is a module weight (a `const` op), for packers: unlike
     /// [`Cx::const_data`] it does not compute a BN-folded weight's values
-    /// ([`AlignedBuf::as_scaled_rows`]), so a packer can fold the scale in.
+    /// ([`ScaledRows::parts`](crate::scaled_rows::ScaledRows::parts)), so a packer can fold the scale in.
     pub(crate) fn const_weight(&self, v: Value) -> Option<&'a AlignedBuf> {
         match self.func.inst_of(v)?.op {
             Op::Const(id) => self.module.weights.get(id).map(|w| &*w.data),

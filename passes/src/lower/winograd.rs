@@ -446,11 +446,11 @@ pub(super) fn lower(
 /// once ([`V4`]), and the loops run over one block of `lanes` output channels and one
 /// input channel at a time, so each of the α² planes of `U` is written as consecutive
 /// runs (the generic version wrote 36 scattered values per filter and was 20% of
-/// ResNet-50's compile). A BN-folded weight ([`AlignedBuf::as_scaled_rows`]) is folded
+/// ResNet-50's compile). A BN-folded weight ([`ScaledRows::parts`](crate::scaled_rows::ScaledRows::parts)) is folded
 /// filter by filter as it is read, bit-identical to reading its folded values, which
 /// are then never written out.
 fn transform_weights(form: Form, o: usize, c: usize, w: &AlignedBuf, lanes: usize) -> AlignedBuf {
-    let (w, scale) = match w.as_scaled_rows() {
+    let (w, scale) = match crate::scaled_rows::ScaledRows::parts(w) {
         Some((values, scale)) if scale.len() == o => (values, Some(scale)),
         _ => (w.as_f32(), None),
     };
@@ -545,7 +545,7 @@ fn transform_with<const A: usize>(
                             }
                             let x = w[(oi * c + c0 + ci) * 9 + i];
                             f64::from(match scale {
-                                Some(s) => AlignedBuf::scaled_value(x, s[oi]),
+                                Some(s) => crate::scaled_rows::ScaledRows::value(x, s[oi]),
                                 None => x,
                             })
                         };
@@ -1071,7 +1071,8 @@ mod tests {
             .map(|(i, &x)| (f64::from(x) * alpha[i / per_row]) as f32)
             .collect();
         let lazy =
-            AlignedBuf::scaled_rows(Arc::new(AlignedBuf::from_f32(&w)), alpha).expect("whole rows");
+            crate::scaled_rows::ScaledRows::buffer(Arc::new(AlignedBuf::from_f32(&w)), alpha)
+                .expect("whole rows");
         (lazy, AlignedBuf::from_f32(&values))
     }
 
@@ -1082,7 +1083,7 @@ mod tests {
         let bits = |b: &AlignedBuf| b.as_f32().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         let (o, c) = (16, 19);
         let (lazy, values) = folded(o, c * 9);
-        assert!(lazy.as_scaled_rows().is_some());
+        assert!(crate::scaled_rows::ScaledRows::parts(&lazy).is_some());
         for form in [Form::F2, Form::F4] {
             for lanes in [4, 8] {
                 assert_eq!(

@@ -294,13 +294,13 @@ impl PackedConv {
     }
 
     /// Packs OIHW weights into the blocked form. A BN-folded weight
-    /// ([`AlignedBuf::as_scaled_rows`]) is folded here, one factor per output channel,
+    /// ([`ScaledRows::parts`](crate::scaled_rows::ScaledRows::parts)) is folded here, one factor per output channel,
     /// bit-identical to packing its folded values, which are then never written out.
     pub(crate) fn pack(&self, g: &Geo, w: &AlignedBuf) -> AlignedBuf {
         let lanes = self.lanes();
         let taps = g.kh * g.kw;
         let filter = g.cg * taps;
-        let (src, scale) = match w.as_scaled_rows() {
+        let (src, scale) = match crate::scaled_rows::ScaledRows::parts(w) {
             Some((values, scale)) if scale.len() == g.o => (values, Some(scale)),
             _ => (w.as_f32(), None),
         };
@@ -325,7 +325,7 @@ impl PackedConv {
                         Some(from) => match scale.and_then(|s| s.get(o)) {
                             Some(&alpha) => {
                                 for (d, &x) in row.iter_mut().zip(from) {
-                                    *d = AlignedBuf::scaled_value(x, alpha);
+                                    *d = crate::scaled_rows::ScaledRows::value(x, alpha);
                                 }
                             }
                             None => row.copy_from_slice(from),
