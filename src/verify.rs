@@ -20,12 +20,13 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use serde::Serialize;
 use smelt_ir::diag::Location;
 use smelt_ir::graph::{Func, Module};
 use smelt_ir::interp;
 use smelt_ir::weights::random_f32;
 use smelt_ir::{ErrorStats, Op, Tensor, TensorType};
-use smelt_passes::fusion::{json_str, op_summary, FusionSite};
+use smelt_passes::fusion::{op_summary, FusionSite};
 
 use crate::{CompileOptions, Error, Executable, OptimizeOptions};
 
@@ -87,6 +88,13 @@ impl Run {
     }
 }
 
+/// A run serializes as its [`Run::label`].
+impl Serialize for Run {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.label())
+    }
+}
+
 /// Where an input came from.
 #[derive(Clone, Debug, PartialEq)]
 pub enum InputSource {
@@ -111,7 +119,7 @@ pub struct InputInfo {
 }
 
 /// One pair of runs compared on one tensor.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Comparison {
     /// The run checked.
     pub got: Run,
@@ -124,18 +132,19 @@ pub struct Comparison {
 }
 
 /// The comparisons of one output.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct OutputCheck {
     /// Result name.
     pub name: String,
     /// Its type.
+    #[serde(rename = "type")]
     pub ty: TensorType,
     /// Every pair compared, in a fixed order.
     pub comparisons: Vec<Comparison>,
 }
 
 /// A user op (of the unfused module) merged into a fused op.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct UserOp {
     /// The op's mnemonic in the unfused module (`?` when no unfused op has the location).
     pub op: String,
@@ -150,7 +159,7 @@ impl std::fmt::Display for UserOp {
 }
 
 /// An intermediate value of the fused module compared with its unfused counterpart.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct LayerCheck {
     /// Instruction index in the fused function (value `%i` in its printed form, counting
     /// parameters first, is `params + index`).
@@ -173,7 +182,7 @@ pub struct LayerCheck {
 }
 
 /// A fused-module op that had no unfused value to compare with.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct SkippedLayer {
     /// Instruction index in the fused function.
     pub inst: usize,
@@ -199,7 +208,7 @@ pub struct PerLayerReport {
 }
 
 /// One probe of the bisection: fusion limited to the first `sites` sites.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct BisectProbe {
     /// Sites allowed.
     pub sites: usize,
@@ -234,7 +243,7 @@ pub enum BisectOutcome {
 }
 
 /// The bisection over fusion sites.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct BisectReport {
     /// The run whose outputs are compared with the reference at each probe.
     pub oracle: Run,
@@ -243,6 +252,7 @@ pub struct BisectReport {
     /// Probes in the order they ran.
     pub probes: Vec<BisectProbe>,
     /// The result.
+    #[serde(serialize_with = "serialize_outcome")]
     pub outcome: BisectOutcome,
 }
 
@@ -1119,178 +1129,135 @@ impl BisectReport {
     }
 }
 
-/// A number as JSON (non-finite values become null, which JSON lacks numbers for).
-fn json_num(x: f64) -> String {
-    if x.is_finite() {
-        format!("{x:e}")
-    } else {
-        "null".to_string()
-    }
-}
-
-fn json_list(items: impl IntoIterator<Item = String>) -> String {
-    format!("[{}]", items.into_iter().collect::<Vec<_>>().join(", "))
-}
-
-fn json_opt(s: &Option<String>) -> String {
-    s.as_deref().map_or_else(|| "null".to_string(), json_str)
-}
-
-fn json_stats(s: &ErrorStats) -> String {
-    format!(
-        "{{\"max_abs\": {}, \"relative\": {}, \"rmse\": {}, \"count\": {}}}",
-        json_num(s.max_abs),
-        json_num(s.relative),
-        json_num(s.rmse),
-        s.count
-    )
-}
-
-fn json_site(s: &FusionSite) -> String {
-    format!(
-        "{{\"op\": {}, \"rules\": {}, \"merged\": {}}}",
-        json_str(&s.op),
-        json_list(s.rules.iter().map(|r| json_str(r))),
-        json_list(s.merged.iter().map(|l| json_str(&l.to_string())))
-    )
-}
-
-fn json_user_ops(ops: &[UserOp]) -> String {
-    json_list(ops.iter().map(|u| {
-        format!(
-            "{{\"op\": {}, \"location\": {}}}",
-            json_str(&u.op),
-            json_str(&u.location.to_string())
-        )
-    }))
-}
-
 impl VerifyReport {
-    /// The report as one JSON object, keys in a fixed order: `func`, `rtol`, `passed`,
-    /// `inputs`, `sites`, `user_rules`, `jit_error`, `outputs` (each with `comparisons` of `got`,
-    /// `reference`, `max_abs`-`relative`-`rmse`-`count` `stats` and `pass`),
+    /// The report as one JSON object, fields in a fixed order: `func`, `rtol`, `passed`,
+    /// `inputs`, `sites`, `user_rules`, `jit_error`, `outputs` (each with `comparisons` of
+    /// `got`, `reference`, `stats` — `max_abs`, `relative`, `rmse`, `count` — and `pass`),
     /// `per_layer` and `bisect` (null when not asked for). Non-finite errors are null.
+    /// docs/json.md has the schema.
     pub fn to_json(&self) -> String {
-        let inputs = json_list(self.inputs.iter().map(|i| {
-            let (source, seed) = match &i.source {
-                InputSource::Given => ("given", "null".to_string()),
-                InputSource::Random { seed } => ("random", seed.to_string()),
-            };
-            format!(
-                "{{\"name\": {}, \"type\": {}, \"source\": \"{source}\", \"seed\": {seed}}}",
-                json_str(&i.name),
-                json_str(&i.ty.to_string())
-            )
-        }));
-        let outputs = json_list(self.outputs.iter().map(|o| {
-            let comparisons = json_list(o.comparisons.iter().map(|c| {
-                format!(
-                    "{{\"got\": {}, \"reference\": {}, \"stats\": {}, \"pass\": {}}}",
-                    json_str(c.got.label()),
-                    json_str(c.reference.label()),
-                    json_stats(&c.stats),
-                    c.pass
-                )
-            }));
-            format!(
-                "{{\"name\": {}, \"type\": {}, \"comparisons\": {comparisons}}}",
-                json_str(&o.name),
-                json_str(&o.ty.to_string())
-            )
-        }));
-        let per_layer = self
-            .per_layer
-            .as_ref()
-            .map_or_else(|| "null".to_string(), PerLayerReport::to_json);
-        let bisect = self
-            .bisect
-            .as_ref()
-            .map_or_else(|| "null".to_string(), BisectReport::to_json);
-        format!(
-            "{{\"func\": {}, \"rtol\": {}, \"passed\": {}, \"inputs\": {inputs}, \"sites\": {}, \
-             \"user_rules\": {}, \"jit_error\": {}, \"outputs\": {outputs}, \"per_layer\": {per_layer}, \
-             \"bisect\": {bisect}}}",
-            json_str(&self.func),
-            json_num(self.rtol),
-            self.passed(),
-            json_list(self.sites.iter().map(json_site)),
-            json_list(self.user_rules.iter().map(|r| json_str(r))),
-            json_opt(&self.jit_error),
-        )
+        serde_json::to_string(&ReportJson::of(self))
+            .expect("a verify report serializes: it has no maps")
     }
 }
 
-impl PerLayerReport {
-    fn to_json(&self) -> String {
-        let layers = json_list(self.layers.iter().map(|l| {
-            format!(
-                "{{\"inst\": {}, \"op\": {}, \"user_ops\": {}, \"rules\": {}, \
-                 \"reference_inst\": {}, \"interp\": {}, \"jit\": {}, \"pass\": {}}}",
-                l.inst,
-                json_str(&l.op),
-                json_user_ops(&l.user_ops),
-                json_list(l.rules.iter().map(|r| json_str(r))),
-                l.reference_inst,
-                json_stats(&l.interp),
-                l.jit
-                    .as_ref()
-                    .map_or_else(|| "null".to_string(), json_stats),
-                l.pass
-            )
-        }));
-        let skipped = json_list(self.skipped.iter().map(|s| {
-            format!(
-                "{{\"inst\": {}, \"op\": {}, \"location\": {}, \"reason\": {}}}",
-                s.inst,
-                json_str(&s.op),
-                json_str(&s.location.to_string()),
-                json_str(&s.reason)
-            )
-        }));
-        let first = self
-            .first_divergence
-            .and_then(|k| self.layers.get(k))
-            .map_or_else(|| "null".to_string(), |l| l.inst.to_string());
-        format!(
-            "{{\"layers\": {layers}, \"skipped\": {skipped}, \"first_divergence_inst\": {first}, \
-             \"jit_note\": {}}}",
-            json_opt(&self.jit_note)
-        )
+/// The JSON form of a [`VerifyReport`]: its fields with the verdict after the tolerance.
+#[derive(Serialize)]
+struct ReportJson<'a> {
+    func: &'a str,
+    rtol: f64,
+    passed: bool,
+    inputs: Vec<InputJson<'a>>,
+    sites: &'a [FusionSite],
+    user_rules: &'a [String],
+    jit_error: &'a Option<String>,
+    outputs: &'a [OutputCheck],
+    per_layer: Option<PerLayerJson<'a>>,
+    bisect: &'a Option<BisectReport>,
+}
+
+impl<'a> ReportJson<'a> {
+    fn of(report: &'a VerifyReport) -> Self {
+        ReportJson {
+            func: &report.func,
+            rtol: report.rtol,
+            passed: report.passed(),
+            inputs: report.inputs.iter().map(InputJson::of).collect(),
+            sites: &report.sites,
+            user_rules: &report.user_rules,
+            jit_error: &report.jit_error,
+            outputs: &report.outputs,
+            per_layer: report.per_layer.as_ref().map(PerLayerJson::of),
+            bisect: &report.bisect,
+        }
     }
 }
 
-impl BisectReport {
-    fn to_json(&self) -> String {
-        let probes = json_list(self.probes.iter().map(|p| {
-            format!(
-                "{{\"sites\": {}, \"relative\": {}, \"agree\": {}}}",
-                p.sites,
-                json_num(p.relative),
-                p.agree
-            )
-        }));
-        let outcome = match &self.outcome {
-            BisectOutcome::NotNeeded => "{\"kind\": \"not_needed\"}".to_string(),
-            BisectOutcome::Culprit {
-                sites,
-                site,
-                user_ops,
-            } => format!(
-                "{{\"kind\": \"culprit\", \"sites\": {sites}, \"site\": {}, \"user_ops\": {}}}",
-                json_site(site),
-                json_user_ops(user_ops)
-            ),
-            BisectOutcome::WithoutFusion => "{\"kind\": \"without_fusion\"}".to_string(),
-            BisectOutcome::NotReproduced => "{\"kind\": \"not_reproduced\"}".to_string(),
-            BisectOutcome::Unavailable(why) => format!(
-                "{{\"kind\": \"unavailable\", \"reason\": {}}}",
-                json_str(why)
-            ),
+/// An input with its source flattened: `source` is `given` or `random`, `seed` is the
+/// random seed or null.
+#[derive(Serialize)]
+struct InputJson<'a> {
+    name: &'a str,
+    #[serde(rename = "type")]
+    ty: &'a TensorType,
+    source: &'static str,
+    seed: Option<u64>,
+}
+
+impl<'a> InputJson<'a> {
+    fn of(input: &'a InputInfo) -> Self {
+        let (source, seed) = match input.source {
+            InputSource::Given => ("given", None),
+            InputSource::Random { seed } => ("random", Some(seed)),
         };
-        format!(
-            "{{\"oracle\": {}, \"total_sites\": {}, \"probes\": {probes}, \"outcome\": {outcome}}}",
-            json_str(self.oracle.label()),
-            self.total_sites
-        )
+        InputJson {
+            name: &input.name,
+            ty: &input.ty,
+            source,
+            seed,
+        }
     }
+}
+
+/// A [`PerLayerReport`] naming its first divergence by instruction rather than by its
+/// index into `layers`, so a reader need not count.
+#[derive(Serialize)]
+struct PerLayerJson<'a> {
+    layers: &'a [LayerCheck],
+    skipped: &'a [SkippedLayer],
+    first_divergence_inst: Option<usize>,
+    jit_note: &'a Option<String>,
+}
+
+impl<'a> PerLayerJson<'a> {
+    fn of(per_layer: &'a PerLayerReport) -> Self {
+        PerLayerJson {
+            layers: &per_layer.layers,
+            skipped: &per_layer.skipped,
+            first_divergence_inst: per_layer
+                .first_divergence
+                .and_then(|k| per_layer.layers.get(k))
+                .map(|l| l.inst),
+            jit_note: &per_layer.jit_note,
+        }
+    }
+}
+
+/// A [`BisectOutcome`] as an object tagged by `kind`; a failure's message is its `reason`.
+#[derive(Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum OutcomeJson<'a> {
+    NotNeeded,
+    Culprit {
+        sites: usize,
+        site: &'a FusionSite,
+        user_ops: &'a [UserOp],
+    },
+    WithoutFusion,
+    NotReproduced,
+    Unavailable {
+        reason: &'a str,
+    },
+}
+
+fn serialize_outcome<S: serde::Serializer>(
+    outcome: &BisectOutcome,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    let view = match outcome {
+        BisectOutcome::NotNeeded => OutcomeJson::NotNeeded,
+        BisectOutcome::Culprit {
+            sites,
+            site,
+            user_ops,
+        } => OutcomeJson::Culprit {
+            sites: *sites,
+            site,
+            user_ops,
+        },
+        BisectOutcome::WithoutFusion => OutcomeJson::WithoutFusion,
+        BisectOutcome::NotReproduced => OutcomeJson::NotReproduced,
+        BisectOutcome::Unavailable(why) => OutcomeJson::Unavailable { reason: why },
+    };
+    view.serialize(serializer)
 }
