@@ -79,6 +79,14 @@ impl fmt::Display for Location {
     }
 }
 
+/// A location serializes as its text form (what `loc(...)` prints), so reports in JSON
+/// name places exactly as the printed IR and diagnostics do.
+impl serde::Serialize for Location {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
 /// Quotes a string for the text form, escaping `"` and `\` and non-printing characters.
 pub fn quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);

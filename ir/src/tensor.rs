@@ -75,8 +75,9 @@ impl Tensor {
     }
 }
 
-/// How far a computed tensor is from a reference, as FACTS.md defines it.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// How far a computed tensor is from a reference, as FACTS.md defines it. Serializes as
+/// an object of its four fields (non-finite errors become null in JSON).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct ErrorStats {
     /// max |got − ref| over all elements.
     pub max_abs: f64,

@@ -201,6 +201,13 @@ impl fmt::Display for TensorType {
     }
 }
 
+/// A tensor type serializes as its text form, e.g. `"tensor<1x64x56x56xf32, nchw8c>"`.
+impl serde::Serialize for TensorType {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
 /// An `f32` attribute value with total equality, ordering and hashing (by bit pattern),
 /// so ops holding floats can be map keys and e-graph nodes.
 #[derive(Clone, Copy, Debug, Default)]

@@ -7,10 +7,12 @@ use std::time::Instant;
 
 use anyhow::{anyhow, bail, Result};
 use clap::{Args, ValueEnum};
+use serde::ser::SerializeMap;
+use serde::{Serialize, Serializer};
+use smelt::ir::diag::Location;
 use smelt::ir::weights::random_f32;
 use smelt::ir::{Module, Tensor};
 use smelt::models::{residual_tail, resnet, ResNetConfig};
-use smelt::passes::fusion::json_str;
 use smelt::runtime::KernelProfile;
 use smelt::{CompileOptions, ConvAlgorithm, Executable, Layouts};
 
@@ -197,7 +199,7 @@ pub fn main(a: BenchArgs) -> Result<()> {
         profile,
     };
     if a.json {
-        println!("{}", report.json(&a));
+        println!("{}", report.json(&a)?);
     } else {
         print!("{}", report.text(&a));
     }
@@ -432,58 +434,124 @@ impl Report {
         s
     }
 
-    fn json(&self, a: &BenchArgs) -> String {
-        let mut o = JsonObject::default();
-        o.str("model", &self.model);
-        o.num("threads", self.threads as f64);
-        o.str("kernels", &self.kernels_name(a));
-        o.str("conv", a.conv.name());
-        o.str("layouts", a.layouts.layouts().name());
-        o.raw("fuse", if a.fusion.no_fuse { "false" } else { "true" });
-        o.num("warmup", a.warmup as f64);
-        o.num("iterations", self.samples_ms.len() as f64);
-        o.num("gflop", self.gflop);
-        o.num("median_ms", self.quantile(0.5));
-        o.num("p10_ms", self.quantile(0.1));
-        o.num("p90_ms", self.quantile(0.9));
-        o.num("min_ms", self.quantile(0.0));
-        o.num("gflops", self.gflops());
-        o.num("peak_gflops", self.peak_gflops());
-        o.num("peak_percent", 100.0 * self.gflops() / self.peak_gflops());
-        o.num("compile_ms", self.compile.total_ms);
-        let mut parts = JsonObject::default();
-        parts.num("load_ms", self.compile.load_ms);
-        for (pass, ms) in &self.compile.passes {
-            parts.num(&format!("{pass}_ms"), *ms);
+    fn json(&self, a: &BenchArgs) -> Result<String> {
+        let gflops = self.gflops();
+        let peak = self.peak_gflops();
+        let view = BenchJson {
+            model: &self.model,
+            threads: self.threads,
+            kernels: self.kernels_name(a),
+            conv: a.conv.name(),
+            layouts: a.layouts.layouts().name(),
+            fuse: !a.fusion.no_fuse,
+            warmup: a.warmup,
+            iterations: self.samples_ms.len(),
+            gflop: six_digits(self.gflop),
+            median_ms: six_digits(self.quantile(0.5)),
+            p10_ms: six_digits(self.quantile(0.1)),
+            p90_ms: six_digits(self.quantile(0.9)),
+            min_ms: six_digits(self.quantile(0.0)),
+            gflops: six_digits(gflops),
+            peak_gflops: six_digits(peak),
+            peak_percent: six_digits(100.0 * gflops / peak),
+            compile_ms: six_digits(self.compile.total_ms),
+            compile_parts: CompileParts(&self.compile),
+            distinct_kernels: self.kernels.0,
+            kernel_calls: self.kernels.1,
+            arena_bytes: self.arena_bytes,
+            samples_ms: self.samples_ms.iter().map(|&ms| six_digits(ms)).collect(),
+            profile: self.profile.as_ref().map(|calls| {
+                calls
+                    .iter()
+                    .map(|c| {
+                        let p = &c.profile;
+                        CallJson {
+                            kernel: &p.kernel,
+                            op: &p.op,
+                            loc: &p.loc,
+                            ms: six_digits(c.median_ms),
+                            flops: p.flops,
+                            bytes: p.bytes,
+                            gflops: six_digits(p.flops as f64 / (c.median_ms * 1e6)),
+                            gbps: six_digits(p.bytes as f64 / (c.median_ms * 1e6)),
+                        }
+                    })
+                    .collect()
+            }),
+        };
+        Ok(serde_json::to_string(&view)?)
+    }
+}
+
+/// The `--json` report, fields in output order (docs/json.md). Times are milliseconds;
+/// non-finite numbers (a zero-time run's rates) become null.
+#[derive(Serialize)]
+struct BenchJson<'a> {
+    model: &'a str,
+    threads: usize,
+    kernels: String,
+    conv: &'static str,
+    layouts: &'static str,
+    fuse: bool,
+    warmup: usize,
+    iterations: usize,
+    gflop: f64,
+    median_ms: f64,
+    p10_ms: f64,
+    p90_ms: f64,
+    min_ms: f64,
+    gflops: f64,
+    peak_gflops: f64,
+    peak_percent: f64,
+    compile_ms: f64,
+    compile_parts: CompileParts<'a>,
+    distinct_kernels: usize,
+    kernel_calls: usize,
+    arena_bytes: usize,
+    samples_ms: Vec<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    profile: Option<Vec<CallJson<'a>>>,
+}
+
+/// One kernel call of `--profile`: median time, work and the rates they give.
+#[derive(Serialize)]
+struct CallJson<'a> {
+    kernel: &'a str,
+    op: &'a str,
+    loc: &'a Location,
+    ms: f64,
+    flops: u64,
+    bytes: u64,
+    gflops: f64,
+    gbps: f64,
+}
+
+/// The compile time by stage as one object: `load_ms`, then `<pass>_ms` for each pass in
+/// the order it ran, `lower_ms` and `codegen_ms`. Pass names are known only at run time,
+/// so this is a serde map rather than a struct; its entries keep pipeline order.
+struct CompileParts<'a>(&'a CompileBreakdown);
+
+impl Serialize for CompileParts<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let c = self.0;
+        let mut map = serializer.serialize_map(Some(c.passes.len() + 3))?;
+        map.serialize_entry("load_ms", &six_digits(c.load_ms))?;
+        for (pass, ms) in &c.passes {
+            map.serialize_entry(&format!("{pass}_ms"), &six_digits(*ms))?;
         }
-        parts.num("lower_ms", self.compile.lower_ms);
-        parts.num("codegen_ms", self.compile.codegen_ms);
-        o.raw("compile_parts", &parts.finish());
-        o.num("distinct_kernels", self.kernels.0 as f64);
-        o.num("kernel_calls", self.kernels.1 as f64);
-        o.num("arena_bytes", self.arena_bytes as f64);
-        let samples: Vec<String> = self.samples_ms.iter().map(|&v| json_num(v)).collect();
-        o.raw("samples_ms", &format!("[{}]", samples.join(",")));
-        if let Some(calls) = &self.profile {
-            let rows: Vec<String> = calls
-                .iter()
-                .map(|c| {
-                    let p = &c.profile;
-                    let mut r = JsonObject::default();
-                    r.str("kernel", &p.kernel);
-                    r.str("op", &p.op);
-                    r.str("loc", &p.loc.to_string());
-                    r.num("ms", c.median_ms);
-                    r.num("flops", p.flops as f64);
-                    r.num("bytes", p.bytes as f64);
-                    r.num("gflops", p.flops as f64 / (c.median_ms * 1e6));
-                    r.num("gbps", p.bytes as f64 / (c.median_ms * 1e6));
-                    r.finish()
-                })
-                .collect();
-            o.raw("profile", &format!("[{}]", rows.join(",")));
-        }
-        o.finish()
+        map.serialize_entry("lower_ms", &six_digits(c.lower_ms))?;
+        map.serialize_entry("codegen_ms", &six_digits(c.codegen_ms))?;
+        map.end()
+    }
+}
+
+/// `v` rounded to six significant digits: far below timing noise, and it keeps the
+/// output short. Non-finite values pass through (serde_json writes them as null).
+fn six_digits(v: f64) -> f64 {
+    if v.is_finite() {
+        format!("{v:.5e}").parse().unwrap_or(v)
+    } else {
+        v
     }
 }
 
@@ -525,42 +593,6 @@ fn shorten(s: &str, max: usize) -> String {
     }
 }
 
-/// A JSON object written field by field, in insertion order.
-#[derive(Default)]
-struct JsonObject {
-    fields: Vec<String>,
-}
-
-impl JsonObject {
-    fn raw(&mut self, key: &str, value: &str) {
-        self.fields.push(format!("{}:{value}", json_str(key)));
-    }
-
-    fn str(&mut self, key: &str, value: &str) {
-        self.raw(key, &json_str(value));
-    }
-
-    fn num(&mut self, key: &str, value: f64) {
-        self.raw(key, &json_num(value));
-    }
-
-    fn finish(self) -> String {
-        format!("{{{}}}", self.fields.join(","))
-    }
-}
-
-/// A JSON number with six significant digits; non-finite values (which JSON cannot hold)
-/// become `null`.
-fn json_num(v: f64) -> String {
-    if v.is_finite() {
-        // Six significant digits are far below timing noise, and keep the output short.
-        let rounded: f64 = format!("{v:.5e}").parse().unwrap_or(v);
-        format!("{rounded}")
-    } else {
-        "null".into()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -575,9 +607,10 @@ mod tests {
     }
 
     #[test]
-    fn json_strings_escape_quotes_and_control_characters() {
-        assert_eq!(json_str("a\"b\\c\n\u{1}"), "\"a\\\"b\\\\c\\n\\u0001\"");
-        assert_eq!(json_num(f64::NAN), "null");
+    fn json_numbers_keep_six_significant_digits() {
+        assert_eq!(six_digits(1.234_567_89), 1.234_57);
+        assert_eq!(six_digits(987_654_321.0), 987_654_000.0);
+        assert!(six_digits(f64::NAN).is_nan());
     }
 
     #[test]

@@ -6,9 +6,10 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::report::{
-    counts, json_counts, json_list, json_num, json_str, micros, FusionReport, LostFusion,
-};
+use serde::Serialize;
+use smelt_ir::diag::Location;
+
+use super::report::{counts, micros, FusionReport, LostFusion, NearMiss, StopReason};
 
 /// Op counts summed over every function's report (`ops_before` or `ops_after`).
 fn total_counts(
@@ -112,80 +113,127 @@ pub fn explain_text(reports: &[FusionReport]) -> String {
     out
 }
 
-/// The explanation as one JSON object (keys in a fixed order): `ops_before` and
-/// `ops_after` (op name → count, summed over functions), `sites` (`func`, `op`,
-/// `rules`, `merged`: a list of `{op, location}`), `near_misses` (`func`, `rule`,
-/// `op`, `location`, `guard`, `reason`), `lost` (`func`, `rule`, `op`, `location`,
-/// `fused_cost`, `chosen_cost`, `extra_cost` in seconds) and `functions` (per function:
-/// `func`, `stop_reason`, `iterations`, `egraph_nodes`, `egraph_classes`,
+/// The JSON form of [`explain_json`]: a view of the reports, borrowed, in field order.
+#[derive(Serialize)]
+struct Explanation<'a> {
+    /// Summed over every function.
+    ops_before: BTreeMap<String, usize>,
+    /// Summed over every function, counted at the end of the pipeline.
+    ops_after: BTreeMap<String, usize>,
+    sites: Vec<ExplainedSite<'a>>,
+    near_misses: Vec<ExplainedMiss<'a>>,
+    lost: Vec<ExplainedLoss<'a>>,
+    functions: Vec<FunctionSummary<'a>>,
+}
+
+/// A near miss with the name of its function in front of its own fields.
+#[derive(Serialize)]
+struct ExplainedMiss<'a> {
+    func: &'a str,
+    #[serde(flatten)]
+    miss: &'a NearMiss,
+}
+
+/// A fused op with each merged input op beside its location (the report keeps the two
+/// as parallel lists).
+#[derive(Serialize)]
+struct ExplainedSite<'a> {
+    func: &'a str,
+    op: &'a str,
+    rules: &'a [String],
+    merged: Vec<MergedOp<'a>>,
+}
+
+#[derive(Serialize)]
+struct MergedOp<'a> {
+    op: &'a str,
+    location: &'a Location,
+}
+
+/// A lost fusion with how much more (seconds) its graph would have cost.
+#[derive(Serialize)]
+struct ExplainedLoss<'a> {
+    func: &'a str,
+    #[serde(flatten)]
+    lost: &'a LostFusion,
+    extra_cost: f64,
+}
+
+/// A report's run statistics and op counts, without its item lists.
+#[derive(Serialize)]
+struct FunctionSummary<'a> {
+    func: &'a str,
+    stop_reason: &'a StopReason,
+    iterations: usize,
+    egraph_nodes: usize,
+    egraph_classes: usize,
+    cost_before: f64,
+    cost_after: f64,
+    ops_before: &'a BTreeMap<String, usize>,
+    ops_after: &'a BTreeMap<String, usize>,
+}
+
+/// The explanation as one JSON object (fields in a fixed order, deterministic; schema in
+/// docs/json.md): `ops_before` and `ops_after` (op name → count, summed over functions),
+/// `sites` (`func`, `op`, `rules`, `merged`: a list of `{op, location}`), `near_misses`
+/// (`func`, `rule`, `op`, `location`, `guard`, `reason`), `lost` (`func`, `rule`, `op`,
+/// `location`, `fused_cost`, `chosen_cost`, `extra_cost` in seconds) and `functions` (per
+/// function: `func`, `stop_reason`, `iterations`, `egraph_nodes`, `egraph_classes`,
 /// `cost_before`, `cost_after`, `ops_before`, `ops_after`).
 pub fn explain_json(reports: &[FusionReport]) -> String {
-    let sites = json_list(reports.iter().flat_map(|r| {
-        r.sites.iter().map(move |s| {
-            let merged = json_list(s.merged_ops.iter().zip(&s.merged).map(|(op, loc)| {
-                format!(
-                    "{{\"op\": {}, \"location\": {}}}",
-                    json_str(op),
-                    json_str(&loc.to_string())
-                )
-            }));
-            format!(
-                "{{\"func\": {}, \"op\": {}, \"rules\": {}, \"merged\": {merged}}}",
-                json_str(&r.func),
-                json_str(&s.op),
-                json_list(s.rules.iter().map(|x| json_str(x)))
-            )
-        })
-    }));
-    let near = json_list(reports.iter().flat_map(|r| {
-        r.near_misses.iter().map(move |n| {
-            format!(
-                "{{\"func\": {}, \"rule\": {}, \"op\": {}, \"location\": {}, \"guard\": {}, \
-                 \"reason\": {}}}",
-                json_str(&r.func),
-                json_str(&n.rule),
-                json_str(&n.op),
-                json_str(&n.location.to_string()),
-                json_str(&n.guard),
-                json_str(&n.reason)
-            )
-        })
-    }));
-    let lost = json_list(reports.iter().flat_map(|r| {
-        r.lost.iter().map(move |l| {
-            format!(
-                "{{\"func\": {}, \"rule\": {}, \"op\": {}, \"location\": {}, \"fused_cost\": {}, \
-                 \"chosen_cost\": {}, \"extra_cost\": {}}}",
-                json_str(&r.func),
-                json_str(&l.rule),
-                json_str(&l.op),
-                json_str(&l.location.to_string()),
-                json_num(l.fused_cost),
-                json_num(l.chosen_cost),
-                json_num(l.fused_cost - l.chosen_cost)
-            )
-        })
-    }));
-    let functions = json_list(reports.iter().map(|r| {
-        format!(
-            "{{\"func\": {}, \"stop_reason\": {}, \"iterations\": {}, \"egraph_nodes\": {}, \
-             \"egraph_classes\": {}, \"cost_before\": {}, \"cost_after\": {}, \
-             \"ops_before\": {}, \"ops_after\": {}}}",
-            json_str(&r.func),
-            json_str(&r.stop_reason.to_string()),
-            r.iterations,
-            r.egraph_nodes,
-            r.egraph_classes,
-            json_num(r.cost_before),
-            json_num(r.cost_after),
-            json_counts(&r.ops_before),
-            json_counts(&r.ops_after)
-        )
-    }));
-    format!(
-        "{{\"ops_before\": {}, \"ops_after\": {}, \"sites\": {sites}, \"near_misses\": {near}, \
-         \"lost\": {lost}, \"functions\": {functions}}}",
-        json_counts(&total_counts(reports, |r| &r.ops_before)),
-        json_counts(&total_counts(reports, |r| &r.ops_after)),
-    )
+    let explanation = Explanation {
+        ops_before: total_counts(reports, |r| &r.ops_before),
+        ops_after: total_counts(reports, |r| &r.ops_after),
+        sites: reports
+            .iter()
+            .flat_map(|r| {
+                r.sites.iter().map(|s| ExplainedSite {
+                    func: &r.func,
+                    op: &s.op,
+                    rules: &s.rules,
+                    merged: s
+                        .merged_ops
+                        .iter()
+                        .zip(&s.merged)
+                        .map(|(op, location)| MergedOp { op, location })
+                        .collect(),
+                })
+            })
+            .collect(),
+        near_misses: reports
+            .iter()
+            .flat_map(|r| {
+                r.near_misses.iter().map(|miss| ExplainedMiss {
+                    func: &r.func,
+                    miss,
+                })
+            })
+            .collect(),
+        lost: reports
+            .iter()
+            .flat_map(|r| {
+                r.lost.iter().map(|lost| ExplainedLoss {
+                    func: &r.func,
+                    lost,
+                    extra_cost: lost.fused_cost - lost.chosen_cost,
+                })
+            })
+            .collect(),
+        functions: reports
+            .iter()
+            .map(|r| FunctionSummary {
+                func: &r.func,
+                stop_reason: &r.stop_reason,
+                iterations: r.iterations,
+                egraph_nodes: r.egraph_nodes,
+                egraph_classes: r.egraph_classes,
+                cost_before: r.cost_before,
+                cost_after: r.cost_after,
+                ops_before: &r.ops_before,
+                ops_after: &r.ops_after,
+            })
+            .collect(),
+    };
+    serde_json::to_string(&explanation)
+        .expect("an explanation serializes: every map key is a string")
 }

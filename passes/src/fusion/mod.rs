@@ -36,7 +36,7 @@ pub use cost::CostModel;
 pub use explain::{explain_json, explain_text};
 use extract::{dag_cost, CostTable};
 use lang::{split_op, OpKind, TensorNode};
-pub use report::{json_str, FusionReport, FusionSite, LostFusion, NearMiss, RuleStat, StopReason};
+pub use report::{FusionReport, FusionSite, LostFusion, NearMiss, RuleStat, StopReason};
 pub use rules::{builtin_rules, load_rules, Rule, BUILTIN_RULES};
 
 /// Saturation limits. The time limit is a safety net set far above what normal models

@@ -1,10 +1,11 @@
 //! The fusion report: stop reason, rule counts, fusion sites with their provenance, near
 //! misses (a guard refused) and fusions that lost in extraction — the data behind
-//! `smelt explain`. Its text form is deterministic.
+//! `smelt explain`. Its text and JSON (serde) forms are deterministic.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use serde::Serialize;
 use smelt_ir::diag::Location;
 
 /// Why saturation stopped.
@@ -37,8 +38,15 @@ impl std::fmt::Display for StopReason {
     }
 }
 
+/// A stop reason serializes as its text, e.g. `"iteration limit (30)"`.
+impl Serialize for StopReason {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
 /// Counts of one rule over the whole run.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct RuleStat {
     /// Rule name.
     pub rule: String,
@@ -51,7 +59,7 @@ pub struct RuleStat {
 }
 
 /// An op of the output built by rules.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct FusionSite {
     /// Index of the instruction in the output function.
     pub inst: usize,
@@ -66,7 +74,7 @@ pub struct FusionSite {
 }
 
 /// A rule that matched but whose guard refused, at a site where it never fired.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct NearMiss {
     /// Rule name.
     pub rule: String,
@@ -81,7 +89,7 @@ pub struct NearMiss {
 }
 
 /// A rule that fired but whose result the cost model did not choose.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct LostFusion {
     /// Rule name.
     pub rule: String,
@@ -95,8 +103,9 @@ pub struct LostFusion {
     pub chosen_cost: f64,
 }
 
-/// Everything fusion did to one function.
-#[derive(Clone, Debug, PartialEq)]
+/// Everything fusion did to one function. Its JSON form ([`FusionReport::to_json`]) has
+/// the fields in declaration order; costs are in seconds.
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct FusionReport {
     /// The function's name.
     pub func: String,
@@ -108,17 +117,6 @@ pub struct FusionReport {
     pub egraph_nodes: usize,
     /// E-classes at the end.
     pub egraph_classes: usize,
-    /// Per-rule counts, by rule name.
-    pub rules: Vec<RuleStat>,
-    /// Ops of the output built by rules.
-    pub sites: Vec<FusionSite>,
-    /// Sites of the full fusion that [`super::FusionOptions::site_limit`] left unfused, in
-    /// canonical order (`inst` indexes the fully fused output).
-    pub withheld: Vec<FusionSite>,
-    /// Matches refused by a guard.
-    pub near_misses: Vec<NearMiss>,
-    /// Rule results the cost model did not choose.
-    pub lost: Vec<LostFusion>,
     /// Cost (seconds) of the input graph under the cost model.
     pub cost_before: f64,
     /// Cost (seconds) of the output graph.
@@ -130,6 +128,17 @@ pub struct FusionReport {
     /// weight-prep ops are gone), or of fusion's own output when [`super::fuse_func`]
     /// is called alone.
     pub ops_after: BTreeMap<String, usize>,
+    /// Per-rule counts, by rule name.
+    pub rules: Vec<RuleStat>,
+    /// Ops of the output built by rules.
+    pub sites: Vec<FusionSite>,
+    /// Sites of the full fusion that [`super::FusionOptions::site_limit`] left unfused, in
+    /// canonical order (`inst` indexes the fully fused output).
+    pub withheld: Vec<FusionSite>,
+    /// Matches refused by a guard.
+    pub near_misses: Vec<NearMiss>,
+    /// Rule results the cost model did not choose.
+    pub lost: Vec<LostFusion>,
 }
 
 pub(crate) fn micros(s: f64) -> String {
@@ -224,106 +233,10 @@ impl FusionReport {
     }
 }
 
-/// A JSON string literal for `s` (quotes, backslashes and control characters escaped):
-/// the one escaper behind every hand-written JSON report (fusion, explain, verify, bench).
-pub fn json_str(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-pub(crate) fn json_counts(m: &BTreeMap<String, usize>) -> String {
-    let items: Vec<String> = m
-        .iter()
-        .map(|(k, v)| format!("{}: {v}", json_str(k)))
-        .collect();
-    format!("{{{}}}", items.join(", "))
-}
-
-pub(crate) fn json_list(items: impl IntoIterator<Item = String>) -> String {
-    format!("[{}]", items.into_iter().collect::<Vec<_>>().join(", "))
-}
-
-/// Seconds as a JSON number (finite; NaN becomes null).
-pub(crate) fn json_num(x: f64) -> String {
-    if x.is_finite() {
-        format!("{x:e}")
-    } else {
-        "null".to_string()
-    }
-}
-
 impl FusionReport {
-    /// The report as one JSON object (keys in a fixed order, deterministic): `func`,
-    /// `stop_reason`, `iterations`, `egraph_nodes`, `egraph_classes`, `cost_before`,
-    /// `cost_after` (seconds), `ops_before`, `ops_after` (op name → count), `rules`,
-    /// `sites`, `withheld`, `near_misses`, `lost`.
+    /// The report as one JSON object, deterministic (fields in declaration order, op
+    /// counts sorted by name, non-finite costs as null); docs/json.md has the schema.
     pub fn to_json(&self) -> String {
-        let rules = json_list(self.rules.iter().map(|r| {
-            format!(
-                "{{\"rule\": {}, \"matches\": {}, \"applied\": {}, \"refused\": {}}}",
-                json_str(&r.rule),
-                r.matches,
-                r.applied,
-                r.refused
-            )
-        }));
-        let site = |s: &FusionSite| {
-            format!(
-                "{{\"inst\": {}, \"op\": {}, \"rules\": {}, \"merged\": {}}}",
-                s.inst,
-                json_str(&s.op),
-                json_list(s.rules.iter().map(|r| json_str(r))),
-                json_list(s.merged.iter().map(|l| json_str(&l.to_string())))
-            )
-        };
-        let sites = json_list(self.sites.iter().map(site));
-        let withheld = json_list(self.withheld.iter().map(site));
-        let near = json_list(self.near_misses.iter().map(|n| {
-            format!(
-                "{{\"rule\": {}, \"op\": {}, \"location\": {}, \"guard\": {}, \"reason\": {}}}",
-                json_str(&n.rule),
-                json_str(&n.op),
-                json_str(&n.location.to_string()),
-                json_str(&n.guard),
-                json_str(&n.reason)
-            )
-        }));
-        let lost = json_list(self.lost.iter().map(|l| {
-            format!(
-                "{{\"rule\": {}, \"op\": {}, \"location\": {}, \"fused_cost\": {}, \"chosen_cost\": {}}}",
-                json_str(&l.rule),
-                json_str(&l.op),
-                json_str(&l.location.to_string()),
-                json_num(l.fused_cost),
-                json_num(l.chosen_cost)
-            )
-        }));
-        format!(
-            "{{\"func\": {}, \"stop_reason\": {}, \"iterations\": {}, \"egraph_nodes\": {}, \
-             \"egraph_classes\": {}, \"cost_before\": {}, \"cost_after\": {}, \"ops_before\": {}, \
-             \"ops_after\": {}, \"rules\": {rules}, \"sites\": {sites}, \"withheld\": {withheld}, \"near_misses\": {near}, \
-             \"lost\": {lost}}}",
-            json_str(&self.func),
-            json_str(&self.stop_reason.to_string()),
-            self.iterations,
-            self.egraph_nodes,
-            self.egraph_classes,
-            json_num(self.cost_before),
-            json_num(self.cost_after),
-            json_counts(&self.ops_before),
-            json_counts(&self.ops_after),
-        )
+        serde_json::to_string(self).expect("a fusion report serializes: every map key is a string")
     }
 }

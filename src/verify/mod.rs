@@ -1,0 +1,539 @@
+//! Verification of fusion: the model run three ways (interpreter unfused, interpreter
+//! fused, JIT fused), compared output by output, layer by layer, and bisected over the
+//! fusion sites to name the rewrite that broke it.
+//!
+//! The reference is always the interpreter on the module as loaded (no passes). The
+//! fused module is what [`crate::optimize`] makes of it with the given options, so rule
+//! switches (`disabled_rules`, `only_rules`, `extra_rules`, `enabled: false`) apply.
+//! Errors are measured as FACTS.md defines them: relative error = max |got − ref| /
+//! max |ref| over an output, in f64; a comparison passes when it is at most `rtol`.
+//!
+//! ```no_run
+//! use smelt::verify::{verify, VerifyOptions};
+//! let module = smelt::load_model("model.tir".as_ref(), &Default::default())?;
+//! let report = verify(&module, &VerifyOptions::default())?;
+//! print!("{}", report.to_text());
+//! assert!(report.passed());
+//! # Ok::<(), smelt::Error>(())
+//! ```
+//!
+//! This file holds the options, the report types and the three-way comparison; `layers`
+//! the per-layer comparison, `bisect` the bisection, `text` and `json` the two output
+//! forms ([`VerifyReport::to_text`], [`VerifyReport::to_json`]).
+
+mod bisect;
+mod json;
+mod layers;
+mod text;
+
+use serde::Serialize;
+use smelt_ir::diag::Location;
+use smelt_ir::graph::{Func, Module};
+use smelt_ir::interp;
+use smelt_ir::weights::random_f32;
+use smelt_ir::{ErrorStats, Tensor, TensorType};
+use smelt_passes::fusion::FusionSite;
+
+use crate::{CompileOptions, Error, Executable, OptimizeOptions};
+
+/// The default tolerance on the relative error (FACTS.md's definition).
+pub const DEFAULT_RTOL: f64 = 1e-4;
+
+/// What to verify and how.
+#[derive(Clone, Debug)]
+pub struct VerifyOptions {
+    /// How to optimize the model into its fused form (pipeline and rule switches).
+    pub optimize: OptimizeOptions,
+    /// Inputs by parameter name; parameters not named here get seeded random values.
+    pub inputs: Vec<(String, Tensor)>,
+    /// Seed of the random inputs: parameter `i` uses `seed + i`, values in [-1, 1].
+    pub seed: u64,
+    /// Largest relative error that passes.
+    pub rtol: f64,
+    /// Compare every intermediate value that survives fusion with the unfused graph.
+    pub per_layer: bool,
+    /// On a mismatch, find the first fusion site whose inclusion causes it.
+    pub bisect: bool,
+    /// Run the JIT legs (compile the fused module with Cranelift). On by default.
+    pub jit: bool,
+}
+
+impl Default for VerifyOptions {
+    fn default() -> Self {
+        VerifyOptions {
+            optimize: OptimizeOptions::default(),
+            inputs: Vec::new(),
+            seed: 0,
+            rtol: DEFAULT_RTOL,
+            per_layer: false,
+            bisect: false,
+            jit: true,
+        }
+    }
+}
+
+/// One way of running the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Run {
+    /// The reference interpreter on the module as loaded.
+    InterpUnfused,
+    /// The reference interpreter on the optimized (fused) module.
+    InterpFused,
+    /// Cranelift-compiled code of the optimized module.
+    JitFused,
+}
+
+impl Run {
+    /// Short label used in reports: `interp(unfused)`, `interp(fused)`, `jit(fused)`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Run::InterpUnfused => "interp(unfused)",
+            Run::InterpFused => "interp(fused)",
+            Run::JitFused => "jit(fused)",
+        }
+    }
+}
+
+/// A run serializes as its [`Run::label`].
+impl Serialize for Run {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.label())
+    }
+}
+
+/// Where an input came from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum InputSource {
+    /// Given by the caller.
+    Given,
+    /// Seeded random values in [-1, 1].
+    Random {
+        /// The seed used for this parameter.
+        seed: u64,
+    },
+}
+
+/// One input of the verified function.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InputInfo {
+    /// Parameter name.
+    pub name: String,
+    /// Its type.
+    pub ty: TensorType,
+    /// Where its values came from.
+    pub source: InputSource,
+}
+
+/// One pair of runs compared on one tensor.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Comparison {
+    /// The run checked.
+    pub got: Run,
+    /// The run it is checked against.
+    pub reference: Run,
+    /// Max abs, relative and RMSE error.
+    pub stats: ErrorStats,
+    /// Whether `stats.relative <= rtol`.
+    pub pass: bool,
+}
+
+/// The comparisons of one output.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OutputCheck {
+    /// Result name.
+    pub name: String,
+    /// Its type.
+    #[serde(rename = "type")]
+    pub ty: TensorType,
+    /// Every pair compared, in a fixed order.
+    pub comparisons: Vec<Comparison>,
+}
+
+/// A user op (of the unfused module) merged into a fused op.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct UserOp {
+    /// The op's mnemonic in the unfused module (`?` when no unfused op has the location).
+    pub op: String,
+    /// Its location: the node name, or file:line:col.
+    pub location: Location,
+}
+
+impl std::fmt::Display for UserOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.op, self.location)
+    }
+}
+
+/// An intermediate value of the fused module compared with its unfused counterpart.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LayerCheck {
+    /// Instruction index in the fused function (value `%i` in its printed form, counting
+    /// parameters first, is `params + index`).
+    pub inst: usize,
+    /// The op, e.g. `fused conv2d post [add, relu]`.
+    pub op: String,
+    /// The user ops it computes, in program order (the last one is the value compared).
+    pub user_ops: Vec<UserOp>,
+    /// Rules that built it (empty for an op that came through unchanged).
+    pub rules: Vec<String>,
+    /// Instruction index in the unfused function of the value compared against.
+    pub reference_inst: usize,
+    /// Interpreter on the fused module against interpreter on the unfused module.
+    pub interp: ErrorStats,
+    /// JIT on the fused module against the interpreter on the unfused module, when the
+    /// JIT's intermediates could be read.
+    pub jit: Option<ErrorStats>,
+    /// Whether every error is within the tolerance.
+    pub pass: bool,
+}
+
+/// A fused-module op that had no unfused value to compare with.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SkippedLayer {
+    /// Instruction index in the fused function.
+    pub inst: usize,
+    /// The op.
+    pub op: String,
+    /// Its location.
+    pub location: Location,
+    /// Why it was not compared.
+    pub reason: String,
+}
+
+/// The per-layer comparison.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PerLayerReport {
+    /// Compared values, in the fused function's program order.
+    pub layers: Vec<LayerCheck>,
+    /// Values not compared, with the reason.
+    pub skipped: Vec<SkippedLayer>,
+    /// Index into `layers` of the first value that diverges.
+    pub first_divergence: Option<usize>,
+    /// Why the JIT's intermediates were not compared, if they were not.
+    pub jit_note: Option<String>,
+}
+
+/// One probe of the bisection: fusion limited to the first `sites` sites.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct BisectProbe {
+    /// Sites allowed.
+    pub sites: usize,
+    /// Largest relative error over the outputs.
+    pub relative: f64,
+    /// Whether that is within the tolerance.
+    pub agree: bool,
+}
+
+/// What the bisection found.
+#[derive(Clone, Debug, PartialEq)]
+pub enum BisectOutcome {
+    /// Fused and unfused agree: nothing to bisect.
+    NotNeeded,
+    /// Allowing the first `sites - 1` sites agrees, the first `sites` disagree: the
+    /// `sites`-th site (1-based) is the first bad one.
+    Culprit {
+        /// How many sites were allowed when the mismatch first appeared.
+        sites: usize,
+        /// The site, as the fusion report of that run names it.
+        site: FusionSite,
+        /// The user ops the site merges.
+        user_ops: Vec<UserOp>,
+    },
+    /// The mismatch is there with no fusion site at all (another pass, or the JIT).
+    WithoutFusion,
+    /// The full fusion has no site, yet disagrees while no site agrees: limiting sites
+    /// cannot reproduce the mismatch.
+    NotReproduced,
+    /// Bisection could not run.
+    Unavailable(String),
+}
+
+/// The bisection over fusion sites.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BisectReport {
+    /// The run whose outputs are compared with the reference at each probe.
+    pub oracle: Run,
+    /// Fusion sites of the full optimization.
+    pub total_sites: usize,
+    /// Probes in the order they ran.
+    pub probes: Vec<BisectProbe>,
+    /// The result.
+    #[serde(serialize_with = "json::serialize_outcome")]
+    pub outcome: BisectOutcome,
+}
+
+/// Everything `verify` found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VerifyReport {
+    /// The verified function.
+    pub func: String,
+    /// The tolerance used.
+    pub rtol: f64,
+    /// Inputs and where they came from.
+    pub inputs: Vec<InputInfo>,
+    /// Fusion sites of the fused module (from the fusion report).
+    pub sites: Vec<FusionSite>,
+    /// Names of the user rules (`extra_rules`) that were loaded, marked in the text.
+    pub user_rules: Vec<String>,
+    /// Why the JIT legs did not run, if they did not (compile or run error).
+    pub jit_error: Option<String>,
+    /// Per-output comparisons.
+    pub outputs: Vec<OutputCheck>,
+    /// The per-layer comparison, when asked for.
+    pub per_layer: Option<PerLayerReport>,
+    /// The bisection, when asked for.
+    pub bisect: Option<BisectReport>,
+}
+
+impl VerifyReport {
+    /// Whether every comparison passed and, when the JIT was asked for, it ran.
+    pub fn passed(&self) -> bool {
+        self.jit_error.is_none()
+            && self
+                .outputs
+                .iter()
+                .all(|o| o.comparisons.iter().all(|c| c.pass))
+            && self
+                .per_layer
+                .as_ref()
+                .is_none_or(|p| p.first_divergence.is_none())
+    }
+
+    /// The worst relative error of `got` against `reference` over all outputs.
+    pub fn worst(&self, got: Run, reference: Run) -> Option<f64> {
+        self.outputs
+            .iter()
+            .flat_map(|o| &o.comparisons)
+            .filter(|c| c.got == got && c.reference == reference)
+            .map(|c| c.stats.relative)
+            .reduce(f64::max)
+    }
+}
+
+/// Verifies the entry function of `module`: see the module documentation.
+///
+/// Errors are for what prevents verification (bad inputs, a pass failing, the reference
+/// interpreter failing); a JIT that cannot compile the model is reported in
+/// [`VerifyReport::jit_error`] and fails the report.
+pub fn verify(module: &Module, opts: &VerifyOptions) -> Result<VerifyReport, Error> {
+    let func = module
+        .entry()
+        .ok_or_else(|| Error::InvalidArgument(module.no_entry_reason()))?;
+    let (inputs, input_infos) = make_inputs(func, opts)?;
+
+    let mut fused = module.clone();
+    let cx = crate::optimize(&mut fused, &opts.optimize, None)?;
+    let fused_func = fused.func(&func.name).ok_or_else(|| {
+        Error::Unsupported(format!("optimization removed function @{}", func.name))
+    })?;
+    let sites: Vec<FusionSite> = cx
+        .fusion_reports
+        .iter()
+        .find(|r| r.func == func.name)
+        .map(|r| r.sites.clone())
+        .unwrap_or_default();
+
+    // Interpreter runs; all values when comparing layer by layer.
+    let (reference_all, fused_all) = if opts.per_layer {
+        (
+            Some(interp::run_keep_all(module, func, &inputs)?),
+            Some(interp::run_keep_all(&fused, fused_func, &inputs)?),
+        )
+    } else {
+        (None, None)
+    };
+    let reference = match &reference_all {
+        Some(all) => results_of(func, all),
+        None => interp::run(module, func, &inputs)?,
+    };
+    let interp_fused = match &fused_all {
+        Some(all) => results_of(fused_func, all),
+        None => interp::run(&fused, fused_func, &inputs)?,
+    };
+    let (jit_fused, jit_error) = if opts.jit {
+        match jit_run(&fused, &func.name, &inputs) {
+            Ok(out) => (Some(out), None),
+            Err(e) => (None, Some(e.to_string())),
+        }
+    } else {
+        (None, None)
+    };
+
+    let mut outputs = Vec::with_capacity(func.results.len());
+    for (i, r) in func.results.iter().enumerate() {
+        let want = reference
+            .get(i)
+            .ok_or_else(|| missing_result("the reference interpreter", &r.name))?;
+        let got = interp_fused
+            .get(i)
+            .ok_or_else(|| missing_result("the interpreter on the fused module", &r.name))?;
+        let mut comparisons = vec![compare(
+            Run::InterpFused,
+            Run::InterpUnfused,
+            got,
+            want,
+            opts.rtol,
+            &r.name,
+        )?];
+        if let Some(jit) = &jit_fused {
+            let j = jit
+                .get(i)
+                .ok_or_else(|| missing_result("the JIT", &r.name))?;
+            comparisons.push(compare(
+                Run::JitFused,
+                Run::InterpUnfused,
+                j,
+                want,
+                opts.rtol,
+                &r.name,
+            )?);
+            comparisons.push(compare(
+                Run::JitFused,
+                Run::InterpFused,
+                j,
+                got,
+                opts.rtol,
+                &r.name,
+            )?);
+        }
+        outputs.push(OutputCheck {
+            name: r.name.clone(),
+            ty: func.type_of(r.value).clone(),
+            comparisons,
+        });
+    }
+
+    let per_layer = match (&reference_all, &fused_all) {
+        (Some(reference_all), Some(fused_all)) => Some(layers::per_layer(
+            func,
+            fused_func,
+            &fused,
+            &sites,
+            reference_all,
+            fused_all,
+            &inputs,
+            opts,
+        )),
+        _ => None,
+    };
+
+    let mut report = VerifyReport {
+        func: func.name.clone(),
+        rtol: opts.rtol,
+        inputs: input_infos,
+        sites,
+        user_rules: opts
+            .optimize
+            .fusion
+            .extra_rules
+            .iter()
+            .map(|r| r.name.clone())
+            .collect(),
+        jit_error,
+        outputs,
+        per_layer,
+        bisect: None,
+    };
+    if opts.bisect {
+        report.bisect = Some(bisect::bisect(
+            module, func, &inputs, &reference, &report, opts,
+        ));
+    }
+    Ok(report)
+}
+
+fn missing_result(who: &str, name: &str) -> Error {
+    Error::Unsupported(format!("{who} returned no value for result {name}"))
+}
+
+/// The inputs: given ones checked against the parameters, the rest seeded random.
+fn make_inputs(func: &Func, opts: &VerifyOptions) -> Result<(Vec<Tensor>, Vec<InputInfo>), Error> {
+    for (k, (name, _)) in opts.inputs.iter().enumerate() {
+        if !func.params.iter().any(|p| &p.name == name) {
+            let known: Vec<String> = func.params.iter().map(|p| format!("%{}", p.name)).collect();
+            return Err(Error::InvalidArgument(format!(
+                "@{} has no parameter %{name} (parameters: {})",
+                func.name,
+                known.join(", ")
+            )));
+        }
+        if opts.inputs[..k].iter().any(|(n, _)| n == name) {
+            return Err(Error::InvalidArgument(format!(
+                "input %{name} is given twice"
+            )));
+        }
+    }
+    let mut tensors = Vec::with_capacity(func.params.len());
+    let mut infos = Vec::with_capacity(func.params.len());
+    for (i, p) in func.params.iter().enumerate() {
+        let (tensor, source) = match opts.inputs.iter().find(|(n, _)| n == &p.name) {
+            Some((_, t)) => {
+                if t.ty.dims != p.ty.dims || t.ty.dtype != p.ty.dtype {
+                    return Err(Error::InvalidArgument(format!(
+                        "input %{} must be {}, got {}",
+                        p.name, p.ty, t.ty
+                    )));
+                }
+                (t.to_layout(p.ty.layout), InputSource::Given)
+            }
+            None => {
+                let seed = opts.seed.wrapping_add(i as u64);
+                let row_major = Tensor {
+                    ty: p.ty.with_layout(smelt_ir::Layout::default()),
+                    data: random_f32(seed, p.ty.num_elements(), -1.0, 1.0),
+                };
+                (
+                    row_major.to_layout(p.ty.layout),
+                    InputSource::Random { seed },
+                )
+            }
+        };
+        tensors.push(tensor);
+        infos.push(InputInfo {
+            name: p.name.clone(),
+            ty: p.ty.clone(),
+            source,
+        });
+    }
+    Ok((tensors, infos))
+}
+
+/// The results of `func` picked out of a `run_keep_all` vector (value `%i` at `i`).
+fn results_of(func: &Func, all: &[Tensor]) -> Vec<Tensor> {
+    func.results
+        .iter()
+        .filter_map(|r| all.get(r.value.index()).cloned())
+        .collect()
+}
+
+fn compare(
+    got_run: Run,
+    reference_run: Run,
+    got: &Tensor,
+    want: &Tensor,
+    rtol: f64,
+    what: &str,
+) -> Result<Comparison, Error> {
+    let stats = ErrorStats::between_tensors(got, want).map_err(|m| {
+        Error::Unsupported(format!(
+            "{what}: {} and {} disagree on the shape: {m}",
+            got_run.label(),
+            reference_run.label()
+        ))
+    })?;
+    Ok(Comparison {
+        got: got_run,
+        reference: reference_run,
+        pass: stats.relative <= rtol,
+        stats,
+    })
+}
+
+/// Compiles function `name` of `module` and runs it.
+pub(super) fn jit_run(
+    module: &Module,
+    name: &str,
+    inputs: &[Tensor],
+) -> Result<Vec<Tensor>, Error> {
+    Executable::compile(module, Some(name), &CompileOptions::default())?.run(inputs)
+}
