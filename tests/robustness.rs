@@ -439,7 +439,7 @@ fn unary_module(op: UnaryOp, n: usize) -> Module {
 
 #[test]
 fn interpreter_propagates_nan_through_relu_clip_min_max() {
-    // The oracle's documented semantics (ir/src/op.rs): NaN propagates.
+    // The oracle's documented semantics (ir/src/op/elementwise.rs): NaN propagates.
     assert!(UnaryOp::Relu.eval(f64::NAN).is_nan());
     assert!(UnaryOp::Clip {
         min: F32(0.0),

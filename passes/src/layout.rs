@@ -38,7 +38,7 @@ use crate::lower::conv::{
     reads_blocks_on_micro, writes_blocks_on_micro, CHANNEL_BLOCK, CHANNEL_BLOCKS,
 };
 use crate::lower::elementwise::broadcast_strides;
-use crate::lower::misc::max_pool_fits_blocks;
+use crate::lower::pool::max_pool_fits_blocks;
 use crate::manager::{Pass, PassContext, PassError};
 
 /// The layout pass (`layout` in pipelines), for a target with a micro-kernel:

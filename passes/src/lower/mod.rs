@@ -11,9 +11,12 @@
 //! elementwise kernels use, before one store per output element.
 
 pub mod conv;
+mod copy;
 pub mod elementwise;
+mod gemm;
 mod memory;
-pub(crate) mod misc;
+mod norm;
+pub(crate) mod pool;
 mod winograd;
 
 use std::collections::HashMap;
@@ -176,7 +179,7 @@ fn layouts_have_kernels(op: &Op, types: &[&TensorType], result: &TensorType) -> 
             activation(x) && params.iter().all(|t| row_major(t)) && activation(result) && post_ok
         }
         Op::GlobalAvgPool => activation(x) && row_major(result) && post_ok,
-        Op::MaxPool2d(_) => misc::max_pool_on_blocks(anchor, x, result) && post_ok,
+        Op::MaxPool2d(_) => pool::max_pool_on_blocks(anchor, x, result) && post_ok,
         _ => false,
     }
 }
@@ -542,18 +545,18 @@ impl<'a> Cx<'a> {
                 elementwise::lower_map(self, op, operands, out_ty, epi, out)
             }
             Op::MaxPool2d(_) | Op::AvgPool2d { .. } | Op::GlobalAvgPool => {
-                misc::lower_pool(self, op, operands, out_ty, epi, out)
+                pool::lower_pool(self, op, operands, out_ty, epi, out)
             }
-            Op::MatMul | Op::Gemm(_) => misc::lower_gemm(self, op, operands, out_ty, epi, out),
+            Op::MatMul | Op::Gemm(_) => gemm::lower_gemm(self, op, operands, out_ty, epi, out),
             Op::LayerNorm { .. } | Op::Softmax { .. } => {
-                misc::lower_norm(self, op, operands, out_ty, epi, out)
+                norm::lower_norm(self, op, operands, out_ty, epi, out)
             }
             Op::Transpose { .. } | Op::Concat { .. } | Op::Reorder { .. } => {
-                misc::lower_copy(self, op, operands, out_ty, epi, out)
+                copy::lower_copy(self, op, operands, out_ty, epi, out)
             }
             Op::Flatten { .. } | Op::Reshape { .. } => {
                 // Reached only as a fused anchor (never valid) — copy through the epilogue.
-                misc::lower_copy(self, op, operands, out_ty, epi, out)
+                copy::lower_copy(self, op, operands, out_ty, epi, out)
             }
             Op::Const(_) => Err(self.unsupported("a constant cannot be computed by a kernel")),
             Op::BnFoldWeight { .. }

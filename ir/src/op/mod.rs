@@ -1,0 +1,334 @@
+//! The closed op table: every tensor op, its operands, attributes and type rule.
+//!
+//! Adding an op means adding a variant here and then following the compiler's errors:
+//! every consumer (printer, parser, interpreter, e-graph mapping, cost model, lowering)
+//! matches on [`Op`] exhaustively, without `_ =>` arms.
+//!
+//! This file holds [`Op`] with its mnemonic, arity and flops, and [`Arity`]; the attribute
+//! structs are in `attrs`, the type rules ([`Op::infer_type`]) in `type_rules`, the
+//! elementwise ops and their semantics in `elementwise`, fused ops in `fused`, all
+//! re-exported here.
+
+mod attrs;
+mod elementwise;
+mod fused;
+mod type_rules;
+
+pub use attrs::{Conv2dAttrs, GemmAttrs, Pool2dAttrs};
+pub use elementwise::{erf, BinaryOp, UnaryOp};
+pub use fused::{FusedOp, PostOp};
+pub use type_rules::broadcast;
+
+use crate::types::{Layout, TensorType, F32};
+use crate::weights::WeightId;
+
+/// How many operands an op takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arity {
+    /// Exactly this many.
+    Exact(usize),
+    /// Between the two bounds, inclusive (optional trailing operands).
+    Range(usize, usize),
+    /// At least this many.
+    AtLeast(usize),
+}
+
+impl Arity {
+    /// Whether `n` operands are accepted.
+    pub fn accepts(self, n: usize) -> bool {
+        match self {
+            Arity::Exact(k) => n == k,
+            Arity::Range(lo, hi) => (lo..=hi).contains(&n),
+            Arity::AtLeast(lo) => n >= lo,
+        }
+    }
+}
+
+impl std::fmt::Display for Arity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Arity::Exact(k) => write!(f, "{k}"),
+            Arity::Range(lo, hi) => write!(f, "{lo} to {hi}"),
+            Arity::AtLeast(lo) => write!(f, "at least {lo}"),
+        }
+    }
+}
+
+/// Every tensor op. Each op has exactly one result.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Op {
+    /// A module weight (`const @name`); no operands.
+    Const(WeightId),
+    /// 2-D convolution: `x[N,C,H,W], w[O,C/groups,KH,KW], bias[O]?`.
+    Conv2d(Conv2dAttrs),
+    /// Inference batch norm: `x[N,C,...], scale[C], bias[C], mean[C], var[C]`.
+    BatchNorm {
+        /// Added to the variance before the square root.
+        epsilon: F32,
+    },
+    /// Elementwise unary op.
+    Unary(UnaryOp),
+    /// Elementwise binary op with numpy broadcasting.
+    Binary(BinaryOp),
+    /// Layer normalization over axes `axis..rank`: `x, scale, bias?`.
+    LayerNorm {
+        /// First normalized axis.
+        axis: usize,
+        /// Added to the variance.
+        epsilon: F32,
+    },
+    /// 2-D max pool over NCHW; padding never wins the max.
+    MaxPool2d(Pool2dAttrs),
+    /// 2-D average pool over NCHW.
+    AvgPool2d {
+        /// Window geometry.
+        pool: Pool2dAttrs,
+        /// Divide by the full window size (true) or by the number of input elements (false).
+        count_include_pad: bool,
+    },
+    /// Mean over H and W: `[N,C,H,W] -> [N,C,1,1]`.
+    GlobalAvgPool,
+    /// Collapses `[d0..d(axis-1)]` and `[d(axis)..]` into a 2-D tensor.
+    Flatten {
+        /// First axis of the second dimension.
+        axis: usize,
+    },
+    /// Same elements, new static shape.
+    Reshape {
+        /// Target dimensions.
+        shape: Vec<usize>,
+    },
+    /// Permutes dimensions: result dim `i` is input dim `perm[i]`.
+    Transpose {
+        /// The permutation.
+        perm: Vec<usize>,
+    },
+    /// Numpy matmul: batched, with broadcasting of leading dimensions.
+    MatMul,
+    /// `alpha * op(A) * op(B) + beta * C` with 2-D `A`, `B` and broadcastable `C`.
+    Gemm(GemmAttrs),
+    /// Concatenation along `axis`.
+    Concat {
+        /// The axis.
+        axis: usize,
+    },
+    /// Softmax along `axis`.
+    Softmax {
+        /// The axis.
+        axis: usize,
+    },
+    /// Copies a tensor into another layout; the only op that changes layout.
+    Reorder {
+        /// Layout of the result.
+        layout: Layout,
+    },
+    /// Weight preparation for BN folding: `w[O,...], scale[O], var[O] ->
+    /// w * scale / sqrt(var + epsilon)` per output channel. Evaluated at compile time.
+    BnFoldWeight {
+        /// The batch norm's epsilon.
+        epsilon: F32,
+    },
+    /// Weight preparation for BN folding: `scale, bias, mean, var, conv_bias? ->
+    /// (conv_bias - mean) * scale / sqrt(var + epsilon) + bias` (conv_bias = 0 when absent).
+    BnFoldBias {
+        /// The batch norm's epsilon.
+        epsilon: F32,
+    },
+    /// Weight preparation for BN as a per-channel affine map over NCHW: `scale[C], var[C]
+    /// -> scale / sqrt(var + epsilon)` shaped `[C,1,1]`. Evaluated at compile time.
+    BnScale {
+        /// The batch norm's epsilon.
+        epsilon: F32,
+    },
+    /// Weight preparation for BN as a per-channel affine map over NCHW: `scale, bias, mean,
+    /// var -> bias - mean * scale / sqrt(var + epsilon)` shaped `[C,1,1]`. Compile time.
+    BnShift {
+        /// The batch norm's epsilon.
+        epsilon: F32,
+    },
+    /// Weight preparation: `w[O,...], s -> w * s[o]` along `w`'s first axis, where `s`
+    /// holds `O` values in any shape (`[O]`, `[O,1,1]`, `[1,O,1,1]`). Compile time.
+    ChannelScale,
+    /// Weight preparation: the values of a per-channel constant (`[1,C,1,1]`, `[C,1,1]`)
+    /// as a vector `[C]`, e.g. to become a conv bias. Compile time.
+    ChannelVector,
+    /// Weight preparation: `w[O,C/g,KH,KW], t (C values) -> b[O]` with
+    /// `b[o] = sum over c, kh, kw of w[o,c,kh,kw] * t[group(o) * C/g + c]`: the bias that
+    /// adding `t` per input channel before an unpadded conv contributes. Compile time.
+    ConvShiftBias,
+    /// An anchor op with a fused elementwise epilogue.
+    Fused(FusedOp),
+}
+
+impl Op {
+    /// Text mnemonic.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Const(_) => "const",
+            Op::Conv2d(_) => "conv2d",
+            Op::BatchNorm { .. } => "batch_norm",
+            Op::Unary(u) => u.name(),
+            Op::Binary(b) => b.name(),
+            Op::LayerNorm { .. } => "layer_norm",
+            Op::MaxPool2d(_) => "max_pool2d",
+            Op::AvgPool2d { .. } => "avg_pool2d",
+            Op::GlobalAvgPool => "global_avg_pool",
+            Op::Flatten { .. } => "flatten",
+            Op::Reshape { .. } => "reshape",
+            Op::Transpose { .. } => "transpose",
+            Op::MatMul => "matmul",
+            Op::Gemm(_) => "gemm",
+            Op::Concat { .. } => "concat",
+            Op::Softmax { .. } => "softmax",
+            Op::Reorder { .. } => "reorder",
+            Op::BnFoldWeight { .. } => "bn_fold_weight",
+            Op::BnFoldBias { .. } => "bn_fold_bias",
+            Op::BnScale { .. } => "bn_scale",
+            Op::BnShift { .. } => "bn_shift",
+            Op::ChannelScale => "channel_scale",
+            Op::ChannelVector => "channel_vector",
+            Op::ConvShiftBias => "conv_shift_bias",
+            Op::Fused(_) => "fused",
+        }
+    }
+
+    /// Number of operands accepted.
+    pub fn arity(&self) -> Arity {
+        match self {
+            Op::Const(_) => Arity::Exact(0),
+            Op::Conv2d(_) => Arity::Range(2, 3),
+            Op::BatchNorm { .. } => Arity::Exact(5),
+            Op::Unary(_) => Arity::Exact(1),
+            Op::Binary(_) => Arity::Exact(2),
+            Op::LayerNorm { .. } => Arity::Range(2, 3),
+            Op::MaxPool2d(_) | Op::AvgPool2d { .. } | Op::GlobalAvgPool => Arity::Exact(1),
+            Op::Flatten { .. } | Op::Reshape { .. } | Op::Transpose { .. } => Arity::Exact(1),
+            Op::MatMul => Arity::Exact(2),
+            Op::Gemm(_) => Arity::Range(2, 3),
+            Op::Concat { .. } => Arity::AtLeast(1),
+            Op::Softmax { .. } | Op::Reorder { .. } => Arity::Exact(1),
+            Op::BnFoldWeight { .. } => Arity::Exact(3),
+            Op::BnFoldBias { .. } => Arity::Range(4, 5),
+            Op::BnScale { .. } => Arity::Exact(2),
+            Op::BnShift { .. } => Arity::Exact(4),
+            Op::ChannelScale | Op::ConvShiftBias => Arity::Exact(2),
+            Op::ChannelVector => Arity::Exact(1),
+            Op::Fused(f) => {
+                let extra = f.num_post_operands();
+                match f.anchor.arity() {
+                    Arity::Exact(k) => Arity::Exact(k + extra),
+                    Arity::Range(lo, hi) => Arity::Range(lo + extra, hi + extra),
+                    Arity::AtLeast(lo) => Arity::AtLeast(lo + extra),
+                }
+            }
+        }
+    }
+
+    /// Whether this op may anchor a [`FusedOp`].
+    pub fn is_anchor(&self) -> bool {
+        match self {
+            Op::Conv2d(_)
+            | Op::Gemm(_)
+            | Op::MatMul
+            | Op::LayerNorm { .. }
+            | Op::MaxPool2d(_)
+            | Op::AvgPool2d { .. }
+            | Op::GlobalAvgPool => true,
+            Op::Const(_)
+            | Op::BatchNorm { .. }
+            | Op::Unary(_)
+            | Op::Binary(_)
+            | Op::Flatten { .. }
+            | Op::Reshape { .. }
+            | Op::Transpose { .. }
+            | Op::Concat { .. }
+            | Op::Softmax { .. }
+            | Op::Reorder { .. }
+            | Op::BnFoldWeight { .. }
+            | Op::BnFoldBias { .. }
+            | Op::BnScale { .. }
+            | Op::BnShift { .. }
+            | Op::ChannelScale
+            | Op::ChannelVector
+            | Op::ConvShiftBias
+            | Op::Fused(_) => false,
+        }
+    }
+
+    /// Whether the op only prepares weights (always evaluated at compile time by const folding).
+    pub fn is_weight_prep(&self) -> bool {
+        matches!(
+            self,
+            Op::BnFoldWeight { .. }
+                | Op::BnFoldBias { .. }
+                | Op::BnScale { .. }
+                | Op::BnShift { .. }
+                | Op::ChannelScale
+                | Op::ChannelVector
+                | Op::ConvShiftBias
+        )
+    }
+
+    /// Floating-point operations (multiply and add count one each) to compute the result
+    /// from operands of these types; the cost model's compute term.
+    pub fn flops(&self, operands: &[&TensorType], result: &TensorType) -> u64 {
+        let out = result.num_elements() as u64;
+        match self {
+            Op::Const(_) | Op::Flatten { .. } | Op::Reshape { .. } => 0,
+            Op::Transpose { .. } | Op::Concat { .. } | Op::Reorder { .. } => 0,
+            Op::Conv2d(_) => {
+                // each output element takes C/groups * KH * KW multiply-adds = |w| / O
+                let w = operands
+                    .get(1)
+                    .map(|t| t.num_elements() as u64)
+                    .unwrap_or(0);
+                let per_out = w / (result.dims.get(1).copied().unwrap_or(1).max(1) as u64);
+                2 * out * per_out
+            }
+            Op::BatchNorm { .. } => 2 * out,
+            Op::Unary(u) => out * unary_flops(*u),
+            Op::Binary(_) => out,
+            Op::LayerNorm { .. } => 8 * out,
+            Op::MaxPool2d(p) | Op::AvgPool2d { pool: p, .. } => {
+                out * (p.kernel[0] * p.kernel[1]) as u64
+            }
+            Op::GlobalAvgPool => operands
+                .first()
+                .map(|t| t.num_elements() as u64)
+                .unwrap_or(0),
+            Op::MatMul | Op::Gemm(_) => {
+                let a = operands.first().map(|t| t.dims.clone()).unwrap_or_default();
+                let k = match self {
+                    Op::Gemm(g) if g.trans_a => a.first().copied().unwrap_or(0),
+                    _ => a.last().copied().unwrap_or(0),
+                };
+                2 * out * k as u64
+            }
+            Op::Softmax { .. } => 5 * out,
+            Op::BnFoldWeight { .. } | Op::BnFoldBias { .. } => 0,
+            Op::BnScale { .. } | Op::BnShift { .. } | Op::ChannelScale => 0,
+            Op::ChannelVector | Op::ConvShiftBias => 0,
+            Op::Fused(f) => {
+                let n_anchor = operands.len() - f.num_post_operands();
+                let post: u64 = f
+                    .post_ops
+                    .iter()
+                    .map(|p| match p {
+                        PostOp::Unary(u) => unary_flops(*u),
+                        PostOp::Binary { .. } => 1,
+                    })
+                    .sum();
+                f.anchor.flops(&operands[..n_anchor], result) + post * out
+            }
+        }
+    }
+}
+
+fn unary_flops(u: UnaryOp) -> u64 {
+    match u {
+        UnaryOp::Relu | UnaryOp::Clip { .. } | UnaryOp::LeakyRelu { .. } => 1,
+        UnaryOp::HardSigmoid { .. } | UnaryOp::HardSwish => 4,
+        UnaryOp::Sigmoid | UnaryOp::Tanh | UnaryOp::Silu => 20,
+        UnaryOp::Erf | UnaryOp::Gelu => 30,
+    }
+}

@@ -1,0 +1,239 @@
+//! The rule-file loader: `rule`/`family` blocks and their `law`, `var`, `lhs`, `rhs`,
+//! `apply` and `guard` lines.
+
+use smelt_ir::diag::{Diagnostic, Diagnostics, Location};
+
+use super::pattern::{is_var, parse_pattern};
+use super::validate::check_rule;
+use super::{Guard, GuardArg, GuardKind, Rule, RuleAction};
+use crate::fusion::lang::OpKind;
+
+/// Parses a rule file. `file` names it in diagnostics (line:col).
+pub fn load_rules(text: &str, file: &str) -> Result<Vec<Rule>, Diagnostics> {
+    let mut rules: Vec<Rule> = Vec::new();
+    let mut errors: Vec<Diagnostic> = Vec::new();
+    let mut family = String::from("user");
+    let mut current: Option<(Rule, Option<RuleAction>)> = None;
+
+    let finish = |cur: Option<(Rule, Option<RuleAction>)>,
+                  rules: &mut Vec<Rule>,
+                  errors: &mut Vec<Diagnostic>| {
+        let Some((mut rule, action)) = cur else {
+            return;
+        };
+        let Some(action) = action else {
+            errors.push(Diagnostic::error(
+                "rule-syntax",
+                format!("rule '{}' has no `rhs` or `apply` line", rule.name),
+                rule.location.clone(),
+            ));
+            return;
+        };
+        if rule.lhs.is_empty() {
+            errors.push(Diagnostic::error(
+                "rule-syntax",
+                format!("rule '{}' has no `lhs` line", rule.name),
+                rule.location.clone(),
+            ));
+            return;
+        }
+        rule.action = action;
+        match check_rule(&rule) {
+            Ok(()) => {
+                if rules.iter().any(|r| r.name == rule.name) {
+                    errors.push(Diagnostic::error(
+                        "rule-duplicate",
+                        format!("rule '{}' is defined twice", rule.name),
+                        rule.location.clone(),
+                    ));
+                } else {
+                    rules.push(rule);
+                }
+            }
+            Err(d) => errors.push(d),
+        }
+    };
+
+    for (line_no, raw) in text.lines().enumerate() {
+        let line_no = line_no as u32 + 1;
+        let indent = raw.len() - raw.trim_start().len();
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (keyword, rest) = match line.find(char::is_whitespace) {
+            Some(i) => (&line[..i], line[i..].trim_start()),
+            None => (line, ""),
+        };
+        let rest_col = (raw.len() - rest.len()) as u32 + 1;
+        let at = |col: u32| Location::file(file, line_no, col);
+        let kw_loc = at(indent as u32 + 1);
+        match keyword {
+            "family" => {
+                finish(current.take(), &mut rules, &mut errors);
+                if rest.is_empty() {
+                    errors.push(Diagnostic::error(
+                        "rule-syntax",
+                        "`family` needs a name",
+                        kw_loc,
+                    ));
+                } else {
+                    family = rest.to_string();
+                }
+            }
+            "rule" => {
+                finish(current.take(), &mut rules, &mut errors);
+                let name_ok = !rest.is_empty()
+                    && rest
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+                if !name_ok {
+                    errors.push(Diagnostic::error(
+                        "rule-syntax",
+                        format!("rule name '{rest}' must be letters, digits, '-' or '_'"),
+                        at(rest_col),
+                    ));
+                }
+                current = Some((
+                    Rule {
+                        name: rest.to_string(),
+                        family: family.clone(),
+                        law: Vec::new(),
+                        vars: Vec::new(),
+                        lhs: Vec::new(),
+                        action: RuleAction::Absorb {
+                            into: String::new(),
+                        },
+                        guards: Vec::new(),
+                        location: kw_loc,
+                    },
+                    None,
+                ));
+            }
+            "law" | "var" | "lhs" | "rhs" | "apply" | "guard" => {
+                let Some((rule, action)) = current.as_mut() else {
+                    errors.push(Diagnostic::error(
+                        "rule-syntax",
+                        format!("`{keyword}` outside a rule (start one with `rule NAME`)"),
+                        kw_loc,
+                    ));
+                    continue;
+                };
+                let result = match keyword {
+                    "law" => {
+                        rule.law.push(rest.to_string());
+                        Ok(())
+                    }
+                    "var" => {
+                        rule.vars.push(rest.to_string());
+                        Ok(())
+                    }
+                    "lhs" => {
+                        parse_pattern(rest, file, line_no, rest_col).map(|p| rule.lhs.push(p))
+                    }
+                    "rhs" | "apply" if action.is_some() => Err(Diagnostic::error(
+                        "rule-syntax",
+                        format!("rule '{}' has a second `rhs`/`apply` line", rule.name),
+                        kw_loc.clone(),
+                    )),
+                    "rhs" => parse_pattern(rest, file, line_no, rest_col)
+                        .map(|p| *action = Some(RuleAction::Rewrite(p))),
+                    "apply" => parse_apply(rest, at(rest_col)).map(|a| *action = Some(a)),
+                    _ => parse_guard(rest, at(rest_col)).map(|g| rule.guards.push(g)),
+                };
+                if let Err(d) = result {
+                    errors.push(d);
+                }
+            }
+            other => errors.push(Diagnostic::error(
+                "rule-syntax",
+                format!(
+                    "unknown keyword '{other}' (expected family, rule, law, var, lhs, rhs, apply or guard)"
+                ),
+                kw_loc,
+            )),
+        }
+    }
+    finish(current.take(), &mut rules, &mut errors);
+    if errors.is_empty() {
+        Ok(rules)
+    } else {
+        Err(Diagnostics(errors))
+    }
+}
+
+fn parse_apply(rest: &str, loc: Location) -> Result<RuleAction, Diagnostic> {
+    let words: Vec<&str> = rest.split_whitespace().collect();
+    match words.as_slice() {
+        ["absorb", var] if is_var(var) => Ok(RuleAction::Absorb {
+            into: var.to_string(),
+        }),
+        _ => Err(Diagnostic::error(
+            "rule-syntax",
+            format!("unknown applier '{rest}' (expected `apply absorb ?var`)"),
+            loc,
+        )),
+    }
+}
+
+fn parse_guard(rest: &str, loc: Location) -> Result<Guard, Diagnostic> {
+    let mut words = rest.split_whitespace();
+    let name = words.next().unwrap_or("");
+    let kind = GuardKind::from_name(name).ok_or_else(|| {
+        Diagnostic::error(
+            "rule-syntax",
+            format!(
+                "unknown guard '{name}' (expected const, scalar, per-channel, single-consumer, \
+                 rank, unpadded or not-after)"
+            ),
+            loc.clone(),
+        )
+    })?;
+    let mut args = Vec::new();
+    for w in words {
+        if is_var(w) {
+            args.push(GuardArg::Var(w.to_string()));
+        } else if let Ok(n) = w.parse::<f64>() {
+            args.push(GuardArg::Number(n));
+        } else if let Some(k) = OpKind::from_name(w) {
+            args.push(GuardArg::Op(k));
+        } else {
+            return Err(Diagnostic::error(
+                "rule-syntax",
+                format!("guard argument '{w}' is neither a ?variable, a number nor an op name"),
+                loc,
+            ));
+        }
+    }
+    let count = |f: fn(&GuardArg) -> bool| args.iter().filter(|a| f(a)).count();
+    let vars = count(|a| matches!(a, GuardArg::Var(_)));
+    let nums = count(|a| matches!(a, GuardArg::Number(_)));
+    let ops = count(|a| matches!(a, GuardArg::Op(_)));
+    let ok = match kind {
+        GuardKind::Const => vars >= 1 && nums == 0 && ops == 0,
+        GuardKind::Scalar => vars == 1 && (1..=2).contains(&nums) && ops == 0,
+        GuardKind::PerChannel => (1..=2).contains(&vars) && nums == 0 && ops == 0,
+        GuardKind::SingleConsumer | GuardKind::Unpadded => vars == 1 && nums == 0 && ops == 0,
+        GuardKind::Rank => vars == 1 && nums == 1 && ops == 0,
+        GuardKind::NotAfter => vars == 1 && nums == 0 && ops == 1,
+    };
+    if !ok {
+        return Err(Diagnostic::error(
+            "rule-syntax",
+            format!(
+                "guard '{name}' takes {}",
+                match kind {
+                    GuardKind::Const => "one or more ?variables",
+                    GuardKind::Scalar => "a ?variable, a value and an optional tolerance",
+                    GuardKind::PerChannel =>
+                        "one or two ?variables (the constant, the tensor; default the result)",
+                    GuardKind::SingleConsumer | GuardKind::Unpadded => "one ?variable",
+                    GuardKind::Rank => "a ?variable and a rank",
+                    GuardKind::NotAfter => "a ?variable and an op name",
+                }
+            ),
+            loc,
+        ));
+    }
+    Ok(Guard { kind, args })
+}

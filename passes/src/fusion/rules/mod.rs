@@ -1,0 +1,310 @@
+//! Fusion rules as data: the rule-file format, its loader, and the built-in rule file.
+//!
+//! # Format
+//!
+//! A rule file is a sequence of lines; `#` starts a comment line. A rule is a block that
+//! starts with `rule NAME` and runs until the next `rule` or `family` line:
+//!
+//! ```text
+//! family fold-bn
+//!
+//! rule fold-bn-into-conv
+//!   law  bn(conv(x, w)) = conv(x, w * a, beta - mean * a),  a = gamma / sqrt(var + eps)
+//!   lhs  (batch_norm[?eps] (conv2d[?c] ?x ?w) ?g ?b ?m ?v)
+//!   rhs  (conv2d[?c] ?x (bn_fold_weight[?eps] ?w ?g ?v) (bn_fold_bias[?eps] ?g ?b ?m ?v))
+//!   guard const ?w ?g ?b ?m ?v
+//! ```
+//!
+//! - `family NAME` groups the rules that follow it.
+//! - `law TEXT` states the algebraic law the rule relies on (free text, may repeat).
+//! - `var ?x: TYPE` declares a variable's type for the rule checker (free text).
+//! - `lhs PATTERN` is what to match; several `lhs` lines are alternatives sharing the rest
+//!   (e.g. both operand orders of an `add`).
+//! - `rhs PATTERN` is what the match equals, or `apply absorb ?y` merges the left-hand
+//!   side's root (an elementwise op) into the anchor or fused op producing `?y` as one
+//!   more post-op.
+//! - `guard NAME ARGS...` is a named predicate that must hold (see [`GuardKind`]).
+//!
+//! Patterns are s-expressions over op mnemonics; `?name` is a variable. Every op's
+//! attributes are one child, written in brackets after the mnemonic: `conv2d[?c]` binds
+//! them to `?c`, `clip[min=0, max=6]` spells them out, and a bare `conv2d` matches any
+//! attributes (left-hand side only; ops without attributes need no brackets).
+//! Every variable of the right-hand side and of the guards must be bound by every
+//! left-hand side; this is checked when the file is loaded.
+//!
+//! The rule data model is here; `load` reads a rule file, `pattern` parses its patterns and
+//! `validate` checks each rule as it is loaded.
+
+mod load;
+mod pattern;
+mod validate;
+
+use smelt_ir::diag::Location;
+
+use super::lang::{Attrs, OpKind};
+
+pub use load::load_rules;
+pub use pattern::parse_pattern;
+pub use validate::{elementwise_kind, post_op_of};
+
+/// The rule file built into smelt.
+pub const BUILTIN_RULES: &str = include_str!("../../../rules/builtin.rules");
+
+/// The attributes of an op in a pattern.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AttrSpec {
+    /// Any attributes (left-hand side only).
+    Any,
+    /// Bound to a variable.
+    Var(String),
+    /// Spelled out.
+    Literal(Attrs),
+}
+
+/// A pattern: a variable or an op applied to sub-patterns.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PatternExpr {
+    /// `?name`.
+    Var(String),
+    /// `(kind[attrs] children...)`.
+    Op {
+        /// The op.
+        kind: OpKind,
+        /// Its attributes.
+        attrs: AttrSpec,
+        /// Its operands.
+        children: Vec<PatternExpr>,
+    },
+}
+
+impl PatternExpr {
+    /// Every variable, in first-seen order (attribute variables included).
+    pub fn vars(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        self.collect_vars(&mut out);
+        out
+    }
+
+    fn collect_vars(&self, out: &mut Vec<String>) {
+        match self {
+            PatternExpr::Var(v) => {
+                if !out.contains(v) {
+                    out.push(v.clone());
+                }
+            }
+            PatternExpr::Op {
+                attrs, children, ..
+            } => {
+                if let AttrSpec::Var(v) = attrs {
+                    if !out.contains(v) {
+                        out.push(v.clone());
+                    }
+                }
+                for c in children {
+                    c.collect_vars(out);
+                }
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for PatternExpr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PatternExpr::Var(v) => f.write_str(v),
+            PatternExpr::Op {
+                kind,
+                attrs,
+                children,
+            } => {
+                write!(f, "({}", kind.name())?;
+                match attrs {
+                    AttrSpec::Any => {}
+                    AttrSpec::Var(v) => write!(f, "[{v}]")?,
+                    AttrSpec::Literal(Attrs::None) => {}
+                    AttrSpec::Literal(a) => write!(f, "[{}]", literal_text(a))?,
+                }
+                for c in children {
+                    write!(f, " {c}")?;
+                }
+                f.write_str(")")
+            }
+        }
+    }
+}
+
+fn literal_text(a: &Attrs) -> String {
+    match a {
+        Attrs::Epsilon(e) => format!("epsilon={e}"),
+        Attrs::Clip { min, max } => format!("min={min}, max={max}"),
+        Attrs::Alpha(a) => format!("alpha={a}"),
+        Attrs::HardSigmoid { alpha, beta } => format!("alpha={alpha}, beta={beta}"),
+        Attrs::Axis(a) => format!("axis={a}"),
+        other => format!("{other:?}"),
+    }
+}
+
+/// What a rule does with a match.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RuleAction {
+    /// The match equals this pattern.
+    Rewrite(PatternExpr),
+    /// Merge the left-hand side's root (an elementwise op) into the anchor or fused op
+    /// producing the named variable, as one more post-op.
+    Absorb {
+        /// The variable bound to the anchor's value.
+        into: String,
+    },
+}
+
+/// The built-in guard predicates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuardKind {
+    /// `const ?a ?b ...`: every argument is known at compile time.
+    Const,
+    /// `scalar ?c VALUE [TOLERANCE]`: `?c` is a constant whose every element is within
+    /// TOLERANCE (relative, default 1e-6) of VALUE.
+    Scalar,
+    /// `per-channel ?v ?y`: `?v` is a constant with one value per channel of `?y`
+    /// (shape `[C]`, `[C,1,1]` or `[1,C,1,1]` against `?y`'s `[N,C,H,W]`); with one
+    /// argument, per channel of the matched op's result.
+    PerChannel,
+    /// `single-consumer ?v`: the value of `?v` has exactly one consumer in the input.
+    SingleConsumer,
+    /// `rank ?x N`: `?x` has rank N.
+    Rank,
+    /// `unpadded ?c`: the conv attributes `?c` have no padding.
+    Unpadded,
+    /// `not-after ?x OP`: `?x` is not computed by an `OP` (another rule covers that case).
+    NotAfter,
+}
+
+impl GuardKind {
+    /// The name used in rule files.
+    pub fn name(self) -> &'static str {
+        match self {
+            GuardKind::Const => "const",
+            GuardKind::Scalar => "scalar",
+            GuardKind::PerChannel => "per-channel",
+            GuardKind::SingleConsumer => "single-consumer",
+            GuardKind::Rank => "rank",
+            GuardKind::Unpadded => "unpadded",
+            GuardKind::NotAfter => "not-after",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<GuardKind> {
+        [
+            GuardKind::Const,
+            GuardKind::Scalar,
+            GuardKind::PerChannel,
+            GuardKind::SingleConsumer,
+            GuardKind::Rank,
+            GuardKind::Unpadded,
+            GuardKind::NotAfter,
+        ]
+        .into_iter()
+        .find(|g| g.name() == name)
+    }
+}
+
+/// An argument of a guard.
+#[derive(Clone, Debug, PartialEq)]
+pub enum GuardArg {
+    /// A pattern variable.
+    Var(String),
+    /// A number.
+    Number(f64),
+    /// An op mnemonic.
+    Op(OpKind),
+}
+
+/// A named predicate a match must satisfy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Guard {
+    /// Which predicate.
+    pub kind: GuardKind,
+    /// Its arguments.
+    pub args: Vec<GuardArg>,
+}
+
+/// One fusion rule.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rule {
+    /// Unique name, e.g. `fold-bn-into-conv`.
+    pub name: String,
+    /// The family it belongs to, e.g. `fold-bn`.
+    pub family: String,
+    /// The law it relies on.
+    pub law: Vec<String>,
+    /// Declared variable types (`?x: tensor<N,C,H,W>`), for the rule checker.
+    pub vars: Vec<String>,
+    /// Alternative left-hand sides.
+    pub lhs: Vec<PatternExpr>,
+    /// What a match becomes.
+    pub action: RuleAction,
+    /// Predicates every match must satisfy.
+    pub guards: Vec<Guard>,
+    /// Where the rule is defined.
+    pub location: Location,
+}
+
+/// The built-in rules, parsed from [`BUILTIN_RULES`].
+pub fn builtin_rules() -> Vec<Rule> {
+    // The built-in file is part of the binary and tested to load.
+    load_rules(BUILTIN_RULES, "builtin.rules").expect("the built-in rule file loads")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_rules_load() {
+        let rules = builtin_rules();
+        for name in ["fold-bn-into-conv", "absorb-add", "absorb-relu"] {
+            assert!(rules.iter().any(|r| r.name == name), "missing {name}");
+        }
+    }
+
+    #[test]
+    fn unbound_variable_is_rejected_with_location() {
+        let text = "rule bad\n  lhs (relu ?x)\n  rhs (sigmoid ?y)\n";
+        let err = load_rules(text, "u.rules").unwrap_err();
+        assert_eq!(err.0.len(), 1);
+        assert_eq!(err.0[0].code, "rule-unbound");
+        assert!(err.0[0].message.contains("?y"), "{}", err.0[0].message);
+        assert_eq!(err.0[0].location, Location::file("u.rules", 1, 1));
+    }
+
+    #[test]
+    fn syntax_errors_carry_line_and_column() {
+        let text = "rule r\n  lhs (relu ?x\n  rhs ?x\n";
+        let err = load_rules(text, "u.rules").unwrap_err();
+        assert_eq!(err.0[0].location, Location::file("u.rules", 2, 7));
+        let text = "rule r\n  lhs (frobnicate ?x)\n  rhs ?x\n";
+        let err = load_rules(text, "u.rules").unwrap_err();
+        assert!(err.0[0].message.contains("unknown op 'frobnicate'"));
+        assert_eq!(err.0[0].location, Location::file("u.rules", 2, 8));
+        let text = "rule r\n  lhs (add ?x)\n  rhs ?x\n";
+        let err = load_rules(text, "u.rules").unwrap_err();
+        assert!(err.0[0].message.contains("takes 2 operands"), "{err}");
+    }
+
+    #[test]
+    fn literal_attributes_parse_and_print() {
+        let p = parse_pattern("(min (max ?x ?z) ?six)", "f", 1, 1).unwrap();
+        assert_eq!(p.to_string(), "(min (max ?x ?z) ?six)");
+        let p = parse_pattern("(clip[min=0, max=6] ?x)", "f", 1, 1).unwrap();
+        assert_eq!(p.to_string(), "(clip[min=0.0, max=6.0] ?x)");
+        assert!(parse_pattern("(conv2d[groups=2] ?x ?w)", "f", 1, 1).is_err());
+    }
+
+    #[test]
+    fn absorb_needs_an_elementwise_root() {
+        let text = "rule r\n  lhs (conv2d ?x ?w)\n  apply absorb ?x\n";
+        assert!(load_rules(text, "u").is_err());
+        let text = "rule r\n  lhs (relu ?y)\n  apply absorb ?y\n";
+        assert_eq!(load_rules(text, "u").unwrap().len(), 1);
+    }
+}

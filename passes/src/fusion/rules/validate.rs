@@ -1,0 +1,195 @@
+//! What a loaded rule must satisfy: variables bound, appliers well-formed, operand counts
+//! from the op table; and the post-op an elementwise root becomes.
+
+use smelt_ir::diag::Diagnostic;
+use smelt_ir::op::{Arity, Conv2dAttrs, GemmAttrs, Op, Pool2dAttrs};
+use smelt_ir::types::{Layout, F32};
+
+use super::{AttrSpec, GuardArg, PatternExpr, Rule, RuleAction};
+use crate::fusion::lang::{join_op, Attrs, OpKind};
+
+/// A representative op of each kind, to read its arity from the op table.
+fn representative_op(kind: OpKind) -> Option<Op> {
+    let f = F32(1.0);
+    let pool = Pool2dAttrs {
+        kernel: [1, 1],
+        strides: [1, 1],
+        pads: [0; 4],
+        dilations: [1, 1],
+        ceil_mode: false,
+        layout: smelt_ir::Layout::RowMajor,
+    };
+    let attrs = match kind {
+        OpKind::Conv2d => Attrs::Conv2d(Conv2dAttrs::default()),
+        OpKind::BatchNorm
+        | OpKind::BnFoldWeight
+        | OpKind::BnFoldBias
+        | OpKind::BnScale
+        | OpKind::BnShift => Attrs::Epsilon(f),
+        OpKind::Clip => Attrs::Clip { min: f, max: f },
+        OpKind::LeakyRelu => Attrs::Alpha(f),
+        OpKind::HardSigmoid => Attrs::HardSigmoid { alpha: f, beta: f },
+        OpKind::LayerNorm => Attrs::LayerNorm {
+            axis: 0,
+            epsilon: f,
+        },
+        OpKind::MaxPool2d => Attrs::Pool(pool),
+        OpKind::AvgPool2d => Attrs::AvgPool {
+            pool,
+            count_include_pad: false,
+        },
+        OpKind::Flatten | OpKind::Concat | OpKind::Softmax => Attrs::Axis(0),
+        OpKind::Reshape | OpKind::Transpose => Attrs::Dims(vec![]),
+        OpKind::Gemm => Attrs::Gemm(GemmAttrs::default()),
+        OpKind::Reorder => Attrs::Layout(Layout::RowMajor),
+        // A fused op's arity depends on its post-ops: not checked in patterns.
+        OpKind::Fused => return None,
+        OpKind::Relu
+        | OpKind::Sigmoid
+        | OpKind::Tanh
+        | OpKind::Erf
+        | OpKind::Gelu
+        | OpKind::HardSwish
+        | OpKind::Silu
+        | OpKind::Add
+        | OpKind::Sub
+        | OpKind::Mul
+        | OpKind::Div
+        | OpKind::Min
+        | OpKind::Max
+        | OpKind::GlobalAvgPool
+        | OpKind::MatMul
+        | OpKind::ChannelScale
+        | OpKind::ChannelVector
+        | OpKind::ConvShiftBias => Attrs::None,
+    };
+    join_op(kind, &attrs)
+}
+
+pub(super) fn kind_arity(kind: OpKind) -> Option<Arity> {
+    representative_op(kind).map(|op| op.arity())
+}
+
+/// The elementwise operator at a pattern root, as a post-op of a fused op, if it is one.
+pub fn elementwise_kind(kind: OpKind) -> bool {
+    matches!(
+        representative_op(kind),
+        Some(Op::Unary(_)) | Some(Op::Binary(_))
+    )
+}
+
+/// Checks a parsed rule: variables bound, appliers well-formed.
+pub(super) fn check_rule(rule: &Rule) -> Result<(), Diagnostic> {
+    let err = |m: String| Diagnostic::error("rule-unbound", m, rule.location.clone());
+    for (i, lhs) in rule.lhs.iter().enumerate() {
+        if matches!(lhs, PatternExpr::Var(_)) {
+            return Err(Diagnostic::error(
+                "rule-syntax",
+                format!(
+                    "rule '{}': a left-hand side must be an op, not a bare variable",
+                    rule.name
+                ),
+                rule.location.clone(),
+            ));
+        }
+        let bound = lhs.vars();
+        let mut needed: Vec<String> = Vec::new();
+        match &rule.action {
+            RuleAction::Rewrite(rhs) => {
+                needed.extend(rhs.vars());
+                if let Some(kind) = any_attrs(rhs) {
+                    return Err(Diagnostic::error(
+                        "rule-syntax",
+                        format!(
+                            "rule '{}': right-hand side op '{}' needs its attributes: bind them \
+                             in the left-hand side ({}[?a] ...) and write {}[?a]",
+                            rule.name,
+                            kind.name(),
+                            kind.name(),
+                            kind.name()
+                        ),
+                        rule.location.clone(),
+                    ));
+                }
+            }
+            RuleAction::Absorb { into } => {
+                needed.push(into.clone());
+                let PatternExpr::Op { kind, children, .. } = lhs else {
+                    unreachable!("checked above")
+                };
+                if !elementwise_kind(*kind) {
+                    return Err(Diagnostic::error(
+                        "rule-syntax",
+                        format!(
+                            "rule '{}': `apply absorb` needs an elementwise op at the \
+                             left-hand side root, found '{}'",
+                            rule.name,
+                            kind.name()
+                        ),
+                        rule.location.clone(),
+                    ));
+                }
+                if !children
+                    .iter()
+                    .any(|c| matches!(c, PatternExpr::Var(v) if v == into))
+                {
+                    return Err(Diagnostic::error(
+                        "rule-syntax",
+                        format!(
+                            "rule '{}': {into} must be an operand of the left-hand side root",
+                            rule.name
+                        ),
+                        rule.location.clone(),
+                    ));
+                }
+            }
+        }
+        for g in &rule.guards {
+            for a in &g.args {
+                if let GuardArg::Var(v) = a {
+                    needed.push(v.clone());
+                }
+            }
+        }
+        if let Some(v) = needed.iter().find(|v| !bound.contains(v)) {
+            let which = if rule.lhs.len() > 1 {
+                format!("left-hand side {}", i + 1)
+            } else {
+                "the left-hand side".to_string()
+            };
+            return Err(err(format!(
+                "rule '{}' uses {v}, which {which} does not bind",
+                rule.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn any_attrs(p: &PatternExpr) -> Option<OpKind> {
+    match p {
+        PatternExpr::Var(_) => None,
+        PatternExpr::Op {
+            kind,
+            attrs,
+            children,
+        } => {
+            if *attrs == AttrSpec::Any {
+                return Some(*kind);
+            }
+            children.iter().find_map(any_attrs)
+        }
+    }
+}
+
+/// The post-op an elementwise op becomes.
+pub fn post_op_of(op: &Op, acc_is_lhs: bool) -> Option<smelt_ir::op::PostOp> {
+    match op {
+        Op::Unary(u) => Some(smelt_ir::op::PostOp::Unary(*u)),
+        Op::Binary(b) => Some(smelt_ir::op::PostOp::Binary {
+            op: *b,
+            acc_is_lhs: acc_is_lhs || b.is_commutative(),
+        }),
+        _ => None,
+    }
+}

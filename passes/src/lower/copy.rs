@@ -1,0 +1,174 @@
+//! Lowerings of data movement: transpose, concat, reorder (row-major ↔ blocked) and
+//! reshape/flatten copies.
+
+use smelt_ir::loops::{Access, Affine, BufId, Expr, KernelBuilder, Width};
+use smelt_ir::{Diagnostic, Layout, Op, TensorType, Value};
+
+use super::elementwise::{collapse, dims_name, emit_nest, index_of, row_major_strides, Epilogue};
+use super::{BufferId, Cx};
+
+/// Copies `dims` elements from `src` (element strides `src_st`, offset `src_off`) to `dst`
+/// (strides `dst_st`, offset `dst_off`), vectorized along the last merged dimension when
+/// both sides are contiguous there.
+fn copy_nest(
+    b: &mut KernelBuilder,
+    dims: &[usize],
+    (src, src_st, src_off): (BufId, &[i64], i64),
+    (dst, dst_st, dst_off): (BufId, &[i64], i64),
+) {
+    if dims.contains(&0) {
+        return;
+    }
+    let (cd, st) = collapse(dims, &[src_st.to_vec(), dst_st.to_vec()]);
+    let vectorize = st.iter().all(|s| s.last() == Some(&1));
+    emit_nest(b, &cd, vectorize, &mut |b, idx, w| {
+        let v = Expr::load(src, index_of(&st[0], idx).plus(src_off), w);
+        b.store(dst, index_of(&st[1], idx).plus(dst_off), v, w);
+    });
+}
+
+/// transpose, concat, reorder (row-major ↔ blocked), and reshape/flatten copies.
+pub(crate) fn lower_copy(
+    cx: &mut Cx,
+    op: &Op,
+    operands: &[Value],
+    out_ty: &TensorType,
+    epi: Epilogue,
+    out: BufferId,
+) -> Result<(), Diagnostic> {
+    if !epi.is_empty() {
+        return Err(cx.unsupported("post-ops on a data movement op"));
+    }
+    let out_dims = &out_ty.dims;
+    let mut b = KernelBuilder::new(&format!("{}_{}", op.name(), dims_name(out_dims)));
+    let mut args = Vec::new();
+    let srcs: Vec<BufId> = operands
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let buf = cx.buf(v);
+            args.push(buf);
+            b.arg(&format!("in{i}"), cx.len_of(buf), Access::Read)
+        })
+        .collect();
+    let ya = b.arg("out", cx.len_of(out), Access::Write);
+    args.push(out);
+    let out_st = row_major_strides(out_dims);
+    match op {
+        Op::Transpose { perm } => {
+            let in_st = row_major_strides(&cx.func.type_of(operands[0]).dims);
+            let src_st: Vec<i64> = perm.iter().map(|&p| in_st[p]).collect();
+            copy_nest(&mut b, out_dims, (srcs[0], &src_st, 0), (ya, &out_st, 0));
+        }
+        Op::Concat { axis } => {
+            let mut offset = 0i64;
+            for (i, &v) in operands.iter().enumerate() {
+                let d = cx.func.type_of(v).dims.clone();
+                let st = row_major_strides(&d);
+                let at = offset * out_st[*axis];
+                copy_nest(&mut b, &d, (srcs[i], &st, 0), (ya, &out_st, at));
+                offset += d[*axis] as i64;
+            }
+        }
+        Op::Reshape { .. } | Op::Flatten { .. } => {
+            let n = out_ty.num_elements();
+            copy_nest(&mut b, &[n], (srcs[0], &[1], 0), (ya, &[1], 0));
+        }
+        Op::Reorder { layout } => {
+            let from = cx.func.type_of(operands[0]).clone();
+            reorder(&mut b, &from, *layout, srcs[0], ya, cx.len_of(out))
+                .map_err(|m| cx.unsupported(m))?;
+        }
+        _ => return Err(cx.unsupported("not a data movement op")),
+    }
+    cx.step(b.finish(), args)
+}
+
+/// Element strides of a tensor of logical `dims` stored in `layout`, over "split" dims:
+/// the logical dims with the blocked axis split into (block index, lane), the lane last.
+fn split_strides(dims: &[usize], layout: Layout, axis: usize, block: usize) -> Vec<i64> {
+    let mut split: Vec<usize> = dims.to_vec();
+    split[axis] = dims[axis].div_ceil(block);
+    match layout {
+        Layout::RowMajor => {
+            let st = row_major_strides(dims);
+            let mut s = st.clone();
+            s[axis] = st[axis] * block as i64;
+            s.push(st[axis]);
+            s
+        }
+        Layout::Blocked { .. } => {
+            split.push(block);
+            row_major_strides(&split)
+        }
+    }
+}
+
+/// Copies between row-major and a blocked layout; padding lanes of a blocked result are zero.
+fn reorder(
+    b: &mut KernelBuilder,
+    from: &TensorType,
+    to: Layout,
+    src: BufId,
+    dst: BufId,
+    dst_len: usize,
+) -> Result<(), String> {
+    let dims = &from.dims;
+    let (blocked, axis, block) = match (from.layout, to) {
+        (l1, l2) if l1 == l2 => {
+            copy_nest(b, &[dst_len], (src, &[1], 0), (dst, &[1], 0));
+            return Ok(());
+        }
+        (Layout::RowMajor, Layout::Blocked { axis, block }) => (to, axis, block),
+        (Layout::Blocked { axis, block }, Layout::RowMajor) => (from.layout, axis, block),
+        _ => return Err("reorder between two blocked layouts".into()),
+    };
+    let (axis, block) = (axis as usize, block as usize);
+    let (src_layout, dst_layout) = if to == blocked {
+        (Layout::RowMajor, blocked)
+    } else {
+        (blocked, Layout::RowMajor)
+    };
+    if to == blocked {
+        // zero the padding lanes (and everything else, overwritten below)
+        let main = (dst_len / 4 * 4) as i64;
+        b.for_loop(0, main, 4, |b, i| {
+            b.store(
+                dst,
+                Affine::var(i),
+                Expr::constant(0.0, Width::F32x4),
+                Width::F32x4,
+            )
+        });
+        b.for_loop(main, dst_len as i64, 1, |b, i| {
+            b.store(
+                dst,
+                Affine::var(i),
+                Expr::constant(0.0, Width::Scalar),
+                Width::Scalar,
+            )
+        });
+    }
+    let s_st = split_strides(dims, src_layout, axis, block);
+    let d_st = split_strides(dims, dst_layout, axis, block);
+    let full = dims[axis] / block;
+    let rest = dims[axis] % block;
+    // full blocks, then the partial last block
+    let mut split: Vec<usize> = dims.to_vec();
+    split[axis] = full;
+    split.push(block);
+    copy_nest(b, &split, (src, &s_st, 0), (dst, &d_st, 0));
+    if rest > 0 {
+        let mut split: Vec<usize> = dims.to_vec();
+        split[axis] = 1;
+        split.push(rest);
+        let off = |st: &[i64]| st[axis] * full as i64;
+        copy_nest(
+            b,
+            &split,
+            (src, &s_st, off(&s_st)),
+            (dst, &d_st, off(&d_st)),
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,253 @@
+//! Lowerings of normalizations: layer_norm and softmax, and the row sum they share with
+//! global average pooling.
+
+use smelt_ir::loops::{Access, Affine, BinOp, BufId, Expr, KernelBuilder, ReduceOp, UnOp, Width};
+use smelt_ir::{Diagnostic, Op, TensorType, Value};
+
+use super::elementwise::{emit_nest, Epilogue};
+use super::{BufferId, Cx};
+
+/// layer_norm and softmax; post-ops are not supported on them here (the caller lowers a
+/// fused layer_norm's post-ops as a separate elementwise kernel).
+pub(crate) fn lower_norm(
+    cx: &mut Cx,
+    op: &Op,
+    operands: &[Value],
+    out_ty: &TensorType,
+    epi: Epilogue,
+    out: BufferId,
+) -> Result<(), Diagnostic> {
+    if !epi.is_empty() {
+        return Err(cx.unsupported("post-ops on a normalization"));
+    }
+    let dims = &out_ty.dims;
+    let x = cx.buf(operands[0]);
+    match op {
+        Op::LayerNorm { axis, epsilon } => {
+            let outer: usize = dims[..*axis].iter().product();
+            let inner: usize = dims[*axis..].iter().product();
+            let mut b = KernelBuilder::new(&format!("layer_norm_{outer}x{inner}"));
+            let xa = b.arg("x", cx.len_of(x), Access::Read);
+            let sb = cx.buf(operands[1]);
+            let sa = b.arg("scale", cx.len_of(sb), Access::Read);
+            let mut args = vec![x, sb];
+            let ba = operands.get(2).map(|&v| {
+                let bb = cx.buf(v);
+                args.push(bb);
+                b.arg("bias", cx.len_of(bb), Access::Read)
+            });
+            let ya = b.arg("out", cx.len_of(out), Access::Write);
+            args.push(out);
+            let inv_n = (1.0f64 / inner as f64) as f32;
+            let eps = epsilon.0;
+            b.for_loop(0, outer as i64, 1, |b, o| {
+                let base = Affine::var(o).scale(inner as i64);
+                let sum = sum_row(b, xa, &base, inner, 1, |e| e);
+                let mean = b.let_(
+                    Expr::binary(BinOp::Mul, sum, Expr::constant(inv_n, Width::Scalar)),
+                    Width::Scalar,
+                );
+                let mean4 = b.let_(Expr::Splat(Box::new(mean.clone())), Width::F32x4);
+                let sq = sum_row(b, xa, &base, inner, 1, |e| {
+                    let m = match &e {
+                        Expr::Load {
+                            width: Width::F32x4,
+                            ..
+                        } => mean4.clone(),
+                        _ => mean.clone(),
+                    };
+                    let d = Expr::binary(BinOp::Sub, e, m);
+                    Expr::binary(BinOp::Mul, d.clone(), d)
+                });
+                let var = Expr::binary(BinOp::Mul, sq, Expr::constant(inv_n, Width::Scalar));
+                let rstd = b.let_(
+                    Expr::binary(
+                        BinOp::Div,
+                        Expr::constant(1.0, Width::Scalar),
+                        Expr::unary(
+                            UnOp::Sqrt,
+                            Expr::binary(BinOp::Add, var, Expr::constant(eps, Width::Scalar)),
+                        ),
+                    ),
+                    Width::Scalar,
+                );
+                emit_nest(b, &[inner], true, &mut |b, idx, w| {
+                    let i = &idx[0];
+                    let xv = Expr::load(xa, base.add(i), w);
+                    let centered = Expr::binary(BinOp::Sub, xv, Expr::splat_to(mean.clone(), w));
+                    let normed =
+                        Expr::binary(BinOp::Mul, centered, Expr::splat_to(rstd.clone(), w));
+                    let scaled = Expr::binary(BinOp::Mul, normed, Expr::load(sa, i.clone(), w));
+                    let v = match ba {
+                        Some(bb) => Expr::binary(BinOp::Add, scaled, Expr::load(bb, i.clone(), w)),
+                        None => scaled,
+                    };
+                    b.store(ya, base.add(i), v, w);
+                });
+            });
+            cx.step(b.finish(), args)
+        }
+        Op::Softmax { axis } => {
+            let outer: usize = dims[..*axis].iter().product();
+            let len = dims[*axis];
+            let inner: usize = dims[*axis + 1..].iter().product();
+            let mut b = KernelBuilder::new(&format!("softmax_{outer}x{len}x{inner}"));
+            let xa = b.arg("x", cx.len_of(x), Access::Read);
+            let ya = b.arg("out", cx.len_of(out), Access::Write);
+            let args = vec![x, out];
+            // lanes run along `inner` when it is long enough, else along the axis itself
+            b.for_loop(0, outer as i64, 1, |b, o| {
+                let base = Affine::var(o).scale((len * inner) as i64);
+                if inner == 1 {
+                    softmax_row(b, xa, ya, &base, len);
+                } else {
+                    emit_nest(b, &[inner], true, &mut |b, idx, w| {
+                        softmax_strided(b, xa, ya, &base.add(&idx[0]), len, inner, w);
+                    });
+                }
+            });
+            cx.step(b.finish(), args)
+        }
+        _ => Err(cx.unsupported("not a normalization")),
+    }
+}
+
+/// Softmax of `len` consecutive elements at `base`, vectorized along them.
+fn softmax_row(b: &mut KernelBuilder, xa: BufId, ya: BufId, base: &Affine, len: usize) {
+    let vec_end = (len / 4 * 4) as i64;
+    let max = b.var(Width::Scalar);
+    if vec_end > 0 {
+        let m4 = b.var(Width::F32x4);
+        b.assign(m4, Expr::load(xa, base.clone(), Width::F32x4));
+        b.for_loop(4, vec_end, 4, |b, i| {
+            let v = Expr::load(xa, base.add(&Affine::var(i)), Width::F32x4);
+            b.assign(m4, Expr::binary(BinOp::Max, Expr::Var(m4), v));
+        });
+        b.assign(max, Expr::Reduce(ReduceOp::Max, Box::new(Expr::Var(m4))));
+    } else {
+        b.assign(max, Expr::load(xa, base.clone(), Width::Scalar));
+    }
+    b.for_loop(vec_end, len as i64, 1, |b, i| {
+        let v = Expr::load(xa, base.add(&Affine::var(i)), Width::Scalar);
+        b.assign(max, Expr::binary(BinOp::Max, Expr::Var(max), v));
+    });
+    let total = b.var(Width::Scalar);
+    b.assign(total, Expr::constant(0.0, Width::Scalar));
+    let max4 = b.let_(Expr::Splat(Box::new(Expr::Var(max))), Width::F32x4);
+    if vec_end > 0 {
+        let s4 = b.var(Width::F32x4);
+        b.assign(s4, Expr::constant(0.0, Width::F32x4));
+        b.for_loop(0, vec_end, 4, |b, i| {
+            let at = base.add(&Affine::var(i));
+            let x = Expr::load(xa, at.clone(), Width::F32x4);
+            let e = b.let_(
+                Expr::unary(UnOp::Exp, Expr::binary(BinOp::Sub, x, max4.clone())),
+                Width::F32x4,
+            );
+            b.store(ya, at, e.clone(), Width::F32x4);
+            b.assign(s4, Expr::binary(BinOp::Add, Expr::Var(s4), e));
+        });
+        b.assign(total, Expr::Reduce(ReduceOp::Add, Box::new(Expr::Var(s4))));
+    }
+    b.for_loop(vec_end, len as i64, 1, |b, i| {
+        let at = base.add(&Affine::var(i));
+        let x = Expr::load(xa, at.clone(), Width::Scalar);
+        let e = b.let_(
+            Expr::unary(UnOp::Exp, Expr::binary(BinOp::Sub, x, Expr::Var(max))),
+            Width::Scalar,
+        );
+        b.store(ya, at, e.clone(), Width::Scalar);
+        b.assign(total, Expr::binary(BinOp::Add, Expr::Var(total), e));
+    });
+    let inv = b.let_(
+        Expr::binary(
+            BinOp::Div,
+            Expr::constant(1.0, Width::Scalar),
+            Expr::Var(total),
+        ),
+        Width::Scalar,
+    );
+    emit_nest(b, &[len], true, &mut |b, idx, w| {
+        let at = base.add(&idx[0]);
+        let v = Expr::binary(
+            BinOp::Mul,
+            Expr::load(ya, at.clone(), w),
+            Expr::splat_to(inv.clone(), w),
+        );
+        b.store(ya, at, v, w);
+    });
+}
+
+/// Softmax along an axis of stride `inner`, for `w.lanes()` neighbouring positions at once.
+fn softmax_strided(
+    b: &mut KernelBuilder,
+    xa: BufId,
+    ya: BufId,
+    base: &Affine,
+    len: usize,
+    inner: usize,
+    w: Width,
+) {
+    let at = |j: &Affine| base.add(&j.scale(inner as i64));
+    let max = b.var(w);
+    b.assign(max, Expr::load(xa, base.clone(), w));
+    b.for_loop(1, len as i64, 1, |b, j| {
+        let v = Expr::load(xa, at(&Affine::var(j)), w);
+        b.assign(max, Expr::binary(BinOp::Max, Expr::Var(max), v));
+    });
+    let total = b.var(w);
+    b.assign(total, Expr::constant(0.0, w));
+    b.for_loop(0, len as i64, 1, |b, j| {
+        let p = at(&Affine::var(j));
+        let x = Expr::load(xa, p.clone(), w);
+        let e = b.let_(
+            Expr::unary(UnOp::Exp, Expr::binary(BinOp::Sub, x, Expr::Var(max))),
+            w,
+        );
+        b.store(ya, p, e.clone(), w);
+        b.assign(total, Expr::binary(BinOp::Add, Expr::Var(total), e));
+    });
+    let inv = b.let_(
+        Expr::binary(BinOp::Div, Expr::constant(1.0, w), Expr::Var(total)),
+        w,
+    );
+    b.for_loop(0, len as i64, 1, |b, j| {
+        let p = at(&Affine::var(j));
+        let v = Expr::binary(BinOp::Mul, Expr::load(ya, p.clone(), w), inv.clone());
+        b.store(ya, p, v, w);
+    });
+}
+
+/// Σ f(x[base + i·stride]) for i in 0..len, vectorized when `stride == 1`; returns a
+/// scalar expression (a variable).
+pub(super) fn sum_row(
+    b: &mut KernelBuilder,
+    buf: BufId,
+    base: &Affine,
+    len: usize,
+    stride: i64,
+    f: impl Fn(Expr) -> Expr,
+) -> Expr {
+    let vec_end = if stride == 1 { len / 4 * 4 } else { 0 } as i64;
+    let total = b.var(Width::Scalar);
+    if vec_end > 0 {
+        let acc = b.var(Width::F32x4);
+        b.assign(acc, Expr::constant(0.0, Width::F32x4));
+        b.for_loop(0, vec_end, 4, |b, i| {
+            let v = f(Expr::load(buf, base.add(&Affine::var(i)), Width::F32x4));
+            b.assign(acc, Expr::binary(BinOp::Add, Expr::Var(acc), v));
+        });
+        b.assign(total, Expr::Reduce(ReduceOp::Add, Box::new(Expr::Var(acc))));
+    } else {
+        b.assign(total, Expr::constant(0.0, Width::Scalar));
+    }
+    b.for_loop(vec_end, len as i64, 1, |b, i| {
+        let v = f(Expr::load(
+            buf,
+            base.add(&Affine::var(i).scale(stride)),
+            Width::Scalar,
+        ));
+        b.assign(total, Expr::binary(BinOp::Add, Expr::Var(total), v));
+    });
+    Expr::Var(total)
+}

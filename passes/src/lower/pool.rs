@@ -1,0 +1,434 @@
+//! Lowerings of pools: max_pool2d, avg_pool2d and global_avg_pool, and the halving 3×3
+//! max pool on NCHW or channel blocks.
+
+use smelt_ir::loops::{Access, Affine, BinOp, CmpOp, Expr, KernelBuilder, VarId, Width};
+use smelt_ir::op::Pool2dAttrs;
+use smelt_ir::{Diagnostic, Layout, Op, TensorType, Value};
+
+use super::conv::{pad_kernel, CHANNEL_BLOCK, CHANNEL_BLOCKS};
+use super::elementwise::{dims_name, Epilogue};
+use super::norm::sum_row;
+use super::{BufferId, Cx};
+
+/// max_pool2d, avg_pool2d and global_avg_pool over NCHW (and the halving 3×3 max pool
+/// and global_avg_pool over channel blocks), with post-ops in registers.
+pub(crate) fn lower_pool(
+    cx: &mut Cx,
+    op: &Op,
+    operands: &[Value],
+    out_ty: &TensorType,
+    mut epi: Epilogue,
+    out: BufferId,
+) -> Result<(), Diagnostic> {
+    let xt = cx.func.type_of(operands[0]).clone();
+    let x = cx.buf(operands[0]);
+    let (p, is_max, include_pad) = match op {
+        Op::MaxPool2d(p) => (p.clone(), true, false),
+        Op::AvgPool2d {
+            pool,
+            count_include_pad,
+        } => (pool.clone(), false, *count_include_pad),
+        Op::GlobalAvgPool => return global_avg_pool(cx, &xt, x, out_ty, epi, out),
+        _ => return Err(cx.unsupported("not a pool")),
+    };
+    if xt.rank() != 4 {
+        return Err(cx.unsupported("pools take rank-4 NCHW input"));
+    }
+    let [n, c, h, w] = [xt.dims[0], xt.dims[1], xt.dims[2], xt.dims[3]];
+    let [oh, ow] = [out_ty.dims[2], out_ty.dims[3]];
+    if xt.layout != Layout::RowMajor || out_ty.layout != Layout::RowMajor {
+        if !max_pool_on_blocks(op, &xt, out_ty) || !epi.runs_along_channels() {
+            return Err(cx.unsupported(
+                "pools on channel blocks (nchw16c) are 3×3 stride-2 max pools with one pixel \
+                 of top and left padding that halve an even plane, from blocks into blocks, \
+                 with per-channel or full-size post-op operands",
+            ));
+        }
+        return max_pool_3x3_s2(cx, x, [n, c, h, w], true, epi, out);
+    }
+    if is_max && halves_with_3x3_windows(&p, [h, w], [oh, ow]) {
+        return max_pool_3x3_s2(cx, x, [n, c, h, w], false, epi, out);
+    }
+    let [sh, sw] = p.strides;
+    let [dh, dw] = p.dilations;
+    let [kh, kw] = p.kernel;
+    // room for every tap, including windows hanging past the end padding (ceil mode)
+    let hp = (h + p.pads[0] + p.pads[2]).max((oh - 1) * sh + (kh - 1) * dh + 1);
+    let wp = (w + p.pads[1] + p.pads[3]).max((ow - 1) * sw + (kw - 1) * dw + 1);
+    let wq = wp.div_ceil(sw);
+    let fill = if is_max { f32::NEG_INFINITY } else { 0.0 };
+    let len = n * c * hp * sw * wq;
+    let xp = cx.temp("padded", len);
+    let k = pad_kernel(
+        n * c,
+        [h, w],
+        [p.pads[0], p.pads[1]],
+        sw,
+        [hp, wq],
+        fill,
+        cx.len_of(x),
+        len,
+    );
+    cx.step(k, vec![x, xp])?;
+
+    // Per output position: avg pools multiply by 1/count; max pools add 0, or NaN for a
+    // window that holds no input element (as the interpreter defines).
+    let (table, needed) = pool_table(&p, is_max, include_pad, [h, w], [oh, ow]);
+    let mut b = KernelBuilder::new(&format!(
+        "{}_{}_k{kh}x{kw}_s{sh}x{sw}_d{dh}x{dw}",
+        op.name(),
+        dims_name(&[n, c, hp, sw * wq]),
+    ));
+    let xa = b.arg("x", len, Access::Read);
+    let mut args = vec![xp];
+    let ta = if needed {
+        let tb = cx.constant("pool_table", &table);
+        args.push(tb);
+        Some(b.arg("table", table.len(), Access::Read))
+    } else {
+        None
+    };
+    args.extend(epi.declare(&mut b));
+    let ya = b.arg("out", cx.len_of(out), Access::Write);
+    args.push(out);
+    let window = |b: &mut KernelBuilder, np: &Affine, r: &Affine, q: &Affine, wd: Width| {
+        let acc = b.var(wd);
+        b.assign(acc, Expr::constant(fill, wd));
+        for ky in 0..kh {
+            for kx in 0..kw {
+                let col = kx * dw;
+                let (phase, shift) = (col % sw, col / sw);
+                let row = r.scale(sh as i64).plus((ky * dh) as i64);
+                let idx = np
+                    .scale((hp * sw * wq) as i64)
+                    .add(&row.scale((sw * wq) as i64))
+                    .add(&q.plus((phase * wq + shift) as i64));
+                let v = Expr::load(xa, idx, wd);
+                if is_max {
+                    // NaN propagates (as the interpreter defines): `max(v, acc)` keeps a
+                    // NaN accumulator, and the select lets a NaN input (v >= v fails) win.
+                    let v = b.let_(v, wd);
+                    let m = Expr::binary(BinOp::Max, v.clone(), Expr::Var(acc));
+                    let keep = Expr::select(CmpOp::Ge, v.clone(), v.clone(), m, v);
+                    b.assign(acc, keep);
+                } else {
+                    b.assign(acc, Expr::binary(BinOp::Add, Expr::Var(acc), v));
+                }
+            }
+        }
+        acc
+    };
+    // channels outermost: split across threads
+    b.set_parallel();
+    b.for_loop(0, c as i64, 1, |b, ci| {
+        b.for_loop(0, n as i64, 1, |b, ni| {
+            let np = Affine::var(ni).scale(c as i64).add(&Affine::var(ci));
+            b.for_loop(0, oh as i64, 1, |b, r| {
+                let r = Affine::var(r);
+                let emit = |b: &mut KernelBuilder, q: Affine, wd: Width| {
+                    let acc = window(b, &np, &r, &q, wd);
+                    let pos = r.scale(ow as i64).add(&q);
+                    let mut v = Expr::Var(acc);
+                    if let Some(t) = ta {
+                        let tv = Expr::load(t, pos.clone(), wd);
+                        let op = if is_max { BinOp::Add } else { BinOp::Mul };
+                        v = Expr::binary(op, v, tv);
+                    }
+                    let idx = [Affine::var(ni), Affine::var(ci), r.clone(), q.clone()];
+                    let v = epi.apply(b, v, &idx, wd);
+                    let dst = np.scale((oh * ow) as i64).add(&pos);
+                    b.store(ya, dst, v, wd);
+                };
+                let vec_end = (ow / 4 * 4) as i64;
+                b.for_loop(0, vec_end, 4, |b, q| emit(b, Affine::var(q), Width::F32x4));
+                b.for_loop(vec_end, ow as i64, 1, |b, q| {
+                    emit(b, Affine::var(q), Width::Scalar)
+                });
+            });
+        });
+    });
+    cx.step(b.finish(), args)
+}
+
+/// Whether a pool is the 3×3, stride-2, pad-1 window that halves an even H and a W that
+/// is a multiple of 8 (ResNet's stem pool): every window holds input elements, no
+/// window reaches the bottom or right padding, and output rows come in whole vectors.
+fn halves_with_3x3_windows(p: &Pool2dAttrs, [h, w]: [usize; 2], [oh, ow]: [usize; 2]) -> bool {
+    p.kernel == [3, 3]
+        && p.strides == [2, 2]
+        && p.dilations == [1, 1]
+        && p.pads[0] == 1
+        && p.pads[1] == 1
+        && h >= 2
+        && h.is_multiple_of(2)
+        && w.is_multiple_of(8)
+        && (oh, ow) == (h / 2, w / 2)
+}
+
+/// The halving 3×3 stride-2 max pool ([`halves_with_3x3_windows`]) straight from its
+/// input, without a padded copy, NCHW or in channel blocks (`[n][c/16][h][w][16]` →
+/// `[n][c/16][h/2][w/2][16]`, `blocked`). Each output row takes the vertical max of its
+/// 2–3 input rows ([`halving_rows`]); output column `q` is the max of input columns
+/// `2q − 1` (carried over from the column before, −∞ left of the row), `2q` and `2q + 1`:
+/// NCHW on 8 columns at a time, split into even and odd columns by two shuffles; in blocks
+/// on vectors of 4 channels of one pixel, so every input vector is loaded once per output
+/// row. Parallel over channel planes (blocks).
+fn max_pool_3x3_s2(
+    cx: &mut Cx,
+    x: BufferId,
+    [n, c, h, w]: [usize; 4],
+    blocked: bool,
+    mut epi: Epilogue,
+    out: BufferId,
+) -> Result<(), Diagnostic> {
+    let (oh, ow) = (h / 2, w / 2);
+    let mut b = KernelBuilder::new(&format!(
+        "max_pool2d_3x3_s2_{}{}",
+        dims_name(&[n, c, h, w]),
+        if blocked { "c16" } else { "" }
+    ));
+    let xa = b.arg("x", cx.len_of(x), Access::Read);
+    let mut args = vec![x];
+    args.extend(epi.declare(&mut b));
+    let ya = b.arg("out", cx.len_of(out), Access::Write);
+    args.push(out);
+    let w4 = Width::F32x4;
+    let max = |a: Expr, b: Expr| Expr::binary(BinOp::Max, a, b);
+    // floats per pixel of a plane; planes per image
+    let unit = if blocked { CHANNEL_BLOCK } else { 1 };
+    let planes = c / unit;
+    // the column carried from one step to the next: one vector NCHW, one per quad of
+    // channels in blocks
+    let carried: Vec<VarId> = (0..unit.div_ceil(4)).map(|_| b.var(w4)).collect();
+    b.set_parallel();
+    b.for_loop(0, planes as i64, 1, |b, cp| {
+        b.for_loop(0, n as i64, 1, |b, ni| {
+            let (cp, ni) = (Affine::var(cp), Affine::var(ni));
+            let plane = ni.scale(planes as i64).add(&cp);
+            // pixel (row, col) of the plane in an image of `[rows, cols]`, times `unit`
+            let pixel = |[rows, cols]: [usize; 2], row: &Affine, col: &Affine| {
+                plane
+                    .scale((rows * cols) as i64)
+                    .add(&row.scale(cols as i64))
+                    .add(col)
+                    .scale(unit as i64)
+            };
+            let x_at = |y: &Affine, col: &Affine| pixel([h, w], y, col);
+            let y_at = |r: &Affine, q: &Affine| pixel([oh, ow], r, q);
+            halving_rows(b, oh, |b, r, window| {
+                for &v in &carried {
+                    b.assign(v, Expr::constant(f32::NEG_INFINITY, w4));
+                }
+                // the vertical max of input column `col`, lanes from `lane` on
+                let column = |b: &mut KernelBuilder, col: &Affine, lane: i64| {
+                    window_max(b, window, |dy| {
+                        let y = r.scale(2).plus(dy);
+                        Expr::load(xa, x_at(&y, col).plus(lane), w4)
+                    })
+                };
+                if !blocked {
+                    let left = carried[0];
+                    return b.for_loop(0, ow as i64, 4, |b, q| {
+                        let q = Affine::var(q);
+                        let lo = column(b, &q.scale(2), 0);
+                        let hi = column(b, &q.scale(2).plus(4), 0);
+                        let even = b.let_(Expr::shuffle(lo.clone(), hi.clone(), [0, 2, 4, 6]), w4);
+                        let odd = b.let_(Expr::shuffle(lo, hi, [1, 3, 5, 7]), w4);
+                        let before = Expr::shuffle(Expr::Var(left), odd.clone(), [3, 4, 5, 6]);
+                        let m = b.let_(max(max(before, even), odd.clone()), w4);
+                        b.assign(left, odd);
+                        let idx = [ni.clone(), cp.clone(), r.clone(), q.clone()];
+                        let v = epi.apply(b, m, &idx, w4);
+                        b.store(ya, y_at(&r, &q), v, w4);
+                    });
+                }
+                b.for_loop(0, ow as i64, 1, |b, q| {
+                    let q = Affine::var(q);
+                    for (k, &left) in carried.iter().enumerate() {
+                        let lane = 4 * k as i64;
+                        let even = column(b, &q.scale(2), lane);
+                        let odd = column(b, &q.scale(2).plus(1), lane);
+                        let m = b.let_(max(max(Expr::Var(left), even), odd.clone()), w4);
+                        b.assign(left, odd);
+                        let o = cp.scale(unit as i64).plus(lane);
+                        let idx = [ni.clone(), o, r.clone(), q.clone()];
+                        let stored = y_at(&r, &q).plus(lane);
+                        let v = epi.apply_along_channels(b, m, &idx, &stored, w4);
+                        b.store(ya, stored, v, w4);
+                    }
+                });
+            });
+        });
+    });
+    cx.step(b.finish(), args)
+}
+
+/// The output rows of a halving 3×3 stride-2 max pool: `row(b, r, window)` for output row
+/// `r`, whose window covers input rows `2r + dy` for `dy` in `window` (the first row's
+/// has no row above: that is padding).
+fn halving_rows(
+    b: &mut KernelBuilder,
+    oh: usize,
+    row: impl Fn(&mut KernelBuilder, Affine, &[i64]),
+) {
+    row(b, Affine::constant(0), &[0, 1]);
+    b.for_loop(1, oh as i64, 1, |b, r| row(b, Affine::var(r), &[-1, 0, 1]));
+}
+
+/// The max of `at(dy)` over the window rows `dy`, bound to a variable.
+fn window_max(b: &mut KernelBuilder, window: &[i64], at: impl Fn(i64) -> Expr) -> Expr {
+    let max = |a: Expr, b: Expr| Expr::binary(BinOp::Max, a, b);
+    let v = window[1..]
+        .iter()
+        .fold(at(window[0]), |m, &dy| max(m, at(dy)));
+    b.let_(v, Width::F32x4)
+}
+
+/// Whether `op` is a max pool that the channel-block kernel computes for input `x` and
+/// result `out` ([`max_pool_3x3_s2`] on blocks): [`max_pool_fits_blocks`], with input and
+/// result both in blocks.
+pub(crate) fn max_pool_on_blocks(op: &Op, x: &TensorType, out: &TensorType) -> bool {
+    x.layout == CHANNEL_BLOCKS
+        && out.layout == CHANNEL_BLOCKS
+        && max_pool_fits_blocks(op, &x.dims, &out.dims)
+}
+
+/// Whether `op` is a max pool the channel-block kernel can compute from input dims `x`
+/// to result dims `out`, whatever their layouts: a halving 3×3 stride-2 window on whole
+/// blocks of channels. The layout pass and lowering share this test.
+pub(crate) fn max_pool_fits_blocks(op: &Op, x: &[usize], out: &[usize]) -> bool {
+    let Op::MaxPool2d(p) = op else {
+        return false;
+    };
+    x.len() == 4
+        && out.len() == 4
+        && x[1].is_multiple_of(CHANNEL_BLOCK)
+        && halves_with_3x3_windows(p, [x[2], x[3]], [out[2], out[3]])
+}
+
+/// The per-output-position table and whether it is needed (not all zeros for max pools).
+fn pool_table(
+    p: &Pool2dAttrs,
+    is_max: bool,
+    include_pad: bool,
+    input: [usize; 2],
+    out: [usize; 2],
+) -> (Vec<f32>, bool) {
+    let taps = |axis: usize, o: usize, lo: isize, hi: isize| -> usize {
+        let start = (o * p.strides[axis]) as isize - p.pads[axis] as isize;
+        (0..p.kernel[axis] as isize)
+            .map(|k| start + k * p.dilations[axis] as isize)
+            .filter(|t| (lo..hi).contains(t))
+            .count()
+    };
+    let mut table = Vec::with_capacity(out[0] * out[1]);
+    let mut any_empty = false;
+    for oy in 0..out[0] {
+        for ox in 0..out[1] {
+            let real = taps(0, oy, 0, input[0] as isize) * taps(1, ox, 0, input[1] as isize);
+            any_empty |= real == 0;
+            let v = if is_max {
+                if real == 0 {
+                    f32::NAN
+                } else {
+                    0.0
+                }
+            } else {
+                let count = if include_pad {
+                    let ys = taps(
+                        0,
+                        oy,
+                        -(p.pads[0] as isize),
+                        (input[0] + p.pads[2]) as isize,
+                    );
+                    let xs = taps(
+                        1,
+                        ox,
+                        -(p.pads[1] as isize),
+                        (input[1] + p.pads[3]) as isize,
+                    );
+                    ys * xs
+                } else {
+                    real
+                };
+                (1.0f64 / count as f64) as f32
+            };
+            table.push(v);
+        }
+    }
+    (table, !is_max || any_empty)
+}
+
+fn global_avg_pool(
+    cx: &mut Cx,
+    xt: &TensorType,
+    x: BufferId,
+    out_ty: &TensorType,
+    mut epi: Epilogue,
+    out: BufferId,
+) -> Result<(), Diagnostic> {
+    let (n, c) = (xt.dims[0], xt.dims[1]);
+    let inner: usize = xt.dims[2..].iter().product();
+    let blocked = xt.layout == CHANNEL_BLOCKS;
+    if xt.layout != Layout::RowMajor && !(blocked && epi.runs_along_channels()) {
+        return Err(cx.unsupported(
+            "global_avg_pool reads row-major or nchw16c input (with per-channel or full-size post-op operands)",
+        ));
+    }
+    let mut b = KernelBuilder::new(&format!(
+        "global_avg_pool_{}{}",
+        dims_name(&xt.dims),
+        if blocked { "c16" } else { "" }
+    ));
+    let xa = b.arg("x", cx.len_of(x), Access::Read);
+    let mut args = vec![x];
+    args.extend(epi.declare(&mut b));
+    let ya = b.arg("out", cx.len_of(out), Access::Write);
+    args.push(out);
+    let rank = out_ty.rank();
+    let scale = (1.0f64 / inner as f64) as f32;
+    if blocked {
+        // [n][c/16][pixel][16]: a vector of 4 channels summed down the pixels, the
+        // result's 4 consecutive channels
+        let unit = CHANNEL_BLOCK as i64;
+        let w4 = Width::F32x4;
+        let blocks = (c / CHANNEL_BLOCK) as i64;
+        b.for_loop(0, n as i64, 1, |b, ni| {
+            b.for_loop(0, blocks, 1, |b, cb| {
+                let block = Affine::var(ni).scale(blocks).add(&Affine::var(cb));
+                for quad in (0..unit).step_by(4) {
+                    let acc = b.var(w4);
+                    b.assign(acc, Expr::constant(0.0, w4));
+                    let base = block.scale(unit * inner as i64).plus(quad);
+                    b.for_loop(0, inner as i64, 1, |b, p| {
+                        let at = base.add(&Affine::var(p).scale(unit));
+                        let v = Expr::binary(BinOp::Add, Expr::Var(acc), Expr::load(xa, at, w4));
+                        b.assign(acc, v);
+                    });
+                    let mean = Expr::binary(BinOp::Mul, Expr::Var(acc), Expr::constant(scale, w4));
+                    let channel = Affine::var(cb).scale(unit).plus(quad);
+                    let mut idx = vec![Affine::var(ni), channel];
+                    idx.resize(rank, Affine::constant(0));
+                    // the result is [n][c] (1×1 planes): element n·c + channel
+                    let stored = block.scale(unit).plus(quad);
+                    let v = epi.apply_along_channels(b, mean, &idx, &stored, w4);
+                    b.store(ya, stored, v, w4);
+                }
+            });
+        });
+        return cx.step(b.finish(), args);
+    }
+    b.for_loop(0, n as i64, 1, |b, ni| {
+        b.for_loop(0, c as i64, 1, |b, ci| {
+            let plane = Affine::var(ni).scale(c as i64).add(&Affine::var(ci));
+            let base = plane.scale(inner as i64);
+            let sum = sum_row(b, xa, &base, inner, 1, |e| e);
+            let mean = Expr::binary(BinOp::Mul, sum, Expr::constant(scale, Width::Scalar));
+            let mut idx = vec![Affine::var(ni), Affine::var(ci)];
+            idx.resize(rank, Affine::constant(0));
+            let v = epi.apply(b, mean, &idx, Width::Scalar);
+            b.store(ya, plane, v, Width::Scalar);
+        });
+    });
+    cx.step(b.finish(), args)
+}
