@@ -168,7 +168,8 @@ mod tests {
             .map(|(i, &x)| (f64::from(x) * alpha[i / per_row]) as f32)
             .collect();
         let lazy =
-            crate::scaled_rows::ScaledRows::buffer(Arc::new(AlignedBuf::from_f32(&w)), alpha).expect("whole rows");
+            crate::scaled_rows::ScaledRows::buffer(Arc::new(AlignedBuf::from_f32(&w)), alpha)
+                .expect("whole rows");
         (lazy, AlignedBuf::from_f32(&values))
     }
 

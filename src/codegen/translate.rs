@@ -1,0 +1,835 @@
+//! Translation of one loop-IR kernel into a Cranelift function: loops with pointer
+//! induction variables, vector loads and stores, FMAs, selects, and calls of the
+//! conv-tile routines and the prefetch helper (the conventions are the parent module's
+//! doc).
+
+use std::collections::{BTreeSet, HashMap};
+
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::{
+    types, AbiParam, ConstantData, Endianness, ExtFuncData, ExternalName, FuncRef, Function,
+    InstBuilder, InstructionData, MemFlagsData, Opcode, StackSlot, StackSlotData, StackSlotKind,
+    Type, UserExternalName, UserFuncName, Value as ClifValue,
+};
+use cranelift_codegen::isa::TargetIsa;
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
+use smelt_ir::loops::{
+    trip_count, Access, Affine, BinOp, BufId, BufPtr, CmpOp, ConvTile, Expr, Kernel, LoopVar,
+    ReduceOp, Stmt, UnOp, Width,
+};
+
+use super::{calls_of, TargetDesc};
+use crate::microkernels::{TileIsa, ROUTINES};
+
+/// `extern "C" fn(x, w, out: *f32, shape: *const ConvTile, next: *const f32)`: see
+/// `crate::microkernels`.
+pub(super) fn conv_tile_signature(isa: &dyn TargetIsa) -> cranelift_codegen::ir::Signature {
+    let mut sig = cranelift_codegen::ir::Signature::new(isa.default_call_conv());
+    for _ in 0..5 {
+        sig.params.push(AbiParam::new(isa.pointer_type()));
+    }
+    sig
+}
+
+/// The module's function id of the prefetch helper: declared right after the routines.
+pub(super) const PREFETCH_ROWS_ID: usize = ROUTINES.len();
+
+/// `extern "C" fn(at: *f32, rows, row_stride, row_len: i64)`: see
+/// `microkernels::prefetch_rows`.
+pub(super) fn prefetch_rows_signature(isa: &dyn TargetIsa) -> cranelift_codegen::ir::Signature {
+    let mut sig = cranelift_codegen::ir::Signature::new(isa.default_call_conv());
+    sig.params.push(AbiParam::new(isa.pointer_type()));
+    for _ in 0..3 {
+        sig.params.push(AbiParam::new(types::I64));
+    }
+    sig
+}
+
+/// Writes `tile` into a new stack slot, in `ConvTile`'s `repr(C)` layout, where the
+/// routines read it: once, at function entry, for every call site of that shape.
+fn conv_tile_record(fb: &mut FunctionBuilder, ptr: Type, tile: &ConvTile) -> StackSlot {
+    use std::mem::{offset_of, size_of};
+    let size = u32::try_from(size_of::<ConvTile>()).unwrap_or(u32::MAX);
+    let slot = fb.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, size, 3));
+    let words = [
+        (offset_of!(ConvTile, lanes), tile.lanes),
+        (offset_of!(ConvTile, pixels), tile.pixels),
+        (offset_of!(ConvTile, rows), tile.rows),
+        (offset_of!(ConvTile, row_stride), tile.row_stride),
+        (offset_of!(ConvTile, taps), tile.taps),
+        (offset_of!(ConvTile, tap_stride), tile.tap_stride),
+        (offset_of!(ConvTile, chans), tile.chans),
+        (offset_of!(ConvTile, chan_stride), tile.chan_stride),
+        (offset_of!(ConvTile, pixel_stride), tile.pixel_stride),
+        (offset_of!(ConvTile, w_tap_stride), tile.w_tap_stride),
+        (
+            offset_of!(ConvTile, out_pixel_stride),
+            tile.out_pixel_stride,
+        ),
+        (offset_of!(ConvTile, out_vec_stride), tile.out_vec_stride),
+        (offset_of!(ConvTile, next_len), tile.next_len),
+    ];
+    for (at, v) in words {
+        let v = fb.ins().iconst(types::I64, v);
+        fb.ins().stack_store(ptr, v, slot, at as i32);
+    }
+    // a Rust `bool`: one byte, 0 or 1
+    let acc = fb.ins().iconst(types::I8, i64::from(tile.accumulate));
+    fb.ins()
+        .stack_store(ptr, acc, slot, offset_of!(ConvTile, accumulate) as i32);
+    slot
+}
+
+pub(super) fn kernel_signature(isa: &dyn TargetIsa) -> cranelift_codegen::ir::Signature {
+    let mut sig = cranelift_codegen::ir::Signature::new(isa.default_call_conv());
+    sig.params.push(AbiParam::new(isa.pointer_type()));
+    sig.params.push(AbiParam::new(types::I64));
+    sig.params.push(AbiParam::new(types::I64));
+    sig
+}
+
+/// Translates one kernel into a Cranelift function.
+pub(super) fn build_function(
+    kernel: &Kernel,
+    target: &TargetDesc,
+    isa: &dyn TargetIsa,
+    fctx: &mut FunctionBuilderContext,
+) -> Function {
+    let mut func = Function::with_name_signature(UserFuncName::user(0, 0), kernel_signature(isa));
+    let mut fb = FunctionBuilder::new(&mut func, fctx);
+    let entry = fb.create_block();
+    fb.append_block_params_for_function_params(entry);
+    fb.switch_to_block(entry);
+    fb.seal_block(entry);
+    let ptr = isa.pointer_type();
+    let params = fb.block_params(entry).to_vec();
+    let (args_ptr, lo, hi) = (params[0], params[1], params[2]);
+    // The pointer array is never written while the kernel runs.
+    let arg_flags = MemFlagsData::new()
+        .with_notrap()
+        .with_aligned()
+        .with_readonly()
+        .with_can_move();
+    let mut bases: Vec<ClifValue> = (0..kernel.args.len())
+        .map(|i| fb.ins().load(ptr, arg_flags, args_ptr, (i * 8) as i32))
+        .collect();
+    for &len in &kernel.locals {
+        // 64-byte aligned, like every other buffer
+        let bytes = u32::try_from(len * 4).unwrap_or(u32::MAX);
+        let slot =
+            fb.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 6));
+        bases.push(fb.ins().stack_addr(ptr, slot, 0));
+    }
+    let mut tile_records = HashMap::new();
+    for tile in calls_of(&kernel.body) {
+        if let std::collections::hash_map::Entry::Vacant(e) = tile_records.entry(tile) {
+            e.insert(conv_tile_record(&mut fb, ptr, &tile));
+        }
+    }
+    let vars: Vec<Variable> = kernel
+        .vars
+        .iter()
+        .map(|w| fb.declare_var(clif_type(*w)))
+        .collect();
+    let loop_vars: Vec<Variable> = (0..kernel.num_loop_vars)
+        .map(|_| fb.declare_var(types::I64))
+        .collect();
+    let mut loops = vec![LoopInfo::default(); kernel.num_loop_vars as usize];
+    collect_loops(&kernel.body, 0, &mut loops);
+    let mut g = Gen {
+        fb,
+        kernel,
+        bases,
+        tiles: target.tiles,
+        routines: [None; ROUTINES.len()],
+        routine_sig: conv_tile_signature(isa),
+        prefetch_rows: None,
+        prefetch_sig: prefetch_rows_signature(isa),
+        tile_records,
+        vars,
+        known: vec![None; kernel.num_loop_vars as usize],
+        loops,
+        pointers: HashMap::new(),
+        loop_vars,
+        fma: target.fused_fma(),
+        range: None,
+    };
+    match (kernel.parallel_trips(), kernel.body.as_slice()) {
+        (Some(trips), [Stmt::Loop { .. }]) if trips > 1 => {
+            // trips lo..hi, clamped to 0 <= lo, hi <= trips (an empty range runs nothing)
+            let zero = g.fb.ins().iconst(types::I64, 0);
+            let n = g.fb.ins().iconst(types::I64, trips);
+            let lo = g.fb.ins().smax(lo, zero);
+            let hi = g.fb.ins().smin(hi, n);
+            g.range = Some((lo, hi));
+        }
+        _ => {}
+    }
+    g.block(&kernel.body);
+    g.fb.ins().return_(&[]);
+    g.fb.finalize(isa.frontend_config());
+    func
+}
+
+fn clif_type(w: Width) -> Type {
+    match w {
+        Width::Scalar => types::F32,
+        Width::F32x4 => types::F32X4,
+    }
+}
+
+/// Static facts about one loop variable.
+#[derive(Clone, Copy, Debug, Default)]
+struct LoopInfo {
+    /// Nesting depth (0: a top-level loop).
+    depth: u32,
+    /// Number of trips.
+    trips: i64,
+}
+
+fn collect_loops(stmts: &[Stmt], depth: u32, out: &mut [LoopInfo]) {
+    for s in stmts {
+        if let Stmt::Loop {
+            var,
+            start,
+            end,
+            step,
+            body,
+        } = s
+        {
+            if let Some(info) = out.get_mut(var.0 as usize) {
+                *info = LoopInfo {
+                    depth,
+                    trips: trip_count(*start, *end, *step),
+                };
+            }
+            collect_loops(body, depth + 1, out);
+        }
+    }
+}
+
+/// A pointer induction variable: a buffer and the loop terms (variable, coefficient)
+/// of an address, outermost loop first; constant parts are byte offsets of the access.
+type PointerKey = (usize, Vec<(u32, i64)>);
+
+struct Gen<'f, 'k> {
+    fb: FunctionBuilder<'f>,
+    kernel: &'k Kernel,
+    /// Base pointers: the arguments, then the local buffers.
+    bases: Vec<ClifValue>,
+    /// The instruction set whose routines the calls link to ([`check_calls`] proved it
+    /// has one for every call).
+    tiles: Option<TileIsa>,
+    /// The function reference of each routine the kernel calls, by its index in
+    /// [`ROUTINES`], imported at its first call.
+    routines: [Option<FuncRef>; ROUTINES.len()],
+    /// The routines' signature.
+    routine_sig: cranelift_codegen::ir::Signature,
+    /// The prefetch helper, imported at its first call, and its signature.
+    prefetch_rows: Option<FuncRef>,
+    prefetch_sig: cranelift_codegen::ir::Signature,
+    /// The stack slot holding each call shape's record (written at entry).
+    tile_records: HashMap<ConvTile, StackSlot>,
+    vars: Vec<Variable>,
+    loop_vars: Vec<Variable>,
+    /// Values of loop variables of single-trip loops, folded into addresses.
+    known: Vec<Option<i64>>,
+    loops: Vec<LoopInfo>,
+    /// The pointer variable of each key defined by the loops being emitted.
+    pointers: HashMap<PointerKey, Variable>,
+    fma: bool,
+    /// Trip range `lo..hi` (clamped) of the parallel kernel's top-level loop.
+    range: Option<(ClifValue, ClifValue)>,
+}
+
+impl Gen<'_, '_> {
+    fn block(&mut self, stmts: &[Stmt]) {
+        for s in stmts {
+            match s {
+                Stmt::Loop {
+                    var,
+                    start,
+                    end,
+                    step,
+                    body,
+                } => self.emit_loop(*var, *start, *end, *step, body),
+                Stmt::Assign { dst, value } => {
+                    let v = self.expr(value);
+                    self.fb.def_var(self.vars[dst.0 as usize], v);
+                }
+                Stmt::Store {
+                    buf,
+                    index,
+                    value,
+                    width: _,
+                } => {
+                    let v = self.expr(value);
+                    let (addr, off) = self.address(self.slot(*buf), index);
+                    self.fb
+                        .ins()
+                        .store(MemFlagsData::new().with_notrap(), v, addr, off);
+                }
+                Stmt::ConvTile {
+                    x,
+                    w,
+                    out,
+                    next,
+                    tile,
+                } => self.conv_tile([x, w, out], next.as_ref(), tile),
+                Stmt::Prefetch {
+                    at,
+                    rows,
+                    row_stride,
+                    row_len,
+                } => self.prefetch(at, [*rows, *row_stride, *row_len]),
+            }
+        }
+    }
+
+    /// Elements of a buffer (argument or local).
+    fn buffer_len(&self, buf: BufId) -> usize {
+        match buf.local_index() {
+            Some(i) => self.kernel.locals[i],
+            None => self.kernel.args[buf.0 as usize].len,
+        }
+    }
+
+    /// The index in `bases` of a buffer.
+    fn slot(&self, buf: BufId) -> usize {
+        match buf.local_index() {
+            Some(i) => self.kernel.args.len() + i,
+            None => buf.0 as usize,
+        }
+    }
+
+    /// Calls a conv-tile routine (arguments in `conv_tile_signature` order).
+    fn conv_tile(&mut self, ptrs: [&BufPtr; 3], next: Option<&BufPtr>, t: &ConvTile) {
+        let Some((i, _)) = self.tiles.and_then(|isa| isa.routine(t.lanes)) else {
+            unreachable!("check_calls proved a routine for every call");
+        };
+        let callee = match self.routines[i] {
+            Some(f) => f,
+            None => {
+                // named by its function id in the module (see ROUTINES)
+                let f = self.import(i, self.routine_sig.clone());
+                self.routines[i] = Some(f);
+                f
+            }
+        };
+        let mut args = Vec::with_capacity(4);
+        for p in ptrs {
+            let (addr, off) = self.address(self.slot(p.buf), &p.index);
+            args.push(self.fb.ins().iadd_imm_s(addr, i64::from(off)));
+        }
+        // every call's shape was written at entry (`calls_of` walks the same body)
+        let Some(&record) = self.tile_records.get(t) else {
+            unreachable!("conv tile {t} has no record");
+        };
+        let ptr = self.fb.func.dfg.value_type(args[0]);
+        args.push(self.fb.ins().stack_addr(ptr, record, 0));
+        let next = match next {
+            // the run moved back where it would pass the buffer's end (`Stmt::ConvTile`)
+            Some(at) => {
+                let slot = self.slot(at.buf);
+                let (addr, off) = self.address(slot, &at.index);
+                let start = self.fb.ins().iadd_imm_s(addr, i64::from(off));
+                let last_start = Affine::constant(self.buffer_len(at.buf) as i64 - t.next_len);
+                let (addr, off) = self.address(slot, &last_start);
+                let limit = self.fb.ins().iadd_imm_s(addr, i64::from(off));
+                self.fb.ins().umin(start, limit)
+            }
+            None => self.fb.ins().iconst(ptr, 0),
+        };
+        args.push(next);
+        self.fb.ins().call(callee, &args);
+    }
+
+    /// Imports the module's function `id` (a native helper) with `signature`.
+    fn import(&mut self, id: usize, signature: cranelift_codegen::ir::Signature) -> FuncRef {
+        let signature = self.fb.import_signature(signature);
+        let name = self
+            .fb
+            .func
+            .declare_imported_user_function(UserExternalName {
+                namespace: 0,
+                index: id as u32,
+            });
+        self.fb.import_function(ExtFuncData {
+            name: ExternalName::user(name),
+            signature,
+            colocated: false,
+            patchable: false,
+        })
+    }
+
+    /// Calls the prefetch helper for `rows` runs of `row_len` elements, `row_stride` apart.
+    fn prefetch(&mut self, at: &BufPtr, [rows, row_stride, row_len]: [i64; 3]) {
+        let callee = match self.prefetch_rows {
+            Some(f) => f,
+            None => {
+                let f = self.import(PREFETCH_ROWS_ID, self.prefetch_sig.clone());
+                self.prefetch_rows = Some(f);
+                f
+            }
+        };
+        let (addr, off) = self.address(self.slot(at.buf), &at.index);
+        let addr = self.fb.ins().iadd_imm_s(addr, i64::from(off));
+        let counts = [rows, row_stride, row_len].map(|v| self.fb.ins().iconst(types::I64, v));
+        self.fb
+            .ins()
+            .call(callee, &[addr, counts[0], counts[1], counts[2]]);
+    }
+
+    /// The loop terms of an address that vary (single-trip loops excluded), outermost first.
+    fn varying_terms(&self, index: &Affine) -> Vec<(u32, i64)> {
+        let mut t: Vec<(u32, i64)> = index
+            .terms
+            .iter()
+            .filter(|(v, _)| self.loops.get(v.0 as usize).is_some_and(|l| l.trips > 1))
+            .map(|&(v, c)| (v.0, c))
+            .collect();
+        t.sort_by_key(|&(v, _)| (self.loops[v as usize].depth, v));
+        t
+    }
+
+    /// Every pointer key the loop of `var` carries: the prefixes, up to `var`, of the
+    /// varying terms of each address in `body` that depends on `var`. Sorted.
+    fn loop_pointers(&self, var: LoopVar, body: &[Stmt]) -> BTreeSet<PointerKey> {
+        fn exprs<'a>(stmts: &'a [Stmt], out: &mut Vec<(BufId, &'a Affine)>) {
+            fn expr<'a>(e: &'a Expr, out: &mut Vec<(BufId, &'a Affine)>) {
+                match e {
+                    Expr::Var(_) | Expr::Const(..) => {}
+                    Expr::Load { buf, index, .. } => out.push((*buf, index)),
+                    Expr::Splat(x) | Expr::Unary(_, x) | Expr::Reduce(_, x) | Expr::Lane(x, _) => {
+                        expr(x, out)
+                    }
+                    Expr::Binary(_, a, b) => {
+                        expr(a, out);
+                        expr(b, out);
+                    }
+                    Expr::Fma(a, b, c) => {
+                        expr(a, out);
+                        expr(b, out);
+                        expr(c, out);
+                    }
+                    Expr::Shuffle(a, b, _) => {
+                        expr(a, out);
+                        expr(b, out);
+                    }
+                    Expr::Select {
+                        a,
+                        b,
+                        if_true,
+                        if_false,
+                        ..
+                    } => {
+                        for x in [a, b, if_true, if_false] {
+                            expr(x, out);
+                        }
+                    }
+                }
+            }
+            for s in stmts {
+                match s {
+                    Stmt::Loop { body, .. } => exprs(body, out),
+                    Stmt::Assign { value, .. } => expr(value, out),
+                    Stmt::Store {
+                        buf, index, value, ..
+                    } => {
+                        out.push((*buf, index));
+                        expr(value, out);
+                    }
+                    Stmt::ConvTile {
+                        x, w, out: o, next, ..
+                    } => {
+                        for p in [Some(x), Some(w), Some(o), next.as_ref()]
+                            .into_iter()
+                            .flatten()
+                        {
+                            out.push((p.buf, &p.index));
+                        }
+                    }
+                    Stmt::Prefetch { at, .. } => out.push((at.buf, &at.index)),
+                }
+            }
+        }
+        let mut addrs = Vec::new();
+        exprs(body, &mut addrs);
+        let depth = self.loops[var.0 as usize].depth;
+        let mut keys = BTreeSet::new();
+        for (buf, index) in addrs {
+            let terms = self.varying_terms(index);
+            if terms.iter().any(|&(v, _)| v == var.0) {
+                let prefix: Vec<(u32, i64)> = terms
+                    .into_iter()
+                    .filter(|&(v, _)| self.loops[v as usize].depth <= depth)
+                    .collect();
+                keys.insert((self.slot(buf), prefix));
+            }
+        }
+        keys
+    }
+
+    /// The current value of the pointer for `key` (the buffer base when it has no terms).
+    fn pointer(&mut self, key: &PointerKey) -> ClifValue {
+        if key.1.is_empty() {
+            return self.bases[key.0];
+        }
+        match self.pointers.get(key) {
+            Some(&v) => self.fb.use_var(v),
+            // unreachable for checked kernels: every term's loop defines its prefix
+            None => {
+                let mut addr = self.bases[key.0];
+                for &(v, c) in &key.1 {
+                    let i = self.fb.use_var(self.loop_vars[v as usize]);
+                    let scaled = self.fb.ins().imul_imm_s(i, c * 4);
+                    addr = self.fb.ins().iadd(addr, scaled);
+                }
+                addr
+            }
+        }
+    }
+
+    /// A test-at-top counted loop carrying its pointer induction variables; a loop of one
+    /// trip is emitted straight-line. The parallel kernel's top-level loop runs trips
+    /// `lo..hi` given by the caller.
+    fn emit_loop(&mut self, var: LoopVar, start: i64, end: i64, step: i64, body: &[Stmt]) {
+        let iv = self.loop_vars[var.0 as usize];
+        match trip_count(start, end, step) {
+            0 => {}
+            1 => {
+                self.known[var.0 as usize] = Some(start);
+                self.block(body);
+                self.known[var.0 as usize] = None;
+            }
+            _ => {
+                let (first, bound) = match self.range.take() {
+                    Some((lo, hi)) => {
+                        let first = self.fb.ins().imul_imm_s(lo, step);
+                        let first = self.fb.ins().iadd_imm_s(first, start);
+                        let bound = self.fb.ins().imul_imm_s(hi, step);
+                        let bound = self.fb.ins().iadd_imm_s(bound, start);
+                        (first, Some(bound))
+                    }
+                    None => (self.fb.ins().iconst(types::I64, start), None),
+                };
+                // pointers: parent + coefficient·first, bumped by coefficient·step
+                let keys = self.loop_pointers(var, body);
+                let mut carried = Vec::with_capacity(keys.len());
+                for key in keys {
+                    let Some(&(_, c)) = key.1.iter().find(|&&(v, _)| v == var.0) else {
+                        continue;
+                    };
+                    let parent: PointerKey = (
+                        key.0,
+                        key.1.iter().copied().filter(|&(v, _)| v != var.0).collect(),
+                    );
+                    let base = self.pointer(&parent);
+                    let off = self.fb.ins().imul_imm_s(first, c * 4);
+                    let init = self.fb.ins().iadd(base, off);
+                    let pv = self.fb.declare_var(types::I64);
+                    self.fb.def_var(pv, init);
+                    self.pointers.insert(key, pv);
+                    carried.push((pv, c * step * 4));
+                }
+                self.fb.def_var(iv, first);
+                let header = self.fb.create_block();
+                let body_block = self.fb.create_block();
+                let exit = self.fb.create_block();
+                self.fb.ins().jump(header, &[]);
+                self.fb.switch_to_block(header);
+                let i = self.fb.use_var(iv);
+                let more = match bound {
+                    Some(b) => self.fb.ins().icmp(IntCC::SignedLessThan, i, b),
+                    None => self.fb.ins().icmp_imm_s(IntCC::SignedLessThan, i, end),
+                };
+                self.fb.ins().brif(more, body_block, &[], exit, &[]);
+                self.fb.switch_to_block(body_block);
+                self.fb.seal_block(body_block);
+                self.block(body);
+                for &(pv, bump) in &carried {
+                    let p = self.fb.use_var(pv);
+                    let next = self.fb.ins().iadd_imm_s(p, bump);
+                    self.fb.def_var(pv, next);
+                }
+                let i = self.fb.use_var(iv);
+                let next = self.fb.ins().iadd_imm_s(i, step);
+                self.fb.def_var(iv, next);
+                self.fb.ins().jump(header, &[]);
+                self.fb.seal_block(header);
+                self.fb.switch_to_block(exit);
+                self.fb.seal_block(exit);
+            }
+        }
+    }
+
+    /// The pointer of the address's varying terms, and the constant part (including
+    /// single-trip loop variables) as a byte offset.
+    fn address(&mut self, buf: usize, index: &Affine) -> (ClifValue, i32) {
+        let mut offset = index.offset;
+        for &(v, c) in &index.terms {
+            if let Some(k) = self.known[v.0 as usize] {
+                offset += c * k;
+            }
+        }
+        let key = (buf, self.varying_terms(index));
+        let addr = self.pointer(&key);
+        let bytes = offset * 4;
+        match i32::try_from(bytes) {
+            Ok(off) => (addr, off),
+            Err(_) => {
+                let k = self.fb.ins().iconst(types::I64, bytes);
+                (self.fb.ins().iadd(addr, k), 0)
+            }
+        }
+    }
+
+    fn constant(&mut self, v: f32, ty: Type) -> ClifValue {
+        let s = self.fb.ins().f32const(v);
+        if ty == types::F32X4 {
+            self.fb.ins().splat(types::F32X4, s)
+        } else {
+            s
+        }
+    }
+
+    fn expr(&mut self, e: &Expr) -> ClifValue {
+        match e {
+            Expr::Var(v) => self.fb.use_var(self.vars[v.0 as usize]),
+            Expr::Const(c, w) => self.constant(c.0, clif_type(*w)),
+            Expr::Load { buf, index, width } => {
+                let b = self.slot(*buf);
+                let access = match buf.local_index() {
+                    Some(_) => Access::Write,
+                    None => self.kernel.args[b].access,
+                };
+                let flags = match access {
+                    Access::Read => MemFlagsData::new()
+                        .with_notrap()
+                        .with_readonly()
+                        .with_can_move(),
+                    Access::Write => MemFlagsData::new().with_notrap(),
+                };
+                let (addr, off) = self.address(b, index);
+                self.fb.ins().load(clif_type(*width), flags, addr, off)
+            }
+            Expr::Splat(x) => {
+                let s = self.expr(x);
+                self.fb.ins().splat(types::F32X4, s)
+            }
+            Expr::Unary(op, x) => {
+                let x = self.expr(x);
+                match op {
+                    UnOp::Neg => self.fb.ins().fneg(x),
+                    UnOp::Abs => self.fb.ins().fabs(x),
+                    UnOp::Sqrt => self.fb.ins().sqrt(x),
+                    UnOp::Exp => self.exp(x),
+                }
+            }
+            Expr::Binary(op, a, b) => {
+                let a = self.expr(a);
+                let b = self.expr(b);
+                self.binary(*op, a, b)
+            }
+            Expr::Fma(a, b, c) => {
+                let a = self.expr(a);
+                let b = self.expr(b);
+                let c = self.expr(c);
+                self.fma(a, b, c)
+            }
+            Expr::Select {
+                cmp,
+                a,
+                b,
+                if_true,
+                if_false,
+            } => {
+                let a = self.expr(a);
+                let b = self.expr(b);
+                let t = self.expr(if_true);
+                let f = self.expr(if_false);
+                let cc = match cmp {
+                    CmpOp::Lt => FloatCC::LessThan,
+                    CmpOp::Le => FloatCC::LessThanOrEqual,
+                    CmpOp::Gt => FloatCC::GreaterThan,
+                    CmpOp::Ge => FloatCC::GreaterThanOrEqual,
+                };
+                self.select(cc, a, b, t, f)
+            }
+            Expr::Lane(x, lane) => {
+                let x = self.expr(x);
+                self.fb.ins().extractlane(x, *lane)
+            }
+            Expr::Shuffle(a, b, m) => {
+                let a = self.expr(a);
+                let b = self.expr(b);
+                self.shuffle(a, b, *m)
+            }
+            Expr::Reduce(op, x) => {
+                let x = self.expr(x);
+                let lanes: Vec<ClifValue> =
+                    (0..4u8).map(|l| self.fb.ins().extractlane(x, l)).collect();
+                let op = match op {
+                    ReduceOp::Add => BinOp::Add,
+                    ReduceOp::Max => BinOp::Max,
+                };
+                let lo = self.binary(op, lanes[0], lanes[1]);
+                let hi = self.binary(op, lanes[2], lanes[3]);
+                self.binary(op, lo, hi)
+            }
+        }
+    }
+
+    /// Lanes `m` of `a ++ b`. Cranelift shuffles bytes, so the lanes become byte masks;
+    /// the x86 backend matches the transpose patterns to `punpck{l,h}{dq,qdq}` and
+    /// `shufps`.
+    fn shuffle(&mut self, a: ClifValue, b: ClifValue, m: [u8; 4]) -> ClifValue {
+        let flags = MemFlagsData::new().with_endianness(Endianness::Little);
+        let bytes: Vec<u8> = m
+            .iter()
+            .flat_map(|&lane| (0..4).map(move |k| lane * 4 + k))
+            .collect();
+        let mask = self.fb.func.dfg.immediates.push(ConstantData::from(bytes));
+        let a = self.fb.ins().bitcast(types::I8X16, flags, a);
+        let b = self.fb.ins().bitcast(types::I8X16, flags, b);
+        let r = self.fb.ins().shuffle(a, b, mask);
+        self.fb.ins().bitcast(types::F32X4, flags, r)
+    }
+
+    fn fma(&mut self, a: ClifValue, b: ClifValue, c: ClifValue) -> ClifValue {
+        if self.fma {
+            self.fb.ins().fma(a, b, c)
+        } else {
+            let p = self.fb.ins().fmul(a, b);
+            self.fb.ins().fadd(p, c)
+        }
+    }
+
+    /// `(a cc b) ? t : f`; vectors use the compare mask with `bitselect`, which the x86
+    /// backend turns into `maxps`/`minps`/`blendvps`.
+    fn select(
+        &mut self,
+        cc: FloatCC,
+        a: ClifValue,
+        b: ClifValue,
+        t: ClifValue,
+        f: ClifValue,
+    ) -> ClifValue {
+        let mask = self.fb.ins().fcmp(cc, a, b);
+        if self.fb.func.dfg.value_type(t).is_vector() {
+            let flags = MemFlagsData::new().with_endianness(Endianness::Little);
+            let mask = self.fb.ins().bitcast(types::F32X4, flags, mask);
+            self.fb.ins().bitselect(mask, t, f)
+        } else {
+            self.fb.ins().select(mask, t, f)
+        }
+    }
+
+    fn binary(&mut self, op: BinOp, a: ClifValue, b: ClifValue) -> ClifValue {
+        match op {
+            BinOp::Add => self.fb.ins().fadd(a, b),
+            BinOp::Sub => self.fb.ins().fsub(a, b),
+            BinOp::Mul => self.fb.ins().fmul(a, b),
+            BinOp::Div => self.fb.ins().fdiv(a, b),
+            // NaN propagates from either operand, as in the interpreter (numpy's maximum):
+            // `a < b ? b : a` keeps a NaN `a` (the compare is false); a NaN `b` needs one
+            // more select, skipped when `b` is a number constant (relu, clip bounds).
+            BinOp::Max => {
+                let r = self.select(FloatCC::LessThan, a, b, b, a);
+                self.propagate_nan_of(b, r)
+            }
+            BinOp::Min => {
+                let r = self.select(FloatCC::LessThan, b, a, b, a);
+                self.propagate_nan_of(b, r)
+            }
+        }
+    }
+
+    /// `b` if it is NaN, else `r`; nothing to emit when `b` is a constant number.
+    fn propagate_nan_of(&mut self, b: ClifValue, r: ClifValue) -> ClifValue {
+        if self.is_number_constant(b) {
+            r
+        } else {
+            self.select(FloatCC::Unordered, b, b, b, r)
+        }
+    }
+
+    /// Whether `v` is an `f32const` that is not NaN, or a splat of one.
+    fn is_number_constant(&self, v: ClifValue) -> bool {
+        let dfg = &self.fb.func.dfg;
+        let Some(inst) = dfg.value_def(v).inst() else {
+            return false;
+        };
+        match dfg.insts[inst] {
+            InstructionData::UnaryIeee32 {
+                opcode: Opcode::F32const,
+                imm,
+            } => !f32::from_bits(imm.bits()).is_nan(),
+            InstructionData::Unary {
+                opcode: Opcode::Splat,
+                arg,
+            } => self.is_number_constant(arg),
+            _ => false,
+        }
+    }
+
+    /// e^x: clamp to the normal range, x = n·ln2 + r (Cody–Waite split of ln2), e^r by the
+    /// Cephes degree-6 polynomial, 2^n built in the exponent bits. Relative error ≈ 2e-7.
+    fn exp(&mut self, x: ClifValue) -> ClifValue {
+        let ty = self.fb.func.dfg.value_type(x);
+        let (ity, vector) = if ty.is_vector() {
+            (types::I32X4, true)
+        } else {
+            (types::I32, false)
+        };
+        let lo = self.constant(-87.3, ty);
+        let hi = self.constant(88.3, ty);
+        let input = x;
+        let x = self.binary(BinOp::Max, x, lo);
+        let x = self.binary(BinOp::Min, x, hi);
+        // t = x·log2(e) + 1.5·2^23 rounds n = round(x·log2 e) into t's low mantissa bits.
+        let magic = self.constant(12_582_912.0, ty);
+        let log2e = self.constant(std::f32::consts::LOG2_E, ty);
+        let t = self.fma(x, log2e, magic);
+        let n = self.fb.ins().fsub(t, magic);
+        let c1 = self.constant(-0.693_359_4, ty);
+        let c2 = self.constant(2.121_944_4e-4, ty);
+        let r = self.fma(n, c1, x);
+        let r = self.fma(n, c2, r);
+        let coeffs = [
+            1.987_569_1e-4,
+            1.398_199_9e-3,
+            8.333_452e-3,
+            4.166_579_6e-2,
+            1.666_666_5e-1,
+            0.5,
+        ];
+        let mut p = self.constant(coeffs[0], ty);
+        for &k in &coeffs[1..] {
+            let kc = self.constant(k, ty);
+            p = self.fma(p, r, kc);
+        }
+        let r2 = self.fb.ins().fmul(r, r);
+        let one = self.constant(1.0, ty);
+        let r1 = self.fb.ins().fadd(r, one);
+        let y = self.fma(p, r2, r1);
+        // 2^n: (bits(t) − bits(magic) + 127) << 23
+        let flags = MemFlagsData::new().with_endianness(Endianness::Little);
+        let tbits = self.fb.ins().bitcast(ity, flags, t);
+        let bias = self.fb.ins().iconst(types::I32, 127 - 0x4B40_0000_i64);
+        let bias = if vector {
+            self.fb.ins().splat(ity, bias)
+        } else {
+            bias
+        };
+        let e = self.fb.ins().iadd(tbits, bias);
+        let e = self.fb.ins().ishl_imm_u(e, 23);
+        let scale = self.fb.ins().bitcast(ty, flags, e);
+        let y = self.fb.ins().fmul(y, scale);
+        // Past ln(f32::MAX) e^x overflows to +inf, as the interpreter's does (so that
+        // sigmoid(-inf) is exactly 0 and silu(-inf) = -inf·0 is NaN, not -inf).
+        let overflow = self.constant(88.722_84, ty);
+        let inf = self.constant(f32::INFINITY, ty);
+        self.select(FloatCC::GreaterThan, input, overflow, inf, y)
+    }
+}
