@@ -42,7 +42,10 @@ impl DumpArgs {
 /// Writes one `.clif` file per kernel of `exe` (the kernels it runs, not a second
 /// lowering) into `dir`; returns how many.
 pub fn write_clif(exe: &Executable, dir: &Path) -> Result<usize> {
-    let target = TargetDesc::host()?;
+    let target = TargetDesc {
+        tiles: exe.tile_isa(),
+        ..TargetDesc::host()?
+    };
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut used = BTreeSet::new();
     for (i, kernel) in exe.kernels().iter().enumerate() {

@@ -266,6 +266,8 @@ pub struct Executable {
     loops_text: String,
     /// The loop IR of every distinct kernel, in compile order (for `--dump-clif`).
     kernels: Vec<Kernel>,
+    /// The instruction set whose conv-tile routines the kernels call, if any.
+    tiles: Option<TileIsa>,
     /// Every computed value and its memory, when compiled with `keep_intermediates`
     /// (otherwise buffers are reused and a value may be overwritten before the run ends).
     kept: Option<Vec<KeptValue>>,
@@ -340,6 +342,7 @@ impl Executable {
             n => n,
         };
         exe.threads = pool::ThreadPool::for_threads(threads);
+        exe.tiles = lower_opts.micro.and(opts.kernels.tile_isa());
         exe.times = CompileTimes {
             lower_ms: ms(lowered - start) + ms(packed - generated),
             codegen_ms: ms(generated - lowered),
@@ -486,9 +489,16 @@ impl Executable {
             times: CompileTimes::default(),
             loops_text: program.dump_loops(),
             kernels: program.kernels.clone(),
+            tiles: None,
             kept,
             code,
         })
+    }
+
+    /// The instruction set whose conv-tile routines the kernels call (`None`: Cranelift
+    /// code only), for describing the target of [`Executable::kernels`].
+    pub fn tile_isa(&self) -> Option<TileIsa> {
+        self.tiles
     }
 
     /// The inputs, in call order.
