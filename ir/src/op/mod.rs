@@ -4,19 +4,23 @@
 //! every consumer (printer, parser, interpreter, e-graph mapping, cost model, lowering)
 //! matches on [`Op`] exhaustively, without `_ =>` arms.
 //!
-//! This file holds [`Op`] with its mnemonic, arity and flops, and [`Arity`]; the attribute
-//! structs are in `attrs`, the type rules ([`Op::infer_type`]) in `type_rules`, the
-//! elementwise ops and their semantics in `elementwise`, fused ops in `fused`, all
-//! re-exported here.
+//! This file holds [`Op`] with its flops, and [`Arity`]; the op table (`kind`: mnemonic,
+//! arity, role and attribute payload of every [`OpKind`], from one row per op) drives
+//! [`Op::name`], [`Op::arity`], [`Op::is_anchor`] and the e-graph's split into kind and
+//! payload. The attribute structs are in `attrs`, the type rules ([`Op::infer_type`]) in
+//! `type_rules`, the elementwise ops and their semantics in `elementwise`, fused ops in
+//! `fused`, all re-exported here.
 
 mod attrs;
 mod elementwise;
 mod fused;
+mod kind;
 mod type_rules;
 
 pub use attrs::{Conv2dAttrs, GemmAttrs, Pool2dAttrs};
 pub use elementwise::{erf, BinaryOp, UnaryOp};
 pub use fused::{FusedOp, PostOp};
+pub use kind::{Attrs, OpKind, Role};
 pub use type_rules::broadcast;
 
 use crate::types::{Layout, TensorType, F32};
@@ -161,58 +165,16 @@ pub enum Op {
 }
 
 impl Op {
-    /// Text mnemonic.
+    /// Text mnemonic (from the op table).
     pub fn name(&self) -> &'static str {
-        match self {
-            Op::Const(_) => "const",
-            Op::Conv2d(_) => "conv2d",
-            Op::BatchNorm { .. } => "batch_norm",
-            Op::Unary(u) => u.name(),
-            Op::Binary(b) => b.name(),
-            Op::LayerNorm { .. } => "layer_norm",
-            Op::MaxPool2d(_) => "max_pool2d",
-            Op::AvgPool2d { .. } => "avg_pool2d",
-            Op::GlobalAvgPool => "global_avg_pool",
-            Op::Flatten { .. } => "flatten",
-            Op::Reshape { .. } => "reshape",
-            Op::Transpose { .. } => "transpose",
-            Op::MatMul => "matmul",
-            Op::Gemm(_) => "gemm",
-            Op::Concat { .. } => "concat",
-            Op::Softmax { .. } => "softmax",
-            Op::Reorder { .. } => "reorder",
-            Op::BnFoldWeight { .. } => "bn_fold_weight",
-            Op::BnFoldBias { .. } => "bn_fold_bias",
-            Op::BnScale { .. } => "bn_scale",
-            Op::BnShift { .. } => "bn_shift",
-            Op::ChannelScale => "channel_scale",
-            Op::ChannelVector => "channel_vector",
-            Op::ConvShiftBias => "conv_shift_bias",
-            Op::Fused(_) => "fused",
-        }
+        self.kind().map_or("const", OpKind::name)
     }
 
-    /// Number of operands accepted.
+    /// Number of operands accepted (from the op table; a fused op's anchor's plus its
+    /// post-ops' operands).
     pub fn arity(&self) -> Arity {
         match self {
             Op::Const(_) => Arity::Exact(0),
-            Op::Conv2d(_) => Arity::Range(2, 3),
-            Op::BatchNorm { .. } => Arity::Exact(5),
-            Op::Unary(_) => Arity::Exact(1),
-            Op::Binary(_) => Arity::Exact(2),
-            Op::LayerNorm { .. } => Arity::Range(2, 3),
-            Op::MaxPool2d(_) | Op::AvgPool2d { .. } | Op::GlobalAvgPool => Arity::Exact(1),
-            Op::Flatten { .. } | Op::Reshape { .. } | Op::Transpose { .. } => Arity::Exact(1),
-            Op::MatMul => Arity::Exact(2),
-            Op::Gemm(_) => Arity::Range(2, 3),
-            Op::Concat { .. } => Arity::AtLeast(1),
-            Op::Softmax { .. } | Op::Reorder { .. } => Arity::Exact(1),
-            Op::BnFoldWeight { .. } => Arity::Exact(3),
-            Op::BnFoldBias { .. } => Arity::Range(4, 5),
-            Op::BnScale { .. } => Arity::Exact(2),
-            Op::BnShift { .. } => Arity::Exact(4),
-            Op::ChannelScale | Op::ConvShiftBias => Arity::Exact(2),
-            Op::ChannelVector => Arity::Exact(1),
             Op::Fused(f) => {
                 let extra = f.num_post_operands();
                 match f.anchor.arity() {
@@ -221,52 +183,18 @@ impl Op {
                     Arity::AtLeast(lo) => Arity::AtLeast(lo + extra),
                 }
             }
+            op => op.kind().and_then(OpKind::arity).unwrap_or(Arity::Exact(0)),
         }
     }
 
     /// Whether this op may anchor a [`FusedOp`].
     pub fn is_anchor(&self) -> bool {
-        match self {
-            Op::Conv2d(_)
-            | Op::Gemm(_)
-            | Op::MatMul
-            | Op::LayerNorm { .. }
-            | Op::MaxPool2d(_)
-            | Op::AvgPool2d { .. }
-            | Op::GlobalAvgPool => true,
-            Op::Const(_)
-            | Op::BatchNorm { .. }
-            | Op::Unary(_)
-            | Op::Binary(_)
-            | Op::Flatten { .. }
-            | Op::Reshape { .. }
-            | Op::Transpose { .. }
-            | Op::Concat { .. }
-            | Op::Softmax { .. }
-            | Op::Reorder { .. }
-            | Op::BnFoldWeight { .. }
-            | Op::BnFoldBias { .. }
-            | Op::BnScale { .. }
-            | Op::BnShift { .. }
-            | Op::ChannelScale
-            | Op::ChannelVector
-            | Op::ConvShiftBias
-            | Op::Fused(_) => false,
-        }
+        self.kind().is_some_and(|k| k.role() == Role::Anchor)
     }
 
     /// Whether the op only prepares weights (always evaluated at compile time by const folding).
     pub fn is_weight_prep(&self) -> bool {
-        matches!(
-            self,
-            Op::BnFoldWeight { .. }
-                | Op::BnFoldBias { .. }
-                | Op::BnScale { .. }
-                | Op::BnShift { .. }
-                | Op::ChannelScale
-                | Op::ChannelVector
-                | Op::ConvShiftBias
-        )
+        self.kind().is_some_and(|k| k.role() == Role::WeightPrep)
     }
 
     /// Floating-point operations (multiply and add count one each) to compute the result

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::op::{BinaryOp, Conv2dAttrs, GemmAttrs, Op, Pool2dAttrs, UnaryOp};
+use crate::op::{BinaryOp, Conv2dAttrs, GemmAttrs, Op, OpKind, Pool2dAttrs, UnaryOp};
 use crate::types::{Layout, F32};
 
 /// Default `epsilon` of batch_norm, layer_norm, bn_fold_weight and bn_fold_bias (ONNX's).
@@ -463,54 +463,16 @@ pub(crate) fn build_op(name: &str, d: &mut AttrDict) -> Result<Option<Op>, AttrE
     Ok(op)
 }
 
-/// Every mnemonic [`build_op`] knows, plus `const` and `fused`: for "did you mean" hints.
-pub(crate) const MNEMONICS: &[&str] = &[
-    "const",
-    "fused",
-    "conv2d",
-    "batch_norm",
-    "relu",
-    "clip",
-    "leaky_relu",
-    "sigmoid",
-    "tanh",
-    "erf",
-    "gelu",
-    "hard_sigmoid",
-    "hard_swish",
-    "silu",
-    "add",
-    "sub",
-    "mul",
-    "div",
-    "min",
-    "max",
-    "layer_norm",
-    "max_pool2d",
-    "avg_pool2d",
-    "global_avg_pool",
-    "flatten",
-    "reshape",
-    "transpose",
-    "matmul",
-    "gemm",
-    "concat",
-    "softmax",
-    "reorder",
-    "bn_fold_weight",
-    "bn_fold_bias",
-    "bn_scale",
-    "bn_shift",
-    "channel_scale",
-    "channel_vector",
-    "conv_shift_bias",
-];
+/// Every mnemonic of the text form — `const` and the op table's kinds — for "did you
+/// mean" hints.
+pub(crate) fn mnemonics() -> impl Iterator<Item = &'static str> {
+    std::iter::once("const").chain(OpKind::ALL.iter().map(|k| k.name()))
+}
 
 /// The known mnemonic closest to `name` (edit distance ≤ 2), for "did you mean" notes.
 pub(crate) fn suggest(name: &str) -> Option<&'static str> {
-    MNEMONICS
-        .iter()
-        .map(|m| (edit_distance(name, m), *m))
+    mnemonics()
+        .map(|m| (edit_distance(name, m), m))
         .filter(|(d, _)| *d <= 2)
         .min()
         .map(|(_, m)| m)
@@ -852,6 +814,15 @@ mod tests {
 
     #[test]
     fn every_op_rebuilds_from_its_printed_attributes() {
+        // the samples cover every kind of the op table but `fused` (its own syntax)
+        let covered: std::collections::BTreeSet<OpKind> =
+            samples().iter().filter_map(Op::kind).collect();
+        let missing: Vec<&str> = OpKind::ALL
+            .iter()
+            .filter(|k| **k != OpKind::Fused && !covered.contains(k))
+            .map(|k| k.name())
+            .collect();
+        assert!(missing.is_empty(), "no sample of {missing:?}");
         for op in samples() {
             if matches!(op, Op::Const(_)) {
                 continue;
@@ -869,7 +840,9 @@ mod tests {
             let rebuilt = build_op(op.name(), &mut d).unwrap();
             d.finish().unwrap();
             assert_eq!(rebuilt, Some(op.clone()), "{}", op.name());
-            assert!(MNEMONICS.contains(&op.name()));
+            assert!(mnemonics().any(|m| m == op.name()));
+            // every kind but `fused` (its own syntax) is built from its mnemonic
+            assert_eq!(op.kind().map(OpKind::name), Some(op.name()));
         }
     }
 

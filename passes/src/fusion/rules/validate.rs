@@ -2,80 +2,19 @@
 //! from the op table; and the post-op an elementwise root becomes.
 
 use smelt_ir::diag::Diagnostic;
-use smelt_ir::op::{Arity, Conv2dAttrs, GemmAttrs, Op, Pool2dAttrs};
-use smelt_ir::types::{Layout, F32};
+use smelt_ir::op::{Arity, Op, Role};
 
 use super::{AttrSpec, GuardArg, PatternExpr, Rule, RuleAction};
-use crate::fusion::lang::{join_op, Attrs, OpKind};
+use crate::fusion::lang::OpKind;
 
-/// A representative op of each kind, to read its arity from the op table.
-fn representative_op(kind: OpKind) -> Option<Op> {
-    let f = F32(1.0);
-    let pool = Pool2dAttrs {
-        kernel: [1, 1],
-        strides: [1, 1],
-        pads: [0; 4],
-        dilations: [1, 1],
-        ceil_mode: false,
-        layout: smelt_ir::Layout::RowMajor,
-    };
-    let attrs = match kind {
-        OpKind::Conv2d => Attrs::Conv2d(Conv2dAttrs::default()),
-        OpKind::BatchNorm
-        | OpKind::BnFoldWeight
-        | OpKind::BnFoldBias
-        | OpKind::BnScale
-        | OpKind::BnShift => Attrs::Epsilon(f),
-        OpKind::Clip => Attrs::Clip { min: f, max: f },
-        OpKind::LeakyRelu => Attrs::Alpha(f),
-        OpKind::HardSigmoid => Attrs::HardSigmoid { alpha: f, beta: f },
-        OpKind::LayerNorm => Attrs::LayerNorm {
-            axis: 0,
-            epsilon: f,
-        },
-        OpKind::MaxPool2d => Attrs::Pool(pool),
-        OpKind::AvgPool2d => Attrs::AvgPool {
-            pool,
-            count_include_pad: false,
-        },
-        OpKind::Flatten | OpKind::Concat | OpKind::Softmax => Attrs::Axis(0),
-        OpKind::Reshape | OpKind::Transpose => Attrs::Dims(vec![]),
-        OpKind::Gemm => Attrs::Gemm(GemmAttrs::default()),
-        OpKind::Reorder => Attrs::Layout(Layout::RowMajor),
-        // A fused op's arity depends on its post-ops: not checked in patterns.
-        OpKind::Fused => return None,
-        OpKind::Relu
-        | OpKind::Sigmoid
-        | OpKind::Tanh
-        | OpKind::Erf
-        | OpKind::Gelu
-        | OpKind::HardSwish
-        | OpKind::Silu
-        | OpKind::Add
-        | OpKind::Sub
-        | OpKind::Mul
-        | OpKind::Div
-        | OpKind::Min
-        | OpKind::Max
-        | OpKind::GlobalAvgPool
-        | OpKind::MatMul
-        | OpKind::ChannelScale
-        | OpKind::ChannelVector
-        | OpKind::ConvShiftBias => Attrs::None,
-    };
-    join_op(kind, &attrs)
-}
-
+/// The operands a kind takes, from the op table (`None`: `fused`, not checked in patterns).
 pub(super) fn kind_arity(kind: OpKind) -> Option<Arity> {
-    representative_op(kind).map(|op| op.arity())
+    kind.arity()
 }
 
 /// The elementwise operator at a pattern root, as a post-op of a fused op, if it is one.
 pub fn elementwise_kind(kind: OpKind) -> bool {
-    matches!(
-        representative_op(kind),
-        Some(Op::Unary(_)) | Some(Op::Binary(_))
-    )
+    kind.role() == Role::Elementwise
 }
 
 /// Checks a parsed rule: variables bound, appliers well-formed.
