@@ -152,6 +152,25 @@ pub use attrs::{
 };
 pub use parser::{MAX_ERRORS, MAX_NESTING};
 
+/// Builds op `name` from attributes written as the body of a text-form attribute
+/// dictionary (`epsilon = 1.0e-3, axis = 1`, no braces): the one attribute schema of the
+/// text form — keys, types, defaults and required keys — shared with the rule language.
+/// `Err` gives the message and the byte offset in `attributes` it is about.
+pub fn op_from_attributes(name: &str, attributes: &str) -> Result<crate::op::Op, (String, usize)> {
+    parser::op_from_attributes(name, attributes)
+}
+
+/// The attributes of `op` that differ from their defaults as the body of a text-form
+/// attribute dictionary (`min = 0.0, max = 6.0`; empty when all are defaults), which
+/// [`op_from_attributes`] reads back.
+pub fn attributes_text(op: &crate::op::Op) -> String {
+    let body: Vec<String> = attrs::op_attrs(op, 4)
+        .iter()
+        .map(|(k, v)| format!("{k} = {v}"))
+        .collect();
+    body.join(", ")
+}
+
 /// How to print a module.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PrintOptions {

@@ -7,10 +7,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use super::attrs::AttrError;
+use super::attrs::{build_op, AttrDict, AttrError};
 use super::lexer::{lex, SourceMap, Tok, Token};
 use crate::diag::{Diagnostic, Diagnostics};
 use crate::graph::{Module, Value};
+use crate::op::Op;
 
 mod attr_values;
 mod func;
@@ -84,6 +85,45 @@ pub(crate) fn parse_module(
     }
     crate::verify::verify_module(&p.module)?;
     Ok(p.module)
+}
+
+/// Builds op `name` from `key = value, ...` written as in a text-form attribute
+/// dictionary (without the braces): the text form's one attribute schema (keys, types,
+/// defaults, required keys), for other front ends such as the rule language's
+/// `op[key = value]`. `Err` holds a message and its byte offset in `text`.
+pub(crate) fn op_from_attributes(name: &str, text: &str) -> Result<Op, (String, usize)> {
+    // the closing brace ends the entries, as in a dictionary
+    let src = format!("{text}}}");
+    let map = SourceMap::new(&src, "attributes");
+    let toks = lex(&map).map_err(|d| (d.message.clone(), 0))?;
+    let mut p = Parser {
+        map,
+        toks,
+        pos: 0,
+        base_dir: None,
+        module: Module::default(),
+        errors: Vec::new(),
+        sidecars: BTreeMap::new(),
+        failed_weights: BTreeSet::new(),
+        undefined_uses: Vec::new(),
+    };
+    let entries = p
+        .attr_entries(Tok::RBrace, "bad-attribute")
+        .map_err(|d| (d.message.clone(), 0))?;
+    if *p.peek() != Tok::Eof {
+        return Err((
+            format!("unexpected {} after the attributes", p.peek().describe()),
+            p.at(),
+        ));
+    }
+    let owner = format!("'{name}'");
+    let mut dict = AttrDict::new(&owner, 0, entries);
+    let at_error = |e: AttrError| (e.message, e.at.min(text.len()));
+    let op = build_op(name, &mut dict)
+        .map_err(at_error)?
+        .ok_or_else(|| (format!("unknown op '{name}'"), 0))?;
+    dict.finish().map_err(at_error)?;
+    Ok(op)
 }
 
 impl<'a> Parser<'a> {

@@ -28,7 +28,11 @@
 //! Patterns are s-expressions over op mnemonics; `?name` is a variable. Every op's
 //! attributes are one child, written in brackets after the mnemonic: `conv2d[?c]` binds
 //! them to `?c`, `clip[min=0, max=6]` spells them out, and a bare `conv2d` matches any
-//! attributes (left-hand side only; ops without attributes need no brackets).
+//! attributes (left-hand side only; ops without attributes need no brackets). Spelled-out
+//! attributes are read by the IR text form's own schema
+//! (`smelt_ir::text::op_from_attributes`): the same keys, types, defaults and required keys
+//! as `%y = clip %x {min = 0.0, max = 6.0}`, for every op; omitted keys take their
+//! defaults, and the literal matches only that exact payload.
 //! Every variable of the right-hand side and of the guards must be bound by every
 //! left-hand side; this is checked when the file is loaded.
 //!
@@ -122,7 +126,7 @@ impl std::fmt::Display for PatternExpr {
                     AttrSpec::Any => {}
                     AttrSpec::Var(v) => write!(f, "[{v}]")?,
                     AttrSpec::Literal(Attrs::None) => {}
-                    AttrSpec::Literal(a) => write!(f, "[{}]", literal_text(a))?,
+                    AttrSpec::Literal(a) => write!(f, "[{}]", literal_text(*kind, a))?,
                 }
                 for c in children {
                     write!(f, " {c}")?;
@@ -133,14 +137,13 @@ impl std::fmt::Display for PatternExpr {
     }
 }
 
-fn literal_text(a: &Attrs) -> String {
-    match a {
-        Attrs::Epsilon(e) => format!("epsilon={e}"),
-        Attrs::Clip { min, max } => format!("min={min}, max={max}"),
-        Attrs::Alpha(a) => format!("alpha={a}"),
-        Attrs::HardSigmoid { alpha, beta } => format!("alpha={alpha}, beta={beta}"),
-        Attrs::Axis(a) => format!("axis={a}"),
-        other => format!("{other:?}"),
+/// A literal payload as the rule language writes it: the text form's attribute
+/// dictionary body (one schema for both).
+fn literal_text(kind: OpKind, a: &Attrs) -> String {
+    match kind.join(a) {
+        Some(op) => smelt_ir::text::attributes_text(&op),
+        // a payload the kind cannot take never loads; printed raw for debugging
+        None => format!("{a:?}"),
     }
 }
 
@@ -296,8 +299,18 @@ mod tests {
         let p = parse_pattern("(min (max ?x ?z) ?six)", "f", 1, 1).unwrap();
         assert_eq!(p.to_string(), "(min (max ?x ?z) ?six)");
         let p = parse_pattern("(clip[min=0, max=6] ?x)", "f", 1, 1).unwrap();
-        assert_eq!(p.to_string(), "(clip[min=0.0, max=6.0] ?x)");
-        assert!(parse_pattern("(conv2d[groups=2] ?x ?w)", "f", 1, 1).is_err());
+        assert_eq!(p.to_string(), "(clip[min = 0.0, max = 6.0] ?x)");
+        // every op's attributes are spelled as in the text form, defaults filled in
+        let p = parse_pattern("(conv2d[groups = 2] ?x ?w)", "f", 1, 1).unwrap();
+        assert_eq!(p.to_string(), "(conv2d[groups = 2] ?x ?w)");
+        let err = parse_pattern("(clip[min=0] ?x)", "f", 1, 1).unwrap_err();
+        assert!(err.message.contains("max"), "{}", err.message);
+        let err = parse_pattern("(clip[min=0, max=6, beta=1] ?x)", "f", 1, 1).unwrap_err();
+        assert!(
+            err.message.contains("unknown attribute 'beta'"),
+            "{}",
+            err.message
+        );
     }
 
     #[test]

@@ -1,8 +1,6 @@
 //! Patterns: the s-expression tokenizer and parser, with literal attributes.
 
 use smelt_ir::diag::{Diagnostic, Location};
-use smelt_ir::op::GemmAttrs;
-use smelt_ir::types::F32;
 
 use super::validate::kind_arity;
 use super::{AttrSpec, PatternExpr};
@@ -195,107 +193,19 @@ fn parse_expr(
     }
 }
 
+/// The payload of `kind[text]`, `text` written as in the text form's attribute
+/// dictionaries (`epsilon = 1.0e-3`, `min = 0, max = 6`): parsed by the text form's own
+/// schema (`smelt_ir::text::op_from_attributes`), so the keys, types, defaults and
+/// required keys of a rule's attributes are those of the IR text.
 pub(super) fn parse_literal_attrs(kind: OpKind, text: &str) -> Result<Attrs, String> {
-    let mut fields: Vec<(String, f64)> = Vec::new();
-    for part in text.split(',') {
-        let part = part.trim();
-        if part.is_empty() {
-            continue;
-        }
-        let (k, v) = part
-            .split_once('=')
-            .ok_or_else(|| format!("attribute '{part}' must be written key=value"))?;
-        let v: f64 = v
-            .trim()
-            .parse()
-            .map_err(|_| format!("attribute value '{}' is not a number", v.trim()))?;
-        fields.push((k.trim().to_string(), v));
+    if kind == OpKind::Fused {
+        return Err(
+            "attributes of 'fused' cannot be spelled out in a rule; bind them to a ?variable"
+                .into(),
+        );
     }
-    let get = |key: &str| -> Result<f64, String> {
-        fields
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| *v)
-            .ok_or_else(|| format!("'{}' needs attribute '{key}'", kind.name()))
-    };
-    let allowed: &[&str] = match kind {
-        OpKind::BatchNorm
-        | OpKind::BnFoldWeight
-        | OpKind::BnFoldBias
-        | OpKind::BnScale
-        | OpKind::BnShift => &["epsilon"],
-        OpKind::Gemm => &["alpha", "beta", "trans_a", "trans_b"],
-        OpKind::Clip => &["min", "max"],
-        OpKind::LeakyRelu => &["alpha"],
-        OpKind::HardSigmoid => &["alpha", "beta"],
-        OpKind::Flatten | OpKind::Concat | OpKind::Softmax => &["axis"],
-        _ => &[],
-    };
-    if let Some((k, _)) = fields.iter().find(|(k, _)| !allowed.contains(&k.as_str())) {
-        return Err(if allowed.is_empty() {
-            format!(
-                "attributes of '{}' cannot be spelled out in a rule; bind them to a ?variable",
-                kind.name()
-            )
-        } else {
-            format!(
-                "'{}' has no attribute '{k}' (it has {})",
-                kind.name(),
-                allowed.join(", ")
-            )
-        });
-    }
-    let f = |v: f64| F32(v as f32);
-    let axis = |v: f64| -> Result<usize, String> {
-        if v >= 0.0 && v.fract() == 0.0 && v < 64.0 {
-            Ok(v as usize)
-        } else {
-            Err(format!("axis {v} must be a small non-negative integer"))
-        }
-    };
-    Ok(match kind {
-        OpKind::BatchNorm
-        | OpKind::BnFoldWeight
-        | OpKind::BnFoldBias
-        | OpKind::BnScale
-        | OpKind::BnShift => Attrs::Epsilon(f(get("epsilon")?)),
-        OpKind::Gemm => {
-            let def = GemmAttrs::default();
-            let or =
-                |key: &str, d: f64| fields.iter().find(|(k, _)| k == key).map_or(d, |(_, v)| *v);
-            let flag = |key: &str| -> Result<bool, String> {
-                match or(key, 0.0) {
-                    0.0 => Ok(false),
-                    1.0 => Ok(true),
-                    v => Err(format!("gemm {key} must be 0 or 1, got {v}")),
-                }
-            };
-            Attrs::Gemm(GemmAttrs {
-                alpha: f(or("alpha", def.alpha.0 as f64)),
-                beta: f(or("beta", def.beta.0 as f64)),
-                trans_a: flag("trans_a")?,
-                trans_b: flag("trans_b")?,
-            })
-        }
-        OpKind::Clip => Attrs::Clip {
-            min: f(get("min")?),
-            max: f(get("max")?),
-        },
-        OpKind::LeakyRelu => Attrs::Alpha(f(get("alpha")?)),
-        OpKind::HardSigmoid => Attrs::HardSigmoid {
-            alpha: f(get("alpha")?),
-            beta: f(get("beta")?),
-        },
-        OpKind::Flatten | OpKind::Concat | OpKind::Softmax => Attrs::Axis(axis(get("axis")?)?),
-        _ if allowed.is_empty() && fields.is_empty() => match kind.default_attrs() {
-            Some(a) => a,
-            None => {
-                return Err(format!(
-                    "attributes of '{}' cannot be spelled out in a rule; bind them to a ?variable",
-                    kind.name()
-                ))
-            }
-        },
-        _ => return Err(format!("bad attributes for '{}'", kind.name())),
-    })
+    let op = smelt_ir::text::op_from_attributes(kind.name(), text).map_err(|(m, _)| m)?;
+    op.split()
+        .map(|(_, attrs)| attrs)
+        .ok_or_else(|| format!("'{}' has no attribute payload", kind.name()))
 }
