@@ -43,19 +43,18 @@ pub enum UnaryOp {
 }
 
 impl UnaryOp {
-    /// Text mnemonic.
+    /// Text mnemonic (from the op table).
     pub fn name(self) -> &'static str {
+        super::Op::Unary(self).name()
+    }
+
+    /// Floating-point operations per element, for the cost model.
+    pub fn flops(self) -> u64 {
         match self {
-            UnaryOp::Relu => "relu",
-            UnaryOp::Clip { .. } => "clip",
-            UnaryOp::LeakyRelu { .. } => "leaky_relu",
-            UnaryOp::Sigmoid => "sigmoid",
-            UnaryOp::Tanh => "tanh",
-            UnaryOp::Erf => "erf",
-            UnaryOp::Gelu => "gelu",
-            UnaryOp::HardSigmoid { .. } => "hard_sigmoid",
-            UnaryOp::HardSwish => "hard_swish",
-            UnaryOp::Silu => "silu",
+            UnaryOp::Relu | UnaryOp::Clip { .. } | UnaryOp::LeakyRelu { .. } => 1,
+            UnaryOp::HardSigmoid { .. } | UnaryOp::HardSwish => 4,
+            UnaryOp::Sigmoid | UnaryOp::Tanh | UnaryOp::Silu => 20,
+            UnaryOp::Erf | UnaryOp::Gelu => 30,
         }
     }
 
@@ -137,16 +136,9 @@ pub enum BinaryOp {
 }
 
 impl BinaryOp {
-    /// Text mnemonic.
+    /// Text mnemonic (from the op table).
     pub fn name(self) -> &'static str {
-        match self {
-            BinaryOp::Add => "add",
-            BinaryOp::Sub => "sub",
-            BinaryOp::Mul => "mul",
-            BinaryOp::Div => "div",
-            BinaryOp::Min => "min",
-            BinaryOp::Max => "max",
-        }
+        super::Op::Binary(self).name()
     }
 
     /// Whether `a op b == b op a`.

@@ -214,7 +214,7 @@ impl Op {
                 2 * out * per_out
             }
             Op::BatchNorm { .. } => 2 * out,
-            Op::Unary(u) => out * unary_flops(*u),
+            Op::Unary(u) => out * u.flops(),
             Op::Binary(_) => out,
             Op::LayerNorm { .. } => 8 * out,
             Op::MaxPool2d(p) | Op::AvgPool2d { pool: p, .. } => {
@@ -242,21 +242,12 @@ impl Op {
                     .post_ops
                     .iter()
                     .map(|p| match p {
-                        PostOp::Unary(u) => unary_flops(*u),
+                        PostOp::Unary(u) => u.flops(),
                         PostOp::Binary { .. } => 1,
                     })
                     .sum();
                 f.anchor.flops(&operands[..n_anchor], result) + post * out
             }
         }
-    }
-}
-
-fn unary_flops(u: UnaryOp) -> u64 {
-    match u {
-        UnaryOp::Relu | UnaryOp::Clip { .. } | UnaryOp::LeakyRelu { .. } => 1,
-        UnaryOp::HardSigmoid { .. } | UnaryOp::HardSwish => 4,
-        UnaryOp::Sigmoid | UnaryOp::Tanh | UnaryOp::Silu => 20,
-        UnaryOp::Erf | UnaryOp::Gelu => 30,
     }
 }

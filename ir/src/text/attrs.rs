@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::op::{BinaryOp, Conv2dAttrs, GemmAttrs, Op, OpKind, Pool2dAttrs, UnaryOp};
+use crate::op::{Attrs, Conv2dAttrs, GemmAttrs, Op, OpKind, Pool2dAttrs, UnaryOp};
 use crate::types::{Layout, F32};
 
 /// Default `epsilon` of batch_norm, layer_norm, bn_fold_weight and bn_fold_bias (ONNX's).
@@ -343,13 +343,13 @@ fn unary(u: UnaryOp) -> Option<Op> {
     Some(Op::Unary(u))
 }
 
-fn binary(b: BinaryOp) -> Option<Op> {
-    Some(Op::Binary(b))
-}
-
 /// Builds the op named `name` from its attributes; `Ok(None)` when no op has that name.
-/// `const` and `fused` have their own syntax and are not handled here.
+/// `const` and `fused` have their own syntax and are not handled here. Ops without
+/// attributes come straight from the op table; the others read their keys here.
 pub(crate) fn build_op(name: &str, d: &mut AttrDict) -> Result<Option<Op>, AttrError> {
+    if let Some(op) = OpKind::from_name(name).and_then(|k| k.join(&Attrs::None)) {
+        return Ok(Some(op));
+    }
     let eps = |d: &mut AttrDict| -> Result<F32, AttrError> {
         Ok(d.f32("epsilon")?.unwrap_or(DEFAULT_EPSILON))
     };
@@ -367,7 +367,6 @@ pub(crate) fn build_op(name: &str, d: &mut AttrDict) -> Result<Option<Op>, AttrE
             }))
         }
         "batch_norm" => Some(Op::BatchNorm { epsilon: eps(d)? }),
-        "relu" => unary(UnaryOp::Relu),
         "clip" => {
             let min = d.f32("min")?;
             let max = d.f32("max")?;
@@ -379,22 +378,10 @@ pub(crate) fn build_op(name: &str, d: &mut AttrDict) -> Result<Option<Op>, AttrE
         "leaky_relu" => unary(UnaryOp::LeakyRelu {
             alpha: d.f32("alpha")?.unwrap_or(DEFAULT_LEAKY_ALPHA),
         }),
-        "sigmoid" => unary(UnaryOp::Sigmoid),
-        "tanh" => unary(UnaryOp::Tanh),
-        "erf" => unary(UnaryOp::Erf),
-        "gelu" => unary(UnaryOp::Gelu),
         "hard_sigmoid" => unary(UnaryOp::HardSigmoid {
             alpha: d.f32("alpha")?.unwrap_or(DEFAULT_HARD_SIGMOID_ALPHA),
             beta: d.f32("beta")?.unwrap_or(DEFAULT_HARD_SIGMOID_BETA),
         }),
-        "hard_swish" => unary(UnaryOp::HardSwish),
-        "silu" => unary(UnaryOp::Silu),
-        "add" => binary(BinaryOp::Add),
-        "sub" => binary(BinaryOp::Sub),
-        "mul" => binary(BinaryOp::Mul),
-        "div" => binary(BinaryOp::Div),
-        "min" => binary(BinaryOp::Min),
-        "max" => binary(BinaryOp::Max),
         "layer_norm" => {
             let axis = d.usize("axis")?;
             Some(Op::LayerNorm {
@@ -407,7 +394,6 @@ pub(crate) fn build_op(name: &str, d: &mut AttrDict) -> Result<Option<Op>, AttrE
             pool: pool_attrs(d)?,
             count_include_pad: d.bool("count_include_pad")?.unwrap_or(false),
         }),
-        "global_avg_pool" => Some(Op::GlobalAvgPool),
         "flatten" => Some(Op::Flatten {
             axis: d.usize("axis")?.unwrap_or(DEFAULT_FLATTEN_AXIS),
         }),
@@ -423,7 +409,6 @@ pub(crate) fn build_op(name: &str, d: &mut AttrDict) -> Result<Option<Op>, AttrE
                 perm: d.required("perm", perm),
             })
         }
-        "matmul" => Some(Op::MatMul),
         "gemm" => {
             let def = GemmAttrs::default();
             Some(Op::Gemm(GemmAttrs {
@@ -455,9 +440,6 @@ pub(crate) fn build_op(name: &str, d: &mut AttrDict) -> Result<Option<Op>, AttrE
         "bn_fold_bias" => Some(Op::BnFoldBias { epsilon: eps(d)? }),
         "bn_scale" => Some(Op::BnScale { epsilon: eps(d)? }),
         "bn_shift" => Some(Op::BnShift { epsilon: eps(d)? }),
-        "channel_scale" => Some(Op::ChannelScale),
-        "channel_vector" => Some(Op::ChannelVector),
-        "conv_shift_bias" => Some(Op::ConvShiftBias),
         _ => None,
     };
     Ok(op)
@@ -559,39 +541,22 @@ fn pool_printed(p: &Pool2dAttrs, rank: usize, out: &mut Printed) {
 
 /// The attributes of a unary op that differ from their defaults, in print order.
 pub(crate) fn unary_attrs(u: UnaryOp) -> Vec<(&'static str, AttrValue)> {
-    let mut out = Printed(Vec::new());
-    match u {
-        UnaryOp::Clip { min, max } => {
-            out.always("min", AttrValue::Float(min));
-            out.always("max", AttrValue::Float(max));
-        }
-        UnaryOp::LeakyRelu { alpha } => {
-            out.unless("alpha", alpha, DEFAULT_LEAKY_ALPHA, AttrValue::Float);
-        }
-        UnaryOp::HardSigmoid { alpha, beta } => {
-            out.unless("alpha", alpha, DEFAULT_HARD_SIGMOID_ALPHA, AttrValue::Float);
-            out.unless("beta", beta, DEFAULT_HARD_SIGMOID_BETA, AttrValue::Float);
-        }
-        UnaryOp::Relu
-        | UnaryOp::Sigmoid
-        | UnaryOp::Tanh
-        | UnaryOp::Erf
-        | UnaryOp::Gelu
-        | UnaryOp::HardSwish
-        | UnaryOp::Silu => {}
-    }
-    out.0
+    op_attrs(&Op::Unary(u), 0)
 }
 
-/// The attributes of `op` that differ from their defaults, in print order. `rank` is the
-/// rank of the op's result (it picks the spelling of layouts). A fused op's anchor
-/// attributes are those of its anchor; `const` and fused ops themselves have none.
+/// The attributes of `op` that differ from their defaults, in print order, read from its
+/// payload (ops sharing a payload share its keys). `rank` is the rank of the op's result
+/// (it picks the spelling of layouts). A fused op's anchor attributes are those of its
+/// anchor; `const` and fused ops themselves have none.
 pub(crate) fn op_attrs(op: &Op, rank: usize) -> Vec<(&'static str, AttrValue)> {
     let mut out = Printed(Vec::new());
     let ints = |v: Vec<usize>| AttrValue::Ints(v);
-    match op {
-        Op::Const(_) | Op::Fused(_) => {}
-        Op::Conv2d(a) => {
+    let Some((kind, attrs)) = op.split() else {
+        return out.0;
+    };
+    match attrs {
+        Attrs::None | Attrs::Fused(_) => {}
+        Attrs::Conv2d(a) => {
             let def = Conv2dAttrs::default();
             out.unless("strides", a.strides.to_vec(), def.strides.to_vec(), ints);
             out.unless("pads", a.pads.to_vec(), def.pads.to_vec(), ints);
@@ -606,49 +571,53 @@ pub(crate) fn op_attrs(op: &Op, rank: usize) -> Vec<(&'static str, AttrValue)> {
                 out.always("layout", AttrValue::Layout(a.layout, rank));
             }
         }
-        Op::BatchNorm { epsilon }
-        | Op::BnFoldWeight { epsilon }
-        | Op::BnFoldBias { epsilon }
-        | Op::BnScale { epsilon }
-        | Op::BnShift { epsilon } => {
-            out.unless("epsilon", *epsilon, DEFAULT_EPSILON, AttrValue::Float);
+        Attrs::Epsilon(epsilon) => {
+            out.unless("epsilon", epsilon, DEFAULT_EPSILON, AttrValue::Float);
         }
-        Op::ChannelScale | Op::ChannelVector | Op::ConvShiftBias => {}
-        Op::Unary(u) => out.0 = unary_attrs(*u),
-        Op::Binary(_) | Op::GlobalAvgPool | Op::MatMul => {}
-        Op::LayerNorm { axis, epsilon } => {
-            out.always("axis", AttrValue::Int(*axis));
-            out.unless("epsilon", *epsilon, DEFAULT_EPSILON, AttrValue::Float);
+        Attrs::Clip { min, max } => {
+            out.always("min", AttrValue::Float(min));
+            out.always("max", AttrValue::Float(max));
         }
-        Op::MaxPool2d(p) => pool_printed(p, rank, &mut out),
-        Op::AvgPool2d {
+        Attrs::Alpha(alpha) => {
+            out.unless("alpha", alpha, DEFAULT_LEAKY_ALPHA, AttrValue::Float);
+        }
+        Attrs::HardSigmoid { alpha, beta } => {
+            out.unless("alpha", alpha, DEFAULT_HARD_SIGMOID_ALPHA, AttrValue::Float);
+            out.unless("beta", beta, DEFAULT_HARD_SIGMOID_BETA, AttrValue::Float);
+        }
+        Attrs::LayerNorm { axis, epsilon } => {
+            out.always("axis", AttrValue::Int(axis));
+            out.unless("epsilon", epsilon, DEFAULT_EPSILON, AttrValue::Float);
+        }
+        Attrs::Pool(p) => pool_printed(&p, rank, &mut out),
+        Attrs::AvgPool {
             pool,
             count_include_pad,
         } => {
-            pool_printed(pool, rank, &mut out);
+            pool_printed(&pool, rank, &mut out);
             out.unless(
                 "count_include_pad",
-                *count_include_pad,
+                count_include_pad,
                 false,
                 AttrValue::Bool,
             );
         }
-        Op::Flatten { axis } => {
-            out.unless("axis", *axis, DEFAULT_FLATTEN_AXIS, AttrValue::Int);
+        // flatten's axis has a default; concat's and softmax's must be written
+        Attrs::Axis(axis) if kind == OpKind::Flatten => {
+            out.unless("axis", axis, DEFAULT_FLATTEN_AXIS, AttrValue::Int);
         }
-        Op::Reshape { shape } => out.always("shape", AttrValue::Ints(shape.clone())),
-        Op::Transpose { perm } => out.always("perm", AttrValue::Ints(perm.clone())),
-        Op::Gemm(g) => {
+        Attrs::Axis(axis) => out.always("axis", AttrValue::Int(axis)),
+        // the same payload, named for what it is: reshape's shape, transpose's permutation
+        Attrs::Dims(dims) if kind == OpKind::Transpose => out.always("perm", AttrValue::Ints(dims)),
+        Attrs::Dims(dims) => out.always("shape", AttrValue::Ints(dims)),
+        Attrs::Gemm(g) => {
             let def = GemmAttrs::default();
             out.unless("alpha", g.alpha, def.alpha, AttrValue::Float);
             out.unless("beta", g.beta, def.beta, AttrValue::Float);
             out.unless("trans_a", g.trans_a, def.trans_a, AttrValue::Bool);
             out.unless("trans_b", g.trans_b, def.trans_b, AttrValue::Bool);
         }
-        Op::Concat { axis } | Op::Softmax { axis } => {
-            out.always("axis", AttrValue::Int(*axis));
-        }
-        Op::Reorder { layout } => out.always("layout", AttrValue::Layout(*layout, rank)),
+        Attrs::Layout(layout) => out.always("layout", AttrValue::Layout(layout, rank)),
     }
     out.0
 }
@@ -665,6 +634,7 @@ pub(crate) fn print_dict(attrs: &[(&'static str, AttrValue)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::op::BinaryOp;
     use crate::weights::WeightId;
 
     /// Turns printed attributes back into literals, as the parser would see them.
