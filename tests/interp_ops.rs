@@ -474,6 +474,15 @@ fn every_unary_matches_closed_forms() {
             vec![0.0, ln3, -ln3],
             vec![0.0, 0.75 * ln3, -0.25 * ln3],
         ),
+        (UnaryOp::Neg, vec![-2.0, 0.0, 3.5], vec![2.0, 0.0, -3.5]),
+        (UnaryOp::Abs, vec![-2.0, 0.0, 3.5], vec![2.0, 0.0, 3.5]),
+        (UnaryOp::Sqrt, vec![0.0, 2.25, 16.0], vec![0.0, 1.5, 4.0]),
+        (UnaryOp::Exp, vec![0.0, ln2, -ln2], vec![1.0, 2.0, 0.5]),
+        (
+            UnaryOp::Reciprocal,
+            vec![-4.0, 0.5, 8.0],
+            vec![-0.25, 2.0, 0.125],
+        ),
     ];
     for (u, xs, want) in cases {
         let x = t(

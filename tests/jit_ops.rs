@@ -67,12 +67,34 @@ fn unary_ops() {
         },
         UnaryOp::HardSwish,
         UnaryOp::Silu,
+        UnaryOp::Neg,
+        UnaryOp::Abs,
+        UnaryOp::Exp,
     ];
     for u in ops {
         for dims in [&[2, 3, 5, 7][..], &[3][..], &[]] {
             let m = one_op(Op::Unary(u), &[t(dims)], &[]);
             check(&format!("{} {dims:?}", u.name()), &m);
         }
+    }
+}
+
+/// Square root and reciprocal away from their poles: inputs in [0.5, 1.5] (and negative
+/// ones for the reciprocal).
+#[test]
+fn sqrt_and_reciprocal() {
+    for u in [UnaryOp::Sqrt, UnaryOp::Reciprocal] {
+        let m = one_op(Op::Unary(u), &[t(&[3, 37])], &[]);
+        let mut inputs = random_inputs(&m, 3);
+        for (i, v) in inputs[0].data.iter_mut().enumerate() {
+            let sign = if u == UnaryOp::Reciprocal && i % 3 == 0 {
+                -1.0
+            } else {
+                1.0
+            };
+            *v = sign * (1.0 + *v * 0.5);
+        }
+        check_against_interp(u.name(), &m, &inputs, 1e-6);
     }
 }
 
@@ -85,6 +107,7 @@ fn unary_ops_on_wide_inputs() {
         UnaryOp::Erf,
         UnaryOp::Gelu,
         UnaryOp::Silu,
+        UnaryOp::Exp,
     ] {
         let m = one_op(Op::Unary(u), &[t(&[203])], &[]);
         let mut inputs = random_inputs(&m, 5);

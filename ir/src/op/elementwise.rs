@@ -40,6 +40,16 @@ pub enum UnaryOp {
     HardSwish,
     /// `x * sigmoid(x)` (a.k.a. swish).
     Silu,
+    /// `-x`.
+    Neg,
+    /// `|x|`.
+    Abs,
+    /// `sqrt(x)` (NaN below zero).
+    Sqrt,
+    /// `e^x`.
+    Exp,
+    /// `1 / x`.
+    Reciprocal,
 }
 
 impl UnaryOp {
@@ -52,6 +62,8 @@ impl UnaryOp {
     pub fn flops(self) -> u64 {
         match self {
             UnaryOp::Relu | UnaryOp::Clip { .. } | UnaryOp::LeakyRelu { .. } => 1,
+            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sqrt | UnaryOp::Reciprocal => 1,
+            UnaryOp::Exp => 15,
             UnaryOp::HardSigmoid { .. } | UnaryOp::HardSwish => 4,
             UnaryOp::Sigmoid | UnaryOp::Tanh | UnaryOp::Silu => 20,
             UnaryOp::Erf | UnaryOp::Gelu => 30,
@@ -82,6 +94,11 @@ impl UnaryOp {
             }
             UnaryOp::HardSwish => x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
             UnaryOp::Silu => x / (1.0 + (-x).exp()),
+            UnaryOp::Neg => -x,
+            UnaryOp::Abs => x.abs(),
+            UnaryOp::Sqrt => x.sqrt(),
+            UnaryOp::Exp => x.exp(),
+            UnaryOp::Reciprocal => 1.0 / x,
         }
     }
 }

@@ -181,6 +181,12 @@ op_table! {
         (Op::Unary(UnaryOp::HardSigmoid { alpha, beta })) <=> (Attrs::HardSigmoid { alpha, beta });
     HardSwish "hard_swish" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::HardSwish)) <=> (Attrs::None);
     Silu "silu" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Silu)) <=> (Attrs::None);
+    Neg "neg" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Neg)) <=> (Attrs::None);
+    Abs "abs" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Abs)) <=> (Attrs::None);
+    Sqrt "sqrt" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Sqrt)) <=> (Attrs::None);
+    Exp "exp" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Exp)) <=> (Attrs::None);
+    Reciprocal "reciprocal" Some(Exact(1)), Elementwise:
+        (Op::Unary(UnaryOp::Reciprocal)) <=> (Attrs::None);
     Add "add" Some(Exact(2)), Elementwise: (Op::Binary(BinaryOp::Add)) <=> (Attrs::None);
     Sub "sub" Some(Exact(2)), Elementwise: (Op::Binary(BinaryOp::Sub)) <=> (Attrs::None);
     Mul "mul" Some(Exact(2)), Elementwise: (Op::Binary(BinaryOp::Mul)) <=> (Attrs::None);

@@ -143,6 +143,11 @@ pub fn unary(b: &mut KernelBuilder, op: UnaryOp, x: Expr, w: Width) -> Expr {
                 add(c(1.0, w), Expr::unary(UnOp::Exp, Expr::unary(UnOp::Neg, x))),
             )
         }
+        UnaryOp::Neg => Expr::unary(UnOp::Neg, x),
+        UnaryOp::Abs => Expr::unary(UnOp::Abs, x),
+        UnaryOp::Sqrt => Expr::unary(UnOp::Sqrt, x),
+        UnaryOp::Exp => Expr::unary(UnOp::Exp, x),
+        UnaryOp::Reciprocal => div(c(1.0, w), x),
     }
 }
 

@@ -75,41 +75,44 @@ pub fn sum(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     Ok(vec![Entry::Value(acc)])
 }
 
-/// The activations that map to one unary op.
+/// The activations and math functions that map to one unary op.
 pub fn unary(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
-    let op = match cx.node.op_type() {
-        "Relu" => {
+    let plain = match cx.node.op_type() {
+        "Relu" => Some(UnaryOp::Relu),
+        "Sigmoid" => Some(UnaryOp::Sigmoid),
+        "Tanh" => Some(UnaryOp::Tanh),
+        "Erf" => Some(UnaryOp::Erf),
+        "HardSwish" => Some(UnaryOp::HardSwish),
+        "Neg" => Some(UnaryOp::Neg),
+        "Abs" => Some(UnaryOp::Abs),
+        "Sqrt" => Some(UnaryOp::Sqrt),
+        "Exp" => Some(UnaryOp::Exp),
+        "Reciprocal" => Some(UnaryOp::Reciprocal),
+        _ => None,
+    };
+    let op = match (plain, cx.node.op_type()) {
+        (Some(op), _) => {
             cx.check_attrs(&[])?;
-            UnaryOp::Relu
+            op
         }
-        "Sigmoid" => {
-            cx.check_attrs(&[])?;
-            UnaryOp::Sigmoid
-        }
-        "Tanh" => {
-            cx.check_attrs(&[])?;
-            UnaryOp::Tanh
-        }
-        "Erf" => {
-            cx.check_attrs(&[])?;
-            UnaryOp::Erf
-        }
-        "HardSwish" => {
-            cx.check_attrs(&[])?;
-            UnaryOp::HardSwish
-        }
-        "LeakyRelu" => {
+        (None, "LeakyRelu") => {
             cx.check_attrs(&["alpha"])?;
             UnaryOp::LeakyRelu {
                 alpha: F32(cx.attr_float_or("alpha", 0.01)?),
             }
         }
-        _ => {
+        (None, "HardSigmoid") => {
             cx.check_attrs(&["alpha", "beta"])?;
             UnaryOp::HardSigmoid {
                 alpha: F32(cx.attr_float_or("alpha", 0.2)?),
                 beta: F32(cx.attr_float_or("beta", 0.5)?),
             }
+        }
+        (None, other) => {
+            return Err(cx.err(
+                "onnx-unsupported",
+                format!("'{other}' is not a unary op smelt maps"),
+            ))
         }
     };
     let x = cx.value(0)?;

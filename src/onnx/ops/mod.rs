@@ -39,6 +39,7 @@ macro_rules! rules {
 
 /// The table, sorted by op type.
 pub static RULES: &[OpRule] = rules! {
+    "Abs"                 [1, 6, 13],                     from 6  => elementwise::unary;
     "Add"                 [1, 6, 7, 13, 14],              from 7  => elementwise::binary;
     "AveragePool"         [1, 7, 10, 11, 19, 22],         from 1  => pool::average_pool;
     "BatchNormalization"  [1, 6, 7, 9, 14, 15],           from 6  => norm::batch_norm;
@@ -50,6 +51,7 @@ pub static RULES: &[OpRule] = rules! {
     "Div"                 [1, 6, 7, 13, 14],              from 7  => elementwise::binary;
     "Dropout"             [1, 6, 7, 10, 12, 13, 22],      from 1  => shape::dropout;
     "Erf"                 [9, 13],                        from 9  => elementwise::unary;
+    "Exp"                 [1, 6, 13],                     from 6  => elementwise::unary;
     "Flatten"             [1, 9, 11, 13, 21, 23, 24, 25], from 1  => shape::flatten;
     "Gather"              [1, 11, 13],                    from 1  => shape::gather;
     "Gelu"                [20],                           from 20 => elementwise::gelu;
@@ -63,11 +65,14 @@ pub static RULES: &[OpRule] = rules! {
     "MatMul"              [1, 9, 13],                     from 1  => linalg::matmul;
     "MaxPool"             [1, 8, 10, 11, 12, 22],         from 1  => pool::max_pool;
     "Mul"                 [1, 6, 7, 13, 14],              from 7  => elementwise::binary;
+    "Neg"                 [1, 6, 13],                     from 6  => elementwise::unary;
+    "Reciprocal"          [1, 6, 13],                     from 6  => elementwise::unary;
     "Relu"                [1, 6, 13, 14],                 from 6  => elementwise::unary;
     "Reshape"             [1, 5, 13, 14, 19, 21, 23, 24, 25], from 1 => shape::reshape;
     "Shape"               [1, 13, 15, 19, 21, 23, 24, 25], from 1 => shape::shape;
     "Sigmoid"             [1, 6, 13],                     from 6  => elementwise::unary;
     "Softmax"             [1, 11, 13],                    from 1  => linalg::softmax;
+    "Sqrt"                [1, 6, 13],                     from 6  => elementwise::unary;
     "Squeeze"             [1, 11, 13, 21, 23, 24, 25],    from 1  => shape::squeeze;
     "Sub"                 [1, 6, 7, 13, 14],              from 7  => elementwise::binary;
     "Sum"                 [1, 6, 8, 13],                  from 6  => elementwise::sum;
