@@ -85,8 +85,10 @@ pub struct SmeltOptions {
     /// Threads each run may use, the calling thread included (0: one per core). Results
     /// are bit-identical for every count.
     pub threads: u32,
-    /// ONNX only: shapes pinning dynamic input dimensions, as a NUL-terminated string
-    /// `"NAME=1x3x224x224;OTHER=1x16"`, or NULL for none.
+    /// ONNX only: shapes pinning dynamic input dimensions (`-1`, a `dim_param` or an
+    /// unset dimension), as a NUL-terminated string `"NAME=1x3x224x224;OTHER=1x16"`, or
+    /// NULL for none. Each input at most once; a pin must agree with the model's static
+    /// dimensions and name one of its inputs.
     pub input_shapes: *const c_char,
     /// The code of conv tiles: 0 the widest micro-kernel the CPU runs (default), 1
     /// Cranelift code only (portable), 2 the AVX2 micro-kernel, 3 the AVX-512 one (2 and
@@ -257,6 +259,9 @@ unsafe fn read_options(opts: *const SmeltOptions) -> Result<Options, Failure> {
                     "input_shapes entry '{entry}' must look like NAME=1x3x224x224 (positive dims)"
                 ))
             })?;
+            if input_shapes.contains_key(&name) {
+                return Err(invalid(format!("input_shapes gives input '{name}' twice")));
+            }
             input_shapes.insert(name, dims);
         }
     }
@@ -435,6 +440,7 @@ pub unsafe extern "C" fn smelt_executable_from_onnx(
 fn import_onnx(model: &[u8], opts: &Options) -> Result<Module, Failure> {
     let import = crate::onnx::ImportOptions {
         input_shapes: opts.input_shapes.clone(),
+        interface: crate::Interface::C,
         ..crate::onnx::ImportOptions::default()
     };
     Ok(crate::onnx::import(model, &import)?)
