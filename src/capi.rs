@@ -413,6 +413,8 @@ pub unsafe extern "C" fn smelt_executable_from_text(
 
 /// Compiles a model given as ONNX bytes (`len` bytes of a serialized ModelProto) and
 /// stores the new executable in `*out` (NULL on failure). `opts` may be NULL (defaults).
+/// Bytes have no folder, so a model with external data fails here: use
+/// `smelt_executable_from_file`.
 ///
 /// # Safety
 /// `data` is readable for `len` bytes; `opts` is NULL or a valid `SmeltOptions`; `out` is
@@ -438,12 +440,30 @@ pub unsafe extern "C" fn smelt_executable_from_onnx(
 
 #[cfg(feature = "onnx")]
 fn import_onnx(model: &[u8], opts: &Options) -> Result<Module, Failure> {
-    let import = crate::onnx::ImportOptions {
+    Ok(crate::onnx::import(model, &import_options(opts))?)
+}
+
+/// Compiles an ONNX file: its external data is read from the file's folder.
+#[cfg(feature = "onnx")]
+fn import_onnx_file(path: &Path, opts: &Options) -> Result<Module, Failure> {
+    Ok(crate::onnx::import_file(path, &import_options(opts))?)
+}
+
+#[cfg(feature = "onnx")]
+fn import_options(opts: &Options) -> crate::onnx::ImportOptions {
+    crate::onnx::ImportOptions {
         input_shapes: opts.input_shapes.clone(),
         interface: crate::Interface::C,
         ..crate::onnx::ImportOptions::default()
-    };
-    Ok(crate::onnx::import(model, &import)?)
+    }
+}
+
+#[cfg(not(feature = "onnx"))]
+fn import_onnx_file(_path: &Path, _opts: &Options) -> Result<Module, Failure> {
+    Err(Failure(
+        SmeltStatus::Unsupported,
+        "smelt was built without the `onnx` feature".into(),
+    ))
 }
 
 #[cfg(not(feature = "onnx"))]
@@ -454,8 +474,9 @@ fn import_onnx(_model: &[u8], _opts: &Options) -> Result<Module, Failure> {
     ))
 }
 
-/// Compiles the model file at `path` (NUL-terminated): `.onnx`, otherwise `.tir` text with
-/// its weight sidecars. Stores the new executable in `*out` (NULL on failure).
+/// Compiles the model file at `path` (NUL-terminated): `.onnx` (with its external data,
+/// read from files inside the model's folder), otherwise `.tir` text with its weight
+/// sidecars. Stores the new executable in `*out` (NULL on failure).
 ///
 /// # Safety
 /// `path` is a NUL-terminated string; `opts` is NULL or a valid `SmeltOptions`; `out` is
@@ -481,17 +502,17 @@ pub unsafe extern "C" fn smelt_executable_from_file(
             }
             let path = Path::new(path);
             let opts = read_options(opts)?;
-            let data = std::fs::read(path).map_err(|source| Error::Io {
-                path: path.display().to_string(),
-                source,
-            })?;
             let is_onnx = path
                 .extension()
                 .is_some_and(|e| e.eq_ignore_ascii_case("onnx"));
             let module = if is_onnx {
-                import_onnx(&data, &opts)?
+                import_onnx_file(path, &opts)?
             } else {
                 opts.no_shapes_for_text()?;
+                let data = std::fs::read(path).map_err(|source| Error::Io {
+                    path: path.display().to_string(),
+                    source,
+                })?;
                 let name = path.display().to_string();
                 smelt_ir::text::parse_bytes(&data, &name, path.parent()).map_err(|d| {
                     let rendered = d.render(std::str::from_utf8(&data).ok());

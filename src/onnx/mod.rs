@@ -18,6 +18,7 @@
 
 mod aligned;
 mod context;
+mod external;
 mod ops;
 pub mod proto;
 pub mod tensor;
@@ -64,20 +65,31 @@ impl ImportOptions {
 
 /// Imports an ONNX model from its serialized bytes (copied once, into an aligned buffer
 /// whose windows become the large weights).
+///
+/// A model given as bytes has no folder, so tensors stored as external data are refused
+/// (use [`import_file`]).
 pub fn import(bytes: &[u8], opts: &ImportOptions) -> Result<Module, crate::Error> {
-    import_aligned(AlignedBuf::from_bytes(bytes), opts)
+    import_aligned(AlignedBuf::from_bytes(bytes), None, opts)
 }
 
 /// Imports an ONNX model from a shared buffer; weights stored in `raw_data` are sliced
 /// from it during decoding and copied once, into the module's aligned weight buffers.
+/// External data is refused, as for [`import`].
 pub fn import_bytes(bytes: Bytes, opts: &ImportOptions) -> Result<Module, crate::Error> {
-    let model = decode_model(bytes).map_err(onnx_error)?;
-    import_model(&model, &HashMap::new(), opts).map_err(onnx_error)
+    let mut model = decode_model(bytes).map_err(onnx_error)?;
+    let mut windows = HashMap::new();
+    external::resolve(&mut model, None, &mut windows, opts.interface).map_err(onnx_error)?;
+    import_model(&model, &windows, opts).map_err(onnx_error)
 }
 
 /// Reads and imports an ONNX model file. The file is read once, into an aligned buffer;
 /// its large float initializers are aligned in place and become windows of it, so no
 /// weight data is copied.
+///
+/// Tensors stored as ONNX external data (`data_location = EXTERNAL`) are read from their
+/// side files, which must be regular files inside the model file's folder (after `..`
+/// and symlinks): each read is exactly the tensor's size, within the file, straight into
+/// the aligned buffer that becomes the weight.
 pub fn import_file(path: &Path, opts: &ImportOptions) -> Result<Module, crate::Error> {
     let io = |source| crate::Error::Io {
         path: path.display().to_string(),
@@ -92,7 +104,8 @@ pub fn import_file(path: &Path, opts: &ImportOptions) -> Result<Module, crate::E
         read_into(&mut file, dst).map_err(io)?;
     }
     // a file that grew since its length was read is read no further, like a truncated one
-    import_aligned(buf, opts)
+    let folder = path.parent().unwrap_or(Path::new("."));
+    import_aligned(buf, Some(folder), opts)
 }
 
 /// Files at least this large are read by two threads, each into its half of the buffer.
@@ -124,15 +137,27 @@ fn read_into(file: &mut std::fs::File, dst: &mut [u8]) -> std::io::Result<()> {
     file.read_exact(dst)
 }
 
-/// Imports a model held in an owned aligned buffer (see [`aligned`]).
-fn import_aligned(file: AlignedBuf, opts: &ImportOptions) -> Result<Module, crate::Error> {
+/// Imports a model held in an owned aligned buffer (see [`aligned`]); external data is
+/// read from `folder` (none: refused).
+fn import_aligned(
+    file: AlignedBuf,
+    folder: Option<&Path>,
+    opts: &ImportOptions,
+) -> Result<Module, crate::Error> {
     if file.len_bytes() == 0 {
         return Err(onnx_error(plain_error(
             "onnx-decode",
             "the model file is empty",
         )));
     }
-    let decoded = aligned::decode(file).map_err(|e| onnx_error(malformed(e)))?;
+    let mut decoded = aligned::decode(file).map_err(|e| onnx_error(malformed(e)))?;
+    external::resolve(
+        &mut decoded.model,
+        folder,
+        &mut decoded.windows,
+        opts.interface,
+    )
+    .map_err(onnx_error)?;
     import_model(&decoded.model, &decoded.windows, opts).map_err(onnx_error)
 }
 
