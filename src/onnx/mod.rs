@@ -11,8 +11,10 @@
 //! The model becomes one function `main` whose parameters are the graph inputs that are
 //! not initializers and whose results are the graph outputs, with ONNX's names. Every op
 //! carries the ONNX node's name as its location. Shapes are static: dynamic dimensions
-//! must be pinned with [`ImportOptions::input_shapes`], and shape arithmetic (Shape,
-//! Gather, Concat, Unsqueeze...) is folded to constants at import.
+//! (a declared `-1`, a `dim_param` — named, `?` or empty — or an unset dimension) must be
+//! pinned with [`ImportOptions::input_shapes`], and shape arithmetic (Shape, Gather,
+//! Concat, Unsqueeze...) is folded to constants at import. [`import_file`] reads tensors
+//! stored as external data from the model's folder (see `external.rs` for the limits).
 
 #![cfg(feature = "onnx")]
 
