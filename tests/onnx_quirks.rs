@@ -400,6 +400,15 @@ fn pins_that_contradict_the_model_are_errors_naming_the_dim() {
         text.contains("the model has no input named 'images' (inputs: x)"),
         "{text}"
     );
+    // a pin of an input also frozen as a constant
+    let mut both = ImportOptions::default().with_shape("x", [1, 3, 1]);
+    both.constant_inputs
+        .insert("x".into(), f32_raw("x", &[1, 3, 1], &[0.0; 3]));
+    let text = error_text(import(&model.bytes(), &both), "onnx-bad-option");
+    assert!(
+        text.contains("input 'x' is given both a shape and a constant value"),
+        "{text}"
+    );
     // a declared size below -1 is malformed
     let bad = Model::new(13)
         .input("x", &[Dim::Fixed(-2)])

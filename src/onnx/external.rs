@@ -9,7 +9,8 @@
 //!   `canonicalize`) inside the model's folder; an absolute path, a `..` that climbs out
 //!   of the folder or a symlink that leads out of it is refused;
 //! - the file is a regular file (checked on the opened handle, which was opened without
-//!   blocking, so a FIFO or a device such as `/dev/zero` is refused, never read);
+//!   blocking and without following a symlink swapped in after the check, so a FIFO or a
+//!   device such as `/dev/zero` is refused, never read);
 //! - `offset + length` lies inside the file, `length` (when given) is exactly the
 //!   tensor's size from its dims and data type, and exactly that many bytes are read.
 //!
@@ -343,16 +344,16 @@ fn confine(folder: &Path, location: &str) -> Result<PathBuf, String> {
     Ok(canonical)
 }
 
-/// Opens `path` for reading without blocking (a FIFO would otherwise wait for a writer)
-/// and checks, on the opened handle, that it is a regular file; returns it with its
-/// length.
+/// Opens `path` (canonical) for reading without blocking (a FIFO would otherwise wait for
+/// a writer) and without following a symlink put in its place since it was resolved, and
+/// checks, on the opened handle, that it is a regular file; returns it with its length.
 fn open_regular(path: &Path) -> Result<(File, u64), String> {
     let mut options = std::fs::OpenOptions::new();
     options.read(true);
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
-        options.custom_flags(libc::O_NONBLOCK);
+        options.custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW);
     }
     let file = options
         .open(path)

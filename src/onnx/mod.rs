@@ -349,6 +349,15 @@ fn define_inputs(
             ));
         }
         if let Some(t) = opts.constant_inputs.get(name) {
+            if opts.input_shapes.contains_key(name) {
+                return Err(plain_error(
+                    "onnx-bad-option",
+                    format!(
+                        "input '{name}' is given both a shape and a constant value; its \
+                         shape is the constant's"
+                    ),
+                ));
+            }
             let c = ConstTensor::from_proto(t).map_err(|m| {
                 plain_error("onnx-bad-option", format!("constant input '{name}': {m}"))
             })?;
