@@ -78,8 +78,10 @@ typedef struct SmeltOptions {
    */
   uint32_t threads;
   /**
-   * ONNX only: shapes pinning dynamic input dimensions, as a NUL-terminated string
-   * `"NAME=1x3x224x224;OTHER=1x16"`, or NULL for none.
+   * ONNX only: shapes pinning dynamic input dimensions (`-1`, a `dim_param` or an
+   * unset dimension), as a NUL-terminated string `"NAME=1x3x224x224;OTHER=1x16"`, or
+   * NULL for none. Each input at most once; a pin must agree with the model's static
+   * dimensions and name one of its inputs.
    */
   const char *input_shapes;
   /**
@@ -143,6 +145,8 @@ SmeltStatus smelt_executable_from_text(const char *text,
 /**
  * Compiles a model given as ONNX bytes (`len` bytes of a serialized ModelProto) and
  * stores the new executable in `*out` (NULL on failure). `opts` may be NULL (defaults).
+ * Bytes have no folder, so a model with external data fails here: use
+ * `smelt_executable_from_file`.
  *
  * # Safety
  * `data` is readable for `len` bytes; `opts` is NULL or a valid `SmeltOptions`; `out` is
@@ -154,8 +158,9 @@ SmeltStatus smelt_executable_from_onnx(const uint8_t *data,
                                        struct SmeltExecutable **out);
 
 /**
- * Compiles the model file at `path` (NUL-terminated): `.onnx`, otherwise `.tir` text with
- * its weight sidecars. Stores the new executable in `*out` (NULL on failure).
+ * Compiles the model file at `path` (NUL-terminated): `.onnx` (with its external data,
+ * read from files inside the model's folder), otherwise `.tir` text with its weight
+ * sidecars. Stores the new executable in `*out` (NULL on failure).
  *
  * # Safety
  * `path` is a NUL-terminated string; `opts` is NULL or a valid `SmeltOptions`; `out` is

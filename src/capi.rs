@@ -85,8 +85,10 @@ pub struct SmeltOptions {
     /// Threads each run may use, the calling thread included (0: one per core). Results
     /// are bit-identical for every count.
     pub threads: u32,
-    /// ONNX only: shapes pinning dynamic input dimensions, as a NUL-terminated string
-    /// `"NAME=1x3x224x224;OTHER=1x16"`, or NULL for none.
+    /// ONNX only: shapes pinning dynamic input dimensions (`-1`, a `dim_param` or an
+    /// unset dimension), as a NUL-terminated string `"NAME=1x3x224x224;OTHER=1x16"`, or
+    /// NULL for none. Each input at most once; a pin must agree with the model's static
+    /// dimensions and name one of its inputs.
     pub input_shapes: *const c_char,
     /// The code of conv tiles: 0 the widest micro-kernel the CPU runs (default), 1
     /// Cranelift code only (portable), 2 the AVX2 micro-kernel, 3 the AVX-512 one (2 and
@@ -257,6 +259,9 @@ unsafe fn read_options(opts: *const SmeltOptions) -> Result<Options, Failure> {
                     "input_shapes entry '{entry}' must look like NAME=1x3x224x224 (positive dims)"
                 ))
             })?;
+            if input_shapes.contains_key(&name) {
+                return Err(invalid(format!("input_shapes gives input '{name}' twice")));
+            }
             input_shapes.insert(name, dims);
         }
     }
@@ -408,6 +413,8 @@ pub unsafe extern "C" fn smelt_executable_from_text(
 
 /// Compiles a model given as ONNX bytes (`len` bytes of a serialized ModelProto) and
 /// stores the new executable in `*out` (NULL on failure). `opts` may be NULL (defaults).
+/// Bytes have no folder, so a model with external data fails here: use
+/// `smelt_executable_from_file`.
 ///
 /// # Safety
 /// `data` is readable for `len` bytes; `opts` is NULL or a valid `SmeltOptions`; `out` is
@@ -433,11 +440,30 @@ pub unsafe extern "C" fn smelt_executable_from_onnx(
 
 #[cfg(feature = "onnx")]
 fn import_onnx(model: &[u8], opts: &Options) -> Result<Module, Failure> {
-    let import = crate::onnx::ImportOptions {
+    Ok(crate::onnx::import(model, &import_options(opts))?)
+}
+
+/// Compiles an ONNX file: its external data is read from the file's folder.
+#[cfg(feature = "onnx")]
+fn import_onnx_file(path: &Path, opts: &Options) -> Result<Module, Failure> {
+    Ok(crate::onnx::import_file(path, &import_options(opts))?)
+}
+
+#[cfg(feature = "onnx")]
+fn import_options(opts: &Options) -> crate::onnx::ImportOptions {
+    crate::onnx::ImportOptions {
         input_shapes: opts.input_shapes.clone(),
+        interface: crate::Interface::C,
         ..crate::onnx::ImportOptions::default()
-    };
-    Ok(crate::onnx::import(model, &import)?)
+    }
+}
+
+#[cfg(not(feature = "onnx"))]
+fn import_onnx_file(_path: &Path, _opts: &Options) -> Result<Module, Failure> {
+    Err(Failure(
+        SmeltStatus::Unsupported,
+        "smelt was built without the `onnx` feature".into(),
+    ))
 }
 
 #[cfg(not(feature = "onnx"))]
@@ -448,8 +474,9 @@ fn import_onnx(_model: &[u8], _opts: &Options) -> Result<Module, Failure> {
     ))
 }
 
-/// Compiles the model file at `path` (NUL-terminated): `.onnx`, otherwise `.tir` text with
-/// its weight sidecars. Stores the new executable in `*out` (NULL on failure).
+/// Compiles the model file at `path` (NUL-terminated): `.onnx` (with its external data,
+/// read from files inside the model's folder), otherwise `.tir` text with its weight
+/// sidecars. Stores the new executable in `*out` (NULL on failure).
 ///
 /// # Safety
 /// `path` is a NUL-terminated string; `opts` is NULL or a valid `SmeltOptions`; `out` is
@@ -475,17 +502,17 @@ pub unsafe extern "C" fn smelt_executable_from_file(
             }
             let path = Path::new(path);
             let opts = read_options(opts)?;
-            let data = std::fs::read(path).map_err(|source| Error::Io {
-                path: path.display().to_string(),
-                source,
-            })?;
             let is_onnx = path
                 .extension()
                 .is_some_and(|e| e.eq_ignore_ascii_case("onnx"));
             let module = if is_onnx {
-                import_onnx(&data, &opts)?
+                import_onnx_file(path, &opts)?
             } else {
                 opts.no_shapes_for_text()?;
+                let data = std::fs::read(path).map_err(|source| Error::Io {
+                    path: path.display().to_string(),
+                    source,
+                })?;
                 let name = path.display().to_string();
                 smelt_ir::text::parse_bytes(&data, &name, path.parent()).map_err(|d| {
                     let rendered = d.render(std::str::from_utf8(&data).ok());

@@ -75,11 +75,28 @@ pub struct OptimizeOptions {
     pub fusion: FusionOptions,
 }
 
+/// The interface a caller reaches smelt through, so that an error asking for an option
+/// spells it the caller's way: the CLI's `--shape x=1x3x224x224`, the Rust field
+/// `ImportOptions::input_shapes`, or the C field `SmeltOptions.input_shapes`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Interface {
+    /// The Rust API (`smelt::onnx::ImportOptions`, `smelt::LoadOptions`): the default.
+    #[default]
+    Rust,
+    /// The `smelt` command line.
+    Cli,
+    /// The C API (`include/smelt.h`).
+    C,
+}
+
 /// How to read a model file.
 #[derive(Clone, Debug, Default)]
 pub struct LoadOptions {
     /// Shapes pinning the dynamic dimensions of graph inputs, by input name (ONNX).
     pub input_shapes: std::collections::BTreeMap<String, Vec<usize>>,
+    /// Who is asking, for the spelling of options in error messages (the CLI and the C
+    /// API set it; Rust callers keep the default).
+    pub interface: Interface,
 }
 
 /// Reads a model from a file: `.onnx` (with the `onnx` feature) or `.tir` text (with its
@@ -93,6 +110,7 @@ pub fn load_model(path: &Path, opts: &LoadOptions) -> Result<Module, Error> {
         {
             let import = onnx::ImportOptions {
                 input_shapes: opts.input_shapes.clone(),
+                interface: opts.interface,
                 ..onnx::ImportOptions::default()
             };
             return onnx::import_file(path, &import);

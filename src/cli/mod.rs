@@ -14,7 +14,7 @@ pub mod verify;
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, ValueEnum};
 use smelt::ir::{Module, Tensor};
 use smelt::passes::fusion::load_rules;
@@ -33,7 +33,10 @@ pub struct ModelArgs {
 impl ModelArgs {
     /// Loads the model; IR diagnostics are rendered with a caret excerpt of the source.
     pub fn load(&self) -> Result<Module> {
-        let mut opts = LoadOptions::default();
+        let mut opts = LoadOptions {
+            interface: smelt::Interface::Cli,
+            ..LoadOptions::default()
+        };
         for arg in &self.shapes {
             let (name, dims) = arg
                 .split_once('=')
@@ -45,7 +48,9 @@ impl ModelArgs {
                 .ok_or_else(|| {
                     anyhow!("--shape '{arg}': dimensions must be positive integers joined by 'x'")
                 })?;
-            opts.input_shapes.insert(name.to_string(), dims);
+            if opts.input_shapes.insert(name.to_string(), dims).is_some() {
+                bail!("--shape gives input '{name}' twice");
+            }
         }
         load(&self.model, &opts)
     }

@@ -11,13 +11,16 @@
 //! The model becomes one function `main` whose parameters are the graph inputs that are
 //! not initializers and whose results are the graph outputs, with ONNX's names. Every op
 //! carries the ONNX node's name as its location. Shapes are static: dynamic dimensions
-//! must be pinned with [`ImportOptions::input_shapes`], and shape arithmetic (Shape,
-//! Gather, Concat, Unsqueeze...) is folded to constants at import.
+//! (a declared `-1`, a `dim_param` — named, `?` or empty — or an unset dimension) must be
+//! pinned with [`ImportOptions::input_shapes`], and shape arithmetic (Shape, Gather,
+//! Concat, Unsqueeze...) is folded to constants at import. [`import_file`] reads tensors
+//! stored as external data from the model's folder (see `external.rs` for the limits).
 
 #![cfg(feature = "onnx")]
 
 mod aligned;
 mod context;
+mod external;
 mod ops;
 pub mod proto;
 pub mod tensor;
@@ -36,6 +39,8 @@ pub use ops::MAX_OPSET;
 use proto::{tensor_shape_proto::dimension, type_proto, GraphProto, ModelProto, NodeProto};
 use tensor::{dtype, ConstData, ConstTensor};
 
+pub use crate::Interface;
+
 /// Options of [`import`].
 #[derive(Clone, Debug, Default)]
 pub struct ImportOptions {
@@ -46,6 +51,10 @@ pub struct ImportOptions {
     /// decoded with [`tensor::ConstTensor::from_proto`]). Inputs that give shapes or
     /// axes, which smelt needs at compile time, can be provided this way.
     pub constant_inputs: BTreeMap<String, proto::TensorProto>,
+    /// The interface the caller uses, so that errors asking for an option (an unpinned
+    /// dynamic dimension) spell it the caller's way. The CLI and the C API set it; Rust
+    /// callers keep the default, [`Interface::Rust`].
+    pub interface: Interface,
 }
 
 impl ImportOptions {
@@ -58,20 +67,31 @@ impl ImportOptions {
 
 /// Imports an ONNX model from its serialized bytes (copied once, into an aligned buffer
 /// whose windows become the large weights).
+///
+/// A model given as bytes has no folder, so tensors stored as external data are refused
+/// (use [`import_file`]).
 pub fn import(bytes: &[u8], opts: &ImportOptions) -> Result<Module, crate::Error> {
-    import_aligned(AlignedBuf::from_bytes(bytes), opts)
+    import_aligned(AlignedBuf::from_bytes(bytes), None, opts)
 }
 
 /// Imports an ONNX model from a shared buffer; weights stored in `raw_data` are sliced
 /// from it during decoding and copied once, into the module's aligned weight buffers.
+/// External data is refused, as for [`import`].
 pub fn import_bytes(bytes: Bytes, opts: &ImportOptions) -> Result<Module, crate::Error> {
-    let model = decode_model(bytes).map_err(onnx_error)?;
-    import_model(&model, &HashMap::new(), opts).map_err(onnx_error)
+    let mut model = decode_model(bytes).map_err(onnx_error)?;
+    let mut windows = HashMap::new();
+    external::resolve(&mut model, None, &mut windows, opts.interface).map_err(onnx_error)?;
+    import_model(&model, &windows, opts).map_err(onnx_error)
 }
 
 /// Reads and imports an ONNX model file. The file is read once, into an aligned buffer;
 /// its large float initializers are aligned in place and become windows of it, so no
 /// weight data is copied.
+///
+/// Tensors stored as ONNX external data (`data_location = EXTERNAL`) are read from their
+/// side files, which must be regular files inside the model file's folder (after `..`
+/// and symlinks): each read is exactly the tensor's size, within the file, straight into
+/// the aligned buffer that becomes the weight.
 pub fn import_file(path: &Path, opts: &ImportOptions) -> Result<Module, crate::Error> {
     let io = |source| crate::Error::Io {
         path: path.display().to_string(),
@@ -86,7 +106,8 @@ pub fn import_file(path: &Path, opts: &ImportOptions) -> Result<Module, crate::E
         read_into(&mut file, dst).map_err(io)?;
     }
     // a file that grew since its length was read is read no further, like a truncated one
-    import_aligned(buf, opts)
+    let folder = path.parent().unwrap_or(Path::new("."));
+    import_aligned(buf, Some(folder), opts)
 }
 
 /// Files at least this large are read by two threads, each into its half of the buffer.
@@ -118,15 +139,27 @@ fn read_into(file: &mut std::fs::File, dst: &mut [u8]) -> std::io::Result<()> {
     file.read_exact(dst)
 }
 
-/// Imports a model held in an owned aligned buffer (see [`aligned`]).
-fn import_aligned(file: AlignedBuf, opts: &ImportOptions) -> Result<Module, crate::Error> {
+/// Imports a model held in an owned aligned buffer (see [`aligned`]); external data is
+/// read from `folder` (none: refused).
+fn import_aligned(
+    file: AlignedBuf,
+    folder: Option<&Path>,
+    opts: &ImportOptions,
+) -> Result<Module, crate::Error> {
     if file.len_bytes() == 0 {
         return Err(onnx_error(plain_error(
             "onnx-decode",
             "the model file is empty",
         )));
     }
-    let decoded = aligned::decode(file).map_err(|e| onnx_error(malformed(e)))?;
+    let mut decoded = aligned::decode(file).map_err(|e| onnx_error(malformed(e)))?;
+    external::resolve(
+        &mut decoded.model,
+        folder,
+        &mut decoded.windows,
+        opts.interface,
+    )
+    .map_err(onnx_error)?;
     import_model(&decoded.model, &decoded.windows, opts).map_err(onnx_error)
 }
 
@@ -315,27 +348,122 @@ fn define_inputs(
                 format!("graph input '{name}' is declared twice"),
             ));
         }
-        if imp.entries.contains_key(name) {
-            continue; // an initializer also listed as an input (IR version < 4): a default value
-        }
         if let Some(t) = opts.constant_inputs.get(name) {
+            if opts.input_shapes.contains_key(name) {
+                return Err(plain_error(
+                    "onnx-bad-option",
+                    format!(
+                        "input '{name}' is given both a shape and a constant value; its \
+                         shape is the constant's"
+                    ),
+                ));
+            }
             let c = ConstTensor::from_proto(t).map_err(|m| {
                 plain_error("onnx-bad-option", format!("constant input '{name}': {m}"))
             })?;
             imp.entries.insert(name.to_string(), Entry::constant(c));
             continue;
         }
-        let ty = input_type(input, opts.input_shapes.get(name))?;
+        if let Some(Entry::Const(c)) = imp.entries.get(name) {
+            // an initializer also listed as an input (IR version < 4): its default value,
+            // which smelt keeps as a constant (a constant input given above replaces it)
+            if let Some(dims) = opts.input_shapes.get(name) {
+                return Err(plain_error(
+                    "onnx-bad-option",
+                    format!(
+                        "shape {dims:?} given for input '{name}', which has an initializer of \
+                         shape {:?}: smelt treats it as that constant, so its shape cannot be \
+                         pinned",
+                        c.dims
+                    ),
+                ));
+            }
+            continue;
+        }
+        let ty = input_type(input, opts.input_shapes.get(name), opts.interface)?;
         let v = imp.builder.param(name, ty);
         imp.entries.insert(name.to_string(), Entry::Value(v));
     }
     Ok(())
 }
 
+/// What one declared dimension of a graph input says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DeclaredDim {
+    /// A static size.
+    Fixed(usize),
+    /// A dynamic size: `-1`, a `dim_param` (named, `?` or empty) or no value at all.
+    Dynamic,
+}
+
+/// Reads one declared dimension: `-1`, a `dim_param` and an unset dimension are all
+/// dynamic; any other negative size is a malformed model.
+fn declared_dim(
+    name: &str,
+    k: usize,
+    d: &proto::tensor_shape_proto::Dimension,
+) -> Result<DeclaredDim, Diagnostic> {
+    match d.value {
+        Some(dimension::Value::DimValue(v)) if v >= 0 => {
+            usize::try_from(v).map(DeclaredDim::Fixed).map_err(|_| {
+                plain_error(
+                    "onnx-bad-model",
+                    format!("input '{name}' dimension {k} ({v}) is too large"),
+                )
+            })
+        }
+        Some(dimension::Value::DimValue(-1)) | Some(dimension::Value::DimParam(_)) | None => {
+            Ok(DeclaredDim::Dynamic)
+        }
+        Some(dimension::Value::DimValue(v)) => Err(plain_error(
+            "onnx-bad-model",
+            format!(
+                "input '{name}' dimension {k} is declared as {v}; a size is non-negative, or -1 \
+                 (or a dim_param) for a dynamic one"
+            ),
+        )),
+    }
+}
+
+/// How the caller pins the dims of input `name`, spelled for its interface, with the
+/// declared shape as the example (each dynamic dimension `k` written `Dk`).
+fn pin_hint(interface: Interface, name: &str, decl: Option<&[DeclaredDim]>) -> String {
+    let parts: Vec<String> = match decl {
+        Some(decl) => decl
+            .iter()
+            .enumerate()
+            .map(|(k, d)| match d {
+                DeclaredDim::Fixed(v) => v.to_string(),
+                DeclaredDim::Dynamic => format!("D{k}"),
+            })
+            .collect(),
+        None => vec!["DIMS".to_string()],
+    };
+    let dynamic = decl.is_some_and(|d| d.contains(&DeclaredDim::Dynamic));
+    let note = if dynamic {
+        " (each Dk the size of dimension k)"
+    } else {
+        ""
+    };
+    match interface {
+        Interface::Cli => format!("pin it with --shape {name}={}{note}", parts.join("x")),
+        Interface::C => format!(
+            "pin it with SmeltOptions.input_shapes = \"{name}={}\"{note}",
+            parts.join("x")
+        ),
+        Interface::Rust => format!(
+            "pin it with ImportOptions::input_shapes (or LoadOptions::input_shapes), e.g. \
+             ImportOptions::default().with_shape(\"{name}\", [{}]){note}",
+            parts.join(", ")
+        ),
+    }
+}
+
 /// The static type of a graph input: float32, every dimension known or pinned.
 fn input_type(
     input: &proto::ValueInfoProto,
     pinned: Option<&Vec<usize>>,
+    interface: Interface,
 ) -> Result<TensorType, Diagnostic> {
     let name = input.name();
     let tensor = match input.r#type.as_ref().and_then(|t| t.value.as_ref()) {
@@ -358,47 +486,74 @@ fn input_type(
             ),
         ));
     }
-    let declared = tensor.shape.as_ref().map(|s| &s.dim[..]);
+    let declared_proto = tensor.shape.as_ref().map(|s| &s.dim[..]);
+    let declared = declared_proto
+        .map(|dims| {
+            dims.iter()
+                .enumerate()
+                .map(|(k, d)| declared_dim(name, k, d))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .transpose()?;
     if let Some(dims) = pinned {
-        if let Some(decl) = declared {
-            let agrees = decl.len() == dims.len()
-                && decl.iter().zip(dims).all(|(d, &p)| match d.value {
-                    Some(dimension::Value::DimValue(v)) => v == p as i64,
-                    _ => true,
-                });
-            if !agrees {
+        if let (Some(decl), Some(proto_dims)) = (&declared, declared_proto) {
+            let shown = describe_shape(proto_dims);
+            if decl.len() != dims.len() {
                 return Err(plain_error(
                     "onnx-bad-option",
                     format!(
-                        "shape {dims:?} given for input '{name}' does not match its declared shape {}",
-                        describe_shape(decl)
+                        "shape {dims:?} given for input '{name}' has rank {}, but its declared \
+                         shape {shown} has rank {}",
+                        dims.len(),
+                        decl.len()
                     ),
                 ));
+            }
+            for (k, (d, &p)) in decl.iter().zip(dims).enumerate() {
+                if let DeclaredDim::Fixed(v) = *d {
+                    if v != p {
+                        return Err(plain_error(
+                            "onnx-bad-option",
+                            format!(
+                                "shape {dims:?} given for input '{name}' does not match its \
+                                 declared shape {shown}: dimension {k} is {v} in the model, {p} \
+                                 in the pin (only dynamic dimensions can be pinned)"
+                            ),
+                        ));
+                    }
+                }
             }
         }
         return checked_type(name, dims.clone());
     }
-    let decl = declared.ok_or_else(|| {
-        plain_error(
+    let (Some(decl), Some(proto_dims)) = (declared, declared_proto) else {
+        return Err(plain_error(
             "onnx-dynamic-shape",
-            format!("input '{name}' has no declared shape; give one with --shape {name}=DIMS"),
-        )
-    })?;
+            format!(
+                "input '{name}' has no declared shape; {}",
+                pin_hint(interface, name, None)
+            ),
+        ));
+    };
     let mut dims = Vec::with_capacity(decl.len());
     for (k, d) in decl.iter().enumerate() {
-        match d.value {
-            Some(dimension::Value::DimValue(v)) if v >= 0 => dims.push(v as usize),
-            _ => {
-                let what = match &d.value {
+        match *d {
+            DeclaredDim::Fixed(v) => dims.push(v),
+            DeclaredDim::Dynamic => {
+                let what = match &proto_dims[k].value {
+                    Some(dimension::Value::DimParam(p)) if p.is_empty() => {
+                        "an empty dim_param".to_string()
+                    }
                     Some(dimension::Value::DimParam(p)) => format!("'{p}'"),
-                    _ => "unknown".into(),
+                    Some(dimension::Value::DimValue(v)) => v.to_string(),
+                    None => "unset".into(),
                 };
                 return Err(plain_error(
                     "onnx-dynamic-shape",
                     format!(
-                        "input '{name}' dimension {k} is dynamic ({what}, shape {}); pin it with \
-                         --shape {name}=DIMS (ImportOptions::input_shapes)",
-                        describe_shape(decl)
+                        "input '{name}' dimension {k} is dynamic ({what}, declared shape {}); {}",
+                        describe_shape(proto_dims),
+                        pin_hint(interface, name, Some(&decl))
                     ),
                 ));
             }
@@ -414,13 +569,15 @@ fn checked_type(name: &str, dims: Vec<usize>) -> Result<TensorType, Diagnostic> 
     Ok(ty)
 }
 
+/// The declared shape as the model spells it: sizes, `-1`, dim_param names, and `?` for
+/// an unset dimension or an empty dim_param.
 fn describe_shape(dims: &[proto::tensor_shape_proto::Dimension]) -> String {
     let parts: Vec<String> = dims
         .iter()
         .map(|d| match &d.value {
             Some(dimension::Value::DimValue(v)) => v.to_string(),
-            Some(dimension::Value::DimParam(p)) => p.clone(),
-            None => "?".into(),
+            Some(dimension::Value::DimParam(p)) if !p.is_empty() => p.clone(),
+            Some(dimension::Value::DimParam(_)) | None => "?".into(),
         })
         .collect();
     format!("[{}]", parts.join(", "))

@@ -112,9 +112,9 @@ impl ConstTensor {
                 .map(|e| format!(" (in file '{}')", e.value()))
                 .unwrap_or_default();
             return Err(format!(
-                "its data is stored outside the model{file}; external-data weights are not \
-                 supported: re-save the model with the data embedded \
-                 (onnx.save_model(model, path, save_as_external_data=False))"
+                "its data is stored outside the model{file}, where smelt does not read it: \
+                 external data is read for initializers and node attributes of a model \
+                 imported from its file"
             ));
         }
         if t.segment.is_some() {

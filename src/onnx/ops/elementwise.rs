@@ -125,9 +125,34 @@ pub fn clip(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     let x = cx.value(0)?;
     if cx.version < 11 {
         cx.check_attrs(&["min", "max"])?;
+        if cx.num_inputs() > 1 {
+            return Err(cx.err(
+                "onnx-bad-model",
+                format!(
+                    "Clip-{} takes min and max as attributes; the min and max inputs exist \
+                     from opset 11 (this model imports an older opset)",
+                    cx.version
+                ),
+            ));
+        }
         let lo = cx.attr_float_or("min", f32::MIN)?;
         let hi = cx.attr_float_or("max", f32::MAX)?;
         return clip_const(cx, x, lo, hi);
+    }
+    if let Some(a) = cx
+        .node
+        .attribute
+        .iter()
+        .find(|a| a.name() == "min" || a.name() == "max")
+    {
+        return Err(cx.bad_attr(
+            a.name(),
+            format!(
+                "is an input of Clip from opset 11 (this node is version {}); the attribute \
+                 form is Clip-6's",
+                cx.version
+            ),
+        ));
     }
     cx.check_attrs(&[])?;
     let mut bounds = [None, None];

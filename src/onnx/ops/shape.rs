@@ -139,14 +139,38 @@ pub fn concat(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     Ok(vec![Entry::Value(cx.emit(Op::Concat { axis }, &operands)?)])
 }
 
-/// The axes of Squeeze/Unsqueeze: an attribute before version 13, an input from 13.
+/// The axes of Squeeze/Unsqueeze: an attribute before version 13, an input from 13 (a
+/// constant, or shape arithmetic that folds). The other version's form is an error, so
+/// a node written for one opset under another is never half-read.
 fn axes(cx: &NodeCtx) -> Result<Option<Vec<i64>>, Diagnostic> {
+    let op = cx.node.op_type();
     if cx.version < 13 {
+        if cx.num_inputs() > 1 {
+            return Err(cx.err(
+                "onnx-bad-model",
+                format!(
+                    "{op}-{} takes its axes as an attribute; the axes input exists from \
+                     opset 13 (this model imports an older opset)",
+                    cx.version
+                ),
+            ));
+        }
         cx.attr_ints("axes")
-    } else if cx.input_name(1).is_some() {
-        cx.const_ints(1, "axes").map(Some)
     } else {
-        Ok(None)
+        if cx.node.attribute.iter().any(|a| a.name() == "axes") {
+            return Err(cx.bad_attr(
+                "axes",
+                format!(
+                    "is input 1 of {op} from opset 13 (this node is version {}); the \
+                     attribute form is {op}-11's",
+                    cx.version
+                ),
+            ));
+        }
+        match cx.input_name(1) {
+            Some(_) => cx.const_ints(1, "axes").map(Some),
+            None => Ok(None),
+        }
     }
 }
 
