@@ -379,6 +379,11 @@ fn every_unary_op() -> Vec<UnaryOp> {
         },
         UnaryOp::HardSwish,
         UnaryOp::Silu,
+        UnaryOp::Neg,
+        UnaryOp::Abs,
+        UnaryOp::Sqrt,
+        UnaryOp::Exp,
+        UnaryOp::Reciprocal,
     ];
     // The compiler lists every op here: a new op must join the list above.
     for op in &all {
@@ -392,7 +397,12 @@ fn every_unary_op() -> Vec<UnaryOp> {
             | UnaryOp::Gelu
             | UnaryOp::HardSigmoid { .. }
             | UnaryOp::HardSwish
-            | UnaryOp::Silu => {}
+            | UnaryOp::Silu
+            | UnaryOp::Neg
+            | UnaryOp::Abs
+            | UnaryOp::Sqrt
+            | UnaryOp::Exp
+            | UnaryOp::Reciprocal => {}
         }
     }
     all
