@@ -5,7 +5,7 @@ use smelt_ir::loops::{
     Access, Affine, BinOp, BufId, BufPtr, CmpOp, Expr, KernelBuilder, UnOp, Width,
 };
 use smelt_ir::op::PostOp;
-use smelt_ir::{BinaryOp, Diagnostic, Op, TensorType, UnaryOp, Value};
+use smelt_ir::{BinaryOp, Diagnostic, TensorType, UnaryOp, Value};
 
 use super::{BufferId, Cx};
 
@@ -476,10 +476,25 @@ pub fn emit_nest(
     go(b, dims, &mut Vec::new(), vectorize, body);
 }
 
+/// What a standalone elementwise kernel computes per element: the ops the lowering
+/// dispatch sends to [`lower_map`], so its matches are exhaustive.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum MapOp {
+    /// A unary op.
+    Unary(UnaryOp),
+    /// A binary op with broadcasting.
+    Binary(BinaryOp),
+    /// Inference batch norm: `(x − mean) · scale / sqrt(var + ε) + bias`.
+    BatchNorm {
+        /// Added to the variance.
+        epsilon: f32,
+    },
+}
+
 /// Lowers a standalone elementwise op (unary, binary with broadcasting, batch_norm).
 pub(crate) fn lower_map(
     cx: &mut Cx,
-    op: &Op,
+    op: MapOp,
     operands: &[Value],
     out_ty: &TensorType,
     mut epi: Epilogue,
@@ -492,12 +507,14 @@ pub(crate) fn lower_map(
             let t = cx.func.type_of(v);
             match op {
                 // scale, bias, mean, var are per-channel (axis 1) vectors
-                Op::BatchNorm { .. } if t.rank() == 1 => {
+                MapOp::BatchNorm { .. } if t.rank() == 1 => {
                     let mut s = vec![0i64; out_dims.len()];
                     s[1] = 1;
                     s
                 }
-                _ => broadcast_strides(&t.dims, out_dims),
+                MapOp::Unary(_) | MapOp::Binary(_) | MapOp::BatchNorm { .. } => {
+                    broadcast_strides(&t.dims, out_dims)
+                }
             }
         })
         .collect();
@@ -506,8 +523,9 @@ pub(crate) fn lower_map(
     let vectorize = st.iter().all(|s| matches!(s.last(), Some(0 | 1)));
 
     let name = match op {
-        Op::Unary(u) => u.name().to_string(),
-        other => other.name().to_string(),
+        MapOp::Unary(u) => u.name(),
+        MapOp::Binary(o) => o.name(),
+        MapOp::BatchNorm { .. } => "batch_norm",
     };
     let mut b = KernelBuilder::new(&format!("{name}_{}", dims_name(out_dims)));
     let ins: Vec<BufId> = operands
@@ -524,21 +542,19 @@ pub(crate) fn lower_map(
     if full_idx_needed {
         return Err(cx.unsupported("post-ops on an elementwise anchor"));
     }
-    let op = op.clone();
     emit_nest(&mut b, &dims, vectorize, &mut |b, idx, w| {
         let load = |k: usize| load_lanes(ins[k], index_of(&st[k], idx), st[k][st[k].len() - 1], w);
-        let v = match &op {
-            Op::Unary(u) => unary(b, *u, load(0), w),
-            Op::Binary(o) => binary(*o, load(0), load(1)),
-            Op::BatchNorm { epsilon } => {
+        let v = match op {
+            MapOp::Unary(u) => unary(b, u, load(0), w),
+            MapOp::Binary(o) => binary(o, load(0), load(1)),
+            MapOp::BatchNorm { epsilon } => {
                 // (x − mean) · scale / sqrt(var + ε) + bias
                 let inv = div(
                     load(1),
-                    Expr::unary(UnOp::Sqrt, add(load(4), c(epsilon.0, w))),
+                    Expr::unary(UnOp::Sqrt, add(load(4), c(epsilon, w))),
                 );
                 Expr::fma(Expr::binary(BinOp::Sub, load(0), load(3)), inv, load(2))
             }
-            _ => c(0.0, w),
         };
         b.store(y, index_of(&out_st, idx), v, w);
     });

@@ -541,8 +541,17 @@ impl<'a> Cx<'a> {
                 self.lower_op(&f.anchor, &operands[..n_anchor], out_ty, &posts, &vals, out)
             }
             Op::Conv2d(a) => conv::lower_conv2d(self, a, operands, out_ty, epi, out),
-            Op::Unary(_) | Op::Binary(_) | Op::BatchNorm { .. } => {
-                elementwise::lower_map(self, op, operands, out_ty, epi, out)
+            Op::Unary(u) => {
+                let map = elementwise::MapOp::Unary(*u);
+                elementwise::lower_map(self, map, operands, out_ty, epi, out)
+            }
+            Op::Binary(o) => {
+                let map = elementwise::MapOp::Binary(*o);
+                elementwise::lower_map(self, map, operands, out_ty, epi, out)
+            }
+            Op::BatchNorm { epsilon } => {
+                let map = elementwise::MapOp::BatchNorm { epsilon: epsilon.0 };
+                elementwise::lower_map(self, map, operands, out_ty, epi, out)
             }
             Op::MaxPool2d(_) | Op::AvgPool2d { .. } | Op::GlobalAvgPool => {
                 pool::lower_pool(self, op, operands, out_ty, epi, out)
