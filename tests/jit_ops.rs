@@ -192,23 +192,27 @@ fn pool(kernel: usize, stride: usize, pads: [usize; 4], dil: usize, ceil: bool) 
 
 #[test]
 fn pools() {
-    let x = t(&[2, 3, 9, 11]);
+    let small = t(&[2, 3, 9, 11]);
+    // windows of more than 64 taps walk their rows in a loop instead of unrolling
+    let large = t(&[1, 2, 31, 27]);
     let cases = [
-        pool(3, 2, [1; 4], 1, false),
-        pool(2, 2, [0; 4], 1, true),
-        pool(3, 1, [0, 1, 2, 0], 2, false),
-        pool(3, 2, [1, 1, 0, 0], 1, true),
-        pool(1, 1, [0; 4], 1, false),
+        (&small, pool(3, 2, [1; 4], 1, false)),
+        (&small, pool(2, 2, [0; 4], 1, true)),
+        (&small, pool(3, 1, [0, 1, 2, 0], 2, false)),
+        (&small, pool(3, 2, [1, 1, 0, 0], 1, true)),
+        (&small, pool(1, 1, [0; 4], 1, false)),
+        (&large, pool(9, 2, [2, 3, 4, 1], 1, true)),
+        (&large, pool(9, 3, [1; 4], 2, false)),
     ];
-    for p in &cases {
-        let m = one_op(Op::MaxPool2d(p.clone()), std::slice::from_ref(&x), &[]);
+    for (x, p) in &cases {
+        let m = one_op(Op::MaxPool2d(p.clone()), std::slice::from_ref(*x), &[]);
         check(&format!("max_pool {p:?}"), &m);
         for include in [true, false] {
             let op = Op::AvgPool2d {
                 pool: p.clone(),
                 count_include_pad: include,
             };
-            let m = one_op(op, std::slice::from_ref(&x), &[]);
+            let m = one_op(op, std::slice::from_ref(*x), &[]);
             check(&format!("avg_pool include_pad={include} {p:?}"), &m);
         }
     }

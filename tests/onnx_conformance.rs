@@ -1,18 +1,28 @@
 //! Conformance: ONNX's own backend node tests and the pytorch-converted cases shipped in
-//! the onnx wheel, run through `smelt::onnx::import` and the reference interpreter.
+//! the onnx wheel, run through the whole compiler: `smelt::onnx::import`, the reference
+//! interpreter, `smelt::optimize` (the default pipeline: fusion, const_fold, dce), the
+//! interpreter again on the optimized module, and `Executable::compile` (layouts,
+//! lowering, Cranelift, with its verifier on) and `run` with every kernel choice the
+//! host runs. Every stage's outputs are compared with ONNX's expected ones, so a failure
+//! names its stage: the interpreter right but the JIT wrong on the same optimized module
+//! is a lowering or codegen bug.
 //!
 //! A case is in scope when every op in its model is one smelt imports; every in-scope
 //! case must match ONNX's expected outputs (|got − want| <= atol + rtol·|want| with
-//! ONNX's tolerances, at most rtol 1e-3 and atol 1e-7) unless it is listed in
-//! [`KNOWN_FAILURES`] with its reason — and a listed case that passes fails the test,
+//! ONNX's tolerances, at most rtol 1e-3 and atol 1e-7) at every stage unless it is listed
+//! in [`KNOWN_FAILURES`] with its reason — and a listed case that passes fails the test,
 //! so the list stays exact. Inputs that are not float32 (shapes, axes, indices) are
 //! frozen as constants with `ImportOptions::constant_inputs`, since smelt's shapes
-//! are static.
+//! are static; int64 results must be constants and are compared by value, before and
+//! after optimization. Each suite prints its counts over all its cases (pass, fail,
+//! unsupported op, other refusal) and per stage, and must pass at least [`MIN_PASSED`]
+//! cases, so coverage cannot shrink silently.
 //!
 //! Data: `scripts/gen_onnx_tests.py` writes it to `target/onnx-tests/conformance`; this
 //! test runs it through `$SMELT_PYTHON` (set by `scripts/test.sh`) when it is missing.
 
 mod common;
+mod jit_util;
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -20,10 +30,11 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use prost::Message;
-use smelt::ir::{interp, DType, Op, Tensor};
+use smelt::ir::{interp, DType, Module, Op, Tensor};
 use smelt::onnx::proto::{ModelProto, TensorProto};
 use smelt::onnx::tensor::ConstTensor;
 use smelt::onnx::{import, supported_op_types, ImportOptions};
+use smelt::{optimize, CompileOptions, Executable, OptimizeOptions};
 
 const INTEGER: &str = "integer tensors: smelt computes in float32 (integers only as folded shapes)";
 const SPATIAL_3D: &str = "3 spatial dimensions: smelt's conv and pools are 1-D and 2-D";
@@ -106,6 +117,13 @@ const FIRST_OUTPUT_ONLY: &[(&str, &str)] = &[
     ("MaxPool", "the Indices output is not computed"),
 ];
 
+/// Cases of each suite that must pass through the whole compiler at least, so coverage
+/// cannot shrink silently; a count above it is printed, so it can be raised.
+const MIN_PASSED: &[(&str, usize)] = &[("node", 211), ("pytorch-converted", 43)];
+
+/// Whether Cranelift's verifier checks every generated function.
+const VERIFY: bool = true;
+
 const MAX_RTOL: f64 = 1e-3;
 const MAX_ATOL: f64 = 1e-7;
 
@@ -171,17 +189,110 @@ struct Errors {
     relative: f64,
 }
 
-/// Runs one case; `Err` says why it failed.
-fn run_case(case: &Case) -> Result<Errors, String> {
-    let mut model_bytes = std::fs::read(case.dir.join("model.onnx")).map_err(|e| e.to_string())?;
-    let mut model = ModelProto::decode(model_bytes.as_slice()).map_err(|e| e.to_string())?;
+impl Errors {
+    fn max(self, o: Errors) -> Errors {
+        Errors {
+            max_abs: self.max_abs.max(o.max_abs),
+            relative: self.relative.max(o.relative),
+        }
+    }
+}
+
+/// Why a case did not pass.
+enum Failure {
+    /// Import or compilation refused the case with an error (an integer type, a 3-D
+    /// convolution, training mode...).
+    Refused(String),
+    /// A stage computed wrong values, failed to run, or panicked.
+    Wrong(String),
+}
+
+/// The stages a case goes through, in order: the interpreter on the imported module, the
+/// interpreter on the optimized one, then the JIT with each kernel choice the host runs
+/// (`jit_util::kernel_choices`: Cranelift code, AVX2 and, where the CPU has it, AVX-512
+/// — the default, `Kernels::Auto`, is the widest of them).
+fn stage_names() -> Vec<String> {
+    let jit = jit_util::kernel_choices()
+        .into_iter()
+        .map(|k| format!("JIT {}", k.name()));
+    ["interpreter", "optimized, interpreter"]
+        .map(String::from)
+        .into_iter()
+        .chain(jit)
+        .collect()
+}
+
+/// What one case did: a failure before any stage (unreadable test data, import refusing
+/// the model, a panic), or each stage's result.
+struct CaseRun {
+    before: Option<Failure>,
+    stages: Vec<Result<Errors, Failure>>,
+    /// Whether every result is an int64 constant, checked by value without a run.
+    constant_only: bool,
+}
+
+impl CaseRun {
+    fn early(failure: Failure) -> CaseRun {
+        CaseRun {
+            before: Some(failure),
+            stages: Vec::new(),
+            constant_only: false,
+        }
+    }
+
+    /// The outcome: the first failure in stage order (a wrong value before a refusal).
+    fn outcome(self) -> Result<Errors, Failure> {
+        if let Some(f) = self.before {
+            return Err(f);
+        }
+        if self.stages.is_empty() {
+            return Err(Failure::Wrong("no stage ran".into()));
+        }
+        let mut worst = Errors::default();
+        let mut refused = None;
+        let interp_ok = self.stages[0].is_ok() && self.stages.get(1).is_some_and(|s| s.is_ok());
+        for (stage, result) in stage_names().iter().zip(self.stages) {
+            match result {
+                Ok(e) => worst = worst.max(e),
+                Err(Failure::Wrong(m)) => {
+                    let hint = if interp_ok && stage.starts_with("JIT") {
+                        " [the interpreter is right on the same optimized module: a lowering or codegen bug]"
+                    } else {
+                        ""
+                    };
+                    return Err(Failure::Wrong(format!("{stage}: {m}{hint}")));
+                }
+                Err(Failure::Refused(m)) => {
+                    refused.get_or_insert(format!("{stage}: {m}"));
+                }
+            }
+        }
+        match refused {
+            Some(m) => Err(Failure::Refused(m)),
+            None => Ok(worst),
+        }
+    }
+}
+
+/// Runs one case through import, the interpreter, the default pipeline (`fusion,
+/// const_fold, dce`), the interpreter again, and the compiler with each kernel choice
+/// (see [`stage_names`]).
+fn run_case(case: &Case) -> CaseRun {
+    prepare_and_run(case).unwrap_or_else(CaseRun::early)
+}
+
+fn prepare_and_run(case: &Case) -> Result<CaseRun, Failure> {
+    use Failure::{Refused, Wrong};
+    let mut model_bytes =
+        std::fs::read(case.dir.join("model.onnx")).map_err(|e| Wrong(e.to_string()))?;
+    let mut model = ModelProto::decode(model_bytes.as_slice()).map_err(|e| Wrong(e.to_string()))?;
     if first_output_only(case) {
         if let Some(g) = model.graph.as_mut() {
             g.output.truncate(1);
         }
         model_bytes = model.encode_to_vec();
     }
-    let graph = model.graph.as_ref().ok_or("no graph")?;
+    let graph = model.graph.as_ref().ok_or(Wrong("no graph".into()))?;
     let initializers: Vec<&str> = graph.initializer.iter().map(|t| t.name()).collect();
     let data = case.dir.join("test_data_set_0");
     let mut opts = ImportOptions::default();
@@ -192,28 +303,100 @@ fn run_case(case: &Case) -> Result<Errors, String> {
         .filter(|i| !initializers.contains(&i.name()));
     for (j, input) in real_inputs.enumerate() {
         let t = read_pb(&data.join(format!("input_{j}.pb")));
-        let c = ConstTensor::from_proto(&t)?;
+        let c = ConstTensor::from_proto(&t).map_err(Wrong)?;
         match c.f32s() {
-            Some(values) => inputs.push(Tensor::new(c.dims.clone(), values.into_owned())?),
+            Some(values) => inputs.push(
+                Tensor::new(c.dims.clone(), values.into_owned())
+                    .map_err(|e| Wrong(e.to_string()))?,
+            ),
             None => {
                 opts.constant_inputs.insert(input.name().to_string(), t);
             }
         }
     }
-    let module = import(&model_bytes, &opts).map_err(|e| format!("import: {e}"))?;
+    let module = import(&model_bytes, &opts).map_err(|e| Refused(format!("import: {e}")))?;
+    let want: Vec<ConstTensor> = (0..module.funcs[0].results.len())
+        .map(|j| ConstTensor::from_proto(&read_pb(&data.join(format!("output_{j}.pb")))))
+        .collect::<Result<_, _>>()
+        .map_err(Wrong)?;
     let func = &module.funcs[0];
     let needs_run = func
         .results
         .iter()
-        .any(|r| func.type_of(r.value).dtype == DType::F32);
-    let outputs = if needs_run {
-        interp::run(&module, func, &inputs).map_err(|e| format!("interpreter: {e}"))?
-    } else {
-        Vec::new()
-    };
-    let mut worst = Errors::default();
-    for (j, result) in func.results.iter().enumerate() {
-        let want = ConstTensor::from_proto(&read_pb(&data.join(format!("output_{j}.pb"))))?;
+        .any(|r| func.type_of(r.value).dtype != DType::I64);
+    let mut stages = Vec::new();
+
+    // the reference interpreter on the imported module
+    stages.push(
+        check_static(&module, &want)
+            .and_then(|()| {
+                if !needs_run {
+                    return Ok(Errors::default());
+                }
+                let got = interp::run(&module, func, &inputs).map_err(|e| e.to_string())?;
+                check_values(case, &module, &got, &want)
+            })
+            .map_err(Wrong),
+    );
+
+    // the default pipeline, then the interpreter on its result
+    let mut optimized = module.clone();
+    if let Err(e) = optimize(&mut optimized, &OptimizeOptions::default(), None) {
+        stages.push(Err(Wrong(format!("optimize: {e}"))));
+        return Ok(CaseRun {
+            before: None,
+            stages,
+            constant_only: !needs_run,
+        });
+    }
+    let opt_func = &optimized.funcs[0];
+    stages.push(
+        check_static(&optimized, &want)
+            .and_then(|()| {
+                if !needs_run {
+                    return Ok(Errors::default());
+                }
+                let got = interp::run(&optimized, opt_func, &inputs).map_err(|e| e.to_string())?;
+                check_values(case, &optimized, &got, &want)
+            })
+            .map_err(Wrong),
+    );
+
+    // lowering, Cranelift and a run, with each kernel choice
+    for kernels in jit_util::kernel_choices() {
+        if !needs_run {
+            stages.push(Ok(Errors::default()));
+            continue;
+        }
+        let opts = CompileOptions {
+            kernels,
+            verify: VERIFY,
+            ..CompileOptions::default()
+        };
+        let exe = match Executable::compile(&optimized, None, &opts) {
+            Ok(exe) => exe,
+            Err(e) => {
+                stages.push(Err(Refused(format!("compile: {e}"))));
+                continue;
+            }
+        };
+        stages.push(match exe.run(&inputs) {
+            Ok(got) => check_values(case, &optimized, &got, &want).map_err(Wrong),
+            Err(e) => Err(Wrong(format!("run: {e}"))),
+        });
+    }
+    Ok(CaseRun {
+        before: None,
+        stages,
+        constant_only: !needs_run,
+    })
+}
+
+/// Checks what needs no run: each result's shape, and the int64 results, which must be
+/// constants (smelt computes integers only as folded shapes), by value.
+fn check_static(module: &Module, want: &[ConstTensor]) -> Result<(), String> {
+    let func = &module.funcs[0];
+    for (j, (result, want)) in func.results.iter().zip(want).enumerate() {
         let ty = func.type_of(result.value);
         if ty.dims != want.dims {
             return Err(format!(
@@ -232,13 +415,44 @@ fn run_case(case: &Case) -> Result<Errors, String> {
             if Some(&got[..]) != want.i64s() {
                 return Err(format!("output {j}: {got:?}, expected {:?}", want.i64s()));
             }
-            continue;
+        }
+    }
+    Ok(())
+}
+
+/// Compares the float results a run computed (`got`, one per result of the module's
+/// function) with ONNX's outputs, within the case's tolerances.
+fn check_values(
+    case: &Case,
+    module: &Module,
+    got: &[Tensor],
+    want: &[ConstTensor],
+) -> Result<Errors, String> {
+    let func = &module.funcs[0];
+    if got.len() != func.results.len() {
+        return Err(format!(
+            "{} outputs, expected {}",
+            got.len(),
+            func.results.len()
+        ));
+    }
+    let mut worst = Errors::default();
+    for (j, (result, want)) in func.results.iter().zip(want).enumerate() {
+        if func.type_of(result.value).dtype == DType::I64 {
+            continue; // checked by value by `check_static`
         }
         let want = want.f32s().ok_or(format!(
             "output {j}: expected {} values, smelt computes float32",
             want.type_name()
         ))?;
-        let got = outputs[j].to_row_major();
+        let got = got[j].to_row_major();
+        if got.len() != want.len() {
+            return Err(format!(
+                "output {j}: {} values, expected {}",
+                got.len(),
+                want.len()
+            ));
+        }
         let max_ref = want.iter().fold(0f64, |m, &v| {
             if v.is_finite() {
                 m.max((v as f64).abs())
@@ -294,8 +508,32 @@ struct OpTally {
     total: usize,
     known: usize,
     first_output_only: usize,
-    out_of_scope: usize,
+    unsupported_op: usize,
     worst: Errors,
+}
+
+/// Counts over every case of a suite.
+#[derive(Default)]
+struct SuiteTally {
+    cases: usize,
+    passed: usize,
+    failed: usize,
+    refused: usize,
+    unsupported_op: usize,
+    known: usize,
+    /// Passed cases whose results are all int64 constants (checked without a run).
+    constant_only: usize,
+    /// Per stage (see [`stage_names`]), the cases it got right.
+    stage_passed: Vec<usize>,
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    let text = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    format!("PANICKED: {text}")
 }
 
 fn run_suite(suite: &str) -> Vec<String> {
@@ -303,38 +541,57 @@ fn run_suite(suite: &str) -> Vec<String> {
     let supported: Vec<&str> = supported_op_types().collect();
     let known: BTreeMap<&str, &str> = KNOWN_FAILURES.iter().copied().collect();
     let mut tally: BTreeMap<String, OpTally> = BTreeMap::new();
+    let stages = stage_names();
+    let mut all = SuiteTally {
+        stage_passed: vec![0; stages.len()],
+        ..SuiteTally::default()
+    };
     let mut problems = Vec::new();
     for case in read_manifest(&dir) {
+        all.cases += 1;
         let ops = model_op_types(&case.dir);
-        let unsupported: Vec<&String> = ops
-            .iter()
-            .filter(|o| !supported.contains(&o.as_str()))
-            .collect();
+        let unsupported = ops.iter().any(|o| !supported.contains(&o.as_str()));
         let relevant = supported.contains(&case.op_type.as_str());
-        if !relevant && !unsupported.is_empty() {
+        if unsupported {
+            all.unsupported_op += 1;
+            if relevant {
+                tally
+                    .entry(case.op_type.clone())
+                    .or_default()
+                    .unsupported_op += 1;
+            }
             continue;
         }
         let t = tally.entry(case.op_type.clone()).or_default();
-        if !unsupported.is_empty() {
-            t.out_of_scope += 1;
-            continue;
-        }
         t.total += 1;
-        let result = catch_unwind(AssertUnwindSafe(|| run_case(&case)))
-            .unwrap_or_else(|_| Err("PANICKED".to_string()));
-        match (result, known.get(case.name.as_str())) {
+        let run = catch_unwind(AssertUnwindSafe(|| run_case(&case)))
+            .unwrap_or_else(|p| CaseRun::early(Failure::Wrong(panic_message(p.as_ref()))));
+        for (n, s) in all.stage_passed.iter_mut().zip(&run.stages) {
+            *n += usize::from(s.is_ok());
+        }
+        let constant_only = run.constant_only;
+        let outcome = run.outcome();
+        match &outcome {
+            Ok(_) => all.passed += 1,
+            Err(Failure::Wrong(_)) => all.failed += 1,
+            Err(Failure::Refused(_)) => all.refused += 1,
+        }
+        match (outcome, known.get(case.name.as_str())) {
             (Ok(e), None) => {
                 t.passed += 1;
                 t.first_output_only += usize::from(first_output_only(&case));
-                t.worst.max_abs = t.worst.max_abs.max(e.max_abs);
-                t.worst.relative = t.worst.relative.max(e.relative);
+                t.worst = t.worst.max(e);
+                all.constant_only += usize::from(constant_only);
             }
             (Ok(_), Some(_)) => problems.push(format!(
                 "{suite}/{}: passes but is listed in KNOWN_FAILURES; remove it",
                 case.name
             )),
-            (Err(_), Some(_)) => t.known += 1,
-            (Err(m), None) => {
+            (Err(_), Some(_)) => {
+                t.known += 1;
+                all.known += 1;
+            }
+            (Err(Failure::Wrong(m) | Failure::Refused(m)), None) => {
                 problems.push(format!("{suite}/{} ({}): {m}", case.name, case.op_type))
             }
         }
@@ -345,20 +602,54 @@ fn run_suite(suite: &str) -> Vec<String> {
     );
     for (op, t) in &tally {
         println!(
-            "  {op:<20} {:>3}/{:<3} ({} known, {} first output only, {} out of scope)  {:.2e} {:.2e}",
+            "  {op:<20} {:>3}/{:<3} ({} known, {} first output only, {} unsupported op)  {:.2e} {:.2e}",
             t.passed,
             t.total,
             t.known,
             t.first_output_only,
-            t.out_of_scope,
+            t.unsupported_op,
             t.worst.max_abs,
             t.worst.relative
         );
     }
-    let (p, n) = tally
-        .values()
-        .fold((0, 0), |(p, n), t| (p + t.passed, n + t.total));
-    println!("{suite}: {p} of {n} in-scope cases pass");
+    println!(
+        "{suite}: {} cases: {} pass through the whole compiler ({} of them with only int64 \
+         constant results, checked without a run), {} fail, {} unsupported op, {} other \
+         refusal; {} of the failures and refusals are known",
+        all.cases,
+        all.passed,
+        all.constant_only,
+        all.failed,
+        all.unsupported_op,
+        all.refused,
+        all.known
+    );
+    let by_stage: Vec<String> = stages
+        .iter()
+        .zip(&all.stage_passed)
+        .map(|(s, n)| format!("{s} {n}"))
+        .collect();
+    println!(
+        "{suite}: of the {} in-scope cases, right by stage: {}",
+        all.cases - all.unsupported_op,
+        by_stage.join(", ")
+    );
+    let min = MIN_PASSED
+        .iter()
+        .find(|(s, _)| *s == suite)
+        .map(|&(_, n)| n)
+        .unwrap_or_else(|| panic!("MIN_PASSED has no entry for {suite}"));
+    if all.passed < min {
+        problems.push(format!(
+            "{suite}: {} cases pass, fewer than MIN_PASSED's {min}",
+            all.passed
+        ));
+    } else if all.passed > min {
+        println!(
+            "{suite}: {} cases pass, more than MIN_PASSED's {min}: raise it",
+            all.passed
+        );
+    }
     problems
 }
 

@@ -10,6 +10,9 @@ use super::elementwise::{dims_name, Epilogue};
 use super::norm::sum_row;
 use super::{BufferId, Cx};
 
+/// Windows of up to this many taps are unrolled whole; larger ones loop over their rows.
+const MAX_UNROLLED_TAPS: usize = 64;
+
 /// max_pool2d, avg_pool2d and global_avg_pool over NCHW (and the halving 3×3 max pool
 /// and global_avg_pool over channel blocks), with post-ops in registers.
 pub(crate) fn lower_pool(
@@ -94,11 +97,11 @@ pub(crate) fn lower_pool(
     let window = |b: &mut KernelBuilder, np: &Affine, r: &Affine, q: &Affine, wd: Width| {
         let acc = b.var(wd);
         b.assign(acc, Expr::constant(fill, wd));
-        for ky in 0..kh {
+        // one window row: its taps unrolled (their column phases are compile-time)
+        let taps = |b: &mut KernelBuilder, row: &Affine| {
             for kx in 0..kw {
                 let col = kx * dw;
                 let (phase, shift) = (col % sw, col / sw);
-                let row = r.scale(sh as i64).plus((ky * dh) as i64);
                 let idx = np
                     .scale((hp * sw * wq) as i64)
                     .add(&row.scale((sw * wq) as i64))
@@ -115,6 +118,18 @@ pub(crate) fn lower_pool(
                     b.assign(acc, Expr::binary(BinOp::Add, Expr::Var(acc), v));
                 }
             }
+        };
+        let top = r.scale(sh as i64);
+        if kh * kw <= MAX_UNROLLED_TAPS {
+            for ky in 0..kh {
+                taps(b, &top.plus((ky * dh) as i64));
+            }
+        } else {
+            // a large window walks its rows in a loop: unrolled, its thousands of taps
+            // made one function that took Cranelift many seconds to compile
+            b.for_loop(0, kh as i64, 1, |b, ky| {
+                taps(b, &top.add(&Affine::var(ky).scale(dh as i64)));
+            });
         }
         acc
     };
