@@ -173,7 +173,8 @@ SmeltStatus smelt_executable_from_file(const char *path,
 /**
  * Frees an executable. NULL is a no-op. Runs in progress on other threads finish first
  * (the memory is released when the last one returns); the handle is invalid afterwards,
- * and using it again is an `SMELT_STATUS_INVALID_ARGUMENT` error.
+ * and using it again is an `SMELT_STATUS_INVALID_ARGUMENT` error, forever: handles are
+ * tokens that no later executable of the process gets again.
  *
  * # Safety
  * None beyond passing a handle value; it is never dereferenced.

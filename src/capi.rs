@@ -6,9 +6,11 @@
 //! failures as a [`SmeltStatus`] — one code per [`crate::Error`] variant — plus a message
 //! read with [`smelt_last_error`].
 //!
-//! Handles are never dereferenced: a handle is a key into a registry of live
+//! Handles are never dereferenced: a handle is a token, a key into a registry of live
 //! executables, so a null, destroyed or made-up handle is an error, not undefined
-//! behaviour. The registry holds each executable behind an `Arc`; a run clones it, so
+//! behaviour. Tokens are never reused within a process (a counter, scrambled by a
+//! bijection keyed per process, so a made-up value is live only by a 1 in 2^64 chance):
+//! a stale handle stays an error forever, even after later executables were created. The registry holds each executable behind an `Arc`; a run clones it, so
 //! destroying a handle while another thread runs it frees the executable only after
 //! that run returns. Executables are shared by any number of threads; each concurrent
 //! run takes scratch memory from the handle's pool of workspaces.
@@ -160,8 +162,32 @@ pub struct SmeltTensorInfo {
     pub layout: *const c_char,
 }
 
-/// Live handles by address. Handles are looked up here, never dereferenced.
+/// Live handles by token. Handles are looked up here, never dereferenced.
 static LIVE: RwLock<BTreeMap<usize, Arc<SmeltExecutable>>> = RwLock::new(BTreeMap::new());
+
+/// Executables created so far in this process: the source of handle tokens.
+static CREATED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A token no handle of this process has had: the creation count, mapped through a
+/// bijection of `usize` (multiplication by an odd constant, then xor with a per-process
+/// random key), so tokens never repeat and do not look like small integers or addresses.
+fn new_token() -> usize {
+    static KEY: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let key = *KEY.get_or_init(|| {
+        use std::hash::{BuildHasher, Hasher};
+        std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish() as usize
+    });
+    loop {
+        let n = CREATED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // 0x9e37... is odd, so the product is a bijection modulo 2^bits
+        let token = n.wrapping_mul(0x9e37_79b9_7f4a_7c15_u64 as usize) ^ key;
+        if token != 0 {
+            return token;
+        }
+    }
+}
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
@@ -223,7 +249,7 @@ fn lookup(handle: *const SmeltExecutable) -> Result<Arc<SmeltExecutable>, Failur
         return Err(invalid("the executable handle is NULL"));
     }
     let live = LIVE.read().unwrap_or_else(|p| p.into_inner());
-    live.get(&(handle as usize)).cloned().ok_or_else(|| {
+    live.get(&handle.addr()).cloned().ok_or_else(|| {
         invalid(format!(
             "{handle:p} is not a live smelt executable (destroyed, or never created)"
         ))
@@ -339,10 +365,12 @@ unsafe fn finish(
         exe,
         pool: Mutex::new(Vec::new()),
     });
-    let ptr = Arc::as_ptr(&handle) as *mut SmeltExecutable;
+    let token = new_token();
     LIVE.write()
         .unwrap_or_else(|p| p.into_inner())
-        .insert(ptr as usize, handle);
+        .insert(token, handle);
+    // a token, not an address: C code only passes it back
+    let ptr = std::ptr::without_provenance_mut::<SmeltExecutable>(token);
     // SAFETY: `out` is valid for a write per this function's contract.
     unsafe { out.write(ptr) };
     Ok(())
@@ -526,7 +554,8 @@ pub unsafe extern "C" fn smelt_executable_from_file(
 
 /// Frees an executable. NULL is a no-op. Runs in progress on other threads finish first
 /// (the memory is released when the last one returns); the handle is invalid afterwards,
-/// and using it again is an `SMELT_STATUS_INVALID_ARGUMENT` error.
+/// and using it again is an `SMELT_STATUS_INVALID_ARGUMENT` error, forever: handles are
+/// tokens that no later executable of the process gets again.
 ///
 /// # Safety
 /// None beyond passing a handle value; it is never dereferenced.
@@ -539,7 +568,7 @@ pub extern "C" fn smelt_executable_destroy(exe: *mut SmeltExecutable) -> SmeltSt
         let removed = LIVE
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(&(exe as usize));
+            .remove(&exe.addr());
         match removed {
             Some(handle) => {
                 drop(handle);

@@ -328,3 +328,59 @@ fn misaligned_buffers_and_destroy_during_runs_are_errors_not_crashes() {
     }
     assert_eq!(run(exe, x.as_ptr(), &mut out), SmeltStatus::InvalidArgument);
 }
+
+/// Handles are tokens that never come back: across thousands of create/destroy cycles
+/// every stale handle stays INVALID_ARGUMENT for destroy and queries, and never names (so
+/// never destroys) the live executable, whatever the allocator reuses underneath.
+#[test]
+fn stale_handles_never_alias_a_new_executable() {
+    use smelt::capi::*;
+    let text = "func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n  %0 = relu %x : tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n";
+    let create = || {
+        let mut exe: *mut SmeltExecutable = std::ptr::null_mut();
+        // SAFETY: the text is readable for its length; `exe` is writable.
+        let status = unsafe {
+            smelt_executable_from_text(text.as_ptr().cast(), text.len(), std::ptr::null(), &mut exe)
+        };
+        assert_eq!(status, SmeltStatus::Ok);
+        exe
+    };
+    let count = |exe: *mut SmeltExecutable| {
+        let mut n = usize::MAX;
+        // SAFETY: `n` is writable; the handle is only looked up.
+        let status = unsafe { smelt_executable_input_count(exe, &mut n) };
+        (status, n)
+    };
+    let mut stale: Vec<usize> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for cycle in 0..3000 {
+        let exe = create();
+        assert!(
+            seen.insert(exe as usize),
+            "cycle {cycle}: a handle came back"
+        );
+        // a few stale handles, old and recent, each refused without touching `exe`
+        for &old in stale.iter().rev().take(3).chain(stale.first()) {
+            let old = old as *mut SmeltExecutable;
+            assert_eq!(count(old).0, SmeltStatus::InvalidArgument, "cycle {cycle}");
+            assert_eq!(smelt_executable_destroy(old), SmeltStatus::InvalidArgument);
+        }
+        assert_eq!(
+            count(exe),
+            (SmeltStatus::Ok, 1),
+            "cycle {cycle}: the live handle"
+        );
+        assert_eq!(smelt_executable_destroy(exe), SmeltStatus::Ok);
+        // destroying twice is refused too
+        assert_eq!(smelt_executable_destroy(exe), SmeltStatus::InvalidArgument);
+        stale.push(exe as usize);
+    }
+    // forged values: small integers and an address of something else
+    let local = 0u64;
+    for forged in [1usize, 8, 4096, &local as *const u64 as usize] {
+        assert_eq!(
+            count(forged as *mut SmeltExecutable).0,
+            SmeltStatus::InvalidArgument
+        );
+    }
+}
