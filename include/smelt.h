@@ -74,7 +74,11 @@ typedef struct SmeltOptions {
   int32_t fuse;
   /**
    * Threads each run may use, the calling thread included (0: one per core). Results
-   * are bit-identical for every count.
+   * are bit-identical for every count. More than the machine's cores count as one per
+   * core: the process has one pool of a worker per core but one, shared by every
+   * executable, and when two executables run at once, a kernel that finds the pool
+   * busy runs on its calling thread alone. Above 1024 (`MAX_THREADS`) creating the
+   * executable fails with `SMELT_STATUS_INVALID_ARGUMENT`.
    */
   uint32_t threads;
   /**

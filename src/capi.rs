@@ -85,7 +85,11 @@ pub struct SmeltOptions {
     /// Non-zero: apply the fusion rewrites (default). Zero: every op runs as its own kernel.
     pub fuse: i32,
     /// Threads each run may use, the calling thread included (0: one per core). Results
-    /// are bit-identical for every count.
+    /// are bit-identical for every count. More than the machine's cores count as one per
+    /// core: the process has one pool of a worker per core but one, shared by every
+    /// executable, and when two executables run at once, a kernel that finds the pool
+    /// busy runs on its calling thread alone. Above 1024 (`MAX_THREADS`) creating the
+    /// executable fails with `SMELT_STATUS_INVALID_ARGUMENT`.
     pub threads: u32,
     /// ONNX only: shapes pinning dynamic input dimensions (`-1`, a `dim_param` or an
     /// unset dimension), as a NUL-terminated string `"NAME=1x3x224x224;OTHER=1x16"`, or

@@ -62,7 +62,9 @@ use smelt_ir::Module;
 use smelt_passes::fusion::FusionOptions;
 use smelt_passes::{PassContext, PassManager};
 
-pub use runtime::{CompileOptions, Executable, Kernels, Layouts, TensorInfo, Workspace};
+pub use runtime::{
+    CompileOptions, Executable, Kernels, Layouts, TensorInfo, Workspace, MAX_THREADS,
+};
 pub use smelt_ir::{Tensor, TensorType};
 pub use smelt_passes::lower::ConvAlgorithm;
 

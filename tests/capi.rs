@@ -384,3 +384,44 @@ fn stale_handles_never_alias_a_new_executable() {
         );
     }
 }
+
+/// Thread counts are bounded: compiling and destroying 100 executables with `threads`
+/// 0–16 leaves at most one smelt worker per core but one (the shared pool), and a count
+/// above `MAX_THREADS` is INVALID_ARGUMENT.
+#[test]
+fn thread_counts_are_bounded_and_absurd_ones_refused() {
+    use smelt::capi::*;
+    let text = "func @f(%x: tensor<64x64xf32>) -> tensor<64x64xf32> {\n  %0 = relu %x : tensor<64x64xf32>\n  return %0 : tensor<64x64xf32>\n}\n";
+    let create = |threads: u32| {
+        let opts = SmeltOptions {
+            threads,
+            ..smelt_options_default()
+        };
+        let mut exe: *mut SmeltExecutable = std::ptr::null_mut();
+        // SAFETY: the text is readable for its length; `opts` and `exe` are valid.
+        let status = unsafe {
+            smelt_executable_from_text(text.as_ptr().cast(), text.len(), &opts, &mut exe)
+        };
+        (status, exe)
+    };
+    for i in 0..100u32 {
+        let (status, exe) = create(i % 17);
+        assert_eq!(status, SmeltStatus::Ok, "threads = {}", i % 17);
+        assert_eq!(smelt_executable_destroy(exe), SmeltStatus::Ok);
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // the worker threads of this process, by the name the pool gives them
+    let workers = std::fs::read_dir("/proc/self/task")
+        .expect("procfs")
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with("smelt-worker"))
+        .count();
+    assert!(workers < cores, "{workers} smelt workers on {cores} cores");
+    let (status, exe) = create(100_000);
+    assert_eq!(status, SmeltStatus::InvalidArgument);
+    assert!(exe.is_null());
+    assert_eq!(
+        create(smelt::MAX_THREADS as u32 + 1).0,
+        SmeltStatus::InvalidArgument
+    );
+}

@@ -106,7 +106,9 @@ impl Executable {
             // lies inside the trips the bounds proof covers (the kernel clamps too).
             match (step.split, self.threads) {
                 // SAFETY: as argued above; the pool runs disjoint ranges of the trips.
-                (Some(trips), Some(pool)) => unsafe { pool.run(step.kernel, args, trips) },
+                (Some(trips), Some((pool, threads))) => unsafe {
+                    pool.run(step.kernel, args, trips, threads)
+                },
                 // SAFETY: as argued above, the whole range on this thread.
                 _ => unsafe { (step.kernel)(args, 0, step.trips) },
             }

@@ -31,8 +31,12 @@ pub struct CompileOptions {
     /// Give every intermediate its own memory (no reuse), for verification and profiling;
     /// [`Executable::run_keeping`] then returns every value a run computed.
     pub keep_intermediates: bool,
-    /// Threads per run (the calling thread included); 0 means one per core. Outputs are
-    /// bit-identical for every count. Kernels compile on every core whatever it is.
+    /// Threads per run (the calling thread included); 0 means one per core. More than
+    /// the machine's cores count as one per core (the process has one pool of a worker
+    /// per core but one, shared by every executable; a run that finds it busy with
+    /// another executable's kernel runs that kernel on its own thread); above
+    /// [`MAX_THREADS`] compiling is an `InvalidArgument` error. Outputs are bit-identical
+    /// for every count. Kernels compile on every core whatever it is.
     pub threads: usize,
     /// How 3×3 stride-1 convolutions are computed (Winograd where it wins, by default).
     pub conv: lower::ConvAlgorithm,
@@ -64,6 +68,10 @@ impl Layouts {
         }
     }
 }
+
+/// The most threads a compile option may ask for ([`CompileOptions::threads`]); runs use
+/// at most one per core in any case.
+pub const MAX_THREADS: usize = 1024;
 
 /// Which code computes GEMM-shaped conv tiles (1×1 and direct convolutions, Winograd's
 /// batched products): Cranelift's f32x4 loops, or a native micro-kernel that JIT code
@@ -260,7 +268,8 @@ pub struct Executable {
     arena_len: usize,
     max_args: usize,
     pool: Mutex<Vec<Workspace>>,
-    threads: Option<&'static pool::ThreadPool>,
+    /// The process's pool and how many threads (the caller included) a run may use.
+    threads: Option<(&'static pool::ThreadPool, usize)>,
     step_info: Vec<StepInfo>,
     times: CompileTimes,
     loops_text: String,
@@ -306,6 +315,12 @@ impl Executable {
                 )
             })?,
         };
+        if opts.threads > MAX_THREADS {
+            return Err(Error::InvalidArgument(format!(
+                "threads = {} is more than smelt's limit of {MAX_THREADS}",
+                opts.threads
+            )));
+        }
         let lower_opts = lower::LowerOptions {
             conv: opts.conv,
             micro: opts.kernels.tile_isa().map(TileIsa::target),
@@ -337,11 +352,17 @@ impl Executable {
         let packed = Instant::now();
         let keep = opts.keep_intermediates.then_some(func);
         let mut exe = Executable::assemble(module, &program, &plan, code, keep)?;
-        let threads = match opts.threads {
-            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            n => n,
-        };
-        exe.threads = pool::ThreadPool::for_threads(threads);
+        // more threads than cores add no speed: the shared pool has one worker per core
+        // but one, and a run takes at most `threads - 1` of them
+        exe.threads = pool::ThreadPool::shared()
+            .map(|pool| {
+                let n = match opts.threads {
+                    0 => pool.participants(),
+                    n => n.min(pool.participants()),
+                };
+                (pool, n)
+            })
+            .filter(|&(_, n)| n > 1);
         exe.tiles = lower_opts.micro.and(opts.kernels.tile_isa());
         exe.times = CompileTimes {
             lower_ms: ms(lowered - start) + ms(packed - generated),

@@ -1,8 +1,11 @@
-//! Intra-op threads: one pool per thread count per process, splitting a parallel kernel's
-//! top-level loop into chunks of trips that the caller and the pool's workers claim.
+//! Intra-op threads: one pool per process, of one worker per core but one, started on
+//! first use and never grown, splitting a parallel kernel's top-level loop into chunks of
+//! trips that the caller and up to `threads - 1` of the pool's workers claim. So the
+//! process never holds more than `cores - 1` smelt worker threads, whatever thread
+//! counts executables ask for.
 //!
-//! A pool runs one kernel call at a time; a caller that finds it busy (another thread is
-//! running an executable on it) runs its kernel alone. Splits never cut a reduction
+//! The pool runs one kernel call at a time; a caller that finds it busy (another thread
+//! is running an executable on it) runs its kernel alone. Splits never cut a reduction
 //! (only a kernel's independent top-level loop is split), so results are bit-identical
 //! for any thread count and any split.
 //!
@@ -34,6 +37,8 @@ struct Job {
     args: usize,
     trips: i64,
     chunks: u64,
+    /// Workers that may join the caller (the executable's thread count less one).
+    helpers: usize,
 }
 
 impl Job {
@@ -56,10 +61,13 @@ struct Slot {
     sleepers: usize,
 }
 
-/// A process-lifetime pool of `workers` helper threads (the calling thread works too).
+/// The process-lifetime pool of `workers` helper threads (the calling thread works too).
 pub(crate) struct ThreadPool {
     workers: usize,
     busy: Mutex<()>,
+    /// `(generation mod 2^32) << 32 | workers joined`: a worker joins a job only while
+    /// fewer than its `helpers` have.
+    joined: AtomicU64,
     slot: Mutex<Slot>,
     wake: Condvar,
     /// The published generation, for workers spinning without the lock.
@@ -75,42 +83,47 @@ pub(crate) struct ThreadPool {
 const SPIN: Duration = Duration::from_micros(100);
 
 impl ThreadPool {
-    /// The pool for `threads` participants (the caller included), started on first use;
-    /// `None` for one thread.
-    pub(crate) fn for_threads(threads: usize) -> Option<&'static ThreadPool> {
-        static POOLS: OnceLock<Mutex<Vec<&'static ThreadPool>>> = OnceLock::new();
-        if threads <= 1 {
-            return None;
-        }
-        let pools = POOLS.get_or_init(|| Mutex::new(Vec::new()));
-        let mut pools = pools.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(p) = pools.iter().find(|p| p.workers + 1 == threads) {
-            return Some(p);
-        }
-        let pool: &'static ThreadPool = Box::leak(Box::new(ThreadPool {
-            workers: threads - 1,
-            busy: Mutex::new(()),
-            slot: Mutex::new(Slot {
-                generation: 0,
-                job: None,
-                sleepers: 0,
-            }),
-            wake: Condvar::new(),
-            generation: AtomicU64::new(0),
-            claim: AtomicU64::new(0),
-            done: AtomicUsize::new(0),
-        }));
-        for i in 0..pool.workers {
-            let spawned = std::thread::Builder::new()
-                .name(format!("smelt-worker-{i}"))
-                .spawn(move || pool.worker());
-            if spawned.is_err() {
-                // Fewer helpers only slows runs down: the caller claims what is left.
-                break;
+    /// The process's pool (one worker per core but one, started on first use); `None`
+    /// on a one-core machine or when no worker could be started.
+    pub(crate) fn shared() -> Option<&'static ThreadPool> {
+        static POOL: OnceLock<Option<&'static ThreadPool>> = OnceLock::new();
+        *POOL.get_or_init(|| {
+            let workers = std::thread::available_parallelism().map_or(1, |n| n.get()) - 1;
+            if workers == 0 {
+                return None;
             }
-        }
-        pools.push(pool);
-        Some(pool)
+            let pool: &'static ThreadPool = Box::leak(Box::new(ThreadPool {
+                workers,
+                busy: Mutex::new(()),
+                joined: AtomicU64::new(0),
+                slot: Mutex::new(Slot {
+                    generation: 0,
+                    job: None,
+                    sleepers: 0,
+                }),
+                wake: Condvar::new(),
+                generation: AtomicU64::new(0),
+                claim: AtomicU64::new(0),
+                done: AtomicUsize::new(0),
+            }));
+            let mut started = 0;
+            for i in 0..workers {
+                let spawned = std::thread::Builder::new()
+                    .name(format!("smelt-worker-{i}"))
+                    .spawn(move || pool.worker());
+                if spawned.is_err() {
+                    // Fewer helpers only slows runs down: the caller claims what is left.
+                    break;
+                }
+                started += 1;
+            }
+            (started > 0).then_some(pool)
+        })
+    }
+
+    /// Most participants a run can have: the workers and the caller.
+    pub(crate) fn participants(&self) -> usize {
+        self.workers + 1
     }
 
     /// Runs `kernel(args, lo, hi)` over `0..trips` split into chunks, on this thread
@@ -120,13 +133,21 @@ impl ThreadPool {
     /// # Safety
     /// `kernel` must be safe to call with `args` for any sub-range of `0..trips` from
     /// any thread, concurrently on disjoint sub-ranges, while this call lasts.
-    pub(crate) unsafe fn run(&self, kernel: KernelFn, args: *const *mut f32, trips: i64) {
-        let chunks = trips.clamp(1, 4 * (self.workers as i64 + 1)) as u64;
+    pub(crate) unsafe fn run(
+        &self,
+        kernel: KernelFn,
+        args: *const *mut f32,
+        trips: i64,
+        threads: usize,
+    ) {
+        let helpers = threads.saturating_sub(1).min(self.workers);
+        let chunks = trips.clamp(1, 4 * (helpers as i64 + 1)) as u64;
         let job = Job {
             kernel,
             args: args as usize,
             trips,
             chunks,
+            helpers,
         };
         let _busy = match self.busy.try_lock() {
             Ok(g) => g,
@@ -140,6 +161,8 @@ impl ThreadPool {
         let generation = self.generation.load(Ordering::Relaxed) + 1;
         self.done.store(0, Ordering::Relaxed);
         self.claim
+            .store((generation & 0xffff_ffff) << 32, Ordering::Release);
+        self.joined
             .store((generation & 0xffff_ffff) << 32, Ordering::Release);
         {
             let mut slot = self.slot.lock().unwrap_or_else(|p| p.into_inner());
@@ -180,6 +203,26 @@ impl ThreadPool {
         }
     }
 
+    /// Whether this worker may help with the job of `generation`: fewer than its
+    /// `helpers` have joined (counted per generation, so a late worker of an old job
+    /// never takes a seat of the new one).
+    fn join(&self, job: &Job, generation: u64) -> bool {
+        let tag = (generation & 0xffff_ffff) << 32;
+        loop {
+            let j = self.joined.load(Ordering::Acquire);
+            if j & !0xffff_ffff != tag || (j & 0xffff_ffff) as usize >= job.helpers {
+                return false;
+            }
+            if self
+                .joined
+                .compare_exchange_weak(j, j + 1, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                return true;
+            }
+        }
+    }
+
     fn worker(&self) {
         let mut seen = 0u64;
         loop {
@@ -197,7 +240,7 @@ impl ThreadPool {
                 (slot.job, slot.generation)
             };
             seen = generation;
-            if let Some(job) = job {
+            if let Some(job) = job.filter(|j| self.join(j, generation)) {
                 self.work(&job, generation);
             }
         }
