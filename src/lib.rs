@@ -53,6 +53,7 @@ pub mod models;
 pub mod npy;
 #[cfg(feature = "onnx")]
 pub mod onnx;
+mod quiet;
 pub mod runtime;
 pub mod verify;
 

@@ -425,3 +425,48 @@ fn thread_counts_are_bounded_and_absurd_ones_refused() {
         SmeltStatus::InvalidArgument
     );
 }
+
+/// A panic inside smelt prints nothing on the host's stderr (not even with
+/// RUST_BACKTRACE=1) and comes back as INTERNAL with its message; panics outside smelt
+/// still reach the host's hook. Run in a child process, whose stderr is the evidence.
+#[test]
+fn a_panic_inside_smelt_prints_nothing_and_returns_internal() {
+    use smelt::capi::*;
+    if std::env::var_os("SMELT_QUIET_CHILD").is_some() {
+        let status = force_internal_error_for_tests();
+        // SAFETY: smelt_last_error never returns NULL and the string lives until the next call.
+        let msg = unsafe { std::ffi::CStr::from_ptr(smelt_last_error()) }
+            .to_string_lossy()
+            .into_owned();
+        println!("status={status:?} message={msg}");
+        // and a panic of the host's own still reaches the host's hook
+        let _ = std::panic::catch_unwind(|| panic!("the host's own panic"));
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "a_panic_inside_smelt_prints_nothing_and_returns_internal",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("SMELT_QUIET_CHILD", "1")
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .expect("the child runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "child failed: {stdout}\n{stderr}");
+    assert!(
+        stdout.contains("status=Internal") && stdout.contains("a forced internal error"),
+        "{stdout}"
+    );
+    assert!(!stderr.contains("forced"), "smelt printed: {stderr}");
+    // one panic report only, the host's (with its backtrace: RUST_BACKTRACE is set)
+    assert_eq!(stderr.matches("panicked at").count(), 1, "{stderr}");
+    assert_eq!(stderr.matches("stack backtrace").count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("the host's own panic"),
+        "the host's hook is gone: {stderr}"
+    );
+}

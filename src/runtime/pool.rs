@@ -110,7 +110,10 @@ impl ThreadPool {
             for i in 0..workers {
                 let spawned = std::thread::Builder::new()
                     .name(format!("smelt-worker-{i}"))
-                    .spawn(move || pool.worker());
+                    .spawn(move || {
+                        crate::quiet::mark_thread_as_smelts();
+                        pool.worker()
+                    });
                 if spawned.is_err() {
                     // Fewer helpers only slows runs down: the caller claims what is left.
                     break;
