@@ -29,6 +29,26 @@ pub mod dtype {
     /// bool.
     pub const BOOL: i32 = 9;
 
+    /// The range `(min, max)` of an integer or bool type code, `None` for other types.
+    pub fn int_range(code: i32) -> Option<(i64, i64)> {
+        Some(match code {
+            INT64 => (i64::MIN, i64::MAX),
+            INT32 => (i32::MIN.into(), i32::MAX.into()),
+            INT16 => (i16::MIN.into(), i16::MAX.into()),
+            INT8 => (i8::MIN.into(), i8::MAX.into()),
+            UINT16 => (0, u16::MAX.into()),
+            UINT8 => (0, u8::MAX.into()),
+            BOOL => (0, 1),
+            _ => return None,
+        })
+    }
+
+    /// Whether `v` is a value of type `code` (always true for non-integer codes, whose
+    /// elements are not stored as i64).
+    pub fn holds(code: i32, v: i64) -> bool {
+        int_range(code).is_none_or(|(lo, hi)| (lo..=hi).contains(&v))
+    }
+
     /// The ONNX spelling of a data type code, for messages.
     pub fn name(code: i32) -> &'static str {
         match code {
@@ -49,7 +69,19 @@ pub mod dtype {
             14 => "complex64",
             15 => "complex128",
             16 => "bfloat16",
-            _ => "an unsupported type",
+            17 => "float8e4m3fn",
+            18 => "float8e4m3fnuz",
+            19 => "float8e5m2",
+            20 => "float8e5m2fnuz",
+            21 => "uint4",
+            22 => "int4",
+            23 => "float4e2m1",
+            24 => "float8e8m0",
+            25 => "uint2",
+            26 => "int2",
+            27 => "float6e2m3",
+            28 => "float6e3m2",
+            _ => "an unknown type",
         }
     }
 }
@@ -211,6 +243,20 @@ impl ConstTensor {
             )),
             ConstData::I64(_) | ConstData::Unsupported => None,
         }
+    }
+
+    /// A bool tensor (elements stored as 0 and 1).
+    pub fn bool(dims: Vec<usize>, values: Vec<bool>) -> ConstTensor {
+        ConstTensor {
+            dims,
+            data: ConstData::I64(values.into_iter().map(i64::from).collect()),
+            onnx_type: dtype::BOOL,
+        }
+    }
+
+    /// Whether the tensor is a bool tensor.
+    pub fn is_bool(&self) -> bool {
+        self.onnx_type == dtype::BOOL && self.i64s().is_some()
     }
 
     /// The elements as i64, if the tensor is an integer or boolean tensor.
@@ -383,6 +429,12 @@ impl ConstTensor {
                     .zip(&ib)
                     .map(|(&i, &j)| int_op(x[i], y[j]))
                     .collect::<Result<Vec<_>, _>>()?;
+                if let Some(bad) = v.iter().find(|&&r| !dtype::holds(a.onnx_type, r)) {
+                    return Err(format!(
+                        "the result {bad} overflows {} (smelt refuses rather than wraps)",
+                        a.type_name()
+                    ));
+                }
                 Ok(ConstTensor {
                     onnx_type: a.onnx_type,
                     ..ConstTensor::i64(dims, v)
@@ -407,7 +459,7 @@ impl ConstTensor {
 
 /// For each element of `out` (row-major), the flat index of the element of a tensor of
 /// shape `dims` that broadcasts to it.
-fn broadcast_indices(dims: &[usize], out: &[usize]) -> Vec<usize> {
+pub(crate) fn broadcast_indices(dims: &[usize], out: &[usize]) -> Vec<usize> {
     let total: usize = out.iter().product();
     let offset = out.len() - dims.len();
     // stride of each output axis in the source, 0 where the source broadcasts

@@ -1,11 +1,11 @@
 //! Elementwise ops: Add/Sub/Mul/Div (folded when both operands are constant), Sum,
-//! the activations, Clip and Gelu.
+//! the activations (Neg and Abs also folded on integer constants), Clip and Gelu.
 
 use smelt_ir::op::{BinaryOp, Op, UnaryOp};
 use smelt_ir::{Diagnostic, Value, F32};
 
 use crate::onnx::context::{Entry, NodeCtx};
-use crate::onnx::tensor::ConstTensor;
+use crate::onnx::tensor::{dtype, ConstData, ConstTensor};
 
 /// Add, Sub, Mul, Div with numpy broadcasting (version 7 on; older versions had the
 /// legacy `broadcast`/`axis` attributes).
@@ -115,8 +115,44 @@ pub fn unary(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
             ))
         }
     };
+    if matches!(op, UnaryOp::Neg | UnaryOp::Abs) {
+        if let Some(c) = cx.const_input(0)?.filter(|c| c.i64s().is_some()) {
+            let folded = fold_int_unary(op, &c).map_err(|m| cx.err("onnx-bad-model", m))?;
+            return Ok(vec![Entry::constant(folded)]);
+        }
+    }
     let x = cx.value(0)?;
     Ok(vec![Entry::Value(cx.emit(Op::Unary(op), &[x])?)])
+}
+
+/// Neg or Abs of an integer constant, exactly (the negation of the type's minimum, which
+/// has no positive counterpart, is an error).
+fn fold_int_unary(op: UnaryOp, c: &ConstTensor) -> Result<ConstTensor, String> {
+    let (lo, _) = dtype::int_range(c.onnx_type)
+        .filter(|_| c.onnx_type != dtype::BOOL)
+        .ok_or_else(|| format!("{} of {} is not defined", op.name(), c.type_name()))?;
+    let v = c.i64s().unwrap_or_default();
+    if let Some(&bad) = v.iter().find(|&&x| x == lo && lo < 0) {
+        return Err(format!(
+            "{} of {bad} overflows {} (smelt refuses rather than wraps)",
+            op.name(),
+            c.type_name()
+        ));
+    }
+    let data = v
+        .iter()
+        .map(|&x| {
+            if matches!(op, UnaryOp::Neg) {
+                -x
+            } else {
+                x.abs()
+            }
+        })
+        .collect();
+    Ok(ConstTensor {
+        data: ConstData::I64(data),
+        ..c.clone()
+    })
 }
 
 /// Clip: bounds from attributes (before version 11) or from optional inputs. Constant

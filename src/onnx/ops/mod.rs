@@ -4,6 +4,7 @@
 mod conv;
 mod elementwise;
 mod linalg;
+mod logic;
 mod norm;
 mod pool;
 mod shape;
@@ -41,8 +42,11 @@ macro_rules! rules {
 pub static RULES: &[OpRule] = rules! {
     "Abs"                 [1, 6, 13],                     from 6  => elementwise::unary;
     "Add"                 [1, 6, 7, 13, 14],              from 7  => elementwise::binary;
+    "And"                 [1, 7],                         from 7  => logic::logical;
     "AveragePool"         [1, 7, 10, 11, 19, 22],         from 1  => pool::average_pool;
     "BatchNormalization"  [1, 6, 7, 9, 14, 15],           from 6  => norm::batch_norm;
+    "Cast"                [1, 6, 9, 13, 19, 21, 23, 24, 25, 28], from 6 => logic::cast;
+    "CastLike"            [15, 19, 21, 23, 24, 25],       from 15 => logic::cast;
     "Clip"                [1, 6, 11, 12, 13],             from 6  => elementwise::clip;
     "Concat"              [1, 4, 11, 13],                 from 4  => shape::concat;
     "Constant"            [1, 9, 11, 12, 13, 19, 21, 23, 24, 25], from 1 => shape::constant;
@@ -50,6 +54,7 @@ pub static RULES: &[OpRule] = rules! {
     "Conv"                [1, 11, 22],                    from 1  => conv::conv;
     "Div"                 [1, 6, 7, 13, 14],              from 7  => elementwise::binary;
     "Dropout"             [1, 6, 7, 10, 12, 13, 22],      from 1  => shape::dropout;
+    "Equal"               [1, 7, 11, 13, 19],             from 7  => logic::compare;
     "Erf"                 [9, 13],                        from 9  => elementwise::unary;
     "Exp"                 [1, 6, 13],                     from 6  => elementwise::unary;
     "Flatten"             [1, 9, 11, 13, 21, 23, 24, 25], from 1  => shape::flatten;
@@ -57,20 +62,31 @@ pub static RULES: &[OpRule] = rules! {
     "Gelu"                [20],                           from 20 => elementwise::gelu;
     "Gemm"                [1, 6, 7, 9, 11, 13],           from 6  => linalg::gemm;
     "GlobalAveragePool"   [1, 22],                        from 1  => pool::global_average_pool;
+    "Greater"             [1, 7, 9, 13],                  from 7  => logic::compare;
+    "GreaterOrEqual"      [12, 16],                       from 12 => logic::compare;
     "HardSigmoid"         [1, 6, 22],                     from 6  => elementwise::unary;
     "HardSwish"           [14, 22],                       from 14 => elementwise::unary;
     "Identity"            [1, 13, 14, 16, 19, 21, 23, 24, 25], from 1 => shape::identity;
     "LayerNormalization"  [17],                           from 17 => norm::layer_norm;
     "LeakyRelu"           [1, 6, 16],                     from 6  => elementwise::unary;
+    "Less"                [1, 7, 9, 13],                  from 7  => logic::compare;
+    "LessOrEqual"         [12, 16],                       from 12 => logic::compare;
     "MatMul"              [1, 9, 13],                     from 1  => linalg::matmul;
+    "Max"                 [1, 6, 8, 12, 13],              from 8  => logic::min_max;
     "MaxPool"             [1, 8, 10, 11, 12, 22],         from 1  => pool::max_pool;
+    "Min"                 [1, 6, 8, 12, 13],              from 8  => logic::min_max;
+    "Mod"                 [10, 13, 28],                   from 10 => logic::mod_;
     "Mul"                 [1, 6, 7, 13, 14],              from 7  => elementwise::binary;
     "Neg"                 [1, 6, 13],                     from 6  => elementwise::unary;
+    "Not"                 [1],                            from 1  => logic::logical;
+    "Or"                  [1, 7],                         from 7  => logic::logical;
+    "Range"               [11, 27],                       from 11 => logic::range;
     "Reciprocal"          [1, 6, 13],                     from 6  => elementwise::unary;
     "Relu"                [1, 6, 13, 14],                 from 6  => elementwise::unary;
     "Reshape"             [1, 5, 13, 14, 19, 21, 23, 24, 25], from 1 => shape::reshape;
     "Shape"               [1, 13, 15, 19, 21, 23, 24, 25], from 1 => shape::shape;
     "Sigmoid"             [1, 6, 13],                     from 6  => elementwise::unary;
+    "Size"                [1, 13, 19, 21, 23, 24, 25],    from 1  => logic::size;
     "Softmax"             [1, 11, 13],                    from 1  => linalg::softmax;
     "Sqrt"                [1, 6, 13],                     from 6  => elementwise::unary;
     "Squeeze"             [1, 11, 13, 21, 23, 24, 25],    from 1  => shape::squeeze;
@@ -79,6 +95,8 @@ pub static RULES: &[OpRule] = rules! {
     "Tanh"                [1, 6, 13],                     from 6  => elementwise::unary;
     "Transpose"           [1, 13, 21, 23, 24, 25],        from 1  => shape::transpose;
     "Unsqueeze"           [1, 11, 13, 21, 23, 24, 25],    from 1  => shape::unsqueeze;
+    "Where"               [9, 16],                        from 9  => logic::where_;
+    "Xor"                 [1, 7],                         from 7  => logic::logical;
 };
 
 /// The rule for `op_type`, if smelt supports it.

@@ -1,0 +1,656 @@
+//! Shape-program ops folded at import: Cast and CastLike, the comparisons (Equal, Less,
+//! Greater, LessOrEqual, GreaterOrEqual), the boolean ops (Not, And, Or, Xor), Where,
+//! Range, Size, Mod, and Min/Max (folded on constants, `min`/`max` ops on float32 values).
+//!
+//! smelt's input shapes are static, so the shape programs exporters write (`Shape` →
+//! `Cast` → arithmetic → `Reshape`, `Range` over a dimension, `Equal`/`Where` picking a
+//! `-1`) are computed here, on [`ConstTensor`]s: integers exactly in i64 (an overflow is
+//! an error, never a wrap), floats in f32, comparisons giving bool constants. The same
+//! ops on data computed at run time need bool and integer tensors in the JIT; until then
+//! they are a clear error naming the node (the one exception: a Cast of a float32 value
+//! to float32 is the identity).
+
+use smelt_ir::op::{broadcast, BinaryOp, Op};
+use smelt_ir::types::MAX_TENSOR_BYTES;
+use smelt_ir::Diagnostic;
+
+use crate::onnx::context::{Entry, NodeCtx};
+use crate::onnx::tensor::{broadcast_indices, dtype, ConstData, ConstTensor};
+
+/// Most elements a folded Range may have (as many int64s as the largest tensor holds).
+const MAX_FOLDED_ELEMENTS: u64 = MAX_TENSOR_BYTES / 8;
+
+/// The error for an op whose input is computed at run time.
+fn runtime_input(cx: &NodeCtx, i: usize) -> Diagnostic {
+    cx.err(
+        "onnx-unsupported-op",
+        format!(
+            "input {i} ('{}') is computed at run time; {} is only folded at import for now, \
+             when its inputs are constants or shape arithmetic (run-time bool and integer \
+             tensors come with typed tensors in the JIT)",
+            cx.input_name(i).unwrap_or(""),
+            cx.node.op_type()
+        ),
+    )
+}
+
+/// Input `i`, which must be known at import time (else the run-time-input error).
+fn folded_input(cx: &NodeCtx, i: usize) -> Result<std::rc::Rc<ConstTensor>, Diagnostic> {
+    cx.input_name(i).ok_or_else(|| {
+        cx.err(
+            "onnx-missing-input",
+            format!("required input {i} is missing"),
+        )
+    })?;
+    cx.const_input(i)?.ok_or_else(|| runtime_input(cx, i))
+}
+
+/// The elements of a constant, by kind.
+enum Elems<'a> {
+    /// Integer or bool elements.
+    Int(&'a [i64]),
+    /// float32 elements.
+    Float(std::borrow::Cow<'a, [f32]>),
+}
+
+fn elems<'a>(c: &'a ConstTensor, what: &str) -> Result<Elems<'a>, String> {
+    if let Some(v) = c.i64s() {
+        Ok(Elems::Int(v))
+    } else if let Some(v) = c.f32s() {
+        Ok(Elems::Float(v))
+    } else {
+        Err(format!(
+            "{what} has element type {}, which smelt does not fold (float32, int64, int32, \
+             int16, int8, uint16, uint8 and bool are)",
+            c.type_name()
+        ))
+    }
+}
+
+/// Refuses a constant of an element type smelt does not fold (float16, float64, string,
+/// uint32...), naming the input.
+fn check_foldable(cx: &NodeCtx, i: usize, c: &ConstTensor) -> Result<(), Diagnostic> {
+    elems(c, &format!("input {i}"))
+        .map(|_| ())
+        .map_err(|m| cx.err("onnx-unsupported-dtype", m))
+}
+
+/// Every input of the node, which must be constants of foldable element types.
+fn folded_inputs(cx: &NodeCtx, n: usize) -> Result<Vec<std::rc::Rc<ConstTensor>>, Diagnostic> {
+    (0..n)
+        .map(|i| {
+            let c = folded_input(cx, i)?;
+            check_foldable(cx, i, &c)?;
+            Ok(c)
+        })
+        .collect()
+}
+
+/// The ONNX type code of a constant as written in messages and results (an unset code
+/// on a float32 tensor is float32).
+fn type_code(c: &ConstTensor) -> i32 {
+    if c.onnx_type == 0 && c.is_f32() {
+        dtype::FLOAT
+    } else {
+        c.onnx_type
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Cast
+
+/// The element types Cast folds to.
+const CAST_TARGETS: [i32; 8] = [
+    dtype::FLOAT,
+    dtype::INT64,
+    dtype::INT32,
+    dtype::INT16,
+    dtype::INT8,
+    dtype::UINT16,
+    dtype::UINT8,
+    dtype::BOOL,
+];
+
+/// Refuses a Cast target type smelt does not fold to.
+fn check_cast_target(to: i32) -> Result<(), String> {
+    if CAST_TARGETS.contains(&to) {
+        return Ok(());
+    }
+    Err(format!(
+        "casting to {} is not supported (smelt folds casts to float32, int64, int32, \
+         int16, int8, uint16, uint8 and bool)",
+        dtype::name(to)
+    ))
+}
+
+/// `v` reduced to the bits of integer type `to`, reinterpreted in two's complement (the
+/// ONNX rule for integer to integer casts out of range, as numpy's `astype`).
+fn wrap_int(v: i64, to: i32) -> i64 {
+    match to {
+        dtype::INT32 => v as i32 as i64,
+        dtype::INT16 => v as i16 as i64,
+        dtype::INT8 => v as i8 as i64,
+        dtype::UINT16 => v as u16 as i64,
+        dtype::UINT8 => v as u8 as i64,
+        dtype::BOOL => i64::from(v != 0),
+        _ => v,
+    }
+}
+
+/// ONNX Cast on a constant: floats to integers truncate toward zero (NaN or a value out of
+/// the target's range is an error: ONNX leaves it undefined), integers to narrower
+/// integers keep the low bits (two's complement), anything to bool is `x != 0` (NaN is
+/// true), bool to numbers is 0 or 1, integers to float32 round to nearest.
+pub fn cast_const(c: &ConstTensor, to: i32) -> Result<ConstTensor, String> {
+    check_cast_target(to)?;
+    let data = match (elems(c, "the input")?, to) {
+        (Elems::Float(v), dtype::FLOAT) => ConstData::F32(v.into_owned()),
+        (Elems::Float(v), dtype::BOOL) => {
+            ConstData::I64(v.iter().map(|&x| i64::from(x != 0.0)).collect())
+        }
+        (Elems::Float(v), _) => {
+            let (lo, hi) = dtype::int_range(to).unwrap_or((i64::MIN, i64::MAX));
+            let mut out = Vec::with_capacity(v.len());
+            for &x in v.iter() {
+                let t = f64::from(x).trunc();
+                // i64::MAX as f64 rounds up to 2^63, itself out of range: compare below it
+                let fits = t >= lo as f64 && (t < hi as f64 || (hi < 1 << 53 && t <= hi as f64));
+                if !fits {
+                    return Err(format!(
+                        "{x} has no {} value (NaN and values out of range are undefined \
+                         in ONNX's Cast; smelt refuses them)",
+                        dtype::name(to)
+                    ));
+                }
+                out.push(t as i64);
+            }
+            ConstData::I64(out)
+        }
+        (Elems::Int(v), dtype::FLOAT) => ConstData::F32(v.iter().map(|&x| x as f32).collect()),
+        (Elems::Int(v), _) => ConstData::I64(v.iter().map(|&x| wrap_int(x, to)).collect()),
+    };
+    Ok(ConstTensor {
+        dims: c.dims.clone(),
+        data,
+        onnx_type: to,
+    })
+}
+
+/// Cast (from version 6, `to` an integer type code) and CastLike (the type of input 1).
+/// `saturate` and `round_mode` concern float8 and float4 targets only, which smelt does
+/// not cast to.
+pub fn cast(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&["to", "saturate", "round_mode"])?;
+    let to = if cx.node.op_type() == "CastLike" {
+        match cx.const_input(1)? {
+            Some(like) => type_code(&like),
+            None => {
+                // a run-time value is float32 (smelt's only run-time type)
+                cx.value(1)?;
+                dtype::FLOAT
+            }
+        }
+    } else {
+        let to = cx
+            .attr_int("to")?
+            .ok_or_else(|| cx.bad_attr("to", "is required"))?;
+        i32::try_from(to).map_err(|_| cx.bad_attr("to", format!("{to} is not a type code")))?
+    };
+    match cx.const_input(0)? {
+        Some(c) => {
+            let out = cast_const(&c, to).map_err(|m| cx.err("onnx-unsupported-dtype", m))?;
+            Ok(vec![Entry::constant(out)])
+        }
+        None if to == dtype::FLOAT => Ok(vec![cx.entry(0)?]),
+        None => {
+            check_cast_target(to).map_err(|m| cx.err("onnx-unsupported-dtype", m))?;
+            Err(cx.err(
+                "onnx-unsupported-op",
+                format!(
+                    "input 0 ('{}') is a float32 value computed at run time; casting it to {} \
+                     is only folded at import for now (run-time integer and bool tensors \
+                     come with typed tensors in the JIT)",
+                    cx.input_name(0).unwrap_or(""),
+                    dtype::name(to)
+                ),
+            ))
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Elementwise folding with broadcasting
+
+/// `f` on the elements of `inputs` broadcast together, for any number of inputs.
+fn broadcast_map<T>(
+    inputs: &[&ConstTensor],
+    mut f: impl FnMut(&[usize]) -> Result<T, String>,
+) -> Result<(Vec<usize>, Vec<T>), String> {
+    let mut dims: Vec<usize> = Vec::new();
+    for c in inputs {
+        dims = broadcast(&dims, &c.dims)?;
+    }
+    let count = dims
+        .iter()
+        .try_fold(1u64, |a, &d| a.checked_mul(d as u64))
+        .filter(|&n| n <= MAX_FOLDED_ELEMENTS)
+        .ok_or_else(|| format!("the broadcast shape {dims:?} is too large to fold"))?;
+    let indices: Vec<Vec<usize>> = inputs
+        .iter()
+        .map(|c| broadcast_indices(&c.dims, &dims))
+        .collect();
+    let mut at = vec![0usize; inputs.len()];
+    let mut out = Vec::with_capacity(count as usize);
+    for k in 0..count as usize {
+        for (a, ix) in at.iter_mut().zip(&indices) {
+            *a = ix[k];
+        }
+        out.push(f(&at)?);
+    }
+    Ok((dims, out))
+}
+
+/// Both operands' elements, which must be of one type.
+fn same_type<'a>(a: &'a ConstTensor, b: &'a ConstTensor) -> Result<(Elems<'a>, Elems<'a>), String> {
+    if type_code(a) != type_code(b) {
+        return Err(format!(
+            "operands have element types {} and {}; ONNX requires one type",
+            a.type_name(),
+            b.type_name()
+        ));
+    }
+    Ok((elems(a, "input 0")?, elems(b, "input 1")?))
+}
+
+/// A comparison on constants (float NaN compares false, as IEEE says).
+fn compare_const(op: &str, a: &ConstTensor, b: &ConstTensor) -> Result<ConstTensor, String> {
+    fn test<T: PartialOrd>(op: &str, x: T, y: T) -> bool {
+        match op {
+            "Equal" => x == y,
+            "Less" => x < y,
+            "Greater" => x > y,
+            "LessOrEqual" => x <= y,
+            _ => x >= y,
+        }
+    }
+    let (dims, v) = match same_type(a, b)? {
+        (Elems::Int(x), Elems::Int(y)) => {
+            broadcast_map(&[a, b], |ix| Ok(test(op, x[ix[0]], y[ix[1]])))?
+        }
+        (Elems::Float(x), Elems::Float(y)) => {
+            broadcast_map(&[a, b], |ix| Ok(test(op, x[ix[0]], y[ix[1]])))?
+        }
+        _ => return Err("operands mix integer and float elements".into()),
+    };
+    Ok(ConstTensor::bool(dims, v))
+}
+
+/// Equal, Less, Greater, LessOrEqual, GreaterOrEqual (numpy broadcasting, version 7 on):
+/// bool constants.
+pub fn compare(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&[])?;
+    let [a, b] = <[_; 2]>::try_from(folded_inputs(cx, 2)?).map_err(|_| runtime_input(cx, 1))?;
+    let out = compare_const(cx.node.op_type(), &a, &b).map_err(|m| cx.err("onnx-bad-model", m))?;
+    Ok(vec![Entry::constant(out)])
+}
+
+/// The bool elements of input `i`, which must be a bool constant.
+fn bools<'a>(cx: &NodeCtx, i: usize, c: &'a ConstTensor) -> Result<&'a [i64], Diagnostic> {
+    match c.i64s() {
+        Some(v) if c.is_bool() => Ok(v),
+        _ => Err(cx.err(
+            "onnx-bad-model",
+            format!("input {i} must be bool, got {}", c.type_name()),
+        )),
+    }
+}
+
+/// Not, And, Or, Xor on bool constants (broadcasting from version 7).
+pub fn logical(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&[])?;
+    let op = cx.node.op_type();
+    let a = folded_input(cx, 0)?;
+    let x = bools(cx, 0, &a)?;
+    if op == "Not" {
+        let v = x.iter().map(|&b| b == 0).collect();
+        return Ok(vec![Entry::constant(ConstTensor::bool(a.dims.clone(), v))]);
+    }
+    let b = folded_input(cx, 1)?;
+    let y = bools(cx, 1, &b)?;
+    let (dims, v) = broadcast_map(&[&a, &b], |ix| {
+        let (p, q) = (x[ix[0]] != 0, y[ix[1]] != 0);
+        Ok(match op {
+            "And" => p && q,
+            "Or" => p || q,
+            _ => p != q,
+        })
+    })
+    .map_err(|m| cx.err("onnx-bad-model", m))?;
+    Ok(vec![Entry::constant(ConstTensor::bool(dims, v))])
+}
+
+/// Where(condition, x, y) on constants, with three-way broadcasting.
+pub fn where_(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&[])?;
+    let [c, x, y] = <[_; 3]>::try_from(folded_inputs(cx, 3)?).map_err(|_| runtime_input(cx, 2))?;
+    let cond = bools(cx, 0, &c)?;
+    let bad = |m: String| cx.err("onnx-bad-model", m);
+    let pick = |ix: &[usize]| cond[ix[0]] != 0;
+    let out = match same_type(&x, &y).map_err(bad)? {
+        (Elems::Int(a), Elems::Int(b)) => {
+            let (dims, v) = broadcast_map(&[&c, &x, &y], |ix| {
+                Ok(if pick(ix) { a[ix[1]] } else { b[ix[2]] })
+            })
+            .map_err(bad)?;
+            ConstTensor {
+                onnx_type: x.onnx_type,
+                ..ConstTensor::i64(dims, v)
+            }
+        }
+        (Elems::Float(a), Elems::Float(b)) => {
+            let (dims, v) = broadcast_map(&[&c, &x, &y], |ix| {
+                Ok(if pick(ix) { a[ix[1]] } else { b[ix[2]] })
+            })
+            .map_err(bad)?;
+            ConstTensor::f32(dims, v)
+        }
+        _ => return Err(bad("x and y mix integer and float elements".into())),
+    };
+    Ok(vec![Entry::constant(out)])
+}
+
+// ---------------------------------------------------------------------------------------
+// Range, Size
+
+/// The single element of a Range operand.
+fn scalar_of<'a>(cx: &NodeCtx, i: usize, c: &'a ConstTensor) -> Result<Elems<'a>, Diagnostic> {
+    if c.len() != 1 {
+        return Err(cx.err(
+            "onnx-bad-model",
+            format!("input {i} must be a scalar, got shape {:?}", c.dims),
+        ));
+    }
+    elems(c, &format!("input {i}")).map_err(|m| cx.err("onnx-unsupported-dtype", m))
+}
+
+/// The element count `max(ceil((limit - start) / delta), 0)` of an integer Range, exact.
+fn int_range_len(start: i64, limit: i64, delta: i64) -> Result<u64, String> {
+    if delta == 0 {
+        return Err("delta is 0, so the range never reaches its limit".into());
+    }
+    let (span, step) = (i128::from(limit) - i128::from(start), i128::from(delta));
+    // ceil division for either sign of step
+    let n = if (span > 0) == (step > 0) && span != 0 {
+        (span.abs() + step.abs() - 1) / step.abs()
+    } else {
+        0
+    };
+    u64::try_from(n).map_err(|_| "the range is too long".into())
+}
+
+/// The element count of a float32 Range (`ceil((limit - start) / delta)` in f64).
+fn float_range_len(start: f32, limit: f32, delta: f32) -> Result<u64, String> {
+    if delta == 0.0 {
+        return Err("delta is 0, so the range never reaches its limit".into());
+    }
+    if !(start.is_finite() && limit.is_finite() && delta.is_finite()) {
+        return Err(format!(
+            "start {start}, limit {limit} and delta {delta} must be finite"
+        ));
+    }
+    let n = ((f64::from(limit) - f64::from(start)) / f64::from(delta)).ceil();
+    Ok(if n > 0.0 {
+        n.min(u64::MAX as f64) as u64
+    } else {
+        0
+    })
+}
+
+/// Range(start, limit, delta) on scalar constants: `start + i·delta` while it is short of
+/// `limit`. A zero delta and a range longer than the largest tensor are errors, found
+/// before anything is allocated.
+pub fn range(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    // stash_type is the compute type of float16/bfloat16 ranges, which smelt does not fold
+    cx.check_attrs(&["stash_type"])?;
+    let start = folded_input(cx, 0)?;
+    let limit = folded_input(cx, 1)?;
+    let delta = folded_input(cx, 2)?;
+    let bad = |m: String| cx.err("onnx-bad-model", m);
+    for (i, c) in [(1, &limit), (2, &delta)] {
+        if type_code(c) != type_code(&start) {
+            return Err(bad(format!(
+                "input {i} has element type {}, input 0 {}; ONNX requires one type",
+                c.type_name(),
+                start.type_name()
+            )));
+        }
+    }
+    let too_long = |n: u64| -> Result<usize, Diagnostic> {
+        if n > MAX_FOLDED_ELEMENTS {
+            return Err(bad(format!(
+                "the range has {n} elements, more than the {MAX_FOLDED_ELEMENTS} smelt folds"
+            )));
+        }
+        Ok(n as usize)
+    };
+    let out = match (
+        scalar_of(cx, 0, &start)?,
+        scalar_of(cx, 1, &limit)?,
+        scalar_of(cx, 2, &delta)?,
+    ) {
+        (Elems::Int(s), Elems::Int(l), Elems::Int(d)) => {
+            let (s, l, d) = (s[0], l[0], d[0]);
+            let n = too_long(int_range_len(s, l, d).map_err(bad)?)?;
+            // every element lies between start and limit, so none overflows
+            // wrapping: `i·d` alone may leave i64 when start is near its minimum
+            let v = (0..n as i64)
+                .map(|i| s.wrapping_add(i.wrapping_mul(d)))
+                .collect();
+            ConstTensor {
+                onnx_type: start.onnx_type,
+                ..ConstTensor::i64(vec![n], v)
+            }
+        }
+        (Elems::Float(s), Elems::Float(l), Elems::Float(d)) => {
+            let (s, l, d) = (s[0], l[0], d[0]);
+            let n = too_long(float_range_len(s, l, d).map_err(bad)?)?;
+            let v = (0..n).map(|i| s + i as f32 * d).collect();
+            ConstTensor::f32(vec![n], v)
+        }
+        _ => return Err(bad("inputs mix integer and float elements".into())),
+    };
+    Ok(vec![Entry::constant(out)])
+}
+
+/// Size: the element count of the input (static, so always a constant int64 scalar).
+pub fn size(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&[])?;
+    let n = cx
+        .dims(0)?
+        .iter()
+        .try_fold(1i64, |a, &d| a.checked_mul(d as i64))
+        .ok_or_else(|| cx.err("onnx-bad-model", "the element count overflows int64"))?;
+    Ok(vec![Entry::constant(ConstTensor::i64(vec![], vec![n]))])
+}
+
+// ---------------------------------------------------------------------------------------
+// Min, Max, Mod
+
+/// Min and Max of one or more inputs (numpy broadcasting, version 8 on): folded when every
+/// input is constant (integers exactly), a chain of `min`/`max` ops on float32 values
+/// otherwise.
+pub fn min_max(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&[])?;
+    let is_max = cx.node.op_type() == "Max";
+    let n = cx.num_inputs();
+    if n == 0 {
+        return Err(cx.err("onnx-missing-input", "needs at least one input"));
+    }
+    let consts = (0..n)
+        .map(|i| cx.const_input(i))
+        .collect::<Result<Vec<_>, _>>()?;
+    if consts.iter().all(Option::is_some) {
+        let parts: Vec<&ConstTensor> = consts.iter().flatten().map(|c| &**c).collect();
+        for (i, p) in parts.iter().enumerate() {
+            check_foldable(cx, i, p)?;
+        }
+        let mut acc = parts[0].clone();
+        for p in &parts[1..] {
+            if type_code(p) != type_code(&acc) {
+                return Err(cx.err(
+                    "onnx-bad-model",
+                    format!(
+                        "inputs have element types {} and {}; ONNX requires one type",
+                        acc.type_name(),
+                        p.type_name()
+                    ),
+                ));
+            }
+            acc = ConstTensor::binary(
+                &acc,
+                p,
+                |x, y| Ok(if is_max { x.max(y) } else { x.min(y) }),
+                // NaN propagates, as in numpy and ONNX Runtime
+                |x, y| {
+                    if x.is_nan() || y.is_nan() {
+                        f32::NAN
+                    } else if is_max {
+                        x.max(y)
+                    } else {
+                        x.min(y)
+                    }
+                },
+            )
+            .map_err(|m| cx.err("onnx-bad-model", m))?;
+        }
+        return Ok(vec![Entry::constant(acc)]);
+    }
+    let op = if is_max { BinaryOp::Max } else { BinaryOp::Min };
+    let mut acc = cx.value(0)?;
+    for i in 1..n {
+        let v = cx.value(i)?;
+        acc = cx.emit(Op::Binary(op), &[acc, v])?;
+    }
+    Ok(vec![Entry::Value(acc)])
+}
+
+/// Integer Mod: `fmod = 0` takes the divisor's sign (floor), `fmod = 1` the dividend's
+/// (truncation); a zero divisor is an error.
+fn int_mod(x: i64, y: i64, fmod: bool) -> Result<i64, String> {
+    let r = x
+        .checked_rem(y)
+        .ok_or_else(|| format!("{x} mod {y} divides by zero or overflows"))?;
+    Ok(if !fmod && r != 0 && ((r < 0) != (y < 0)) {
+        r + y
+    } else {
+        r
+    })
+}
+
+/// Mod on constants (version 10 on): integers exactly; floats only with `fmod = 1`
+/// (C's `fmod`), the one form ONNX defines for every float.
+pub fn mod_(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&["fmod"])?;
+    let fmod = cx.attr_bool("fmod", false)?;
+    let [a, b] = <[_; 2]>::try_from(folded_inputs(cx, 2)?).map_err(|_| runtime_input(cx, 1))?;
+    if type_code(&a) != type_code(&b) {
+        return Err(cx.err(
+            "onnx-bad-model",
+            format!(
+                "operands have element types {} and {}; ONNX requires one type",
+                a.type_name(),
+                b.type_name()
+            ),
+        ));
+    }
+    if a.is_f32() && !fmod {
+        return Err(cx.bad_attr("fmod", "must be 1 for float inputs"));
+    }
+    let out = ConstTensor::binary(&a, &b, |x, y| int_mod(x, y, fmod), |x, y| x % y)
+        .map_err(|m| cx.err("onnx-bad-model", m))?;
+    Ok(vec![Entry::constant(out)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn float_to_int_truncates_toward_zero_and_refuses_nan_and_out_of_range() {
+        let c = ConstTensor::f32(vec![4], vec![2.9, -2.9, 0.5, -0.0]);
+        let i = cast_const(&c, dtype::INT64).unwrap();
+        assert_eq!(i.i64s(), Some(&[2, -2, 0, 0][..]));
+        assert_eq!(i.onnx_type, dtype::INT64);
+        for bad in [f32::NAN, f32::INFINITY, 3.0e9, 9.3e18] {
+            let to = if bad == 3.0e9 {
+                dtype::INT32
+            } else {
+                dtype::INT64
+            };
+            assert!(cast_const(&ConstTensor::f32(vec![1], vec![bad]), to).is_err());
+        }
+        let u8s = cast_const(&ConstTensor::f32(vec![2], vec![255.7, -0.5]), dtype::UINT8);
+        assert_eq!(u8s.unwrap().i64s(), Some(&[255, 0][..]));
+    }
+
+    #[test]
+    fn int_casts_wrap_and_bool_casts_test_nonzero() {
+        let big = ConstTensor::i64(vec![3], vec![(1 << 40) + 1, 200, -1]);
+        let i32s = cast_const(&big, dtype::INT32).unwrap();
+        assert_eq!(i32s.i64s(), Some(&[1, 200, -1][..]));
+        let i8s = cast_const(&big, dtype::INT8).unwrap();
+        assert_eq!(i8s.i64s(), Some(&[1, -56, -1][..]));
+        let b = cast_const(
+            &ConstTensor::f32(vec![3], vec![0.0, f32::NAN, -0.0]),
+            dtype::BOOL,
+        );
+        assert_eq!(b.unwrap().i64s(), Some(&[0, 1, 0][..]));
+        let f = cast_const(
+            &ConstTensor::i64(vec![1], vec![(1 << 24) + 1]),
+            dtype::FLOAT,
+        );
+        assert_eq!(f.unwrap().f32s().unwrap()[0], 16_777_216.0);
+        assert!(cast_const(&big, 10).is_err());
+        assert!(cast_const(&big, 8).is_err());
+    }
+
+    #[test]
+    fn range_lengths_are_exact_and_refuse_zero_steps() {
+        assert_eq!(int_range_len(0, 5, 2), Ok(3));
+        assert_eq!(int_range_len(10, 4, -3), Ok(2));
+        assert_eq!(int_range_len(0, 5, -1), Ok(0));
+        assert_eq!(int_range_len(i64::MIN, i64::MAX, 1), Ok(u64::MAX));
+        assert!(int_range_len(0, 5, 0).is_err());
+        assert_eq!(float_range_len(1.0, 5.0, 2.0), Ok(2));
+        assert!(float_range_len(1.0, 5.0, 0.0).is_err());
+    }
+
+    #[test]
+    fn modulo_signs_follow_fmod() {
+        assert_eq!(int_mod(-4, 3, false), Ok(2));
+        assert_eq!(int_mod(4, -3, false), Ok(-2));
+        assert_eq!(int_mod(-4, 3, true), Ok(-1));
+        assert!(int_mod(1, 0, false).is_err());
+        assert!(int_mod(i64::MIN, -1, false).is_err());
+    }
+
+    #[test]
+    fn comparisons_broadcast_to_bools() {
+        let a = ConstTensor::i64(vec![2, 1], vec![1, 5]);
+        let b = ConstTensor::i64(vec![3], vec![1, 2, 5]);
+        let lt = compare_const("Less", &a, &b).unwrap();
+        assert_eq!(lt.dims, vec![2, 3]);
+        assert!(lt.is_bool());
+        assert_eq!(lt.i64s(), Some(&[0, 1, 1, 0, 0, 0][..]));
+        let nan = ConstTensor::f32(vec![1], vec![f32::NAN]);
+        assert_eq!(
+            compare_const("Equal", &nan, &nan).unwrap().i64s(),
+            Some(&[0][..])
+        );
+        let i32s = ConstTensor {
+            onnx_type: dtype::INT32,
+            ..ConstTensor::i64(vec![1], vec![1])
+        };
+        assert!(compare_const("Equal", &a, &i32s).is_err());
+    }
+}
