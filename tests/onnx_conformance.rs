@@ -40,6 +40,7 @@ const INTEGER: &str = "integer tensors: smelt computes in float32 (integers only
 const SPATIAL_3D: &str = "3 spatial dimensions: smelt's conv and pools are 1-D and 2-D";
 const TRAINING: &str = "training mode: smelt runs inference";
 const GATHER: &str = "Gather of run-time data: smelt folds Gather only on constants";
+const EMPTY: &str = "a zero-size result: smelt's tensors have no empty dimensions";
 const LEGACY_ADD: &str =
     "Add of opset 6 (its legacy broadcast attribute): smelt maps Add from opset 7";
 
@@ -97,6 +98,7 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ("test_maxpool_3d_dilations_use_ref_impl_large", SPATIAL_3D),
     ("test_mul_uint32", INTEGER),
     ("test_mul_uint64", INTEGER),
+    ("test_slice_start_out_of_bounds", EMPTY),
     ("test_sub_uint32", INTEGER),
     ("test_sub_uint64", INTEGER),
     ("test_training_dropout", TRAINING),
@@ -119,7 +121,7 @@ const FIRST_OUTPUT_ONLY: &[(&str, &str)] = &[
 
 /// Cases of each suite that must pass through the whole compiler at least, so coverage
 /// cannot shrink silently; a count above it is printed, so it can be raised.
-const MIN_PASSED: &[(&str, usize)] = &[("node", 220), ("pytorch-converted", 44)];
+const MIN_PASSED: &[(&str, usize)] = &[("node", 236), ("pytorch-converted", 44)];
 
 /// Whether Cranelift's verifier checks every generated function.
 const VERIFY: bool = true;

@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use bytes::Bytes;
-use smelt_ir::op::broadcast;
+use smelt_ir::op::{broadcast, SliceAttrs};
 use smelt_ir::types::MAX_TENSOR_BYTES;
 use smelt_ir::{AlignedBuf, DType, TensorType};
 
@@ -313,6 +313,50 @@ impl ConstTensor {
             idx.push(j as usize);
         }
         Ok(self.take(axis, &idx, &indices.dims))
+    }
+
+    /// The elements at the flat positions `order` (each below `self.len()`), as a tensor
+    /// of `dims`: the common core of the data-movement folds.
+    fn select(&self, dims: Vec<usize>, order: &[usize]) -> ConstTensor {
+        let data = match &self.data {
+            ConstData::I64(v) => ConstData::I64(order.iter().map(|&k| v[k]).collect()),
+            ConstData::F32(_) | ConstData::F32Raw(_) | ConstData::F32Aligned(_) => {
+                let v = self.f32s().unwrap_or_default();
+                ConstData::F32(order.iter().map(|&k| v[k]).collect())
+            }
+            ConstData::Unsupported => ConstData::Unsupported,
+        };
+        ConstTensor {
+            dims,
+            data,
+            onnx_type: self.onnx_type,
+        }
+    }
+
+    /// ONNX Slice with normalized attributes (those of the IR's `slice`).
+    pub fn slice(&self, s: &SliceAttrs) -> Result<ConstTensor, String> {
+        let out = s.result_dims(&self.dims)?;
+        let total: usize = out.iter().product();
+        let mut strides = vec![1usize; self.dims.len()];
+        for k in (0..self.dims.len().saturating_sub(1)).rev() {
+            strides[k] = strides[k + 1] * self.dims[k + 1];
+        }
+        let mut order = Vec::with_capacity(total);
+        let mut idx = vec![0usize; out.len()];
+        for _ in 0..total {
+            let at: i64 = (0..out.len())
+                .map(|k| (s.starts[k] + idx[k] as i64 * s.steps[k]) * strides[k] as i64)
+                .sum();
+            order.push(at as usize);
+            for k in (0..out.len()).rev() {
+                idx[k] += 1;
+                if idx[k] < out[k] {
+                    break;
+                }
+                idx[k] = 0;
+            }
+        }
+        Ok(self.select(out, &order))
     }
 
     /// Concatenation along `axis` of tensors of equal element kind.

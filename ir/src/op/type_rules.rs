@@ -151,6 +151,16 @@ impl Op {
                 TensorType::f32(perm.iter().map(|&p| x.dims[p]).collect::<Vec<_>>())
             }
             Op::MatMul => matmul_type(operands[0], operands[1])?,
+            Op::Slice(s) => {
+                let dims = s.result_dims(&operands[0].dims)?;
+                if let Some(k) = dims.iter().position(|&d| d == 0) {
+                    return Err(format!(
+                        "slice of {} selects no elements along axis {k} (start {}, end {}, step {}); tensors have no empty dims",
+                        operands[0], s.starts[k], s.ends[k], s.steps[k]
+                    ));
+                }
+                TensorType::f32(dims)
+            }
             Op::Gemm(g) => {
                 let a = expect_rank(operands[0], 2, "gemm A")?;
                 let b = expect_rank(operands[1], 2, "gemm B")?;

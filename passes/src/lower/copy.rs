@@ -1,5 +1,5 @@
-//! Lowerings of data movement: transpose, concat, reorder (row-major ↔ blocked) and
-//! reshape/flatten copies.
+//! Lowerings of data movement: transpose, slice, concat, reorder (row-major ↔ blocked)
+//! and reshape/flatten copies.
 
 use smelt_ir::loops::{Access, Affine, BufId, Expr, KernelBuilder, Width};
 use smelt_ir::{Diagnostic, Layout, Op, TensorType, Value};
@@ -27,7 +27,7 @@ fn copy_nest(
     });
 }
 
-/// transpose, concat, reorder (row-major ↔ blocked), and reshape/flatten copies.
+/// transpose, slice, concat, reorder (row-major ↔ blocked), and reshape/flatten copies.
 pub(crate) fn lower_copy(
     cx: &mut Cx,
     op: &Op,
@@ -59,6 +59,14 @@ pub(crate) fn lower_copy(
             let in_st = row_major_strides(&cx.func.type_of(operands[0]).dims);
             let src_st: Vec<i64> = perm.iter().map(|&p| in_st[p]).collect();
             copy_nest(&mut b, out_dims, (srcs[0], &src_st, 0), (ya, &out_st, 0));
+        }
+        Op::Slice(sl) => {
+            // along axis k the source moves `steps[k]` input rows per output index, from
+            // `starts[k]` (negative steps walk backwards; the type rule keeps them in bounds)
+            let in_st = row_major_strides(&cx.func.type_of(operands[0]).dims);
+            let src_st: Vec<i64> = in_st.iter().zip(&sl.steps).map(|(s, t)| s * t).collect();
+            let off: i64 = in_st.iter().zip(&sl.starts).map(|(s, t)| s * t).sum();
+            copy_nest(&mut b, out_dims, (srcs[0], &src_st, off), (ya, &out_st, 0));
         }
         Op::Concat { axis } => {
             let mut offset = 0i64;

@@ -560,7 +560,7 @@ impl<'a> Cx<'a> {
             Op::LayerNorm { .. } | Op::Softmax { .. } => {
                 norm::lower_norm(self, op, operands, out_ty, epi, out)
             }
-            Op::Transpose { .. } | Op::Concat { .. } | Op::Reorder { .. } => {
+            Op::Transpose { .. } | Op::Concat { .. } | Op::Reorder { .. } | Op::Slice(_) => {
                 copy::lower_copy(self, op, operands, out_ty, epi, out)
             }
             Op::Flatten { .. } | Op::Reshape { .. } => {

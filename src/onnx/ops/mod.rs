@@ -4,6 +4,7 @@
 mod conv;
 mod elementwise;
 mod linalg;
+mod movement;
 mod norm;
 mod pool;
 mod shape;
@@ -71,6 +72,7 @@ pub static RULES: &[OpRule] = rules! {
     "Reshape"             [1, 5, 13, 14, 19, 21, 23, 24, 25], from 1 => shape::reshape;
     "Shape"               [1, 13, 15, 19, 21, 23, 24, 25], from 1 => shape::shape;
     "Sigmoid"             [1, 6, 13],                     from 6  => elementwise::unary;
+    "Slice"               [1, 10, 11, 13],                from 1  => movement::slice;
     "Softmax"             [1, 11, 13],                    from 1  => linalg::softmax;
     "Sqrt"                [1, 6, 13],                     from 6  => elementwise::unary;
     "Squeeze"             [1, 11, 13, 21, 23, 24, 25],    from 1  => shape::squeeze;
