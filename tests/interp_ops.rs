@@ -1426,3 +1426,44 @@ fn slice_hand_examples_with_negative_steps_and_bad_windows() {
         assert!(bad.infer_type(&[&x.ty], &|_| None).is_err());
     }
 }
+
+#[test]
+fn expand_and_tile_hand_examples() {
+    let col = iota(&[2, 1], 1.0); // [[1],[2]]
+    let y = eval(
+        Op::Expand {
+            shape: vec![2, 2, 3],
+        },
+        &[&col],
+    );
+    assert_exact(
+        &y,
+        &[1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0],
+    );
+    let m = iota(&[2, 2], 0.0); // [[0,1],[2,3]]
+    let y = eval(
+        Op::Tile {
+            repeats: vec![2, 3],
+        },
+        &[&m],
+    );
+    assert_eq!(y.dims(), [4, 6]);
+    assert_exact(
+        &y,
+        &[
+            0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 2.0, 3.0, 2.0, 3.0, 2.0, 3.0, 0.0, 1.0, 0.0, 1.0, 0.0,
+            1.0, 2.0, 3.0, 2.0, 3.0, 2.0, 3.0,
+        ],
+    );
+    // an expand that does not broadcast, a shrinking expand, repeats of the wrong length or 0
+    for bad in [
+        Op::Expand { shape: vec![2, 3] },
+        Op::Expand { shape: vec![1, 1] },
+        Op::Tile { repeats: vec![2] },
+        Op::Tile {
+            repeats: vec![0, 1],
+        },
+    ] {
+        assert!(bad.infer_type(&[&m.ty], &|_| None).is_err(), "{bad:?}");
+    }
+}

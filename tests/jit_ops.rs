@@ -561,3 +561,31 @@ fn slice_positive_negative_and_unit_steps() {
         check(&format!("slice {dims:?} {starts:?} {ends:?} {steps:?}"), &m);
     }
 }
+
+#[test]
+fn expand_and_tile_over_shapes() {
+    let expands: [(&[usize], &[usize]); 5] = [
+        (&[3, 1], &[2, 3, 5]),
+        (&[1, 5, 1], &[4, 5, 7]),
+        (&[7], &[3, 2, 7]),
+        (&[], &[3, 5]),
+        (&[2, 3], &[2, 3]),
+    ];
+    for (from, to) in expands {
+        let m = one_op(Op::Expand { shape: to.to_vec() }, &[t(from)], &[]);
+        check(&format!("expand {from:?} to {to:?}"), &m);
+    }
+    let tiles: [(&[usize], &[usize]); 4] = [
+        (&[2, 3, 5], &[1, 2, 3]),
+        (&[3, 7], &[3, 1]),
+        (&[5], &[4]),
+        (&[1, 3, 1, 2], &[2, 1, 5, 3]),
+    ];
+    for (from, repeats) in tiles {
+        let op = Op::Tile {
+            repeats: repeats.to_vec(),
+        };
+        let m = one_op(op, &[t(from)], &[]);
+        check(&format!("tile {from:?} by {repeats:?}"), &m);
+    }
+}

@@ -1035,3 +1035,42 @@ fn slice_with_run_time_starts_or_step_zero_is_an_error_naming_the_node() {
     );
     assert!(e.contains("window") && e.contains("step 0"), "{e}");
 }
+
+#[test]
+fn expand_broadcasts_both_ways_and_tile_folds_on_constants() {
+    // Expand's result is the broadcast of input and shape: [3, 1] with [2, 1, 4] -> [2, 3, 4]
+    let m = Model::new(13)
+        .input("x", &[3, 1])
+        .init(i64_typed("shape", &[2, 1, 4]))
+        .node("Expand", "e", &["x", "shape"], &["y"], vec![])
+        .output("y")
+        .import()
+        .expect("import");
+    let y = &run(&m, &[Tensor::new([3, 1], vec![1.0, 2.0, 3.0]).expect("t")])[0];
+    assert_eq!(y.dims(), [2, 3, 4]);
+    assert_eq!(&y.data[..8], [1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0]);
+    // a tiled constant shape vector folds into the reshape: [2, 6] tiled to [2, 6, 2, 6]
+    let m = Model::new(13)
+        .input("x", &[2, 6, 2, 6])
+        .init(i64_typed("v", &[2, 6]))
+        .init(i64_typed("reps", &[2]))
+        .node("Tile", "t", &["v", "reps"], &["target"], vec![])
+        .node("Reshape", "r", &["x", "target"], &["y"], vec![])
+        .output("y")
+        .import()
+        .expect("import");
+    assert!(m.funcs[0]
+        .insts
+        .iter()
+        .all(|i| matches!(i.op, Op::Reshape { .. })));
+    let e = error_text(
+        Model::new(13)
+            .input("x", &[3, 2])
+            .init(i64_typed("shape", &[3, 4]))
+            .node("Expand", "grow", &["x", "shape"], &["y"], vec![])
+            .output("y")
+            .import(),
+        "onnx-bad-model",
+    );
+    assert!(e.contains("grow") && e.contains("broadcast"), "{e}");
+}

@@ -1,4 +1,5 @@
-//! Data-movement kernels: strided gathers (broadcast, transpose, slice) and concatenation.
+//! Data-movement kernels: strided gathers (broadcast, expand, tile, transpose, slice) and
+//! concatenation.
 
 use super::Arg;
 use crate::op::SliceAttrs;
@@ -78,6 +79,19 @@ pub(super) fn transpose(x: &Arg, perm: &[usize]) -> Vec<f32> {
     let out_dims: Vec<usize> = perm.iter().map(|&p| x.dims[p]).collect();
     let strides: Vec<usize> = perm.iter().map(|&p| own[p]).collect();
     strided_gather(&x.data, &out_dims, &strides)
+}
+
+/// `x` repeated `repeats[k]` times along each axis: a gather over the split dims
+/// `[r0, d0, r1, d1, ...]` that stays put (stride 0) along each repeat.
+pub(super) fn tile(x: &Arg, repeats: &[usize]) -> Vec<f32> {
+    let own = row_major_strides(x.dims);
+    let mut split = Vec::with_capacity(2 * x.dims.len());
+    let mut strides = Vec::with_capacity(2 * x.dims.len());
+    for (k, &r) in repeats.iter().enumerate() {
+        split.extend([r, x.dims[k]]);
+        strides.extend([0, own[k]]);
+    }
+    strided_gather(&x.data, &split, &strides)
 }
 
 /// The window of `x` that `s` selects (the type rule has checked every index it reads

@@ -80,7 +80,7 @@ pub enum Attrs {
     },
     /// `flatten`, `concat`, `softmax`.
     Axis(usize),
-    /// `reshape` target shape or `transpose` permutation.
+    /// `reshape` and `expand` target shape, `transpose` permutation or `tile` repeats.
     Dims(Vec<usize>),
     /// `gemm`.
     Gemm(GemmAttrs),
@@ -209,6 +209,8 @@ op_table! {
     MatMul "matmul" Some(Exact(2)), Anchor: (Op::MatMul) <=> (Attrs::None);
     Gemm "gemm" Some(Range(2, 3)), Anchor: (Op::Gemm(g)) <=> (Attrs::Gemm(g));
     Slice "slice" Some(Exact(1)), Plain: (Op::Slice(s)) <=> (Attrs::Slice(s));
+    Expand "expand" Some(Exact(1)), Plain: (Op::Expand { shape }) <=> (Attrs::Dims(shape));
+    Tile "tile" Some(Exact(1)), Plain: (Op::Tile { repeats }) <=> (Attrs::Dims(repeats));
     Concat "concat" Some(AtLeast(1)), Plain: (Op::Concat { axis }) <=> (Attrs::Axis(axis));
     Softmax "softmax" Some(Exact(1)), Plain: (Op::Softmax { axis }) <=> (Attrs::Axis(axis));
     Reorder "reorder" Some(Exact(1)), Plain: (Op::Reorder { layout }) <=> (Attrs::Layout(layout));

@@ -114,6 +114,17 @@ pub enum Op {
     /// A strided window of the input: along each axis, `steps` apart from `starts` up to
     /// (not including) `ends`, steps possibly negative (see [`SliceAttrs`]).
     Slice(SliceAttrs),
+    /// Numpy broadcast of the input to `shape` (the result shape; the input broadcasts
+    /// to it without growing it).
+    Expand {
+        /// The result dimensions.
+        shape: Vec<usize>,
+    },
+    /// Repeats the input `repeats[k]` times along each axis `k`.
+    Tile {
+        /// Copies along each axis (at least 1).
+        repeats: Vec<usize>,
+    },
     /// Concatenation along `axis`.
     Concat {
         /// The axis.
@@ -207,7 +218,7 @@ impl Op {
         match self {
             Op::Const(_) | Op::Flatten { .. } | Op::Reshape { .. } => 0,
             Op::Transpose { .. } | Op::Concat { .. } | Op::Reorder { .. } => 0,
-            Op::Slice(_) => 0,
+            Op::Slice(_) | Op::Expand { .. } | Op::Tile { .. } => 0,
             Op::Conv2d(_) => {
                 // each output element takes C/groups * KH * KW multiply-adds = |w| / O
                 let w = operands

@@ -445,6 +445,18 @@ pub(crate) fn build_op(name: &str, d: &mut AttrDict) -> Result<Option<Op>, AttrE
                 shape: d.required("shape", shape),
             })
         }
+        "expand" => {
+            let shape = d.usizes("shape")?;
+            Some(Op::Expand {
+                shape: d.required("shape", shape),
+            })
+        }
+        "tile" => {
+            let repeats = d.usizes("repeats")?;
+            Some(Op::Tile {
+                repeats: d.required("repeats", repeats),
+            })
+        }
         "transpose" => {
             let perm = d.usizes("perm")?;
             Some(Op::Transpose {
@@ -675,6 +687,7 @@ pub(crate) fn op_attrs(op: &Op, rank: usize) -> Vec<(&'static str, AttrValue)> {
         Attrs::Axis(axis) => out.always("axis", AttrValue::Int(axis)),
         // the same payload, named for what it is: reshape's shape, transpose's permutation
         Attrs::Dims(dims) if kind == OpKind::Transpose => out.always("perm", AttrValue::Ints(dims)),
+        Attrs::Dims(dims) if kind == OpKind::Tile => out.always("repeats", AttrValue::Ints(dims)),
         Attrs::Dims(dims) => out.always("shape", AttrValue::Ints(dims)),
         Attrs::Gemm(g) => {
             let def = GemmAttrs::default();
@@ -835,6 +848,12 @@ mod tests {
                 ends: vec![2, -1, 5],
                 steps: vec![1, -2, 3],
             }),
+            Op::Expand {
+                shape: vec![2, 3, 4],
+            },
+            Op::Tile {
+                repeats: vec![1, 3],
+            },
             Op::Concat { axis: 1 },
             Op::Softmax { axis: 3 },
             Op::Reorder {
@@ -865,6 +884,8 @@ mod tests {
                 | Op::MatMul
                 | Op::Gemm(_)
                 | Op::Slice(_)
+                | Op::Expand { .. }
+                | Op::Tile { .. }
                 | Op::Concat { .. }
                 | Op::Softmax { .. }
                 | Op::Reorder { .. }

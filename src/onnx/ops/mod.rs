@@ -53,6 +53,7 @@ pub static RULES: &[OpRule] = rules! {
     "Dropout"             [1, 6, 7, 10, 12, 13, 22],      from 1  => shape::dropout;
     "Erf"                 [9, 13],                        from 9  => elementwise::unary;
     "Exp"                 [1, 6, 13],                     from 6  => elementwise::unary;
+    "Expand"              [8, 13],                        from 8  => movement::expand;
     "Flatten"             [1, 9, 11, 13, 21, 23, 24, 25], from 1  => shape::flatten;
     "Gather"              [1, 11, 13],                    from 1  => shape::gather;
     "Gelu"                [20],                           from 20 => elementwise::gelu;
@@ -79,6 +80,7 @@ pub static RULES: &[OpRule] = rules! {
     "Sub"                 [1, 6, 7, 13, 14],              from 7  => elementwise::binary;
     "Sum"                 [1, 6, 8, 13],                  from 6  => elementwise::sum;
     "Tanh"                [1, 6, 13],                     from 6  => elementwise::unary;
+    "Tile"                [1, 6, 13],                     from 6  => movement::tile;
     "Transpose"           [1, 13, 21, 23, 24, 25],        from 1  => shape::transpose;
     "Unsqueeze"           [1, 11, 13, 21, 23, 24, 25],    from 1  => shape::unsqueeze;
 };

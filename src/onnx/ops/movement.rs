@@ -1,9 +1,10 @@
-//! Data movement with static windows: Slice (folded at import when its data is
-//! constant, a `slice` op otherwise). Starts, ends, axes and steps must be known at
-//! import (constants or folded shape arithmetic); they are normalized here, as the ONNX
-//! spec clamps them, so the IR op sees in-range values only.
+//! Data movement with static windows: Slice, Expand and Tile, folded at import when
+//! their data is constant (shape vectors), IR ops otherwise. Starts, ends, axes, steps,
+//! shapes and repeats must be known at import (constants or folded shape arithmetic);
+//! they are normalized here (Slice's clamped as the ONNX spec says), so the IR ops see
+//! in-range values only.
 
-use smelt_ir::op::{Op, SliceAttrs};
+use smelt_ir::op::{broadcast, Op, SliceAttrs};
 use smelt_ir::Diagnostic;
 
 use crate::onnx::context::{Entry, NodeCtx};
@@ -118,6 +119,60 @@ pub fn slice(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     }
     let x = cx.value(0)?;
     Ok(vec![Entry::Value(cx.emit(Op::Slice(attrs), &[x])?)])
+}
+
+/// Non-negative entries of a constant integer input, or an error naming it.
+fn sizes(cx: &NodeCtx, i: usize, what: &str) -> Result<Vec<usize>, Diagnostic> {
+    let v = cx.const_ints(i, what)?;
+    v.iter()
+        .map(|&d| {
+            usize::try_from(d).map_err(|_| {
+                cx.err(
+                    "onnx-bad-model",
+                    format!("input {i} (the {what}) {v:?} has a negative entry"),
+                )
+            })
+        })
+        .collect()
+}
+
+/// Expand: numpy broadcast of input 0 with the constant shape of input 1.
+pub fn expand(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&[])?;
+    let dims = cx.dims(0)?;
+    let shape = sizes(cx, 1, "shape")?;
+    if let Some(c) = cx.const_input(0)? {
+        let folded = c
+            .expand(&shape)
+            .map_err(|m| cx.err("onnx-bad-model", format!("Expand: {m}")))?;
+        return Ok(vec![Entry::constant(folded)]);
+    }
+    let out =
+        broadcast(&dims, &shape).map_err(|m| cx.err("onnx-bad-model", format!("Expand: {m}")))?;
+    if out == dims {
+        return Ok(vec![cx.entry(0)?]);
+    }
+    let x = cx.value(0)?;
+    Ok(vec![Entry::Value(
+        cx.emit(Op::Expand { shape: out }, &[x])?,
+    )])
+}
+
+/// Tile (from version 6): `repeats[k]` copies of input 0 along each axis `k`.
+pub fn tile(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&[])?;
+    let repeats = sizes(cx, 1, "repeats")?;
+    if let Some(c) = cx.const_input(0)? {
+        let folded = c
+            .tile(&repeats)
+            .map_err(|m| cx.err("onnx-bad-model", format!("Tile: {m}")))?;
+        return Ok(vec![Entry::constant(folded)]);
+    }
+    if repeats.iter().all(|&r| r == 1) && repeats.len() == cx.dims(0)?.len() {
+        return Ok(vec![cx.entry(0)?]);
+    }
+    let x = cx.value(0)?;
+    Ok(vec![Entry::Value(cx.emit(Op::Tile { repeats }, &[x])?)])
 }
 
 #[cfg(test)]
