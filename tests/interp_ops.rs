@@ -4,7 +4,7 @@
 
 use smelt_ir::builder::FuncBuilder;
 use smelt_ir::interp::{self, eval_op};
-use smelt_ir::op::{Conv2dAttrs, GemmAttrs, Pool2dAttrs};
+use smelt_ir::op::{Conv2dAttrs, GemmAttrs, Pool2dAttrs, SliceAttrs};
 use smelt_ir::weights::{random_f32, AlignedBuf, WeightOrigin, WeightStore};
 use smelt_ir::{
     BinaryOp, ErrorStats, Func, FusedOp, Inst, Layout, Location, Module, Op, Param, PostOp, Tensor,
@@ -1391,4 +1391,79 @@ fn fused_matmul_and_pool_anchors_equal_unfused() {
         &[&eval(Op::GlobalAvgPool, &[&x])],
     );
     assert_eq!(gap.data, step.data);
+}
+
+fn slice_op(starts: &[i64], ends: &[i64], steps: &[i64]) -> Op {
+    Op::Slice(SliceAttrs {
+        starts: starts.to_vec(),
+        ends: ends.to_vec(),
+        steps: steps.to_vec(),
+    })
+}
+
+#[test]
+fn slice_hand_examples_with_negative_steps_and_bad_windows() {
+    let x = iota(&[3, 4], 0.0); // [[0,1,2,3],[4,5,6,7],[8,9,10,11]]
+    let y = eval(slice_op(&[1, 1], &[3, 4], &[1, 2]), &[&x]);
+    assert_eq!(y.dims(), [2, 2]);
+    assert_exact(&y, &[5.0, 7.0, 9.0, 11.0]);
+    // reversed rows and columns, down to index 0
+    let y = eval(slice_op(&[2, 3], &[-1, -1], &[-1, -1]), &[&x]);
+    assert_eq!(y.dims(), [3, 4]);
+    assert_exact(
+        &y,
+        &[11.0, 10.0, 9.0, 8.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.0, 1.0, 0.0],
+    );
+    let y = eval(slice_op(&[0, 3], &[3, 0], &[2, -2]), &[&x]);
+    assert_eq!(y.dims(), [2, 2]);
+    assert_exact(&y, &[3.0, 1.0, 11.0, 9.0]);
+    // a step of 0, an end past the dim and an empty window are type errors
+    for bad in [
+        slice_op(&[0, 0], &[3, 4], &[0, 1]),
+        slice_op(&[0, 0], &[3, 5], &[1, 1]),
+        slice_op(&[1, 0], &[1, 4], &[1, 1]),
+    ] {
+        assert!(bad.infer_type(&[&x.ty], &|_| None).is_err());
+    }
+}
+
+#[test]
+fn expand_and_tile_hand_examples() {
+    let col = iota(&[2, 1], 1.0); // [[1],[2]]
+    let y = eval(
+        Op::Expand {
+            shape: vec![2, 2, 3],
+        },
+        &[&col],
+    );
+    assert_exact(
+        &y,
+        &[1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0],
+    );
+    let m = iota(&[2, 2], 0.0); // [[0,1],[2,3]]
+    let y = eval(
+        Op::Tile {
+            repeats: vec![2, 3],
+        },
+        &[&m],
+    );
+    assert_eq!(y.dims(), [4, 6]);
+    assert_exact(
+        &y,
+        &[
+            0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 2.0, 3.0, 2.0, 3.0, 2.0, 3.0, 0.0, 1.0, 0.0, 1.0, 0.0,
+            1.0, 2.0, 3.0, 2.0, 3.0, 2.0, 3.0,
+        ],
+    );
+    // an expand that does not broadcast, a shrinking expand, repeats of the wrong length or 0
+    for bad in [
+        Op::Expand { shape: vec![2, 3] },
+        Op::Expand { shape: vec![1, 1] },
+        Op::Tile { repeats: vec![2] },
+        Op::Tile {
+            repeats: vec![0, 1],
+        },
+    ] {
+        assert!(bad.infer_type(&[&m.ty], &|_| None).is_err(), "{bad:?}");
+    }
 }

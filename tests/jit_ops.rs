@@ -5,7 +5,7 @@ mod jit_util;
 
 use jit_util::{check_against_interp, f32t, random_inputs};
 use smelt_ir::builder::FuncBuilder;
-use smelt_ir::op::{FusedOp, GemmAttrs, Pool2dAttrs, PostOp};
+use smelt_ir::op::{FusedOp, GemmAttrs, Pool2dAttrs, PostOp, SliceAttrs};
 use smelt_ir::weights::random_f32;
 use smelt_ir::{BinaryOp, Layout, Module, Op, TensorType, UnaryOp, Value, F32};
 
@@ -519,5 +519,73 @@ fn max_pool_nan_case(dims: &[usize], nans: &[usize]) {
         if !b.is_nan() {
             assert_eq!(a, b, "output {i}");
         }
+    }
+}
+
+/// Input dims, then starts, ends and steps per axis.
+type SliceCase = (
+    &'static [usize],
+    &'static [i64],
+    &'static [i64],
+    &'static [i64],
+);
+
+#[test]
+fn slice_positive_negative_and_unit_steps() {
+    let cases: [SliceCase; 7] = [
+        (&[2, 3, 5, 7], &[0, 0, 0, 0], &[2, 3, 5, 7], &[1, 1, 1, 1]),
+        (&[2, 3, 5, 7], &[1, 0, 1, 2], &[2, 3, 4, 7], &[1, 1, 1, 1]),
+        (&[2, 3, 5, 7], &[0, 0, 0, 1], &[2, 3, 5, 7], &[1, 2, 2, 3]),
+        (
+            &[2, 3, 5, 7],
+            &[1, 2, 4, 6],
+            &[-1, -1, -1, -1],
+            &[-1, -1, -1, -1],
+        ),
+        (
+            &[2, 3, 5, 7],
+            &[0, 2, 4, 5],
+            &[2, 0, -1, 0],
+            &[1, -2, -3, -2],
+        ),
+        (&[9, 11], &[8, 1], &[0, 10], &[-1, 1]),
+        (&[13], &[12], &[-1], &[-5]),
+    ];
+    for (dims, starts, ends, steps) in cases {
+        let op = Op::Slice(SliceAttrs {
+            starts: starts.to_vec(),
+            ends: ends.to_vec(),
+            steps: steps.to_vec(),
+        });
+        let m = one_op(op, &[t(dims)], &[]);
+        check(&format!("slice {dims:?} {starts:?} {ends:?} {steps:?}"), &m);
+    }
+}
+
+#[test]
+fn expand_and_tile_over_shapes() {
+    let expands: [(&[usize], &[usize]); 5] = [
+        (&[3, 1], &[2, 3, 5]),
+        (&[1, 5, 1], &[4, 5, 7]),
+        (&[7], &[3, 2, 7]),
+        (&[], &[3, 5]),
+        (&[2, 3], &[2, 3]),
+    ];
+    for (from, to) in expands {
+        let m = one_op(Op::Expand { shape: to.to_vec() }, &[t(from)], &[]);
+        check(&format!("expand {from:?} to {to:?}"), &m);
+    }
+    let tiles: [(&[usize], &[usize]); 4] = [
+        (&[2, 3, 5], &[1, 2, 3]),
+        (&[3, 7], &[3, 1]),
+        (&[5], &[4]),
+        (&[1, 3, 1, 2], &[2, 1, 5, 3]),
+    ];
+    for (from, repeats) in tiles {
+        let op = Op::Tile {
+            repeats: repeats.to_vec(),
+        };
+        let m = one_op(op, &[t(from)], &[]);
+        check(&format!("tile {from:?} by {repeats:?}"), &m);
     }
 }

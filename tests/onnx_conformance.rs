@@ -48,6 +48,7 @@ const NARROW_WIDE_FLOAT: &str = "float16, bfloat16, float64, float8, float4 and 
 const WIDE_UNSIGNED: &str =
     "uint32 and uint64 tensors: smelt's folded integers are int64 and it does not decode these";
 const STRING: &str = "string tensors: smelt has none";
+const EMPTY: &str = "a zero-size result: smelt's tensors have no empty dimensions";
 const LEGACY_ADD: &str =
     "Add of opset 6 (its legacy broadcast attribute): smelt maps Add from opset 7";
 
@@ -405,6 +406,18 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
         "test_castlike_no_saturate_FLOAT_to_FLOAT8E5M2_expanded",
         NARROW_WIDE_FLOAT,
     ),
+    (
+        "test_causal_conv_with_state_fp16_expanded",
+        NARROW_WIDE_FLOAT,
+    ),
+    (
+        "test_causal_conv_with_state_kernel_size_one_expanded",
+        EMPTY,
+    ),
+    (
+        "test_causal_conv_with_state_silu_fp16_expanded",
+        NARROW_WIDE_FLOAT,
+    ),
     ("test_clip_default_int8_inbounds", INTEGER),
     ("test_clip_default_int8_max", INTEGER),
     ("test_clip_default_int8_min", INTEGER),
@@ -425,6 +438,15 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ("test_equal_string_broadcast", STRING),
     ("test_equal_uint32", WIDE_UNSIGNED),
     ("test_equal_uint64", WIDE_UNSIGNED),
+    (
+        "test_flexattention_causal_mask_expanded_ver26",
+        RUNTIME_LOGIC,
+    ),
+    (
+        "test_flexattention_double_expanded_ver26",
+        NARROW_WIDE_FLOAT,
+    ),
+    ("test_flexattention_fp16_expanded_ver26", NARROW_WIDE_FLOAT),
     ("test_gather_0", GATHER),
     ("test_gather_1", GATHER),
     ("test_gather_2d_indices", GATHER),
@@ -498,6 +520,7 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ("test_selu_expanded_ver18", RUNTIME_LOGIC),
     ("test_shrink_hard_expanded_ver18", RUNTIME_LOGIC),
     ("test_shrink_soft_expanded_ver18", RUNTIME_LOGIC),
+    ("test_slice_start_out_of_bounds", EMPTY),
     ("test_sub_uint32", INTEGER),
     ("test_sub_uint64", INTEGER),
     ("test_thresholdedrelu_default_expanded_ver18", RUNTIME_LOGIC),
@@ -524,7 +547,7 @@ const FIRST_OUTPUT_ONLY: &[(&str, &str)] = &[
 
 /// Cases of each suite that must pass through the whole compiler at least, so coverage
 /// cannot shrink silently; a count above it is printed, so it can be raised.
-const MIN_PASSED: &[(&str, usize)] = &[("node", 320), ("pytorch-converted", 44)];
+const MIN_PASSED: &[(&str, usize)] = &[("node", 355), ("pytorch-converted", 44)];
 
 /// Whether Cranelift's verifier checks every generated function.
 const VERIFY: bool = true;

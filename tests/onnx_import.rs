@@ -931,3 +931,146 @@ fn type_errors_from_the_op_table_name_the_node() {
     );
     assert!(text.contains("MatMul node 'mm', opset 13"), "{text}");
 }
+
+#[test]
+fn slice_reads_attributes_before_opset_10_and_inputs_after() {
+    // x[1:, ::-2] of a 3x5 matrix, written both ways (ends far out of range are clamped)
+    let old = Model::new(9)
+        .input("x", &[3, 5])
+        .node(
+            "Slice",
+            "s",
+            &["x"],
+            &["y"],
+            vec![
+                ints("starts", &[1]),
+                ints("ends", &[1000]),
+                ints("axes", &[0]),
+            ],
+        )
+        .node("Neg", "n", &["y"], &["z"], vec![])
+        .output("z")
+        .import()
+        .expect("import");
+    let new = Model::new(13)
+        .input("x", &[3, 5])
+        .init(i64_typed("starts", &[1, -1]))
+        .init(i64_typed("ends", &[i64::MAX, i64::MIN]))
+        .init(i64_typed("axes", &[0, -1]))
+        .init(i64_typed("steps", &[1, -2]))
+        .node(
+            "Slice",
+            "s",
+            &["x", "starts", "ends", "axes", "steps"],
+            &["y"],
+            vec![],
+        )
+        .node("Neg", "n", &["y"], &["z"], vec![])
+        .output("z")
+        .import()
+        .expect("import");
+    let x = Tensor::new([3, 5], (0..15).map(|v| v as f32).collect()).expect("t");
+    let old_y = &run(&old, std::slice::from_ref(&x))[0];
+    assert_eq!(old_y.dims(), [2, 5]);
+    assert_eq!(old_y.data, (5..15).map(|v| -(v as f32)).collect::<Vec<_>>());
+    let new_y = &run(&new, std::slice::from_ref(&x))[0];
+    assert_eq!(new_y.dims(), [2, 3]);
+    assert_eq!(new_y.data, [-9.0, -7.0, -5.0, -14.0, -12.0, -10.0]);
+}
+
+#[test]
+fn shape_slice_concat_reshape_folds_to_one_reshape() {
+    let m = Model::new(13)
+        .input("x", &[2, 3, 4])
+        .init(i64_typed("zero", &[0]))
+        .init(i64_typed("one", &[1]))
+        .init(i64_typed("rest", &[12]))
+        .node("Shape", "shape", &["x"], &["s"], vec![])
+        .node("Slice", "batch", &["s", "zero", "one"], &["b"], vec![])
+        .node(
+            "Concat",
+            "cat",
+            &["b", "rest"],
+            &["t"],
+            vec![int("axis", 0)],
+        )
+        .node("Reshape", "r", &["x", "t"], &["y"], vec![])
+        .output("y")
+        .import()
+        .expect("import");
+    let ops: Vec<&Op> = m.funcs[0].insts.iter().map(|i| &i.op).collect();
+    assert_eq!(ops, [&Op::Reshape { shape: vec![2, 12] }]);
+}
+
+#[test]
+fn slice_with_run_time_starts_or_step_zero_is_an_error_naming_the_node() {
+    let e = error_text(
+        Model::new(13)
+            .input("x", &[4])
+            .init(i64_typed("ends", &[3]))
+            .node("Relu", "r", &["x"], &["starts"], vec![])
+            .node("Slice", "window", &["x", "starts", "ends"], &["y"], vec![])
+            .output("y")
+            .import(),
+        "onnx-dynamic-shape",
+    );
+    assert!(e.contains("window") && e.contains("starts"), "{e}");
+    let e = error_text(
+        Model::new(13)
+            .input("x", &[4])
+            .init(i64_typed("starts", &[0]))
+            .init(i64_typed("ends", &[3]))
+            .init(i64_typed("axes", &[0]))
+            .init(i64_typed("steps", &[0]))
+            .node(
+                "Slice",
+                "window",
+                &["x", "starts", "ends", "axes", "steps"],
+                &["y"],
+                vec![],
+            )
+            .output("y")
+            .import(),
+        "onnx-bad-model",
+    );
+    assert!(e.contains("window") && e.contains("step 0"), "{e}");
+}
+
+#[test]
+fn expand_broadcasts_both_ways_and_tile_folds_on_constants() {
+    // Expand's result is the broadcast of input and shape: [3, 1] with [2, 1, 4] -> [2, 3, 4]
+    let m = Model::new(13)
+        .input("x", &[3, 1])
+        .init(i64_typed("shape", &[2, 1, 4]))
+        .node("Expand", "e", &["x", "shape"], &["y"], vec![])
+        .output("y")
+        .import()
+        .expect("import");
+    let y = &run(&m, &[Tensor::new([3, 1], vec![1.0, 2.0, 3.0]).expect("t")])[0];
+    assert_eq!(y.dims(), [2, 3, 4]);
+    assert_eq!(&y.data[..8], [1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0]);
+    // a tiled constant shape vector folds into the reshape: [2, 6] tiled to [2, 6, 2, 6]
+    let m = Model::new(13)
+        .input("x", &[2, 6, 2, 6])
+        .init(i64_typed("v", &[2, 6]))
+        .init(i64_typed("reps", &[2]))
+        .node("Tile", "t", &["v", "reps"], &["target"], vec![])
+        .node("Reshape", "r", &["x", "target"], &["y"], vec![])
+        .output("y")
+        .import()
+        .expect("import");
+    assert!(m.funcs[0]
+        .insts
+        .iter()
+        .all(|i| matches!(i.op, Op::Reshape { .. })));
+    let e = error_text(
+        Model::new(13)
+            .input("x", &[3, 2])
+            .init(i64_typed("shape", &[3, 4]))
+            .node("Expand", "grow", &["x", "shape"], &["y"], vec![])
+            .output("y")
+            .import(),
+        "onnx-bad-model",
+    );
+    assert!(e.contains("grow") && e.contains("broadcast"), "{e}");
+}

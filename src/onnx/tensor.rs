@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use bytes::Bytes;
-use smelt_ir::op::broadcast;
+use smelt_ir::op::{broadcast, SliceAttrs};
 use smelt_ir::types::MAX_TENSOR_BYTES;
 use smelt_ir::{AlignedBuf, DType, TensorType};
 
@@ -361,6 +361,122 @@ impl ConstTensor {
         Ok(self.take(axis, &idx, &indices.dims))
     }
 
+    /// The elements at the flat positions `order` (each below `self.len()`), as a tensor
+    /// of `dims`: the common core of the data-movement folds.
+    fn select(&self, dims: Vec<usize>, order: &[usize]) -> ConstTensor {
+        let data = match &self.data {
+            ConstData::I64(v) => ConstData::I64(order.iter().map(|&k| v[k]).collect()),
+            ConstData::F32(_) | ConstData::F32Raw(_) | ConstData::F32Aligned(_) => {
+                let v = self.f32s().unwrap_or_default();
+                ConstData::F32(order.iter().map(|&k| v[k]).collect())
+            }
+            ConstData::Unsupported => ConstData::Unsupported,
+        };
+        ConstTensor {
+            dims,
+            data,
+            onnx_type: self.onnx_type,
+        }
+    }
+
+    /// The flat positions a row-major walk over `out` reads when a step along axis `k`
+    /// moves `strides[k]` elements (0 repeats).
+    fn strided_order(out: &[usize], strides: &[usize]) -> Vec<usize> {
+        let total: usize = out.iter().product();
+        let mut order = Vec::with_capacity(total);
+        let mut idx = vec![0usize; out.len()];
+        for _ in 0..total {
+            order.push(idx.iter().zip(strides).map(|(i, s)| i * s).sum());
+            for k in (0..out.len()).rev() {
+                idx[k] += 1;
+                if idx[k] < out[k] {
+                    break;
+                }
+                idx[k] = 0;
+            }
+        }
+        order
+    }
+
+    /// Row-major element strides of the tensor.
+    fn strides(&self) -> Vec<usize> {
+        let mut strides = vec![1usize; self.dims.len()];
+        for k in (0..self.dims.len().saturating_sub(1)).rev() {
+            strides[k] = strides[k + 1] * self.dims[k + 1];
+        }
+        strides
+    }
+
+    /// ONNX Expand: numpy broadcast of `self` with `shape` (the result may be larger
+    /// than `shape` where `self` is).
+    pub fn expand(&self, shape: &[usize]) -> Result<ConstTensor, String> {
+        let out = broadcast(&self.dims, shape)?;
+        check_len(&out)?;
+        let own = self.strides();
+        let lead = out.len() - self.dims.len();
+        let strides: Vec<usize> = (0..out.len())
+            .map(|k| {
+                if k < lead || self.dims[k - lead] == 1 {
+                    0
+                } else {
+                    own[k - lead]
+                }
+            })
+            .collect();
+        let order = Self::strided_order(&out, &strides);
+        Ok(self.select(out, &order))
+    }
+
+    /// ONNX Tile: `repeats[k]` copies along each axis `k`.
+    pub fn tile(&self, repeats: &[usize]) -> Result<ConstTensor, String> {
+        if repeats.len() != self.dims.len() {
+            return Err(format!(
+                "repeats {repeats:?} must have one entry per axis of shape {:?}",
+                self.dims
+            ));
+        }
+        let own = self.strides();
+        let (mut split, mut strides, mut out) = (Vec::new(), Vec::new(), Vec::new());
+        for (k, &r) in repeats.iter().enumerate() {
+            split.extend([r, self.dims[k]]);
+            strides.extend([0, own[k]]);
+            out.push(
+                self.dims[k]
+                    .checked_mul(r)
+                    .ok_or_else(|| format!("tiling {:?} by {repeats:?} is too large", self.dims))?,
+            );
+        }
+        check_len(&out)?;
+        let order = Self::strided_order(&split, &strides);
+        Ok(self.select(out, &order))
+    }
+
+    /// ONNX Slice with normalized attributes (those of the IR's `slice`).
+    pub fn slice(&self, s: &SliceAttrs) -> Result<ConstTensor, String> {
+        let out = s.result_dims(&self.dims)?;
+        let total: usize = out.iter().product();
+        let mut strides = vec![1usize; self.dims.len()];
+        for k in (0..self.dims.len().saturating_sub(1)).rev() {
+            strides[k] = strides[k + 1] * self.dims[k + 1];
+        }
+        let mut order = Vec::with_capacity(total);
+        let mut idx = vec![0usize; out.len()];
+        for _ in 0..total {
+            let at: i64 = (0..out.len())
+                .map(|k| (s.starts[k] + idx[k] as i64 * s.steps[k]) * strides[k] as i64)
+                .sum();
+            order.push(at as usize);
+            for k in (0..out.len()).rev() {
+                idx[k] += 1;
+                if idx[k] < out[k] {
+                    break;
+                }
+                idx[k] = 0;
+            }
+        }
+        Ok(self.select(out, &order))
+    }
+
     /// Concatenation along `axis` of tensors of equal element kind.
     pub fn concat(parts: &[&ConstTensor], axis: usize) -> Result<ConstTensor, String> {
         let first = parts.first().ok_or("concat of nothing")?;
@@ -521,6 +637,15 @@ fn decode_ints(raw: &[u8], count: usize, size: usize, signed: bool) -> Result<Ve
             }
         })
         .collect())
+}
+
+/// Rejects folded results too large to hold (their element count, at 8 bytes each).
+fn check_len(dims: &[usize]) -> Result<(), String> {
+    dims.iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .filter(|&n| (n as u64).saturating_mul(8) <= MAX_TENSOR_BYTES)
+        .map(|_| ())
+        .ok_or_else(|| format!("a folded result of shape {dims:?} is too large"))
 }
 
 #[cfg(test)]

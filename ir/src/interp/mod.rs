@@ -341,6 +341,9 @@ fn compute(
         Op::MatMul => linalg::matmul(a(0), a(1), out),
         Op::Gemm(g) => linalg::gemm(g, a(0), a(1), args.get(2), out),
         Op::Concat { axis } => shape::concat(args, *axis),
+        Op::Slice(sl) => shape::slice(a(0), sl, out),
+        Op::Expand { .. } => shape::broadcast_to(&a(0).data, a(0).dims, out).into_owned(),
+        Op::Tile { repeats } => shape::tile(a(0), repeats),
         Op::Softmax { axis } => norm::softmax(a(0), *axis),
         // The data is already row-major here; `eval_op` stores it in the target layout.
         Op::Reorder { .. } => a(0).data.to_vec(),

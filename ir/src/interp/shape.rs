@@ -1,6 +1,8 @@
-//! Data-movement kernels: strided gathers (broadcast, transpose) and concatenation.
+//! Data-movement kernels: strided gathers (broadcast, expand, tile, transpose, slice) and
+//! concatenation.
 
 use super::Arg;
+use crate::op::SliceAttrs;
 
 /// Row-major strides of `dims`.
 pub(super) fn row_major_strides(dims: &[usize]) -> Vec<usize> {
@@ -77,6 +79,42 @@ pub(super) fn transpose(x: &Arg, perm: &[usize]) -> Vec<f32> {
     let out_dims: Vec<usize> = perm.iter().map(|&p| x.dims[p]).collect();
     let strides: Vec<usize> = perm.iter().map(|&p| own[p]).collect();
     strided_gather(&x.data, &out_dims, &strides)
+}
+
+/// `x` repeated `repeats[k]` times along each axis: a gather over the split dims
+/// `[r0, d0, r1, d1, ...]` that stays put (stride 0) along each repeat.
+pub(super) fn tile(x: &Arg, repeats: &[usize]) -> Vec<f32> {
+    let own = row_major_strides(x.dims);
+    let mut split = Vec::with_capacity(2 * x.dims.len());
+    let mut strides = Vec::with_capacity(2 * x.dims.len());
+    for (k, &r) in repeats.iter().enumerate() {
+        split.extend([r, x.dims[k]]);
+        strides.extend([0, own[k]]);
+    }
+    strided_gather(&x.data, &split, &strides)
+}
+
+/// The window of `x` that `s` selects (the type rule has checked every index it reads
+/// is in bounds and computed `out_dims`).
+pub(super) fn slice(x: &Arg, s: &SliceAttrs, out_dims: &[usize]) -> Vec<f32> {
+    let own = row_major_strides(x.dims);
+    let total: usize = out_dims.iter().product();
+    let mut out = Vec::with_capacity(total);
+    let mut idx = vec![0usize; out_dims.len()];
+    for _ in 0..total {
+        let at: i64 = (0..out_dims.len())
+            .map(|k| (s.starts[k] + idx[k] as i64 * s.steps[k]) * own[k] as i64)
+            .sum();
+        out.push(x.data[at as usize]);
+        for k in (0..out_dims.len()).rev() {
+            idx[k] += 1;
+            if idx[k] < out_dims[k] {
+                break;
+            }
+            idx[k] = 0;
+        }
+    }
+    out
 }
 
 /// Concatenation along `axis`: for each index of the axes before it, the operands'

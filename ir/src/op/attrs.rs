@@ -1,4 +1,4 @@
-//! The attribute structs of convolutions, pools and gemm.
+//! The attribute structs of convolutions, pools, gemm and slices.
 
 use crate::types::{Layout, F32};
 
@@ -92,6 +92,64 @@ impl Default for GemmAttrs {
     }
 }
 
+/// Attributes of `slice`, one entry per axis of the input (all axes are listed; an
+/// untouched axis is `start 0, end dim, step 1`). The values are normalized as ONNX
+/// Slice clamps them: for a positive step `0 <= start <= end <= dim` reads `start,
+/// start + step, ...` below `end`; for a negative step `-1 <= end <= start < dim` reads
+/// `start, start + step, ...` above `end` (so `end = -1` runs down to index 0). An empty
+/// range gives a result dim of 0. [`SliceAttrs::result_dims`] is the whole type rule.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SliceAttrs {
+    /// First index read along each axis.
+    pub starts: Vec<i64>,
+    /// Exclusive bound along each axis (below it for positive steps, above for negative).
+    pub ends: Vec<i64>,
+    /// Step along each axis; never 0.
+    pub steps: Vec<i64>,
+}
+
+impl SliceAttrs {
+    /// The result dims for an input of `dims`, or what is wrong with the attributes.
+    pub fn result_dims(&self, dims: &[usize]) -> Result<Vec<usize>, String> {
+        let rank = dims.len();
+        if self.starts.len() != rank || self.ends.len() != rank || self.steps.len() != rank {
+            return Err(format!(
+                "slice takes one start, end and step per axis of its rank-{rank} input, got {}, {} and {}",
+                self.starts.len(),
+                self.ends.len(),
+                self.steps.len()
+            ));
+        }
+        let mut out = Vec::with_capacity(rank);
+        for (k, &dim) in dims.iter().enumerate() {
+            let (start, end, step) = (self.starts[k], self.ends[k], self.steps[k]);
+            let dim = dim as i64;
+            let count = if step > 0 {
+                if !(0..=dim).contains(&start) || !(0..=dim).contains(&end) {
+                    return Err(format!(
+                        "slice axis {k}: start {start} and end {end} must lie in 0..={dim} for step {step}"
+                    ));
+                }
+                let span = (end - start).max(0);
+                span / step + i64::from(span % step != 0)
+            } else if step < 0 {
+                let span = (start - end).max(0);
+                let count = span / -step + i64::from(span % -step != 0);
+                if count > 0 && (!(0..dim).contains(&start) || !(-1..dim).contains(&end)) {
+                    return Err(format!(
+                        "slice axis {k}: start {start} must lie in 0..{dim} and end {end} in -1..{dim} for step {step}"
+                    ));
+                }
+                count
+            } else {
+                return Err(format!("slice axis {k}: step 0 is not allowed"));
+            };
+            out.push(count as usize);
+        }
+        Ok(out)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,5 +167,34 @@ mod tests {
         // input 4, padded 5: floor gives 2, ceil gives 3 but window 3 starts at 4 = in the pad
         assert_eq!(p.output_size(0, 4), Some(2));
         assert_eq!(p.output_size(0, 5), Some(3));
+    }
+
+    #[test]
+    fn slice_counts_positive_negative_and_empty_ranges() {
+        let s = |starts: &[i64], ends: &[i64], steps: &[i64]| SliceAttrs {
+            starts: starts.to_vec(),
+            ends: ends.to_vec(),
+            steps: steps.to_vec(),
+        };
+        let dims = [10, 5];
+        assert_eq!(
+            s(&[1, 0], &[8, 5], &[3, 1]).result_dims(&dims),
+            Ok(vec![3, 5])
+        );
+        assert_eq!(
+            s(&[9, 4], &[-1, 1], &[-1, -2]).result_dims(&dims),
+            Ok(vec![10, 2])
+        );
+        assert_eq!(
+            s(&[5, 3], &[5, 3], &[1, -1]).result_dims(&dims),
+            Ok(vec![0, 0])
+        );
+        let e = s(&[0, 0], &[10, 5], &[1, 0])
+            .result_dims(&dims)
+            .unwrap_err();
+        assert!(e.contains("step 0"), "{e}");
+        assert!(s(&[0, 0], &[11, 5], &[1, 1]).result_dims(&dims).is_err());
+        assert!(s(&[10, 0], &[0, 5], &[-1, 1]).result_dims(&dims).is_err());
+        assert!(s(&[0], &[1], &[1]).result_dims(&dims).is_err());
     }
 }

@@ -17,7 +17,9 @@
 //! its variant, type rule and flops in this module's siblings); the compiler then lists
 //! every other site, since nothing matches ops with `_ =>`.
 
-use super::{Arity, BinaryOp, Conv2dAttrs, FusedOp, GemmAttrs, Op, Pool2dAttrs, UnaryOp};
+use super::{
+    Arity, BinaryOp, Conv2dAttrs, FusedOp, GemmAttrs, Op, Pool2dAttrs, SliceAttrs, UnaryOp,
+};
 use crate::types::{Layout, F32};
 
 /// What an op is for, beyond computing its result.
@@ -78,10 +80,12 @@ pub enum Attrs {
     },
     /// `flatten`, `concat`, `softmax`.
     Axis(usize),
-    /// `reshape` target shape or `transpose` permutation.
+    /// `reshape` and `expand` target shape, `transpose` permutation or `tile` repeats.
     Dims(Vec<usize>),
     /// `gemm`.
     Gemm(GemmAttrs),
+    /// `slice` window.
+    Slice(SliceAttrs),
     /// `reorder` target layout.
     Layout(Layout),
     /// `fused`: the anchor op (with its attributes) and the post-op list.
@@ -204,6 +208,9 @@ op_table! {
     Transpose "transpose" Some(Exact(1)), Plain: (Op::Transpose { perm }) <=> (Attrs::Dims(perm));
     MatMul "matmul" Some(Exact(2)), Anchor: (Op::MatMul) <=> (Attrs::None);
     Gemm "gemm" Some(Range(2, 3)), Anchor: (Op::Gemm(g)) <=> (Attrs::Gemm(g));
+    Slice "slice" Some(Exact(1)), Plain: (Op::Slice(s)) <=> (Attrs::Slice(s));
+    Expand "expand" Some(Exact(1)), Plain: (Op::Expand { shape }) <=> (Attrs::Dims(shape));
+    Tile "tile" Some(Exact(1)), Plain: (Op::Tile { repeats }) <=> (Attrs::Dims(repeats));
     Concat "concat" Some(AtLeast(1)), Plain: (Op::Concat { axis }) <=> (Attrs::Axis(axis));
     Softmax "softmax" Some(Exact(1)), Plain: (Op::Softmax { axis }) <=> (Attrs::Axis(axis));
     Reorder "reorder" Some(Exact(1)), Plain: (Op::Reorder { layout }) <=> (Attrs::Layout(layout));

@@ -17,7 +17,7 @@ mod fused;
 mod kind;
 mod type_rules;
 
-pub use attrs::{Conv2dAttrs, GemmAttrs, Pool2dAttrs};
+pub use attrs::{Conv2dAttrs, GemmAttrs, Pool2dAttrs, SliceAttrs};
 pub use elementwise::{erf, BinaryOp, UnaryOp};
 pub use fused::{FusedOp, PostOp};
 pub use kind::{Attrs, OpKind, Role};
@@ -111,6 +111,20 @@ pub enum Op {
     MatMul,
     /// `alpha * op(A) * op(B) + beta * C` with 2-D `A`, `B` and broadcastable `C`.
     Gemm(GemmAttrs),
+    /// A strided window of the input: along each axis, `steps` apart from `starts` up to
+    /// (not including) `ends`, steps possibly negative (see [`SliceAttrs`]).
+    Slice(SliceAttrs),
+    /// Numpy broadcast of the input to `shape` (the result shape; the input broadcasts
+    /// to it without growing it).
+    Expand {
+        /// The result dimensions.
+        shape: Vec<usize>,
+    },
+    /// Repeats the input `repeats[k]` times along each axis `k`.
+    Tile {
+        /// Copies along each axis (at least 1).
+        repeats: Vec<usize>,
+    },
     /// Concatenation along `axis`.
     Concat {
         /// The axis.
@@ -204,6 +218,7 @@ impl Op {
         match self {
             Op::Const(_) | Op::Flatten { .. } | Op::Reshape { .. } => 0,
             Op::Transpose { .. } | Op::Concat { .. } | Op::Reorder { .. } => 0,
+            Op::Slice(_) | Op::Expand { .. } | Op::Tile { .. } => 0,
             Op::Conv2d(_) => {
                 // each output element takes C/groups * KH * KW multiply-adds = |w| / O
                 let w = operands

@@ -151,6 +151,47 @@ impl Op {
                 TensorType::f32(perm.iter().map(|&p| x.dims[p]).collect::<Vec<_>>())
             }
             Op::MatMul => matmul_type(operands[0], operands[1])?,
+            Op::Expand { shape } => {
+                let x = operands[0];
+                let fits = broadcast(&x.dims, shape).is_ok_and(|b| b == *shape);
+                if !fits {
+                    return Err(format!(
+                        "expand of {x} to {shape:?}: the input does not broadcast to that shape"
+                    ));
+                }
+                TensorType::f32(shape.clone())
+            }
+            Op::Tile { repeats } => {
+                let x = operands[0];
+                if repeats.len() != x.rank() {
+                    return Err(format!(
+                        "tile repeats {repeats:?} must have one entry per axis of {x}"
+                    ));
+                }
+                if repeats.contains(&0) {
+                    return Err(format!(
+                        "tile repeats {repeats:?} must be at least 1 (tensors have no empty dims)"
+                    ));
+                }
+                let dims = x
+                    .dims
+                    .iter()
+                    .zip(repeats)
+                    .map(|(&d, &r)| d.checked_mul(r))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| format!("tile of {x} by {repeats:?} is too large"))?;
+                TensorType::f32(dims)
+            }
+            Op::Slice(s) => {
+                let dims = s.result_dims(&operands[0].dims)?;
+                if let Some(k) = dims.iter().position(|&d| d == 0) {
+                    return Err(format!(
+                        "slice of {} selects no elements along axis {k} (start {}, end {}, step {}); tensors have no empty dims",
+                        operands[0], s.starts[k], s.ends[k], s.steps[k]
+                    ));
+                }
+                TensorType::f32(dims)
+            }
             Op::Gemm(g) => {
                 let a = expect_rank(operands[0], 2, "gemm A")?;
                 let b = expect_rank(operands[1], 2, "gemm B")?;

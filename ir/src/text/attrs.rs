@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::op::{Attrs, Conv2dAttrs, GemmAttrs, Op, OpKind, Pool2dAttrs, UnaryOp};
+use crate::op::{Attrs, Conv2dAttrs, GemmAttrs, Op, OpKind, Pool2dAttrs, SliceAttrs, UnaryOp};
 use crate::types::{Layout, F32};
 
 /// Default `epsilon` of batch_norm, layer_norm, bn_fold_weight and bn_fold_bias (ONNX's).
@@ -211,6 +211,29 @@ impl AttrDict {
         }
     }
 
+    /// A list of signed integers of any length, each of magnitude at most [`MAX_ATTR_INT`].
+    pub(crate) fn i64s(&mut self, key: &'static str) -> Result<Option<Vec<i64>>, AttrError> {
+        match self.take(key) {
+            None => Ok(None),
+            Some(Attr {
+                value: AttrLit::List(items),
+                ..
+            }) => items
+                .iter()
+                .map(|(v, at)| to_i64(key, v, *at))
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some),
+            Some(a) => err(
+                a.value_at,
+                format!(
+                    "attribute '{}' must be a list of integers like [1, -2], got {}",
+                    a.key,
+                    a.value.describe()
+                ),
+            ),
+        }
+    }
+
     /// A list of exactly `N` integers.
     pub(crate) fn array<const N: usize>(
         &mut self,
@@ -288,6 +311,25 @@ fn to_int(key: &str, v: &AttrLit, at: usize, max: u64) -> Result<u64, AttrError>
                 other.describe()
             ),
         ),
+    }
+}
+
+/// A signed integer of magnitude at most [`MAX_ATTR_INT`].
+fn to_i64(key: &str, v: &AttrLit, at: usize) -> Result<i64, AttrError> {
+    match v {
+        AttrLit::Num {
+            negative: true,
+            text,
+            is_float: false,
+        } => {
+            let magnitude = AttrLit::Num {
+                negative: false,
+                text: text.clone(),
+                is_float: false,
+            };
+            to_int(key, &magnitude, at, MAX_ATTR_INT).map(|n| -(n as i64))
+        }
+        other => to_int(key, other, at, MAX_ATTR_INT).map(|n| n as i64),
     }
 }
 
@@ -403,6 +445,18 @@ pub(crate) fn build_op(name: &str, d: &mut AttrDict) -> Result<Option<Op>, AttrE
                 shape: d.required("shape", shape),
             })
         }
+        "expand" => {
+            let shape = d.usizes("shape")?;
+            Some(Op::Expand {
+                shape: d.required("shape", shape),
+            })
+        }
+        "tile" => {
+            let repeats = d.usizes("repeats")?;
+            Some(Op::Tile {
+                repeats: d.required("repeats", repeats),
+            })
+        }
         "transpose" => {
             let perm = d.usizes("perm")?;
             Some(Op::Transpose {
@@ -416,6 +470,18 @@ pub(crate) fn build_op(name: &str, d: &mut AttrDict) -> Result<Option<Op>, AttrE
                 beta: d.f32("beta")?.unwrap_or(def.beta),
                 trans_a: d.bool("trans_a")?.unwrap_or(def.trans_a),
                 trans_b: d.bool("trans_b")?.unwrap_or(def.trans_b),
+            }))
+        }
+        "slice" => {
+            let starts = d.i64s("starts")?;
+            let starts = d.required("starts", starts);
+            let ends = d.i64s("ends")?;
+            let ends = d.required("ends", ends);
+            let steps = d.i64s("steps")?.unwrap_or_else(|| vec![1; starts.len()]);
+            Some(Op::Slice(SliceAttrs {
+                starts,
+                ends,
+                steps,
             }))
         }
         "concat" => {
@@ -482,6 +548,8 @@ pub(crate) enum AttrValue {
     Float(F32),
     Bool(bool),
     Ints(Vec<usize>),
+    /// A list of signed integers.
+    SignedInts(Vec<i64>),
     /// A layout and the rank of the tensor it applies to (which picks its spelling).
     Layout(Layout, usize),
 }
@@ -493,6 +561,16 @@ impl fmt::Display for AttrValue {
             AttrValue::Float(v) => write!(f, "{v}"),
             AttrValue::Bool(b) => write!(f, "{b}"),
             AttrValue::Ints(v) => {
+                f.write_str("[")?;
+                for (i, n) in v.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{n}")?;
+                }
+                f.write_str("]")
+            }
+            AttrValue::SignedInts(v) => {
                 f.write_str("[")?;
                 for (i, n) in v.iter().enumerate() {
                     if i > 0 {
@@ -609,6 +687,7 @@ pub(crate) fn op_attrs(op: &Op, rank: usize) -> Vec<(&'static str, AttrValue)> {
         Attrs::Axis(axis) => out.always("axis", AttrValue::Int(axis)),
         // the same payload, named for what it is: reshape's shape, transpose's permutation
         Attrs::Dims(dims) if kind == OpKind::Transpose => out.always("perm", AttrValue::Ints(dims)),
+        Attrs::Dims(dims) if kind == OpKind::Tile => out.always("repeats", AttrValue::Ints(dims)),
         Attrs::Dims(dims) => out.always("shape", AttrValue::Ints(dims)),
         Attrs::Gemm(g) => {
             let def = GemmAttrs::default();
@@ -616,6 +695,16 @@ pub(crate) fn op_attrs(op: &Op, rank: usize) -> Vec<(&'static str, AttrValue)> {
             out.unless("beta", g.beta, def.beta, AttrValue::Float);
             out.unless("trans_a", g.trans_a, def.trans_a, AttrValue::Bool);
             out.unless("trans_b", g.trans_b, def.trans_b, AttrValue::Bool);
+        }
+        Attrs::Slice(SliceAttrs {
+            starts,
+            ends,
+            steps,
+        }) => {
+            let unit = vec![1; starts.len()];
+            out.always("starts", AttrValue::SignedInts(starts));
+            out.always("ends", AttrValue::SignedInts(ends));
+            out.unless("steps", steps, unit, AttrValue::SignedInts);
         }
         Attrs::Layout(layout) => out.always("layout", AttrValue::Layout(layout, rank)),
     }
@@ -664,6 +753,18 @@ mod tests {
             AttrValue::Ints(v) => {
                 AttrLit::List(v.iter().map(|n| (to_lit(&AttrValue::Int(*n)), 0)).collect())
             }
+            AttrValue::SignedInts(v) => AttrLit::List(
+                v.iter()
+                    .map(|n| {
+                        let lit = AttrLit::Num {
+                            negative: *n < 0,
+                            text: n.unsigned_abs().to_string(),
+                            is_float: false,
+                        };
+                        (lit, 0)
+                    })
+                    .collect(),
+            ),
             AttrValue::Layout(l, _) => AttrLit::Layout(*l),
         }
     }
@@ -742,6 +843,17 @@ mod tests {
                 trans_a: true,
                 trans_b: true,
             }),
+            Op::Slice(SliceAttrs {
+                starts: vec![0, 4, 1],
+                ends: vec![2, -1, 5],
+                steps: vec![1, -2, 3],
+            }),
+            Op::Expand {
+                shape: vec![2, 3, 4],
+            },
+            Op::Tile {
+                repeats: vec![1, 3],
+            },
             Op::Concat { axis: 1 },
             Op::Softmax { axis: 3 },
             Op::Reorder {
@@ -771,6 +883,9 @@ mod tests {
                 | Op::Transpose { .. }
                 | Op::MatMul
                 | Op::Gemm(_)
+                | Op::Slice(_)
+                | Op::Expand { .. }
+                | Op::Tile { .. }
                 | Op::Concat { .. }
                 | Op::Softmax { .. }
                 | Op::Reorder { .. }

@@ -1,10 +1,12 @@
-//! Lowerings of data movement: transpose, concat, reorder (row-major ↔ blocked) and
-//! reshape/flatten copies.
+//! Lowerings of data movement: transpose, slice, expand, tile, concat, reorder (row-major ↔ blocked)
+//! and reshape/flatten copies.
 
 use smelt_ir::loops::{Access, Affine, BufId, Expr, KernelBuilder, Width};
 use smelt_ir::{Diagnostic, Layout, Op, TensorType, Value};
 
-use super::elementwise::{collapse, dims_name, emit_nest, index_of, row_major_strides, Epilogue};
+use super::elementwise::{
+    broadcast_strides, collapse, dims_name, emit_nest, index_of, row_major_strides, Epilogue,
+};
 use super::{BufferId, Cx};
 
 /// Copies `dims` elements from `src` (element strides `src_st`, offset `src_off`) to `dst`
@@ -27,7 +29,7 @@ fn copy_nest(
     });
 }
 
-/// transpose, concat, reorder (row-major ↔ blocked), and reshape/flatten copies.
+/// transpose, slice, expand, tile, concat, reorder (row-major ↔ blocked), and reshape/flatten copies.
 pub(crate) fn lower_copy(
     cx: &mut Cx,
     op: &Op,
@@ -59,6 +61,33 @@ pub(crate) fn lower_copy(
             let in_st = row_major_strides(&cx.func.type_of(operands[0]).dims);
             let src_st: Vec<i64> = perm.iter().map(|&p| in_st[p]).collect();
             copy_nest(&mut b, out_dims, (srcs[0], &src_st, 0), (ya, &out_st, 0));
+        }
+        Op::Slice(sl) => {
+            // along axis k the source moves `steps[k]` input rows per output index, from
+            // `starts[k]` (negative steps walk backwards; the type rule keeps them in bounds)
+            let in_st = row_major_strides(&cx.func.type_of(operands[0]).dims);
+            let src_st: Vec<i64> = in_st.iter().zip(&sl.steps).map(|(s, t)| s * t).collect();
+            let off: i64 = in_st.iter().zip(&sl.starts).map(|(s, t)| s * t).sum();
+            copy_nest(&mut b, out_dims, (srcs[0], &src_st, off), (ya, &out_st, 0));
+        }
+        Op::Expand { .. } => {
+            // a broadcast axis reads the same input element (stride 0)
+            let in_dims = &cx.func.type_of(operands[0]).dims;
+            let src_st = broadcast_strides(in_dims, out_dims);
+            copy_nest(&mut b, out_dims, (srcs[0], &src_st, 0), (ya, &out_st, 0));
+        }
+        Op::Tile { repeats } => {
+            // over the split dims [r0, d0, r1, d1, ...]: the source stays put along each
+            // repeat, the destination jumps by a whole copy of that axis
+            let in_dims = cx.func.type_of(operands[0]).dims.clone();
+            let in_st = row_major_strides(&in_dims);
+            let (mut split, mut src_st, mut dst_st) = (Vec::new(), Vec::new(), Vec::new());
+            for (k, &r) in repeats.iter().enumerate() {
+                split.extend([r, in_dims[k]]);
+                src_st.extend([0, in_st[k]]);
+                dst_st.extend([in_dims[k] as i64 * out_st[k], out_st[k]]);
+            }
+            copy_nest(&mut b, &split, (srcs[0], &src_st, 0), (ya, &dst_st, 0));
         }
         Op::Concat { axis } => {
             let mut offset = 0i64;

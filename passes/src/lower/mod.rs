@@ -560,9 +560,12 @@ impl<'a> Cx<'a> {
             Op::LayerNorm { .. } | Op::Softmax { .. } => {
                 norm::lower_norm(self, op, operands, out_ty, epi, out)
             }
-            Op::Transpose { .. } | Op::Concat { .. } | Op::Reorder { .. } => {
-                copy::lower_copy(self, op, operands, out_ty, epi, out)
-            }
+            Op::Transpose { .. }
+            | Op::Concat { .. }
+            | Op::Reorder { .. }
+            | Op::Slice(_)
+            | Op::Expand { .. }
+            | Op::Tile { .. } => copy::lower_copy(self, op, operands, out_ty, epi, out),
             Op::Flatten { .. } | Op::Reshape { .. } => {
                 // Reached only as a fused anchor (never valid) — copy through the epilogue.
                 copy::lower_copy(self, op, operands, out_ty, epi, out)
