@@ -3,218 +3,17 @@
 //! input (each an error naming the node, op and opset — never a panic).
 
 mod common;
+mod onnx_build;
 
-use prost::Message;
+use onnx_build::*;
+
 use smelt::ir::op::{Conv2dAttrs, UnaryOp};
 use smelt::ir::text::{print, PrintOptions};
-use smelt::ir::{interp, Location, Module, Op, Tensor, F32};
-use smelt::onnx::proto::attribute_proto::AttributeType;
-use smelt::onnx::proto::tensor_shape_proto::{dimension, Dimension};
-use smelt::onnx::proto::{
-    type_proto, AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto,
-    StringStringEntryProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
-};
+use smelt::ir::{Location, Module, Op, Tensor, F32};
+use smelt::onnx::proto::{NodeProto, StringStringEntryProto, TensorProto};
 use smelt::onnx::{import, ImportOptions};
-use smelt::Error;
 
-// ---------------------------------------------------------------------------------------
-// A small model builder over the generated protobuf types.
-
-fn value_info(name: &str, elem_type: i32, dims: &[Dim]) -> ValueInfoProto {
-    let dim = dims
-        .iter()
-        .map(|d| Dimension {
-            value: Some(match d {
-                Dim::Fixed(v) => dimension::Value::DimValue(*v),
-                Dim::Named(p) => dimension::Value::DimParam(p.to_string()),
-            }),
-            ..Default::default()
-        })
-        .collect();
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(elem_type),
-                shape: Some(TensorShapeProto { dim }),
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-#[derive(Clone, Copy)]
-enum Dim {
-    Fixed(i64),
-    Named(&'static str),
-}
-
-fn fixed(dims: &[i64]) -> Vec<Dim> {
-    dims.iter().map(|&d| Dim::Fixed(d)).collect()
-}
-
-fn int(name: &str, v: i64) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        i: Some(v),
-        r#type: Some(AttributeType::Int as i32),
-        ..Default::default()
-    }
-}
-
-fn ints(name: &str, v: &[i64]) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        ints: v.to_vec(),
-        r#type: Some(AttributeType::Ints as i32),
-        ..Default::default()
-    }
-}
-
-fn float(name: &str, v: f32) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        f: Some(v),
-        r#type: Some(AttributeType::Float as i32),
-        ..Default::default()
-    }
-}
-
-fn string(name: &str, v: &str) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        s: Some(v.as_bytes().to_vec()),
-        r#type: Some(AttributeType::String as i32),
-        ..Default::default()
-    }
-}
-
-fn f32_raw(name: &str, dims: &[i64], values: &[f32]) -> TensorProto {
-    TensorProto {
-        name: Some(name.into()),
-        dims: dims.to_vec(),
-        data_type: Some(1),
-        raw_data: Some(
-            values
-                .iter()
-                .flat_map(|v| v.to_le_bytes())
-                .collect::<Vec<u8>>()
-                .into(),
-        ),
-        ..Default::default()
-    }
-}
-
-fn f32_typed(name: &str, dims: &[i64], values: &[f32]) -> TensorProto {
-    TensorProto {
-        name: Some(name.into()),
-        dims: dims.to_vec(),
-        data_type: Some(1),
-        float_data: values.to_vec(),
-        ..Default::default()
-    }
-}
-
-fn i64_typed(name: &str, values: &[i64]) -> TensorProto {
-    TensorProto {
-        name: Some(name.into()),
-        dims: vec![values.len() as i64],
-        data_type: Some(7),
-        int64_data: values.to_vec(),
-        ..Default::default()
-    }
-}
-
-struct Model {
-    opset: i64,
-    graph: GraphProto,
-}
-
-impl Model {
-    fn new(opset: i64) -> Model {
-        Model {
-            opset,
-            graph: GraphProto {
-                name: Some("test".into()),
-                ..Default::default()
-            },
-        }
-    }
-
-    fn input(mut self, name: &str, dims: &[i64]) -> Model {
-        self.graph.input.push(value_info(name, 1, &fixed(dims)));
-        self
-    }
-
-    fn input_dims(mut self, name: &str, elem_type: i32, dims: &[Dim]) -> Model {
-        self.graph.input.push(value_info(name, elem_type, dims));
-        self
-    }
-
-    fn output(mut self, name: &str) -> Model {
-        self.graph.output.push(ValueInfoProto {
-            name: Some(name.into()),
-            ..Default::default()
-        });
-        self
-    }
-
-    fn init(mut self, t: TensorProto) -> Model {
-        self.graph.initializer.push(t);
-        self
-    }
-
-    fn node(
-        mut self,
-        op: &str,
-        name: &str,
-        inputs: &[&str],
-        outputs: &[&str],
-        attrs: Vec<AttributeProto>,
-    ) -> Model {
-        self.graph.node.push(NodeProto {
-            op_type: Some(op.into()),
-            name: Some(name.into()),
-            input: inputs.iter().map(|s| s.to_string()).collect(),
-            output: outputs.iter().map(|s| s.to_string()).collect(),
-            attribute: attrs,
-            ..Default::default()
-        });
-        self
-    }
-
-    fn bytes(&self) -> Vec<u8> {
-        ModelProto {
-            ir_version: Some(8),
-            opset_import: vec![OperatorSetIdProto {
-                domain: Some(String::new()),
-                version: Some(self.opset),
-            }],
-            graph: Some(self.graph.clone()),
-            ..Default::default()
-        }
-        .encode_to_vec()
-    }
-
-    fn import(&self) -> Result<Module, Error> {
-        import(&self.bytes(), &ImportOptions::default())
-    }
-}
-
-/// The error's text; asserts that it is an ONNX error carrying a diagnostic code.
-fn error_text(result: Result<Module, Error>, code: &str) -> String {
-    let err = result.expect_err("import must fail");
-    match &err {
-        Error::Onnx(d) => assert_eq!(d.0[0].code, code, "{err}"),
-        other => panic!("expected an ONNX error, got {other}"),
-    }
-    err.to_string()
-}
-
-fn run(module: &Module, inputs: &[Tensor]) -> Vec<Tensor> {
-    interp::run(module, &module.funcs[0], inputs).expect("interpreter")
-}
+// The model builder is tests/onnx_build.
 
 fn conv_attrs(module: &Module) -> Conv2dAttrs {
     module.funcs[0]
@@ -242,7 +41,7 @@ fn auto_pad_same_upper_and_lower_put_the_odd_pad_at_opposite_ends() {
                 "c",
                 &["x", "w"],
                 &["y"],
-                vec![string("auto_pad", mode)],
+                vec![attr_string("auto_pad", mode)],
             )
             .output("y")
             .import()
@@ -259,7 +58,10 @@ fn auto_pad_same_upper_and_lower_put_the_odd_pad_at_opposite_ends() {
             "c",
             &["x", "w"],
             &["y"],
-            vec![string("auto_pad", "SAME_UPPER"), ints("strides", &[2, 2])],
+            vec![
+                attr_string("auto_pad", "SAME_UPPER"),
+                attr_ints("strides", &[2, 2]),
+            ],
         )
         .output("y")
         .import()
@@ -279,10 +81,10 @@ fn conv_keeps_asymmetric_pads_dilations_and_groups() {
             &["x", "w", "b"],
             &["y"],
             vec![
-                ints("pads", &[1, 0, 2, 1]),
-                ints("dilations", &[2, 1]),
-                int("group", 2),
-                ints("strides", &[1, 2]),
+                attr_ints("pads", &[1, 0, 2, 1]),
+                attr_ints("dilations", &[2, 1]),
+                attr_int("group", 2),
+                attr_ints("strides", &[1, 2]),
             ],
         )
         .output("y")
@@ -317,7 +119,7 @@ fn softmax_before_opset_13_normalizes_the_flattened_tail() {
                 "sm",
                 &["x"],
                 &["y"],
-                vec![int("axis", if opset == 11 { 1 } else { -1 })],
+                vec![attr_int("axis", if opset == 11 { 1 } else { -1 })],
             )
             .output("y")
             .import()
@@ -347,7 +149,7 @@ fn clip_reads_bounds_from_attributes_before_opset_11_and_from_inputs_after() {
             "c",
             &["x"],
             &["y"],
-            vec![float("min", -1.0), float("max", 2.0)],
+            vec![attr_float("min", -1.0), attr_float("max", 2.0)],
         )
         .output("y")
         .import()
@@ -433,7 +235,7 @@ fn nodes_out_of_order_are_sorted_topologically() {
 #[test]
 fn pinned_shape_replaces_dynamic_dims() {
     let model = Model::new(13)
-        .input_dims("x", 1, &[Dim::Named("batch"), Dim::Fixed(3)])
+        .input_dims("x", 1, &[Dim::Param("batch"), Dim::Fixed(3)])
         .node("Relu", "r", &["x"], &["y"], vec![])
         .output("y");
     let opts = ImportOptions::default().with_shape("x", [5, 3]);
@@ -471,14 +273,14 @@ fn snapshot_cases() -> Vec<(&'static str, Model)> {
                     "conv",
                     &["x", "conv.w"],
                     &["c"],
-                    vec![string("auto_pad", "SAME_UPPER")],
+                    vec![attr_string("auto_pad", "SAME_UPPER")],
                 )
                 .node(
                     "BatchNormalization",
                     "bn",
                     &["c", "bn.scale", "bn.bias", "bn.mean", "bn.var"],
                     &["n"],
-                    vec![float("epsilon", 1e-3)],
+                    vec![attr_float("epsilon", 1e-3)],
                 )
                 .node("Add", "add", &["n", "skip"], &["s"], vec![])
                 .node("Relu", "relu", &["s"], &["y"], vec![])
@@ -497,14 +299,14 @@ fn snapshot_cases() -> Vec<(&'static str, Model)> {
                     "batch",
                     &["s", "zero"],
                     &["b"],
-                    vec![int("axis", 0)],
+                    vec![attr_int("axis", 0)],
                 )
                 .node(
                     "Concat",
                     "target",
                     &["b", "rest"],
                     &["t"],
-                    vec![int("axis", 0)],
+                    vec![attr_int("axis", 0)],
                 )
                 .node("Reshape", "flatten", &["x", "t"], &["y"], vec![])
                 .node("Unsqueeze", "unsq", &["y", "axes"], &["z"], vec![])
@@ -519,7 +321,7 @@ fn snapshot_cases() -> Vec<(&'static str, Model)> {
                     "gelu",
                     &["x"],
                     &["y"],
-                    vec![string("approximate", "tanh")],
+                    vec![attr_string("approximate", "tanh")],
                 )
                 .output("y"),
         ),
@@ -527,7 +329,13 @@ fn snapshot_cases() -> Vec<(&'static str, Model)> {
             "softmax_opset11",
             Model::new(11)
                 .input("x", &[2, 3, 4])
-                .node("Softmax", "softmax", &["x"], &["y"], vec![int("axis", 1)])
+                .node(
+                    "Softmax",
+                    "softmax",
+                    &["x"],
+                    &["y"],
+                    vec![attr_int("axis", 1)],
+                )
                 .output("y"),
         ),
         (
@@ -540,7 +348,7 @@ fn snapshot_cases() -> Vec<(&'static str, Model)> {
                     "conv1d",
                     &["x", "w"],
                     &["c"],
-                    vec![ints("pads", &[1, 1])],
+                    vec![attr_ints("pads", &[1, 1])],
                 )
                 .node(
                     "MaxPool",
@@ -548,12 +356,18 @@ fn snapshot_cases() -> Vec<(&'static str, Model)> {
                     &["c"],
                     &["p", ""],
                     vec![
-                        ints("kernel_shape", &[2]),
-                        ints("strides", &[2]),
-                        int("ceil_mode", 1),
+                        attr_ints("kernel_shape", &[2]),
+                        attr_ints("strides", &[2]),
+                        attr_int("ceil_mode", 1),
                     ],
                 )
-                .node("Flatten", "flat", &["p"], &["y"], vec![int("axis", -2)])
+                .node(
+                    "Flatten",
+                    "flat",
+                    &["p"],
+                    &["y"],
+                    vec![attr_int("axis", -2)],
+                )
                 .output("y"),
         ),
     ]
@@ -633,7 +447,7 @@ fn bad_attributes_are_named() {
             "conv_a",
             &["x", "w"],
             &["y"],
-            vec![string("auto_pad", "SOMETIMES")],
+            vec![attr_string("auto_pad", "SOMETIMES")],
         )
         .output("y")
         .import();
@@ -651,7 +465,7 @@ fn bad_attributes_are_named() {
             "conv_p",
             &["x", "w"],
             &["y"],
-            vec![ints("pads", &[0, 0, i64::MAX, 0])],
+            vec![attr_ints("pads", &[0, 0, i64::MAX, 0])],
         )
         .output("y")
         .import();
@@ -663,7 +477,13 @@ fn bad_attributes_are_named() {
 
     let wrong_type = Model::new(13)
         .input("x", &[3])
-        .node("LeakyRelu", "lr", &["x"], &["y"], vec![int("alpha", 2)])
+        .node(
+            "LeakyRelu",
+            "lr",
+            &["x"],
+            &["y"],
+            vec![attr_int("alpha", 2)],
+        )
         .output("y")
         .import();
     let text = error_text(wrong_type, "onnx-bad-attribute");
@@ -671,7 +491,7 @@ fn bad_attributes_are_named() {
 
     let unknown = Model::new(13)
         .input("x", &[3])
-        .node("Relu", "r", &["x"], &["y"], vec![int("fast", 1)])
+        .node("Relu", "r", &["x"], &["y"], vec![attr_int("fast", 1)])
         .output("y")
         .import();
     let text = error_text(unknown, "onnx-unsupported-attribute");
@@ -688,7 +508,7 @@ fn bad_attributes_are_named() {
             "bn0",
             &["x", "s", "s", "s", "s"],
             &["y"],
-            vec![int("spatial", 0)],
+            vec![attr_int("spatial", 0)],
         )
         .output("y")
         .import();
@@ -706,7 +526,7 @@ fn dynamic_dims_without_override_name_input_and_dim() {
             .input_dims(
                 "images",
                 1,
-                &[Dim::Fixed(1), Dim::Named("height"), Dim::Fixed(4)],
+                &[Dim::Fixed(1), Dim::Param("height"), Dim::Fixed(4)],
             )
             .node("Relu", "r", &["images"], &["y"], vec![])
             .output("y")
@@ -764,7 +584,7 @@ fn truncated_random_and_empty_bytes_are_errors_not_panics() {
             "c",
             &["x", "w"],
             &["y"],
-            vec![ints("pads", &[1, 1, 1, 1])],
+            vec![attr_ints("pads", &[1, 1, 1, 1])],
         )
         .output("y")
         .bytes();
@@ -846,7 +666,7 @@ fn used_extra_output_names_its_producer() {
                 "pool1",
                 &["x"],
                 &["y", "idx"],
-                vec![ints("kernel_shape", &[2, 2])],
+                vec![attr_ints("kernel_shape", &[2, 2])],
             )
             .node("Relu", "use_idx", &["idx"], &["z"], vec![])
             .output("z")
@@ -943,9 +763,9 @@ fn slice_reads_attributes_before_opset_10_and_inputs_after() {
             &["x"],
             &["y"],
             vec![
-                ints("starts", &[1]),
-                ints("ends", &[1000]),
-                ints("axes", &[0]),
+                attr_ints("starts", &[1]),
+                attr_ints("ends", &[1000]),
+                attr_ints("axes", &[0]),
             ],
         )
         .node("Neg", "n", &["y"], &["z"], vec![])
@@ -992,7 +812,7 @@ fn shape_slice_concat_reshape_folds_to_one_reshape() {
             "cat",
             &["b", "rest"],
             &["t"],
-            vec![int("axis", 0)],
+            vec![attr_int("axis", 0)],
         )
         .node("Reshape", "r", &["x", "t"], &["y"], vec![])
         .output("y")

@@ -7,265 +7,29 @@
 //! weights) are checked against onnxruntime through `smelt run`.
 
 mod common;
+mod onnx_build;
+
+use onnx_build::*;
 
 use std::ffi::{CStr, CString};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use prost::Message;
 use smelt::capi::{
     smelt_executable_destroy, smelt_executable_from_file, smelt_executable_from_onnx,
     smelt_executable_input, smelt_last_error, smelt_options_default, SmeltExecutable, SmeltOptions,
     SmeltStatus, SmeltTensorInfo,
 };
 use smelt::ir::op::UnaryOp;
-use smelt::ir::{interp, ErrorStats, Module, Op, Tensor, F32};
+use smelt::ir::{ErrorStats, Module, Op, Tensor, F32};
 use smelt::onnx::proto::attribute_proto::AttributeType;
-use smelt::onnx::proto::tensor_shape_proto::{dimension, Dimension};
-use smelt::onnx::proto::{
-    type_proto, AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto,
-    StringStringEntryProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
-};
+use smelt::onnx::proto::{AttributeProto, StringStringEntryProto, TensorProto};
 use smelt::onnx::{import, import_file, ImportOptions};
-use smelt::Error;
 
 /// Gate on FACTS.md's relative error: max |got − ref| / max |ref|.
 const MAX_RELATIVE: f64 = 1e-4;
 
-// ---------------------------------------------------------------------------------------
-// A small model builder over the generated protobuf types.
-
-#[derive(Clone, Debug)]
-enum Dim {
-    Fixed(i64),
-    Param(&'static str),
-    Unset,
-}
-
-fn value_info(name: &str, dims: Option<&[Dim]>) -> ValueInfoProto {
-    let shape = dims.map(|dims| TensorShapeProto {
-        dim: dims
-            .iter()
-            .map(|d| Dimension {
-                value: match d {
-                    Dim::Fixed(v) => Some(dimension::Value::DimValue(*v)),
-                    Dim::Param(p) => Some(dimension::Value::DimParam(p.to_string())),
-                    Dim::Unset => None,
-                },
-                ..Default::default()
-            })
-            .collect(),
-    });
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(1),
-                shape,
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn fixed(dims: &[i64]) -> Vec<Dim> {
-    dims.iter().map(|&d| Dim::Fixed(d)).collect()
-}
-
-fn attr_ints(name: &str, v: &[i64]) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        ints: v.to_vec(),
-        r#type: Some(AttributeType::Ints as i32),
-        ..Default::default()
-    }
-}
-
-fn attr_float(name: &str, v: f32) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        f: Some(v),
-        r#type: Some(AttributeType::Float as i32),
-        ..Default::default()
-    }
-}
-
-fn attr_int(name: &str, v: i64) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        i: Some(v),
-        r#type: Some(AttributeType::Int as i32),
-        ..Default::default()
-    }
-}
-
-fn attr_floats(name: &str, v: &[f32]) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        floats: v.to_vec(),
-        r#type: Some(AttributeType::Floats as i32),
-        ..Default::default()
-    }
-}
-
-fn attr_tensor(name: &str, t: TensorProto) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        t: Some(t),
-        r#type: Some(AttributeType::Tensor as i32),
-        ..Default::default()
-    }
-}
-
-fn f32_le(values: &[f32]) -> Vec<u8> {
-    values.iter().flat_map(|v| v.to_le_bytes()).collect()
-}
-
-fn f32_raw(name: &str, dims: &[i64], values: &[f32]) -> TensorProto {
-    TensorProto {
-        name: Some(name.into()),
-        dims: dims.to_vec(),
-        data_type: Some(1),
-        raw_data: Some(f32_le(values).into()),
-        ..Default::default()
-    }
-}
-
-fn i64_typed(name: &str, values: &[i64]) -> TensorProto {
-    TensorProto {
-        name: Some(name.into()),
-        dims: vec![values.len() as i64],
-        data_type: Some(7),
-        int64_data: values.to_vec(),
-        ..Default::default()
-    }
-}
-
-/// A tensor whose data is at `offset` in `location` (no `length` when `None`).
-fn external(
-    name: &str,
-    data_type: i32,
-    dims: &[i64],
-    location: &str,
-    offset: u64,
-    length: Option<u64>,
-) -> TensorProto {
-    let entry = |k: &str, v: String| StringStringEntryProto {
-        key: Some(k.into()),
-        value: Some(v),
-    };
-    let mut external_data = vec![
-        entry("location", location.into()),
-        entry("offset", offset.to_string()),
-    ];
-    if let Some(l) = length {
-        external_data.push(entry("length", l.to_string()));
-    }
-    TensorProto {
-        name: Some(name.into()),
-        dims: dims.to_vec(),
-        data_type: Some(data_type),
-        data_location: Some(1),
-        external_data,
-        ..Default::default()
-    }
-}
-
-#[derive(Clone)]
-struct Model {
-    opset: i64,
-    graph: GraphProto,
-}
-
-impl Model {
-    fn new(opset: i64) -> Model {
-        Model {
-            opset,
-            graph: GraphProto {
-                name: Some("quirks".into()),
-                ..Default::default()
-            },
-        }
-    }
-
-    fn input(mut self, name: &str, dims: &[Dim]) -> Model {
-        self.graph.input.push(value_info(name, Some(dims)));
-        self
-    }
-
-    fn input_no_shape(mut self, name: &str) -> Model {
-        self.graph.input.push(value_info(name, None));
-        self
-    }
-
-    fn output(mut self, name: &str) -> Model {
-        self.graph.output.push(ValueInfoProto {
-            name: Some(name.into()),
-            ..Default::default()
-        });
-        self
-    }
-
-    fn init(mut self, t: TensorProto) -> Model {
-        self.graph.initializer.push(t);
-        self
-    }
-
-    fn node(
-        mut self,
-        op: &str,
-        name: &str,
-        inputs: &[&str],
-        outputs: &[&str],
-        attrs: Vec<AttributeProto>,
-    ) -> Model {
-        self.graph.node.push(NodeProto {
-            op_type: Some(op.into()),
-            name: Some(name.into()),
-            input: inputs.iter().map(|s| s.to_string()).collect(),
-            output: outputs.iter().map(|s| s.to_string()).collect(),
-            attribute: attrs,
-            ..Default::default()
-        });
-        self
-    }
-
-    fn bytes(&self) -> Vec<u8> {
-        ModelProto {
-            ir_version: Some(8),
-            opset_import: vec![OperatorSetIdProto {
-                domain: Some(String::new()),
-                version: Some(self.opset),
-            }],
-            graph: Some(self.graph.clone()),
-            ..Default::default()
-        }
-        .encode_to_vec()
-    }
-
-    fn import(&self) -> Result<Module, Error> {
-        import(&self.bytes(), &ImportOptions::default())
-    }
-
-    fn write(&self, path: &Path) {
-        std::fs::write(path, self.bytes()).unwrap();
-    }
-}
-
-/// The error's text; asserts that it is an ONNX error carrying diagnostic code `code`.
-fn error_text(result: Result<Module, Error>, code: &str) -> String {
-    let err = result.expect_err("import must fail");
-    match &err {
-        Error::Onnx(d) => assert_eq!(d.0[0].code, code, "{err}"),
-        other => panic!("expected an ONNX error, got {other}"),
-    }
-    err.to_string()
-}
-
-fn run(module: &Module, inputs: &[Tensor]) -> Vec<Tensor> {
-    interp::run(module, &module.funcs[0], inputs).expect("interpreter")
-}
+// The model builder is tests/onnx_build.
 
 fn param_dims(m: &Module) -> Vec<usize> {
     m.funcs[0].params[0].ty.dims.clone()
@@ -290,7 +54,7 @@ fn dynamic_forms() -> Vec<(&'static str, Model)> {
     .into_iter()
     .map(|(what, d)| {
         let m = Model::new(13)
-            .input("x", &[d, Dim::Fixed(3)])
+            .input_dims("x", 1, &[d, Dim::Fixed(3)])
             .node("Relu", "r", &["x"], &["y"], vec![])
             .output("y");
         (what, m)
@@ -365,7 +129,7 @@ fn the_unpinned_error_says_what_the_dim_is() {
 #[test]
 fn pins_that_contradict_the_model_are_errors_naming_the_dim() {
     let model = Model::new(13)
-        .input("x", &[Dim::Fixed(-1), Dim::Fixed(3), Dim::Param("h")])
+        .input_dims("x", 1, &[Dim::Fixed(-1), Dim::Fixed(3), Dim::Param("h")])
         .node("Relu", "r", &["x"], &["y"], vec![])
         .output("y");
     let import_with = |dims: &[usize]| {
@@ -411,7 +175,7 @@ fn pins_that_contradict_the_model_are_errors_naming_the_dim() {
     );
     // a declared size below -1 is malformed
     let bad = Model::new(13)
-        .input("x", &[Dim::Fixed(-2)])
+        .input_dims("x", 1, &[Dim::Fixed(-2)])
         .node("Relu", "r", &["x"], &["y"], vec![])
         .output("y");
     let text = error_text(bad.import(), "onnx-bad-model");
@@ -627,7 +391,7 @@ fn every_dynamic_dim_form_is_pinned_through_the_c_api() {
 /// Constant node. `tensors` gives them (inline or external).
 fn conv_model(w: TensorProto, b: TensorProto, shape: TensorProto, c: TensorProto) -> Model {
     Model::new(17)
-        .input("x", &fixed(&[1, 8, 12, 12]))
+        .input_dims("x", 1, &fixed(&[1, 8, 12, 12]))
         .init(w)
         .init(b)
         .init(shape)
@@ -761,7 +525,7 @@ fn refused(folder: &Path, model: &Model, want: &[&str]) {
 /// The model `y = x + w` with `w: [4]` as given.
 fn add_model(w: TensorProto) -> Model {
     Model::new(13)
-        .input("x", &fixed(&[4]))
+        .input_dims("x", 1, &fixed(&[4]))
         .init(w)
         .node("Add", "add", &["x", "w"], &["y"], vec![])
         .output("y")
@@ -888,7 +652,7 @@ fn external_data_outside_the_folder_or_past_the_file_is_refused() {
     refused(&folder, &add_model(unknown), &["unknown key 'basepath'"]);
     // a Constant node's tensor is confined the same way, and named as an attribute
     let constant = Model::new(13)
-        .input("x", &fixed(&[4]))
+        .input_dims("x", 1, &fixed(&[4]))
         .node(
             "Constant",
             "k",
@@ -914,7 +678,7 @@ fn external_data_outside_the_folder_or_past_the_file_is_refused() {
 /// A model squeezing x: [1, 3, 1] → [3] with axes in the given form.
 fn squeeze(opset: i64, inputs: &[&str], attrs: Vec<AttributeProto>) -> Model {
     Model::new(opset)
-        .input("x", &fixed(&[1, 3, 1]))
+        .input_dims("x", 1, &fixed(&[1, 3, 1]))
         .node("Squeeze", "sq", inputs, &["y"], attrs)
         .output("y")
 }
@@ -936,7 +700,7 @@ fn squeeze_and_unsqueeze_axes_come_in_the_form_of_the_opset() {
     for opset in [13, 21, 25] {
         let init = squeeze(opset, &["x", "axes"], vec![]).init(i64_typed("axes", &[0, 2]));
         let constant = Model::new(opset)
-            .input("x", &fixed(&[1, 3, 1]))
+            .input_dims("x", 1, &fixed(&[1, 3, 1]))
             .node(
                 "Constant",
                 "k",
@@ -948,7 +712,7 @@ fn squeeze_and_unsqueeze_axes_come_in_the_form_of_the_opset() {
             .output("y");
         // axes = Shape(x)[1:2] - 3 + ... : [1,3,1] → Gather index 0 → [1] - 1 = [0]
         let folded = Model::new(opset)
-            .input("x", &fixed(&[1, 3, 1]))
+            .input_dims("x", 1, &fixed(&[1, 3, 1]))
             .init(i64_typed("i", &[0]))
             .init(i64_typed("one", &[1]))
             .node("Shape", "shape", &["x"], &["s"], vec![])
@@ -969,7 +733,7 @@ fn squeeze_and_unsqueeze_axes_come_in_the_form_of_the_opset() {
             assert_eq!(ops(&m), [&reshape_to(&want)], "opset {opset} {what}");
         }
         let unsq = Model::new(opset)
-            .input("x", &fixed(&[3]))
+            .input_dims("x", 1, &fixed(&[3]))
             .node(
                 "Constant",
                 "k",
@@ -985,7 +749,7 @@ fn squeeze_and_unsqueeze_axes_come_in_the_form_of_the_opset() {
     }
     for opset in [1, 11] {
         let unsq = Model::new(opset)
-            .input("x", &fixed(&[3]))
+            .input_dims("x", 1, &fixed(&[3]))
             .node(
                 "Unsqueeze",
                 "u",
@@ -1021,8 +785,8 @@ fn squeeze_and_unsqueeze_axes_come_in_the_form_of_the_opset() {
     // axes computed at run time cannot fold
     let text = error_text(
         Model::new(13)
-            .input("x", &fixed(&[1, 3, 1]))
-            .input("axes", &fixed(&[1]))
+            .input_dims("x", 1, &fixed(&[1, 3, 1]))
+            .input_dims("axes", 1, &fixed(&[1]))
             .node("Squeeze", "sq", &["x", "axes"], &["y"], vec![])
             .output("y")
             .import(),
@@ -1045,7 +809,7 @@ fn clip_bounds_come_in_the_form_of_the_opset() {
     };
     // attributes before 11
     let m = Model::new(6)
-        .input("x", &fixed(&[4]))
+        .input_dims("x", 1, &fixed(&[4]))
         .node("Clip", "c", &["x"], &["y"], vec![attr_float("min", -1.0)])
         .output("y")
         .import()
@@ -1055,7 +819,7 @@ fn clip_bounds_come_in_the_form_of_the_opset() {
     // inputs from 11: initializers, Constant nodes of each float form, absent min
     for opset in [11, 12, 13] {
         let m = Model::new(opset)
-            .input("x", &fixed(&[4]))
+            .input_dims("x", 1, &fixed(&[4]))
             .init(f32_raw("lo", &[], &[-1.0]))
             .node(
                 "Constant",
@@ -1071,7 +835,7 @@ fn clip_bounds_come_in_the_form_of_the_opset() {
         assert_eq!(ops(&m), [&clip(-1.0, 2.0)], "opset {opset}");
         check(&m, &[-1.0, 0.5, 1.5, 2.0], "inputs");
         let m = Model::new(opset)
-            .input("x", &fixed(&[4]))
+            .input_dims("x", 1, &fixed(&[4]))
             .node(
                 "Constant",
                 "hi",
@@ -1087,8 +851,8 @@ fn clip_bounds_come_in_the_form_of_the_opset() {
         check(&m, &[-3.0, 0.5, 1.0, 1.0], "max only");
         // a bound computed at run time becomes max / min
         let m = Model::new(opset)
-            .input("x", &fixed(&[4]))
-            .input("lo", &fixed(&[]))
+            .input_dims("x", 1, &fixed(&[4]))
+            .input_dims("lo", 1, &fixed(&[]))
             .node("Clip", "c", &["x", "lo"], &["y"], vec![])
             .output("y")
             .import()
@@ -1097,7 +861,7 @@ fn clip_bounds_come_in_the_form_of_the_opset() {
     }
     let text = error_text(
         Model::new(13)
-            .input("x", &fixed(&[4]))
+            .input_dims("x", 1, &fixed(&[4]))
             .node("Clip", "c", &["x"], &["y"], vec![attr_float("min", 0.0)])
             .output("y")
             .import(),
@@ -1109,7 +873,7 @@ fn clip_bounds_come_in_the_form_of_the_opset() {
     );
     let text = error_text(
         Model::new(6)
-            .input("x", &fixed(&[4]))
+            .input_dims("x", 1, &fixed(&[4]))
             .init(f32_raw("lo", &[], &[-1.0]))
             .node("Clip", "c", &["x", "lo"], &["y"], vec![])
             .output("y")
@@ -1130,7 +894,7 @@ fn every_constant_attribute_form_imports() {
     // y = Reshape(x, shape) * k, with k and shape from each form
     let with = |k: AttributeProto, shape: AttributeProto| {
         Model::new(13)
-            .input("x", &fixed(&[2, 2]))
+            .input_dims("x", 1, &fixed(&[2, 2]))
             .node("Constant", "k", &[], &["k"], vec![k])
             .node("Constant", "s", &[], &["s"], vec![shape])
             .node("Reshape", "r", &["x", "s"], &["flat"], vec![])
@@ -1183,7 +947,7 @@ fn every_constant_attribute_form_imports() {
     }
     // value_int is a scalar: an integer, usable as a shape only after Unsqueeze
     let m = Model::new(13)
-        .input("x", &fixed(&[2, 2]))
+        .input_dims("x", 1, &fixed(&[2, 2]))
         .node("Constant", "n", &[], &["n"], vec![attr_int("value_int", 4)])
         .node(
             "Constant",
@@ -1219,7 +983,7 @@ fn every_constant_attribute_form_imports() {
     ] {
         let text = error_text(
             Model::new(13)
-                .input("x", &fixed(&[1]))
+                .input_dims("x", 1, &fixed(&[1]))
                 .node("Constant", "k", &[], &["k"], vec![attr])
                 .node("Add", "a", &["x", "k"], &["y"], vec![])
                 .output("y")
@@ -1236,8 +1000,8 @@ fn every_constant_attribute_form_imports() {
 #[test]
 fn initializers_listed_as_inputs_stay_constants() {
     let model = Model::new(13)
-        .input("x", &fixed(&[4]))
-        .input("w", &fixed(&[4]))
+        .input_dims("x", 1, &fixed(&[4]))
+        .input_dims("w", 1, &fixed(&[4]))
         .init(f32_raw("w", &[4], &[1.0, 2.0, 3.0, 4.0]))
         .node("Add", "add", &["x", "w"], &["y"], vec![])
         .output("y");

@@ -190,29 +190,22 @@ impl AttrDict {
 
     /// A list of integers of any length.
     pub(crate) fn usizes(&mut self, key: &'static str) -> Result<Option<Vec<usize>>, AttrError> {
-        match self.take(key) {
-            None => Ok(None),
-            Some(Attr {
-                value: AttrLit::List(items),
-                ..
-            }) => items
-                .iter()
-                .map(|(v, at)| to_usize(key, v, *at))
-                .collect::<Result<Vec<_>, _>>()
-                .map(Some),
-            Some(a) => err(
-                a.value_at,
-                format!(
-                    "attribute '{}' must be a list of integers like [1, 2], got {}",
-                    a.key,
-                    a.value.describe()
-                ),
-            ),
-        }
+        self.list(key, "[1, 2]", to_usize)
     }
 
     /// A list of signed integers of any length, each of magnitude at most [`MAX_ATTR_INT`].
     pub(crate) fn i64s(&mut self, key: &'static str) -> Result<Option<Vec<i64>>, AttrError> {
+        self.list(key, "[1, -2]", to_i64)
+    }
+
+    /// A list of any length, each element read by `element`; `example` shows the form
+    /// in the message when the value is not a list.
+    fn list<T>(
+        &mut self,
+        key: &'static str,
+        example: &str,
+        element: fn(&str, &AttrLit, usize) -> Result<T, AttrError>,
+    ) -> Result<Option<Vec<T>>, AttrError> {
         match self.take(key) {
             None => Ok(None),
             Some(Attr {
@@ -220,13 +213,13 @@ impl AttrDict {
                 ..
             }) => items
                 .iter()
-                .map(|(v, at)| to_i64(key, v, *at))
+                .map(|(v, at)| element(key, v, *at))
                 .collect::<Result<Vec<_>, _>>()
                 .map(Some),
             Some(a) => err(
                 a.value_at,
                 format!(
-                    "attribute '{}' must be a list of integers like [1, -2], got {}",
+                    "attribute '{}' must be a list of integers like {example}, got {}",
                     a.key,
                     a.value.describe()
                 ),
