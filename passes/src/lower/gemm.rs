@@ -3,7 +3,7 @@
 
 use smelt_ir::loops::{Access, Affine, BinOp, BufId, Expr, KernelBuilder, ReduceOp, VarId, Width};
 use smelt_ir::op::GemmAttrs;
-use smelt_ir::{Diagnostic, Op, TensorType, Value};
+use smelt_ir::{Diagnostic, TensorType, Value};
 
 use super::elementwise::{
     broadcast_strides, dims_name, index_of, load_lanes, row_major_strides, Epilogue,
@@ -35,9 +35,28 @@ struct GemmGeo {
     beta: f32,
 }
 
+/// The matrix products [`lower_gemm`] computes, as the lowering dispatch hands them over
+/// (so its match is exhaustive).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum GemmOp<'a> {
+    /// `alpha · op(A) · op(B) + beta · C`.
+    Gemm(&'a GemmAttrs),
+    /// Numpy matmul.
+    MatMul,
+}
+
+impl GemmOp<'_> {
+    fn name(self) -> &'static str {
+        match self {
+            GemmOp::Gemm(_) => "gemm",
+            GemmOp::MatMul => "matmul",
+        }
+    }
+}
+
 pub(crate) fn lower_gemm(
     cx: &mut Cx,
-    op: &Op,
+    op: GemmOp<'_>,
     operands: &[Value],
     out_ty: &TensorType,
     mut epi: Epilogue,
@@ -47,9 +66,8 @@ pub(crate) fn lower_gemm(
     let bt = cx.func.type_of(operands[1]).clone();
     let mut b_buf = cx.buf(operands[1]);
     let (mut geo, c_val) = match op {
-        Op::Gemm(g) => (gemm_geo(g, &at, out_ty), operands.get(2).copied()),
-        Op::MatMul => (matmul_geo(&at, &bt, out_ty), None),
-        _ => return Err(cx.unsupported("not a matrix product")),
+        GemmOp::Gemm(g) => (gemm_geo(g, &at, out_ty), operands.get(2).copied()),
+        GemmOp::MatMul => (matmul_geo(&at, &bt, out_ty), None),
     };
     // One row of A against a B whose k runs contiguously (a classifier's `transB`
     // weights): dot products, reading B once in order, split over output columns.

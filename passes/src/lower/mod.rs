@@ -556,9 +556,20 @@ impl<'a> Cx<'a> {
             Op::MaxPool2d(_) | Op::AvgPool2d { .. } | Op::GlobalAvgPool => {
                 pool::lower_pool(self, op, operands, out_ty, epi, out)
             }
-            Op::MatMul | Op::Gemm(_) => gemm::lower_gemm(self, op, operands, out_ty, epi, out),
-            Op::LayerNorm { .. } | Op::Softmax { .. } => {
-                norm::lower_norm(self, op, operands, out_ty, epi, out)
+            Op::MatMul => gemm::lower_gemm(self, gemm::GemmOp::MatMul, operands, out_ty, epi, out),
+            Op::Gemm(g) => {
+                gemm::lower_gemm(self, gemm::GemmOp::Gemm(g), operands, out_ty, epi, out)
+            }
+            Op::LayerNorm { axis, epsilon } => {
+                let norm = norm::NormOp::LayerNorm {
+                    axis: *axis,
+                    epsilon: epsilon.0,
+                };
+                norm::lower_norm(self, norm, operands, out_ty, epi, out)
+            }
+            Op::Softmax { axis } => {
+                let norm = norm::NormOp::Softmax { axis: *axis };
+                norm::lower_norm(self, norm, operands, out_ty, epi, out)
             }
             Op::Transpose { .. }
             | Op::Concat { .. }

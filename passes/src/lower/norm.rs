@@ -2,16 +2,34 @@
 //! global average pooling.
 
 use smelt_ir::loops::{Access, Affine, BinOp, BufId, Expr, KernelBuilder, ReduceOp, UnOp, Width};
-use smelt_ir::{Diagnostic, Op, TensorType, Value};
+use smelt_ir::{Diagnostic, TensorType, Value};
 
 use super::elementwise::{emit_nest, Epilogue};
 use super::{BufferId, Cx};
+
+/// The normalizations [`lower_norm`] computes, as the lowering dispatch hands them over
+/// (so its match is exhaustive).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum NormOp {
+    /// Layer normalization over axes `axis..`.
+    LayerNorm {
+        /// First normalized axis.
+        axis: usize,
+        /// Added to the variance.
+        epsilon: f32,
+    },
+    /// Softmax along `axis`.
+    Softmax {
+        /// The axis.
+        axis: usize,
+    },
+}
 
 /// layer_norm and softmax; post-ops are not supported on them here (the caller lowers a
 /// fused layer_norm's post-ops as a separate elementwise kernel).
 pub(crate) fn lower_norm(
     cx: &mut Cx,
-    op: &Op,
+    op: NormOp,
     operands: &[Value],
     out_ty: &TensorType,
     epi: Epilogue,
@@ -23,9 +41,9 @@ pub(crate) fn lower_norm(
     let dims = &out_ty.dims;
     let x = cx.buf(operands[0]);
     match op {
-        Op::LayerNorm { axis, epsilon } => {
-            let outer: usize = dims[..*axis].iter().product();
-            let inner: usize = dims[*axis..].iter().product();
+        NormOp::LayerNorm { axis, epsilon } => {
+            let outer: usize = dims[..axis].iter().product();
+            let inner: usize = dims[axis..].iter().product();
             let mut b = KernelBuilder::new(&format!("layer_norm_{outer}x{inner}"));
             let xa = b.arg("x", cx.len_of(x), Access::Read);
             let sb = cx.buf(operands[1]);
@@ -39,7 +57,7 @@ pub(crate) fn lower_norm(
             let ya = b.arg("out", cx.len_of(out), Access::Write);
             args.push(out);
             let inv_n = (1.0f64 / inner as f64) as f32;
-            let eps = epsilon.0;
+            let eps = epsilon;
             b.for_loop(0, outer as i64, 1, |b, o| {
                 let base = Affine::var(o).scale(inner as i64);
                 let sum = sum_row(b, xa, &base, inner, 1, |e| e);
@@ -87,10 +105,10 @@ pub(crate) fn lower_norm(
             });
             cx.step(b.finish(), args)
         }
-        Op::Softmax { axis } => {
-            let outer: usize = dims[..*axis].iter().product();
-            let len = dims[*axis];
-            let inner: usize = dims[*axis + 1..].iter().product();
+        NormOp::Softmax { axis } => {
+            let outer: usize = dims[..axis].iter().product();
+            let len = dims[axis];
+            let inner: usize = dims[axis + 1..].iter().product();
             let mut b = KernelBuilder::new(&format!("softmax_{outer}x{len}x{inner}"));
             let xa = b.arg("x", cx.len_of(x), Access::Read);
             let ya = b.arg("out", cx.len_of(out), Access::Write);
@@ -108,7 +126,6 @@ pub(crate) fn lower_norm(
             });
             cx.step(b.finish(), args)
         }
-        _ => Err(cx.unsupported("not a normalization")),
     }
 }
 
