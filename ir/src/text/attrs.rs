@@ -126,6 +126,17 @@ impl AttrDict {
         }
     }
 
+    /// A required attribute read by `read` (e.g. [`AttrDict::usizes`]): a missing one is
+    /// recorded like [`AttrDict::required`] does, and reported by [`AttrDict::finish`].
+    fn need<T: Default>(
+        &mut self,
+        key: &'static str,
+        read: fn(&mut Self, &'static str) -> Result<Option<T>, AttrError>,
+    ) -> Result<T, AttrError> {
+        let v = read(self, key)?;
+        Ok(self.required(key, v))
+    }
+
     /// Fails on entries no builder asked for, then on missing required ones.
     pub(crate) fn finish(self) -> Result<(), AttrError> {
         if let Some(a) = self.entries.first() {
@@ -402,14 +413,10 @@ pub(crate) fn build_op(name: &str, d: &mut AttrDict) -> Result<Option<Op>, AttrE
             }))
         }
         "batch_norm" => Some(Op::BatchNorm { epsilon: eps(d)? }),
-        "clip" => {
-            let min = d.f32("min")?;
-            let max = d.f32("max")?;
-            unary(UnaryOp::Clip {
-                min: d.required("min", min),
-                max: d.required("max", max),
-            })
-        }
+        "clip" => unary(UnaryOp::Clip {
+            min: d.need("min", AttrDict::f32)?,
+            max: d.need("max", AttrDict::f32)?,
+        }),
         "leaky_relu" => unary(UnaryOp::LeakyRelu {
             alpha: d.f32("alpha")?.unwrap_or(DEFAULT_LEAKY_ALPHA),
         }),
@@ -417,13 +424,10 @@ pub(crate) fn build_op(name: &str, d: &mut AttrDict) -> Result<Option<Op>, AttrE
             alpha: d.f32("alpha")?.unwrap_or(DEFAULT_HARD_SIGMOID_ALPHA),
             beta: d.f32("beta")?.unwrap_or(DEFAULT_HARD_SIGMOID_BETA),
         }),
-        "layer_norm" => {
-            let axis = d.usize("axis")?;
-            Some(Op::LayerNorm {
-                axis: d.required("axis", axis),
-                epsilon: eps(d)?,
-            })
-        }
+        "layer_norm" => Some(Op::LayerNorm {
+            axis: d.need("axis", AttrDict::usize)?,
+            epsilon: eps(d)?,
+        }),
         "max_pool2d" => Some(Op::MaxPool2d(pool_attrs(d)?)),
         "avg_pool2d" => Some(Op::AvgPool2d {
             pool: pool_attrs(d)?,
@@ -432,30 +436,18 @@ pub(crate) fn build_op(name: &str, d: &mut AttrDict) -> Result<Option<Op>, AttrE
         "flatten" => Some(Op::Flatten {
             axis: d.usize("axis")?.unwrap_or(DEFAULT_FLATTEN_AXIS),
         }),
-        "reshape" => {
-            let shape = d.usizes("shape")?;
-            Some(Op::Reshape {
-                shape: d.required("shape", shape),
-            })
-        }
-        "expand" => {
-            let shape = d.usizes("shape")?;
-            Some(Op::Expand {
-                shape: d.required("shape", shape),
-            })
-        }
-        "tile" => {
-            let repeats = d.usizes("repeats")?;
-            Some(Op::Tile {
-                repeats: d.required("repeats", repeats),
-            })
-        }
-        "transpose" => {
-            let perm = d.usizes("perm")?;
-            Some(Op::Transpose {
-                perm: d.required("perm", perm),
-            })
-        }
+        "reshape" => Some(Op::Reshape {
+            shape: d.need("shape", AttrDict::usizes)?,
+        }),
+        "expand" => Some(Op::Expand {
+            shape: d.need("shape", AttrDict::usizes)?,
+        }),
+        "tile" => Some(Op::Tile {
+            repeats: d.need("repeats", AttrDict::usizes)?,
+        }),
+        "transpose" => Some(Op::Transpose {
+            perm: d.need("perm", AttrDict::usizes)?,
+        }),
         "gemm" => {
             let def = GemmAttrs::default();
             Some(Op::Gemm(GemmAttrs {
@@ -466,10 +458,8 @@ pub(crate) fn build_op(name: &str, d: &mut AttrDict) -> Result<Option<Op>, AttrE
             }))
         }
         "slice" => {
-            let starts = d.i64s("starts")?;
-            let starts = d.required("starts", starts);
-            let ends = d.i64s("ends")?;
-            let ends = d.required("ends", ends);
+            let starts = d.need("starts", AttrDict::i64s)?;
+            let ends = d.need("ends", AttrDict::i64s)?;
             let steps = d.i64s("steps")?.unwrap_or_else(|| vec![1; starts.len()]);
             Some(Op::Slice(SliceAttrs {
                 starts,
@@ -477,24 +467,15 @@ pub(crate) fn build_op(name: &str, d: &mut AttrDict) -> Result<Option<Op>, AttrE
                 steps,
             }))
         }
-        "concat" => {
-            let axis = d.usize("axis")?;
-            Some(Op::Concat {
-                axis: d.required("axis", axis),
-            })
-        }
-        "softmax" => {
-            let axis = d.usize("axis")?;
-            Some(Op::Softmax {
-                axis: d.required("axis", axis),
-            })
-        }
-        "reorder" => {
-            let layout = d.layout("layout")?;
-            Some(Op::Reorder {
-                layout: d.required("layout", layout),
-            })
-        }
+        "concat" => Some(Op::Concat {
+            axis: d.need("axis", AttrDict::usize)?,
+        }),
+        "softmax" => Some(Op::Softmax {
+            axis: d.need("axis", AttrDict::usize)?,
+        }),
+        "reorder" => Some(Op::Reorder {
+            layout: d.need("layout", AttrDict::layout)?,
+        }),
         "bn_fold_weight" => Some(Op::BnFoldWeight { epsilon: eps(d)? }),
         "bn_fold_bias" => Some(Op::BnFoldBias { epsilon: eps(d)? }),
         "bn_scale" => Some(Op::BnScale { epsilon: eps(d)? }),
