@@ -321,9 +321,12 @@ impl Executable {
                 opts.threads
             )));
         }
+        // the instruction set the conv tiles call, detected once: lowering sees its
+        // routines, codegen links them, the executable remembers them for dumps
+        let tiles = opts.kernels.tile_isa();
         let lower_opts = lower::LowerOptions {
             conv: opts.conv,
-            micro: opts.kernels.tile_isa().map(TileIsa::target),
+            micro: tiles.map(TileIsa::target),
         };
         // activation layouts depend on the kernels, so they are chosen here
         let laid_out = match opts.layouts {
@@ -341,7 +344,7 @@ impl Executable {
                 &CodegenOptions {
                     verify: opts.verify,
                     threads: 0,
-                    tiles: opts.kernels.tile_isa(),
+                    tiles,
                 },
             );
             generated = Instant::now();
@@ -363,7 +366,7 @@ impl Executable {
                 (pool, n)
             })
             .filter(|&(_, n)| n > 1);
-        exe.tiles = lower_opts.micro.and(opts.kernels.tile_isa());
+        exe.tiles = tiles;
         exe.times = CompileTimes {
             lower_ms: ms(lowered - start) + ms(packed - generated),
             codegen_ms: ms(generated - lowered),
