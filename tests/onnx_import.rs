@@ -209,8 +209,7 @@ fn reshape_resolves_zero_and_minus_one_and_identity_dropout_vanish() {
         .output("y")
         .import()
         .expect("import");
-    let ops: Vec<&Op> = m.funcs[0].insts.iter().map(|i| &i.op).collect();
-    assert_eq!(ops, [&Op::Reshape { shape: vec![2, 12] }]);
+    assert_eq!(ops(&m), [&Op::Reshape { shape: vec![2, 12] }]);
 }
 
 #[test]
@@ -818,8 +817,7 @@ fn shape_slice_concat_reshape_folds_to_one_reshape() {
         .output("y")
         .import()
         .expect("import");
-    let ops: Vec<&Op> = m.funcs[0].insts.iter().map(|i| &i.op).collect();
-    assert_eq!(ops, [&Op::Reshape { shape: vec![2, 12] }]);
+    assert_eq!(ops(&m), [&Op::Reshape { shape: vec![2, 12] }]);
 }
 
 #[test]

@@ -35,10 +35,6 @@ fn param_dims(m: &Module) -> Vec<usize> {
     m.funcs[0].params[0].ty.dims.clone()
 }
 
-fn ops(m: &Module) -> Vec<&Op> {
-    m.funcs[0].insts.iter().map(|i| &i.op).collect()
-}
-
 // ---------------------------------------------------------------------------------------
 // Dynamic dims, pinned through each interface.
 

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use prost::Message;
-use smelt::ir::{interp, Module, Tensor};
+use smelt::ir::{interp, Module, Op, Tensor};
 use smelt::onnx::proto::attribute_proto::AttributeType;
 use smelt::onnx::proto::tensor_shape_proto::{dimension, Dimension};
 use smelt::onnx::proto::{
@@ -283,4 +283,9 @@ pub fn error_text(result: Result<Module, Error>, code: &str) -> String {
 /// The interpreter's outputs of the module's first function.
 pub fn run(module: &Module, inputs: &[Tensor]) -> Vec<Tensor> {
     interp::run(module, &module.funcs[0], inputs).expect("interpreter")
+}
+
+/// The ops of the module's first function, in order.
+pub fn ops(m: &Module) -> Vec<&Op> {
+    m.funcs[0].insts.iter().map(|i| &i.op).collect()
 }
