@@ -47,9 +47,21 @@ pub fn case_name(path: &Path) -> String {
 /// with `$SMELT_PYTHON` (which `scripts/test.sh` sets). Missing data fails, naming the
 /// set-up command; it never skips.
 pub fn generated_data(name: &str, script: &str, stamp: &str) -> PathBuf {
-    let dir = root().join("target/onnx-tests").join(name);
-    let found = std::fs::read_to_string(dir.join(".complete")).unwrap_or_default();
-    if found.trim() == stamp {
+    let parent = root().join("target/onnx-tests");
+    let dir = parent.join(name);
+    let is_current =
+        || std::fs::read_to_string(dir.join(".complete")).is_ok_and(|found| found.trim() == stamp);
+    if is_current() {
+        return dir;
+    }
+    // Tests run in parallel, in one process and across test binaries: without a lock, a
+    // second generator replaces the folder while the first test is reading it. The lock
+    // is an flock on a file beside the folder, held until this function returns.
+    std::fs::create_dir_all(&parent).expect("target/onnx-tests can be created");
+    let lock = std::fs::File::create(parent.join(format!("{name}.lock")))
+        .expect("the generation lock file can be created");
+    lock.lock().expect("the generation lock can be taken");
+    if is_current() {
         return dir;
     }
     let script = root().join("scripts").join(script);
