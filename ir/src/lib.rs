@@ -23,6 +23,6 @@ pub mod weights;
 pub use diag::{Diagnostic, Diagnostics, Location, Severity};
 pub use graph::{Func, FuncResult, Inst, Module, Param, Value};
 pub use op::{BinaryOp, FusedOp, Op, PostOp, UnaryOp};
-pub use tensor::{ErrorStats, Tensor};
+pub use tensor::{ErrorStats, Tensor, TensorData};
 pub use types::{DType, Layout, TensorType, F32};
 pub use weights::{AlignedBuf, Derivation, Weight, WeightId, WeightOrigin, WeightStore};

@@ -1,21 +1,262 @@
-//! Host tensors: a type plus f32 data in the type's storage order, and error metrics.
+//! Host tensors: a type plus typed data in the type's storage order, and error metrics.
 
-use crate::types::{Layout, TensorType};
+use crate::types::{DType, Layout, TensorType};
 
-/// A tensor value on the host: f32 elements in the storage order of `ty.layout`
+/// The elements of a tensor, one vector per element type.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TensorData {
+    /// `f32` elements.
+    F32(Vec<f32>),
+    /// `i64` elements.
+    I64(Vec<i64>),
+    /// `i32` elements.
+    I32(Vec<i32>),
+    /// `i1` elements.
+    Bool(Vec<bool>),
+}
+
+/// `$body` with `$v` bound to the element vector of `$data`, whatever its type; `$wrap`
+/// rebuilds a `TensorData` of the same type from an expression of the same element type.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! with_elements {
+    ($data:expr, |$v:ident, $wrap:ident| $body:expr) => {
+        match $data {
+            $crate::tensor::TensorData::F32($v) => {
+                #[allow(unused_macros)]
+                macro_rules! $wrap {
+                    ($e:expr) => {
+                        $crate::tensor::TensorData::F32($e)
+                    };
+                }
+                $body
+            }
+            $crate::tensor::TensorData::I64($v) => {
+                #[allow(unused_macros)]
+                macro_rules! $wrap {
+                    ($e:expr) => {
+                        $crate::tensor::TensorData::I64($e)
+                    };
+                }
+                $body
+            }
+            $crate::tensor::TensorData::I32($v) => {
+                #[allow(unused_macros)]
+                macro_rules! $wrap {
+                    ($e:expr) => {
+                        $crate::tensor::TensorData::I32($e)
+                    };
+                }
+                $body
+            }
+            $crate::tensor::TensorData::Bool($v) => {
+                #[allow(unused_macros)]
+                macro_rules! $wrap {
+                    ($e:expr) => {
+                        $crate::tensor::TensorData::Bool($e)
+                    };
+                }
+                $body
+            }
+        }
+    };
+}
+
+impl TensorData {
+    /// `len` zeros (`false` for `i1`) of element type `dtype`.
+    pub fn zeros(dtype: DType, len: usize) -> TensorData {
+        match dtype {
+            DType::F32 => TensorData::F32(vec![0.0; len]),
+            DType::I64 => TensorData::I64(vec![0; len]),
+            DType::I32 => TensorData::I32(vec![0; len]),
+            DType::Bool => TensorData::Bool(vec![false; len]),
+        }
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            TensorData::F32(_) => DType::F32,
+            TensorData::I64(_) => DType::I64,
+            TensorData::I32(_) => DType::I32,
+            TensorData::Bool(_) => DType::Bool,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        with_elements!(self, |v, _w| v.len())
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The elements at `indices`, in that order (every index must be in bounds).
+    pub fn pick(&self, indices: &[usize]) -> TensorData {
+        with_elements!(self, |v, wrap| wrap!(indices.iter().map(|&i| v[i]).collect()))
+    }
+
+    /// The `f32` elements, if the type is `f32`.
+    pub fn as_f32(&self) -> Option<&[f32]> {
+        match self {
+            TensorData::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The `i64` elements, if the type is `i64`.
+    pub fn as_i64(&self) -> Option<&[i64]> {
+        match self {
+            TensorData::I64(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Integers of element type `dtype` (an integer type or `i1`) from `i64` values,
+    /// checked to be in the type's range (`i1`: 0 or 1).
+    pub fn from_i64s(dtype: DType, values: Vec<i64>) -> Result<TensorData, String> {
+        let out_of_range = |v: i64| format!("{v} is out of range for {dtype}");
+        Ok(match dtype {
+            DType::I64 => TensorData::I64(values),
+            DType::I32 => TensorData::I32(
+                values
+                    .into_iter()
+                    .map(|v| i32::try_from(v).map_err(|_| out_of_range(v)))
+                    .collect::<Result<_, _>>()?,
+            ),
+            DType::Bool => TensorData::Bool(
+                values
+                    .into_iter()
+                    .map(|v| match v {
+                        0 => Ok(false),
+                        1 => Ok(true),
+                        _ => Err(out_of_range(v)),
+                    })
+                    .collect::<Result<_, _>>()?,
+            ),
+            DType::F32 => return Err("f32 elements are not integers".into()),
+        })
+    }
+
+    /// The elements as `i64`s, for integer and `i1` data (`None` for `f32`).
+    pub fn to_i64s(&self) -> Option<Vec<i64>> {
+        match self {
+            TensorData::F32(_) => None,
+            TensorData::I64(v) => Some(v.clone()),
+            TensorData::I32(v) => Some(v.iter().map(|&x| x.into()).collect()),
+            TensorData::Bool(v) => Some(v.iter().map(|&x| x.into()).collect()),
+        }
+    }
+
+    /// Each element as an `f64` (`i1` as 0 or 1): exact for `f32`, `i32` and `i1`, and
+    /// for `i64` up to 2^53. For error metrics and reports, never for computing.
+    pub fn to_f64(&self) -> Vec<f64> {
+        match self {
+            TensorData::F32(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::I64(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::I32(v) => v.iter().map(|&x| x as f64).collect(),
+            TensorData::Bool(v) => v.iter().map(|&x| f64::from(u8::from(x))).collect(),
+        }
+    }
+
+    /// The elements' little-endian bytes (`i1` as one byte 0 or 1), as native code and
+    /// `.npy` files store them.
+    pub fn to_le_bytes(&self) -> Vec<u8> {
+        match self {
+            TensorData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            TensorData::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            TensorData::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            TensorData::Bool(v) => v.iter().map(|&x| u8::from(x)).collect(),
+        }
+    }
+
+    /// Elements of type `dtype` from their little-endian bytes; `None` when the length is
+    /// not a whole number of elements or an `i1` byte is neither 0 nor 1.
+    pub fn from_le_bytes(dtype: DType, bytes: &[u8]) -> Option<TensorData> {
+        if bytes.len() % dtype.size_bytes() != 0 {
+            return None;
+        }
+        Some(match dtype {
+            DType::F32 => TensorData::F32(
+                bytes
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+            ),
+            DType::I64 => TensorData::I64(
+                bytes
+                    .chunks_exact(8)
+                    .map(|c| i64::from_le_bytes(c.try_into().expect("chunks of 8")))
+                    .collect(),
+            ),
+            DType::I32 => TensorData::I32(
+                bytes
+                    .chunks_exact(4)
+                    .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+            ),
+            DType::Bool => TensorData::Bool(
+                bytes
+                    .iter()
+                    .map(|&b| match b {
+                        0 => Some(false),
+                        1 => Some(true),
+                        _ => None,
+                    })
+                    .collect::<Option<Vec<bool>>>()?,
+            ),
+        })
+    }
+}
+
+impl From<Vec<f32>> for TensorData {
+    fn from(v: Vec<f32>) -> TensorData {
+        TensorData::F32(v)
+    }
+}
+impl From<Vec<i64>> for TensorData {
+    fn from(v: Vec<i64>) -> TensorData {
+        TensorData::I64(v)
+    }
+}
+impl From<Vec<i32>> for TensorData {
+    fn from(v: Vec<i32>) -> TensorData {
+        TensorData::I32(v)
+    }
+}
+impl From<Vec<bool>> for TensorData {
+    fn from(v: Vec<bool>) -> TensorData {
+        TensorData::Bool(v)
+    }
+}
+
+/// A tensor value on the host: typed elements in the storage order of `ty.layout`
 /// (including zero padding of blocked layouts).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tensor {
     /// Type, including layout.
     pub ty: TensorType,
-    /// `ty.storage_len()` elements.
-    pub data: Vec<f32>,
+    /// `ty.storage_len()` elements of type `ty.dtype`.
+    pub data: TensorData,
 }
 
 impl Tensor {
     /// A row-major f32 tensor; fails if `data` does not have exactly the shape's element count.
     pub fn new(dims: impl Into<Vec<usize>>, data: Vec<f32>) -> Result<Tensor, String> {
-        let ty = TensorType::f32(dims);
+        Tensor::typed(dims, TensorData::F32(data))
+    }
+
+    /// A row-major tensor of the data's element type (`Vec<f32>`, `Vec<i64>`,
+    /// `Vec<i32>` or `Vec<bool>`); fails if the data does not have exactly the shape's
+    /// element count.
+    pub fn typed(
+        dims: impl Into<Vec<usize>>,
+        data: impl Into<TensorData>,
+    ) -> Result<Tensor, String> {
+        let data = data.into();
+        let ty = TensorType::new(data.dtype(), dims);
         ty.check_size()?;
         if data.len() != ty.num_elements() {
             return Err(format!(
@@ -32,7 +273,7 @@ impl Tensor {
     pub fn zeros(ty: &TensorType) -> Tensor {
         Tensor {
             ty: ty.clone(),
-            data: vec![0.0; ty.storage_len()],
+            data: TensorData::zeros(ty.dtype, ty.storage_len()),
         }
     }
 
@@ -41,9 +282,41 @@ impl Tensor {
         &self.ty.dims
     }
 
-    /// The element at a logical index, whatever the layout.
-    pub fn at(&self, idx: &[usize]) -> f32 {
-        self.data[self.ty.layout.offset(&self.ty.dims, idx)]
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.ty.dtype
+    }
+
+    /// The stored `f32` elements (storage order, with padding).
+    ///
+    /// # Panics
+    /// If the tensor is not `f32`: callers check [`Tensor::dtype`] (or work on a
+    /// verified function whose types say so); [`TensorData::as_f32`] does not panic.
+    pub fn f32s(&self) -> &[f32] {
+        match &self.data {
+            TensorData::F32(v) => v,
+            other => panic!("an f32 tensor was expected, got {}", other.dtype()),
+        }
+    }
+
+    /// The stored `f32` elements, mutably (panics as [`Tensor::f32s`] does).
+    pub fn f32s_mut(&mut self) -> &mut [f32] {
+        match &mut self.data {
+            TensorData::F32(v) => v,
+            other => panic!("an f32 tensor was expected, got {}", other.dtype()),
+        }
+    }
+
+    /// The logical element at `idx` as an `f64`, whatever the layout (see
+    /// [`TensorData::to_f64`] for how exact that is).
+    pub fn at(&self, idx: &[usize]) -> f64 {
+        let k = self.ty.layout.offset(&self.ty.dims, idx);
+        match &self.data {
+            TensorData::F32(v) => v[k] as f64,
+            TensorData::I64(v) => v[k] as f64,
+            TensorData::I32(v) => v[k] as f64,
+            TensorData::Bool(v) => f64::from(u8::from(v[k])),
+        }
     }
 
     /// This tensor's elements copied into `layout` (padding lanes zero).
@@ -52,12 +325,14 @@ impl Tensor {
             return self.clone();
         }
         let ty = self.ty.with_layout(layout);
-        let mut out = Tensor::zeros(&ty);
+        // Where each stored element of the result comes from; padding reads a zero
+        // appended past the source's end.
+        let padding = self.data.len();
+        let mut source = vec![padding; ty.storage_len()];
         let dims = &self.ty.dims;
         let mut idx = vec![0usize; dims.len()];
         for _ in 0..self.ty.num_elements() {
-            let v = self.at(&idx);
-            out.data[layout.offset(dims, &idx)] = v;
+            source[layout.offset(dims, &idx)] = self.ty.layout.offset(dims, &idx);
             for k in (0..dims.len()).rev() {
                 idx[k] += 1;
                 if idx[k] < dims[k] {
@@ -66,12 +341,25 @@ impl Tensor {
                 idx[k] = 0;
             }
         }
-        out
+        let data = with_elements!(&self.data, |v, wrap| {
+            let mut padded = v.clone();
+            padded.push(Default::default());
+            wrap!(source.iter().map(|&i| padded[i]).collect())
+        });
+        Tensor { ty, data }
     }
 
     /// The logical elements in row-major order, whatever the layout.
-    pub fn to_row_major(&self) -> Vec<f32> {
+    pub fn to_row_major(&self) -> TensorData {
         self.to_layout(Layout::RowMajor).data
+    }
+
+    /// The logical `f32` elements in row-major order (panics as [`Tensor::f32s`] does).
+    pub fn f32s_row_major(&self) -> Vec<f32> {
+        match self.to_row_major() {
+            TensorData::F32(v) => v,
+            other => panic!("an f32 tensor was expected, got {}", other.dtype()),
+        }
     }
 }
 
@@ -93,6 +381,12 @@ impl ErrorStats {
     /// Compares two equally long slices in f64. NaN in one but not the other counts as
     /// infinite error; NaN in both at the same place counts as equal.
     pub fn between(got: &[f32], reference: &[f32]) -> ErrorStats {
+        let widen = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<f64>>();
+        Self::between_f64(&widen(got), &widen(reference))
+    }
+
+    /// [`ErrorStats::between`] on values already in f64.
+    pub fn between_f64(got: &[f64], reference: &[f64]) -> ErrorStats {
         assert_eq!(
             got.len(),
             reference.len(),
@@ -100,7 +394,6 @@ impl ErrorStats {
         );
         let (mut max_abs, mut max_ref, mut sq) = (0.0f64, 0.0f64, 0.0f64);
         for (&g, &r) in got.iter().zip(reference) {
-            let (g, r) = (g as f64, r as f64);
             let d = if g.is_nan() && r.is_nan() || g == r {
                 0.0
             } else if g.is_nan() || r.is_nan() {
@@ -134,14 +427,15 @@ impl ErrorStats {
         }
     }
 
-    /// Compares the logical elements of two tensors of the same logical shape.
+    /// Compares the logical elements of two tensors of the same logical shape and
+    /// element type (integers and booleans compared as f64, so equal means exact).
     pub fn between_tensors(got: &Tensor, reference: &Tensor) -> Result<ErrorStats, String> {
-        if got.ty.dims != reference.ty.dims {
-            return Err(format!("shapes differ: {} vs {}", got.ty, reference.ty));
+        if got.ty.dims != reference.ty.dims || got.ty.dtype != reference.ty.dtype {
+            return Err(format!("types differ: {} vs {}", got.ty, reference.ty));
         }
-        Ok(Self::between(
-            &got.to_row_major(),
-            &reference.to_row_major(),
+        Ok(Self::between_f64(
+            &got.to_row_major().to_f64(),
+            &reference.to_row_major().to_f64(),
         ))
     }
 }
@@ -155,8 +449,12 @@ mod tests {
         let t = Tensor::new([1, 3, 2, 2], (0..12).map(|v| v as f32).collect()).unwrap();
         let b = t.to_layout(Layout::Blocked { axis: 1, block: 4 });
         assert_eq!(b.data.len(), 16);
-        assert_eq!(b.data[3], 0.0); // the padded fourth channel of (h=0,w=0)
+        assert_eq!(b.f32s()[3], 0.0); // the padded fourth channel of (h=0,w=0)
         assert_eq!(b.to_row_major(), t.data);
+        let ints = Tensor::typed([1, 3, 1, 1], vec![1i64 << 40, -7, 3]).unwrap();
+        let blocked = ints.to_layout(Layout::Blocked { axis: 1, block: 2 });
+        assert_eq!(blocked.data, TensorData::I64(vec![1 << 40, -7, 3, 0]));
+        assert_eq!(blocked.to_row_major(), ints.data);
     }
 
     #[test]

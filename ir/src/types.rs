@@ -8,38 +8,65 @@ use std::fmt;
 pub const MAX_TENSOR_BYTES: u64 = 4 << 30;
 
 /// Element type of a tensor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+///
+/// Floating-point ops compute on `f32`; integer and boolean tensors carry ids, indices,
+/// masks and shapes, and every op on them is exact (integers never pass through `f32`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub enum DType {
     /// IEEE-754 single precision; every computing op works on it.
+    #[default]
     F32,
-    /// 64-bit signed integer; only for shape-like tensors.
+    /// 64-bit signed integer (two's complement, wrapping arithmetic).
     I64,
+    /// 32-bit signed integer (two's complement, wrapping arithmetic).
+    I32,
+    /// A boolean, stored as one byte holding 0 or 1; spelled `i1` as in MLIR.
+    Bool,
 }
 
 impl DType {
+    /// Every element type, in declaration order.
+    pub const ALL: [DType; 4] = [DType::F32, DType::I64, DType::I32, DType::Bool];
+
     /// Size of one element in bytes.
     pub fn size_bytes(self) -> usize {
         match self {
-            DType::F32 => 4,
+            DType::F32 | DType::I32 => 4,
             DType::I64 => 8,
+            DType::Bool => 1,
         }
     }
 
-    /// The spelling used in the text form (`f32`, `i64`).
+    /// The spelling used in the text form (`f32`, `i64`, `i32`, `i1`).
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "f32",
             DType::I64 => "i64",
+            DType::I32 => "i32",
+            DType::Bool => "i1",
         }
     }
 
     /// Parses the text spelling.
     pub fn from_name(name: &str) -> Option<DType> {
-        match name {
-            "f32" => Some(DType::F32),
-            "i64" => Some(DType::I64),
-            _ => None,
-        }
+        DType::ALL.into_iter().find(|d| d.name() == name)
+    }
+
+    /// Whether the type is an integer type (`i64`, `i32`; not `i1`).
+    pub fn is_integer(self) -> bool {
+        matches!(self, DType::I64 | DType::I32)
+    }
+
+    /// Whether arithmetic (`add`, `mul`, `neg`, ...) is defined on the type: `f32` and
+    /// the integer types.
+    pub fn is_numeric(self) -> bool {
+        self != DType::Bool
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -131,6 +158,23 @@ impl TensorType {
             dtype: DType::F32,
             dims: dims.into(),
             layout: Layout::RowMajor,
+        }
+    }
+
+    /// A row-major tensor of element type `dtype`.
+    pub fn new(dtype: DType, dims: impl Into<Vec<usize>>) -> TensorType {
+        TensorType {
+            dtype,
+            dims: dims.into(),
+            layout: Layout::RowMajor,
+        }
+    }
+
+    /// This type with another element type.
+    pub fn with_dtype(&self, dtype: DType) -> TensorType {
+        TensorType {
+            dtype,
+            ..self.clone()
         }
     }
 

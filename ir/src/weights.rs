@@ -98,6 +98,15 @@ impl AlignedBuf {
         Self::from_bytes(bytemuck::cast_slice(values))
     }
 
+    /// Copies typed elements into a new aligned buffer (little-endian; `i1` as bytes 0/1).
+    pub fn from_data(data: &crate::tensor::TensorData) -> AlignedBuf {
+        match data {
+            crate::tensor::TensorData::F32(v) => Self::from_f32(v),
+            crate::tensor::TensorData::I64(v) => Self::from_i64(v),
+            other => Self::from_bytes(&other.to_le_bytes()),
+        }
+    }
+
     /// Copies raw little-endian bytes into a new aligned buffer. Zeroed memory comes
     /// fresh from the allocator without a fill pass, so each byte is written once.
     pub fn from_bytes(bytes: &[u8]) -> AlignedBuf {
@@ -282,6 +291,12 @@ impl Weight {
     /// The data as f32 values.
     pub fn f32s(&self) -> &[f32] {
         self.data.as_f32()
+    }
+
+    /// The stored elements, typed by the weight's element type (storage order); `None`
+    /// when the bytes are not a whole number of elements or an `i1` byte is not 0 or 1.
+    pub fn elements(&self) -> Option<crate::tensor::TensorData> {
+        crate::tensor::TensorData::from_le_bytes(self.ty.dtype, self.data.as_bytes())
     }
 
     /// A short stable content hash (FNV-1a 64 over type and bytes), printed for elided weights.

@@ -7,6 +7,8 @@
 //!
 //! Conventions shared by every op:
 //! - operands may come in any layout; each is read in row-major order first;
+//! - integer and `i1` ops are exact (wrapping two's-complement arithmetic; integer
+//!   division by zero and an out-of-range gather index are errors);
 //! - every reduction (conv, matmul, gemm, pools, norms, softmax) accumulates in `f64`,
 //!   every elementwise op evaluates in `f64`, and every op rounds its result to `f32`
 //!   once, so a fused op equals the unfused sequence of ops bit for bit;
@@ -23,7 +25,7 @@
 //! b.finish(&[("y", y)]);
 //! let input = Tensor::new([3], vec![-1.0, 0.5, 2.0]).unwrap();
 //! let out = interp::run(&module, &module.funcs[0], &[input]).unwrap();
-//! assert_eq!(out[0].data, vec![0.0, 0.5, 2.0]);
+//! assert_eq!(out[0].f32s(), [0.0, 0.5, 2.0]);
 //! ```
 
 mod conv;
@@ -32,13 +34,16 @@ mod linalg;
 mod norm;
 mod pool;
 mod shape;
+mod typed;
+
+use typed::Operand;
 
 use std::borrow::Cow;
 
 use crate::diag::{Diagnostic, Location};
 use crate::graph::{Func, Module, Use};
 use crate::op::{FusedOp, Op, PostOp};
-use crate::tensor::Tensor;
+use crate::tensor::{Tensor, TensorData};
 use crate::types::{DType, Layout, TensorType};
 use crate::weights::WeightStore;
 
@@ -103,16 +108,17 @@ pub fn eval_op(
             ),
         ));
     }
-    let args: Vec<Arg> = operands.iter().map(|t| Arg::of(t)).collect();
+    let args: Vec<Operand> = operands.iter().map(|t| Operand::of(t)).collect();
     let data = compute(op, &args, &result_ty.dims, weights)?;
-    if data.len() != result_ty.num_elements() {
+    if data.len() != result_ty.num_elements() || data.dtype() != result_ty.dtype {
         // A kernel bug, reported rather than panicking in the layout conversion below.
         return Err(err(
             "internal-error",
             format!(
-                "'{}' produced {} elements for {result_ty}",
+                "'{}' produced {} elements of {} for {result_ty}",
                 op.name(),
-                data.len()
+                data.len(),
+                data.dtype()
             ),
         ));
     }
@@ -291,28 +297,73 @@ fn check_tensor(t: &Tensor) -> Result<(), String> {
     Ok(())
 }
 
-/// An operand seen by the kernels: logical dims and row-major data.
-struct Arg<'a> {
-    dims: &'a [usize],
-    data: Cow<'a, [f32]>,
-}
-
-impl<'a> Arg<'a> {
-    fn of(t: &'a Tensor) -> Arg<'a> {
+impl<'a> Operand<'a> {
+    fn of(t: &'a Tensor) -> Operand<'a> {
         let data = match t.ty.layout {
-            Layout::RowMajor => Cow::Borrowed(t.data.as_slice()),
+            Layout::RowMajor => Cow::Borrowed(&t.data),
             Layout::Blocked { .. } => Cow::Owned(t.to_row_major()),
         };
-        Arg {
+        Operand {
             dims: &t.ty.dims,
             data,
         }
     }
 }
 
-/// Computes `op` on row-major operands whose shapes the type rule has accepted, giving
-/// the row-major data of a result with dims `out`.
+/// An `f32` operand seen by the floating-point kernels: logical dims and row-major data.
+struct Arg<'a> {
+    dims: &'a [usize],
+    data: Cow<'a, [f32]>,
+}
+
+/// Computes `op` on row-major operands whose types the type rule has accepted, giving
+/// the row-major elements of a result with dims `out`. Ops on any element type are
+/// `typed`'s; the rest compute on `f32`.
 fn compute(
+    op: &Op,
+    args: &[Operand],
+    out: &[usize],
+    weights: &WeightStore,
+) -> Result<TensorData, Diagnostic> {
+    let fail = |m: String| Diagnostic::error("run-time-error", m, Location::Unknown);
+    let integer = args.first().is_some_and(|a| a.data.dtype() != DType::F32);
+    let a = |i: usize| &args[i];
+    let typed = match op {
+        Op::Const(id) => return read_weight(*id, weights),
+        Op::Binary(b) if integer => typed::integer_binary(*b, a(0), a(1), out),
+        Op::Unary(u) if integer => typed::integer_unary(*u, a(0)),
+        Op::Cast { to } => Ok(typed::cast(&a(0).data, *to)),
+        Op::Compare(c) => typed::compare(*c, a(0), a(1), out),
+        Op::Logic(l) => typed::logic(*l, a(0), a(1), out),
+        Op::Not => typed::not(a(0)),
+        Op::Where => typed::select(a(0), a(1), a(2), out),
+        Op::Gather { axis } => typed::gather(a(0), a(1), *axis),
+        op => match typed::movement(op, args, out) {
+            Some(result) => result,
+            None => {
+                let floats = args
+                    .iter()
+                    .map(|x| match x.data.as_ref() {
+                        TensorData::F32(v) => Ok(Arg {
+                            dims: x.dims,
+                            data: Cow::Borrowed(v.as_slice()),
+                        }),
+                        other => Err(fail(format!(
+                            "internal: '{}' got an operand of {}",
+                            op.name(),
+                            other.dtype()
+                        ))),
+                    })
+                    .collect::<Result<Vec<Arg>, Diagnostic>>()?;
+                return Ok(TensorData::F32(compute_f32(op, &floats, out, weights)?));
+            }
+        },
+    };
+    typed.map_err(fail)
+}
+
+/// Computes a floating-point op (every operand and the result `f32`).
+fn compute_f32(
     op: &Op,
     args: &[Arg],
     out: &[usize],
@@ -320,7 +371,6 @@ fn compute(
 ) -> Result<Vec<f32>, Diagnostic> {
     let a = |i: usize| &args[i];
     Ok(match op {
-        Op::Const(id) => read_weight(*id, weights)?,
         Op::Conv2d(attrs) => conv::conv2d(attrs, a(0), a(1), args.get(2), out),
         Op::BatchNorm { epsilon } => {
             norm::batch_norm(a(0), [a(1), a(2), a(3), a(4)], epsilon.0 as f64)
@@ -336,17 +386,9 @@ fn compute(
             count_include_pad,
         } => pool::avg_pool2d(p, *count_include_pad, a(0), out),
         Op::GlobalAvgPool => pool::global_avg_pool(a(0)),
-        Op::Flatten { .. } | Op::Reshape { .. } => a(0).data.to_vec(),
-        Op::Transpose { perm } => shape::transpose(a(0), perm),
         Op::MatMul => linalg::matmul(a(0), a(1), out),
         Op::Gemm(g) => linalg::gemm(g, a(0), a(1), args.get(2), out),
-        Op::Concat { axis } => shape::concat(args, *axis),
-        Op::Slice(sl) => shape::slice(a(0), sl, out),
-        Op::Expand { .. } => shape::broadcast_to(&a(0).data, a(0).dims, out).into_owned(),
-        Op::Tile { repeats } => shape::tile(a(0), repeats),
         Op::Softmax { axis } => norm::softmax(a(0), *axis),
-        // The data is already row-major here; `eval_op` stores it in the target layout.
-        Op::Reorder { .. } => a(0).data.to_vec(),
         Op::BnFoldWeight { epsilon } => {
             norm::bn_fold_weight(a(0), &a(1).data, &a(2).data, epsilon.0 as f64)
         }
@@ -365,6 +407,28 @@ fn compute(
         Op::ChannelVector => a(0).data.to_vec(),
         Op::ConvShiftBias => conv::conv_shift_bias(a(0), &a(1).data),
         Op::Fused(f) => fused(f, args, out, weights)?,
+        // Ops on any element type are computed by `compute` before this.
+        Op::Const(_)
+        | Op::Flatten { .. }
+        | Op::Reshape { .. }
+        | Op::Transpose { .. }
+        | Op::Concat { .. }
+        | Op::Slice(_)
+        | Op::Expand { .. }
+        | Op::Tile { .. }
+        | Op::Reorder { .. }
+        | Op::Cast { .. }
+        | Op::Compare(_)
+        | Op::Logic(_)
+        | Op::Not
+        | Op::Where
+        | Op::Gather { .. } => {
+            return Err(Diagnostic::error(
+                "internal-error",
+                format!("'{}' reached the f32 kernels", op.name()),
+                Location::Unknown,
+            ))
+        }
     })
 }
 
@@ -377,7 +441,7 @@ fn fused(
     weights: &WeightStore,
 ) -> Result<Vec<f32>, Diagnostic> {
     let n_anchor = args.len() - f.num_post_operands();
-    let mut acc = compute(&f.anchor, &args[..n_anchor], out, weights)?;
+    let mut acc = compute_f32(&f.anchor, &args[..n_anchor], out, weights)?;
     let mut extra = args[n_anchor..].iter();
     for post in &f.post_ops {
         match post {
@@ -397,42 +461,33 @@ fn fused(
     Ok(acc)
 }
 
-/// The logical elements of a weight in row-major order, as f32.
+/// The logical elements of a weight in row-major order, in its own element type.
 fn read_weight(
     id: crate::weights::WeightId,
     weights: &WeightStore,
-) -> Result<Vec<f32>, Diagnostic> {
-    let w = weights.get(id).ok_or_else(|| {
-        Diagnostic::error(
-            "bad-weight",
-            format!("unknown weight {}", id.0),
-            Location::Unknown,
-        )
-    })?;
-    let values: Vec<f32> = match w.ty.dtype {
-        DType::F32 => w.f32s().to_vec(),
-        // Shape-like tensors: exact in f32 up to 2^24, which covers every real shape.
-        DType::I64 => w.data.as_i64().iter().map(|&v| v as f32).collect(),
-    };
-    check_type(&w.ty).map_err(|m| {
-        Diagnostic::error(
-            "bad-weight",
-            format!("weight @{}: {m}", w.name),
-            Location::Unknown,
-        )
+) -> Result<TensorData, Diagnostic> {
+    let bad = |m: String| Diagnostic::error("bad-weight", m, Location::Unknown);
+    let w = weights
+        .get(id)
+        .ok_or_else(|| bad(format!("unknown weight {}", id.0)))?;
+    check_type(&w.ty).map_err(|m| bad(format!("weight @{}: {m}", w.name)))?;
+    let values = w.elements().ok_or_else(|| {
+        bad(format!(
+            "weight @{} of type {} holds {} bytes, which are not {} elements",
+            w.name,
+            w.ty,
+            w.data.len_bytes(),
+            w.ty.dtype
+        ))
     })?;
     if values.len() != w.ty.storage_len() {
-        return Err(Diagnostic::error(
-            "bad-weight",
-            format!(
-                "weight @{} of type {} has {} elements of data, expected {}",
-                w.name,
-                w.ty,
-                values.len(),
-                w.ty.storage_len()
-            ),
-            Location::Unknown,
-        ));
+        return Err(bad(format!(
+            "weight @{} of type {} has {} elements of data, expected {}",
+            w.name,
+            w.ty,
+            values.len(),
+            w.ty.storage_len()
+        )));
     }
     let stored = Tensor {
         ty: w.ty.clone(),

@@ -1,7 +1,6 @@
 //! Data-movement kernels: strided gathers (broadcast, expand, tile, transpose, slice) and
-//! concatenation.
+//! concatenation, generic over the element type.
 
-use super::Arg;
 use crate::op::SliceAttrs;
 
 /// Row-major strides of `dims`.
@@ -15,7 +14,7 @@ pub(super) fn row_major_strides(dims: &[usize]) -> Vec<usize> {
 
 /// Reads a tensor of shape `out_dims` in row-major order from `data`, where a step along
 /// output axis `k` moves `strides[k]` elements in `data` (0 repeats, as in broadcasting).
-pub(super) fn strided_gather(data: &[f32], out_dims: &[usize], strides: &[usize]) -> Vec<f32> {
+pub(super) fn strided_gather<T: Copy>(data: &[T], out_dims: &[usize], strides: &[usize]) -> Vec<T> {
     let total: usize = out_dims.iter().product();
     let mut out = Vec::with_capacity(total);
     if total == 0 {
@@ -51,11 +50,11 @@ pub(super) fn strided_gather(data: &[f32], out_dims: &[usize], strides: &[usize]
 
 /// `data` of shape `dims` broadcast (numpy rules) to `out_dims`, which the type rule has
 /// checked to be the broadcast shape.
-pub(super) fn broadcast_to<'a>(
-    data: &'a [f32],
+pub(super) fn broadcast_to<'a, T: Copy>(
+    data: &'a [T],
     dims: &[usize],
     out_dims: &[usize],
-) -> std::borrow::Cow<'a, [f32]> {
+) -> std::borrow::Cow<'a, [T]> {
     if dims == out_dims {
         return std::borrow::Cow::Borrowed(data);
     }
@@ -74,30 +73,35 @@ pub(super) fn broadcast_to<'a>(
 }
 
 /// Result axis `i` is input axis `perm[i]`.
-pub(super) fn transpose(x: &Arg, perm: &[usize]) -> Vec<f32> {
-    let own = row_major_strides(x.dims);
-    let out_dims: Vec<usize> = perm.iter().map(|&p| x.dims[p]).collect();
+pub(super) fn transpose<T: Copy>(data: &[T], dims: &[usize], perm: &[usize]) -> Vec<T> {
+    let own = row_major_strides(dims);
+    let out_dims: Vec<usize> = perm.iter().map(|&p| dims[p]).collect();
     let strides: Vec<usize> = perm.iter().map(|&p| own[p]).collect();
-    strided_gather(&x.data, &out_dims, &strides)
+    strided_gather(data, &out_dims, &strides)
 }
 
 /// `x` repeated `repeats[k]` times along each axis: a gather over the split dims
 /// `[r0, d0, r1, d1, ...]` that stays put (stride 0) along each repeat.
-pub(super) fn tile(x: &Arg, repeats: &[usize]) -> Vec<f32> {
-    let own = row_major_strides(x.dims);
-    let mut split = Vec::with_capacity(2 * x.dims.len());
-    let mut strides = Vec::with_capacity(2 * x.dims.len());
+pub(super) fn tile<T: Copy>(data: &[T], dims: &[usize], repeats: &[usize]) -> Vec<T> {
+    let own = row_major_strides(dims);
+    let mut split = Vec::with_capacity(2 * dims.len());
+    let mut strides = Vec::with_capacity(2 * dims.len());
     for (k, &r) in repeats.iter().enumerate() {
-        split.extend([r, x.dims[k]]);
+        split.extend([r, dims[k]]);
         strides.extend([0, own[k]]);
     }
-    strided_gather(&x.data, &split, &strides)
+    strided_gather(data, &split, &strides)
 }
 
 /// The window of `x` that `s` selects (the type rule has checked every index it reads
 /// is in bounds and computed `out_dims`).
-pub(super) fn slice(x: &Arg, s: &SliceAttrs, out_dims: &[usize]) -> Vec<f32> {
-    let own = row_major_strides(x.dims);
+pub(super) fn slice<T: Copy>(
+    data: &[T],
+    dims: &[usize],
+    s: &SliceAttrs,
+    out_dims: &[usize],
+) -> Vec<T> {
+    let own = row_major_strides(dims);
     let total: usize = out_dims.iter().product();
     let mut out = Vec::with_capacity(total);
     let mut idx = vec![0usize; out_dims.len()];
@@ -105,7 +109,7 @@ pub(super) fn slice(x: &Arg, s: &SliceAttrs, out_dims: &[usize]) -> Vec<f32> {
         let at: i64 = (0..out_dims.len())
             .map(|k| (s.starts[k] + idx[k] as i64 * s.steps[k]) * own[k] as i64)
             .sum();
-        out.push(x.data[at as usize]);
+        out.push(data[at as usize]);
         for k in (0..out_dims.len()).rev() {
             idx[k] += 1;
             if idx[k] < out_dims[k] {
@@ -119,14 +123,14 @@ pub(super) fn slice(x: &Arg, s: &SliceAttrs, out_dims: &[usize]) -> Vec<f32> {
 
 /// Concatenation along `axis`: for each index of the axes before it, the operands'
 /// blocks follow each other.
-pub(super) fn concat(args: &[Arg], axis: usize) -> Vec<f32> {
-    let outer: usize = args[0].dims[..axis].iter().product();
-    let total: usize = args.iter().map(|a| a.data.len()).sum();
+pub(super) fn concat<T: Copy>(parts: &[(&[usize], &[T])], axis: usize) -> Vec<T> {
+    let outer: usize = parts[0].0[..axis].iter().product();
+    let total: usize = parts.iter().map(|(_, data)| data.len()).sum();
     let mut out = Vec::with_capacity(total);
     for o in 0..outer {
-        for a in args {
-            let block: usize = a.dims[axis..].iter().product();
-            out.extend_from_slice(&a.data[o * block..(o + 1) * block]);
+        for (dims, data) in parts {
+            let block: usize = dims[axis..].iter().product();
+            out.extend_from_slice(&data[o * block..(o + 1) * block]);
         }
     }
     out

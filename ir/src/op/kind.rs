@@ -18,9 +18,10 @@
 //! every other site, since nothing matches ops with `_ =>`.
 
 use super::{
-    Arity, BinaryOp, Conv2dAttrs, FusedOp, GemmAttrs, Op, Pool2dAttrs, SliceAttrs, UnaryOp,
+    Arity, BinaryOp, Comparison, Conv2dAttrs, FusedOp, GemmAttrs, LogicOp, Op, Pool2dAttrs,
+    SliceAttrs, UnaryOp,
 };
-use crate::types::{Layout, F32};
+use crate::types::{DType, Layout, F32};
 
 /// What an op is for, beyond computing its result.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,8 +79,10 @@ pub enum Attrs {
         /// Divisor includes padding.
         count_include_pad: bool,
     },
-    /// `flatten`, `concat`, `softmax`.
+    /// `flatten`, `concat`, `softmax`, `gather`.
     Axis(usize),
+    /// `cast` target element type.
+    DType(DType),
     /// `reshape` and `expand` target shape, `transpose` permutation or `tile` repeats.
     Dims(Vec<usize>),
     /// `gemm`.
@@ -223,6 +226,20 @@ op_table! {
     ChannelScale "channel_scale" Some(Exact(2)), WeightPrep: (Op::ChannelScale) <=> (Attrs::None);
     ChannelVector "channel_vector" Some(Exact(1)), WeightPrep: (Op::ChannelVector) <=> (Attrs::None);
     ConvShiftBias "conv_shift_bias" Some(Exact(2)), WeightPrep: (Op::ConvShiftBias) <=> (Attrs::None);
+    Cast "cast" Some(Exact(1)), Plain: (Op::Cast { to }) <=> (Attrs::DType(to));
+    Equal "equal" Some(Exact(2)), Plain: (Op::Compare(Comparison::Equal)) <=> (Attrs::None);
+    Less "less" Some(Exact(2)), Plain: (Op::Compare(Comparison::Less)) <=> (Attrs::None);
+    LessOrEqual "less_equal" Some(Exact(2)), Plain:
+        (Op::Compare(Comparison::LessOrEqual)) <=> (Attrs::None);
+    Greater "greater" Some(Exact(2)), Plain: (Op::Compare(Comparison::Greater)) <=> (Attrs::None);
+    GreaterOrEqual "greater_equal" Some(Exact(2)), Plain:
+        (Op::Compare(Comparison::GreaterOrEqual)) <=> (Attrs::None);
+    And "and" Some(Exact(2)), Plain: (Op::Logic(LogicOp::And)) <=> (Attrs::None);
+    Or "or" Some(Exact(2)), Plain: (Op::Logic(LogicOp::Or)) <=> (Attrs::None);
+    Xor "xor" Some(Exact(2)), Plain: (Op::Logic(LogicOp::Xor)) <=> (Attrs::None);
+    Not "not" Some(Exact(1)), Plain: (Op::Not) <=> (Attrs::None);
+    Where "where" Some(Exact(3)), Plain: (Op::Where) <=> (Attrs::None);
+    Gather "gather" Some(Exact(2)), Plain: (Op::Gather { axis }) <=> (Attrs::Axis(axis));
     Fused "fused" None, Plain: (Op::Fused(f)) <=> (Attrs::Fused(f));
 }
 

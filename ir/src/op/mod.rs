@@ -15,15 +15,17 @@ mod attrs;
 mod elementwise;
 mod fused;
 mod kind;
+mod logic;
 mod type_rules;
 
 pub use attrs::{Conv2dAttrs, GemmAttrs, Pool2dAttrs, SliceAttrs};
 pub use elementwise::{erf, BinaryOp, UnaryOp};
 pub use fused::{FusedOp, PostOp};
 pub use kind::{Attrs, OpKind, Role};
+pub use logic::{Comparison, LogicOp};
 pub use type_rules::broadcast;
 
-use crate::types::{Layout, TensorType, F32};
+use crate::types::{DType, Layout, TensorType, F32};
 use crate::weights::WeightId;
 
 /// How many operands an op takes.
@@ -174,6 +176,30 @@ pub enum Op {
     /// `b[o] = sum over c, kh, kw of w[o,c,kh,kw] * t[group(o) * C/g + c]`: the bias that
     /// adding `t` per input channel before an unpadded conv contributes. Compile time.
     ConvShiftBias,
+    /// Converts every element to `to`, as ONNX `Cast` does: float to integer truncates
+    /// toward zero and saturates at the type's bounds (NaN becomes 0); integer to float
+    /// rounds to nearest even; integer to integer wraps; to `i1` is `!= 0`, from `i1` 0 or 1.
+    Cast {
+        /// The result's element type.
+        to: DType,
+    },
+    /// Elementwise comparison with numpy broadcasting of two operands of one element
+    /// type; the result is `i1`.
+    Compare(Comparison),
+    /// Elementwise logic on two `i1` operands, with numpy broadcasting.
+    Logic(LogicOp),
+    /// Elementwise negation of an `i1` operand.
+    Not,
+    /// `where(cond, a, b)`: `a` where the `i1` condition holds, else `b`; the three
+    /// broadcast together, `a` and `b` have one element type.
+    Where,
+    /// `gather(data, indices)` along `axis`: the result's dims are `data`'s before the
+    /// axis, then `indices`' dims, then `data`'s after it. Indices (`i64` or `i32`) may be
+    /// negative (counting from the end); one outside `-d..d` is a run-time error.
+    Gather {
+        /// The axis of `data` the indices select along.
+        axis: usize,
+    },
     /// An anchor op with a fused elementwise epilogue.
     Fused(FusedOp),
 }
@@ -219,6 +245,8 @@ impl Op {
             Op::Const(_) | Op::Flatten { .. } | Op::Reshape { .. } => 0,
             Op::Transpose { .. } | Op::Concat { .. } | Op::Reorder { .. } => 0,
             Op::Slice(_) | Op::Expand { .. } | Op::Tile { .. } => 0,
+            Op::Gather { .. } | Op::Cast { .. } | Op::Where => 0,
+            Op::Compare(_) | Op::Logic(_) | Op::Not => out,
             Op::Conv2d(_) => {
                 // each output element takes C/groups * KH * KW multiply-adds = |w| / O
                 let w = operands

@@ -1,7 +1,7 @@
 //! The type rules: `Op::infer_type` and the shape helpers it shares (`broadcast`, conv
 //! and matmul result types).
 
-use super::{Conv2dAttrs, Op};
+use super::{Conv2dAttrs, Op, UnaryOp};
 use crate::types::{DType, Layout, TensorType};
 use crate::weights::WeightId;
 
@@ -25,15 +25,7 @@ impl Op {
                 operands.len()
             ));
         }
-        for (i, t) in operands.iter().enumerate() {
-            if t.dtype != DType::F32 {
-                return Err(format!(
-                    "operand {i} of '{}' must be f32, got {}",
-                    self.name(),
-                    t.dtype.name()
-                ));
-            }
-        }
+        let dtype = self.result_dtype(operands)?;
         let out = match self {
             Op::Const(id) => weight_type(*id).ok_or_else(|| format!("unknown weight {}", id.0))?,
             Op::Conv2d(a) => conv2d_type(a, operands)?,
@@ -309,6 +301,27 @@ impl Op {
                 }
                 TensorType::f32([o])
             }
+            Op::Cast { .. } | Op::Not => plain(operands[0].clone()),
+            Op::Compare(_) | Op::Logic(_) => {
+                TensorType::f32(broadcast(&operands[0].dims, &operands[1].dims)?)
+            }
+            Op::Where => {
+                let ab = broadcast(&operands[1].dims, &operands[2].dims)?;
+                TensorType::f32(broadcast(&operands[0].dims, &ab)?)
+            }
+            Op::Gather { axis } => {
+                let (data, indices) = (operands[0], operands[1]);
+                if *axis >= data.rank() {
+                    return Err(format!("gather axis {axis} out of range for {data}"));
+                }
+                if data.dims[*axis] == 0 {
+                    return Err(format!("gather from {data}: axis {axis} is empty"));
+                }
+                let mut dims = data.dims[..*axis].to_vec();
+                dims.extend_from_slice(&indices.dims);
+                dims.extend_from_slice(&data.dims[axis + 1..]);
+                TensorType::f32(dims)
+            }
             Op::Fused(f) => {
                 if !f.anchor.is_anchor() {
                     return Err(format!("'{}' cannot anchor a fused op", f.anchor.name()));
@@ -326,8 +339,105 @@ impl Op {
                 acc
             }
         };
+        let out = match self {
+            // a weight keeps its own element type
+            Op::Const(_) => out,
+            _ => out.with_dtype(dtype),
+        };
         out.check_size()?;
         Ok(out)
+    }
+}
+
+impl Op {
+    /// The element-type half of the type rule: checks the operands' element types and
+    /// gives the result's. Floating-point ops take `f32`; arithmetic (`add`, `neg`, ...)
+    /// takes one numeric type; data movement takes any, one type across operands.
+    fn result_dtype(&self, operands: &[&TensorType]) -> Result<DType, String> {
+        let name = self.name();
+        let need = |i: usize, ok: &dyn Fn(DType) -> bool, what: &str| -> Result<DType, String> {
+            let d = operands[i].dtype;
+            if ok(d) {
+                Ok(d)
+            } else {
+                Err(format!("operand {i} of '{name}' must be {what}, got {d}"))
+            }
+        };
+        let same_as = |first: usize, i: usize| -> Result<(), String> {
+            let (a, b) = (operands[first].dtype, operands[i].dtype);
+            if a == b {
+                Ok(())
+            } else {
+                Err(format!(
+                    "operands {first} and {i} of '{name}' must have one element type, got {a} and {b}"
+                ))
+            }
+        };
+        let all_f32 = || -> Result<DType, String> {
+            for i in 0..operands.len() {
+                need(i, &|d| d == DType::F32, "f32")?;
+            }
+            Ok(DType::F32)
+        };
+        match self {
+            Op::Const(_) => Ok(DType::F32),
+            Op::Unary(UnaryOp::Neg | UnaryOp::Abs) => need(0, &DType::is_numeric, "numeric"),
+            Op::Binary(_) => {
+                same_as(0, 1)?;
+                need(0, &DType::is_numeric, "numeric")
+            }
+            Op::Flatten { .. }
+            | Op::Reshape { .. }
+            | Op::Transpose { .. }
+            | Op::Slice(_)
+            | Op::Expand { .. }
+            | Op::Tile { .. }
+            | Op::Reorder { .. } => Ok(operands[0].dtype),
+            Op::Concat { .. } => {
+                for i in 1..operands.len() {
+                    same_as(0, i)?;
+                }
+                Ok(operands[0].dtype)
+            }
+            Op::Cast { to } => Ok(*to),
+            Op::Compare(_) => {
+                same_as(0, 1)?;
+                Ok(DType::Bool)
+            }
+            Op::Logic(_) | Op::Not => {
+                for i in 0..operands.len() {
+                    need(i, &|d| d == DType::Bool, "i1")?;
+                }
+                Ok(DType::Bool)
+            }
+            Op::Where => {
+                need(0, &|d| d == DType::Bool, "i1")?;
+                same_as(1, 2)?;
+                Ok(operands[1].dtype)
+            }
+            Op::Gather { .. } => {
+                need(1, &DType::is_integer, "i64 or i32")?;
+                Ok(operands[0].dtype)
+            }
+            Op::Conv2d(_)
+            | Op::BatchNorm { .. }
+            | Op::Unary(_)
+            | Op::LayerNorm { .. }
+            | Op::MaxPool2d(_)
+            | Op::AvgPool2d { .. }
+            | Op::GlobalAvgPool
+            | Op::MatMul
+            | Op::Gemm(_)
+            | Op::Softmax { .. }
+            | Op::BnFoldWeight { .. }
+            | Op::BnFoldBias { .. }
+            | Op::BnScale { .. }
+            | Op::BnShift { .. }
+            | Op::ChannelScale
+            | Op::ChannelVector
+            | Op::ConvShiftBias
+            | Op::Fused(_) => all_f32(),
+        }
     }
 }
 

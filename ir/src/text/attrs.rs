@@ -4,7 +4,7 @@
 use std::fmt;
 
 use crate::op::{Attrs, Conv2dAttrs, GemmAttrs, Op, OpKind, Pool2dAttrs, SliceAttrs, UnaryOp};
-use crate::types::{Layout, F32};
+use crate::types::{DType, Layout, F32};
 
 /// Default `epsilon` of batch_norm, layer_norm, bn_fold_weight and bn_fold_bias (ONNX's).
 pub const DEFAULT_EPSILON: F32 = F32(1e-5);
@@ -264,6 +264,32 @@ impl AttrDict {
         }
     }
 
+    /// An element type name (`f32`, `i64`, `i32`, `i1`).
+    pub(crate) fn dtype(&mut self, key: &'static str) -> Result<Option<DType>, AttrError> {
+        match self.take(key) {
+            None => Ok(None),
+            Some(Attr {
+                value: AttrLit::Word(w),
+                value_at,
+                ..
+            }) => match DType::from_name(&w) {
+                Some(d) => Ok(Some(d)),
+                None => err(
+                    value_at,
+                    format!("attribute '{key}' must be an element type (f32, i64, i32, i1), got '{w}'"),
+                ),
+            },
+            Some(a) => err(
+                a.value_at,
+                format!(
+                    "attribute '{}' must be an element type (f32, i64, i32, i1), got {}",
+                    a.key,
+                    a.value.describe()
+                ),
+            ),
+        }
+    }
+
     /// A layout name.
     pub(crate) fn layout(&mut self, key: &'static str) -> Result<Option<Layout>, AttrError> {
         match self.take(key) {
@@ -470,6 +496,12 @@ pub(crate) fn build_op(name: &str, d: &mut AttrDict) -> Result<Option<Op>, AttrE
         "concat" => Some(Op::Concat {
             axis: d.need("axis", AttrDict::usize)?,
         }),
+        "cast" => Some(Op::Cast {
+            to: d.need("to", AttrDict::dtype)?,
+        }),
+        "gather" => Some(Op::Gather {
+            axis: d.usize("axis")?.unwrap_or(0),
+        }),
         "softmax" => Some(Op::Softmax {
             axis: d.need("axis", AttrDict::usize)?,
         }),
@@ -526,6 +558,8 @@ pub(crate) enum AttrValue {
     SignedInts(Vec<i64>),
     /// A layout and the rank of the tensor it applies to (which picks its spelling).
     Layout(Layout, usize),
+    /// An element type.
+    DType(DType),
 }
 
 impl fmt::Display for AttrValue {
@@ -554,6 +588,7 @@ impl fmt::Display for AttrValue {
                 }
                 f.write_str("]")
             }
+            AttrValue::DType(d) => write!(f, "{d}"),
             AttrValue::Layout(l, rank) => match l.name(*rank) {
                 Some(n) => f.write_str(&n),
                 None => f.write_str("row_major"),
@@ -658,7 +693,11 @@ pub(crate) fn op_attrs(op: &Op, rank: usize) -> Vec<(&'static str, AttrValue)> {
         Attrs::Axis(axis) if kind == OpKind::Flatten => {
             out.unless("axis", axis, DEFAULT_FLATTEN_AXIS, AttrValue::Int);
         }
+        Attrs::Axis(axis) if kind == OpKind::Gather => {
+            out.unless("axis", axis, 0, AttrValue::Int)
+        }
         Attrs::Axis(axis) => out.always("axis", AttrValue::Int(axis)),
+        Attrs::DType(to) => out.always("to", AttrValue::DType(to)),
         // the same payload, named for what it is: reshape's shape, transpose's permutation
         Attrs::Dims(dims) if kind == OpKind::Transpose => out.always("perm", AttrValue::Ints(dims)),
         Attrs::Dims(dims) if kind == OpKind::Tile => out.always("repeats", AttrValue::Ints(dims)),
@@ -724,6 +763,7 @@ mod tests {
                 }
             }
             AttrValue::Bool(b) => AttrLit::Bool(*b),
+            AttrValue::DType(d) => AttrLit::Word(d.name().into()),
             AttrValue::Ints(v) => {
                 AttrLit::List(v.iter().map(|n| (to_lit(&AttrValue::Int(*n)), 0)).collect())
             }

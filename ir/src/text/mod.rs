@@ -272,9 +272,9 @@ pub fn write_module(
             Layout::RowMajor => w.f32s().to_vec(),
             Layout::Blocked { .. } => Tensor {
                 ty: w.ty.clone(),
-                data: w.f32s().to_vec(),
+                data: w.f32s().to_vec().into(),
             }
-            .to_row_major(),
+            .f32s_row_major(),
         };
         values.iter().flat_map(|v| v.to_le_bytes()).collect()
     };

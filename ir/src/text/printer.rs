@@ -11,7 +11,7 @@ use crate::diag::{quote, Location};
 use crate::graph::{Func, Module, Value};
 use crate::op::{Op, PostOp};
 use crate::tensor::Tensor;
-use crate::types::{DType, Layout, F32};
+use crate::types::{Layout, F32};
 use crate::weights::{Weight, WeightId, WeightOrigin, SMALL_CONSTANT_LIMIT};
 
 /// Weights to print as `external<file, key>` instead of by their origin (set by
@@ -41,22 +41,21 @@ fn result_name(name: &str) -> String {
     }
 }
 
-/// The logical elements of a weight in row-major order.
+/// The logical elements of an f32 weight in row-major order.
 fn logical_values(w: &Weight) -> Vec<f32> {
     match w.ty.layout {
         Layout::RowMajor => w.f32s().to_vec(),
         Layout::Blocked { .. } => Tensor {
             ty: w.ty.clone(),
-            data: w.f32s().to_vec(),
+            data: w.f32s().to_vec().into(),
         }
-        .to_row_major(),
+        .f32s_row_major(),
     }
 }
 
 fn dense(w: &Weight) -> String {
-    if w.ty.dtype == DType::I64 {
-        // i64 weights are row-major integer lists (shape tensors an importer returns).
-        let values = w.data.as_i64();
+    if let Some(values) = w.elements().and_then(|e| e.to_i64s()) {
+        // Integer and i1 weights are row-major integer lists (ids, masks, shapes).
         return match values.first() {
             Some(first) if values.iter().all(|v| v == first) => format!("dense<{first}>"),
             _ => {

@@ -130,7 +130,7 @@ impl<'a> Parser<'a> {
             self.diag(
                 "bad-type",
                 format!(
-                    "unknown element type '{}' (expected f32 or i64)",
+                    "unknown element type '{}' (expected f32, i64, i32 or i1)",
                     dtype_word.0
                 ),
                 dtype_word.1,

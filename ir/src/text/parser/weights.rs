@@ -5,7 +5,7 @@ use safetensors::{Dtype, SafeTensors};
 
 use super::{Named, PResult, Parser, MAX_NESTING};
 use crate::diag::quote;
-use crate::tensor::Tensor;
+use crate::tensor::{Tensor, TensorData};
 use crate::text::attrs::{to_f32, AttrDict, AttrError, AttrLit};
 use crate::text::lexer::Tok;
 use crate::types::{DType, Layout, TensorType};
@@ -26,7 +26,8 @@ enum Init {
 /// The logical row-major elements of a weight declaration, by element type.
 enum WeightValues {
     F32(Vec<f32>),
-    I64(Vec<i64>),
+    /// Integer or `i1` elements (row-major).
+    Ints(TensorData),
 }
 
 /// The value of an integer literal (not a float) when it fits an i64.
@@ -225,18 +226,18 @@ impl<'a> Parser<'a> {
         match self.weight_data(&name, &ty, ty_at, init, init_at) {
             Ok((values, origin)) => {
                 let data = match values {
-                    WeightValues::I64(values) => AlignedBuf::from_i64(&values),
-                    WeightValues::F32(values) => AlignedBuf::from_f32(&match ty.layout {
-                        Layout::RowMajor => values,
-                        Layout::Blocked { .. } => {
-                            Tensor {
+                    WeightValues::Ints(values) => AlignedBuf::from_data(&values),
+                    WeightValues::F32(values) => match ty.layout {
+                        Layout::RowMajor => AlignedBuf::from_f32(&values),
+                        Layout::Blocked { .. } => AlignedBuf::from_data(
+                            &Tensor {
                                 ty: ty.with_layout(Layout::RowMajor),
-                                data: values,
+                                data: values.into(),
                             }
                             .to_layout(ty.layout)
-                            .data
-                        }
-                    }),
+                            .data,
+                        ),
+                    },
                 };
                 match self.module.weights.add(name.name.clone(), ty, data, origin) {
                     Ok(_) => {
@@ -267,18 +268,23 @@ impl<'a> Parser<'a> {
             ));
         }
         let n = ty.num_elements();
-        if ty.dtype == DType::I64 {
-            // i64 weights (shape tensors an importer returns) are written as integer lists.
+        if ty.dtype != DType::F32 {
+            // Integer and i1 weights (ids, masks, shape tensors) are integer lists.
             return match init {
                 Init::Dense { values, splat }
                     if ty.layout == Layout::RowMajor && (values.len() == n || splat) =>
                 {
                     let mut ints = Vec::with_capacity(values.len());
                     for (lit, at) in &values {
-                        ints.push(lit_to_i64(lit).ok_or_else(|| {
+                        let int = lit_to_i64(lit)
+                            .and_then(|v| TensorData::from_i64s(ty.dtype, vec![v]).ok().map(|_| v));
+                        ints.push(int.ok_or_else(|| {
                             self.diag(
                                 "bad-weight",
-                                "an i64 weight holds integers in i64 range (no floats, no fractions)".to_string(),
+                                format!(
+                                    "a {} weight holds integers in {} range (no floats, no fractions)",
+                                    ty.dtype, ty.dtype
+                                ),
                                 *at,
                             )
                         })?);
@@ -286,13 +292,15 @@ impl<'a> Parser<'a> {
                     if splat && ints.len() == 1 {
                         ints = vec![ints[0]; n];
                     }
-                    Ok((WeightValues::I64(ints), WeightOrigin::Inline))
+                    let data = TensorData::from_i64s(ty.dtype, ints)
+                        .map_err(|m| self.diag("bad-weight", m, init_at))?;
+                    Ok((WeightValues::Ints(data), WeightOrigin::Inline))
                 }
                 _ => Err(self.diag(
                     "bad-weight",
                     format!(
-                        "weight @{} has type {ty}: i64 weights are row-major dense<[...]> lists of {n} integers",
-                        name.name
+                        "weight @{} has type {ty}: {} weights are row-major dense<[...]> lists of {n} integers",
+                        name.name, ty.dtype
                     ),
                     ty_at,
                 )),

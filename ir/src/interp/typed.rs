@@ -1,0 +1,267 @@
+//! Ops on every element type: data movement (generic over the element), exact integer
+//! arithmetic, casts, comparisons, logic, `where` and `gather` with its run-time index
+//! check.
+
+use std::borrow::Cow;
+
+use super::shape;
+use crate::op::{BinaryOp, Comparison, LogicOp, Op, SliceAttrs, UnaryOp};
+use crate::tensor::TensorData;
+use crate::types::DType;
+use crate::with_elements;
+
+/// An operand of any element type: logical dims and row-major elements.
+pub(super) struct Operand<'a> {
+    pub(super) dims: &'a [usize],
+    pub(super) data: Cow<'a, TensorData>,
+}
+
+/// One element type's vector inside a [`TensorData`].
+trait Element: Copy + Default + PartialOrd {
+    fn slice(data: &TensorData) -> Option<&[Self]>;
+}
+
+macro_rules! element {
+    ($t:ty, $variant:ident) => {
+        impl Element for $t {
+            fn slice(data: &TensorData) -> Option<&[$t]> {
+                match data {
+                    TensorData::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+element!(f32, F32);
+element!(i64, I64);
+element!(i32, I32);
+element!(bool, Bool);
+
+/// The elements of `data` as `T`s, where the type rule has said they are.
+fn elements<T: Element>(data: &TensorData) -> Result<&[T], String> {
+    T::slice(data).ok_or_else(|| format!("internal: an operand holds {}", data.dtype()))
+}
+
+/// A data-movement op on any element type; `None` for other ops.
+pub(super) fn movement(
+    op: &Op,
+    args: &[Operand],
+    out: &[usize],
+) -> Option<Result<TensorData, String>> {
+    let x = args.first()?;
+    let moved = |f: &dyn Fn(&[usize]) -> Vec<usize>| {
+        // Data movement is a reindexing: compute where each result element comes from
+        // once, then pick, whatever the element type.
+        Ok(x.data.pick(&f(x.dims)))
+    };
+    let positions = |len: usize| (0..len).collect::<Vec<usize>>();
+    let len = x.data.len();
+    Some(match op {
+        Op::Flatten { .. } | Op::Reshape { .. } | Op::Reorder { .. } => {
+            Ok(x.data.as_ref().clone())
+        }
+        Op::Transpose { perm } => moved(&|dims| shape::transpose(&positions(len), dims, perm)),
+        Op::Slice(s) => moved(&|dims| slice(&positions(len), dims, s, out)),
+        Op::Expand { .. } => {
+            moved(&|dims| shape::broadcast_to(&positions(len), dims, out).into_owned())
+        }
+        Op::Tile { repeats } => moved(&|dims| shape::tile(&positions(len), dims, repeats)),
+        Op::Concat { axis } => concat(args, *axis),
+        _ => return None,
+    })
+}
+
+fn slice(positions: &[usize], dims: &[usize], s: &SliceAttrs, out: &[usize]) -> Vec<usize> {
+    shape::slice(positions, dims, s, out)
+}
+
+fn concat(args: &[Operand], axis: usize) -> Result<TensorData, String> {
+    fn typed<T: Element>(args: &[Operand], axis: usize) -> Result<Vec<T>, String> {
+        let parts = args
+            .iter()
+            .map(|a| Ok((a.dims, elements::<T>(&a.data)?)))
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(shape::concat(&parts, axis))
+    }
+    Ok(match args[0].data.dtype() {
+        DType::F32 => TensorData::F32(typed(args, axis)?),
+        DType::I64 => TensorData::I64(typed(args, axis)?),
+        DType::I32 => TensorData::I32(typed(args, axis)?),
+        DType::Bool => TensorData::Bool(typed(args, axis)?),
+    })
+}
+
+/// An integer type's exact arithmetic: wrapping like two's-complement hardware, with
+/// division by zero an error rather than a trap.
+trait Integer: Element {
+    fn binary(op: BinaryOp, a: Self, b: Self) -> Option<Self>;
+    fn unary(op: UnaryOp, a: Self) -> Option<Self>;
+}
+
+macro_rules! integer {
+    ($t:ty) => {
+        impl Integer for $t {
+            fn binary(op: BinaryOp, a: $t, b: $t) -> Option<$t> {
+                Some(match op {
+                    BinaryOp::Add => a.wrapping_add(b),
+                    BinaryOp::Sub => a.wrapping_sub(b),
+                    BinaryOp::Mul => a.wrapping_mul(b),
+                    // truncating toward zero, as ONNX runtimes do; MIN / -1 wraps
+                    BinaryOp::Div => a.checked_div(b).or_else(|| (b == -1).then(|| a.wrapping_neg()))?,
+                    BinaryOp::Min => a.min(b),
+                    BinaryOp::Max => a.max(b),
+                })
+            }
+            fn unary(op: UnaryOp, a: $t) -> Option<$t> {
+                match op {
+                    UnaryOp::Neg => Some(a.wrapping_neg()),
+                    UnaryOp::Abs => Some(a.wrapping_abs()),
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+integer!(i64);
+integer!(i32);
+
+/// `a op b` on integers, both broadcast to `out`.
+pub(super) fn integer_binary(
+    op: BinaryOp,
+    a: &Operand,
+    b: &Operand,
+    out: &[usize],
+) -> Result<TensorData, String> {
+    fn typed<T: Integer>(op: BinaryOp, a: &Operand, b: &Operand, out: &[usize]) -> Result<Vec<T>, String> {
+        let x = shape::broadcast_to(elements::<T>(&a.data)?, a.dims, out);
+        let y = shape::broadcast_to(elements::<T>(&b.data)?, b.dims, out);
+        x.iter()
+            .zip(y.iter())
+            .map(|(&p, &q)| {
+                T::binary(op, p, q).ok_or_else(|| format!("integer division by zero in '{}'", op.name()))
+            })
+            .collect()
+    }
+    Ok(match a.data.dtype() {
+        DType::I64 => TensorData::I64(typed(op, a, b, out)?),
+        DType::I32 => TensorData::I32(typed(op, a, b, out)?),
+        d => return Err(format!("internal: integer '{}' on {d}", op.name())),
+    })
+}
+
+/// `op(x)` on integers (`neg`, `abs`).
+pub(super) fn integer_unary(op: UnaryOp, x: &Operand) -> Result<TensorData, String> {
+    fn typed<T: Integer>(op: UnaryOp, x: &Operand) -> Result<Vec<T>, String> {
+        elements::<T>(&x.data)?
+            .iter()
+            .map(|&v| T::unary(op, v).ok_or_else(|| format!("internal: integer '{}'", op.name())))
+            .collect()
+    }
+    Ok(match x.data.dtype() {
+        DType::I64 => TensorData::I64(typed(op, x)?),
+        DType::I32 => TensorData::I32(typed(op, x)?),
+        d => return Err(format!("internal: integer '{}' on {d}", op.name())),
+    })
+}
+
+/// ONNX `Cast`: see [`Op::Cast`] for the rules. Rust's `as` between these types is
+/// exactly them (float to int truncates and saturates, NaN to 0; int to float rounds
+/// to nearest; int to int wraps).
+pub(super) fn cast(x: &TensorData, to: DType) -> TensorData {
+    fn each<S: Copy, D>(v: &[S], f: impl Fn(S) -> D) -> Vec<D> {
+        v.iter().map(|&e| f(e)).collect()
+    }
+    // Integers go through i64, which holds every i32 and i1 exactly.
+    let from_int = |v: Vec<i64>| match to {
+        DType::F32 => TensorData::F32(each(&v, |e| e as f32)),
+        DType::I64 => TensorData::I64(v),
+        DType::I32 => TensorData::I32(each(&v, |e| e as i32)),
+        DType::Bool => TensorData::Bool(each(&v, |e| e != 0)),
+    };
+    match x {
+        TensorData::F32(v) => match to {
+            DType::F32 => TensorData::F32(v.clone()),
+            DType::I64 => TensorData::I64(each(v, |e| e as i64)),
+            DType::I32 => TensorData::I32(each(v, |e| e as i32)),
+            // NaN is true, as in numpy and onnxruntime
+            DType::Bool => TensorData::Bool(each(v, |e| e != 0.0)),
+        },
+        TensorData::I64(v) => from_int(v.clone()),
+        TensorData::I32(v) => from_int(each(v, i64::from)),
+        TensorData::Bool(v) => from_int(each(v, i64::from)),
+    }
+}
+
+/// `a cmp b`, both broadcast to `out`.
+pub(super) fn compare(cmp: Comparison, a: &Operand, b: &Operand, out: &[usize]) -> Result<TensorData, String> {
+    fn typed<T: Element>(cmp: Comparison, a: &Operand, b: &Operand, out: &[usize]) -> Result<Vec<bool>, String> {
+        let x = shape::broadcast_to(elements::<T>(&a.data)?, a.dims, out);
+        let y = shape::broadcast_to(elements::<T>(&b.data)?, b.dims, out);
+        Ok(x.iter().zip(y.iter()).map(|(&p, &q)| cmp.holds(p, q)).collect())
+    }
+    Ok(TensorData::Bool(match a.data.dtype() {
+        DType::F32 => typed::<f32>(cmp, a, b, out)?,
+        DType::I64 => typed::<i64>(cmp, a, b, out)?,
+        DType::I32 => typed::<i32>(cmp, a, b, out)?,
+        DType::Bool => typed::<bool>(cmp, a, b, out)?,
+    }))
+}
+
+/// `a op b` on `i1`, both broadcast to `out`.
+pub(super) fn logic(op: LogicOp, a: &Operand, b: &Operand, out: &[usize]) -> Result<TensorData, String> {
+    let x = shape::broadcast_to(elements::<bool>(&a.data)?, a.dims, out);
+    let y = shape::broadcast_to(elements::<bool>(&b.data)?, b.dims, out);
+    Ok(TensorData::Bool(x.iter().zip(y.iter()).map(|(&p, &q)| op.eval(p, q)).collect()))
+}
+
+/// `!x` on `i1`.
+pub(super) fn not(x: &Operand) -> Result<TensorData, String> {
+    Ok(TensorData::Bool(elements::<bool>(&x.data)?.iter().map(|&v| !v).collect()))
+}
+
+/// `where(cond, a, b)`, all three broadcast to `out`.
+pub(super) fn select(cond: &Operand, a: &Operand, b: &Operand, out: &[usize]) -> Result<TensorData, String> {
+    let c = shape::broadcast_to(elements::<bool>(&cond.data)?, cond.dims, out);
+    let n: usize = out.iter().product();
+    // where each result element comes from: a's element, or b's (offset by a's count)
+    let from_a = shape::broadcast_to(&(0..a.data.len()).collect::<Vec<_>>(), a.dims, out).into_owned();
+    let from_b = shape::broadcast_to(&(0..b.data.len()).collect::<Vec<_>>(), b.dims, out).into_owned();
+    let picks: Vec<(bool, usize)> = (0..n).map(|i| if c[i] { (true, from_a[i]) } else { (false, from_b[i]) }).collect();
+    Ok(with_elements!(a.data.as_ref(), |va, wrap| {
+        let vb = elements(&b.data)?;
+        wrap!(picks.iter().map(|&(in_a, k)| if in_a { va[k] } else { vb[k] }).collect())
+    }))
+}
+
+/// `gather(data, indices)` along `axis`. A negative index counts from the end; one
+/// outside `-d..d` is an error naming it (never a clamp).
+pub(super) fn gather(data: &Operand, indices: &Operand, axis: usize) -> Result<TensorData, String> {
+    let d = data.dims[axis];
+    let idx = indices.data.to_i64s().ok_or("internal: gather indices are not integers")?;
+    let resolved = idx
+        .iter()
+        .map(|&i| {
+            let k = if i < 0 { i + d as i64 } else { i };
+            if (0..d as i64).contains(&k) {
+                Ok(k as usize)
+            } else {
+                Err(format!(
+                    "gather index {i} is out of range for axis {axis} of size {d} (valid: {} to {})",
+                    -(d as i64),
+                    d - 1
+                ))
+            }
+        })
+        .collect::<Result<Vec<usize>, String>>()?;
+    let outer: usize = data.dims[..axis].iter().product();
+    let inner: usize = data.dims[axis + 1..].iter().product();
+    let mut positions = Vec::with_capacity(outer * resolved.len() * inner);
+    for o in 0..outer {
+        for &k in &resolved {
+            let base = (o * d + k) * inner;
+            positions.extend(base..base + inner);
+        }
+    }
+    Ok(data.data.pick(&positions))
+}
