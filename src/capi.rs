@@ -33,14 +33,16 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::ffi::{c_char, CStr, CString};
+use std::ffi::{c_char, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
 
-use smelt_ir::Module;
+use smelt_ir::{DType, Module};
 
-use crate::runtime::{CompileOptions, Executable, Kernels, TensorInfo, Workspace};
+use crate::runtime::{
+    CompileOptions, Elements, ElementsMut, Executable, Kernels, TensorInfo, Workspace,
+};
 use crate::{Error, OptimizeOptions};
 
 /// Result of every smelt C function: `SMELT_STATUS_OK` or the kind of failure, one code per
@@ -64,6 +66,52 @@ pub enum SmeltStatus {
     Unsupported = 6,
     /// A bug in smelt (a caught panic); the message says where.
     Internal = 7,
+}
+
+/// The element type of a tensor (`SmeltTensorInfo.element_type`, `SmeltBuffer.element_type`).
+#[repr(i32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SmeltElementType {
+    /// 32-bit IEEE float (`float`).
+    F32 = 0,
+    /// 64-bit signed integer (`int64_t`).
+    I64 = 1,
+    /// 32-bit signed integer (`int32_t`).
+    I32 = 2,
+    /// A boolean stored as one byte holding 0 or 1 (`bool` / `uint8_t`).
+    Bool = 3,
+}
+
+impl SmeltElementType {
+    fn of(dtype: DType) -> SmeltElementType {
+        match dtype {
+            DType::F32 => SmeltElementType::F32,
+            DType::I64 => SmeltElementType::I64,
+            DType::I32 => SmeltElementType::I32,
+            DType::Bool => SmeltElementType::Bool,
+        }
+    }
+
+    /// The element type a C value names, if it names one.
+    fn from_raw(raw: i32) -> Option<DType> {
+        DType::ALL
+            .into_iter()
+            .find(|&d| SmeltElementType::of(d) as i32 == raw)
+    }
+}
+
+/// One tensor buffer of a typed run (`smelt_executable_run_typed`): `element_count`
+/// elements of `element_type` at `data` (read for inputs, written for outputs).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SmeltBuffer {
+    /// The elements (aligned to the element size).
+    pub data: *mut c_void,
+    /// Number of elements: the tensor's `element_count`.
+    pub element_count: usize,
+    /// What the caller holds: must be the tensor's `element_type` (a raw `SmeltElementType`
+    /// value, so any integer a C caller passes is checked rather than undefined).
+    pub element_type: i32,
 }
 
 /// The status code of a library error (one code per variant).
@@ -130,6 +178,7 @@ struct InfoStrings {
     dims: Vec<usize>,
     len: usize,
     layout: CString,
+    dtype: DType,
 }
 
 impl InfoStrings {
@@ -144,6 +193,7 @@ impl InfoStrings {
             dims: info.ty.dims.clone(),
             len: info.len(),
             layout: c_string(&layout),
+            dtype: info.ty.dtype,
         }
     }
 }
@@ -159,11 +209,13 @@ pub struct SmeltTensorInfo {
     pub rank: usize,
     /// `rank` dimensions, outermost first (NULL when `rank` is 0).
     pub dims: *const usize,
-    /// Number of floats a buffer for this tensor holds: the product of the dims for
-    /// `row_major` tensors; blocked layouts pad the blocked axis.
+    /// Number of elements (of `element_type`) a buffer for this tensor holds: the
+    /// product of the dims for `row_major` tensors; blocked layouts pad the blocked axis.
     pub element_count: usize,
     /// Storage order: `"row_major"`, or a blocked layout such as `"nchw8c"`.
     pub layout: *const c_char,
+    /// The element type of every element.
+    pub element_type: SmeltElementType,
 }
 
 /// Live handles by token. Handles are looked up here, never dereferenced.
@@ -661,6 +713,7 @@ unsafe fn describe(
         },
         element_count: t.len,
         layout: t.layout.as_ptr(),
+        element_type: SmeltElementType::of(t.dtype),
     };
     // SAFETY: checked non-null and aligned; writable per the callers' contracts.
     unsafe { info.write(value) };
@@ -695,46 +748,173 @@ pub unsafe extern "C" fn smelt_executable_output(
     guard(|| unsafe { describe(&lookup(exe)?.outputs, index, "output", info) })
 }
 
-/// Checks buffer `i` of a run against `info` and returns its address range.
-///
-/// # Safety
-/// `ptrs` and `lens` are readable for at least `i + 1` elements.
-unsafe fn float_range(
-    ptrs: *const *const f32,
-    lens: *const usize,
+/// One caller buffer of a run, checked against its tensor: where it is, its byte
+/// length, its element type.
+#[derive(Clone, Copy)]
+struct Checked {
+    at: usize,
+    bytes: usize,
+    dtype: DType,
+}
+
+/// Checks buffer `i` of a run (`p`, `len` elements of `dtype`) against `info`.
+fn check_buffer(
+    p: *const c_void,
+    len: usize,
+    dtype: DType,
     i: usize,
     info: &InfoStrings,
     kind: &str,
-) -> Result<(usize, usize), Failure> {
-    // SAFETY: `ptrs` and `lens` hold at least `i + 1` elements (this function's contract).
-    let (p, len) = unsafe { (*ptrs.add(i), *lens.add(i)) };
+) -> Result<Checked, Failure> {
     let name = info.name.to_string_lossy();
+    if dtype != info.dtype {
+        return Err(invalid(format!(
+            "{kind} {i} ({name}) holds {} elements, the caller passed {dtype}",
+            info.dtype
+        )));
+    }
     if len != info.len {
         return Err(invalid(format!(
-            "{kind} {i} ({name}) needs {} floats, got length {len}",
+            "{kind} {i} ({name}) needs {} {dtype} elements, got length {len}",
             info.len
         )));
     }
     if p.is_null() {
         return Err(invalid(format!("{kind} {i} ({name}) is NULL")));
     }
-    if !p.is_aligned() {
+    let size = dtype.size_bytes();
+    if !(p as usize).is_multiple_of(size) {
         return Err(invalid(format!(
-            "{kind} {i} ({name}) is not aligned to 4 bytes"
+            "{kind} {i} ({name}) is not aligned to {size} bytes"
         )));
     }
-    if len > isize::MAX as usize / 4 {
+    if len > isize::MAX as usize / size {
         return Err(invalid(format!(
             "{kind} {i} ({name}): length {len} is too large"
         )));
     }
-    Ok((p as usize, p as usize + len * 4))
+    Ok(Checked {
+        at: p as usize,
+        bytes: len * size,
+        dtype,
+    })
 }
 
-/// Runs `exe`: `inputs[i]` points to `input_lens[i]` floats of input i, `outputs[i]` to
-/// `output_lens[i]` writable floats for output i; each length must equal that tensor's
-/// `element_count` and the counts must match. Output buffers must not overlap any other
-/// buffer. Safe to call from many threads at once on the same executable.
+/// Runs the executable of `h` on checked buffers: refuses a written buffer that
+/// overlaps another and an `i1` input byte that is neither 0 nor 1, then runs.
+///
+/// # Safety
+/// Each input buffer is readable, and each output buffer writable, for its checked
+/// length, and no other thread modifies them during the call.
+unsafe fn run_checked(
+    h: &SmeltExecutable,
+    ins: &[Checked],
+    outs: &[Checked],
+) -> Result<(), Failure> {
+    // Rust forbids a written buffer aliasing any other borrowed buffer.
+    let range = |c: &Checked| (c.at, c.at + c.bytes);
+    for (i, a) in outs.iter().enumerate() {
+        let (a0, a1) = range(a);
+        let overlaps = |c: &Checked| {
+            let (b0, b1) = range(c);
+            a0 < b1 && b0 < a1 && a0 < a1 && b0 < b1
+        };
+        let other_out = outs.iter().enumerate().any(|(j, c)| j != i && overlaps(c));
+        if other_out || ins.iter().any(overlaps) {
+            return Err(invalid(format!(
+                "output {i} ({}) overlaps another buffer",
+                h.outputs[i].name.to_string_lossy()
+            )));
+        }
+    }
+    for (i, c) in ins.iter().enumerate() {
+        if c.dtype == DType::Bool {
+            // SAFETY: readable for its checked length (contract); bytes have no invalid
+            // values, and this view ends before the `[bool]` one below is made.
+            let bytes = unsafe { std::slice::from_raw_parts(c.at as *const u8, c.bytes) };
+            if let Some(k) = bytes.iter().position(|&b| b > 1) {
+                return Err(invalid(format!(
+                    "input {i} ({}) is bool, but its element {k} is the byte {}",
+                    h.inputs[i].name.to_string_lossy(),
+                    bytes[k]
+                )));
+            }
+        }
+    }
+    let n = |c: &Checked| c.bytes / c.dtype.size_bytes();
+    let inputs: Vec<Elements> = ins
+        .iter()
+        // SAFETY (each arm): non-null, aligned to the element size, readable for the
+        // checked length per the contract, not written during the call (no output
+        // overlaps it), and for bool holding only the bytes 0 and 1 (checked above).
+        .map(|c| unsafe {
+            match c.dtype {
+                DType::F32 => Elements::F32(std::slice::from_raw_parts(c.at as *const f32, n(c))),
+                DType::I64 => Elements::I64(std::slice::from_raw_parts(c.at as *const i64, n(c))),
+                DType::I32 => Elements::I32(std::slice::from_raw_parts(c.at as *const i32, n(c))),
+                DType::Bool => {
+                    Elements::Bool(std::slice::from_raw_parts(c.at as *const bool, n(c)))
+                }
+            }
+        })
+        .collect();
+    let mut outputs: Vec<ElementsMut> = outs
+        .iter()
+        // SAFETY (each arm): non-null, aligned, writable for the checked length per the
+        // contract, overlapping no other buffer of this call (checked above). A bool
+        // output's bytes may be anything before the run; the run writes every element
+        // with 0 or 1 before returning it, and no element is read before then.
+        .map(|c| unsafe {
+            match c.dtype {
+                DType::F32 => {
+                    ElementsMut::F32(std::slice::from_raw_parts_mut(c.at as *mut f32, n(c)))
+                }
+                DType::I64 => {
+                    ElementsMut::I64(std::slice::from_raw_parts_mut(c.at as *mut i64, n(c)))
+                }
+                DType::I32 => {
+                    ElementsMut::I32(std::slice::from_raw_parts_mut(c.at as *mut i32, n(c)))
+                }
+                DType::Bool => {
+                    ElementsMut::Bool(std::slice::from_raw_parts_mut(c.at as *mut bool, n(c)))
+                }
+            }
+        })
+        .collect();
+    let mut ws = h
+        .pool
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .pop()
+        .unwrap_or_else(|| h.exe.workspace());
+    let result = h.exe.run_with(&inputs, &mut outputs, &mut ws);
+    h.pool.lock().unwrap_or_else(|p| p.into_inner()).push(ws);
+    result.map_err(Failure::from)
+}
+
+/// Checks the buffer counts of a run against the executable of `h`.
+fn check_counts(h: &SmeltExecutable, num_inputs: usize, num_outputs: usize) -> Result<(), Failure> {
+    if num_inputs != h.inputs.len() {
+        return Err(invalid(format!(
+            "expected {} inputs, got num_inputs = {num_inputs}",
+            h.inputs.len()
+        )));
+    }
+    if num_outputs != h.outputs.len() {
+        return Err(invalid(format!(
+            "expected {} outputs, got num_outputs = {num_outputs}",
+            h.outputs.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Runs `exe` on float tensors: `inputs[i]` points to `input_lens[i]` floats of input i,
+/// `outputs[i]` to `output_lens[i]` writable floats for output i; each length must equal
+/// that tensor's `element_count` and the counts must match. Every input and output must
+/// be `SMELT_ELEMENT_TYPE_F32` (use `smelt_executable_run_typed` otherwise). Output
+/// buffers must not overlap any other buffer. Safe to call from many threads at once on
+/// the same executable.
 ///
 /// # Safety
 /// `inputs`, `input_lens` hold `num_inputs` elements; `outputs`, `output_lens` hold
@@ -752,18 +932,7 @@ pub unsafe extern "C" fn smelt_executable_run(
 ) -> SmeltStatus {
     guard(|| {
         let h = lookup(exe)?;
-        if num_inputs != h.inputs.len() {
-            return Err(invalid(format!(
-                "expected {} inputs, got num_inputs = {num_inputs}",
-                h.inputs.len()
-            )));
-        }
-        if num_outputs != h.outputs.len() {
-            return Err(invalid(format!(
-                "expected {} outputs, got num_outputs = {num_outputs}",
-                h.outputs.len()
-            )));
-        }
+        check_counts(&h, num_inputs, num_outputs)?;
         if num_inputs > 0 {
             check_ptr(inputs, "`inputs`")?;
             check_ptr(input_lens, "`input_lens`")?;
@@ -772,57 +941,93 @@ pub unsafe extern "C" fn smelt_executable_run(
             check_ptr(outputs, "`outputs`")?;
             check_ptr(output_lens, "`output_lens`")?;
         }
-        let mut in_ranges = Vec::with_capacity(num_inputs);
-        for (i, info) in h.inputs.iter().enumerate() {
-            // SAFETY: the arrays hold `num_inputs` elements (contract), checked above.
-            in_ranges.push(unsafe { float_range(inputs, input_lens, i, info, "input")? });
-        }
-        let mut out_ranges = Vec::with_capacity(num_outputs);
-        for (i, info) in h.outputs.iter().enumerate() {
-            // SAFETY: the arrays hold `num_outputs` elements (contract), checked above.
-            out_ranges.push(unsafe {
-                float_range(outputs as *const *const f32, output_lens, i, info, "output")?
-            });
-        }
-        // Rust forbids a written buffer aliasing any other borrowed buffer.
-        for (i, &(a0, a1)) in out_ranges.iter().enumerate() {
-            let overlaps = |&(b0, b1): &(usize, usize)| a0 < b1 && b0 < a1 && a0 < a1 && b0 < b1;
-            let other_out = out_ranges
-                .iter()
-                .enumerate()
-                .any(|(j, r)| j != i && overlaps(r));
-            if other_out || in_ranges.iter().any(overlaps) {
-                return Err(invalid(format!(
-                    "output {i} ({}) overlaps another buffer",
-                    h.outputs[i].name.to_string_lossy()
-                )));
+        let floats_only = |info: &InfoStrings, i: usize, kind: &str| {
+            if info.dtype == DType::F32 {
+                Ok(())
+            } else {
+                Err(invalid(format!(
+                    "{kind} {i} ({}) is {}: run it with smelt_executable_run_typed",
+                    info.name.to_string_lossy(),
+                    info.dtype
+                )))
             }
+        };
+        let mut ins = Vec::with_capacity(num_inputs);
+        for (i, info) in h.inputs.iter().enumerate() {
+            floats_only(info, i, "input")?;
+            // SAFETY: the arrays hold `num_inputs` elements (contract), checked above.
+            let (p, len) = unsafe { (*inputs.add(i), *input_lens.add(i)) };
+            ins.push(check_buffer(p.cast(), len, DType::F32, i, info, "input")?);
         }
-        let ins: Vec<&[f32]> = in_ranges
-            .iter()
-            .map(|&(start, end)| {
-                // SAFETY: non-null, aligned, readable for the checked length per the
-                // contract; not written during the call (outputs do not overlap it).
-                unsafe { std::slice::from_raw_parts(start as *const f32, (end - start) / 4) }
-            })
-            .collect();
-        let mut outs: Vec<&mut [f32]> = out_ranges
-            .iter()
-            .map(|&(start, end)| {
-                // SAFETY: non-null, aligned, writable for the checked length per the
-                // contract, and overlapping no other buffer of this call (checked above).
-                unsafe { std::slice::from_raw_parts_mut(start as *mut f32, (end - start) / 4) }
-            })
-            .collect();
-        let mut ws = h
-            .pool
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop()
-            .unwrap_or_else(|| h.exe.workspace());
-        let result = h.exe.run_with(&ins, &mut outs, &mut ws);
-        h.pool.lock().unwrap_or_else(|p| p.into_inner()).push(ws);
-        result.map_err(Failure::from)
+        let mut outs = Vec::with_capacity(num_outputs);
+        for (i, info) in h.outputs.iter().enumerate() {
+            floats_only(info, i, "output")?;
+            // SAFETY: the arrays hold `num_outputs` elements (contract), checked above.
+            let (p, len) = unsafe { (*outputs.add(i), *output_lens.add(i)) };
+            outs.push(check_buffer(p.cast_const().cast(), len, DType::F32, i, info, "output")?);
+        }
+        // SAFETY: each buffer is readable or writable for its length (this function's
+        // contract, lengths checked against the tensors).
+        unsafe { run_checked(&h, &ins, &outs) }
+    })
+}
+
+/// Runs `exe` on tensors of any element type: `inputs[i]` describes input i and
+/// `outputs[i]` output i, each with the tensor's `element_count` and `element_type` (a
+/// mismatch is `SMELT_STATUS_INVALID_ARGUMENT`, as is a bool input byte other than 0 or
+/// 1, or an index out of range in the data, e.g. a gather's). Output buffers must not
+/// overlap any other buffer. Safe to call from many threads at once on the same
+/// executable.
+///
+/// # Safety
+/// `inputs` holds `num_inputs` elements and `outputs` `num_outputs`; each buffer is
+/// readable (inputs) or writable (outputs) for its stated length and not modified by
+/// another thread during the call.
+#[no_mangle]
+pub unsafe extern "C" fn smelt_executable_run_typed(
+    exe: *const SmeltExecutable,
+    inputs: *const SmeltBuffer,
+    num_inputs: usize,
+    outputs: *const SmeltBuffer,
+    num_outputs: usize,
+) -> SmeltStatus {
+    guard(|| {
+        let h = lookup(exe)?;
+        check_counts(&h, num_inputs, num_outputs)?;
+        if num_inputs > 0 {
+            check_ptr(inputs, "`inputs`")?;
+        }
+        if num_outputs > 0 {
+            check_ptr(outputs, "`outputs`")?;
+        }
+        let each = |list: *const SmeltBuffer, infos: &[InfoStrings], kind: &str| {
+            let mut out = Vec::with_capacity(infos.len());
+            for (i, info) in infos.iter().enumerate() {
+                // SAFETY: the array holds one element per tensor (contract, counts checked).
+                let b = unsafe { *list.add(i) };
+                let dtype = SmeltElementType::from_raw(b.element_type).ok_or_else(|| {
+                    invalid(format!(
+                        "{kind} {i} ({}): element_type {} is not a SmeltElementType",
+                        info.name.to_string_lossy(),
+                        b.element_type
+                    ))
+                })?;
+                out.push(check_buffer(
+                    b.data.cast_const(),
+                    b.element_count,
+                    dtype,
+                    i,
+                    info,
+                    kind,
+                )?);
+            }
+            Ok::<_, Failure>(out)
+        };
+        let ins = each(inputs, &h.inputs, "input")?;
+        let outs = each(outputs, &h.outputs, "output")?;
+        // SAFETY: each buffer is readable or writable for its length (this function's
+        // contract, lengths and types checked against the tensors).
+        unsafe { run_checked(&h, &ins, &outs) }
     })
 }
 

@@ -1,10 +1,22 @@
-//! Reading and writing NumPy `.npy` files (f32, little-endian, C order) for CLI tensors.
+//! Reading and writing NumPy `.npy` files (little-endian, C order) for CLI tensors, in
+//! each tensor's own element type: `<f4`, `<i8`, `<i4` and `|b1` (bool).
 
-use smelt_ir::Tensor;
+use smelt_ir::{DType, Tensor, TensorData};
 
 const MAGIC: &[u8] = b"\x93NUMPY";
 
-/// Encodes a tensor's logical elements as a version 1.0 `.npy` file (`<f4`, C order).
+/// The `.npy` type descriptor of an element type.
+fn descr(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 => "<f4",
+        DType::I64 => "<i8",
+        DType::I32 => "<i4",
+        DType::Bool => "|b1",
+    }
+}
+
+/// Encodes a tensor's logical elements as a version 1.0 `.npy` file of its element type
+/// (C order).
 pub fn encode(t: &Tensor) -> Vec<u8> {
     let shape = match t.dims() {
         [] => "()".to_string(),
@@ -17,24 +29,28 @@ pub fn encode(t: &Tensor) -> Vec<u8> {
                 .join(", ")
         ),
     };
-    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
+    let mut header = format!(
+        "{{'descr': '{}', 'fortran_order': False, 'shape': {shape}, }}",
+        descr(t.dtype())
+    );
     // Pad so the data starts at a multiple of 64 bytes, ending the header with '\n'.
     let unpadded = MAGIC.len() + 2 + 2 + header.len() + 1;
     header.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
     header.push('\n');
-    let mut out = Vec::with_capacity(64 + t.data.len() * 4);
+    let data = t.to_row_major().to_le_bytes();
+    let mut out = Vec::with_capacity(64 + data.len());
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&[1, 0]);
     out.extend_from_slice(&(header.len() as u16).to_le_bytes());
     out.extend_from_slice(header.as_bytes());
-    for v in t.to_row_major() {
-        out.extend_from_slice(&v.to_le_bytes());
-    }
+    out.extend_from_slice(&data);
     out
 }
 
-/// Decodes a `.npy` file holding little-endian `f4`, `f8`, `i4` or `i8` elements in C
-/// order into an f32 tensor. Errors say what is wrong with the file.
+/// Decodes a `.npy` file in C order into a tensor of its element type: `<f4` (and `<f8`,
+/// narrowed to f32, an error where a finite value overflows it), `<i8`, `<i4`, `|b1`.
+/// Integers are never converted to floats or back: a tensor of the wrong type is the
+/// caller's error to report. Errors say what is wrong with the file.
 pub fn decode(bytes: &[u8]) -> Result<Tensor, String> {
     if bytes.len() < 10 || &bytes[..6] != MAGIC {
         return Err("not a .npy file (missing the \\x93NUMPY magic)".into());
@@ -65,11 +81,17 @@ pub fn decode(bytes: &[u8]) -> Result<Tensor, String> {
         .try_fold(1usize, |a, &d| a.checked_mul(d))
         .ok_or("the .npy shape overflows")?;
     let data = &bytes[start + header_len..];
-    let width = match descr {
-        "<f4" | "<i4" => 4,
-        "<f8" | "<i8" => 8,
-        "|u1" | "|i1" | "|b1" => 1,
-        other => return Err(format!("unsupported .npy dtype '{other}' (use float32)")),
+    let (dtype, width) = match descr {
+        "<f4" => (DType::F32, 4),
+        "<f8" => (DType::F32, 8),
+        "<i8" => (DType::I64, 8),
+        "<i4" => (DType::I32, 4),
+        "|b1" => (DType::Bool, 1),
+        other => {
+            return Err(format!(
+                "unsupported .npy dtype '{other}' (smelt reads float32, float64, int64, int32 and bool)"
+            ))
+        }
     };
     if Some(data.len()) != count.checked_mul(width) {
         return Err(format!(
@@ -78,27 +100,24 @@ pub fn decode(bytes: &[u8]) -> Result<Tensor, String> {
             count.saturating_mul(width)
         ));
     }
-    let values: Vec<f32> = match descr {
-        "<f4" => data
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect(),
-        "<f8" => data
-            .chunks_exact(8)
-            .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")) as f32)
-            .collect(),
-        "<i4" => data
-            .chunks_exact(4)
-            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32)
-            .collect(),
-        "<i8" => data
-            .chunks_exact(8)
-            .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")) as f32)
-            .collect(),
-        "|i1" => data.iter().map(|&b| b as i8 as f32).collect(),
-        _ => data.iter().map(|&b| b as f32).collect(),
+    let values = if descr == "<f8" {
+        let mut narrowed = Vec::with_capacity(count);
+        for (k, c) in data.chunks_exact(8).enumerate() {
+            let v = f64::from_le_bytes(c.try_into().expect("chunks of 8"));
+            let f = v as f32;
+            if v.is_finite() && !f.is_finite() {
+                return Err(format!(
+                    "element {k} of the float64 .npy ({v:e}) overflows float32"
+                ));
+            }
+            narrowed.push(f);
+        }
+        TensorData::F32(narrowed)
+    } else {
+        TensorData::from_le_bytes(dtype, data)
+            .ok_or("a bool .npy element is neither 0 nor 1")?
     };
-    Tensor::new(dims, values)
+    Tensor::typed(dims, values)
 }
 
 /// The text after `'key':` in a Python dict literal, up to the next top-level comma.

@@ -277,6 +277,24 @@ impl Tensor {
         }
     }
 
+    /// A row-major tensor of `ty`'s dims and element type with seeded pseudo-random
+    /// elements, for `--random-inputs` and checks: `f32` uniform in [-1, 1]; integers
+    /// 0 or 1 and `i1` false or true, each with probability 1/2 (valid ids, indices and
+    /// mask values for any model, where wider integers could point outside a table).
+    pub fn random(ty: &TensorType, seed: u64) -> Tensor {
+        let ty = ty.with_layout(Layout::RowMajor);
+        let n = ty.num_elements();
+        let uniform = crate::weights::random_f32(seed, n, -1.0, 1.0);
+        let bits = || uniform.iter().map(|&v| v >= 0.0);
+        let data = match ty.dtype {
+            DType::F32 => TensorData::F32(uniform.clone()),
+            DType::I64 => TensorData::I64(bits().map(i64::from).collect()),
+            DType::I32 => TensorData::I32(bits().map(i32::from).collect()),
+            DType::Bool => TensorData::Bool(bits().collect()),
+        };
+        Tensor { ty, data }
+    }
+
     /// Logical dimensions.
     pub fn dims(&self) -> &[usize] {
         &self.ty.dims

@@ -387,6 +387,28 @@ impl WeightStore {
         Ok(id)
     }
 
+    /// Adds a computed weight of any element type under a fresh name derived from `hint`.
+    pub fn add_computed_data(
+        &mut self,
+        hint: &str,
+        ty: TensorType,
+        values: &crate::tensor::TensorData,
+    ) -> Result<WeightId, String> {
+        if values.dtype() != ty.dtype {
+            return Err(format!(
+                "computed weight {hint} of type {ty} was given {} elements",
+                values.dtype()
+            ));
+        }
+        let name = self.fresh_name(hint);
+        self.add(
+            name,
+            ty,
+            AlignedBuf::from_data(values),
+            WeightOrigin::Computed,
+        )
+    }
+
     /// Adds a computed f32 weight under a fresh name derived from `hint`.
     pub fn add_computed(
         &mut self,

@@ -101,7 +101,7 @@ fn weight_tensor(weights: &WeightStore, id: WeightId) -> Option<Tensor> {
     let w = weights.get(id)?;
     Some(Tensor {
         ty: w.ty.clone(),
-        data: w.f32s().to_vec(),
+        data: w.elements()?,
     })
 }
 
@@ -130,8 +130,9 @@ fn amplification(op: &Op, operands: &[&Tensor]) -> Option<f64> {
     let (scale, var) = (operands.get(1)?, operands.get(2)?);
     scale
         .data
+        .as_f32()?
         .iter()
-        .zip(&var.data)
+        .zip(var.data.as_f32()?)
         .map(|(s, v)| (*s as f64).abs() / (*v as f64 + epsilon.0 as f64).sqrt())
         .reduce(f64::max)
 }
@@ -197,7 +198,7 @@ fn fold_func(
         }
         let hint = name_hint(&inst.op, &inputs, weights);
         let id = weights
-            .add_computed(&hint, result.ty.clone(), &result.data)
+            .add_computed_data(&hint, result.ty.clone(), &result.data)
             .map_err(|m| PassError::Internal {
                 pass: "const_fold",
                 message: m,

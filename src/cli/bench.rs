@@ -10,10 +10,9 @@ use clap::{Args, ValueEnum};
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 use smelt::ir::diag::Location;
-use smelt::ir::weights::random_f32;
 use smelt::ir::{Module, Tensor};
 use smelt::models::{residual_tail, resnet, ResNetConfig};
-use smelt::runtime::KernelProfile;
+use smelt::runtime::{Elements, ElementsMut, KernelProfile};
 use smelt::{CompileOptions, ConvAlgorithm, Executable, Layouts};
 
 use super::{FusionArgs, Kernels, ModelArgs};
@@ -265,18 +264,14 @@ fn module_flops(module: &Module) -> Result<u64> {
         .sum())
 }
 
-/// Seeded random inputs in [-1, 1], in each input's layout.
+/// Seeded random inputs ([`Tensor::random`]), in each input's layout.
 fn random_inputs(exe: &Executable) -> Result<Vec<Tensor>> {
-    exe.inputs()
+    Ok(exe
+        .inputs()
         .iter()
         .enumerate()
-        .map(|(i, info)| {
-            let n = info.ty.num_elements();
-            let t = Tensor::new(info.ty.dims.clone(), random_f32(1 + i as u64, n, -1.0, 1.0))
-                .map_err(|e| anyhow!("input %{}: {e}", info.name))?;
-            Ok(t.to_layout(info.ty.layout))
-        })
-        .collect()
+        .map(|(i, info)| Tensor::random(&info.ty, 1 + i as u64).to_layout(info.ty.layout))
+        .collect())
 }
 
 /// `warmup` untimed runs, then the wall time of each of `iterations` runs, on caller-owned
@@ -287,9 +282,12 @@ fn time_runs(
     warmup: usize,
     iterations: usize,
 ) -> Result<Vec<f64>> {
-    let ins: Vec<&[f32]> = inputs.iter().map(|t| t.data.as_slice()).collect();
-    let mut out_bufs: Vec<Vec<f32>> = exe.outputs().map(|o| vec![0.0; o.len()]).collect();
-    let mut outs: Vec<&mut [f32]> = out_bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
+    let ins: Vec<Elements> = inputs.iter().map(|t| Elements::of(&t.data)).collect();
+    let mut out_bufs: Vec<Tensor> = exe.outputs().map(|o| Tensor::zeros(&o.ty)).collect();
+    let mut outs: Vec<ElementsMut> = out_bufs
+        .iter_mut()
+        .map(|t| ElementsMut::of(&mut t.data))
+        .collect();
     let mut ws = exe.workspace();
     for _ in 0..warmup {
         exe.run_with(&ins, &mut outs, &mut ws)?;

@@ -6,7 +6,6 @@ use std::time::Instant;
 use anyhow::{anyhow, Result};
 use clap::Args;
 use smelt::ir::text::{self, PrintOptions};
-use smelt::ir::weights::random_f32;
 use smelt::ir::{interp, Module, Op, Tensor};
 use smelt::models::{residual_tail, resnet, ResNetConfig};
 use smelt::verify::{verify, VerifyOptions};
@@ -122,11 +121,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
     }
 
     let p = &func.params[0];
-    let input = Tensor::new(
-        p.ty.dims.clone(),
-        random_f32(INPUT_SEED, p.ty.num_elements(), -1.0, 1.0),
-    )
-    .map_err(|e| anyhow!(e))?;
+    let input = Tensor::random(&p.ty, INPUT_SEED);
     let inputs = [input];
     let t = Instant::now();
     interp::run(&module, func, &inputs).map_err(|d| anyhow!("{d}"))?;

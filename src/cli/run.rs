@@ -4,7 +4,6 @@ use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use smelt::ir::weights::random_f32;
 use smelt::ir::{interp, Tensor};
 use smelt::{CompileOptions, Executable};
 
@@ -64,11 +63,7 @@ pub fn main(a: RunArgs) -> Result<()> {
         let t = match given.iter().position(|(n, _)| n == &p.name) {
             Some(k) => given.swap_remove(k).1,
             None => match a.random_inputs {
-                Some(seed) => Tensor::new(
-                    p.ty.dims.clone(),
-                    random_f32(seed + i as u64, p.ty.num_elements(), -1.0, 1.0),
-                )
-                .map_err(|e| anyhow!(e))?,
+                Some(seed) => Tensor::random(&p.ty, seed + i as u64),
                 None => bail!(
                     "missing input %{}: {} (pass --input {}=FILE.npy, or --random-inputs SEED)",
                     p.name,

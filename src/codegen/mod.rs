@@ -139,8 +139,10 @@ pub struct CodegenOptions {
 
 /// A compiled kernel: `args` points to one valid buffer pointer per kernel argument; a
 /// parallel kernel runs trips `lo..hi` of its top-level loop (clamped to its trip count),
-/// any other kernel runs whole whatever `lo` and `hi` are.
-pub type KernelFn = unsafe extern "C" fn(args: *const *mut f32, lo: i64, hi: i64);
+/// any other kernel runs whole whatever `lo` and `hi` are. It returns 0, or the
+/// [`Fault`](smelt_ir::loops::Fault) that ended it early (a parallel kernel never faults:
+/// the checker refuses one that could).
+pub type KernelFn = unsafe extern "C" fn(args: *const *mut u8, lo: i64, hi: i64) -> i32;
 
 /// Compiles `kernels` for the host on `opts.threads` threads (0: all cores). Each kernel
 /// is checked first ([`Kernel::check`]). Functions compile to machine code independently

@@ -7,15 +7,15 @@ use std::collections::{BTreeSet, HashMap};
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
-    types, AbiParam, ConstantData, Endianness, ExtFuncData, ExternalName, FuncRef, Function,
+    types, AbiParam, Block, ConstantData, Endianness, ExtFuncData, ExternalName, FuncRef, Function,
     InstBuilder, InstructionData, MemFlagsData, Opcode, StackSlot, StackSlotData, StackSlotKind,
     Type, UserExternalName, UserFuncName, Value as ClifValue,
 };
 use cranelift_codegen::isa::TargetIsa;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use smelt_ir::loops::{
-    trip_count, Access, Affine, BinOp, BufId, BufPtr, CmpOp, ConvTile, Expr, Kernel, LoopVar,
-    ReduceOp, Stmt, UnOp, Width,
+    trip_count, Access, Affine, BinOp, BufId, BufPtr, CmpOp, ConvTile, Expr, Fault, Kernel,
+    LoopVar, ReduceOp, Stmt, UnOp, Width,
 };
 
 use super::{calls_of, TargetDesc};
@@ -80,11 +80,14 @@ fn conv_tile_record(fb: &mut FunctionBuilder, ptr: Type, tile: &ConvTile) -> Sta
     slot
 }
 
+/// `extern "C" fn(args: *const *mut u8, lo: i64, hi: i64) -> i32`: the status is 0, or
+/// the [`Fault`] that ended the call.
 pub(super) fn kernel_signature(isa: &dyn TargetIsa) -> cranelift_codegen::ir::Signature {
     let mut sig = cranelift_codegen::ir::Signature::new(isa.default_call_conv());
     sig.params.push(AbiParam::new(isa.pointer_type()));
     sig.params.push(AbiParam::new(types::I64));
     sig.params.push(AbiParam::new(types::I64));
+    sig.returns.push(AbiParam::new(types::I32));
     sig
 }
 
@@ -153,6 +156,7 @@ pub(super) fn build_function(
         loop_vars,
         fma: target.fused_fma(),
         range: None,
+        faults: Vec::new(),
     };
     match (kernel.parallel_trips(), kernel.body.as_slice()) {
         (Some(trips), [Stmt::Loop { .. }]) if trips > 1 => {
@@ -166,7 +170,15 @@ pub(super) fn build_function(
         _ => {}
     }
     g.block(&kernel.body);
-    g.fb.ins().return_(&[]);
+    let ok = g.fb.ins().iconst(types::I32, 0);
+    g.fb.ins().return_(&[ok]);
+    // each fault's exit: every branch to it has been emitted
+    for (fault, block) in std::mem::take(&mut g.faults) {
+        g.fb.switch_to_block(block);
+        g.fb.seal_block(block);
+        let status = g.fb.ins().iconst(types::I32, fault as i64);
+        g.fb.ins().return_(&[status]);
+    }
     g.fb.finalize(isa.frontend_config());
     func
 }
@@ -175,6 +187,33 @@ fn clif_type(w: Width) -> Type {
     match w {
         Width::Scalar => types::F32,
         Width::F32x4 => types::F32X4,
+        Width::I64 => types::I64,
+        Width::I32 => types::I32,
+        // an `i1` is a byte 0 or 1, which is what Cranelift's comparisons produce
+        Width::Bool => types::I8,
+    }
+}
+
+fn int_cc(cmp: CmpOp) -> IntCC {
+    match cmp {
+        CmpOp::Eq => IntCC::Equal,
+        CmpOp::Ne => IntCC::NotEqual,
+        CmpOp::Lt => IntCC::SignedLessThan,
+        CmpOp::Le => IntCC::SignedLessThanOrEqual,
+        CmpOp::Gt => IntCC::SignedGreaterThan,
+        CmpOp::Ge => IntCC::SignedGreaterThanOrEqual,
+    }
+}
+
+fn float_cc(cmp: CmpOp) -> FloatCC {
+    match cmp {
+        CmpOp::Eq => FloatCC::Equal,
+        // true when either is NaN, as `!=` is
+        CmpOp::Ne => FloatCC::NotEqual,
+        CmpOp::Lt => FloatCC::LessThan,
+        CmpOp::Le => FloatCC::LessThanOrEqual,
+        CmpOp::Gt => FloatCC::GreaterThan,
+        CmpOp::Ge => FloatCC::GreaterThanOrEqual,
     }
 }
 
@@ -240,6 +279,8 @@ struct Gen<'f, 'k> {
     fma: bool,
     /// Trip range `lo..hi` (clamped) of the parallel kernel's top-level loop.
     range: Option<(ClifValue, ClifValue)>,
+    /// The exit block of each fault a check may branch to, made at the first check.
+    faults: Vec<(Fault, Block)>,
 }
 
 impl Gen<'_, '_> {
@@ -292,6 +333,33 @@ impl Gen<'_, '_> {
             Some(i) => self.kernel.locals[i],
             None => self.kernel.args[buf.0 as usize].len,
         }
+    }
+
+    /// Bytes per element of the buffer at `slot` in `bases` (locals hold `f32`).
+    fn elem_size(&self, slot: usize) -> i64 {
+        self.kernel
+            .args
+            .get(slot)
+            .map_or(4, |a| a.dtype.size_bytes() as i64)
+    }
+
+    /// The block that ends the kernel with `fault`, made at its first use.
+    fn fault_block(&mut self, fault: Fault) -> Block {
+        if let Some(&(_, b)) = self.faults.iter().find(|(f, _)| *f == fault) {
+            return b;
+        }
+        let b = self.fb.create_block();
+        self.faults.push((fault, b));
+        b
+    }
+
+    /// Continues in a new block when `ok` holds, else ends the kernel with `fault`.
+    fn check_or_fault(&mut self, ok: ClifValue, fault: Fault) {
+        let fail = self.fault_block(fault);
+        let cont = self.fb.create_block();
+        self.fb.ins().brif(ok, cont, &[], fail, &[]);
+        self.fb.switch_to_block(cont);
+        self.fb.seal_block(cont);
     }
 
     /// The index in `bases` of a buffer.
@@ -398,12 +466,20 @@ impl Gen<'_, '_> {
         fn exprs<'a>(stmts: &'a [Stmt], out: &mut Vec<(BufId, &'a Affine)>) {
             fn expr<'a>(e: &'a Expr, out: &mut Vec<(BufId, &'a Affine)>) {
                 match e {
-                    Expr::Var(_) | Expr::Const(..) => {}
+                    Expr::Var(_) | Expr::Const(..) | Expr::Int(..) => {}
                     Expr::Load { buf, index, .. } => out.push((*buf, index)),
-                    Expr::Splat(x) | Expr::Unary(_, x) | Expr::Reduce(_, x) | Expr::Lane(x, _) => {
-                        expr(x, out)
+                    Expr::LoadAt {
+                        buf, base, index, ..
+                    } => {
+                        out.push((*buf, base));
+                        expr(index, out);
                     }
-                    Expr::Binary(_, a, b) => {
+                    Expr::Splat(x)
+                    | Expr::Unary(_, x)
+                    | Expr::Reduce(_, x)
+                    | Expr::Lane(x, _)
+                    | Expr::Cast(_, x) => expr(x, out),
+                    Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => {
                         expr(a, out);
                         expr(b, out);
                     }
@@ -480,9 +556,10 @@ impl Gen<'_, '_> {
             // unreachable for checked kernels: every term's loop defines its prefix
             None => {
                 let mut addr = self.bases[key.0];
+                let size = self.elem_size(key.0);
                 for &(v, c) in &key.1 {
                     let i = self.fb.use_var(self.loop_vars[v as usize]);
-                    let scaled = self.fb.ins().imul_imm_s(i, c * 4);
+                    let scaled = self.fb.ins().imul_imm_s(i, c * size);
                     addr = self.fb.ins().iadd(addr, scaled);
                 }
                 addr
@@ -525,12 +602,13 @@ impl Gen<'_, '_> {
                         key.1.iter().copied().filter(|&(v, _)| v != var.0).collect(),
                     );
                     let base = self.pointer(&parent);
-                    let off = self.fb.ins().imul_imm_s(first, c * 4);
+                    let size = self.elem_size(key.0);
+                    let off = self.fb.ins().imul_imm_s(first, c * size);
                     let init = self.fb.ins().iadd(base, off);
                     let pv = self.fb.declare_var(types::I64);
                     self.fb.def_var(pv, init);
                     self.pointers.insert(key, pv);
-                    carried.push((pv, c * step * 4));
+                    carried.push((pv, c * step * size));
                 }
                 self.fb.def_var(iv, first);
                 let header = self.fb.create_block();
@@ -574,7 +652,7 @@ impl Gen<'_, '_> {
         }
         let key = (buf, self.varying_terms(index));
         let addr = self.pointer(&key);
-        let bytes = offset * 4;
+        let bytes = offset * self.elem_size(buf);
         match i32::try_from(bytes) {
             Ok(off) => (addr, off),
             Err(_) => {
@@ -597,6 +675,45 @@ impl Gen<'_, '_> {
         match e {
             Expr::Var(v) => self.fb.use_var(self.vars[v.0 as usize]),
             Expr::Const(c, w) => self.constant(c.0, clif_type(*w)),
+            Expr::Int(v, w) => self.fb.ins().iconst(clif_type(*w), *v),
+            Expr::LoadAt {
+                buf,
+                base,
+                index,
+                stride,
+                bound,
+                width,
+            } => {
+                let i = self.expr(index);
+                // unsigned: a negative index is a huge one, so one test covers both ends
+                let ok = self
+                    .fb
+                    .ins()
+                    .icmp_imm_u(IntCC::UnsignedLessThan, i, *bound);
+                self.check_or_fault(ok, Fault::IndexOutOfRange);
+                let b = self.slot(*buf);
+                let (addr, off) = self.address(b, base);
+                let step = stride * self.elem_size(b);
+                let scaled = self.fb.ins().imul_imm_s(i, step);
+                let addr = self.fb.ins().iadd(addr, scaled);
+                let flags = MemFlagsData::new().with_notrap();
+                self.fb.ins().load(clif_type(*width), flags, addr, off)
+            }
+            Expr::Cast(to, x) => {
+                let from = self.kernel_width(x);
+                let v = self.expr(x);
+                self.cast(v, from, *to)
+            }
+            Expr::Compare(cmp, a, b) => {
+                let integer = self.kernel_width(a).is_integer();
+                let a = self.expr(a);
+                let b = self.expr(b);
+                if integer {
+                    self.fb.ins().icmp(int_cc(*cmp), a, b)
+                } else {
+                    self.fb.ins().fcmp(float_cc(*cmp), a, b)
+                }
+            }
             Expr::Load { buf, index, width } => {
                 let b = self.slot(*buf);
                 let access = match buf.local_index() {
@@ -618,18 +735,26 @@ impl Gen<'_, '_> {
                 self.fb.ins().splat(types::F32X4, s)
             }
             Expr::Unary(op, x) => {
+                let integer = self.kernel_width(x).is_integer();
                 let x = self.expr(x);
-                match op {
-                    UnOp::Neg => self.fb.ins().fneg(x),
-                    UnOp::Abs => self.fb.ins().fabs(x),
-                    UnOp::Sqrt => self.fb.ins().sqrt(x),
-                    UnOp::Exp => self.exp(x),
+                match (op, integer) {
+                    (UnOp::Neg, true) => self.fb.ins().ineg(x),
+                    (UnOp::Abs, true) => self.fb.ins().iabs(x),
+                    (UnOp::Neg, false) => self.fb.ins().fneg(x),
+                    (UnOp::Abs, false) => self.fb.ins().fabs(x),
+                    (UnOp::Sqrt, _) => self.fb.ins().sqrt(x),
+                    (UnOp::Exp, _) => self.exp(x),
                 }
             }
             Expr::Binary(op, a, b) => {
+                let integer = self.kernel_width(a).is_integer();
                 let a = self.expr(a);
                 let b = self.expr(b);
-                self.binary(*op, a, b)
+                if integer {
+                    self.integer_binary(*op, a, b)
+                } else {
+                    self.binary(*op, a, b)
+                }
             }
             Expr::Fma(a, b, c) => {
                 let a = self.expr(a);
@@ -644,17 +769,18 @@ impl Gen<'_, '_> {
                 if_true,
                 if_false,
             } => {
+                let integer = self.kernel_width(a).is_integer();
                 let a = self.expr(a);
                 let b = self.expr(b);
                 let t = self.expr(if_true);
                 let f = self.expr(if_false);
-                let cc = match cmp {
-                    CmpOp::Lt => FloatCC::LessThan,
-                    CmpOp::Le => FloatCC::LessThanOrEqual,
-                    CmpOp::Gt => FloatCC::GreaterThan,
-                    CmpOp::Ge => FloatCC::GreaterThanOrEqual,
-                };
-                self.select(cc, a, b, t, f)
+                if integer {
+                    // integer comparisons choose between scalars (the checker's rule)
+                    let mask = self.fb.ins().icmp(int_cc(*cmp), a, b);
+                    self.fb.ins().select(mask, t, f)
+                } else {
+                    self.select(float_cc(*cmp), a, b, t, f)
+                }
             }
             Expr::Lane(x, lane) => {
                 let x = self.expr(x);
@@ -742,6 +868,66 @@ impl Gen<'_, '_> {
                 let r = self.select(FloatCC::LessThan, b, a, b, a);
                 self.propagate_nan_of(b, r)
             }
+            // bitwise ops take integers only (the checker's rule)
+            BinOp::And | BinOp::Or | BinOp::Xor => a,
+        }
+    }
+
+    /// The width of `e` in this kernel.
+    fn kernel_width(&self, e: &Expr) -> Width {
+        e.width(&self.kernel.vars)
+    }
+
+    /// Integer (or, for the bitwise ops, `i1`) `a op b`, wrapping. Division truncates
+    /// toward zero; by zero it ends the kernel with a fault, and `MIN / -1` wraps to
+    /// `MIN` instead of trapping as the hardware would.
+    fn integer_binary(&mut self, op: BinOp, a: ClifValue, b: ClifValue) -> ClifValue {
+        match op {
+            BinOp::Add => self.fb.ins().iadd(a, b),
+            BinOp::Sub => self.fb.ins().isub(a, b),
+            BinOp::Mul => self.fb.ins().imul(a, b),
+            BinOp::Max => self.fb.ins().smax(a, b),
+            BinOp::Min => self.fb.ins().smin(a, b),
+            BinOp::And => self.fb.ins().band(a, b),
+            BinOp::Or => self.fb.ins().bor(a, b),
+            BinOp::Xor => self.fb.ins().bxor(a, b),
+            BinOp::Div => {
+                let nonzero = self.fb.ins().icmp_imm_s(IntCC::NotEqual, b, 0);
+                self.check_or_fault(nonzero, Fault::DivisionByZero);
+                let ty = self.fb.func.dfg.value_type(b);
+                let minus_one = self.fb.ins().icmp_imm_s(IntCC::Equal, b, -1);
+                let one = self.fb.ins().iconst(ty, 1);
+                let divisor = self.fb.ins().select(minus_one, one, b);
+                let quotient = self.fb.ins().sdiv(a, divisor);
+                let negated = self.fb.ins().ineg(a);
+                self.fb.ins().select(minus_one, negated, quotient)
+            }
+        }
+    }
+
+    /// `v` of width `from` converted to `to` by the rules of [`Expr::Cast`].
+    fn cast(&mut self, v: ClifValue, from: Width, to: Width) -> ClifValue {
+        let ty = clif_type(to);
+        match (from, to) {
+            _ if from == to => v,
+            (Width::Scalar, Width::I64 | Width::I32) => self.fb.ins().fcvt_to_sint_sat(ty, v),
+            (Width::Scalar, Width::Bool) => {
+                let zero = self.fb.ins().f32const(0.0);
+                self.fb.ins().fcmp(FloatCC::NotEqual, v, zero)
+            }
+            (Width::Bool, Width::Scalar) => {
+                let wide = self.fb.ins().uextend(types::I32, v);
+                self.fb.ins().fcvt_from_sint(types::F32, wide)
+            }
+            (Width::I64 | Width::I32, Width::Scalar) => self.fb.ins().fcvt_from_sint(ty, v),
+            (Width::I64, Width::I32) => self.fb.ins().ireduce(ty, v),
+            (Width::I32, Width::I64) => self.fb.ins().sextend(ty, v),
+            (Width::Bool, Width::I64 | Width::I32) => self.fb.ins().uextend(ty, v),
+            (Width::I64 | Width::I32, Width::Bool) => {
+                self.fb.ins().icmp_imm_s(IntCC::NotEqual, v, 0)
+            }
+            // vectors are never cast (the checker's rule)
+            _ => v,
         }
     }
 

@@ -17,14 +17,18 @@
 
 use std::time::Instant;
 
-use super::{flatten, Executable, Source, Workspace};
+use smelt_ir::diag::Location;
+use smelt_ir::loops::Fault;
+use smelt_ir::DType;
+
+use super::{Elements, ElementsMut, Executable, Source, Workspace};
 use crate::Error;
 
 impl Executable {
     pub(super) fn run_steps(
         &self,
-        inputs: &[&[f32]],
-        outputs: &mut [&mut [f32]],
+        inputs: &[Elements<'_>],
+        outputs: &mut [ElementsMut<'_>],
         ws: &mut Workspace,
         mut times: Option<&mut Vec<u64>>,
     ) -> Result<(), Error> {
@@ -43,24 +47,28 @@ impl Executable {
             )));
         }
         for (s, info) in inputs.iter().zip(&self.inputs) {
-            if s.len() != info.len() {
+            if s.dtype() != info.ty.dtype || s.len() != info.len() {
                 return Err(Error::InvalidArgument(format!(
-                    "input %{} of type {} needs {} elements, got {}",
+                    "input %{} of type {} needs {} {} elements, got {} {}",
                     info.name,
                     info.ty,
                     info.len(),
-                    s.len()
+                    info.ty.dtype,
+                    s.len(),
+                    s.dtype()
                 )));
             }
         }
         for (s, (info, _)) in outputs.iter().zip(&self.outputs) {
-            if s.len() != info.len() {
+            if s.dtype() != info.ty.dtype || s.len() != info.len() {
                 return Err(Error::InvalidArgument(format!(
-                    "output {} of type {} needs {} elements, got {}",
+                    "output {} of type {} needs {} {} elements, got {} {}",
                     info.name,
                     info.ty,
                     info.len(),
-                    s.len()
+                    info.ty.dtype,
+                    s.len(),
+                    s.dtype()
                 )));
             }
         }
@@ -69,65 +77,105 @@ impl Executable {
                 "the workspace belongs to a smaller executable; make one with workspace()".into(),
             ));
         }
+        let in_ptrs: Vec<(*const u8, usize)> = inputs.iter().map(Elements::bytes).collect();
+        let out_ptrs: Vec<(*mut u8, usize)> = outputs.iter_mut().map(|o| o.bytes_mut()).collect();
         let arena = ws.arena.as_mut_ptr() as *mut f32;
-        let mut address = |src: Source| -> usize {
+        let address = |src: Source| -> usize {
             match src {
-                Source::Input(i) => inputs[i].as_ptr() as usize,
-                Source::Constant(c) => self.constants[c].as_f32().as_ptr() as usize,
+                Source::Input(i) => in_ptrs[i].0 as usize,
+                Source::Constant(c) => self.constants[c].as_bytes().as_ptr() as usize,
                 Source::Arena(off) => arena.wrapping_add(off) as usize,
-                Source::Output(i) => outputs[i].as_mut_ptr() as usize,
+                Source::Output(i) => out_ptrs[i].0 as usize,
             }
         };
-        for step in &self.steps {
+        for (n, step) in self.steps.iter().enumerate() {
             for (slot, &src) in ws.ptrs.iter_mut().zip(&step.args) {
                 *slot = address(src);
             }
             let start = times.as_ref().map(|_| Instant::now());
-            let args = ws.ptrs.as_ptr() as *const *mut f32;
+            let args = ws.ptrs.as_ptr() as *const *mut u8;
             // Why the calls below are sound (this is the only place native code runs; the
-            // invariant is the module doc's). The kernel's every load and store was proven (`Kernel::check`, at lowering and again before codegen) to
-            // stay within the declared length of each argument, and lowering checked that
-            // each step passes buffers of exactly those lengths. Here: inputs have exactly
-            // their declared lengths (checked above); constants hold at least theirs
-            // (checked in `assemble`); arena buffers lie at `offset + len <= arena_len
-            // <= ws.arena_len()` (memory plan, checked above); a result written in place
-            // is the caller's output slice of exactly its type's length (checked above),
-            // at least the buffer's (checked in `assemble`). The kernel writes only its
-            // `Write` arguments, which lowering restricts to temporaries: arena buffers,
-            // which the memory plan never overlaps while live in the same step, and output
-            // slices, which are distinct `&mut` borrows (one per result, each result
-            // buffer at most one slice), so no written buffer aliases another argument,
-            // and the read-only inputs and constants are never written. All slices outlive
-            // the call; `ws.ptrs` holds one pointer per argument (max_args checked above)
-            // and is not touched during the call.
+            // invariant is the module doc's). The kernel's every load and store was proven
+            // (`Kernel::check`, at lowering and again before codegen) to stay within the
+            // declared length of each argument — a load at a run-time index after the
+            // generated code has tested the index against the bound the proof covers —
+            // and lowering checked that each step passes buffers of exactly those lengths
+            // and element types. Here: inputs have exactly their declared element types
+            // and lengths (checked above); constants hold at least theirs (checked in
+            // `assemble`); arena buffers lie at `offset + len <= arena_len <=
+            // ws.arena_len()` (memory plan, checked above); a result written in place is
+            // the caller's output slice of exactly its type and length (checked above).
+            // The kernel writes only its `Write` arguments, which lowering restricts to
+            // temporaries: arena buffers, which the memory plan never overlaps while live
+            // in the same step, and output slices, which are distinct `&mut` borrows (one
+            // per result, each result buffer at most one slice), so no written buffer
+            // aliases another argument, and the read-only inputs and constants are never
+            // written. An `i1` output is a `[bool]` and receives only the bytes 0 and 1,
+            // the only `i1` values the loop IR computes. All slices outlive the call;
+            // `ws.ptrs` holds one pointer per argument (max_args checked above) and is
+            // not touched during the call.
             // A split call runs disjoint trip ranges of a parallel kernel's top-level
             // loop (whose iterations write disjoint elements, proven independent by
             // lowering) on pool threads and returns only when all are done; every range
             // lies inside the trips the bounds proof covers (the kernel clamps too).
-            match (step.split, self.threads) {
-                // SAFETY: as argued above; the pool runs disjoint ranges of the trips.
-                (Some(trips), Some((pool, threads))) => unsafe {
-                    pool.run(step.kernel, args, trips, threads)
-                },
+            let status = match (step.split, self.threads) {
+                // SAFETY: as argued above; the pool runs disjoint ranges of the trips
+                // (a parallel kernel cannot fault, so there is no status to read).
+                (Some(trips), Some((pool, threads))) => {
+                    unsafe { pool.run(step.kernel, args, trips, threads) };
+                    0
+                }
                 // SAFETY: as argued above, the whole range on this thread.
                 _ => unsafe { (step.kernel)(args, 0, step.trips) },
+            };
+            if status != 0 {
+                let info = &self.step_info[step.info];
+                let what = Fault::from_status(status)
+                    .map_or("an unknown fault", Fault::describe);
+                return Err(Error::InvalidArgument(format!(
+                    "run stopped at step {n} ({}, kernel {}{}): {what} in the input data",
+                    info.op,
+                    info.kernel,
+                    match &info.loc {
+                        Location::Unknown => String::new(),
+                        loc => format!(", at {loc}"),
+                    }
+                )));
             }
             if let (Some(t), Some(start)) = (times.as_deref_mut(), start) {
                 t.push(start.elapsed().as_nanos() as u64);
             }
         }
-        for (dst, (info, src)) in outputs.iter_mut().zip(&self.outputs) {
-            let n = info.len();
-            match *src {
-                Source::Input(i) => dst.copy_from_slice(&inputs[i][..n]),
-                Source::Constant(c) => dst.copy_from_slice(&self.constants[c].as_f32()[..n]),
-                Source::Arena(off) => {
-                    let flat: &[f32] = flatten(&ws.arena);
-                    dst.copy_from_slice(&flat[off..off + n]);
-                }
+        let arena_bytes: &[u8] = bytemuck::cast_slice(&ws.arena);
+        for (o, (info, src)) in self.outputs.iter().enumerate() {
+            let (dst, n) = out_ptrs[o];
+            let from: &[u8] = match *src {
+                // SAFETY: input `i` is a live slice of `in_ptrs[i].1` bytes (checked
+                // above); it outlives this function.
+                Source::Input(i) => unsafe { std::slice::from_raw_parts(in_ptrs[i].0, in_ptrs[i].1) },
+                Source::Constant(c) => self.constants[c].as_bytes(),
+                Source::Arena(off) => &arena_bytes[(off * 4).min(arena_bytes.len())..],
                 // computed in place
-                Source::Output(_) => {}
+                Source::Output(_) => continue,
+            };
+            let Some(from) = from.get(..n) else {
+                return Err(Error::Unsupported(format!(
+                    "output {} has {} bytes to copy from, needs {n}",
+                    info.name,
+                    from.len()
+                )));
+            };
+            if info.ty.dtype == DType::Bool && from.iter().any(|&b| b > 1) {
+                return Err(Error::Unsupported(format!(
+                    "output {} holds a byte that is not an i1",
+                    info.name
+                )));
             }
+            // SAFETY: `dst` is the caller's output slice of exactly `n` bytes (checked
+            // above), borrowed mutably for this call and distinct from `from` (inputs,
+            // constants and the arena are other memory); for an `i1` output every byte
+            // is 0 or 1 (checked just above), so the `[bool]` stays valid.
+            unsafe { std::ptr::copy_nonoverlapping(from.as_ptr(), dst, n) };
         }
         Ok(())
     }

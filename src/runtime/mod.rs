@@ -8,15 +8,18 @@
 //! threads without locking around the computation. Intra-op threads come from a
 //! process-wide pool ([`pool`]) that splits parallel kernels over output tiles only.
 
+mod elements;
 mod entry;
 mod pool;
+
+pub use elements::{Elements, ElementsMut};
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use smelt_ir::diag::Location;
 use smelt_ir::loops::Kernel;
-use smelt_ir::{AlignedBuf, Func, Layout, Module, Op, Tensor, TensorType, Value};
+use smelt_ir::{AlignedBuf, Func, Layout, Module, Op, Tensor, TensorData, TensorType, Value};
 use smelt_passes::lower::{self, BufferKind, MemoryPlan, Program};
 
 use crate::codegen::{self, CodegenOptions, CompiledKernels, KernelFn};
@@ -171,7 +174,8 @@ pub struct TensorInfo {
 }
 
 impl TensorInfo {
-    /// Number of f32 elements a buffer for this tensor holds (its storage length).
+    /// Number of elements (of its element type) a buffer for this tensor holds: its
+    /// storage length.
     pub fn len(&self) -> usize {
         self.ty.storage_len()
     }
@@ -418,14 +422,14 @@ impl Executable {
                     Error::Unsupported(format!("temporary {} has no place in memory", b.name))
                 })?),
             };
-            // Constants must hold at least the elements the kernels were proven against.
+            // Constants must hold at least the bytes the kernels were proven against.
             if let Source::Constant(c) = src {
-                if constants[c].as_f32().len() < b.len {
+                if constants[c].len_bytes() < b.bytes() {
                     return Err(Error::Unsupported(format!(
-                        "constant {} holds {} elements, kernels need {}",
+                        "constant {} holds {} bytes, kernels need {}",
                         b.name,
-                        constants[c].as_f32().len(),
-                        b.len
+                        constants[c].len_bytes(),
+                        b.bytes()
                     )));
                 }
             }
@@ -646,7 +650,7 @@ impl Executable {
             }
         }
         let mut outs: Vec<Tensor> = self.outputs().map(|o| Tensor::zeros(&o.ty)).collect();
-        let ins: Vec<&[f32]> = inputs.iter().map(|t| t.data.as_slice()).collect();
+        let ins: Vec<Elements> = inputs.iter().map(|t| Elements::of(&t.data)).collect();
         let mut ws = self
             .pool
             .lock()
@@ -654,48 +658,71 @@ impl Executable {
             .pop()
             .unwrap_or_else(|| self.workspace());
         let result = {
-            let mut out_slices: Vec<&mut [f32]> =
-                outs.iter_mut().map(|t| t.data.as_mut_slice()).collect();
+            let mut out_slices: Vec<ElementsMut> =
+                outs.iter_mut().map(|t| ElementsMut::of(&mut t.data)).collect();
             self.run_steps(&ins, &mut out_slices, &mut ws, times)
         };
         // Read the kept values before the workspace goes back to the pool.
-        if let (Ok(()), Some(values), Some(kept)) = (&result, keeping, &self.kept) {
-            let arena = flatten(&ws.arena);
-            values.extend(kept.iter().map(|k| {
-                let n = k.ty.storage_len();
-                let data = match k.src {
-                    Source::Input(i) => &ins[i][..n],
-                    Source::Constant(c) => &self.constants[c].as_f32()[..n],
-                    Source::Arena(off) => &arena[off..off + n],
-                    Source::Output(i) => &outs[i].data[..n],
-                };
-                let stored = Tensor {
-                    ty: k.ty.clone(),
-                    data: data.to_vec(),
-                };
-                Intermediate {
-                    value: k.value,
-                    inst: k.inst,
-                    op: k.op,
-                    loc: k.loc.clone(),
-                    tensor: stored.to_layout(Layout::RowMajor),
-                }
-            }));
-        }
+        let kept_values: Result<(), Error> = match (&result, keeping, &self.kept) {
+            (Ok(()), Some(values), Some(kept)) => {
+                let arena: &[u8] = bytemuck::cast_slice(&ws.arena);
+                kept.iter().try_for_each(|k| {
+                    let n = k.ty.storage_len() * k.ty.dtype.size_bytes();
+                    let owned;
+                    let bytes: &[u8] = match k.src {
+                        Source::Input(i) => {
+                            owned = inputs[i].data.to_le_bytes();
+                            &owned
+                        }
+                        Source::Constant(c) => self.constants[c].as_bytes(),
+                        Source::Arena(off) => arena.get(off * 4..).unwrap_or_default(),
+                        Source::Output(i) => {
+                            owned = outs[i].data.to_le_bytes();
+                            &owned
+                        }
+                    };
+                    let data = bytes
+                        .get(..n)
+                        .and_then(|b| TensorData::from_le_bytes(k.ty.dtype, b))
+                        .ok_or_else(|| {
+                            Error::Unsupported(format!(
+                                "kept value %{} has no {} bytes of {}",
+                                k.value.0, n, k.ty.dtype
+                            ))
+                        })?;
+                    let stored = Tensor {
+                        ty: k.ty.clone(),
+                        data,
+                    };
+                    values.push(Intermediate {
+                        value: k.value,
+                        inst: k.inst,
+                        op: k.op,
+                        loc: k.loc.clone(),
+                        tensor: stored.to_layout(Layout::RowMajor),
+                    });
+                    Ok(())
+                })
+            }
+            _ => Ok(()),
+        };
         if let Ok(mut pool) = self.pool.lock() {
             pool.push(ws);
         }
-        result.map(|()| outs)
+        result?;
+        kept_values?;
+        Ok(outs)
     }
 
     /// Runs on caller-owned buffers without allocating: `inputs[i]` and `outputs[i]` hold
-    /// exactly the storage length of the i-th input and output ([`TensorInfo::len`]);
-    /// `ws` comes from [`Executable::workspace`] (of this executable or one with at least
-    /// as much scratch).
+    /// exactly the element type and storage length of the i-th input and output
+    /// ([`TensorInfo::len`]); `ws` comes from [`Executable::workspace`] (of this
+    /// executable or one with at least as much scratch). `&[f32]` and `&mut [f32]`
+    /// convert with `.into()`.
     pub fn run_with(
         &self,
-        inputs: &[&[f32]],
-        outputs: &mut [&mut [f32]],
+        inputs: &[Elements<'_>],
+        outputs: &mut [ElementsMut<'_>],
         ws: &mut Workspace,
     ) -> Result<(), Error> {
         self.run_steps(inputs, outputs, ws, None)
@@ -733,10 +760,6 @@ fn kept_values(
         });
     }
     Ok(kept)
-}
-
-fn flatten(lines: &[Line]) -> &[f32] {
-    bytemuck::cast_slice(lines)
 }
 
 fn ms(d: std::time::Duration) -> f64 {

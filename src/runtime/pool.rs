@@ -50,8 +50,9 @@ impl Job {
         // `Executable::run_with`) and does not return, nor touch the argument array,
         // until every chunk has completed. Trips `lo..hi` lie inside `0..trips`, and
         // a parallel kernel's trips write disjoint elements, so chunks running at once
-        // never write the same memory.
-        unsafe { (self.kernel)(self.args as *const *mut f32, lo, hi) }
+        // never write the same memory. A parallel kernel cannot fault (`Kernel::check`
+        // refuses one that could), so its status is always 0.
+        unsafe { (self.kernel)(self.args as *const *mut u8, lo, hi) };
     }
 }
 
@@ -139,7 +140,7 @@ impl ThreadPool {
     pub(crate) unsafe fn run(
         &self,
         kernel: KernelFn,
-        args: *const *mut f32,
+        args: *const *mut u8,
         trips: i64,
         threads: usize,
     ) {

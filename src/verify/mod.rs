@@ -30,7 +30,6 @@ use serde::Serialize;
 use smelt_ir::diag::Location;
 use smelt_ir::graph::{Func, Module};
 use smelt_ir::interp;
-use smelt_ir::weights::random_f32;
 use smelt_ir::{ErrorStats, Tensor, TensorType};
 use smelt_passes::fusion::FusionSite;
 
@@ -478,10 +477,7 @@ fn make_inputs(func: &Func, opts: &VerifyOptions) -> Result<(Vec<Tensor>, Vec<In
             }
             None => {
                 let seed = opts.seed.wrapping_add(i as u64);
-                let row_major = Tensor {
-                    ty: p.ty.with_layout(smelt_ir::Layout::default()),
-                    data: random_f32(seed, p.ty.num_elements(), -1.0, 1.0),
-                };
+                let row_major = Tensor::random(&p.ty, seed);
                 (
                     row_major.to_layout(p.ty.layout),
                     InputSource::Random { seed },

@@ -1,6 +1,7 @@
 //! [`KernelBuilder`]: builds a kernel statement by statement, handing out fresh
 //! variables and loop variables, so lowering code reads like the loop nest it makes.
 
+use crate::types::DType;
 use super::{
     trip_count, Access, Affine, BufId, BufPtr, ConvTile, Expr, Kernel, KernelArg, LoopVar, Stmt,
     VarId, Width,
@@ -42,10 +43,16 @@ impl KernelBuilder {
         }
     }
 
-    /// Adds a buffer argument.
+    /// Adds an `f32` buffer argument of `len` elements.
     pub fn arg(&mut self, name: &str, len: usize, access: Access) -> BufId {
+        self.typed_arg(name, DType::F32, len, access)
+    }
+
+    /// Adds a buffer argument of `len` elements of type `dtype`.
+    pub fn typed_arg(&mut self, name: &str, dtype: DType, len: usize, access: Access) -> BufId {
         self.kernel.args.push(KernelArg {
             name: name.to_string(),
+            dtype,
             len,
             access,
         });

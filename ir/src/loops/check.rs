@@ -12,9 +12,14 @@
 //!   the buffer (code generation moves a start that would run past the end back);
 //! - a [`Stmt::Prefetch`] run lies inside its buffer (a prefetch cannot fault, but the
 //!   checker covers every address JIT code hands to native code);
-//! - widths agree, and every variable is declared, assigned before it is read and in
-//!   scope; loop steps are positive, a loop variable is not reused inside its loop, and a
-//!   parallel kernel's body is one loop.
+//! - an [`Expr::LoadAt`] (a run-time index, tested against its bound by the generated
+//!   code before the load) reads inside its buffer for every index below the bound;
+//! - widths and element types agree (a load or store has its buffer's element type;
+//!   conv tiles and prefetches work on `f32` buffers; integer and `i1` values are
+//!   scalars, bitwise ops take only them, float functions only `f32`), and every variable
+//!   is declared, assigned before it is read and in scope; loop steps are positive, a
+//!   loop variable is not reused inside its loop, and a parallel kernel's body is one
+//!   loop that cannot fault (a split call's status would be lost).
 //!
 //! How: loop bounds are constants, so each loop variable ranges over a known interval
 //! and the iteration space is a box. An affine index is extreme at a corner of the box,
@@ -26,7 +31,10 @@
 //! execution of random kernels: it accepts exactly the kernels whose every access is
 //! inside.
 
-use super::{trip_count, Access, Affine, BufId, BufPtr, Expr, Kernel, Stmt, Width};
+use super::{
+    trip_count, Access, Affine, BinOp, BufId, BufPtr, Expr, Kernel, Stmt, UnOp, Width,
+};
+use crate::types::DType;
 
 impl Kernel {
     /// Checks the kernel: widths agree, variables and loop variables are in scope, stores
@@ -36,6 +44,12 @@ impl Kernel {
         if self.parallel && self.parallel_trips().is_none() {
             return Err(format!(
                 "kernel {}: a parallel kernel's body must be one loop",
+                self.name
+            ));
+        }
+        if self.parallel && self.can_fault() {
+            return Err(format!(
+                "kernel {}: a parallel kernel cannot fault (it holds a run-time index or an integer division)",
                 self.name
             ));
         }
@@ -127,6 +141,7 @@ impl CheckCx<'_> {
                             got.name()
                         ));
                     }
+                    self.element_type(*buf, *width)?;
                     if self.access(*buf, index, width.lanes() as i64)? != Access::Write {
                         return Err(format!("store to read-only argument {buf}"));
                     }
@@ -151,6 +166,7 @@ impl CheckCx<'_> {
                         .footprints()
                         .ok_or_else(|| format!("conv tile call with a negative count or stride, or an overflowing footprint: {tile}"))?;
                     for (ptr, span) in [(x, xs), (w, ws), (out, os)] {
+                        self.element_type(ptr.buf, Width::Scalar)?;
                         if span > 0 {
                             self.access(ptr.buf, &ptr.index, span)?;
                         }
@@ -174,6 +190,7 @@ impl CheckCx<'_> {
                         .ok_or_else(|| {
                             format!("prefetch of {rows} runs of {row_len} every {row_stride}")
                         })?;
+                    self.element_type(at.buf, Width::Scalar)?;
                     self.access(at.buf, &at.index, span)?;
                 }
             }
@@ -191,6 +208,26 @@ impl CheckCx<'_> {
             return Err(format!(
                 "prefetched run of {span} elements of {} ({name}) from {lo} is outside its {len} elements",
                 at.buf
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks that `width`'s element type is `buf`'s (local buffers hold `f32`).
+    fn element_type(&self, buf: BufId, width: Width) -> Result<(), String> {
+        let dtype = match buf.local_index() {
+            Some(_) => DType::F32,
+            None => self
+                .kernel
+                .args
+                .get(buf.0 as usize)
+                .ok_or_else(|| format!("argument {buf} does not exist"))?
+                .dtype,
+        };
+        if dtype != width.dtype() {
+            return Err(format!(
+                "{} access to {buf}, a buffer of {dtype}",
+                width.name()
             ));
         }
         Ok(())
@@ -278,20 +315,101 @@ impl CheckCx<'_> {
                 }
                 Ok(*w)
             }
+            Expr::Const(_, w) if w.is_integer() => {
+                Err(format!("a float constant of width {}", w.name()))
+            }
             Expr::Const(_, w) => Ok(*w),
+            Expr::Int(v, w) => match w {
+                Width::I64 => Ok(*w),
+                Width::I32 if i32::try_from(*v).is_ok() => Ok(*w),
+                Width::Bool if *v == 0 || *v == 1 => Ok(*w),
+                _ => Err(format!("integer constant {v} does not fit {}", w.name())),
+            },
             Expr::Load { buf, index, width } => {
+                self.element_type(*buf, *width)?;
                 self.access(*buf, index, width.lanes() as i64)?;
+                Ok(*width)
+            }
+            Expr::LoadAt {
+                buf,
+                base,
+                index,
+                stride,
+                bound,
+                width,
+            } => {
+                if self.expr(index)? != Width::I64 {
+                    return Err("a run-time index must be an i64".into());
+                }
+                if width.lanes() != 1 {
+                    return Err("a load at a run-time index reads one element".into());
+                }
+                if *bound <= 0 || *stride < 0 {
+                    return Err(format!(
+                        "a run-time index needs a positive bound and a non-negative stride, got bound {bound}, stride {stride}"
+                    ));
+                }
+                self.element_type(*buf, *width)?;
+                // The generated code tests 0 <= index < bound first, so the addresses are
+                // base + k * stride for k in 0..bound: extreme at k = 0 and k = bound - 1.
+                let last = (i128::from(*bound) - 1) * i128::from(*stride);
+                let last = i64::try_from(last)
+                    .ok()
+                    .and_then(|l| base.offset.checked_add(l))
+                    .ok_or_else(|| format!("run-time index range {bound}x{stride} overflows"))?;
+                self.access(*buf, base, 1)?;
+                self.access(
+                    *buf,
+                    &Affine {
+                        offset: last,
+                        terms: base.terms.clone(),
+                    },
+                    1,
+                )?;
                 Ok(*width)
             }
             Expr::Splat(x) => match self.expr(x)? {
                 Width::Scalar => Ok(Width::F32x4),
-                Width::F32x4 => Err("splat of a vector".into()),
+                other => Err(format!("splat of a {} value", other.name())),
             },
-            Expr::Unary(_, x) => self.expr(x),
-            Expr::Binary(op, a, b) => same(self.expr(a)?, self.expr(b)?, &format!("{op:?}")),
+            Expr::Cast(to, x) => {
+                let from = self.expr(x)?;
+                if from.lanes() != 1 || to.lanes() != 1 {
+                    return Err("casts convert scalars".into());
+                }
+                Ok(*to)
+            }
+            Expr::Compare(_, a, b) => {
+                let w = same(self.expr(a)?, self.expr(b)?, "compare")?;
+                if w.lanes() != 1 {
+                    return Err("compare of vectors (select compares lanes)".into());
+                }
+                Ok(Width::Bool)
+            }
+            Expr::Unary(op, x) => {
+                let w = self.expr(x)?;
+                let integer_ok = matches!(op, UnOp::Neg | UnOp::Abs);
+                if w.is_integer() && (!integer_ok || w == Width::Bool) {
+                    return Err(format!("{op:?} of a {} value", w.name()));
+                }
+                Ok(w)
+            }
+            Expr::Binary(op, a, b) => {
+                let w = same(self.expr(a)?, self.expr(b)?, &format!("{op:?}"))?;
+                let bitwise = matches!(op, BinOp::And | BinOp::Or | BinOp::Xor);
+                let arithmetic_on_bool = w == Width::Bool && !bitwise;
+                if (bitwise && !w.is_integer()) || arithmetic_on_bool {
+                    return Err(format!("{op:?} of {} values", w.name()));
+                }
+                Ok(w)
+            }
             Expr::Fma(a, b, c) => {
                 let ab = same(self.expr(a)?, self.expr(b)?, "fma")?;
-                same(ab, self.expr(c)?, "fma")
+                let w = same(ab, self.expr(c)?, "fma")?;
+                if w.is_integer() {
+                    return Err(format!("fma of {} values", w.name()));
+                }
+                Ok(w)
             }
             Expr::Select {
                 a,
@@ -302,16 +420,25 @@ impl CheckCx<'_> {
             } => {
                 let ab = same(self.expr(a)?, self.expr(b)?, "select comparison")?;
                 let tf = same(self.expr(if_true)?, self.expr(if_false)?, "select")?;
-                same(ab, tf, "select")
+                // a vector select compares lanes of its own type; a scalar one may compare
+                // any scalars (an `i1` condition choosing between two i64s)
+                if ab.lanes() != tf.lanes() || (tf.lanes() > 1 && ab != tf) {
+                    return Err(format!(
+                        "select compares {} values to choose {} values",
+                        ab.name(),
+                        tf.name()
+                    ));
+                }
+                Ok(tf)
             }
             Expr::Reduce(_, x) => match self.expr(x)? {
                 Width::F32x4 => Ok(Width::Scalar),
-                Width::Scalar => Err("reduction of a scalar".into()),
+                _ => Err("reduction of a scalar".into()),
             },
             Expr::Lane(x, lane) => match self.expr(x)? {
                 Width::F32x4 if *lane < 4 => Ok(Width::Scalar),
                 Width::F32x4 => Err(format!("lane {lane} of a 4-lane vector")),
-                Width::Scalar => Err("lane of a scalar".into()),
+                _ => Err("lane of a scalar".into()),
             },
             Expr::Shuffle(a, b, m) => {
                 if same(self.expr(a)?, self.expr(b)?, "shuffle")? != Width::F32x4 {

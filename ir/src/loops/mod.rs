@@ -1,14 +1,19 @@
 //! The loop-nest IR: kernels as loops over vector loads, stores, FMAs and epilogues.
 //!
-//! A [`Kernel`] is a function of buffer arguments (pointers to `f32` elements, each
-//! with a static length). Its body is a tree of [`Stmt`]s: counted loops with constant
-//! bounds, assignments to register variables, and stores. Values are [`Expr`] trees over
-//! loads at affine addresses, constants, broadcasts, arithmetic, FMAs and selects, in
-//! scalar (`f32`) or vector (`f32x4`) width.
+//! A [`Kernel`] is a function of buffer arguments (pointers to elements of one type
+//! each — `f32`, `i64`, `i32` or `i1` — with a static length). Its body is a tree of
+//! [`Stmt`]s: counted loops with constant bounds, assignments to register variables, and
+//! stores. Values are [`Expr`] trees over loads at affine addresses, constants,
+//! broadcasts, arithmetic, FMAs, comparisons, selects and casts, in scalar or vector
+//! (`f32x4`) width for `f32` and scalar width for the integer types.
 //!
-//! Everything is static, so [`Kernel::check`] proves every access of every load and
-//! store inside its buffer before any code runs: the runtime's safety argument rests on
-//! it. Lowering (in smelt-passes) produces kernels; code generation (in smelt) turns them
+//! Everything but one kind of address is static, so [`Kernel::check`] proves every access
+//! of every load and store inside its buffer before any code runs: the runtime's safety
+//! argument rests on it. The exception is [`Expr::LoadAt`], whose index is a value
+//! computed at run time (a gather): it carries its own bound, which the checker proves
+//! sufficient and the generated code tests before the load, returning a [`Fault`] status
+//! instead of reading when the index is outside it. Integer division by zero is the
+//! other fault; a kernel that can fault is never split across threads. Lowering (in smelt-passes) produces kernels; code generation (in smelt) turns them
 //! into Cranelift IR. The printer ([`Kernel::fmt`]) is deterministic, for `--dump-loops`
 //! and snapshot tests.
 //!
@@ -18,7 +23,7 @@
 
 use std::fmt;
 
-use crate::types::F32;
+use crate::types::{DType, F32};
 
 mod builder;
 pub mod check;
@@ -62,28 +67,93 @@ pub struct LoopVar(pub u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct VarId(pub u32);
 
-/// Width of a value: one `f32` or a vector of four.
+/// Width (and element type) of a register value: one `f32`, a vector of four, or one
+/// integer or `i1` scalar.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Width {
     /// One `f32`.
     Scalar,
     /// Four `f32` lanes (128 bits).
     F32x4,
+    /// One `i64`.
+    I64,
+    /// One `i32`.
+    I32,
+    /// One `i1`, held as a byte 0 or 1.
+    Bool,
 }
 
 impl Width {
-    /// Number of `f32` lanes.
+    /// Number of lanes.
     pub fn lanes(self) -> usize {
         match self {
-            Width::Scalar => 1,
             Width::F32x4 => 4,
+            Width::Scalar | Width::I64 | Width::I32 | Width::Bool => 1,
         }
+    }
+
+    /// The element type of each lane.
+    pub fn dtype(self) -> DType {
+        match self {
+            Width::Scalar | Width::F32x4 => DType::F32,
+            Width::I64 => DType::I64,
+            Width::I32 => DType::I32,
+            Width::Bool => DType::Bool,
+        }
+    }
+
+    /// The scalar width of element type `dtype`.
+    pub fn scalar(dtype: DType) -> Width {
+        match dtype {
+            DType::F32 => Width::Scalar,
+            DType::I64 => Width::I64,
+            DType::I32 => Width::I32,
+            DType::Bool => Width::Bool,
+        }
+    }
+
+    /// Whether the value is an integer or `i1` (integer instructions compute on it).
+    pub fn is_integer(self) -> bool {
+        self.dtype() != DType::F32
     }
 
     fn name(self) -> &'static str {
         match self {
             Width::Scalar => "f32",
             Width::F32x4 => "f32x4",
+            Width::I64 => "i64",
+            Width::I32 => "i32",
+            Width::Bool => "i1",
+        }
+    }
+}
+
+/// Why a kernel stopped before finishing: the status a faulting kernel returns (0 is
+/// success). The runtime turns it into an error naming the step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(i32)]
+pub enum Fault {
+    /// An [`Expr::LoadAt`] index was outside its bound.
+    IndexOutOfRange = 1,
+    /// An integer division by zero.
+    DivisionByZero = 2,
+}
+
+impl Fault {
+    /// The fault a kernel's status code means; `None` for 0 (success) and unknown codes.
+    pub fn from_status(status: i32) -> Option<Fault> {
+        match status {
+            1 => Some(Fault::IndexOutOfRange),
+            2 => Some(Fault::DivisionByZero),
+            _ => None,
+        }
+    }
+
+    /// What happened, for error messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Fault::IndexOutOfRange => "an index is out of range",
+            Fault::DivisionByZero => "an integer division by zero",
         }
     }
 }
@@ -102,7 +172,9 @@ pub enum Access {
 pub struct KernelArg {
     /// A name for dumps (`x`, `w`, `out`, `residual`).
     pub name: String,
-    /// Length in `f32` elements; every access is proven inside it.
+    /// Element type; every load and store of the buffer has this type.
+    pub dtype: DType,
+    /// Length in elements; every access is proven inside it.
     pub len: usize,
     /// Read-only or written.
     pub access: Access,
@@ -202,11 +274,22 @@ pub enum BinOp {
     Max,
     /// `a < b ? a : b`.
     Min,
+    /// Bitwise and (integers and `i1` only).
+    And,
+    /// Bitwise or (integers and `i1` only).
+    Or,
+    /// Bitwise exclusive or (integers and `i1` only).
+    Xor,
 }
 
-/// A comparison for [`Expr::Select`].
+/// A comparison for [`Expr::Select`] and [`Expr::Compare`] (signed for integers;
+/// ordered for floats, so only `Ne` holds with a NaN).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum CmpOp {
+    /// `a == b`.
+    Eq,
+    /// `a != b`.
+    Ne,
     /// `a < b`.
     Lt,
     /// `a <= b`.
@@ -233,6 +316,8 @@ pub enum Expr {
     Var(VarId),
     /// A constant, splatted to every lane.
     Const(F32, Width),
+    /// An integer or `i1` constant of the given scalar width.
+    Int(i64, Width),
     /// Loads `width.lanes()` consecutive elements of `buf` starting at `index`.
     Load {
         /// The buffer.
@@ -242,8 +327,32 @@ pub enum Expr {
         /// How many lanes.
         width: Width,
     },
+    /// Loads one element of `buf` at `base + index * stride`, where `index` is a
+    /// scalar `i64` computed at run time: the generated code first tests
+    /// `0 <= index < bound` and ends the kernel with [`Fault::IndexOutOfRange`] when it
+    /// fails, so the load happens only inside the range the checker proved.
+    LoadAt {
+        /// The buffer.
+        buf: BufId,
+        /// Element index of element 0 of the indexed axis.
+        base: Affine,
+        /// The run-time index (an `i64` value).
+        index: Box<Expr>,
+        /// Elements between consecutive indices.
+        stride: i64,
+        /// Exclusive upper bound of valid indices.
+        bound: i64,
+        /// The loaded value's width (a scalar).
+        width: Width,
+    },
     /// A scalar broadcast to every lane of a vector.
     Splat(Box<Expr>),
+    /// A scalar converted to another element type, as ONNX `Cast` does (float to
+    /// integer truncates and saturates, NaN to 0; integer to float rounds to nearest;
+    /// integer to integer wraps; to `i1` is `!= 0`).
+    Cast(Width, Box<Expr>),
+    /// `a cmp b` on two scalars of one type: an `i1`.
+    Compare(CmpOp, Box<Expr>, Box<Expr>),
     /// An elementwise function of one value.
     Unary(UnOp, Box<Expr>),
     /// An elementwise function of two values of the same width.
@@ -312,8 +421,8 @@ impl Expr {
     /// `x` broadcast to `width` (no-op for scalar width).
     pub fn splat_to(x: Expr, width: Width) -> Expr {
         match width {
-            Width::Scalar => x,
             Width::F32x4 => Expr::Splat(Box::new(x)),
+            Width::Scalar | Width::I64 | Width::I32 | Width::Bool => x,
         }
     }
 
@@ -327,9 +436,72 @@ impl Expr {
         Expr::Shuffle(Box::new(a), Box::new(b), m)
     }
 
+    /// An integer or `i1` constant.
+    pub fn int(v: i64, width: Width) -> Expr {
+        Expr::Int(v, width)
+    }
+
+    /// `x` converted to `width`'s element type.
+    pub fn cast(width: Width, x: Expr) -> Expr {
+        Expr::Cast(width, Box::new(x))
+    }
+
+    /// `a cmp b` as an `i1`.
+    pub fn compare(cmp: CmpOp, a: Expr, b: Expr) -> Expr {
+        Expr::Compare(cmp, Box::new(a), Box::new(b))
+    }
+
     /// Whether evaluating the expression twice costs nothing (a variable or a constant).
     pub fn is_trivial(&self) -> bool {
-        matches!(self, Expr::Var(_) | Expr::Const(..))
+        matches!(self, Expr::Var(_) | Expr::Const(..) | Expr::Int(..))
+    }
+
+    /// Whether evaluating the expression can end the kernel with a [`Fault`]: it holds a
+    /// run-time index or an integer division. `vars` are the kernel's variable widths.
+    pub fn can_fault(&self, vars: &[Width]) -> bool {
+        match self {
+            Expr::Var(_) | Expr::Const(..) | Expr::Int(..) | Expr::Load { .. } => false,
+            Expr::LoadAt { .. } => true,
+            Expr::Binary(op, a, b) => {
+                (*op == BinOp::Div && a.width(vars).is_integer())
+                    || a.can_fault(vars)
+                    || b.can_fault(vars)
+            }
+            Expr::Splat(x)
+            | Expr::Unary(_, x)
+            | Expr::Cast(_, x)
+            | Expr::Reduce(_, x)
+            | Expr::Lane(x, _) => x.can_fault(vars),
+            Expr::Compare(_, a, b) | Expr::Shuffle(a, b, _) => {
+                a.can_fault(vars) || b.can_fault(vars)
+            }
+            Expr::Fma(a, b, c) => a.can_fault(vars) || b.can_fault(vars) || c.can_fault(vars),
+            Expr::Select {
+                a,
+                b,
+                if_true,
+                if_false,
+                ..
+            } => [a, b, if_true, if_false].iter().any(|x| x.can_fault(vars)),
+        }
+    }
+
+    /// The width of the value, read off its structure with the kernel's variable widths
+    /// `vars` (for a checked kernel; [`Kernel::check`] verifies that operands agree).
+    pub fn width(&self, vars: &[Width]) -> Width {
+        match self {
+            Expr::Var(v) => vars.get(v.0 as usize).copied().unwrap_or(Width::Scalar),
+            Expr::Const(_, w)
+            | Expr::Int(_, w)
+            | Expr::Load { width: w, .. }
+            | Expr::LoadAt { width: w, .. }
+            | Expr::Cast(w, _) => *w,
+            Expr::Compare(..) => Width::Bool,
+            Expr::Splat(_) | Expr::Shuffle(..) => Width::F32x4,
+            Expr::Unary(_, x) | Expr::Binary(_, x, _) | Expr::Fma(x, ..) => x.width(vars),
+            Expr::Select { if_true, .. } => if_true.width(vars),
+            Expr::Reduce(..) | Expr::Lane(..) => Width::Scalar,
+        }
     }
 }
 /// A buffer position passed to a micro-kernel: the pointer to element `index` of `buf`.
@@ -481,7 +653,23 @@ impl Kernel {
     /// Bytes one call moves at least: every argument's elements once (reads and writes),
     /// for GB/s reports.
     pub fn bytes(&self) -> u64 {
-        self.args.iter().map(|a| a.len as u64 * 4).sum()
+        self.args
+            .iter()
+            .map(|a| (a.len * a.dtype.size_bytes()) as u64)
+            .sum()
+    }
+
+    /// Whether a call can end with a [`Fault`] status (it holds a run-time index or an
+    /// integer division).
+    pub fn can_fault(&self) -> bool {
+        fn block(stmts: &[Stmt], vars: &[Width]) -> bool {
+            stmts.iter().any(|s| match s {
+                Stmt::Loop { body, .. } => block(body, vars),
+                Stmt::Assign { value, .. } | Stmt::Store { value, .. } => value.can_fault(vars),
+                Stmt::ConvTile { .. } | Stmt::Prefetch { .. } => false,
+            })
+        }
+        block(&self.body, &self.vars)
     }
 
     /// Number of floating-point operations one call performs (FMA counts two), counted
@@ -489,8 +677,10 @@ impl Kernel {
     pub fn flops(&self) -> u64 {
         fn expr(e: &Expr, vars: &[Width]) -> u64 {
             match e {
-                Expr::Var(_) | Expr::Const(..) | Expr::Load { .. } => 0,
-                Expr::Splat(x) => expr(x, vars),
+                Expr::Var(_) | Expr::Const(..) | Expr::Int(..) | Expr::Load { .. } => 0,
+                Expr::LoadAt { index, .. } => expr(index, vars),
+                Expr::Splat(x) | Expr::Cast(_, x) => expr(x, vars),
+                Expr::Compare(_, a, b) => 1 + expr(a, vars) + expr(b, vars),
                 Expr::Unary(_, x) => lanes_of(e, vars) + expr(x, vars),
                 Expr::Binary(_, a, b) => lanes_of(e, vars) + expr(a, vars) + expr(b, vars),
                 Expr::Fma(a, b, c) => {
@@ -519,7 +709,12 @@ impl Kernel {
             fn width(e: &Expr, vars: &[Width]) -> usize {
                 match e {
                     Expr::Var(v) => vars.get(v.0 as usize).map_or(1, |w| w.lanes()),
-                    Expr::Const(_, w) | Expr::Load { width: w, .. } => w.lanes(),
+                    Expr::Const(_, w)
+                    | Expr::Int(_, w)
+                    | Expr::Load { width: w, .. }
+                    | Expr::LoadAt { width: w, .. }
+                    | Expr::Cast(w, _) => w.lanes(),
+                    Expr::Compare(..) => 1,
                     Expr::Splat(_) => 4,
                     Expr::Unary(_, x) => width(x, vars),
                     Expr::Binary(_, a, b) => width(a, vars).max(width(b, vars)),

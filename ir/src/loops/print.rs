@@ -34,8 +34,23 @@ impl fmt::Display for Expr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Expr::Var(v) => write!(f, "${}", v.0),
-            Expr::Const(c, Width::Scalar) => write!(f, "{c}"),
             Expr::Const(c, Width::F32x4) => write!(f, "splat({c})"),
+            Expr::Const(c, _) => write!(f, "{c}"),
+            Expr::Int(v, w) => write!(f, "{v}.{}", w.name()),
+            Expr::LoadAt {
+                buf,
+                base,
+                index,
+                stride,
+                bound,
+                width,
+            } => write!(
+                f,
+                "load.{} {buf}[{base} + {stride}*checked({index} < {bound})]",
+                width.name()
+            ),
+            Expr::Cast(w, x) => write!(f, "cast.{}({x})", w.name()),
+            Expr::Compare(cmp, a, b) => write!(f, "({a} {} {b})", cmp_text(*cmp)),
             Expr::Load { buf, index, width } => {
                 write!(f, "load.{} {buf}[{index}]", width.name())
             }
@@ -52,12 +67,7 @@ impl fmt::Display for Expr {
                 if_true,
                 if_false,
             } => {
-                let c = match cmp {
-                    CmpOp::Lt => "<",
-                    CmpOp::Le => "<=",
-                    CmpOp::Gt => ">",
-                    CmpOp::Ge => ">=",
-                };
+                let c = cmp_text(*cmp);
                 write!(f, "select({a} {c} {b}, {if_true}, {if_false})")
             }
             Expr::Reduce(op, x) => {
@@ -72,6 +82,17 @@ impl fmt::Display for Expr {
                 write!(f, "shuffle({a}, {b}, [{m0}, {m1}, {m2}, {m3}])")
             }
         }
+    }
+}
+
+fn cmp_text(cmp: CmpOp) -> &'static str {
+    match cmp {
+        CmpOp::Eq => "==",
+        CmpOp::Ne => "!=",
+        CmpOp::Lt => "<",
+        CmpOp::Le => "<=",
+        CmpOp::Gt => ">",
+        CmpOp::Ge => ">=",
     }
 }
 
@@ -148,7 +169,7 @@ impl fmt::Display for Kernel {
                 Access::Read => "read",
                 Access::Write => "write",
             };
-            let _ = writeln!(out, "  %{i} {}: {access} f32[{}]", a.name, a.len);
+            let _ = writeln!(out, "  %{i} {}: {access} {}[{}]", a.name, a.dtype, a.len);
         }
         for (i, len) in self.locals.iter().enumerate() {
             let _ = writeln!(out, "  %local{i}: local f32[{len}]");

@@ -783,7 +783,8 @@ fn compare(rule: &Rule, instance: &Instance, seed: u64) -> Comparison {
                 p.ty.storage_len(),
                 -1.0,
                 1.0,
-            ),
+            )
+            .into(),
         })
         .collect();
     let Ok(want) = interp::run(&module, func, &inputs) else {

@@ -199,9 +199,9 @@ pub fn row_major_strides(dims: &[usize]) -> Vec<i64> {
 /// dimension where the operand's stride is `lane_stride` (1: consecutive, 0: broadcast).
 pub fn load_lanes(buf: BufId, index: Affine, lane_stride: i64, w: Width) -> Expr {
     match (w, lane_stride) {
-        (Width::Scalar, _) => Expr::load(buf, index, Width::Scalar),
         (Width::F32x4, 0) => Expr::Splat(Box::new(Expr::load(buf, index, Width::Scalar))),
         (Width::F32x4, _) => Expr::load(buf, index, Width::F32x4),
+        (Width::Scalar | Width::I64 | Width::I32 | Width::Bool, _) => Expr::load(buf, index, w),
     }
 }
 

@@ -6,14 +6,14 @@ use super::{BufferKind, Program};
 /// Where every temporary buffer lives in the per-run arena.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemoryPlan {
-    /// Element offset of each buffer in the arena; `None` for buffers that are not
-    /// temporaries (inputs, weights, constants).
+    /// Offset of each buffer in the arena, in 4-byte words (an `f32` element each);
+    /// `None` for buffers that are not temporaries (inputs, weights, constants).
     pub offsets: Vec<Option<usize>>,
-    /// Arena length in f32 elements.
+    /// Arena length in 4-byte words.
     pub arena_len: usize,
 }
 
-/// Offsets are multiples of this many elements (64 bytes: one cache line).
+/// Offsets are multiples of this many words (64 bytes: one cache line).
 const ALIGN: usize = 16;
 
 /// Plans the arena for `prog`. With `keep_intermediates`, no two temporaries share space
@@ -49,7 +49,8 @@ pub fn plan_memory(prog: &Program, keep_intermediates: bool) -> MemoryPlan {
     let mut live: Vec<(usize, usize, usize)> = Vec::new();
     let mut arena_len = 0;
     for i in order {
-        let len = prog.buffers[i].len.div_ceil(ALIGN).max(1) * ALIGN;
+        let words = prog.buffers[i].bytes().div_ceil(4);
+        let len = words.div_ceil(ALIGN).max(1) * ALIGN;
         if !keep_intermediates {
             live.retain(|&(_, _, l)| l >= first[i]);
         }

@@ -25,7 +25,9 @@ use std::sync::Arc;
 use smelt_ir::diag::Location;
 use smelt_ir::loops::{Access, Kernel, TileTarget};
 use smelt_ir::op::PostOp;
-use smelt_ir::{AlignedBuf, Diagnostic, Func, Layout, Module, Op, TensorType, Value, WeightId};
+use smelt_ir::{
+    AlignedBuf, DType, Diagnostic, Func, Layout, Module, Op, TensorType, Value, WeightId,
+};
 
 pub use memory::{plan_memory, MemoryPlan};
 
@@ -46,15 +48,24 @@ pub enum BufferKind {
     Temp,
 }
 
-/// One buffer of `len` f32 elements.
+/// One buffer of `len` elements of type `dtype`.
 #[derive(Clone, Debug)]
 pub struct Buffer {
     /// A name for dumps (the value or weight it holds).
     pub name: String,
-    /// Length in f32 elements (the storage length of its tensor type).
+    /// Element type.
+    pub dtype: DType,
+    /// Length in elements (the storage length of its tensor type).
     pub len: usize,
     /// Where it lives.
     pub kind: BufferKind,
+}
+
+impl Buffer {
+    /// Size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.len * self.dtype.size_bytes()
+    }
 }
 
 /// One kernel call.
@@ -253,7 +264,7 @@ fn lower_program<'a>(
     for (i, p) in func.params.iter().enumerate() {
         p.ty.check_size()
             .map_err(|m| Diagnostic::error("bad-type", m, func.loc.clone()))?;
-        let b = cx.buffer(&p.name, p.ty.storage_len(), BufferKind::Input(i));
+        let b = cx.buffer(&p.name, p.ty.dtype, p.ty.storage_len(), BufferKind::Input(i));
         cx.value_buf.push(b);
         cx.prog.inputs.push(Port {
             name: p.name.clone(),
@@ -342,23 +353,34 @@ impl<'a> Cx<'a> {
     /// writes and their page faults halve. Kernels only need the length now.
     pub(crate) fn constant_later(&mut self, name: &str, len: usize, job: PackJob<'a>) -> BufferId {
         let placeholder = Arc::new(AlignedBuf::zeroed(0));
-        let id = self.buffer(name, len, BufferKind::Constant(placeholder));
+        let id = self.buffer(name, DType::F32, len, BufferKind::Constant(placeholder));
         self.packing.submit(len, Box::new(move || (id, job())));
         id
     }
 
-    fn buffer(&mut self, name: &str, len: usize, kind: BufferKind) -> BufferId {
+    fn buffer(&mut self, name: &str, dtype: DType, len: usize, kind: BufferKind) -> BufferId {
         self.prog.buffers.push(Buffer {
             name: name.to_string(),
+            dtype,
             len,
             kind,
         });
         BufferId(self.prog.buffers.len() as u32 - 1)
     }
 
-    /// A fresh temporary of `len` elements.
+    /// A fresh `f32` temporary of `len` elements.
     pub(crate) fn temp(&mut self, name: &str, len: usize) -> BufferId {
-        self.buffer(name, len, BufferKind::Temp)
+        self.buffer(name, DType::F32, len, BufferKind::Temp)
+    }
+
+    /// A fresh temporary of `len` elements of type `dtype`.
+    pub(crate) fn typed_temp(&mut self, name: &str, dtype: DType, len: usize) -> BufferId {
+        self.buffer(name, dtype, len, BufferKind::Temp)
+    }
+
+    /// The element type of a buffer.
+    pub(crate) fn dtype_of(&self, b: BufferId) -> DType {
+        self.prog.buffers[b.0 as usize].dtype
     }
 
     /// A constant buffer holding a copy of `values`.
@@ -373,7 +395,7 @@ impl<'a> Cx<'a> {
     /// faults per compile, benches/RESULTS.md "Compile time").
     pub(crate) fn constant_buf(&mut self, name: &str, data: AlignedBuf) -> BufferId {
         let len = data.as_f32().len();
-        self.buffer(name, len, BufferKind::Constant(Arc::new(data)))
+        self.buffer(name, DType::F32, len, BufferKind::Constant(Arc::new(data)))
     }
 
     /// The buffer of a lowered value.
@@ -419,6 +441,19 @@ impl<'a> Cx<'a> {
             .check()
             .map_err(|m| Diagnostic::error("lowering-bug", m, self.cur_loc.clone()))?;
         for (i, (a, b)) in kernel.args.iter().zip(&args).enumerate() {
+            if a.dtype != self.dtype_of(*b) {
+                return Err(Diagnostic::error(
+                    "lowering-bug",
+                    format!(
+                        "kernel {} argument {i} holds {}, buffer {} holds {}",
+                        kernel.name,
+                        a.dtype,
+                        self.prog.buffers[b.0 as usize].name,
+                        self.dtype_of(*b)
+                    ),
+                    self.cur_loc.clone(),
+                ));
+            }
             if a.len != self.len_of(*b) {
                 return Err(Diagnostic::error(
                     "lowering-bug",
@@ -485,7 +520,8 @@ impl<'a> Cx<'a> {
                 .get(id)
                 .ok_or_else(|| self.unsupported("unknown weight"))?;
             let name = w.name.clone();
-            return Ok(self.buffer(&name, w.ty.storage_len(), BufferKind::Weight(id)));
+            let (dtype, len) = (w.ty.dtype, w.ty.storage_len());
+            return Ok(self.buffer(&name, dtype, len, BufferKind::Weight(id)));
         }
         if !layouts_have_kernels(&inst.op, &types, &inst.ty) {
             return Err(self.unsupported(
@@ -499,7 +535,7 @@ impl<'a> Cx<'a> {
             return Ok(self.buf(inst.operands[0]));
         }
         let name = format!("v{}", self.func.inst_value(i).0);
-        let out = self.temp(&name, inst.ty.storage_len());
+        let out = self.typed_temp(&name, inst.ty.dtype, inst.ty.storage_len());
         let operands = inst.operands.clone();
         let op = inst.op.clone();
         let out_ty = inst.ty.clone();
@@ -581,6 +617,15 @@ impl<'a> Cx<'a> {
                 // Reached only as a fused anchor (never valid) — copy through the epilogue.
                 copy::lower_copy(self, op, operands, out_ty, epi, out)
             }
+            Op::Cast { .. }
+            | Op::Compare(_)
+            | Op::Logic(_)
+            | Op::Not
+            | Op::Where
+            | Op::Gather { .. } => Err(self.unsupported(&format!(
+                "'{}' has no kernel yet",
+                op.name()
+            ))),
             Op::Const(_) => Err(self.unsupported("a constant cannot be computed by a kernel")),
             Op::BnFoldWeight { .. }
             | Op::BnFoldBias { .. }

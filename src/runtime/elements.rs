@@ -1,0 +1,165 @@
+//! Borrowed tensor elements of any element type: what [`Executable::run_with`] reads its
+//! inputs from and writes its outputs into, and their byte views for JIT code.
+//!
+//! [`Executable::run_with`]: super::Executable::run_with
+
+use smelt_ir::{DType, TensorData};
+
+/// A borrowed run of elements of one type (an input of [`Executable::run_with`]).
+///
+/// [`Executable::run_with`]: super::Executable::run_with
+#[derive(Clone, Copy, Debug)]
+pub enum Elements<'a> {
+    /// `f32` elements.
+    F32(&'a [f32]),
+    /// `i64` elements.
+    I64(&'a [i64]),
+    /// `i32` elements.
+    I32(&'a [i32]),
+    /// `i1` elements.
+    Bool(&'a [bool]),
+}
+
+/// A mutably borrowed run of elements of one type (an output of
+/// [`Executable::run_with`]).
+///
+/// [`Executable::run_with`]: super::Executable::run_with
+#[derive(Debug)]
+pub enum ElementsMut<'a> {
+    /// `f32` elements.
+    F32(&'a mut [f32]),
+    /// `i64` elements.
+    I64(&'a mut [i64]),
+    /// `i32` elements.
+    I32(&'a mut [i32]),
+    /// `i1` elements.
+    Bool(&'a mut [bool]),
+}
+
+impl<'a> Elements<'a> {
+    /// The elements of `data`.
+    pub fn of(data: &'a TensorData) -> Elements<'a> {
+        match data {
+            TensorData::F32(v) => Elements::F32(v),
+            TensorData::I64(v) => Elements::I64(v),
+            TensorData::I32(v) => Elements::I32(v),
+            TensorData::Bool(v) => Elements::Bool(v),
+        }
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Elements::F32(_) => DType::F32,
+            Elements::I64(_) => DType::I64,
+            Elements::I32(_) => DType::I32,
+            Elements::Bool(_) => DType::Bool,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            Elements::F32(v) => v.len(),
+            Elements::I64(v) => v.len(),
+            Elements::I32(v) => v.len(),
+            Elements::Bool(v) => v.len(),
+        }
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Where JIT code reads the elements, and how many bytes it may read (an `i1` is
+    /// one byte, 0 or 1, which is exactly a Rust `bool`).
+    pub(super) fn bytes(&self) -> (*const u8, usize) {
+        match *self {
+            Elements::F32(v) => (v.as_ptr().cast(), v.len() * 4),
+            Elements::I64(v) => (v.as_ptr().cast(), v.len() * 8),
+            Elements::I32(v) => (v.as_ptr().cast(), v.len() * 4),
+            Elements::Bool(v) => (v.as_ptr().cast(), v.len()),
+        }
+    }
+}
+
+impl<'a> ElementsMut<'a> {
+    /// The elements of `data`, mutably.
+    pub fn of(data: &'a mut TensorData) -> ElementsMut<'a> {
+        match data {
+            TensorData::F32(v) => ElementsMut::F32(v),
+            TensorData::I64(v) => ElementsMut::I64(v),
+            TensorData::I32(v) => ElementsMut::I32(v),
+            TensorData::Bool(v) => ElementsMut::Bool(v),
+        }
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            ElementsMut::F32(_) => DType::F32,
+            ElementsMut::I64(_) => DType::I64,
+            ElementsMut::I32(_) => DType::I32,
+            ElementsMut::Bool(_) => DType::Bool,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            ElementsMut::F32(v) => v.len(),
+            ElementsMut::I64(v) => v.len(),
+            ElementsMut::I32(v) => v.len(),
+            ElementsMut::Bool(v) => v.len(),
+        }
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Where JIT code writes the elements, and how many bytes it may write. For `i1`
+    /// the caller must store only the bytes 0 and 1 (every `i1` value the loop IR
+    /// computes is one: comparisons, casts, loads of `i1`, the bitwise ops on them).
+    pub(super) fn bytes_mut(&mut self) -> (*mut u8, usize) {
+        match self {
+            ElementsMut::F32(v) => (v.as_mut_ptr().cast(), v.len() * 4),
+            ElementsMut::I64(v) => (v.as_mut_ptr().cast(), v.len() * 8),
+            ElementsMut::I32(v) => (v.as_mut_ptr().cast(), v.len() * 4),
+            ElementsMut::Bool(v) => (v.as_mut_ptr().cast(), v.len()),
+        }
+    }
+}
+
+impl<'a> From<&'a [f32]> for Elements<'a> {
+    fn from(v: &'a [f32]) -> Elements<'a> {
+        Elements::F32(v)
+    }
+}
+impl<'a> From<&'a Vec<f32>> for Elements<'a> {
+    fn from(v: &'a Vec<f32>) -> Elements<'a> {
+        Elements::F32(v)
+    }
+}
+impl<'a> From<&'a [i64]> for Elements<'a> {
+    fn from(v: &'a [i64]) -> Elements<'a> {
+        Elements::I64(v)
+    }
+}
+impl<'a> From<&'a mut [f32]> for ElementsMut<'a> {
+    fn from(v: &'a mut [f32]) -> ElementsMut<'a> {
+        ElementsMut::F32(v)
+    }
+}
+impl<'a> From<&'a mut Vec<f32>> for ElementsMut<'a> {
+    fn from(v: &'a mut Vec<f32>) -> ElementsMut<'a> {
+        ElementsMut::F32(v)
+    }
+}
+impl<'a> From<&'a mut [i64]> for ElementsMut<'a> {
+    fn from(v: &'a mut [i64]) -> ElementsMut<'a> {
+        ElementsMut::I64(v)
+    }
+}
