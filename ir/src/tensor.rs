@@ -211,6 +211,23 @@ impl TensorData {
     }
 }
 
+/// `f32` data equals a float list with the same elements (for tests and examples).
+impl PartialEq<Vec<f32>> for TensorData {
+    fn eq(&self, other: &Vec<f32>) -> bool {
+        self.as_f32() == Some(other.as_slice())
+    }
+}
+impl PartialEq<[f32]> for TensorData {
+    fn eq(&self, other: &[f32]) -> bool {
+        self.as_f32() == Some(other)
+    }
+}
+impl<const N: usize> PartialEq<[f32; N]> for TensorData {
+    fn eq(&self, other: &[f32; N]) -> bool {
+        self.as_f32() == Some(other.as_slice())
+    }
+}
+
 impl From<Vec<f32>> for TensorData {
     fn from(v: Vec<f32>) -> TensorData {
         TensorData::F32(v)

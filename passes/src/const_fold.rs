@@ -285,7 +285,7 @@ mod tests {
             let refs: Vec<&Tensor> = tensors.iter().collect();
             let want = eval_op(&op, &refs, &w_ty, &store).unwrap();
             let bits = |x: &[f32]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(direct.as_f32()), bits(&want.data), "{dims:?}");
+            assert_eq!(bits(direct.as_f32()), bits(want.f32s()), "{dims:?}");
         }
     }
 

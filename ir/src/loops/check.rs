@@ -502,6 +502,7 @@ mod tests {
         let args = (0..g.int(1, 3))
             .map(|i| KernelArg {
                 name: format!("a{i}"),
+                dtype: crate::types::DType::F32,
                 len: g.int(0, 64) as usize,
                 access: if g.chance(50) {
                     Access::Read

@@ -880,6 +880,13 @@ mod tests {
             Op::ChannelScale,
             Op::ChannelVector,
             Op::ConvShiftBias,
+            Op::Cast { to: DType::I64 },
+            Op::Cast { to: DType::Bool },
+            Op::Compare(crate::op::Comparison::LessOrEqual),
+            Op::Logic(crate::op::LogicOp::Xor),
+            Op::Not,
+            Op::Where,
+            Op::Gather { axis: 2 },
         ];
         for op in &all {
             match op {
@@ -910,6 +917,12 @@ mod tests {
                 | Op::ChannelScale
                 | Op::ChannelVector
                 | Op::ConvShiftBias
+                | Op::Cast { .. }
+                | Op::Compare(_)
+                | Op::Logic(_)
+                | Op::Not
+                | Op::Where
+                | Op::Gather { .. }
                 | Op::Fused(_) => {}
             }
         }
