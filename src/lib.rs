@@ -48,6 +48,7 @@ impl From<smelt_ir::Diagnostic> for Error {
 
 pub mod capi;
 pub mod codegen;
+pub mod driver;
 pub mod microkernels;
 pub mod models;
 pub mod npy;
@@ -60,23 +61,14 @@ pub mod verify;
 use std::path::Path;
 
 use smelt_ir::Module;
-use smelt_passes::fusion::FusionOptions;
-use smelt_passes::{PassContext, PassManager};
 
-pub use runtime::{
-    CompileOptions, Executable, Kernels, Layouts, TensorInfo, Workspace, MAX_THREADS,
+pub use driver::{
+    compile, compile_file, optimize, CompileOptions, DumpFn, Kernels, Layouts, OptimizeOptions,
+    Options, MAX_THREADS,
 };
+pub use runtime::{Executable, TensorInfo, Workspace};
 pub use smelt_ir::{Tensor, TensorType};
 pub use smelt_passes::lower::ConvAlgorithm;
-
-/// How to optimize a module before compiling it.
-#[derive(Clone, Debug, Default)]
-pub struct OptimizeOptions {
-    /// Pass pipeline by name; `None` runs the default (`fusion, const_fold, dce`).
-    pub passes: Option<Vec<String>>,
-    /// Options of the fusion pass (rule switches, limits, `enabled: false` for `--no-fuse`).
-    pub fusion: FusionOptions,
-}
 
 /// The interface a caller reaches smelt through, so that an error asking for an option
 /// spells it the caller's way: the CLI's `--shape x=1x3x224x224`, the Rust field
@@ -130,37 +122,4 @@ pub fn load_model(path: &Path, opts: &LoadOptions) -> Result<Module, Error> {
         ));
     }
     Ok(smelt_ir::text::parse_file(path)?)
-}
-
-/// A callback given each pass's name and the module after it (for `--print-ir-after-all`).
-pub type DumpFn<'a> = &'a mut dyn FnMut(&str, &Module);
-
-/// Runs the optimization pipeline on `module` in place; `dump(pass, module)` is called
-/// after each pass.
-pub fn optimize(
-    module: &mut Module,
-    opts: &OptimizeOptions,
-    dump: Option<DumpFn<'_>>,
-) -> Result<PassContext, Error> {
-    let mut pm = match &opts.passes {
-        Some(names) => PassManager::from_names(names, &opts.fusion)?,
-        None => PassManager::default_pipeline(&opts.fusion),
-    };
-    if let Some(dump) = dump {
-        pm.set_dump(dump);
-    }
-    let mut cx = PassContext::default();
-    pm.run(module, &mut cx)?;
-    Ok(cx)
-}
-
-/// Optimizes a copy of `module` with the default pipeline and compiles its entry function.
-pub fn compile(
-    module: &Module,
-    opts: &OptimizeOptions,
-) -> Result<(Executable, PassContext), Error> {
-    let mut optimized = module.clone();
-    let cx = optimize(&mut optimized, opts, None)?;
-    let exe = Executable::compile(&optimized, None, &CompileOptions::default())?;
-    Ok((exe, cx))
 }
