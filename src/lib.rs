@@ -1,5 +1,38 @@
 //! smelt: a fusion compiler for neural-network inference — text IR or ONNX in,
 //! e-graph fusion, Cranelift JIT, an `Executable` out.
+//!
+//! Load a model ([`load_model`] reads `.onnx` or `.tir`; here one is built in code),
+//! compile it once with [`compile`] — the whole pipeline of the [`driver`]: passes,
+//! layouts, lowering, Cranelift, memory plan — and run it from any number of threads:
+//!
+//! ```
+//! use smelt::ir::{interp, Tensor};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // conv3x3 -> batch norm -> add -> relu on 8 channels of 6x6, seeded weights
+//! let model = smelt::models::residual_tail(8, 6, 1)?;
+//!
+//! // every option has a default: fusion on, one thread per core, the host's kernels
+//! let mut opts = smelt::Options::default();
+//! opts.compile.threads = 2;
+//! opts.optimize.fusion.enabled = true; // false: every op its own kernel (--no-fuse)
+//! let (exe, report) = smelt::compile(&model, &opts)?;
+//! assert!(!report.fusion_reports.is_empty()); // what fused, and why it stopped
+//!
+//! // one zero tensor per input, in call order
+//! let inputs: Vec<Tensor> = exe.inputs().iter().map(|i| Tensor::zeros(&i.ty)).collect();
+//! let outputs = exe.run(&inputs)?;
+//!
+//! // the reference interpreter on the unoptimized model agrees
+//! let want = interp::run(&model, model.entry().unwrap(), &inputs)?;
+//! assert_eq!(outputs.len(), want.len());
+//! assert_eq!(outputs[0].ty, want[0].ty);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Errors are [`Error`]s, never panics; the library prints nothing. The C API is
+//! [`capi`] (header `include/smelt.h`).
 
 #![warn(missing_docs)]
 // `unsafe` lives in four modules, each stating the invariant that makes it sound: the C
