@@ -833,6 +833,17 @@ pub fn force_internal_error_for_tests() -> SmeltStatus {
     guard(|| panic!("a forced internal error"))
 }
 
+/// [`force_internal_error_for_tests`] for the C test harness (tests/capi/capi_test.c),
+/// which declares it itself: exported so a C host can check that a panic inside smelt
+/// prints nothing, but not in the header, because it is no part of the API.
+///
+/// cbindgen:ignore
+#[doc(hidden)]
+#[no_mangle]
+pub extern "C" fn smelt_testing_force_internal_error() -> SmeltStatus {
+    force_internal_error_for_tests()
+}
+
 /// The message of the last failed smelt call on this thread ("" when the last call
 /// succeeded). Never NULL; valid until the next smelt call on this thread.
 #[no_mangle]
