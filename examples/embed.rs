@@ -1,7 +1,8 @@
-//! Embedding smelt as a Rust library: load (here, build) a model, optimize and compile
-//! it once, read the fusion report, and run the one executable from several threads at
-//! once, checking every thread's outputs against the reference interpreter and against
-//! each other (they must be bit-identical). `.ci/run` runs it:
+//! Embedding smelt as a Rust library: load (here, build) a model, compile it once with
+//! `smelt::compile` (the whole pipeline, with its options), read the fusion report, and
+//! run the one executable from several threads at once, checking every thread's outputs
+//! against the reference interpreter and against each other (they must be
+//! bit-identical). `.ci/run` runs it:
 //!
 //! ```sh
 //! cargo run --release --example embed
@@ -10,7 +11,7 @@
 use std::process::ExitCode;
 
 use smelt::ir::{interp, ErrorStats, Tensor};
-use smelt::{CompileOptions, Executable, OptimizeOptions};
+use smelt::CompileOptions;
 
 fn main() -> ExitCode {
     match embed() {
@@ -27,9 +28,17 @@ fn embed() -> Result<(), Box<dyn std::error::Error>> {
     // file would come from `smelt::load_model(path, &Default::default())`.
     let model = smelt::models::residual_tail(32, 14, 7)?;
 
-    // Optimize a copy (fusion, const_fold, dce) and read what fused.
-    let mut optimized = model.clone();
-    let report = smelt::optimize(&mut optimized, &OptimizeOptions::default(), None)?;
+    // Compile once through the whole pipeline (fusion, const_fold, dce, layouts,
+    // lowering, Cranelift, memory plan) and read what fused; the executable is shared by
+    // every thread that runs it.
+    let opts = smelt::Options {
+        compile: CompileOptions {
+            threads: 2,
+            ..CompileOptions::default()
+        },
+        ..smelt::Options::default()
+    };
+    let (exe, report) = smelt::compile(&model, &opts)?;
     for r in &report.fusion_reports {
         println!(
             "fusion of @{}: {} ops before, {} after ({})",
@@ -39,9 +48,6 @@ fn embed() -> Result<(), Box<dyn std::error::Error>> {
             r.stop_reason
         );
     }
-
-    // Compile once; the executable is shared by every thread that runs it.
-    let exe = Executable::compile(&optimized, None, &CompileOptions::default())?;
     let inputs: Vec<Tensor> = exe
         .inputs()
         .iter()

@@ -40,10 +40,8 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use smelt_ir::{DType, Module};
 
-use crate::runtime::{
-    CompileOptions, Elements, ElementsMut, Executable, Kernels, TensorInfo, Workspace,
-};
-use crate::{Error, OptimizeOptions};
+use crate::runtime::{Elements, ElementsMut, Executable, TensorInfo, Workspace};
+use crate::{CompileOptions, Error, Kernels};
 
 /// Result of every smelt C function: `SMELT_STATUS_OK` or the kind of failure, one code per
 /// variant of the Rust `smelt::Error`. Details are in `smelt_last_error()`.
@@ -401,20 +399,20 @@ impl Options {
 /// # Safety
 /// `out` is non-null, aligned and writable (checked by the callers).
 unsafe fn finish(
-    mut module: Module,
+    module: Module,
     opts: &Options,
     out: *mut *mut SmeltExecutable,
 ) -> Result<(), Failure> {
-    let mut optimize = OptimizeOptions::default();
-    optimize.fusion.enabled = opts.fuse;
-    crate::optimize(&mut module, &optimize, None)?;
-    let compile = CompileOptions {
+    let mut driver = crate::Options::default();
+    driver.optimize.fusion.enabled = opts.fuse;
+    driver.compile = CompileOptions {
         threads: usize::try_from(opts.threads)
             .map_err(|_| invalid(format!("threads = {} is too many", opts.threads)))?,
         kernels: opts.kernels,
         ..CompileOptions::default()
     };
-    let exe = Executable::compile(&module, None, &compile)?;
+    // the shapes were pinned as the model was read, so the driver gets none
+    let (exe, _report) = crate::compile(&module, &driver)?;
     let handle = Arc::new(SmeltExecutable {
         inputs: exe.inputs().iter().map(InfoStrings::new).collect(),
         outputs: exe.outputs().map(InfoStrings::new).collect(),
@@ -1036,6 +1034,17 @@ pub unsafe extern "C" fn smelt_executable_run_typed(
 #[doc(hidden)]
 pub fn force_internal_error_for_tests() -> SmeltStatus {
     guard(|| panic!("a forced internal error"))
+}
+
+/// [`force_internal_error_for_tests`] for the C test harness (tests/capi/capi_test.c),
+/// which declares it itself: exported so a C host can check that a panic inside smelt
+/// prints nothing, but not in the header, because it is no part of the API.
+///
+/// cbindgen:ignore
+#[doc(hidden)]
+#[no_mangle]
+pub extern "C" fn smelt_testing_force_internal_error() -> SmeltStatus {
+    force_internal_error_for_tests()
 }
 
 /// The message of the last failed smelt call on this thread ("" when the last call

@@ -1,5 +1,38 @@
 //! smelt: a fusion compiler for neural-network inference — text IR or ONNX in,
 //! e-graph fusion, Cranelift JIT, an `Executable` out.
+//!
+//! Load a model ([`load_model`] reads `.onnx` or `.tir`; here one is built in code),
+//! compile it once with [`compile`] — the whole pipeline of the [`driver`]: passes,
+//! layouts, lowering, Cranelift, memory plan — and run it from any number of threads:
+//!
+//! ```
+//! use smelt::ir::{interp, Tensor};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // conv3x3 -> batch norm -> add -> relu on 8 channels of 6x6, seeded weights
+//! let model = smelt::models::residual_tail(8, 6, 1)?;
+//!
+//! // every option has a default: fusion on, one thread per core, the host's kernels
+//! let mut opts = smelt::Options::default();
+//! opts.compile.threads = 2;
+//! opts.optimize.fusion.enabled = true; // false: every op its own kernel (--no-fuse)
+//! let (exe, report) = smelt::compile(&model, &opts)?;
+//! assert!(!report.fusion_reports.is_empty()); // what fused, and why it stopped
+//!
+//! // one zero tensor per input, in call order
+//! let inputs: Vec<Tensor> = exe.inputs().iter().map(|i| Tensor::zeros(&i.ty)).collect();
+//! let outputs = exe.run(&inputs)?;
+//!
+//! // the reference interpreter on the unoptimized model agrees
+//! let want = interp::run(&model, model.entry().unwrap(), &inputs)?;
+//! assert_eq!(outputs.len(), want.len());
+//! assert_eq!(outputs[0].ty, want[0].ty);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Errors are [`Error`]s, never panics; the library prints nothing. The C API is
+//! [`capi`] (header `include/smelt.h`).
 
 #![warn(missing_docs)]
 // `unsafe` lives in four modules, each stating the invariant that makes it sound: the C
@@ -48,6 +81,7 @@ impl From<smelt_ir::Diagnostic> for Error {
 
 pub mod capi;
 pub mod codegen;
+pub mod driver;
 pub mod microkernels;
 pub mod models;
 pub mod npy;
@@ -60,23 +94,14 @@ pub mod verify;
 use std::path::Path;
 
 use smelt_ir::Module;
-use smelt_passes::fusion::FusionOptions;
-use smelt_passes::{PassContext, PassManager};
 
-pub use runtime::{
-    CompileOptions, Executable, Kernels, Layouts, TensorInfo, Workspace, MAX_THREADS,
+pub use driver::{
+    compile, compile_file, optimize, CompileOptions, DumpFn, Kernels, Layouts, OptimizeOptions,
+    Options, MAX_THREADS,
 };
+pub use runtime::{Executable, TensorInfo, Workspace};
 pub use smelt_ir::{Tensor, TensorType};
 pub use smelt_passes::lower::ConvAlgorithm;
-
-/// How to optimize a module before compiling it.
-#[derive(Clone, Debug, Default)]
-pub struct OptimizeOptions {
-    /// Pass pipeline by name; `None` runs the default (`fusion, const_fold, dce`).
-    pub passes: Option<Vec<String>>,
-    /// Options of the fusion pass (rule switches, limits, `enabled: false` for `--no-fuse`).
-    pub fusion: FusionOptions,
-}
 
 /// The interface a caller reaches smelt through, so that an error asking for an option
 /// spells it the caller's way: the CLI's `--shape x=1x3x224x224`, the Rust field
@@ -130,37 +155,4 @@ pub fn load_model(path: &Path, opts: &LoadOptions) -> Result<Module, Error> {
         ));
     }
     Ok(smelt_ir::text::parse_file(path)?)
-}
-
-/// A callback given each pass's name and the module after it (for `--print-ir-after-all`).
-pub type DumpFn<'a> = &'a mut dyn FnMut(&str, &Module);
-
-/// Runs the optimization pipeline on `module` in place; `dump(pass, module)` is called
-/// after each pass.
-pub fn optimize(
-    module: &mut Module,
-    opts: &OptimizeOptions,
-    dump: Option<DumpFn<'_>>,
-) -> Result<PassContext, Error> {
-    let mut pm = match &opts.passes {
-        Some(names) => PassManager::from_names(names, &opts.fusion)?,
-        None => PassManager::default_pipeline(&opts.fusion),
-    };
-    if let Some(dump) = dump {
-        pm.set_dump(dump);
-    }
-    let mut cx = PassContext::default();
-    pm.run(module, &mut cx)?;
-    Ok(cx)
-}
-
-/// Optimizes a copy of `module` with the default pipeline and compiles its entry function.
-pub fn compile(
-    module: &Module,
-    opts: &OptimizeOptions,
-) -> Result<(Executable, PassContext), Error> {
-    let mut optimized = module.clone();
-    let cx = optimize(&mut optimized, opts, None)?;
-    let exe = Executable::compile(&optimized, None, &CompileOptions::default())?;
-    Ok((exe, cx))
 }

@@ -1,7 +1,8 @@
 //! The C API from C: the committed header matches cbindgen's output, and a C program
-//! (tests/capi/capi_test.c, built with `cc` against the cdylib) compiles the residual
-//! tail, runs it from 4 pthreads against expected values computed here, and gets error
-//! codes — never a crash — for every misuse it tries. The embedding example
+//! (tests/capi/capi_test.c, built with `cc` against the cdylib, once plain and once
+//! under AddressSanitizer) compiles the residual tail, runs it from 4 pthreads against
+//! expected values computed here, cycles 1000 handles, counts its threads, forces an
+//! internal error, and gets error codes — never a crash — for every misuse it tries. The embedding example
 //! (examples/c, built with its own Makefile) runs here too.
 //!
 //! Regenerate the header after changing src/capi.rs:
@@ -154,10 +155,9 @@ fn relu_onnx() -> Vec<u8> {
     model.encode_to_vec()
 }
 
-#[test]
-fn c_program_runs_the_tail_on_four_threads_and_survives_misuse() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
+/// Writes the C harness's inputs into `d` (see tests/capi/capi_test.c) and returns N,
+/// the float count of each tensor.
+fn c_harness_fixture(d: &Path) -> usize {
     // The residual tail, its inputs, and the interpreter's outputs (the oracle) on the
     // unoptimized module.
     let (channels, hw) = (12, 10);
@@ -180,10 +180,15 @@ fn c_program_runs_the_tail_on_four_threads_and_survives_misuse() {
     write_f32(&d.join("skip.bin"), &skip.data);
     write_f32(&d.join("expected.bin"), &expected[0].data);
     std::fs::write(d.join("relu.onnx"), relu_onnx()).unwrap();
+    n
+}
 
+/// Compiles tests/capi/capi_test.c into `d` against this test's cdylib, with `extra`
+/// compiler flags; the compiler's stderr on failure.
+fn build_c_harness(d: &Path, name: &str, extra: &[&str]) -> Result<PathBuf, String> {
     let lib = cdylib();
     let lib_dir = lib.parent().unwrap();
-    let exe = d.join("capi_test");
+    let exe = d.join(name);
     let root = common::root();
     let cc = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
         .args([
@@ -194,6 +199,7 @@ fn c_program_runs_the_tail_on_four_threads_and_survives_misuse() {
             "-pedantic",
             "-O1",
         ])
+        .args(extra)
         .arg("-I")
         .arg(root.join("include"))
         .arg(root.join("tests/capi/capi_test.c"))
@@ -204,18 +210,26 @@ fn c_program_runs_the_tail_on_four_threads_and_survives_misuse() {
         .args(["-lpthread", "-lm"])
         .output()
         .expect("a C compiler (cc) is installed");
-    assert!(
-        cc.status.success(),
-        "cc failed:\n{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
-    let run = Command::new(&exe)
+    if cc.status.success() {
+        Ok(exe)
+    } else {
+        Err(String::from_utf8_lossy(&cc.stderr).into_owned())
+    }
+}
+
+/// Runs the harness built at `exe` on the fixture in `d`, with `env`, and checks its
+/// verdict: exit 0, every check passed, nothing on stderr.
+fn run_c_harness(exe: &Path, d: &Path, n: usize, env: &[(&str, &str)]) -> String {
+    let run = Command::new(exe)
         .arg(d)
         .arg(n.to_string())
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&run.stdout);
     let stderr = String::from_utf8_lossy(&run.stderr);
+    // the harness's report, for --nocapture
+    println!("{stdout}");
     assert!(
         run.status.success(),
         "the C test failed ({}):\n{stdout}\n{stderr}",
@@ -225,6 +239,62 @@ fn c_program_runs_the_tail_on_four_threads_and_survives_misuse() {
     assert!(
         stdout.contains("capi_test: all checks passed"),
         "{stdout}\n{stderr}"
+    );
+    // Nothing on stderr: no failed check, no sanitizer report, no word from smelt.
+    assert!(stderr.is_empty(), "stderr is not empty:\n{stderr}");
+    for part in [
+        "1000/1000 create/destroy cycles",
+        "after 100 executables with threads 0-16",
+        "forced internal error -> SMELT_STATUS_INTERNAL",
+        "run(3 inputs of 2)",
+    ] {
+        assert!(stdout.contains(part), "no '{part}' in:\n{stdout}");
+    }
+    stdout.into_owned()
+}
+
+/// The C harness (tests/capi/capi_test.c): one executable from 4 pthreads with
+/// bit-identical outputs, 1000 create/destroy cycles with stale handles, the thread
+/// count after 100 executables with threads 0-16, a forced internal error that prints
+/// nothing, and the misuse table.
+#[test]
+fn c_program_runs_the_tail_on_four_threads_and_survives_misuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let n = c_harness_fixture(d);
+    let exe = build_c_harness(d, "capi_test", &[]).unwrap_or_else(|e| panic!("cc failed:\n{e}"));
+    run_c_harness(&exe, d, n, &[]);
+}
+
+/// The same harness built with AddressSanitizer (gcc and clang: `-fsanitize=address`),
+/// which also watches the Rust library: its allocations go through the C allocator ASan
+/// replaces, so a buffer overrun, use after free or double free on either side of the
+/// boundary, or memory leaked by 1000 create/destroy cycles (LeakSanitizer, at exit),
+/// fails the run. JIT code and the arena are checked only as far as they are heap
+/// allocations (ASan does not instrument generated code). A compiler without the ASan
+/// runtime skips this test, except under CI (`CI` set), where it fails.
+#[test]
+fn c_program_is_clean_under_address_sanitizer() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let n = c_harness_fixture(d);
+    let flags = ["-fsanitize=address", "-fno-omit-frame-pointer", "-g"];
+    let exe = match build_c_harness(d, "capi_test_asan", &flags) {
+        Ok(exe) => exe,
+        Err(e) if std::env::var_os("CI").is_none() => {
+            eprintln!("skipped: the C compiler cannot build with AddressSanitizer:\n{e}");
+            return;
+        }
+        Err(e) => panic!("the C compiler cannot build with AddressSanitizer (CI):\n{e}"),
+    };
+    run_c_harness(
+        &exe,
+        d,
+        n,
+        &[(
+            "ASAN_OPTIONS",
+            "detect_leaks=1:abort_on_error=0:exitcode=23",
+        )],
     );
 }
 

@@ -8,7 +8,7 @@ mod jit_util;
 use std::time::Instant;
 
 use jit_util::{opts, random_inputs};
-use smelt::runtime::{CompileOptions, Executable};
+use smelt::{CompileOptions, Executable};
 use smelt_ir::Module;
 
 /// Times `exe` on random inputs: (min, median) seconds over `iters` runs after warm-up.

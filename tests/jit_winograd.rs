@@ -5,7 +5,7 @@
 mod jit_util;
 
 use jit_util::{check_against_interp, opts, random_inputs};
-use smelt::runtime::{CompileOptions, Executable};
+use smelt::{CompileOptions, Executable};
 use smelt_ir::builder::FuncBuilder;
 use smelt_ir::op::{Conv2dAttrs, FusedOp, PostOp};
 use smelt_ir::weights::random_f32;

@@ -7,7 +7,7 @@ mod jit_util;
 
 use jit_util::{add_relu, check_against_interp, f32t, kernel_choices, opts, random_inputs};
 use smelt::microkernels::TileIsa;
-use smelt::runtime::{CompileOptions, Executable, Kernels, Layouts};
+use smelt::{CompileOptions, Executable, Kernels, Layouts};
 use smelt_ir::builder::FuncBuilder;
 use smelt_ir::loops::TileTarget;
 use smelt_ir::op::{Conv2dAttrs, FusedOp, Pool2dAttrs, PostOp};

@@ -48,7 +48,7 @@ fn check_model(name: &str, opts: &ImportOptions) -> Module {
     let interpreted = interp::run(&module, func, &inputs)
         .unwrap_or_else(|e| panic!("{name}: interpreter failed: {e}"));
     // The whole pipeline too: fusion, const_fold, dce, Cranelift.
-    let (exe, _) = smelt::compile(&module, &smelt::OptimizeOptions::default())
+    let (exe, _) = smelt::compile(&module, &smelt::Options::default())
         .unwrap_or_else(|e| panic!("{name}: compile failed: {e}"));
     let compiled = exe
         .run(&inputs)

@@ -472,7 +472,7 @@ fn external_data_imports_and_runs_bit_for_bit_like_inline_data() {
     assert_eq!(a[0].dims(), &[1, 32, 144]);
     assert!(bits(&a) == bits(&b), "interpreter outputs differ");
     let jit = |m: &Module| {
-        let (exe, _) = smelt::compile(m, &smelt::OptimizeOptions::default()).unwrap();
+        let (exe, _) = smelt::compile(m, &smelt::Options::default()).unwrap();
         bits(&exe.run(std::slice::from_ref(&x)).unwrap())
     };
     assert!(jit(&ext) == jit(&inline), "JIT outputs differ");

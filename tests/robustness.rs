@@ -10,7 +10,7 @@ use smelt::onnx::proto::{
     TensorShapeProto, TypeProto, ValueInfoProto,
 };
 use smelt::onnx::{import, ImportOptions};
-use smelt::runtime::{CompileOptions, Executable};
+use smelt::{CompileOptions, Executable};
 use smelt::{Error, OptimizeOptions};
 use smelt_ir::builder::FuncBuilder;
 use smelt_ir::op::{Conv2dAttrs, Pool2dAttrs};

@@ -9,8 +9,8 @@
 
 use std::process::Command;
 
-use smelt::runtime::{CompileOptions, Executable};
 use smelt::OptimizeOptions;
+use smelt::{CompileOptions, Executable};
 use smelt_ir::builder::FuncBuilder;
 use smelt_ir::text::{self, PrintOptions};
 use smelt_ir::verify::verify_module;

@@ -9,8 +9,7 @@
 //! numbers are.
 
 use arbitrary::Unstructured;
-use smelt::runtime::{CompileOptions, Executable};
-use smelt::{Error, OptimizeOptions};
+use smelt::{CompileOptions, Error, Executable, OptimizeOptions};
 use smelt_ir::text::{self, PrintOptions};
 use smelt_ir::verify::verify_module;
 use smelt_ir::weights::random_f32;

@@ -24,6 +24,9 @@
 //!   (the fused op's type rule wants it laid out as the result);
 //! - it is not a function result (callers exchange row-major tensors).
 //!
+//! Which convs and pools compute on blocks at all is [`crate::blocks`]'s to say, the
+//! same answer the lowering gets; this pass adds the graph conditions.
+//!
 //! The rules are solved as a greatest fixed point: every candidate starts in blocks and
 //! any whose uses fail is dropped, until nothing changes. No `reorder` is inserted: a
 //! value is in blocks only where nothing needs it row-major, so the pass never adds a
@@ -34,11 +37,10 @@ use smelt_ir::loops::{TileRoutine, TileTarget};
 use smelt_ir::op::{Conv2dAttrs, Op};
 use smelt_ir::{Layout, TensorType};
 
-use crate::lower::conv::{
-    reads_blocks_on_micro, writes_blocks_on_micro, CHANNEL_BLOCK, CHANNEL_BLOCKS,
+use crate::blocks::{
+    broadcast_walks_channels, max_pool_fits_blocks, reads_blocks_on_micro, writes_blocks_on_micro,
+    CHANNEL_BLOCK, CHANNEL_BLOCKS,
 };
-use crate::lower::elementwise::broadcast_strides;
-use crate::lower::pool::max_pool_fits_blocks;
 use crate::manager::{Pass, PassContext, PassError};
 
 /// The layout pass (`layout` in pipelines), for a target with a micro-kernel:
@@ -166,11 +168,7 @@ fn blocked_max_pool(func: &Func, i: usize) -> bool {
 fn post_operands_walk_channels(func: &Func, inst: &Inst) -> bool {
     post_operands(inst).iter().all(|&p| {
         let t = func.type_of(p);
-        if t.dims == inst.ty.dims {
-            return true;
-        }
-        let s = broadcast_strides(&t.dims, &inst.ty.dims);
-        s.len() == 4 && s[0] == 0 && s[2] == 0 && s[3] == 0 && s[1] <= 1
+        t.dims == inst.ty.dims || broadcast_walks_channels(&t.dims, &inst.ty.dims)
     })
 }
 

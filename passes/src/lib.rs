@@ -4,6 +4,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod blocks;
 pub mod const_fold;
 pub mod dce;
 pub mod fusion;

@@ -59,6 +59,9 @@ pub struct PassContext {
     pub folded_consts: usize,
     /// Instructions and weights removed by dead-code elimination (counts over the run).
     pub dce_removed: (usize, usize),
+    /// Each pass run, in order, with its wall time in milliseconds (the check of the
+    /// module after it included), for compile-time reports.
+    pub pass_ms: Vec<(&'static str, f64)>,
 }
 
 /// A transformation of a module.
@@ -171,6 +174,7 @@ impl<'a> PassManager<'a> {
     pub fn run(&mut self, module: &mut Module, cx: &mut PassContext) -> Result<(), PassError> {
         let first_report = cx.fusion_reports.len();
         for pass in &self.passes {
+            let start = std::time::Instant::now();
             pass.run(module, cx)?;
             if let Some(verify) = self.verifier {
                 verify(module).map_err(|diagnostics| PassError::Verify {
@@ -178,6 +182,8 @@ impl<'a> PassManager<'a> {
                     diagnostics,
                 })?;
             }
+            cx.pass_ms
+                .push((pass.name(), start.elapsed().as_secs_f64() * 1e3));
             if let Some(dump) = self.dump.as_mut() {
                 dump(pass.name(), module);
             }

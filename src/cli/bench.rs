@@ -145,23 +145,23 @@ pub fn main(a: BenchArgs) -> Result<()> {
     let load_ms = ms_since(start);
     let gflop = module_flops(&module)? as f64 / 1e9;
 
-    let opts = a.fusion.options(None)?;
-    let mut optimized = module.clone();
-    let mut passes = Vec::new();
-    let mut last = Instant::now();
-    let mut record = |pass: &str, _: &Module| {
-        passes.push((pass.to_string(), ms_since(last)));
-        last = Instant::now();
+    let opts = smelt::Options {
+        optimize: a.fusion.options(None)?,
+        compile: CompileOptions {
+            threads: a.threads,
+            conv: a.conv.algorithm(),
+            kernels: a.kernels.choice(),
+            layouts: a.layouts.layouts(),
+            ..CompileOptions::default()
+        },
+        ..smelt::Options::default()
     };
-    smelt::optimize(&mut optimized, &opts, Some(&mut record))?;
-    let compile_opts = CompileOptions {
-        threads: a.threads,
-        conv: a.conv.algorithm(),
-        kernels: a.kernels.choice(),
-        layouts: a.layouts.layouts(),
-        ..CompileOptions::default()
-    };
-    let exe = Executable::compile(&optimized, None, &compile_opts)?;
+    let (exe, cx) = smelt::compile(&module, &opts)?;
+    let passes = cx
+        .pass_ms
+        .iter()
+        .map(|&(pass, ms)| (pass.to_string(), ms))
+        .collect();
     let times = exe.compile_times();
     let compile = CompileBreakdown {
         load_ms,

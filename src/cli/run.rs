@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use smelt::ir::{interp, Tensor};
-use smelt::{CompileOptions, Executable};
+use smelt::CompileOptions;
 
 use super::dump::DumpArgs;
 use super::{read_inputs, FusionArgs, Kernels, ModelArgs};
@@ -91,14 +91,16 @@ pub fn main(a: RunArgs) -> Result<()> {
     let outputs = if a.interp {
         interp::run(&module, func, &inputs).map_err(|d| anyhow!("{d}"))?
     } else {
-        let mut optimized = module.clone();
-        smelt::optimize(&mut optimized, &a.fusion.options(None)?, None)?;
-        let compile = CompileOptions {
-            threads: a.threads.map_or(0, usize::from),
-            kernels: a.kernels.choice(),
-            ..CompileOptions::default()
+        let opts = smelt::Options {
+            optimize: a.fusion.options(None)?,
+            compile: CompileOptions {
+                threads: a.threads.map_or(0, usize::from),
+                kernels: a.kernels.choice(),
+                ..CompileOptions::default()
+            },
+            ..smelt::Options::default()
         };
-        let exe = Executable::compile(&optimized, None, &compile)?;
+        let (exe, _) = smelt::compile(&module, &opts)?;
         a.dump.write(&exe)?;
         exe.run(&inputs)?
     };

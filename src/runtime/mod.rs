@@ -1,6 +1,9 @@
 //! The runtime: `Executable` (code, weights, memory plan) and its checked `run`.
 //!
-//! An [`Executable`] is immutable after [`Executable::compile`]: it owns the native code
+//! The runtime owns and runs executables; it does not make them: the compile driver
+//! ([`crate::driver`], behind [`Executable::compile`] and [`crate::compile`]) lowers,
+//! generates code and plans memory, then hands the pieces to the runtime to assemble.
+//! An [`Executable`] is immutable from then on: it owns the native code
 //! (freed on drop), the weights and constants the kernels read, and the memory plan of
 //! the temporaries. Scratch memory belongs to a run: [`Executable::run_with`] uses a
 //! caller's [`Workspace`] and allocates nothing; [`Executable::run`] borrows a workspace
@@ -15,108 +18,15 @@ mod pool;
 pub use elements::{Elements, ElementsMut};
 
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use smelt_ir::diag::Location;
 use smelt_ir::loops::Kernel;
 use smelt_ir::{AlignedBuf, Func, Layout, Module, Op, Tensor, TensorData, TensorType, Value};
 use smelt_passes::lower::{self, BufferKind, MemoryPlan, Program};
 
-use crate::codegen::{self, CodegenOptions, CompiledKernels, KernelFn};
+use crate::codegen::{CompiledKernels, KernelFn};
 use crate::microkernels::TileIsa;
 use crate::Error;
-
-/// Options of [`Executable::compile`].
-#[derive(Clone, Copy, Debug, Default)]
-pub struct CompileOptions {
-    /// Run Cranelift's verifier on every generated function (on in tests).
-    pub verify: bool,
-    /// Give every intermediate its own memory (no reuse), for verification and profiling;
-    /// [`Executable::run_keeping`] then returns every value a run computed.
-    pub keep_intermediates: bool,
-    /// Threads per run (the calling thread included); 0 means one per core. More than
-    /// the machine's cores count as one per core (the process has one pool of a worker
-    /// per core but one, shared by every executable; a run that finds it busy with
-    /// another executable's kernel runs that kernel on its own thread); above
-    /// [`MAX_THREADS`] compiling is an `InvalidArgument` error. Outputs are bit-identical
-    /// for every count. Kernels compile on every core whatever it is.
-    pub threads: usize,
-    /// How 3×3 stride-1 convolutions are computed (Winograd where it wins, by default).
-    pub conv: lower::ConvAlgorithm,
-    /// Which code computes GEMM-shaped conv tiles (the best the host runs, by default).
-    pub kernels: Kernels,
-    /// How activations are laid out between kernels (channel blocks where they pay, by
-    /// default).
-    pub layouts: Layouts,
-}
-
-/// How activations are laid out in memory between kernels.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Layouts {
-    /// Channel blocks (NCHW16c) between pointwise convs where every writer and reader
-    /// computes on them ([`smelt_passes::layout`]; only with a micro-kernel), row-major
-    /// elsewhere.
-    #[default]
-    Auto,
-    /// Row-major (NCHW) everywhere, e.g. for A/B measurements.
-    RowMajor,
-}
-
-impl Layouts {
-    /// The name used on the command line and in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Layouts::Auto => "auto",
-            Layouts::RowMajor => "row-major",
-        }
-    }
-}
-
-/// The most threads a compile option may ask for ([`CompileOptions::threads`]); runs use
-/// at most one per core in any case.
-pub const MAX_THREADS: usize = 1024;
-
-/// Which code computes GEMM-shaped conv tiles (1×1 and direct convolutions, Winograd's
-/// batched products): Cranelift's f32x4 loops, or a native micro-kernel that JIT code
-/// calls before it applies the fused epilogue.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Kernels {
-    /// The widest micro-kernel the host's CPU runs (AVX-512, else AVX2 + FMA), else
-    /// Cranelift code.
-    #[default]
-    Auto,
-    /// Only Cranelift-generated code: the portable path.
-    Cranelift,
-    /// The AVX2 + FMA micro-kernel (compiling fails on a host without them).
-    Avx2,
-    /// The AVX-512F micro-kernels: 32 output channels per call, 16 where a group has
-    /// no multiple of 32 (compiling fails on a host without AVX-512F).
-    Avx512,
-}
-
-impl Kernels {
-    /// The instruction set whose conv-tile routines tiles call (`None`: Cranelift code
-    /// only): for `Auto`, the widest this host runs. On AVX-512, tiles are 32 channels per
-    /// call where a group has a multiple of 32, else 16 (lowering picks the routine).
-    pub fn tile_isa(self) -> Option<TileIsa> {
-        match self {
-            Kernels::Auto => TileIsa::ALL.into_iter().find(|isa| isa.host_has()),
-            Kernels::Cranelift => None,
-            Kernels::Avx2 => Some(TileIsa::Avx2),
-            Kernels::Avx512 => Some(TileIsa::Avx512),
-        }
-    }
-
-    /// The name used on the command line and in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Kernels::Auto => "auto",
-            Kernels::Cranelift => "cranelift",
-            Kernels::Avx2 => "avx2",
-            Kernels::Avx512 => "avx512",
-        }
-    }
-}
 
 /// Time and work of one kernel call in a profiled run ([`Executable::run_profiled`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -300,91 +210,19 @@ impl std::fmt::Debug for Executable {
 }
 
 impl Executable {
-    /// Compiles the function `func_name` of `module` (or its entry function when `None`)
-    /// as it is: lowering, checks of every kernel, memory plan, Cranelift. Run the
-    /// fusion and const_fold passes before, to get fused kernels.
-    pub fn compile(
-        module: &Module,
-        func_name: Option<&str>,
-        opts: &CompileOptions,
-    ) -> Result<Executable, Error> {
-        let start = Instant::now();
-        let func = match func_name {
-            Some(name) => module.func(name).ok_or_else(|| {
-                Error::InvalidArgument(format!("the module has no function @{name}"))
-            })?,
-            None => module.entry().ok_or_else(|| {
-                Error::InvalidArgument(
-                    "the module has several functions and none is called @main; name one".into(),
-                )
-            })?,
-        };
-        if opts.threads > MAX_THREADS {
-            return Err(Error::InvalidArgument(format!(
-                "threads = {} is more than smelt's limit of {MAX_THREADS}",
-                opts.threads
-            )));
-        }
-        // the instruction set the conv tiles call, detected once: lowering sees its
-        // routines, codegen links them, the executable remembers them for dumps
-        let tiles = opts.kernels.tile_isa();
-        let lower_opts = lower::LowerOptions {
-            conv: opts.conv,
-            micro: tiles.map(TileIsa::target),
-        };
-        // activation layouts depend on the kernels, so they are chosen here
-        let laid_out = match opts.layouts {
-            Layouts::Auto => smelt_passes::layout::assign_layouts(func, lower_opts.micro),
-            Layouts::RowMajor => None,
-        };
-        let func = laid_out.as_ref().unwrap_or(func);
-        // code generation runs while the weights are still being packed
-        let mut lowered = start;
-        let mut generated = start;
-        let (program, code) = lower::lower_with_then(module, func, &lower_opts, |prog| {
-            lowered = Instant::now();
-            let code = codegen::compile(
-                &prog.kernels,
-                &CodegenOptions {
-                    verify: opts.verify,
-                    threads: 0,
-                    tiles,
-                },
-            );
-            generated = Instant::now();
-            code
-        })?;
-        let code = code?;
-        let plan = lower::plan_memory(&program, opts.keep_intermediates);
-        let packed = Instant::now();
-        let keep = opts.keep_intermediates.then_some(func);
-        let mut exe = Executable::assemble(module, &program, &plan, code, keep)?;
-        // more threads than cores add no speed: the shared pool has one worker per core
-        // but one, and a run takes at most `threads - 1` of them
-        exe.threads = pool::ThreadPool::shared()
-            .map(|pool| {
-                let n = match opts.threads {
-                    0 => pool.participants(),
-                    n => n.min(pool.participants()),
-                };
-                (pool, n)
-            })
-            .filter(|&(_, n)| n > 1);
-        exe.tiles = tiles;
-        exe.times = CompileTimes {
-            lower_ms: ms(lowered - start) + ms(packed - generated),
-            codegen_ms: ms(generated - lowered),
-            total_ms: ms(start.elapsed()),
-        };
-        Ok(exe)
-    }
-
-    fn assemble(
+    /// Makes the executable the compile driver ([`crate::driver`]) built: `program`
+    /// lowered from `module`, its memory `plan`, the generated `code`, and `keep` the
+    /// function when every intermediate stays readable. `threads` is the run's thread
+    /// request (checked against [`crate::MAX_THREADS`] by the driver; 0: one per core),
+    /// `tiles` the conv-tile instruction set the code calls.
+    pub(crate) fn assemble(
         module: &Module,
         program: &Program,
         plan: &MemoryPlan,
         code: CompiledKernels,
         keep: Option<&Func>,
+        threads: usize,
+        tiles: Option<TileIsa>,
     ) -> Result<Executable, Error> {
         let mut constants = Vec::new();
         let mut sources = Vec::with_capacity(program.buffers.len());
@@ -512,15 +350,20 @@ impl Executable {
             arena_len: plan.arena_len,
             max_args,
             pool: Mutex::new(Vec::new()),
-            threads: None,
+            threads: run_threads(threads),
             step_info,
             times: CompileTimes::default(),
             loops_text: program.dump_loops(),
             kernels: program.kernels.clone(),
-            tiles: None,
+            tiles,
             kept,
             code,
         })
+    }
+
+    /// Records how long compiling took (the driver measures; the executable reports).
+    pub(crate) fn set_compile_times(&mut self, times: CompileTimes) {
+        self.times = times;
     }
 
     /// The instruction set whose conv-tile routines the kernels call (`None`: Cranelift
@@ -584,7 +427,7 @@ impl Executable {
     /// Like [`Executable::run`], and also returns the value of every instruction of the
     /// function but constants, in definition order, each named by its IR value and
     /// location and converted to row-major order. Only for executables compiled with
-    /// [`CompileOptions::keep_intermediates`] (an `InvalidArgument` error otherwise): only
+    /// [`CompileOptions::keep_intermediates`](crate::CompileOptions::keep_intermediates) (an `InvalidArgument` error otherwise): only
     /// then does every value keep its own memory until the run ends.
     pub fn run_keeping(
         &self,
@@ -729,6 +572,22 @@ impl Executable {
     }
 }
 
+/// The process's pool and how many threads (the caller included) a run asking for
+/// `threads` uses: more threads than cores add no speed, since the shared pool has one
+/// worker per core but one and a run takes at most `threads - 1` of them. `None` when a
+/// run stays on its calling thread.
+fn run_threads(threads: usize) -> Option<(&'static pool::ThreadPool, usize)> {
+    pool::ThreadPool::shared()
+        .map(|pool| {
+            let n = match threads {
+                0 => pool.participants(),
+                n => n.min(pool.participants()),
+            };
+            (pool, n)
+        })
+        .filter(|&(_, n)| n > 1)
+}
+
 /// The memory of every non-constant value of `func`, in definition order. Buffer lengths
 /// were checked against the types at lowering, so reading `storage_len` elements is in
 /// bounds (checked again here, since a wrong read would be a silent wrong answer).
@@ -760,10 +619,6 @@ fn kept_values(
         });
     }
     Ok(kept)
-}
-
-fn ms(d: std::time::Duration) -> f64 {
-    d.as_secs_f64() * 1e3
 }
 
 // Executables are shared across threads: everything they hold is immutable after

@@ -1,4 +1,4 @@
-/* The smelt C API from C, run by tests/capi.rs:
+/* The smelt C API from C, run by tests/capi.rs (also built with -fsanitize=address):
  *
  *     capi_test DIR N
  *
@@ -6,17 +6,28 @@
  * x.bin, skip.bin and expected.bin (little-endian floats; expected computed by smelt's
  * reference interpreter in Rust) and relu.onnx (y = Relu(x), 2x3). The program compiles
  * the tail (from text, from a file, fused and unfused), runs one executable from 4
- * pthreads at once, checks every result, then tries misuse and expects error codes.
- * Prints "capi_test: all checks passed" and exits 0 only if every check passed.
+ * pthreads at once (outputs bit-identical), makes and destroys 1000 executables with
+ * stale handles tried between them, compiles 100 with threads 0-16 and counts the
+ * process's threads, forces an internal error and checks that nothing reached stderr,
+ * then tries the misuse table and expects error codes. Prints "capi_test: all checks
+ * passed" and exits 0 only if every check passed; on success it writes nothing to stderr.
  */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT, dirent, dup */
+#include <dirent.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "smelt.h"
+
+/* A test hook of the library, exported but not in the header (src/capi.rs): a call
+ * whose body panics inside smelt, as an internal bug would. */
+SmeltStatus smelt_testing_force_internal_error(void);
 
 static int failures;
 static int checks;
@@ -147,6 +158,144 @@ static void run_threads(SmeltExecutable *exe, const float *x, const float *skip,
     for (int t = 0; t < THREADS; t++) free(jobs[t].out);
 }
 
+/* A one-op model, quick to compile many times. */
+static const char RELU[] =
+    "func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n"
+    "  %0 = relu %x : tensor<4xf32>\n"
+    "  return %0 : tensor<4xf32>\n"
+    "}\n";
+
+static SmeltStatus relu_with_threads(unsigned threads, SmeltExecutable **out) {
+    SmeltOptions o = smelt_options_default();
+    o.threads = threads;
+    return smelt_executable_from_text(RELU, strlen(RELU), &o, out);
+}
+
+static SmeltStatus run_relu(SmeltExecutable *exe) {
+    float in[4] = {-1, 2, -3, 4}, out[4];
+    const float *ins[1] = {in};
+    float *outs[1] = {out};
+    size_t lens[1] = {4};
+    return smelt_executable_run(exe, ins, lens, 1, outs, lens, 1);
+}
+
+/* 1000 create/destroy cycles; between them, the last 8 stale handles and the very first
+ * are tried with every kind of call: each is INVALID_ARGUMENT, and the live executable
+ * is untouched (it still answers, and destroying it succeeds exactly once). */
+static void create_destroy_cycles(void) {
+    enum { CYCLES = 1000, RECENT = 8 };
+    SmeltExecutable *recent[RECENT] = {NULL};
+    SmeltExecutable *first = NULL;
+    int cycles_ok = 0;
+    for (int c = 0; c < CYCLES; c++) {
+        SmeltExecutable *e = NULL;
+        int ok = relu_with_threads(1, &e) == SMELT_STATUS_OK && e != NULL;
+        for (int k = 0; k <= RECENT; k++) {
+            SmeltExecutable *old = k < RECENT ? recent[k] : first;
+            size_t count = 99;
+            if (old == NULL) continue;
+            ok &= old != e;
+            ok &= smelt_executable_input_count(old, &count) == SMELT_STATUS_INVALID_ARGUMENT;
+            ok &= count == 99;
+            ok &= run_relu(old) == SMELT_STATUS_INVALID_ARGUMENT;
+            ok &= smelt_executable_destroy(old) == SMELT_STATUS_INVALID_ARGUMENT;
+            ok &= smelt_last_error()[0] != '\0';
+        }
+        size_t count = 0;
+        ok &= smelt_executable_input_count(e, &count) == SMELT_STATUS_OK && count == 1;
+        ok &= run_relu(e) == SMELT_STATUS_OK;
+        ok &= smelt_executable_destroy(e) == SMELT_STATUS_OK;
+        ok &= smelt_executable_destroy(e) == SMELT_STATUS_INVALID_ARGUMENT;
+        if (c == 0) first = e;
+        recent[c % RECENT] = e;
+        if (ok) cycles_ok++;
+        else fprintf(stderr, "cycle %d: a stale or live handle misbehaved: %s\n", c, smelt_last_error());
+    }
+    printf("  %d/%d create/destroy cycles with stale handles refused\n", cycles_ok, CYCLES);
+    CHECK(cycles_ok == CYCLES);
+}
+
+/* Threads of this process (every task in /proc/self/task), and how many of them are
+ * smelt's pool workers (named smelt-worker-N). */
+static int count_threads(int *smelt_workers) {
+    DIR *d = opendir("/proc/self/task");
+    int all = 0;
+    *smelt_workers = 0;
+    if (!d) return -1;
+    struct dirent *t;
+    while ((t = readdir(d)) != NULL) {
+        if (t->d_name[0] == '.') continue;
+        all++;
+        char path[300], comm[64] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", t->d_name);
+        FILE *f = fopen(path, "r");
+        if (f) {
+            if (fgets(comm, sizeof comm, f) && strncmp(comm, "smelt-worker", 12) == 0)
+                (*smelt_workers)++;
+            fclose(f);
+        }
+    }
+    closedir(d);
+    return all;
+}
+
+/* 100 executables compiled, run and destroyed with threads 0-16 leave at most one thread
+ * per core beside the main one (the shared pool has a worker per core but one), and a
+ * thread count above MAX_THREADS (1024) is refused. Call with no thread of the test's
+ * own alive. */
+static void thread_count_is_bounded(void) {
+    cpu_set_t set;
+    int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    int all_ok = 1;
+    for (unsigned i = 0; i < 100; i++) {
+        SmeltExecutable *e = NULL;
+        all_ok &= relu_with_threads(i % 17, &e) == SMELT_STATUS_OK;
+        all_ok &= run_relu(e) == SMELT_STATUS_OK;
+        all_ok &= smelt_executable_destroy(e) == SMELT_STATUS_OK;
+    }
+    CHECK(all_ok);
+    int workers;
+    int all = count_threads(&workers);
+    printf("  after 100 executables with threads 0-16: %d threads (%d smelt workers) on %d cores\n",
+           all, workers, cores);
+    CHECK(all >= 1 && all <= cores + 1);
+    CHECK(workers < cores || workers == 0);
+    SmeltExecutable *e = NULL;
+    expect(relu_with_threads(100000, &e), SMELT_STATUS_INVALID_ARGUMENT, "threads = 100000");
+    CHECK(e == NULL);
+    expect(relu_with_threads(1025, &e), SMELT_STATUS_INVALID_ARGUMENT, "threads = 1025");
+    expect(relu_with_threads(1024, &e), SMELT_STATUS_OK, "threads = 1024 (the cap)");
+    expect(smelt_executable_destroy(e), SMELT_STATUS_OK, "destroy threads = 1024");
+}
+
+/* A panic inside smelt (forced) is INTERNAL with its message, and writes nothing to the
+ * process's stderr, even with RUST_BACKTRACE=1 (set in main): fd 2 goes to a temporary
+ * file for the call, whose size is then checked. */
+static void internal_error_is_quiet(void) {
+    fflush(stderr);
+    FILE *capture = tmpfile();
+    int saved = dup(2);
+    CHECK(capture != NULL && saved >= 0);
+    if (!capture || saved < 0) return;
+    dup2(fileno(capture), 2);
+    SmeltStatus s = smelt_testing_force_internal_error();
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    long written = fseek(capture, 0, SEEK_END) == 0 ? ftell(capture) : -1;
+    fclose(capture);
+    printf("  forced internal error -> %s: %.80s (%ld bytes on stderr)\n", smelt_status_name(s),
+           smelt_last_error(), written);
+    CHECK(s == SMELT_STATUS_INTERNAL);
+    CHECK(strstr(smelt_last_error(), "a forced internal error") != NULL);
+    CHECK(written == 0);
+    /* and the library works on afterwards */
+    SmeltExecutable *e = NULL;
+    expect(relu_with_threads(0, &e), SMELT_STATUS_OK, "compile after an internal error");
+    expect(run_relu(e), SMELT_STATUS_OK, "run after an internal error");
+    expect(smelt_executable_destroy(e), SMELT_STATUS_OK, "destroy after an internal error");
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: capi_test DIR N\n");
@@ -160,6 +309,8 @@ int main(int argc, char **argv) {
     float *x = read_floats(dir, "x.bin", n);
     float *skip = read_floats(dir, "skip.bin", n);
     float *expected = read_floats(dir, "expected.bin", n);
+    /* the panic hook must stay quiet even when a backtrace is asked for */
+    setenv("RUST_BACKTRACE", "1", 1);
     printf("smelt %s\n", smelt_version());
 
     /* ---- compile from text, inspect, run on 4 threads ---- */
@@ -218,6 +369,12 @@ int main(int argc, char **argv) {
     }
     expect(smelt_executable_destroy(relu), SMELT_STATUS_OK, "destroy relu");
 
+    /* ---- handles, threads and panics, as a host runtime sees them ---- */
+    printf("lifetimes:\n");
+    create_destroy_cycles();
+    thread_count_is_bounded();
+    internal_error_is_quiet();
+
     /* ---- misuse: every one an error code with a message ---- */
     printf("misuse:\n");
     SmeltExecutable *bad = (SmeltExecutable *)&count; /* poison: must be reset to NULL */
@@ -260,6 +417,17 @@ int main(int argc, char **argv) {
            "input(index 2 of 2)");
     expect(smelt_executable_output(exe, 0, NULL), SMELT_STATUS_INVALID_ARGUMENT,
            "output(NULL info)");
+    expect(smelt_executable_output(exe, 1, &info), SMELT_STATUS_INVALID_ARGUMENT,
+           "output(index 1 of 1)");
+    expect(smelt_executable_input(NULL, 0, &info), SMELT_STATUS_INVALID_ARGUMENT,
+           "input(NULL exe)");
+    expect(smelt_executable_output_count(exe, NULL), SMELT_STATUS_INVALID_ARGUMENT,
+           "output_count(NULL count)");
+    SmeltOptions absurd = smelt_options_default();
+    absurd.threads = 100000;
+    expect(smelt_executable_from_text(text, text_len, &absurd, &bad),
+           SMELT_STATUS_INVALID_ARGUMENT, "from_text(threads = 100000)");
+    CHECK(bad == NULL);
 
     float *out = malloc(n * sizeof(float));
     const float *ins[2] = {x, skip};
@@ -272,6 +440,21 @@ int main(int argc, char **argv) {
            SMELT_STATUS_INVALID_ARGUMENT, "run(1 input of 2)");
     expect(smelt_executable_run(exe, ins, in_lens, 2, outs, out_lens, 0),
            SMELT_STATUS_INVALID_ARGUMENT, "run(0 outputs)");
+    {
+        const float *three[3] = {x, skip, x};
+        size_t three_lens[3] = {n, n, n};
+        float *two_outs[2] = {out, out + 1};
+        size_t two_lens[2] = {n, n};
+        expect(smelt_executable_run(exe, three, three_lens, 3, outs, out_lens, 1),
+               SMELT_STATUS_INVALID_ARGUMENT, "run(3 inputs of 2)");
+        expect(smelt_executable_run(exe, ins, in_lens, 2, two_outs, two_lens, 2),
+               SMELT_STATUS_INVALID_ARGUMENT, "run(2 outputs of 1)");
+    }
+    size_t short_out[1] = {n - 1};
+    expect(smelt_executable_run(exe, ins, in_lens, 2, outs, short_out, 1),
+           SMELT_STATUS_INVALID_ARGUMENT, "run(output one float short)");
+    expect(smelt_executable_run(exe, ins, in_lens, 2, outs, NULL, 1),
+           SMELT_STATUS_INVALID_ARGUMENT, "run(NULL output_lens)");
     expect(smelt_executable_run(exe, NULL, in_lens, 2, outs, out_lens, 1),
            SMELT_STATUS_INVALID_ARGUMENT, "run(NULL inputs array)");
     expect(smelt_executable_run(exe, ins, NULL, 2, outs, out_lens, 1),

@@ -1,7 +1,7 @@
 //! Helpers shared by the JIT tests: random tensors, the interpreter oracle, comparison.
 #![allow(dead_code)]
 
-use smelt::runtime::{CompileOptions, Executable, Kernels};
+use smelt::{CompileOptions, Executable, Kernels};
 use smelt_ir::weights::random_f32;
 use smelt_ir::{interp, BinaryOp, ErrorStats, Module, PostOp, Tensor, TensorType, UnaryOp};
 

@@ -25,9 +25,7 @@ use std::sync::Arc;
 use smelt_ir::diag::Location;
 use smelt_ir::loops::{Access, Kernel, TileTarget};
 use smelt_ir::op::PostOp;
-use smelt_ir::{
-    AlignedBuf, DType, Diagnostic, Func, Layout, Module, Op, TensorType, Value, WeightId,
-};
+use smelt_ir::{AlignedBuf, DType, Diagnostic, Func, Module, Op, TensorType, Value, WeightId};
 
 pub use memory::{plan_memory, MemoryPlan};
 
@@ -156,43 +154,6 @@ pub struct LowerOptions {
     /// the portable default). Code generation links the routines of the ISA it compiles
     /// for and refuses a lane count that ISA has no routine for.
     pub micro: Option<TileTarget>,
-}
-
-/// Whether some kernel computes `op` with operands of `types` into `result` as they are
-/// laid out: every op on row-major tensors; `reorder` between any; convs (plain or
-/// fused) reading and writing channel blocks (their full-size post-op operands laid out
-/// as the result, weights, bias and broadcast operands row-major); global average pools
-/// reading them. The conv and pool lowerings check the finer conditions.
-fn layouts_have_kernels(op: &Op, types: &[&TensorType], result: &TensorType) -> bool {
-    let row_major = |t: &TensorType| t.layout == Layout::RowMajor;
-    if types.iter().all(|t| row_major(t)) && row_major(result) {
-        return true;
-    }
-    let (anchor, n_anchor) = match op {
-        Op::Fused(f) => (&*f.anchor, types.len() - f.num_post_operands()),
-        _ => (op, types.len()),
-    };
-    let activation = |t: &TensorType| row_major(t) || t.layout == conv::CHANNEL_BLOCKS;
-    let post_ok = types[n_anchor..].iter().all(|t| {
-        let want = if t.dims == result.dims {
-            result.layout
-        } else {
-            Layout::RowMajor
-        };
-        t.layout == want
-    });
-    let Some((x, params)) = types[..n_anchor].split_first() else {
-        return false;
-    };
-    match anchor {
-        Op::Reorder { .. } => true,
-        Op::Conv2d(_) => {
-            activation(x) && params.iter().all(|t| row_major(t)) && activation(result) && post_ok
-        }
-        Op::GlobalAvgPool => activation(x) && row_major(result) && post_ok,
-        Op::MaxPool2d(_) => pool::max_pool_on_blocks(anchor, x, result) && post_ok,
-        _ => false,
-    }
 }
 
 /// Lowers `func` of `module` to a [`Program`] with the default [`LowerOptions`]. Fails
@@ -523,7 +484,7 @@ impl<'a> Cx<'a> {
             let (dtype, len) = (w.ty.dtype, w.ty.storage_len());
             return Ok(self.buffer(&name, dtype, len, BufferKind::Weight(id)));
         }
-        if !layouts_have_kernels(&inst.op, &types, &inst.ty) {
+        if !crate::blocks::layouts_have_kernels(&inst.op, &types, &inst.ty) {
             return Err(self.unsupported(
                 "no kernel for these layouts: every op computes on row-major tensors, \
                  except reorder, and pointwise convolutions and global_avg_pool, which \

@@ -9,6 +9,7 @@ use super::conv::{pad_kernel, CHANNEL_BLOCK, CHANNEL_BLOCKS};
 use super::elementwise::{dims_name, Epilogue};
 use super::norm::sum_row;
 use super::{BufferId, Cx};
+use crate::blocks::{halves_with_3x3_windows, max_pool_on_blocks};
 
 /// Windows of up to this many taps are unrolled whole; larger ones loop over their rows.
 const MAX_UNROLLED_TAPS: usize = 64;
@@ -165,21 +166,6 @@ pub(crate) fn lower_pool(
     cx.step(b.finish(), args)
 }
 
-/// Whether a pool is the 3×3, stride-2, pad-1 window that halves an even H and a W that
-/// is a multiple of 8 (ResNet's stem pool): every window holds input elements, no
-/// window reaches the bottom or right padding, and output rows come in whole vectors.
-fn halves_with_3x3_windows(p: &Pool2dAttrs, [h, w]: [usize; 2], [oh, ow]: [usize; 2]) -> bool {
-    p.kernel == [3, 3]
-        && p.strides == [2, 2]
-        && p.dilations == [1, 1]
-        && p.pads[0] == 1
-        && p.pads[1] == 1
-        && h >= 2
-        && h.is_multiple_of(2)
-        && w.is_multiple_of(8)
-        && (oh, ow) == (h / 2, w / 2)
-}
-
 /// The halving 3×3 stride-2 max pool ([`halves_with_3x3_windows`]) straight from its
 /// input, without a padded copy, NCHW or in channel blocks (`[n][c/16][h][w][16]` →
 /// `[n][c/16][h/2][w/2][16]`, `blocked`). Each output row takes the vertical max of its
@@ -297,28 +283,6 @@ fn window_max(b: &mut KernelBuilder, window: &[i64], at: impl Fn(i64) -> Expr) -
         .iter()
         .fold(at(window[0]), |m, &dy| max(m, at(dy)));
     b.let_(v, Width::F32x4)
-}
-
-/// Whether `op` is a max pool that the channel-block kernel computes for input `x` and
-/// result `out` ([`max_pool_3x3_s2`] on blocks): [`max_pool_fits_blocks`], with input and
-/// result both in blocks.
-pub(crate) fn max_pool_on_blocks(op: &Op, x: &TensorType, out: &TensorType) -> bool {
-    x.layout == CHANNEL_BLOCKS
-        && out.layout == CHANNEL_BLOCKS
-        && max_pool_fits_blocks(op, &x.dims, &out.dims)
-}
-
-/// Whether `op` is a max pool the channel-block kernel can compute from input dims `x`
-/// to result dims `out`, whatever their layouts: a halving 3×3 stride-2 window on whole
-/// blocks of channels. The layout pass and lowering share this test.
-pub(crate) fn max_pool_fits_blocks(op: &Op, x: &[usize], out: &[usize]) -> bool {
-    let Op::MaxPool2d(p) = op else {
-        return false;
-    };
-    x.len() == 4
-        && out.len() == 4
-        && x[1].is_multiple_of(CHANNEL_BLOCK)
-        && halves_with_3x3_windows(p, [x[2], x[3]], [out[2], out[3]])
 }
 
 /// The per-output-position table and whether it is needed (not all zeros for max pools).

@@ -29,7 +29,7 @@ mod general;
 mod packed;
 mod pad;
 
-use smelt_ir::loops::{Access, Affine, BufId, Expr, KernelBuilder, TileTarget, Width};
+use smelt_ir::loops::{Access, Affine, BufId, Expr, KernelBuilder, Width};
 use smelt_ir::op::Conv2dAttrs;
 use smelt_ir::{Diagnostic, Layout, TensorType, Value};
 
@@ -40,6 +40,8 @@ pub(crate) use pad::{nhwc_border_kernel, nhwc_pad_kernel, pad_kernel};
 
 use super::elementwise::Epilogue;
 use super::{BufferId, Cx};
+use crate::blocks::{reads_blocks_on_micro, writes_blocks_on_micro};
+pub(crate) use crate::blocks::{CHANNEL_BLOCK, CHANNEL_BLOCKS};
 
 /// Shapes of one convolution, in elements.
 #[derive(Clone)]
@@ -80,59 +82,6 @@ impl Geo {
     }
 }
 
-/// Channels per block of the channel-blocked activations (`nchw16c`) that pointwise
-/// convs on a micro-kernel read and write: one AVX-512 vector of channels, two AVX2
-/// ones, four of Cranelift's.
-pub const CHANNEL_BLOCK: usize = 16;
-
-/// The layout of channel blocks, `nchw16c`.
-pub const CHANNEL_BLOCKS: Layout = Layout::Blocked {
-    axis: 1,
-    block: CHANNEL_BLOCK as u8,
-};
-
-/// Whether a conv with attributes `a` and weight type `w` (constant weights assumed) is
-/// pointwise on a micro-kernel — 1×1, unpadded, ungrouped, output channels in whole
-/// blocks, with `micro` given — the one conv form whose kernel reads its input and
-/// writes its result in channel blocks ([`CHANNEL_BLOCKS`]; the input needs whole blocks
-/// of channels too).
-pub fn pointwise_on_micro(a: &Conv2dAttrs, w: &TensorType, micro: Option<TileTarget>) -> bool {
-    micro.is_some()
-        && a.groups == 1
-        && a.pads == [0; 4]
-        && w.rank() == 4
-        && w.dims[2..] == [1, 1]
-        && w.dims[0].is_multiple_of(CHANNEL_BLOCK)
-}
-
-/// Whether a conv with attributes `a` and weight type `w` (constant weights assumed) may
-/// write its result in channel blocks ([`CHANNEL_BLOCKS`]) on a target with `micro`: a
-/// pointwise one ([`pointwise_on_micro`]), or any other ungrouped one with output
-/// channels in whole blocks — the packed direct convolution's epilogue and Winograd's
-/// output transform then store each vector of 4 channels of a pixel as it is instead of
-/// transposing.
-pub fn writes_blocks_on_micro(a: &Conv2dAttrs, w: &TensorType, micro: Option<TileTarget>) -> bool {
-    pointwise_on_micro(a, w, micro)
-        || (micro.is_some()
-            && a.groups == 1
-            && w.rank() == 4
-            && w.dims[0].is_multiple_of(CHANNEL_BLOCK))
-}
-
-/// Whether a conv with attributes `a` and weight type `w` (constant weights assumed)
-/// reads input in channel blocks ([`CHANNEL_BLOCKS`]) on a target with `micro`: a
-/// pointwise one on the micro-kernel ([`pointwise_on_micro`]), any other ungrouped one
-/// with output channels in quads (the packed convolution, whose channels-last copy of
-/// the input then copies 16-channel runs, or Winograd, whose padded copy stays in
-/// blocks).
-pub fn reads_blocks_on_micro(a: &Conv2dAttrs, w: &TensorType, micro: Option<TileTarget>) -> bool {
-    let pointwise = w.rank() == 4 && w.dims[2..] == [1, 1] && a.pads == [0; 4];
-    if pointwise {
-        return pointwise_on_micro(a, w, micro);
-    }
-    micro.is_some() && a.groups == 1 && w.rank() == 4 && w.dims[0].is_multiple_of(4)
-}
-
 pub(crate) fn lower_conv2d(
     cx: &mut Cx,
     a: &Conv2dAttrs,
@@ -146,7 +95,7 @@ pub(crate) fn lower_conv2d(
     if x_blocked || out_blocked {
         let wt = cx.func.type_of(operands[1]);
         let micro = cx.opts.micro;
-        // (which layouts at all: `lower::layouts_have_kernels`, checked before any op)
+        // (which layouts at all: `blocks::layouts_have_kernels`, checked before any op)
         let supported = (!x_blocked || reads_blocks_on_micro(a, wt, micro))
             && (!out_blocked || writes_blocks_on_micro(a, wt, micro))
             && cx.const_weight(operands[1]).is_some()

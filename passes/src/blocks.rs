@@ -1,0 +1,154 @@
+//! Which kernels compute on channel blocks (NCHW16c): the one statement of it, asked by
+//! the layout pass ([`crate::layout`]), which puts a value in blocks only where every
+//! writer and reader computes on them, and by lowering ([`crate::lower`]), which refuses
+//! a blocked operand no kernel reads. Kept apart from both, so the two cannot drift: a
+//! layout the pass picks is one the lowering compiles.
+//!
+//! The conv predicates assume constant weights (the layout pass and the conv lowering
+//! check that themselves); `micro` is the target's conv-tile routines, `None` for
+//! Cranelift code only, which computes on no blocks.
+
+use smelt_ir::loops::TileTarget;
+use smelt_ir::op::{Conv2dAttrs, Pool2dAttrs};
+use smelt_ir::{Layout, Op, TensorType};
+
+use crate::lower::elementwise::broadcast_strides;
+
+/// Channels per block of the channel-blocked activations (`nchw16c`) that pointwise
+/// convs on a micro-kernel read and write: one AVX-512 vector of channels, two AVX2
+/// ones, four of Cranelift's.
+pub const CHANNEL_BLOCK: usize = 16;
+
+/// The layout of channel blocks, `nchw16c`.
+pub const CHANNEL_BLOCKS: Layout = Layout::Blocked {
+    axis: 1,
+    block: CHANNEL_BLOCK as u8,
+};
+
+/// Whether a conv with attributes `a` and weight type `w` (constant weights assumed) is
+/// pointwise on a micro-kernel — 1×1, unpadded, ungrouped, output channels in whole
+/// blocks, with `micro` given — the one conv form whose kernel reads its input and
+/// writes its result in channel blocks ([`CHANNEL_BLOCKS`]; the input needs whole blocks
+/// of channels too).
+pub fn pointwise_on_micro(a: &Conv2dAttrs, w: &TensorType, micro: Option<TileTarget>) -> bool {
+    micro.is_some()
+        && a.groups == 1
+        && a.pads == [0; 4]
+        && w.rank() == 4
+        && w.dims[2..] == [1, 1]
+        && w.dims[0].is_multiple_of(CHANNEL_BLOCK)
+}
+
+/// Whether a conv with attributes `a` and weight type `w` (constant weights assumed) may
+/// write its result in channel blocks ([`CHANNEL_BLOCKS`]) on a target with `micro`: a
+/// pointwise one ([`pointwise_on_micro`]), or any other ungrouped one with output
+/// channels in whole blocks — the packed direct convolution's epilogue and Winograd's
+/// output transform then store each vector of 4 channels of a pixel as it is instead of
+/// transposing.
+pub fn writes_blocks_on_micro(a: &Conv2dAttrs, w: &TensorType, micro: Option<TileTarget>) -> bool {
+    pointwise_on_micro(a, w, micro)
+        || (micro.is_some()
+            && a.groups == 1
+            && w.rank() == 4
+            && w.dims[0].is_multiple_of(CHANNEL_BLOCK))
+}
+
+/// Whether a conv with attributes `a` and weight type `w` (constant weights assumed)
+/// reads input in channel blocks ([`CHANNEL_BLOCKS`]) on a target with `micro`: a
+/// pointwise one on the micro-kernel ([`pointwise_on_micro`]), any other ungrouped one
+/// with output channels in quads (the packed convolution, whose channels-last copy of
+/// the input then copies 16-channel runs, or Winograd, whose padded copy stays in
+/// blocks).
+pub fn reads_blocks_on_micro(a: &Conv2dAttrs, w: &TensorType, micro: Option<TileTarget>) -> bool {
+    let pointwise = w.rank() == 4 && w.dims[2..] == [1, 1] && a.pads == [0; 4];
+    if pointwise {
+        return pointwise_on_micro(a, w, micro);
+    }
+    micro.is_some() && a.groups == 1 && w.rank() == 4 && w.dims[0].is_multiple_of(4)
+}
+
+/// Whether `op` is a max pool that the channel-block kernel computes for input `x` and
+/// result `out` (the halving max-pool kernel, on blocks): [`max_pool_fits_blocks`], with input and
+/// result both in blocks.
+pub fn max_pool_on_blocks(op: &Op, x: &TensorType, out: &TensorType) -> bool {
+    x.layout == CHANNEL_BLOCKS
+        && out.layout == CHANNEL_BLOCKS
+        && max_pool_fits_blocks(op, &x.dims, &out.dims)
+}
+
+/// Whether `op` is a max pool the channel-block kernel can compute from input dims `x`
+/// to result dims `out`, whatever their layouts: a halving 3×3 stride-2 window on whole
+/// blocks of channels.
+pub fn max_pool_fits_blocks(op: &Op, x: &[usize], out: &[usize]) -> bool {
+    let Op::MaxPool2d(p) = op else {
+        return false;
+    };
+    x.len() == 4
+        && out.len() == 4
+        && x[1].is_multiple_of(CHANNEL_BLOCK)
+        && halves_with_3x3_windows(p, [x[2], x[3]], [out[2], out[3]])
+}
+
+/// Whether a pool is the 3×3, stride-2, pad-1 window that halves an even H and a W that
+/// is a multiple of 8 (ResNet's stem pool): every window holds input elements, no
+/// window reaches the bottom or right padding, and output rows come in whole vectors.
+pub(crate) fn halves_with_3x3_windows(
+    p: &Pool2dAttrs,
+    [h, w]: [usize; 2],
+    [oh, ow]: [usize; 2],
+) -> bool {
+    p.kernel == [3, 3]
+        && p.strides == [2, 2]
+        && p.dilations == [1, 1]
+        && p.pads[0] == 1
+        && p.pads[1] == 1
+        && h >= 2
+        && h.is_multiple_of(2)
+        && w.is_multiple_of(8)
+        && (oh, ow) == (h / 2, w / 2)
+}
+
+/// Whether some kernel computes `op` with operands of `types` into `result` as they are
+/// laid out: every op on row-major tensors; `reorder` between any; convs (plain or
+/// fused) reading and writing channel blocks (their full-size post-op operands laid out
+/// as the result, weights, bias and broadcast operands row-major); global average pools
+/// reading them. The conv and pool lowerings check the finer conditions.
+pub(crate) fn layouts_have_kernels(op: &Op, types: &[&TensorType], result: &TensorType) -> bool {
+    let row_major = |t: &TensorType| t.layout == Layout::RowMajor;
+    if types.iter().all(|t| row_major(t)) && row_major(result) {
+        return true;
+    }
+    let (anchor, n_anchor) = match op {
+        Op::Fused(f) => (&*f.anchor, types.len() - f.num_post_operands()),
+        _ => (op, types.len()),
+    };
+    let activation = |t: &TensorType| row_major(t) || t.layout == CHANNEL_BLOCKS;
+    let post_ok = types[n_anchor..].iter().all(|t| {
+        let want = if t.dims == result.dims {
+            result.layout
+        } else {
+            Layout::RowMajor
+        };
+        t.layout == want
+    });
+    let Some((x, params)) = types[..n_anchor].split_first() else {
+        return false;
+    };
+    match anchor {
+        Op::Reorder { .. } => true,
+        Op::Conv2d(_) => {
+            activation(x) && params.iter().all(|t| row_major(t)) && activation(result) && post_ok
+        }
+        Op::GlobalAvgPool => activation(x) && row_major(result) && post_ok,
+        Op::MaxPool2d(_) => max_pool_on_blocks(anchor, x, result) && post_ok,
+        _ => false,
+    }
+}
+
+/// Whether a broadcast post-op operand of shape `dims` walks the channels of a rank-4
+/// result of shape `out` contiguously or not at all (a per-channel vector, a scalar):
+/// what an epilogue with vector lanes along channels reads.
+pub fn broadcast_walks_channels(dims: &[usize], out: &[usize]) -> bool {
+    let s = broadcast_strides(dims, out);
+    s.len() == 4 && s[0] == 0 && s[2] == 0 && s[3] == 0 && s[1] <= 1
+}
