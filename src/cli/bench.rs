@@ -16,6 +16,7 @@ use smelt::models::{residual_tail, resnet, ResNetConfig};
 use smelt::runtime::KernelProfile;
 use smelt::{CompileOptions, ConvAlgorithm, Executable, Layouts};
 
+use super::out::{out, outln};
 use super::{FusionArgs, Kernels, ModelArgs};
 
 /// f32x4 FMA peak of one core of the reference machine (FACTS.md): 2 pipes × 4 lanes × 2
@@ -199,9 +200,9 @@ pub fn main(a: BenchArgs) -> Result<()> {
         profile,
     };
     if a.json {
-        println!("{}", report.json(&a)?);
+        outln!("{}", report.json(&a)?);
     } else {
-        print!("{}", report.text(&a));
+        out!("{}", report.text(&a));
     }
     Ok(())
 }

@@ -7,6 +7,7 @@ use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use smelt::passes::fusion::{builtin_rules, check_rules, load_rules, CheckOptions, Verdict};
 
+use super::out::outln;
 use super::read_text;
 
 /// Arguments of `smelt check-rules`.
@@ -39,7 +40,7 @@ pub fn main(a: CheckRulesArgs) -> Result<()> {
     };
     let checks = check_rules(&rules, &options);
     for c in &checks {
-        println!("{}", c.to_text());
+        outln!("{}", c.to_text());
     }
     let unsound: Vec<&str> = checks
         .iter()

@@ -9,6 +9,7 @@ pub mod dump;
 pub mod explain;
 pub mod import;
 pub mod opt;
+pub mod out;
 pub mod run;
 pub mod verify;
 
