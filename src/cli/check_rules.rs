@@ -18,9 +18,9 @@ pub struct CheckRulesArgs {
     /// Seed of the random instances (the check is deterministic for a seed).
     #[arg(long, default_value_t = CheckOptions::default().seed)]
     seed: u64,
-    /// Instances to compare per left-hand side of each rule.
-    #[arg(long, default_value_t = CheckOptions::default().instances)]
-    instances: usize,
+    /// Instances to compare per left-hand side of each rule (1 to 10000).
+    #[arg(long, default_value_t = CheckOptions::default().instances as u16, value_parser = clap::value_parser!(u16).range(1..=10000))]
+    instances: u16,
 }
 
 /// Runs `smelt check-rules`; fails (exit status 1) when a rule is unsound.
@@ -35,7 +35,7 @@ pub fn main(a: CheckRulesArgs) -> Result<()> {
     };
     let options = CheckOptions {
         seed: a.seed,
-        instances: a.instances.max(1),
+        instances: usize::from(a.instances),
         ..CheckOptions::default()
     };
     let checks = check_rules(&rules, &options);
