@@ -80,6 +80,12 @@ pub struct BenchArgs {
     /// Pin a dynamic input dimension of an ONNX model, e.g. `--shape input=1x3x224x224`.
     #[arg(long = "shape", value_name = "NAME=DIMS")]
     shapes: Vec<String>,
+    /// One more folder the files a model names may be read from (see `smelt run --help`).
+    #[arg(long, value_name = "DIR")]
+    allow_root: Option<PathBuf>,
+    /// The memory budget, e.g. `32G` (see `smelt run --help`).
+    #[arg(long, value_name = "BYTES", value_parser = super::parse_bytes)]
+    memory_budget: Option<u64>,
     /// Threads per run, the calling thread included (0: one per core).
     #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=1024))]
     threads: u16,
@@ -243,6 +249,8 @@ fn load(a: &BenchArgs) -> Result<Module> {
         path => ModelArgs {
             model: PathBuf::from(path),
             shapes: a.shapes.clone(),
+            allow_root: a.allow_root.clone(),
+            memory_budget: a.memory_budget,
         }
         .load(),
     }
