@@ -218,7 +218,8 @@ pub fn parse_bytes(
     parse_bytes_with(bytes, file, base_dir, &ParseOptions::default())
 }
 
-fn parse_bytes_with(
+/// [`parse_bytes`] with the limits and permissions of `opts`.
+pub fn parse_bytes_with(
     bytes: &[u8],
     file: &str,
     base_dir: Option<&Path>,
