@@ -173,8 +173,9 @@ impl FusionArgs {
 }
 
 /// Reads a UTF-8 text file (a rule file: a regular file of at most
-/// [`MAX_RULE_FILE_BYTES`]), naming it in the error.
+/// `MAX_RULE_FILE_BYTES`), naming it in the error.
 pub fn read_text(path: &Path) -> Result<String> {
+    use smelt::passes::fusion::rules::MAX_RULE_FILE_BYTES;
     let bytes = smelt::ir::files::read_regular(path, MAX_RULE_FILE_BYTES)
         .map_err(|e| anyhow!("cannot read {}: {e}", path.display()))?;
     String::from_utf8(bytes).with_context(|| format!("cannot read {}", path.display()))
@@ -199,9 +200,6 @@ pub fn read_inputs(args: &[String]) -> Result<Vec<(String, Tensor)>> {
     }
     Ok(inputs)
 }
-
-/// The largest rule file read (16 MiB: the built-in rules are a few KiB).
-pub const MAX_RULE_FILE_BYTES: u64 = 16 << 20;
 
 /// The largest `.npy` input read: a tensor at the tensor limit, as f64, and its header.
 const MAX_NPY_BYTES: u64 = 2 * smelt::ir::types::MAX_TENSOR_BYTES + (1 << 20);
