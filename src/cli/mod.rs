@@ -96,7 +96,8 @@ impl ModelArgs {
 fn load(path: &Path, opts: &LoadOptions) -> Result<Module> {
     smelt::load_model(path, opts).map_err(|e| match &e {
         smelt::Error::Ir(diags) => {
-            let src = std::fs::read(path)
+            // read again for the excerpt, with the same limits (it may be /dev/zero)
+            let src = smelt::ir::files::read_regular(path, smelt::ir::text::MAX_TEXT_BYTES)
                 .ok()
                 .and_then(|b| String::from_utf8(b).ok());
             anyhow!("{}", diags.render(src.as_deref()).trim_end())
