@@ -184,7 +184,8 @@ impl Confinement {
                 cur.pop();
                 // above an allowed folder only on the way to another one
                 let within = self.inside(&cur) || self.roots().any(|r| r == cur);
-                if !within && !(self.allowed_root.is_some() && self.on_the_way_in(&cur)) {
+                let passing = self.allowed_root.is_some() && self.on_the_way_in(&cur);
+                if !(within || passing) {
                     return Err(self.outside(location, "climbs out of", " with '..'"));
                 }
                 continue;
