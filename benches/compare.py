@@ -141,6 +141,8 @@ class SmeltOptions(ctypes.Structure):
         ("threads", ctypes.c_uint32),
         ("input_shapes", ctypes.c_char_p),
         ("kernels", ctypes.c_int32),
+        ("allowed_root", ctypes.c_char_p),
+        ("memory_budget", ctypes.c_uint64),
     ]
 
 

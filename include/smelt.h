@@ -94,6 +94,18 @@ typedef struct SmeltOptions {
    * 3 fail with `SMELT_STATUS_UNSUPPORTED` on a CPU without them).
    */
   int32_t kernels;
+  /**
+   * One more folder, as a NUL-terminated path, the files a model names (`.tir`
+   * `external<...>` sidecars, ONNX external data) may be read from, besides the model
+   * file's own folder (after resolving symlinks); NULL (default): only that folder.
+   */
+  const char *allowed_root;
+  /**
+   * The memory budget in bytes for weights, folded constants and the run-time arena;
+   * 0 (default): half the machine's memory, and half of the address-space limit if
+   * one is set. A model over it fails with a message naming what and how much.
+   */
+  uint64_t memory_budget;
 } SmeltOptions;
 
 /**

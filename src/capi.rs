@@ -35,7 +35,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
 use smelt_ir::{DType, Module};
@@ -146,6 +146,14 @@ pub struct SmeltOptions {
     /// Cranelift code only (portable), 2 the AVX2 micro-kernel, 3 the AVX-512 one (2 and
     /// 3 fail with `SMELT_STATUS_UNSUPPORTED` on a CPU without them).
     pub kernels: i32,
+    /// One more folder, as a NUL-terminated path, the files a model names (`.tir`
+    /// `external<...>` sidecars, ONNX external data) may be read from, besides the model
+    /// file's own folder (after resolving symlinks); NULL (default): only that folder.
+    pub allowed_root: *const c_char,
+    /// The memory budget in bytes for weights, folded constants and the run-time arena;
+    /// 0 (default): half the machine's memory, and half of the address-space limit if
+    /// one is set. A model over it fails with a message naming what and how much.
+    pub memory_budget: u64,
 }
 
 /// The default options: fusion on, default threads, no pinned shapes.
@@ -156,6 +164,8 @@ pub extern "C" fn smelt_options_default() -> SmeltOptions {
         threads: 0,
         input_shapes: std::ptr::null(),
         kernels: 0,
+        allowed_root: std::ptr::null(),
+        memory_budget: 0,
     }
 }
 
@@ -313,8 +323,8 @@ fn lookup(handle: *const SmeltExecutable) -> Result<Arc<SmeltExecutable>, Failur
 /// Reads the options (NULL means the defaults).
 ///
 /// # Safety
-/// `opts` is NULL or points to a readable `SmeltOptions`; its `input_shapes` is NULL or a
-/// NUL-terminated string.
+/// `opts` is NULL or points to a readable `SmeltOptions`; its `input_shapes` and
+/// `allowed_root` are each NULL or a NUL-terminated string.
 unsafe fn read_options(opts: *const SmeltOptions) -> Result<Options, Failure> {
     let o = if opts.is_null() {
         smelt_options_default()
@@ -356,11 +366,23 @@ unsafe fn read_options(opts: *const SmeltOptions) -> Result<Options, Failure> {
             )))
         }
     };
+    let allowed_root = if o.allowed_root.is_null() {
+        None
+    } else {
+        // SAFETY: a non-null `allowed_root` is NUL-terminated per the contract.
+        let text = unsafe { CStr::from_ptr(o.allowed_root) };
+        let text = text
+            .to_str()
+            .map_err(|_| invalid("allowed_root is not UTF-8"))?;
+        Some(PathBuf::from(text))
+    };
     Ok(Options {
         fuse: o.fuse != 0,
         threads: o.threads,
         input_shapes,
         kernels,
+        allowed_root,
+        memory_budget: (o.memory_budget != 0).then_some(o.memory_budget),
     })
 }
 
@@ -380,9 +402,18 @@ struct Options {
     threads: u32,
     input_shapes: BTreeMap<String, Vec<usize>>,
     kernels: Kernels,
+    allowed_root: Option<PathBuf>,
+    memory_budget: Option<u64>,
 }
 
 impl Options {
+    fn parse_options(&self) -> smelt_ir::text::ParseOptions {
+        smelt_ir::text::ParseOptions {
+            allowed_root: self.allowed_root.clone(),
+            memory_budget: self.memory_budget,
+        }
+    }
+
     fn no_shapes_for_text(&self) -> Result<(), Failure> {
         if self.input_shapes.is_empty() {
             Ok(())
@@ -484,10 +515,12 @@ pub unsafe extern "C" fn smelt_executable_from_text(
             let src = bytes(text as *const u8, len, "the model text")?;
             let opts = read_options(opts)?;
             opts.no_shapes_for_text()?;
-            let module = smelt_ir::text::parse_bytes(src, "<text>", None).map_err(|d| {
-                let rendered = d.render(std::str::from_utf8(src).ok());
-                Failure(SmeltStatus::Ir, rendered.trim_end().to_string())
-            })?;
+            let module =
+                smelt_ir::text::parse_bytes_with(src, "<text>", None, &opts.parse_options())
+                    .map_err(|d| {
+                        let rendered = d.render(std::str::from_utf8(src).ok());
+                        Failure(SmeltStatus::Ir, rendered.trim_end().to_string())
+                    })?;
             finish(module, &opts, out)
         }
     })
@@ -536,6 +569,8 @@ fn import_options(opts: &Options) -> crate::onnx::ImportOptions {
     crate::onnx::ImportOptions {
         input_shapes: opts.input_shapes.clone(),
         interface: crate::Interface::C,
+        allowed_root: opts.allowed_root.clone(),
+        memory_budget: opts.memory_budget,
         ..crate::onnx::ImportOptions::default()
     }
 }
@@ -591,15 +626,20 @@ pub unsafe extern "C" fn smelt_executable_from_file(
                 import_onnx_file(path, &opts)?
             } else {
                 opts.no_shapes_for_text()?;
-                let data = std::fs::read(path).map_err(|source| Error::Io {
-                    path: path.display().to_string(),
-                    source,
-                })?;
+                // a regular file of bounded size, like every file smelt reads
+                let data = smelt_ir::files::read_regular(path, smelt_ir::text::MAX_TEXT_BYTES)
+                    .map_err(|m| Error::Io {
+                        path: path.display().to_string(),
+                        source: std::io::Error::other(m),
+                    })?;
                 let name = path.display().to_string();
-                smelt_ir::text::parse_bytes(&data, &name, path.parent()).map_err(|d| {
-                    let rendered = d.render(std::str::from_utf8(&data).ok());
-                    Failure(SmeltStatus::Ir, rendered.trim_end().to_string())
-                })?
+                let parse = opts.parse_options();
+                smelt_ir::text::parse_bytes_with(&data, &name, path.parent(), &parse).map_err(
+                    |d| {
+                        let rendered = d.render(std::str::from_utf8(&data).ok());
+                        Failure(SmeltStatus::Ir, rendered.trim_end().to_string())
+                    },
+                )?
             };
             finish(module, &opts, out)
         }

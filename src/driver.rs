@@ -263,6 +263,18 @@ impl Executable {
         })?;
         let code = code?;
         let plan = lower::plan_memory(&program, opts.keep_intermediates);
+        // the arena is allocated per workspace, after this: budgeted with the weights
+        let arena_bytes = (plan.arena_len as u64).saturating_mul(4);
+        module
+            .weights
+            .check_room(&format!("the run-time arena of @{}", func.name), arena_bytes)
+            .map_err(|m| {
+                Error::from(smelt_ir::Diagnostic::error(
+                    "memory-budget",
+                    m,
+                    smelt_ir::Location::Unknown,
+                ))
+            })?;
         let packed = Instant::now();
         let keep = opts.keep_intermediates.then_some(func);
         let mut exe =

@@ -125,6 +125,14 @@ pub struct LoadOptions {
     /// Who is asking, for the spelling of options in error messages (the CLI and the C
     /// API set it; Rust callers keep the default).
     pub interface: Interface,
+    /// One more folder the files a model names (`.tir` `external<...>` sidecars, ONNX
+    /// external data) may be read from, besides the model file's own folder (after
+    /// resolving symlinks). `None` (the default): only the model's folder.
+    pub allowed_root: Option<std::path::PathBuf>,
+    /// The memory budget in bytes for the model file, its weights and the constants
+    /// folded at import or by const_fold (see [`smelt_ir::budget`]); `None`: the
+    /// default, half the machine's memory (and half of `ulimit -v`, if set).
+    pub memory_budget: Option<u64>,
 }
 
 /// Reads a model from a file: `.onnx` (with the `onnx` feature) or `.tir` text (with its
@@ -139,6 +147,8 @@ pub fn load_model(path: &Path, opts: &LoadOptions) -> Result<Module, Error> {
             let import = onnx::ImportOptions {
                 input_shapes: opts.input_shapes.clone(),
                 interface: opts.interface,
+                allowed_root: opts.allowed_root.clone(),
+                memory_budget: opts.memory_budget,
                 ..onnx::ImportOptions::default()
             };
             return onnx::import_file(path, &import);
@@ -154,5 +164,9 @@ pub fn load_model(path: &Path, opts: &LoadOptions) -> Result<Module, Error> {
             "input shapes can only be pinned for ONNX models; .tir shapes are static".into(),
         ));
     }
-    Ok(smelt_ir::text::parse_file(path)?)
+    let parse = smelt_ir::text::ParseOptions {
+        allowed_root: opts.allowed_root.clone(),
+        memory_budget: opts.memory_budget,
+    };
+    Ok(smelt_ir::text::parse_file_with(path, &parse)?)
 }

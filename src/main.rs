@@ -37,7 +37,22 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let result = match Cli::parse().command {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // `--help`, `--version` and usage errors: clap's own `exit` would panic on a
+        // stdout it cannot write, so the text is printed here, like any other output.
+        Err(e) => {
+            return match e.print() {
+                Ok(()) => ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2)),
+                Err(w) if w.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::FAILURE,
+                Err(w) => {
+                    cli::out::stderr(format_args!("{}\n", cli::out::WriteFailed(w)));
+                    ExitCode::FAILURE
+                }
+            };
+        }
+    };
+    let result = match cli.command {
         Command::Opt(a) => cli::opt::main(a),
         Command::Run(a) => cli::run::main(a),
         Command::Import(a) => cli::import::main(a),
@@ -50,8 +65,15 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // A reader that closed the pipe wants no more output, not a message about it.
+        Err(e)
+            if e.downcast_ref::<cli::out::WriteFailed>()
+                .is_some_and(|w| w.is_closed_pipe()) =>
+        {
+            ExitCode::FAILURE
+        }
         Err(e) => {
-            eprintln!("{}", error_text(&e));
+            cli::out::stderr(format_args!("{}\n", error_text(&e)));
             ExitCode::FAILURE
         }
     }

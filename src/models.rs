@@ -8,6 +8,10 @@ use smelt_ir::{
     AlignedBuf, BinaryOp, Diagnostic, Location, Module, Op, TensorType, UnaryOp, Value, F32,
 };
 
+/// Largest channel count and plane size [`residual_tail`] builds (each also bounded by
+/// the tensor limit together).
+pub const MAX_TAIL_SIZE: usize = 16384;
+
 /// Shape of a ResNet: residual blocks per stage, block kind, widths and input size.
 #[derive(Clone, Debug)]
 pub struct ResNetConfig {
@@ -220,6 +224,29 @@ pub fn resnet(cfg: &ResNetConfig) -> Result<Module, Diagnostic> {
 /// The residual tail Conv3×3 → BatchNorm → Add → Relu at `channels`×`hw`×`hw`, as
 /// `tail(%x, %skip) -> (y)`: the motivating case of fusion.
 pub fn residual_tail(channels: usize, hw: usize, seed: u64) -> Result<Module, Diagnostic> {
+    // Checked before any weight is drawn: the conv's weights grow with channels² and the
+    // activations with channels × hw², and either could ask for terabytes.
+    if channels == 0 || hw == 0 || channels > MAX_TAIL_SIZE || hw > MAX_TAIL_SIZE {
+        return Err(Diagnostic::error(
+            "bad-model-size",
+            format!(
+                "a residual tail of {channels} channels at {hw}x{hw}: channels and size must \
+                 be between 1 and {MAX_TAIL_SIZE}"
+            ),
+            Location::Unknown,
+        ));
+    }
+    let ty = TensorType::f32([1, channels, hw, hw]);
+    TensorType::f32([channels, channels, 3, 3])
+        .check_size()
+        .and_then(|()| ty.check_size())
+        .map_err(|m| {
+            Diagnostic::error(
+                "bad-model-size",
+                format!("a residual tail of {channels} channels at {hw}x{hw}: {m}"),
+                Location::Unknown,
+            )
+        })?;
     let mut module = Module::default();
     let mut net = Net {
         b: FuncBuilder::new(&mut module, "tail"),
@@ -227,7 +254,6 @@ pub fn residual_tail(channels: usize, hw: usize, seed: u64) -> Result<Module, Di
         count: 0,
         named: 0,
     };
-    let ty = TensorType::f32([1, channels, hw, hw]);
     let x = net.b.param("x", ty.clone());
     let skip = net.b.param("skip", ty);
     let y = net.conv_bn(x, channels, 3, 1)?;

@@ -8,8 +8,10 @@
 
 mod aligned_memory;
 
+pub mod budget;
 pub mod builder;
 pub mod diag;
+pub mod files;
 pub mod graph;
 pub mod interp;
 pub mod loops;

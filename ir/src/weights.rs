@@ -324,6 +324,10 @@ pub struct WeightStore {
     weights: Vec<Weight>,
     by_name: HashMap<String, WeightId>,
     small: HashMap<(TensorType, Vec<u8>), WeightId>,
+    /// Bytes of every weight's type (a derived weight counts before it is computed).
+    bytes: u64,
+    /// The memory budget; `None` is [`crate::budget::default_memory_budget`].
+    budget: Option<u64>,
 }
 
 impl WeightStore {
@@ -378,6 +382,7 @@ impl WeightStore {
         if let Some(k) = small_key {
             self.small.insert(k, id);
         }
+        self.bytes = self.bytes.saturating_add(want as u64);
         self.weights.push(Weight {
             name,
             ty,
@@ -407,6 +412,37 @@ impl WeightStore {
             AlignedBuf::from_data(values),
             WeightOrigin::Computed,
         )
+    }
+
+    /// An empty store with this store's memory budget (for a pass that rebuilds one).
+    pub fn empty_like(&self) -> WeightStore {
+        WeightStore {
+            budget: self.budget,
+            ..WeightStore::default()
+        }
+    }
+
+    /// The memory budget in bytes that loading, const_fold and compilation check
+    /// against (see [`crate::budget`]).
+    pub fn memory_budget(&self) -> u64 {
+        self.budget
+            .unwrap_or_else(crate::budget::default_memory_budget)
+    }
+
+    /// Sets the memory budget (`None`: the machine's default).
+    pub fn set_memory_budget(&mut self, budget: Option<u64>) {
+        self.budget = budget;
+    }
+
+    /// Bytes held by the weights (by their types).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Checks, before allocating, that `bytes` more fit beside the weights within the
+    /// budget; the error names `what` and the bytes.
+    pub fn check_room(&self, what: &str, bytes: u64) -> Result<(), String> {
+        crate::budget::check(what, bytes, self.bytes, self.memory_budget())
     }
 
     /// Adds a computed f32 weight under a fresh name derived from `hint`.

@@ -161,6 +161,26 @@ fn fold_func(
         else {
             continue;
         };
+        // Folding holds the operands' copies and the result at once: checked against the
+        // memory budget before either is made, naming the op and its location.
+        let result_bytes = (inst.ty.storage_len() * inst.ty.dtype.size_bytes()) as u64;
+        let operand_bytes: u64 = inputs
+            .iter()
+            .filter_map(|w| weights.get(*w))
+            .map(|w| w.data.len_bytes() as u64)
+            .sum();
+        weights
+            .check_room(
+                &format!("const_fold of this {} ({})", inst.op.name(), inst.ty),
+                result_bytes.saturating_add(operand_bytes),
+            )
+            .map_err(|m| {
+                PassError::Diagnostics(Diagnostics(vec![Diagnostic::error(
+                    "memory-budget",
+                    m,
+                    inst.loc.clone(),
+                )]))
+            })?;
         if let Op::BnFoldWeight { epsilon } = inst.op {
             if let Some(buf) = fold_bn_weight(epsilon.0, &inputs, &inst.ty, weights) {
                 if let Some(factor) = bn_amplification(epsilon.0, &inputs, weights) {

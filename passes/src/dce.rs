@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use smelt_ir::graph::{Func, Module, Value};
 use smelt_ir::op::Op;
-use smelt_ir::weights::{WeightId, WeightStore};
+use smelt_ir::weights::WeightId;
 
 use crate::manager::{Pass, PassContext, PassError};
 
@@ -86,7 +86,7 @@ pub fn remove_dead_weights(module: &mut Module) -> Result<usize, PassError> {
     if used.len() == module.weights.len() {
         return Ok(0);
     }
-    let mut store = WeightStore::new();
+    let mut store = module.weights.empty_like();
     for (old, new) in used.iter_mut() {
         let w = module
             .weights

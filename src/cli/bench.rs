@@ -11,15 +11,20 @@ use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 use smelt::ir::diag::Location;
 use smelt::ir::{Module, Tensor};
-use smelt::models::{residual_tail, resnet, ResNetConfig};
+use smelt::models::{residual_tail, resnet, ResNetConfig, MAX_TAIL_SIZE};
 use smelt::runtime::{Elements, ElementsMut, KernelProfile};
 use smelt::{CompileOptions, ConvAlgorithm, Executable, Layouts};
 
+use super::out::{out, outln};
 use super::{FusionArgs, Kernels, ModelArgs};
 
 /// f32x4 FMA peak of one core of the reference machine (FACTS.md): 2 pipes × 4 lanes × 2
 /// flops × ≈3.13 GHz. Wider vectors scale it: f32x8 (AVX2) 100, f32x16 (AVX-512) 200.
 const F32X4_PEAK_GFLOPS_PER_CORE: f64 = 50.0;
+
+/// Most warm-up or timed runs `--warmup` and `--iterations` accept: a bound on the
+/// samples kept and on the time a typo can ask for.
+const MAX_RUNS: i64 = 1_000_000;
 
 /// How 3×3 stride-1 convolutions are computed (`--conv`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -74,15 +79,21 @@ pub struct BenchArgs {
     /// Pin a dynamic input dimension of an ONNX model, e.g. `--shape input=1x3x224x224`.
     #[arg(long = "shape", value_name = "NAME=DIMS")]
     shapes: Vec<String>,
+    /// One more folder the files a model names may be read from (see `smelt run --help`).
+    #[arg(long, value_name = "DIR")]
+    allow_root: Option<PathBuf>,
+    /// The memory budget, e.g. `32G` (see `smelt run --help`).
+    #[arg(long, value_name = "BYTES", value_parser = super::parse_bytes)]
+    memory_budget: Option<u64>,
     /// Threads per run, the calling thread included (0: one per core).
-    #[arg(long, default_value_t = 1)]
-    threads: usize,
-    /// Untimed runs before timing.
-    #[arg(long, default_value_t = 5, value_name = "W")]
-    warmup: usize,
-    /// Timed runs.
-    #[arg(long, default_value_t = 30, value_name = "I")]
-    iterations: usize,
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=1024))]
+    threads: u16,
+    /// Untimed runs before timing (at most a million).
+    #[arg(long, default_value_t = 5, value_name = "W", value_parser = clap::value_parser!(u32).range(0..=MAX_RUNS))]
+    warmup: u32,
+    /// Timed runs (1 to a million: each keeps one sample).
+    #[arg(long, default_value_t = 30, value_name = "I", value_parser = clap::value_parser!(u32).range(1..=MAX_RUNS))]
+    iterations: u32,
     /// Kernel choice.
     #[arg(long, value_enum, default_value_t = Kernels::Auto)]
     kernels: Kernels,
@@ -137,9 +148,6 @@ struct Report {
 
 /// Runs `smelt bench`.
 pub fn main(a: BenchArgs) -> Result<()> {
-    if a.iterations == 0 {
-        bail!("--iterations must be at least 1");
-    }
     let start = Instant::now();
     let module = load(&a)?;
     let load_ms = ms_since(start);
@@ -148,7 +156,7 @@ pub fn main(a: BenchArgs) -> Result<()> {
     let opts = smelt::Options {
         optimize: a.fusion.options(None)?,
         compile: CompileOptions {
-            threads: a.threads,
+            threads: usize::from(a.threads),
             conv: a.conv.algorithm(),
             kernels: a.kernels.choice(),
             layouts: a.layouts.layouts(),
@@ -172,13 +180,17 @@ pub fn main(a: BenchArgs) -> Result<()> {
     };
 
     let inputs = random_inputs(&exe)?;
-    let samples_ms = time_runs(&exe, &inputs, a.warmup, a.iterations)?;
+    let samples_ms = time_runs(&exe, &inputs, a.warmup as usize, a.iterations as usize)?;
     let profile = if a.profile {
-        Some(profile_runs(&exe, &inputs, a.iterations.clamp(1, 10))?)
+        Some(profile_runs(
+            &exe,
+            &inputs,
+            a.iterations.clamp(1, 10) as usize,
+        )?)
     } else {
         None
     };
-    let threads = match a.threads {
+    let threads = match usize::from(a.threads) {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
@@ -198,9 +210,9 @@ pub fn main(a: BenchArgs) -> Result<()> {
         profile,
     };
     if a.json {
-        println!("{}", report.json(&a)?);
+        outln!("{}", report.json(&a)?);
     } else {
-        print!("{}", report.text(&a));
+        out!("{}", report.text(&a));
     }
     Ok(())
 }
@@ -228,13 +240,16 @@ fn load(a: &BenchArgs) -> Result<Module> {
         name if name.starts_with("tail:") => {
             builtin(false)?;
             let (c, hw) = parse_tail(&name["tail:".len()..]).ok_or_else(|| {
-                anyhow!("'{name}': a tail is tail:C,HW with positive C and HW, e.g. tail:64,56")
+                anyhow!("'{name}': a tail is tail:C,HW with C and HW between 1 and {MAX_TAIL_SIZE}, e.g. tail:64,56"
+                )
             })?;
             residual_tail(c, hw, 1).map_err(|d| anyhow!("{d}"))
         }
         path => ModelArgs {
             model: PathBuf::from(path),
             shapes: a.shapes.clone(),
+            allow_root: a.allow_root.clone(),
+            memory_budget: a.memory_budget,
         }
         .load(),
     }
@@ -243,8 +258,13 @@ fn load(a: &BenchArgs) -> Result<Module> {
 /// Parses `C,HW`.
 fn parse_tail(spec: &str) -> Option<(usize, usize)> {
     let (c, hw) = spec.split_once(',')?;
-    let c = c.trim().parse().ok().filter(|&c: &usize| c > 0)?;
-    let hw = hw.trim().parse().ok().filter(|&h: &usize| h > 0)?;
+    let size = |s: &str| {
+        s.trim()
+            .parse()
+            .ok()
+            .filter(|n: &usize| (1..=MAX_TAIL_SIZE).contains(n))
+    };
+    let (c, hw) = (size(c)?, size(hw)?);
     Some((c, hw))
 }
 
@@ -442,7 +462,7 @@ impl Report {
             conv: a.conv.name(),
             layouts: a.layouts.layouts().name(),
             fuse: !a.fusion.no_fuse,
-            warmup: a.warmup,
+            warmup: a.warmup as usize,
             iterations: self.samples_ms.len(),
             gflop: six_digits(self.gflop),
             median_ms: six_digits(self.quantile(0.5)),
@@ -616,5 +636,6 @@ mod tests {
         assert_eq!(parse_tail("64,56"), Some((64, 56)));
         assert_eq!(parse_tail("64"), None);
         assert_eq!(parse_tail("0,56"), None);
+        assert_eq!(parse_tail("100000,100000"), None, "beyond MAX_TAIL_SIZE");
     }
 }

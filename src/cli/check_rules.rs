@@ -7,6 +7,7 @@ use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use smelt::passes::fusion::{builtin_rules, check_rules, load_rules, CheckOptions, Verdict};
 
+use super::out::outln;
 use super::read_text;
 
 /// Arguments of `smelt check-rules`.
@@ -17,9 +18,9 @@ pub struct CheckRulesArgs {
     /// Seed of the random instances (the check is deterministic for a seed).
     #[arg(long, default_value_t = CheckOptions::default().seed)]
     seed: u64,
-    /// Instances to compare per left-hand side of each rule.
-    #[arg(long, default_value_t = CheckOptions::default().instances)]
-    instances: usize,
+    /// Instances to compare per left-hand side of each rule (1 to 10000).
+    #[arg(long, default_value_t = CheckOptions::default().instances as u16, value_parser = clap::value_parser!(u16).range(1..=10000))]
+    instances: u16,
 }
 
 /// Runs `smelt check-rules`; fails (exit status 1) when a rule is unsound.
@@ -34,12 +35,12 @@ pub fn main(a: CheckRulesArgs) -> Result<()> {
     };
     let options = CheckOptions {
         seed: a.seed,
-        instances: a.instances.max(1),
+        instances: usize::from(a.instances),
         ..CheckOptions::default()
     };
     let checks = check_rules(&rules, &options);
     for c in &checks {
-        println!("{}", c.to_text());
+        outln!("{}", c.to_text());
     }
     let unsound: Vec<&str> = checks
         .iter()

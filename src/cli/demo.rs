@@ -3,6 +3,7 @@
 
 use std::time::Instant;
 
+use super::out::{out, outln};
 use anyhow::{anyhow, Result};
 use clap::Args;
 use smelt::ir::text::{self, PrintOptions};
@@ -27,19 +28,19 @@ pub struct DemoArgs {
 /// Runs `smelt demo`.
 pub fn run(a: DemoArgs) -> Result<()> {
     let cfg = ResNetConfig::demo();
-    println!("smelt demo: a ResNet-style network built in code (seeded random weights)\n");
+    outln!("smelt demo: a ResNet-style network built in code (seeded random weights)\n");
 
-    println!("1. the thin path: one residual tail, Conv3x3 -> BatchNorm -> Add -> Relu");
+    outln!("1. the thin path: one residual tail, Conv3x3 -> BatchNorm -> Add -> Relu");
     let tail = residual_tail(8, 8, 7).map_err(|d| anyhow!("{d}"))?;
     let shown = PrintOptions {
         print_loc: false,
         elide_weights: true,
     };
-    println!("{}", indent(&text::print(&tail, &shown)));
+    outln!("{}", indent(&text::print(&tail, &shown)));
     let mut fused_tail = tail.clone();
     smelt::optimize(&mut fused_tail, &OptimizeOptions::default(), None)?;
-    println!("   after fusion (e-graph), const_fold and dce:");
-    println!("{}", indent(&text::print(&fused_tail, &shown)));
+    outln!("   after fusion (e-graph), const_fold and dce:");
+    outln!("{}", indent(&text::print(&fused_tail, &shown)));
 
     let module = resnet(&cfg).map_err(|d| anyhow!("{d}"))?;
     let func = module
@@ -53,7 +54,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
             i.op.flops(&ops, &i.ty)
         })
         .sum();
-    println!(
+    outln!(
         "2. the network: @{}({}) -> {}, {} ops ({}), {:.1} MFLOP",
         func.name,
         func.params
@@ -74,12 +75,12 @@ pub fn run(a: DemoArgs) -> Result<()> {
     let t = Instant::now();
     let cx = smelt::optimize(&mut fused, &OptimizeOptions::default(), None)?;
     let fuse_ms = t.elapsed().as_secs_f64() * 1e3;
-    println!("\n3. fusion ({fuse_ms:.1} ms):");
+    outln!("\n3. fusion ({fuse_ms:.1} ms):");
     for r in &cx.fusion_reports {
         let first_lines: String = r.to_text().lines().map(|l| format!("   {l}\n")).collect();
-        print!("{first_lines}");
+        out!("{first_lines}");
     }
-    println!(
+    outln!(
         "   after const_fold and dce: {} ops ({})",
         count_ops(&fused),
         op_histogram(&fused)
@@ -107,11 +108,11 @@ pub fn run(a: DemoArgs) -> Result<()> {
         ),
         None => "Cranelift code only (no micro-kernel for this CPU)".to_string(),
     };
-    println!("\n4. Cranelift JIT ({tiles}):");
+    outln!("\n4. Cranelift JIT ({tiles}):");
     for (name, exe) in [("fused", &exe_fused), ("unfused", &exe_unfused)] {
         let (kernels, calls) = exe.kernel_counts();
         let times = exe.compile_times();
-        println!(
+        outln!(
             "   {name:8} {kernels:3} kernels, {calls:3} calls per run, compiled in {:.1} ms (lower {:.1}, codegen {:.1}), scratch {} KiB",
             times.total_ms,
             times.lower_ms,
@@ -128,18 +129,18 @@ pub fn run(a: DemoArgs) -> Result<()> {
     let interp_ms = t.elapsed().as_secs_f64() * 1e3;
     let fused_ms = median_ms(&exe_fused, &inputs)?;
     let unfused_ms = median_ms(&exe_unfused, &inputs)?;
-    println!(
+    outln!(
         "\n5. run (median of {RUNS}, after warm-up, {threads} thread{}):",
         if threads == 1 { "" } else { "s" }
     );
-    println!("   JIT fused     {fused_ms:8.3} ms");
-    println!(
+    outln!("   JIT fused     {fused_ms:8.3} ms");
+    outln!(
         "   JIT unfused   {unfused_ms:8.3} ms   (speedup from fusion: {:.2}x)",
         unfused_ms / fused_ms
     );
-    println!("   interpreter   {interp_ms:8.3} ms   (one run, unfused, f64 accumulation)");
+    outln!("   interpreter   {interp_ms:8.3} ms   (one run, unfused, f64 accumulation)");
 
-    println!("\n6. smelt verify: interpreter on the unfused network vs interpreter and JIT on the fused one:");
+    outln!("\n6. smelt verify: interpreter on the unfused network vs interpreter and JIT on the fused one:");
     let report = verify(
         &module,
         &VerifyOptions {
@@ -148,14 +149,14 @@ pub fn run(a: DemoArgs) -> Result<()> {
             ..VerifyOptions::default()
         },
     )?;
-    println!("{}", indent(&report.to_text()));
+    outln!("{}", indent(&report.to_text()));
     if !report.passed() {
         return Err(anyhow!(
             "verification failed: relative error above {}",
             report.rtol
         ));
     }
-    println!(
+    outln!(
         "\nall stages agree (tolerance {:e} relative, every intermediate too).",
         report.rtol
     );

@@ -6,6 +6,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use smelt::passes::fusion::dot::to_dot;
 
+use super::out::{errln, out};
 use super::{FusionArgs, ModelArgs};
 
 /// Arguments of `smelt dot`.
@@ -31,14 +32,14 @@ pub fn main(a: DotArgs) -> Result<()> {
         let opts = a.fusion.options(None)?;
         let cx = smelt::optimize(&mut module, &opts, None)?;
         for w in &cx.warnings {
-            eprintln!("{w}");
+            errln!("{w}");
         }
     }
     let text = to_dot(&module);
     match &a.output {
         Some(path) => std::fs::write(path, text)
             .with_context(|| format!("cannot write {}", path.display()))?,
-        None => print!("{text}"),
+        None => out!("{text}"),
     }
     Ok(())
 }

@@ -3,6 +3,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use super::out::{errln, out};
 use anyhow::{Context, Result};
 use clap::Args;
 use smelt::codegen::{clif_text, TargetDesc};
@@ -29,11 +30,11 @@ impl DumpArgs {
     /// Dumps what was asked for about `exe`.
     pub fn write(&self, exe: &Executable) -> Result<()> {
         if self.dump_loops {
-            print!("{}", exe.dump_loops());
+            out!("{}", exe.dump_loops());
         }
         if let Some(dir) = &self.dump_clif {
             let count = write_clif(exe, dir)?;
-            eprintln!("wrote {count} .clif files to {}", dir.display());
+            errln!("wrote {count} .clif files to {}", dir.display());
         }
         Ok(())
     }

@@ -5,6 +5,7 @@ use anyhow::Result;
 use clap::Args;
 use smelt::passes::fusion::{explain_json, explain_text};
 
+use super::out::{errln, out, outln};
 use super::{FusionArgs, ModelArgs};
 
 /// Arguments of `smelt explain`.
@@ -26,12 +27,12 @@ pub fn main(a: ExplainArgs) -> Result<()> {
     let opts = a.fusion.options(None)?;
     let cx = smelt::optimize(&mut module, &opts, None)?;
     for w in &cx.warnings {
-        eprintln!("{w}");
+        errln!("{w}");
     }
     if a.json {
-        println!("{}", explain_json(&cx.fusion_reports));
+        outln!("{}", explain_json(&cx.fusion_reports));
     } else {
-        print!("{}", explain_text(&cx.fusion_reports));
+        out!("{}", explain_text(&cx.fusion_reports));
     }
     Ok(())
 }

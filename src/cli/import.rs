@@ -6,6 +6,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use smelt::ir::text::{self, PrintOptions};
 
+use super::out::out;
 use super::ModelArgs;
 
 /// Arguments of `smelt import`.
@@ -34,7 +35,7 @@ pub fn main(a: ImportArgs) -> Result<()> {
     match &a.output {
         Some(out) => text::write_module(&module, out, &opts)
             .with_context(|| format!("cannot write {}", out.display()))?,
-        None => print!("{}", text::print(&module, &opts)),
+        None => out!("{}", text::print(&module, &opts)),
     }
     Ok(())
 }

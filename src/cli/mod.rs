@@ -9,6 +9,7 @@ pub mod dump;
 pub mod explain;
 pub mod import;
 pub mod opt;
+pub mod out;
 pub mod run;
 pub mod verify;
 
@@ -28,6 +29,40 @@ pub struct ModelArgs {
     /// Pin a dynamic input dimension of an ONNX model, e.g. `--shape input=1x3x224x224`.
     #[arg(long = "shape", value_name = "NAME=DIMS")]
     pub shapes: Vec<String>,
+    /// One more folder the files a model names (`external<...>` sidecars, ONNX external
+    /// data) may be read from; by default only the model's own folder.
+    #[arg(long, value_name = "DIR")]
+    pub allow_root: Option<PathBuf>,
+    /// The memory budget for weights, folded constants and the run-time arena, in bytes
+    /// or with a K, M, G or T suffix (powers of 1024), e.g. `--memory-budget 32G`.
+    /// Default: half the machine's memory (and half of `ulimit -v`, if set).
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    pub memory_budget: Option<u64>,
+}
+
+/// Parses a byte count with an optional binary suffix: `4096`, `512M`, `32G`.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (digits, shift) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                _ => return Err(format!("'{s}': the unit must be K, M, G or T")),
+            };
+            (&t[..i], shift)
+        }
+        _ => (t, 0),
+    };
+    let n: u64 = digits
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a byte count like 4096, 512M or 32G"))?;
+    n.checked_mul(1 << shift)
+        .filter(|&b| b > 0)
+        .ok_or_else(|| format!("'{s}' must be between 1 byte and 16 EiB"))
 }
 
 impl ModelArgs {
@@ -35,6 +70,8 @@ impl ModelArgs {
     pub fn load(&self) -> Result<Module> {
         let mut opts = LoadOptions {
             interface: smelt::Interface::Cli,
+            allowed_root: self.allow_root.clone(),
+            memory_budget: self.memory_budget,
             ..LoadOptions::default()
         };
         for arg in &self.shapes {
@@ -59,7 +96,8 @@ impl ModelArgs {
 fn load(path: &Path, opts: &LoadOptions) -> Result<Module> {
     smelt::load_model(path, opts).map_err(|e| match &e {
         smelt::Error::Ir(diags) => {
-            let src = std::fs::read(path)
+            // read again for the excerpt, with the same limits (it may be /dev/zero)
+            let src = smelt::ir::files::read_regular(path, smelt::ir::text::MAX_TEXT_BYTES)
                 .ok()
                 .and_then(|b| String::from_utf8(b).ok());
             anyhow!("{}", diags.render(src.as_deref()).trim_end())
@@ -135,21 +173,34 @@ impl FusionArgs {
     }
 }
 
-/// Reads a UTF-8 text file, naming it in the error.
+/// Reads a UTF-8 text file (a rule file: a regular file of at most
+/// `MAX_RULE_FILE_BYTES`), naming it in the error.
 pub fn read_text(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
+    use smelt::passes::fusion::rules::MAX_RULE_FILE_BYTES;
+    let bytes = smelt::ir::files::read_regular(path, MAX_RULE_FILE_BYTES)
+        .map_err(|e| anyhow!("cannot read {}: {e}", path.display()))?;
+    String::from_utf8(bytes).with_context(|| format!("cannot read {}", path.display()))
 }
 
-/// Parses `NAME=FILE.npy` arguments into tensors by name.
+/// Parses `NAME=FILE.npy` arguments into tensors by name; a name given twice is an
+/// error (the second would otherwise be ignored). Each file is a regular file of at most
+/// the tensor limit (plus its header).
 pub fn read_inputs(args: &[String]) -> Result<Vec<(String, Tensor)>> {
-    args.iter()
-        .map(|arg| {
-            let (name, file) = arg
-                .split_once('=')
-                .ok_or_else(|| anyhow!("--input '{arg}' must look like NAME=FILE.npy"))?;
-            let bytes = std::fs::read(file).with_context(|| format!("cannot read {file}"))?;
-            let t = smelt::npy::decode(&bytes).map_err(|e| anyhow!("{file}: {e}"))?;
-            Ok((name.to_string(), t))
-        })
-        .collect()
+    let mut inputs: Vec<(String, Tensor)> = Vec::with_capacity(args.len());
+    for arg in args {
+        let (name, file) = arg
+            .split_once('=')
+            .ok_or_else(|| anyhow!("--input '{arg}' must look like NAME=FILE.npy"))?;
+        if inputs.iter().any(|(n, _)| n == name) {
+            bail!("--input gives '{name}' twice");
+        }
+        let bytes = smelt::ir::files::read_regular(Path::new(file), MAX_NPY_BYTES)
+            .map_err(|e| anyhow!("cannot read {file}: {e}"))?;
+        let t = smelt::npy::decode(&bytes).map_err(|e| anyhow!("{file}: {e}"))?;
+        inputs.push((name.to_string(), t));
+    }
+    Ok(inputs)
 }
+
+/// The largest `.npy` input read: a tensor at the tensor limit, as f64, and its header.
+const MAX_NPY_BYTES: u64 = 2 * smelt::ir::types::MAX_TENSOR_BYTES + (1 << 20);

@@ -8,6 +8,7 @@ use smelt::ir::text::{self, PrintOptions};
 use smelt::ir::Module;
 
 use super::dump::DumpArgs;
+use super::out::{err, errln, out};
 use super::{FusionArgs, ModelArgs};
 
 /// Arguments of `smelt opt`.
@@ -63,18 +64,18 @@ pub fn main(a: OptArgs) -> Result<()> {
         },
     )?;
     for w in &cx.warnings {
-        eprintln!("{w}");
+        errln!("{w}");
     }
     if a.report {
         for r in &cx.fusion_reports {
-            eprint!("{}", r.to_text());
+            err!("{}", r.to_text());
         }
     }
-    print!("{after_all}");
+    out!("{after_all}");
     match &a.output {
         Some(out) => text::write_module(&module, out, &print_opts)
             .with_context(|| format!("cannot write {}", out.display()))?,
-        None if !a.print_ir_after_all => print!("{}", text::print(&module, &print_opts)),
+        None if !a.print_ir_after_all => out!("{}", text::print(&module, &print_opts)),
         None => {}
     }
     if a.dump.any() {

@@ -8,6 +8,7 @@ use smelt::ir::{interp, Tensor};
 use smelt::CompileOptions;
 
 use super::dump::DumpArgs;
+use super::out::outln;
 use super::{read_inputs, FusionArgs, Kernels, ModelArgs};
 
 /// Arguments of `smelt run`.
@@ -110,7 +111,7 @@ pub fn main(a: RunArgs) -> Result<()> {
         let path = a.output_dir.join(smelt::npy::file_name_for(&r.name));
         std::fs::write(&path, smelt::npy::encode(t))
             .with_context(|| format!("cannot write {}", path.display()))?;
-        println!("{} {} -> {}", r.name, t.ty, path.display());
+        outln!("{} {} -> {}", r.name, t.ty, path.display());
     }
     Ok(())
 }

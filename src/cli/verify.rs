@@ -5,6 +5,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use smelt::verify::{verify, VerifyOptions, DEFAULT_RTOL};
 
+use super::out::{out, outln};
 use super::{read_inputs, FusionArgs, ModelArgs};
 
 /// Arguments of `smelt verify`.
@@ -56,9 +57,9 @@ pub fn main(a: VerifyArgs) -> Result<()> {
     };
     let report = verify(&module, &opts)?;
     if a.json {
-        println!("{}", report.to_json());
+        outln!("{}", report.to_json());
     } else {
-        print!("{}", report.to_text());
+        out!("{}", report.to_text());
     }
     if !report.passed() {
         bail!("verification failed: {}", a.model.model.display());

@@ -43,6 +43,9 @@ pub struct Importer<'m> {
     pub entries: HashMap<String, Entry>,
     /// Constants already turned into `const` ops, by tensor name.
     materialized: HashMap<String, Value>,
+    /// Bytes of the constants nodes folded so far (held until import ends), counted
+    /// against the memory budget with the weights.
+    folded_bytes: u64,
 }
 
 impl<'m> Importer<'m> {
@@ -52,7 +55,23 @@ impl<'m> Importer<'m> {
             builder,
             entries: HashMap::new(),
             materialized: HashMap::new(),
+            folded_bytes: 0,
         }
+    }
+
+    /// Reserves `bytes` for a constant a node is about to fold, checked against the
+    /// memory budget (with the weights and earlier folds) before it is allocated.
+    pub fn reserve(&mut self, what: &str, bytes: u64) -> Result<(), Diagnostic> {
+        let weights = &self.builder.module().weights;
+        smelt_ir::budget::check(
+            what,
+            bytes,
+            weights.bytes().saturating_add(self.folded_bytes),
+            weights.memory_budget(),
+        )
+        .map_err(|m| plain_error("memory-budget", m))?;
+        self.folded_bytes = self.folded_bytes.saturating_add(bytes);
+        Ok(())
     }
 
     /// The run-time value for tensor `name`, turning a constant into a weight and a
@@ -104,6 +123,10 @@ impl<'m> Importer<'m> {
                 ),
             )
         })?;
+        let weights = &self.builder.module().weights;
+        weights
+            .check_room(&format!("constant '{name}' ({ty})"), buf.len_bytes() as u64)
+            .map_err(|m| plain_error("memory-budget", m))?;
         let id = self
             .builder
             .add_weight(name, ty, buf, WeightOrigin::Computed)?;

@@ -5,12 +5,14 @@
 //!
 //! A model is untrusted input, so every read is confined and bounded:
 //!
-//! - the location is relative, and resolved (after `..` and symlinks, by
-//!   `canonicalize`) inside the model's folder; an absolute path, a `..` that climbs out
-//!   of the folder or a symlink that leads out of it is refused;
+//! - the location resolves (after `..` and symlinks) inside the model's folder, or inside
+//!   the allowed root the caller named ([`super::ImportOptions::allowed_root`]); an
+//!   absolute path, a `..` that climbs out or a symlink that leads out is refused before
+//!   anything outside is examined ([`smelt_ir::files::Confinement`], shared with the text
+//!   form's sidecars), so the error never tells whether a file outside exists;
 //! - the file is a regular file (checked on the opened handle, which was opened without
 //!   blocking and without following a symlink swapped in after the check, so a FIFO or a
-//!   device such as `/dev/zero` is refused, never read);
+//!   device such as `/dev/zero` is refused, never read: [`smelt_ir::files::open_regular`]);
 //! - `offset + length` lies inside the file, `length` (when given) is exactly the
 //!   tensor's size from its dims and data type, and exactly that many bytes are read.
 //!
@@ -20,9 +22,10 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
+use smelt_ir::files::{open_regular, Confinement};
 use smelt_ir::types::MAX_TENSOR_BYTES;
 use smelt_ir::{AlignedBuf, Diagnostic};
 
@@ -42,13 +45,14 @@ pub fn is_external(t: &TensorProto) -> bool {
 /// Reads the data of every external tensor the importer uses — initializers and the
 /// tensor attributes of the graph's nodes (`Constant`'s `value`...) — into `raw_data`.
 /// `folder` is the folder of the model file (`None` for a model given as bytes, whose
-/// external tensors are errors). The data of a float32 initializer is also stored in
+/// external tensors are errors); `allowed_root` is one more folder the caller allows. The data of a float32 initializer is also stored in
 /// `windows` under its index, so it becomes the module weight without a copy.
 pub fn resolve(
     model: &mut ModelProto,
     folder: Option<&Path>,
     windows: &mut HashMap<usize, AlignedBuf>,
     interface: Interface,
+    allowed_root: Option<&Path>,
 ) -> Result<(), Diagnostic> {
     let Some(graph) = model.graph.as_mut() else {
         return Ok(());
@@ -64,7 +68,7 @@ pub fn resolve(
         return Ok(());
     }
     let mut reader = match folder {
-        Some(folder) => Reader::new(folder)?,
+        Some(folder) => Reader::new(folder, allowed_root)?,
         None => {
             let (what, t) = graph
                 .initializer
@@ -138,10 +142,10 @@ fn location_of(t: &TensorProto) -> Option<&str> {
         .map(|e| e.value())
 }
 
-/// Reads external data from files inside one folder.
+/// Reads external data from files inside one folder (or an allowed root).
 struct Reader {
-    /// The model's folder, canonical.
-    folder: PathBuf,
+    /// Where locations may resolve.
+    confinement: Confinement,
     /// Files opened so far, by canonical path, with their length.
     files: HashMap<PathBuf, (File, u64)>,
 }
@@ -154,23 +158,15 @@ struct Entries<'t> {
 }
 
 impl Reader {
-    fn new(folder: &Path) -> Result<Reader, Diagnostic> {
-        let folder = if folder.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            folder
-        };
-        let folder = folder.canonicalize().map_err(|e| {
+    fn new(folder: &Path, allowed_root: Option<&Path>) -> Result<Reader, Diagnostic> {
+        let confinement = Confinement::new(folder, allowed_root).map_err(|m| {
             plain_error(
                 "onnx-external-data",
-                format!(
-                    "the model's folder '{}' cannot be resolved for its external data: {e}",
-                    folder.display()
-                ),
+                format!("external data cannot be read: {m}"),
             )
         })?;
         Ok(Reader {
-            folder,
+            confinement,
             files: HashMap::new(),
         })
     }
@@ -188,8 +184,10 @@ impl Reader {
             ));
         }
         let shown = entries.location;
-        let path = confine(&self.folder, entries.location)
-            .map_err(|m| fail(format!("external data location '{shown}' {m}")))?;
+        let path = self
+            .confinement
+            .resolve(entries.location)
+            .map_err(|m| fail(format!("external data location {m}")))?;
         if let Some(length) = entries.length {
             if length != size {
                 return Err(fail(format!(
@@ -199,7 +197,7 @@ impl Reader {
             }
         }
         if !self.files.contains_key(&path) {
-            let opened = open_regular(&path)
+            let opened = open_regular(&path, false)
                 .map_err(|m| fail(format!("external data file '{shown}' {m}")))?;
             self.files.insert(path.clone(), opened);
         }
@@ -297,107 +295,9 @@ fn element_bytes(code: i32) -> Option<u64> {
     })
 }
 
-/// The canonical path of `location` inside `folder` (canonical), or why it is refused.
-fn confine(folder: &Path, location: &str) -> Result<PathBuf, String> {
-    if location.is_empty() {
-        return Err("is empty".into());
-    }
-    if location.contains('\0') {
-        return Err("contains a NUL byte".into());
-    }
-    let rel = Path::new(location);
-    let mut depth = 0usize;
-    for c in rel.components() {
-        match c {
-            Component::Prefix(_) | Component::RootDir => {
-                return Err(format!(
-                    "is an absolute path; external data must be a relative path inside the \
-                     model's folder '{}'",
-                    folder.display()
-                ))
-            }
-            Component::CurDir => {}
-            Component::ParentDir => {
-                depth = depth.checked_sub(1).ok_or_else(|| {
-                    format!(
-                        "climbs out of the model's folder '{}' with '..'; external data must \
-                         be inside it",
-                        folder.display()
-                    )
-                })?;
-            }
-            Component::Normal(_) => depth += 1,
-        }
-    }
-    let joined = folder.join(rel);
-    let canonical = joined
-        .canonicalize()
-        .map_err(|e| format!("cannot be opened ('{}': {e})", joined.display()))?;
-    if !canonical.starts_with(folder) || canonical == folder {
-        return Err(format!(
-            "resolves to '{}', outside the model's folder '{}' (through a symlink); external \
-             data must be inside it",
-            canonical.display(),
-            folder.display()
-        ));
-    }
-    Ok(canonical)
-}
-
-/// Opens `path` (canonical) for reading without blocking (a FIFO would otherwise wait for
-/// a writer) and without following a symlink put in its place since it was resolved, and
-/// checks, on the opened handle, that it is a regular file; returns it with its length.
-fn open_regular(path: &Path) -> Result<(File, u64), String> {
-    let mut options = std::fs::OpenOptions::new();
-    options.read(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW);
-    }
-    let file = options
-        .open(path)
-        .map_err(|e| format!("cannot be opened: {e}"))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| format!("cannot be examined: {e}"))?;
-    if !meta.is_file() {
-        return Err(format!(
-            "('{}') is not a regular file; external data is read from regular files only",
-            path.display()
-        ));
-    }
-    Ok((file, meta.len()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn locations_are_confined_lexically_before_the_file_system() {
-        let dir = tempfile::tempdir().unwrap();
-        let folder = dir.path().canonicalize().unwrap();
-        std::fs::create_dir(folder.join("sub")).unwrap();
-        std::fs::write(folder.join("w.bin"), [0u8; 8]).unwrap();
-        assert_eq!(
-            confine(&folder, "sub/../w.bin").unwrap(),
-            folder.join("w.bin")
-        );
-        assert_eq!(confine(&folder, "./w.bin").unwrap(), folder.join("w.bin"));
-        assert!(confine(&folder, "../w.bin").unwrap_err().contains("'..'"));
-        assert!(confine(&folder, "sub/../../w.bin")
-            .unwrap_err()
-            .contains("'..'"));
-        assert!(confine(&folder, "/etc/passwd")
-            .unwrap_err()
-            .contains("absolute"));
-        assert!(confine(&folder, "").is_err());
-        assert!(confine(&folder, ".").is_err(), "the folder itself");
-        assert!(confine(&folder, "missing.bin")
-            .unwrap_err()
-            .contains("cannot be opened"));
-    }
 
     #[test]
     fn sizes_come_from_dims_and_type() {

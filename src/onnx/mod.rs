@@ -27,7 +27,7 @@ pub mod tensor;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use prost::Message;
@@ -55,6 +55,13 @@ pub struct ImportOptions {
     /// dynamic dimension) spell it the caller's way. The CLI and the C API set it; Rust
     /// callers keep the default, [`Interface::Rust`].
     pub interface: Interface,
+    /// One more folder external data may be read from, besides the model file's own
+    /// folder (after resolving symlinks). `None` (the default): only the model's folder,
+    /// since a model is untrusted input and must not read the rest of the machine.
+    pub allowed_root: Option<PathBuf>,
+    /// The memory budget for the file, its weights and the constants folded at import
+    /// (see [`smelt_ir::budget`]); `None`: the machine's default.
+    pub memory_budget: Option<u64>,
 }
 
 impl ImportOptions {
@@ -80,7 +87,7 @@ pub fn import(bytes: &[u8], opts: &ImportOptions) -> Result<Module, crate::Error
 pub fn import_bytes(bytes: Bytes, opts: &ImportOptions) -> Result<Module, crate::Error> {
     let mut model = decode_model(bytes).map_err(onnx_error)?;
     let mut windows = HashMap::new();
-    external::resolve(&mut model, None, &mut windows, opts.interface).map_err(onnx_error)?;
+    external::resolve(&mut model, None, &mut windows, opts.interface, None).map_err(onnx_error)?;
     import_model(&model, &windows, opts).map_err(onnx_error)
 }
 
@@ -97,8 +104,14 @@ pub fn import_file(path: &Path, opts: &ImportOptions) -> Result<Module, crate::E
         path: path.display().to_string(),
         source,
     };
-    let mut file = std::fs::File::open(path).map_err(io)?;
-    let len = file.metadata().map_err(io)?.len();
+    // a regular file only: a FIFO or a device such as /dev/zero is refused, not read
+    let (mut file, len) =
+        smelt_ir::files::open_regular(path, true).map_err(|m| io(std::io::Error::other(m)))?;
+    let budget = opts
+        .memory_budget
+        .unwrap_or_else(smelt_ir::budget::default_memory_budget);
+    smelt_ir::budget::check("the model file", len, 0, budget)
+        .map_err(|m| io(std::io::Error::other(m)))?;
     let len = usize::try_from(len)
         .map_err(|_| crate::Error::InvalidArgument(format!("{}: too large", path.display())))?;
     let mut buf = AlignedBuf::zeroed(len);
@@ -158,6 +171,7 @@ fn import_aligned(
         folder,
         &mut decoded.windows,
         opts.interface,
+        opts.allowed_root.as_deref(),
     )
     .map_err(onnx_error)?;
     import_model(&decoded.model, &decoded.windows, opts).map_err(onnx_error)
@@ -255,6 +269,7 @@ fn import_model(
         ));
     }
     let mut module = Module::default();
+    module.weights.set_memory_budget(opts.memory_budget);
     let builder = FuncBuilder::new(&mut module, "main");
     let mut imp = Importer::new(builder);
     define_inputs(&mut imp, graph, windows, opts)?;

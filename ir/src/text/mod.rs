@@ -135,7 +135,7 @@ mod parser;
 mod printer;
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
@@ -180,6 +180,21 @@ pub struct PrintOptions {
     pub elide_weights: bool,
 }
 
+/// Limits and permissions for reading a `.tir` file and the sidecars it names.
+#[derive(Clone, Debug, Default)]
+pub struct ParseOptions {
+    /// One more folder `external<...>` sidecars may be read from, besides the `.tir`
+    /// file's own folder (after resolving symlinks); `None`: only that folder.
+    pub allowed_root: Option<PathBuf>,
+    /// The memory budget the module's weights must fit in (see [`crate::budget`]);
+    /// `None`: the machine's default.
+    pub memory_budget: Option<u64>,
+}
+
+/// The largest `.tir` file read: 1 GiB of text (weights too large for that belong in a
+/// sidecar).
+pub const MAX_TEXT_BYTES: u64 = 1 << 30;
+
 /// Parses text held in memory. `external<...>` weights are an error here (there is no
 /// directory to read them from): use [`parse_with`] or [`parse_file`] for those.
 /// `file` names the source in locations and diagnostics.
@@ -190,7 +205,7 @@ pub fn parse(src: &str, file: &str) -> Result<Module, Diagnostics> {
 /// Parses text held in memory, reading `external<...>` sidecars relative to `base_dir`.
 /// The returned module has passed the verifier.
 pub fn parse_with(src: &str, file: &str, base_dir: Option<&Path>) -> Result<Module, Diagnostics> {
-    parser::parse_module(src, file, base_dir)
+    parser::parse_module(src, file, base_dir, &ParseOptions::default())
 }
 
 /// Parses raw bytes, which must be UTF-8: invalid bytes are a `bad-encoding` diagnostic
@@ -200,8 +215,18 @@ pub fn parse_bytes(
     file: &str,
     base_dir: Option<&Path>,
 ) -> Result<Module, Diagnostics> {
+    parse_bytes_with(bytes, file, base_dir, &ParseOptions::default())
+}
+
+/// [`parse_bytes`] with the limits and permissions of `opts`.
+pub fn parse_bytes_with(
+    bytes: &[u8],
+    file: &str,
+    base_dir: Option<&Path>,
+    opts: &ParseOptions,
+) -> Result<Module, Diagnostics> {
     match std::str::from_utf8(bytes) {
-        Ok(src) => parse_with(src, file, base_dir),
+        Ok(src) => parser::parse_module(src, file, base_dir, opts),
         Err(e) => {
             let valid = &bytes[..e.valid_up_to()];
             let prefix = std::str::from_utf8(valid).unwrap_or("");
@@ -220,14 +245,21 @@ pub fn parse_bytes(
 
 /// Reads and parses a `.tir` file; `external<...>` sidecars are read from its directory.
 pub fn parse_file(path: &Path) -> Result<Module, Diagnostics> {
-    let bytes = std::fs::read(path).map_err(|e| {
+    parse_file_with(path, &ParseOptions::default())
+}
+
+/// Reads and parses a `.tir` file — a regular file of at most [`MAX_TEXT_BYTES`] —
+/// with `external<...>` sidecars confined to its folder (or `opts.allowed_root`) and
+/// weights within `opts.memory_budget`.
+pub fn parse_file_with(path: &Path, opts: &ParseOptions) -> Result<Module, Diagnostics> {
+    let bytes = crate::files::read_regular(path, MAX_TEXT_BYTES).map_err(|e| {
         Diagnostic::error(
             "io-error",
             format!("cannot read {}: {e}", path.display()),
             Location::Unknown,
         )
     })?;
-    parse_bytes(&bytes, &path.display().to_string(), path.parent())
+    parse_bytes_with(&bytes, &path.display().to_string(), path.parent(), opts)
 }
 
 /// Prints a module canonically: byte-identical for equal modules, and parsing the text

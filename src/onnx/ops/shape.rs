@@ -378,6 +378,16 @@ pub fn constant_of_shape(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     if value.len() != 1 {
         return Err(cx.bad_attr("value", "must hold exactly one element"));
     }
+    // a few bytes of shape ask for up to the tensor limit: budgeted before it is filled
+    let elem = if matches!(value.data, ConstData::I64(_)) {
+        8
+    } else {
+        4
+    };
+    cx.imp.reserve(
+        &format!("the constant of shape {shape:?}"),
+        (n * elem) as u64,
+    )?;
     let data = match &value.data {
         ConstData::I64(v) => ConstData::I64(vec![v[0]; n]),
         ConstData::F32(_) | ConstData::F32Raw(_) | ConstData::F32Aligned(_) => {

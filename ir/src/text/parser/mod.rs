@@ -46,6 +46,8 @@ struct Parser<'a> {
     toks: Vec<Token>,
     pos: usize,
     base_dir: Option<&'a Path>,
+    /// One more folder sidecars may be read from (see [`crate::files::Confinement`]).
+    allowed_root: Option<&'a Path>,
     module: Module,
     errors: Vec<Diagnostic>,
     /// Sidecar files read so far, by name as written.
@@ -58,20 +60,25 @@ struct Parser<'a> {
     undefined_uses: Vec<(String, usize)>,
 }
 
-/// Parses and verifies a module. `base_dir` is where `external<...>` sidecars are read from.
+/// Parses and verifies a module. `base_dir` is where `external<...>` sidecars are read
+/// from, confined to it or to `opts.allowed_root`.
 pub(crate) fn parse_module(
     src: &str,
     file: &str,
     base_dir: Option<&Path>,
+    opts: &super::ParseOptions,
 ) -> Result<Module, Diagnostics> {
     let map = SourceMap::new(src, file);
     let toks = lex(&map)?;
+    let mut module = Module::default();
+    module.weights.set_memory_budget(opts.memory_budget);
     let mut p = Parser {
         map,
         toks,
         pos: 0,
         base_dir,
-        module: Module::default(),
+        allowed_root: opts.allowed_root.as_deref(),
+        module,
         errors: Vec::new(),
         sidecars: BTreeMap::new(),
         failed_weights: BTreeSet::new(),
@@ -101,6 +108,7 @@ pub(crate) fn op_from_attributes(name: &str, text: &str) -> Result<Op, (String, 
         toks,
         pos: 0,
         base_dir: None,
+        allowed_root: None,
         module: Module::default(),
         errors: Vec::new(),
         sidecars: BTreeMap::new(),

@@ -5,6 +5,7 @@ use safetensors::{Dtype, SafeTensors};
 
 use super::{Named, PResult, Parser, MAX_NESTING};
 use crate::diag::quote;
+use crate::files::{read_regular, Confinement};
 use crate::tensor::{Tensor, TensorData};
 use crate::text::attrs::{to_f32, AttrDict, AttrError, AttrLit};
 use crate::text::lexer::Tok;
@@ -154,8 +155,13 @@ impl<'a> Parser<'a> {
                     .into(),
             );
         };
+        let (allowed_root, budget) = (self.allowed_root, self.module.weights.memory_budget());
         let bytes = self.sidecars.entry(file.to_string()).or_insert_with(|| {
-            std::fs::read(base.join(file))
+            // confined to the model's folder, a regular file, no larger than the budget
+            let path = Confinement::new(base, allowed_root)
+                .and_then(|c| c.resolve(file))
+                .map_err(|e| format!("cannot read sidecar: {e}"))?;
+            read_regular(&path, budget)
                 .map_err(|e| format!("cannot read sidecar {}: {e}", quote(file)))
         });
         let bytes = bytes.as_ref().map_err(|e| e.clone())?;
@@ -218,6 +224,14 @@ impl<'a> Parser<'a> {
         let (ty, ty_at) = self.parse_type()?;
         self.expect(Tok::Eq, "'=' and the weight's data")?;
         let (init, init_at) = self.weight_init()?;
+        // checked before the values are made (a splat or random<...> of a billion
+        // elements is a few bytes of text), and fatal: every later weight would only
+        // repeat it
+        let bytes = (ty.storage_len() * ty.dtype.size_bytes()) as u64;
+        self.module
+            .weights
+            .check_room(&format!("weight @{} ({ty})", name.name), bytes)
+            .map_err(|m| self.diag("memory-budget", m, name.at))?;
         let redefined = self.module.weights.lookup(&name.name).is_some();
         if !redefined {
             // Until it is added successfully, uses of the name are poisoned, not reported.

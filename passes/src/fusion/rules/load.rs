@@ -8,16 +8,39 @@ use super::validate::check_rule;
 use super::{Guard, GuardArg, GuardKind, Rule, RuleAction};
 use crate::fusion::lang::OpKind;
 
+/// The largest rule file loaded: 16 MiB (the built-in rules are a few KiB).
+pub const MAX_RULE_FILE_BYTES: u64 = 16 << 20;
+
+/// The most rules one file defines: every rule is tried at every e-graph node on every
+/// iteration, so a file of a quarter million trivial rules is a denial of service.
+pub const MAX_RULES: usize = 4096;
+
+/// The most `lhs` lines (patterns matched together) one rule has.
+pub const MAX_LHS_LINES: usize = 64;
+
 /// Parses a rule file. `file` names it in diagnostics (line:col).
 pub fn load_rules(text: &str, file: &str) -> Result<Vec<Rule>, Diagnostics> {
+    if text.len() as u64 > MAX_RULE_FILE_BYTES {
+        return Err(Diagnostic::error(
+            "rule-limit",
+            format!(
+                "the rule file is {} bytes, more than the limit of {MAX_RULE_FILE_BYTES}",
+                text.len()
+            ),
+            Location::file(file, 1, 1),
+        )
+        .into());
+    }
     let mut rules: Vec<Rule> = Vec::new();
+    // names seen, so a duplicate is found in constant time (not by a scan per rule)
+    let mut names: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut errors: Vec<Diagnostic> = Vec::new();
     let mut family = String::from("user");
     let mut current: Option<(Rule, Option<RuleAction>)> = None;
 
-    let finish = |cur: Option<(Rule, Option<RuleAction>)>,
-                  rules: &mut Vec<Rule>,
-                  errors: &mut Vec<Diagnostic>| {
+    let mut finish = |cur: Option<(Rule, Option<RuleAction>)>,
+                      rules: &mut Vec<Rule>,
+                      errors: &mut Vec<Diagnostic>| {
         let Some((mut rule, action)) = cur else {
             return;
         };
@@ -40,7 +63,7 @@ pub fn load_rules(text: &str, file: &str) -> Result<Vec<Rule>, Diagnostics> {
         rule.action = action;
         match check_rule(&rule) {
             Ok(()) => {
-                if rules.iter().any(|r| r.name == rule.name) {
+                if !names.insert(rule.name.clone()) {
                     errors.push(Diagnostic::error(
                         "rule-duplicate",
                         format!("rule '{}' is defined twice", rule.name),
@@ -56,6 +79,28 @@ pub fn load_rules(text: &str, file: &str) -> Result<Vec<Rule>, Diagnostics> {
 
     for (line_no, raw) in text.lines().enumerate() {
         let line_no = line_no as u32 + 1;
+        // past the limits, nothing more is read: one error, not one per line
+        let over = if rules.len() > MAX_RULES {
+            Some(format!("the file defines more than {MAX_RULES} rules"))
+        } else {
+            current
+                .as_ref()
+                .filter(|(r, _)| r.lhs.len() > MAX_LHS_LINES)
+                .map(|(r, _)| {
+                    format!(
+                        "rule '{}' has more than {MAX_LHS_LINES} `lhs` lines",
+                        r.name
+                    )
+                })
+        };
+        if let Some(m) = over {
+            errors.push(Diagnostic::error(
+                "rule-limit",
+                m,
+                Location::file(file, line_no, 1),
+            ));
+            return Err(Diagnostics(errors));
+        }
         let indent = raw.len() - raw.trim_start().len();
         let line = raw.trim();
         if line.is_empty() || line.starts_with('#') {

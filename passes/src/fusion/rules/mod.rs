@@ -47,8 +47,8 @@ use smelt_ir::diag::Location;
 
 use super::lang::{Attrs, OpKind};
 
-pub use load::load_rules;
-pub use pattern::parse_pattern;
+pub use load::{load_rules, MAX_LHS_LINES, MAX_RULES, MAX_RULE_FILE_BYTES};
+pub use pattern::{parse_pattern, MAX_PATTERN_DEPTH};
 pub use validate::{elementwise_kind, post_op_of};
 
 /// The rule file built into smelt.

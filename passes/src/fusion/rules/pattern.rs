@@ -76,6 +76,11 @@ fn tokenize<'a>(
     Ok(out)
 }
 
+/// How deep a pattern may nest ops (the built-in rules nest 5): deeper patterns are
+/// refused, so no recursion over a pattern can overflow the stack, and a rewrite's
+/// right-hand side cannot add unbounded chains to the e-graph per match.
+pub const MAX_PATTERN_DEPTH: usize = 32;
+
 /// Parses one pattern written on one line, starting at column `col0`.
 pub fn parse_pattern(
     text: &str,
@@ -85,6 +90,25 @@ pub fn parse_pattern(
 ) -> Result<PatternExpr, Diagnostic> {
     let tokens = tokenize(text, file, line, col0)?;
     let at = |col: u32| Location::file(file, line, col);
+    // parse_expr recurses once per '(' and so do the walks of every later stage: the
+    // depth is bounded here, before any of them runs
+    let mut depth = 0usize;
+    for t in &tokens {
+        match t {
+            Token::Open(c) => {
+                depth += 1;
+                if depth > MAX_PATTERN_DEPTH {
+                    return Err(Diagnostic::error(
+                        "rule-limit",
+                        format!("the pattern nests more than {MAX_PATTERN_DEPTH} ops deep"),
+                        at(*c),
+                    ));
+                }
+            }
+            Token::Close(_) => depth = depth.saturating_sub(1),
+            Token::Atom(..) => {}
+        }
+    }
     let mut pos = 0;
     let expr = parse_expr(&tokens, &mut pos, &at, col0)?;
     if let Some(t) = tokens.get(pos) {

@@ -1,0 +1,375 @@
+//! The hostile-input corpus (issue 19): inputs an attacker or a careless user hands
+//! smelt — special files, paths out of the model's folder, memory bombs in small files,
+//! absurd options, rules nested past any stack — each as a regression case with its
+//! expected clear error.
+//!
+//! Every case runs the `smelt` binary under `ulimit -v` (6 GiB) and a time limit, one
+//! case at a time, so a regression fails the test instead of taking the machine down.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The address-space limit of every case, in KiB (6 GiB).
+const ULIMIT_KIB: u64 = 6 << 20;
+/// The time limit of every case.
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What one run of the binary did.
+struct Outcome {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `smelt ARGS` through `sh -c 'ulimit -v ...; exec smelt "$@"'`, killing it after
+/// [`TIMEOUT`]; `stdout_to` sends standard output to that file instead of a pipe.
+fn smelt_in(dir: &Path, args: &[&str], stdout_to: Option<&str>) -> Outcome {
+    let redirect = stdout_to.map_or(String::new(), |f| format!(" > {f}"));
+    let script = format!("ulimit -v {ULIMIT_KIB}; exec \"$0\" \"$@\"{redirect}");
+    // output goes to files, not pipes: a pipe nobody reads would stall a long message
+    let (out_path, err_path) = (dir.join(".stdout"), dir.join(".stderr"));
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg(env!("CARGO_BIN_EXE_smelt"))
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .expect("sh runs");
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("smelt {args:?} took more than {TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let read = |p: &Path| String::from_utf8_lossy(&std::fs::read(p).unwrap()).into_owned();
+    Outcome {
+        code: status.code(),
+        stdout: read(&out_path),
+        stderr: read(&err_path),
+    }
+}
+
+/// Expects exit status `code` and an error containing every string of `want`, never a
+/// panic.
+fn expect(dir: &Path, args: &[&str], code: i32, want: &[&str]) -> Outcome {
+    let o = smelt_in(dir, args, None);
+    assert!(
+        !o.stderr.contains("panicked"),
+        "smelt {args:?} panicked:\n{}",
+        o.stderr
+    );
+    assert_eq!(o.code, Some(code), "smelt {args:?}:\n{}", o.stderr);
+    for w in want {
+        assert!(
+            o.stderr.contains(w),
+            "smelt {args:?}: want {w:?} in:\n{}",
+            o.stderr
+        );
+    }
+    o
+}
+
+/// A folder `model/` holding a tiny valid model, beside `outside/` holding a sidecar the
+/// model must not read.
+struct Scene {
+    _root: tempfile::TempDir,
+    root: PathBuf,
+    model: PathBuf,
+}
+
+const TINY: &str = "func @main(%x: tensor<4xf32>) -> tensor<4xf32> {\n  %y = relu %x : tensor<4xf32>\n  return %y : tensor<4xf32>\n}\n";
+
+fn scene() -> Scene {
+    let root = tempfile::tempdir().unwrap();
+    let path = root.path().canonicalize().unwrap();
+    let model = path.join("model");
+    std::fs::create_dir_all(&model).unwrap();
+    std::fs::create_dir_all(path.join("outside")).unwrap();
+    std::fs::write(model.join("tiny.tir"), TINY).unwrap();
+    Scene {
+        _root: root,
+        root: path,
+        model,
+    }
+}
+
+/// A safetensors file holding one f32 tensor `w` of shape [4].
+fn safetensors_w() -> Vec<u8> {
+    let header = br#"{"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}"#;
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header);
+    for v in [1.0f32, 2.0, 3.0, 4.0] {
+        bytes.extend_from_slice(&v.to_le_bytes());
+    }
+    bytes
+}
+
+/// A model adding the external weight at `location` to its input.
+fn external_model(location: &str) -> String {
+    format!(
+        "const @w : tensor<4xf32> = external<\"{location}\", \"w\">\n\
+         func @main(%x: tensor<4xf32>) -> tensor<4xf32> {{\n  %c = const @w : tensor<4xf32>\n  \
+         %y = add %x, %c : tensor<4xf32>\n  return %y : tensor<4xf32>\n}}\n"
+    )
+}
+
+#[test]
+fn row3_output_failures_end_with_exit_1_not_a_panic() {
+    let s = scene();
+    let o = smelt_in(&s.model, &["opt", "tiny.tir"], Some("/dev/full"));
+    assert_eq!(o.code, Some(1), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("cannot write to standard output"),
+        "{}",
+        o.stderr
+    );
+    assert!(!o.stderr.contains("panicked"), "{}", o.stderr);
+    let o = smelt_in(&s.model, &["--help"], Some("/dev/full"));
+    assert_eq!(o.code, Some(1), "{}", o.stderr);
+    // a closed pipe: the reader is gone before smelt writes; quiet, no panic
+    #[cfg(unix)]
+    {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_smelt"))
+            .args(["opt", "tiny.tir"])
+            .current_dir(&s.model)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert!(matches!(out.status.code(), Some(0 | 1)), "{stderr}");
+        if out.status.code() == Some(1) {
+            assert!(stderr.is_empty(), "a closed pipe is quiet: {stderr}");
+        }
+    }
+}
+
+#[test]
+fn row4_numeric_options_are_range_checked() {
+    let s = scene();
+    for args in [
+        ["bench", "tail:8,8", "--iterations", "18446744073709551615"],
+        ["bench", "tail:8,8", "--iterations", "1000000000000"],
+        ["bench", "tail:8,8", "--warmup", "1000000000000"],
+        ["bench", "tail:8,8", "--threads", "100000"],
+    ] {
+        expect(&s.model, &args, 2, &["invalid value"]);
+    }
+    expect(
+        &s.model,
+        &["bench", "tail:100000,100000"],
+        1,
+        &["between 1 and"],
+    );
+    expect(&s.model, &["bench", "tail:16000,16000"], 1, &["too large"]);
+}
+
+#[test]
+fn row5_special_files_are_refused_before_reading() {
+    let s = scene();
+    #[cfg(unix)]
+    std::os::unix::fs::symlink("/dev/zero", s.model.join("zero.tir")).unwrap();
+    expect(&s.model, &["opt", "zero.tir"], 1, &["not a regular file"]);
+    expect(&s.model, &["opt", "."], 1, &["directory"]);
+    expect(
+        &s.model,
+        &["opt", "tiny.tir", "--rules", "/dev/zero"],
+        1,
+        &["not a regular file"],
+    );
+    expect(
+        &s.model,
+        &[
+            "run",
+            "tiny.tir",
+            "--input",
+            "x=/dev/zero",
+            "--output-dir",
+            "o",
+        ],
+        1,
+        &["not a regular file"],
+    );
+    std::fs::write(s.model.join("dz.tir"), external_model("/dev/zero")).unwrap();
+    expect(&s.model, &["opt", "dz.tir"], 1, &["absolute path"]);
+}
+
+#[test]
+fn row11_external_weights_stay_in_the_models_folder() {
+    let s = scene();
+    std::fs::write(s.root.join("outside/w.safetensors"), safetensors_w()).unwrap();
+    std::fs::write(s.model.join("w.safetensors"), safetensors_w()).unwrap();
+    std::fs::write(s.model.join("inside.tir"), external_model("w.safetensors")).unwrap();
+    expect(&s.model, &["opt", "inside.tir"], 0, &[]);
+    std::fs::write(
+        s.model.join("up.tir"),
+        external_model("../outside/w.safetensors"),
+    )
+    .unwrap();
+    expect(
+        &s.model,
+        &["opt", "up.tir"],
+        1,
+        &["climbs out of the model's folder"],
+    );
+    let abs = s.root.join("outside/w.safetensors");
+    std::fs::write(
+        s.model.join("abs.tir"),
+        external_model(abs.to_str().unwrap()),
+    )
+    .unwrap();
+    expect(&s.model, &["opt", "abs.tir"], 1, &["absolute path"]);
+    #[cfg(unix)]
+    {
+        // a symlink out: refused with the same words whether its target exists or not
+        std::os::unix::fs::symlink(&abs, s.model.join("link.safetensors")).unwrap();
+        let missing = s.root.join("outside/missing.safetensors");
+        std::os::unix::fs::symlink(&missing, s.model.join("gone.safetensors")).unwrap();
+        std::fs::write(s.model.join("link.tir"), external_model("link.safetensors")).unwrap();
+        std::fs::write(s.model.join("gone.tir"), external_model("gone.safetensors")).unwrap();
+        let a = expect(&s.model, &["opt", "link.tir"], 1, &["leads out of"]);
+        let b = expect(&s.model, &["opt", "gone.tir"], 1, &["leads out of"]);
+        let same = |t: &str| t.replace("link", "X").replace("gone", "X");
+        assert_eq!(same(&a.stderr), same(&b.stderr));
+        // an explicit allowed root lets it in
+        let root = s.root.join("outside");
+        let o = expect(
+            &s.model,
+            &["opt", "link.tir", "--allow-root", root.to_str().unwrap()],
+            0,
+            &[],
+        );
+        assert!(o.stdout.contains("func @main"), "{}", o.stdout);
+    }
+}
+
+#[test]
+fn row6_memory_bombs_in_small_files_hit_the_budget() {
+    let s = scene();
+    // one splat of 4 GiB: over the default budget under the 6 GiB limit (3 GiB)
+    std::fs::write(
+        s.model.join("splat.tir"),
+        "const @w : tensor<1073741823xf32> = dense<1.0>\n\
+         func @main(%x: tensor<4xf32>) -> tensor<4xf32> {\n  %y = relu %x : tensor<4xf32>\n  \
+         return %y : tensor<4xf32>\n}\n",
+    )
+    .unwrap();
+    expect(
+        &s.model,
+        &["opt", "splat.tir"],
+        1,
+        &["memory-budget", "weight @w"],
+    );
+    // a hundred 256 MiB random weights in 12 KB of text, against a budget given
+    let mut text = String::new();
+    for i in 0..100 {
+        text += &format!(
+            "const @w{i} : tensor<67108864xf32> = random<seed = {i}, min = 0.0, max = 1.0>\n"
+        );
+    }
+    text += "func @main(%x: tensor<67108864xf32>) -> tensor<67108864xf32> {\n";
+    let mut prev = "%x".to_string();
+    for i in 0..100 {
+        text += &format!(
+            "  %c{i} = const @w{i} : tensor<67108864xf32>\n  \
+             %a{i} = add {prev}, %c{i} : tensor<67108864xf32>\n"
+        );
+        prev = format!("%a{i}");
+    }
+    text += &format!("  return {prev} : tensor<67108864xf32>\n}}\n");
+    std::fs::write(s.model.join("random.tir"), text).unwrap();
+    expect(
+        &s.model,
+        &["opt", "random.tir", "--memory-budget", "600M"],
+        1,
+        &["memory-budget", "weight @w2 ", "--memory-budget"],
+    );
+}
+
+#[test]
+fn rows2_9_10_rule_files_are_bounded() {
+    let s = scene();
+    let deep = 20_000;
+    let nested = format!("{}?x{}", "(relu ".repeat(deep), ")".repeat(deep));
+    std::fs::write(
+        s.model.join("deep.rules"),
+        format!("rule deep\nlhs {nested}\nrhs ?x\n"),
+    )
+    .unwrap();
+    expect(
+        &s.model,
+        &["check-rules", "deep.rules"],
+        1,
+        &["nests more than"],
+    );
+    expect(
+        &s.model,
+        &["opt", "tiny.tir", "--rules", "deep.rules"],
+        1,
+        &["nests more than"],
+    );
+    let many: String = (0..250_000)
+        .map(|i| format!("rule r{i}\nlhs (relu ?x)\nrhs (relu ?x)\n"))
+        .collect();
+    std::fs::write(s.model.join("many.rules"), many).unwrap();
+    expect(
+        &s.model,
+        &["check-rules", "many.rules"],
+        1,
+        &["more than 4096 rules"],
+    );
+    let lhs = format!(
+        "rule r\n{}rhs (relu ?x)\n",
+        "lhs (relu ?x)\n".repeat(100_000)
+    );
+    std::fs::write(s.model.join("lhs.rules"), lhs).unwrap();
+    expect(&s.model, &["check-rules", "lhs.rules"], 1, &["`lhs` lines"]);
+    let grow = format!(
+        "rule grow\nlhs (relu ?x)\nrhs {}?x{}\n",
+        "(relu ".repeat(500),
+        ")".repeat(500)
+    );
+    std::fs::write(s.model.join("grow.rules"), grow).unwrap();
+    expect(
+        &s.model,
+        &["opt", "tiny.tir", "--rules", "grow.rules"],
+        1,
+        &["nests more than"],
+    );
+}
+
+#[test]
+fn row13_duplicate_inputs_are_errors() {
+    let s = scene();
+    let npy = smelt::npy::encode(&smelt::Tensor::new([4], vec![1.0; 4]).unwrap());
+    std::fs::write(s.model.join("x.npy"), npy).unwrap();
+    expect(
+        &s.model,
+        &[
+            "run",
+            "tiny.tir",
+            "--input",
+            "x=x.npy",
+            "--input",
+            "x=x.npy",
+            "--output-dir",
+            "o",
+        ],
+        1,
+        &["--input gives 'x' twice"],
+    );
+}
