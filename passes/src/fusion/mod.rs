@@ -25,13 +25,13 @@ use egg::{Id, Language, Runner, SimpleScheduler};
 use smelt_ir::diag::{Diagnostic, Location};
 use smelt_ir::graph::{Func, FuncResult, Inst, Module, Value};
 use smelt_ir::op::{broadcast, Op, PostOp};
-use smelt_ir::types::{DType, TensorType};
+use smelt_ir::types::TensorType;
 use smelt_ir::weights::WeightStore;
 
 use crate::manager::{Pass, PassContext, PassError};
 use analysis::{FusionAnalysis, FusionGraph, Outcome, Provenance};
 use apply::{compile_rules, GuardContext};
-pub use check::{check_rule, check_rules, CheckOptions, RuleCheck, Verdict};
+pub use check::{check_rule, check_rules, CheckOptions, RuleCheck, Stratum, Verdict};
 pub use cost::CostModel;
 pub use explain::{explain_json, explain_text};
 use extract::{dag_cost, CostTable};
@@ -300,20 +300,15 @@ pub fn fuse_func(
     } = build(func, weights)?;
 
     let uses = func.uses();
-    let context = Arc::new(GuardContext {
-        values: value_class
+    let context = Arc::new(GuardContext::new(
+        value_class
             .iter()
             .enumerate()
             .map(|(v, id)| (*id, uses.get(v).map_or(0, |u| u.len())))
             .collect(),
-        small_weights: weights
-            .iter()
-            .map(|(_, w)| {
-                (w.ty.dtype == DType::F32 && w.ty.num_elements() <= 16).then(|| w.f32s().to_vec())
-            })
-            .collect(),
-        labels: value_labels(func, weights),
-    });
+        weights,
+        value_labels(func, weights),
+    ));
     let rewrites = compile_rules(&rules, &mut egraph.analysis.attrs, &context).map_err(|m| {
         PassError::Internal {
             pass: "fusion",
