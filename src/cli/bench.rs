@@ -154,7 +154,10 @@ pub fn main(a: BenchArgs) -> Result<()> {
         passes.push((pass.to_string(), ms_since(last)));
         last = Instant::now();
     };
-    smelt::optimize(&mut optimized, &opts, Some(&mut record))?;
+    let cx = smelt::optimize(&mut optimized, &opts, Some(&mut record))?;
+    for w in &cx.warnings {
+        eprintln!("{w}");
+    }
     let compile_opts = CompileOptions {
         threads: a.threads,
         conv: a.conv.algorithm(),

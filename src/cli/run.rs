@@ -97,7 +97,10 @@ pub fn main(a: RunArgs) -> Result<()> {
         interp::run(&module, func, &inputs).map_err(|d| anyhow!("{d}"))?
     } else {
         let mut optimized = module.clone();
-        smelt::optimize(&mut optimized, &a.fusion.options(None)?, None)?;
+        let cx = smelt::optimize(&mut optimized, &a.fusion.options(None)?, None)?;
+        for w in &cx.warnings {
+            eprintln!("{w}");
+        }
         let compile = CompileOptions {
             threads: a.threads.map_or(0, usize::from),
             kernels: a.kernels.choice(),

@@ -423,7 +423,7 @@ impl Misses {
                 ),
             ));
         }
-        parts.sort_by(|a, b| b.0.cmp(&a.0));
+        parts.sort_by_key(|p| std::cmp::Reverse(p.0));
         let mut text = parts
             .into_iter()
             .map(|(_, t)| t)
