@@ -413,7 +413,10 @@ pub fn fuse_func(
                     .chosen
                     .get(&class)
                     .is_some_and(|n| FusionAnalysis::provenance_of(&egraph, n).rules.is_empty());
-                if fired.contains(&(e.rule.clone(), class)) || !unfused {
+                // A user rule's refusal is reported even where a built-in rule fused the
+                // op: its author is debugging that rule, not the built-in set.
+                let user_rule = options.extra_rules.iter().any(|r| r.name == e.rule);
+                if fired.contains(&(e.rule.clone(), class)) || !(unfused || user_rule) {
                     continue;
                 }
                 if let Some((op, location)) = site_of(class) {
@@ -1073,6 +1076,33 @@ mod tests {
         assert!(
             reasons.iter().any(|r| r.contains("not all equal")),
             "{reasons:?}"
+        );
+    }
+
+    /// A user rule's refusal is a near miss even where a built-in rule fused the op.
+    #[test]
+    fn a_user_rules_refusal_is_reported_where_a_builtin_rule_fused() {
+        let model = include_str!("../../../examples/rules/hard_swish_block.tir");
+        let rules = load_rules(
+            "rule my-hard-swish\n  \
+               lhs (mul ?x (hard_sigmoid[alpha=0.16666667, beta=0.5] ?x))\n  \
+               rhs (hard_swish ?x)\n  \
+               guard single-consumer ?x\n",
+            "u.rules",
+        )
+        .unwrap();
+        let options = FusionOptions {
+            extra_rules: rules,
+            ..FusionOptions::default()
+        };
+        let (_, report) = fuse_text(model, &options);
+        assert!(
+            report
+                .near_misses
+                .iter()
+                .any(|n| n.rule == "my-hard-swish" && n.guard == "single-consumer"),
+            "{:?}",
+            report.near_misses
         );
     }
 

@@ -277,7 +277,46 @@ mod tests {
         assert_eq!(err.0.len(), 1);
         assert_eq!(err.0[0].code, "rule-unbound");
         assert!(err.0[0].message.contains("?y"), "{}", err.0[0].message);
-        assert_eq!(err.0[0].location, Location::file("u.rules", 1, 1));
+        // at the use, not at the `rule` line
+        assert_eq!(err.0[0].location, Location::file("u.rules", 3, 16));
+        let text = "rule bad\n  lhs (relu ?x)\n  rhs (relu ?x)\n  guard const ?xx\n";
+        let err = load_rules(text, "u.rules").unwrap_err();
+        assert_eq!(err.0[0].location, Location::file("u.rules", 4, 15));
+    }
+
+    #[test]
+    fn a_syntax_error_is_reported_once_without_a_cascade() {
+        let text = "rule r\n  lhs (relu ?x\n  rhs ?x\nrule s\n  lhs (relu ?y)\n  rhs ?y\n";
+        let err = load_rules(text, "u.rules").unwrap_err();
+        assert_eq!(err.0.len(), 1, "{err}");
+        assert_eq!(err.0[0].location, Location::file("u.rules", 2, 7));
+        // a later rule's own mistake is still reported
+        let text = "rule r\n  lhs (relu ?x\n  rhs ?x\nrule s\n  rhs ?y\n";
+        let err = load_rules(text, "u.rules").unwrap_err();
+        assert_eq!(err.0.len(), 2, "{err}");
+        assert!(err.0[1].message.contains("no `lhs`"), "{err}");
+    }
+
+    #[test]
+    fn an_attribute_error_points_at_the_attributes() {
+        let text = "rule r\n  lhs (clip[min=0, maxx=6] ?x)\n  rhs ?x\n";
+        let err = load_rules(text, "u.rules").unwrap_err();
+        assert_eq!(err.0.len(), 1, "{err}");
+        // `  lhs (clip[`: the attributes start at column 13
+        assert_eq!(err.0[0].location, Location::file("u.rules", 2, 13));
+    }
+
+    #[test]
+    fn a_guard_on_the_wrong_kind_of_variable_is_a_load_error() {
+        let text =
+            "rule r\n  lhs (leaky_relu[?a] ?x)\n  rhs (leaky_relu[?a] ?x)\n  guard scalar ?a 3\n";
+        let err = load_rules(text, "u.rules").unwrap_err();
+        assert_eq!(err.0[0].code, "rule-guard");
+        assert!(err.0[0].message.contains("attributes"), "{err}");
+        let text =
+            "rule r\n  lhs (conv2d[?c] ?x ?w)\n  rhs (conv2d[?c] ?x ?w)\n  guard unpadded ?x\n";
+        let err = load_rules(text, "u.rules").unwrap_err();
+        assert_eq!(err.0[0].code, "rule-guard");
     }
 
     #[test]
