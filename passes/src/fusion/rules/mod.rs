@@ -17,7 +17,9 @@
 //!
 //! - `family NAME` groups the rules that follow it.
 //! - `law TEXT` states the algebraic law the rule relies on (free text, may repeat).
-//! - `var ?x: TYPE` declares a variable's type for the rule checker (free text).
+//! - `var ?x: TYPE` notes a variable's type for readers. It is free text: neither the
+//!   loader nor the checker reads it (the checker derives shapes from where a variable
+//!   sits and from the guards), so write constraints as guards, not here.
 //! - `lhs PATTERN` is what to match; several `lhs` lines are alternatives sharing the rest
 //!   (e.g. both operand orders of an `add`).
 //! - `rhs PATTERN` is what the match equals, or `apply absorb ?y` merges the left-hand
@@ -160,7 +162,8 @@ pub enum RuleAction {
     },
 }
 
-/// The built-in guard predicates.
+/// The built-in guard predicates. docs/rules.md has the reference (a test fails when a
+/// guard here is missing from it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GuardKind {
     /// `const ?a ?b ...`: every argument is known at compile time.
@@ -196,18 +199,19 @@ impl GuardKind {
         }
     }
 
+    /// Every guard.
+    pub const ALL: [GuardKind; 7] = [
+        GuardKind::Const,
+        GuardKind::Scalar,
+        GuardKind::PerChannel,
+        GuardKind::SingleConsumer,
+        GuardKind::Rank,
+        GuardKind::Unpadded,
+        GuardKind::NotAfter,
+    ];
+
     fn from_name(name: &str) -> Option<GuardKind> {
-        [
-            GuardKind::Const,
-            GuardKind::Scalar,
-            GuardKind::PerChannel,
-            GuardKind::SingleConsumer,
-            GuardKind::Rank,
-            GuardKind::Unpadded,
-            GuardKind::NotAfter,
-        ]
-        .into_iter()
-        .find(|g| g.name() == name)
+        GuardKind::ALL.into_iter().find(|g| g.name() == name)
     }
 }
 
@@ -350,6 +354,16 @@ mod tests {
             "{}",
             err.message
         );
+    }
+
+    /// docs/rules.md documents every guard, as a `guard NAME` heading.
+    #[test]
+    fn every_guard_is_in_the_rule_reference() {
+        let doc = include_str!("../../../../docs/rules.md");
+        for g in GuardKind::ALL {
+            let heading = format!("### `guard {}", g.name());
+            assert!(doc.contains(&heading), "docs/rules.md has no {heading}");
+        }
     }
 
     #[test]
