@@ -60,6 +60,7 @@ fn verify_json_has_the_documented_fields() {
         VERIFY_CASE,
         "--rules",
         PLANTED_RULES,
+        "--allow-unchecked-rules",
         "--per-layer",
         "--bisect",
         "--json",

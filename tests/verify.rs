@@ -53,6 +53,8 @@ fn rule_file_options(file: &str, rule: &str) -> OptimizeOptions {
     OptimizeOptions {
         fusion: FusionOptions {
             extra_rules: rules,
+            // the planted rules are wrong on purpose: verify is what catches them here
+            allow_unchecked_rules: true,
             ..FusionOptions::default()
         },
         ..OptimizeOptions::default()

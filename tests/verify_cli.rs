@@ -43,7 +43,53 @@ fn verify_passes_and_exits_zero_on_a_sound_model() {
         out.lines().last().is_some_and(|l| l.starts_with("PASS")),
         "{out}"
     );
-    assert_eq!(out.matches(" ok\n").count(), 3, "three comparisons:\n{out}");
+    // three comparisons on [-1, 1], and again on each default wider range
+    assert_eq!(out.matches(" ok\n").count(), 9, "nine comparisons:\n{out}");
+    assert!(out.contains("on random inputs in [-20, 20]:"), "{out}");
+    let o = smelt(&["verify", CASE, "--input-range", "1"]);
+    assert_eq!(stdout(&o).matches(" ok\n").count(), 3, "{}", stdout(&o));
+}
+
+/// Wrong only for |x| > 3: inputs in [-1, 1] alone pass it; the wider ranges do not.
+#[test]
+fn verify_catches_a_rule_wrong_only_at_large_magnitudes() {
+    let model = "tests/cases/verify/hard_swish_written_out.tir";
+    let rules = "tests/cases/rule_check/unsound.rules";
+    let o = smelt(&["verify", model, "--rules", rules]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains("failed the numerical check"),
+        "{}",
+        stderr(&o)
+    );
+    let only = "--only-rules=hard-swish-without-clip";
+    let o = smelt(&[
+        "verify",
+        model,
+        "--rules",
+        rules,
+        only,
+        "--allow-unchecked-rules",
+    ]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("warning[rule-unchecked]"), "{out}");
+    let (unit, wide) = out
+        .split_once("on random inputs in [-20, 20]:")
+        .expect("a wide range");
+    assert!(!unit.contains("FAIL"), "{out}");
+    assert!(wide.contains("FAIL"), "{out}");
+    let o = smelt(&[
+        "verify",
+        model,
+        "--rules",
+        rules,
+        only,
+        "--allow-unchecked-rules",
+        "--input-range",
+        "1",
+    ]);
+    assert!(o.status.success(), "{}", stdout(&o));
 }
 
 #[test]
@@ -53,6 +99,7 @@ fn verify_fails_with_exit_code_one_and_names_the_planted_rule() {
         CASE,
         "--rules",
         PLANTED_RULES,
+        "--allow-unchecked-rules",
         "--per-layer",
         "--bisect",
     ]);
@@ -77,6 +124,7 @@ fn disable_rules_switches_the_planted_rule_off() {
         CASE,
         "--rules",
         PLANTED_RULES,
+        "--allow-unchecked-rules",
         "--disable-rules",
         PLANTED,
     ]);
@@ -88,12 +136,20 @@ fn disable_rules_switches_the_planted_rule_off() {
         CASE,
         "--rules",
         PLANTED_RULES,
+        "--allow-unchecked-rules",
         "--only-rules",
         "absorb-relu",
     ]);
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
     // --no-fuse: nothing fused, nothing to disagree about.
-    let o = smelt(&["verify", CASE, "--rules", PLANTED_RULES, "--no-fuse"]);
+    let o = smelt(&[
+        "verify",
+        CASE,
+        "--rules",
+        PLANTED_RULES,
+        "--allow-unchecked-rules",
+        "--no-fuse",
+    ]);
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
     assert!(stdout(&o).contains("fusion sites: 0"), "{}", stdout(&o));
 }
@@ -105,6 +161,7 @@ fn json_report_is_one_object_with_the_verdict() {
         CASE,
         "--rules",
         PLANTED_RULES,
+        "--allow-unchecked-rules",
         "--bisect",
         "--json",
     ]);
@@ -142,7 +199,15 @@ fn input_files_seed_and_rtol_are_used() {
     assert!(stdout(&o).contains("seed 42"), "{}", stdout(&o));
 
     // A huge tolerance lets even the planted rule pass; a negative one is refused.
-    let o = smelt(&["verify", CASE, "--rules", PLANTED_RULES, "--rtol", "10"]);
+    let o = smelt(&[
+        "verify",
+        CASE,
+        "--rules",
+        PLANTED_RULES,
+        "--allow-unchecked-rules",
+        "--rtol",
+        "10",
+    ]);
     assert!(o.status.success(), "{}", stdout(&o));
     let o = smelt(&["verify", CASE, "--rtol=-1"]);
     assert_eq!(o.status.code(), Some(1));
@@ -156,7 +221,15 @@ fn input_files_seed_and_rtol_are_used() {
 fn the_debugging_session_of_the_docs_names_the_padded_conv_rule() {
     let rules = "tests/cases/verify/shift_into_padded_conv.rules";
     let planted = "fold-shift-into-padded-conv";
-    let o = smelt(&["verify", CASE, "--rules", rules, "--per-layer", "--bisect"]);
+    let o = smelt(&[
+        "verify",
+        CASE,
+        "--rules",
+        rules,
+        "--allow-unchecked-rules",
+        "--per-layer",
+        "--bisect",
+    ]);
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(1), "{out}\n{}", stderr(&o));
     let conv = format!("conv2d {}", location_of("%c2 = conv2d"));
@@ -172,6 +245,14 @@ fn the_debugging_session_of_the_docs_names_the_padded_conv_rule() {
         "{out}"
     );
     assert!(culprit[2].contains(&conv), "{out}");
-    let o = smelt(&["verify", CASE, "--rules", rules, "--disable-rules", planted]);
+    let o = smelt(&[
+        "verify",
+        CASE,
+        "--rules",
+        rules,
+        "--allow-unchecked-rules",
+        "--disable-rules",
+        planted,
+    ]);
     assert!(o.status.success(), "{}", stdout(&o));
 }

@@ -299,9 +299,14 @@ impl Tensor {
     /// 0 or 1 and `i1` false or true, each with probability 1/2 (valid ids, indices and
     /// mask values for any model, where wider integers could point outside a table).
     pub fn random(ty: &TensorType, seed: u64) -> Tensor {
+        Tensor::random_in(ty, seed, 1.0)
+    }
+
+    /// [`Tensor::random`] with `f32` elements uniform in [-range, range].
+    pub fn random_in(ty: &TensorType, seed: u64, range: f32) -> Tensor {
         let ty = ty.with_layout(Layout::RowMajor);
         let n = ty.num_elements();
-        let uniform = crate::weights::random_f32(seed, n, -1.0, 1.0);
+        let uniform = crate::weights::random_f32(seed, n, -range, range);
         let bits = || uniform.iter().map(|&v| v >= 0.0);
         let data = match ty.dtype {
             DType::F32 => TensorData::F32(uniform.clone()),

@@ -27,6 +27,21 @@ pub enum PassError {
     /// A user rule has the name of an existing rule.
     #[error("fusion rule '{0}' is defined twice (user rules must not reuse built-in names)")]
     DuplicateRule(String),
+    /// A user rule failed the numerical check (unsound or untested) and unchecked rules
+    /// are not allowed (`FusionOptions::allow_unchecked_rules`).
+    #[error(
+        "{location}: user rule '{rule}' failed the numerical check, so it is not run \
+         (fix it, or allow it with --allow-unchecked-rules / \
+         FusionOptions::allow_unchecked_rules):\n  {finding}"
+    )]
+    UncheckedRule {
+        /// The rule.
+        rule: String,
+        /// Where it is defined.
+        location: smelt_ir::diag::Location,
+        /// What `check-rules` says about it.
+        finding: String,
+    },
     /// A pass left the module invalid.
     #[error("the module is invalid after pass '{pass}':\n{diagnostics}")]
     Verify {

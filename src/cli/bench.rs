@@ -15,7 +15,7 @@ use smelt::models::{residual_tail, resnet, ResNetConfig, MAX_TAIL_SIZE};
 use smelt::runtime::{Elements, ElementsMut, KernelProfile};
 use smelt::{CompileOptions, ConvAlgorithm, Executable, Layouts};
 
-use super::out::{out, outln};
+use super::out::{errln, out, outln};
 use super::{FusionArgs, Kernels, ModelArgs};
 
 /// f32x4 FMA peak of one core of the reference machine (FACTS.md): 2 pipes × 4 lanes × 2
@@ -170,6 +170,9 @@ pub fn main(a: BenchArgs) -> Result<()> {
         .iter()
         .map(|&(pass, ms)| (pass.to_string(), ms))
         .collect();
+    for w in &cx.warnings {
+        errln!("{w}");
+    }
     let times = exe.compile_times();
     let compile = CompileBreakdown {
         load_ms,

@@ -1,11 +1,12 @@
 //! `smelt check-rules`: check fusion rules numerically — each rule's left-hand side and
-//! right-hand side on random small instances in the reference interpreter.
+//! right-hand side on random small instances in the reference interpreter, with inputs
+//! drawn over several strata (unit, tiny, wide, large, integers, break points, signs).
 
 use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
-use smelt::passes::fusion::{builtin_rules, check_rules, load_rules, CheckOptions, Verdict};
+use smelt::passes::fusion::{builtin_rules, check_rules, load_rules, CheckOptions, Stratum};
 
 use super::out::outln;
 use super::read_text;
@@ -21,10 +22,16 @@ pub struct CheckRulesArgs {
     /// Instances to compare per left-hand side of each rule (1 to 10000).
     #[arg(long, default_value_t = CheckOptions::default().instances as u16, value_parser = clap::value_parser!(u16).range(1..=10000))]
     instances: u16,
+    /// The magnitude of the `large` stratum: values uniform in [-X, X].
+    #[arg(long, value_name = "X", default_value_t = CheckOptions::default().large)]
+    range: f64,
 }
 
-/// Runs `smelt check-rules`; fails (exit status 1) when a rule is unsound.
+/// Runs `smelt check-rules`; fails (exit status 1) when a rule is unsound or untested.
 pub fn main(a: CheckRulesArgs) -> Result<()> {
+    if !(a.range.is_finite() && a.range >= 1.0 && a.range <= 1e30) {
+        bail!("--range must be a number in [1, 1e30], got {}", a.range);
+    }
     let rules = match &a.file {
         Some(path) => {
             let src = read_text(path)?;
@@ -36,23 +43,28 @@ pub fn main(a: CheckRulesArgs) -> Result<()> {
     let options = CheckOptions {
         seed: a.seed,
         instances: usize::from(a.instances),
+        large: a.range,
         ..CheckOptions::default()
     };
+    let strata: Vec<String> = Stratum::ALL.iter().map(|s| s.describe(&options)).collect();
     let checks = check_rules(&rules, &options);
+    let mut out = format!("sampled over: {}\n", strata.join(", "));
     for c in &checks {
-        outln!("{}", c.to_text());
+        out.push_str(&c.to_text());
+        out.push('\n');
     }
-    let unsound: Vec<&str> = checks
+    outln!("{}", out.trim_end_matches('\n'));
+    let failed: Vec<String> = checks
         .iter()
-        .filter(|c| c.verdict == Verdict::Unsound)
-        .map(|c| c.rule.as_str())
+        .filter(|c| c.verdict.fails())
+        .map(|c| format!("{} ({})", c.rule, c.verdict.word()))
         .collect();
-    if !unsound.is_empty() {
+    if !failed.is_empty() {
         bail!(
-            "{} of {} rules are unsound: {}",
-            unsound.len(),
+            "{} of {} rules failed the check: {}",
+            failed.len(),
             checks.len(),
-            unsound.join(", ")
+            failed.join(", ")
         );
     }
     Ok(())

@@ -151,6 +151,10 @@ pub struct FusionArgs {
     /// Load extra fusion rules from a rule file.
     #[arg(long, value_name = "FILE")]
     pub rules: Vec<PathBuf>,
+    /// Run `--rules` rules that fail the numerical check (unsound or untested), with a
+    /// warning each; without it such a rule is an error.
+    #[arg(long)]
+    pub allow_unchecked_rules: bool,
 }
 
 impl FusionArgs {
@@ -163,6 +167,7 @@ impl FusionArgs {
         opts.fusion.enabled = !self.no_fuse;
         opts.fusion.disabled_rules = self.disable_rules.clone();
         opts.fusion.only_rules = self.only_rules.clone();
+        opts.fusion.allow_unchecked_rules = self.allow_unchecked_rules;
         for path in &self.rules {
             let src = read_text(path)?;
             let rules = load_rules(&src, &path.display().to_string())

@@ -8,7 +8,7 @@ use smelt::ir::{interp, Tensor};
 use smelt::CompileOptions;
 
 use super::dump::DumpArgs;
-use super::out::outln;
+use super::out::{errln, outln};
 use super::{read_inputs, FusionArgs, Kernels, ModelArgs};
 
 /// Arguments of `smelt run`.
@@ -101,7 +101,10 @@ pub fn main(a: RunArgs) -> Result<()> {
             },
             ..smelt::Options::default()
         };
-        let (exe, _) = smelt::compile(&module, &opts)?;
+        let (exe, cx) = smelt::compile(&module, &opts)?;
+        for w in &cx.warnings {
+            errln!("{w}");
+        }
         a.dump.write(&exe)?;
         exe.run(&inputs)?
     };

@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Result};
 use clap::Args;
-use smelt::verify::{verify, VerifyOptions, DEFAULT_RTOL};
+use smelt::verify::{verify, VerifyOptions, DEFAULT_INPUT_RANGES, DEFAULT_RTOL};
 
 use super::out::{out, outln};
 use super::{read_inputs, FusionArgs, ModelArgs};
@@ -36,6 +36,10 @@ pub struct VerifyArgs {
     /// Skip the JIT (compare only the interpreter on the fused and unfused graphs).
     #[arg(long)]
     no_jit: bool,
+    /// After the run on random inputs in [-1, 1], compare the outputs again on random
+    /// inputs in [-X, X] for each X (default 20,1000; `--input-range 1` for none extra).
+    #[arg(long, value_delimiter = ',', value_name = "X,...")]
+    input_range: Option<Vec<f32>>,
     #[command(flatten)]
     fusion: FusionArgs,
 }
@@ -54,6 +58,13 @@ pub fn main(a: VerifyArgs) -> Result<()> {
         per_layer: a.per_layer,
         bisect: a.bisect,
         jit: !a.no_jit,
+        input_ranges: a
+            .input_range
+            .clone()
+            .unwrap_or_else(|| DEFAULT_INPUT_RANGES.to_vec())
+            .into_iter()
+            .filter(|r| *r != 1.0)
+            .collect(),
     };
     let report = verify(&module, &opts)?;
     if a.json {

@@ -9,14 +9,15 @@ use smelt_passes::fusion::FusionSite;
 
 use super::{
     BisectOutcome, BisectReport, InputInfo, InputSource, LayerCheck, OutputCheck, PerLayerReport,
-    SkippedLayer, UserOp, VerifyReport,
+    RangeCheck, SkippedLayer, UserOp, VerifyReport,
 };
 
 impl VerifyReport {
     /// The report as one JSON object, fields in a fixed order: `func`, `rtol`, `passed`,
-    /// `inputs`, `sites`, `user_rules`, `jit_error`, `outputs` (each with `comparisons` of
-    /// `got`, `reference`, `stats` — `max_abs`, `relative`, `rmse`, `count` — and `pass`),
-    /// `per_layer` and `bisect` (null when not asked for). Non-finite errors are null.
+    /// `inputs`, `sites`, `user_rules`, `warnings`, `jit_error`, `outputs` (each with
+    /// `comparisons` of `got`, `reference`, `stats` — `max_abs`, `relative`, `rmse`,
+    /// `count` — and `pass`), `ranges` (each a `range` and its `outputs`), `per_layer` and
+    /// `bisect` (null when not asked for). Non-finite errors are null.
     /// docs/json.md has the schema.
     pub fn to_json(&self) -> String {
         serde_json::to_string(&ReportJson::of(self))
@@ -33,8 +34,10 @@ struct ReportJson<'a> {
     inputs: Vec<InputJson<'a>>,
     sites: &'a [FusionSite],
     user_rules: &'a [String],
+    warnings: &'a [String],
     jit_error: &'a Option<String>,
     outputs: &'a [OutputCheck],
+    ranges: &'a [RangeCheck],
     per_layer: Option<PerLayerJson<'a>>,
     bisect: &'a Option<BisectReport>,
 }
@@ -48,8 +51,10 @@ impl<'a> ReportJson<'a> {
             inputs: report.inputs.iter().map(InputJson::of).collect(),
             sites: &report.sites,
             user_rules: &report.user_rules,
+            warnings: &report.warnings,
             jit_error: &report.jit_error,
             outputs: &report.outputs,
+            ranges: &report.ranges,
             per_layer: report.per_layer.as_ref().map(PerLayerJson::of),
             bisect: &report.bisect,
         }

@@ -8,6 +8,11 @@
 //! Errors are measured as FACTS.md defines them: relative error = max |got − ref| /
 //! max |ref| over an output, in f64; a comparison passes when it is at most `rtol`.
 //!
+//! Random inputs in [-1, 1] alone cannot see a rewrite that is wrong only at larger
+//! magnitudes (hard-swish written without its clip agrees on [-3, 3]), so the outputs are
+//! compared again on random inputs in each of [`VerifyOptions::input_ranges`] (by default
+//! ±20, past every activation's knee, and ±1e3); those comparisons count like the first.
+//!
 //! ```no_run
 //! use smelt::verify::{verify, VerifyOptions};
 //! let module = smelt::load_model("model.tir".as_ref(), &Default::default())?;
@@ -55,7 +60,13 @@ pub struct VerifyOptions {
     pub bisect: bool,
     /// Run the JIT legs (compile the fused module with Cranelift). On by default.
     pub jit: bool,
+    /// Compare the outputs again on random inputs in [-r, r] for each `r` here (the same
+    /// seeds; given inputs stay as given); none when every input is given.
+    pub input_ranges: Vec<f32>,
 }
+
+/// The default [`VerifyOptions::input_ranges`]: past every activation's knee, and large.
+pub const DEFAULT_INPUT_RANGES: [f32; 2] = [20.0, 1e3];
 
 impl Default for VerifyOptions {
     fn default() -> Self {
@@ -67,6 +78,7 @@ impl Default for VerifyOptions {
             per_layer: false,
             bisect: false,
             jit: true,
+            input_ranges: DEFAULT_INPUT_RANGES.to_vec(),
         }
     }
 }
@@ -134,6 +146,15 @@ pub struct Comparison {
     pub stats: ErrorStats,
     /// Whether `stats.relative <= rtol`.
     pub pass: bool,
+}
+
+/// The outputs compared on random inputs of one wider range.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RangeCheck {
+    /// Random inputs are uniform in [-range, range].
+    pub range: f32,
+    /// Per-output comparisons, as in [`VerifyReport::outputs`].
+    pub outputs: Vec<OutputCheck>,
 }
 
 /// The comparisons of one output.
@@ -278,6 +299,11 @@ pub struct VerifyReport {
     pub jit_error: Option<String>,
     /// Per-output comparisons.
     pub outputs: Vec<OutputCheck>,
+    /// The outputs compared again on wider random inputs ([`VerifyOptions::input_ranges`]).
+    pub ranges: Vec<RangeCheck>,
+    /// Warnings of the optimization (a user rule that failed the numerical check and
+    /// runs only because unchecked rules are allowed, a fusion limit hit), as text.
+    pub warnings: Vec<String>,
     /// The per-layer comparison, when asked for.
     pub per_layer: Option<PerLayerReport>,
     /// The bisection, when asked for.
@@ -291,6 +317,7 @@ impl VerifyReport {
             && self
                 .outputs
                 .iter()
+                .chain(self.ranges.iter().flat_map(|r| &r.outputs))
                 .all(|o| o.comparisons.iter().all(|c| c.pass))
             && self
                 .per_layer
@@ -349,56 +376,58 @@ pub fn verify(module: &Module, opts: &VerifyOptions) -> Result<VerifyReport, Err
         Some(all) => results_of(fused_func, all),
         None => interp::run(&fused, fused_func, &inputs)?,
     };
-    let (jit_fused, jit_error) = if opts.jit {
-        match jit_run(&fused, &func.name, &inputs) {
-            Ok(out) => (Some(out), None),
-            Err(e) => (None, Some(e.to_string())),
-        }
+    let exe = if opts.jit {
+        Some(Executable::compile(
+            &fused,
+            Some(&func.name),
+            &CompileOptions::default(),
+        ))
     } else {
-        (None, None)
+        None
     };
-
-    let mut outputs = Vec::with_capacity(func.results.len());
-    for (i, r) in func.results.iter().enumerate() {
-        let want = reference
-            .get(i)
-            .ok_or_else(|| missing_result("the reference interpreter", &r.name))?;
-        let got = interp_fused
-            .get(i)
-            .ok_or_else(|| missing_result("the interpreter on the fused module", &r.name))?;
-        let mut comparisons = vec![compare(
-            Run::InterpFused,
-            Run::InterpUnfused,
-            got,
-            want,
-            opts.rtol,
-            &r.name,
-        )?];
-        if let Some(jit) = &jit_fused {
-            let j = jit
-                .get(i)
-                .ok_or_else(|| missing_result("the JIT", &r.name))?;
-            comparisons.push(compare(
-                Run::JitFused,
-                Run::InterpUnfused,
-                j,
-                want,
-                opts.rtol,
-                &r.name,
-            )?);
-            comparisons.push(compare(
-                Run::JitFused,
-                Run::InterpFused,
-                j,
-                got,
-                opts.rtol,
-                &r.name,
-            )?);
+    let jit = |inputs: &[Tensor]| -> (Option<Vec<Tensor>>, Option<String>) {
+        match &exe {
+            Some(Ok(exe)) => match exe.run(inputs) {
+                Ok(out) => (Some(out), None),
+                Err(e) => (None, Some(e.to_string())),
+            },
+            Some(Err(e)) => (None, Some(e.to_string())),
+            None => (None, None),
         }
-        outputs.push(OutputCheck {
-            name: r.name.clone(),
-            ty: func.type_of(r.value).clone(),
-            comparisons,
+    };
+    let (jit_fused, jit_error) = jit(&inputs);
+    let outputs = compare_outputs(
+        func,
+        &reference,
+        &interp_fused,
+        jit_fused.as_deref(),
+        opts.rtol,
+    )?;
+
+    // The same comparison on wider random inputs (only the random ones change).
+    let mut ranges = Vec::new();
+    let any_random = input_infos
+        .iter()
+        .any(|i| matches!(i.source, InputSource::Random { .. }));
+    for &range in opts.input_ranges.iter().filter(|_| any_random) {
+        if !(range.is_finite() && range > 0.0) {
+            return Err(Error::InvalidArgument(format!(
+                "an input range must be a finite number > 0, got {range}"
+            )));
+        }
+        let (wide, _) = make_inputs_in(func, opts, range)?;
+        let reference = interp::run(module, func, &wide)?;
+        let interp_fused = interp::run(&fused, fused_func, &wide)?;
+        let (jit_fused, _) = jit(&wide);
+        ranges.push(RangeCheck {
+            range,
+            outputs: compare_outputs(
+                func,
+                &reference,
+                &interp_fused,
+                jit_fused.as_deref(),
+                opts.rtol,
+            )?,
         });
     }
 
@@ -430,6 +459,8 @@ pub fn verify(module: &Module, opts: &VerifyOptions) -> Result<VerifyReport, Err
             .collect(),
         jit_error,
         outputs,
+        ranges,
+        warnings: cx.warnings.iter().map(|w| w.to_string()).collect(),
         per_layer,
         bisect: None,
     };
@@ -441,12 +472,77 @@ pub fn verify(module: &Module, opts: &VerifyOptions) -> Result<VerifyReport, Err
     Ok(report)
 }
 
+/// Every output's comparisons: interp(fused) and, when the JIT ran, jit(fused) against
+/// the reference, and jit(fused) against interp(fused).
+fn compare_outputs(
+    func: &Func,
+    reference: &[Tensor],
+    interp_fused: &[Tensor],
+    jit_fused: Option<&[Tensor]>,
+    rtol: f64,
+) -> Result<Vec<OutputCheck>, Error> {
+    let mut outputs = Vec::with_capacity(func.results.len());
+    for (i, r) in func.results.iter().enumerate() {
+        let want = reference
+            .get(i)
+            .ok_or_else(|| missing_result("the reference interpreter", &r.name))?;
+        let got = interp_fused
+            .get(i)
+            .ok_or_else(|| missing_result("the interpreter on the fused module", &r.name))?;
+        let mut comparisons = vec![compare(
+            Run::InterpFused,
+            Run::InterpUnfused,
+            got,
+            want,
+            rtol,
+            &r.name,
+        )?];
+        if let Some(jit) = jit_fused {
+            let j = jit
+                .get(i)
+                .ok_or_else(|| missing_result("the JIT", &r.name))?;
+            comparisons.push(compare(
+                Run::JitFused,
+                Run::InterpUnfused,
+                j,
+                want,
+                rtol,
+                &r.name,
+            )?);
+            comparisons.push(compare(
+                Run::JitFused,
+                Run::InterpFused,
+                j,
+                got,
+                rtol,
+                &r.name,
+            )?);
+        }
+        outputs.push(OutputCheck {
+            name: r.name.clone(),
+            ty: func.type_of(r.value).clone(),
+            comparisons,
+        });
+    }
+    Ok(outputs)
+}
+
 fn missing_result(who: &str, name: &str) -> Error {
     Error::Unsupported(format!("{who} returned no value for result {name}"))
 }
 
-/// The inputs: given ones checked against the parameters, the rest seeded random.
+/// The inputs: given ones checked against the parameters, the rest seeded random in
+/// [-1, 1].
 fn make_inputs(func: &Func, opts: &VerifyOptions) -> Result<(Vec<Tensor>, Vec<InputInfo>), Error> {
+    make_inputs_in(func, opts, 1.0)
+}
+
+/// [`make_inputs`] with random inputs in [-range, range].
+fn make_inputs_in(
+    func: &Func,
+    opts: &VerifyOptions,
+    range: f32,
+) -> Result<(Vec<Tensor>, Vec<InputInfo>), Error> {
     for (k, (name, _)) in opts.inputs.iter().enumerate() {
         if !func.params.iter().any(|p| &p.name == name) {
             let known: Vec<String> = func.params.iter().map(|p| format!("%{}", p.name)).collect();
@@ -477,7 +573,7 @@ fn make_inputs(func: &Func, opts: &VerifyOptions) -> Result<(Vec<Tensor>, Vec<In
             }
             None => {
                 let seed = opts.seed.wrapping_add(i as u64);
-                let row_major = Tensor::random(&p.ty, seed);
+                let row_major = Tensor::random_in(&p.ty, seed, range);
                 (
                     row_major.to_layout(p.ty.layout),
                     InputSource::Random { seed },

@@ -62,6 +62,9 @@ impl VerifyReport {
     pub fn to_text(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "verify @{} (rtol {:e})", self.func, self.rtol);
+        for w in &self.warnings {
+            let _ = writeln!(out, "  {w}");
+        }
         for i in &self.inputs {
             let source = match &i.source {
                 InputSource::Given => "given".to_string(),
@@ -76,19 +79,10 @@ impl VerifyReport {
         if let Some(e) = &self.jit_error {
             let _ = writeln!(out, "  jit(fused): FAIL, could not run: {e}");
         }
-        for o in &self.outputs {
-            let _ = writeln!(out, "output {}: {}", o.name, o.ty);
-            for c in &o.comparisons {
-                let pair = format!("{} vs {}", c.got.label(), c.reference.label());
-                let _ = writeln!(
-                    out,
-                    "  {pair:<33} max abs {:>9}  relative {:>9}  RMSE {:>9}  {}",
-                    sci(c.stats.max_abs),
-                    sci(c.stats.relative),
-                    sci(c.stats.rmse),
-                    verdict(c.pass)
-                );
-            }
+        write_outputs(&mut out, &self.outputs, "");
+        for r in &self.ranges {
+            let _ = writeln!(out, "on random inputs in [-{0}, {0}]:", r.range);
+            write_outputs(&mut out, &r.outputs, "  ");
         }
         if let Some(p) = &self.per_layer {
             p.write_text(&mut out, self.rtol, &self.user_rules);
@@ -96,10 +90,13 @@ impl VerifyReport {
         if let Some(b) = &self.bisect {
             b.write_text(&mut out, &self.user_rules);
         }
-        let comparisons: usize = self.outputs.iter().map(|o| o.comparisons.len()).sum();
-        let failed: usize = self
-            .outputs
-            .iter()
+        let all = || {
+            self.outputs
+                .iter()
+                .chain(self.ranges.iter().flat_map(|r| &r.outputs))
+        };
+        let comparisons: usize = all().map(|o| o.comparisons.len()).sum();
+        let failed: usize = all()
             .flat_map(|o| &o.comparisons)
             .filter(|c| !c.pass)
             .count();
@@ -119,6 +116,24 @@ impl VerifyReport {
             }
         );
         out
+    }
+}
+
+/// Each output's comparisons, one line each, indented by `indent`.
+fn write_outputs(out: &mut String, outputs: &[super::OutputCheck], indent: &str) {
+    for o in outputs {
+        let _ = writeln!(out, "{indent}output {}: {}", o.name, o.ty);
+        for c in &o.comparisons {
+            let pair = format!("{} vs {}", c.got.label(), c.reference.label());
+            let _ = writeln!(
+                out,
+                "{indent}  {pair:<33} max abs {:>9}  relative {:>9}  RMSE {:>9}  {}",
+                sci(c.stats.max_abs),
+                sci(c.stats.relative),
+                sci(c.stats.rmse),
+                verdict(c.pass)
+            );
+        }
     }
 }
 

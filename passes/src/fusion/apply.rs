@@ -2,13 +2,14 @@
 //! record provenance and every match's outcome.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use egg::{
     Applier, ENodeOrVar, Id, Language, Pattern, PatternAst, RecExpr, Rewrite, Subst, Symbol, Var,
 };
 use smelt_ir::op::{broadcast, FusedOp, Op};
-use smelt_ir::types::{Layout, TensorType};
+use smelt_ir::types::{DType, Layout, TensorType};
+use smelt_ir::weights::{AlignedBuf, WeightStore};
 
 use super::analysis::{FusionAnalysis, FusionGraph, Outcome, Provenance, RuleEvent};
 use super::lang::{join_op, split_op, AttrTable, Attrs, OpKind, TensorNode};
@@ -19,14 +20,50 @@ use super::rules::{post_op_of, AttrSpec, GuardArg, GuardKind, PatternExpr, Rule,
 pub struct GuardContext {
     /// For each input value: its e-class at build time and its consumer count.
     pub values: Vec<(Id, usize)>,
-    /// Values of weights with at most 16 elements, by weight id.
-    pub small_weights: Vec<Option<Vec<f32>>>,
     /// For each input value: how the user names it in guard reasons (`%x` for a
     /// parameter, `@w` for a weight, the op's location otherwise; empty when unknown).
     pub labels: Vec<String>,
+    /// The f32 weights' data by weight id (`None` for other element types), read only
+    /// when a value guard (`scalar`) asks about that weight.
+    weights: Vec<Option<Arc<AlignedBuf>>>,
+    /// Each weight's splat value (`Some(v)` when every element is `v`), computed on the
+    /// first ask: one scan of that weight, stopping at the first element that differs,
+    /// so a guard costs at most one pass over the constants it names, whatever their size.
+    splats: Vec<OnceLock<Option<f32>>>,
 }
 
 impl GuardContext {
+    /// The context of one compilation: `values` and `labels` as the fields say, and the
+    /// weights the value guards may read (shared, not copied).
+    pub fn new(values: Vec<(Id, usize)>, weights: &WeightStore, labels: Vec<String>) -> Self {
+        let weights: Vec<Option<Arc<AlignedBuf>>> = weights
+            .iter()
+            .map(|(_, w)| (w.ty.dtype == DType::F32).then(|| Arc::clone(&w.data)))
+            .collect();
+        let splats = weights.iter().map(|_| OnceLock::new()).collect();
+        GuardContext {
+            values,
+            labels,
+            weights,
+            splats,
+        }
+    }
+
+    /// The value every element of f32 weight `w` equals, if there is one (an empty
+    /// weight has none).
+    fn splat(&self, w: usize) -> Option<f32> {
+        let data = self.weights.get(w)?.as_ref()?;
+        *self.splats.get(w)?.get_or_init(|| {
+            let values = data.as_f32();
+            let first = *values.first()?;
+            // bit equality: a NaN splat is no number, and -0.0 equals 0.0 below anyway
+            values
+                .iter()
+                .all(|x| x.to_bits() == first.to_bits() || *x == first)
+                .then_some(first)
+        })
+    }
+
     /// Consumers of the values in `class` (the largest count among the input values in it;
     /// `None` when no input value is in it).
     fn consumers(&self, egraph: &FusionGraph, class: Id) -> Option<usize> {
@@ -236,19 +273,28 @@ impl RuleApplier {
                     let v = g.vars[0];
                     let want = g.numbers[0];
                     let tol = g.numbers.get(1).copied().unwrap_or(1e-6);
-                    let values = egraph[subst[v]]
-                        .data
-                        .weight
-                        .and_then(|w| self.context.small_weights.get(w.0 as usize))
-                        .and_then(|x| x.as_ref());
-                    let ok = values.is_some_and(|vals| {
-                        !vals.is_empty()
-                            && vals
-                                .iter()
-                                .all(|x| (*x as f64 - want).abs() <= tol * want.abs().max(1.0))
-                    });
-                    if !ok {
-                        return refuse(format!("{v} is not the constant {want}"));
+                    let class = subst[v];
+                    let data = &egraph[class].data;
+                    let Some(w) = data.weight else {
+                        return refuse(format!(
+                            "{v} ({}) is not a constant tensor",
+                            self.context.describe(egraph, class)
+                        ));
+                    };
+                    match self.context.splat(w.0 as usize) {
+                        Some(x) if (x as f64 - want).abs() <= tol * want.abs().max(1.0) => {}
+                        Some(x) => {
+                            return refuse(format!(
+                                "{v} ({}) is the constant {x}, not {want} (tolerance {tol:e})",
+                                self.context.describe(egraph, class)
+                            ))
+                        }
+                        None => {
+                            return refuse(format!(
+                                "{v} ({}) is a constant whose elements are not all equal",
+                                self.context.describe(egraph, class)
+                            ))
+                        }
                     }
                 }
                 GuardKind::PerChannel => {
@@ -416,6 +462,10 @@ impl RuleApplier {
         let Some(&new) = ids.last() else {
             return vec![];
         };
+        // A right-hand side that is a bare variable adds no node; the match then equals
+        // a node already in that variable's class, recorded so the report and the rule
+        // checker see the rule fire like any other.
+        let root = root.or_else(|| egraph[new].nodes.first().cloned());
         let changed = egraph.union(eclass, new);
         if let Some(node) = root {
             let canonical = node.map_children(|c| egraph.find(c));

@@ -11,6 +11,22 @@
 //! function and both sides run in the reference interpreter on random inputs. An instance
 //! whose guards refuse is not counted. A rule whose relative error (FACTS.md) exceeds the
 //! tolerance on any instance is unsound.
+//!
+//! Inputs are drawn over [`Stratum`]s, not one range: a rule that holds only near zero
+//! (hard-swish written without its clip holds on [-3, 3]) must meet magnitudes where it
+//! breaks. Each left-hand side's instances cycle through the strata — unit, tiny (±1e-3),
+//! wide (±20), large (±[`CheckOptions::large`]), small integers (exact zeros, ±3, ±6),
+//! the break points of the rule (0, ±1, ±3, ±6, its guards' values, clip bounds,
+//! hard-sigmoid corners) and values just either side of them, all positive, all negative —
+//! variables and unguarded constants alike. Elements where both sides give the same
+//! infinity, or both NaN, agree; an infinity or NaN on one side only is a difference.
+//! Everything is seeded: the same options give the same verdicts.
+//!
+//! A left-hand side with no instance that satisfies its types and guards makes the rule
+//! [`Verdict::Untested`], with the reason (what refused, how often). A right-hand side
+//! that contains the matched value itself (`relu(x) → relu(relu(x))`) cannot be extracted
+//! without a cycle; it is evaluated directly instead, and a rule that holds is
+//! [`Verdict::Cyclic`], not unsound.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -20,7 +36,7 @@ use smelt_ir::graph::{Func, FuncResult, Inst, Module, Param, Value};
 use smelt_ir::op::{Conv2dAttrs, GemmAttrs, Op, Pool2dAttrs};
 use smelt_ir::types::{TensorType, F32};
 use smelt_ir::weights::{random_f32, AlignedBuf, WeightOrigin};
-use smelt_ir::{interp, Diagnostic, ErrorStats, Location, Tensor};
+use smelt_ir::{interp, Diagnostic, Location, Tensor};
 
 use super::analysis::{FusionAnalysis, Outcome};
 use super::apply::{compile_rules, GuardContext};
@@ -41,15 +57,18 @@ pub struct CheckOptions {
     pub attempts: usize,
     /// Largest relative error (FACTS.md) of a sound rule.
     pub tolerance: f64,
+    /// The magnitude of the `large` stratum: values uniform in [-large, large].
+    pub large: f64,
 }
 
 impl Default for CheckOptions {
     fn default() -> Self {
         CheckOptions {
             seed: 0x5eed,
-            instances: 8,
+            instances: 16,
             attempts: 400,
             tolerance: 1e-4,
+            large: 1e3,
         }
     }
 }
@@ -63,6 +82,155 @@ pub enum Verdict {
     Unsound,
     /// No instance satisfying the guards was found for some left-hand side.
     Untested,
+    /// Both sides agree, but the right-hand side contains the matched value itself
+    /// (`relu(x) → relu(relu(x))`): the rule is true, and it makes the e-graph cyclic, so
+    /// extraction can never pick its result. Harmless, and useless.
+    Cyclic,
+}
+
+impl Verdict {
+    /// Whether a rule with this verdict is refused where user rules load (unless the
+    /// caller allows unchecked rules): unsound or untested.
+    pub fn fails(&self) -> bool {
+        matches!(self, Verdict::Unsound | Verdict::Untested)
+    }
+
+    /// The word `check-rules` prints.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Verdict::Sound => "ok",
+            Verdict::Unsound => "UNSOUND",
+            Verdict::Untested => "UNTESTED",
+            Verdict::Cyclic => "cyclic",
+        }
+    }
+}
+
+/// A range or distribution the checker draws values from (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stratum {
+    /// Uniform in [-1, 1].
+    Unit,
+    /// Uniform in [-1e-3, 1e-3].
+    Tiny,
+    /// Uniform in [-20, 20]: past every activation's knee (hard-sigmoid's ±3, relu6's 6).
+    Wide,
+    /// Uniform in [-large, large] ([`CheckOptions::large`]).
+    Large,
+    /// Integers in [-8, 8]: exact zeros and the exact break points.
+    Integers,
+    /// The rule's break points, exactly and just either side of them.
+    BreakPoints,
+    /// Uniform in [0.01, 20].
+    Positive,
+    /// Uniform in [-20, -0.01].
+    Negative,
+}
+
+impl Stratum {
+    /// Every stratum, in the order instances cycle through them.
+    pub const ALL: [Stratum; 8] = [
+        Stratum::Unit,
+        Stratum::Wide,
+        Stratum::BreakPoints,
+        Stratum::Large,
+        Stratum::Integers,
+        Stratum::Tiny,
+        Stratum::Positive,
+        Stratum::Negative,
+    ];
+
+    /// The stratum in words, e.g. `wide ±20`.
+    pub fn describe(self, options: &CheckOptions) -> String {
+        match self {
+            Stratum::Unit => "unit ±1".into(),
+            Stratum::Tiny => "tiny ±1e-3".into(),
+            Stratum::Wide => "wide ±20".into(),
+            Stratum::Large => format!("large ±{:e}", options.large),
+            Stratum::Integers => "integers -8..8".into(),
+            Stratum::BreakPoints => "break points".into(),
+            Stratum::Positive => "positive 0.01..20".into(),
+            Stratum::Negative => "negative -20..-0.01".into(),
+        }
+    }
+
+    /// `len` values of this stratum; `breaks` are the rule's break points.
+    fn fill(self, seed: u64, len: usize, large: f64, breaks: &[f64]) -> Vec<f32> {
+        let mut rng = Rng(seed ^ 0xd1b5_4a32_d192_ed03);
+        let mut uniform = |lo: f64, hi: f64| lo + (hi - lo) * rng.unit();
+        (0..len)
+            .map(|_| match self {
+                Stratum::Unit => uniform(-1.0, 1.0),
+                Stratum::Tiny => uniform(-1e-3, 1e-3),
+                Stratum::Wide => uniform(-20.0, 20.0),
+                Stratum::Large => uniform(-large, large),
+                Stratum::Integers => uniform(-8.0, 9.0).floor().min(8.0),
+                Stratum::Positive => uniform(0.01, 20.0),
+                Stratum::Negative => uniform(-20.0, -0.01),
+                Stratum::BreakPoints => {
+                    let b =
+                        breaks[(uniform(0.0, breaks.len() as f64) as usize).min(breaks.len() - 1)];
+                    let eps = 1e-3 * b.abs().max(1.0);
+                    match (uniform(0.0, 4.0)) as u32 {
+                        0 => b,
+                        1 => b + eps,
+                        2 => b - eps,
+                        _ => b + uniform(-0.5, 0.5),
+                    }
+                }
+            } as f32)
+            .collect()
+    }
+}
+
+/// The break points of the piecewise ops a rule may meet: 0, ±1, ±3 and ±6 (relu,
+/// hard-sigmoid and hard-swish, relu6), and the rule's own numbers — its `scalar` guards'
+/// values, the bounds of its spelled-out `clip`s, the corners of its `hard_sigmoid`s.
+fn break_points(rule: &Rule) -> Vec<f64> {
+    let mut out = vec![0.0, 1.0, 3.0, 6.0];
+    for g in &rule.guards {
+        if g.kind == GuardKind::Scalar {
+            if let Some(GuardArg::Number(n)) =
+                g.args.iter().find(|a| matches!(a, GuardArg::Number(_)))
+            {
+                out.push(*n);
+            }
+        }
+    }
+    fn walk(p: &PatternExpr, out: &mut Vec<f64>) {
+        if let PatternExpr::Op {
+            attrs, children, ..
+        } = p
+        {
+            match attrs {
+                AttrSpec::Literal(Attrs::Clip { min, max }) => {
+                    out.extend([min.0 as f64, max.0 as f64]);
+                }
+                AttrSpec::Literal(Attrs::HardSigmoid { alpha, beta }) if alpha.0 != 0.0 => {
+                    let (a, b) = (alpha.0 as f64, beta.0 as f64);
+                    out.extend([-b / a, (1.0 - b) / a]);
+                }
+                _ => {}
+            }
+            for c in children {
+                walk(c, out);
+            }
+        }
+    }
+    for lhs in &rule.lhs {
+        walk(lhs, &mut out);
+    }
+    if let RuleAction::Rewrite(rhs) = &rule.action {
+        walk(rhs, &mut out);
+    }
+    let mut all: Vec<f64> = out
+        .iter()
+        .flat_map(|x| [*x, -*x])
+        .filter(|x| x.is_finite())
+        .collect();
+    all.sort_by(f64::total_cmp);
+    all.dedup_by(|a, b| a == b);
+    all
 }
 
 /// What the checker found for one rule.
@@ -85,11 +253,7 @@ pub struct RuleCheck {
 impl RuleCheck {
     /// One line: verdict, rule, instances, errors, detail.
     pub fn to_text(&self) -> String {
-        let verdict = match self.verdict {
-            Verdict::Sound => "ok",
-            Verdict::Unsound => "UNSOUND",
-            Verdict::Untested => "untested",
-        };
+        let verdict = self.verdict.word();
         let mut line = format!(
             "{verdict:<8} {}: {} instances, max abs error {:.3e}, relative {:.3e}",
             self.rule, self.instances, self.max_abs, self.relative
@@ -116,9 +280,12 @@ pub fn check_rule(rule: &Rule, options: &CheckOptions) -> RuleCheck {
         relative: 0.0,
         detail: String::new(),
     };
+    let breaks = break_points(rule);
     let mut worst = -1.0f64;
+    let mut cyclic = false;
     for (alt, lhs) in rule.lhs.iter().enumerate() {
         let mut found = 0;
+        let mut misses = Misses::default();
         for attempt in 0..options.attempts {
             if found >= options.instances {
                 break;
@@ -127,37 +294,55 @@ pub fn check_rule(rule: &Rule, options: &CheckOptions) -> RuleCheck {
                 .seed
                 .wrapping_add((alt as u64) << 32)
                 .wrapping_add(attempt as u64 * 0x9e37_79b9);
+            // The next stratum in turn: a refused attempt retries the same one, so every
+            // stratum is met whenever the rule can be instantiated at all.
+            let stratum = Stratum::ALL[found % Stratum::ALL.len()];
+            let draw = Draw {
+                stratum,
+                large: options.large,
+                breaks: &breaks,
+            };
             let Some(instance) = Instance::sample(rule, lhs, seed) else {
+                misses.ill_typed += 1;
                 continue;
             };
-            match compare(rule, &instance, seed) {
-                Comparison::NotApplicable => {}
+            let where_ = || {
+                let what = instance.describe();
+                let on = stratum.describe(options);
+                if what.is_empty() {
+                    format!("{on} inputs")
+                } else {
+                    format!("{on} inputs, {what}")
+                }
+            };
+            match compare(rule, &instance, seed, &draw) {
+                Comparison::NotApplicable(why) => misses.count(why),
                 Comparison::Failed(message) => {
                     out.verdict = Verdict::Unsound;
-                    out.detail = format!("{}: {message}", instance.describe());
+                    out.detail = format!("{}: {message}", where_());
                     out.instances += 1;
                     return out;
                 }
-                Comparison::Compared(stats) => {
+                Comparison::Compared {
+                    diff,
+                    cyclic: c,
+                    example,
+                } => {
                     found += 1;
+                    cyclic |= c;
                     out.instances += 1;
-                    out.max_abs = out.max_abs.max(stats.max_abs);
-                    if stats.relative > worst || stats.relative.is_nan() {
-                        worst = stats.relative;
-                        out.relative = stats.relative;
-                        let what = instance.describe();
-                        out.detail = if what.is_empty() {
-                            String::new()
-                        } else {
-                            format!("worst on {what}")
-                        };
+                    out.max_abs = out.max_abs.max(diff.max_abs);
+                    if diff.relative > worst {
+                        worst = diff.relative;
+                        out.relative = diff.relative;
+                        out.detail = format!("worst on {}", where_());
                     }
-                    if stats.relative.is_nan() || stats.relative > options.tolerance {
+                    if diff.relative.is_nan() || diff.relative > options.tolerance {
                         out.verdict = Verdict::Unsound;
                         out.detail = format!(
-                            "{} differs: relative error {:.3e} > {:.1e}",
-                            instance.describe(),
-                            stats.relative,
+                            "refuted on {}: {example}; relative error {:.3e} > {:.1e}",
+                            where_(),
+                            diff.relative,
                             options.tolerance
                         );
                         return out;
@@ -168,14 +353,131 @@ pub fn check_rule(rule: &Rule, options: &CheckOptions) -> RuleCheck {
         if found == 0 {
             out.verdict = Verdict::Untested;
             out.detail = format!(
-                "no instance of left-hand side {} satisfied the types and guards in {} attempts",
+                "no instance of left-hand side {} satisfied the types and guards in {} attempts: {}",
                 alt + 1,
-                options.attempts
+                options.attempts,
+                misses.explain(rule, lhs)
             );
             return out;
         }
     }
+    if cyclic {
+        out.verdict = Verdict::Cyclic;
+        out.detail = format!(
+            "true on every instance, but the right-hand side contains the matched value \
+             itself, so the e-graph gets a cycle and extraction never uses it; {}",
+            out.detail
+        );
+    }
     out
+}
+
+/// Why attempts at instantiating a left-hand side found nothing to compare.
+#[derive(Default)]
+struct Misses {
+    /// The sampled shapes or attributes did not type-check.
+    ill_typed: usize,
+    /// The left-hand side did not match the instance built from it.
+    no_match: usize,
+    /// Guard refusals: the first reason of each guard, and how often it refused.
+    refused: BTreeMap<String, (usize, String)>,
+}
+
+/// Why one attempt found nothing to compare.
+enum Miss {
+    IllTyped,
+    NoMatch,
+    Refused { guard: String, reason: String },
+}
+
+impl Misses {
+    fn count(&mut self, why: Miss) {
+        match why {
+            Miss::IllTyped => self.ill_typed += 1,
+            Miss::NoMatch => self.no_match += 1,
+            Miss::Refused { guard, reason } => {
+                self.refused.entry(guard).or_insert((0, reason)).0 += 1;
+            }
+        }
+    }
+
+    /// The reasons, most frequent first, with a hint for the common mistakes.
+    fn explain(&self, rule: &Rule, lhs: &PatternExpr) -> String {
+        let mut parts: Vec<(usize, String)> = Vec::new();
+        for (guard, (n, reason)) in &self.refused {
+            parts.push((*n, format!("guard `{guard}` refused {n} (e.g. {reason})")));
+        }
+        if self.no_match > 0 {
+            parts.push((
+                self.no_match,
+                format!("the pattern matched nothing {} times", self.no_match),
+            ));
+        }
+        if self.ill_typed > 0 {
+            parts.push((
+                self.ill_typed,
+                format!(
+                    "{} sampled instances did not type-check (shapes or attributes the \
+                     checker cannot build for this pattern)",
+                    self.ill_typed
+                ),
+            ));
+        }
+        parts.sort_by_key(|p| std::cmp::Reverse(p.0));
+        let mut text = parts
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect::<Vec<_>>()
+            .join("; ");
+        if let Some(op) = constant_first(rule, lhs) {
+            text.push_str(&format!(
+                "; hint: the fusion pass puts compile-time constants second in `{op}`, so a \
+                 pattern with the constant operand first never matches one"
+            ));
+        }
+        text
+    }
+}
+
+/// A commutative op of `lhs` whose first operand is a variable the guards make constant
+/// and whose second is not: it never matches, since the e-graph orders constants second.
+fn constant_first(rule: &Rule, lhs: &PatternExpr) -> Option<&'static str> {
+    let constant = |p: &PatternExpr| match p {
+        PatternExpr::Var(v) => rule.guards.iter().any(|g| {
+            matches!(
+                g.kind,
+                GuardKind::Const | GuardKind::Scalar | GuardKind::PerChannel
+            ) && g.args.first() == Some(&GuardArg::Var(v.clone()))
+                || g.kind == GuardKind::Const && g.args.contains(&GuardArg::Var(v.clone()))
+        }),
+        PatternExpr::Op { .. } => false,
+    };
+    match lhs {
+        PatternExpr::Var(_) => None,
+        PatternExpr::Op { kind, children, .. } => {
+            if super::is_commutative_binary(*kind)
+                && children.len() == 2
+                && constant(&children[0])
+                && !constant(&children[1])
+            {
+                return Some(kind.name());
+            }
+            children.iter().find_map(|c| constant_first(rule, c))
+        }
+    }
+}
+
+/// How the values of one instance are drawn.
+struct Draw<'a> {
+    stratum: Stratum,
+    large: f64,
+    breaks: &'a [f64],
+}
+
+impl Draw<'_> {
+    fn fill(&self, seed: u64, len: usize) -> Vec<f32> {
+        self.stratum.fill(seed, len, self.large, self.breaks)
+    }
 }
 
 /// A SplitMix64 generator.
@@ -188,6 +490,11 @@ impl Rng {
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }
 
     fn pick<T: Clone>(&mut self, items: &[T]) -> T {
@@ -259,6 +566,7 @@ impl Instance {
         let lhs = name_any_attrs(&lhs, &mut fresh);
         let mut constants: HashMap<String, Values> = HashMap::new();
         let mut per_channel: BTreeSet<String> = BTreeSet::new();
+        let mut ranks: HashMap<String, usize> = HashMap::new();
         for g in &rule.guards {
             let first = g.args.iter().find_map(|a| match a {
                 GuardArg::Var(v) => Some(v.clone()),
@@ -287,10 +595,16 @@ impl Instance {
                         per_channel.insert(v);
                     }
                 }
-                GuardKind::SingleConsumer
-                | GuardKind::Rank
-                | GuardKind::Unpadded
-                | GuardKind::NotAfter => {}
+                GuardKind::Rank => {
+                    let rank = g.args.iter().find_map(|a| match a {
+                        GuardArg::Number(n) if *n >= 0.0 && n.fract() == 0.0 => Some(*n as usize),
+                        _ => None,
+                    });
+                    if let (Some(v), Some(r)) = (first, rank) {
+                        ranks.insert(v, r);
+                    }
+                }
+                GuardKind::SingleConsumer | GuardKind::Unpadded | GuardKind::NotAfter => {}
             }
         }
         let mut planner = Planner {
@@ -298,6 +612,7 @@ impl Instance {
             dims,
             constants,
             per_channel,
+            ranks,
             vars: Vec::new(),
             attrs: BTreeMap::new(),
         };
@@ -336,8 +651,15 @@ impl Instance {
     }
 
     /// Builds the instance as a module: parameters for the variables that are not
-    /// constant, weights for those that are, then the left-hand side's ops.
-    fn module(&self, seed: u64) -> Option<(Module, Value)> {
+    /// constant, weights for those that are, then the ops of `expr` (the left-hand side
+    /// when `None`). The weights depend only on `seed` and `draw`, so the module of the
+    /// left-hand side and that of the right-hand side see the same constants.
+    fn module(
+        &self,
+        seed: u64,
+        draw: &Draw,
+        expr: Option<&PatternExpr>,
+    ) -> Option<(Module, Value)> {
         let mut module = Module::default();
         let mut func = Func {
             name: "lhs".into(),
@@ -365,7 +687,7 @@ impl Instance {
                 Some(kind) => {
                     let len = s.ty.num_elements();
                     let data = match kind {
-                        Values::Any => random_f32(seed ^ ((i as u64 + 1) * 7919), len, -1.0, 1.0),
+                        Values::Any => draw.fill(seed ^ ((i as u64 + 1) * 7919), len),
                         Values::Positive => {
                             random_f32(seed ^ ((i as u64 + 1) * 7919), len, 0.5, 2.0)
                         }
@@ -386,7 +708,7 @@ impl Instance {
             };
             values.insert(v.clone(), value);
         }
-        let root = self.emit_pattern(&self.lhs, &mut func, &module, &values)?;
+        let root = self.emit_pattern(expr.unwrap_or(&self.lhs), &mut func, &module, &values)?;
         func.results.push(FuncResult {
             name: "out".into(),
             value: root,
@@ -427,6 +749,20 @@ impl Instance {
             AttrSpec::Any => kind.default_attrs(),
         }
     }
+}
+
+/// `t` at rank `r` for a `rank` guard: its trailing dims (still broadcast-compatible with
+/// what `t` was sampled against), or `t` with leading 1s.
+fn with_rank(t: &TensorType, r: usize) -> TensorType {
+    let d = &t.dims;
+    let dims = if r <= d.len() {
+        d[d.len() - r..].to_vec()
+    } else {
+        let mut v = vec![1; r - d.len()];
+        v.extend_from_slice(d);
+        v
+    };
+    TensorType::f32(dims)
 }
 
 /// Appends an instruction, type-checking it.
@@ -492,6 +828,8 @@ struct Planner {
     dims: Dims,
     constants: HashMap<String, Values>,
     per_channel: BTreeSet<String>,
+    /// Ranks the `rank` guards ask for, by variable.
+    ranks: HashMap<String, usize>,
     vars: Vec<(String, VarSpec)>,
     attrs: BTreeMap<String, Attrs>,
 }
@@ -515,7 +853,10 @@ impl Planner {
                 if let Some(t) = self.var_type(v) {
                     return Some(t);
                 }
-                let ty = self.shape_for(v, role);
+                let mut ty = self.shape_for(v, role);
+                if let Some(&r) = self.ranks.get(v) {
+                    ty = with_rank(&ty, r);
+                }
                 let mut constant = self.constants.get(v).copied();
                 let positive = matches!(
                     role,
@@ -759,17 +1100,60 @@ impl Planner {
 
 /// The outcome of comparing one instance's sides.
 enum Comparison {
-    /// The rule did not fire on the instance (a guard refused, or no match).
-    NotApplicable,
-    /// Both sides ran; the worst error over the right-hand sides.
-    Compared(ErrorStats),
+    /// The rule did not fire on the instance, and why.
+    NotApplicable(Miss),
+    /// Both sides ran; the worst difference over the right-hand sides, whether one was
+    /// evaluated directly because it is cyclic, and the worst element in words.
+    Compared {
+        diff: Diff,
+        cyclic: bool,
+        example: String,
+    },
     /// The right-hand side could not be built or evaluated.
     Failed(String),
 }
 
-fn compare(rule: &Rule, instance: &Instance, seed: u64) -> Comparison {
-    let Some((module, root)) = instance.module(seed) else {
-        return Comparison::NotApplicable;
+/// The difference of two results.
+#[derive(Clone, Copy, Debug, Default)]
+struct Diff {
+    max_abs: f64,
+    /// max |got − want| / max |want| (FACTS.md), infinite when one side only is not finite.
+    relative: f64,
+    /// The flat index of the worst element.
+    worst: usize,
+}
+
+/// Compares `got` with `want` element by element (both row-major, same shape): the same
+/// infinity or NaN on both sides agree, a non-finite value on one side only is an
+/// infinite error; a reference of zeros counts absolute differences.
+fn diff(got: &[f32], want: &[f32]) -> Diff {
+    let scale = want
+        .iter()
+        .filter(|w| w.is_finite())
+        .fold(0.0f64, |m, w| m.max((*w as f64).abs()));
+    let scale = if scale > 0.0 { scale } else { 1.0 };
+    let mut out = Diff::default();
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let (g, w) = (*g as f64, *w as f64);
+        let d = if g == w || (g.is_nan() && w.is_nan()) {
+            0.0
+        } else if g.is_finite() && w.is_finite() {
+            (g - w).abs()
+        } else {
+            f64::INFINITY
+        };
+        if d > out.max_abs {
+            out.max_abs = d;
+            out.worst = i;
+        }
+    }
+    out.relative = out.max_abs / scale;
+    out
+}
+
+fn compare(rule: &Rule, instance: &Instance, seed: u64, draw: &Draw) -> Comparison {
+    let Some((module, root)) = instance.module(seed, draw, None) else {
+        return Comparison::NotApplicable(Miss::IllTyped);
     };
     let func = &module.funcs[0];
     let inputs: Vec<Tensor> = func
@@ -778,17 +1162,11 @@ fn compare(rule: &Rule, instance: &Instance, seed: u64) -> Comparison {
         .enumerate()
         .map(|(i, p)| Tensor {
             ty: p.ty.clone(),
-            data: random_f32(
-                seed.wrapping_add(101 + i as u64),
-                p.ty.storage_len(),
-                -1.0,
-                1.0,
-            )
-            .into(),
+            data: draw.fill(seed.wrapping_add(101 + i as u64), p.ty.storage_len()).into(),
         })
         .collect();
     let Ok(want) = interp::run(&module, func, &inputs) else {
-        return Comparison::NotApplicable;
+        return Comparison::NotApplicable(Miss::IllTyped);
     };
     let Ok(Built {
         mut egraph,
@@ -796,22 +1174,18 @@ fn compare(rule: &Rule, instance: &Instance, seed: u64) -> Comparison {
         original,
     }) = build(func, &module.weights)
     else {
-        return Comparison::NotApplicable;
+        return Comparison::NotApplicable(Miss::IllTyped);
     };
     let uses = func.uses();
-    let context = Arc::new(GuardContext {
-        values: value_class
+    let context = Arc::new(GuardContext::new(
+        value_class
             .iter()
             .enumerate()
             .map(|(v, id)| (*id, uses.get(v).map_or(0, |u| u.len())))
             .collect(),
-        small_weights: module
-            .weights
-            .iter()
-            .map(|(_, w)| (w.ty.num_elements() <= 16).then(|| w.f32s().to_vec()))
-            .collect(),
-        labels: Vec::new(),
-    });
+        &module.weights,
+        Vec::new(),
+    ));
     let Ok(rewrites) = compile_rules(
         std::slice::from_ref(rule),
         &mut egraph.analysis.attrs,
@@ -829,41 +1203,69 @@ fn compare(rule: &Rule, instance: &Instance, seed: u64) -> Comparison {
     egraph.rebuild();
     FusionAnalysis::recanonicalize(&mut egraph);
     let root_class = egraph.find(value_class[root.index()]);
-    let fired: BTreeSet<TensorNode> = egraph
-        .analysis
-        .events
-        .iter()
-        .filter(|e| egraph.find(e.class) == root_class)
+    let at_root = || {
+        egraph
+            .analysis
+            .events
+            .iter()
+            .filter(|e| egraph.find(e.class) == root_class)
+    };
+    let fired: BTreeSet<TensorNode> = at_root()
         .filter_map(|e| match &e.outcome {
             Outcome::Fired(n) => Some(n.clone().map_children(|c| egraph.find(c))),
             Outcome::Refused { .. } => None,
         })
         .collect();
     if fired.is_empty() {
-        return Comparison::NotApplicable;
+        let refusal = at_root().find_map(|e| match &e.outcome {
+            Outcome::Refused { guard, reason } => Some(Miss::Refused {
+                guard: guard.clone(),
+                reason: reason.clone(),
+            }),
+            Outcome::Fired(_) => None,
+        });
+        return Comparison::NotApplicable(refusal.unwrap_or(Miss::NoMatch));
     }
     let table = CostTable::new(&egraph, &CostModel::default());
     let inputs_nodes = input_nodes(&egraph, func, &value_class, &original);
-    let mut worst: Option<ErrorStats> = None;
+    let want = want[0].f32s_row_major();
+    let mut worst: Option<(Diff, bool, Vec<f32>)> = None;
     for node in fired {
         let full: BTreeMap<Id, TensorNode> = BTreeMap::from([(root_class, node)]);
-        let Some(chosen) = choose_with_forced(
+        let chosen = choose_with_forced(
             &egraph,
             &table,
             &full,
             &inputs_nodes,
             &[root_class],
             &BTreeSet::new(),
-        ) else {
-            return Comparison::Failed("the right-hand side makes the graph cyclic".into());
-        };
-        let rhs = match emit(func, &egraph, &chosen, &[root_class]) {
-            Ok((f, _, _)) => f,
-            Err(e) => return Comparison::Failed(format!("the right-hand side is invalid: {e}")),
-        };
-        let rhs_module = Module {
-            weights: module.weights.clone(),
-            funcs: vec![rhs],
+        );
+        let (rhs_module, cyclic) = match (chosen, &rule.action) {
+            (Some(chosen), _) => match emit(func, &egraph, &chosen, &[root_class]) {
+                Ok((f, _, _)) => (
+                    Module {
+                        weights: module.weights.clone(),
+                        funcs: vec![f],
+                    },
+                    false,
+                ),
+                Err(e) => {
+                    return Comparison::Failed(format!("the right-hand side is invalid: {e}"))
+                }
+            },
+            // The right-hand side needs the matched value to compute it: it is true or
+            // false all the same, so evaluate it as written.
+            (None, RuleAction::Rewrite(rhs)) => match instance.module(seed, draw, Some(rhs)) {
+                Some((m, _)) => (m, true),
+                None => {
+                    return Comparison::Failed(
+                        "the right-hand side makes the graph cyclic and does not type-check".into(),
+                    )
+                }
+            },
+            (None, RuleAction::Absorb { .. }) => {
+                return Comparison::Failed("the absorbed form makes the graph cyclic".into())
+            }
         };
         let got = match interp::run(&rhs_module, &rhs_module.funcs[0], &inputs) {
             Ok(g) => g,
@@ -871,15 +1273,85 @@ fn compare(rule: &Rule, instance: &Instance, seed: u64) -> Comparison {
                 return Comparison::Failed(format!("the right-hand side does not run: {}", msg(&d)))
             }
         };
-        let stats = match ErrorStats::between_tensors(&got[0], &want[0]) {
-            Ok(s) => s,
-            Err(m) => return Comparison::Failed(m),
-        };
-        if worst.is_none_or(|w| stats.relative.is_nan() || stats.relative > w.relative) {
-            worst = Some(stats);
+        if got[0].ty.dims != want_dims(&module) {
+            return Comparison::Failed(format!(
+                "the right-hand side is {}, the left-hand side {}",
+                got[0].ty,
+                module.funcs[0].type_of(root)
+            ));
+        }
+        let got = got[0].f32s_row_major();
+        let d = diff(&got, &want);
+        if worst
+            .as_ref()
+            .is_none_or(|(w, _, _)| d.relative.is_nan() || d.relative > w.relative)
+        {
+            worst = Some((d, cyclic, got));
         }
     }
-    worst.map_or(Comparison::NotApplicable, Comparison::Compared)
+    let Some((d, cyclic, got)) = worst else {
+        return Comparison::NotApplicable(Miss::NoMatch);
+    };
+    let example = counterexample(instance, &module, &inputs, d.worst, &got, &want);
+    Comparison::Compared {
+        diff: d,
+        cyclic,
+        example,
+    }
+}
+
+/// The dims of the left-hand side's result.
+fn want_dims(module: &Module) -> Vec<usize> {
+    let f = &module.funcs[0];
+    f.type_of(f.results[0].value).dims.clone()
+}
+
+/// The worst element in words: its index, both sides' values there, and the values of
+/// the variables that have the result's shape (elementwise rules: the element's inputs).
+fn counterexample(
+    instance: &Instance,
+    module: &Module,
+    inputs: &[Tensor],
+    at: usize,
+    got: &[f32],
+    want: &[f32],
+) -> String {
+    let dims = want_dims(module);
+    let mut index = Vec::with_capacity(dims.len());
+    let mut rest = at;
+    for d in dims.iter().rev() {
+        index.push(rest % d.max(&1));
+        rest /= d.max(&1);
+    }
+    index.reverse();
+    let mut vars: Vec<String> = Vec::new();
+    let mut param = 0;
+    for (v, s) in &instance.vars {
+        let value = if s.constant.is_none() {
+            param += 1;
+            inputs
+                .get(param - 1)
+                .map(|t| t.f32s_row_major())
+                .filter(|_| s.ty.dims == dims)
+                .and_then(|d| d.get(at).copied())
+        } else {
+            None
+        };
+        if let Some(x) = value {
+            if !v.starts_with("?__") {
+                vars.push(format!("{v} = {x}"));
+            }
+        }
+    }
+    let mut text = format!(
+        "at {index:?} left-hand side = {}, right-hand side = {}",
+        want.get(at).copied().unwrap_or(f32::NAN),
+        got.get(at).copied().unwrap_or(f32::NAN)
+    );
+    if !vars.is_empty() {
+        text.push_str(&format!(" ({})", vars.join(", ")));
+    }
+    text
 }
 
 fn msg(d: &Diagnostic) -> String {
@@ -897,6 +1369,118 @@ mod tests {
             eprintln!("{}", check.to_text());
             assert_eq!(check.verdict, Verdict::Sound, "{}", check.to_text());
             assert!(check.instances >= 8, "{}", check.to_text());
+        }
+    }
+
+    fn check_text(text: &str) -> RuleCheck {
+        let rules = load_rules(text, "planted.rules").expect("loads");
+        check_rule(&rules[0], &CheckOptions::default())
+    }
+
+    /// Wrong only for |x| > 3: inputs in [-1, 1] alone call it sound.
+    #[test]
+    fn hard_swish_without_its_clip_is_refuted_with_a_counterexample() {
+        let text = "rule r\n  lhs (div (mul ?x (add ?x ?three)) ?six)\n  rhs (hard_swish ?x)\n  \
+                    guard scalar ?three 3\n  guard scalar ?six 6\n";
+        let check = check_text(text);
+        assert_eq!(check.verdict, Verdict::Unsound, "{}", check.to_text());
+        assert!(check.detail.contains("refuted on"), "{}", check.to_text());
+        assert!(check.detail.contains("?x = "), "{}", check.to_text());
+        // and the unit stratum alone does not see it: the strata are what catch it
+        let only_unit = Stratum::Unit.fill(1, 1000, 1e3, &[0.0]);
+        assert!(only_unit.iter().all(|x| x.abs() <= 1.0));
+    }
+
+    #[test]
+    fn relu_of_shift_and_of_scale_are_refuted() {
+        for op in ["add", "mul"] {
+            let text = format!(
+                "rule r\n  lhs (relu ({op} ?x ?c))\n  rhs ({op} (relu ?x) ?c)\n  guard const ?c\n"
+            );
+            let check = check_text(&text);
+            assert_eq!(check.verdict, Verdict::Unsound, "{}", check.to_text());
+        }
+    }
+
+    /// A bare-variable right-hand side used to record no firing, so the rule was
+    /// "untested" and then fired on models.
+    #[test]
+    fn dropping_an_operand_is_unsound_not_untested() {
+        let check = check_text("rule r\n  lhs (add ?x ?y)\n  rhs ?x\n");
+        assert_eq!(check.verdict, Verdict::Unsound, "{}", check.to_text());
+    }
+
+    #[test]
+    fn a_true_rule_that_makes_the_graph_cyclic_is_reported_as_cyclic() {
+        let check = check_text("rule r\n  lhs (relu ?x)\n  rhs (relu (relu ?x))\n");
+        assert_eq!(check.verdict, Verdict::Cyclic, "{}", check.to_text());
+        assert!(!check.verdict.fails());
+        // a false one stays unsound
+        let check = check_text("rule r\n  lhs (relu ?x)\n  rhs (relu (neg (relu ?x)))\n");
+        assert_eq!(check.verdict, Verdict::Unsound, "{}", check.to_text());
+    }
+
+    #[test]
+    fn an_uninstantiable_rule_is_untested_with_the_reason() {
+        let check = check_text(
+            "rule r\n  lhs (add ?three ?x)\n  rhs (add ?x ?three)\n  guard scalar ?three 3\n",
+        );
+        assert_eq!(check.verdict, Verdict::Untested, "{}", check.to_text());
+        assert!(check.verdict.fails());
+        assert!(
+            check.detail.contains("guard `scalar` refused"),
+            "{}",
+            check.detail
+        );
+        assert!(
+            check.detail.contains("constants second in `add`"),
+            "{}",
+            check.detail
+        );
+    }
+
+    #[test]
+    fn a_rank_guard_gets_instances_of_that_rank() {
+        let check = check_text(
+            "rule r\n  lhs (add ?x ?c)\n  rhs (add ?c ?x)\n  guard const ?c\n  guard rank ?c 0\n",
+        );
+        assert_eq!(check.verdict, Verdict::Sound, "{}", check.to_text());
+        assert!(check.instances >= 16, "{}", check.to_text());
+    }
+
+    #[test]
+    fn the_check_is_deterministic_and_meets_every_stratum() {
+        let rules = builtin_rules();
+        let a = check_rules(&rules, &CheckOptions::default());
+        let b = check_rules(&rules, &CheckOptions::default());
+        assert_eq!(a, b);
+        let breaks = [0.0, 3.0, -3.0];
+        for s in Stratum::ALL {
+            let v = s.fill(7, 64, 1e3, &breaks);
+            let max = v.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+            match s {
+                Stratum::Tiny => assert!(max <= 1e-3),
+                Stratum::Large => assert!(max > 20.0, "{max}"),
+                Stratum::Integers => assert!(v.iter().all(|x| x.fract() == 0.0)),
+                Stratum::Positive => assert!(v.iter().all(|x| *x > 0.0)),
+                Stratum::Negative => assert!(v.iter().all(|x| *x < 0.0)),
+                Stratum::BreakPoints => assert!(v.iter().any(|x| breaks.contains(&(*x as f64)))),
+                Stratum::Unit | Stratum::Wide => {}
+            }
+        }
+    }
+
+    #[test]
+    fn break_points_include_the_rules_own_numbers() {
+        let rules = load_rules(
+            "rule r\n  lhs (clip[min=-2, max=5] (mul ?x ?c))\n  rhs (clip[min=-2, max=5] (mul ?x ?c))\n  \
+             guard scalar ?c 0.25\n",
+            "b.rules",
+        )
+        .unwrap();
+        let b = break_points(&rules[0]);
+        for x in [0.0, 3.0, -6.0, -2.0, 5.0, 0.25, -0.25] {
+            assert!(b.contains(&x), "{x} missing from {b:?}");
         }
     }
 

@@ -25,13 +25,13 @@ use egg::{Id, Language, Runner, SimpleScheduler};
 use smelt_ir::diag::{Diagnostic, Location};
 use smelt_ir::graph::{Func, FuncResult, Inst, Module, Value};
 use smelt_ir::op::{broadcast, Op, PostOp};
-use smelt_ir::types::{DType, TensorType};
+use smelt_ir::types::TensorType;
 use smelt_ir::weights::WeightStore;
 
 use crate::manager::{Pass, PassContext, PassError};
 use analysis::{FusionAnalysis, FusionGraph, Outcome, Provenance};
 use apply::{compile_rules, GuardContext};
-pub use check::{check_rule, check_rules, CheckOptions, RuleCheck, Verdict};
+pub use check::{check_rule, check_rules, CheckOptions, RuleCheck, Stratum, Verdict};
 pub use cost::CostModel;
 pub use explain::{explain_json, explain_text};
 use extract::{dag_cost, CostTable};
@@ -82,6 +82,14 @@ pub struct FusionOptions {
     /// `None` or a limit at or above the number of sites gives the full fusion. For
     /// bisecting a fused model that computes something wrong (`smelt verify --bisect`).
     pub site_limit: Option<usize>,
+    /// Run user rules ([`FusionOptions::extra_rules`]) that fail the numerical check
+    /// ([`check_rule`]: unsound, or untested — no instance satisfied their types and
+    /// guards). Off by default: the fusion pass refuses such a rule with
+    /// [`PassError::UncheckedRule`] naming it and the check's finding; on, it runs them and
+    /// adds a `rule-unchecked` warning per rule to [`PassContext::warnings`], so every
+    /// report built from the context says so. For debugging a wrong rule
+    /// (`smelt verify --bisect --allow-unchecked-rules`).
+    pub allow_unchecked_rules: bool,
 }
 
 impl Default for FusionOptions {
@@ -94,6 +102,7 @@ impl Default for FusionOptions {
             limits: FusionLimits::default(),
             cost: CostModel::default(),
             site_limit: None,
+            allow_unchecked_rules: false,
         }
     }
 }
@@ -265,7 +274,9 @@ pub fn op_counts(func: &Func) -> BTreeMap<String, usize> {
 }
 
 /// Fuses one function: saturate, extract, rebuild. Returns the new function and the
-/// report; warnings (a limit was hit) go to `warnings`.
+/// report; warnings (a limit was hit) go to `warnings`. User rules are taken as given:
+/// the numerical check of [`check_user_rules`] is the pass's ([`FusionPass`]), not this
+/// function's.
 pub fn fuse_func(
     func: &Func,
     weights: &WeightStore,
@@ -300,20 +311,15 @@ pub fn fuse_func(
     } = build(func, weights)?;
 
     let uses = func.uses();
-    let context = Arc::new(GuardContext {
-        values: value_class
+    let context = Arc::new(GuardContext::new(
+        value_class
             .iter()
             .enumerate()
             .map(|(v, id)| (*id, uses.get(v).map_or(0, |u| u.len())))
             .collect(),
-        small_weights: weights
-            .iter()
-            .map(|(_, w)| {
-                (w.ty.dtype == DType::F32 && w.ty.num_elements() <= 16).then(|| w.f32s().to_vec())
-            })
-            .collect(),
-        labels: value_labels(func, weights),
-    });
+        weights,
+        value_labels(func, weights),
+    ));
     let rewrites = compile_rules(&rules, &mut egraph.analysis.attrs, &context).map_err(|m| {
         PassError::Internal {
             pass: "fusion",
@@ -407,7 +413,10 @@ pub fn fuse_func(
                     .chosen
                     .get(&class)
                     .is_some_and(|n| FusionAnalysis::provenance_of(&egraph, n).rules.is_empty());
-                if fired.contains(&(e.rule.clone(), class)) || !unfused {
+                // A user rule's refusal is reported even where a built-in rule fused the
+                // op: its author is debugging that rule, not the built-in set.
+                let user_rule = options.extra_rules.iter().any(|r| r.name == e.rule);
+                if fired.contains(&(e.rule.clone(), class)) || !(unfused || user_rule) {
                     continue;
                 }
                 if let Some((op, location)) = site_of(class) {
@@ -832,7 +841,71 @@ fn emit(
     Ok((out, sites, site_classes))
 }
 
-/// The fusion pass: [`fuse_func`] on every function of the module.
+/// The numerical check of every user rule that will run ([`FusionOptions::extra_rules`],
+/// after `only_rules`/`disabled_rules`): a rule that fails it is an error, or, with
+/// [`FusionOptions::allow_unchecked_rules`], a warning. Verdicts are cached per rule text
+/// for the process, so a rule file checked once costs nothing on the next compile; the
+/// check is the sampling one (tens of milliseconds per rule), never a solver.
+pub fn check_user_rules(options: &FusionOptions) -> Result<Vec<Diagnostic>, PassError> {
+    let running = options.rules()?;
+    let mut warnings = Vec::new();
+    for rule in &options.extra_rules {
+        if !running.iter().any(|r| r.name == rule.name) {
+            continue;
+        }
+        let check = cached_check(rule);
+        if !check.verdict.fails() {
+            continue;
+        }
+        if !options.allow_unchecked_rules {
+            return Err(PassError::UncheckedRule {
+                rule: rule.name.clone(),
+                location: rule.location.clone(),
+                finding: check.to_text(),
+            });
+        }
+        warnings.push(Diagnostic::warning(
+            "rule-unchecked",
+            format!(
+                "user rule '{}' failed the numerical check and runs only because unchecked \
+                 rules are allowed: {}",
+                rule.name,
+                check.to_text()
+            ),
+            rule.location.clone(),
+        ));
+    }
+    Ok(warnings)
+}
+
+/// [`check_rule`] with the default options, remembered per rule (its full text, location
+/// included) for the life of the process; the cache is bounded (cleared when full).
+fn cached_check(rule: &Rule) -> RuleCheck {
+    use std::sync::{Mutex, OnceLock};
+    const MAX_ENTRIES: usize = 4096;
+    static CACHE: OnceLock<Mutex<HashMap<String, RuleCheck>>> = OnceLock::new();
+    let key = format!("{rule:?}");
+    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+    // A poisoned lock only means another thread panicked mid-insert; the map is intact.
+    if let Some(hit) = cache
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&key)
+        .cloned()
+    {
+        return hit;
+    }
+    let check = check_rule(rule, &CheckOptions::default());
+    let mut map = cache.lock().unwrap_or_else(|e| e.into_inner());
+    if map.len() >= MAX_ENTRIES {
+        map.clear();
+    }
+    map.insert(key, check.clone());
+    check
+}
+
+/// The fusion pass: [`check_user_rules`], then [`fuse_func`] on every function of the
+/// module.
 #[derive(Clone, Debug, Default)]
 pub struct FusionPass {
     /// Its options.
@@ -845,6 +918,9 @@ impl Pass for FusionPass {
     }
 
     fn run(&self, module: &mut Module, cx: &mut PassContext) -> Result<(), PassError> {
+        if self.options.enabled {
+            cx.warnings.extend(check_user_rules(&self.options)?);
+        }
         let mut funcs = Vec::with_capacity(module.funcs.len());
         for f in &module.funcs {
             let (new, report) = fuse_func(f, &module.weights, &self.options, &mut cx.warnings)?;
@@ -955,6 +1031,117 @@ mod tests {
             .filter(|n| matches!(n.kind(), Some(OpKind::Conv2d) | Some(OpKind::Fused)))
             .count();
         assert_eq!(anchors, 1, "the conv is computed once");
+    }
+
+    fn fuse_text(text: &str, options: &FusionOptions) -> (Func, FusionReport) {
+        let m = smelt_ir::text::parse(text, "t.tir").expect("parses");
+        let mut warnings = Vec::new();
+        fuse_func(&m.funcs[0], &m.weights, options, &mut warnings).expect("fuses")
+    }
+
+    /// `scalar` used to read only constants of at most 16 elements.
+    #[test]
+    fn the_scalar_guard_sees_splat_constants_of_any_size() {
+        let model = |hi: &str| {
+            format!(
+                "const @lo : tensor<4097xf32> = dense<0.0>\n\
+                 const @hi : tensor<4097xf32> = {hi}\n\
+                 func @f(%x: tensor<2x4097xf32>) -> (y: tensor<2x4097xf32>) {{\n  \
+                   %l = const @lo : tensor<4097xf32>\n  \
+                   %h = const @hi : tensor<4097xf32>\n  \
+                   %a = max %x, %l : tensor<2x4097xf32>\n  \
+                   %b = min %a, %h : tensor<2x4097xf32>\n  \
+                   return %b : tensor<2x4097xf32>\n}}\n"
+            )
+        };
+        let (f, _) = fuse_text(&model("dense<6.0>"), &FusionOptions::default());
+        assert!(
+            f.insts.iter().any(
+                |i| matches!(i.op, Op::Unary(smelt_ir::op::UnaryOp::Clip { .. }))
+                    || matches!(&i.op, Op::Fused(_))
+            ),
+            "{:?}",
+            f.insts.iter().map(|i| i.op.name()).collect::<Vec<_>>()
+        );
+        // not all equal: refused, and the reason says so
+        let (_, report) = fuse_text(
+            &model("random<seed = 1, min = 5.0, max = 7.0>"),
+            &FusionOptions::default(),
+        );
+        let reasons: Vec<&str> = report
+            .near_misses
+            .iter()
+            .map(|n| n.reason.as_str())
+            .collect();
+        assert!(
+            reasons.iter().any(|r| r.contains("not all equal")),
+            "{reasons:?}"
+        );
+    }
+
+    /// A user rule's refusal is a near miss even where a built-in rule fused the op.
+    #[test]
+    fn a_user_rules_refusal_is_reported_where_a_builtin_rule_fused() {
+        let model = include_str!("../../../examples/rules/hard_swish_block.tir");
+        let rules = load_rules(
+            "rule my-hard-swish\n  \
+               lhs (mul ?x (hard_sigmoid[alpha=0.16666667, beta=0.5] ?x))\n  \
+               rhs (hard_swish ?x)\n  \
+               guard single-consumer ?x\n",
+            "u.rules",
+        )
+        .unwrap();
+        let options = FusionOptions {
+            extra_rules: rules,
+            ..FusionOptions::default()
+        };
+        let (_, report) = fuse_text(model, &options);
+        assert!(
+            report
+                .near_misses
+                .iter()
+                .any(|n| n.rule == "my-hard-swish" && n.guard == "single-consumer"),
+            "{:?}",
+            report.near_misses
+        );
+    }
+
+    /// An unsound user rule is an error where it loads, or a warning when allowed.
+    #[test]
+    fn unsound_and_untested_user_rules_are_refused_unless_allowed() {
+        for text in [
+            "rule wrong\n  lhs (relu (add ?x ?y))\n  rhs (add (relu ?x) (relu ?y))\n",
+            "rule never\n  lhs (add ?three ?x)\n  rhs (add ?x ?three)\n  guard scalar ?three 3\n",
+        ] {
+            let rules = load_rules(text, "u.rules").unwrap();
+            let name = rules[0].name.clone();
+            let mut options = FusionOptions {
+                extra_rules: rules,
+                ..FusionOptions::default()
+            };
+            match check_user_rules(&options) {
+                Err(PassError::UncheckedRule { rule, finding, .. }) => {
+                    assert_eq!(rule, name);
+                    assert!(finding.contains(&name), "{finding}");
+                }
+                other => panic!("{name}: {other:?}"),
+            }
+            options.allow_unchecked_rules = true;
+            let warnings = check_user_rules(&options).unwrap();
+            assert_eq!(warnings.len(), 1);
+            assert_eq!(warnings[0].code, "rule-unchecked");
+            // a disabled rule is not checked
+            options.allow_unchecked_rules = false;
+            options.disabled_rules = vec![name];
+            assert!(check_user_rules(&options).unwrap().is_empty());
+        }
+        let sound =
+            load_rules("rule fine\n  lhs (relu (relu ?x))\n  rhs (relu ?x)\n", "u").unwrap();
+        let options = FusionOptions {
+            extra_rules: sound,
+            ..FusionOptions::default()
+        };
+        assert!(check_user_rules(&options).unwrap().is_empty());
     }
 
     #[test]

@@ -37,13 +37,21 @@ pub fn load_rules(text: &str, file: &str) -> Result<Vec<Rule>, Diagnostics> {
     let mut errors: Vec<Diagnostic> = Vec::new();
     let mut family = String::from("user");
     let mut current: Option<(Rule, Option<RuleAction>)> = None;
+    // Errors reported before the current rule started: a rule with an error of its own
+    // is not checked as a whole, since a missing `lhs` or an unbound variable would only
+    // repeat the first mistake (one error per mistake).
+    let mut errors_before_rule = 0usize;
 
     let mut finish = |cur: Option<(Rule, Option<RuleAction>)>,
                       rules: &mut Vec<Rule>,
-                      errors: &mut Vec<Diagnostic>| {
+                      errors: &mut Vec<Diagnostic>,
+                      errors_before: usize| {
         let Some((mut rule, action)) = cur else {
             return;
         };
+        if errors.len() > errors_before {
+            return;
+        }
         let Some(action) = action else {
             errors.push(Diagnostic::error(
                 "rule-syntax",
@@ -73,7 +81,12 @@ pub fn load_rules(text: &str, file: &str) -> Result<Vec<Rule>, Diagnostics> {
                     rules.push(rule);
                 }
             }
-            Err(d) => errors.push(d),
+            Err(mut d) => {
+                if let Some(at) = unbound_use(text, file, &rule, &d) {
+                    d.location = at;
+                }
+                errors.push(d)
+            }
         }
     };
 
@@ -115,7 +128,7 @@ pub fn load_rules(text: &str, file: &str) -> Result<Vec<Rule>, Diagnostics> {
         let kw_loc = at(indent as u32 + 1);
         match keyword {
             "family" => {
-                finish(current.take(), &mut rules, &mut errors);
+                finish(current.take(), &mut rules, &mut errors, errors_before_rule);
                 if rest.is_empty() {
                     errors.push(Diagnostic::error(
                         "rule-syntax",
@@ -127,7 +140,8 @@ pub fn load_rules(text: &str, file: &str) -> Result<Vec<Rule>, Diagnostics> {
                 }
             }
             "rule" => {
-                finish(current.take(), &mut rules, &mut errors);
+                finish(current.take(), &mut rules, &mut errors, errors_before_rule);
+                errors_before_rule = errors.len();
                 let name_ok = !rest.is_empty()
                     && rest
                         .chars()
@@ -199,12 +213,49 @@ pub fn load_rules(text: &str, file: &str) -> Result<Vec<Rule>, Diagnostics> {
             )),
         }
     }
-    finish(current.take(), &mut rules, &mut errors);
+    finish(current.take(), &mut rules, &mut errors, errors_before_rule);
     if errors.is_empty() {
         Ok(rules)
     } else {
         Err(Diagnostics(errors))
     }
+}
+
+/// Where a `rule-unbound` error's variable is used: the first `rhs`, `apply` or `guard`
+/// line of the rule (after its `rule` line, before the next block) with that variable as
+/// a whole token, at its column. `None` when the error is another kind or no use is found.
+fn unbound_use(text: &str, file: &str, rule: &Rule, d: &Diagnostic) -> Option<Location> {
+    if d.code != "rule-unbound" {
+        return None;
+    }
+    let var = d.message.split_once(" uses ")?.1.split(',').next()?.trim();
+    let Location::File { line, .. } = &rule.location else {
+        return None;
+    };
+    let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    for (i, raw) in text.lines().enumerate().skip(*line as usize) {
+        let trimmed = raw.trim_start();
+        if trimmed.starts_with("rule ") || trimmed.starts_with("family ") {
+            break;
+        }
+        if !["rhs", "apply", "guard"]
+            .iter()
+            .any(|k| trimmed.starts_with(k))
+        {
+            continue;
+        }
+        let mut from = 0;
+        while let Some(pos) = raw[from..].find(var) {
+            let start = from + pos;
+            let end = start + var.len();
+            if !raw[end..].starts_with(is_word) {
+                let col = raw[..start].chars().count() as u32 + 1;
+                return Some(Location::file(file, i as u32 + 1, col));
+            }
+            from = end;
+        }
+    }
+    None
 }
 
 fn parse_apply(rest: &str, loc: Location) -> Result<RuleAction, Diagnostic> {

@@ -17,7 +17,9 @@
 //!
 //! - `family NAME` groups the rules that follow it.
 //! - `law TEXT` states the algebraic law the rule relies on (free text, may repeat).
-//! - `var ?x: TYPE` declares a variable's type for the rule checker (free text).
+//! - `var ?x: TYPE` notes a variable's type for readers. It is free text: neither the
+//!   loader nor the checker reads it (the checker derives shapes from where a variable
+//!   sits and from the guards), so write constraints as guards, not here.
 //! - `lhs PATTERN` is what to match; several `lhs` lines are alternatives sharing the rest
 //!   (e.g. both operand orders of an `add`).
 //! - `rhs PATTERN` is what the match equals, or `apply absorb ?y` merges the left-hand
@@ -160,7 +162,8 @@ pub enum RuleAction {
     },
 }
 
-/// The built-in guard predicates.
+/// The built-in guard predicates. docs/rules.md has the reference (a test fails when a
+/// guard here is missing from it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GuardKind {
     /// `const ?a ?b ...`: every argument is known at compile time.
@@ -196,18 +199,19 @@ impl GuardKind {
         }
     }
 
+    /// Every guard.
+    pub const ALL: [GuardKind; 7] = [
+        GuardKind::Const,
+        GuardKind::Scalar,
+        GuardKind::PerChannel,
+        GuardKind::SingleConsumer,
+        GuardKind::Rank,
+        GuardKind::Unpadded,
+        GuardKind::NotAfter,
+    ];
+
     fn from_name(name: &str) -> Option<GuardKind> {
-        [
-            GuardKind::Const,
-            GuardKind::Scalar,
-            GuardKind::PerChannel,
-            GuardKind::SingleConsumer,
-            GuardKind::Rank,
-            GuardKind::Unpadded,
-            GuardKind::NotAfter,
-        ]
-        .into_iter()
-        .find(|g| g.name() == name)
+        GuardKind::ALL.into_iter().find(|g| g.name() == name)
     }
 }
 
@@ -277,7 +281,46 @@ mod tests {
         assert_eq!(err.0.len(), 1);
         assert_eq!(err.0[0].code, "rule-unbound");
         assert!(err.0[0].message.contains("?y"), "{}", err.0[0].message);
-        assert_eq!(err.0[0].location, Location::file("u.rules", 1, 1));
+        // at the use, not at the `rule` line
+        assert_eq!(err.0[0].location, Location::file("u.rules", 3, 16));
+        let text = "rule bad\n  lhs (relu ?x)\n  rhs (relu ?x)\n  guard const ?xx\n";
+        let err = load_rules(text, "u.rules").unwrap_err();
+        assert_eq!(err.0[0].location, Location::file("u.rules", 4, 15));
+    }
+
+    #[test]
+    fn a_syntax_error_is_reported_once_without_a_cascade() {
+        let text = "rule r\n  lhs (relu ?x\n  rhs ?x\nrule s\n  lhs (relu ?y)\n  rhs ?y\n";
+        let err = load_rules(text, "u.rules").unwrap_err();
+        assert_eq!(err.0.len(), 1, "{err}");
+        assert_eq!(err.0[0].location, Location::file("u.rules", 2, 7));
+        // a later rule's own mistake is still reported
+        let text = "rule r\n  lhs (relu ?x\n  rhs ?x\nrule s\n  rhs ?y\n";
+        let err = load_rules(text, "u.rules").unwrap_err();
+        assert_eq!(err.0.len(), 2, "{err}");
+        assert!(err.0[1].message.contains("no `lhs`"), "{err}");
+    }
+
+    #[test]
+    fn an_attribute_error_points_at_the_attributes() {
+        let text = "rule r\n  lhs (clip[min=0, maxx=6] ?x)\n  rhs ?x\n";
+        let err = load_rules(text, "u.rules").unwrap_err();
+        assert_eq!(err.0.len(), 1, "{err}");
+        // `  lhs (clip[`: the attributes start at column 13
+        assert_eq!(err.0[0].location, Location::file("u.rules", 2, 13));
+    }
+
+    #[test]
+    fn a_guard_on_the_wrong_kind_of_variable_is_a_load_error() {
+        let text =
+            "rule r\n  lhs (leaky_relu[?a] ?x)\n  rhs (leaky_relu[?a] ?x)\n  guard scalar ?a 3\n";
+        let err = load_rules(text, "u.rules").unwrap_err();
+        assert_eq!(err.0[0].code, "rule-guard");
+        assert!(err.0[0].message.contains("attributes"), "{err}");
+        let text =
+            "rule r\n  lhs (conv2d[?c] ?x ?w)\n  rhs (conv2d[?c] ?x ?w)\n  guard unpadded ?x\n";
+        let err = load_rules(text, "u.rules").unwrap_err();
+        assert_eq!(err.0[0].code, "rule-guard");
     }
 
     #[test]
@@ -311,6 +354,16 @@ mod tests {
             "{}",
             err.message
         );
+    }
+
+    /// docs/rules.md documents every guard, as a `guard NAME` heading.
+    #[test]
+    fn every_guard_is_in_the_rule_reference() {
+        let doc = include_str!("../../../../docs/rules.md");
+        for g in GuardKind::ALL {
+            let heading = format!("### `guard {}", g.name());
+            assert!(doc.contains(&heading), "docs/rules.md has no {heading}");
+        }
     }
 
     #[test]

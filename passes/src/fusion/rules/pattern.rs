@@ -173,10 +173,11 @@ fn parse_expr(
                     None => AttrSpec::Any,
                 },
                 Some(t) if is_var(t.trim()) => AttrSpec::Var(t.trim().to_string()),
-                Some(t) => AttrSpec::Literal(
-                    parse_literal_attrs(kind, t)
-                        .map_err(|m| Diagnostic::error("rule-syntax", m, at(*head_col)))?,
-                ),
+                // the caret goes on the attributes (after `name[`), not on the op name
+                Some(t) => AttrSpec::Literal(parse_literal_attrs(kind, t).map_err(|m| {
+                    let col = *head_col + name.chars().count() as u32 + 1;
+                    Diagnostic::error("rule-syntax", m, at(col))
+                })?),
             };
             let mut children = Vec::new();
             loop {

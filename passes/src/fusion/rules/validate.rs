@@ -4,7 +4,7 @@
 use smelt_ir::diag::Diagnostic;
 use smelt_ir::op::{Arity, Op, Role};
 
-use super::{AttrSpec, GuardArg, PatternExpr, Rule, RuleAction};
+use super::{AttrSpec, GuardArg, GuardKind, PatternExpr, Rule, RuleAction};
 use crate::fusion::lang::OpKind;
 
 /// The operands a kind takes, from the op table (`None`: `fused`, not checked in patterns).
@@ -90,6 +90,32 @@ pub(super) fn check_rule(rule: &Rule) -> Result<(), Diagnostic> {
                 }
             }
         }
+        // Guards on attributes vs on tensors: `unpadded` reads conv attributes, every
+        // other guard a tensor value, and a guard on the wrong kind would never hold.
+        let attr_vars = attribute_vars(lhs);
+        for g in &rule.guards {
+            for a in &g.args {
+                let GuardArg::Var(v) = a else { continue };
+                let on_attrs = attr_vars.contains(v);
+                let wants_attrs = g.kind == GuardKind::Unpadded;
+                if bound.contains(v) && on_attrs != wants_attrs {
+                    let what = if on_attrs {
+                        format!("{v} is an op's attributes (bound in brackets, `op[{v}]`), not a tensor")
+                    } else {
+                        format!("{v} is a tensor, not an op's attributes (`conv2d[{v}]`)")
+                    };
+                    return Err(Diagnostic::error(
+                        "rule-guard",
+                        format!(
+                            "rule '{}': guard `{}` cannot hold: {what}",
+                            rule.name,
+                            g.kind.name()
+                        ),
+                        rule.location.clone(),
+                    ));
+                }
+            }
+        }
         if let Some(v) = needed.iter().find(|v| !bound.contains(v)) {
             let which = if rule.lhs.len() > 1 {
                 format!("left-hand side {}", i + 1)
@@ -103,6 +129,26 @@ pub(super) fn check_rule(rule: &Rule) -> Result<(), Diagnostic> {
         }
     }
     Ok(())
+}
+
+/// The variables bound to attributes (`op[?a]`) in `p`.
+fn attribute_vars(p: &PatternExpr) -> Vec<String> {
+    let mut out = Vec::new();
+    fn walk(p: &PatternExpr, out: &mut Vec<String>) {
+        if let PatternExpr::Op {
+            attrs, children, ..
+        } = p
+        {
+            if let AttrSpec::Var(v) = attrs {
+                out.push(v.clone());
+            }
+            for c in children {
+                walk(c, out);
+            }
+        }
+    }
+    walk(p, &mut out);
+    out
 }
 
 fn any_attrs(p: &PatternExpr) -> Option<OpKind> {
