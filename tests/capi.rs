@@ -173,12 +173,12 @@ fn c_harness_fixture(d: &Path) -> usize {
     let func = module.entry().unwrap();
     let expected = interp::run(&module, func, &[x.clone(), skip.clone()]).unwrap();
     assert!(
-        expected[0].data.iter().any(|&v| v > 0.0) && expected[0].data.contains(&0.0),
+        expected[0].f32s().iter().any(|&v| v > 0.0) && expected[0].f32s().contains(&0.0),
         "the tail's output should have both ReLU branches"
     );
-    write_f32(&d.join("x.bin"), &x.data);
-    write_f32(&d.join("skip.bin"), &skip.data);
-    write_f32(&d.join("expected.bin"), &expected[0].data);
+    write_f32(&d.join("x.bin"), x.f32s());
+    write_f32(&d.join("skip.bin"), skip.f32s());
+    write_f32(&d.join("expected.bin"), expected[0].f32s());
     std::fs::write(d.join("relu.onnx"), relu_onnx()).unwrap();
     n
 }

@@ -73,7 +73,7 @@ fn random_inputs(module: &Module, seed: u64) -> Vec<Tensor> {
         .enumerate()
         .map(|(i, p)| Tensor {
             ty: p.ty.clone(),
-            data: random_f32(seed + i as u64, p.ty.storage_len(), -1.0, 1.0),
+            data: random_f32(seed + i as u64, p.ty.storage_len(), -1.0, 1.0).into(),
         })
         .collect()
 }

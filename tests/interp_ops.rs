@@ -42,7 +42,7 @@ fn eval(op: Op, operands: &[&Tensor]) -> Tensor {
 
 /// Asserts `got` equals `want` to a relative error (FACTS.md: max |diff| / max |want|).
 fn assert_close(got: &Tensor, want: &[f64], tol: f64) {
-    let got = got.to_row_major();
+    let got = got.f32s_row_major();
     assert_eq!(got.len(), want.len(), "element count");
     let want32: Vec<f32> = want.iter().map(|&v| v as f32).collect();
     let e = ErrorStats::between(&got, &want32);
@@ -54,7 +54,7 @@ fn assert_close(got: &Tensor, want: &[f64], tol: f64) {
 }
 
 fn assert_exact(got: &Tensor, want: &[f32]) {
-    assert_eq!(got.to_row_major(), want);
+    assert_eq!(got.f32s_row_major(), want);
 }
 
 fn conv_op(strides: [usize; 2], pads: [usize; 4], dilations: [usize; 2], groups: usize) -> Op {
@@ -169,7 +169,7 @@ fn conv_im2col(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, a: &Conv2dAttrs) -
                                     - a.pads[1] as i64;
                                 if iy >= 0 && ix >= 0 && (iy as usize) < h && (ix as usize) < wd {
                                     columns[r][oy * ow + ox] =
-                                        x.at(&[b, g * cg + ci, iy as usize, ix as usize]) as f64;
+                                        (x.at(&[b, g * cg + ci, iy as usize, ix as usize]) as f32) as f64;
                                 }
                             }
                         }
@@ -179,9 +179,9 @@ fn conv_im2col(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, a: &Conv2dAttrs) -
             for oi in 0..og {
                 let oc = g * og + oi;
                 for p in 0..oh * ow {
-                    let mut s = bias.map_or(0.0, |bv| bv.data[oc] as f64);
+                    let mut s = bias.map_or(0.0, |bv| bv.f32s()[oc] as f64);
                     for (r, col) in columns.iter().enumerate() {
-                        s += w.data[oc * rows + r] as f64 * col[p];
+                        s += w.f32s()[oc * rows + r] as f64 * col[p];
                     }
                     out[(b * o + oc) * oh * ow + p] = s;
                 }
@@ -239,7 +239,7 @@ fn conv_matches_im2col_over_attribute_grid() {
         let want = conv_im2col(&x, &w, with_bias.then_some(&b), &attrs);
         assert_close(&got, &want, 1e-6);
         assert!(
-            got.data.iter().any(|&v| v != 0.0),
+            got.f32s().iter().any(|&v| v != 0.0),
             "case {i} is not trivial"
         );
     }
@@ -261,12 +261,12 @@ fn conv_reads_blocked_operands_and_writes_blocked_result() {
     let blocked = eval_op(&op, &[&xb, &wb], &ty, &WeightStore::new()).unwrap();
     assert_eq!(blocked.ty, ty);
     assert_eq!(blocked.data.len(), 2 * 2 * 36 * 4);
-    assert_eq!(blocked.to_row_major(), plain.data);
+    assert_eq!(blocked.f32s_row_major(), plain.data);
     // the padding lanes (channels 6 and 7) are zero
     for n in 0..2 {
         for pixel in 0..36 {
             let base = ((n * 2 + 1) * 36 + pixel) * 4;
-            assert_eq!(&blocked.data[base + 2..base + 4], &[0.0, 0.0]);
+            assert_eq!(&blocked.f32s()[base + 2..base + 4], &[0.0, 0.0]);
         }
     }
 }
@@ -490,7 +490,7 @@ fn every_unary_matches_closed_forms() {
             &xs.iter().map(|&v| v as f32).collect::<Vec<_>>(),
         );
         let y = eval(Op::Unary(u), &[&x]);
-        for ((&g, &w), &xv) in y.data.iter().zip(&want).zip(&xs) {
+        for ((&g, &w), &xv) in y.f32s().iter().zip(&want).zip(&xs) {
             assert!(
                 (g as f64 - w).abs() <= 1e-6 * w.abs().max(1.0),
                 "{}({xv}) = {g}, want {w}",
@@ -504,22 +504,22 @@ fn every_unary_matches_closed_forms() {
 fn nan_and_infinity_propagate_without_panics() {
     let x = t(&[1, 1, 2, 2], &[f32::NAN, 1.0, f32::INFINITY, -1.0]);
     let y = eval(Op::Unary(UnaryOp::Sigmoid), &[&x]);
-    assert!(y.data[0].is_nan());
-    assert_eq!(y.data[2], 1.0);
+    assert!(y.f32s()[0].is_nan());
+    assert_eq!(y.f32s()[2], 1.0);
     // 1x1 conv with weight 2: NaN stays at its pixel, infinity stays infinite
     let w = t(&[1, 1, 1, 1], &[2.0]);
     let y = eval(Op::Conv2d(Conv2dAttrs::default()), &[&x, &w]);
-    assert!(y.data[0].is_nan());
-    assert_eq!(&y.data[1..], &[2.0, f32::INFINITY, -2.0]);
+    assert!(y.f32s()[0].is_nan());
+    assert_eq!(&y.f32s()[1..], &[2.0, f32::INFINITY, -2.0]);
     // max pool over the whole 2x2 propagates the NaN
     let y = eval(Op::MaxPool2d(pool(2, 1, 0, false)), &[&x]);
-    assert!(y.data[0].is_nan());
+    assert!(y.f32s()[0].is_nan());
     // softmax over a row with +inf: inf - inf is NaN, so the sum and every output are NaN
     let s = eval(
         Op::Softmax { axis: 1 },
         &[&t(&[1, 2], &[f32::INFINITY, 0.0])],
     );
-    assert!(s.data.iter().all(|v| v.is_nan()));
+    assert!(s.f32s().iter().all(|v| v.is_nan()));
     // -inf alone is fine: it gets probability 0
     let s = eval(
         Op::Softmax { axis: 1 },
@@ -615,7 +615,7 @@ fn softmax_hand_example_rows_sum_to_one_and_is_stable() {
     let y = eval(Op::Softmax { axis: 1 }, &[&x]);
     for o in 0..3 {
         for i in 0..4 {
-            let sum: f64 = (0..5).map(|k| y.at(&[o, k, i]) as f64).sum();
+            let sum: f64 = (0..5).map(|k| (y.at(&[o, k, i]) as f32) as f64).sum();
             assert!((sum - 1.0).abs() < 1e-6, "sum {sum}");
         }
     }
@@ -749,7 +749,7 @@ fn flatten_reshape_transpose_concat() {
     for i in 0..2 {
         for j in 0..3 {
             for k in 0..2 {
-                assert_eq!(y.at(&[k, i, j]), x.at(&[i, j, k]));
+                assert_eq!((y.at(&[k, i, j]) as f32), (x.at(&[i, j, k]) as f32));
             }
         }
     }
@@ -882,12 +882,12 @@ fn reorder_round_trips_and_zero_pads() {
     // element (n, c, h, w) sits at [n][c / 4][h][w][c % 4] of storage [2, 2, 3, 2, 4]
     for (n, c, h, w) in [(1, 4, 2, 1), (0, 2, 1, 0), (1, 3, 0, 1)] {
         let offset = (((n * 2 + c / 4) * 3 + h) * 2 + w) * 4 + c % 4;
-        assert_eq!(b.data[offset], x.at(&[n, c, h, w]));
+        assert_eq!(b.f32s()[offset], (x.at(&[n, c, h, w]) as f32));
     }
     for n in 0..2 {
         for pixel in 0..6 {
             let base = ((n * 2 + 1) * 6 + pixel) * 4;
-            assert_eq!(&b.data[base + 1..base + 4], &[0.0; 3], "channels 5..8 pad");
+            assert_eq!(&b.f32s()[base + 1..base + 4], &[0.0; 3], "channels 5..8 pad");
         }
     }
     let back = to(&b, Layout::RowMajor);
@@ -899,14 +899,14 @@ fn reorder_round_trips_and_zero_pads() {
     // element (o, i, h, w) sits at [o / 4][i][h][w][o % 4] of storage [2, 3, 3, 3, 4]
     for (o, i, h, w_) in [(5, 2, 1, 0), (3, 0, 2, 2)] {
         let offset = (((o / 4 * 3 + i) * 3 + h) * 3 + w_) * 4 + o % 4;
-        assert_eq!(wb.data[offset], w.at(&[o, i, h, w_]));
+        assert_eq!(wb.f32s()[offset], (w.at(&[o, i, h, w_]) as f32));
     }
     assert_eq!(to(&wb, Layout::RowMajor), w);
     // blocked to another blocking directly
     let generic = Layout::Blocked { axis: 2, block: 2 };
     let g = to(&b, generic);
     assert_eq!(g.ty.layout, generic);
-    assert_eq!(g.to_row_major(), x.data);
+    assert_eq!(g.f32s_row_major(), x.data);
 }
 
 #[test]
@@ -923,7 +923,7 @@ fn elementwise_ops_accept_blocked_operands() {
     let relu_b = eval_op(&op, &[&xb], &ty, &WeightStore::new()).unwrap();
     assert_eq!(relu_b.ty.layout, NCHW4C);
     assert_eq!(
-        relu_b.to_row_major(),
+        relu_b.f32s_row_major(),
         eval(Op::Unary(UnaryOp::Relu), &[&x]).data
     );
 }
@@ -939,7 +939,7 @@ fn const_reads_weights_in_their_storage_order() {
         .add(
             "packed",
             packed.ty.clone(),
-            AlignedBuf::from_f32(&packed.data),
+            AlignedBuf::from_f32(packed.f32s()),
             WeightOrigin::Computed,
         )
         .unwrap();
@@ -1010,8 +1010,8 @@ fn fused_conv_sub_relu_equals_unfused_exactly_in_both_operand_orders() {
         let a = interp::run(&fused, &fused.funcs[0], &inputs).unwrap();
         let b = interp::run(&unfused, &unfused.funcs[0], &inputs).unwrap();
         assert_eq!(a, b, "acc_is_lhs = {acc_is_lhs}");
-        assert!(a[0].data.iter().any(|&v| v > 0.0));
-        assert!(a[0].data.contains(&0.0), "relu clamps something");
+        assert!(a[0].f32s().iter().any(|&v| v > 0.0));
+        assert!(a[0].f32s().contains(&0.0), "relu clamps something");
     }
 }
 
@@ -1128,7 +1128,7 @@ fn bad_inputs_are_errors_naming_the_parameter() {
     );
 
     let mut short = good.clone();
-    short.data.pop();
+    short.data = short.f32s()[1..].to_vec().into();
     let e = interp::run(&m, f, &[short]).unwrap_err();
     assert!(
         e.message.contains("%image") && e.message.contains("15"),
@@ -1157,7 +1157,7 @@ fn bad_operands_and_result_types_are_errors() {
     // operand data shorter than its type
     let broken = Tensor {
         ty: x.ty.clone(),
-        data: vec![1.0; 5],
+        data: vec![1.0; 5].into(),
     };
     let e = eval_op(&relu, &[&broken], &x.ty, &store).unwrap_err();
     assert_eq!(e.code, "bad-operand");
@@ -1311,7 +1311,7 @@ fn every_op_gives_the_same_values_from_blocked_operands() {
         let ty = result_type(&op, &refs).with_layout(Layout::Blocked { axis: 0, block: 3 });
         let got = eval_op(&op, &refs, &ty, &WeightStore::new()).unwrap();
         assert_eq!(got.ty, ty, "{}", op.name());
-        assert_eq!(got.to_row_major(), plain.data, "{}", op.name());
+        assert_eq!(got.f32s_row_major(), plain.data, "{}", op.name());
     }
 }
 

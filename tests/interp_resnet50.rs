@@ -22,10 +22,10 @@ fn resnet50_runs_and_gives_finite_logits() {
     );
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].ty, TensorType::f32([1, 1000]));
-    assert!(out[0].data.iter().all(|v| v.is_finite()));
+    assert!(out[0].f32s().iter().all(|v| v.is_finite()));
     // Random but not degenerate: the logits are not all equal.
     let (lo, hi) = out[0]
-        .data
+        .f32s()
         .iter()
         .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| {
             (lo.min(v), hi.max(v))

@@ -6,7 +6,7 @@ mod jit_util;
 
 use jit_util::{add_relu, check_against_interp, f32t, opts, random, random_inputs};
 use smelt::codegen::{clif_text, TargetDesc};
-use smelt::runtime::Executable;
+use smelt::runtime::{Elements, Executable};
 use smelt_ir::builder::FuncBuilder;
 use smelt_ir::op::{Conv2dAttrs, FusedOp, PostOp};
 use smelt_ir::weights::random_f32;
@@ -275,12 +275,12 @@ fn nan_propagates_through_the_packed_conv_epilogue() {
         // columns 0, 5 (inside the transposed quads) and 8 (the tail) of several rows
         // and channels
         for i in [0, 5, 8, 9 + 5, 45 + 8, 3 * 45 + 9, 7 * 45 + 36 + 8] {
-            inputs[1].data[i] = f32::NAN;
+            inputs[1].f32s_mut()[i] = f32::NAN;
         }
         let want = smelt_ir::interp::run(&m, &m.funcs[0], &inputs).expect("interprets");
         let exe = Executable::compile(&m, None, &opts()).expect("compiles");
         let got = exe.run(&inputs).expect("runs");
-        let (g, w) = (&got[0].data, &want[0].data);
+        let (g, w) = (got[0].f32s(), want[0].f32s());
         assert!(
             w.iter().any(|v| v.is_nan()),
             "{what}: the case has NaN outputs"
@@ -339,7 +339,7 @@ fn check_every_post_op_kind(case: &ConvCase) {
                 let mut inputs = random_inputs(&m, 9);
                 if op == BinaryOp::Div {
                     // keep divisors away from zero
-                    for v in &mut inputs[1].data {
+                    for v in inputs[1].f32s_mut() {
                         *v += 1.5;
                     }
                     if !acc_is_lhs {
@@ -423,9 +423,9 @@ fn executable_is_send_and_sync_and_concurrent_runs_are_bit_identical() {
         for h in handles {
             for out in h.join().expect("thread finished") {
                 let same = out[0]
-                    .data
+                    .f32s()
                     .iter()
-                    .zip(&reference[0].data)
+                    .zip(reference[0].f32s())
                     .all(|(a, b)| a.to_bits() == b.to_bits());
                 assert!(same, "a concurrent run differs from the first run");
             }
@@ -442,8 +442,8 @@ fn run_with_reuses_a_workspace_and_matches_run() {
     let mut ws = exe.workspace();
     let mut out = vec![0.0f32; exe.outputs().next().expect("one output").len()];
     for _ in 0..3 {
-        let ins: Vec<&[f32]> = inputs.iter().map(|t| t.data.as_slice()).collect();
-        exe.run_with(&ins, &mut [out.as_mut_slice()], &mut ws)
+        let ins: Vec<Elements> = inputs.iter().map(|t| t.f32s().into()).collect();
+        exe.run_with(&ins, &mut [out.as_mut_slice().into()], &mut ws)
             .expect("runs");
         assert_eq!(out, want[0].data);
     }
@@ -464,18 +464,26 @@ fn wrong_inputs_are_errors_not_crashes() {
     // wrong lengths through run_with
     let mut ws = exe.workspace();
     let short = vec![0.0f32; 10];
-    let full = good[1].data.clone();
+    let full = good[1].f32s().to_vec();
     let mut out = vec![0.0f32; 4 * 49];
-    let r = exe.run_with(&[&short, &full], &mut [out.as_mut_slice()], &mut ws);
+    let r = exe.run_with(&[(&short).into(), (&full).into()], &mut [(&mut out).into()], &mut ws);
     assert!(r.is_err());
     let mut small_out = vec![0.0f32; 3];
-    let r = exe.run_with(&[&full, &full], &mut [small_out.as_mut_slice()], &mut ws);
+    let r = exe.run_with(
+        &[(&full).into(), (&full).into()],
+        &mut [(&mut small_out).into()],
+        &mut ws,
+    );
     assert!(r.is_err());
     // a workspace too small for this executable
     let tiny = residual_block(1, 2);
     let tiny_exe = Executable::compile(&tiny, None, &opts()).expect("compiles");
     let mut tiny_ws = tiny_exe.workspace();
-    let r = exe.run_with(&[&full, &full], &mut [out.as_mut_slice()], &mut tiny_ws);
+    let r = exe.run_with(
+        &[(&full).into(), (&full).into()],
+        &mut [(&mut out).into()],
+        &mut tiny_ws,
+    );
     assert!(r.is_err());
     // and the good inputs still work
     assert!(exe.run(&good).is_ok());
@@ -674,9 +682,9 @@ fn outputs_are_bit_identical_for_any_thread_count() {
                 Some(f) => {
                     for (a, b) in got.iter().zip(f) {
                         let same = a
-                            .data
+                            .f32s()
                             .iter()
-                            .zip(&b.data)
+                            .zip(b.f32s())
                             .all(|(x, y)| x.to_bits() == y.to_bits());
                         assert!(same, "{what}: {threads} threads differ from 1 thread");
                     }

@@ -8,18 +8,19 @@ mod jit_util;
 use std::time::Instant;
 
 use jit_util::{opts, random_inputs};
+use smelt::runtime::{Elements, ElementsMut};
 use smelt::{CompileOptions, Executable};
 use smelt_ir::Module;
 
 /// Times `exe` on random inputs: (min, median) seconds over `iters` runs after warm-up.
 fn time_runs(exe: &Executable, m: &Module, iters: usize) -> (f64, f64) {
     let inputs = random_inputs(m, 1);
-    let ins: Vec<&[f32]> = inputs.iter().map(|t| t.data.as_slice()).collect();
+    let ins: Vec<Elements> = inputs.iter().map(|t| Elements::of(&t.data)).collect();
     let mut outs: Vec<Vec<f32>> = exe.outputs().map(|o| vec![0.0f32; o.len()]).collect();
     let mut ws = exe.workspace();
     let mut times = Vec::new();
     for i in 0..iters + 3 {
-        let mut slices: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+        let mut slices: Vec<ElementsMut> = outs.iter_mut().map(|o| o.into()).collect();
         let t = Instant::now();
         exe.run_with(&ins, &mut slices, &mut ws).expect("runs");
         if i >= 3 {

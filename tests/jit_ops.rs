@@ -86,7 +86,7 @@ fn sqrt_and_reciprocal() {
     for u in [UnaryOp::Sqrt, UnaryOp::Reciprocal] {
         let m = one_op(Op::Unary(u), &[t(&[3, 37])], &[]);
         let mut inputs = random_inputs(&m, 3);
-        for (i, v) in inputs[0].data.iter_mut().enumerate() {
+        for (i, v) in inputs[0].f32s_mut().iter_mut().enumerate() {
             let sign = if u == UnaryOp::Reciprocal && i % 3 == 0 {
                 -1.0
             } else {
@@ -111,7 +111,7 @@ fn unary_ops_on_wide_inputs() {
     ] {
         let m = one_op(Op::Unary(u), &[t(&[203])], &[]);
         let mut inputs = random_inputs(&m, 5);
-        for v in &mut inputs[0].data {
+        for v in inputs[0].f32s_mut() {
             *v *= 12.0;
         }
         check_against_interp(u.name(), &m, &inputs, 1e-5);
@@ -140,7 +140,7 @@ fn binary_ops_with_broadcasting() {
             let m = one_op(Op::Binary(op), &[t(a), t(b)], &[]);
             let mut inputs = random_inputs(&m, 3);
             if op == BinaryOp::Div {
-                for v in &mut inputs[1].data {
+                for v in inputs[1].f32s_mut() {
                     *v += 1.5;
                 }
             }
@@ -328,7 +328,7 @@ fn normalizations() {
     }
     let m = one_op(Op::Softmax { axis: 1 }, &[t(&[2, 9, 5])], &[]);
     let mut inputs = random_inputs(&m, 2);
-    for v in &mut inputs[0].data {
+    for v in inputs[0].f32s_mut() {
         *v *= 30.0;
     }
     check_against_interp("softmax large logits", &m, &inputs, 1e-5);
@@ -503,12 +503,12 @@ fn max_pool_nan_case(dims: &[usize], nans: &[usize]) {
     );
     let mut inputs = random_inputs(&m, 23);
     for &i in nans {
-        inputs[0].data[i] = f32::NAN;
+        inputs[0].f32s_mut()[i] = f32::NAN;
     }
     let want = smelt_ir::interp::run(&m, &m.funcs[0], &inputs).expect("interprets");
     let exe = smelt::runtime::Executable::compile(&m, None, &jit_util::opts()).expect("compiles");
     let got = exe.run(&inputs).expect("runs");
-    let (g, w) = (&got[0].data, &want[0].data);
+    let (g, w) = (got[0].f32s(), want[0].f32s());
     assert!(w.iter().any(|v| v.is_nan()), "the case has NaN outputs");
     for (i, (a, b)) in g.iter().zip(w).enumerate() {
         assert_eq!(

@@ -202,7 +202,7 @@ fn blocked_and_row_major(
             .run(inputs)
             .expect("runs")
             .iter()
-            .flat_map(|t| t.data.iter().map(|v| v.to_bits()))
+            .flat_map(|t| t.f32s().iter().map(|v| v.to_bits()))
             .collect();
         (exe.dump_loops().to_string(), bits)
     };

@@ -873,7 +873,7 @@ fn check_values(
             "output {j}: expected {} values, smelt computes float32",
             want.type_name()
         ))?;
-        let got = got[j].to_row_major();
+        let got = got[j].f32s_row_major();
         if got.len() != want.len() {
             return Err(format!(
                 "output {j}: {} values, expected {}",

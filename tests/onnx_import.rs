@@ -126,7 +126,7 @@ fn softmax_before_opset_13_normalizes_the_flattened_tail() {
             .expect("import");
         let y = &run(&m, std::slice::from_ref(&input))[0];
         // expected: softmax over consecutive groups of `group` elements
-        for (chunk_x, chunk_y) in x.chunks(group).zip(y.data.chunks(group)) {
+        for (chunk_x, chunk_y) in x.chunks(group).zip(y.f32s().chunks(group)) {
             let max = chunk_x.iter().fold(f64::MIN, |m, &v| m.max(v as f64));
             let sum: f64 = chunk_x.iter().map(|&v| (v as f64 - max).exp()).sum();
             for (&a, &b) in chunk_x.iter().zip(chunk_y) {
@@ -866,7 +866,7 @@ fn expand_broadcasts_both_ways_and_tile_folds_on_constants() {
         .expect("import");
     let y = &run(&m, &[Tensor::new([3, 1], vec![1.0, 2.0, 3.0]).expect("t")])[0];
     assert_eq!(y.dims(), [2, 3, 4]);
-    assert_eq!(&y.data[..8], [1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0]);
+    assert_eq!(&y.f32s()[..8], [1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0]);
     // a tiled constant shape vector folds into the reshape: [2, 6] tiled to [2, 6, 2, 6]
     let m = Model::new(13)
         .input("x", &[2, 6, 2, 6])

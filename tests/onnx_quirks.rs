@@ -318,6 +318,7 @@ fn c_result(status: SmeltStatus, exe: *mut SmeltExecutable) -> (SmeltStatus, Str
         dims: std::ptr::null(),
         element_count: 0,
         layout: std::ptr::null(),
+        element_type: smelt::capi::SmeltElementType::F32,
     };
     // SAFETY: `exe` is a live handle and `info` is writable.
     let s = unsafe { smelt_executable_input(exe, 0, &mut info) };
@@ -466,7 +467,7 @@ fn external_data_imports_and_runs_bit_for_bit_like_inline_data() {
         smelt::ir::weights::random_f32(5, 8 * 144, -1.0, 1.0),
     )
     .unwrap();
-    let bits = |ts: &[Tensor]| -> Vec<u32> { ts[0].data.iter().map(|v| v.to_bits()).collect() };
+    let bits = |ts: &[Tensor]| -> Vec<u32> { ts[0].f32s().iter().map(|v| v.to_bits()).collect() };
     let a = run(&ext, std::slice::from_ref(&x));
     let b = run(&inline, std::slice::from_ref(&x));
     assert_eq!(a[0].dims(), &[1, 32, 144]);
@@ -1144,7 +1145,7 @@ fn an_external_data_model_matches_onnxruntime_and_its_inline_twin() {
         &out.path().join("inline"),
     );
     against_ort("external", &ext, &npy(&dir.join("y.npy")));
-    let bits = |t: &Tensor| -> Vec<u32> { t.data.iter().map(|v| v.to_bits()).collect() };
+    let bits = |t: &Tensor| -> Vec<u32> { t.f32s().iter().map(|v| v.to_bits()).collect() };
     assert_eq!(
         bits(&ext),
         bits(&inline),

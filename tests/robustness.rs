@@ -119,7 +119,7 @@ fn builder_params_with_absurd_types_are_caught_before_anything_runs() {
     assert!(Tensor::new(huge.dims.clone(), vec![]).is_err());
     let fake_input = Tensor {
         ty: huge,
-        data: vec![],
+        data: Vec::<f32>::new().into(),
     };
     assert!(interp::run(&m, &m.funcs[0], &[fake_input]).is_err());
     assert!(Executable::compile(&m, None, &CompileOptions::default()).is_err());
@@ -336,7 +336,7 @@ fn bn_folding_with_tiny_variance_stays_finite_and_exact() {
         let jit = exe.run(std::slice::from_ref(&input)).expect("run");
         for (what, out) in [("folded", &got[0]), ("jit", &jit[0])] {
             assert!(
-                out.data.iter().all(|v| v.is_finite()),
+                out.f32s().iter().all(|v| v.is_finite()),
                 "epsilon {epsilon:e}: {what} output holds inf or NaN"
             );
             let stats = ErrorStats::between_tensors(out, &want[0]).expect("same shape");
@@ -425,7 +425,7 @@ fn jit_vs_interp(what: &str, m: &Module, inputs: &[Tensor]) -> Vec<String> {
     };
     let mut bad = Vec::new();
     for (g, w) in got.iter().zip(&want) {
-        let (g, w) = (g.to_row_major(), w.to_row_major());
+        let (g, w) = (g.f32s_row_major(), w.f32s_row_major());
         for (i, (&a, &b)) in g.iter().zip(&w).enumerate() {
             let same = (a.is_nan() && b.is_nan())
                 || a == b
@@ -462,9 +462,9 @@ fn interpreter_propagates_nan_through_relu_clip_min_max() {
     let m = unary_module(UnaryOp::Relu, SPECIALS.len());
     let x = Tensor::new([SPECIALS.len()], SPECIALS.to_vec()).expect("input");
     let y = interp::run(&m, &m.funcs[0], &[x]).expect("interpreter");
-    assert!(y[0].data[0].is_nan());
-    assert_eq!(y[0].data[1], f32::INFINITY);
-    assert_eq!(y[0].data[2], 0.0);
+    assert!(y[0].f32s()[0].is_nan());
+    assert_eq!(y[0].f32s()[1], f32::INFINITY);
+    assert_eq!(y[0].f32s()[2], 0.0);
 }
 
 #[test]
@@ -570,7 +570,7 @@ fn max_pool_windows_entirely_in_padding_agree_in_the_jit_and_the_interpreter() {
     let x = Tensor::new(dims, vec![1.0, -2.0, 3.0, -4.0]).expect("x");
     let m = pool_module(Op::MaxPool2d(pool), dims);
     let want = interp::run(&m, &m.funcs[0], std::slice::from_ref(&x)).expect("interp");
-    assert!(want[0].data[0].is_nan(), "interpreter: {:?}", want[0].data);
+    assert!(want[0].f32s()[0].is_nan(), "interpreter: {:?}", want[0].data);
     let bad = jit_vs_interp("max_pool2d over padding", &m, &[x]);
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
@@ -578,8 +578,8 @@ fn max_pool_windows_entirely_in_padding_agree_in_the_jit_and_the_interpreter() {
 #[test]
 fn nan_input_through_a_fused_conv_relu_tail_agrees() {
     let (mut module, mut input) = conv_bn(&[1.0, 0.5], 1e-5);
-    input.data[5] = f32::NAN;
-    input.data[9] = f32::INFINITY;
+    input.f32s_mut()[5] = f32::NAN;
+    input.f32s_mut()[9] = f32::INFINITY;
     // conv → bn → relu, fused and folded
     let f = &mut module.funcs[0];
     let y = f.results[0].value;

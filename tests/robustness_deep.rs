@@ -39,7 +39,7 @@ fn input() -> Tensor {
 }
 
 fn check_output(out: &[Tensor]) {
-    let d = &out[0].data;
+    let d = out[0].f32s();
     assert_eq!(d, &[0.0, 0.5, 0.0, 2.0]);
 }
 

@@ -271,7 +271,7 @@ pub fn compare(what: &str, got: &[Tensor], want: &[Tensor]) -> Result<(), String
             ErrorStats::between_tensors(g, w).map_err(|m| format!("{what}: result {i}: {m}"))?;
         // NaN relative error (cannot happen today) must fail too.
         if stats.relative.is_nan() || stats.relative > TOLERANCE {
-            let worst = worst_element(&g.to_row_major(), &w.to_row_major());
+            let worst = worst_element(&g.f32s_row_major(), &w.f32s_row_major());
             return Err(format!(
                 "{what}: result {i} ({}) differs from the interpreter: relative error {:e} > {TOLERANCE:e} \
                  (max abs {:e}, rmse {:e}); worst element {worst}",
@@ -308,7 +308,7 @@ fn describe_inputs(inputs: &[Tensor]) -> String {
     inputs
         .iter()
         .map(|t| {
-            let shown: Vec<String> = t.data.iter().take(16).map(|v| format!("{v:?}")).collect();
+            let shown: Vec<String> = t.f32s().iter().take(16).map(|v| format!("{v:?}")).collect();
             format!(
                 "{} [{}{}]",
                 t.ty,
@@ -440,7 +440,7 @@ fn check_pipeline(module: &Module) -> Result<(), String> {
         .enumerate()
         .map(|(i, p)| Tensor {
             ty: p.ty.clone(),
-            data: random_f32(i as u64 + 1, p.ty.storage_len(), -1.0, 1.0),
+            data: random_f32(i as u64 + 1, p.ty.storage_len(), -1.0, 1.0).into(),
         })
         .collect();
     let want = interp::run(module, func, &inputs).map_err(|d| {

@@ -117,7 +117,7 @@ pub fn generate(u: &mut Unstructured<'_>, opts: &GenOptions) -> Result<Case, Gen
             }
             Tensor {
                 ty: TensorType::f32(dims.clone()),
-                data,
+                data: data.into(),
             }
         })
         .collect();

@@ -222,6 +222,16 @@ impl PartialEq<[f32]> for TensorData {
         self.as_f32() == Some(other)
     }
 }
+impl PartialEq<&[f32]> for TensorData {
+    fn eq(&self, other: &&[f32]) -> bool {
+        self.as_f32() == Some(*other)
+    }
+}
+impl PartialEq<TensorData> for Vec<f32> {
+    fn eq(&self, other: &TensorData) -> bool {
+        other == self
+    }
+}
 impl<const N: usize> PartialEq<[f32; N]> for TensorData {
     fn eq(&self, other: &[f32; N]) -> bool {
         self.as_f32() == Some(other.as_slice())

@@ -29,7 +29,7 @@ pub fn random_inputs(module: &Module, seed: u64) -> Vec<Tensor> {
             let data = random_f32(seed + i as u64, p.ty.storage_len(), -1.0, 1.0);
             Tensor {
                 ty: p.ty.clone(),
-                data,
+                data: data.into(),
             }
         })
         .collect()
