@@ -153,6 +153,7 @@ class SmeltTensorInfo(ctypes.Structure):
         ("dims", ctypes.POINTER(ctypes.c_size_t)),
         ("element_count", ctypes.c_size_t),
         ("layout", ctypes.c_char_p),
+        ("element_type", ctypes.c_int32),
     ]
 
 

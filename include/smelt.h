@@ -58,6 +58,39 @@ typedef int32_t SmeltStatus;
 #endif // __cplusplus
 
 /**
+ * The element type of a tensor (`SmeltTensorInfo.element_type`, `SmeltBuffer.element_type`).
+ */
+enum SmeltElementType
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : int32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * 32-bit IEEE float (`float`).
+   */
+  SMELT_ELEMENT_TYPE_F32 = 0,
+  /**
+   * 64-bit signed integer (`int64_t`).
+   */
+  SMELT_ELEMENT_TYPE_I64 = 1,
+  /**
+   * 32-bit signed integer (`int32_t`).
+   */
+  SMELT_ELEMENT_TYPE_I32 = 2,
+  /**
+   * A boolean stored as one byte holding 0 or 1 (`bool` / `uint8_t`).
+   */
+  SMELT_ELEMENT_TYPE_BOOL = 3,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum SmeltElementType SmeltElementType;
+#else
+typedef int32_t SmeltElementType;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
  * An executable: compiled code for one model function, safe to run from many threads at
  * once. Opaque: create it with `smelt_executable_from_*`, free it with
  * `smelt_executable_destroy`.
@@ -126,15 +159,39 @@ typedef struct SmeltTensorInfo {
    */
   const size_t *dims;
   /**
-   * Number of floats a buffer for this tensor holds: the product of the dims for
-   * `row_major` tensors; blocked layouts pad the blocked axis.
+   * Number of elements (of `element_type`) a buffer for this tensor holds: the
+   * product of the dims for `row_major` tensors; blocked layouts pad the blocked axis.
    */
   size_t element_count;
   /**
    * Storage order: `"row_major"`, or a blocked layout such as `"nchw8c"`.
    */
   const char *layout;
+  /**
+   * The element type of every element.
+   */
+  SmeltElementType element_type;
 } SmeltTensorInfo;
+
+/**
+ * One tensor buffer of a typed run (`smelt_executable_run_typed`): `element_count`
+ * elements of `element_type` at `data` (read for inputs, written for outputs).
+ */
+typedef struct SmeltBuffer {
+  /**
+   * The elements (aligned to the element size).
+   */
+  void *data;
+  /**
+   * Number of elements: the tensor's `element_count`.
+   */
+  size_t element_count;
+  /**
+   * What the caller holds: must be the tensor's `element_type` (a raw `SmeltElementType`
+   * value, so any integer a C caller passes is checked rather than undefined).
+   */
+  int32_t element_type;
+} SmeltBuffer;
 
 #ifdef __cplusplus
 extern "C" {
@@ -234,10 +291,12 @@ SmeltStatus smelt_executable_output(const struct SmeltExecutable *exe,
                                     struct SmeltTensorInfo *info);
 
 /**
- * Runs `exe`: `inputs[i]` points to `input_lens[i]` floats of input i, `outputs[i]` to
- * `output_lens[i]` writable floats for output i; each length must equal that tensor's
- * `element_count` and the counts must match. Output buffers must not overlap any other
- * buffer. Safe to call from many threads at once on the same executable.
+ * Runs `exe` on float tensors: `inputs[i]` points to `input_lens[i]` floats of input i,
+ * `outputs[i]` to `output_lens[i]` writable floats for output i; each length must equal
+ * that tensor's `element_count` and the counts must match. Every input and output must
+ * be `SMELT_ELEMENT_TYPE_F32` (use `smelt_executable_run_typed` otherwise). Output
+ * buffers must not overlap any other buffer. Safe to call from many threads at once on
+ * the same executable.
  *
  * # Safety
  * `inputs`, `input_lens` hold `num_inputs` elements; `outputs`, `output_lens` hold
@@ -251,6 +310,25 @@ SmeltStatus smelt_executable_run(const struct SmeltExecutable *exe,
                                  float *const *outputs,
                                  const size_t *output_lens,
                                  size_t num_outputs);
+
+/**
+ * Runs `exe` on tensors of any element type: `inputs[i]` describes input i and
+ * `outputs[i]` output i, each with the tensor's `element_count` and `element_type` (a
+ * mismatch is `SMELT_STATUS_INVALID_ARGUMENT`, as is a bool input byte other than 0 or
+ * 1, or an index out of range in the data, e.g. a gather's). Output buffers must not
+ * overlap any other buffer. Safe to call from many threads at once on the same
+ * executable.
+ *
+ * # Safety
+ * `inputs` holds `num_inputs` elements and `outputs` `num_outputs`; each buffer is
+ * readable (inputs) or writable (outputs) for its stated length and not modified by
+ * another thread during the call.
+ */
+SmeltStatus smelt_executable_run_typed(const struct SmeltExecutable *exe,
+                                       const struct SmeltBuffer *inputs,
+                                       size_t num_inputs,
+                                       const struct SmeltBuffer *outputs,
+                                       size_t num_outputs);
 
 /**
  * The message of the last failed smelt call on this thread ("" when the last call

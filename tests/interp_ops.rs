@@ -1333,7 +1333,7 @@ fn i64_constants_read_as_exact_values() {
         .unwrap();
     let y = eval_op(&Op::Const(id), &[], &ty, &store).unwrap();
     assert_eq!(y.ty, ty);
-    assert_eq!(y.data, vec![1.0, -64.0, 3136.0]);
+    assert_eq!(y.data, smelt_ir::TensorData::I64(vec![1, -64, 3136]));
 }
 
 #[test]

@@ -17,6 +17,7 @@ mod gemm;
 mod memory;
 mod norm;
 pub(crate) mod pool;
+mod typed;
 mod winograd;
 
 use std::collections::HashMap;
@@ -528,7 +529,29 @@ impl<'a> Cx<'a> {
             return elementwise::lower_epilogue(self, anchor, out_ty, epi, out);
         }
         let epi = elementwise::Epilogue::new(self, post, post_vals, &out_ty.dims);
+        let integer = operands
+            .first()
+            .is_some_and(|&v| self.func.type_of(v).dtype != DType::F32);
+        let typed_map = |cx: &mut Self, map: typed::TypedMap, epi: &elementwise::Epilogue| {
+            if !epi.is_empty() {
+                return Err(cx.unsupported("post-ops on an integer or i1 op"));
+            }
+            typed::lower_typed_map(cx, map, operands, out_ty, out)
+        };
         match op {
+            Op::Unary(u) if integer => typed_map(self, typed::TypedMap::Unary(*u), &epi),
+            Op::Binary(o) if integer => typed_map(self, typed::TypedMap::Binary(*o), &epi),
+            Op::Cast { to } => typed_map(self, typed::TypedMap::Cast(*to), &epi),
+            Op::Compare(c) => typed_map(self, typed::TypedMap::Compare(*c), &epi),
+            Op::Logic(l) => typed_map(self, typed::TypedMap::Logic(*l), &epi),
+            Op::Not => typed_map(self, typed::TypedMap::Not, &epi),
+            Op::Where => typed_map(self, typed::TypedMap::Where, &epi),
+            Op::Gather { axis } => {
+                if !epi.is_empty() {
+                    return Err(self.unsupported("post-ops on a gather"));
+                }
+                typed::lower_gather(self, *axis, operands, out_ty, out)
+            }
             Op::Fused(f) => {
                 let n_anchor = operands.len() - f.num_post_operands();
                 let mut posts = f.post_ops.clone();
@@ -578,15 +601,6 @@ impl<'a> Cx<'a> {
                 // Reached only as a fused anchor (never valid) — copy through the epilogue.
                 copy::lower_copy(self, op, operands, out_ty, epi, out)
             }
-            Op::Cast { .. }
-            | Op::Compare(_)
-            | Op::Logic(_)
-            | Op::Not
-            | Op::Where
-            | Op::Gather { .. } => Err(self.unsupported(&format!(
-                "'{}' has no kernel yet",
-                op.name()
-            ))),
             Op::Const(_) => Err(self.unsupported("a constant cannot be computed by a kernel")),
             Op::BnFoldWeight { .. }
             | Op::BnFoldBias { .. }

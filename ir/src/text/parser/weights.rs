@@ -296,7 +296,7 @@ impl<'a> Parser<'a> {
                             self.diag(
                                 "bad-weight",
                                 format!(
-                                    "a {} weight holds integers in {} range (no floats, no fractions)",
+                                    "{} weights hold integers in the {} range (no floats, no fractions)",
                                     ty.dtype, ty.dtype
                                 ),
                                 *at,

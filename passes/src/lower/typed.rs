@@ -1,0 +1,200 @@
+//! Lowerings of the ops on integer and `i1` tensors (and the comparisons, casts and
+//! selects that produce or consume them): scalar loops over typed loads, exact integer
+//! arithmetic, and `gather`, whose run-time index the generated code checks before the
+//! load (an index outside the axis ends the run with an error, never a read outside).
+//!
+//! These tensors are ids, masks and shape values: small next to activations, so the
+//! loops stay scalar and the kernels simple.
+
+use smelt_ir::loops::{Access, Affine, BinOp, BufId, CmpOp, Expr, KernelBuilder, UnOp, Width};
+use smelt_ir::op::{Comparison, LogicOp};
+use smelt_ir::{BinaryOp, DType, Diagnostic, TensorType, UnaryOp, Value};
+
+use super::elementwise::{broadcast_strides, collapse, dims_name, emit_nest, index_of, row_major_strides};
+use super::{BufferId, Cx};
+
+/// What a typed elementwise kernel computes per element: the ops the lowering dispatch
+/// sends to [`lower_typed_map`], so its matches are exhaustive.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum TypedMap {
+    /// Integer `neg` or `abs`.
+    Unary(UnaryOp),
+    /// Integer arithmetic with broadcasting.
+    Binary(BinaryOp),
+    /// A conversion to the element type.
+    Cast(DType),
+    /// A comparison with broadcasting (any element type), giving `i1`.
+    Compare(Comparison),
+    /// `and`, `or`, `xor` on `i1`.
+    Logic(LogicOp),
+    /// `not` on `i1`.
+    Not,
+    /// `where(cond, a, b)` with broadcasting.
+    Where,
+}
+
+impl TypedMap {
+    fn name(self) -> String {
+        match self {
+            TypedMap::Unary(u) => u.name().to_string(),
+            TypedMap::Binary(b) => b.name().to_string(),
+            TypedMap::Cast(to) => format!("cast_{to}"),
+            TypedMap::Compare(c) => c.name().to_string(),
+            TypedMap::Logic(l) => l.name().to_string(),
+            TypedMap::Not => "not".into(),
+            TypedMap::Where => "where".into(),
+        }
+    }
+
+    /// The value of one result element from its operands' elements.
+    fn apply(self, x: &[Expr]) -> Result<Expr, String> {
+        let bool_const = |v: i64| Expr::int(v, Width::Bool);
+        Ok(match self {
+            TypedMap::Unary(u) => {
+                let op = match u {
+                    UnaryOp::Neg => UnOp::Neg,
+                    UnaryOp::Abs => UnOp::Abs,
+                    other => return Err(format!("'{}' has no integer form", other.name())),
+                };
+                Expr::unary(op, x[0].clone())
+            }
+            TypedMap::Binary(b) => {
+                let op = match b {
+                    BinaryOp::Add => BinOp::Add,
+                    BinaryOp::Sub => BinOp::Sub,
+                    BinaryOp::Mul => BinOp::Mul,
+                    BinaryOp::Div => BinOp::Div,
+                    BinaryOp::Min => BinOp::Min,
+                    BinaryOp::Max => BinOp::Max,
+                };
+                Expr::binary(op, x[0].clone(), x[1].clone())
+            }
+            TypedMap::Cast(to) => Expr::cast(Width::scalar(to), x[0].clone()),
+            TypedMap::Compare(c) => {
+                let cmp = match c {
+                    Comparison::Equal => CmpOp::Eq,
+                    Comparison::Less => CmpOp::Lt,
+                    Comparison::LessOrEqual => CmpOp::Le,
+                    Comparison::Greater => CmpOp::Gt,
+                    Comparison::GreaterOrEqual => CmpOp::Ge,
+                };
+                Expr::compare(cmp, x[0].clone(), x[1].clone())
+            }
+            TypedMap::Logic(l) => {
+                let op = match l {
+                    LogicOp::And => BinOp::And,
+                    LogicOp::Or => BinOp::Or,
+                    LogicOp::Xor => BinOp::Xor,
+                };
+                Expr::binary(op, x[0].clone(), x[1].clone())
+            }
+            TypedMap::Not => Expr::binary(BinOp::Xor, x[0].clone(), bool_const(1)),
+            TypedMap::Where => Expr::select(
+                CmpOp::Ne,
+                x[0].clone(),
+                bool_const(0),
+                x[1].clone(),
+                x[2].clone(),
+            ),
+        })
+    }
+}
+
+/// The kernel argument of buffer `buf`, typed as the buffer.
+fn typed_arg(cx: &Cx, b: &mut KernelBuilder, name: &str, buf: BufferId, access: Access) -> BufId {
+    b.typed_arg(name, cx.dtype_of(buf), cx.len_of(buf), access)
+}
+
+/// `map` of the (broadcast) operands into `out`, one scalar element at a time.
+pub(crate) fn lower_typed_map(
+    cx: &mut Cx,
+    map: TypedMap,
+    operands: &[Value],
+    out_ty: &TensorType,
+    out: BufferId,
+) -> Result<(), Diagnostic> {
+    let out_dims = &out_ty.dims;
+    let mut b = KernelBuilder::new(&format!("{}_{}", map.name(), dims_name(out_dims)));
+    let mut args = Vec::new();
+    let mut strides = Vec::new();
+    let mut srcs = Vec::new();
+    for (i, &v) in operands.iter().enumerate() {
+        let buf = cx.buf(v);
+        srcs.push((typed_arg(cx, &mut b, &format!("in{i}"), buf, Access::Read), cx.dtype_of(buf)));
+        args.push(buf);
+        strides.push(broadcast_strides(&cx.func.type_of(v).dims, out_dims));
+    }
+    let y = typed_arg(cx, &mut b, "out", out, Access::Write);
+    args.push(out);
+    strides.push(row_major_strides(out_dims));
+    let (dims, st) = collapse(out_dims, &strides);
+    let out_width = Width::scalar(out_ty.dtype);
+    let mut failure = None;
+    emit_nest(&mut b, &dims, false, &mut |b, idx, _| {
+        let loads: Vec<Expr> = srcs
+            .iter()
+            .enumerate()
+            .map(|(k, &(buf, dtype))| Expr::load(buf, index_of(&st[k], idx), Width::scalar(dtype)))
+            .collect();
+        match map.apply(&loads) {
+            Ok(v) => b.store(y, index_of(&st[srcs.len()], idx), v, out_width),
+            Err(m) => failure = Some(m),
+        }
+    });
+    if let Some(m) = failure {
+        return Err(cx.unsupported(m));
+    }
+    cx.step(b.finish(), args)
+}
+
+/// `gather(data, indices)` along `axis`: for each index (checked at run time against the
+/// axis, negative ones counting from the end), the slice of `data` it selects.
+pub(crate) fn lower_gather(
+    cx: &mut Cx,
+    axis: usize,
+    operands: &[Value],
+    out_ty: &TensorType,
+    out: BufferId,
+) -> Result<(), Diagnostic> {
+    let data_dims = cx.func.type_of(operands[0]).dims.clone();
+    let indices = cx.func.type_of(operands[1]).clone();
+    let outer: usize = data_dims[..axis].iter().product();
+    let inner: usize = data_dims[axis + 1..].iter().product();
+    let d = data_dims[axis] as i64;
+    let count = indices.num_elements();
+    let mut b = KernelBuilder::new(&format!("gather_{}", dims_name(&out_ty.dims)));
+    let (data_buf, idx_buf) = (cx.buf(operands[0]), cx.buf(operands[1]));
+    let data = typed_arg(cx, &mut b, "data", data_buf, Access::Read);
+    let idx = typed_arg(cx, &mut b, "indices", idx_buf, Access::Read);
+    let y = typed_arg(cx, &mut b, "out", out, Access::Write);
+    let width = Width::scalar(out_ty.dtype);
+    let idx_width = Width::scalar(indices.dtype);
+    let (outer, count, inner) = (outer as i64, count as i64, inner as i64);
+    b.for_loop(0, outer, 1, |b, o| {
+        b.for_loop(0, count, 1, |b, j| {
+            let raw = Expr::cast(Width::I64, Expr::load(idx, Affine::var(j), idx_width));
+            let raw = b.let_(raw, Width::I64);
+            // a negative index counts from the end; the load checks the result
+            let wrapped = Expr::binary(BinOp::Add, raw.clone(), Expr::int(d, Width::I64));
+            let k = Expr::select(CmpOp::Lt, raw.clone(), Expr::int(0, Width::I64), wrapped, raw);
+            let k = b.let_(k, Width::I64);
+            b.for_loop(0, inner, 1, |b, e| {
+                let base = Affine::var(o).scale(d * inner).add(&Affine::var(e));
+                let v = Expr::LoadAt {
+                    buf: data,
+                    base,
+                    index: Box::new(k),
+                    stride: inner,
+                    bound: d,
+                    width,
+                };
+                let at = Affine::var(o)
+                    .scale(count * inner)
+                    .add(&Affine::var(j).scale(inner))
+                    .add(&Affine::var(e));
+                b.store(y, at, v, width);
+            });
+        });
+    });
+    cx.step(b.finish(), vec![data_buf, idx_buf, out])
+}
