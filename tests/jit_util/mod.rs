@@ -26,6 +26,9 @@ pub fn random_inputs(module: &Module, seed: u64) -> Vec<Tensor> {
         .iter()
         .enumerate()
         .map(|(i, p)| {
+            if p.ty.dtype != smelt_ir::DType::F32 {
+                return Tensor::random(&p.ty, seed + i as u64).to_layout(p.ty.layout);
+            }
             let data = random_f32(seed + i as u64, p.ty.storage_len(), -1.0, 1.0);
             Tensor {
                 ty: p.ty.clone(),

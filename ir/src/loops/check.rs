@@ -390,7 +390,7 @@ impl CheckCx<'_> {
                 let w = self.expr(x)?;
                 let integer_ok = matches!(op, UnOp::Neg | UnOp::Abs);
                 if w.is_integer() && (!integer_ok || w == Width::Bool) {
-                    return Err(format!("{op:?} of a {} value", w.name()));
+                    return Err(format!("{op:?} of {} values", w.name()));
                 }
                 Ok(w)
             }

@@ -974,6 +974,79 @@ mod tests {
         assert_eq!(kernel(28, 3, 10, 4).flops(), 0);
     }
 
+    /// `out[i] = table[base + 2·ids[i]]` for `n` ids, the table `len` elements long and
+    /// each id checked against `bound` at run time.
+    fn gather_kernel(len: usize, base: i64, bound: i64, parallel: bool) -> Kernel {
+        let mut b = KernelBuilder::new("gather");
+        let table = b.arg("table", len, Access::Read);
+        let ids = b.typed_arg("ids", DType::I64, 3, Access::Read);
+        let out = b.arg("out", 3, Access::Write);
+        b.for_loop(0, 3, 1, |b, i| {
+            let v = Expr::LoadAt {
+                buf: table,
+                base: Affine::constant(base),
+                index: Box::new(Expr::load(ids, Affine::var(i), Width::I64)),
+                stride: 2,
+                bound,
+                width: Width::Scalar,
+            };
+            b.store(out, Affine::var(i), v, Width::Scalar);
+        });
+        if parallel {
+            b.set_parallel();
+        }
+        b.finish()
+    }
+
+    #[test]
+    fn run_time_indices_are_proven_for_every_index_below_their_bound() {
+        // indices 0..4 read base + 0, 2, 4, 6: element 7 is the last one with base 1
+        assert!(gather_kernel(8, 1, 4, false).check().is_ok());
+        assert!(gather_kernel(8, 1, 4, false).can_fault());
+        let err = gather_kernel(7, 1, 4, false).check().unwrap_err();
+        assert!(err.contains("outside its 7 elements"), "{err}");
+        let err = gather_kernel(8, -1, 4, false).check().unwrap_err();
+        assert!(err.contains("outside"), "{err}");
+        let err = gather_kernel(8, 0, 0, false).check().unwrap_err();
+        assert!(err.contains("positive bound"), "{err}");
+        // a split call's fault would be lost, so a kernel that can fault is never parallel
+        let err = gather_kernel(8, 1, 4, true).check().unwrap_err();
+        assert!(err.contains("cannot fault"), "{err}");
+        let text = gather_kernel(8, 1, 4, false).to_string();
+        assert!(text.contains("%1 ids: read i64[3]"), "{text}");
+        assert!(
+            text.contains("load.f32 %0[1 + 2*checked(load.i64 %1[i0] < 4)]"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn element_types_of_buffers_and_values_are_checked() {
+        let mut b = KernelBuilder::new("types");
+        let ids = b.typed_arg("ids", DType::I64, 4, Access::Read);
+        let out = b.arg("out", 4, Access::Write);
+        // an f32 load from an i64 buffer
+        let v = Expr::load(ids, Affine::constant(0), Width::Scalar);
+        b.store(out, Affine::constant(0), v, Width::Scalar);
+        let err = b.finish().check().unwrap_err();
+        assert!(err.contains("a buffer of i64"), "{err}");
+        // bitwise ops take integers only; float functions take floats only
+        let mut b = KernelBuilder::new("types");
+        let out = b.arg("out", 4, Access::Write);
+        let v = Expr::binary(
+            BinOp::And,
+            Expr::constant(1.0, Width::Scalar),
+            Expr::constant(1.0, Width::Scalar),
+        );
+        b.store(out, Affine::constant(0), v, Width::Scalar);
+        assert!(b.finish().check().unwrap_err().contains("And of f32"));
+        let mut b = KernelBuilder::new("types");
+        let out = b.typed_arg("out", DType::I64, 4, Access::Write);
+        let v = Expr::unary(UnOp::Exp, Expr::int(3, Width::I64));
+        b.store(out, Affine::constant(0), v, Width::I64);
+        assert!(b.finish().check().unwrap_err().contains("Exp of i64 values"));
+    }
+
     #[test]
     fn printer_is_stable() {
         let text = copy_kernel(8, 8).to_string();
