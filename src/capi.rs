@@ -1002,7 +1002,14 @@ pub unsafe extern "C" fn smelt_executable_run(
             floats_only(info, i, "output")?;
             // SAFETY: the arrays hold `num_outputs` elements (contract), checked above.
             let (p, len) = unsafe { (*outputs.add(i), *output_lens.add(i)) };
-            outs.push(check_buffer(p.cast_const().cast(), len, DType::F32, i, info, "output")?);
+            outs.push(check_buffer(
+                p.cast_const().cast(),
+                len,
+                DType::F32,
+                i,
+                info,
+                "output",
+            )?);
         }
         // SAFETY: each buffer is readable or writable for its length (this function's
         // contract, lengths checked against the tensors).

@@ -267,7 +267,10 @@ impl Executable {
         let arena_bytes = (plan.arena_len as u64).saturating_mul(4);
         module
             .weights
-            .check_room(&format!("the run-time arena of @{}", func.name), arena_bytes)
+            .check_room(
+                &format!("the run-time arena of @{}", func.name),
+                arena_bytes,
+            )
             .map_err(|m| {
                 Error::from(smelt_ir::Diagnostic::error(
                     "memory-budget",

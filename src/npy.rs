@@ -114,8 +114,7 @@ pub fn decode(bytes: &[u8]) -> Result<Tensor, String> {
         }
         TensorData::F32(narrowed)
     } else {
-        TensorData::from_le_bytes(dtype, data)
-            .ok_or("a bool .npy element is neither 0 nor 1")?
+        TensorData::from_le_bytes(dtype, data).ok_or("a bool .npy element is neither 0 nor 1")?
     };
     Tensor::typed(dims, values)
 }

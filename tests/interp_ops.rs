@@ -169,7 +169,8 @@ fn conv_im2col(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, a: &Conv2dAttrs) -
                                     - a.pads[1] as i64;
                                 if iy >= 0 && ix >= 0 && (iy as usize) < h && (ix as usize) < wd {
                                     columns[r][oy * ow + ox] =
-                                        (x.at(&[b, g * cg + ci, iy as usize, ix as usize]) as f32) as f64;
+                                        (x.at(&[b, g * cg + ci, iy as usize, ix as usize]) as f32)
+                                            as f64;
                                 }
                             }
                         }
@@ -887,7 +888,11 @@ fn reorder_round_trips_and_zero_pads() {
     for n in 0..2 {
         for pixel in 0..6 {
             let base = ((n * 2 + 1) * 6 + pixel) * 4;
-            assert_eq!(&b.f32s()[base + 1..base + 4], &[0.0; 3], "channels 5..8 pad");
+            assert_eq!(
+                &b.f32s()[base + 1..base + 4],
+                &[0.0; 3],
+                "channels 5..8 pad"
+            );
         }
     }
     let back = to(&b, Layout::RowMajor);

@@ -466,7 +466,11 @@ fn wrong_inputs_are_errors_not_crashes() {
     let short = vec![0.0f32; 10];
     let full = good[1].f32s().to_vec();
     let mut out = vec![0.0f32; 4 * 49];
-    let r = exe.run_with(&[(&short).into(), (&full).into()], &mut [(&mut out).into()], &mut ws);
+    let r = exe.run_with(
+        &[(&short).into(), (&full).into()],
+        &mut [(&mut out).into()],
+        &mut ws,
+    );
     assert!(r.is_err());
     let mut small_out = vec![0.0f32; 3];
     let r = exe.run_with(

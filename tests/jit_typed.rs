@@ -35,14 +35,7 @@ fn ints(t: &Tensor) -> Vec<i64> {
 
 #[test]
 fn int64_arithmetic_far_above_2_24_is_exact() {
-    let a = vec![
-        (1i64 << 40) + 1,
-        -(3i64.pow(30)),
-        i64::MAX,
-        i64::MIN,
-        7,
-        -7,
-    ];
+    let a = vec![(1i64 << 40) + 1, -(3i64.pow(30)), i64::MAX, i64::MIN, 7, -7];
     let b = vec![3i64, 1 << 20, 1, -1, -2, 2];
     let src = "func @f(%a: tensor<6xi64>, %b: tensor<6xi64>) -> (s: tensor<6xi64>, d: tensor<6xi64>, p: tensor<6xi64>, q: tensor<6xi64>, lo: tensor<6xi64>, hi: tensor<6xi64>, n: tensor<6xi64>, m: tensor<6xi64>) {
   %s = add %a, %b : tensor<6xi64>
@@ -60,7 +53,8 @@ fn int64_arithmetic_far_above_2_24_is_exact() {
         Tensor::typed([6], b.clone()).unwrap(),
     ];
     let got = run_exact("i64 arithmetic", src, &inputs);
-    let each = |f: fn(i64, i64) -> i64| -> Vec<i64> { a.iter().zip(&b).map(|(&x, &y)| f(x, y)).collect() };
+    let each =
+        |f: fn(i64, i64) -> i64| -> Vec<i64> { a.iter().zip(&b).map(|(&x, &y)| f(x, y)).collect() };
     assert_eq!(ints(&got[0]), each(i64::wrapping_add));
     assert_eq!(ints(&got[1]), each(i64::wrapping_sub));
     assert_eq!(ints(&got[2]), each(i64::wrapping_mul));
@@ -68,8 +62,14 @@ fn int64_arithmetic_far_above_2_24_is_exact() {
     assert_eq!(ints(&got[3]), each(i64::wrapping_div));
     assert_eq!(ints(&got[4]), each(i64::min));
     assert_eq!(ints(&got[5]), each(i64::max));
-    assert_eq!(ints(&got[6]), a.iter().map(|v| v.wrapping_neg()).collect::<Vec<_>>());
-    assert_eq!(ints(&got[7]), a.iter().map(|v| v.wrapping_abs()).collect::<Vec<_>>());
+    assert_eq!(
+        ints(&got[6]),
+        a.iter().map(|v| v.wrapping_neg()).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        ints(&got[7]),
+        a.iter().map(|v| v.wrapping_abs()).collect::<Vec<_>>()
+    );
     // 2^40 + 1 + 3 is not an f32: it survived exactly
     assert_eq!(ints(&got[0])[0], (1 << 40) + 4);
 }
@@ -85,7 +85,9 @@ fn integer_division_by_zero_is_an_error_not_a_trap() {
         Tensor::typed([3], vec![6i32, 7, 8]).unwrap(),
         Tensor::typed([3], vec![2i32, 0, 4]).unwrap(),
     ];
-    let interp_err = interp::run(&m, &m.funcs[0], &inputs).unwrap_err().to_string();
+    let interp_err = interp::run(&m, &m.funcs[0], &inputs)
+        .unwrap_err()
+        .to_string();
     assert!(interp_err.contains("division by zero"), "{interp_err}");
     let exe = Executable::compile(&m, None, &opts()).expect("compiles");
     match exe.run(&inputs) {
@@ -108,7 +110,16 @@ fn casts_follow_the_onnx_rules() {
   %g = cast %t {to = f32} : tensor<4xf32>
   return %a, %b, %c, %d, %e, %g : tensor<8xi64>, tensor<8xi32>, tensor<8xi1>, tensor<4xf32>, tensor<4xi32>, tensor<4xf32>
 }";
-    let x = vec![1.9f32, -1.9, f32::NAN, 1e20, -1e20, f32::INFINITY, 0.0, -0.5];
+    let x = vec![
+        1.9f32,
+        -1.9,
+        f32::NAN,
+        1e20,
+        -1e20,
+        f32::INFINITY,
+        0.0,
+        -0.5,
+    ];
     let i = vec![(1i64 << 24) + 1, (1i64 << 32) + 5, -1, 0];
     let inputs = [
         Tensor::new([8], x.clone()).unwrap(),
@@ -116,7 +127,10 @@ fn casts_follow_the_onnx_rules() {
     ];
     let got = run_exact("casts", src, &inputs);
     // float to integer truncates toward zero and saturates; NaN becomes 0
-    assert_eq!(ints(&got[0]), vec![1, -1, 0, i64::MAX, i64::MIN, i64::MAX, 0, 0]);
+    assert_eq!(
+        ints(&got[0]),
+        vec![1, -1, 0, i64::MAX, i64::MIN, i64::MAX, 0, 0]
+    );
     let i32s = [1, -1, 0, i32::MAX, i32::MIN, i32::MAX, 0, 0].map(i64::from);
     assert_eq!(ints(&got[1]), i32s);
     // to i1: != 0, NaN true
@@ -190,7 +204,8 @@ fn data_movement_keeps_every_element_type() {
     );
 }
 
-const EMBEDDING: &str = "const @table : tensor<4x2xf32> = dense<[0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5]>
+const EMBEDDING: &str =
+    "const @table : tensor<4x2xf32> = dense<[0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5]>
 func @embed(%ids: tensor<2x3xi64>) -> (e: tensor<2x3x2xf32>) {
   %t = const @table : tensor<4x2xf32>
   %e = gather %t, %ids : tensor<2x3x2xf32>
@@ -217,7 +232,10 @@ fn gather_reads_by_run_time_ids_and_refuses_one_out_of_range() {
             let exe = Executable::compile(&m, None, &o).expect("compiles");
             match exe.run(std::slice::from_ref(&ids)) {
                 Err(Error::InvalidArgument(msg)) => {
-                    assert!(msg.contains("out of range") && msg.contains("gather"), "{msg}")
+                    assert!(
+                        msg.contains("out of range") && msg.contains("gather"),
+                        "{msg}"
+                    )
                 }
                 other => panic!("index {bad}: expected an error, got {other:?}"),
             }
@@ -250,11 +268,17 @@ fn the_c_api_reports_element_types_and_checks_them() {
         element_type: SmeltElementType::Bool,
     };
     // SAFETY: `exe` is live and `info` writable.
-    assert_eq!(unsafe { smelt_executable_input(exe, 0, &mut info) }, SmeltStatus::Ok);
+    assert_eq!(
+        unsafe { smelt_executable_input(exe, 0, &mut info) },
+        SmeltStatus::Ok
+    );
     assert_eq!(info.element_type, SmeltElementType::I64);
     assert_eq!(info.element_count, 6);
     // SAFETY: as above.
-    assert_eq!(unsafe { smelt_executable_output(exe, 0, &mut info) }, SmeltStatus::Ok);
+    assert_eq!(
+        unsafe { smelt_executable_output(exe, 0, &mut info) },
+        SmeltStatus::Ok
+    );
     assert_eq!(info.element_type, SmeltElementType::F32);
 
     let mut ids = [0i64, 3, -1, 2, -4, 1];
@@ -281,10 +305,16 @@ fn the_c_api_reports_element_types_and_checks_them() {
     };
     let (i, o) = buffers(&mut ids, &mut out, SmeltElementType::I64 as i32);
     // SAFETY: the buffers are live for their lengths.
-    assert_eq!(unsafe { smelt_executable_run_typed(exe, &i, 1, &o, 1) }, SmeltStatus::Ok);
+    assert_eq!(
+        unsafe { smelt_executable_run_typed(exe, &i, 1, &o, 1) },
+        SmeltStatus::Ok
+    );
     assert_eq!(out[2..4], [3.0, 3.5]);
     // the caller says i32 where the tensor is i64; an unknown type value
-    for (ty, want) in [(SmeltElementType::I32 as i32, "i64"), (99, "not a SmeltElementType")] {
+    for (ty, want) in [
+        (SmeltElementType::I32 as i32, "i64"),
+        (99, "not a SmeltElementType"),
+    ] {
         let (i, o) = buffers(&mut ids, &mut out, ty);
         // SAFETY: as above.
         let s = unsafe { smelt_executable_run_typed(exe, &i, 1, &o, 1) };

@@ -23,7 +23,7 @@ fn data_dir() -> PathBuf {
         common::generated_data(
             "shape-programs",
             "make_shape_programs.py",
-            "onnx 1.23.2 onnxruntime 1.32.0 shape-programs 1",
+            "onnx 1.23.2 onnxruntime 1.32.0 shape-programs 2",
         )
     })
     .clone()
@@ -111,8 +111,12 @@ fn bad_shape_programs_get_clear_errors_naming_the_node() {
             &["Cast node", "casting to float16 is not supported"],
         ),
         (
-            "cast_runtime_to_int64",
-            &["Cast node", "computed at run time", "only folded at import"],
+            "cast_runtime_to_uint8",
+            &[
+                "Cast node",
+                "computed at run time",
+                "casting it to uint8 is not supported",
+            ],
         ),
         ("range_delta_0", &["Range node", "delta is 0"]),
         (
@@ -121,12 +125,8 @@ fn bad_shape_programs_get_clear_errors_naming_the_node() {
         ),
         ("mul_overflow", &["Mul node", "overflows"]),
         (
-            "less_runtime",
-            &[
-                "Less node",
-                "input 0 ('x') is computed at run time",
-                "only folded",
-            ],
+            "less_mixed_types",
+            &["Less node", "must have one element type, got f32 and i64"],
         ),
     ];
     for (name, words) in cases {

@@ -570,7 +570,11 @@ fn max_pool_windows_entirely_in_padding_agree_in_the_jit_and_the_interpreter() {
     let x = Tensor::new(dims, vec![1.0, -2.0, 3.0, -4.0]).expect("x");
     let m = pool_module(Op::MaxPool2d(pool), dims);
     let want = interp::run(&m, &m.funcs[0], std::slice::from_ref(&x)).expect("interp");
-    assert!(want[0].f32s()[0].is_nan(), "interpreter: {:?}", want[0].data);
+    assert!(
+        want[0].f32s()[0].is_nan(),
+        "interpreter: {:?}",
+        want[0].data
+    );
     let bad = jit_vs_interp("max_pool2d over padding", &m, &[x]);
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }

@@ -95,7 +95,10 @@ impl TensorData {
 
     /// The elements at `indices`, in that order (every index must be in bounds).
     pub fn pick(&self, indices: &[usize]) -> TensorData {
-        with_elements!(self, |v, wrap| wrap!(indices.iter().map(|&i| v[i]).collect()))
+        with_elements!(self, |v, wrap| wrap!(indices
+            .iter()
+            .map(|&i| v[i])
+            .collect()))
     }
 
     /// The `f32` elements, if the type is `f32`.

@@ -686,10 +686,7 @@ impl Gen<'_, '_> {
             } => {
                 let i = self.expr(index);
                 // unsigned: a negative index is a huge one, so one test covers both ends
-                let ok = self
-                    .fb
-                    .ins()
-                    .icmp_imm_u(IntCC::UnsignedLessThan, i, *bound);
+                let ok = self.fb.ins().icmp_imm_u(IntCC::UnsignedLessThan, i, *bound);
                 self.check_or_fault(ok, Fault::IndexOutOfRange);
                 let b = self.slot(*buf);
                 let (addr, off) = self.address(b, base);

@@ -83,16 +83,6 @@ impl<'m> Importer<'m> {
                 if let Some(v) = self.materialized.get(name) {
                     return Ok(*v);
                 }
-                if !c.is_f32() {
-                    return Err(plain_error(
-                        "onnx-unsupported-dtype",
-                        format!(
-                            "tensor '{name}' has element type {}; smelt computes in float32 \
-                             (integer tensors only as shapes, axes and indices folded at import)",
-                            c.type_name()
-                        ),
-                    ));
-                }
                 let v = self.materialize(&c, name)?;
                 self.materialized.insert(name.to_string(), v);
                 Ok(v)
@@ -110,15 +100,15 @@ impl<'m> Importer<'m> {
         }
     }
 
-    /// Adds `c` as a weight named after `name` and returns a `const` op reading it.
-    /// Only float32 constants can feed computing ops; int64 ones may be graph results.
+    /// Adds `c` as a weight named after `name` and returns a `const` op reading it:
+    /// float32, int64, int32 and bool constants (other integer types are only folded).
     pub fn materialize(&mut self, c: &ConstTensor, name: &str) -> Result<Value, Diagnostic> {
         let (ty, buf) = c.to_weight().ok_or_else(|| {
             plain_error(
                 "onnx-unsupported-dtype",
                 format!(
-                    "tensor '{name}' has element type {}; smelt computes in float32 \
-                     (and folds int64 shape tensors at import)",
+                    "tensor '{name}' has element type {}; smelt's run-time tensors are \
+                     float32, int64, int32 and bool (other types are folded at import only)",
                     c.type_name()
                 ),
             )

@@ -32,7 +32,9 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use prost::Message;
 use smelt_ir::builder::FuncBuilder;
-use smelt_ir::{AlignedBuf, Diagnostic, Diagnostics, Location, Module, Tensor, TensorType};
+use smelt_ir::{
+    AlignedBuf, DType, Diagnostic, Diagnostics, Location, Module, Tensor, TensorData, TensorType,
+};
 
 use context::{node_display_name, plain_error, Entry, Importer, NodeCtx};
 pub use ops::MAX_OPSET;
@@ -178,7 +180,7 @@ fn import_aligned(
 }
 
 /// Decodes a serialized `TensorProto` (the `input_N.pb` files of ONNX test data) into a
-/// float32 host tensor and the tensor's name.
+/// host tensor of its element type (float32, int64, int32 or bool) and the tensor's name.
 pub fn read_tensor(bytes: &[u8]) -> Result<(String, Tensor), crate::Error> {
     let t = proto::TensorProto::decode(Bytes::copy_from_slice(bytes)).map_err(|e| {
         onnx_error(plain_error(
@@ -194,10 +196,24 @@ pub fn read_tensor(bytes: &[u8]) -> Result<(String, Tensor), crate::Error> {
         ))
     };
     let c = ConstTensor::from_proto(&t).map_err(bad)?;
-    let values = c
-        .f32s()
-        .ok_or_else(|| bad(format!("has element type {}, not float32", c.type_name())))?;
-    let tensor = Tensor::new(c.dims.clone(), values.into_owned()).map_err(bad)?;
+    let unsupported = || {
+        bad(format!(
+            "has element type {}, not float32, int64, int32 or bool",
+            c.type_name()
+        ))
+    };
+    let data = match (c.f32s(), c.i64s()) {
+        (Some(v), _) => TensorData::F32(v.into_owned()),
+        (None, Some(v)) => {
+            let d = match c.onnx_type {
+                0 => DType::I64,
+                code => dtype::ir(code).ok_or_else(unsupported)?,
+            };
+            TensorData::from_i64s(d, v.to_vec()).map_err(bad)?
+        }
+        (None, None) => return Err(unsupported()),
+    };
+    let tensor = Tensor::typed(c.dims.clone(), data).map_err(bad)?;
     Ok((name, tensor))
 }
 
@@ -492,15 +508,16 @@ fn input_type(
             ))
         }
     };
-    if tensor.elem_type() != dtype::FLOAT {
+    let Some(element) = dtype::ir(tensor.elem_type()) else {
         return Err(plain_error(
             "onnx-unsupported-dtype",
             format!(
-                "input '{name}' has element type {}; smelt's inputs are float32",
+                "input '{name}' has element type {}; smelt's inputs are float32, int64, \
+                 int32 or bool",
                 dtype::name(tensor.elem_type())
             ),
         ));
-    }
+    };
     let declared_proto = tensor.shape.as_ref().map(|s| &s.dim[..]);
     let declared = declared_proto
         .map(|dims| {
@@ -539,7 +556,7 @@ fn input_type(
                 }
             }
         }
-        return checked_type(name, dims.clone());
+        return checked_type(name, element, dims.clone());
     }
     let (Some(decl), Some(proto_dims)) = (declared, declared_proto) else {
         return Err(plain_error(
@@ -574,11 +591,11 @@ fn input_type(
             }
         }
     }
-    checked_type(name, dims)
+    checked_type(name, element, dims)
 }
 
-fn checked_type(name: &str, dims: Vec<usize>) -> Result<TensorType, Diagnostic> {
-    let ty = TensorType::f32(dims);
+fn checked_type(name: &str, dtype: DType, dims: Vec<usize>) -> Result<TensorType, Diagnostic> {
+    let ty = TensorType::new(dtype, dims);
     ty.check_size()
         .map_err(|m| plain_error("onnx-bad-model", format!("input '{name}': {m}")))?;
     Ok(ty)

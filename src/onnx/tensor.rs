@@ -29,6 +29,28 @@ pub mod dtype {
     /// bool.
     pub const BOOL: i32 = 9;
 
+    /// The IR element type a run-time tensor of type `code` has: float32, int64, int32
+    /// and bool; `None` for the types smelt only folds at import (or not at all).
+    pub fn ir(code: i32) -> Option<smelt_ir::DType> {
+        Some(match code {
+            FLOAT => smelt_ir::DType::F32,
+            INT64 => smelt_ir::DType::I64,
+            INT32 => smelt_ir::DType::I32,
+            BOOL => smelt_ir::DType::Bool,
+            _ => return None,
+        })
+    }
+
+    /// The ONNX type code of an IR element type.
+    pub fn of_ir(d: smelt_ir::DType) -> i32 {
+        match d {
+            smelt_ir::DType::F32 => FLOAT,
+            smelt_ir::DType::I64 => INT64,
+            smelt_ir::DType::I32 => INT32,
+            smelt_ir::DType::Bool => BOOL,
+        }
+    }
+
     /// The range `(min, max)` of an integer or bool type code, `None` for other types.
     pub fn int_range(code: i32) -> Option<(i64, i64)> {
         Some(match code {
@@ -285,7 +307,16 @@ impl ConstTensor {
                 DType::F32,
                 AlignedBuf::from_f32_with(v.len(), |dst| dst.copy_from_slice(v)),
             ),
-            ConstData::I64(v) => (DType::I64, AlignedBuf::from_i64(v)),
+            ConstData::I64(v) => {
+                // integers keep their ONNX type: int64, int32 or bool (an unset code on
+                // integer data is int64)
+                let dt = match self.onnx_type {
+                    0 => DType::I64,
+                    code => dtype::ir(code).filter(|&d| d != DType::F32)?,
+                };
+                let data = smelt_ir::TensorData::from_i64s(dt, v.clone()).ok()?;
+                (dt, AlignedBuf::from_data(&data))
+            }
             ConstData::Unsupported => return None,
         };
         let ty = TensorType {

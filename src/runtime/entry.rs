@@ -130,8 +130,7 @@ impl Executable {
             };
             if status != 0 {
                 let info = &self.step_info[step.info];
-                let what = Fault::from_status(status)
-                    .map_or("an unknown fault", Fault::describe);
+                let what = Fault::from_status(status).map_or("an unknown fault", Fault::describe);
                 return Err(Error::InvalidArgument(format!(
                     "run stopped at step {n} ({}, kernel {}{}): {what} in the input data",
                     info.op,
@@ -152,7 +151,9 @@ impl Executable {
             let from: &[u8] = match *src {
                 // SAFETY: input `i` is a live slice of `in_ptrs[i].1` bytes (checked
                 // above); it outlives this function.
-                Source::Input(i) => unsafe { std::slice::from_raw_parts(in_ptrs[i].0, in_ptrs[i].1) },
+                Source::Input(i) => unsafe {
+                    std::slice::from_raw_parts(in_ptrs[i].0, in_ptrs[i].1)
+                },
                 Source::Constant(c) => self.constants[c].as_bytes(),
                 Source::Arena(off) => &arena_bytes[(off * 4).min(arena_bytes.len())..],
                 // computed in place

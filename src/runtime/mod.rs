@@ -501,8 +501,10 @@ impl Executable {
             .pop()
             .unwrap_or_else(|| self.workspace());
         let result = {
-            let mut out_slices: Vec<ElementsMut> =
-                outs.iter_mut().map(|t| ElementsMut::of(&mut t.data)).collect();
+            let mut out_slices: Vec<ElementsMut> = outs
+                .iter_mut()
+                .map(|t| ElementsMut::of(&mut t.data))
+                .collect();
             self.run_steps(&ins, &mut out_slices, &mut ws, times)
         };
         // Read the kept values before the workspace goes back to the pool.

@@ -58,9 +58,7 @@ pub(super) fn movement(
     let positions = |len: usize| (0..len).collect::<Vec<usize>>();
     let len = x.data.len();
     Some(match op {
-        Op::Flatten { .. } | Op::Reshape { .. } | Op::Reorder { .. } => {
-            Ok(x.data.as_ref().clone())
-        }
+        Op::Flatten { .. } | Op::Reshape { .. } | Op::Reorder { .. } => Ok(x.data.as_ref().clone()),
         Op::Transpose { perm } => moved(&|dims| shape::transpose(&positions(len), dims, perm)),
         Op::Slice(s) => moved(&|dims| slice(&positions(len), dims, s, out)),
         Op::Expand { .. } => {
@@ -108,7 +106,9 @@ macro_rules! integer {
                     BinaryOp::Sub => a.wrapping_sub(b),
                     BinaryOp::Mul => a.wrapping_mul(b),
                     // truncating toward zero, as ONNX runtimes do; MIN / -1 wraps
-                    BinaryOp::Div => a.checked_div(b).or_else(|| (b == -1).then(|| a.wrapping_neg()))?,
+                    BinaryOp::Div => a
+                        .checked_div(b)
+                        .or_else(|| (b == -1).then(|| a.wrapping_neg()))?,
                     BinaryOp::Min => a.min(b),
                     BinaryOp::Max => a.max(b),
                 })
@@ -133,13 +133,19 @@ pub(super) fn integer_binary(
     b: &Operand,
     out: &[usize],
 ) -> Result<TensorData, String> {
-    fn typed<T: Integer>(op: BinaryOp, a: &Operand, b: &Operand, out: &[usize]) -> Result<Vec<T>, String> {
+    fn typed<T: Integer>(
+        op: BinaryOp,
+        a: &Operand,
+        b: &Operand,
+        out: &[usize],
+    ) -> Result<Vec<T>, String> {
         let x = shape::broadcast_to(elements::<T>(&a.data)?, a.dims, out);
         let y = shape::broadcast_to(elements::<T>(&b.data)?, b.dims, out);
         x.iter()
             .zip(y.iter())
             .map(|(&p, &q)| {
-                T::binary(op, p, q).ok_or_else(|| format!("integer division by zero in '{}'", op.name()))
+                T::binary(op, p, q)
+                    .ok_or_else(|| format!("integer division by zero in '{}'", op.name()))
             })
             .collect()
     }
@@ -194,11 +200,24 @@ pub(super) fn cast(x: &TensorData, to: DType) -> TensorData {
 }
 
 /// `a cmp b`, both broadcast to `out`.
-pub(super) fn compare(cmp: Comparison, a: &Operand, b: &Operand, out: &[usize]) -> Result<TensorData, String> {
-    fn typed<T: Element>(cmp: Comparison, a: &Operand, b: &Operand, out: &[usize]) -> Result<Vec<bool>, String> {
+pub(super) fn compare(
+    cmp: Comparison,
+    a: &Operand,
+    b: &Operand,
+    out: &[usize],
+) -> Result<TensorData, String> {
+    fn typed<T: Element>(
+        cmp: Comparison,
+        a: &Operand,
+        b: &Operand,
+        out: &[usize],
+    ) -> Result<Vec<bool>, String> {
         let x = shape::broadcast_to(elements::<T>(&a.data)?, a.dims, out);
         let y = shape::broadcast_to(elements::<T>(&b.data)?, b.dims, out);
-        Ok(x.iter().zip(y.iter()).map(|(&p, &q)| cmp.holds(p, q)).collect())
+        Ok(x.iter()
+            .zip(y.iter())
+            .map(|(&p, &q)| cmp.holds(p, q))
+            .collect())
     }
     Ok(TensorData::Bool(match a.data.dtype() {
         DType::F32 => typed::<f32>(cmp, a, b, out)?,
@@ -209,28 +228,58 @@ pub(super) fn compare(cmp: Comparison, a: &Operand, b: &Operand, out: &[usize]) 
 }
 
 /// `a op b` on `i1`, both broadcast to `out`.
-pub(super) fn logic(op: LogicOp, a: &Operand, b: &Operand, out: &[usize]) -> Result<TensorData, String> {
+pub(super) fn logic(
+    op: LogicOp,
+    a: &Operand,
+    b: &Operand,
+    out: &[usize],
+) -> Result<TensorData, String> {
     let x = shape::broadcast_to(elements::<bool>(&a.data)?, a.dims, out);
     let y = shape::broadcast_to(elements::<bool>(&b.data)?, b.dims, out);
-    Ok(TensorData::Bool(x.iter().zip(y.iter()).map(|(&p, &q)| op.eval(p, q)).collect()))
+    Ok(TensorData::Bool(
+        x.iter()
+            .zip(y.iter())
+            .map(|(&p, &q)| op.eval(p, q))
+            .collect(),
+    ))
 }
 
 /// `!x` on `i1`.
 pub(super) fn not(x: &Operand) -> Result<TensorData, String> {
-    Ok(TensorData::Bool(elements::<bool>(&x.data)?.iter().map(|&v| !v).collect()))
+    Ok(TensorData::Bool(
+        elements::<bool>(&x.data)?.iter().map(|&v| !v).collect(),
+    ))
 }
 
 /// `where(cond, a, b)`, all three broadcast to `out`.
-pub(super) fn select(cond: &Operand, a: &Operand, b: &Operand, out: &[usize]) -> Result<TensorData, String> {
+pub(super) fn select(
+    cond: &Operand,
+    a: &Operand,
+    b: &Operand,
+    out: &[usize],
+) -> Result<TensorData, String> {
     let c = shape::broadcast_to(elements::<bool>(&cond.data)?, cond.dims, out);
     let n: usize = out.iter().product();
     // where each result element comes from: a's element, or b's (offset by a's count)
-    let from_a = shape::broadcast_to(&(0..a.data.len()).collect::<Vec<_>>(), a.dims, out).into_owned();
-    let from_b = shape::broadcast_to(&(0..b.data.len()).collect::<Vec<_>>(), b.dims, out).into_owned();
-    let picks: Vec<(bool, usize)> = (0..n).map(|i| if c[i] { (true, from_a[i]) } else { (false, from_b[i]) }).collect();
+    let from_a =
+        shape::broadcast_to(&(0..a.data.len()).collect::<Vec<_>>(), a.dims, out).into_owned();
+    let from_b =
+        shape::broadcast_to(&(0..b.data.len()).collect::<Vec<_>>(), b.dims, out).into_owned();
+    let picks: Vec<(bool, usize)> = (0..n)
+        .map(|i| {
+            if c[i] {
+                (true, from_a[i])
+            } else {
+                (false, from_b[i])
+            }
+        })
+        .collect();
     Ok(with_elements!(a.data.as_ref(), |va, wrap| {
         let vb = elements(&b.data)?;
-        wrap!(picks.iter().map(|&(in_a, k)| if in_a { va[k] } else { vb[k] }).collect())
+        wrap!(picks
+            .iter()
+            .map(|&(in_a, k)| if in_a { va[k] } else { vb[k] })
+            .collect())
     }))
 }
 
@@ -238,7 +287,10 @@ pub(super) fn select(cond: &Operand, a: &Operand, b: &Operand, out: &[usize]) ->
 /// outside `-d..d` is an error naming it (never a clamp).
 pub(super) fn gather(data: &Operand, indices: &Operand, axis: usize) -> Result<TensorData, String> {
     let d = data.dims[axis];
-    let idx = indices.data.to_i64s().ok_or("internal: gather indices are not integers")?;
+    let idx = indices
+        .data
+        .to_i64s()
+        .ok_or("internal: gather indices are not integers")?;
     let resolved = idx
         .iter()
         .map(|&i| {

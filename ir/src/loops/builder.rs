@@ -1,11 +1,11 @@
 //! [`KernelBuilder`]: builds a kernel statement by statement, handing out fresh
 //! variables and loop variables, so lowering code reads like the loop nest it makes.
 
-use crate::types::DType;
 use super::{
     trip_count, Access, Affine, BufId, BufPtr, ConvTile, Expr, Kernel, KernelArg, LoopVar, Stmt,
     VarId, Width,
 };
+use crate::types::DType;
 
 /// Builds a [`Kernel`] statement by statement, handing out fresh variables.
 ///

@@ -31,9 +31,7 @@
 //! execution of random kernels: it accepts exactly the kernels whose every access is
 //! inside.
 
-use super::{
-    trip_count, Access, Affine, BinOp, BufId, BufPtr, Expr, Kernel, Stmt, UnOp, Width,
-};
+use super::{trip_count, Access, Affine, BinOp, BufId, BufPtr, Expr, Kernel, Stmt, UnOp, Width};
 use crate::types::DType;
 
 impl Kernel {
@@ -217,12 +215,13 @@ impl CheckCx<'_> {
     fn element_type(&self, buf: BufId, width: Width) -> Result<(), String> {
         let dtype = match buf.local_index() {
             Some(_) => DType::F32,
-            None => self
-                .kernel
-                .args
-                .get(buf.0 as usize)
-                .ok_or_else(|| format!("argument {buf} does not exist"))?
-                .dtype,
+            None => {
+                self.kernel
+                    .args
+                    .get(buf.0 as usize)
+                    .ok_or_else(|| format!("argument {buf} does not exist"))?
+                    .dtype
+            }
         };
         if dtype != width.dtype() {
             return Err(format!(

@@ -1044,7 +1044,11 @@ mod tests {
         let out = b.typed_arg("out", DType::I64, 4, Access::Write);
         let v = Expr::unary(UnOp::Exp, Expr::int(3, Width::I64));
         b.store(out, Affine::constant(0), v, Width::I64);
-        assert!(b.finish().check().unwrap_err().contains("Exp of i64 values"));
+        assert!(b
+            .finish()
+            .check()
+            .unwrap_err()
+            .contains("Exp of i64 values"));
     }
 
     #[test]

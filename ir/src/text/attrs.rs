@@ -276,7 +276,9 @@ impl AttrDict {
                 Some(d) => Ok(Some(d)),
                 None => err(
                     value_at,
-                    format!("attribute '{key}' must be an element type (f32, i64, i32, i1), got '{w}'"),
+                    format!(
+                        "attribute '{key}' must be an element type (f32, i64, i32, i1), got '{w}'"
+                    ),
                 ),
             },
             Some(a) => err(
@@ -693,9 +695,7 @@ pub(crate) fn op_attrs(op: &Op, rank: usize) -> Vec<(&'static str, AttrValue)> {
         Attrs::Axis(axis) if kind == OpKind::Flatten => {
             out.unless("axis", axis, DEFAULT_FLATTEN_AXIS, AttrValue::Int);
         }
-        Attrs::Axis(axis) if kind == OpKind::Gather => {
-            out.unless("axis", axis, 0, AttrValue::Int)
-        }
+        Attrs::Axis(axis) if kind == OpKind::Gather => out.unless("axis", axis, 0, AttrValue::Int),
         Attrs::Axis(axis) => out.always("axis", AttrValue::Int(axis)),
         Attrs::DType(to) => out.always("to", AttrValue::DType(to)),
         // the same payload, named for what it is: reshape's shape, transpose's permutation

@@ -1162,7 +1162,9 @@ fn compare(rule: &Rule, instance: &Instance, seed: u64, draw: &Draw) -> Comparis
         .enumerate()
         .map(|(i, p)| Tensor {
             ty: p.ty.clone(),
-            data: draw.fill(seed.wrapping_add(101 + i as u64), p.ty.storage_len()).into(),
+            data: draw
+                .fill(seed.wrapping_add(101 + i as u64), p.ty.storage_len())
+                .into(),
         })
         .collect();
     let Ok(want) = interp::run(&module, func, &inputs) else {

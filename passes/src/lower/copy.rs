@@ -53,7 +53,12 @@ pub(crate) fn lower_copy(
         .map(|(i, &v)| {
             let buf = cx.buf(v);
             args.push(buf);
-            b.typed_arg(&format!("in{i}"), cx.dtype_of(buf), cx.len_of(buf), Access::Read)
+            b.typed_arg(
+                &format!("in{i}"),
+                cx.dtype_of(buf),
+                cx.len_of(buf),
+                Access::Read,
+            )
         })
         .collect();
     let dtype = out_ty.dtype;
@@ -64,7 +69,13 @@ pub(crate) fn lower_copy(
         Op::Transpose { perm } => {
             let in_st = row_major_strides(&cx.func.type_of(operands[0]).dims);
             let src_st: Vec<i64> = perm.iter().map(|&p| in_st[p]).collect();
-            copy_nest(&mut b, dtype, out_dims, (srcs[0], &src_st, 0), (ya, &out_st, 0));
+            copy_nest(
+                &mut b,
+                dtype,
+                out_dims,
+                (srcs[0], &src_st, 0),
+                (ya, &out_st, 0),
+            );
         }
         Op::Slice(sl) => {
             // along axis k the source moves `steps[k]` input rows per output index, from
@@ -72,13 +83,25 @@ pub(crate) fn lower_copy(
             let in_st = row_major_strides(&cx.func.type_of(operands[0]).dims);
             let src_st: Vec<i64> = in_st.iter().zip(&sl.steps).map(|(s, t)| s * t).collect();
             let off: i64 = in_st.iter().zip(&sl.starts).map(|(s, t)| s * t).sum();
-            copy_nest(&mut b, dtype, out_dims, (srcs[0], &src_st, off), (ya, &out_st, 0));
+            copy_nest(
+                &mut b,
+                dtype,
+                out_dims,
+                (srcs[0], &src_st, off),
+                (ya, &out_st, 0),
+            );
         }
         Op::Expand { .. } => {
             // a broadcast axis reads the same input element (stride 0)
             let in_dims = &cx.func.type_of(operands[0]).dims;
             let src_st = broadcast_strides(in_dims, out_dims);
-            copy_nest(&mut b, dtype, out_dims, (srcs[0], &src_st, 0), (ya, &out_st, 0));
+            copy_nest(
+                &mut b,
+                dtype,
+                out_dims,
+                (srcs[0], &src_st, 0),
+                (ya, &out_st, 0),
+            );
         }
         Op::Tile { repeats } => {
             // over the split dims [r0, d0, r1, d1, ...]: the source stays put along each
@@ -91,7 +114,13 @@ pub(crate) fn lower_copy(
                 src_st.extend([0, in_st[k]]);
                 dst_st.extend([in_dims[k] as i64 * out_st[k], out_st[k]]);
             }
-            copy_nest(&mut b, dtype, &split, (srcs[0], &src_st, 0), (ya, &dst_st, 0));
+            copy_nest(
+                &mut b,
+                dtype,
+                &split,
+                (srcs[0], &src_st, 0),
+                (ya, &dst_st, 0),
+            );
         }
         Op::Concat { axis } => {
             let mut offset = 0i64;

@@ -226,7 +226,12 @@ fn lower_program<'a>(
     for (i, p) in func.params.iter().enumerate() {
         p.ty.check_size()
             .map_err(|m| Diagnostic::error("bad-type", m, func.loc.clone()))?;
-        let b = cx.buffer(&p.name, p.ty.dtype, p.ty.storage_len(), BufferKind::Input(i));
+        let b = cx.buffer(
+            &p.name,
+            p.ty.dtype,
+            p.ty.storage_len(),
+            BufferKind::Input(i),
+        );
         cx.value_buf.push(b);
         cx.prog.inputs.push(Port {
             name: p.name.clone(),

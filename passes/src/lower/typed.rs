@@ -10,7 +10,9 @@ use smelt_ir::loops::{Access, Affine, BinOp, BufId, CmpOp, Expr, KernelBuilder, 
 use smelt_ir::op::{Comparison, LogicOp};
 use smelt_ir::{BinaryOp, DType, Diagnostic, TensorType, UnaryOp, Value};
 
-use super::elementwise::{broadcast_strides, collapse, dims_name, emit_nest, index_of, row_major_strides};
+use super::elementwise::{
+    broadcast_strides, collapse, dims_name, emit_nest, index_of, row_major_strides,
+};
 use super::{BufferId, Cx};
 
 /// What a typed elementwise kernel computes per element: the ops the lowering dispatch
@@ -120,7 +122,10 @@ pub(crate) fn lower_typed_map(
     let mut srcs = Vec::new();
     for (i, &v) in operands.iter().enumerate() {
         let buf = cx.buf(v);
-        srcs.push((typed_arg(cx, &mut b, &format!("in{i}"), buf, Access::Read), cx.dtype_of(buf)));
+        srcs.push((
+            typed_arg(cx, &mut b, &format!("in{i}"), buf, Access::Read),
+            cx.dtype_of(buf),
+        ));
         args.push(buf);
         strides.push(broadcast_strides(&cx.func.type_of(v).dims, out_dims));
     }
@@ -176,7 +181,13 @@ pub(crate) fn lower_gather(
             let raw = b.let_(raw, Width::I64);
             // a negative index counts from the end; the load checks the result
             let wrapped = Expr::binary(BinOp::Add, raw.clone(), Expr::int(d, Width::I64));
-            let k = Expr::select(CmpOp::Lt, raw.clone(), Expr::int(0, Width::I64), wrapped, raw);
+            let k = Expr::select(
+                CmpOp::Lt,
+                raw.clone(),
+                Expr::int(0, Width::I64),
+                wrapped,
+                raw,
+            );
             let k = b.let_(k, Width::I64);
             b.for_loop(0, inner, 1, |b, e| {
                 let base = Affine::var(o).scale(d * inner).add(&Affine::var(e));

@@ -1,16 +1,15 @@
-//! Shape-program ops folded at import: Cast and CastLike, the comparisons (Equal, Less,
-//! Greater, LessOrEqual, GreaterOrEqual), the boolean ops (Not, And, Or, Xor), Where,
-//! Range, Size, Mod, and Min/Max (folded on constants, `min`/`max` ops on float32 values).
+//! Cast and CastLike, the comparisons (Equal, Less, Greater, LessOrEqual, GreaterOrEqual),
+//! the boolean ops (Not, And, Or, Xor), Where, Range, Size, Mod, and Min/Max.
 //!
 //! smelt's input shapes are static, so the shape programs exporters write (`Shape` →
 //! `Cast` → arithmetic → `Reshape`, `Range` over a dimension, `Equal`/`Where` picking a
 //! `-1`) are computed here, on [`ConstTensor`]s: integers exactly in i64 (an overflow is
-//! an error, never a wrap), floats in f32, comparisons giving bool constants. The same
-//! ops on data computed at run time need bool and integer tensors in the JIT; until then
-//! they are a clear error naming the node (the one exception: a Cast of a float32 value
-//! to float32 is the identity).
+//! an error, never a wrap), floats in f32, comparisons giving bool constants. On data
+//! computed at run time (an attention mask from int64 ids, say) Cast, the comparisons,
+//! the boolean ops and Where become IR ops on typed tensors (`cast`, `less`, `and`,
+//! `where`, ...) for float32, int64, int32 and bool; Range, Size and Mod stay folded only.
 
-use smelt_ir::op::{broadcast, BinaryOp, Op};
+use smelt_ir::op::{broadcast, BinaryOp, Comparison, LogicOp, Op};
 use smelt_ir::types::MAX_TENSOR_BYTES;
 use smelt_ir::Diagnostic;
 
@@ -73,6 +72,38 @@ fn check_foldable(cx: &NodeCtx, i: usize, c: &ConstTensor) -> Result<(), Diagnos
     elems(c, &format!("input {i}"))
         .map(|_| ())
         .map_err(|m| cx.err("onnx-unsupported-dtype", m))
+}
+
+/// Every input of the node when all are constants (checked foldable); `None` when one is
+/// computed at run time.
+fn constant_inputs(
+    cx: &NodeCtx,
+    n: usize,
+) -> Result<Option<Vec<std::rc::Rc<ConstTensor>>>, Diagnostic> {
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        cx.input_name(i).ok_or_else(|| {
+            cx.err(
+                "onnx-missing-input",
+                format!("required input {i} is missing"),
+            )
+        })?;
+        match cx.const_input(i)? {
+            Some(c) => {
+                check_foldable(cx, i, &c)?;
+                out.push(c);
+            }
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(out))
+}
+
+/// `op` on the node's first `n` inputs as run-time values (constants among them become
+/// weights of their own element type).
+fn at_run_time(cx: &mut NodeCtx, op: Op, n: usize) -> Result<Vec<Entry>, Diagnostic> {
+    let values = (0..n).map(|i| cx.value(i)).collect::<Result<Vec<_>, _>>()?;
+    Ok(vec![Entry::Value(cx.emit(op, &values)?)])
 }
 
 /// Every input of the node, which must be constants of foldable element types.
@@ -185,9 +216,8 @@ pub fn cast(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         match cx.const_input(1)? {
             Some(like) => type_code(&like),
             None => {
-                // a run-time value is float32 (smelt's only run-time type)
-                cx.value(1)?;
-                dtype::FLOAT
+                let like = cx.value(1)?;
+                dtype::of_ir(cx.type_of(like).dtype)
             }
         }
     } else {
@@ -201,19 +231,23 @@ pub fn cast(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
             let out = cast_const(&c, to).map_err(|m| cx.err("onnx-unsupported-dtype", m))?;
             Ok(vec![Entry::constant(out)])
         }
-        None if to == dtype::FLOAT => Ok(vec![cx.entry(0)?]),
         None => {
-            check_cast_target(to).map_err(|m| cx.err("onnx-unsupported-dtype", m))?;
-            Err(cx.err(
-                "onnx-unsupported-op",
-                format!(
-                    "input 0 ('{}') is a float32 value computed at run time; casting it to {} \
-                     is only folded at import for now (run-time integer and bool tensors \
-                     come with typed tensors in the JIT)",
-                    cx.input_name(0).unwrap_or(""),
-                    dtype::name(to)
-                ),
-            ))
+            let x = cx.value(0)?;
+            let target = dtype::ir(to).ok_or_else(|| {
+                cx.err(
+                    "onnx-unsupported-dtype",
+                    format!(
+                        "input 0 ('{}') is computed at run time, and casting it to {} is not \
+                         supported (run-time tensors are float32, int64, int32 and bool)",
+                        cx.input_name(0).unwrap_or(""),
+                        dtype::name(to)
+                    ),
+                )
+            })?;
+            if cx.type_of(x).dtype == target {
+                return Ok(vec![Entry::Value(x)]);
+            }
+            Ok(vec![Entry::Value(cx.emit(Op::Cast { to: target }, &[x])?)])
         }
     }
 }
@@ -289,7 +323,17 @@ fn compare_const(op: &str, a: &ConstTensor, b: &ConstTensor) -> Result<ConstTens
 /// bool constants.
 pub fn compare(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     cx.check_attrs(&[])?;
-    let [a, b] = <[_; 2]>::try_from(folded_inputs(cx, 2)?).map_err(|_| runtime_input(cx, 1))?;
+    let Some(inputs) = constant_inputs(cx, 2)? else {
+        let c = match cx.node.op_type() {
+            "Equal" => Comparison::Equal,
+            "Less" => Comparison::Less,
+            "Greater" => Comparison::Greater,
+            "LessOrEqual" => Comparison::LessOrEqual,
+            _ => Comparison::GreaterOrEqual,
+        };
+        return at_run_time(cx, Op::Compare(c), 2);
+    };
+    let [a, b] = <[_; 2]>::try_from(inputs).map_err(|_| runtime_input(cx, 1))?;
     let out = compare_const(cx.node.op_type(), &a, &b).map_err(|m| cx.err("onnx-bad-model", m))?;
     Ok(vec![Entry::constant(out)])
 }
@@ -309,6 +353,16 @@ fn bools<'a>(cx: &NodeCtx, i: usize, c: &'a ConstTensor) -> Result<&'a [i64], Di
 pub fn logical(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     cx.check_attrs(&[])?;
     let op = cx.node.op_type();
+    let arity = if op == "Not" { 1 } else { 2 };
+    if constant_inputs(cx, arity)?.is_none() {
+        let ir = match op {
+            "Not" => Op::Not,
+            "And" => Op::Logic(LogicOp::And),
+            "Or" => Op::Logic(LogicOp::Or),
+            _ => Op::Logic(LogicOp::Xor),
+        };
+        return at_run_time(cx, ir, arity);
+    }
     let a = folded_input(cx, 0)?;
     let x = bools(cx, 0, &a)?;
     if op == "Not" {
@@ -332,7 +386,10 @@ pub fn logical(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
 /// Where(condition, x, y) on constants, with three-way broadcasting.
 pub fn where_(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     cx.check_attrs(&[])?;
-    let [c, x, y] = <[_; 3]>::try_from(folded_inputs(cx, 3)?).map_err(|_| runtime_input(cx, 2))?;
+    let Some(inputs) = constant_inputs(cx, 3)? else {
+        return at_run_time(cx, Op::Where, 3);
+    };
+    let [c, x, y] = <[_; 3]>::try_from(inputs).map_err(|_| runtime_input(cx, 2))?;
     let cond = bools(cx, 0, &c)?;
     let bad = |m: String| cx.err("onnx-bad-model", m);
     let pick = |ix: &[usize]| cond[ix[0]] != 0;

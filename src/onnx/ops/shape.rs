@@ -335,19 +335,19 @@ pub fn shape(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     ))])
 }
 
-/// Gather, folded at import; gathering from data computed at run time is not supported.
+/// Gather: folded at import when data and indices are constants (shape programs), else
+/// a `gather` op, whose indices the run checks (an embedding lookup by int64 ids).
 pub fn gather(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     cx.check_attrs(&["axis"])?;
     let rank = cx.dims(0)?.len();
     let axis = cx.axis("axis", cx.attr_int_or("axis", 0)?, rank)?;
-    let data = cx.const_input(0)?.ok_or_else(|| {
-        cx.err(
-            "onnx-unsupported-op",
-            "gathering from data computed at run time is not supported; Gather is only \
-             folded at import when its data and indices are constant",
-        )
-    })?;
-    let indices = cx.require_const(1, "indices")?;
+    let (Some(data), Some(indices)) = (cx.const_input(0)?, cx.const_input(1)?) else {
+        let data = cx.value(0)?;
+        let indices = cx.value(1)?;
+        return Ok(vec![Entry::Value(
+            cx.emit(Op::Gather { axis }, &[data, indices])?,
+        )]);
+    };
     let out = data
         .gather(axis, &indices)
         .map_err(|m| cx.err("onnx-bad-model", m))?;
