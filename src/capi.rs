@@ -882,39 +882,50 @@ unsafe fn run_checked(
     let n = |c: &Checked| c.bytes / c.dtype.size_bytes();
     let inputs: Vec<Elements> = ins
         .iter()
-        // SAFETY (each arm): non-null, aligned to the element size, readable for the
-        // checked length per the contract, not written during the call (no output
-        // overlaps it), and for bool holding only the bytes 0 and 1 (checked above).
-        .map(|c| unsafe {
-            match c.dtype {
-                DType::F32 => Elements::F32(std::slice::from_raw_parts(c.at as *const f32, n(c))),
-                DType::I64 => Elements::I64(std::slice::from_raw_parts(c.at as *const i64, n(c))),
-                DType::I32 => Elements::I32(std::slice::from_raw_parts(c.at as *const i32, n(c))),
-                DType::Bool => {
-                    Elements::Bool(std::slice::from_raw_parts(c.at as *const bool, n(c)))
+        .map(|c| {
+            // SAFETY: for each arm, non-null, aligned to the element size, readable for the
+            // checked length per the contract, not written during the call (no output
+            // overlaps it), and for bool holding only the bytes 0 and 1 (checked above).
+            unsafe {
+                match c.dtype {
+                    DType::F32 => {
+                        Elements::F32(std::slice::from_raw_parts(c.at as *const f32, n(c)))
+                    }
+                    DType::I64 => {
+                        Elements::I64(std::slice::from_raw_parts(c.at as *const i64, n(c)))
+                    }
+                    DType::I32 => {
+                        Elements::I32(std::slice::from_raw_parts(c.at as *const i32, n(c)))
+                    }
+                    DType::Bool => {
+                        Elements::Bool(std::slice::from_raw_parts(c.at as *const bool, n(c)))
+                    }
                 }
             }
         })
         .collect();
     let mut outputs: Vec<ElementsMut> = outs
         .iter()
-        // SAFETY (each arm): non-null, aligned, writable for the checked length per the
-        // contract, overlapping no other buffer of this call (checked above). A bool
-        // output's bytes may be anything before the run; the run writes every element
-        // with 0 or 1 before returning it, and no element is read before then.
-        .map(|c| unsafe {
-            match c.dtype {
-                DType::F32 => {
-                    ElementsMut::F32(std::slice::from_raw_parts_mut(c.at as *mut f32, n(c)))
-                }
-                DType::I64 => {
-                    ElementsMut::I64(std::slice::from_raw_parts_mut(c.at as *mut i64, n(c)))
-                }
-                DType::I32 => {
-                    ElementsMut::I32(std::slice::from_raw_parts_mut(c.at as *mut i32, n(c)))
-                }
-                DType::Bool => {
-                    ElementsMut::Bool(std::slice::from_raw_parts_mut(c.at as *mut bool, n(c)))
+        .map(|c| {
+            // SAFETY: for each arm, non-null, aligned, writable for the checked length per
+            // the contract, overlapping no other buffer of this call (checked above). A
+            // bool output's bytes may be anything before the run, so they are zeroed
+            // (through the raw pointer) before the `[bool]` view is made.
+            unsafe {
+                match c.dtype {
+                    DType::F32 => {
+                        ElementsMut::F32(std::slice::from_raw_parts_mut(c.at as *mut f32, n(c)))
+                    }
+                    DType::I64 => {
+                        ElementsMut::I64(std::slice::from_raw_parts_mut(c.at as *mut i64, n(c)))
+                    }
+                    DType::I32 => {
+                        ElementsMut::I32(std::slice::from_raw_parts_mut(c.at as *mut i32, n(c)))
+                    }
+                    DType::Bool => {
+                        std::ptr::write_bytes(c.at as *mut u8, 0, c.bytes);
+                        ElementsMut::Bool(std::slice::from_raw_parts_mut(c.at as *mut bool, n(c)))
+                    }
                 }
             }
         })

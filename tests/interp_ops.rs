@@ -782,7 +782,7 @@ fn naive_matmul(a: &Tensor, b: &Tensor, out_dims: &[usize]) -> Vec<f64> {
                 .map(|d| if t.dims()[d - lead] == 1 { 0 } else { batch[d] })
                 .collect();
             at.extend([row, col]);
-            t.at(&at) as f64
+            t.at(&at)
         };
         out.push((0..k).map(|p| pick(a, i, p) * pick(b, p, j)).sum());
         for d in (0..rank).rev() {

@@ -268,17 +268,13 @@ fn the_c_api_reports_element_types_and_checks_them() {
         element_type: SmeltElementType::Bool,
     };
     // SAFETY: `exe` is live and `info` writable.
-    assert_eq!(
-        unsafe { smelt_executable_input(exe, 0, &mut info) },
-        SmeltStatus::Ok
-    );
+    let s = unsafe { smelt_executable_input(exe, 0, &mut info) };
+    assert_eq!(s, SmeltStatus::Ok);
     assert_eq!(info.element_type, SmeltElementType::I64);
     assert_eq!(info.element_count, 6);
     // SAFETY: as above.
-    assert_eq!(
-        unsafe { smelt_executable_output(exe, 0, &mut info) },
-        SmeltStatus::Ok
-    );
+    let s = unsafe { smelt_executable_output(exe, 0, &mut info) };
+    assert_eq!(s, SmeltStatus::Ok);
     assert_eq!(info.element_type, SmeltElementType::F32);
 
     let mut ids = [0i64, 3, -1, 2, -4, 1];
@@ -305,10 +301,8 @@ fn the_c_api_reports_element_types_and_checks_them() {
     };
     let (i, o) = buffers(&mut ids, &mut out, SmeltElementType::I64 as i32);
     // SAFETY: the buffers are live for their lengths.
-    assert_eq!(
-        unsafe { smelt_executable_run_typed(exe, &i, 1, &o, 1) },
-        SmeltStatus::Ok
-    );
+    let s = unsafe { smelt_executable_run_typed(exe, &i, 1, &o, 1) };
+    assert_eq!(s, SmeltStatus::Ok);
     assert_eq!(out[2..4], [3.0, 3.5]);
     // the caller says i32 where the tensor is i64; an unknown type value
     for (ty, want) in [

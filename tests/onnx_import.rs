@@ -709,19 +709,21 @@ fn opsets_outside_the_known_range_and_old_op_versions_are_rejected() {
 }
 
 #[test]
-fn non_float_tensors_are_rejected_where_computed() {
+fn tensors_of_the_wrong_element_type_are_errors_naming_the_node() {
+    // int64 is a run-time type, but relu computes on float32 only
     let text = error_text(
         Model::new(13)
             .input_dims("ids", 7, &fixed(&[3]))
             .node("Relu", "r", &["ids"], &["y"], vec![])
             .output("y")
             .import(),
-        "onnx-unsupported-dtype",
+        "type-mismatch",
     );
     assert!(
-        text.contains("input 'ids' has element type int64"),
+        text.contains("Relu node 'r'") && text.contains("operand 0 of 'relu' must be f32, got i64"),
         "{text}"
     );
+    // a float32 times an int64 constant: ONNX requires one type, and nothing is converted
     let text = error_text(
         Model::new(13)
             .input("x", &[3])
@@ -729,10 +731,23 @@ fn non_float_tensors_are_rejected_where_computed() {
             .node("Mul", "scale", &["x", "k"], &["y"], vec![])
             .output("y")
             .import(),
+        "type-mismatch",
+    );
+    assert!(
+        text.contains("Mul node 'scale'") && text.contains("got f32 and i64"),
+        "{text}"
+    );
+    // an int8 input is no run-time type
+    let text = error_text(
+        Model::new(13)
+            .input_dims("small", 3, &fixed(&[3]))
+            .node("Relu", "r", &["small"], &["y"], vec![])
+            .output("y")
+            .import(),
         "onnx-unsupported-dtype",
     );
     assert!(
-        text.contains("Mul node 'scale'") && text.contains("'k' has element type int64"),
+        text.contains("input 'small' has element type int8"),
         "{text}"
     );
 }

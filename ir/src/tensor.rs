@@ -178,7 +178,7 @@ impl TensorData {
     /// Elements of type `dtype` from their little-endian bytes; `None` when the length is
     /// not a whole number of elements or an `i1` byte is neither 0 nor 1.
     pub fn from_le_bytes(dtype: DType, bytes: &[u8]) -> Option<TensorData> {
-        if bytes.len() % dtype.size_bytes() != 0 {
+        if !bytes.len().is_multiple_of(dtype.size_bytes()) {
             return None;
         }
         Some(match dtype {

@@ -119,9 +119,9 @@ impl Executable {
             // lowering) on pool threads and returns only when all are done; every range
             // lies inside the trips the bounds proof covers (the kernel clamps too).
             let status = match (step.split, self.threads) {
-                // SAFETY: as argued above; the pool runs disjoint ranges of the trips
-                // (a parallel kernel cannot fault, so there is no status to read).
+                // a parallel kernel cannot fault, so there is no status to read
                 (Some(trips), Some((pool, threads))) => {
+                    // SAFETY: as argued above; the pool runs disjoint ranges of the trips.
                     unsafe { pool.run(step.kernel, args, trips, threads) };
                     0
                 }

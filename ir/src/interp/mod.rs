@@ -338,26 +338,50 @@ fn compute(
         Op::Not => typed::not(a(0)),
         Op::Where => typed::select(a(0), a(1), a(2), out),
         Op::Gather { axis } => typed::gather(a(0), a(1), *axis),
-        op => match typed::movement(op, args, out) {
-            Some(result) => result,
-            None => {
-                let floats = args
-                    .iter()
-                    .map(|x| match x.data.as_ref() {
-                        TensorData::F32(v) => Ok(Arg {
-                            dims: x.dims,
-                            data: Cow::Borrowed(v.as_slice()),
-                        }),
-                        other => Err(fail(format!(
-                            "internal: '{}' got an operand of {}",
-                            op.name(),
-                            other.dtype()
-                        ))),
-                    })
-                    .collect::<Result<Vec<Arg>, Diagnostic>>()?;
-                return Ok(TensorData::F32(compute_f32(op, &floats, out, weights)?));
-            }
-        },
+        // the bytes do not move; `eval_op` stores the result in the target layout
+        Op::Flatten { .. } | Op::Reshape { .. } | Op::Reorder { .. } => {
+            Ok(a(0).data.as_ref().clone())
+        }
+        Op::Transpose { perm } => Ok(typed::transpose(a(0), perm)),
+        Op::Slice(sl) => Ok(typed::slice(a(0), sl, out)),
+        Op::Expand { .. } => Ok(typed::expand(a(0), out)),
+        Op::Tile { repeats } => Ok(typed::tile(a(0), repeats)),
+        Op::Concat { axis } => typed::concat(args, *axis),
+        Op::Conv2d(_)
+        | Op::BatchNorm { .. }
+        | Op::Unary(_)
+        | Op::Binary(_)
+        | Op::LayerNorm { .. }
+        | Op::MaxPool2d(_)
+        | Op::AvgPool2d { .. }
+        | Op::GlobalAvgPool
+        | Op::MatMul
+        | Op::Gemm(_)
+        | Op::Softmax { .. }
+        | Op::BnFoldWeight { .. }
+        | Op::BnFoldBias { .. }
+        | Op::BnScale { .. }
+        | Op::BnShift { .. }
+        | Op::ChannelScale
+        | Op::ChannelVector
+        | Op::ConvShiftBias
+        | Op::Fused(_) => {
+            let floats = args
+                .iter()
+                .map(|x| match x.data.as_ref() {
+                    TensorData::F32(v) => Ok(Arg {
+                        dims: x.dims,
+                        data: Cow::Borrowed(v.as_slice()),
+                    }),
+                    other => Err(fail(format!(
+                        "internal: '{}' got an operand of {}",
+                        op.name(),
+                        other.dtype()
+                    ))),
+                })
+                .collect::<Result<Vec<Arg>, Diagnostic>>()?;
+            return Ok(TensorData::F32(compute_f32(op, &floats, out, weights)?));
+        }
     };
     typed.map_err(fail)
 }

@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 
 use super::shape;
-use crate::op::{BinaryOp, Comparison, LogicOp, Op, SliceAttrs, UnaryOp};
+use crate::op::{BinaryOp, Comparison, LogicOp, SliceAttrs, UnaryOp};
 use crate::tensor::TensorData;
 use crate::types::DType;
 use crate::with_elements;
@@ -43,38 +43,35 @@ fn elements<T: Element>(data: &TensorData) -> Result<&[T], String> {
     T::slice(data).ok_or_else(|| format!("internal: an operand holds {}", data.dtype()))
 }
 
-/// A data-movement op on any element type; `None` for other ops.
-pub(super) fn movement(
-    op: &Op,
-    args: &[Operand],
-    out: &[usize],
-) -> Option<Result<TensorData, String>> {
-    let x = args.first()?;
-    let moved = |f: &dyn Fn(&[usize]) -> Vec<usize>| {
-        // Data movement is a reindexing: compute where each result element comes from
-        // once, then pick, whatever the element type.
-        Ok(x.data.pick(&f(x.dims)))
-    };
-    let positions = |len: usize| (0..len).collect::<Vec<usize>>();
-    let len = x.data.len();
-    Some(match op {
-        Op::Flatten { .. } | Op::Reshape { .. } | Op::Reorder { .. } => Ok(x.data.as_ref().clone()),
-        Op::Transpose { perm } => moved(&|dims| shape::transpose(&positions(len), dims, perm)),
-        Op::Slice(s) => moved(&|dims| slice(&positions(len), dims, s, out)),
-        Op::Expand { .. } => {
-            moved(&|dims| shape::broadcast_to(&positions(len), dims, out).into_owned())
-        }
-        Op::Tile { repeats } => moved(&|dims| shape::tile(&positions(len), dims, repeats)),
-        Op::Concat { axis } => concat(args, *axis),
-        _ => return None,
-    })
+/// The result of reading `x` at the source positions `f` gives for its dims: data
+/// movement is a reindexing, computed once whatever the element type.
+fn moved(x: &Operand, f: impl FnOnce(&[usize], &[usize]) -> Vec<usize>) -> TensorData {
+    let positions: Vec<usize> = (0..x.data.len()).collect();
+    x.data.pick(&f(&positions, x.dims))
 }
 
-fn slice(positions: &[usize], dims: &[usize], s: &SliceAttrs, out: &[usize]) -> Vec<usize> {
-    shape::slice(positions, dims, s, out)
+/// `transpose` of any element type.
+pub(super) fn transpose(x: &Operand, perm: &[usize]) -> TensorData {
+    moved(x, |p, dims| shape::transpose(p, dims, perm))
 }
 
-fn concat(args: &[Operand], axis: usize) -> Result<TensorData, String> {
+/// `slice` of any element type.
+pub(super) fn slice(x: &Operand, s: &SliceAttrs, out: &[usize]) -> TensorData {
+    moved(x, |p, dims| shape::slice(p, dims, s, out))
+}
+
+/// `expand` of any element type.
+pub(super) fn expand(x: &Operand, out: &[usize]) -> TensorData {
+    moved(x, |p, dims| shape::broadcast_to(p, dims, out).into_owned())
+}
+
+/// `tile` of any element type.
+pub(super) fn tile(x: &Operand, repeats: &[usize]) -> TensorData {
+    moved(x, |p, dims| shape::tile(p, dims, repeats))
+}
+
+/// `concat` of operands of one element type.
+pub(super) fn concat(args: &[Operand], axis: usize) -> Result<TensorData, String> {
     fn typed<T: Element>(args: &[Operand], axis: usize) -> Result<Vec<T>, String> {
         let parts = args
             .iter()
