@@ -45,6 +45,9 @@ const NARROW_WIDE_FLOAT: &str = "float16, bfloat16, float64, float8, float4 and 
      tensors: smelt computes in float32 and folds float32, int8-int64, uint8, uint16 and bool";
 const NARROW_INT: &str = "int8, int16, uint8 and uint16 tensors: smelt folds them at import; \
      its run-time tensors are float32, int64, int32 and bool";
+const POW: &str = "Pow with a run-time exponent: smelt computes constant exponents 1, 2, 3 \
+     and -1 (a general x^y needs a logarithm the JIT does not have yet)";
+const REDUCE_TYPES: &str = "reductions of bool tensors: smelt reduces float32";
 const WIDE_UNSIGNED: &str =
     "uint32 and uint64 tensors: smelt's integers are int64 and int32, and it does not decode these";
 const STRING: &str = "string tensors: smelt has none";
@@ -74,6 +77,22 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ("test_add_uint32", WIDE_UNSIGNED),
     ("test_add_uint64", WIDE_UNSIGNED),
     ("test_add_uint8", NARROW_INT),
+    ("test_attention_3d_causal_bf16_expanded", NARROW_WIDE_FLOAT),
+    (
+        "test_attention_4d_attn_mask_causal_bf16_expanded",
+        NARROW_WIDE_FLOAT,
+    ),
+    ("test_attention_4d_causal_bf16_expanded", NARROW_WIDE_FLOAT),
+    ("test_attention_4d_causal_fp16_expanded", NARROW_WIDE_FLOAT),
+    ("test_attention_4d_fp16_expanded", NARROW_WIDE_FLOAT),
+    (
+        "test_attention_4d_gqa_causal_nonpad_decode_fp16_expanded",
+        NARROW_WIDE_FLOAT,
+    ),
+    (
+        "test_attention_4d_gqa_with_past_and_present_fp16_expanded",
+        NARROW_WIDE_FLOAT,
+    ),
     ("test_averagepool_3d_default", SPATIAL_3D),
     (
         "test_averagepool_3d_dilations_large_count_include_pad_is_0_ceil_mode_is_False",
@@ -503,9 +522,24 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ("test_mul_uint32", WIDE_UNSIGNED),
     ("test_mul_uint64", WIDE_UNSIGNED),
     ("test_mul_uint8", NARROW_INT),
+    ("test_pow", POW),
+    ("test_pow_bcast_array", POW),
+    ("test_pow_bcast_scalar", POW),
+    ("test_pow_example", POW),
+    ("test_pow_types_float32_int32", POW),
+    ("test_pow_types_float32_int64", POW),
+    ("test_pow_types_float32_uint32", WIDE_UNSIGNED),
+    ("test_pow_types_float32_uint64", WIDE_UNSIGNED),
+    ("test_pow_types_int32_float32", POW),
+    ("test_pow_types_int32_int32", POW),
+    ("test_pow_types_int64_float32", POW),
+    ("test_pow_types_int64_int64", POW),
     ("test_range_bfloat16_type_positive_delta", NARROW_WIDE_FLOAT),
     ("test_range_float16_type_positive_delta", NARROW_WIDE_FLOAT),
     ("test_range_float_type_positive_delta", RUNTIME_LOGIC),
+    ("test_reduce_max_bool_inputs", REDUCE_TYPES),
+    ("test_reduce_max_empty_set_bool", REDUCE_TYPES),
+    ("test_reduce_min_bool_inputs", REDUCE_TYPES),
     ("test_slice_start_out_of_bounds", EMPTY),
     ("test_sub_int16", NARROW_INT),
     ("test_sub_int8", NARROW_INT),
@@ -533,7 +567,7 @@ const FIRST_OUTPUT_ONLY: &[(&str, &str)] = &[
 
 /// Cases of each suite that must pass through the whole compiler at least, so coverage
 /// cannot shrink silently; a count above it is printed, so it can be raised.
-const MIN_PASSED: &[(&str, usize)] = &[("node", 366), ("pytorch-converted", 44)];
+const MIN_PASSED: &[(&str, usize)] = &[("node", 581), ("pytorch-converted", 44)];
 
 /// Whether Cranelift's verifier checks every generated function.
 const VERIFY: bool = true;

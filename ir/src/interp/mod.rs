@@ -365,6 +365,7 @@ fn compute(
         | Op::ChannelScale
         | Op::ChannelVector
         | Op::ConvShiftBias
+        | Op::Reduce(..)
         | Op::Fused(_) => {
             let floats = args
                 .iter()
@@ -430,6 +431,7 @@ fn compute_f32(
         Op::ChannelScale => norm::channel_scale(a(0), &a(1).data),
         Op::ChannelVector => a(0).data.to_vec(),
         Op::ConvShiftBias => conv::conv_shift_bias(a(0), &a(1).data),
+        Op::Reduce(r, attrs) => norm::reduce(*r, attrs, a(0)),
         Op::Fused(f) => fused(f, args, out, weights)?,
         // Ops on any element type are computed by `compute` before this.
         Op::Const(_)

@@ -2,6 +2,7 @@
 //! softmax, and the BN-into-conv folding ops.
 
 use super::Arg;
+use crate::op::{ReduceAttrs, Reduction};
 
 /// `(x - mean) / sqrt(var + eps) * scale + bias` per channel (axis 1).
 /// `params` are `[scale, bias, mean, var]`.
@@ -127,4 +128,31 @@ pub(super) fn channel_scale(w: &Arg, s: &[f32]) -> Vec<f32> {
         out.extend(chunk.iter().map(|&v| (v as f64 * f as f64) as f32));
     }
     out
+}
+
+/// `r` of `x` over `attrs.axes`, each result element from its reduced elements in f64.
+pub(super) fn reduce(r: Reduction, attrs: &ReduceAttrs, x: &Arg) -> Vec<f32> {
+    // The result position of each input element: its index with the reduced axes
+    // dropped, in row-major order over the kept axes.
+    let kept: Vec<usize> = (0..x.dims.len())
+        .filter(|k| !attrs.axes.contains(k))
+        .collect();
+    let out_len: usize = kept.iter().map(|&k| x.dims[k]).product();
+    let mut groups: Vec<Vec<f64>> = vec![Vec::new(); out_len];
+    let mut idx = vec![0usize; x.dims.len()];
+    for &v in x.data.iter() {
+        let o = kept.iter().fold(0, |acc, &k| acc * x.dims[k] + idx[k]);
+        groups[o].push(v as f64);
+        for k in (0..idx.len()).rev() {
+            idx[k] += 1;
+            if idx[k] < x.dims[k] {
+                break;
+            }
+            idx[k] = 0;
+        }
+    }
+    groups
+        .into_iter()
+        .map(|g| r.eval(g.into_iter()) as f32)
+        .collect()
 }

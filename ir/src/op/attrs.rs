@@ -94,6 +94,42 @@ impl Default for GemmAttrs {
 
 /// Attributes of `slice`, one entry per axis of the input (all axes are listed; an
 /// untouched axis is `start 0, end dim, step 1`). The values are normalized as ONNX
+/// The axes a reduction folds and whether they stay as dims of size 1.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct ReduceAttrs {
+    /// The reduced axes, sorted and distinct (empty: none, the reduction is the identity).
+    pub axes: Vec<usize>,
+    /// Keep each reduced axis as a dim of size 1 (ONNX's `keepdims = 1`).
+    pub keep_dims: bool,
+}
+
+impl ReduceAttrs {
+    /// The result dims for an input of `dims`, or what is wrong with the axes.
+    pub fn result_dims(&self, dims: &[usize]) -> Result<Vec<usize>, String> {
+        if self.axes.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(format!(
+                "reduction axes {:?} must be sorted and distinct",
+                self.axes
+            ));
+        }
+        if let Some(&a) = self.axes.iter().find(|&&a| a >= dims.len()) {
+            return Err(format!(
+                "reduction axis {a} is out of range for rank {}",
+                dims.len()
+            ));
+        }
+        Ok(dims
+            .iter()
+            .enumerate()
+            .filter_map(|(k, &d)| match (self.axes.contains(&k), self.keep_dims) {
+                (false, _) => Some(d),
+                (true, true) => Some(1),
+                (true, false) => None,
+            })
+            .collect())
+    }
+}
+
 /// Slice clamps them: for a positive step `0 <= start <= end <= dim` reads `start,
 /// start + step, ...` below `end`; for a negative step `-1 <= end <= start < dim` reads
 /// `start, start + step, ...` above `end` (so `end = -1` runs down to index 0). An empty

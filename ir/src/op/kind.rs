@@ -19,7 +19,7 @@
 
 use super::{
     Arity, BinaryOp, Comparison, Conv2dAttrs, FusedOp, GemmAttrs, LogicOp, Op, Pool2dAttrs,
-    SliceAttrs, UnaryOp,
+    ReduceAttrs, Reduction, SliceAttrs, UnaryOp,
 };
 use crate::types::{DType, Layout, F32};
 
@@ -83,6 +83,8 @@ pub enum Attrs {
     Axis(usize),
     /// `cast` target element type.
     DType(DType),
+    /// The reductions' axes.
+    Reduce(ReduceAttrs),
     /// `reshape` and `expand` target shape, `transpose` permutation or `tile` repeats.
     Dims(Vec<usize>),
     /// `gemm`.
@@ -240,6 +242,14 @@ op_table! {
     Not "not" Some(Exact(1)), Plain: (Op::Not) <=> (Attrs::None);
     Where "where" Some(Exact(3)), Plain: (Op::Where) <=> (Attrs::None);
     Gather "gather" Some(Exact(2)), Plain: (Op::Gather { axis }) <=> (Attrs::Axis(axis));
+    ReduceSum "reduce_sum" Some(Exact(1)), Plain:
+        (Op::Reduce(Reduction::Sum, r)) <=> (Attrs::Reduce(r));
+    ReduceMean "reduce_mean" Some(Exact(1)), Plain:
+        (Op::Reduce(Reduction::Mean, r)) <=> (Attrs::Reduce(r));
+    ReduceMax "reduce_max" Some(Exact(1)), Plain:
+        (Op::Reduce(Reduction::Max, r)) <=> (Attrs::Reduce(r));
+    ReduceMin "reduce_min" Some(Exact(1)), Plain:
+        (Op::Reduce(Reduction::Min, r)) <=> (Attrs::Reduce(r));
     Fused "fused" None, Plain: (Op::Fused(f)) <=> (Attrs::Fused(f));
 }
 

@@ -1,5 +1,5 @@
-//! The comparison and logic operators (`equal`, `less`, ..., `and`, `or`, `xor`): their
-//! exact semantics on every element type.
+//! The comparison and logic operators (`equal`, `less`, ..., `and`, `or`, `xor`), with
+//! their exact semantics on every element type, and the reductions (`reduce_sum`, ...).
 
 /// An elementwise comparison; the result is `i1`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -32,6 +32,51 @@ impl Comparison {
     /// Text mnemonic (from the op table).
     pub fn name(self) -> &'static str {
         super::Op::Compare(self).name()
+    }
+}
+
+/// What a reduction computes over its axes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Reduction {
+    /// The sum.
+    Sum,
+    /// The mean (the sum divided by the number of reduced elements).
+    Mean,
+    /// The largest element (NaN if any is NaN, as numpy's `max`).
+    Max,
+    /// The smallest element (NaN if any is NaN).
+    Min,
+}
+
+impl Reduction {
+    /// Text mnemonic (from the op table).
+    pub fn name(self) -> &'static str {
+        super::Op::Reduce(self, super::ReduceAttrs::default()).name()
+    }
+
+    /// The reduction of `values` (NaN propagates through max and min; an empty
+    /// reduction is 0 for sum, NaN for mean, -inf for max and +inf for min).
+    pub fn eval(self, values: impl Iterator<Item = f64>) -> f64 {
+        let mut n = 0usize;
+        let mut acc = match self {
+            Reduction::Sum | Reduction::Mean => 0.0,
+            Reduction::Max => f64::NEG_INFINITY,
+            Reduction::Min => f64::INFINITY,
+        };
+        for v in values {
+            n += 1;
+            acc = match self {
+                Reduction::Sum | Reduction::Mean => acc + v,
+                Reduction::Max if v.is_nan() || acc.is_nan() => f64::NAN,
+                Reduction::Min if v.is_nan() || acc.is_nan() => f64::NAN,
+                Reduction::Max => acc.max(v),
+                Reduction::Min => acc.min(v),
+            };
+        }
+        match self {
+            Reduction::Mean => acc / n as f64,
+            _ => acc,
+        }
     }
 }
 

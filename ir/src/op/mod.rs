@@ -18,11 +18,11 @@ mod kind;
 mod logic;
 mod type_rules;
 
-pub use attrs::{Conv2dAttrs, GemmAttrs, Pool2dAttrs, SliceAttrs};
+pub use attrs::{Conv2dAttrs, GemmAttrs, Pool2dAttrs, ReduceAttrs, SliceAttrs};
 pub use elementwise::{erf, BinaryOp, UnaryOp};
 pub use fused::{FusedOp, PostOp};
 pub use kind::{Attrs, OpKind, Role};
-pub use logic::{Comparison, LogicOp};
+pub use logic::{Comparison, LogicOp, Reduction};
 pub use type_rules::broadcast;
 
 use crate::types::{DType, Layout, TensorType, F32};
@@ -200,6 +200,9 @@ pub enum Op {
         /// The axis of `data` the indices select along.
         axis: usize,
     },
+    /// A reduction of `f32` data over `attrs.axes` (sum, mean, max or min; sums and means
+    /// accumulate in f64 in the interpreter).
+    Reduce(Reduction, ReduceAttrs),
     /// An anchor op with a fused elementwise epilogue.
     Fused(FusedOp),
 }
@@ -247,6 +250,7 @@ impl Op {
             Op::Slice(_) | Op::Expand { .. } | Op::Tile { .. } => 0,
             Op::Gather { .. } | Op::Cast { .. } | Op::Where => 0,
             Op::Compare(_) | Op::Logic(_) | Op::Not => out,
+            Op::Reduce(..) => operands.first().map_or(0, |t| t.num_elements() as u64),
             Op::Conv2d(_) => {
                 // each output element takes C/groups * KH * KW multiply-adds = |w| / O
                 let w = operands

@@ -302,6 +302,7 @@ impl Op {
                 TensorType::f32([o])
             }
             Op::Cast { .. } | Op::Not => plain(operands[0].clone()),
+            Op::Reduce(_, r) => TensorType::f32(r.result_dims(&operands[0].dims)?),
             Op::Compare(_) | Op::Logic(_) => {
                 TensorType::f32(broadcast(&operands[0].dims, &operands[1].dims)?)
             }
@@ -436,6 +437,7 @@ impl Op {
             | Op::ChannelScale
             | Op::ChannelVector
             | Op::ConvShiftBias
+            | Op::Reduce(..)
             | Op::Fused(_) => all_f32(),
         }
     }

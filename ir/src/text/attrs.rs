@@ -3,7 +3,10 @@
 
 use std::fmt;
 
-use crate::op::{Attrs, Conv2dAttrs, GemmAttrs, Op, OpKind, Pool2dAttrs, SliceAttrs, UnaryOp};
+use crate::op::{
+    Attrs, Conv2dAttrs, GemmAttrs, Op, OpKind, Pool2dAttrs, ReduceAttrs, Reduction, SliceAttrs,
+    UnaryOp,
+};
 use crate::types::{DType, Layout, F32};
 
 /// Default `epsilon` of batch_norm, layer_norm, bn_fold_weight and bn_fold_bias (ONNX's).
@@ -504,6 +507,21 @@ pub(crate) fn build_op(name: &str, d: &mut AttrDict) -> Result<Option<Op>, AttrE
         "gather" => Some(Op::Gather {
             axis: d.usize("axis")?.unwrap_or(0),
         }),
+        "reduce_sum" | "reduce_mean" | "reduce_max" | "reduce_min" => {
+            let r = match name {
+                "reduce_sum" => Reduction::Sum,
+                "reduce_mean" => Reduction::Mean,
+                "reduce_max" => Reduction::Max,
+                _ => Reduction::Min,
+            };
+            Some(Op::Reduce(
+                r,
+                ReduceAttrs {
+                    axes: d.need("axes", AttrDict::usizes)?,
+                    keep_dims: d.bool("keep_dims")?.unwrap_or(false),
+                },
+            ))
+        }
         "softmax" => Some(Op::Softmax {
             axis: d.need("axis", AttrDict::usize)?,
         }),
@@ -698,6 +716,10 @@ pub(crate) fn op_attrs(op: &Op, rank: usize) -> Vec<(&'static str, AttrValue)> {
         Attrs::Axis(axis) if kind == OpKind::Gather => out.unless("axis", axis, 0, AttrValue::Int),
         Attrs::Axis(axis) => out.always("axis", AttrValue::Int(axis)),
         Attrs::DType(to) => out.always("to", AttrValue::DType(to)),
+        Attrs::Reduce(r) => {
+            out.always("axes", AttrValue::Ints(r.axes));
+            out.unless("keep_dims", r.keep_dims, false, AttrValue::Bool);
+        }
         // the same payload, named for what it is: reshape's shape, transpose's permutation
         Attrs::Dims(dims) if kind == OpKind::Transpose => out.always("perm", AttrValue::Ints(dims)),
         Attrs::Dims(dims) if kind == OpKind::Tile => out.always("repeats", AttrValue::Ints(dims)),
@@ -893,6 +915,22 @@ mod tests {
             Op::Not,
             Op::Where,
             Op::Gather { axis: 2 },
+            Op::Reduce(
+                Reduction::Sum,
+                ReduceAttrs {
+                    axes: vec![1, 2],
+                    keep_dims: true,
+                },
+            ),
+            Op::Reduce(
+                Reduction::Mean,
+                ReduceAttrs {
+                    axes: vec![0],
+                    keep_dims: false,
+                },
+            ),
+            Op::Reduce(Reduction::Max, ReduceAttrs::default()),
+            Op::Reduce(Reduction::Min, ReduceAttrs::default()),
         ];
         for op in &all {
             match op {
@@ -929,6 +967,7 @@ mod tests {
                 | Op::Not
                 | Op::Where
                 | Op::Gather { .. }
+                | Op::Reduce(..)
                 | Op::Fused(_) => {}
             }
         }

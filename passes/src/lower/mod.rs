@@ -17,6 +17,7 @@ mod gemm;
 mod memory;
 mod norm;
 pub(crate) mod pool;
+mod reduce;
 mod typed;
 mod winograd;
 
@@ -591,6 +592,9 @@ impl<'a> Cx<'a> {
                     epsilon: epsilon.0,
                 };
                 norm::lower_norm(self, norm, operands, out_ty, epi, out)
+            }
+            Op::Reduce(r, attrs) => {
+                reduce::lower_reduce(self, *r, attrs, operands, out_ty, epi, out)
             }
             Op::Softmax { axis } => {
                 let norm = norm::NormOp::Softmax { axis: *axis };

@@ -26,6 +26,71 @@ pub fn binary(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     Ok(vec![Entry::Value(cx.emit(Op::Binary(op), &[a, b])?)])
 }
 
+/// Pow with a constant exponent whose elements are all 1, 2, 3 or -1: exactly `x`,
+/// `x * x`, `x * x * x` and `1 / x` (each as correctly rounded as `powf` is for these
+/// exponents), which is what exporters write (`Pow(x, 2)` in a variance). Other
+/// exponents need a logarithm the JIT does not have yet, and are a clear error.
+pub fn pow(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&[])?;
+    let exponent = cx.const_input(1)?.ok_or_else(|| {
+        cx.err(
+            "onnx-unsupported-op",
+            format!(
+                "input 1 ('{}') is computed at run time; smelt computes Pow for constant \
+                 exponents 1, 2, 3 and -1",
+                cx.input_name(1).unwrap_or("")
+            ),
+        )
+    })?;
+    let values: Vec<f64> = match (exponent.f32s(), exponent.i64s()) {
+        (Some(v), _) => v.iter().map(|&e| f64::from(e)).collect(),
+        (None, Some(v)) => v.iter().map(|&e| e as f64).collect(),
+        (None, None) => {
+            return Err(cx.err(
+                "onnx-unsupported-dtype",
+                format!("the exponent has element type {}", exponent.type_name()),
+            ))
+        }
+    };
+    let e = match values.first() {
+        Some(&e) if values.iter().all(|&v| v == e) && [1.0, 2.0, 3.0, -1.0].contains(&e) => e,
+        _ => {
+            return Err(cx.err(
+                "onnx-unsupported-op",
+                format!(
+                    "exponent {values:?}: smelt computes Pow for constant exponents 1, 2, 3 \
+                     and -1 (a general x^y needs a logarithm the JIT does not have yet)"
+                ),
+            ))
+        }
+    };
+    let x = cx.value(0)?;
+    let base_dims = cx.type_of(x).dims.clone();
+    if smelt_ir::op::broadcast(&base_dims, &exponent.dims)
+        .ok()
+        .as_deref()
+        != Some(&base_dims[..])
+    {
+        return Err(cx.err(
+            "onnx-unsupported-op",
+            format!(
+                "the exponent's shape {:?} broadcasts the base's {base_dims:?} to a larger shape",
+                exponent.dims
+            ),
+        ));
+    }
+    let y = match e as i64 {
+        1 => x,
+        2 => cx.emit(Op::Binary(BinaryOp::Mul), &[x, x])?,
+        3 => {
+            let sq = cx.emit(Op::Binary(BinaryOp::Mul), &[x, x])?;
+            cx.emit(Op::Binary(BinaryOp::Mul), &[sq, x])?
+        }
+        _ => cx.emit(Op::Unary(UnaryOp::Reciprocal), &[x])?,
+    };
+    Ok(vec![Entry::Value(y)])
+}
+
 /// Folds a binary op on constants: integer arithmetic for shape computations
 /// (integer division truncates, as ONNX Runtime does), f32 arithmetic otherwise.
 fn fold_binary(op: BinaryOp, a: &ConstTensor, b: &ConstTensor) -> Result<ConstTensor, String> {

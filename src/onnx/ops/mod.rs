@@ -8,6 +8,7 @@ mod logic;
 mod movement;
 mod norm;
 mod pool;
+mod reduce;
 mod shape;
 
 use smelt_ir::Diagnostic;
@@ -82,8 +83,13 @@ pub static RULES: &[OpRule] = rules! {
     "Neg"                 [1, 6, 13],                     from 6  => elementwise::unary;
     "Not"                 [1],                            from 1  => logic::logical;
     "Or"                  [1, 7],                         from 7  => logic::logical;
+    "Pow"                 [1, 7, 12, 13, 15],             from 7  => elementwise::pow;
     "Range"               [11, 27],                       from 11 => logic::range;
     "Reciprocal"          [1, 6, 13],                     from 6  => elementwise::unary;
+    "ReduceMax"           [1, 11, 12, 13, 18, 20],        from 1  => reduce::reduce;
+    "ReduceMean"          [1, 11, 13, 18],                from 1  => reduce::reduce;
+    "ReduceMin"           [1, 11, 12, 13, 18, 20],        from 1  => reduce::reduce;
+    "ReduceSum"           [1, 11, 13],                    from 1  => reduce::reduce;
     "Relu"                [1, 6, 13, 14],                 from 6  => elementwise::unary;
     "Reshape"             [1, 5, 13, 14, 19, 21, 23, 24, 25], from 1 => shape::reshape;
     "Shape"               [1, 13, 15, 19, 21, 23, 24, 25], from 1 => shape::shape;
