@@ -14,6 +14,10 @@ want_NAME.npy per output (onnxruntime's, graph optimizations off):
   layer-normalized, and one attention layer of 2 heads whose additive mask is computed
   from the int64 mask as the exporter writes it: Unsqueeze -> Cast(float) -> Sub(1, m) ->
   Mul by the float32 minimum. The mask's last two positions are padding.
+- layer_norm_decomposed: layer normalization as exporters of opset < 17 write it
+  (ReduceMean -> Sub -> Pow(2) -> ReduceMean -> Add(eps) -> Sqrt -> Div -> Mul -> Add),
+  over the last axis of a [2, 8, 48] activation, then a MatMul and GELU written out
+  with Erf, as in a transformer's feed-forward block (opset 13: axes as attributes).
 - int64_ops: int64 arithmetic on values above 2^24 (exact only in integers), a
   comparison, Where, Not and Casts to int32 and float, with int64, int32, bool and float
   outputs whose element types the test checks too.
@@ -34,7 +38,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-STAMP = "onnx 1.23.2 onnxruntime 1.32.0 typed 1"
+STAMP = "onnx 1.23.2 onnxruntime 1.32.0 typed 2"
 
 VOCAB, HIDDEN, HEADS, MAX_POS = 30, 16, 2, 16
 BATCH, SEQ = 1, 8
@@ -161,7 +165,52 @@ def int64_ops(rng):
     return graph, {"ids": ids}
 
 
-MODELS = {"bert_embedding": bert_embedding, "int64_ops": int64_ops}
+def layer_norm_decomposed(rng):
+    hidden = 48
+    inits = [
+        nh.from_array(rng.uniform(0.5, 1.5, hidden).astype(np.float32), "gamma"),
+        nh.from_array(rng.uniform(-0.1, 0.1, hidden).astype(np.float32), "beta"),
+        init(rng, "w1", [hidden, 2 * hidden]),
+    ]
+    nodes = [
+        h.make_node("ReduceMean", ["x"], ["mean"], axes=[-1], keepdims=1),
+        h.make_node("Sub", ["x", "mean"], ["centered"]),
+        const("two", 2.0, np.float32),
+        h.make_node("Pow", ["centered", "two"], ["squared"]),
+        h.make_node("ReduceMean", ["squared"], ["var"], axes=[-1], keepdims=1),
+        const("eps", 1e-5, np.float32),
+        h.make_node("Add", ["var", "eps"], ["var_eps"]),
+        h.make_node("Sqrt", ["var_eps"], ["std"]),
+        h.make_node("Div", ["centered", "std"], ["normed"]),
+        h.make_node("Mul", ["normed", "gamma"], ["scaled"]),
+        h.make_node("Add", ["scaled", "beta"], ["ln"]),
+        h.make_node("MatMul", ["ln", "w1"], ["ff"]),
+        # GELU as torch.onnx.export writes it: x * 0.5 * (1 + erf(x / sqrt 2))
+        const("sqrt2", np.sqrt(2.0), np.float32),
+        h.make_node("Div", ["ff", "sqrt2"], ["ff_s"]),
+        h.make_node("Erf", ["ff_s"], ["ff_erf"]),
+        const("onef", 1.0, np.float32),
+        h.make_node("Add", ["ff_erf", "onef"], ["ff_1"]),
+        h.make_node("Mul", ["ff", "ff_1"], ["ff_m"]),
+        const("half", 0.5, np.float32),
+        h.make_node("Mul", ["ff_m", "half"], ["y"]),
+    ]
+    graph = h.make_graph(
+        nodes,
+        "layer_norm_decomposed",
+        [h.make_tensor_value_info("x", T.FLOAT, [2, 8, hidden])],
+        [h.make_tensor_value_info("y", T.FLOAT, [2, 8, 2 * hidden])],
+        inits,
+    )
+    x = rng.normal(0, 2, [2, 8, hidden]).astype(np.float32)
+    return graph, {"x": x}
+
+
+MODELS = {
+    "bert_embedding": bert_embedding,
+    "layer_norm_decomposed": layer_norm_decomposed,
+    "int64_ops": int64_ops,
+}
 
 
 def main(out: str) -> None:
@@ -173,7 +222,8 @@ def main(out: str) -> None:
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     for name, build in MODELS.items():
         graph, inputs = build(rng)
-        m = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+        opset = 13 if name == "layer_norm_decomposed" else 17
+        m = h.make_model(graph, opset_imports=[h.make_opsetid("", opset)])
         m.ir_version = 8
         onnx.checker.check_model(m, full_check=True)
         d = os.path.join(tmp, name)

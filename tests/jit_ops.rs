@@ -589,3 +589,66 @@ fn expand_and_tile_over_shapes() {
         check(&format!("tile {from:?} by {repeats:?}"), &m);
     }
 }
+
+#[test]
+fn reductions_over_every_axis_set() {
+    use smelt_ir::op::{ReduceAttrs, Reduction};
+    let shapes: [&[usize]; 3] = [&[2, 3, 37], &[4, 16], &[3, 5, 2, 7]];
+    for dims in shapes {
+        let rank = dims.len();
+        // every non-empty axis subset: trailing runs take the vector path, others not
+        for mask in 1u32..(1 << rank) {
+            let axes: Vec<usize> = (0..rank).filter(|k| mask & (1 << k) != 0).collect();
+            for r in [
+                Reduction::Sum,
+                Reduction::Mean,
+                Reduction::Max,
+                Reduction::Min,
+            ] {
+                for keep_dims in [false, true] {
+                    let attrs = ReduceAttrs {
+                        axes: axes.clone(),
+                        keep_dims,
+                    };
+                    let m = one_op(Op::Reduce(r, attrs), &[t(dims)], &[]);
+                    check(
+                        &format!("{r:?} {dims:?} axes {axes:?} keep {keep_dims}"),
+                        &m,
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn reductions_propagate_nan_like_the_interpreter() {
+    use smelt_ir::op::{ReduceAttrs, Reduction};
+    for r in [Reduction::Sum, Reduction::Max, Reduction::Min] {
+        let m = one_op(
+            Op::Reduce(
+                r,
+                ReduceAttrs {
+                    axes: vec![1],
+                    keep_dims: false,
+                },
+            ),
+            &[t(&[2, 12])],
+            &[],
+        );
+        let mut x: Vec<f32> = (0..24).map(|v| v as f32 - 11.0).collect();
+        x[5] = f32::NAN;
+        x[12 + 11] = f32::NAN; // one NaN in a vector lane of each row
+        let got = check_against_interp(
+            &format!("{r:?} with NaN"),
+            &m,
+            &[smelt_ir::Tensor::new([2, 12], x).unwrap()],
+            0.0,
+        );
+        assert!(
+            got[0].f32s().iter().all(|v| v.is_nan()),
+            "{r:?}: {:?}",
+            got[0].f32s()
+        );
+    }
+}

@@ -1,8 +1,10 @@
 //! Exporter-style models with int64 and bool tensors through `smelt run` (the fused JIT)
 //! against onnxruntime: a BERT-style embedding lookup by int64 ids with the additive
 //! attention mask computed from an int64 mask, and int64 arithmetic above 2^24 with
-//! outputs of every element type (checked for type and exact value). Wrong input types
-//! and an id outside the table are clear errors.
+//! outputs of every element type (checked for type and exact value), and a layer norm
+//! written out as exporters of opset < 17 do (ReduceMean, Pow, Sqrt, ...) feeding a
+//! MatMul and an Erf-written GELU. Wrong input types and an id outside the table are
+//! clear errors.
 //!
 //! Data: `scripts/make_typed_models.py` writes it to `target/onnx-tests/typed`; this test
 //! runs it through `$SMELT_PYTHON` (set by `scripts/test.sh`) when it is missing.
@@ -25,7 +27,7 @@ fn data_dir() -> PathBuf {
         common::generated_data(
             "typed",
             "make_typed_models.py",
-            "onnx 1.23.2 onnxruntime 1.32.0 typed 1",
+            "onnx 1.23.2 onnxruntime 1.32.0 typed 2",
         )
     })
     .clone()
@@ -88,6 +90,21 @@ fn a_bert_embedding_with_an_int64_mask_matches_onnxruntime() {
         "{}",
         common::stdout(&v)
     );
+}
+
+#[test]
+fn a_layer_norm_written_out_with_reductions_matches_onnxruntime() {
+    let dir = data_dir().join("layer_norm_decomposed");
+    let (o, out) = smelt_run("layer_norm_decomposed", &[("x", &dir.join("x.npy"))], &[]);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let got = npy(&out.path().join("y.npy"));
+    let want = npy(&dir.join("want_y.npy"));
+    let e = ErrorStats::between_tensors(&got, &want).unwrap();
+    println!(
+        "layer_norm_decomposed: max abs {:.3e}, relative {:.3e} over {} values",
+        e.max_abs, e.relative, e.count
+    );
+    assert!(e.relative <= MAX_RELATIVE, "relative {:.3e}", e.relative);
 }
 
 #[test]
