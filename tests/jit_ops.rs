@@ -652,3 +652,35 @@ fn reductions_propagate_nan_like_the_interpreter() {
         );
     }
 }
+
+#[test]
+fn resize_nearest_and_linear_in_every_coordinate_mode() {
+    use smelt_ir::op::{CoordinateMode, NearestMode, ResizeAttrs, ResizeMode};
+    let cases: [(&[usize], &[usize], &[f32]); 4] = [
+        (&[1, 2, 4, 5], &[1, 2, 8, 10], &[1.0, 1.0, 2.0, 2.0]),
+        (&[1, 3, 9, 7], &[1, 3, 4, 3], &[1.0, 1.0, 0.5, 0.5]),
+        (&[2, 6, 5], &[2, 15, 5], &[1.0, 2.5, 1.0]),
+        (&[3, 4], &[7, 9], &[7.0 / 3.0, 9.0 / 4.0]),
+    ];
+    let modes = [
+        ResizeMode::Linear,
+        ResizeMode::Nearest(NearestMode::RoundPreferFloor),
+        ResizeMode::Nearest(NearestMode::RoundPreferCeil),
+        ResizeMode::Nearest(NearestMode::Floor),
+        ResizeMode::Nearest(NearestMode::Ceil),
+    ];
+    for (input, sizes, scales) in cases {
+        for &(coordinate, _) in &CoordinateMode::NAMES {
+            for mode in modes {
+                let attrs = ResizeAttrs {
+                    sizes: sizes.to_vec(),
+                    scales: scales.iter().map(|&s| F32(s)).collect(),
+                    mode,
+                    coordinate,
+                };
+                let m = one_op(Op::Resize(attrs), &[t(input)], &[]);
+                check(&format!("{mode:?} {coordinate:?} {input:?} -> {sizes:?}"), &m);
+            }
+        }
+    }
+}

@@ -338,6 +338,7 @@ fn compute(
         Op::Not => typed::not(a(0)),
         Op::Where => typed::select(a(0), a(1), a(2), out),
         Op::Gather { axis } => typed::gather(a(0), a(1), *axis),
+        Op::Resize(r) => typed::resize(a(0), r),
         // the bytes do not move; `eval_op` stores the result in the target layout
         Op::Flatten { .. } | Op::Reshape { .. } | Op::Reorder { .. } => {
             Ok(a(0).data.as_ref().clone())
@@ -448,7 +449,8 @@ fn compute_f32(
         | Op::Logic(_)
         | Op::Not
         | Op::Where
-        | Op::Gather { .. } => {
+        | Op::Gather { .. }
+        | Op::Resize(_) => {
             return Err(Diagnostic::error(
                 "internal-error",
                 format!("'{}' reached the f32 kernels", op.name()),

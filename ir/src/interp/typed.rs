@@ -5,7 +5,9 @@
 use std::borrow::Cow;
 
 use super::shape;
-use crate::op::{BinaryOp, Comparison, LogicOp, SliceAttrs, UnaryOp};
+use crate::op::{
+    BinaryOp, Comparison, LogicOp, ResizeAttrs, ResizeMode, SliceAttrs, Taps, UnaryOp,
+};
 use crate::tensor::TensorData;
 use crate::types::DType;
 use crate::with_elements;
@@ -313,4 +315,60 @@ pub(super) fn gather(data: &Operand, indices: &Operand, axis: usize) -> Result<T
         }
     }
     Ok(data.data.pick(&positions))
+}
+
+/// `resize`: nearest picks one input element per result element (any element type);
+/// linear weighs the `2^k` corners around it along the `k` resized axes, in f64.
+pub(super) fn resize(x: &Operand, r: &ResizeAttrs) -> Result<TensorData, String> {
+    let rank = x.dims.len();
+    let strides = shape::row_major_strides(x.dims);
+    let taps: Vec<Vec<Taps>> = (0..rank).map(|k| r.taps(k, x.dims[k])).collect();
+    let total: usize = r.sizes.iter().product();
+    let mut idx = vec![0usize; rank];
+    let advance = |idx: &mut Vec<usize>| {
+        for k in (0..rank).rev() {
+            idx[k] += 1;
+            if idx[k] < r.sizes[k] {
+                break;
+            }
+            idx[k] = 0;
+        }
+    };
+    match r.mode {
+        ResizeMode::Nearest(_) => {
+            let mut positions = Vec::with_capacity(total);
+            for _ in 0..total {
+                positions.push((0..rank).map(|k| taps[k][idx[k]].lo * strides[k]).sum());
+                advance(&mut idx);
+            }
+            Ok(x.data.pick(&positions))
+        }
+        ResizeMode::Linear => {
+            let data = elements::<f32>(&x.data)?;
+            let mut out = Vec::with_capacity(total);
+            for _ in 0..total {
+                let mut acc = 0.0f64;
+                for corner in 0..1usize << rank {
+                    let mut weight = 1.0f64;
+                    let mut at = 0;
+                    for k in 0..rank {
+                        let t = taps[k][idx[k]];
+                        let (i, w) = if corner & (1 << k) == 0 {
+                            (t.lo, 1.0 - f64::from(t.w))
+                        } else {
+                            (t.hi, f64::from(t.w))
+                        };
+                        weight *= w;
+                        at += i * strides[k];
+                    }
+                    if weight != 0.0 {
+                        acc += weight * f64::from(data[at]);
+                    }
+                }
+                out.push(acc as f32);
+                advance(&mut idx);
+            }
+            Ok(TensorData::F32(out))
+        }
+    }
 }

@@ -19,7 +19,7 @@
 
 use super::{
     Arity, BinaryOp, Comparison, Conv2dAttrs, FusedOp, GemmAttrs, LogicOp, Op, Pool2dAttrs,
-    ReduceAttrs, Reduction, SliceAttrs, UnaryOp,
+    ReduceAttrs, Reduction, ResizeAttrs, SliceAttrs, UnaryOp,
 };
 use crate::types::{DType, Layout, F32};
 
@@ -85,6 +85,8 @@ pub enum Attrs {
     DType(DType),
     /// The reductions' axes.
     Reduce(ReduceAttrs),
+    /// `resize`.
+    Resize(ResizeAttrs),
     /// `reshape` and `expand` target shape, `transpose` permutation or `tile` repeats.
     Dims(Vec<usize>),
     /// `gemm`.
@@ -250,6 +252,7 @@ op_table! {
         (Op::Reduce(Reduction::Max, r)) <=> (Attrs::Reduce(r));
     ReduceMin "reduce_min" Some(Exact(1)), Plain:
         (Op::Reduce(Reduction::Min, r)) <=> (Attrs::Reduce(r));
+    Resize "resize" Some(Exact(1)), Plain: (Op::Resize(r)) <=> (Attrs::Resize(r));
     Fused "fused" None, Plain: (Op::Fused(f)) <=> (Attrs::Fused(f));
 }
 

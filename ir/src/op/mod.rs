@@ -16,6 +16,7 @@ mod elementwise;
 mod fused;
 mod kind;
 mod logic;
+mod resize;
 mod type_rules;
 
 pub use attrs::{Conv2dAttrs, GemmAttrs, Pool2dAttrs, ReduceAttrs, SliceAttrs};
@@ -23,6 +24,7 @@ pub use elementwise::{erf, BinaryOp, UnaryOp};
 pub use fused::{FusedOp, PostOp};
 pub use kind::{Attrs, OpKind, Role};
 pub use logic::{Comparison, LogicOp, Reduction};
+pub use resize::{CoordinateMode, NearestMode, ResizeAttrs, ResizeMode, Taps};
 pub use type_rules::broadcast;
 
 use crate::types::{DType, Layout, TensorType, F32};
@@ -203,6 +205,9 @@ pub enum Op {
     /// A reduction of `f32` data over `attrs.axes` (sum, mean, max or min; sums and means
     /// accumulate in f64 in the interpreter).
     Reduce(Reduction, ReduceAttrs),
+    /// Resampling to `attrs.sizes` by nearest (any element type) or linear (`f32`)
+    /// interpolation along each resized axis.
+    Resize(ResizeAttrs),
     /// An anchor op with a fused elementwise epilogue.
     Fused(FusedOp),
 }
@@ -251,6 +256,10 @@ impl Op {
             Op::Gather { .. } | Op::Cast { .. } | Op::Where => 0,
             Op::Compare(_) | Op::Logic(_) | Op::Not => out,
             Op::Reduce(..) => operands.first().map_or(0, |t| t.num_elements() as u64),
+            Op::Resize(r) => match r.mode {
+                ResizeMode::Nearest(_) => 0,
+                ResizeMode::Linear => 4 * out,
+            },
             Op::Conv2d(_) => {
                 // each output element takes C/groups * KH * KW multiply-adds = |w| / O
                 let w = operands

@@ -303,6 +303,26 @@ impl Op {
             }
             Op::Cast { .. } | Op::Not => plain(operands[0].clone()),
             Op::Reduce(_, r) => TensorType::f32(r.result_dims(&operands[0].dims)?),
+            Op::Resize(r) => {
+                let x = operands[0];
+                if r.sizes.len() != x.rank() || r.scales.len() != x.rank() {
+                    return Err(format!(
+                        "resize of {x} needs one size and one scale per axis, got {:?} and {} scales",
+                        r.sizes,
+                        r.scales.len()
+                    ));
+                }
+                if r.sizes.contains(&0) || x.dims.contains(&0) {
+                    return Err(format!(
+                        "resize of {x} to {:?}: tensors have no empty dims",
+                        r.sizes
+                    ));
+                }
+                if let Some(s) = r.scales.iter().find(|s| !(s.0.is_finite() && s.0 > 0.0)) {
+                    return Err(format!("resize scale {} must be positive and finite", s.0));
+                }
+                TensorType::f32(r.sizes.clone())
+            }
             Op::Compare(_) | Op::Logic(_) => {
                 TensorType::f32(broadcast(&operands[0].dims, &operands[1].dims)?)
             }
@@ -420,6 +440,10 @@ impl Op {
                 need(1, &DType::is_integer, "i64 or i32")?;
                 Ok(operands[0].dtype)
             }
+            Op::Resize(r) => match r.mode {
+                super::ResizeMode::Nearest(_) => Ok(operands[0].dtype),
+                super::ResizeMode::Linear => all_f32(),
+            },
             Op::Conv2d(_)
             | Op::BatchNorm { .. }
             | Op::Unary(_)

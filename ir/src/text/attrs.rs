@@ -4,8 +4,8 @@
 use std::fmt;
 
 use crate::op::{
-    Attrs, Conv2dAttrs, GemmAttrs, Op, OpKind, Pool2dAttrs, ReduceAttrs, Reduction, SliceAttrs,
-    UnaryOp,
+    Attrs, Conv2dAttrs, CoordinateMode, GemmAttrs, NearestMode, Op, OpKind, Pool2dAttrs,
+    ReduceAttrs, Reduction, ResizeAttrs, ResizeMode, SliceAttrs, UnaryOp,
 };
 use crate::types::{DType, Layout, F32};
 
@@ -210,6 +210,49 @@ impl AttrDict {
     /// A list of signed integers of any length, each of magnitude at most [`MAX_ATTR_INT`].
     pub(crate) fn i64s(&mut self, key: &'static str) -> Result<Option<Vec<i64>>, AttrError> {
         self.list(key, "[1, -2]", to_i64)
+    }
+
+    /// A list of floats of any length.
+    pub(crate) fn f32s(&mut self, key: &'static str) -> Result<Option<Vec<F32>>, AttrError> {
+        self.list(key, "[1.0, 2.5]", |k, v, at| to_f32(k, v, at).map(F32))
+    }
+
+    /// One of the words `choices` names (the value it stands for).
+    pub(crate) fn choice<T: Copy>(
+        &mut self,
+        key: &'static str,
+        choices: &[(T, &'static str)],
+    ) -> Result<Option<T>, AttrError> {
+        let names = || {
+            choices
+                .iter()
+                .map(|(_, n)| *n)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match self.take(key) {
+            None => Ok(None),
+            Some(Attr {
+                value: AttrLit::Word(w),
+                value_at,
+                ..
+            }) => match choices.iter().find(|(_, n)| *n == w) {
+                Some((v, _)) => Ok(Some(*v)),
+                None => err(
+                    value_at,
+                    format!("attribute '{key}' must be one of {}, got '{w}'", names()),
+                ),
+            },
+            Some(a) => err(
+                a.value_at,
+                format!(
+                    "attribute '{}' must be one of {}, got {}",
+                    a.key,
+                    names(),
+                    a.value.describe()
+                ),
+            ),
+        }
     }
 
     /// A list of any length, each element read by `element`; `example` shows the form
@@ -522,6 +565,21 @@ pub(crate) fn build_op(name: &str, d: &mut AttrDict) -> Result<Option<Op>, AttrE
                 },
             ))
         }
+        "resize" => {
+            let nearest = d.choice("nearest", &NearestMode::NAMES)?;
+            let mode = match d.choice("mode", &[(false, "nearest"), (true, "linear")])? {
+                Some(true) => ResizeMode::Linear,
+                _ => ResizeMode::Nearest(nearest.unwrap_or_default()),
+            };
+            Some(Op::Resize(ResizeAttrs {
+                sizes: d.need("sizes", AttrDict::usizes)?,
+                scales: d.need("scales", AttrDict::f32s)?,
+                mode,
+                coordinate: d
+                    .choice("coordinate", &CoordinateMode::NAMES)?
+                    .unwrap_or_default(),
+            }))
+        }
         "softmax" => Some(Op::Softmax {
             axis: d.need("axis", AttrDict::usize)?,
         }),
@@ -580,6 +638,10 @@ pub(crate) enum AttrValue {
     Layout(Layout, usize),
     /// An element type.
     DType(DType),
+    /// A list of floats.
+    Floats(Vec<F32>),
+    /// A word naming a choice (`linear`, `half_pixel`).
+    Word(&'static str),
 }
 
 impl fmt::Display for AttrValue {
@@ -609,6 +671,17 @@ impl fmt::Display for AttrValue {
                 f.write_str("]")
             }
             AttrValue::DType(d) => write!(f, "{d}"),
+            AttrValue::Word(w) => f.write_str(w),
+            AttrValue::Floats(v) => {
+                f.write_str("[")?;
+                for (i, x) in v.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{x}")?;
+                }
+                f.write_str("]")
+            }
             AttrValue::Layout(l, rank) => match l.name(*rank) {
                 Some(n) => f.write_str(&n),
                 None => f.write_str("row_major"),
@@ -716,6 +789,22 @@ pub(crate) fn op_attrs(op: &Op, rank: usize) -> Vec<(&'static str, AttrValue)> {
         Attrs::Axis(axis) if kind == OpKind::Gather => out.unless("axis", axis, 0, AttrValue::Int),
         Attrs::Axis(axis) => out.always("axis", AttrValue::Int(axis)),
         Attrs::DType(to) => out.always("to", AttrValue::DType(to)),
+        Attrs::Resize(r) => {
+            out.always("sizes", AttrValue::Ints(r.sizes));
+            out.always("scales", AttrValue::Floats(r.scales));
+            match r.mode {
+                ResizeMode::Linear => out.always("mode", AttrValue::Word("linear")),
+                ResizeMode::Nearest(n) => {
+                    out.always("mode", AttrValue::Word("nearest"));
+                    out.unless("nearest", n, NearestMode::default(), |n| {
+                        AttrValue::Word(n.name())
+                    });
+                }
+            }
+            out.unless("coordinate", r.coordinate, CoordinateMode::default(), |c| {
+                AttrValue::Word(c.name())
+            });
+        }
         Attrs::Reduce(r) => {
             out.always("axes", AttrValue::Ints(r.axes));
             out.unless("keep_dims", r.keep_dims, false, AttrValue::Bool);
@@ -786,6 +875,12 @@ mod tests {
             }
             AttrValue::Bool(b) => AttrLit::Bool(*b),
             AttrValue::DType(d) => AttrLit::Word(d.name().into()),
+            AttrValue::Word(w) => AttrLit::Word(w.to_string()),
+            AttrValue::Floats(v) => AttrLit::List(
+                v.iter()
+                    .map(|x| (to_lit(&AttrValue::Float(*x)), 0))
+                    .collect(),
+            ),
             AttrValue::Ints(v) => {
                 AttrLit::List(v.iter().map(|n| (to_lit(&AttrValue::Int(*n)), 0)).collect())
             }
@@ -931,6 +1026,18 @@ mod tests {
             ),
             Op::Reduce(Reduction::Max, ReduceAttrs::default()),
             Op::Reduce(Reduction::Min, ReduceAttrs::default()),
+            Op::Resize(ResizeAttrs {
+                sizes: vec![1, 2, 8, 6],
+                scales: vec![F32(1.0), F32(1.0), F32(2.0), F32(1.5)],
+                mode: ResizeMode::Linear,
+                coordinate: CoordinateMode::AlignCorners,
+            }),
+            Op::Resize(ResizeAttrs {
+                sizes: vec![3, 4],
+                scales: vec![F32(1.0), F32(0.5)],
+                mode: ResizeMode::Nearest(NearestMode::Floor),
+                coordinate: CoordinateMode::Asymmetric,
+            }),
         ];
         for op in &all {
             match op {
@@ -968,6 +1075,7 @@ mod tests {
                 | Op::Where
                 | Op::Gather { .. }
                 | Op::Reduce(..)
+                | Op::Resize(_)
                 | Op::Fused(_) => {}
             }
         }

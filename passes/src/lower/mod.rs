@@ -18,6 +18,7 @@ mod memory;
 mod norm;
 pub(crate) mod pool;
 mod reduce;
+mod resize;
 mod typed;
 mod winograd;
 
@@ -351,6 +352,17 @@ impl<'a> Cx<'a> {
         self.prog.buffers[b.0 as usize].dtype
     }
 
+    /// A constant buffer of any element type holding a copy of `values` (index tables).
+    pub(crate) fn typed_constant(&mut self, name: &str, values: &smelt_ir::TensorData) -> BufferId {
+        let data = AlignedBuf::from_data(values);
+        self.buffer(
+            name,
+            values.dtype(),
+            values.len(),
+            BufferKind::Constant(Arc::new(data)),
+        )
+    }
+
     /// A constant buffer holding a copy of `values`.
     pub(crate) fn constant(&mut self, name: &str, values: &[f32]) -> BufferId {
         self.constant_buf(name, AlignedBuf::from_f32(values))
@@ -596,6 +608,7 @@ impl<'a> Cx<'a> {
             Op::Reduce(r, attrs) => {
                 reduce::lower_reduce(self, *r, attrs, operands, out_ty, epi, out)
             }
+            Op::Resize(r) => resize::lower_resize(self, r, operands, out_ty, epi, out),
             Op::Softmax { axis } => {
                 let norm = norm::NormOp::Softmax { axis: *axis };
                 norm::lower_norm(self, norm, operands, out_ty, epi, out)

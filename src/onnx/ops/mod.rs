@@ -9,6 +9,7 @@ mod movement;
 mod norm;
 mod pool;
 mod reduce;
+mod resize;
 mod shape;
 
 use smelt_ir::Diagnostic;
@@ -92,6 +93,7 @@ pub static RULES: &[OpRule] = rules! {
     "ReduceSum"           [1, 11, 13],                    from 1  => reduce::reduce;
     "Relu"                [1, 6, 13, 14],                 from 6  => elementwise::unary;
     "Reshape"             [1, 5, 13, 14, 19, 21, 23, 24, 25], from 1 => shape::reshape;
+    "Resize"              [10, 11, 13, 18, 19],           from 10 => resize::resize;
     "Shape"               [1, 13, 15, 19, 21, 23, 24, 25], from 1 => shape::shape;
     "Sigmoid"             [1, 6, 13],                     from 6  => elementwise::unary;
     "Size"                [1, 13, 19, 21, 23, 24, 25],    from 1  => logic::size;
