@@ -3,7 +3,9 @@
 
 use std::fmt;
 
-use crate::op::{Attrs, Conv2dAttrs, GemmAttrs, Op, OpKind, Pool2dAttrs, SliceAttrs, UnaryOp};
+use crate::op::{
+    Attrs, Conv2dAttrs, GemmAttrs, Op, OpKind, PadAttrs, PadMode, Pool2dAttrs, SliceAttrs, UnaryOp,
+};
 use crate::types::{DType, Layout, F32};
 
 /// Default `epsilon` of batch_norm, layer_norm, bn_fold_weight and bn_fold_bias (ONNX's).
@@ -292,6 +294,33 @@ impl AttrDict {
         }
     }
 
+    /// A pad mode name (`constant`, `reflect`, `edge`, `wrap`).
+    pub(crate) fn pad_mode(&mut self, key: &'static str) -> Result<Option<PadMode>, AttrError> {
+        let names = PadMode::ALL.map(PadMode::name).join(", ");
+        match self.take(key) {
+            None => Ok(None),
+            Some(Attr {
+                value: AttrLit::Word(w),
+                value_at,
+                ..
+            }) => match PadMode::from_name(&w) {
+                Some(m) => Ok(Some(m)),
+                None => err(
+                    value_at,
+                    format!("attribute '{key}' must be a pad mode ({names}), got '{w}'"),
+                ),
+            },
+            Some(a) => err(
+                a.value_at,
+                format!(
+                    "attribute '{}' must be a pad mode ({names}), got {}",
+                    a.key,
+                    a.value.describe()
+                ),
+            ),
+        }
+    }
+
     /// A layout name.
     pub(crate) fn layout(&mut self, key: &'static str) -> Result<Option<Layout>, AttrError> {
         match self.take(key) {
@@ -495,6 +524,10 @@ pub(crate) fn build_op(name: &str, d: &mut AttrDict) -> Result<Option<Op>, AttrE
                 steps,
             }))
         }
+        "pad" => Some(Op::Pad(PadAttrs {
+            pads: d.need("pads", AttrDict::i64s)?,
+            mode: d.pad_mode("mode")?.unwrap_or(PadMode::Constant),
+        })),
         "concat" => Some(Op::Concat {
             axis: d.need("axis", AttrDict::usize)?,
         }),
@@ -562,6 +595,8 @@ pub(crate) enum AttrValue {
     Layout(Layout, usize),
     /// An element type.
     DType(DType),
+    /// A name from a fixed set (a pad mode).
+    Name(&'static str),
 }
 
 impl fmt::Display for AttrValue {
@@ -591,6 +626,7 @@ impl fmt::Display for AttrValue {
                 f.write_str("]")
             }
             AttrValue::DType(d) => write!(f, "{d}"),
+            AttrValue::Name(n) => f.write_str(n),
             AttrValue::Layout(l, rank) => match l.name(*rank) {
                 Some(n) => f.write_str(&n),
                 None => f.write_str("row_major"),
@@ -719,6 +755,12 @@ pub(crate) fn op_attrs(op: &Op, rank: usize) -> Vec<(&'static str, AttrValue)> {
             out.always("ends", AttrValue::SignedInts(ends));
             out.unless("steps", steps, unit, AttrValue::SignedInts);
         }
+        Attrs::Pad(PadAttrs { pads, mode }) => {
+            out.always("pads", AttrValue::SignedInts(pads));
+            out.unless("mode", mode, PadMode::Constant, |m| {
+                AttrValue::Name(m.name())
+            });
+        }
         Attrs::Layout(layout) => out.always("layout", AttrValue::Layout(layout, rank)),
     }
     out.0
@@ -764,6 +806,7 @@ mod tests {
             }
             AttrValue::Bool(b) => AttrLit::Bool(*b),
             AttrValue::DType(d) => AttrLit::Word(d.name().into()),
+            AttrValue::Name(n) => AttrLit::Word(n.to_string()),
             AttrValue::Ints(v) => {
                 AttrLit::List(v.iter().map(|n| (to_lit(&AttrValue::Int(*n)), 0)).collect())
             }
@@ -862,6 +905,14 @@ mod tests {
                 ends: vec![2, -1, 5],
                 steps: vec![1, -2, 3],
             }),
+            Op::Pad(PadAttrs {
+                pads: vec![0, 2, -1, 1, 0, 3],
+                mode: PadMode::Reflect,
+            }),
+            Op::Pad(PadAttrs {
+                pads: vec![1, 0],
+                mode: PadMode::Constant,
+            }),
             Op::Expand {
                 shape: vec![2, 3, 4],
             },
@@ -911,6 +962,7 @@ mod tests {
                 | Op::MatMul
                 | Op::Gemm(_)
                 | Op::Slice(_)
+                | Op::Pad(_)
                 | Op::Expand { .. }
                 | Op::Tile { .. }
                 | Op::Concat { .. }
