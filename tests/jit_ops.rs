@@ -679,7 +679,10 @@ fn resize_nearest_and_linear_in_every_coordinate_mode() {
                     coordinate,
                 };
                 let m = one_op(Op::Resize(attrs), &[t(input)], &[]);
-                check(&format!("{mode:?} {coordinate:?} {input:?} -> {sizes:?}"), &m);
+                check(
+                    &format!("{mode:?} {coordinate:?} {input:?} -> {sizes:?}"),
+                    &m,
+                );
             }
         }
     }

@@ -45,6 +45,10 @@ const NARROW_WIDE_FLOAT: &str = "float16, bfloat16, float64, float8, float4 and 
      tensors: smelt computes in float32 and folds float32, int8-int64, uint8, uint16 and bool";
 const NARROW_INT: &str = "int8, int16, uint8 and uint16 tensors: smelt folds them at import; \
      its run-time tensors are float32, int64, int32 and bool";
+const LEGACY_MUL: &str =
+    "Mul of opset 6 (its legacy broadcast attribute): smelt maps Mul from opset 7";
+const EMPTY_CHUNK: &str = "a Split with an empty chunk (the expanded RotaryEmbedding splits off \
+     the zero rotated dims): smelt's tensors have no empty dimensions";
 const POW: &str = "Pow with a run-time exponent: smelt computes constant exponents 1, 2, 3 \
      and -1 (a general x^y needs a logarithm the JIT does not have yet)";
 const RESIZE_MODES: &str = "Resize by cubic interpolation, with antialias or by \
@@ -69,6 +73,8 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ("test_Conv3d_no_bias", SPATIAL_3D),
     ("test_Conv3d_stride", SPATIAL_3D),
     ("test_Conv3d_stride_padding", SPATIAL_3D),
+    ("test_GLU", LEGACY_MUL),
+    ("test_GLU_dim", LEGACY_MUL),
     ("test_MaxPool3d", SPATIAL_3D),
     ("test_MaxPool3d_stride", SPATIAL_3D),
     ("test_MaxPool3d_stride_padding", SPATIAL_3D),
@@ -79,6 +85,10 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ("test_add_uint32", WIDE_UNSIGNED),
     ("test_add_uint64", WIDE_UNSIGNED),
     ("test_add_uint8", NARROW_INT),
+    (
+        "test_attention_24_qk_matmul_output_mode3_softmax_precision_expanded",
+        NARROW_WIDE_FLOAT,
+    ),
     ("test_attention_3d_causal_bf16_expanded", NARROW_WIDE_FLOAT),
     (
         "test_attention_4d_attn_mask_causal_bf16_expanded",
@@ -86,6 +96,10 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ),
     ("test_attention_4d_causal_bf16_expanded", NARROW_WIDE_FLOAT),
     ("test_attention_4d_causal_fp16_expanded", NARROW_WIDE_FLOAT),
+    (
+        "test_attention_4d_causal_padded_kv_bf16_expanded",
+        NARROW_WIDE_FLOAT,
+    ),
     ("test_attention_4d_fp16_expanded", NARROW_WIDE_FLOAT),
     (
         "test_attention_4d_gqa_causal_nonpad_decode_fp16_expanded",
@@ -93,6 +107,18 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ),
     (
         "test_attention_4d_gqa_with_past_and_present_fp16_expanded",
+        NARROW_WIDE_FLOAT,
+    ),
+    (
+        "test_attention_4d_padded_kv_bf16_expanded",
+        NARROW_WIDE_FLOAT,
+    ),
+    (
+        "test_attention_local_window_ext_cache_float16_mask_expanded",
+        NARROW_WIDE_FLOAT,
+    ),
+    (
+        "test_attention_local_window_gqa_rank4_mask_expanded",
         NARROW_WIDE_FLOAT,
     ),
     ("test_averagepool_3d_default", SPATIAL_3D),
@@ -582,7 +608,20 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ),
     ("test_resize_upsample_scales_cubic_asymmetric", RESIZE_MODES),
     ("test_resize_upsample_sizes_cubic", RESIZE_MODES),
+    ("test_rotary_embedding_3d_input_expanded", EMPTY_CHUNK),
+    ("test_rotary_embedding_expanded", EMPTY_CHUNK),
+    ("test_rotary_embedding_interleaved_expanded", EMPTY_CHUNK),
+    (
+        "test_rotary_embedding_no_position_ids_expanded",
+        EMPTY_CHUNK,
+    ),
+    (
+        "test_rotary_embedding_no_position_ids_interleaved_expanded",
+        EMPTY_CHUNK,
+    ),
     ("test_slice_start_out_of_bounds", EMPTY),
+    ("test_split_zero_size_splits_opset13", EMPTY),
+    ("test_split_zero_size_splits_opset18", EMPTY),
     ("test_sub_int16", NARROW_INT),
     ("test_sub_int8", NARROW_INT),
     ("test_sub_uint16", NARROW_INT),
@@ -609,7 +648,7 @@ const FIRST_OUTPUT_ONLY: &[(&str, &str)] = &[
 
 /// Cases of each suite that must pass through the whole compiler at least, so coverage
 /// cannot shrink silently; a count above it is printed, so it can be raised.
-const MIN_PASSED: &[(&str, usize)] = &[("node", 604), ("pytorch-converted", 44)];
+const MIN_PASSED: &[(&str, usize)] = &[("node", 641), ("pytorch-converted", 44)];
 
 /// Whether Cranelift's verifier checks every generated function.
 const VERIFY: bool = true;

@@ -345,6 +345,7 @@ fn compute(
         }
         Op::Transpose { perm } => Ok(typed::transpose(a(0), perm)),
         Op::Slice(sl) => Ok(typed::slice(a(0), sl, out)),
+        Op::Pad(p) => typed::pad(a(0), args.get(1), p, out),
         Op::Expand { .. } => Ok(typed::expand(a(0), out)),
         Op::Tile { repeats } => Ok(typed::tile(a(0), repeats)),
         Op::Concat { axis } => typed::concat(args, *axis),
@@ -441,6 +442,7 @@ fn compute_f32(
         | Op::Transpose { .. }
         | Op::Concat { .. }
         | Op::Slice(_)
+        | Op::Pad(_)
         | Op::Expand { .. }
         | Op::Tile { .. }
         | Op::Reorder { .. }

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use super::shape;
 use crate::op::{
-    BinaryOp, Comparison, LogicOp, ResizeAttrs, ResizeMode, SliceAttrs, Taps, UnaryOp,
+    BinaryOp, Comparison, LogicOp, PadAttrs, ResizeAttrs, ResizeMode, SliceAttrs, Taps, UnaryOp,
 };
 use crate::tensor::TensorData;
 use crate::types::DType;
@@ -60,6 +60,49 @@ pub(super) fn transpose(x: &Operand, perm: &[usize]) -> TensorData {
 /// `slice` of any element type.
 pub(super) fn slice(x: &Operand, s: &SliceAttrs, out: &[usize]) -> TensorData {
     moved(x, |p, dims| shape::slice(p, dims, s, out))
+}
+
+/// `pad` of any element type: each result element reads the input where every axis's
+/// [`PadAttrs::source_index`] names an input index, and is the fill (`value`'s one
+/// element, else zero or `false`) where one does not.
+pub(super) fn pad(
+    x: &Operand,
+    value: Option<&Operand>,
+    p: &PadAttrs,
+    out: &[usize],
+) -> Result<TensorData, String> {
+    let axes = p.axes(x.dims)?;
+    let in_st = shape::row_major_strides(x.dims);
+    let total: usize = out.iter().product();
+    let mut sources: Vec<Option<usize>> = Vec::with_capacity(total);
+    let mut idx = vec![0usize; out.len()];
+    for _ in 0..total {
+        let at = idx
+            .iter()
+            .zip(&axes)
+            .zip(&in_st)
+            .try_fold(0usize, |at, ((&i, ax), &st)| {
+                PadAttrs::source_index(p.mode, ax, i).map(|s| at + s * st)
+            });
+        sources.push(at);
+        for k in (0..out.len()).rev() {
+            idx[k] += 1;
+            if idx[k] < out[k] {
+                break;
+            }
+            idx[k] = 0;
+        }
+    }
+    let fill = match value {
+        Some(v) => v.data.as_ref().clone(),
+        None => TensorData::zeros(x.data.dtype(), 1),
+    };
+    Ok(with_elements!(x.data.as_ref(), |v, wrap| {
+        let c = *elements(&fill)?
+            .first()
+            .ok_or("internal: a pad fill value without elements")?;
+        wrap!(sources.iter().map(|s| s.map_or(c, |k| v[k])).collect())
+    }))
 }
 
 /// `expand` of any element type.

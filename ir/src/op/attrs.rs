@@ -1,4 +1,4 @@
-//! The attribute structs of convolutions, pools, gemm and slices.
+//! The attribute structs of convolutions, pools, gemm, slices and pads.
 
 use crate::types::{Layout, F32};
 
@@ -186,6 +186,153 @@ impl SliceAttrs {
     }
 }
 
+/// How `pad` fills the positions outside its input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PadMode {
+    /// A constant: the op's second operand, or zero (`false`) without one.
+    Constant,
+    /// The input mirrored about its first and last element, which are not repeated
+    /// (`[1, 2, 3]` padded by 2 on each side is `[3, 2, 1, 2, 3, 2, 1]`).
+    Reflect,
+    /// The first or last element repeated.
+    Edge,
+    /// The input repeated periodically (`[1, 2, 3]` padded by 2 is `[2, 3, 1, 2, 3, 1, 2]`).
+    Wrap,
+}
+
+impl PadMode {
+    /// Every mode, for messages and the text form.
+    pub const ALL: [PadMode; 4] = [
+        PadMode::Constant,
+        PadMode::Reflect,
+        PadMode::Edge,
+        PadMode::Wrap,
+    ];
+
+    /// The name in the text form and in ONNX.
+    pub fn name(self) -> &'static str {
+        match self {
+            PadMode::Constant => "constant",
+            PadMode::Reflect => "reflect",
+            PadMode::Edge => "edge",
+            PadMode::Wrap => "wrap",
+        }
+    }
+
+    /// The mode called `name`.
+    pub fn from_name(name: &str) -> Option<PadMode> {
+        PadMode::ALL.into_iter().find(|m| m.name() == name)
+    }
+}
+
+/// Attributes of `pad`: `pads` holds the begin pad of every axis, then the end pad of
+/// every axis (ONNX's order), one pair per axis of the input. A negative pad crops:
+/// the input is first cropped by the negative pads, then the positive ones are filled
+/// from the cropped tensor by `mode` (so `reflect` and `edge` never read a cropped
+/// element). [`PadAttrs::result_dims`] is the whole shape rule and
+/// [`PadAttrs::source_index`] the semantics along one axis.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PadAttrs {
+    /// Begin pads of every axis, then end pads; negative values crop.
+    pub pads: Vec<i64>,
+    /// How padded positions are filled.
+    pub mode: PadMode,
+}
+
+/// One axis of a `pad`, resolved: how much is cropped, how much is added, and what is
+/// left of the input in between.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PadAxis {
+    /// Input elements cropped at the begin.
+    pub crop_begin: usize,
+    /// Elements added before the kept input.
+    pub pad_begin: usize,
+    /// Input elements kept (at least 1).
+    pub kept: usize,
+    /// Elements added after the kept input.
+    pub pad_end: usize,
+}
+
+impl PadAxis {
+    /// The result dim along this axis.
+    pub fn result_dim(&self) -> usize {
+        self.pad_begin + self.kept + self.pad_end
+    }
+}
+
+impl PadAttrs {
+    /// Each axis of an input of `dims` resolved, or what is wrong with the attributes.
+    pub fn axes(&self, dims: &[usize]) -> Result<Vec<PadAxis>, String> {
+        let rank = dims.len();
+        if self.pads.len() != 2 * rank {
+            return Err(format!(
+                "pad takes a begin and an end pad per axis of its rank-{rank} input ({} values), got {}",
+                2 * rank,
+                self.pads.len()
+            ));
+        }
+        let mut out = Vec::with_capacity(rank);
+        for (k, &dim) in dims.iter().enumerate() {
+            let (begin, end) = (self.pads[k], self.pads[k + rank]);
+            // i128: pads come from models and may be anything an i64 holds
+            let crop = |p: i64| (-(p as i128)).max(0);
+            let kept = dim as i128 - crop(begin) - crop(end);
+            if kept < 1 {
+                return Err(format!(
+                    "pad axis {k}: pads {begin} and {end} crop all {dim} elements (tensors have no empty dims)"
+                ));
+            }
+            let fits = |v: i128| usize::try_from(v).ok().filter(|&v| v <= 1 << 40);
+            let (Some(pad_begin), Some(pad_end)) =
+                (fits(begin.max(0).into()), fits(end.max(0).into()))
+            else {
+                return Err(format!(
+                    "pad axis {k}: pads {begin} and {end} are too large"
+                ));
+            };
+            let axis = PadAxis {
+                crop_begin: crop(begin) as usize,
+                pad_begin,
+                kept: kept as usize,
+                pad_end,
+            };
+            if self.mode == PadMode::Reflect && pad_begin.max(pad_end) >= axis.kept {
+                return Err(format!(
+                    "pad axis {k}: reflect pads {begin} and {end} must be smaller than the {} element(s) it reflects",
+                    axis.kept
+                ));
+            }
+            out.push(axis);
+        }
+        Ok(out)
+    }
+
+    /// The result dims for an input of `dims`, or what is wrong with the attributes.
+    pub fn result_dims(&self, dims: &[usize]) -> Result<Vec<usize>, String> {
+        Ok(self.axes(dims)?.iter().map(PadAxis::result_dim).collect())
+    }
+
+    /// The input index that result index `i` along an axis reads, or `None` where the
+    /// constant goes (`constant` mode outside the kept input).
+    pub fn source_index(mode: PadMode, axis: &PadAxis, i: usize) -> Option<usize> {
+        let kept = axis.kept as i64;
+        // position relative to the kept input: negative before it, >= kept after it
+        let j = i as i64 - axis.pad_begin as i64;
+        let j = if (0..kept).contains(&j) {
+            j
+        } else {
+            match mode {
+                PadMode::Constant => return None,
+                PadMode::Edge => j.clamp(0, kept - 1),
+                PadMode::Reflect if j < 0 => -j,
+                PadMode::Reflect => 2 * (kept - 1) - j,
+                PadMode::Wrap => j.rem_euclid(kept),
+            }
+        };
+        Some(axis.crop_begin + j as usize)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,5 +379,49 @@ mod tests {
         assert!(s(&[0, 0], &[11, 5], &[1, 1]).result_dims(&dims).is_err());
         assert!(s(&[10, 0], &[0, 5], &[-1, 1]).result_dims(&dims).is_err());
         assert!(s(&[0], &[1], &[1]).result_dims(&dims).is_err());
+    }
+
+    #[test]
+    fn pad_crops_then_fills_by_mode() {
+        let p = |pads: &[i64], mode| PadAttrs {
+            pads: pads.to_vec(),
+            mode,
+        };
+        let read = |a: &PadAttrs, dim: usize| -> Vec<Option<usize>> {
+            let ax = a.axes(&[dim]).unwrap()[0];
+            (0..ax.result_dim())
+                .map(|i| PadAttrs::source_index(a.mode, &ax, i))
+                .collect()
+        };
+        assert_eq!(
+            read(&p(&[2, 2], PadMode::Reflect), 3),
+            [2, 1, 0, 1, 2, 1, 0].map(Some)
+        );
+        assert_eq!(
+            read(&p(&[2, 2], PadMode::Wrap), 3),
+            [1, 2, 0, 1, 2, 0, 1].map(Some)
+        );
+        assert_eq!(
+            read(&p(&[1, 2], PadMode::Edge), 2),
+            [0, 0, 1, 1, 1].map(Some)
+        );
+        assert_eq!(
+            read(&p(&[1, -1], PadMode::Constant), 3),
+            [None, Some(0), Some(1)]
+        );
+        // a crop at the begin, an edge pad at the end reads the last kept element
+        assert_eq!(read(&p(&[-2, 1], PadMode::Edge), 4), [2, 3, 3].map(Some));
+        let e = p(&[3, 0], PadMode::Reflect).result_dims(&[3]).unwrap_err();
+        assert!(e.contains("reflect") && e.contains("smaller"), "{e}");
+        let e = p(&[0, 1], PadMode::Constant)
+            .result_dims(&[3, 3])
+            .unwrap_err();
+        assert!(e.contains("4 values"), "{e}");
+        let e = p(&[-2, -1], PadMode::Constant)
+            .result_dims(&[3])
+            .unwrap_err();
+        assert!(e.contains("crop all"), "{e}");
+        assert!(p(&[i64::MAX, 0], PadMode::Edge).result_dims(&[3]).is_err());
+        assert!(p(&[i64::MIN, 0], PadMode::Edge).result_dims(&[3]).is_err());
     }
 }

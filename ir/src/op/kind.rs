@@ -18,8 +18,8 @@
 //! every other site, since nothing matches ops with `_ =>`.
 
 use super::{
-    Arity, BinaryOp, Comparison, Conv2dAttrs, FusedOp, GemmAttrs, LogicOp, Op, Pool2dAttrs,
-    ReduceAttrs, Reduction, ResizeAttrs, SliceAttrs, UnaryOp,
+    Arity, BinaryOp, Comparison, Conv2dAttrs, FusedOp, GemmAttrs, LogicOp, Op, PadAttrs,
+    Pool2dAttrs, ReduceAttrs, Reduction, ResizeAttrs, SliceAttrs, UnaryOp,
 };
 use crate::types::{DType, Layout, F32};
 
@@ -93,6 +93,8 @@ pub enum Attrs {
     Gemm(GemmAttrs),
     /// `slice` window.
     Slice(SliceAttrs),
+    /// `pad` pads and mode.
+    Pad(PadAttrs),
     /// `reorder` target layout.
     Layout(Layout),
     /// `fused`: the anchor op (with its attributes) and the post-op list.
@@ -216,6 +218,7 @@ op_table! {
     MatMul "matmul" Some(Exact(2)), Anchor: (Op::MatMul) <=> (Attrs::None);
     Gemm "gemm" Some(Range(2, 3)), Anchor: (Op::Gemm(g)) <=> (Attrs::Gemm(g));
     Slice "slice" Some(Exact(1)), Plain: (Op::Slice(s)) <=> (Attrs::Slice(s));
+    Pad "pad" Some(Range(1, 2)), Plain: (Op::Pad(p)) <=> (Attrs::Pad(p));
     Expand "expand" Some(Exact(1)), Plain: (Op::Expand { shape }) <=> (Attrs::Dims(shape));
     Tile "tile" Some(Exact(1)), Plain: (Op::Tile { repeats }) <=> (Attrs::Dims(repeats));
     Concat "concat" Some(AtLeast(1)), Plain: (Op::Concat { axis }) <=> (Attrs::Axis(axis));

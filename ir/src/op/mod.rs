@@ -19,7 +19,9 @@ mod logic;
 mod resize;
 mod type_rules;
 
-pub use attrs::{Conv2dAttrs, GemmAttrs, Pool2dAttrs, ReduceAttrs, SliceAttrs};
+pub use attrs::{
+    Conv2dAttrs, GemmAttrs, PadAttrs, PadAxis, PadMode, Pool2dAttrs, ReduceAttrs, SliceAttrs,
+};
 pub use elementwise::{erf, BinaryOp, UnaryOp};
 pub use fused::{FusedOp, PostOp};
 pub use kind::{Attrs, OpKind, Role};
@@ -118,6 +120,12 @@ pub enum Op {
     /// A strided window of the input: along each axis, `steps` apart from `starts` up to
     /// (not including) `ends`, steps possibly negative (see [`SliceAttrs`]).
     Slice(SliceAttrs),
+    /// `pad(x, value?)`: `x` with positions added (or cropped, for negative pads) at
+    /// both ends of each axis, filled by the mode (see [`PadAttrs`]). In `constant` mode
+    /// the optional second operand, one element of `x`'s element type, is the fill
+    /// (zero or `false` without it); an operand rather than an attribute so integers
+    /// stay exact and a run-time value works. Other modes take no second operand.
+    Pad(PadAttrs),
     /// Numpy broadcast of the input to `shape` (the result shape; the input broadcasts
     /// to it without growing it).
     Expand {
@@ -252,7 +260,7 @@ impl Op {
         match self {
             Op::Const(_) | Op::Flatten { .. } | Op::Reshape { .. } => 0,
             Op::Transpose { .. } | Op::Concat { .. } | Op::Reorder { .. } => 0,
-            Op::Slice(_) | Op::Expand { .. } | Op::Tile { .. } => 0,
+            Op::Slice(_) | Op::Pad(_) | Op::Expand { .. } | Op::Tile { .. } => 0,
             Op::Gather { .. } | Op::Cast { .. } | Op::Where => 0,
             Op::Compare(_) | Op::Logic(_) | Op::Not => out,
             Op::Reduce(..) => operands.first().map_or(0, |t| t.num_elements() as u64),

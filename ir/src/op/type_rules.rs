@@ -1,7 +1,7 @@
 //! The type rules: `Op::infer_type` and the shape helpers it shares (`broadcast`, conv
 //! and matmul result types).
 
-use super::{Conv2dAttrs, Op, UnaryOp};
+use super::{Conv2dAttrs, Op, PadMode, UnaryOp};
 use crate::types::{DType, Layout, TensorType};
 use crate::weights::WeightId;
 
@@ -181,6 +181,22 @@ impl Op {
                         "slice of {} selects no elements along axis {k} (start {}, end {}, step {}); tensors have no empty dims",
                         operands[0], s.starts[k], s.ends[k], s.steps[k]
                     ));
+                }
+                TensorType::f32(dims)
+            }
+            Op::Pad(p) => {
+                let x = operands[0];
+                let dims = p.result_dims(&x.dims)?;
+                if let Some(v) = operands.get(1) {
+                    if p.mode != PadMode::Constant {
+                        return Err(format!(
+                            "pad in {} mode takes no fill value operand (only constant mode fills)",
+                            p.mode.name()
+                        ));
+                    }
+                    if v.num_elements() != 1 {
+                        return Err(format!("pad fill value {v} must hold exactly one element"));
+                    }
                 }
                 TensorType::f32(dims)
             }
@@ -406,6 +422,12 @@ impl Op {
             Op::Binary(_) => {
                 same_as(0, 1)?;
                 need(0, &DType::is_numeric, "numeric")
+            }
+            Op::Pad(_) => {
+                if operands.len() > 1 {
+                    same_as(0, 1)?;
+                }
+                Ok(operands[0].dtype)
             }
             Op::Flatten { .. }
             | Op::Reshape { .. }

@@ -4,8 +4,8 @@
 use std::fmt;
 
 use crate::op::{
-    Attrs, Conv2dAttrs, CoordinateMode, GemmAttrs, NearestMode, Op, OpKind, Pool2dAttrs,
-    ReduceAttrs, Reduction, ResizeAttrs, ResizeMode, SliceAttrs, UnaryOp,
+    Attrs, Conv2dAttrs, CoordinateMode, GemmAttrs, NearestMode, Op, OpKind, PadAttrs, PadMode,
+    Pool2dAttrs, ReduceAttrs, Reduction, ResizeAttrs, ResizeMode, SliceAttrs, UnaryOp,
 };
 use crate::types::{DType, Layout, F32};
 
@@ -338,6 +338,33 @@ impl AttrDict {
         }
     }
 
+    /// A pad mode name (`constant`, `reflect`, `edge`, `wrap`).
+    pub(crate) fn pad_mode(&mut self, key: &'static str) -> Result<Option<PadMode>, AttrError> {
+        let names = PadMode::ALL.map(PadMode::name).join(", ");
+        match self.take(key) {
+            None => Ok(None),
+            Some(Attr {
+                value: AttrLit::Word(w),
+                value_at,
+                ..
+            }) => match PadMode::from_name(&w) {
+                Some(m) => Ok(Some(m)),
+                None => err(
+                    value_at,
+                    format!("attribute '{key}' must be a pad mode ({names}), got '{w}'"),
+                ),
+            },
+            Some(a) => err(
+                a.value_at,
+                format!(
+                    "attribute '{}' must be a pad mode ({names}), got {}",
+                    a.key,
+                    a.value.describe()
+                ),
+            ),
+        }
+    }
+
     /// A layout name.
     pub(crate) fn layout(&mut self, key: &'static str) -> Result<Option<Layout>, AttrError> {
         match self.take(key) {
@@ -541,6 +568,10 @@ pub(crate) fn build_op(name: &str, d: &mut AttrDict) -> Result<Option<Op>, AttrE
                 steps,
             }))
         }
+        "pad" => Some(Op::Pad(PadAttrs {
+            pads: d.need("pads", AttrDict::i64s)?,
+            mode: d.pad_mode("mode")?.unwrap_or(PadMode::Constant),
+        })),
         "concat" => Some(Op::Concat {
             axis: d.need("axis", AttrDict::usize)?,
         }),
@@ -830,6 +861,12 @@ pub(crate) fn op_attrs(op: &Op, rank: usize) -> Vec<(&'static str, AttrValue)> {
             out.always("ends", AttrValue::SignedInts(ends));
             out.unless("steps", steps, unit, AttrValue::SignedInts);
         }
+        Attrs::Pad(PadAttrs { pads, mode }) => {
+            out.always("pads", AttrValue::SignedInts(pads));
+            out.unless("mode", mode, PadMode::Constant, |m| {
+                AttrValue::Word(m.name())
+            });
+        }
         Attrs::Layout(layout) => out.always("layout", AttrValue::Layout(layout, rank)),
     }
     out.0
@@ -979,6 +1016,14 @@ mod tests {
                 ends: vec![2, -1, 5],
                 steps: vec![1, -2, 3],
             }),
+            Op::Pad(PadAttrs {
+                pads: vec![0, 2, -1, 1, 0, 3],
+                mode: PadMode::Reflect,
+            }),
+            Op::Pad(PadAttrs {
+                pads: vec![1, 0],
+                mode: PadMode::Constant,
+            }),
             Op::Expand {
                 shape: vec![2, 3, 4],
             },
@@ -1056,6 +1101,7 @@ mod tests {
                 | Op::MatMul
                 | Op::Gemm(_)
                 | Op::Slice(_)
+                | Op::Pad(_)
                 | Op::Expand { .. }
                 | Op::Tile { .. }
                 | Op::Concat { .. }

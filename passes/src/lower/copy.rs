@@ -1,7 +1,8 @@
-//! Lowerings of data movement: transpose, slice, expand, tile, concat, reorder (row-major ↔ blocked)
-//! and reshape/flatten copies.
+//! Lowerings of data movement: transpose, slice, pad, expand, tile, concat, reorder
+//! (row-major ↔ blocked) and reshape/flatten copies.
 
 use smelt_ir::loops::{Access, Affine, BufId, Expr, KernelBuilder, Width};
+use smelt_ir::op::{PadAxis, PadMode};
 use smelt_ir::{DType, Diagnostic, Layout, Op, TensorType, Value};
 
 use super::elementwise::{
@@ -91,6 +92,20 @@ pub(crate) fn lower_copy(
                 (ya, &out_st, 0),
             );
         }
+        Op::Pad(p) => {
+            let in_dims = cx.func.type_of(operands[0]).dims.clone();
+            let axes = p.axes(&in_dims).map_err(|m| cx.unsupported(m))?;
+            let fill = srcs.get(1).copied();
+            pad(
+                &mut b,
+                p.mode,
+                (&in_dims, &axes),
+                dtype,
+                (srcs[0], fill),
+                (ya, out_dims),
+            )
+            .map_err(|m| cx.unsupported(m))?;
+        }
         Op::Expand { .. } => {
             // a broadcast axis reads the same input element (stride 0)
             let in_dims = &cx.func.type_of(operands[0]).dims;
@@ -147,6 +162,180 @@ pub(crate) fn lower_copy(
         _ => return Err(cx.unsupported("not a data movement op")),
     }
     cx.step(b.finish(), args)
+}
+
+/// Most boxes a non-constant `pad` may copy: their count is the product over axes of
+/// each axis's pieces (3 but for `wrap` around a short axis), and each is a loop nest.
+const MAX_PAD_BOXES: usize = 4096;
+
+/// One run of result indices along one axis of a `pad` that reads the input at an
+/// affine position: result `out_start + i` reads input `src_start + i * src_step`.
+#[derive(Clone, Copy, Debug)]
+struct PadPiece {
+    out_start: usize,
+    len: usize,
+    src_start: i64,
+    src_step: i64,
+}
+
+/// The pieces of one axis in a mode that reads the input everywhere (reflect, edge,
+/// wrap): the kept input, and the runs before and after it, each an affine read
+/// (reflect walks backwards, edge stays put, wrap is split where it wraps around).
+fn pad_pieces(mode: PadMode, ax: &PadAxis) -> Vec<PadPiece> {
+    let (crop, kept) = (ax.crop_begin as i64, ax.kept as i64);
+    let end_start = ax.pad_begin + ax.kept;
+    let piece = |out_start, len, src_start, src_step| PadPiece {
+        out_start,
+        len,
+        src_start,
+        src_step,
+    };
+    let mut out = vec![piece(ax.pad_begin, ax.kept, crop, 1)];
+    match mode {
+        // no pieces outside: the constant fills them
+        PadMode::Constant => {}
+        PadMode::Edge => {
+            out.push(piece(0, ax.pad_begin, crop, 0));
+            out.push(piece(end_start, ax.pad_end, crop + kept - 1, 0));
+        }
+        PadMode::Reflect => {
+            // result i < pad_begin reads kept index pad_begin - i; after the input,
+            // result end_start + i reads kept index kept - 2 - i
+            out.push(piece(0, ax.pad_begin, crop + ax.pad_begin as i64, -1));
+            out.push(piece(end_start, ax.pad_end, crop + kept - 2, -1));
+        }
+        PadMode::Wrap => {
+            for (from, to) in [(0, ax.pad_begin), (end_start, end_start + ax.pad_end)] {
+                let mut i = from;
+                while i < to {
+                    let j = (i as i64 - ax.pad_begin as i64).rem_euclid(kept);
+                    let len = ((kept - j) as usize).min(to - i);
+                    out.push(piece(i, len, crop + j, 1));
+                    i += len;
+                }
+            }
+        }
+    }
+    out.retain(|p| p.len > 0);
+    out
+}
+
+/// `pad` into `dst` (dims `out_dims`) from `src` (the input, of `in_dims` resolved
+/// into `axes`).
+/// Constant mode stores the fill in the slabs around the kept input — along axis `k`,
+/// the pads of axis `k` across the kept range of the axes before it and all of the
+/// axes after it, so each result element is stored once — and copies the kept input
+/// (vectorized for `f32`). The other modes copy one box per combination of the axes'
+/// pieces.
+fn pad(
+    b: &mut KernelBuilder,
+    mode: PadMode,
+    (in_dims, axes): (&[usize], &[PadAxis]),
+    dtype: DType,
+    (src, fill): (BufId, Option<BufId>),
+    (dst, out_dims): (BufId, &[usize]),
+) -> Result<(), String> {
+    let rank = axes.len();
+    let out_st = row_major_strides(out_dims);
+    let in_st = row_major_strides(in_dims);
+    if mode == PadMode::Constant {
+        let scalar = Width::scalar(dtype);
+        // the fill is read once, before any loop
+        let value = match fill {
+            Some(f) => b.let_(Expr::load(f, Affine::constant(0), scalar), scalar),
+            None if dtype == DType::F32 => Expr::constant(0.0, Width::Scalar),
+            None => Expr::int(0, scalar),
+        };
+        let before: i64 = (0..rank)
+            .map(|j| axes[j].pad_begin as i64 * out_st[j])
+            .sum();
+        for k in 0..rank {
+            let ax = &axes[k];
+            for (start, len) in [(0, ax.pad_begin), (ax.pad_begin + ax.kept, ax.pad_end)] {
+                let mut dims: Vec<usize> = axes[..k].iter().map(|a| a.kept).collect();
+                dims.push(len);
+                dims.extend_from_slice(&out_dims[k + 1..]);
+                let off: i64 = (0..k)
+                    .map(|j| axes[j].pad_begin as i64 * out_st[j])
+                    .sum::<i64>()
+                    + start as i64 * out_st[k];
+                fill_nest(b, dtype, &dims, &value, (dst, &out_st, off));
+            }
+        }
+        let kept: Vec<usize> = axes.iter().map(|a| a.kept).collect();
+        let src_off: i64 = (0..rank)
+            .map(|j| axes[j].crop_begin as i64 * in_st[j])
+            .sum();
+        copy_nest(
+            b,
+            dtype,
+            &kept,
+            (src, &in_st, src_off),
+            (dst, &out_st, before),
+        );
+        return Ok(());
+    }
+    let pieces: Vec<Vec<PadPiece>> = axes.iter().map(|a| pad_pieces(mode, a)).collect();
+    let boxes = pieces
+        .iter()
+        .try_fold(1usize, |n, p| n.checked_mul(p.len()))
+        .filter(|&n| n <= MAX_PAD_BOXES)
+        .ok_or_else(|| {
+            format!(
+                "a {} pad that copies more than {MAX_PAD_BOXES} boxes (wrap pads much longer than their axis)",
+                mode.name()
+            )
+        })?;
+    let mut pick = vec![0usize; rank];
+    for _ in 0..boxes {
+        let chosen: Vec<PadPiece> = (0..rank).map(|k| pieces[k][pick[k]]).collect();
+        let dims: Vec<usize> = chosen.iter().map(|p| p.len).collect();
+        let src_st: Vec<i64> = (0..rank).map(|k| chosen[k].src_step * in_st[k]).collect();
+        let src_off: i64 = (0..rank).map(|k| chosen[k].src_start * in_st[k]).sum();
+        let dst_off: i64 = (0..rank)
+            .map(|k| chosen[k].out_start as i64 * out_st[k])
+            .sum();
+        copy_nest(
+            b,
+            dtype,
+            &dims,
+            (src, &src_st, src_off),
+            (dst, &out_st, dst_off),
+        );
+        for k in (0..rank).rev() {
+            pick[k] += 1;
+            if pick[k] < pieces[k].len() {
+                break;
+            }
+            pick[k] = 0;
+        }
+    }
+    Ok(())
+}
+
+/// Stores `value` (a scalar) in `dims` elements of `dst` (strides `st`, offset `off`),
+/// vectorized for `f32` when the last dim is contiguous.
+fn fill_nest(
+    b: &mut KernelBuilder,
+    dtype: DType,
+    dims: &[usize],
+    value: &Expr,
+    (dst, st, off): (BufId, &[i64], i64),
+) {
+    if dims.contains(&0) {
+        return;
+    }
+    let (cd, st) = collapse(dims, &[st.to_vec()]);
+    let vectorize = dtype == DType::F32 && st[0].last() == Some(&1);
+    let scalar = Width::scalar(dtype);
+    emit_nest(b, &cd, vectorize, &mut |b, idx, w| {
+        let (v, w) = if w == Width::F32x4 {
+            (Expr::splat_to(value.clone(), w), w)
+        } else {
+            (value.clone(), scalar)
+        };
+        b.store(dst, index_of(&st[0], idx).plus(off), v, w);
+    });
 }
 
 /// Element strides of a tensor of logical `dims` stored in `layout`, over "split" dims:

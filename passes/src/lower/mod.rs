@@ -617,6 +617,7 @@ impl<'a> Cx<'a> {
             | Op::Concat { .. }
             | Op::Reorder { .. }
             | Op::Slice(_)
+            | Op::Pad(_)
             | Op::Expand { .. }
             | Op::Tile { .. } => copy::lower_copy(self, op, operands, out_ty, epi, out),
             Op::Flatten { .. } | Op::Reshape { .. } => {

@@ -7,6 +7,7 @@ mod linalg;
 mod logic;
 mod movement;
 mod norm;
+mod pad_split;
 mod pool;
 mod reduce;
 mod resize;
@@ -84,6 +85,7 @@ pub static RULES: &[OpRule] = rules! {
     "Neg"                 [1, 6, 13],                     from 6  => elementwise::unary;
     "Not"                 [1],                            from 1  => logic::logical;
     "Or"                  [1, 7],                         from 7  => logic::logical;
+    "Pad"                 [1, 2, 11, 13, 18, 19, 21, 23, 24, 25], from 2 => pad_split::pad;
     "Pow"                 [1, 7, 12, 13, 15],             from 7  => elementwise::pow;
     "Range"               [11, 27],                       from 11 => logic::range;
     "Reciprocal"          [1, 6, 13],                     from 6  => elementwise::unary;
@@ -99,6 +101,7 @@ pub static RULES: &[OpRule] = rules! {
     "Size"                [1, 13, 19, 21, 23, 24, 25],    from 1  => logic::size;
     "Slice"               [1, 10, 11, 13],                from 1  => movement::slice;
     "Softmax"             [1, 11, 13],                    from 1  => linalg::softmax;
+    "Split"               [1, 2, 11, 13, 18],             from 1  => pad_split::split;
     "Sqrt"                [1, 6, 13],                     from 6  => elementwise::unary;
     "Squeeze"             [1, 11, 13, 21, 23, 24, 25],    from 1  => shape::squeeze;
     "Sub"                 [1, 6, 7, 13, 14],              from 7  => elementwise::binary;
