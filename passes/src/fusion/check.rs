@@ -1215,7 +1215,7 @@ fn compare(rule: &Rule, instance: &Instance, seed: u64, draw: &Draw) -> Comparis
     let fired: BTreeSet<TensorNode> = at_root()
         .filter_map(|e| match &e.outcome {
             Outcome::Fired(n) => Some(n.clone().map_children(|c| egraph.find(c))),
-            Outcome::Refused { .. } => None,
+            Outcome::Refused { .. } | Outcome::Approximate { .. } => None,
         })
         .collect();
     if fired.is_empty() {
@@ -1224,7 +1224,7 @@ fn compare(rule: &Rule, instance: &Instance, seed: u64, draw: &Draw) -> Comparis
                 guard: guard.clone(),
                 reason: reason.clone(),
             }),
-            Outcome::Fired(_) => None,
+            Outcome::Fired(_) | Outcome::Approximate { .. } => None,
         });
         return Comparison::NotApplicable(refusal.unwrap_or(Miss::NoMatch));
     }
