@@ -254,10 +254,15 @@ impl RuleCheck {
     /// One line: verdict, rule, instances, errors, detail.
     pub fn to_text(&self) -> String {
         let verdict = self.verdict.word();
-        let mut line = format!(
-            "{verdict:<8} {}: {} instances, max abs error {:.3e}, relative {:.3e}",
-            self.rule, self.instances, self.max_abs, self.relative
-        );
+        // errors of zero over no instance would read as a perfect score
+        let mut line = if self.instances == 0 {
+            format!("{verdict:<8} {}: no instance compared", self.rule)
+        } else {
+            format!(
+                "{verdict:<8} {}: {} instances, max abs error {:.3e}, relative {:.3e}",
+                self.rule, self.instances, self.max_abs, self.relative
+            )
+        };
         if !self.detail.is_empty() {
             line.push_str(&format!(" ({})", self.detail));
         }
@@ -1429,6 +1434,12 @@ mod tests {
         );
         assert_eq!(check.verdict, Verdict::Untested, "{}", check.to_text());
         assert!(check.verdict.fails());
+        let line = check.to_text();
+        assert!(
+            line.starts_with("UNTESTED r: no instance compared ("),
+            "{line}"
+        );
+        assert!(!line.contains("max abs error"), "{line}");
         assert!(
             check.detail.contains("guard `scalar` refused"),
             "{}",
