@@ -15,6 +15,7 @@ pub mod dot;
 pub mod explain;
 pub mod extract;
 pub mod lang;
+pub mod prove;
 pub mod report;
 pub mod rules;
 
