@@ -184,3 +184,56 @@ fn resnet18_explanation_reports_no_bn_add_or_relu_after() {
     }
     assert!(json_counts(&v, "ops_before")["batch_norm"] > 0);
 }
+
+/// A written-out float attribute matches the model's within the documented tolerance:
+/// `alpha=0.1666667` (seven digits) fuses the exporter's `0.16666667` and explain shows
+/// both values; `alpha=0.166667` (six digits) does not fuse, and explain reports the near
+/// miss with both values instead of staying silent.
+#[test]
+fn written_out_attributes_match_within_the_tolerance_or_are_near_misses() {
+    let model = "examples/rules/hard_swish_block.tir";
+    let explain = |rules: &str, json: bool| {
+        let mut args = vec!["explain", model, "--rules", rules];
+        if json {
+            args.push("--json");
+        }
+        let o = common::smelt(&args);
+        assert!(o.status.success(), "{}", common::stderr(&o));
+        common::stdout(&o)
+    };
+
+    let within = "tests/cases/rule_check/hard_swish_7_digits.rules";
+    let text = explain(within, false);
+    assert!(text.contains("rules:  hard-swish-7-digits"), "{text}");
+    assert!(
+        text.contains(
+            "hard-swish-7-digits: alpha = 0.16666667 in the model, 0.1666667 in the rule: \
+             within the tolerance"
+        ),
+        "{text}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&explain(within, true)).expect("JSON");
+    let approximate = v["approximate"].as_array().expect("approximate");
+    assert_eq!(approximate.len(), 1, "{v}");
+    assert_eq!(approximate[0]["rule"], "hard-swish-7-digits");
+    assert_eq!(v["near_misses"].as_array().map(Vec::len), Some(0), "{v}");
+
+    let outside = "tests/cases/rule_check/hard_swish_6_digits.rules";
+    let text = explain(outside, false);
+    assert!(!text.contains("rules:  hard-swish-6-digits"), "{text}");
+    assert!(
+        text.contains(
+            "hard-swish-6-digits refused by guard 'attributes': hard_sigmoid attributes: \
+             alpha = 0.16666667 in the model, 0.166667 in the rule: outside the tolerance"
+        ),
+        "{text}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&explain(outside, true)).expect("JSON");
+    assert_eq!(v["approximate"].as_array().map(Vec::len), Some(0), "{v}");
+    let near = v["near_misses"].as_array().expect("near_misses");
+    assert!(
+        near.iter()
+            .any(|n| n["rule"] == "hard-swish-6-digits" && n["guard"] == "attributes"),
+        "{v}"
+    );
+}

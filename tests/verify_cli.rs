@@ -92,6 +92,68 @@ fn verify_catches_a_rule_wrong_only_at_large_magnitudes() {
     assert!(o.status.success(), "{}", stdout(&o));
 }
 
+/// A rule wrong only for |x| > 3 passes on [-1, 1]: `--per-layer` and `--bisect` look
+/// on the first range whose outputs failed (±20 here), so they find the divergence and
+/// the culprit site instead of reporting that everything agrees.
+#[test]
+fn per_layer_and_bisect_use_the_range_where_the_outputs_failed() {
+    let model = "tests/cases/verify/hard_swish_written_out.tir";
+    let o = smelt(&[
+        "verify",
+        model,
+        "--rules",
+        "tests/cases/rule_check/unsound.rules",
+        "--only-rules=hard-swish-without-clip",
+        "--allow-unchecked-rules",
+        "--per-layer",
+        "--bisect",
+    ]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    let where_ = "on random inputs in [-20, 20] where the outputs failed";
+    assert!(
+        out.contains(&format!("per layer: 1 compared, 0 skipped, {where_}")),
+        "{out}"
+    );
+    assert!(out.contains("<- first divergence"), "{out}");
+    assert!(
+        out.contains(&format!("(interp(fused) vs interp(unfused)), {where_}:")),
+        "{out}"
+    );
+    assert!(out.contains("first bad site: 1. hard_swish"), "{out}");
+    assert!(!out.contains("nothing to bisect"), "{out}");
+
+    let o = smelt(&[
+        "verify",
+        model,
+        "--rules",
+        "tests/cases/rule_check/unsound.rules",
+        "--only-rules=hard-swish-without-clip",
+        "--allow-unchecked-rules",
+        "--per-layer",
+        "--bisect",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+    assert_eq!(v["per_layer"]["input_range"], 20.0, "{v}");
+    assert_eq!(v["bisect"]["input_range"], 20.0, "{v}");
+    assert_eq!(v["bisect"]["outcome"]["kind"], "culprit", "{v}");
+
+    // where [-1, 1] already fails, that is where they look
+    let o = smelt(&[
+        "verify",
+        CASE,
+        "--rules",
+        "tests/cases/verify/bn_through_relu.rules",
+        "--allow-unchecked-rules",
+        "--per-layer",
+        "--bisect",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+    assert_eq!(v["bisect"]["input_range"], 1.0, "{v}");
+}
+
 #[test]
 fn verify_fails_with_exit_code_one_and_names_the_planted_rule() {
     let o = smelt(&[

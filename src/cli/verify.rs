@@ -24,10 +24,12 @@ pub struct VerifyArgs {
     #[arg(long, value_name = "X", default_value_t = DEFAULT_RTOL)]
     rtol: f64,
     /// Compare every intermediate that survives fusion with the unfused graph and name
-    /// the first one that diverges.
+    /// the first one that diverges (on the inputs of the first range whose outputs
+    /// failed: [-1, 1], else the first failing --input-range).
     #[arg(long)]
     per_layer: bool,
-    /// When fused and unfused disagree, find the first fusion site that makes them.
+    /// When fused and unfused disagree, find the first fusion site that makes them (on the
+    /// inputs of the first range whose outputs failed, as `--per-layer`).
     #[arg(long)]
     bisect: bool,
     /// Print the report as JSON.

@@ -8,30 +8,36 @@ use smelt_ir::{ErrorStats, Tensor};
 use smelt_passes::fusion::FusionSite;
 
 use super::layers::{ops_by_location, user_ops};
-use super::{jit_run, BisectOutcome, BisectProbe, BisectReport, Run, VerifyOptions, VerifyReport};
+use super::{
+    jit_run, worst_of, BisectOutcome, BisectProbe, BisectReport, Run, VerifyOptions, VerifyReport,
+};
 use crate::Error;
 
-/// Bisects over fusion sites; see [`BisectReport`].
+/// Bisects over fusion sites on `inputs` (random ones in [-input_range, input_range]),
+/// against `reference`, the unfused results on them; see [`BisectReport`].
+#[allow(clippy::too_many_arguments)]
 pub(super) fn bisect(
     module: &Module,
     func: &Func,
     inputs: &[Tensor],
     reference: &[Tensor],
+    input_range: f32,
     report: &VerifyReport,
     opts: &VerifyOptions,
 ) -> BisectReport {
-    let interp_bad = report
-        .worst(Run::InterpFused, Run::InterpUnfused)
-        .is_some_and(|r| r > opts.rtol);
-    let jit_bad = report
-        .worst(Run::JitFused, Run::InterpUnfused)
-        .is_some_and(|r| r > opts.rtol);
+    // the comparisons on the inputs bisected (those of `input_range`)
+    let outputs = report.outputs_in(input_range).unwrap_or(&report.outputs);
+    let interp_bad =
+        worst_of(outputs, Run::InterpFused, Run::InterpUnfused).is_some_and(|r| r > opts.rtol);
+    let jit_bad =
+        worst_of(outputs, Run::JitFused, Run::InterpUnfused).is_some_and(|r| r > opts.rtol);
     let oracle = if interp_bad || !jit_bad {
         Run::InterpFused
     } else {
         Run::JitFused
     };
     let mut out = BisectReport {
+        input_range,
         oracle,
         total_sites: report.sites.len(),
         probes: Vec::new(),

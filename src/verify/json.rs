@@ -91,6 +91,7 @@ impl<'a> InputJson<'a> {
 /// index into `layers`, so a reader need not count.
 #[derive(Serialize)]
 struct PerLayerJson<'a> {
+    input_range: f32,
     layers: &'a [LayerCheck],
     skipped: &'a [SkippedLayer],
     first_divergence_inst: Option<usize>,
@@ -100,6 +101,7 @@ struct PerLayerJson<'a> {
 impl<'a> PerLayerJson<'a> {
     fn of(per_layer: &'a PerLayerReport) -> Self {
         PerLayerJson {
+            input_range: per_layer.input_range,
             layers: &per_layer.layers,
             skipped: &per_layer.skipped,
             first_divergence_inst: per_layer

@@ -118,6 +118,7 @@ pub(super) fn per_layer(
     reference_all: &[Tensor],
     fused_all: &[Tensor],
     inputs: &[Tensor],
+    input_range: f32,
     opts: &VerifyOptions,
 ) -> PerLayerReport {
     let by_loc = ops_by_location(unfused);
@@ -239,6 +240,7 @@ pub(super) fn per_layer(
     }
     let first_divergence = layers.iter().position(|l| !l.pass);
     PerLayerReport {
+        input_range,
         layers,
         skipped,
         first_divergence,

@@ -12,6 +12,8 @@
 //! magnitudes (hard-swish written without its clip agrees on [-3, 3]), so the outputs are
 //! compared again on random inputs in each of [`VerifyOptions::input_ranges`] (by default
 //! ±20, past every activation's knee, and ±1e3); those comparisons count like the first.
+//! The per-layer comparison and the bisection run on the inputs of the first range whose
+//! outputs failed, so they look where the failure shows.
 //!
 //! ```no_run
 //! use smelt::verify::{verify, VerifyOptions};
@@ -54,9 +56,11 @@ pub struct VerifyOptions {
     pub seed: u64,
     /// Largest relative error that passes.
     pub rtol: f64,
-    /// Compare every intermediate value that survives fusion with the unfused graph.
+    /// Compare every intermediate value that survives fusion with the unfused graph, on
+    /// the inputs of the first range whose outputs failed ([`PerLayerReport::input_range`]).
     pub per_layer: bool,
-    /// On a mismatch, find the first fusion site whose inclusion causes it.
+    /// On a mismatch, find the first fusion site whose inclusion causes it (on the same
+    /// inputs as `per_layer`).
     pub bisect: bool,
     /// Run the JIT legs (compile the fused module with Cranelift). On by default.
     pub jit: bool,
@@ -223,6 +227,9 @@ pub struct SkippedLayer {
 /// The per-layer comparison.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PerLayerReport {
+    /// Random inputs were uniform in [-input_range, input_range]: the first range whose
+    /// outputs failed (1 when the [-1, 1] comparison did, or when nothing failed).
+    pub input_range: f32,
     /// Compared values, in the fused function's program order.
     pub layers: Vec<LayerCheck>,
     /// Values not compared, with the reason.
@@ -271,6 +278,9 @@ pub enum BisectOutcome {
 /// The bisection over fusion sites.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct BisectReport {
+    /// Random inputs were uniform in [-input_range, input_range], as for
+    /// [`PerLayerReport::input_range`]: the first range where the outputs disagreed.
+    pub input_range: f32,
     /// The run whose outputs are compared with the reference at each probe.
     pub oracle: Run,
     /// Fusion sites of the full optimization.
@@ -325,15 +335,46 @@ impl VerifyReport {
                 .is_none_or(|p| p.first_divergence.is_none())
     }
 
-    /// The worst relative error of `got` against `reference` over all outputs.
+    /// The worst relative error of `got` against `reference` over the outputs on
+    /// inputs in [-1, 1].
     pub fn worst(&self, got: Run, reference: Run) -> Option<f64> {
-        self.outputs
-            .iter()
-            .flat_map(|o| &o.comparisons)
-            .filter(|c| c.got == got && c.reference == reference)
-            .map(|c| c.stats.relative)
-            .reduce(f64::max)
+        worst_of(&self.outputs, got, reference)
     }
+
+    /// The outputs compared on inputs in [-`range`, `range`] (1: [`VerifyReport::outputs`]).
+    pub fn outputs_in(&self, range: f32) -> Option<&[OutputCheck]> {
+        if range == 1.0 {
+            return Some(&self.outputs);
+        }
+        self.ranges
+            .iter()
+            .find(|r| r.range == range)
+            .map(|r| r.outputs.as_slice())
+    }
+}
+
+/// The worst relative error of `got` against `reference` over `outputs`.
+pub(crate) fn worst_of(outputs: &[OutputCheck], got: Run, reference: Run) -> Option<f64> {
+    outputs
+        .iter()
+        .flat_map(|o| &o.comparisons)
+        .filter(|c| c.got == got && c.reference == reference)
+        .map(|c| c.stats.relative)
+        .reduce(f64::max)
+}
+
+/// The range `--per-layer` and `--bisect` look at: where the outputs first fail — [-1, 1],
+/// else the first wider range that fails — so a rewrite wrong only at large magnitudes is
+/// located on inputs that show it; [-1, 1] when nothing fails.
+fn failing_range(outputs: &[OutputCheck], ranges: &[RangeCheck]) -> f32 {
+    let fails = |o: &[OutputCheck]| o.iter().any(|o| o.comparisons.iter().any(|c| !c.pass));
+    if fails(outputs) {
+        return 1.0;
+    }
+    ranges
+        .iter()
+        .find(|r| fails(&r.outputs))
+        .map_or(1.0, |r| r.range)
 }
 
 /// Verifies the entry function of `module`: see the module documentation.
@@ -431,17 +472,43 @@ pub fn verify(module: &Module, opts: &VerifyOptions) -> Result<VerifyReport, Err
         });
     }
 
+    // Per-layer and bisection look where the outputs failed, on that range's inputs.
+    let focus = failing_range(&outputs, &ranges);
+    let wide: (Vec<Tensor>, Vec<Tensor>);
+    let (focus_inputs, focus_reference): (&[Tensor], &[Tensor]) = if focus == 1.0 {
+        (&inputs, &reference)
+    } else {
+        let (inputs, _) = make_inputs_in(func, opts, focus)?;
+        let reference = interp::run(module, func, &inputs)?;
+        wide = (inputs, reference);
+        (&wide.0, &wide.1)
+    };
     let per_layer = match (&reference_all, &fused_all) {
-        (Some(reference_all), Some(fused_all)) => Some(layers::per_layer(
-            func,
-            fused_func,
-            &fused,
-            &sites,
-            reference_all,
-            fused_all,
-            &inputs,
-            opts,
-        )),
+        (Some(reference_all), Some(fused_all)) => {
+            let wide_all = if focus == 1.0 {
+                None
+            } else {
+                Some((
+                    interp::run_keep_all(module, func, focus_inputs)?,
+                    interp::run_keep_all(&fused, fused_func, focus_inputs)?,
+                ))
+            };
+            let (reference_all, fused_all) = match &wide_all {
+                Some((r, f)) => (r.as_slice(), f.as_slice()),
+                None => (reference_all.as_slice(), fused_all.as_slice()),
+            };
+            Some(layers::per_layer(
+                func,
+                fused_func,
+                &fused,
+                &sites,
+                reference_all,
+                fused_all,
+                focus_inputs,
+                focus,
+                opts,
+            ))
+        }
         _ => None,
     };
 
@@ -466,7 +533,13 @@ pub fn verify(module: &Module, opts: &VerifyOptions) -> Result<VerifyReport, Err
     };
     if opts.bisect {
         report.bisect = Some(bisect::bisect(
-            module, func, &inputs, &reference, &report, opts,
+            module,
+            func,
+            focus_inputs,
+            focus_reference,
+            focus,
+            &report,
+            opts,
         ));
     }
     Ok(report)

@@ -137,13 +137,23 @@ fn write_outputs(out: &mut String, outputs: &[super::OutputCheck], indent: &str)
     }
 }
 
+/// Nothing for the default inputs in [-1, 1]; else the wider range looked at.
+fn range_note(range: f32) -> String {
+    if range == 1.0 {
+        String::new()
+    } else {
+        format!(", on random inputs in [-{range}, {range}] where the outputs failed")
+    }
+}
+
 impl PerLayerReport {
     fn write_text(&self, out: &mut String, rtol: f64, user_rules: &[String]) {
         let _ = writeln!(
             out,
-            "per layer: {} compared, {} skipped",
+            "per layer: {} compared, {} skipped{}",
             self.layers.len(),
-            self.skipped.len()
+            self.skipped.len(),
+            range_note(self.input_range)
         );
         if let Some(note) = &self.jit_note {
             let _ = writeln!(out, "  note: {note}");
@@ -218,9 +228,10 @@ impl BisectReport {
     fn write_text(&self, out: &mut String, user_rules: &[String]) {
         let _ = writeln!(
             out,
-            "bisect over {} fusion sites ({} vs interp(unfused)):",
+            "bisect over {} fusion sites ({} vs interp(unfused)){}:",
             self.total_sites,
-            self.oracle.label()
+            self.oracle.label(),
+            range_note(self.input_range)
         );
         for p in &self.probes {
             let _ = writeln!(

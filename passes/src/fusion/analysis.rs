@@ -59,6 +59,12 @@ pub enum Outcome {
         /// Why, in the user's words.
         reason: String,
     },
+    /// A written-out float attribute matched the model's within the tolerance
+    /// ([`super::attr_match`]), not exactly; recorded beside the rule's `Fired` event.
+    Approximate {
+        /// Which attribute, both values and the tolerance.
+        note: String,
+    },
 }
 
 /// One match of a rule at an e-class.

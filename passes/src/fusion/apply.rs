@@ -12,6 +12,7 @@ use smelt_ir::types::{DType, Layout, TensorType};
 use smelt_ir::weights::{AlignedBuf, WeightStore};
 
 use super::analysis::{FusionAnalysis, FusionGraph, Outcome, Provenance, RuleEvent};
+use super::attr_match::{compare, has_float_fields, AttrMatch};
 use super::lang::{join_op, split_op, AttrTable, Attrs, OpKind, TensorNode};
 use super::rules::{post_op_of, AttrSpec, GuardArg, GuardKind, PatternExpr, Rule, RuleAction};
 
@@ -117,12 +118,26 @@ fn var(name: &str) -> Var {
     name.parse().expect("validated variable name")
 }
 
-/// Compiles a pattern to an egg pattern AST, interning literal attributes.
+/// A written-out attribute payload with float fields on a left-hand side: compiled as a
+/// fresh variable the applier compares with the literal within a tolerance
+/// ([`attr_match`](super::attr_match)), since an exact pattern would silently miss a
+/// model whose exporter rounded the same constant differently.
+#[derive(Debug)]
+struct LiteralAttrs {
+    var: Var,
+    kind: OpKind,
+    attrs: Attrs,
+}
+
+/// Compiles a pattern to an egg pattern AST, interning literal attributes. With
+/// `literals` (a left-hand side), literals with float fields become variables listed
+/// there instead.
 fn compile_pattern(
     p: &PatternExpr,
     attrs: &mut AttrTable,
     fresh: &mut usize,
     out: &mut PatternAst<TensorNode>,
+    literals: &mut Option<&mut Vec<LiteralAttrs>>,
 ) -> Id {
     match p {
         PatternExpr::Var(v) => out.add(ENodeOrVar::Var(var(v))),
@@ -137,14 +152,26 @@ fn compile_pattern(
                     out.add(ENodeOrVar::Var(var(&format!("?__attrs{fresh}"))))
                 }
                 AttrSpec::Var(v) => out.add(ENodeOrVar::Var(var(v))),
-                AttrSpec::Literal(a) => {
-                    let id = attrs.intern(a.clone());
-                    out.add(ENodeOrVar::ENode(TensorNode::Attr(id)))
-                }
+                AttrSpec::Literal(a) => match literals {
+                    Some(list) if has_float_fields(a) => {
+                        *fresh += 1;
+                        let v = var(&format!("?__literal{fresh}"));
+                        list.push(LiteralAttrs {
+                            var: v,
+                            kind: *kind,
+                            attrs: a.clone(),
+                        });
+                        out.add(ENodeOrVar::Var(v))
+                    }
+                    _ => {
+                        let id = attrs.intern(a.clone());
+                        out.add(ENodeOrVar::ENode(TensorNode::Attr(id)))
+                    }
+                },
             };
             let mut ids = vec![attr_id];
             for c in children {
-                ids.push(compile_pattern(c, attrs, fresh, out));
+                ids.push(compile_pattern(c, attrs, fresh, out, literals));
             }
             out.add(ENodeOrVar::ENode(TensorNode::Op(*kind, ids.into())))
         }
@@ -173,6 +200,8 @@ struct RuleApplier {
     lhs: PatternAst<TensorNode>,
     action: Action,
     guards: Vec<CompiledGuard>,
+    /// Written-out float attributes, compared before the guards.
+    literals: Vec<LiteralAttrs>,
     context: Arc<GuardContext>,
 }
 
@@ -188,11 +217,19 @@ pub fn compile_rules(
         for (alternative, lhs) in rule.lhs.iter().enumerate() {
             let mut fresh = 0;
             let mut lhs_ast = PatternAst::default();
-            compile_pattern(lhs, attrs, &mut fresh, &mut lhs_ast);
+            let mut literals = Vec::new();
+            compile_pattern(
+                lhs,
+                attrs,
+                &mut fresh,
+                &mut lhs_ast,
+                &mut Some(&mut literals),
+            );
             let action = match &rule.action {
                 RuleAction::Rewrite(rhs) => {
                     let mut ast = PatternAst::default();
-                    compile_pattern(rhs, attrs, &mut fresh, &mut ast);
+                    // the right-hand side builds with the rule's own values, exactly
+                    compile_pattern(rhs, attrs, &mut fresh, &mut ast, &mut None);
                     Action::Instantiate(ast)
                 }
                 RuleAction::Absorb { into } => Action::Absorb(var(into)),
@@ -233,6 +270,7 @@ pub fn compile_rules(
                 lhs: lhs_ast.clone(),
                 action,
                 guards,
+                literals,
                 context: Arc::clone(context),
             };
             let searcher = Pattern::new(lhs_ast);
@@ -645,6 +683,25 @@ impl Applier<TensorNode, FusionAnalysis> for RuleApplier {
         _searcher_ast: Option<&PatternAst<TensorNode>>,
         _rule_name: Symbol,
     ) -> Vec<Id> {
+        // Literal attributes first: a payload that is another op's (not within the
+        // near-miss band) was never a match, as for an exact pattern.
+        let mut approximate = Vec::new();
+        let mut near = None;
+        for lit in &self.literals {
+            let model = egraph.analysis.attrs_of(egraph, subst[lit.var]);
+            match model.map(|m| compare(m, &lit.attrs)) {
+                Some(AttrMatch::Exact) => {}
+                Some(AttrMatch::Within(notes)) => approximate.extend(notes),
+                Some(AttrMatch::Near(notes)) => {
+                    near.get_or_insert_with(Vec::new).extend(
+                        notes
+                            .into_iter()
+                            .map(|n| format!("{} attributes: {n}", lit.kind.name())),
+                    );
+                }
+                Some(AttrMatch::Different) | None => return vec![],
+            }
+        }
         egraph
             .analysis
             .counts
@@ -666,8 +723,15 @@ impl Applier<TensorNode, FusionAnalysis> for RuleApplier {
             );
             vec![]
         };
+        if let Some(notes) = near {
+            return refused(egraph, ("attributes".to_string(), notes.join("; ")));
+        }
         if let Err(r) = self.check_guards(egraph, eclass, subst) {
             return refused(egraph, r);
+        }
+        // kept as events; the report shows them where this rule fired at this class
+        for note in approximate {
+            Self::record(egraph, &self.rule, eclass, Outcome::Approximate { note });
         }
         let classes = self.lhs_classes(egraph, subst);
         match &self.action {

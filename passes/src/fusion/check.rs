@@ -42,6 +42,7 @@ use super::analysis::{FusionAnalysis, Outcome};
 use super::apply::{compile_rules, GuardContext};
 use super::extract::CostTable;
 use super::lang::{join_op, Attrs, OpKind, TensorNode};
+use super::prove::{prove_rule, Proof};
 use super::rules::{AttrSpec, GuardArg, GuardKind, PatternExpr, Rule, RuleAction};
 use super::{build, choose_with_forced, emit, input_nodes, Built, CostModel};
 
@@ -248,18 +249,45 @@ pub struct RuleCheck {
     pub relative: f64,
     /// The worst instance in words (or why none was found, or the evaluation error).
     pub detail: String,
+    /// The exact proof attempt over the reals ([`super::prove`]).
+    pub proof: Proof,
 }
 
 impl RuleCheck {
     /// One line: verdict, rule, instances, errors, detail.
     pub fn to_text(&self) -> String {
-        let verdict = self.verdict.word();
-        let mut line = format!(
-            "{verdict:<8} {}: {} instances, max abs error {:.3e}, relative {:.3e}",
-            self.rule, self.instances, self.max_abs, self.relative
-        );
+        let verdict = match (&self.verdict, &self.proof) {
+            (Verdict::Sound, Proof::Proved) => "proved",
+            (v, _) => v.word(),
+        };
+        // errors of zero over no instance would read as a perfect score
+        let mut line = if self.instances == 0 {
+            format!("{verdict:<8} {}: no instance compared", self.rule)
+        } else {
+            format!(
+                "{verdict:<8} {}: {} instances, max abs error {:.3e}, relative {:.3e}",
+                self.rule, self.instances, self.max_abs, self.relative
+            )
+        };
         if !self.detail.is_empty() {
             line.push_str(&format!(" ({})", self.detail));
+        }
+        match (&self.verdict, &self.proof) {
+            (Verdict::Sound | Verdict::Cyclic, Proof::Proved) => {
+                line.push_str("; an identity over the reals, f32 rounding as sampled")
+            }
+            (Verdict::Unsound, Proof::Proved) => {
+                line.push_str("; an identity over the reals: the difference is f32 rounding")
+            }
+            (Verdict::Sound | Verdict::Cyclic, Proof::Differs { witness, relative }) => line
+                .push_str(&format!(
+                    "; sampled only: not an identity over the reals (at {witness}, \
+                     relative {relative:.1e}, within the tolerance)"
+                )),
+            (Verdict::Sound | Verdict::Cyclic, Proof::NotAttempted(why)) if !why.is_empty() => {
+                line.push_str(&format!("; sampled only: {why}"))
+            }
+            _ => {}
         }
         line
     }
@@ -270,8 +298,27 @@ pub fn check_rules(rules: &[Rule], options: &CheckOptions) -> Vec<RuleCheck> {
     rules.iter().map(|r| check_rule(r, options)).collect()
 }
 
-/// Checks one rule numerically.
+/// Checks one rule: sampled (see the module docs), and proved exactly over the reals
+/// where the rule is in the prover's fragment ([`super::prove`]). An exact difference
+/// beyond the tolerance refutes a rule the samples missed.
 pub fn check_rule(rule: &Rule, options: &CheckOptions) -> RuleCheck {
+    let mut out = sample_rule(rule, options);
+    out.proof = prove_rule(rule);
+    if let (Verdict::Sound, Proof::Differs { witness, relative }) = (&out.verdict, &out.proof) {
+        if relative.is_nan() || *relative > options.tolerance {
+            out.verdict = Verdict::Unsound;
+            out.detail = format!(
+                "refuted exactly over the reals, where the samples missed it: at {witness}; \
+                 relative error {relative:.3e} > {:.1e}",
+                options.tolerance
+            );
+        }
+    }
+    out
+}
+
+/// The sampling check of one rule.
+fn sample_rule(rule: &Rule, options: &CheckOptions) -> RuleCheck {
     let mut out = RuleCheck {
         rule: rule.name.clone(),
         verdict: Verdict::Sound,
@@ -279,6 +326,7 @@ pub fn check_rule(rule: &Rule, options: &CheckOptions) -> RuleCheck {
         max_abs: 0.0,
         relative: 0.0,
         detail: String::new(),
+        proof: Proof::NotAttempted(String::new()),
     };
     let breaks = break_points(rule);
     let mut worst = -1.0f64;
@@ -1215,7 +1263,7 @@ fn compare(rule: &Rule, instance: &Instance, seed: u64, draw: &Draw) -> Comparis
     let fired: BTreeSet<TensorNode> = at_root()
         .filter_map(|e| match &e.outcome {
             Outcome::Fired(n) => Some(n.clone().map_children(|c| egraph.find(c))),
-            Outcome::Refused { .. } => None,
+            Outcome::Refused { .. } | Outcome::Approximate { .. } => None,
         })
         .collect();
     if fired.is_empty() {
@@ -1224,7 +1272,7 @@ fn compare(rule: &Rule, instance: &Instance, seed: u64, draw: &Draw) -> Comparis
                 guard: guard.clone(),
                 reason: reason.clone(),
             }),
-            Outcome::Fired(_) => None,
+            Outcome::Fired(_) | Outcome::Approximate { .. } => None,
         });
         return Comparison::NotApplicable(refusal.unwrap_or(Miss::NoMatch));
     }
@@ -1422,6 +1470,41 @@ mod tests {
         assert_eq!(check.verdict, Verdict::Unsound, "{}", check.to_text());
     }
 
+    /// min(relu(x), 50000) = relu(x) is wrong only past 50000: two instances (the unit
+    /// and wide strata) miss it, the exact proof does not, and gives a witness; relu6
+    /// spelled out is proved.
+    #[test]
+    fn the_exact_proof_refutes_what_the_samples_miss_and_proves_relu6() {
+        let text =
+            "rule r\n  lhs (min (relu ?x) ?big)\n  rhs (relu ?x)\n  guard scalar ?big 50000\n";
+        let rules = load_rules(text, "t.rules").unwrap();
+        let few = CheckOptions {
+            instances: 2,
+            ..CheckOptions::default()
+        };
+        let sampled = sample_rule(&rules[0], &few);
+        assert_eq!(sampled.verdict, Verdict::Sound, "{}", sampled.to_text());
+        let check = check_rule(&rules[0], &few);
+        assert_eq!(check.verdict, Verdict::Unsound, "{}", check.to_text());
+        assert!(
+            check.detail.contains("refuted exactly over the reals")
+                && check.detail.contains("?x = 5"),
+            "{}",
+            check.detail
+        );
+        let relu6 = builtin_rules()
+            .into_iter()
+            .find(|r| r.name == "recognize-relu6")
+            .unwrap();
+        let check = check_rule(&relu6, &CheckOptions::default());
+        assert_eq!(check.proof, Proof::Proved);
+        assert!(
+            check.to_text().starts_with("proved   recognize-relu6:"),
+            "{}",
+            check.to_text()
+        );
+    }
+
     #[test]
     fn an_uninstantiable_rule_is_untested_with_the_reason() {
         let check = check_text(
@@ -1429,6 +1512,12 @@ mod tests {
         );
         assert_eq!(check.verdict, Verdict::Untested, "{}", check.to_text());
         assert!(check.verdict.fails());
+        let line = check.to_text();
+        assert!(
+            line.starts_with("UNTESTED r: no instance compared ("),
+            "{line}"
+        );
+        assert!(!line.contains("max abs error"), "{line}");
         assert!(
             check.detail.contains("guard `scalar` refused"),
             "{}",

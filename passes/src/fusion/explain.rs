@@ -9,7 +9,9 @@ use std::fmt::Write as _;
 use serde::Serialize;
 use smelt_ir::diag::Location;
 
-use super::report::{counts, micros, FusionReport, LostFusion, NearMiss, StopReason};
+use super::report::{
+    counts, micros, ApproximateMatch, FusionReport, LostFusion, NearMiss, StopReason,
+};
 
 /// Op counts summed over every function's report (`ops_before` or `ops_after`).
 fn total_counts(
@@ -84,6 +86,16 @@ pub fn explain_text(reports: &[FusionReport]) -> String {
                 n.op, n.location, n.rule, n.guard, n.reason
             );
         }
+        if !r.approximate.is_empty() {
+            let _ = writeln!(
+                out,
+                "fused on attributes within the tolerance ({}):",
+                r.approximate.len()
+            );
+            for a in &r.approximate {
+                let _ = writeln!(out, "  {} {}: {}: {}", a.op, a.location, a.rule, a.note);
+            }
+        }
         let _ = writeln!(out, "lost in extraction ({}):", r.lost.len());
         for l in &r.lost {
             let _ = writeln!(
@@ -122,6 +134,7 @@ struct Explanation<'a> {
     ops_after: BTreeMap<String, usize>,
     sites: Vec<ExplainedSite<'a>>,
     near_misses: Vec<ExplainedMiss<'a>>,
+    approximate: Vec<ExplainedApproximate<'a>>,
     lost: Vec<ExplainedLoss<'a>>,
     functions: Vec<FunctionSummary<'a>>,
 }
@@ -132,6 +145,14 @@ struct ExplainedMiss<'a> {
     func: &'a str,
     #[serde(flatten)]
     miss: &'a NearMiss,
+}
+
+/// An approximate attribute match with the name of its function in front.
+#[derive(Serialize)]
+struct ExplainedApproximate<'a> {
+    func: &'a str,
+    #[serde(flatten)]
+    matched: &'a ApproximateMatch,
 }
 
 /// A fused op with each merged input op beside its location (the report keeps the two
@@ -176,7 +197,8 @@ struct FunctionSummary<'a> {
 /// The explanation as one JSON object (fields in a fixed order, deterministic; schema in
 /// docs/json.md): `ops_before` and `ops_after` (op name → count, summed over functions),
 /// `sites` (`func`, `op`, `rules`, `merged`: a list of `{op, location}`), `near_misses`
-/// (`func`, `rule`, `op`, `location`, `guard`, `reason`), `lost` (`func`, `rule`, `op`,
+/// (`func`, `rule`, `op`, `location`, `guard`, `reason`), `approximate` (`func`, `rule`,
+/// `op`, `location`, `note`: a written-out attribute matched within the tolerance), `lost` (`func`, `rule`, `op`,
 /// `location`, `fused_cost`, `chosen_cost`, `extra_cost` in seconds) and `functions` (per
 /// function: `func`, `stop_reason`, `iterations`, `egraph_nodes`, `egraph_classes`,
 /// `cost_before`, `cost_after`, `ops_before`, `ops_after`).
@@ -206,6 +228,15 @@ pub fn explain_json(reports: &[FusionReport]) -> String {
                 r.near_misses.iter().map(|miss| ExplainedMiss {
                     func: &r.func,
                     miss,
+                })
+            })
+            .collect(),
+        approximate: reports
+            .iter()
+            .flat_map(|r| {
+                r.approximate.iter().map(|matched| ExplainedApproximate {
+                    func: &r.func,
+                    matched,
                 })
             })
             .collect(),

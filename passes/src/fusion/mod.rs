@@ -8,12 +8,14 @@
 
 pub mod analysis;
 pub mod apply;
+pub mod attr_match;
 pub mod check;
 pub mod cost;
 pub mod dot;
 pub mod explain;
 pub mod extract;
 pub mod lang;
+pub mod prove;
 pub mod report;
 pub mod rules;
 
@@ -36,7 +38,9 @@ pub use cost::CostModel;
 pub use explain::{explain_json, explain_text};
 use extract::{dag_cost, CostTable};
 use lang::{split_op, OpKind, TensorNode};
-pub use report::{FusionReport, FusionSite, LostFusion, NearMiss, RuleStat, StopReason};
+pub use report::{
+    ApproximateMatch, FusionReport, FusionSite, LostFusion, NearMiss, RuleStat, StopReason,
+};
 pub use rules::{builtin_rules, load_rules, Rule, BUILTIN_RULES};
 
 /// Saturation limits. The time limit is a safety net set far above what normal models
@@ -295,6 +299,7 @@ pub fn fuse_func(
             sites: Vec::new(),
             withheld: Vec::new(),
             near_misses: Vec::new(),
+            approximate: Vec::new(),
             lost: Vec::new(),
             cost_before: 0.0,
             cost_after: 0.0,
@@ -395,6 +400,7 @@ pub fn fuse_func(
         }
     }
     let mut near: BTreeSet<NearMiss> = BTreeSet::new();
+    let mut approximate: BTreeSet<ApproximateMatch> = BTreeSet::new();
     let mut lost: Vec<LostFusion> = Vec::new();
     let mut full_choice: extract::Choice = HashMap::new();
     for (class, node) in &extraction.chosen {
@@ -426,6 +432,19 @@ pub fn fuse_func(
                         location,
                         guard: guard.clone(),
                         reason: reason.clone(),
+                    });
+                }
+            }
+            Outcome::Approximate { note } => {
+                if !fired.contains(&(e.rule.clone(), class)) {
+                    continue;
+                }
+                if let Some((op, location)) = site_of(class) {
+                    approximate.insert(ApproximateMatch {
+                        rule: e.rule.clone(),
+                        op,
+                        location,
+                        note: note.clone(),
                     });
                 }
             }
@@ -549,6 +568,7 @@ pub fn fuse_func(
         sites,
         withheld,
         near_misses: near.into_iter().collect(),
+        approximate: approximate.into_iter().collect(),
         lost,
         cost_before,
         cost_after,
@@ -1104,6 +1124,56 @@ mod tests {
             "{:?}",
             report.near_misses
         );
+    }
+
+    /// A written-out float attribute: within the tolerance it fuses and the report says
+    /// so; in the near-miss band it is refused by `attributes` with both values; farther
+    /// off it is another op's attributes, neither a match nor a near miss.
+    #[test]
+    fn written_out_float_attributes_match_within_the_tolerance() {
+        let base = include_str!("../../../examples/rules/hard_swish_block.tir");
+        let rules = load_rules(
+            "rule hs\n  \
+               lhs (mul ?x (hard_sigmoid[alpha=0.1666667, beta=0.5] ?x))\n  \
+               rhs (hard_swish ?x)\n",
+            "u.rules",
+        )
+        .unwrap();
+        let options = FusionOptions {
+            extra_rules: rules,
+            ..FusionOptions::default()
+        };
+        assert!(base.contains("alpha = 0.16666667"));
+        let run = |alpha: &str| {
+            let model = base.replace("alpha = 0.16666667", &format!("alpha = {alpha}"));
+            fuse_text(&model, &options).1
+        };
+        let stat = |r: &FusionReport| r.rules.iter().find(|s| s.rule == "hs").cloned().unwrap();
+        for (alpha, fires, near) in [
+            ("0.1666667", true, false),
+            ("0.16666667", true, false),
+            ("0.1666669", false, true),
+            ("0.2", false, false),
+        ] {
+            let report = run(alpha);
+            let s = stat(&report);
+            assert_eq!(s.applied > 0, fires, "alpha {alpha}: {s:?}");
+            let approx: Vec<&str> = report.approximate.iter().map(|a| a.note.as_str()).collect();
+            // the exact literal is no approximation
+            assert_eq!(
+                !approx.is_empty(),
+                fires && alpha != "0.1666667",
+                "alpha {alpha}: {approx:?}"
+            );
+            let refused = report
+                .near_misses
+                .iter()
+                .filter(|n| n.rule == "hs" && n.guard == "attributes")
+                .count();
+            assert_eq!(refused > 0, near, "alpha {alpha}: {:?}", report.near_misses);
+            // a different constant is not counted as a match at all
+            assert_eq!(s.matches > 0, fires || near, "alpha {alpha}: {s:?}");
+        }
     }
 
     /// An unsound user rule is an error where it loads, or a warning when allowed.

@@ -88,6 +88,21 @@ pub struct NearMiss {
     pub reason: String,
 }
 
+/// A rule that fired where a written-out float attribute matched the model's within the
+/// tolerance rather than exactly (`alpha = 0.16666667 in the model, 0.1666667 in the
+/// rule`): it fused, and says which value it took for which.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct ApproximateMatch {
+    /// Rule name.
+    pub rule: String,
+    /// The op at the site (the left-hand side root).
+    pub op: String,
+    /// Its location.
+    pub location: Location,
+    /// The attribute, both values and the tolerance.
+    pub note: String,
+}
+
 /// A rule that fired but whose result the cost model did not choose.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct LostFusion {
@@ -135,8 +150,11 @@ pub struct FusionReport {
     /// Sites of the full fusion that [`super::FusionOptions::site_limit`] left unfused, in
     /// canonical order (`inst` indexes the fully fused output).
     pub withheld: Vec<FusionSite>,
-    /// Matches refused by a guard.
+    /// Matches refused by a guard (a written-out attribute outside the tolerance
+    /// included, as guard `attributes`).
     pub near_misses: Vec<NearMiss>,
+    /// Rules that fired on attributes matched within the tolerance, not exactly.
+    pub approximate: Vec<ApproximateMatch>,
     /// Rule results the cost model did not choose.
     pub lost: Vec<LostFusion>,
 }
@@ -213,6 +231,12 @@ impl FusionReport {
                     "  {} at {} {}: guard '{}' refused: {}",
                     n.rule, n.op, n.location, n.guard, n.reason
                 );
+            }
+        }
+        if !self.approximate.is_empty() {
+            let _ = writeln!(out, "attributes matched within the tolerance:");
+            for a in &self.approximate {
+                let _ = writeln!(out, "  {} at {} {}: {}", a.rule, a.op, a.location, a.note);
             }
         }
         if !self.lost.is_empty() {

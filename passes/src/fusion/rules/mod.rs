@@ -34,7 +34,9 @@
 //! attributes are read by the IR text form's own schema
 //! (`smelt_ir::text::op_from_attributes`): the same keys, types, defaults and required keys
 //! as `%y = clip %x {min = 0.0, max = 6.0}`, for every op; omitted keys take their
-//! defaults, and the literal matches only that exact payload.
+//! defaults. On a left-hand side the literal matches a payload with the same non-float
+//! fields and float fields within a relative tolerance (`super::attr_match`, documented
+//! in docs/rules.md), so a constant rounded differently by an exporter still matches.
 //! Every variable of the right-hand side and of the guards must be bound by every
 //! left-hand side; this is checked when the file is loaded.
 //!
