@@ -373,3 +373,31 @@ fn row13_duplicate_inputs_are_errors() {
         &["--input gives 'x' twice"],
     );
 }
+
+#[test]
+fn row7_one_long_line_parses_in_linear_time() {
+    // 200,000 ops on one 8 MB line: each op's column was counted from the line start,
+    // so this took minutes; it must parse as fast as the same ops on separate lines.
+    // A non-ASCII comment up front keeps the character-counting path in play.
+    let s = scene();
+    let n = 200_000;
+    let mut text = String::from("// é\nfunc @main(%x: tensor<4xf32>) -> tensor<4xf32> {");
+    let mut prev = "%x".to_string();
+    for i in 0..n {
+        text += &format!(" %a{i} = relu {prev} : tensor<4xf32>");
+        prev = format!("%a{i}");
+    }
+    text += &format!(" return {prev} : tensor<4xf32> }}\n");
+    std::fs::write(s.model.join("line.tir"), &text).unwrap();
+    let o = expect(
+        &s.model,
+        &["opt", "line.tir", "--passes", "dce", "--print-loc"],
+        0,
+        &[],
+    );
+    // the last op's location: its column counted from the start of line 2
+    let line2 = text.lines().nth(1).unwrap();
+    let col = line2.find(&format!("%a{} =", n - 1)).unwrap() + 1;
+    let want = format!("loc(\"line.tir\":2:{col})\n  return");
+    assert!(o.stdout.contains(&want), "want {want:?}");
+}
