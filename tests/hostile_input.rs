@@ -401,3 +401,79 @@ fn row7_one_long_line_parses_in_linear_time() {
     let want = format!("loc(\"line.tir\":2:{col})\n  return");
     assert!(o.stdout.contains(&want), "want {want:?}");
 }
+
+/// The f32 values of `NAME.npy` in `dir`.
+fn npy_f32(dir: &Path, name: &str) -> Vec<f32> {
+    let bytes = std::fs::read(dir.join(format!("{name}.npy"))).unwrap();
+    let t = smelt::npy::decode(&bytes).unwrap();
+    t.data.as_f32().expect("an f32 result").to_vec()
+}
+
+#[test]
+fn row8_thousands_of_post_ops_compile_in_linear_time() {
+    // one fused matmul and one fused conv with 30,000 post-ops each, in a varied order
+    // so no two passes' kernels are the same: the register tile repeated every post-op
+    // per register (and one kernel argument per binary post-op), so 10,000 took
+    // a minute; the JIT's result must equal the interpreter's
+    let s = scene();
+    let choices = [
+        "relu",
+        "tanh",
+        "sigmoid",
+        "add(_, %b)",
+        "mul(_, %b)",
+        "sub(%b, _)",
+        "abs",
+        "neg",
+        "max(_, %s)",
+        "min(%s, _)",
+    ];
+    let mut state = 12345u64;
+    let ops: Vec<&str> = (0..30_000)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            choices[(state >> 33) as usize % choices.len()]
+        })
+        .collect();
+    let post = ops.join(", ");
+    let models = [
+        (
+            "mm",
+            format!(
+                "func @main(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<4x16xf32>, \
+                 %s: tensor<16xf32>) -> tensor<4x16xf32> {{\n  \
+                 %0 = fused matmul %x, %w post [{post}] : tensor<4x16xf32>\n  \
+                 return %0 : tensor<4x16xf32>\n}}\n"
+            ),
+        ),
+        (
+            "conv",
+            format!(
+                "func @main(%x: tensor<1x16x8x8xf32>, %w: tensor<32x16x3x3xf32>, \
+                 %b: tensor<1x32x8x8xf32>, %s: tensor<32x1x1xf32>) -> tensor<1x32x8x8xf32> {{\n  \
+                 %0 = fused conv2d %x, %w {{pads = [1, 1, 1, 1]}} post [{post}] \
+                 : tensor<1x32x8x8xf32>\n  return %0 : tensor<1x32x8x8xf32>\n}}\n"
+            ),
+        ),
+    ];
+    for (name, text) in models {
+        let file = format!("{name}.tir");
+        std::fs::write(s.model.join(&file), text).unwrap();
+        let (jit, interp) = (format!("{name}_jit"), format!("{name}_interp"));
+        let run = ["run", file.as_str(), "--random-inputs", "1", "--output-dir"];
+        expect(&s.model, &[&run[..], &[jit.as_str()]].concat(), 0, &[]);
+        let args = [&run[..], &[interp.as_str(), "--interp"]].concat();
+        expect(&s.model, &args, 0, &[]);
+        let (got, want) = (
+            npy_f32(&s.model.join(&jit), "result0"),
+            npy_f32(&s.model.join(&interp), "result0"),
+        );
+        assert_eq!(got.len(), want.len());
+        let scale = want.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!((g - w).abs() <= 1e-4 * scale, "{name}[{i}]: {g} vs {w}");
+        }
+    }
+}

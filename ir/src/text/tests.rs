@@ -75,11 +75,14 @@ fn named_and_fused_locations_parse() {
     assert_eq!(insts[0].loc, Location::Name("Relu_1".into()));
     assert_eq!(
         insts[1].loc,
-        Location::Fused(vec![
-            Location::Name("Relu_1".into()),
-            Location::file("m.tir", 4, 7),
-            Location::Unknown
-        ])
+        Location::Fused(
+            vec![
+                Location::Name("Relu_1".into()),
+                Location::file("m.tir", 4, 7),
+                Location::Unknown
+            ]
+            .into()
+        )
     );
     assert_eq!(insts[2].loc, Location::Unknown);
     let opts = PrintOptions {
