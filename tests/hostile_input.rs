@@ -591,7 +591,7 @@ fn row13_an_f64_input_that_overflows_f32_is_an_error() {
     // a float64 .npy of [1e300, 1, 2, 3]: 1e300 would become inf
     let mut npy = b"\x93NUMPY\x01\x00".to_vec();
     let mut header = "{'descr': '<f8', 'fortran_order': False, 'shape': (4,), }".to_string();
-    while (10 + header.len() + 1) % 64 != 0 {
+    while !(10 + header.len() + 1).is_multiple_of(64) {
         header.push(' ');
     }
     header.push('\n');
