@@ -6,9 +6,28 @@
 //! Every case runs the `smelt` binary under `ulimit -v` (6 GiB) and a time limit, one
 //! case at a time, so a regression fails the test instead of taking the machine down.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+use smelt::ir::{DType, Tensor};
+
+/// The ONNX models of the corpus and onnxruntime's outputs for the valid ones, made by
+/// `scripts/make_hostile_models.py` through `$SMELT_PYTHON` when missing.
+fn onnx_data() -> PathBuf {
+    static DATA: OnceLock<PathBuf> = OnceLock::new();
+    DATA.get_or_init(|| {
+        common::generated_data(
+            "hostile",
+            "make_hostile_models.py",
+            "onnx 1.23.2 onnxruntime 1.32.0 hostile 1",
+        )
+    })
+    .clone()
+}
 
 /// The address-space limit of every case, in KiB (6 GiB).
 const ULIMIT_KIB: u64 = 6 << 20;
@@ -371,5 +390,228 @@ fn row13_duplicate_inputs_are_errors() {
         ],
         1,
         &["--input gives 'x' twice"],
+    );
+}
+
+#[test]
+fn row7_one_long_line_parses_in_linear_time() {
+    // 200,000 ops on one 8 MB line: each op's column was counted from the line start,
+    // so this took minutes; it must parse as fast as the same ops on separate lines.
+    // A non-ASCII comment up front keeps the character-counting path in play.
+    let s = scene();
+    let n = 200_000;
+    let mut text = String::from("// é\nfunc @main(%x: tensor<4xf32>) -> tensor<4xf32> {");
+    let mut prev = "%x".to_string();
+    for i in 0..n {
+        text += &format!(" %a{i} = relu {prev} : tensor<4xf32>");
+        prev = format!("%a{i}");
+    }
+    text += &format!(" return {prev} : tensor<4xf32> }}\n");
+    std::fs::write(s.model.join("line.tir"), &text).unwrap();
+    let o = expect(
+        &s.model,
+        &["opt", "line.tir", "--passes", "dce", "--print-loc"],
+        0,
+        &[],
+    );
+    // the last op's location: its column counted from the start of line 2
+    let line2 = text.lines().nth(1).unwrap();
+    let col = line2.find(&format!("%a{} =", n - 1)).unwrap() + 1;
+    let want = format!("loc(\"line.tir\":2:{col})\n  return");
+    assert!(o.stdout.contains(&want), "want {want:?}");
+}
+
+/// The f32 values of `NAME.npy` in `dir`.
+fn npy_f32(dir: &Path, name: &str) -> Vec<f32> {
+    let bytes = std::fs::read(dir.join(format!("{name}.npy"))).unwrap();
+    let t = smelt::npy::decode(&bytes).unwrap();
+    t.data.as_f32().expect("an f32 result").to_vec()
+}
+
+#[test]
+fn row8_thousands_of_post_ops_compile_in_linear_time() {
+    // one fused matmul and one fused conv with 30,000 post-ops each, in a varied order
+    // so no two passes' kernels are the same: the register tile repeated every post-op
+    // per register (and one kernel argument per binary post-op), so 10,000 took
+    // a minute; the JIT's result must equal the interpreter's
+    let s = scene();
+    let choices = [
+        "relu",
+        "tanh",
+        "sigmoid",
+        "add(_, %b)",
+        "mul(_, %b)",
+        "sub(%b, _)",
+        "abs",
+        "neg",
+        "max(_, %s)",
+        "min(%s, _)",
+    ];
+    let mut state = 12345u64;
+    let ops: Vec<&str> = (0..30_000)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            choices[(state >> 33) as usize % choices.len()]
+        })
+        .collect();
+    let post = ops.join(", ");
+    let models = [
+        (
+            "mm",
+            format!(
+                "func @main(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<4x16xf32>, \
+                 %s: tensor<16xf32>) -> tensor<4x16xf32> {{\n  \
+                 %0 = fused matmul %x, %w post [{post}] : tensor<4x16xf32>\n  \
+                 return %0 : tensor<4x16xf32>\n}}\n"
+            ),
+        ),
+        (
+            "conv",
+            format!(
+                "func @main(%x: tensor<1x16x8x8xf32>, %w: tensor<32x16x3x3xf32>, \
+                 %b: tensor<1x32x8x8xf32>, %s: tensor<32x1x1xf32>) -> tensor<1x32x8x8xf32> {{\n  \
+                 %0 = fused conv2d %x, %w {{pads = [1, 1, 1, 1]}} post [{post}] \
+                 : tensor<1x32x8x8xf32>\n  return %0 : tensor<1x32x8x8xf32>\n}}\n"
+            ),
+        ),
+    ];
+    for (name, text) in models {
+        let file = format!("{name}.tir");
+        std::fs::write(s.model.join(&file), text).unwrap();
+        let (jit, interp) = (format!("{name}_jit"), format!("{name}_interp"));
+        let run = ["run", file.as_str(), "--random-inputs", "1", "--output-dir"];
+        expect(&s.model, &[&run[..], &[jit.as_str()]].concat(), 0, &[]);
+        let args = [&run[..], &[interp.as_str(), "--interp"]].concat();
+        expect(&s.model, &args, 0, &[]);
+        let (got, want) = (
+            npy_f32(&s.model.join(&jit), "result0"),
+            npy_f32(&s.model.join(&interp), "result0"),
+        );
+        assert_eq!(got.len(), want.len());
+        let scale = want.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!((g - w).abs() <= 1e-4 * scale, "{name}[{i}]: {g} vs {w}");
+        }
+    }
+}
+
+/// The tensor in `.npy` file `path`.
+fn npy(path: &Path) -> Tensor {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    smelt::npy::decode(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Expects `got` to have the element type, shape and exact values of `want`.
+fn assert_same(what: &str, got: &Tensor, want: &Tensor) {
+    assert_eq!(got.dtype(), want.dtype(), "{what}: element type");
+    assert_eq!(got.dims(), want.dims(), "{what}: shape");
+    assert_eq!(got.data, want.data, "{what}: values");
+}
+
+#[test]
+fn row1_results_keep_their_element_type() {
+    // int64 bytes were written as float32 ([3e-45, 0, 4e-45] for a Shape); every result
+    // must be written in its own dtype with onnxruntime's values
+    let s = scene();
+    let data = onnx_data();
+    let shape = data.join("shape/model.onnx");
+    let run = |model: &Path, out: &str, inputs: &[&str]| {
+        let mut args = vec!["run", model.to_str().unwrap(), "--output-dir", out];
+        args.extend_from_slice(inputs);
+        expect(&s.model, &args, 0, &[]);
+        s.model.join(out)
+    };
+    let o = run(&shape, "shape", &["--random-inputs", "1"]);
+    let got = npy(&o.join("s.npy"));
+    assert_eq!(got.dtype(), DType::I64);
+    assert_same("Shape", &got, &npy(&data.join("shape/want_s.npy")));
+    // Dropout in inference mode: the input, and a mask of all true
+    let dropout = data.join("dropout/model.onnx");
+    let o = run(&dropout, "drop", &["--random-inputs", "1"]);
+    let mask = npy(&o.join("mask.npy"));
+    assert_eq!(mask.dtype(), DType::Bool);
+    assert_same("mask", &mask, &npy(&data.join("dropout/want_mask.npy")));
+    let x = format!("x={}", data.join("dropout/x.npy").display());
+    let o = run(&dropout, "drop_x", &["--input", &x]);
+    assert_same(
+        "y",
+        &npy(&o.join("y.npy")),
+        &npy(&data.join("dropout/want_y.npy")),
+    );
+    assert_same("mask", &npy(&o.join("mask.npy")), &mask);
+    // a .tir returning an int64 constant, beyond float32's exact integers
+    std::fs::write(
+        s.model.join("i64.tir"),
+        "const @big : tensor<3xi64> = dense<[1099511627777, -3, 9223372036854775807]>\n\
+         func @main(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<3xi64>) {\n  \
+         %y = relu %x : tensor<4xf32>\n  %c = const @big : tensor<3xi64>\n  \
+         return %y, %c : tensor<4xf32>, tensor<3xi64>\n}\n",
+    )
+    .unwrap();
+    let o = run(&s.model.join("i64.tir"), "i64", &["--random-inputs", "1"]);
+    let got = npy(&o.join("result1.npy"));
+    let want = Tensor::typed([3], vec![1099511627777i64, -3, i64::MAX]).unwrap();
+    assert_same("i64 constant", &got, &want);
+}
+
+#[test]
+fn row13_malformed_onnx_nodes_are_errors_naming_the_node() {
+    let s = scene();
+    let data = onnx_data();
+    let model = |name: &str| data.join(format!("{name}.onnx")).display().to_string();
+    for (name, want) in [
+        (
+            "relu_two_inputs",
+            ["Relu node 'relu_two'", "2 inputs given"],
+        ),
+        (
+            "duplicate_attribute",
+            [
+                "Softmax node 'soft_twice'",
+                "attribute 'axis' is given twice",
+            ],
+        ),
+    ] {
+        let m = model(name);
+        expect(&s.model, &["opt", &m], 1, &want);
+        expect(
+            &s.model,
+            &["run", &m, "--random-inputs", "1", "--output-dir", "o"],
+            1,
+            &want,
+        );
+    }
+}
+
+#[test]
+fn row13_an_f64_input_that_overflows_f32_is_an_error() {
+    let s = scene();
+    // a float64 .npy of [1e300, 1, 2, 3]: 1e300 would become inf
+    let mut npy = b"\x93NUMPY\x01\x00".to_vec();
+    let mut header = "{'descr': '<f8', 'fortran_order': False, 'shape': (4,), }".to_string();
+    while !(10 + header.len() + 1).is_multiple_of(64) {
+        header.push(' ');
+    }
+    header.push('\n');
+    npy.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    npy.extend_from_slice(header.as_bytes());
+    for v in [1e300f64, 1.0, 2.0, 3.0] {
+        npy.extend_from_slice(&v.to_le_bytes());
+    }
+    std::fs::write(s.model.join("big.npy"), npy).unwrap();
+    expect(
+        &s.model,
+        &[
+            "run",
+            "tiny.tir",
+            "--input",
+            "x=big.npy",
+            "--output-dir",
+            "o",
+        ],
+        1,
+        &["big.npy", "1e300", "overflows float32"],
     );
 }

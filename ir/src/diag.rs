@@ -20,8 +20,10 @@ pub enum Location {
     },
     /// A node of an imported model (the ONNX node name).
     Name(Arc<str>),
-    /// The locations of every op merged into one (a fused op), in program order.
-    Fused(Vec<Location>),
+    /// The locations of every op merged into one (a fused op), in program order. Shared:
+    /// every kernel step of a fused op carries its location, and a fused op of thousands
+    /// of ops lowers to hundreds of steps.
+    Fused(Arc<[Location]>),
 }
 
 impl Location {
@@ -38,22 +40,24 @@ impl Location {
     /// dropping unknowns and duplicates (keeping first-seen order).
     pub fn fuse(parts: impl IntoIterator<Item = Location>) -> Location {
         let mut out: Vec<Location> = Vec::new();
+        // a set beside the list: `contains` on the list made merging n ops O(n²)
+        let mut seen: std::collections::HashSet<Location> = std::collections::HashSet::new();
+        let mut keep = |l: Location| {
+            if seen.insert(l.clone()) {
+                out.push(l);
+            }
+        };
         for p in parts {
-            let flat = match p {
-                Location::Fused(v) => v,
-                Location::Unknown => vec![],
-                other => vec![other],
-            };
-            for l in flat {
-                if !out.contains(&l) {
-                    out.push(l);
-                }
+            match p {
+                Location::Fused(v) => v.iter().cloned().for_each(&mut keep),
+                Location::Unknown => {}
+                other => keep(other),
             }
         }
         match out.len() {
             0 => Location::Unknown,
             1 => out.pop().expect("one element"),
-            _ => Location::Fused(out),
+            _ => Location::Fused(out.into()),
         }
     }
 }

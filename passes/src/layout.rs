@@ -142,11 +142,16 @@ fn computes_on_blocks(func: &Func, i: usize, micro: Option<TileTarget>) -> bool 
 /// Whether instruction `i` may write its result in blocks: a conv whose kernel on the
 /// micro-kernel does ([`writes_blocks_on_micro`]), or a max pool whose kernel reads and
 /// writes blocks ([`blocked_max_pool`]), whose broadcast post-op operands walk the
-/// channels contiguously or not at all.
+/// channels contiguously or not at all, and whose post-ops run in its register tile.
 fn writes_blocks(func: &Func, i: usize, micro: Option<TileTarget>) -> bool {
     let writer = const_conv(func, i).is_some_and(|(a, w)| writes_blocks_on_micro(a, w, micro))
         || (micro.is_some() && blocked_max_pool(func, i));
-    writer && post_operands_walk_channels(func, &func.insts[i])
+    // a long post-op list runs as a separate row-major pass (MAX_POST_IN_REGISTERS)
+    let post_in_registers = match &func.insts[i].op {
+        Op::Fused(f) => f.post_ops.len() <= crate::lower::MAX_POST_IN_REGISTERS,
+        _ => true,
+    };
+    writer && post_in_registers && post_operands_walk_channels(func, &func.insts[i])
 }
 
 /// Whether instruction `i` is a max pool (plain or fused) that the channel-block kernel

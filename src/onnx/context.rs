@@ -283,6 +283,25 @@ impl<'a, 'm> NodeCtx<'a, 'm> {
         self.node.input.len()
     }
 
+    /// Rejects a node given more inputs than its operator takes (optional ones
+    /// included): an extra input would be silently ignored, and onnxruntime refuses
+    /// such a model.
+    pub fn check_max_inputs(&self, max: usize) -> Result<(), Diagnostic> {
+        let n = self.node.input.len();
+        if n <= max {
+            return Ok(());
+        }
+        let takes = if max == 1 {
+            "1 input".to_string()
+        } else {
+            format!("at most {max} inputs")
+        };
+        Err(self.err(
+            "onnx-bad-model",
+            format!("{n} inputs given; '{}' takes {takes}", self.node.op_type()),
+        ))
+    }
+
     fn required_name(&self, i: usize) -> Result<&'a str, Diagnostic> {
         self.input_name(i).ok_or_else(|| {
             self.err(

@@ -772,6 +772,14 @@ fn import_node(imp: &mut Importer, node: &NodeProto, opset: i64) -> Result<(), D
             ),
         )));
     }
+    // an attribute given twice: which one a handler read would be an accident of order
+    let mut seen = std::collections::HashSet::new();
+    if let Some(a) = node.attribute.iter().find(|a| !seen.insert(a.name())) {
+        return Err(fail(plain_error(
+            "onnx-bad-model",
+            format!("attribute '{}' is given twice", a.name()),
+        )));
+    }
     imp.builder
         .set_loc(Location::Name(node_display_name(node).into()));
     let outputs = {

@@ -71,21 +71,61 @@ pub(crate) struct Token {
 }
 
 /// Maps byte offsets of one source text to 1-based line and character column.
+///
+/// Every op's location is computed while parsing, so one query must cost O(1) however
+/// long its line is: counting the characters from the line start instead made a model
+/// written on one 8 MB line parse in quadratic time (issue 19, row 7).
 pub(crate) struct SourceMap<'a> {
     src: &'a str,
     file: Arc<str>,
     line_starts: Vec<usize>,
+    /// Empty when the source is ASCII (a column is then a byte difference); otherwise
+    /// entry `k` is the number of characters starting before byte `k * CHAR_STRIDE`, so
+    /// a character index costs one lookup and a scan of under `CHAR_STRIDE` bytes.
+    char_checkpoints: Vec<usize>,
+}
+
+/// Bytes between two entries of [`SourceMap::char_checkpoints`].
+const CHAR_STRIDE: usize = 256;
+
+/// Whether a byte starts a UTF-8 character (is not a continuation byte).
+fn starts_char(b: u8) -> bool {
+    b & 0xC0 != 0x80
 }
 
 impl<'a> SourceMap<'a> {
     pub(crate) fn new(src: &'a str, file: &str) -> SourceMap<'a> {
         let mut line_starts = vec![0];
         line_starts.extend(src.match_indices('\n').map(|(i, _)| i + 1));
+        let mut char_checkpoints = Vec::new();
+        if !src.is_ascii() {
+            let mut chars = 0;
+            for chunk in src.as_bytes().chunks(CHAR_STRIDE) {
+                char_checkpoints.push(chars);
+                chars += chunk.iter().filter(|&&b| starts_char(b)).count();
+            }
+            // an entry for the end too, so `offset == len` on a stride boundary finds one
+            char_checkpoints.push(chars);
+        }
         SourceMap {
             src,
             file: file.into(),
             line_starts,
+            char_checkpoints,
         }
+    }
+
+    /// The number of characters starting before byte `offset` (at most the length).
+    fn char_index(&self, offset: usize) -> usize {
+        if self.char_checkpoints.is_empty() {
+            return offset;
+        }
+        let k = offset / CHAR_STRIDE;
+        let Some(&before) = self.char_checkpoints.get(k) else {
+            return offset;
+        };
+        let tail = &self.src.as_bytes()[k * CHAR_STRIDE..offset];
+        before + tail.iter().filter(|&&b| starts_char(b)).count()
     }
 
     /// Line and column (both from 1; the column counts characters) of a byte offset.
@@ -93,11 +133,7 @@ impl<'a> SourceMap<'a> {
         let offset = offset.min(self.src.len());
         let line = self.line_starts.partition_point(|&s| s <= offset) - 1;
         let start = self.line_starts[line];
-        let col = self
-            .src
-            .get(start..offset)
-            .map(|s| s.chars().count())
-            .unwrap_or(0);
+        let col = self.char_index(offset) - self.char_index(start);
         (
             u32::try_from(line + 1).unwrap_or(u32::MAX),
             u32::try_from(col + 1).unwrap_or(u32::MAX),

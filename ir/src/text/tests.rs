@@ -75,11 +75,14 @@ fn named_and_fused_locations_parse() {
     assert_eq!(insts[0].loc, Location::Name("Relu_1".into()));
     assert_eq!(
         insts[1].loc,
-        Location::Fused(vec![
-            Location::Name("Relu_1".into()),
-            Location::file("m.tir", 4, 7),
-            Location::Unknown
-        ])
+        Location::Fused(
+            vec![
+                Location::Name("Relu_1".into()),
+                Location::file("m.tir", 4, 7),
+                Location::Unknown
+            ]
+            .into()
+        )
     );
     assert_eq!(insts[2].loc, Location::Unknown);
     let opts = PrintOptions {
@@ -431,5 +434,20 @@ func @f(%x: tensor<1x1x3x3xf32>, %"s k": tensor<1x2x3x3xf32>) -> (y: tensor<1x2x
                 let _ = e.render(Some(&mutated));
             }
         }
+    }
+}
+
+#[test]
+fn columns_count_characters_across_checkpoints() {
+    // non-ASCII text spanning several checkpoint strides, on two lines: every column
+    // must equal the naive count from its line start
+    let src = format!("é{}\n{}ü end", "ab€".repeat(300), "x".repeat(700));
+    let map = lexer::SourceMap::new(&src, "t.tir");
+    let second = src.find('\n').unwrap() + 1;
+    for (offset, _) in src.char_indices().chain([(src.len(), ' ')]) {
+        let start = if offset >= second { second } else { 0 };
+        let want = src[start..offset].chars().count() as u32 + 1;
+        let line = if offset >= second { 2 } else { 1 };
+        assert_eq!(map.line_col(offset), (line, want), "offset {offset}");
     }
 }

@@ -6,6 +6,7 @@ use smelt_ir::loops::{
 };
 use smelt_ir::op::PostOp;
 use smelt_ir::{BinaryOp, Diagnostic, TensorType, UnaryOp, Value};
+use std::collections::HashMap;
 
 use super::{BufferId, Cx};
 
@@ -209,8 +210,13 @@ pub fn load_lanes(buf: BufId, index: Affine, lane_stride: i64, w: Width) -> Expr
 /// before it is stored. Empty for unfused ops.
 pub struct Epilogue {
     post: Vec<PostOp>,
-    /// Buffer, length and broadcast strides (against the result shape) of each extra operand.
+    /// Buffer, length and broadcast strides (against the result shape) of each distinct
+    /// extra operand: a value that several binary post-ops read is one kernel argument,
+    /// since every argument's pointer stays live through the whole kernel (thousands of
+    /// them made register allocation superlinear, issue 19 row 8).
     operands: Vec<(BufferId, usize, Vec<i64>)>,
+    /// For the `k`-th binary post-op, the index in `operands` of the value it reads.
+    reads: Vec<usize>,
     /// Whether each extra operand has the result's whole shape (no broadcast), and so
     /// the result's layout (the fused op's type rule).
     full: Vec<bool>,
@@ -220,6 +226,18 @@ pub struct Epilogue {
 impl Epilogue {
     /// The epilogue for `post` with extra operands `vals`, for a result of shape `out`.
     pub(crate) fn new(cx: &Cx, post: &[PostOp], vals: &[Value], out: &[usize]) -> Epilogue {
+        let mut distinct: Vec<Value> = Vec::new();
+        let mut index: HashMap<Value, usize> = HashMap::new();
+        let reads = vals
+            .iter()
+            .map(|&v| {
+                *index.entry(v).or_insert_with(|| {
+                    distinct.push(v);
+                    distinct.len() - 1
+                })
+            })
+            .collect();
+        let vals = &distinct;
         let operands = vals
             .iter()
             .map(|&v| {
@@ -238,6 +256,7 @@ impl Epilogue {
         Epilogue {
             post: post.to_vec(),
             operands,
+            reads,
             full,
             args: Vec::new(),
         }
@@ -260,6 +279,7 @@ impl Epilogue {
         Some(Epilogue {
             post: self.post.clone(),
             operands,
+            reads: self.reads.clone(),
             full: self.full.clone(),
             args: Vec::new(),
         })
@@ -381,7 +401,7 @@ impl Epilogue {
             acc = match *p {
                 PostOp::Unary(u) => unary(b, u, acc, w),
                 PostOp::Binary { op, acc_is_lhs } => {
-                    let x = load(next);
+                    let x = load(self.reads[next]);
                     next += 1;
                     if acc_is_lhs {
                         binary(op, acc, x)

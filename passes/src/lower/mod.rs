@@ -8,7 +8,9 @@
 //!
 //! Fused ops (anchor + post-ops) compute the anchor's tile in registers and apply the
 //! post-ops with the same elementwise emitter ([`elementwise`]) that standalone
-//! elementwise kernels use, before one store per output element.
+//! elementwise kernels use, before one store per output element — up to
+//! [`MAX_POST_IN_REGISTERS`] of them; a longer list runs as elementwise passes over
+//! the anchor's result instead, that many post-ops each.
 
 pub mod conv;
 mod copy;
@@ -28,9 +30,19 @@ use std::sync::Arc;
 use smelt_ir::diag::Location;
 use smelt_ir::loops::{Access, Kernel, TileTarget};
 use smelt_ir::op::PostOp;
-use smelt_ir::{AlignedBuf, DType, Diagnostic, Func, Module, Op, TensorType, Value, WeightId};
+use smelt_ir::{
+    AlignedBuf, DType, Diagnostic, Func, Layout, Module, Op, TensorType, Value, WeightId,
+};
 
 pub use memory::{plan_memory, MemoryPlan};
+
+/// The most post-ops a fused op applies in its anchor's register tile. The tile repeats
+/// the post-ops once per register (16 times for a 4×16 GEMM tile, more with its tail
+/// variants), so a list of thousands made kernels of millions of instructions and
+/// Cranelift's compile time superlinear (issue 19 row 8); past this length the anchor
+/// stores its tile and elementwise passes of this many post-ops each (one copy of the
+/// list in all) apply them. Real models fuse a handful.
+pub const MAX_POST_IN_REGISTERS: usize = 64;
 
 /// Index of a buffer in [`Program::buffers`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -276,7 +288,14 @@ fn op_label(op: &Op) -> String {
                     PostOp::Binary { op, .. } => op.name().to_string(),
                 })
                 .collect();
-            format!("fused({} -> {})", f.anchor.name(), posts.join(", "))
+            // a label is copied into every step: name a long list's first post-ops only
+            const NAMED: usize = 16;
+            let more = match posts.len().checked_sub(NAMED) {
+                Some(n) if n > 0 => format!(", … {n} more"),
+                _ => String::new(),
+            };
+            let shown = &posts[..posts.len().min(NAMED)];
+            format!("fused({} -> {}{more})", f.anchor.name(), shown.join(", "))
         }
         other => other.name().to_string(),
     }
@@ -535,16 +554,37 @@ impl<'a> Cx<'a> {
         out: BufferId,
     ) -> Result<(), Diagnostic> {
         // Every anchor extends its register tile with the post-ops, except layer_norm,
-        // whose post-ops run as a second elementwise pass (see below).
-        let in_registers =
-            matches!(op, Op::Fused(_)) || (op.is_anchor() && !matches!(op, Op::LayerNorm { .. }));
+        // whose post-ops run as a second elementwise pass (see below), and an anchor
+        // with more post-ops than MAX_POST_IN_REGISTERS on a row-major result.
+        let long = post.len() > MAX_POST_IN_REGISTERS && out_ty.layout == Layout::RowMajor;
+        let in_registers = matches!(op, Op::Fused(_))
+            || (op.is_anchor() && !matches!(op, Op::LayerNorm { .. }) && !long);
         if !post.is_empty() && !in_registers {
             // The anchor's kernel has no register tile to extend: compute it, then apply
             // the post-ops in one elementwise pass.
             let anchor = self.temp("anchor", out_ty.storage_len());
             self.lower_op(op, operands, out_ty, &[], &[], anchor)?;
-            let epi = elementwise::Epilogue::new(self, post, post_vals, &out_ty.dims);
-            return elementwise::lower_epilogue(self, anchor, out_ty, epi, out);
+            // One pass per MAX_POST_IN_REGISTERS post-ops: Cranelift's register
+            // allocator is superlinear in one function's size, so thousands of post-ops
+            // compile as many small kernels (identical ones shared), not one huge one.
+            let (mut src, mut post, mut post_vals) = (anchor, post, post_vals);
+            while !post.is_empty() {
+                let (chunk, rest) = post.split_at(post.len().min(MAX_POST_IN_REGISTERS));
+                let binaries = chunk
+                    .iter()
+                    .filter(|p| matches!(p, PostOp::Binary { .. }))
+                    .count();
+                let (vals, rest_vals) = post_vals.split_at(binaries.min(post_vals.len()));
+                let dst = if rest.is_empty() {
+                    out
+                } else {
+                    self.temp("post", out_ty.storage_len())
+                };
+                let epi = elementwise::Epilogue::new(self, chunk, vals, &out_ty.dims);
+                elementwise::lower_epilogue(self, src, out_ty, epi, dst)?;
+                (src, post, post_vals) = (dst, rest, rest_vals);
+            }
+            return Ok(());
         }
         let epi = elementwise::Epilogue::new(self, post, post_vals, &out_ty.dims);
         let integer = operands

@@ -11,6 +11,7 @@ use crate::onnx::tensor::{dtype, ConstData, ConstTensor};
 /// legacy `broadcast`/`axis` attributes).
 pub fn binary(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     cx.check_attrs(&[])?;
+    cx.check_max_inputs(2)?;
     let op = match cx.node.op_type() {
         "Add" => BinaryOp::Add,
         "Sub" => BinaryOp::Sub,
@@ -142,6 +143,7 @@ pub fn sum(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
 
 /// The activations and math functions that map to one unary op.
 pub fn unary(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_max_inputs(1)?;
     let plain = match cx.node.op_type() {
         "Relu" => Some(UnaryOp::Relu),
         "Sigmoid" => Some(UnaryOp::Sigmoid),

@@ -66,7 +66,7 @@ impl<'a> Parser<'a> {
                         break;
                     }
                 }
-                Ok(Location::Fused(parts))
+                Ok(Location::Fused(parts.into()))
             }
             _ => {
                 Err(self
