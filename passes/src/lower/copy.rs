@@ -2,8 +2,8 @@
 //! (row-major ↔ blocked) and reshape/flatten copies.
 
 use smelt_ir::loops::{Access, Affine, BufId, Expr, KernelBuilder, Width};
-use smelt_ir::op::{PadAxis, PadMode};
-use smelt_ir::{DType, Diagnostic, Layout, Op, TensorType, Value};
+use smelt_ir::op::{PadAttrs, PadAxis, PadMode, SliceAttrs};
+use smelt_ir::{DType, Diagnostic, Layout, TensorType, Value};
 
 use super::elementwise::{
     broadcast_strides, collapse, dims_name, emit_nest, index_of, row_major_strides, Epilogue,
@@ -33,10 +33,47 @@ fn copy_nest(
     });
 }
 
+/// The data-movement ops [`lower_copy`] computes, as the lowering dispatch hands them
+/// over (so its match is exhaustive).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum CopyOp<'a> {
+    /// `transpose` by the permutation.
+    Transpose(&'a [usize]),
+    /// `slice`.
+    Slice(&'a SliceAttrs),
+    /// `pad`.
+    Pad(&'a PadAttrs),
+    /// `expand` (to the result's dims).
+    Expand,
+    /// `tile` by the repeats.
+    Tile(&'a [usize]),
+    /// `concat` along the axis.
+    Concat(usize),
+    /// A reshape or flatten copied (only as a fused anchor, never valid).
+    Reshape,
+    /// `reorder` to the layout.
+    Reorder(Layout),
+}
+
+impl CopyOp<'_> {
+    fn name(self) -> &'static str {
+        match self {
+            CopyOp::Transpose(_) => "transpose",
+            CopyOp::Slice(_) => "slice",
+            CopyOp::Pad(_) => "pad",
+            CopyOp::Expand => "expand",
+            CopyOp::Tile(_) => "tile",
+            CopyOp::Concat(_) => "concat",
+            CopyOp::Reshape => "reshape",
+            CopyOp::Reorder(_) => "reorder",
+        }
+    }
+}
+
 /// transpose, slice, expand, tile, concat, reorder (row-major ↔ blocked), and reshape/flatten copies.
 pub(crate) fn lower_copy(
     cx: &mut Cx,
-    op: &Op,
+    op: CopyOp,
     operands: &[Value],
     out_ty: &TensorType,
     epi: Epilogue,
@@ -67,7 +104,7 @@ pub(crate) fn lower_copy(
     args.push(out);
     let out_st = row_major_strides(out_dims);
     match op {
-        Op::Transpose { perm } => {
+        CopyOp::Transpose(perm) => {
             let in_st = row_major_strides(&cx.func.type_of(operands[0]).dims);
             let src_st: Vec<i64> = perm.iter().map(|&p| in_st[p]).collect();
             copy_nest(
@@ -78,7 +115,7 @@ pub(crate) fn lower_copy(
                 (ya, &out_st, 0),
             );
         }
-        Op::Slice(sl) => {
+        CopyOp::Slice(sl) => {
             // along axis k the source moves `steps[k]` input rows per output index, from
             // `starts[k]` (negative steps walk backwards; the type rule keeps them in bounds)
             let in_st = row_major_strides(&cx.func.type_of(operands[0]).dims);
@@ -92,7 +129,7 @@ pub(crate) fn lower_copy(
                 (ya, &out_st, 0),
             );
         }
-        Op::Pad(p) => {
+        CopyOp::Pad(p) => {
             let in_dims = cx.func.type_of(operands[0]).dims.clone();
             let axes = p.axes(&in_dims).map_err(|m| cx.unsupported(m))?;
             let fill = srcs.get(1).copied();
@@ -106,7 +143,7 @@ pub(crate) fn lower_copy(
             )
             .map_err(|m| cx.unsupported(m))?;
         }
-        Op::Expand { .. } => {
+        CopyOp::Expand => {
             // a broadcast axis reads the same input element (stride 0)
             let in_dims = &cx.func.type_of(operands[0]).dims;
             let src_st = broadcast_strides(in_dims, out_dims);
@@ -118,7 +155,7 @@ pub(crate) fn lower_copy(
                 (ya, &out_st, 0),
             );
         }
-        Op::Tile { repeats } => {
+        CopyOp::Tile(repeats) => {
             // over the split dims [r0, d0, r1, d1, ...]: the source stays put along each
             // repeat, the destination jumps by a whole copy of that axis
             let in_dims = cx.func.type_of(operands[0]).dims.clone();
@@ -137,29 +174,28 @@ pub(crate) fn lower_copy(
                 (ya, &dst_st, 0),
             );
         }
-        Op::Concat { axis } => {
+        CopyOp::Concat(axis) => {
             let mut offset = 0i64;
             for (i, &v) in operands.iter().enumerate() {
                 let d = cx.func.type_of(v).dims.clone();
                 let st = row_major_strides(&d);
-                let at = offset * out_st[*axis];
+                let at = offset * out_st[axis];
                 copy_nest(&mut b, dtype, &d, (srcs[i], &st, 0), (ya, &out_st, at));
-                offset += d[*axis] as i64;
+                offset += d[axis] as i64;
             }
         }
-        Op::Reshape { .. } | Op::Flatten { .. } => {
+        CopyOp::Reshape => {
             let n = out_ty.num_elements();
             copy_nest(&mut b, dtype, &[n], (srcs[0], &[1], 0), (ya, &[1], 0));
         }
-        Op::Reorder { layout } => {
+        CopyOp::Reorder(layout) => {
             let from = cx.func.type_of(operands[0]).clone();
             if dtype != DType::F32 {
                 return Err(cx.unsupported("a reorder of a tensor that is not f32"));
             }
-            reorder(&mut b, &from, *layout, srcs[0], ya, cx.len_of(out))
+            reorder(&mut b, &from, layout, srcs[0], ya, cx.len_of(out))
                 .map_err(|m| cx.unsupported(m))?;
         }
-        _ => return Err(cx.unsupported("not a data movement op")),
     }
     cx.step(b.finish(), args)
 }

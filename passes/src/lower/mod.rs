@@ -653,16 +653,48 @@ impl<'a> Cx<'a> {
                 let norm = norm::NormOp::Softmax { axis: *axis };
                 norm::lower_norm(self, norm, operands, out_ty, epi, out)
             }
-            Op::Transpose { .. }
-            | Op::Concat { .. }
-            | Op::Reorder { .. }
-            | Op::Slice(_)
-            | Op::Pad(_)
-            | Op::Expand { .. }
-            | Op::Tile { .. } => copy::lower_copy(self, op, operands, out_ty, epi, out),
+            Op::Transpose { perm } => copy::lower_copy(
+                self,
+                copy::CopyOp::Transpose(perm),
+                operands,
+                out_ty,
+                epi,
+                out,
+            ),
+            Op::Concat { axis } => copy::lower_copy(
+                self,
+                copy::CopyOp::Concat(*axis),
+                operands,
+                out_ty,
+                epi,
+                out,
+            ),
+            Op::Reorder { layout } => copy::lower_copy(
+                self,
+                copy::CopyOp::Reorder(*layout),
+                operands,
+                out_ty,
+                epi,
+                out,
+            ),
+            Op::Slice(sl) => {
+                copy::lower_copy(self, copy::CopyOp::Slice(sl), operands, out_ty, epi, out)
+            }
+            Op::Pad(p) => copy::lower_copy(self, copy::CopyOp::Pad(p), operands, out_ty, epi, out),
+            Op::Expand { .. } => {
+                copy::lower_copy(self, copy::CopyOp::Expand, operands, out_ty, epi, out)
+            }
+            Op::Tile { repeats } => copy::lower_copy(
+                self,
+                copy::CopyOp::Tile(repeats),
+                operands,
+                out_ty,
+                epi,
+                out,
+            ),
             Op::Flatten { .. } | Op::Reshape { .. } => {
                 // Reached only as a fused anchor (never valid) — copy through the epilogue.
-                copy::lower_copy(self, op, operands, out_ty, epi, out)
+                copy::lower_copy(self, copy::CopyOp::Reshape, operands, out_ty, epi, out)
             }
             Op::Const(_) => Err(self.unsupported("a constant cannot be computed by a kernel")),
             Op::BnFoldWeight { .. }
