@@ -2,7 +2,7 @@
 //! standalone elementwise kernels and by fused ops' epilogues (post-ops on a register tile).
 
 use smelt_ir::loops::{
-    Access, Affine, BinOp, BufId, BufPtr, CmpOp, Expr, KernelBuilder, UnOp, Width,
+    Access, Affine, BinOp, BufId, BufPtr, CmpOp, Expr, KernelBuilder, LoopVar, UnOp, Width,
 };
 use smelt_ir::op::PostOp;
 use smelt_ir::{BinaryOp, Diagnostic, TensorType, UnaryOp, Value};
@@ -494,6 +494,30 @@ pub fn emit_nest(
         }
     }
     go(b, dims, &mut Vec::new(), vectorize, body);
+}
+
+/// Nested loops over `dims` (step 1), `body` receiving the loop variables outermost first.
+pub(crate) fn loop_nest(
+    b: &mut KernelBuilder,
+    dims: &[usize],
+    body: &mut dyn FnMut(&mut KernelBuilder, &[LoopVar]),
+) {
+    fn go(
+        b: &mut KernelBuilder,
+        dims: &[usize],
+        vars: &mut Vec<LoopVar>,
+        body: &mut dyn FnMut(&mut KernelBuilder, &[LoopVar]),
+    ) {
+        match dims.split_first() {
+            None => body(b, vars),
+            Some((&d, rest)) => b.for_loop(0, d as i64, 1, |b, v| {
+                vars.push(v);
+                go(b, rest, vars, body);
+                vars.pop();
+            }),
+        }
+    }
+    go(b, dims, &mut Vec::new(), body)
 }
 
 /// What a standalone elementwise kernel computes per element: the ops the lowering

@@ -7,25 +7,8 @@ use smelt_ir::loops::{Access, Affine, BinOp, Expr, KernelBuilder, LoopVar, Reduc
 use smelt_ir::op::{ReduceAttrs, Reduction};
 use smelt_ir::{Diagnostic, TensorType, Value};
 
-use super::elementwise::{dims_name, row_major_strides, Epilogue};
+use super::elementwise::{dims_name, loop_nest, row_major_strides, Epilogue};
 use super::{BufferId, Cx};
-
-/// Nested loops over `dims`, `body` receiving the loop variables outermost first.
-fn nest(
-    b: &mut KernelBuilder,
-    dims: &[usize],
-    vars: &mut Vec<LoopVar>,
-    body: &mut dyn FnMut(&mut KernelBuilder, &[LoopVar]),
-) {
-    match dims.split_first() {
-        None => body(b, vars),
-        Some((&d, rest)) => b.for_loop(0, d as i64, 1, |b, v| {
-            vars.push(v);
-            nest(b, rest, vars, body);
-            vars.pop();
-        }),
-    }
-}
 
 /// `Σ strides[k] · vars[k]`.
 fn address(strides: &[i64], vars: &[LoopVar]) -> Affine {
@@ -83,7 +66,7 @@ pub(crate) fn lower_reduce(
     let reduced_strides: Vec<i64> = reduced.iter().map(|&k| strides[k]).collect();
     // a vector lane reduction exists for sums and maxima
     let vector = trailing && count >= 8 && r != Reduction::Min;
-    nest(&mut b, &kept_dims, &mut Vec::new(), &mut |b, outer| {
+    loop_nest(&mut b, &kept_dims, &mut |b, outer| {
         let base = address(&kept_strides, outer);
         let acc = b.var(Width::Scalar);
         b.assign(acc, Expr::constant(start, Width::Scalar));
@@ -105,7 +88,7 @@ pub(crate) fn lower_reduce(
                 b.assign(acc, Expr::binary(step, Expr::Var(acc), v));
             });
         } else {
-            nest(b, &reduced_dims, &mut Vec::new(), &mut |b, inner| {
+            loop_nest(b, &reduced_dims, &mut |b, inner| {
                 let at = base.add(&address(&reduced_strides, inner));
                 let v = Expr::load(x, at, Width::Scalar);
                 b.assign(acc, Expr::binary(step, Expr::Var(acc), v));

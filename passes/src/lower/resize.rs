@@ -4,29 +4,12 @@
 //! `LoadAt` — a data-dependent address whose bound the checker proves and the generated
 //! code tests, so even a wrong table could never read outside the input.
 
-use smelt_ir::loops::{Access, Affine, BinOp, Expr, KernelBuilder, LoopVar, Width};
+use smelt_ir::loops::{Access, Affine, BinOp, Expr, KernelBuilder, Width};
 use smelt_ir::op::{ResizeAttrs, ResizeMode};
 use smelt_ir::{DType, Diagnostic, TensorData, TensorType, Value};
 
-use super::elementwise::{dims_name, row_major_strides, Epilogue};
+use super::elementwise::{dims_name, loop_nest, row_major_strides, Epilogue};
 use super::{BufferId, Cx};
-
-/// Nested loops over `dims`, `body` receiving the loop variables outermost first.
-fn nest(
-    b: &mut KernelBuilder,
-    dims: &[usize],
-    vars: &mut Vec<LoopVar>,
-    body: &mut dyn FnMut(&mut KernelBuilder, &[LoopVar]),
-) {
-    match dims.split_first() {
-        None => body(b, vars),
-        Some((&d, rest)) => b.for_loop(0, d as i64, 1, |b, v| {
-            vars.push(v);
-            nest(b, rest, vars, body);
-            vars.pop();
-        }),
-    }
-}
 
 /// `r` of operand 0 into `out`.
 pub(crate) fn lower_resize(
@@ -85,77 +68,72 @@ pub(crate) fn lower_resize(
         .map(|&k| (in_dims[k] as i64 - 1) * strides[k])
         .sum::<i64>()
         + 1;
-    nest(
-        &mut b,
-        &out_ty.dims.clone(),
-        &mut Vec::new(),
-        &mut |b, vars| {
-            // the copied axes address the input directly
-            let base = (0..rank)
-                .filter(|k| !resized.contains(k))
-                .fold(Affine::constant(0), |acc, k| {
-                    acc.add(&Affine::var(vars[k]).scale(strides[k]))
-                });
-            let at = (0..rank).fold(Affine::constant(0), |acc, k| {
-                acc.add(&Affine::var(vars[k]).scale(out_strides[k]))
+    loop_nest(&mut b, &out_ty.dims.clone(), &mut |b, vars| {
+        // the copied axes address the input directly
+        let base = (0..rank)
+            .filter(|k| !resized.contains(k))
+            .fold(Affine::constant(0), |acc, k| {
+                acc.add(&Affine::var(vars[k]).scale(strides[k]))
             });
-            let load = |offset: Expr| Expr::LoadAt {
-                buf: x,
-                base: base.clone(),
-                index: Box::new(offset),
-                stride: 1,
-                bound,
-                width,
-            };
-            let sum = |parts: Vec<Expr>| {
-                parts
-                    .into_iter()
-                    .reduce(|a, b| Expr::binary(BinOp::Add, a, b))
-                    .unwrap_or(Expr::int(0, Width::I64))
-            };
-            let value = match r.mode {
-                ResizeMode::Nearest(_) => {
-                    let offset = sum(tables
-                        .iter()
-                        .map(|&(k, lo, _)| Expr::load(lo, Affine::var(vars[k]), Width::I64))
-                        .collect());
-                    load(offset)
-                }
-                ResizeMode::Linear => {
-                    // Σ over the corners of Π weights · x[corner], axis weights (1 - w, w)
-                    let mut total: Option<Expr> = None;
-                    for corner in 0..1usize << tables.len() {
-                        let mut offsets = Vec::new();
-                        let mut weight: Option<Expr> = None;
-                        for (j, &(k, lo, linear)) in tables.iter().enumerate() {
-                            let Some((hi, w)) = linear else { continue };
-                            let wk = Expr::load(w, Affine::var(vars[k]), Width::Scalar);
-                            let (table, factor) = if corner & (1 << j) == 0 {
-                                let one = Expr::constant(1.0, Width::Scalar);
-                                (lo, Expr::binary(BinOp::Sub, one, wk))
-                            } else {
-                                (hi, wk)
-                            };
-                            offsets.push(Expr::load(table, Affine::var(vars[k]), Width::I64));
-                            weight = Some(match weight {
-                                None => factor,
-                                Some(p) => Expr::binary(BinOp::Mul, p, factor),
-                            });
-                        }
-                        let term = match weight {
-                            Some(wt) => Expr::binary(BinOp::Mul, wt, load(sum(offsets))),
-                            None => load(sum(offsets)),
+        let at = (0..rank).fold(Affine::constant(0), |acc, k| {
+            acc.add(&Affine::var(vars[k]).scale(out_strides[k]))
+        });
+        let load = |offset: Expr| Expr::LoadAt {
+            buf: x,
+            base: base.clone(),
+            index: Box::new(offset),
+            stride: 1,
+            bound,
+            width,
+        };
+        let sum = |parts: Vec<Expr>| {
+            parts
+                .into_iter()
+                .reduce(|a, b| Expr::binary(BinOp::Add, a, b))
+                .unwrap_or(Expr::int(0, Width::I64))
+        };
+        let value = match r.mode {
+            ResizeMode::Nearest(_) => {
+                let offset = sum(tables
+                    .iter()
+                    .map(|&(k, lo, _)| Expr::load(lo, Affine::var(vars[k]), Width::I64))
+                    .collect());
+                load(offset)
+            }
+            ResizeMode::Linear => {
+                // Σ over the corners of Π weights · x[corner], axis weights (1 - w, w)
+                let mut total: Option<Expr> = None;
+                for corner in 0..1usize << tables.len() {
+                    let mut offsets = Vec::new();
+                    let mut weight: Option<Expr> = None;
+                    for (j, &(k, lo, linear)) in tables.iter().enumerate() {
+                        let Some((hi, w)) = linear else { continue };
+                        let wk = Expr::load(w, Affine::var(vars[k]), Width::Scalar);
+                        let (table, factor) = if corner & (1 << j) == 0 {
+                            let one = Expr::constant(1.0, Width::Scalar);
+                            (lo, Expr::binary(BinOp::Sub, one, wk))
+                        } else {
+                            (hi, wk)
                         };
-                        total = Some(match total {
-                            None => term,
-                            Some(t) => Expr::binary(BinOp::Add, t, term),
+                        offsets.push(Expr::load(table, Affine::var(vars[k]), Width::I64));
+                        weight = Some(match weight {
+                            None => factor,
+                            Some(p) => Expr::binary(BinOp::Mul, p, factor),
                         });
                     }
-                    total.unwrap_or_else(|| load(Expr::int(0, Width::I64)))
+                    let term = match weight {
+                        Some(wt) => Expr::binary(BinOp::Mul, wt, load(sum(offsets))),
+                        None => load(sum(offsets)),
+                    };
+                    total = Some(match total {
+                        None => term,
+                        Some(t) => Expr::binary(BinOp::Add, t, term),
+                    });
                 }
-            };
-            b.store(y, at, value, width);
-        },
-    );
+                total.unwrap_or_else(|| load(Expr::int(0, Width::I64)))
+            }
+        };
+        b.store(y, at, value, width);
+    });
     cx.step(b.finish(), args)
 }
