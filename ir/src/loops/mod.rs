@@ -14,7 +14,7 @@
 //! sufficient and the generated code tests before the load, returning a [`Fault`] status
 //! instead of reading when the index is outside it. Integer division by zero is the
 //! other fault; a kernel that can fault is never split across threads. Lowering (in smelt-passes) produces kernels; code generation (in smelt) turns them
-//! into Cranelift IR. The printer ([`Kernel::fmt`]) is deterministic, for `--dump-loops`
+//! into Cranelift IR. The printer (`Kernel`'s `Display`) is deterministic, for `--dump-loops`
 //! and snapshot tests.
 //!
 //! The rooms: this file holds the IR's types; [`check`] the bounds checker (the safety

@@ -32,7 +32,8 @@
 //! ## Types
 //!
 //! `tensor<D0xD1x...xDTYPE>` with positive dimensions written without spaces and the
-//! element type `f32` (or `i64`, for shape-like values); `tensor<f32>` is a scalar. A
+//! element type `f32`, `i64`, `i32` or `i1` (a bool, one byte 0 or 1); `tensor<f32>` is a
+//! scalar. Integer and `i1` weights are written as integer lists (`dense<[1, 0, 1]>`). A
 //! layout may follow: `tensor<1x64x56x56xf32, nchw8c>`. Layouts are `row_major` (the
 //! default, never printed), `nchwNc` (axis 1 in blocks of N), `oihwNo` (axis 0 in blocks
 //! of N) and the general `blocked<axis,block>`; rank-4 tensors print the letter forms.
@@ -62,18 +63,31 @@
 //! |---|---|---|
 //! | `conv2d` | x, w, bias? | `strides` ([1, 1]), `pads` ([0, 0, 0, 0] = top, left, bottom, right), `dilations` ([1, 1]), `groups` (1), `layout` (row_major: the result's layout, e.g. `nchw16c` as the layout pass chooses) |
 //! | `batch_norm` | x, scale, bias, mean, var | `epsilon` (1e-5) |
-//! | `relu` `sigmoid` `tanh` `erf` `gelu` `hard_swish` `silu` | x | — |
+//! | `relu` `sigmoid` `tanh` `erf` `gelu` `hard_swish` `silu` `sqrt` `exp` `reciprocal` | x (f32) | — |
+//! | `neg` `abs` | x (f32 or an integer type) | — |
 //! | `clip` | x | `min`, `max` (both required) |
 //! | `leaky_relu` | x | `alpha` (0.01) |
 //! | `hard_sigmoid` | x | `alpha` (0.2), `beta` (0.5) |
-//! | `add` `sub` `mul` `div` `min` `max` | a, b (numpy broadcasting) | — |
+//! | `add` `sub` `mul` `div` `min` `max` | a, b (numpy broadcasting, one numeric type; integers wrap, integer `div` truncates) | — |
+//! | `equal` `less` `less_equal` `greater` `greater_equal` | a, b (broadcasting, one type) → i1 | — |
+//! | `and` `or` `xor` | a, b (i1, broadcasting) | — |
+//! | `not` | x (i1) | — |
+//! | `where` | cond (i1), a, b (broadcasting) | — |
+//! | `cast` | x (any type) | `to` (required: `f32`, `i64`, `i32`, `i1`) |
+//! | `gather` | data (any type), indices (i64 or i32; negative counts from the end, out of range is a run-time error) | `axis` (0) |
+//! | `reduce_sum` `reduce_mean` `reduce_max` `reduce_min` | x (f32) | `axes` (required, sorted), `keep_dims` (false) |
+//! | `resize` | x (any type for nearest, f32 for linear) | `sizes`, `scales` (required), `mode` (`nearest`, `linear`), `nearest` (round_prefer_floor), `coordinate` (half_pixel) |
 //! | `layer_norm` | x, scale, bias? | `axis` (required), `epsilon` (1e-5) |
 //! | `max_pool2d` | x | `kernel` (required), `strides` ([1, 1]), `pads` ([0, 0, 0, 0]), `dilations` ([1, 1]), `ceil_mode` (false), `layout` (row_major: the result's layout) |
 //! | `avg_pool2d` | x | as `max_pool2d`, then `count_include_pad` (false) |
 //! | `global_avg_pool` | x | — |
 //! | `flatten` | x | `axis` (1) |
 //! | `reshape` | x | `shape` (required) |
-//! | `transpose` | x | `perm` (required) |
+//! | `transpose` | x (any type, as every data-movement op) | `perm` (required) |
+//! | `slice` | x | `starts`, `ends` (required), `steps` (all 1) |
+//! | `expand` | x | `shape` (required) |
+//! | `tile` | x | `repeats` (required) |
+//! | `pad` | x, fill? (one element of x's type; 0 without) | `pads` (required: every axis's begin, then every end; negative crops), `mode` (`constant`; `reflect`, `edge`, `wrap`) |
 //! | `matmul` | a, b | — |
 //! | `gemm` | a, b, c? | `alpha` (1.0), `beta` (1.0), `trans_a` (false), `trans_b` (false) |
 //! | `concat` | x, ... | `axis` (required) |
