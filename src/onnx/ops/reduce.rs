@@ -1,9 +1,10 @@
 //! ReduceSum, ReduceMean, ReduceMax and ReduceMin: `reduce_*` ops over the listed axes
 //! (an attribute until the version where they became input 1: ReduceSum-13, the others
 //! 18), `keepdims` (default 1), and `noop_with_empty_axes` (no axes: every axis, or with
-//! it set, the identity).
+//! it set, the identity); ReduceSumSquare, ReduceL1 and ReduceL2 as a sum of `x·x` or
+//! `|x|` (then `sqrt`); GlobalMaxPool as `reduce_max` over the spatial axes.
 
-use smelt_ir::op::{Op, ReduceAttrs, Reduction};
+use smelt_ir::op::{BinaryOp, Op, ReduceAttrs, Reduction, UnaryOp};
 use smelt_ir::Diagnostic;
 
 use crate::onnx::context::{Entry, NodeCtx};
@@ -46,7 +47,9 @@ pub fn reduce(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         "ReduceSum" => (Reduction::Sum, 13),
         "ReduceMean" => (Reduction::Mean, 18),
         "ReduceMax" => (Reduction::Max, 18),
-        _ => (Reduction::Min, 18),
+        "ReduceMin" => (Reduction::Min, 18),
+        // ReduceSumSquare, ReduceL1, ReduceL2: sums of a prepared input
+        _ => (Reduction::Sum, 18),
     };
     cx.check_attrs(&["axes", "keepdims", "noop_with_empty_axes"])?;
     let rank = cx.dims(0)?.len();
@@ -69,6 +72,36 @@ pub fn reduce(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         axes = (0..rank).collect();
     }
     let x = cx.value(0)?;
-    let y = cx.emit(Op::Reduce(r, ReduceAttrs { axes, keep_dims }), &[x])?;
+    let summed = match op {
+        "ReduceSumSquare" | "ReduceL2" => cx.emit(Op::Binary(BinaryOp::Mul), &[x, x])?,
+        "ReduceL1" => cx.emit(Op::Unary(UnaryOp::Abs), &[x])?,
+        _ => x,
+    };
+    let y = cx.emit(Op::Reduce(r, ReduceAttrs { axes, keep_dims }), &[summed])?;
+    let y = match op {
+        "ReduceL2" => cx.emit(Op::Unary(UnaryOp::Sqrt), &[y])?,
+        _ => y,
+    };
     Ok(vec![Entry::Value(y)])
+}
+
+/// GlobalMaxPool: the largest element of each channel's plane, as `reduce_max` over
+/// every axis after the first two, kept.
+pub fn global_max_pool(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&[])?;
+    let rank = cx.dims(0)?.len();
+    if rank < 3 {
+        return Err(cx.err(
+            "onnx-bad-model",
+            format!("GlobalMaxPool needs an N x C x spatial input, got rank {rank}"),
+        ));
+    }
+    let x = cx.value(0)?;
+    let attrs = ReduceAttrs {
+        axes: (2..rank).collect(),
+        keep_dims: true,
+    };
+    Ok(vec![Entry::Value(
+        cx.emit(Op::Reduce(Reduction::Max, attrs), &[x])?,
+    )])
 }

@@ -2,7 +2,8 @@
 //! the coordinate transforms half_pixel, pytorch_half_pixel, align_corners, asymmetric and
 //! half_pixel_symmetric; output sizes from `scales` or `sizes` (constants), `axes` and
 //! `keep_aspect_ratio_policy` from 18. Cubic, antialias and tf_crop_and_resize are refused
-//! with a clear error.
+//! with a clear error. Upsample (7: `scales` attribute; 9: input) is Resize-10's sampling:
+//! asymmetric coordinates, nearest rounding down.
 
 use smelt_ir::op::{CoordinateMode, NearestMode, Op, ResizeAttrs, ResizeMode};
 use smelt_ir::{Diagnostic, F32};
@@ -24,6 +25,7 @@ fn floats(cx: &NodeCtx, i: usize, what: &str) -> Result<Vec<f32>, Diagnostic> {
 /// Resize.
 pub fn resize(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     cx.check_attrs(&[
+        "scales",
         "mode",
         "coordinate_transformation_mode",
         "nearest_mode",
@@ -38,8 +40,9 @@ pub fn resize(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     let rank = dims.len();
     let refuse = |m: String| cx.err("onnx-unsupported-op", m);
     let mode = cx.attr_string("mode")?.unwrap_or_else(|| "nearest".into());
-    // Resize-10 has no coordinate or rounding attributes: asymmetric, and floor
-    let (default_coordinate, default_nearest) = if cx.version < 11 {
+    let upsample = cx.node.op_type() == "Upsample";
+    // Resize-10 and Upsample have no coordinate or rounding attributes: asymmetric, and floor
+    let (default_coordinate, default_nearest) = if cx.version < 11 || upsample {
         ("asymmetric", "floor")
     } else {
         ("half_pixel", "round_prefer_floor")
@@ -91,7 +94,12 @@ pub fn resize(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
             .map(|&k| cx.axis("axes", k, rank))
             .collect::<Result<_, _>>()?,
     };
-    let given_scales = floats(cx, scales_in, "scales")?;
+    let given_scales = match (upsample, cx.version) {
+        (true, v) if v < 9 => cx
+            .attr_floats("scales")?
+            .ok_or_else(|| cx.bad_attr("scales", "is required"))?,
+        _ => floats(cx, scales_in, "scales")?,
+    };
     let given_sizes = match sizes_in.filter(|&i| cx.input_name(i).is_some()) {
         Some(i) => {
             let c = cx.require_const(i, "sizes")?;
