@@ -469,6 +469,10 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
         "test_causal_conv_with_state_silu_fp16_expanded",
         NARROW_WIDE_FLOAT,
     ),
+    ("test_celu_bfloat16", NARROW_WIDE_FLOAT),
+    ("test_celu_bfloat16_expanded", NARROW_WIDE_FLOAT),
+    ("test_celu_float16", NARROW_WIDE_FLOAT),
+    ("test_celu_float16_expanded", NARROW_WIDE_FLOAT),
     ("test_clip_default_int8_inbounds", NARROW_INT),
     ("test_clip_default_int8_inbounds_expanded", NARROW_INT),
     ("test_clip_default_int8_max", NARROW_INT),
@@ -648,7 +652,7 @@ const FIRST_OUTPUT_ONLY: &[(&str, &str)] = &[
 
 /// Cases of each suite that must pass through the whole compiler at least, so coverage
 /// cannot shrink silently; a count above it is printed, so it can be raised.
-const MIN_PASSED: &[(&str, usize)] = &[("node", 671), ("pytorch-converted", 44)];
+const MIN_PASSED: &[(&str, usize)] = &[("node", 686), ("pytorch-converted", 44)];
 
 /// Whether Cranelift's verifier checks every generated function.
 const VERIFY: bool = true;

@@ -343,3 +343,76 @@ pub fn gelu(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     };
     Ok(vec![Entry::Value(y)])
 }
+
+/// The activations ONNX defines that smelt writes with its elementwise ops, exactly as
+/// their definitions read (so each piece can fuse into an anchor's epilogue):
+/// - PRelu: `relu(x) + slope · min(x, 0)` (slope broadcast to x);
+/// - Elu: `relu(x) + alpha · (exp(min(x, 0)) − 1)`, Selu: `gamma ·` that;
+/// - Celu: `relu(x) + min(0, alpha · (exp(x / alpha) − 1))`;
+/// - Softsign: `x / (1 + |x|)`;
+/// - ThresholdedRelu: `where(x > alpha, x, 0)`.
+pub fn activation(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    let op = cx.node.op_type();
+    let known: &[&str] = match op {
+        "Elu" | "Celu" | "ThresholdedRelu" => &["alpha"],
+        "Selu" => &["alpha", "gamma"],
+        _ => &[],
+    };
+    cx.check_attrs(known)?;
+    let unary = |cx: &mut NodeCtx, u: UnaryOp, x: Value| cx.emit(Op::Unary(u), &[x]);
+    let binary =
+        |cx: &mut NodeCtx, b: BinaryOp, x: Value, y: Value| cx.emit(Op::Binary(b), &[x, y]);
+    let x = cx.value(0)?;
+    let zero = cx.scalar(0.0)?;
+    let one = cx.scalar(1.0)?;
+    // relu(x) + factor · (exp(min(x, 0) / inner) − 1), the exponential linear family
+    let elu = |cx: &mut NodeCtx, alpha: f32| -> Result<Value, Diagnostic> {
+        let pos = unary(cx, UnaryOp::Relu, x)?;
+        let neg = binary(cx, BinaryOp::Min, x, zero)?;
+        let e = unary(cx, UnaryOp::Exp, neg)?;
+        let em1 = binary(cx, BinaryOp::Sub, e, one)?;
+        let a = cx.scalar(alpha)?;
+        let scaled = binary(cx, BinaryOp::Mul, a, em1)?;
+        binary(cx, BinaryOp::Add, pos, scaled)
+    };
+    let y = match op {
+        "PRelu" => {
+            let slope = cx.value(1)?;
+            let pos = unary(cx, UnaryOp::Relu, x)?;
+            let neg = binary(cx, BinaryOp::Min, x, zero)?;
+            let scaled = binary(cx, BinaryOp::Mul, slope, neg)?;
+            binary(cx, BinaryOp::Add, pos, scaled)?
+        }
+        "Elu" => elu(cx, cx.attr_float_or("alpha", 1.0)?)?,
+        "Selu" => {
+            let alpha = cx.attr_float_or("alpha", 1.673_263_2)?;
+            let gamma = cx.attr_float_or("gamma", 1.050_701)?;
+            let inner = elu(cx, alpha)?;
+            let g = cx.scalar(gamma)?;
+            binary(cx, BinaryOp::Mul, g, inner)?
+        }
+        "Celu" => {
+            let alpha = cx.attr_float_or("alpha", 1.0)?;
+            let pos = unary(cx, UnaryOp::Relu, x)?;
+            let a = cx.scalar(alpha)?;
+            let scaled_x = binary(cx, BinaryOp::Div, x, a)?;
+            let e = unary(cx, UnaryOp::Exp, scaled_x)?;
+            let em1 = binary(cx, BinaryOp::Sub, e, one)?;
+            let scaled = binary(cx, BinaryOp::Mul, a, em1)?;
+            let neg = binary(cx, BinaryOp::Min, zero, scaled)?;
+            binary(cx, BinaryOp::Add, pos, neg)?
+        }
+        "Softsign" => {
+            let magnitude = unary(cx, UnaryOp::Abs, x)?;
+            let denominator = binary(cx, BinaryOp::Add, one, magnitude)?;
+            binary(cx, BinaryOp::Div, x, denominator)?
+        }
+        _ => {
+            let alpha = cx.attr_float_or("alpha", 1.0)?;
+            let a = cx.scalar(alpha)?;
+            let above = cx.emit(Op::Compare(smelt_ir::op::Comparison::Greater), &[x, a])?;
+            cx.emit(Op::Where, &[above, x, zero])?
+        }
+    };
+    Ok(vec![Entry::Value(y)])
+}
