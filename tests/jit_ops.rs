@@ -98,6 +98,39 @@ fn sqrt_and_reciprocal() {
     }
 }
 
+/// The logarithm over every binade of f32, subnormals, and its special values.
+#[test]
+fn log_over_every_binade_and_the_special_values() {
+    let mut x: Vec<f32> = (-149..128).map(|e| 2f32.powi(e) * 1.37).collect();
+    x.extend([
+        0.0,
+        -0.0,
+        -1.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        1.0,
+        0.5,
+    ]);
+    x.extend((0..97).map(|i| 0.75 + i as f32 / 64.0));
+    let n = x.len();
+    let m = one_op(Op::Unary(UnaryOp::Log), &[t(&[n])], &[]);
+    let got = check_against_interp(
+        "log",
+        &m,
+        &[smelt_ir::Tensor::new([n], x.clone()).unwrap()],
+        2e-7,
+    );
+    let y = got[0].f32s();
+    for (i, &v) in x.iter().enumerate() {
+        let want = v.ln();
+        let same = (want.is_nan() && y[i].is_nan())
+            || want == y[i]
+            || (want - y[i]).abs() <= 2e-7 * want.abs().max(1e-30);
+        assert!(same, "log({v:e}) = {} (want {want})", y[i]);
+    }
+}
+
 #[test]
 fn unary_ops_on_wide_inputs() {
     // values in [-1, 1] hide range problems: scale them up to [-12, 12]

@@ -568,6 +568,71 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ("test_range_bfloat16_type_positive_delta", NARROW_WIDE_FLOAT),
     ("test_range_float16_type_positive_delta", NARROW_WIDE_FLOAT),
     ("test_range_float_type_positive_delta", RUNTIME_LOGIC),
+    (
+        "test_reduce_log_sum_exp_default_axes_keepdims_example",
+        NARROW_WIDE_FLOAT,
+    ),
+    (
+        "test_reduce_log_sum_exp_default_axes_keepdims_example_expanded",
+        NARROW_WIDE_FLOAT,
+    ),
+    (
+        "test_reduce_log_sum_exp_default_axes_keepdims_random",
+        NARROW_WIDE_FLOAT,
+    ),
+    (
+        "test_reduce_log_sum_exp_default_axes_keepdims_random_expanded",
+        NARROW_WIDE_FLOAT,
+    ),
+    (
+        "test_reduce_log_sum_exp_do_not_keepdims_example",
+        NARROW_WIDE_FLOAT,
+    ),
+    (
+        "test_reduce_log_sum_exp_do_not_keepdims_example_expanded",
+        NARROW_WIDE_FLOAT,
+    ),
+    (
+        "test_reduce_log_sum_exp_do_not_keepdims_random",
+        NARROW_WIDE_FLOAT,
+    ),
+    (
+        "test_reduce_log_sum_exp_do_not_keepdims_random_expanded",
+        NARROW_WIDE_FLOAT,
+    ),
+    (
+        "test_reduce_log_sum_exp_empty_set_expanded",
+        NARROW_WIDE_FLOAT,
+    ),
+    (
+        "test_reduce_log_sum_exp_keepdims_example",
+        NARROW_WIDE_FLOAT,
+    ),
+    (
+        "test_reduce_log_sum_exp_keepdims_example_expanded",
+        NARROW_WIDE_FLOAT,
+    ),
+    ("test_reduce_log_sum_exp_keepdims_random", NARROW_WIDE_FLOAT),
+    (
+        "test_reduce_log_sum_exp_keepdims_random_expanded",
+        NARROW_WIDE_FLOAT,
+    ),
+    (
+        "test_reduce_log_sum_exp_negative_axes_keepdims_example",
+        NARROW_WIDE_FLOAT,
+    ),
+    (
+        "test_reduce_log_sum_exp_negative_axes_keepdims_example_expanded",
+        NARROW_WIDE_FLOAT,
+    ),
+    (
+        "test_reduce_log_sum_exp_negative_axes_keepdims_random",
+        NARROW_WIDE_FLOAT,
+    ),
+    (
+        "test_reduce_log_sum_exp_negative_axes_keepdims_random_expanded",
+        NARROW_WIDE_FLOAT,
+    ),
     ("test_reduce_max_bool_inputs", REDUCE_TYPES),
     ("test_reduce_max_empty_set_bool", REDUCE_TYPES),
     ("test_reduce_min_bool_inputs", REDUCE_TYPES),
@@ -652,7 +717,7 @@ const FIRST_OUTPUT_ONLY: &[(&str, &str)] = &[
 
 /// Cases of each suite that must pass through the whole compiler at least, so coverage
 /// cannot shrink silently; a count above it is printed, so it can be raised.
-const MIN_PASSED: &[(&str, usize)] = &[("node", 686), ("pytorch-converted", 44)];
+const MIN_PASSED: &[(&str, usize)] = &[("node", 726), ("pytorch-converted", 44)];
 
 /// Whether Cranelift's verifier checks every generated function.
 const VERIFY: bool = true;

@@ -384,6 +384,7 @@ fn every_unary_op() -> Vec<UnaryOp> {
         UnaryOp::Sqrt,
         UnaryOp::Exp,
         UnaryOp::Reciprocal,
+        UnaryOp::Log,
     ];
     // The compiler lists every op here: a new op must join the list above.
     for op in &all {
@@ -402,7 +403,8 @@ fn every_unary_op() -> Vec<UnaryOp> {
             | UnaryOp::Abs
             | UnaryOp::Sqrt
             | UnaryOp::Exp
-            | UnaryOp::Reciprocal => {}
+            | UnaryOp::Reciprocal
+            | UnaryOp::Log => {}
         }
     }
     all

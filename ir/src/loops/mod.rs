@@ -257,6 +257,9 @@ pub enum UnOp {
     Sqrt,
     /// `e^x` (code generation expands it into a polynomial; relative error ≈ 2e-7).
     Exp,
+    /// `ln x` (code generation expands it into a polynomial; relative error ≈ 1e-7;
+    /// NaN below zero, -inf at zero, +inf at +inf).
+    Log,
 }
 
 /// An elementwise function of two values.

@@ -50,6 +50,8 @@ pub enum UnaryOp {
     Exp,
     /// `1 / x`.
     Reciprocal,
+    /// The natural logarithm (NaN below zero, -inf at zero).
+    Log,
 }
 
 impl UnaryOp {
@@ -63,7 +65,7 @@ impl UnaryOp {
         match self {
             UnaryOp::Relu | UnaryOp::Clip { .. } | UnaryOp::LeakyRelu { .. } => 1,
             UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sqrt | UnaryOp::Reciprocal => 1,
-            UnaryOp::Exp => 15,
+            UnaryOp::Exp | UnaryOp::Log => 15,
             UnaryOp::HardSigmoid { .. } | UnaryOp::HardSwish => 4,
             UnaryOp::Sigmoid | UnaryOp::Tanh | UnaryOp::Silu => 20,
             UnaryOp::Erf | UnaryOp::Gelu => 30,
@@ -99,6 +101,7 @@ impl UnaryOp {
             UnaryOp::Sqrt => x.sqrt(),
             UnaryOp::Exp => x.exp(),
             UnaryOp::Reciprocal => 1.0 / x,
+            UnaryOp::Log => x.ln(),
         }
     }
 }

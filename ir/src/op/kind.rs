@@ -198,6 +198,7 @@ op_table! {
     Abs "abs" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Abs)) <=> (Attrs::None);
     Sqrt "sqrt" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Sqrt)) <=> (Attrs::None);
     Exp "exp" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Exp)) <=> (Attrs::None);
+    Log "log" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Log)) <=> (Attrs::None);
     Reciprocal "reciprocal" Some(Exact(1)), Elementwise:
         (Op::Unary(UnaryOp::Reciprocal)) <=> (Attrs::None);
     Add "add" Some(Exact(2)), Elementwise: (Op::Binary(BinaryOp::Add)) <=> (Attrs::None);

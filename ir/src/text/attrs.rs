@@ -982,6 +982,7 @@ mod tests {
             Op::Unary(UnaryOp::Abs),
             Op::Unary(UnaryOp::Sqrt),
             Op::Unary(UnaryOp::Exp),
+            Op::Unary(UnaryOp::Log),
             Op::Unary(UnaryOp::Reciprocal),
             Op::Binary(BinaryOp::Add),
             Op::Binary(BinaryOp::Sub),

@@ -149,6 +149,7 @@ pub fn unary(b: &mut KernelBuilder, op: UnaryOp, x: Expr, w: Width) -> Expr {
         UnaryOp::Sqrt => Expr::unary(UnOp::Sqrt, x),
         UnaryOp::Exp => Expr::unary(UnOp::Exp, x),
         UnaryOp::Reciprocal => div(c(1.0, w), x),
+        UnaryOp::Log => Expr::unary(UnOp::Log, x),
     }
 }
 

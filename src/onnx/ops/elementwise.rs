@@ -155,6 +155,7 @@ pub fn unary(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         "Sqrt" => Some(UnaryOp::Sqrt),
         "Exp" => Some(UnaryOp::Exp),
         "Reciprocal" => Some(UnaryOp::Reciprocal),
+        "Log" => Some(UnaryOp::Log),
         _ => None,
     };
     let op = match (plain, cx.node.op_type()) {
@@ -350,7 +351,8 @@ pub fn gelu(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
 /// - Elu: `relu(x) + alpha · (exp(min(x, 0)) − 1)`, Selu: `gamma ·` that;
 /// - Celu: `relu(x) + min(0, alpha · (exp(x / alpha) − 1))`;
 /// - Softsign: `x / (1 + |x|)`;
-/// - ThresholdedRelu: `where(x > alpha, x, 0)`.
+/// - ThresholdedRelu: `where(x > alpha, x, 0)`;
+/// - Softplus: `log(exp(x) + 1)`, Mish: `x · tanh(softplus(x))`.
 pub fn activation(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     let op = cx.node.op_type();
     let known: &[&str] = match op {
@@ -401,6 +403,17 @@ pub fn activation(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
             let scaled = binary(cx, BinaryOp::Mul, a, em1)?;
             let neg = binary(cx, BinaryOp::Min, zero, scaled)?;
             binary(cx, BinaryOp::Add, pos, neg)?
+        }
+        "Softplus" | "Mish" => {
+            let e = unary(cx, UnaryOp::Exp, x)?;
+            let e1 = binary(cx, BinaryOp::Add, e, one)?;
+            let softplus = unary(cx, UnaryOp::Log, e1)?;
+            if op == "Softplus" {
+                softplus
+            } else {
+                let t = unary(cx, UnaryOp::Tanh, softplus)?;
+                binary(cx, BinaryOp::Mul, x, t)?
+            }
         }
         "Softsign" => {
             let magnitude = unary(cx, UnaryOp::Abs, x)?;

@@ -30,6 +30,45 @@ pub fn matmul(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     Ok(vec![Entry::Value(cx.emit(Op::MatMul, &[a, b])?)])
 }
 
+/// LogSoftmax as `x − max − log(Σ exp(x − max))` along the axis (the stable form
+/// onnxruntime computes), with Softmax's axis rules (one axis from 13, flattened before).
+pub fn log_softmax(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    use smelt_ir::op::{BinaryOp, ReduceAttrs, Reduction, UnaryOp};
+    cx.check_attrs(&["axis"])?;
+    let dims = cx.dims(0)?;
+    let rank = dims.len();
+    let x = cx.value(0)?;
+    let (x, axis, flattened) = if cx.version >= 13 {
+        (
+            x,
+            cx.axis("axis", cx.attr_int_or("axis", -1)?, rank)?,
+            false,
+        )
+    } else {
+        let raw = cx.attr_int_or("axis", 1)?;
+        let axis = if raw == rank as i64 {
+            rank
+        } else {
+            cx.axis("axis", raw, rank)?
+        };
+        let outer: usize = dims[..axis].iter().product();
+        let inner: usize = dims[axis..].iter().product();
+        (cx.reshape(x, vec![outer, inner])?, 1, true)
+    };
+    let along = ReduceAttrs {
+        axes: vec![axis],
+        keep_dims: true,
+    };
+    let max = cx.emit(Op::Reduce(Reduction::Max, along.clone()), &[x])?;
+    let shifted = cx.emit(Op::Binary(BinaryOp::Sub), &[x, max])?;
+    let e = cx.emit(Op::Unary(UnaryOp::Exp), &[shifted])?;
+    let sum = cx.emit(Op::Reduce(Reduction::Sum, along), &[e])?;
+    let log_sum = cx.emit(Op::Unary(UnaryOp::Log), &[sum])?;
+    let y = cx.emit(Op::Binary(BinaryOp::Sub), &[shifted, log_sum])?;
+    let y = if flattened { cx.reshape(y, dims)? } else { y };
+    Ok(vec![Entry::Value(y)])
+}
+
 /// Softmax. From version 13 it normalizes along one axis (default -1); before, the input
 /// is flattened to 2-D at `axis` (default 1) and normalized along the second dimension.
 pub fn softmax(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {

@@ -2,7 +2,9 @@
 //! (an attribute until the version where they became input 1: ReduceSum-13, the others
 //! 18), `keepdims` (default 1), and `noop_with_empty_axes` (no axes: every axis, or with
 //! it set, the identity); ReduceSumSquare, ReduceL1 and ReduceL2 as a sum of `x·x` or
-//! `|x|` (then `sqrt`); GlobalMaxPool as `reduce_max` over the spatial axes.
+//! `|x|` (then `sqrt`); ReduceLogSum as `log` of the sum, ReduceLogSumExp as the stable
+//! `m + log(Σ exp(x − m))` with `m` the maximum; GlobalMaxPool as `reduce_max` over the
+//! spatial axes.
 
 use smelt_ir::op::{BinaryOp, Op, ReduceAttrs, Reduction, UnaryOp};
 use smelt_ir::Diagnostic;
@@ -72,6 +74,33 @@ pub fn reduce(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         axes = (0..rank).collect();
     }
     let x = cx.value(0)?;
+    if op == "ReduceLogSumExp" {
+        let along = ReduceAttrs {
+            axes: axes.clone(),
+            keep_dims: true,
+        };
+        let m = cx.emit(Op::Reduce(Reduction::Max, along), &[x])?;
+        let shifted = cx.emit(Op::Binary(BinaryOp::Sub), &[x, m])?;
+        let e = cx.emit(Op::Unary(UnaryOp::Exp), &[shifted])?;
+        let s = cx.emit(
+            Op::Reduce(
+                Reduction::Sum,
+                ReduceAttrs {
+                    axes: axes.clone(),
+                    keep_dims,
+                },
+            ),
+            &[e],
+        )?;
+        let l = cx.emit(Op::Unary(UnaryOp::Log), &[s])?;
+        // the maximum, shaped as the result
+        let m_out = cx.emit(
+            Op::Reduce(Reduction::Max, ReduceAttrs { axes, keep_dims }),
+            &[x],
+        )?;
+        let y = cx.emit(Op::Binary(BinaryOp::Add), &[m_out, l])?;
+        return Ok(vec![Entry::Value(y)]);
+    }
     let summed = match op {
         "ReduceSumSquare" | "ReduceL2" => cx.emit(Op::Binary(BinaryOp::Mul), &[x, x])?,
         "ReduceL1" => cx.emit(Op::Unary(UnaryOp::Abs), &[x])?,
@@ -80,6 +109,7 @@ pub fn reduce(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     let y = cx.emit(Op::Reduce(r, ReduceAttrs { axes, keep_dims }), &[summed])?;
     let y = match op {
         "ReduceL2" => cx.emit(Op::Unary(UnaryOp::Sqrt), &[y])?,
+        "ReduceLogSum" => cx.emit(Op::Unary(UnaryOp::Log), &[y])?,
         _ => y,
     };
     Ok(vec![Entry::Value(y)])
