@@ -631,8 +631,21 @@ impl<'a> Cx<'a> {
                 let map = elementwise::MapOp::BatchNorm { epsilon: epsilon.0 };
                 elementwise::lower_map(self, map, operands, out_ty, epi, out)
             }
-            Op::MaxPool2d(_) | Op::AvgPool2d { .. } | Op::GlobalAvgPool => {
-                pool::lower_pool(self, op, operands, out_ty, epi, out)
+            Op::MaxPool2d(p) => {
+                pool::lower_pool(self, pool::PoolOp::Max(p), operands, out_ty, epi, out)
+            }
+            Op::AvgPool2d {
+                pool,
+                count_include_pad,
+            } => {
+                let avg = pool::PoolOp::Avg {
+                    pool,
+                    count_include_pad: *count_include_pad,
+                };
+                pool::lower_pool(self, avg, operands, out_ty, epi, out)
+            }
+            Op::GlobalAvgPool => {
+                pool::lower_pool(self, pool::PoolOp::GlobalAvg, operands, out_ty, epi, out)
             }
             Op::MatMul => gemm::lower_gemm(self, gemm::GemmOp::MatMul, operands, out_ty, epi, out),
             Op::Gemm(g) => {

@@ -14,11 +14,28 @@ use crate::blocks::{halves_with_3x3_windows, max_pool_on_blocks};
 /// Windows of up to this many taps are unrolled whole; larger ones loop over their rows.
 const MAX_UNROLLED_TAPS: usize = 64;
 
+/// The pools [`lower_pool`] computes, as the lowering dispatch hands them over (so its
+/// match is exhaustive).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum PoolOp<'a> {
+    /// `max_pool2d`.
+    Max(&'a Pool2dAttrs),
+    /// `avg_pool2d`.
+    Avg {
+        /// The window.
+        pool: &'a Pool2dAttrs,
+        /// Divide by the full window (true) or the input elements in it (false).
+        count_include_pad: bool,
+    },
+    /// `global_avg_pool`.
+    GlobalAvg,
+}
+
 /// max_pool2d, avg_pool2d and global_avg_pool over NCHW (and the halving 3×3 max pool
 /// and global_avg_pool over channel blocks), with post-ops in registers.
 pub(crate) fn lower_pool(
     cx: &mut Cx,
-    op: &Op,
+    op: PoolOp,
     operands: &[Value],
     out_ty: &TensorType,
     mut epi: Epilogue,
@@ -27,13 +44,21 @@ pub(crate) fn lower_pool(
     let xt = cx.func.type_of(operands[0]).clone();
     let x = cx.buf(operands[0]);
     let (p, is_max, include_pad) = match op {
-        Op::MaxPool2d(p) => (p.clone(), true, false),
-        Op::AvgPool2d {
+        PoolOp::Max(p) => (p.clone(), true, false),
+        PoolOp::Avg {
             pool,
             count_include_pad,
-        } => (pool.clone(), false, *count_include_pad),
-        Op::GlobalAvgPool => return global_avg_pool(cx, &xt, x, out_ty, epi, out),
-        _ => return Err(cx.unsupported("not a pool")),
+        } => (pool.clone(), false, count_include_pad),
+        PoolOp::GlobalAvg => return global_avg_pool(cx, &xt, x, out_ty, epi, out),
+    };
+    // the op as the IR writes it, for the block predicates and the kernel's name
+    let as_op = if is_max {
+        Op::MaxPool2d(p.clone())
+    } else {
+        Op::AvgPool2d {
+            pool: p.clone(),
+            count_include_pad: include_pad,
+        }
     };
     if xt.rank() != 4 {
         return Err(cx.unsupported("pools take rank-4 NCHW input"));
@@ -41,7 +66,7 @@ pub(crate) fn lower_pool(
     let [n, c, h, w] = [xt.dims[0], xt.dims[1], xt.dims[2], xt.dims[3]];
     let [oh, ow] = [out_ty.dims[2], out_ty.dims[3]];
     if xt.layout != Layout::RowMajor || out_ty.layout != Layout::RowMajor {
-        if !max_pool_on_blocks(op, &xt, out_ty) || !epi.runs_along_channels() {
+        if !max_pool_on_blocks(&as_op, &xt, out_ty) || !epi.runs_along_channels() {
             return Err(cx.unsupported(
                 "pools on channel blocks (nchw16c) are 3×3 stride-2 max pools with one pixel \
                  of top and left padding that halve an even plane, from blocks into blocks, \
@@ -80,7 +105,7 @@ pub(crate) fn lower_pool(
     let (table, needed) = pool_table(&p, is_max, include_pad, [h, w], [oh, ow]);
     let mut b = KernelBuilder::new(&format!(
         "{}_{}_k{kh}x{kw}_s{sh}x{sw}_d{dh}x{dw}",
-        op.name(),
+        as_op.name(),
         dims_name(&[n, c, hp, sw * wq]),
     ));
     let xa = b.arg("x", len, Access::Read);
