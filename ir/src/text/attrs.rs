@@ -217,10 +217,12 @@ impl AttrDict {
         self.list(key, "[1.0, 2.5]", |k, v, at| to_f32(k, v, at).map(F32))
     }
 
-    /// One of the words `choices` names (the value it stands for).
+    /// One of the words `choices` names (the value it stands for); `what` says what the
+    /// words are in the message when the value is none of them.
     pub(crate) fn choice<T: Copy>(
         &mut self,
         key: &'static str,
+        what: &str,
         choices: &[(T, &'static str)],
     ) -> Result<Option<T>, AttrError> {
         let names = || {
@@ -240,13 +242,13 @@ impl AttrDict {
                 Some((v, _)) => Ok(Some(*v)),
                 None => err(
                     value_at,
-                    format!("attribute '{key}' must be one of {}, got '{w}'", names()),
+                    format!("attribute '{key}' must be {what} ({}), got '{w}'", names()),
                 ),
             },
             Some(a) => err(
                 a.value_at,
                 format!(
-                    "attribute '{}' must be one of {}, got {}",
+                    "attribute '{}' must be {what} ({}), got {}",
                     a.key,
                     names(),
                     a.value.describe()
@@ -312,57 +314,12 @@ impl AttrDict {
 
     /// An element type name (`f32`, `i64`, `i32`, `i1`).
     pub(crate) fn dtype(&mut self, key: &'static str) -> Result<Option<DType>, AttrError> {
-        match self.take(key) {
-            None => Ok(None),
-            Some(Attr {
-                value: AttrLit::Word(w),
-                value_at,
-                ..
-            }) => match DType::from_name(&w) {
-                Some(d) => Ok(Some(d)),
-                None => err(
-                    value_at,
-                    format!(
-                        "attribute '{key}' must be an element type (f32, i64, i32, i1), got '{w}'"
-                    ),
-                ),
-            },
-            Some(a) => err(
-                a.value_at,
-                format!(
-                    "attribute '{}' must be an element type (f32, i64, i32, i1), got {}",
-                    a.key,
-                    a.value.describe()
-                ),
-            ),
-        }
+        self.choice(key, "an element type", &DType::ALL.map(|d| (d, d.name())))
     }
 
     /// A pad mode name (`constant`, `reflect`, `edge`, `wrap`).
     pub(crate) fn pad_mode(&mut self, key: &'static str) -> Result<Option<PadMode>, AttrError> {
-        let names = PadMode::ALL.map(PadMode::name).join(", ");
-        match self.take(key) {
-            None => Ok(None),
-            Some(Attr {
-                value: AttrLit::Word(w),
-                value_at,
-                ..
-            }) => match PadMode::from_name(&w) {
-                Some(m) => Ok(Some(m)),
-                None => err(
-                    value_at,
-                    format!("attribute '{key}' must be a pad mode ({names}), got '{w}'"),
-                ),
-            },
-            Some(a) => err(
-                a.value_at,
-                format!(
-                    "attribute '{}' must be a pad mode ({names}), got {}",
-                    a.key,
-                    a.value.describe()
-                ),
-            ),
-        }
+        self.choice(key, "a pad mode", &PadMode::ALL.map(|m| (m, m.name())))
     }
 
     /// A layout name.
@@ -597,8 +554,12 @@ pub(crate) fn build_op(name: &str, d: &mut AttrDict) -> Result<Option<Op>, AttrE
             ))
         }
         "resize" => {
-            let nearest = d.choice("nearest", &NearestMode::NAMES)?;
-            let mode = match d.choice("mode", &[(false, "nearest"), (true, "linear")])? {
+            let nearest = d.choice("nearest", "a rounding mode", &NearestMode::NAMES)?;
+            let mode = match d.choice(
+                "mode",
+                "a resize mode",
+                &[(false, "nearest"), (true, "linear")],
+            )? {
                 Some(true) => ResizeMode::Linear,
                 _ => ResizeMode::Nearest(nearest.unwrap_or_default()),
             };
@@ -607,7 +568,11 @@ pub(crate) fn build_op(name: &str, d: &mut AttrDict) -> Result<Option<Op>, AttrE
                 scales: d.need("scales", AttrDict::f32s)?,
                 mode,
                 coordinate: d
-                    .choice("coordinate", &CoordinateMode::NAMES)?
+                    .choice(
+                        "coordinate",
+                        "a coordinate transform",
+                        &CoordinateMode::NAMES,
+                    )?
                     .unwrap_or_default(),
             }))
         }
