@@ -72,20 +72,26 @@ impl Executable {
                 )));
             }
         }
-        if ws.arena_len() < self.arena_len || ws.ptrs.len() < self.max_args {
+        if ws.arena_len() < self.arena_len
+            || ws.ptrs.len() < self.max_args
+            || ws.outs.len() < self.outputs.len()
+        {
             return Err(Error::InvalidArgument(
                 "the workspace belongs to a smaller executable; make one with workspace()".into(),
             ));
         }
-        let in_ptrs: Vec<(*const u8, usize)> = inputs.iter().map(Elements::bytes).collect();
-        let out_ptrs: Vec<(*mut u8, usize)> = outputs.iter_mut().map(|o| o.bytes_mut()).collect();
+        for (slot, o) in ws.outs.iter_mut().zip(outputs.iter_mut()) {
+            let (at, bytes) = o.bytes_mut();
+            *slot = (at as usize, bytes);
+        }
         let arena = ws.arena.as_mut_ptr() as *mut f32;
+        let outs = &ws.outs;
         let address = |src: Source| -> usize {
             match src {
-                Source::Input(i) => in_ptrs[i].0 as usize,
+                Source::Input(i) => inputs[i].bytes().0 as usize,
                 Source::Constant(c) => self.constants[c].as_bytes().as_ptr() as usize,
                 Source::Arena(off) => arena.wrapping_add(off) as usize,
-                Source::Output(i) => out_ptrs[i].0 as usize,
+                Source::Output(i) => outs[i].0,
             }
         };
         for (n, step) in self.steps.iter().enumerate() {
@@ -147,12 +153,14 @@ impl Executable {
         }
         let arena_bytes: &[u8] = bytemuck::cast_slice(&ws.arena);
         for (o, (info, src)) in self.outputs.iter().enumerate() {
-            let (dst, n) = out_ptrs[o];
+            let (dst, n) = ws.outs[o];
+            let dst = dst as *mut u8;
             let from: &[u8] = match *src {
-                // SAFETY: input `i` is a live slice of `in_ptrs[i].1` bytes (checked
-                // above); it outlives this function.
+                // SAFETY: input `i` is a live slice of that many bytes (its length was
+                // checked above); it outlives this function.
                 Source::Input(i) => unsafe {
-                    std::slice::from_raw_parts(in_ptrs[i].0, in_ptrs[i].1)
+                    let (at, bytes) = inputs[i].bytes();
+                    std::slice::from_raw_parts(at, bytes)
                 },
                 Source::Constant(c) => self.constants[c].as_bytes(),
                 Source::Arena(off) => &arena_bytes[(off * 4).min(arena_bytes.len())..],

@@ -153,6 +153,9 @@ pub struct Workspace {
     arena: Vec<Line>,
     /// Kernel argument pointers, as addresses (a `usize` has a pointer's size and alignment).
     ptrs: Vec<usize>,
+    /// Each output's address and byte length for the run in progress (kept here so a run
+    /// allocates nothing).
+    outs: Vec<(usize, usize)>,
 }
 
 /// One cache line of the arena: buffers start 64-byte aligned.
@@ -161,10 +164,11 @@ pub struct Workspace {
 struct Line([f32; 16]);
 
 impl Workspace {
-    fn new(arena_len: usize, max_args: usize) -> Workspace {
+    fn new(arena_len: usize, max_args: usize, outputs: usize) -> Workspace {
         Workspace {
             arena: vec![Line([0.0; 16]); arena_len.div_ceil(16)],
             ptrs: vec![0; max_args],
+            outs: vec![(0, 0); outputs],
         }
     }
 
@@ -415,7 +419,7 @@ impl Executable {
 
     /// A fresh workspace for [`Executable::run_with`].
     pub fn workspace(&self) -> Workspace {
-        Workspace::new(self.arena_len, self.max_args)
+        Workspace::new(self.arena_len, self.max_args, self.outputs.len())
     }
 
     /// Runs on host tensors; checks each input's count, shape and layout. Borrows a
