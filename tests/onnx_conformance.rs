@@ -893,68 +893,50 @@ fn prepare_and_run(case: &Case) -> Result<CaseRun, Failure> {
     let graph = model.graph.as_ref().ok_or(Wrong("no graph".into()))?;
     let initializers: Vec<&str> = graph.initializer.iter().map(|t| t.name()).collect();
     let data = case.dir.join("test_data_set_0");
-    // Every input of a run-time element type is a run-time input; when the import refuses
-    // that (a Reshape's shape, an axes input), the integer inputs become constants, as an
-    // embedder would pin them, and other types are constants from the start.
-    let mut typed = (ImportOptions::default(), Vec::new());
-    let mut first_is_f32 = false;
-    let mut folded = (ImportOptions::default(), Vec::new());
-    let real_inputs = graph
-        .input
-        .iter()
-        .filter(|i| !initializers.contains(&i.name()));
-    for (j, input) in real_inputs.enumerate() {
-        let bytes =
-            std::fs::read(data.join(format!("input_{j}.pb"))).map_err(|e| Wrong(e.to_string()))?;
-        let t = read_pb(&data.join(format!("input_{j}.pb")));
-        let run_time = smelt::onnx::read_tensor(&bytes).ok().map(|(_, t)| t);
-        match run_time {
-            Some(tensor) if tensor.dtype() == DType::F32 => {
-                first_is_f32 |= j == 0;
-                typed.1.push(tensor.clone());
-                folded.1.push(tensor);
-            }
-            Some(tensor) => {
-                typed.1.push(tensor);
-                folded.0.constant_inputs.insert(input.name().to_string(), t);
-            }
-            None => {
-                typed
-                    .0
-                    .constant_inputs
-                    .insert(input.name().to_string(), t.clone());
-                folded.0.constant_inputs.insert(input.name().to_string(), t);
-            }
-        }
-    }
-    // Last, every input but the data (input 0) as a constant: float parameters such as a
-    // Resize's scales, which a model holds as initializers and the node tests as inputs.
-    let mut data_only = (
-        folded.0.clone(),
-        folded.1.iter().take(1).cloned().collect::<Vec<_>>(),
-    );
+    // Each input read once: its proto, and the host tensor when its type is a run-time one.
+    let mut given = Vec::new();
     for (j, input) in graph
         .input
         .iter()
         .filter(|i| !initializers.contains(&i.name()))
         .enumerate()
-        .skip(1)
     {
-        let t = read_pb(&data.join(format!("input_{j}.pb")));
-        data_only
-            .0
-            .constant_inputs
-            .insert(input.name().to_string(), t);
+        let path = data.join(format!("input_{j}.pb"));
+        let bytes = std::fs::read(&path).map_err(|e| Wrong(format!("{}: {e}", path.display())))?;
+        let proto = TensorProto::decode(bytes.as_slice()).map_err(|e| Wrong(e.to_string()))?;
+        let tensor = smelt::onnx::read_tensor(&bytes).ok().map(|(_, t)| t);
+        given.push((input.name().to_string(), proto, tensor));
     }
-    let (module, inputs) = match import(&model_bytes, &typed.0) {
-        Ok(m) => (m, typed.1),
-        Err(first) => match import(&model_bytes, &folded.0) {
-            Ok(m) => (m, folded.1),
-            Err(_) => match import(&model_bytes, &data_only.0) {
-                Ok(m) if first_is_f32 => (m, data_only.1),
-                _ => return Err(Refused(format!("import: {first}"))),
-            },
-        },
+    // An import with the inputs `run_time` picks as run-time tensors, the rest constants.
+    let attempt = |run_time: &dyn Fn(usize, &Tensor) -> bool| {
+        let mut opts = ImportOptions::default();
+        let mut inputs = Vec::new();
+        for (j, (name, proto, tensor)) in given.iter().enumerate() {
+            match tensor {
+                Some(t) if run_time(j, t) => inputs.push(t.clone()),
+                _ => {
+                    opts.constant_inputs.insert(name.clone(), proto.clone());
+                }
+            }
+        }
+        import(&model_bytes, &opts).map(|m| (m, inputs))
+    };
+    let first_is_f32 = given
+        .first()
+        .is_some_and(|(_, _, t)| t.as_ref().is_some_and(|t| t.dtype() == DType::F32));
+    // Every input of a run-time element type is a run-time input; when the import refuses
+    // that (a Reshape's shape, an axes input), the integer inputs become constants, as an
+    // embedder would pin them; last, every input but the data (input 0) is a constant:
+    // float parameters such as a Resize's scales, which a model holds as initializers and
+    // the node tests as inputs.
+    let (module, inputs) = match attempt(&|_, _| true) {
+        Ok(run) => run,
+        Err(first) => attempt(&|_, t| t.dtype() == DType::F32)
+            .or_else(|e| match first_is_f32 {
+                true => attempt(&|j, _| j == 0),
+                false => Err(e),
+            })
+            .map_err(|_| Refused(format!("import: {first}")))?,
     };
     let want: Vec<ConstTensor> = (0..module.funcs[0].results.len())
         .map(|j| ConstTensor::from_proto(&read_pb(&data.join(format!("output_{j}.pb")))))

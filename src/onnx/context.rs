@@ -332,6 +332,41 @@ impl<'a, 'm> NodeCtx<'a, 'm> {
         }
     }
 
+    /// The `axes` of an op whose axes were an attribute until version `input_from` and
+    /// input 1 from it (Squeeze and Unsqueeze at 13, ReduceSum at 13, the other
+    /// reductions at 18): the form the node's version takes, `None` when absent. The
+    /// other version's form is an error saying which opset has which.
+    pub fn versioned_axes(&self, input_from: i64) -> Result<Option<Vec<i64>>, Diagnostic> {
+        let op = self.node.op_type();
+        if self.version < input_from {
+            if self.num_inputs() > 1 {
+                return Err(self.err(
+                    "onnx-bad-model",
+                    format!(
+                        "{op}-{} takes its axes as an attribute; the axes input exists from \
+                         opset {input_from} (this model imports an older opset)",
+                        self.version
+                    ),
+                ));
+            }
+            return self.attr_ints("axes");
+        }
+        if self.node.attribute.iter().any(|a| a.name() == "axes") {
+            return Err(self.bad_attr(
+                "axes",
+                format!(
+                    "is input 1 of {op} from opset {input_from} (this node is version {}); \
+                     the attribute form is older versions'",
+                    self.version
+                ),
+            ));
+        }
+        match self.input_name(1) {
+            Some(_) => self.const_ints(1, "axes").map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// The entry of input `i` (must be present).
     pub fn entry(&self, i: usize) -> Result<Entry, Diagnostic> {
         let name = self.required_name(i)?;

@@ -11,37 +11,6 @@ use smelt_ir::Diagnostic;
 
 use crate::onnx::context::{Entry, NodeCtx};
 
-/// The axes, in the form the node's version takes them; `None` when absent.
-fn axes(cx: &NodeCtx, input_from: i64) -> Result<Option<Vec<i64>>, Diagnostic> {
-    let op = cx.node.op_type();
-    if cx.version < input_from {
-        if cx.num_inputs() > 1 {
-            return Err(cx.err(
-                "onnx-bad-model",
-                format!(
-                    "{op}-{} takes its axes as an attribute; the axes input exists from \
-                     opset {input_from}",
-                    cx.version
-                ),
-            ));
-        }
-        return cx.attr_ints("axes");
-    }
-    if cx.node.attribute.iter().any(|a| a.name() == "axes") {
-        return Err(cx.bad_attr(
-            "axes",
-            format!(
-                "is input 1 of {op} from opset {input_from} (this node is version {})",
-                cx.version
-            ),
-        ));
-    }
-    match cx.input_name(1) {
-        Some(_) => cx.const_ints(1, "axes").map(Some),
-        None => Ok(None),
-    }
-}
-
 /// ReduceSum, ReduceMean, ReduceMax, ReduceMin.
 pub fn reduce(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     let op = cx.node.op_type();
@@ -57,7 +26,7 @@ pub fn reduce(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     let rank = cx.dims(0)?.len();
     let keep_dims = cx.attr_int_or("keepdims", 1)? != 0;
     let noop_when_empty = cx.attr_int_or("noop_with_empty_axes", 0)? != 0;
-    let listed = axes(cx, input_from)?.unwrap_or_default();
+    let listed = cx.versioned_axes(input_from)?.unwrap_or_default();
     let mut axes = Vec::with_capacity(listed.len());
     for &a in &listed {
         let k = cx.axis("axes", a, rank)?;

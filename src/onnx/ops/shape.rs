@@ -139,46 +139,11 @@ pub fn concat(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     Ok(vec![Entry::Value(cx.emit(Op::Concat { axis }, &operands)?)])
 }
 
-/// The axes of Squeeze/Unsqueeze: an attribute before version 13, an input from 13 (a
-/// constant, or shape arithmetic that folds). The other version's form is an error, so
-/// a node written for one opset under another is never half-read.
-fn axes(cx: &NodeCtx) -> Result<Option<Vec<i64>>, Diagnostic> {
-    let op = cx.node.op_type();
-    if cx.version < 13 {
-        if cx.num_inputs() > 1 {
-            return Err(cx.err(
-                "onnx-bad-model",
-                format!(
-                    "{op}-{} takes its axes as an attribute; the axes input exists from \
-                     opset 13 (this model imports an older opset)",
-                    cx.version
-                ),
-            ));
-        }
-        cx.attr_ints("axes")
-    } else {
-        if cx.node.attribute.iter().any(|a| a.name() == "axes") {
-            return Err(cx.bad_attr(
-                "axes",
-                format!(
-                    "is input 1 of {op} from opset 13 (this node is version {}); the \
-                     attribute form is {op}-11's",
-                    cx.version
-                ),
-            ));
-        }
-        match cx.input_name(1) {
-            Some(_) => cx.const_ints(1, "axes").map(Some),
-            None => Ok(None),
-        }
-    }
-}
-
 /// Squeeze: removes the listed size-1 axes, or every size-1 axis.
 pub fn squeeze(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     cx.check_attrs(&["axes"])?;
     let input = cx.dims(0)?;
-    let drop: Vec<usize> = match axes(cx)? {
+    let drop: Vec<usize> = match cx.versioned_axes(13)? {
         None => (0..input.len()).filter(|&k| input[k] == 1).collect(),
         Some(list) => {
             let mut out = Vec::new();
@@ -205,7 +170,9 @@ pub fn squeeze(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
 pub fn unsqueeze(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     cx.check_attrs(&["axes"])?;
     let input = cx.dims(0)?;
-    let list = axes(cx)?.ok_or_else(|| cx.bad_attr("axes", "is required"))?;
+    let list = cx
+        .versioned_axes(13)?
+        .ok_or_else(|| cx.bad_attr("axes", "is required"))?;
     let rank = input.len() + list.len();
     let mut inserted = vec![false; rank];
     for &a in &list {
