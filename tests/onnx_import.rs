@@ -907,3 +907,151 @@ fn expand_broadcasts_both_ways_and_tile_folds_on_constants() {
     );
     assert!(e.contains("grow") && e.contains("broadcast"), "{e}");
 }
+
+/// A graph attribute holding `graph`.
+fn attr_graph(
+    name: &str,
+    graph: smelt::onnx::proto::GraphProto,
+) -> smelt::onnx::proto::AttributeProto {
+    smelt::onnx::proto::AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(smelt::onnx::proto::attribute_proto::AttributeType::Graph as i32),
+        g: Some(graph),
+        ..Default::default()
+    }
+}
+
+/// A branch body: one node `op(input) -> output`, the output listed as the body's.
+fn branch(op: &str, input: &str, output: &str) -> smelt::onnx::proto::GraphProto {
+    Model::new(13)
+        .node(op, output, &[input], &[output], vec![])
+        .output(output)
+        .graph
+}
+
+/// torch's LRN export tests a shape before squeezing: `If(Equal(Gather(Shape(x), 1), 1))`.
+fn shape_test_if(x_dims: &[i64]) -> Model {
+    Model::new(13)
+        .input("x", x_dims)
+        .init(i64_typed("one", &[1]))
+        .init(i64_typed("axis", &[1]))
+        .node("Shape", "shape", &["x"], &["s"], vec![])
+        .node("Gather", "dim1", &["s", "axis"], &["d"], vec![])
+        .node("Equal", "is_one", &["d", "one"], &["c"], vec![])
+        .node(
+            "If",
+            "squeeze_if_one",
+            &["c"],
+            &["y"],
+            vec![
+                attr_graph("then_branch", branch("Relu", "x", "then_out")),
+                attr_graph("else_branch", branch("Neg", "x", "else_out")),
+            ],
+        )
+        .output("y")
+}
+
+#[test]
+fn an_if_on_a_shape_test_imports_the_branch_it_takes() {
+    for (dims, taken) in [(&[2, 1, 3][..], "relu"), (&[2, 4, 3][..], "neg")] {
+        let m = shape_test_if(dims).import().expect("imports");
+        let names: Vec<&str> = ops(&m).iter().map(|o| o.name()).collect();
+        assert_eq!(names, [taken], "{dims:?}");
+        let n: usize = dims.iter().product::<i64>() as usize;
+        let x = Tensor::new(
+            dims.iter().map(|&d| d as usize).collect::<Vec<_>>(),
+            (0..n).map(|i| i as f32 - 3.0).collect(),
+        )
+        .unwrap();
+        let y = run(&m, &[x.clone()]);
+        let want: Vec<f32> = x
+            .f32s()
+            .iter()
+            .map(|&v| if taken == "relu" { v.max(0.0) } else { -v })
+            .collect();
+        assert_eq!(y[0].f32s(), &want[..]);
+    }
+}
+
+#[test]
+fn an_if_on_run_time_data_or_nested_too_deep_is_a_clear_error() {
+    let m = Model::new(13)
+        .input_dims("c", 9, &fixed(&[]))
+        .input("x", &[2])
+        .node(
+            "If",
+            "data_test",
+            &["c"],
+            &["y"],
+            vec![
+                attr_graph("then_branch", branch("Relu", "x", "t")),
+                attr_graph("else_branch", branch("Neg", "x", "e")),
+            ],
+        )
+        .output("y");
+    let e = error_text(m.import(), "onnx-dynamic-shape");
+    assert!(e.contains("data_test") && e.contains("condition"), "{e}");
+    // 20 Ifs, each the only node of the enclosing then_branch, all on a constant `true`
+    // (the protobuf decoder's recursion limit refuses about 32)
+    let mut body = branch("Relu", "x", "y0");
+    for depth in 1..=20 {
+        let out = format!("y{depth}");
+        body = Model::new(13)
+            .node(
+                "If",
+                &format!("if{depth}"),
+                &["yes"],
+                &[&out],
+                vec![
+                    attr_graph("then_branch", body),
+                    attr_graph("else_branch", branch("Neg", "x", &format!("n{depth}"))),
+                ],
+            )
+            .output(&out)
+            .graph;
+    }
+    let mut m = Model::new(13)
+        .input("x", &[2])
+        .init(smelt::onnx::proto::TensorProto {
+            name: Some("yes".into()),
+            data_type: Some(9),
+            int32_data: vec![1],
+            ..Default::default()
+        })
+        .output("y20");
+    m.graph.node = body.node;
+    let e = error_text(m.import(), "onnx-too-deep");
+    assert!(e.contains("nested more than 16"), "{e}");
+}
+
+#[test]
+fn gather_nd_with_batch_dims_picks_the_indexed_rows() {
+    // data [2, 3, 2]; per batch entry b, indices [[i], [j]] pick rows data[b, i, :]
+    let data: Vec<f32> = (0..12).map(|i| i as f32).collect();
+    let m = Model::new(13)
+        .input("data", &[2, 3, 2])
+        .init(smelt::onnx::proto::TensorProto {
+            name: Some("idx".into()),
+            data_type: Some(7),
+            dims: vec![2, 2, 1],
+            int64_data: vec![2, -3, 1, 1],
+            ..Default::default()
+        })
+        .node(
+            "GatherND",
+            "pick",
+            &["data", "idx"],
+            &["y"],
+            vec![attr_int("batch_dims", 1)],
+        )
+        .output("y");
+    let module = m.import().expect("imports");
+    let y = run(&module, &[Tensor::new([2, 3, 2], data).unwrap()]);
+    assert_eq!(y[0].dims(), [2, 2, 2]);
+    // batch 0: rows 2 and 0 (-3 + 3); batch 1: rows 1 and 1
+    assert_eq!(y[0].f32s(), [4.0, 5.0, 0.0, 1.0, 8.0, 9.0, 8.0, 9.0]);
+    let mut bad = m.clone();
+    bad.graph.initializer[0].int64_data[1] = 3;
+    let e = error_text(bad.import(), "onnx-bad-model");
+    assert!(e.contains("pick") && e.contains("out of range"), "{e}");
+}

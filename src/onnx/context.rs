@@ -8,7 +8,7 @@ use smelt_ir::builder::FuncBuilder;
 use smelt_ir::op::Op;
 use smelt_ir::{Diagnostic, Location, TensorType, Value, WeightOrigin};
 
-use super::proto::{attribute_proto::AttributeType, AttributeProto, NodeProto};
+use super::proto::{attribute_proto::AttributeType, AttributeProto, GraphProto, NodeProto};
 use super::tensor::ConstTensor;
 
 /// What an ONNX tensor name stands for during import.
@@ -46,13 +46,19 @@ pub struct Importer<'m> {
     /// Bytes of the constants nodes folded so far (held until import ends), counted
     /// against the memory budget with the weights.
     folded_bytes: u64,
+    /// The model's `ai.onnx` opset, which every node of every subgraph shares.
+    pub opset: i64,
+    /// How many control-flow bodies enclose the node being imported.
+    pub subgraph_depth: usize,
 }
 
 impl<'m> Importer<'m> {
-    /// An importer appending to `builder`.
-    pub fn new(builder: FuncBuilder<'m>) -> Importer<'m> {
+    /// An importer appending to `builder`, for a model of `opset`.
+    pub fn new(builder: FuncBuilder<'m>, opset: i64) -> Importer<'m> {
         Importer {
             builder,
+            opset,
+            subgraph_depth: 0,
             entries: HashMap::new(),
             materialized: HashMap::new(),
             folded_bytes: 0,
@@ -246,6 +252,13 @@ impl<'a, 'm> NodeCtx<'a, 'm> {
                 .map_err(|m| self.err("onnx-bad-attribute", format!("attribute '{name}': {m}"))),
             None => Ok(None),
         }
+    }
+
+    /// A graph attribute (a control-flow body).
+    pub fn attr_graph(&self, name: &str) -> Result<Option<&'a GraphProto>, Diagnostic> {
+        Ok(self
+            .attr(name, AttributeType::Graph)?
+            .and_then(|a| a.g.as_ref()))
     }
 
     /// A boolean (0/1) integer attribute.

@@ -287,7 +287,7 @@ fn import_model(
     let mut module = Module::default();
     module.weights.set_memory_budget(opts.memory_budget);
     let builder = FuncBuilder::new(&mut module, "main");
-    let mut imp = Importer::new(builder);
+    let mut imp = Importer::new(builder, opset);
     define_inputs(&mut imp, graph, windows, opts)?;
     for index in topological_order(graph, &imp)? {
         import_node(&mut imp, &graph.node[index], opset)?;
@@ -710,6 +710,67 @@ fn topological_order(graph: &GraphProto, imp: &Importer) -> Result<Vec<usize>, D
         ));
     }
     Ok(order)
+}
+
+/// Control-flow bodies nested deeper than this are refused: each level is a recursion of
+/// the importer, and no exporter nests shape tests this deep (the protobuf decoder stops
+/// at about 32).
+const MAX_SUBGRAPH_DEPTH: usize = 16;
+
+/// Imports a control-flow body in place (the branch an `If` takes): its initializers and
+/// nodes join the enclosing graph's names, which it may read; the entries of its outputs,
+/// in order.
+fn import_subgraph(imp: &mut Importer, graph: &GraphProto) -> Result<Vec<Entry>, Diagnostic> {
+    if imp.subgraph_depth >= MAX_SUBGRAPH_DEPTH {
+        return Err(plain_error(
+            "onnx-too-deep",
+            format!("control-flow bodies are nested more than {MAX_SUBGRAPH_DEPTH} deep"),
+        ));
+    }
+    if !graph.sparse_initializer.is_empty() {
+        return Err(plain_error(
+            "onnx-unsupported-dtype",
+            "sparse initializers are not supported",
+        ));
+    }
+    for t in &graph.initializer {
+        if imp.entries.contains_key(t.name()) {
+            return Err(plain_error(
+                "onnx-bad-model",
+                format!(
+                    "initializer '{}' shadows a name of the enclosing graph",
+                    t.name()
+                ),
+            ));
+        }
+        let c = ConstTensor::from_proto(t).map_err(|m| {
+            plain_error(
+                "onnx-bad-tensor",
+                format!("initializer '{}': {m}", t.name()),
+            )
+        })?;
+        imp.entries.insert(t.name().to_string(), Entry::constant(c));
+    }
+    imp.subgraph_depth += 1;
+    let imported = topological_order(graph, imp).and_then(|order| {
+        order
+            .into_iter()
+            .try_for_each(|i| import_node(imp, &graph.node[i], imp.opset))
+    });
+    imp.subgraph_depth -= 1;
+    imported?;
+    graph
+        .output
+        .iter()
+        .map(|o| {
+            imp.entries.get(o.name()).cloned().ok_or_else(|| {
+                plain_error(
+                    "onnx-missing-input",
+                    format!("output '{}' is not produced by any of its nodes", o.name()),
+                )
+            })
+        })
+        .collect()
 }
 
 /// Adds the node's location and `OpType node 'name' (opset N)` to a diagnostic.

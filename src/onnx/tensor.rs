@@ -458,6 +458,27 @@ impl ConstTensor {
         Ok(self.select(out, &order))
     }
 
+    /// ONNX Transpose: result axis `i` is axis `perm[i]` of `self`.
+    pub fn transpose(&self, perm: &[usize]) -> Result<ConstTensor, String> {
+        let rank = self.dims.len();
+        let mut seen = vec![false; rank];
+        if perm.len() != rank
+            || perm
+                .iter()
+                .any(|&a| a >= rank || std::mem::replace(&mut seen[a], true))
+        {
+            return Err(format!(
+                "perm {perm:?} is not a permutation of the {rank} axes of shape {:?}",
+                self.dims
+            ));
+        }
+        let own = self.strides();
+        let out: Vec<usize> = perm.iter().map(|&a| self.dims[a]).collect();
+        let strides: Vec<usize> = perm.iter().map(|&a| own[a]).collect();
+        let order = Self::strided_order(&out, &strides);
+        Ok(self.select(out, &order))
+    }
+
     /// ONNX Tile: `repeats[k]` copies along each axis `k`.
     pub fn tile(&self, repeats: &[usize]) -> Result<ConstTensor, String> {
         if repeats.len() != self.dims.len() {

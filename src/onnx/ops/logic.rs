@@ -628,6 +628,35 @@ pub fn mod_(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     Ok(vec![Entry::constant(out)])
 }
 
+/// IsNaN: `not(equal(x, x))` at run time, since NaN is the only value unequal to itself
+/// (the JIT's float compare is ordered, as the interpreter's is); constants fold.
+pub fn is_nan(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&[])?;
+    if let Some(c) = cx.const_input(0)? {
+        let Some(v) = c.f32s() else {
+            return Err(cx.err(
+                "onnx-unsupported-dtype",
+                format!("input 0 must be float32, got {}", c.type_name()),
+            ));
+        };
+        let flags = v.iter().map(|x| x.is_nan()).collect();
+        return Ok(vec![Entry::constant(ConstTensor::bool(
+            c.dims.clone(),
+            flags,
+        ))]);
+    }
+    let x = cx.value(0)?;
+    let dtype = cx.type_of(x).dtype;
+    if dtype != smelt_ir::DType::F32 {
+        return Err(cx.err(
+            "onnx-unsupported-dtype",
+            format!("input 0 must be float32, got {}", dtype.name()),
+        ));
+    }
+    let equal = cx.emit(Op::Compare(Comparison::Equal), &[x, x])?;
+    Ok(vec![Entry::Value(cx.emit(Op::Not, &[equal])?)])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

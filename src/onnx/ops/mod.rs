@@ -1,6 +1,7 @@
 //! The operator table: each supported ONNX op type, the operator versions ONNX defines
 //! for it, the oldest version smelt implements, and the handler (one per op family).
 
+mod control;
 mod conv;
 mod elementwise;
 mod linalg;
@@ -66,6 +67,7 @@ pub static RULES: &[OpRule] = rules! {
     "Expand"              [8, 13],                        from 8  => movement::expand;
     "Flatten"             [1, 9, 11, 13, 21, 23, 24, 25], from 1  => shape::flatten;
     "Gather"              [1, 11, 13],                    from 1  => shape::gather;
+    "GatherND"            [11, 12, 13],                   from 11 => shape::gather_nd;
     "Gelu"                [20],                           from 20 => elementwise::gelu;
     "Gemm"                [1, 6, 7, 9, 11, 13],           from 6  => linalg::gemm;
     "GlobalAveragePool"   [1, 22],                        from 1  => pool::global_average_pool;
@@ -75,6 +77,8 @@ pub static RULES: &[OpRule] = rules! {
     "HardSigmoid"         [1, 6, 22],                     from 6  => elementwise::unary;
     "HardSwish"           [14, 22],                       from 14 => elementwise::unary;
     "Identity"            [1, 13, 14, 16, 19, 21, 23, 24, 25], from 1 => shape::identity;
+    "If"                  [1, 11, 13, 16, 19, 21, 23, 24, 25], from 1 => control::if_;
+    "IsNaN"               [9, 13, 20],                    from 9  => logic::is_nan;
     "LayerNormalization"  [17],                           from 17 => norm::layer_norm;
     "LeakyRelu"           [1, 6, 16],                     from 6  => elementwise::unary;
     "Less"                [1, 7, 9, 13],                  from 7  => logic::compare;

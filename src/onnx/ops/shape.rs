@@ -111,6 +111,12 @@ pub fn transpose(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
             })
             .collect::<Result<Vec<_>, _>>()?,
     };
+    // Shape programs transpose their pads and shape vectors (torch's LRN export does), and
+    // a later op needs them constant; float weights fold in const_fold like other weights.
+    if let Some(c) = cx.const_input(0)?.filter(|c| !c.is_f32()) {
+        let folded = c.transpose(&perm).map_err(|m| cx.bad_attr("perm", m))?;
+        return Ok(vec![Entry::constant(folded)]);
+    }
     let x = cx.value(0)?;
     Ok(vec![Entry::Value(cx.emit(Op::Transpose { perm }, &[x])?)])
 }
@@ -319,6 +325,95 @@ pub fn gather(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         .gather(axis, &indices)
         .map_err(|m| cx.err("onnx-bad-model", m))?;
     Ok(vec![Entry::constant(out)])
+}
+
+/// GatherND (versions 11 to 13, `batch_dims` from 12) with indices known at import (the
+/// torch.export-based exporter computes them from aranges over the input shapes): each
+/// index tuple becomes one flat position in the data with its indexed axes (and batch
+/// axes) merged, so the op is a `gather` along that merged axis — which also folds when
+/// the data is constant. Indices computed at run time are a clear error.
+pub fn gather_nd(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&["batch_dims"])?;
+    let data_dims = cx.dims(0)?;
+    let Some(indices) = cx.const_input(1)? else {
+        return Err(cx.err(
+            "onnx-dynamic-shape",
+            "input 1 (the indices) is computed at run time; smelt needs GatherND's indices \
+             constant once the input shapes are known",
+        ));
+    };
+    let raw = indices.i64s().ok_or_else(|| {
+        cx.err(
+            "onnx-bad-model",
+            format!(
+                "input 1 (the indices) must be int64, got {}",
+                indices.type_name()
+            ),
+        )
+    })?;
+    let batch = usize::try_from(cx.attr_int_or("batch_dims", 0)?)
+        .map_err(|_| cx.bad_attr("batch_dims", "must not be negative"))?;
+    let q = indices.dims.len();
+    let depth = indices.dims.last().copied().unwrap_or(0);
+    if q == 0 || batch >= q || batch + depth > data_dims.len() || depth == 0 {
+        return Err(cx.err(
+            "onnx-bad-model",
+            format!(
+                "indices of shape {:?} with batch_dims {batch} do not fit data of shape \
+                 {data_dims:?} (need 1 <= indices' last dim <= data rank - batch_dims)",
+                indices.dims
+            ),
+        ));
+    }
+    if indices.dims[..batch] != data_dims[..batch] {
+        return Err(cx.err(
+            "onnx-bad-model",
+            format!(
+                "the first {batch} (batch) dims of indices {:?} and data {data_dims:?} differ",
+                indices.dims
+            ),
+        ));
+    }
+    let indexed = &data_dims[batch..batch + depth];
+    let per_batch: usize = indexed.iter().product();
+    // tuples per batch entry: the index dims between the batch dims and the tuple axis
+    let tuples_per_batch: usize = indices.dims[batch..q - 1].iter().product();
+    let mut flat = Vec::with_capacity(raw.len() / depth);
+    for (t, tuple) in raw.chunks_exact(depth).enumerate() {
+        let mut at = (t / tuples_per_batch.max(1)) * per_batch;
+        let mut stride = per_batch;
+        for (k, (&i, &n)) in tuple.iter().zip(indexed).enumerate() {
+            stride /= n;
+            let j = if i < 0 { i + n as i64 } else { i };
+            if !(0..n as i64).contains(&j) {
+                return Err(cx.err(
+                    "onnx-bad-model",
+                    format!(
+                        "index {i} (entry {k} of tuple {t}) is out of range for axis {} of \
+                         size {n}",
+                        batch + k
+                    ),
+                ));
+            }
+            at += j as usize * stride;
+        }
+        flat.push(at as i64);
+    }
+    let positions = ConstTensor::i64(indices.dims[..q - 1].to_vec(), flat);
+    let mut merged = vec![data_dims[..batch + depth].iter().product::<usize>()];
+    merged.extend_from_slice(&data_dims[batch + depth..]);
+    if let Some(c) = cx.const_input(0)? {
+        let out = c
+            .reshaped(merged)
+            .gather(0, &positions)
+            .map_err(|m| cx.err("onnx-bad-model", m))?;
+        return Ok(vec![Entry::constant(out)]);
+    }
+    let data = cx.reshaped_input(0, merged)?;
+    let at = cx.materialize(&positions, &cx.derived_name("positions"))?;
+    Ok(vec![Entry::Value(
+        cx.emit(Op::Gather { axis: 0 }, &[data, at])?,
+    )])
 }
 
 /// ConstantOfShape: a constant of the given (constant) shape filled with `value`.
