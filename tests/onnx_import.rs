@@ -963,7 +963,7 @@ fn an_if_on_a_shape_test_imports_the_branch_it_takes() {
             (0..n).map(|i| i as f32 - 3.0).collect(),
         )
         .unwrap();
-        let y = run(&m, &[x.clone()]);
+        let y = run(&m, std::slice::from_ref(&x));
         let want: Vec<f32> = x
             .f32s()
             .iter()
