@@ -1055,3 +1055,48 @@ fn gather_nd_with_batch_dims_picks_the_indexed_rows() {
     let e = error_text(bad.import(), "onnx-bad-model");
     assert!(e.contains("pick") && e.contains("out of range"), "{e}");
 }
+
+#[test]
+fn a_pool_over_more_axes_whose_extra_windows_are_trivial_is_a_2d_pool() {
+    // torch's LocalResponseNorm export: a channel-window sum as a 3-D AveragePool of
+    // kernel [3, 1, 1] over [N, 1, C, H, W]
+    let dims = [1usize, 1, 4, 2, 3];
+    let x: Vec<f32> = (0..24).map(|i| (i * 7 % 11) as f32).collect();
+    let m = Model::new(11)
+        .input("x", &[1, 1, 4, 2, 3])
+        .node(
+            "AveragePool",
+            "window_sum",
+            &["x"],
+            &["y"],
+            vec![
+                attr_ints("kernel_shape", &[3, 1, 1]),
+                attr_ints("pads", &[1, 0, 0, 1, 0, 0]),
+                attr_int("count_include_pad", 1),
+            ],
+        )
+        .output("y");
+    let module = m.import().expect("imports");
+    let y = run(&module, &[Tensor::new(dims, x.clone()).unwrap()]);
+    assert_eq!(y[0].dims(), dims);
+    let at = |c: i64, p: usize| {
+        if (0..4).contains(&c) {
+            x[c as usize * 6 + p]
+        } else {
+            0.0
+        }
+    };
+    for c in 0..4i64 {
+        for p in 0..6 {
+            let want = (at(c - 1, p) + at(c, p) + at(c + 1, p)) / 3.0;
+            let got = y[0].f32s()[c as usize * 6 + p];
+            assert!((got - want).abs() < 1e-6, "c {c} p {p}: {got} vs {want}");
+        }
+    }
+    // a real 3-D window is refused, naming the node and the window
+    let mut m3 = m.clone();
+    m3.graph.node[0].attribute[0] = attr_ints("kernel_shape", &[3, 2, 2]);
+    m3.graph.node[0].attribute[1] = attr_ints("pads", &[1, 0, 0, 1, 0, 0]);
+    let e = error_text(m3.import(), "onnx-unsupported-op");
+    assert!(e.contains("window_sum") && e.contains("[3, 2, 2]"), "{e}");
+}
