@@ -4,7 +4,8 @@
     bash scripts/setup-python.sh && cargo build --release
     .venv/bin/python benches/compare.py [--threads 1,2] [--rounds 5] [--iterations 20]
                                         [--models resnet18,tail3x3_64_56] [--kernels auto]
-                                        [--no-fuse] [--processes] [--markdown]
+                                        [--no-fuse] [--processes] [--markdown] [--ort-ops]
+    .venv/bin/python benches/compare.py --models exported --threads 1   # every kind of the manifest
 
 By default both run in this process and alternate run by run: smelt through its C API
 (target/release/libsmelt.so, loaded with ctypes; one executable, inputs and outputs
