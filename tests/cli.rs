@@ -226,24 +226,26 @@ fn bad_onnx_files_exit_1_with_a_message() {
 
 /// The README's "Adding a fusion rule" walkthrough works as written.
 #[test]
-fn readme_user_rule_example_recognizes_and_fuses_hard_swish() {
-    let rules = "examples/rules/hard_swish.rules";
-    let model = "examples/rules/hard_swish_block.tir";
+fn readme_user_rule_example_recognizes_and_fuses_leaky_relu() {
+    let rules = "examples/rules/leaky_relu.rules";
+    let model = "examples/rules/leaky_relu_block.tir";
     let o = smelt(&["check-rules", rules]);
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
     assert!(
-        stdout(&o).contains("ok       recognize-hard-swish"),
+        stdout(&o).contains("proved   recognize-leaky-relu"),
         "{}",
         stdout(&o)
     );
 
     let without = stdout(&smelt(&["opt", model, "--elide-weights"]));
-    assert!(!without.contains("hard_swish"), "{without}");
+    assert!(!without.contains("leaky_relu"), "{without}");
     let o = smelt(&["opt", model, "--rules", rules, "--elide-weights"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(
-        out.contains("post [hard_swish]") && !out.contains("mul"),
+        out.contains("post [leaky_relu {alpha = 0.1}]")
+            && out.matches("conv2d").count() == 1
+            && !out.contains("= max "),
         "{out}"
     );
     let o = smelt(&["verify", model, "--rules", rules]);

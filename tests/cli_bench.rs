@@ -218,3 +218,40 @@ fn dump_loops_prints_every_kernel_and_dump_clif_writes_one_file_each() {
     ]));
     assert!(err.contains("--interp"), "{err}");
 }
+
+#[test]
+fn bench_takes_the_inputs_whose_values_matter_from_npy_files() {
+    // an embedding lookup: random ids would fall outside the 3-row table and stop the run
+    let dir = tempfile::tempdir().unwrap();
+    let tir = dir.path().join("lookup.tir");
+    std::fs::write(
+        &tir,
+        "const @table : tensor<3x2xf32> = random<seed = 1, min = -1.0, max = 1.0>\n\n\
+         func @lookup(%ids: tensor<4xi64>, %scale: tensor<4x2xf32>) -> (y: tensor<4x2xf32>) {\n\
+         \x20 %t = const @table : tensor<3x2xf32>\n\
+         \x20 %g = gather %t, %ids {axis = 0} : tensor<4x2xf32>\n\
+         \x20 %y = mul %g, %scale : tensor<4x2xf32>\n\
+         \x20 return %y : tensor<4x2xf32>\n}\n",
+    )
+    .unwrap();
+    let ids = dir.path().join("ids.npy");
+    let tensor = smelt::ir::Tensor::typed([4], vec![2i64, 0, 1, 2]).unwrap();
+    std::fs::write(&ids, smelt::npy::encode(&tensor)).unwrap();
+    let (tir, ids) = (tir.to_str().unwrap(), ids.to_str().unwrap());
+    let given = format!("ids={ids}");
+    let v = bench_json(&[
+        "bench",
+        tir,
+        "--input",
+        &given,
+        "--iterations",
+        "2",
+        "--json",
+    ]);
+    assert!(number(&v, "median_ms") >= 0.0, "{v}");
+    // a name the model does not have, and a file of the wrong shape, are errors
+    let e = failure(&smelt(&["bench", tir, "--input", &format!("idz={ids}")]));
+    assert!(e.contains("%idz") && e.contains("%ids"), "{e}");
+    let e = failure(&smelt(&["bench", tir, "--input", &format!("scale={ids}")]));
+    assert!(e.contains("%scale") && e.contains("[4]"), "{e}");
+}

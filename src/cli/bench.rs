@@ -79,6 +79,11 @@ pub struct BenchArgs {
     /// Pin a dynamic input dimension of an ONNX model, e.g. `--shape input=1x3x224x224`.
     #[arg(long = "shape", value_name = "NAME=DIMS")]
     shapes: Vec<String>,
+    /// An input tensor: the parameter name and a .npy file (repeat for each input), for
+    /// inputs whose values matter (token ids, masks, indices); the others get seeded
+    /// random values.
+    #[arg(long = "input", value_name = "NAME=FILE.npy")]
+    inputs: Vec<String>,
     /// One more folder the files a model names may be read from (see `smelt run --help`).
     #[arg(long, value_name = "DIR")]
     allow_root: Option<PathBuf>,
@@ -182,7 +187,12 @@ pub fn main(a: BenchArgs) -> Result<()> {
         total_ms: ms_since(start),
     };
 
-    let inputs = random_inputs(&exe)?;
+    let inputs = super::inputs_for(
+        exe.inputs().iter().map(|i| (i.name.as_str(), &i.ty)),
+        super::read_inputs(&a.inputs)?,
+        Some(1),
+        "the model",
+    )?;
     let samples_ms = time_runs(&exe, &inputs, a.warmup as usize, a.iterations as usize)?;
     let profile = if a.profile {
         Some(profile_runs(
@@ -285,16 +295,6 @@ fn module_flops(module: &Module) -> Result<u64> {
             i.op.flops(&operands, &i.ty)
         })
         .sum())
-}
-
-/// Seeded random inputs ([`Tensor::random`]), in each input's layout.
-fn random_inputs(exe: &Executable) -> Result<Vec<Tensor>> {
-    Ok(exe
-        .inputs()
-        .iter()
-        .enumerate()
-        .map(|(i, info)| Tensor::random(&info.ty, 1 + i as u64).to_layout(info.ty.layout))
-        .collect())
 }
 
 /// `warmup` untimed runs, then the wall time of each of `iterations` runs, on caller-owned

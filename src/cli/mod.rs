@@ -207,5 +207,47 @@ pub fn read_inputs(args: &[String]) -> Result<Vec<(String, Tensor)>> {
     Ok(inputs)
 }
 
+/// The inputs of a function with parameters `params` (name and type), in order: each
+/// given one (`--input`, from [`read_inputs`]) checked against its parameter's shape, the
+/// others seeded random values when `random` holds a seed (`Tensor::random`, seed + index),
+/// else an error naming the missing input. Each is put in its parameter's layout.
+pub fn inputs_for<'p>(
+    params: impl IntoIterator<Item = (&'p str, &'p smelt::ir::TensorType)>,
+    mut given: Vec<(String, Tensor)>,
+    random: Option<u64>,
+    owner: &str,
+) -> Result<Vec<Tensor>> {
+    let params: Vec<_> = params.into_iter().collect();
+    for (name, _) in &given {
+        if !params.iter().any(|(p, _)| p == name) {
+            let known: Vec<_> = params.iter().map(|(p, _)| format!("%{p}")).collect();
+            bail!(
+                "{owner} has no parameter %{name} (parameters: {})",
+                known.join(", ")
+            );
+        }
+    }
+    let mut inputs = Vec::with_capacity(params.len());
+    for (i, (name, ty)) in params.into_iter().enumerate() {
+        let t = match given.iter().position(|(n, _)| n == name) {
+            Some(k) => given.swap_remove(k).1,
+            None => match random {
+                Some(seed) => Tensor::random(ty, seed + i as u64),
+                None => bail!(
+                    "missing input %{name}: {ty} (pass --input {name}=FILE.npy, or --random-inputs SEED)"
+                ),
+            },
+        };
+        if t.ty.dims != ty.dims {
+            bail!(
+                "input %{name} must have shape {ty}, the .npy file has {:?}",
+                t.ty.dims
+            );
+        }
+        inputs.push(t.to_layout(ty.layout));
+    }
+    Ok(inputs)
+}
+
 /// The largest `.npy` input read: a tensor at the tensor limit, as f64, and its header.
 const MAX_NPY_BYTES: u64 = 2 * smelt::ir::types::MAX_TENSOR_BYTES + (1 << 20);

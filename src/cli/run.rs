@@ -4,12 +4,12 @@ use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use smelt::ir::{interp, Tensor};
+use smelt::ir::interp;
 use smelt::CompileOptions;
 
 use super::dump::DumpArgs;
 use super::out::{errln, outln};
-use super::{read_inputs, FusionArgs, Kernels, ModelArgs};
+use super::{inputs_for, read_inputs, FusionArgs, Kernels, ModelArgs};
 
 /// Arguments of `smelt run`.
 #[derive(Args)]
@@ -48,41 +48,12 @@ pub fn main(a: RunArgs) -> Result<()> {
     let func = module
         .entry()
         .ok_or_else(|| anyhow!("{}: {}", a.model.model.display(), module.no_entry_reason()))?;
-    let mut given = read_inputs(&a.inputs)?;
-    for (name, _) in &given {
-        if !func.params.iter().any(|p| &p.name == name) {
-            let known: Vec<_> = func.params.iter().map(|p| format!("%{}", p.name)).collect();
-            bail!(
-                "@{} has no parameter %{name} (parameters: {})",
-                func.name,
-                known.join(", ")
-            );
-        }
-    }
-    let mut inputs = Vec::new();
-    for (i, p) in func.params.iter().enumerate() {
-        let t = match given.iter().position(|(n, _)| n == &p.name) {
-            Some(k) => given.swap_remove(k).1,
-            None => match a.random_inputs {
-                Some(seed) => Tensor::random(&p.ty, seed + i as u64),
-                None => bail!(
-                    "missing input %{}: {} (pass --input {}=FILE.npy, or --random-inputs SEED)",
-                    p.name,
-                    p.ty,
-                    p.name
-                ),
-            },
-        };
-        if t.ty.dims != p.ty.dims {
-            bail!(
-                "input %{} must have shape {}, the .npy file has {:?}",
-                p.name,
-                p.ty,
-                t.ty.dims
-            );
-        }
-        inputs.push(t.to_layout(p.ty.layout));
-    }
+    let inputs = inputs_for(
+        func.params.iter().map(|p| (p.name.as_str(), &p.ty)),
+        read_inputs(&a.inputs)?,
+        a.random_inputs,
+        &format!("@{}", func.name),
+    )?;
     if a.interp && a.dump.any() {
         bail!("--dump-loops and --dump-clif show compiled code: drop --interp");
     }
