@@ -96,6 +96,8 @@ pub enum Attrs {
     },
     /// `flatten`, `concat`, `softmax`, `gather`.
     Axis(usize),
+    /// A boolean flag: `mod`'s `fmod`.
+    Flag(bool),
     /// `cast` target element type.
     DType(DType),
     /// The reductions' axes.

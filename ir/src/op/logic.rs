@@ -4,7 +4,7 @@
 //! operators (`Reduction`, whose rows are in `reduce`).
 
 use super::dim::{broadcast_dims, Shape};
-use super::rules::OperandTypes;
+use super::rules::{numeric_pair, OperandTypes};
 use crate::types::DType;
 
 /// An elementwise comparison; the result is `i1`.
@@ -133,6 +133,14 @@ macro_rules! logic_ops {
         /// `where(cond, a, b)`: `a` where the `i1` condition holds, else `b`; the three
         /// broadcast together, `a` and `b` have one element type.
         Where,
+        /// `mod(a, b)`, broadcast, of one numeric type (ONNX `Mod`): the remainder of `a / b`
+        /// with the sign of the divisor `b` (Python's `%`, integers only), or with
+        /// `fmod` the sign of the dividend `a` (C's `fmod` and `%`, floats and integers).
+        /// An integer remainder by zero is a run-time error.
+        Mod {
+            /// C-style remainder (sign of the dividend) instead of Python's.
+            fmod: bool,
+        },
     ]
     [$($rows)*
         Cast "cast" Some(Exact(1)), Plain: (Op::Cast { to }) <=> (Attrs::DType(to))
@@ -190,6 +198,11 @@ macro_rules! logic_ops {
             dtype: where_dtype,
             shape: where_shape,
             flops: no_flops;
+        Mod "mod" Some(Exact(2)), Plain: (Op::Mod { fmod }) <=> (Attrs::Flag(fmod))
+            attrs { fmod = false },
+            dtype: |o| mod_dtype(*fmod, o),
+            shape: broadcast_pair,
+            flops: one_per_element;
     ]
     $($more),* } };
 }
@@ -206,6 +219,18 @@ pub(super) fn where_dtype(o: &OperandTypes<'_>) -> Result<DType, String> {
     o.need(0, |d| d == DType::Bool, "i1")?;
     o.same_as(1, 2)?;
     Ok(o.ty(1).dtype)
+}
+
+/// Element-type rule of `mod`: one numeric type; Python's remainder only on integers
+/// (ONNX asks for `fmod` on floats).
+pub(super) fn mod_dtype(fmod: bool, o: &OperandTypes<'_>) -> Result<DType, String> {
+    let d = numeric_pair(o)?;
+    if !fmod && !d.is_integer() {
+        return Err(format!(
+            "'mod' of {d} needs fmod = true (the remainder with the divisor's sign is for integers)"
+        ));
+    }
+    Ok(d)
 }
 
 /// The three operands broadcast together.

@@ -467,6 +467,8 @@ mod tests {
             Op::Logic(crate::op::LogicOp::Xor),
             Op::Not,
             Op::Where,
+            Op::Mod { fmod: true },
+            Op::Mod { fmod: false },
             Op::Gather { axis: 2 },
             Op::Reduce(
                 Reduction::Sum,
@@ -532,6 +534,7 @@ mod tests {
                 | Op::Logic(_)
                 | Op::Not
                 | Op::Where
+                | Op::Mod { .. }
                 | Op::Gather { .. }
                 | Op::Reduce(..)
                 | Op::Resize(_)

@@ -1073,6 +1073,7 @@ impl Planner {
             | OpKind::Xor
             | OpKind::Not
             | OpKind::Where
+            | OpKind::Mod
             | OpKind::ReduceSum
             | OpKind::ReduceMean
             | OpKind::ReduceMax
