@@ -99,6 +99,94 @@ fn integer_division_by_zero_is_an_error_not_a_trap() {
 }
 
 #[test]
+fn mod_takes_the_divisors_sign_or_with_fmod_the_dividends() {
+    let a = vec![7i64, -7, 7, -7, i64::MIN, i64::MAX, (1i64 << 50) + 3, 0];
+    let b = vec![3i64, 3, -3, -3, -1, -(1 << 40), 1 << 20, -5];
+    let src = "func @f(%a: tensor<8xi64>, %b: tensor<8xi64>, %c: tensor<2x1xi64>) -> (m: tensor<8xi64>, f: tensor<8xi64>, bm: tensor<2x8xi64>) {
+  %m = mod %a, %b : tensor<8xi64>
+  %f = mod %a, %b {fmod = true} : tensor<8xi64>
+  %bm = mod %a, %c : tensor<2x8xi64>
+  return %m, %f, %bm : tensor<8xi64>, tensor<8xi64>, tensor<2x8xi64>
+}";
+    let inputs = [
+        Tensor::typed([8], a.clone()).unwrap(),
+        Tensor::typed([8], b.clone()).unwrap(),
+        Tensor::typed([2, 1], vec![4i64, -4]).unwrap(),
+    ];
+    let got = run_exact("i64 mod", src, &inputs);
+    // Python's remainder: the truncated one moved by the divisor when the signs differ
+    let python = |x: i64, y: i64| {
+        let r = x.wrapping_rem(y);
+        if r != 0 && (r < 0) != (y < 0) {
+            r + y
+        } else {
+            r
+        }
+    };
+    let each = |f: &dyn Fn(i64, i64) -> i64| -> Vec<i64> {
+        a.iter().zip(&b).map(|(&x, &y)| f(x, y)).collect()
+    };
+    assert_eq!(ints(&got[0]), each(&python));
+    assert_eq!(ints(&got[0])[..4], [1, 2, -2, -1]);
+    assert_eq!(ints(&got[1]), each(&|x, y| x.wrapping_rem(y)));
+    assert_eq!(ints(&got[1])[..4], [1, -1, 1, -1]);
+    let by_row: Vec<i64> = [4i64, -4]
+        .iter()
+        .flat_map(|&y| a.iter().map(move |&x| python(x, y)))
+        .collect();
+    assert_eq!(ints(&got[2]), by_row);
+
+    // C's fmod on f32: the dividend's sign (exact for these quotients)
+    let src = "func @f(%a: tensor<4xf32>, %b: tensor<4xf32>) -> (f: tensor<4xf32>) {
+  %f = mod %a, %b {fmod = true} : tensor<4xf32>
+  return %f : tensor<4xf32>
+}";
+    let (x, y) = (
+        vec![5.5f32, -7.25, 7.25, -0.5],
+        vec![2.0f32, 2.5, -2.5, 3.0],
+    );
+    let inputs = [
+        Tensor::typed([4], x.clone()).unwrap(),
+        Tensor::typed([4], y.clone()).unwrap(),
+    ];
+    let got = check_against_interp("f32 fmod", &parse(src), &inputs, 0.0);
+    let want: Vec<f32> = x.iter().zip(&y).map(|(p, q)| p % q).collect();
+    assert_eq!(got[0].f32s(), want.as_slice());
+}
+
+#[test]
+fn integer_mod_by_zero_is_an_error_and_float_mod_needs_fmod() {
+    let src = "func @f(%a: tensor<3xi32>, %b: tensor<3xi32>) -> (m: tensor<3xi32>) {
+  %m = mod %a, %b : tensor<3xi32>
+  return %m : tensor<3xi32>
+}";
+    let m = parse(src);
+    let inputs = [
+        Tensor::typed([3], vec![6i32, 7, 8]).unwrap(),
+        Tensor::typed([3], vec![2i32, 0, 4]).unwrap(),
+    ];
+    let interp_err = interp::run(&m, &m.funcs[0], &inputs)
+        .unwrap_err()
+        .to_string();
+    assert!(interp_err.contains("remainder by zero"), "{interp_err}");
+    let exe = Executable::compile(&m, None, &opts()).expect("compiles");
+    match exe.run(&inputs) {
+        Err(Error::InvalidArgument(msg)) => {
+            assert!(msg.contains("division by zero"), "{msg}")
+        }
+        other => panic!("expected an invalid-argument error, got {other:?}"),
+    }
+    let src = "func @f(%a: tensor<3xf32>, %b: tensor<3xf32>) -> (m: tensor<3xf32>) {
+  %m = mod %a, %b : tensor<3xf32>
+  return %m : tensor<3xf32>
+}";
+    let e = smelt_ir::text::parse(src, "typed.tir")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("needs fmod = true"), "{e}");
+}
+
+#[test]
 fn casts_follow_the_onnx_rules() {
     let src = "func @f(%x: tensor<8xf32>, %i: tensor<4xi64>) -> (a: tensor<8xi64>, b: tensor<8xi32>, c: tensor<8xi1>, d: tensor<4xf32>, e: tensor<4xi32>, g: tensor<4xf32>) {
   %a = cast %x {to = i64} : tensor<8xi64>

@@ -855,6 +855,13 @@ impl Gen<'_, '_> {
             BinOp::Sub => self.fb.ins().fsub(a, b),
             BinOp::Mul => self.fb.ins().fmul(a, b),
             BinOp::Div => self.fb.ins().fdiv(a, b),
+            // C's fmod as `a - trunc(a / b) * b` (Cranelift has no float remainder)
+            BinOp::Rem => {
+                let quotient = self.fb.ins().fdiv(a, b);
+                let whole = self.fb.ins().trunc(quotient);
+                let product = self.fb.ins().fmul(whole, b);
+                self.fb.ins().fsub(a, product)
+            }
             // NaN propagates from either operand, as in the interpreter (numpy's maximum):
             // `a < b ? b : a` keeps a NaN `a` (the compare is false); a NaN `b` needs one
             // more select, skipped when `b` is a number constant (relu, clip bounds).
@@ -899,6 +906,16 @@ impl Gen<'_, '_> {
                 let quotient = self.fb.ins().sdiv(a, divisor);
                 let negated = self.fb.ins().ineg(a);
                 self.fb.ins().select(minus_one, negated, quotient)
+            }
+            // the remainder by -1 is 0, computed as by 1 so `MIN rem -1` cannot trap
+            BinOp::Rem => {
+                let nonzero = self.fb.ins().icmp_imm_s(IntCC::NotEqual, b, 0);
+                self.check_or_fault(nonzero, Fault::DivisionByZero);
+                let ty = self.fb.func.dfg.value_type(b);
+                let minus_one = self.fb.ins().icmp_imm_s(IntCC::Equal, b, -1);
+                let one = self.fb.ins().iconst(ty, 1);
+                let divisor = self.fb.ins().select(minus_one, one, b);
+                self.fb.ins().srem(a, divisor)
             }
         }
     }

@@ -337,6 +337,7 @@ fn compute(
         Op::Logic(l) => typed::logic(*l, a(0), a(1), out),
         Op::Not => typed::not(a(0)),
         Op::Where => typed::select(a(0), a(1), a(2), out),
+        Op::Mod { fmod } => typed::modulo(*fmod, a(0), a(1), out),
         Op::Gather { axis } => typed::gather(a(0), a(1), *axis),
         Op::Resize(r) => typed::resize(a(0), r),
         // the bytes do not move; `eval_op` stores the result in the target layout
@@ -451,6 +452,7 @@ fn compute_f32(
         | Op::Logic(_)
         | Op::Not
         | Op::Where
+        | Op::Mod { .. }
         | Op::Gather { .. }
         | Op::Resize(_) => {
             return Err(Diagnostic::error(

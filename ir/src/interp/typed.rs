@@ -415,3 +415,65 @@ pub(super) fn resize(x: &Operand, r: &ResizeAttrs) -> Result<TensorData, String>
         }
     }
 }
+
+/// `mod(a, b)` (see [`crate::op::Op::Mod`]), both broadcast to `out`: integers exactly,
+/// with the sign of `b` unless `fmod` (then of `a`, as Rust's `%`); `f32` as C's `fmod`,
+/// which is exact. An integer remainder by zero is an error.
+pub(super) fn modulo(
+    fmod: bool,
+    a: &Operand,
+    b: &Operand,
+    out: &[usize],
+) -> Result<TensorData, String> {
+    fn integer<T: Integer + RemInt>(
+        fmod: bool,
+        a: &Operand,
+        b: &Operand,
+        out: &[usize],
+    ) -> Result<Vec<T>, String> {
+        let x = shape::broadcast_to(elements::<T>(&a.data)?, a.dims, out);
+        let y = shape::broadcast_to(elements::<T>(&b.data)?, b.dims, out);
+        x.iter()
+            .zip(y.iter())
+            .map(|(&p, &q)| {
+                T::remainder(p, q, fmod)
+                    .ok_or_else(|| "integer remainder by zero in 'mod'".to_string())
+            })
+            .collect()
+    }
+    Ok(match a.data.dtype() {
+        DType::I64 => TensorData::I64(integer(fmod, a, b, out)?),
+        DType::I32 => TensorData::I32(integer(fmod, a, b, out)?),
+        DType::F32 => {
+            let x = shape::broadcast_to(elements::<f32>(&a.data)?, a.dims, out);
+            let y = shape::broadcast_to(elements::<f32>(&b.data)?, b.dims, out);
+            TensorData::F32(x.iter().zip(y.iter()).map(|(&p, &q)| p % q).collect())
+        }
+        d => return Err(format!("internal: 'mod' on {d}")),
+    })
+}
+
+/// The integer remainder both ways `mod` computes it.
+trait RemInt: Sized {
+    /// `a mod b` with the sign of `b` (or, with `fmod`, of `a`); `None` for `b = 0`.
+    /// `MIN mod -1` is 0 (no overflow: the remainder is exact).
+    fn remainder(a: Self, b: Self, fmod: bool) -> Option<Self>;
+}
+
+macro_rules! rem_int {
+    ($t:ty) => {
+        impl RemInt for $t {
+            fn remainder(a: $t, b: $t, fmod: bool) -> Option<$t> {
+                let r = a.checked_rem(b).or_else(|| (b == -1).then_some(0))?;
+                let signs_differ = (r < 0) != (b < 0);
+                Some(if !fmod && r != 0 && signs_differ {
+                    r + b
+                } else {
+                    r
+                })
+            }
+        }
+    };
+}
+rem_int!(i64);
+rem_int!(i32);

@@ -273,6 +273,10 @@ pub enum BinOp {
     Mul,
     /// `a / b`.
     Div,
+    /// The remainder of `a / b` with the sign of `a` (C's `%` and `fmod`): integers
+    /// exactly, by zero a [`Fault`] like `Div` (`MIN rem -1` is 0); `f32` as
+    /// `a - trunc(a / b) * b`, exact while the quotient is below 2^24 in magnitude.
+    Rem,
     /// `a > b ? a : b` (the x86 `maxps` rule: a NaN in `a` gives `b`).
     Max,
     /// `a < b ? a : b`.
@@ -466,7 +470,7 @@ impl Expr {
             Expr::Var(_) | Expr::Const(..) | Expr::Int(..) | Expr::Load { .. } => false,
             Expr::LoadAt { .. } => true,
             Expr::Binary(op, a, b) => {
-                (*op == BinOp::Div && a.width(vars).is_integer())
+                (matches!(op, BinOp::Div | BinOp::Rem) && a.width(vars).is_integer())
                     || a.can_fault(vars)
                     || b.can_fault(vars)
             }

@@ -48,26 +48,6 @@ pub struct Pool2dAttrs {
     pub layout: Layout,
 }
 
-impl Pool2dAttrs {
-    /// Output spatial size along axis `i` (0 = H, 1 = W) for input size `input`.
-    pub fn output_size(&self, i: usize, input: usize) -> Option<usize> {
-        let span = self.dilations[i] * (self.kernel[i].checked_sub(1)?) + 1;
-        let padded = input + self.pads[i] + self.pads[i + 2];
-        let room = padded.checked_sub(span)?;
-        let s = self.strides[i];
-        let mut out = if self.ceil_mode {
-            room.div_ceil(s) + 1
-        } else {
-            room / s + 1
-        };
-        // ONNX/PyTorch rule: the last window must start inside the input or the begin pad.
-        if self.ceil_mode && (out - 1) * s >= input + self.pads[i] {
-            out -= 1;
-        }
-        Some(out)
-    }
-}
-
 /// Attributes of `gemm`: `alpha * op(A) * op(B) + beta * C`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct GemmAttrs {
@@ -92,8 +72,6 @@ impl Default for GemmAttrs {
     }
 }
 
-/// Attributes of `slice`, one entry per axis of the input (all axes are listed; an
-/// untouched axis is `start 0, end dim, step 1`). The values are normalized as ONNX
 /// The axes a reduction folds and whether they stay as dims of size 1.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct ReduceAttrs {
@@ -103,33 +81,8 @@ pub struct ReduceAttrs {
     pub keep_dims: bool,
 }
 
-impl ReduceAttrs {
-    /// The result dims for an input of `dims`, or what is wrong with the axes.
-    pub fn result_dims(&self, dims: &[usize]) -> Result<Vec<usize>, String> {
-        if self.axes.windows(2).any(|w| w[0] >= w[1]) {
-            return Err(format!(
-                "reduction axes {:?} must be sorted and distinct",
-                self.axes
-            ));
-        }
-        if let Some(&a) = self.axes.iter().find(|&&a| a >= dims.len()) {
-            return Err(format!(
-                "reduction axis {a} is out of range for rank {}",
-                dims.len()
-            ));
-        }
-        Ok(dims
-            .iter()
-            .enumerate()
-            .filter_map(|(k, &d)| match (self.axes.contains(&k), self.keep_dims) {
-                (false, _) => Some(d),
-                (true, true) => Some(1),
-                (true, false) => None,
-            })
-            .collect())
-    }
-}
-
+/// Attributes of `slice`, one entry per axis of the input (all axes are listed; an
+/// untouched axis is `start 0, end dim, step 1`). The values are normalized as ONNX
 /// Slice clamps them: for a positive step `0 <= start <= end <= dim` reads `start,
 /// start + step, ...` below `end`; for a negative step `-1 <= end <= start < dim` reads
 /// `start, start + step, ...` above `end` (so `end = -1` runs down to index 0). An empty
@@ -187,9 +140,10 @@ impl SliceAttrs {
 }
 
 /// How `pad` fills the positions outside its input.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub enum PadMode {
     /// A constant: the op's second operand, or zero (`false`) without one.
+    #[default]
     Constant,
     /// The input mirrored about its first and last element, which are not repeated
     /// (`[1, 2, 3]` padded by 2 on each side is `[3, 2, 1, 2, 3, 2, 1]`).

@@ -1,7 +1,9 @@
-//! The elementwise ops, `UnaryOp` and `BinaryOp`, with their f64 semantics (`eval`) and
-//! the `erf` they use.
+//! The elementwise family: `UnaryOp` and `BinaryOp` with their f64 semantics (`eval`),
+//! flops and the `erf` they use, and the rows of every unary and binary kind.
 
-use crate::types::F32;
+use super::dim::{broadcast_dims, Shape};
+use super::rules::OperandTypes;
+use crate::types::{DType, TensorType, F32};
 
 /// An elementwise op of one operand. Parameters that are part of the op's meaning
 /// (clip bounds, slopes) live in the variant.
@@ -182,6 +184,145 @@ impl BinaryOp {
             BinaryOp::Max => a.max(b),
         }
     }
+}
+
+macro_rules! elementwise_ops {
+    ([$($variants:tt)*] [$($rows:tt)*] $next:ident $(, $more:ident)*) => { $next! {
+    [$($variants)*
+        /// Elementwise unary op.
+        Unary(UnaryOp),
+        /// Elementwise binary op with numpy broadcasting.
+        Binary(BinaryOp),
+    ]
+    [$($rows)*
+        Relu "relu" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Relu)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Relu);
+        Clip "clip" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Clip { min, max })) <=> (Attrs::Clip { min, max })
+            attrs { min, max },
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Clip { min: *min, max: *max });
+        LeakyRelu "leaky_relu" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::LeakyRelu { alpha })) <=> (Attrs::Alpha(alpha))
+            attrs { alpha = DEFAULT_LEAKY_ALPHA },
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::LeakyRelu { alpha: *alpha });
+        Sigmoid "sigmoid" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Sigmoid)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Sigmoid);
+        Tanh "tanh" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Tanh)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Tanh);
+        Erf "erf" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Erf)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Erf);
+        Gelu "gelu" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Gelu)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Gelu);
+        HardSigmoid "hard_sigmoid" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::HardSigmoid { alpha, beta })) <=> (Attrs::HardSigmoid { alpha, beta })
+            attrs { alpha = DEFAULT_HARD_SIGMOID_ALPHA, beta = DEFAULT_HARD_SIGMOID_BETA },
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::HardSigmoid { alpha: *alpha, beta: *beta });
+        HardSwish "hard_swish" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::HardSwish)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::HardSwish);
+        Silu "silu" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Silu)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Silu);
+        Neg "neg" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Neg)) <=> (Attrs::None)
+            attrs {},
+            dtype: numeric_one,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Neg);
+        Abs "abs" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Abs)) <=> (Attrs::None)
+            attrs {},
+            dtype: numeric_one,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Abs);
+        Sqrt "sqrt" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Sqrt)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Sqrt);
+        Exp "exp" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Exp)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Exp);
+        Log "log" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Log)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Log);
+        Reciprocal "reciprocal" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Reciprocal)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Reciprocal);
+        Add "add" Some(Exact(2)), Elementwise: (Op::Binary(BinaryOp::Add)) <=> (Attrs::None)
+            attrs {},
+            dtype: numeric_pair,
+            shape: broadcast_pair,
+            flops: one_per_element;
+        Sub "sub" Some(Exact(2)), Elementwise: (Op::Binary(BinaryOp::Sub)) <=> (Attrs::None)
+            attrs {},
+            dtype: numeric_pair,
+            shape: broadcast_pair,
+            flops: one_per_element;
+        Mul "mul" Some(Exact(2)), Elementwise: (Op::Binary(BinaryOp::Mul)) <=> (Attrs::None)
+            attrs {},
+            dtype: numeric_pair,
+            shape: broadcast_pair,
+            flops: one_per_element;
+        Div "div" Some(Exact(2)), Elementwise: (Op::Binary(BinaryOp::Div)) <=> (Attrs::None)
+            attrs {},
+            dtype: numeric_pair,
+            shape: broadcast_pair,
+            flops: one_per_element;
+        Min "min" Some(Exact(2)), Elementwise: (Op::Binary(BinaryOp::Min)) <=> (Attrs::None)
+            attrs {},
+            dtype: numeric_pair,
+            shape: broadcast_pair,
+            flops: one_per_element;
+        Max "max" Some(Exact(2)), Elementwise: (Op::Binary(BinaryOp::Max)) <=> (Attrs::None)
+            attrs {},
+            dtype: numeric_pair,
+            shape: broadcast_pair,
+            flops: one_per_element;
+    ]
+    $($more),* } };
+}
+pub(super) use elementwise_ops;
+
+/// Element-type rule of `neg` and `abs`: one numeric operand.
+pub(super) fn numeric_one(o: &OperandTypes<'_>) -> Result<DType, String> {
+    o.need(0, DType::is_numeric, "numeric")
+}
+
+/// Shape rule of binary elementwise ops: the operands broadcast together.
+pub(super) fn broadcast_pair(o: &OperandTypes<'_>) -> Result<Shape, String> {
+    Ok(broadcast_dims(&o.dims(0), &o.dims(1))?.into())
+}
+
+/// Flops of a unary op: its per-element count times the elements.
+pub(super) fn unary_flops(u: UnaryOp) -> impl FnOnce(&[&TensorType], &TensorType) -> u64 {
+    move |_, out| out.num_elements() as u64 * u.flops()
 }
 
 #[cfg(test)]

@@ -1,27 +1,42 @@
-//! The op table: one row per op kind, the single definition of its mnemonic, arity,
-//! role, and attribute payload, from which [`OpKind`], the mnemonic lookup, the arity
-//! and role queries, and the split of an [`Op`] into kind and payload (and back) are
-//! generated. The e-graph language (smelt-passes) uses these kinds and payloads as they
-//! are, so it mirrors nothing by hand.
+//! The op table: the families' rows (one per op kind: mnemonic, arity, role, attribute
+//! payload, text schema, element-type, shape and flops rules) and variants, chained into
+//! one `op_table!` that generates [`Op`], [`OpKind`], the mnemonic lookup, the arity and
+//! role queries, the split of an [`Op`] into kind and payload (and back), the type
+//! rule's and flops' dispatch, and the text form's attribute schema. The e-graph
+//! language (smelt-passes) uses these kinds and payloads as they are, so it mirrors
+//! nothing by hand.
 //!
 //! Unary and binary elementwise ops get one kind per operator (`relu`, `add`, ...);
-//! `const` is not a kind (weights are leaves of every graph form). A row reads
-//!
-//! ```text
-//! Kind "mnemonic" arity, role: (Op form) <=> (payload form);
-//! ```
-//!
-//! where the two forms are written with the same bindings, so each serves as pattern
-//! and as constructor: `Clip "clip" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Clip
-//! { min, max })) <=> (Attrs::Clip { min, max });`. Adding an op is adding its row (and
-//! its variant, type rule and flops in this module's siblings); the compiler then lists
-//! every other site, since nothing matches ops with `_ =>`.
+//! `const` is not a kind (weights are leaves of every graph form). The two forms of a
+//! row are written with the same bindings, so each serves as pattern and as
+//! constructor: `(Op::Unary(UnaryOp::Clip { min, max })) <=> (Attrs::Clip { min, max })`.
+//! Adding an op is adding its variant and row to its family's file; the compiler then
+//! lists every other site, since nothing matches ops with `_ =>`.
 
+#[allow(unused_imports)]
+use super::conv::*;
+use super::dim::{Dim, Shape};
+use super::elementwise::*;
+use super::fused::*;
+use super::linalg::*;
+use super::logic::*;
+use super::movement::*;
+use super::norm::*;
+use super::pool::*;
+use super::reduce::*;
+use super::resize::*;
+use super::rules::*;
+use super::weight_prep::*;
 use super::{
-    Arity, BinaryOp, Comparison, Conv2dAttrs, FusedOp, GemmAttrs, LogicOp, Op, PadAttrs,
-    Pool2dAttrs, ReduceAttrs, Reduction, ResizeAttrs, SliceAttrs, UnaryOp,
+    Arity, BinaryOp, Comparison, Conv2dAttrs, FusedOp, GemmAttrs, LogicOp, PadAttrs, Pool2dAttrs,
+    ReduceAttrs, Reduction, ResizeAttrs, SliceAttrs, UnaryOp,
 };
-use crate::types::{DType, Layout, F32};
+use crate::text::{
+    DEFAULT_EPSILON, DEFAULT_FLATTEN_AXIS, DEFAULT_HARD_SIGMOID_ALPHA, DEFAULT_HARD_SIGMOID_BETA,
+    DEFAULT_LEAKY_ALPHA,
+};
+use crate::types::{DType, Layout, TensorType, F32};
+use crate::weights::WeightId;
 
 /// What an op is for, beyond computing its result.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,6 +96,8 @@ pub enum Attrs {
     },
     /// `flatten`, `concat`, `softmax`, `gather`.
     Axis(usize),
+    /// A boolean flag: `mod`'s `fmod`.
+    Flag(bool),
     /// `cast` target element type.
     DType(DType),
     /// The reductions' axes.
@@ -101,11 +118,72 @@ pub enum Attrs {
     Fused(FusedOp),
 }
 
+/// Generates, from every family's variants and rows, [`Op`], [`OpKind`] and everything
+/// that reads a row: names, arities, roles, the split into kind and payload (and back),
+/// the type rule's dispatch, flops, and the text form's attribute schema (read and
+/// printed). A row reads
+///
+/// ```text
+/// Kind "mnemonic" arity, role: (Op form) <=> (payload form)
+///     attrs { key = default, key, ..payload },
+///     dtype: element-type rule, shape: shape rule, flops: flops rule;
+/// ```
+///
+/// `attrs` lists the text-form keys, each named as its binding in the two forms: `key =
+/// default` is optional, a bare `key` is required, `..p` is an attribute struct read and
+/// printed by its own [`AttrSchema`](crate::text::AttrSchema). Keys print in this order,
+/// and only when they differ from their defaults. The three rules are closures (or
+/// functions) over the operands' types; they see the row's bindings by reference.
 macro_rules! op_table {
-    ($(
-        $(#[$doc:meta])*
-        $kind:ident $name:literal $arity:expr, $role:ident: ($($op:tt)+) <=> ($($attrs:tt)+);
-    )*) => {
+    // the attribute schema, read from a dictionary `$d`
+    (@read $d:ident;) => {};
+    (@read $d:ident; .. $p:ident $(, $($rest:tt)*)?) => {
+        let $p = $crate::text::AttrSchema::read($d)?;
+        op_table!(@read $d; $($($rest)*)?);
+    };
+    (@read $d:ident; $key:ident = $default:expr $(, $($rest:tt)*)?) => {
+        let $key = $crate::text::AttrType::read($d, stringify!($key))?.unwrap_or($default);
+        op_table!(@read $d; $($($rest)*)?);
+    };
+    (@read $d:ident; $key:ident $(, $($rest:tt)*)?) => {
+        let $key = $crate::text::AttrType::read($d, stringify!($key))?;
+        let $key = $d.required(stringify!($key), $key);
+        op_table!(@read $d; $($($rest)*)?);
+    };
+    // the attribute schema, printed into `$out` for a result of rank `$rank`
+    (@print $out:ident $rank:ident;) => {};
+    (@print $out:ident $rank:ident; .. $p:ident $(, $($rest:tt)*)?) => {
+        $crate::text::AttrSchema::print($p, $rank, &mut $out);
+        op_table!(@print $out $rank; $($($rest)*)?);
+    };
+    (@print $out:ident $rank:ident; $key:ident = $default:expr $(, $($rest:tt)*)?) => {
+        $out.unless(stringify!($key), $key, &$default, $rank);
+        op_table!(@print $out $rank; $($($rest)*)?);
+    };
+    (@print $out:ident $rank:ident; $key:ident $(, $($rest:tt)*)?) => {
+        $out.always(stringify!($key), $key, $rank);
+        op_table!(@print $out $rank; $($($rest)*)?);
+    };
+    (
+        [$($variants:tt)*]
+        [$(
+            $(#[$doc:meta])*
+            $kind:ident $name:literal $arity:expr, $role:ident: ($($op:tt)+) <=> ($($attrs:tt)+)
+                attrs { $($schema:tt)* },
+                dtype: $dtype:expr,
+                shape: $shape:expr,
+                flops: $flops:expr;
+        )*]
+    ) => {
+        /// Every tensor op. Each op has exactly one result. The variants are declared
+        /// with their rows, one file per op family (see [`OpKind`] for the kinds).
+        #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Op {
+            /// A module weight (`const @name`); no operands.
+            Const(WeightId),
+            $($variants)*
+        }
+
         /// The kind of an op: one per row of the op table (unary and binary ops are one
         /// kind per operator; `const` is not a kind).
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -174,91 +252,81 @@ macro_rules! op_table {
                     $($($op)+ => Some((OpKind::$kind, $($attrs)+)),)*
                 }
             }
+
+            /// The row's element-type and shape rules for these operands (checked against
+            /// the arity already); a weight's type for `const`.
+            #[allow(unused_variables)]
+            pub(super) fn row_rules(&self, o: &OperandTypes<'_>) -> Result<TensorType, String> {
+                match self {
+                    Op::Const(id) => o.weight(*id).ok_or_else(|| format!("unknown weight {}", id.0)),
+                    $($($op)+ => {
+                        let dtype = dtype_rule($dtype)(o)?;
+                        let shape = shape_rule($shape)(o)?;
+                        Ok(TensorType::new(dtype, Dim::sizes(&shape.dims)).with_layout(shape.layout))
+                    })*
+                }
+            }
+
+            /// Floating-point operations (multiply and add count one each) to compute the
+            /// result from operands of these types; the cost model's compute term.
+            #[allow(unused_variables)]
+            pub fn flops(&self, operands: &[&TensorType], result: &TensorType) -> u64 {
+                match self {
+                    Op::Const(_) => 0,
+                    $($($op)+ => flops_rule($flops)(operands, result),)*
+                }
+            }
+
+            /// Builds the op named `name` from the attribute dictionary `d` by its row's
+            /// schema; `Ok(None)` when no row has that name.
+            #[allow(unused_variables)]
+            pub(crate) fn from_attributes(
+                name: &str,
+                d: &mut $crate::text::AttrDict,
+            ) -> Result<Option<Op>, $crate::text::AttrError> {
+                $(
+                    if name == $name {
+                        op_table!(@read d; $($schema)*);
+                        return Ok(Some($($op)+));
+                    }
+                )*
+                Ok(None)
+            }
+
+            /// The op's attributes that differ from their defaults, in its row's order;
+            /// `rank` is the result's rank (it picks the spelling of layouts).
+            #[allow(unused_variables, unused_mut)]
+            pub(crate) fn attributes(&self, rank: usize) -> $crate::text::Printed {
+                let mut out = $crate::text::Printed::default();
+                match self {
+                    Op::Const(_) => {}
+                    $($($op)+ => { op_table!(@print out rank; $($schema)*); })*
+                }
+                out
+            }
         }
     };
 }
 
-op_table! {
-    Conv2d "conv2d" Some(Range(2, 3)), Anchor: (Op::Conv2d(a)) <=> (Attrs::Conv2d(a));
-    BatchNorm "batch_norm" Some(Exact(5)), Plain: (Op::BatchNorm { epsilon }) <=> (Attrs::Epsilon(epsilon));
-    Relu "relu" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Relu)) <=> (Attrs::None);
-    Clip "clip" Some(Exact(1)), Elementwise:
-        (Op::Unary(UnaryOp::Clip { min, max })) <=> (Attrs::Clip { min, max });
-    LeakyRelu "leaky_relu" Some(Exact(1)), Elementwise:
-        (Op::Unary(UnaryOp::LeakyRelu { alpha })) <=> (Attrs::Alpha(alpha));
-    Sigmoid "sigmoid" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Sigmoid)) <=> (Attrs::None);
-    Tanh "tanh" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Tanh)) <=> (Attrs::None);
-    Erf "erf" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Erf)) <=> (Attrs::None);
-    Gelu "gelu" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Gelu)) <=> (Attrs::None);
-    HardSigmoid "hard_sigmoid" Some(Exact(1)), Elementwise:
-        (Op::Unary(UnaryOp::HardSigmoid { alpha, beta })) <=> (Attrs::HardSigmoid { alpha, beta });
-    HardSwish "hard_swish" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::HardSwish)) <=> (Attrs::None);
-    Silu "silu" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Silu)) <=> (Attrs::None);
-    Neg "neg" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Neg)) <=> (Attrs::None);
-    Abs "abs" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Abs)) <=> (Attrs::None);
-    Sqrt "sqrt" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Sqrt)) <=> (Attrs::None);
-    Exp "exp" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Exp)) <=> (Attrs::None);
-    Log "log" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Log)) <=> (Attrs::None);
-    Reciprocal "reciprocal" Some(Exact(1)), Elementwise:
-        (Op::Unary(UnaryOp::Reciprocal)) <=> (Attrs::None);
-    Add "add" Some(Exact(2)), Elementwise: (Op::Binary(BinaryOp::Add)) <=> (Attrs::None);
-    Sub "sub" Some(Exact(2)), Elementwise: (Op::Binary(BinaryOp::Sub)) <=> (Attrs::None);
-    Mul "mul" Some(Exact(2)), Elementwise: (Op::Binary(BinaryOp::Mul)) <=> (Attrs::None);
-    Div "div" Some(Exact(2)), Elementwise: (Op::Binary(BinaryOp::Div)) <=> (Attrs::None);
-    Min "min" Some(Exact(2)), Elementwise: (Op::Binary(BinaryOp::Min)) <=> (Attrs::None);
-    Max "max" Some(Exact(2)), Elementwise: (Op::Binary(BinaryOp::Max)) <=> (Attrs::None);
-    LayerNorm "layer_norm" Some(Range(2, 3)), Anchor:
-        (Op::LayerNorm { axis, epsilon }) <=> (Attrs::LayerNorm { axis, epsilon });
-    MaxPool2d "max_pool2d" Some(Exact(1)), Anchor: (Op::MaxPool2d(p)) <=> (Attrs::Pool(p));
-    AvgPool2d "avg_pool2d" Some(Exact(1)), Anchor:
-        (Op::AvgPool2d { pool, count_include_pad }) <=> (Attrs::AvgPool { pool, count_include_pad });
-    GlobalAvgPool "global_avg_pool" Some(Exact(1)), Anchor: (Op::GlobalAvgPool) <=> (Attrs::None);
-    Flatten "flatten" Some(Exact(1)), Plain: (Op::Flatten { axis }) <=> (Attrs::Axis(axis));
-    Reshape "reshape" Some(Exact(1)), Plain: (Op::Reshape { shape }) <=> (Attrs::Dims(shape));
-    Transpose "transpose" Some(Exact(1)), Plain: (Op::Transpose { perm }) <=> (Attrs::Dims(perm));
-    MatMul "matmul" Some(Exact(2)), Anchor: (Op::MatMul) <=> (Attrs::None);
-    Gemm "gemm" Some(Range(2, 3)), Anchor: (Op::Gemm(g)) <=> (Attrs::Gemm(g));
-    Slice "slice" Some(Exact(1)), Plain: (Op::Slice(s)) <=> (Attrs::Slice(s));
-    Pad "pad" Some(Range(1, 2)), Plain: (Op::Pad(p)) <=> (Attrs::Pad(p));
-    Expand "expand" Some(Exact(1)), Plain: (Op::Expand { shape }) <=> (Attrs::Dims(shape));
-    Tile "tile" Some(Exact(1)), Plain: (Op::Tile { repeats }) <=> (Attrs::Dims(repeats));
-    Concat "concat" Some(AtLeast(1)), Plain: (Op::Concat { axis }) <=> (Attrs::Axis(axis));
-    Softmax "softmax" Some(Exact(1)), Plain: (Op::Softmax { axis }) <=> (Attrs::Axis(axis));
-    Reorder "reorder" Some(Exact(1)), Plain: (Op::Reorder { layout }) <=> (Attrs::Layout(layout));
-    BnFoldWeight "bn_fold_weight" Some(Exact(3)), WeightPrep:
-        (Op::BnFoldWeight { epsilon }) <=> (Attrs::Epsilon(epsilon));
-    BnFoldBias "bn_fold_bias" Some(Range(4, 5)), WeightPrep:
-        (Op::BnFoldBias { epsilon }) <=> (Attrs::Epsilon(epsilon));
-    BnScale "bn_scale" Some(Exact(2)), WeightPrep: (Op::BnScale { epsilon }) <=> (Attrs::Epsilon(epsilon));
-    BnShift "bn_shift" Some(Exact(4)), WeightPrep: (Op::BnShift { epsilon }) <=> (Attrs::Epsilon(epsilon));
-    ChannelScale "channel_scale" Some(Exact(2)), WeightPrep: (Op::ChannelScale) <=> (Attrs::None);
-    ChannelVector "channel_vector" Some(Exact(1)), WeightPrep: (Op::ChannelVector) <=> (Attrs::None);
-    ConvShiftBias "conv_shift_bias" Some(Exact(2)), WeightPrep: (Op::ConvShiftBias) <=> (Attrs::None);
-    Cast "cast" Some(Exact(1)), Plain: (Op::Cast { to }) <=> (Attrs::DType(to));
-    Equal "equal" Some(Exact(2)), Plain: (Op::Compare(Comparison::Equal)) <=> (Attrs::None);
-    Less "less" Some(Exact(2)), Plain: (Op::Compare(Comparison::Less)) <=> (Attrs::None);
-    LessOrEqual "less_equal" Some(Exact(2)), Plain:
-        (Op::Compare(Comparison::LessOrEqual)) <=> (Attrs::None);
-    Greater "greater" Some(Exact(2)), Plain: (Op::Compare(Comparison::Greater)) <=> (Attrs::None);
-    GreaterOrEqual "greater_equal" Some(Exact(2)), Plain:
-        (Op::Compare(Comparison::GreaterOrEqual)) <=> (Attrs::None);
-    And "and" Some(Exact(2)), Plain: (Op::Logic(LogicOp::And)) <=> (Attrs::None);
-    Or "or" Some(Exact(2)), Plain: (Op::Logic(LogicOp::Or)) <=> (Attrs::None);
-    Xor "xor" Some(Exact(2)), Plain: (Op::Logic(LogicOp::Xor)) <=> (Attrs::None);
-    Not "not" Some(Exact(1)), Plain: (Op::Not) <=> (Attrs::None);
-    Where "where" Some(Exact(3)), Plain: (Op::Where) <=> (Attrs::None);
-    Gather "gather" Some(Exact(2)), Plain: (Op::Gather { axis }) <=> (Attrs::Axis(axis));
-    ReduceSum "reduce_sum" Some(Exact(1)), Plain:
-        (Op::Reduce(Reduction::Sum, r)) <=> (Attrs::Reduce(r));
-    ReduceMean "reduce_mean" Some(Exact(1)), Plain:
-        (Op::Reduce(Reduction::Mean, r)) <=> (Attrs::Reduce(r));
-    ReduceMax "reduce_max" Some(Exact(1)), Plain:
-        (Op::Reduce(Reduction::Max, r)) <=> (Attrs::Reduce(r));
-    ReduceMin "reduce_min" Some(Exact(1)), Plain:
-        (Op::Reduce(Reduction::Min, r)) <=> (Attrs::Reduce(r));
-    Resize "resize" Some(Exact(1)), Plain: (Op::Resize(r)) <=> (Attrs::Resize(r));
-    Fused "fused" None, Plain: (Op::Fused(f)) <=> (Attrs::Fused(f));
+/// Gives a row's element-type rule its signature (so closures need no annotations).
+fn dtype_rule<F: FnOnce(&OperandTypes<'_>) -> Result<DType, String>>(f: F) -> F {
+    f
 }
+
+/// Gives a row's shape rule its signature.
+fn shape_rule<F: FnOnce(&OperandTypes<'_>) -> Result<Shape, String>>(f: F) -> F {
+    f
+}
+
+/// Gives a row's flops rule its signature.
+fn flops_rule<F: FnOnce(&[&TensorType], &TensorType) -> u64>(f: F) -> F {
+    f
+}
+
+// The families, chained: each appends its variants and rows and hands on to the next;
+// the last hands everything to `op_table`. A new family is a file with a `*_ops!` macro
+// and a name here.
+conv_ops! { [] [] norm_ops, elementwise_ops, pool_ops, movement_ops, linalg_ops, weight_prep_ops, logic_ops, reduce_ops, resize_ops, fused_ops, op_table }
 
 impl OpKind {
     /// The kind whose mnemonic is `name`.
@@ -268,9 +336,10 @@ impl OpKind {
 
     /// The binary operator of a binary kind.
     pub fn binary(self) -> Option<BinaryOp> {
-        match self.join(&Attrs::None)? {
-            Op::Binary(b) => Some(b),
-            _ => None,
+        if let Some(Op::Binary(b)) = self.join(&Attrs::None) {
+            Some(b)
+        } else {
+            None
         }
     }
 

@@ -1,5 +1,11 @@
-//! The comparison and logic operators (`equal`, `less`, ..., `and`, `or`, `xor`), with
-//! their exact semantics on every element type, and the reductions (`reduce_sum`, ...).
+//! The typed elementwise family: `cast`, the comparisons (`equal`, `less`, ...), the
+//! logic operators (`and`, `or`, `xor`, `not`) and `where` — their operators with exact
+//! semantics on every element type, variants, rows and type rules — and the reduction
+//! operators (`Reduction`, whose rows are in `reduce`).
+
+use super::dim::{broadcast_dims, Shape};
+use super::rules::{numeric_pair, OperandTypes};
+use crate::types::DType;
 
 /// An elementwise comparison; the result is `i1`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -105,4 +111,130 @@ impl LogicOp {
     pub fn name(self) -> &'static str {
         super::Op::Logic(self).name()
     }
+}
+
+macro_rules! logic_ops {
+    ([$($variants:tt)*] [$($rows:tt)*] $next:ident $(, $more:ident)*) => { $next! {
+    [$($variants)*
+        /// Converts every element to `to`, as ONNX `Cast` does: float to integer truncates
+        /// toward zero and saturates at the type's bounds (NaN becomes 0); integer to float
+        /// rounds to nearest even; integer to integer wraps; to `i1` is `!= 0`, from `i1` 0 or 1.
+        Cast {
+            /// The result's element type.
+            to: DType,
+        },
+        /// Elementwise comparison with numpy broadcasting of two operands of one element
+        /// type; the result is `i1`.
+        Compare(Comparison),
+        /// Elementwise logic on two `i1` operands, with numpy broadcasting.
+        Logic(LogicOp),
+        /// Elementwise negation of an `i1` operand.
+        Not,
+        /// `where(cond, a, b)`: `a` where the `i1` condition holds, else `b`; the three
+        /// broadcast together, `a` and `b` have one element type.
+        Where,
+        /// `mod(a, b)`, broadcast, of one numeric type (ONNX `Mod`): the remainder of `a / b`
+        /// with the sign of the divisor `b` (Python's `%`, integers only), or with
+        /// `fmod` the sign of the dividend `a` (C's `fmod` and `%`, floats and integers).
+        /// An integer remainder by zero is a run-time error.
+        Mod {
+            /// C-style remainder (sign of the dividend) instead of Python's.
+            fmod: bool,
+        },
+    ]
+    [$($rows)*
+        Cast "cast" Some(Exact(1)), Plain: (Op::Cast { to }) <=> (Attrs::DType(to))
+            attrs { to },
+            dtype: |_| Ok(*to),
+            shape: same_dims,
+            flops: no_flops;
+        Equal "equal" Some(Exact(2)), Plain: (Op::Compare(Comparison::Equal)) <=> (Attrs::None)
+            attrs {},
+            dtype: compare_dtype,
+            shape: broadcast_pair,
+            flops: one_per_element;
+        Less "less" Some(Exact(2)), Plain: (Op::Compare(Comparison::Less)) <=> (Attrs::None)
+            attrs {},
+            dtype: compare_dtype,
+            shape: broadcast_pair,
+            flops: one_per_element;
+        LessOrEqual "less_equal" Some(Exact(2)), Plain: (Op::Compare(Comparison::LessOrEqual)) <=> (Attrs::None)
+            attrs {},
+            dtype: compare_dtype,
+            shape: broadcast_pair,
+            flops: one_per_element;
+        Greater "greater" Some(Exact(2)), Plain: (Op::Compare(Comparison::Greater)) <=> (Attrs::None)
+            attrs {},
+            dtype: compare_dtype,
+            shape: broadcast_pair,
+            flops: one_per_element;
+        GreaterOrEqual "greater_equal" Some(Exact(2)), Plain: (Op::Compare(Comparison::GreaterOrEqual)) <=> (Attrs::None)
+            attrs {},
+            dtype: compare_dtype,
+            shape: broadcast_pair,
+            flops: one_per_element;
+        And "and" Some(Exact(2)), Plain: (Op::Logic(LogicOp::And)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_bool,
+            shape: broadcast_pair,
+            flops: one_per_element;
+        Or "or" Some(Exact(2)), Plain: (Op::Logic(LogicOp::Or)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_bool,
+            shape: broadcast_pair,
+            flops: one_per_element;
+        Xor "xor" Some(Exact(2)), Plain: (Op::Logic(LogicOp::Xor)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_bool,
+            shape: broadcast_pair,
+            flops: one_per_element;
+        Not "not" Some(Exact(1)), Plain: (Op::Not) <=> (Attrs::None)
+            attrs {},
+            dtype: all_bool,
+            shape: same_dims,
+            flops: one_per_element;
+        Where "where" Some(Exact(3)), Plain: (Op::Where) <=> (Attrs::None)
+            attrs {},
+            dtype: where_dtype,
+            shape: where_shape,
+            flops: no_flops;
+        Mod "mod" Some(Exact(2)), Plain: (Op::Mod { fmod }) <=> (Attrs::Flag(fmod))
+            attrs { fmod = false },
+            dtype: |o| mod_dtype(*fmod, o),
+            shape: broadcast_pair,
+            flops: one_per_element;
+    ]
+    $($more),* } };
+}
+pub(super) use logic_ops;
+
+/// Element-type rule of comparisons: two operands of one type, an `i1` result.
+pub(super) fn compare_dtype(o: &OperandTypes<'_>) -> Result<DType, String> {
+    o.same_as(0, 1)?;
+    Ok(DType::Bool)
+}
+
+/// Element-type rule of `where`: an `i1` condition, two branches of one type.
+pub(super) fn where_dtype(o: &OperandTypes<'_>) -> Result<DType, String> {
+    o.need(0, |d| d == DType::Bool, "i1")?;
+    o.same_as(1, 2)?;
+    Ok(o.ty(1).dtype)
+}
+
+/// Element-type rule of `mod`: one numeric type; Python's remainder only on integers
+/// (ONNX asks for `fmod` on floats).
+pub(super) fn mod_dtype(fmod: bool, o: &OperandTypes<'_>) -> Result<DType, String> {
+    let d = numeric_pair(o)?;
+    if !fmod && !d.is_integer() {
+        return Err(format!(
+            "'mod' of {d} needs fmod = true (the remainder with the divisor's sign is for integers)"
+        ));
+    }
+    Ok(d)
+}
+
+/// The three operands broadcast together.
+pub(super) fn where_shape(o: &OperandTypes<'_>) -> Result<Shape, String> {
+    let branches = broadcast_dims(&o.dims(1), &o.dims(2))?;
+    Ok(broadcast_dims(&o.dims(0), &branches)?.into())
 }

@@ -1,8 +1,112 @@
-//! `resize`: its attributes and the per-axis sampling taps (which input indices each
-//! output index reads, with which weights) that the interpreter and lowering both use, so
-//! they agree on every index and weight.
+//! `resize`: its variant, row, type rule and text schema, its attributes, and the
+//! per-axis sampling taps (which input indices each output index reads, with which
+//! weights) that the interpreter and lowering both use, so they agree on every index and
+//! weight.
 
-use crate::types::F32;
+use super::dim::{Dim, Shape};
+use super::rules::{all_f32, OperandTypes};
+use crate::text::{AttrDict, AttrError, AttrSchema, Printed};
+use crate::types::{DType, TensorType, F32};
+
+macro_rules! resize_ops {
+    ([$($variants:tt)*] [$($rows:tt)*] $next:ident $(, $more:ident)*) => { $next! {
+    [$($variants)*
+        /// Resampling to `attrs.sizes` by nearest (any element type) or linear (`f32`)
+        /// interpolation along each resized axis.
+        Resize(ResizeAttrs),
+    ]
+    [$($rows)*
+        Resize "resize" Some(Exact(1)), Plain: (Op::Resize(r)) <=> (Attrs::Resize(r))
+            attrs { ..r },
+            dtype: |o| resize_dtype(r, o),
+            shape: |o| resize_shape(r, o),
+            flops: resize_flops(r);
+    ]
+    $($more),* } };
+}
+pub(super) use resize_ops;
+
+/// Nearest moves elements of any type; linear interpolates `f32`.
+pub(super) fn resize_dtype(r: &ResizeAttrs, o: &OperandTypes<'_>) -> Result<DType, String> {
+    match r.mode {
+        ResizeMode::Nearest(_) => Ok(o.ty(0).dtype),
+        ResizeMode::Linear => all_f32(o),
+    }
+}
+
+/// `sizes`, one per axis with a positive finite scale each.
+pub(super) fn resize_shape(r: &ResizeAttrs, o: &OperandTypes<'_>) -> Result<Shape, String> {
+    let x = o.ty(0);
+    if r.sizes.len() != x.rank() || r.scales.len() != x.rank() {
+        return Err(format!(
+            "resize of {x} needs one size and one scale per axis, got {:?} and {} scales",
+            r.sizes,
+            r.scales.len()
+        ));
+    }
+    if r.sizes.contains(&0) || o.dims(0).iter().any(|d| d.is(0)) {
+        return Err(format!(
+            "resize of {x} to {:?}: tensors have no empty dims",
+            r.sizes
+        ));
+    }
+    if let Some(s) = r.scales.iter().find(|s| !(s.0.is_finite() && s.0 > 0.0)) {
+        return Err(format!("resize scale {} must be positive and finite", s.0));
+    }
+    Ok(Dim::all(&r.sizes).into())
+}
+
+/// Nearest only copies; linear weighs two taps per axis pair (four per element).
+pub(super) fn resize_flops(r: &ResizeAttrs) -> impl FnOnce(&[&TensorType], &TensorType) -> u64 {
+    let per_element = match r.mode {
+        ResizeMode::Nearest(_) => 0,
+        ResizeMode::Linear => 4,
+    };
+    move |_, out| per_element * out.num_elements() as u64
+}
+
+impl AttrSchema for ResizeAttrs {
+    fn read(d: &mut AttrDict) -> Result<Self, AttrError> {
+        let nearest = d.choice("nearest", "a rounding mode", &NearestMode::NAMES)?;
+        let mode = match d.choice(
+            "mode",
+            "a resize mode",
+            &[(false, "nearest"), (true, "linear")],
+        )? {
+            Some(true) => ResizeMode::Linear,
+            _ => ResizeMode::Nearest(nearest.unwrap_or_default()),
+        };
+        Ok(ResizeAttrs {
+            sizes: d.need("sizes", AttrDict::usizes)?,
+            scales: d.need("scales", AttrDict::f32s)?,
+            mode,
+            coordinate: d
+                .choice(
+                    "coordinate",
+                    "a coordinate transform",
+                    &CoordinateMode::NAMES,
+                )?
+                .unwrap_or_default(),
+        })
+    }
+
+    fn print(&self, rank: usize, out: &mut Printed) {
+        out.always("sizes", &self.sizes, rank);
+        out.always("scales", &self.scales, rank);
+        match self.mode {
+            ResizeMode::Linear => out.word("mode", "linear"),
+            ResizeMode::Nearest(n) => {
+                out.word("mode", "nearest");
+                if n != NearestMode::default() {
+                    out.word("nearest", n.name());
+                }
+            }
+        }
+        if self.coordinate != CoordinateMode::default() {
+            out.word("coordinate", self.coordinate.name());
+        }
+    }
+}
 
 /// How a resized output coordinate maps back to an input coordinate (ONNX's
 /// `coordinate_transformation_mode`).

@@ -1,12 +1,15 @@
-//! The op ↔ attribute-dictionary mapping: which attributes each mnemonic takes, their
-//! defaults, and how an [`Op`] prints its non-default attributes in a fixed order.
+//! The text form's attribute schema: the value types an attribute can have
+//! ([`AttrType`]: how each is read from a dictionary and printed), the attribute structs'
+//! own schemas ([`AttrSchema`], implemented beside each struct in its op family), the
+//! defaults ONNX gives, and the entry points the parser, the printer and the rule
+//! language call. Which keys an op takes, their defaults and their print order are its
+//! row's `attrs { ... }` in the op table (`crate::op`), which generates
+//! [`Op::from_attributes`] and [`Op::attributes`] from them.
 
 use std::fmt;
 
-use crate::op::{
-    Attrs, Conv2dAttrs, CoordinateMode, GemmAttrs, NearestMode, Op, OpKind, PadAttrs, PadMode,
-    Pool2dAttrs, ReduceAttrs, Reduction, ResizeAttrs, ResizeMode, SliceAttrs, UnaryOp,
-};
+use super::attr_dict::{AttrDict, AttrError};
+use crate::op::{Op, OpKind, PadMode, UnaryOp};
 use crate::types::{DType, Layout, F32};
 
 /// Default `epsilon` of batch_norm, layer_norm, bn_fold_weight and bn_fold_bias (ONNX's).
@@ -19,576 +22,166 @@ pub const DEFAULT_HARD_SIGMOID_ALPHA: F32 = F32(0.2);
 pub const DEFAULT_HARD_SIGMOID_BETA: F32 = F32(0.5);
 /// Default `axis` of `flatten` (ONNX's).
 pub const DEFAULT_FLATTEN_AXIS: usize = 1;
-/// Largest integer accepted in an attribute: big enough for any real model, small enough
-/// that the type rules' sums and products of attributes cannot overflow.
-pub const MAX_ATTR_INT: u64 = i32::MAX as u64;
 
-/// A literal on the right of `key = ` as written, before it is checked against the key.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) enum AttrLit {
-    /// An integer or float literal with its sign, as text.
-    Num {
-        negative: bool,
-        text: String,
-        is_float: bool,
-    },
-    /// `inf` or `nan` (with the sign in `negative`).
-    NonFinite { negative: bool, nan: bool },
-    /// `true` / `false`.
-    Bool(bool),
-    /// A layout name (`nchw8c`, `oihw8o`, `blocked<a,b>`, `row_major`).
-    Layout(Layout),
-    /// Any other identifier.
-    Word(String),
-    /// `[a, b, ...]`, each element with its byte offset.
-    List(Vec<(AttrLit, usize)>),
+/// A value type of attributes: read by key from a dictionary, printed as an
+/// [`AttrValue`] (`rank` is the rank of the op's result, which spells layouts).
+pub(crate) trait AttrType: Sized + PartialEq + Default {
+    /// The value under `key`, if written.
+    fn read(d: &mut AttrDict, key: &'static str) -> Result<Option<Self>, AttrError>;
+    /// The value as printed.
+    fn value(&self, rank: usize) -> AttrValue;
 }
 
-impl AttrLit {
-    fn describe(&self) -> &'static str {
-        match self {
-            AttrLit::Num { is_float: true, .. } | AttrLit::NonFinite { .. } => "a float",
-            AttrLit::Num { .. } => "an integer",
-            AttrLit::Bool(_) => "a boolean",
-            AttrLit::Layout(_) => "a layout",
-            AttrLit::Word(_) => "a name",
-            AttrLit::List(_) => "a list",
-        }
+impl AttrType for usize {
+    fn read(d: &mut AttrDict, key: &'static str) -> Result<Option<Self>, AttrError> {
+        d.usize(key)
+    }
+    fn value(&self, _: usize) -> AttrValue {
+        AttrValue::Int(*self)
     }
 }
 
-/// One `key = value` entry with byte offsets of the key and the value.
-#[derive(Clone, Debug)]
-pub(crate) struct Attr {
-    pub key: String,
-    pub key_at: usize,
-    pub value: AttrLit,
-    pub value_at: usize,
+impl AttrType for F32 {
+    fn read(d: &mut AttrDict, key: &'static str) -> Result<Option<Self>, AttrError> {
+        d.f32(key)
+    }
+    fn value(&self, _: usize) -> AttrValue {
+        AttrValue::Float(*self)
+    }
 }
 
-/// An attribute problem at a byte offset; the parser turns it into a `bad-attribute`
-/// diagnostic with a file position.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct AttrError {
-    pub at: usize,
-    pub message: String,
+impl AttrType for bool {
+    fn read(d: &mut AttrDict, key: &'static str) -> Result<Option<Self>, AttrError> {
+        d.bool(key)
+    }
+    fn value(&self, _: usize) -> AttrValue {
+        AttrValue::Bool(*self)
+    }
 }
 
-fn err<T>(at: usize, message: impl Into<String>) -> Result<T, AttrError> {
-    Err(AttrError {
-        at,
-        message: message.into(),
-    })
+impl AttrType for Vec<usize> {
+    fn read(d: &mut AttrDict, key: &'static str) -> Result<Option<Self>, AttrError> {
+        d.usizes(key)
+    }
+    fn value(&self, _: usize) -> AttrValue {
+        AttrValue::Ints(self.clone())
+    }
 }
 
-/// The entries of one `{...}` (or `random<...>`) in source order. Builders take the keys
-/// they know; what is left over is unknown.
-#[derive(Clone, Debug)]
-pub(crate) struct AttrDict {
-    entries: Vec<Attr>,
-    /// Where to point when a required attribute is missing (the op name).
-    pub owner_at: usize,
-    /// What the dictionary belongs to, for messages (`'conv2d'`).
-    owner: String,
-    asked: Vec<&'static str>,
-    missing: Option<AttrError>,
+impl AttrType for Vec<i64> {
+    fn read(d: &mut AttrDict, key: &'static str) -> Result<Option<Self>, AttrError> {
+        d.i64s(key)
+    }
+    fn value(&self, _: usize) -> AttrValue {
+        AttrValue::SignedInts(self.clone())
+    }
 }
 
-impl AttrDict {
-    /// A dictionary of `entries` belonging to `owner` (mentioned in messages).
-    pub(crate) fn new(owner: &str, owner_at: usize, entries: Vec<Attr>) -> AttrDict {
-        AttrDict {
-            entries,
-            owner_at,
-            owner: owner.to_string(),
-            asked: Vec::new(),
-            missing: None,
-        }
+impl AttrType for Vec<F32> {
+    fn read(d: &mut AttrDict, key: &'static str) -> Result<Option<Self>, AttrError> {
+        d.f32s(key)
+    }
+    fn value(&self, _: usize) -> AttrValue {
+        AttrValue::Floats(self.clone())
+    }
+}
+
+/// Fixed-length integer lists (`strides = [2, 2]`).
+impl<const N: usize> AttrType for [usize; N]
+where
+    [usize; N]: Default,
+{
+    fn read(d: &mut AttrDict, key: &'static str) -> Result<Option<Self>, AttrError> {
+        d.array(key, "")
+    }
+    fn value(&self, _: usize) -> AttrValue {
+        AttrValue::Ints(self.to_vec())
+    }
+}
+
+impl AttrType for DType {
+    fn read(d: &mut AttrDict, key: &'static str) -> Result<Option<Self>, AttrError> {
+        d.dtype(key)
+    }
+    fn value(&self, _: usize) -> AttrValue {
+        AttrValue::DType(*self)
+    }
+}
+
+impl AttrType for Layout {
+    fn read(d: &mut AttrDict, key: &'static str) -> Result<Option<Self>, AttrError> {
+        d.layout(key)
+    }
+    fn value(&self, rank: usize) -> AttrValue {
+        AttrValue::Layout(*self, rank)
+    }
+}
+
+impl AttrType for PadMode {
+    fn read(d: &mut AttrDict, key: &'static str) -> Result<Option<Self>, AttrError> {
+        d.pad_mode(key)
+    }
+    fn value(&self, _: usize) -> AttrValue {
+        AttrValue::Word(self.name())
+    }
+}
+
+/// An attribute struct's own schema (`conv2d`'s, a pool window, `slice`'s, ...): the keys
+/// it reads and prints, written once beside the struct in its op family, and used by
+/// every op whose row names it (`attrs { ..p }`).
+pub(crate) trait AttrSchema: Sized {
+    /// Reads the struct's keys (a missing required one is recorded in `d`).
+    fn read(d: &mut AttrDict) -> Result<Self, AttrError>;
+    /// Prints the keys that differ from their defaults, in order.
+    fn print(&self, rank: usize, out: &mut Printed);
+}
+
+/// An op's printed attributes: `(key, value)` pairs, those equal to their default left out.
+#[derive(Default)]
+pub(crate) struct Printed(pub Vec<(&'static str, AttrValue)>);
+
+impl Printed {
+    /// Prints `key = v`.
+    pub(crate) fn always<T: AttrType>(&mut self, key: &'static str, v: &T, rank: usize) {
+        self.0.push((key, v.value(rank)));
     }
 
-    fn take(&mut self, key: &'static str) -> Option<Attr> {
-        self.asked.push(key);
-        let i = self.entries.iter().position(|a| a.key == key)?;
-        Some(self.entries.remove(i))
-    }
-
-    /// Records that a required attribute is missing; reported by [`AttrDict::finish`]
-    /// unless an unknown attribute (likely a misspelling of it) is reported first.
-    fn required<T: Default>(&mut self, key: &'static str, v: Option<T>) -> T {
-        match v {
-            Some(v) => v,
-            None => {
-                if self.missing.is_none() {
-                    self.missing = Some(AttrError {
-                        at: self.owner_at,
-                        message: format!("{} needs the attribute '{key}'", self.owner),
-                    });
-                }
-                T::default()
-            }
-        }
-    }
-
-    /// A required attribute read by `read` (e.g. [`AttrDict::usizes`]): a missing one is
-    /// recorded like [`AttrDict::required`] does, and reported by [`AttrDict::finish`].
-    fn need<T: Default>(
+    /// Prints `key = v` unless `v` is the default.
+    pub(crate) fn unless<T: AttrType>(
         &mut self,
         key: &'static str,
-        read: fn(&mut Self, &'static str) -> Result<Option<T>, AttrError>,
-    ) -> Result<T, AttrError> {
-        let v = read(self, key)?;
-        Ok(self.required(key, v))
-    }
-
-    /// Fails on entries no builder asked for, then on missing required ones.
-    pub(crate) fn finish(self) -> Result<(), AttrError> {
-        if let Some(a) = self.entries.first() {
-            let known = if self.asked.is_empty() {
-                "it takes no attributes".to_string()
-            } else {
-                format!("known: {}", self.asked.join(", "))
-            };
-            return err(
-                a.key_at,
-                format!("unknown attribute '{}' for {} ({known})", a.key, self.owner),
-            );
-        }
-        match self.missing {
-            Some(e) => Err(e),
-            None => Ok(()),
+        v: &T,
+        default: &T,
+        rank: usize,
+    ) {
+        if v != default {
+            self.always(key, v, rank);
         }
     }
 
-    /// A non-negative integer no larger than [`MAX_ATTR_INT`].
-    pub(crate) fn usize(&mut self, key: &'static str) -> Result<Option<usize>, AttrError> {
-        match self.take(key) {
-            None => Ok(None),
-            Some(a) => to_usize(&a.key, &a.value, a.value_at).map(Some),
-        }
-    }
-
-    /// Any unsigned 64-bit integer (seeds).
-    pub(crate) fn u64(&mut self, key: &'static str) -> Result<Option<u64>, AttrError> {
-        match self.take(key) {
-            None => Ok(None),
-            Some(a) => to_int(&a.key, &a.value, a.value_at, u64::MAX).map(Some),
-        }
-    }
-
-    /// A float (integer literals are accepted).
-    pub(crate) fn f32(&mut self, key: &'static str) -> Result<Option<F32>, AttrError> {
-        match self.take(key) {
-            None => Ok(None),
-            Some(a) => to_f32(&a.key, &a.value, a.value_at).map(|v| Some(F32(v))),
-        }
-    }
-
-    /// `true` or `false`.
-    pub(crate) fn bool(&mut self, key: &'static str) -> Result<Option<bool>, AttrError> {
-        match self.take(key) {
-            None => Ok(None),
-            Some(Attr {
-                value: AttrLit::Bool(b),
-                ..
-            }) => Ok(Some(b)),
-            Some(a) => err(
-                a.value_at,
-                format!(
-                    "attribute '{}' must be true or false, got {}",
-                    a.key,
-                    a.value.describe()
-                ),
-            ),
-        }
-    }
-
-    /// A list of integers of any length.
-    pub(crate) fn usizes(&mut self, key: &'static str) -> Result<Option<Vec<usize>>, AttrError> {
-        self.list(key, "[1, 2]", to_usize)
-    }
-
-    /// A list of signed integers of any length, each of magnitude at most [`MAX_ATTR_INT`].
-    pub(crate) fn i64s(&mut self, key: &'static str) -> Result<Option<Vec<i64>>, AttrError> {
-        self.list(key, "[1, -2]", to_i64)
-    }
-
-    /// A list of floats of any length.
-    pub(crate) fn f32s(&mut self, key: &'static str) -> Result<Option<Vec<F32>>, AttrError> {
-        self.list(key, "[1.0, 2.5]", |k, v, at| to_f32(k, v, at).map(F32))
-    }
-
-    /// One of the words `choices` names (the value it stands for); `what` says what the
-    /// words are in the message when the value is none of them.
-    pub(crate) fn choice<T: Copy>(
-        &mut self,
-        key: &'static str,
-        what: &str,
-        choices: &[(T, &'static str)],
-    ) -> Result<Option<T>, AttrError> {
-        let names = || {
-            choices
-                .iter()
-                .map(|(_, n)| *n)
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        match self.take(key) {
-            None => Ok(None),
-            Some(Attr {
-                value: AttrLit::Word(w),
-                value_at,
-                ..
-            }) => match choices.iter().find(|(_, n)| *n == w) {
-                Some((v, _)) => Ok(Some(*v)),
-                None => err(
-                    value_at,
-                    format!("attribute '{key}' must be {what} ({}), got '{w}'", names()),
-                ),
-            },
-            Some(a) => err(
-                a.value_at,
-                format!(
-                    "attribute '{}' must be {what} ({}), got {}",
-                    a.key,
-                    names(),
-                    a.value.describe()
-                ),
-            ),
-        }
-    }
-
-    /// A list of any length, each element read by `element`; `example` shows the form
-    /// in the message when the value is not a list.
-    fn list<T>(
-        &mut self,
-        key: &'static str,
-        example: &str,
-        element: fn(&str, &AttrLit, usize) -> Result<T, AttrError>,
-    ) -> Result<Option<Vec<T>>, AttrError> {
-        match self.take(key) {
-            None => Ok(None),
-            Some(Attr {
-                value: AttrLit::List(items),
-                ..
-            }) => items
-                .iter()
-                .map(|(v, at)| element(key, v, *at))
-                .collect::<Result<Vec<_>, _>>()
-                .map(Some),
-            Some(a) => err(
-                a.value_at,
-                format!(
-                    "attribute '{}' must be a list of integers like {example}, got {}",
-                    a.key,
-                    a.value.describe()
-                ),
-            ),
-        }
-    }
-
-    /// A list of exactly `N` integers.
-    pub(crate) fn array<const N: usize>(
-        &mut self,
-        key: &'static str,
-        meaning: &str,
-    ) -> Result<Option<[usize; N]>, AttrError> {
-        let at = self
-            .entries
-            .iter()
-            .find(|a| a.key == key)
-            .map_or(0, |a| a.value_at);
-        match self.usizes(key)? {
-            None => Ok(None),
-            Some(v) => match <[usize; N]>::try_from(v.as_slice()) {
-                Ok(a) => Ok(Some(a)),
-                Err(_) => err(
-                    at,
-                    format!(
-                        "attribute '{key}' takes {N} integers {meaning}, got {}",
-                        v.len()
-                    ),
-                ),
-            },
-        }
-    }
-
-    /// An element type name (`f32`, `i64`, `i32`, `i1`).
-    pub(crate) fn dtype(&mut self, key: &'static str) -> Result<Option<DType>, AttrError> {
-        self.choice(key, "an element type", &DType::ALL.map(|d| (d, d.name())))
-    }
-
-    /// A pad mode name (`constant`, `reflect`, `edge`, `wrap`).
-    pub(crate) fn pad_mode(&mut self, key: &'static str) -> Result<Option<PadMode>, AttrError> {
-        self.choice(key, "a pad mode", &PadMode::ALL.map(|m| (m, m.name())))
-    }
-
-    /// A layout name.
-    pub(crate) fn layout(&mut self, key: &'static str) -> Result<Option<Layout>, AttrError> {
-        match self.take(key) {
-            None => Ok(None),
-            Some(Attr {
-                value: AttrLit::Layout(l),
-                ..
-            }) => Ok(Some(l)),
-            Some(a) => err(
-                a.value_at,
-                format!(
-                    "attribute '{}' must be a layout (row_major, nchw8c, oihw8o, blocked<axis,block>), got {}",
-                    a.key,
-                    match &a.value {
-                        AttrLit::Word(w) => format!("'{w}'"),
-                        other => other.describe().to_string(),
-                    }
-                ),
-            ),
-        }
+    /// Prints `key = word` (a named choice).
+    pub(crate) fn word(&mut self, key: &'static str, word: &'static str) {
+        self.0.push((key, AttrValue::Word(word)));
     }
 }
 
-fn to_int(key: &str, v: &AttrLit, at: usize, max: u64) -> Result<u64, AttrError> {
-    match v {
-        AttrLit::Num {
-            negative,
-            text,
-            is_float: false,
-        } => {
-            if *negative && text.bytes().any(|b| b != b'0') {
-                return err(
-                    at,
-                    format!("attribute '{key}' must be non-negative, got -{text}"),
-                );
-            }
-            match text.parse::<u64>() {
-                Ok(n) if n <= max => Ok(n),
-                _ => err(
-                    at,
-                    format!("integer {text} is too large for attribute '{key}' (at most {max})"),
-                ),
-            }
-        }
-        other => err(
-            at,
-            format!(
-                "attribute '{key}' must be an integer, got {}",
-                other.describe()
-            ),
-        ),
-    }
-}
-
-/// A signed integer of magnitude at most [`MAX_ATTR_INT`].
-fn to_i64(key: &str, v: &AttrLit, at: usize) -> Result<i64, AttrError> {
-    match v {
-        AttrLit::Num {
-            negative: true,
-            text,
-            is_float: false,
-        } => {
-            let magnitude = AttrLit::Num {
-                negative: false,
-                text: text.clone(),
-                is_float: false,
-            };
-            to_int(key, &magnitude, at, MAX_ATTR_INT).map(|n| -(n as i64))
-        }
-        other => to_int(key, other, at, MAX_ATTR_INT).map(|n| n as i64),
-    }
-}
-
-fn to_usize(key: &str, v: &AttrLit, at: usize) -> Result<usize, AttrError> {
-    to_int(key, v, at, MAX_ATTR_INT).map(|n| n as usize)
-}
-
-/// Converts a numeric literal to the nearest f32; literals beyond f32's range are errors
-/// (write `inf` for infinity).
-pub(crate) fn to_f32(key: &str, v: &AttrLit, at: usize) -> Result<f32, AttrError> {
-    match v {
-        AttrLit::Num { negative, text, .. } => {
-            let signed = if *negative {
-                format!("-{text}")
-            } else {
-                text.clone()
-            };
-            match signed.parse::<f32>() {
-                Ok(f) if f.is_finite() => Ok(f),
-                _ => err(
-                    at,
-                    format!("number {signed} is out of range for an f32 (write inf for infinity)"),
-                ),
-            }
-        }
-        AttrLit::NonFinite { negative, nan } => {
-            let v = if *nan { f32::NAN } else { f32::INFINITY };
-            Ok(if *negative { -v } else { v })
-        }
-        other => err(
-            at,
-            format!("'{key}' must be a number, got {}", other.describe()),
-        ),
-    }
-}
-
-fn pool_attrs(d: &mut AttrDict) -> Result<Pool2dAttrs, AttrError> {
-    let kernel = d.array::<2>("kernel", "[kh, kw]")?;
-    let kernel = d.required("kernel", kernel);
-    Ok(Pool2dAttrs {
-        kernel,
-        strides: d.array("strides", "[sh, sw]")?.unwrap_or([1, 1]),
-        pads: d
-            .array("pads", "[top, left, bottom, right]")?
-            .unwrap_or([0; 4]),
-        dilations: d.array("dilations", "[dh, dw]")?.unwrap_or([1, 1]),
-        ceil_mode: d.bool("ceil_mode")?.unwrap_or(false),
-        layout: d.layout("layout")?.unwrap_or(Layout::RowMajor),
-    })
-}
-
-fn unary(u: UnaryOp) -> Option<Op> {
-    Some(Op::Unary(u))
-}
-
-/// Builds the op named `name` from its attributes; `Ok(None)` when no op has that name.
-/// `const` and `fused` have their own syntax and are not handled here. Ops without
-/// attributes come straight from the op table; the others read their keys here.
+/// Builds the op named `name` from its attributes by its row's schema; `Ok(None)` when
+/// no op has that name. `const` and `fused` have their own syntax.
 pub(crate) fn build_op(name: &str, d: &mut AttrDict) -> Result<Option<Op>, AttrError> {
-    if let Some(op) = OpKind::from_name(name).and_then(|k| k.join(&Attrs::None)) {
-        return Ok(Some(op));
-    }
-    let eps = |d: &mut AttrDict| -> Result<F32, AttrError> {
-        Ok(d.f32("epsilon")?.unwrap_or(DEFAULT_EPSILON))
-    };
-    let op = match name {
-        "conv2d" => {
-            let def = Conv2dAttrs::default();
-            Some(Op::Conv2d(Conv2dAttrs {
-                strides: d.array("strides", "[sh, sw]")?.unwrap_or(def.strides),
-                pads: d
-                    .array("pads", "[top, left, bottom, right]")?
-                    .unwrap_or(def.pads),
-                dilations: d.array("dilations", "[dh, dw]")?.unwrap_or(def.dilations),
-                groups: d.usize("groups")?.unwrap_or(def.groups),
-                layout: d.layout("layout")?.unwrap_or(def.layout),
-            }))
-        }
-        "batch_norm" => Some(Op::BatchNorm { epsilon: eps(d)? }),
-        "clip" => unary(UnaryOp::Clip {
-            min: d.need("min", AttrDict::f32)?,
-            max: d.need("max", AttrDict::f32)?,
-        }),
-        "leaky_relu" => unary(UnaryOp::LeakyRelu {
-            alpha: d.f32("alpha")?.unwrap_or(DEFAULT_LEAKY_ALPHA),
-        }),
-        "hard_sigmoid" => unary(UnaryOp::HardSigmoid {
-            alpha: d.f32("alpha")?.unwrap_or(DEFAULT_HARD_SIGMOID_ALPHA),
-            beta: d.f32("beta")?.unwrap_or(DEFAULT_HARD_SIGMOID_BETA),
-        }),
-        "layer_norm" => Some(Op::LayerNorm {
-            axis: d.need("axis", AttrDict::usize)?,
-            epsilon: eps(d)?,
-        }),
-        "max_pool2d" => Some(Op::MaxPool2d(pool_attrs(d)?)),
-        "avg_pool2d" => Some(Op::AvgPool2d {
-            pool: pool_attrs(d)?,
-            count_include_pad: d.bool("count_include_pad")?.unwrap_or(false),
-        }),
-        "flatten" => Some(Op::Flatten {
-            axis: d.usize("axis")?.unwrap_or(DEFAULT_FLATTEN_AXIS),
-        }),
-        "reshape" => Some(Op::Reshape {
-            shape: d.need("shape", AttrDict::usizes)?,
-        }),
-        "expand" => Some(Op::Expand {
-            shape: d.need("shape", AttrDict::usizes)?,
-        }),
-        "tile" => Some(Op::Tile {
-            repeats: d.need("repeats", AttrDict::usizes)?,
-        }),
-        "transpose" => Some(Op::Transpose {
-            perm: d.need("perm", AttrDict::usizes)?,
-        }),
-        "gemm" => {
-            let def = GemmAttrs::default();
-            Some(Op::Gemm(GemmAttrs {
-                alpha: d.f32("alpha")?.unwrap_or(def.alpha),
-                beta: d.f32("beta")?.unwrap_or(def.beta),
-                trans_a: d.bool("trans_a")?.unwrap_or(def.trans_a),
-                trans_b: d.bool("trans_b")?.unwrap_or(def.trans_b),
-            }))
-        }
-        "slice" => {
-            let starts = d.need("starts", AttrDict::i64s)?;
-            let ends = d.need("ends", AttrDict::i64s)?;
-            let steps = d.i64s("steps")?.unwrap_or_else(|| vec![1; starts.len()]);
-            Some(Op::Slice(SliceAttrs {
-                starts,
-                ends,
-                steps,
-            }))
-        }
-        "pad" => Some(Op::Pad(PadAttrs {
-            pads: d.need("pads", AttrDict::i64s)?,
-            mode: d.pad_mode("mode")?.unwrap_or(PadMode::Constant),
-        })),
-        "concat" => Some(Op::Concat {
-            axis: d.need("axis", AttrDict::usize)?,
-        }),
-        "cast" => Some(Op::Cast {
-            to: d.need("to", AttrDict::dtype)?,
-        }),
-        "gather" => Some(Op::Gather {
-            axis: d.usize("axis")?.unwrap_or(0),
-        }),
-        "reduce_sum" | "reduce_mean" | "reduce_max" | "reduce_min" => {
-            let r = match name {
-                "reduce_sum" => Reduction::Sum,
-                "reduce_mean" => Reduction::Mean,
-                "reduce_max" => Reduction::Max,
-                _ => Reduction::Min,
-            };
-            Some(Op::Reduce(
-                r,
-                ReduceAttrs {
-                    axes: d.need("axes", AttrDict::usizes)?,
-                    keep_dims: d.bool("keep_dims")?.unwrap_or(false),
-                },
-            ))
-        }
-        "resize" => {
-            let nearest = d.choice("nearest", "a rounding mode", &NearestMode::NAMES)?;
-            let mode = match d.choice(
-                "mode",
-                "a resize mode",
-                &[(false, "nearest"), (true, "linear")],
-            )? {
-                Some(true) => ResizeMode::Linear,
-                _ => ResizeMode::Nearest(nearest.unwrap_or_default()),
-            };
-            Some(Op::Resize(ResizeAttrs {
-                sizes: d.need("sizes", AttrDict::usizes)?,
-                scales: d.need("scales", AttrDict::f32s)?,
-                mode,
-                coordinate: d
-                    .choice(
-                        "coordinate",
-                        "a coordinate transform",
-                        &CoordinateMode::NAMES,
-                    )?
-                    .unwrap_or_default(),
-            }))
-        }
-        "softmax" => Some(Op::Softmax {
-            axis: d.need("axis", AttrDict::usize)?,
-        }),
-        "reorder" => Some(Op::Reorder {
-            layout: d.need("layout", AttrDict::layout)?,
-        }),
-        "bn_fold_weight" => Some(Op::BnFoldWeight { epsilon: eps(d)? }),
-        "bn_fold_bias" => Some(Op::BnFoldBias { epsilon: eps(d)? }),
-        "bn_scale" => Some(Op::BnScale { epsilon: eps(d)? }),
-        "bn_shift" => Some(Op::BnShift { epsilon: eps(d)? }),
-        _ => None,
-    };
-    Ok(op)
+    Op::from_attributes(name, d)
+}
+
+/// The attributes of `op` that differ from their defaults, in print order (its row's).
+/// `rank` is the rank of the op's result (it picks the spelling of layouts). A fused
+/// op's anchor attributes are those of its anchor; `const` and fused ops themselves
+/// have none.
+pub(crate) fn op_attrs(op: &Op, rank: usize) -> Vec<(&'static str, AttrValue)> {
+    op.attributes(rank).0
+}
+
+/// The attributes of a unary op that differ from their defaults, in print order.
+pub(crate) fn unary_attrs(u: UnaryOp) -> Vec<(&'static str, AttrValue)> {
+    op_attrs(&Op::Unary(u), 0)
 }
 
 /// Every mnemonic of the text form — `const` and the op table's kinds — for "did you
@@ -636,7 +229,7 @@ pub(crate) enum AttrValue {
     DType(DType),
     /// A list of floats.
     Floats(Vec<F32>),
-    /// A word naming a choice (`linear`, `half_pixel`).
+    /// A word naming a choice (`linear`, `half_pixel`, `reflect`).
     Word(&'static str),
 }
 
@@ -686,157 +279,6 @@ impl fmt::Display for AttrValue {
     }
 }
 
-/// Collects `(key, value)` pairs, skipping those equal to their default.
-struct Printed(Vec<(&'static str, AttrValue)>);
-
-impl Printed {
-    fn always(&mut self, key: &'static str, v: AttrValue) {
-        self.0.push((key, v));
-    }
-    fn unless<T: PartialEq>(&mut self, key: &'static str, v: T, default: T, f: fn(T) -> AttrValue) {
-        if v != default {
-            self.0.push((key, f(v)));
-        }
-    }
-}
-
-fn pool_printed(p: &Pool2dAttrs, rank: usize, out: &mut Printed) {
-    out.always("kernel", AttrValue::Ints(p.kernel.to_vec()));
-    out.unless("strides", p.strides, [1, 1], |v| {
-        AttrValue::Ints(v.to_vec())
-    });
-    out.unless("pads", p.pads, [0; 4], |v| AttrValue::Ints(v.to_vec()));
-    out.unless("dilations", p.dilations, [1, 1], |v| {
-        AttrValue::Ints(v.to_vec())
-    });
-    out.unless("ceil_mode", p.ceil_mode, false, AttrValue::Bool);
-    if p.layout != Layout::RowMajor {
-        out.always("layout", AttrValue::Layout(p.layout, rank));
-    }
-}
-
-/// The attributes of a unary op that differ from their defaults, in print order.
-pub(crate) fn unary_attrs(u: UnaryOp) -> Vec<(&'static str, AttrValue)> {
-    op_attrs(&Op::Unary(u), 0)
-}
-
-/// The attributes of `op` that differ from their defaults, in print order, read from its
-/// payload (ops sharing a payload share its keys). `rank` is the rank of the op's result
-/// (it picks the spelling of layouts). A fused op's anchor attributes are those of its
-/// anchor; `const` and fused ops themselves have none.
-pub(crate) fn op_attrs(op: &Op, rank: usize) -> Vec<(&'static str, AttrValue)> {
-    let mut out = Printed(Vec::new());
-    let ints = |v: Vec<usize>| AttrValue::Ints(v);
-    let Some((kind, attrs)) = op.split() else {
-        return out.0;
-    };
-    match attrs {
-        Attrs::None | Attrs::Fused(_) => {}
-        Attrs::Conv2d(a) => {
-            let def = Conv2dAttrs::default();
-            out.unless("strides", a.strides.to_vec(), def.strides.to_vec(), ints);
-            out.unless("pads", a.pads.to_vec(), def.pads.to_vec(), ints);
-            out.unless(
-                "dilations",
-                a.dilations.to_vec(),
-                def.dilations.to_vec(),
-                ints,
-            );
-            out.unless("groups", a.groups, def.groups, AttrValue::Int);
-            if a.layout != def.layout {
-                out.always("layout", AttrValue::Layout(a.layout, rank));
-            }
-        }
-        Attrs::Epsilon(epsilon) => {
-            out.unless("epsilon", epsilon, DEFAULT_EPSILON, AttrValue::Float);
-        }
-        Attrs::Clip { min, max } => {
-            out.always("min", AttrValue::Float(min));
-            out.always("max", AttrValue::Float(max));
-        }
-        Attrs::Alpha(alpha) => {
-            out.unless("alpha", alpha, DEFAULT_LEAKY_ALPHA, AttrValue::Float);
-        }
-        Attrs::HardSigmoid { alpha, beta } => {
-            out.unless("alpha", alpha, DEFAULT_HARD_SIGMOID_ALPHA, AttrValue::Float);
-            out.unless("beta", beta, DEFAULT_HARD_SIGMOID_BETA, AttrValue::Float);
-        }
-        Attrs::LayerNorm { axis, epsilon } => {
-            out.always("axis", AttrValue::Int(axis));
-            out.unless("epsilon", epsilon, DEFAULT_EPSILON, AttrValue::Float);
-        }
-        Attrs::Pool(p) => pool_printed(&p, rank, &mut out),
-        Attrs::AvgPool {
-            pool,
-            count_include_pad,
-        } => {
-            pool_printed(&pool, rank, &mut out);
-            out.unless(
-                "count_include_pad",
-                count_include_pad,
-                false,
-                AttrValue::Bool,
-            );
-        }
-        // flatten's axis has a default; concat's and softmax's must be written
-        Attrs::Axis(axis) if kind == OpKind::Flatten => {
-            out.unless("axis", axis, DEFAULT_FLATTEN_AXIS, AttrValue::Int);
-        }
-        Attrs::Axis(axis) if kind == OpKind::Gather => out.unless("axis", axis, 0, AttrValue::Int),
-        Attrs::Axis(axis) => out.always("axis", AttrValue::Int(axis)),
-        Attrs::DType(to) => out.always("to", AttrValue::DType(to)),
-        Attrs::Resize(r) => {
-            out.always("sizes", AttrValue::Ints(r.sizes));
-            out.always("scales", AttrValue::Floats(r.scales));
-            match r.mode {
-                ResizeMode::Linear => out.always("mode", AttrValue::Word("linear")),
-                ResizeMode::Nearest(n) => {
-                    out.always("mode", AttrValue::Word("nearest"));
-                    out.unless("nearest", n, NearestMode::default(), |n| {
-                        AttrValue::Word(n.name())
-                    });
-                }
-            }
-            out.unless("coordinate", r.coordinate, CoordinateMode::default(), |c| {
-                AttrValue::Word(c.name())
-            });
-        }
-        Attrs::Reduce(r) => {
-            out.always("axes", AttrValue::Ints(r.axes));
-            out.unless("keep_dims", r.keep_dims, false, AttrValue::Bool);
-        }
-        // the same payload, named for what it is: reshape's shape, transpose's permutation
-        Attrs::Dims(dims) if kind == OpKind::Transpose => out.always("perm", AttrValue::Ints(dims)),
-        Attrs::Dims(dims) if kind == OpKind::Tile => out.always("repeats", AttrValue::Ints(dims)),
-        Attrs::Dims(dims) => out.always("shape", AttrValue::Ints(dims)),
-        Attrs::Gemm(g) => {
-            let def = GemmAttrs::default();
-            out.unless("alpha", g.alpha, def.alpha, AttrValue::Float);
-            out.unless("beta", g.beta, def.beta, AttrValue::Float);
-            out.unless("trans_a", g.trans_a, def.trans_a, AttrValue::Bool);
-            out.unless("trans_b", g.trans_b, def.trans_b, AttrValue::Bool);
-        }
-        Attrs::Slice(SliceAttrs {
-            starts,
-            ends,
-            steps,
-        }) => {
-            let unit = vec![1; starts.len()];
-            out.always("starts", AttrValue::SignedInts(starts));
-            out.always("ends", AttrValue::SignedInts(ends));
-            out.unless("steps", steps, unit, AttrValue::SignedInts);
-        }
-        Attrs::Pad(PadAttrs { pads, mode }) => {
-            out.always("pads", AttrValue::SignedInts(pads));
-            out.unless("mode", mode, PadMode::Constant, |m| {
-                AttrValue::Word(m.name())
-            });
-        }
-        Attrs::Layout(layout) => out.always("layout", AttrValue::Layout(layout, rank)),
-    }
-    out.0
-}
-
 /// Prints ` {k = v, ...}`, or nothing for an empty list.
 pub(crate) fn print_dict(attrs: &[(&'static str, AttrValue)]) -> String {
     if attrs.is_empty() {
@@ -848,8 +290,13 @@ pub(crate) fn print_dict(attrs: &[(&'static str, AttrValue)]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::attr_dict::{Attr, AttrLit};
     use super::*;
     use crate::op::BinaryOp;
+    use crate::op::{
+        Conv2dAttrs, CoordinateMode, GemmAttrs, NearestMode, PadAttrs, Pool2dAttrs, ReduceAttrs,
+        Reduction, ResizeAttrs, ResizeMode, SliceAttrs,
+    };
     use crate::weights::WeightId;
 
     /// Turns printed attributes back into literals, as the parser would see them.
@@ -1020,6 +467,8 @@ mod tests {
             Op::Logic(crate::op::LogicOp::Xor),
             Op::Not,
             Op::Where,
+            Op::Mod { fmod: true },
+            Op::Mod { fmod: false },
             Op::Gather { axis: 2 },
             Op::Reduce(
                 Reduction::Sum,
@@ -1085,6 +534,7 @@ mod tests {
                 | Op::Logic(_)
                 | Op::Not
                 | Op::Where
+                | Op::Mod { .. }
                 | Op::Gather { .. }
                 | Op::Reduce(..)
                 | Op::Resize(_)

@@ -143,6 +143,7 @@
 //! file:line:col of the offending token; [`Diagnostic::render`] shows the line with a
 //! caret. A parsed module has always passed [`crate::verify::verify_module`].
 
+mod attr_dict;
 mod attrs;
 mod lexer;
 mod parser;
@@ -160,9 +161,12 @@ use crate::tensor::Tensor;
 use crate::types::Layout;
 use crate::weights::{WeightOrigin, SMALL_CONSTANT_LIMIT};
 
+pub use attr_dict::MAX_ATTR_INT;
+pub(crate) use attr_dict::{AttrDict, AttrError};
+pub(crate) use attrs::{AttrSchema, AttrType, Printed};
 pub use attrs::{
     DEFAULT_EPSILON, DEFAULT_FLATTEN_AXIS, DEFAULT_HARD_SIGMOID_ALPHA, DEFAULT_HARD_SIGMOID_BETA,
-    DEFAULT_LEAKY_ALPHA, MAX_ATTR_INT,
+    DEFAULT_LEAKY_ALPHA,
 };
 pub use parser::{MAX_ERRORS, MAX_NESTING};
 

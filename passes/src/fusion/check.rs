@@ -1029,7 +1029,57 @@ impl Planner {
                 axis: 1,
                 epsilon: F32(1e-5),
             },
-            other => other.default_attrs()?,
+            // kinds whose attributes have no sample of their own: the patterns' default
+            OpKind::Relu
+            | OpKind::Sigmoid
+            | OpKind::Tanh
+            | OpKind::Erf
+            | OpKind::Gelu
+            | OpKind::HardSwish
+            | OpKind::Silu
+            | OpKind::Neg
+            | OpKind::Abs
+            | OpKind::Sqrt
+            | OpKind::Exp
+            | OpKind::Log
+            | OpKind::Reciprocal
+            | OpKind::Add
+            | OpKind::Sub
+            | OpKind::Mul
+            | OpKind::Div
+            | OpKind::Min
+            | OpKind::Max
+            | OpKind::GlobalAvgPool
+            | OpKind::Reshape
+            | OpKind::Transpose
+            | OpKind::Slice
+            | OpKind::Pad
+            | OpKind::Expand
+            | OpKind::Tile
+            | OpKind::Reorder
+            | OpKind::Gather
+            | OpKind::MatMul
+            | OpKind::ChannelScale
+            | OpKind::ChannelVector
+            | OpKind::ConvShiftBias
+            | OpKind::Cast
+            | OpKind::Equal
+            | OpKind::Less
+            | OpKind::LessOrEqual
+            | OpKind::Greater
+            | OpKind::GreaterOrEqual
+            | OpKind::And
+            | OpKind::Or
+            | OpKind::Xor
+            | OpKind::Not
+            | OpKind::Where
+            | OpKind::Mod
+            | OpKind::ReduceSum
+            | OpKind::ReduceMean
+            | OpKind::ReduceMax
+            | OpKind::ReduceMin
+            | OpKind::Resize
+            | OpKind::Fused => kind.default_attrs()?,
         })
     }
 

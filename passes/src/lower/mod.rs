@@ -604,6 +604,13 @@ impl<'a> Cx<'a> {
             Op::Logic(l) => typed_map(self, typed::TypedMap::Logic(*l), &epi),
             Op::Not => typed_map(self, typed::TypedMap::Not, &epi),
             Op::Where => typed_map(self, typed::TypedMap::Where, &epi),
+            Op::Mod { fmod } => {
+                let map = typed::TypedMap::Mod {
+                    fmod: *fmod,
+                    dtype: out_ty.dtype,
+                };
+                typed_map(self, map, &epi)
+            }
             Op::Gather { axis } => {
                 if !epi.is_empty() {
                     return Err(self.unsupported("post-ops on a gather"));

@@ -33,6 +33,14 @@ pub(crate) enum TypedMap {
     Not,
     /// `where(cond, a, b)` with broadcasting.
     Where,
+    /// `mod(a, b)` of this element type with broadcasting: C's remainder with `fmod`,
+    /// else Python's (integers only, the type rule's check).
+    Mod {
+        /// The sign of the dividend rather than the divisor's.
+        fmod: bool,
+        /// The operands' element type.
+        dtype: DType,
+    },
 }
 
 impl TypedMap {
@@ -45,6 +53,8 @@ impl TypedMap {
             TypedMap::Logic(l) => l.name().to_string(),
             TypedMap::Not => "not".into(),
             TypedMap::Where => "where".into(),
+            TypedMap::Mod { fmod: false, .. } => "mod".into(),
+            TypedMap::Mod { fmod: true, .. } => "fmod".into(),
         }
     }
 
@@ -91,6 +101,22 @@ impl TypedMap {
                 Expr::binary(op, x[0].clone(), x[1].clone())
             }
             TypedMap::Not => Expr::binary(BinOp::Xor, x[0].clone(), bool_const(1)),
+            TypedMap::Mod { fmod, dtype } => {
+                let (a, b) = (x[0].clone(), x[1].clone());
+                let rem = Expr::binary(BinOp::Rem, a, b.clone());
+                if fmod {
+                    rem
+                } else {
+                    // Python's sign (the divisor's): a nonzero remainder whose sign
+                    // differs from the divisor's (their xor is negative) moves by `b`
+                    let zero = Expr::int(0, Width::scalar(dtype));
+                    let shifted = Expr::binary(BinOp::Add, rem.clone(), b.clone());
+                    let signs_differ = Expr::binary(BinOp::Xor, rem.clone(), b);
+                    let fixed =
+                        Expr::select(CmpOp::Lt, signs_differ, zero.clone(), shifted, rem.clone());
+                    Expr::select(CmpOp::Eq, rem.clone(), zero, rem, fixed)
+                }
+            }
             TypedMap::Where => Expr::select(
                 CmpOp::Ne,
                 x[0].clone(),

@@ -7,7 +7,7 @@
 //! an error, never a wrap), floats in f32, comparisons giving bool constants. On data
 //! computed at run time (an attention mask from int64 ids, say) Cast, the comparisons,
 //! the boolean ops and Where become IR ops on typed tensors (`cast`, `less`, `and`,
-//! `where`, ...) for float32, int64, int32 and bool; Range, Size and Mod stay folded only.
+//! `where`, `mod`, ...) for float32, int64, int32 and bool; Range and Size stay folded only.
 
 use smelt_ir::op::{broadcast, BinaryOp, Comparison, LogicOp, Op};
 use smelt_ir::types::MAX_TENSOR_BYTES;
@@ -104,17 +104,6 @@ fn constant_inputs(
 fn at_run_time(cx: &mut NodeCtx, op: Op, n: usize) -> Result<Vec<Entry>, Diagnostic> {
     let values = (0..n).map(|i| cx.value(i)).collect::<Result<Vec<_>, _>>()?;
     Ok(vec![Entry::Value(cx.emit(op, &values)?)])
-}
-
-/// Every input of the node, which must be constants of foldable element types.
-fn folded_inputs(cx: &NodeCtx, n: usize) -> Result<Vec<std::rc::Rc<ConstTensor>>, Diagnostic> {
-    (0..n)
-        .map(|i| {
-            let c = folded_input(cx, i)?;
-            check_foldable(cx, i, &c)?;
-            Ok(c)
-        })
-        .collect()
 }
 
 /// The ONNX type code of a constant as written in messages and results (an unset code
@@ -604,12 +593,19 @@ fn int_mod(x: i64, y: i64, fmod: bool) -> Result<i64, String> {
     })
 }
 
-/// Mod on constants (version 10 on): integers exactly; floats only with `fmod = 1`
-/// (C's `fmod`), the one form ONNX defines for every float.
+/// Mod (version 10 on): integers exactly; floats only with `fmod = 1` (C's `fmod`), the
+/// one form ONNX defines for every float. Folded on constants; a run-time `mod` op
+/// otherwise (whose type rule refuses float inputs without `fmod`).
 pub fn mod_(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     cx.check_attrs(&["fmod"])?;
     let fmod = cx.attr_bool("fmod", false)?;
-    let [a, b] = <[_; 2]>::try_from(folded_inputs(cx, 2)?).map_err(|_| runtime_input(cx, 1))?;
+    let Some(inputs) = constant_inputs(cx, 2)? else {
+        return at_run_time(cx, Op::Mod { fmod }, 2);
+    };
+    for (i, c) in inputs.iter().enumerate() {
+        check_foldable(cx, i, c)?;
+    }
+    let [a, b] = <[_; 2]>::try_from(inputs).map_err(|_| runtime_input(cx, 1))?;
     if type_code(&a) != type_code(&b) {
         return Err(cx.err(
             "onnx-bad-model",

@@ -2,7 +2,7 @@
 //! `{key = value}` entries.
 
 use super::{PResult, Parser};
-use crate::text::attrs::{Attr, AttrLit};
+use crate::text::attr_dict::{Attr, AttrLit};
 use crate::text::lexer::Tok;
 
 fn looks_like_layout(name: &str) -> bool {

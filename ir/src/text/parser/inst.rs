@@ -7,7 +7,8 @@ use super::{Named, PResult, Parser, Slot};
 use crate::diag::{Diagnostic, Location};
 use crate::graph::{Func, Inst, Value};
 use crate::op::{FusedOp, Op, PostOp};
-use crate::text::attrs::{build_op, suggest, AttrDict};
+use crate::text::attr_dict::AttrDict;
+use crate::text::attrs::{build_op, suggest};
 use crate::text::lexer::Tok;
 use crate::types::TensorType;
 

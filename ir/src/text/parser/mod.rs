@@ -7,7 +7,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use super::attrs::{build_op, AttrDict, AttrError};
+use super::attr_dict::{AttrDict, AttrError};
+use super::attrs::build_op;
 use super::lexer::{lex, SourceMap, Tok, Token};
 use crate::diag::{Diagnostic, Diagnostics};
 use crate::graph::{Module, Value};

@@ -7,7 +7,7 @@ use super::{Named, PResult, Parser, MAX_NESTING};
 use crate::diag::quote;
 use crate::files::{read_regular, Confinement};
 use crate::tensor::{Tensor, TensorData};
-use crate::text::attrs::{to_f32, AttrDict, AttrError, AttrLit};
+use crate::text::attr_dict::{to_f32, AttrDict, AttrError, AttrLit};
 use crate::text::lexer::Tok;
 use crate::types::{DType, Layout, TensorType};
 use crate::weights::{random_f32, AlignedBuf, WeightOrigin};

@@ -1,0 +1,105 @@
+//! The convolution family: `conv2d`'s variant, row, type rule, flops and text schema.
+
+use super::dim::{Dim, Shape};
+use super::rules::{expect_rank, expect_vector, OperandTypes};
+use super::Conv2dAttrs;
+use crate::text::{AttrDict, AttrError, AttrSchema, Printed};
+use crate::types::{Layout, TensorType};
+
+macro_rules! conv_ops {
+    ([$($variants:tt)*] [$($rows:tt)*] $next:ident $(, $more:ident)*) => { $next! {
+    [$($variants)*
+        /// 2-D convolution: `x[N,C,H,W], w[O,C/groups,KH,KW], bias[O]?`.
+        Conv2d(Conv2dAttrs),
+    ]
+    [$($rows)*
+        Conv2d "conv2d" Some(Range(2, 3)), Anchor: (Op::Conv2d(a)) <=> (Attrs::Conv2d(a))
+            attrs { ..a },
+            dtype: all_f32,
+            shape: |o| conv2d_shape(a, o),
+            flops: conv2d_flops;
+    ]
+    $($more),* } };
+}
+pub(super) use conv_ops;
+
+/// The conv's result: `[N, O, OH, OW]` in the layout attribute.
+pub(super) fn conv2d_shape(a: &Conv2dAttrs, o: &OperandTypes<'_>) -> Result<Shape, String> {
+    let x = expect_rank(o.ty(0), 4, "conv2d input")?;
+    let w = expect_rank(o.ty(1), 4, "conv2d weight")?;
+    if a.strides.contains(&0) || a.dilations.contains(&0) || a.groups == 0 {
+        return Err("conv2d strides, dilations and groups must be positive".into());
+    }
+    let [n, c, h, wd] = [x[0], x[1], x[2], x[3]];
+    let [out_c, cg, kh, kw] = [w[0], w[1], w[2], w[3]];
+    if !c.divisible_by(a.groups) || !out_c.divisible_by(a.groups) {
+        return Err(format!(
+            "conv2d groups = {} must divide input channels {c} and output channels {out_c}",
+            a.groups
+        ));
+    }
+    (cg * a.groups).expect_eq(c, |_, _| {
+        format!(
+            "conv2d weight has {cg} input channels per group, input has {c} channels in {} groups",
+            a.groups
+        )
+    })?;
+    if let Some(b) = o.get(2) {
+        expect_vector(b, out_c, "conv2d bias", "output channel count")?;
+    }
+    let out = |i: usize, input: Dim, k: Dim| -> Option<Dim> {
+        let span = k.checked_sub(Dim::ONE)? * a.dilations[i] + 1;
+        let padded = input + a.pads[i] + a.pads[i + 2];
+        Some(padded.checked_sub(span)?.floor_div(a.strides[i]) + 1)
+    };
+    match (out(0, h, kh), out(1, wd, kw)) {
+        (Some(oh), Some(ow)) => {
+            let result = Shape::row_major(vec![n, out_c, oh, ow]).with_layout(a.layout);
+            if let Layout::Blocked { axis, block } = a.layout {
+                if axis >= 4 || block == 0 {
+                    return Err(format!(
+                        "conv2d result layout {a:?} does not fit {:?}",
+                        Dim::sizes(&result.dims)
+                    ));
+                }
+            }
+            Ok(result)
+        }
+        _ => Err(format!(
+            "conv2d kernel {kh}x{kw} (dilations {:?}) does not fit the padded input {h}x{wd}",
+            a.dilations
+        )),
+    }
+}
+
+/// Each output element takes `C/groups * KH * KW` multiply-adds, that is `|w| / O`.
+pub(super) fn conv2d_flops(operands: &[&TensorType], result: &TensorType) -> u64 {
+    let out = result.num_elements() as u64;
+    let w = operands.get(1).map_or(0, |t| t.num_elements() as u64);
+    let per_out = w / (result.dims.get(1).copied().unwrap_or(1).max(1) as u64);
+    2 * out * per_out
+}
+
+impl AttrSchema for Conv2dAttrs {
+    fn read(d: &mut AttrDict) -> Result<Self, AttrError> {
+        let def = Conv2dAttrs::default();
+        Ok(Conv2dAttrs {
+            strides: d.array("strides", "[sh, sw]")?.unwrap_or(def.strides),
+            pads: d
+                .array("pads", "[top, left, bottom, right]")?
+                .unwrap_or(def.pads),
+            dilations: d.array("dilations", "[dh, dw]")?.unwrap_or(def.dilations),
+            groups: d.usize("groups")?.unwrap_or(def.groups),
+            layout: d.layout("layout")?.unwrap_or(def.layout),
+        })
+    }
+
+    fn print(&self, rank: usize, out: &mut Printed) {
+        let def = Conv2dAttrs::default();
+        out.unless("strides", &self.strides, &def.strides, rank);
+        out.unless("pads", &self.pads, &def.pads, rank);
+        out.unless("dilations", &self.dilations, &def.dilations, rank);
+        out.unless("groups", &self.groups, &def.groups, rank);
+        out.unless("layout", &self.layout, &def.layout, rank);
+    }
+}
