@@ -479,6 +479,7 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ("test_clip_default_int8_max_expanded", NARROW_INT),
     ("test_clip_default_int8_min", NARROW_INT),
     ("test_clip_default_int8_min_expanded", NARROW_INT),
+    ("test_convtranspose_3d", SPATIAL_3D),
     ("test_div_int16", NARROW_INT),
     ("test_div_int8", NARROW_INT),
     ("test_div_uint16", NARROW_INT),

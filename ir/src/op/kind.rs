@@ -18,8 +18,8 @@
 //! every other site, since nothing matches ops with `_ =>`.
 
 use super::{
-    Arity, BinaryOp, Comparison, Conv2dAttrs, FusedOp, GemmAttrs, LogicOp, Op, PadAttrs,
-    Pool2dAttrs, ReduceAttrs, Reduction, ResizeAttrs, SliceAttrs, UnaryOp,
+    Arity, BinaryOp, Comparison, Conv2dAttrs, ConvTranspose2dAttrs, FusedOp, GemmAttrs, LogicOp,
+    Op, PadAttrs, Pool2dAttrs, ReduceAttrs, Reduction, ResizeAttrs, SliceAttrs, UnaryOp,
 };
 use crate::types::{DType, Layout, F32};
 
@@ -99,6 +99,8 @@ pub enum Attrs {
     Layout(Layout),
     /// `fused`: the anchor op (with its attributes) and the post-op list.
     Fused(FusedOp),
+    /// `conv_transpose2d`.
+    ConvTranspose2d(ConvTranspose2dAttrs),
 }
 
 macro_rules! op_table {
@@ -258,6 +260,8 @@ op_table! {
         (Op::Reduce(Reduction::Min, r)) <=> (Attrs::Reduce(r));
     Resize "resize" Some(Exact(1)), Plain: (Op::Resize(r)) <=> (Attrs::Resize(r));
     Fused "fused" None, Plain: (Op::Fused(f)) <=> (Attrs::Fused(f));
+    ConvTranspose2d "conv_transpose2d" Some(Range(2, 3)), Plain:
+        (Op::ConvTranspose2d(a)) <=> (Attrs::ConvTranspose2d(a));
 }
 
 impl OpKind {

@@ -20,7 +20,8 @@ mod resize;
 mod type_rules;
 
 pub use attrs::{
-    Conv2dAttrs, GemmAttrs, PadAttrs, PadAxis, PadMode, Pool2dAttrs, ReduceAttrs, SliceAttrs,
+    Conv2dAttrs, ConvTranspose2dAttrs, GemmAttrs, PadAttrs, PadAxis, PadMode, Pool2dAttrs,
+    ReduceAttrs, SliceAttrs,
 };
 pub use elementwise::{erf, BinaryOp, UnaryOp};
 pub use fused::{FusedOp, PostOp};
@@ -218,6 +219,9 @@ pub enum Op {
     Resize(ResizeAttrs),
     /// An anchor op with a fused elementwise epilogue.
     Fused(FusedOp),
+    /// 2-D transposed convolution: `x[N,C,H,W], w[C,O/groups,KH,KW], bias[O]?`; each
+    /// input pixel scatters `x * w` onto the output window at `pixel * stride - pad`.
+    ConvTranspose2d(ConvTranspose2dAttrs),
 }
 
 impl Op {
@@ -276,6 +280,17 @@ impl Op {
                     .unwrap_or(0);
                 let per_out = w / (result.dims.get(1).copied().unwrap_or(1).max(1) as u64);
                 2 * out * per_out
+            }
+            Op::ConvTranspose2d(_) => {
+                // every input element meets O/groups * KH * KW taps: 2 * |x| * |w| / C
+                let x = operands.first().map_or(0, |t| t.num_elements() as u64);
+                let w = operands.get(1).map_or(0, |t| t.num_elements() as u64);
+                let c = operands
+                    .get(1)
+                    .and_then(|t| t.dims.first().copied())
+                    .unwrap_or(1)
+                    .max(1) as u64;
+                2 * x * (w / c)
             }
             Op::BatchNorm { .. } => 2 * out,
             Op::Unary(u) => out * u.flops(),

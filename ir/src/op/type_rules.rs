@@ -1,7 +1,7 @@
 //! The type rules: `Op::infer_type` and the shape helpers it shares (`broadcast`, conv
 //! and matmul result types).
 
-use super::{Conv2dAttrs, Op, PadMode, UnaryOp};
+use super::{Conv2dAttrs, ConvTranspose2dAttrs, Op, PadMode, UnaryOp};
 use crate::types::{DType, Layout, TensorType};
 use crate::weights::WeightId;
 
@@ -29,6 +29,7 @@ impl Op {
         let out = match self {
             Op::Const(id) => weight_type(*id).ok_or_else(|| format!("unknown weight {}", id.0))?,
             Op::Conv2d(a) => conv2d_type(a, operands)?,
+            Op::ConvTranspose2d(a) => conv_transpose2d_type(a, operands)?,
             Op::BatchNorm { .. } => {
                 let x = operands[0];
                 if x.rank() < 2 {
@@ -484,7 +485,8 @@ impl Op {
             | Op::ChannelVector
             | Op::ConvShiftBias
             | Op::Reduce(..)
-            | Op::Fused(_) => all_f32(),
+            | Op::Fused(_)
+            | Op::ConvTranspose2d(_) => all_f32(),
         }
     }
 }
@@ -552,6 +554,42 @@ fn conv2d_type(a: &Conv2dAttrs, operands: &[&TensorType]) -> Result<TensorType, 
         _ => Err(format!(
             "conv2d kernel {kh}x{kw} (dilations {:?}) does not fit the padded input {h}x{wd}",
             a.dilations
+        )),
+    }
+}
+
+fn conv_transpose2d_type(
+    a: &ConvTranspose2dAttrs,
+    operands: &[&TensorType],
+) -> Result<TensorType, String> {
+    let x = expect_rank(operands[0], 4, "conv_transpose2d input")?;
+    let w = expect_rank(operands[1], 4, "conv_transpose2d weight")?;
+    if a.strides.contains(&0) || a.dilations.contains(&0) || a.groups == 0 {
+        return Err("conv_transpose2d strides, dilations and groups must be positive".into());
+    }
+    let [n, c, h, wd] = [x.dims[0], x.dims[1], x.dims[2], x.dims[3]];
+    let [wc, og, kh, kw] = [w.dims[0], w.dims[1], w.dims[2], w.dims[3]];
+    if c % a.groups != 0 {
+        return Err(format!(
+            "conv_transpose2d groups = {} must divide the input channels {c}",
+            a.groups
+        ));
+    }
+    if wc != c {
+        return Err(format!(
+            "conv_transpose2d weight {w} must have one row per input channel ({c})"
+        ));
+    }
+    let o = og * a.groups;
+    if let Some(b) = operands.get(2) {
+        expect_vector(b, o, "conv_transpose2d bias", "output channel count")?;
+    }
+    match (a.output_size(0, h, kh), a.output_size(1, wd, kw)) {
+        (Some(oh), Some(ow)) => Ok(TensorType::f32([n, o, oh, ow])),
+        _ => Err(format!(
+            "conv_transpose2d kernel {kh}x{kw} (strides {:?}, dilations {:?}, output padding \
+             {:?}) over the input {h}x{wd} leaves nothing inside pads {:?}",
+            a.strides, a.dilations, a.output_padding, a.pads
         )),
     }
 }

@@ -4,8 +4,9 @@
 use std::fmt;
 
 use crate::op::{
-    Attrs, Conv2dAttrs, CoordinateMode, GemmAttrs, NearestMode, Op, OpKind, PadAttrs, PadMode,
-    Pool2dAttrs, ReduceAttrs, Reduction, ResizeAttrs, ResizeMode, SliceAttrs, UnaryOp,
+    Attrs, Conv2dAttrs, ConvTranspose2dAttrs, CoordinateMode, GemmAttrs, NearestMode, Op, OpKind,
+    PadAttrs, PadMode, Pool2dAttrs, ReduceAttrs, Reduction, ResizeAttrs, ResizeMode, SliceAttrs,
+    UnaryOp,
 };
 use crate::types::{DType, Layout, F32};
 
@@ -470,6 +471,20 @@ pub(crate) fn build_op(name: &str, d: &mut AttrDict) -> Result<Option<Op>, AttrE
                 layout: d.layout("layout")?.unwrap_or(def.layout),
             }))
         }
+        "conv_transpose2d" => {
+            let def = ConvTranspose2dAttrs::default();
+            Some(Op::ConvTranspose2d(ConvTranspose2dAttrs {
+                strides: d.array("strides", "[sh, sw]")?.unwrap_or(def.strides),
+                pads: d
+                    .array("pads", "[top, left, bottom, right]")?
+                    .unwrap_or(def.pads),
+                dilations: d.array("dilations", "[dh, dw]")?.unwrap_or(def.dilations),
+                groups: d.usize("groups")?.unwrap_or(def.groups),
+                output_padding: d
+                    .array("output_padding", "[bottom, right]")?
+                    .unwrap_or(def.output_padding),
+            }))
+        }
         "batch_norm" => Some(Op::BatchNorm { epsilon: eps(d)? }),
         "clip" => unary(UnaryOp::Clip {
             min: d.need("min", AttrDict::f32)?,
@@ -746,6 +761,24 @@ pub(crate) fn op_attrs(op: &Op, rank: usize) -> Vec<(&'static str, AttrValue)> {
             if a.layout != def.layout {
                 out.always("layout", AttrValue::Layout(a.layout, rank));
             }
+        }
+        Attrs::ConvTranspose2d(a) => {
+            let def = ConvTranspose2dAttrs::default();
+            out.unless("strides", a.strides.to_vec(), def.strides.to_vec(), ints);
+            out.unless("pads", a.pads.to_vec(), def.pads.to_vec(), ints);
+            out.unless(
+                "dilations",
+                a.dilations.to_vec(),
+                def.dilations.to_vec(),
+                ints,
+            );
+            out.unless("groups", a.groups, def.groups, AttrValue::Int);
+            out.unless(
+                "output_padding",
+                a.output_padding.to_vec(),
+                def.output_padding.to_vec(),
+                ints,
+            );
         }
         Attrs::Epsilon(epsilon) => {
             out.unless("epsilon", epsilon, DEFAULT_EPSILON, AttrValue::Float);
@@ -1049,6 +1082,13 @@ mod tests {
                 mode: ResizeMode::Nearest(NearestMode::Floor),
                 coordinate: CoordinateMode::Asymmetric,
             }),
+            Op::ConvTranspose2d(ConvTranspose2dAttrs {
+                strides: [2, 3],
+                pads: [1, 0, 2, 1],
+                dilations: [2, 1],
+                groups: 2,
+                output_padding: [1, 0],
+            }),
         ];
         for op in &all {
             match op {
@@ -1088,7 +1128,8 @@ mod tests {
                 | Op::Gather { .. }
                 | Op::Reduce(..)
                 | Op::Resize(_)
-                | Op::Fused(_) => {}
+                | Op::Fused(_)
+                | Op::ConvTranspose2d(_) => {}
             }
         }
         all

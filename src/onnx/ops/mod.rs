@@ -57,6 +57,7 @@ pub static RULES: &[OpRule] = rules! {
     "Constant"            [1, 9, 11, 12, 13, 19, 21, 23, 24, 25], from 1 => shape::constant;
     "ConstantOfShape"     [9, 20, 21, 23, 24, 25],        from 9  => shape::constant_of_shape;
     "Conv"                [1, 11, 22],                    from 1  => conv::conv;
+    "ConvTranspose"       [1, 11, 22],                    from 1  => conv::conv_transpose;
     "Div"                 [1, 6, 7, 13, 14],              from 7  => elementwise::binary;
     "Dropout"             [1, 6, 7, 10, 12, 13, 22],      from 1  => shape::dropout;
     "Elu"                 [1, 6, 22],                     from 6  => elementwise::activation;
