@@ -110,7 +110,8 @@ pub fn pow(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
 
 /// `x^y` for float32 `x` and `y` (broadcast together) as C's `pow` defines it, from
 /// `exp(y * log|x|)`: a negative base gives the negated magnitude for an odd integer
-/// `y` and NaN for a non-integer one; `y = 0` gives 1 (even for a zero or NaN base).
+/// `y` and NaN for a non-integer one; `y = 0` gives 1 (even for a zero or NaN base), a
+/// zero base to a positive `y` gives 0.
 /// Whether `y` is an integer and odd is read by truncating casts through i64; every
 /// `|y| >= 2^24` is an even integer in float32, and is taken as one before the cast
 /// could saturate. On a constant exponent const_fold computes these masks once.
@@ -146,6 +147,12 @@ fn general_pow(cx: &mut NodeCtx, x: Value, y: Value) -> Result<Value, Diagnostic
     let undefined = cx.emit(Op::Logic(LogicOp::And), &[negative, fraction])?;
     let nan = cx.scalar(f32::NAN)?;
     let defined = cx.emit(Op::Where, &[undefined, nan, signed])?;
+    // a zero base to a positive power is 0, not exp of a huge negative number (the
+    // JIT's exp saturates near the smallest normal float rather than reaching zero)
+    let zero_base = cx.emit(Op::Compare(Comparison::Equal), &[x, zero])?;
+    let positive = cx.emit(Op::Compare(Comparison::Greater), &[y, zero])?;
+    let vanishes = cx.emit(Op::Logic(LogicOp::And), &[zero_base, positive])?;
+    let defined = cx.emit(Op::Where, &[vanishes, zero, defined])?;
     let none = cx.emit(Op::Compare(Comparison::Equal), &[y, zero])?;
     let one = cx.scalar(1.0)?;
     cx.emit(Op::Where, &[none, one, defined])
