@@ -32,10 +32,29 @@ pub fn binary(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
 /// 2)` in a variance). Any other exponent, constant or computed at run time, takes a
 /// float32 base: `|x|^y = exp(y * log|x|)`, and for a negative base the sign ONNX (C's
 /// `pow`) gives: negated for an odd integer `y`, NaN for a non-integer one; `y = 0` gives
-/// 1 for every base. An integer base needs one of the exact exponents.
+/// 1 for every base. An integer base needs one of the exact exponents, or a constant
+/// integer exponent with the base constant too: two constants fold at import.
 pub fn pow(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     cx.check_attrs(&[])?;
     let exponent = cx.const_input(1)?;
+    if let (Some(base), Some(e)) = (cx.const_input(0)?, exponent.as_deref()) {
+        let same_kind =
+            (base.i64s().is_some() && e.i64s().is_some()) || (base.is_f32() && e.is_f32());
+        if !same_kind {
+            // mixed constants are computed like run-time values below
+            return pow_of_values(cx, exponent.clone());
+        }
+        let folded = fold_pow(&base, e).map_err(|m| cx.err("onnx-bad-model", m))?;
+        return Ok(vec![Entry::constant(folded)]);
+    }
+    pow_of_values(cx, exponent)
+}
+
+/// Pow of a base that is not folded with its exponent (see [`pow`]).
+fn pow_of_values(
+    cx: &mut NodeCtx,
+    exponent: Option<std::rc::Rc<ConstTensor>>,
+) -> Result<Vec<Entry>, Diagnostic> {
     let values: Option<Vec<f64>> = match exponent.as_deref() {
         None => None,
         Some(e) => match (e.f32s(), e.i64s()) {
@@ -106,6 +125,23 @@ pub fn pow(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     };
     let y = general_pow(cx, x, y)?;
     Ok(vec![Entry::Value(y)])
+}
+
+/// Pow of two constants: integers exactly (a negative exponent truncates toward zero as
+/// the integer result of C's `pow` does, so only bases 1 and -1 keep a non-zero value;
+/// an overflow of the base's type is an error), float32 by `powf`.
+fn fold_pow(base: &ConstTensor, e: &ConstTensor) -> Result<ConstTensor, String> {
+    let int_pow = |x: i64, y: i64| -> Result<i64, String> {
+        let r = match (x, y) {
+            (0, ..0) => None,
+            (1, _) => Some(1),
+            (-1, _) => Some(if y % 2 == 0 { 1 } else { -1 }),
+            (_, ..0) => Some(0),
+            _ => u32::try_from(y).ok().and_then(|y| x.checked_pow(y)),
+        };
+        r.ok_or_else(|| format!("integer Pow of {x} by {y} overflows or divides by zero"))
+    };
+    ConstTensor::binary(base, e, int_pow, f32::powf)
 }
 
 /// `x^y` for float32 `x` and `y` (broadcast together) as C's `pow` defines it, from
