@@ -293,6 +293,8 @@ fn conv_transpose2d_over_shapes_strides_pads_groups_dilations_and_output_padding
         ([1, 8, 3, 8],  2, [1, 1], [1, 1], [0, 0, 0, 0], [1, 1], 4, [0, 0], false), // 1x1
         ([1, 2, 1, 13], 3, [1, 5], [1, 2], [0, 2, 0, 1], [1, 2], 1, [0, 1], true),  // 1-D
         ([1, 4, 2, 2],  2, [5, 5], [1, 1], [2, 2, 2, 2], [1, 1], 2, [0, 0], false), // crop to 2x2
+        ([1, 3, 4, 6], 18, [2, 2], [2, 2], [0, 0, 0, 0], [1, 1], 1, [0, 0], true),  // 16 + 2 channels
+        ([2, 4, 3, 5], 16, [3, 3], [1, 1], [1, 1, 1, 1], [1, 1], 2, [0, 1], false), // 16 per group
     ];
     for &(xd, og, k, strides, pads, dilations, groups, output_padding, const_w) in cases {
         let attrs = ConvTranspose2dAttrs {
