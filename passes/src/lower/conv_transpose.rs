@@ -25,6 +25,9 @@ use smelt_ir::{Diagnostic, Layout, TensorType, Value};
 use super::elementwise::{dims_name, Epilogue};
 use super::{BufferId, Cx};
 
+/// Input channels per step of the reduction loop, when they divide evenly.
+const UNROLL: usize = 4;
+
 /// The geometry of one transposed convolution, in elements.
 struct Geometry {
     n: usize,
@@ -378,49 +381,60 @@ impl Tile<'_> {
             .collect();
         for &(ky, ty) in &py.taps {
             for &(kx, tx) in &px.taps {
-                b.for_loop(0, g.cg as i64, 1, |b, ci| {
-                    let ci = Affine::var(ci);
-                    let ch = self.gi.scale(g.cg as i64).add(&ci);
-                    let row_start = self
-                        .ni
-                        .scale(g.c as i64)
-                        .add(&ch)
-                        .scale(g.h as i64)
-                        .add(&qy.plus(ty))
-                        .scale(g.w as i64)
-                        .add(&qx.plus(tx));
-                    let tap = self
-                        .gi
-                        .scale(g.kh as i64)
-                        .plus(ky)
-                        .scale(g.kw as i64)
-                        .plus(kx);
-                    let row = tap.scale(g.cg as i64).add(&ci).scale(g.og as i64);
-                    let weights: Vec<Expr> = (0..self.tile)
-                        .map(|v| {
-                            let wi = row.add(&self.o0).plus((v * self.lanes) as i64);
-                            if pixels_in_lanes {
-                                let w1 = b.let_(
-                                    Expr::load(self.bufs.w, wi, Width::Scalar),
+                // input channels unrolled by UNROLL where they divide evenly: the loop's
+                // own counting and branch were a large share of each step
+                let unroll = if g.cg.is_multiple_of(UNROLL) {
+                    UNROLL
+                } else {
+                    1
+                };
+                b.for_loop(0, g.cg as i64, unroll as i64, |b, ci| {
+                    for j in 0..unroll as i64 {
+                        let ci = Affine::var(ci).plus(j);
+                        let ch = self.gi.scale(g.cg as i64).add(&ci);
+                        let row_start = self
+                            .ni
+                            .scale(g.c as i64)
+                            .add(&ch)
+                            .scale(g.h as i64)
+                            .add(&qy.plus(ty))
+                            .scale(g.w as i64)
+                            .add(&qx.plus(tx));
+                        let tap = self
+                            .gi
+                            .scale(g.kh as i64)
+                            .plus(ky)
+                            .scale(g.kw as i64)
+                            .plus(kx);
+                        let row = tap.scale(g.cg as i64).add(&ci).scale(g.og as i64);
+                        let weights: Vec<Expr> = (0..self.tile)
+                            .map(|v| {
+                                let wi = row.add(&self.o0).plus((v * self.lanes) as i64);
+                                if pixels_in_lanes {
+                                    let w1 = b.let_(
+                                        Expr::load(self.bufs.w, wi, Width::Scalar),
+                                        Width::Scalar,
+                                    );
+                                    b.let_(Expr::splat_to(w1, wd), wd)
+                                } else {
+                                    b.let_(Expr::load(self.bufs.w, wi, wd), wd)
+                                }
+                            })
+                            .collect();
+                        for (p, group) in accs.iter().enumerate() {
+                            let xv = if pixels_in_lanes {
+                                b.let_(Expr::load(self.bufs.x, row_start.clone(), wd), wd)
+                            } else {
+                                let at = row_start.plus(p as i64);
+                                let x1 = b.let_(
+                                    Expr::load(self.bufs.x, at, Width::Scalar),
                                     Width::Scalar,
                                 );
-                                b.let_(Expr::splat_to(w1, wd), wd)
-                            } else {
-                                b.let_(Expr::load(self.bufs.w, wi, wd), wd)
+                                b.let_(Expr::splat_to(x1, wd), wd)
+                            };
+                            for (&acc, wv) in group.iter().zip(&weights) {
+                                b.assign(acc, Expr::fma(xv.clone(), wv.clone(), Expr::Var(acc)));
                             }
-                        })
-                        .collect();
-                    for (p, group) in accs.iter().enumerate() {
-                        let xv = if pixels_in_lanes {
-                            b.let_(Expr::load(self.bufs.x, row_start.clone(), wd), wd)
-                        } else {
-                            let at = row_start.plus(p as i64);
-                            let x1 =
-                                b.let_(Expr::load(self.bufs.x, at, Width::Scalar), Width::Scalar);
-                            b.let_(Expr::splat_to(x1, wd), wd)
-                        };
-                        for (&acc, wv) in group.iter().zip(&weights) {
-                            b.assign(acc, Expr::fma(xv.clone(), wv.clone(), Expr::Var(acc)));
                         }
                     }
                 });
