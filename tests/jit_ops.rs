@@ -295,6 +295,8 @@ fn conv_transpose2d_over_shapes_strides_pads_groups_dilations_and_output_padding
         ([1, 4, 2, 2],  2, [5, 5], [1, 1], [2, 2, 2, 2], [1, 1], 2, [0, 0], false), // crop to 2x2
         ([1, 3, 4, 6], 18, [2, 2], [2, 2], [0, 0, 0, 0], [1, 1], 1, [0, 0], true),  // 16 + 2 channels
         ([2, 4, 3, 5], 16, [3, 3], [1, 1], [1, 1, 1, 1], [1, 1], 2, [0, 1], false), // 16 per group
+        ([1, 8, 5, 6], 20, [3, 3], [2, 2], [1, 1, 1, 1], [1, 1], 1, [1, 1], true),  // 5 vectors
+        ([1, 8, 4, 5], 16, [2, 2], [2, 2], [0, 0, 0, 0], [1, 1], 1, [0, 0], false), // tile of 16
     ];
     for &(xd, og, k, strides, pads, dilations, groups, output_padding, const_w) in cases {
         let attrs = ConvTranspose2dAttrs {
