@@ -4,7 +4,7 @@
 
 use smelt_ir::builder::FuncBuilder;
 use smelt_ir::interp::{self, eval_op};
-use smelt_ir::op::{Conv2dAttrs, GemmAttrs, Pool2dAttrs, SliceAttrs};
+use smelt_ir::op::{Conv2dAttrs, ConvTranspose2dAttrs, GemmAttrs, Pool2dAttrs, SliceAttrs};
 use smelt_ir::weights::{random_f32, AlignedBuf, WeightOrigin, WeightStore};
 use smelt_ir::{
     BinaryOp, ErrorStats, Func, FusedOp, Inst, Layout, Location, Module, Op, Param, PostOp, Tensor,
@@ -238,6 +238,140 @@ fn conv_matches_im2col_over_attribute_grid() {
         }
         let got = eval(Op::Conv2d(attrs.clone()), &operands);
         let want = conv_im2col(&x, &w, with_bias.then_some(&b), &attrs);
+        assert_close(&got, &want, 1e-6);
+        assert!(
+            got.f32s().iter().any(|&v| v != 0.0),
+            "case {i} is not trivial"
+        );
+    }
+}
+
+#[test]
+fn conv_transpose_hand_example_stride_2_crops_and_pads_the_output() {
+    // each input pixel stamps its value times the 2x2 taps [[1, 10], [100, 1000]] onto
+    // its own 2x2 block of a 4x4 result; pads [1, 0, 0, 1] drop its first row and last
+    // column, output padding [1, 0] adds a row of bias below
+    let x = t(&[1, 1, 2, 2], &[1.0, 2.0, 3.0, 4.0]);
+    let w = t(&[1, 1, 2, 2], &[1.0, 10.0, 100.0, 1000.0]);
+    let b = t(&[1], &[0.5]);
+    let op = Op::ConvTranspose2d(ConvTranspose2dAttrs {
+        strides: [2, 2],
+        pads: [1, 0, 0, 1],
+        output_padding: [1, 0],
+        ..ConvTranspose2dAttrs::default()
+    });
+    let y = eval(op, &[&x, &w, &b]);
+    assert_eq!(y.dims(), [1, 1, 4, 3]);
+    #[rustfmt::skip]
+    let want = [
+        100.5, 1000.5, 200.5,
+        3.5,   30.5,   4.5,
+        300.5, 3000.5, 400.5,
+        0.5,   0.5,    0.5,
+    ];
+    assert_exact(&y, &want);
+}
+
+/// The transposed convolution as an ordinary one: `x` with `stride - 1` zeros between
+/// its pixels, padded by `dilation * (k - 1) - pad` (plus the output padding at the end),
+/// convolved at stride 1 with the weights flipped and their two channel axes swapped.
+fn conv_transpose_as_conv(
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    a: &ConvTranspose2dAttrs,
+) -> Vec<f64> {
+    let [n, c, h, wd] = [x.dims()[0], x.dims()[1], x.dims()[2], x.dims()[3]];
+    let [_, og, kh, kw] = [w.dims()[0], w.dims()[1], w.dims()[2], w.dims()[3]];
+    let [sh, sw] = a.strides;
+    let (zh, zw) = ((h - 1) * sh + 1, (wd - 1) * sw + 1);
+    let mut zeros = vec![0.0f32; n * c * zh * zw];
+    let xs = x.f32s_row_major();
+    for (p, plane) in zeros.chunks_mut(zh * zw).enumerate() {
+        for iy in 0..h {
+            for ix in 0..wd {
+                plane[iy * sh * zw + ix * sw] = xs[(p * h + iy) * wd + ix];
+            }
+        }
+    }
+    let cg = c / a.groups;
+    let ws = w.f32s_row_major();
+    let mut flipped = vec![0.0f32; og * a.groups * cg * kh * kw];
+    for g in 0..a.groups {
+        for o in 0..og {
+            for ci in 0..cg {
+                for ky in 0..kh {
+                    for kx in 0..kw {
+                        let src = (((g * cg + ci) * og + o) * kh + ky) * kw + kx;
+                        let dst =
+                            ((((g * og + o) * cg + ci) * kh) + kh - 1 - ky) * kw + kw - 1 - kx;
+                        flipped[dst] = ws[src];
+                    }
+                }
+            }
+        }
+    }
+    let span = |i: usize, k: usize| a.dilations[i] * (k - 1);
+    let conv = Conv2dAttrs {
+        strides: [1, 1],
+        pads: [
+            span(0, kh) - a.pads[0],
+            span(1, kw) - a.pads[1],
+            span(0, kh) - a.pads[2] + a.output_padding[0],
+            span(1, kw) - a.pads[3] + a.output_padding[1],
+        ],
+        dilations: a.dilations,
+        groups: a.groups,
+        ..Conv2dAttrs::default()
+    };
+    let zx = t(&[n, c, zh, zw], &zeros);
+    let fw = t(&[og * a.groups, cg, kh, kw], &flipped);
+    conv_im2col(&zx, &fw, bias, &conv)
+}
+
+#[test]
+fn conv_transpose_matches_the_zero_inserted_conv_over_attribute_grid() {
+    // (input dims, out channels per group, kernel, strides, pads, dilations, groups,
+    // output padding); pads at most dilation * (k - 1), which the equivalent conv needs
+    type Case = (
+        [usize; 4],
+        usize,
+        [usize; 2],
+        [usize; 2],
+        [usize; 4],
+        [usize; 2],
+        usize,
+        [usize; 2],
+    );
+    #[rustfmt::skip]
+    let cases: &[Case] = &[
+        ([1, 3, 5, 5],  2, [3, 3], [1, 1], [1, 1, 1, 1], [1, 1], 1, [0, 0]),
+        ([2, 4, 4, 5],  3, [2, 2], [2, 2], [0, 0, 0, 0], [1, 1], 1, [0, 0]),
+        ([1, 4, 3, 4],  2, [3, 3], [2, 3], [1, 0, 2, 1], [1, 1], 2, [1, 2]),
+        ([1, 6, 4, 4],  1, [3, 3], [2, 2], [1, 1, 1, 1], [1, 1], 6, [1, 1]),
+        ([1, 2, 5, 3],  2, [3, 2], [1, 2], [2, 0, 1, 1], [2, 3], 1, [0, 1]),
+        ([1, 3, 2, 2],  4, [4, 4], [3, 3], [1, 2, 3, 0], [1, 1], 1, [2, 0]),
+    ];
+    for (i, &(xd, og, k, strides, pads, dilations, groups, output_padding)) in
+        cases.iter().enumerate()
+    {
+        let attrs = ConvTranspose2dAttrs {
+            strides,
+            pads,
+            dilations,
+            groups,
+            output_padding,
+        };
+        let x = random(&xd, 400 + i as u64);
+        let w = random(&[xd[1], og, k[0], k[1]], 500 + i as u64);
+        let b = random(&[og * groups], 600 + i as u64);
+        let with_bias = i % 2 == 0;
+        let mut operands = vec![&x, &w];
+        if with_bias {
+            operands.push(&b);
+        }
+        let got = eval(Op::ConvTranspose2d(attrs.clone()), &operands);
+        let want = conv_transpose_as_conv(&x, &w, with_bias.then_some(&b), &attrs);
         assert_close(&got, &want, 1e-6);
         assert!(
             got.f32s().iter().any(|&v| v != 0.0),

@@ -5,7 +5,7 @@ mod jit_util;
 
 use jit_util::{check_against_interp, f32t, random_inputs};
 use smelt_ir::builder::FuncBuilder;
-use smelt_ir::op::{FusedOp, GemmAttrs, Pool2dAttrs, PostOp, SliceAttrs};
+use smelt_ir::op::{ConvTranspose2dAttrs, FusedOp, GemmAttrs, Pool2dAttrs, PostOp, SliceAttrs};
 use smelt_ir::weights::random_f32;
 use smelt_ir::{BinaryOp, Layout, Module, Op, TensorType, UnaryOp, Value, F32};
 
@@ -264,6 +264,69 @@ fn pools() {
     for dims in [&[2, 5, 3, 7][..], &[1, 3, 1, 1], &[1, 4, 9, 9]] {
         let m = one_op(Op::GlobalAvgPool, &[t(dims)], &[]);
         check(&format!("global_avg_pool {dims:?}"), &m);
+    }
+}
+
+#[test]
+fn conv_transpose2d_over_shapes_strides_pads_groups_dilations_and_output_padding() {
+    // (input dims, out channels per group, kernel, strides, pads, dilations, groups,
+    // output padding, weights constant); widths odd and even so vector tails run
+    type Case = (
+        [usize; 4],
+        usize,
+        [usize; 2],
+        [usize; 2],
+        [usize; 4],
+        [usize; 2],
+        usize,
+        [usize; 2],
+        bool,
+    );
+    #[rustfmt::skip]
+    let cases: &[Case] = &[
+        ([1, 4, 5, 7],  3, [2, 2], [2, 2], [0, 0, 0, 0], [1, 1], 1, [0, 0], true),  // DBNet head
+        ([2, 3, 6, 9],  2, [3, 3], [1, 1], [1, 1, 1, 1], [1, 1], 1, [0, 0], false), // vectors
+        ([1, 4, 4, 5],  3, [3, 3], [2, 3], [1, 0, 2, 1], [1, 1], 2, [1, 2], true),
+        ([1, 6, 5, 4],  1, [3, 3], [2, 2], [1, 1, 1, 1], [1, 1], 6, [1, 1], true),  // depthwise
+        ([1, 2, 5, 11], 2, [3, 2], [1, 1], [2, 0, 1, 1], [2, 3], 1, [0, 0], false), // dilated
+        ([1, 3, 3, 3],  4, [4, 4], [3, 3], [1, 2, 3, 0], [1, 1], 1, [2, 0], true),
+        ([1, 8, 3, 8],  2, [1, 1], [1, 1], [0, 0, 0, 0], [1, 1], 4, [0, 0], false), // 1x1
+        ([1, 2, 1, 13], 3, [1, 5], [1, 2], [0, 2, 0, 1], [1, 2], 1, [0, 1], true),  // 1-D
+        ([1, 4, 2, 2],  2, [5, 5], [1, 1], [2, 2, 2, 2], [1, 1], 2, [0, 0], false), // crop to 2x2
+        ([1, 3, 4, 6], 18, [2, 2], [2, 2], [0, 0, 0, 0], [1, 1], 1, [0, 0], true),  // 16 + 2 channels
+        ([2, 4, 3, 5], 16, [3, 3], [1, 1], [1, 1, 1, 1], [1, 1], 2, [0, 1], false), // 16 per group
+        ([1, 8, 5, 6], 20, [3, 3], [2, 2], [1, 1, 1, 1], [1, 1], 1, [1, 1], true),  // 5 vectors
+        ([1, 8, 4, 5], 16, [2, 2], [2, 2], [0, 0, 0, 0], [1, 1], 1, [0, 0], false), // tile of 16
+    ];
+    for &(xd, og, k, strides, pads, dilations, groups, output_padding, const_w) in cases {
+        let attrs = ConvTranspose2dAttrs {
+            strides,
+            pads,
+            dilations,
+            groups,
+            output_padding,
+        };
+        let w = t(&[xd[1], og, k[0], k[1]]);
+        let bias = t(&[og * groups]);
+        for with_bias in [false, true] {
+            let op = Op::ConvTranspose2d(attrs.clone());
+            let m = if const_w {
+                let consts: Vec<(usize, TensorType)> = if with_bias {
+                    vec![(1, w.clone()), (2, bias.clone())]
+                } else {
+                    vec![(1, w.clone())]
+                };
+                one_op(op, &[t(&xd)], &consts)
+            } else if with_bias {
+                one_op(op, &[t(&xd), w.clone(), bias.clone()], &[])
+            } else {
+                one_op(op, &[t(&xd), w.clone()], &[])
+            };
+            check(
+                &format!("conv_transpose2d {xd:?} {attrs:?} bias {with_bias}"),
+                &m,
+            );
+        }
     }
 }
 

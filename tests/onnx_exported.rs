@@ -153,8 +153,10 @@ macro_rules! fixtures {
 }
 
 fixtures! {
+    alexnet_lrn,
     bert_opset14,
     bert_opset18,
+    dbnet_fpn,
     mobilenet_v3_large,
     mobilenet_v3_small,
     vit_small,

@@ -3,11 +3,12 @@
 //! input (each an error naming the node, op and opset — never a panic).
 
 mod common;
+mod jit_util;
 mod onnx_build;
 
 use onnx_build::*;
 
-use smelt::ir::op::{Conv2dAttrs, UnaryOp};
+use smelt::ir::op::{Conv2dAttrs, ConvTranspose2dAttrs, UnaryOp};
 use smelt::ir::text::{print, PrintOptions};
 use smelt::ir::{Location, Module, Op, Tensor, F32};
 use smelt::onnx::proto::{NodeProto, StringStringEntryProto, TensorProto};
@@ -67,6 +68,162 @@ fn auto_pad_same_upper_and_lower_put_the_odd_pad_at_opposite_ends() {
         .import()
         .expect("import");
     assert_eq!(conv_attrs(&m).pads, [0, 0, 1, 1]);
+}
+
+fn conv_transpose_attrs(module: &Module) -> ConvTranspose2dAttrs {
+    module.funcs[0]
+        .insts
+        .iter()
+        .find_map(|i| match &i.op {
+            Op::ConvTranspose2d(a) => Some(a.clone()),
+            _ => None,
+        })
+        .expect("a conv_transpose2d")
+}
+
+/// A ConvTranspose of a `[1, 2, 5, 5]` input by `[2, 3, 3, 3]` weights with `attrs`.
+fn conv_transpose_model(name: &str, attrs: Vec<smelt::onnx::proto::AttributeProto>) -> Model {
+    Model::new(13)
+        .input("x", &[1, 2, 5, 5])
+        .init(f32_raw("w", &[2, 3, 3, 3], &[0.5; 54]))
+        .node("ConvTranspose", name, &["x", "w"], &["y"], attrs)
+        .output("y")
+}
+
+#[test]
+fn conv_transpose_resolves_auto_pad_and_output_shape_into_pads_and_output_padding() {
+    // stride 2, 3 taps on 5: the taps reach 2 * 4 + 3 = 11 positions; SAME wants 10,
+    // so one is cropped, at the end for SAME_UPPER and at the start for SAME_LOWER
+    for (mode, pads) in [("SAME_UPPER", [0, 0, 1, 1]), ("SAME_LOWER", [1, 1, 0, 0])] {
+        let m = conv_transpose_model(
+            "ct",
+            vec![attr_string("auto_pad", mode), attr_ints("strides", &[2, 2])],
+        )
+        .import()
+        .expect("import");
+        let a = conv_transpose_attrs(&m);
+        assert_eq!((a.pads, a.output_padding), (pads, [0, 0]), "{mode}");
+        assert_eq!(
+            m.funcs[0].type_of(m.funcs[0].results[0].value).dims,
+            [1, 3, 10, 10],
+            "{mode}"
+        );
+    }
+    // output_shape one longer than the taps reach: no pads, one row of output padding
+    let m = conv_transpose_model(
+        "ct",
+        vec![
+            attr_ints("strides", &[2, 2]),
+            attr_ints("output_shape", &[12, 11]),
+        ],
+    )
+    .import()
+    .expect("import");
+    let a = conv_transpose_attrs(&m);
+    assert_eq!((a.pads, a.output_padding), ([0, 0, 0, 0], [1, 0]));
+    assert_eq!(
+        m.funcs[0].type_of(m.funcs[0].results[0].value).dims,
+        [1, 3, 12, 11]
+    );
+}
+
+#[test]
+fn conv_transpose_bad_attributes_name_the_node() {
+    // the output must come from these strides: at most stride - 1 past the taps' reach
+    let too_large = conv_transpose_model(
+        "up1",
+        vec![
+            attr_ints("strides", &[2, 2]),
+            attr_ints("output_shape", &[20, 20]),
+        ],
+    )
+    .import();
+    let text = error_text(too_large, "onnx-bad-attribute");
+    assert!(
+        text.contains("ConvTranspose node 'up1'") && text.contains("'output_shape'"),
+        "{text}"
+    );
+    let group = conv_transpose_model("up2", vec![attr_int("group", 3)]).import();
+    let text = error_text(group, "onnx-bad-attribute");
+    assert!(
+        text.contains("ConvTranspose node 'up2'") && text.contains("'group'"),
+        "{text}"
+    );
+    let kernel = conv_transpose_model("up3", vec![attr_ints("kernel_shape", &[2, 2])]).import();
+    let text = error_text(kernel, "onnx-bad-attribute");
+    assert!(
+        text.contains("ConvTranspose node 'up3'") && text.contains("'kernel_shape'"),
+        "{text}"
+    );
+    let cropped = conv_transpose_model("up4", vec![attr_ints("pads", &[4, 0, 3, 0])]).import();
+    let text = error_text(cropped, "onnx-bad-attribute");
+    assert!(
+        text.contains("ConvTranspose node 'up4'") && text.contains("'pads'"),
+        "{text}"
+    );
+    let rows = Model::new(13)
+        .input("x", &[1, 2, 5, 5])
+        .init(f32_raw("w", &[3, 2, 3, 3], &[0.5; 54]))
+        .node("ConvTranspose", "up5", &["x", "w"], &["y"], vec![])
+        .output("y")
+        .import();
+    let text = error_text(rows, "onnx-bad-model");
+    assert!(
+        text.contains("ConvTranspose node 'up5'") && text.contains("one row per input channel"),
+        "{text}"
+    );
+}
+
+#[test]
+fn pow_of_negative_bases_follows_c_pow_in_the_interpreter_and_the_jit() {
+    let x = [
+        -2.0f32,
+        -2.0,
+        -2.0,
+        -0.5,
+        0.0,
+        0.0,
+        3.0,
+        f32::NAN,
+        -3.0,
+        2.0,
+    ];
+    let y = [3.0f32, 2.0, 0.5, -3.0, 0.0, 2.0, 1.5, 0.0, 1e30, -0.5];
+    let want: Vec<f32> = x.iter().zip(&y).map(|(&a, &b)| a.powf(b)).collect();
+    // the exponent as a run-time input and as a constant (folded masks)
+    let run_time = Model::new(13)
+        .input("x", &[10])
+        .input("e", &[10])
+        .node("Pow", "p", &["x", "e"], &["y"], vec![])
+        .output("y")
+        .import()
+        .expect("import");
+    let constant = Model::new(13)
+        .input("x", &[10])
+        .init(f32_raw("e", &[10], &y))
+        .node("Pow", "p", &["x", "e"], &["y"], vec![])
+        .output("y")
+        .import()
+        .expect("import");
+    let xt = Tensor::new(vec![10], x.to_vec()).expect("x");
+    let et = Tensor::new(vec![10], y.to_vec()).expect("e");
+    for (m, inputs) in [(&run_time, vec![xt.clone(), et]), (&constant, vec![xt])] {
+        let mut outs = vec![run(m, &inputs)];
+        for kernels in jit_util::kernel_choices() {
+            let o = smelt::CompileOptions {
+                kernels,
+                ..jit_util::opts()
+            };
+            let exe = smelt::Executable::compile(m, None, &o).expect("compile");
+            outs.push(exe.run(&inputs).expect("run"));
+        }
+        for got in outs {
+            for (i, (&g, &w)) in got[0].f32s().iter().zip(&want).enumerate() {
+                let same = g == w || (g.is_nan() && w.is_nan()) || (g - w).abs() <= 1e-6 * w.abs();
+                assert!(same, "pow({}, {}) = {g}, want {w}", x[i], y[i]);
+            }
+        }
+    }
 }
 
 #[test]

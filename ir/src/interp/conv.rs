@@ -1,4 +1,5 @@
-//! 2-D convolution over NCHW input and OIHW weights, with f64 accumulation.
+//! 2-D convolution over NCHW input and OIHW weights, and the transposed convolution
+//! (a scatter of each input pixel onto its strided window), with f64 accumulation.
 //!
 //! The loop order is: output plane (n, o) → input channel of o's group → kernel tap
 //! (ky, kx) → output row. For one tap the valid output columns form one range, so the
@@ -7,7 +8,7 @@
 //! line up (1×1 convs, the centre column of padded 3×3 convs).
 
 use super::Arg;
-use crate::op::Conv2dAttrs;
+use crate::op::{Conv2dAttrs, ConvTranspose2dAttrs};
 
 /// The output indices `o` in `0..out_len` whose input coordinate
 /// `o * stride + tap_offset - pad_begin` lies in `0..in_len`.
@@ -93,6 +94,66 @@ pub(super) fn conv2d(
                 }
             }
             let dst = &mut result[(n * out_channels + o) * out_plane..][..out_plane];
+            for (d, &v) in dst.iter_mut().zip(&acc) {
+                *d = v as f32;
+            }
+        }
+    }
+    result
+}
+
+/// `out[n, g*O/g + o, y, x] = bias + sum over c in group g, ky, kx of
+/// x[n, c, iy, ix] * w[c, o, ky, kx]` over the input pixels with
+/// `iy*sh + ky*dh - pad_top = y` and `ix*sw + kx*dw - pad_left = x`: each input pixel
+/// scatters onto its strided window, accumulated in f64 over one output plane.
+pub(super) fn conv_transpose2d(
+    a: &ConvTranspose2dAttrs,
+    x: &Arg,
+    w: &Arg,
+    bias: Option<&Arg>,
+    out: &[usize],
+) -> Vec<f32> {
+    let [batch, in_channels, in_h, in_w] = [x.dims[0], x.dims[1], x.dims[2], x.dims[3]];
+    let [_, group_out, kernel_h, kernel_w] = [w.dims[0], w.dims[1], w.dims[2], w.dims[3]];
+    let (out_channels, out_h, out_w) = (out[1], out[2], out[3]);
+    let [stride_h, stride_w] = a.strides;
+    let [dil_h, dil_w] = a.dilations;
+    let [pad_top, pad_left, _, _] = a.pads;
+    let group_in = in_channels / a.groups;
+    let (in_plane, out_plane) = (in_h * in_w, out_h * out_w);
+    // output coordinate of input position `i` through tap `k`, if inside the result
+    let land = |i: usize, k: usize, stride: usize, dil: usize, pad: usize, len: usize| {
+        (i * stride + k * dil).checked_sub(pad).filter(|&o| o < len)
+    };
+
+    let mut result = vec![0.0f32; batch * out_channels * out_plane];
+    let mut acc = vec![0.0f64; out_plane];
+    for n in 0..batch {
+        for oc in 0..out_channels {
+            acc.fill(bias.map_or(0.0, |b| b.data[oc] as f64));
+            let (group, o) = (oc / group_out, oc % group_out);
+            for ci in 0..group_in {
+                let c = group * group_in + ci;
+                let plane = &x.data[(n * in_channels + c) * in_plane..][..in_plane];
+                let taps =
+                    &w.data[(c * group_out + o) * kernel_h * kernel_w..][..kernel_h * kernel_w];
+                for ky in 0..kernel_h {
+                    for kx in 0..kernel_w {
+                        let weight = taps[ky * kernel_w + kx] as f64;
+                        for iy in 0..in_h {
+                            let Some(y) = land(iy, ky, stride_h, dil_h, pad_top, out_h) else {
+                                continue;
+                            };
+                            for ix in 0..in_w {
+                                if let Some(xo) = land(ix, kx, stride_w, dil_w, pad_left, out_w) {
+                                    acc[y * out_w + xo] += weight * plane[iy * in_w + ix] as f64;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            let dst = &mut result[(n * out_channels + oc) * out_plane..][..out_plane];
             for (d, &v) in dst.iter_mut().zip(&acc) {
                 *d = v as f32;
             }

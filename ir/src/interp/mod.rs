@@ -369,7 +369,8 @@ fn compute(
         | Op::ChannelVector
         | Op::ConvShiftBias
         | Op::Reduce(..)
-        | Op::Fused(_) => {
+        | Op::Fused(_)
+        | Op::ConvTranspose2d(_) => {
             let floats = args
                 .iter()
                 .map(|x| match x.data.as_ref() {
@@ -400,6 +401,7 @@ fn compute_f32(
     let a = |i: usize| &args[i];
     Ok(match op {
         Op::Conv2d(attrs) => conv::conv2d(attrs, a(0), a(1), args.get(2), out),
+        Op::ConvTranspose2d(attrs) => conv::conv_transpose2d(attrs, a(0), a(1), args.get(2), out),
         Op::BatchNorm { epsilon } => {
             norm::batch_norm(a(0), [a(1), a(2), a(3), a(4)], epsilon.0 as f64)
         }

@@ -30,6 +30,60 @@ impl Default for Conv2dAttrs {
     }
 }
 
+/// Attributes of a 2-D transposed convolution (NCHW input, weights `[C, O/groups, KH, KW]`
+/// as ONNX lays them out). Output size per axis `i` is
+/// `strides[i] * (in - 1) + output_padding[i] + dilations[i] * (k - 1) + 1 - pads[i] -
+/// pads[i + 2]`; ONNX's `output_shape` and `auto_pad` are resolved into `pads` and
+/// `output_padding` at import.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConvTranspose2dAttrs {
+    /// Stride along H and W: input pixel `i` lands on output position `i * stride`.
+    pub strides: [usize; 2],
+    /// Cropping of the full result `[top, left, bottom, right]` (ONNX order).
+    pub pads: [usize; 4],
+    /// Dilation along H and W.
+    pub dilations: [usize; 2],
+    /// Number of groups: input channel `c` feeds the outputs of group `c / (C / groups)`.
+    pub groups: usize,
+    /// Extra rows and columns added at the bottom and right of the result.
+    pub output_padding: [usize; 2],
+}
+
+impl Default for ConvTranspose2dAttrs {
+    fn default() -> Self {
+        ConvTranspose2dAttrs {
+            strides: [1, 1],
+            pads: [0; 4],
+            dilations: [1, 1],
+            groups: 1,
+            output_padding: [0, 0],
+        }
+    }
+}
+
+impl ConvTranspose2dAttrs {
+    /// Rows (`i` = 0) or columns (1) of the uncropped result for `input` positions and a
+    /// kernel of `k` taps: where the last tap of the last input pixel lands, plus one, plus
+    /// the output padding. `None` on a zero kernel or overflow.
+    pub fn full_size(&self, i: usize, input: usize, k: usize) -> Option<usize> {
+        let span = self.dilations[i]
+            .checked_mul(k.checked_sub(1)?)?
+            .checked_add(1)?;
+        self.strides[i]
+            .checked_mul(input.checked_sub(1)?)?
+            .checked_add(span)?
+            .checked_add(self.output_padding[i])
+    }
+
+    /// Result size along axis `i` (0 = H, 1 = W): the full size minus the pads; `None`
+    /// when the pads crop everything (or more).
+    pub fn output_size(&self, i: usize, input: usize, k: usize) -> Option<usize> {
+        let full = self.full_size(i, input, k)?;
+        full.checked_sub(self.pads[i].checked_add(self.pads[i + 2])?)
+            .filter(|&n| n > 0)
+    }
+}
+
 /// Attributes of a 2-D max or average pool over NCHW.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Pool2dAttrs {

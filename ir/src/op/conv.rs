@@ -1,8 +1,9 @@
-//! The convolution family: `conv2d`'s variant, row, type rule, flops and text schema.
+//! The convolution family: `conv2d`'s and `conv_transpose2d`'s variants, rows, type rules,
+//! flops and text schemas.
 
 use super::dim::{Dim, Shape};
 use super::rules::{expect_rank, expect_vector, OperandTypes};
-use super::Conv2dAttrs;
+use super::{Conv2dAttrs, ConvTranspose2dAttrs};
 use crate::text::{AttrDict, AttrError, AttrSchema, Printed};
 use crate::types::{Layout, TensorType};
 
@@ -11,6 +12,9 @@ macro_rules! conv_ops {
     [$($variants)*
         /// 2-D convolution: `x[N,C,H,W], w[O,C/groups,KH,KW], bias[O]?`.
         Conv2d(Conv2dAttrs),
+        /// 2-D transposed convolution: `x[N,C,H,W], w[C,O/groups,KH,KW], bias[O]?`; each
+        /// input pixel scatters `x * w` onto the output window at `pixel * stride - pad`.
+        ConvTranspose2d(ConvTranspose2dAttrs),
     ]
     [$($rows)*
         Conv2d "conv2d" Some(Range(2, 3)), Anchor: (Op::Conv2d(a)) <=> (Attrs::Conv2d(a))
@@ -18,6 +22,12 @@ macro_rules! conv_ops {
             dtype: all_f32,
             shape: |o| conv2d_shape(a, o),
             flops: conv2d_flops;
+        ConvTranspose2d "conv_transpose2d" Some(Range(2, 3)), Plain:
+            (Op::ConvTranspose2d(a)) <=> (Attrs::ConvTranspose2d(a))
+            attrs { ..a },
+            dtype: all_f32,
+            shape: |o| conv_transpose2d_shape(a, o),
+            flops: conv_transpose2d_flops;
     ]
     $($more),* } };
 }
@@ -101,5 +111,89 @@ impl AttrSchema for Conv2dAttrs {
         out.unless("dilations", &self.dilations, &def.dilations, rank);
         out.unless("groups", &self.groups, &def.groups, rank);
         out.unless("layout", &self.layout, &def.layout, rank);
+    }
+}
+
+/// The transposed conv's result: `[N, O, OH, OW]`, each size the full scatter's span
+/// (plus the output padding) minus the pads.
+pub(super) fn conv_transpose2d_shape(
+    a: &ConvTranspose2dAttrs,
+    o: &OperandTypes<'_>,
+) -> Result<Shape, String> {
+    let x = expect_rank(o.ty(0), 4, "conv_transpose2d input")?;
+    let w = expect_rank(o.ty(1), 4, "conv_transpose2d weight")?;
+    if a.strides.contains(&0) || a.dilations.contains(&0) || a.groups == 0 {
+        return Err("conv_transpose2d strides, dilations and groups must be positive".into());
+    }
+    let [n, c, h, wd] = [x[0], x[1], x[2], x[3]];
+    let [wc, og, kh, kw] = [w[0], w[1], w[2], w[3]];
+    if !c.divisible_by(a.groups) {
+        return Err(format!(
+            "conv_transpose2d groups = {} must divide the input channels {c}",
+            a.groups
+        ));
+    }
+    wc.expect_eq(c, |_, _| {
+        format!(
+            "conv_transpose2d weight {} must have one row per input channel ({c})",
+            o.ty(1)
+        )
+    })?;
+    let out_c = og * a.groups;
+    if let Some(b) = o.get(2) {
+        expect_vector(b, out_c, "conv_transpose2d bias", "output channel count")?;
+    }
+    let out =
+        |i: usize, input: Dim, k: Dim| a.output_size(i, input.size(), k.size()).map(Dim::known);
+    match (out(0, h, kh), out(1, wd, kw)) {
+        (Some(oh), Some(ow)) => Ok(Shape::row_major(vec![n, out_c, oh, ow])),
+        _ => Err(format!(
+            "conv_transpose2d kernel {kh}x{kw} (strides {:?}, dilations {:?}, output padding \
+             {:?}) over the input {h}x{wd} leaves nothing inside pads {:?}",
+            a.strides, a.dilations, a.output_padding, a.pads
+        )),
+    }
+}
+
+/// Every input element meets `O/groups * KH * KW` taps: `2 * |x| * |w| / C`.
+pub(super) fn conv_transpose2d_flops(operands: &[&TensorType], _result: &TensorType) -> u64 {
+    let x = operands.first().map_or(0, |t| t.num_elements() as u64);
+    let w = operands.get(1).map_or(0, |t| t.num_elements() as u64);
+    let c = operands
+        .get(1)
+        .and_then(|t| t.dims.first().copied())
+        .unwrap_or(1)
+        .max(1) as u64;
+    2 * x * (w / c)
+}
+
+impl AttrSchema for ConvTranspose2dAttrs {
+    fn read(d: &mut AttrDict) -> Result<Self, AttrError> {
+        let def = ConvTranspose2dAttrs::default();
+        Ok(ConvTranspose2dAttrs {
+            strides: d.array("strides", "[sh, sw]")?.unwrap_or(def.strides),
+            pads: d
+                .array("pads", "[top, left, bottom, right]")?
+                .unwrap_or(def.pads),
+            dilations: d.array("dilations", "[dh, dw]")?.unwrap_or(def.dilations),
+            groups: d.usize("groups")?.unwrap_or(def.groups),
+            output_padding: d
+                .array("output_padding", "[bottom, right]")?
+                .unwrap_or(def.output_padding),
+        })
+    }
+
+    fn print(&self, rank: usize, out: &mut Printed) {
+        let def = ConvTranspose2dAttrs::default();
+        out.unless("strides", &self.strides, &def.strides, rank);
+        out.unless("pads", &self.pads, &def.pads, rank);
+        out.unless("dilations", &self.dilations, &def.dilations, rank);
+        out.unless("groups", &self.groups, &def.groups, rank);
+        out.unless(
+            "output_padding",
+            &self.output_padding,
+            &def.output_padding,
+            rank,
+        );
     }
 }

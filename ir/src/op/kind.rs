@@ -28,8 +28,8 @@ use super::resize::*;
 use super::rules::*;
 use super::weight_prep::*;
 use super::{
-    Arity, BinaryOp, Comparison, Conv2dAttrs, FusedOp, GemmAttrs, LogicOp, PadAttrs, Pool2dAttrs,
-    ReduceAttrs, Reduction, ResizeAttrs, SliceAttrs, UnaryOp,
+    Arity, BinaryOp, Comparison, Conv2dAttrs, ConvTranspose2dAttrs, FusedOp, GemmAttrs, LogicOp,
+    PadAttrs, Pool2dAttrs, ReduceAttrs, Reduction, ResizeAttrs, SliceAttrs, UnaryOp,
 };
 use crate::text::{
     DEFAULT_EPSILON, DEFAULT_FLATTEN_AXIS, DEFAULT_HARD_SIGMOID_ALPHA, DEFAULT_HARD_SIGMOID_BETA,
@@ -62,6 +62,8 @@ pub enum Attrs {
     Epsilon(F32),
     /// `conv2d`.
     Conv2d(Conv2dAttrs),
+    /// `conv_transpose2d`.
+    ConvTranspose2d(ConvTranspose2dAttrs),
     /// `clip`.
     Clip {
         /// Lower bound.

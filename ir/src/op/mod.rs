@@ -33,7 +33,8 @@ mod rules;
 mod weight_prep;
 
 pub use attrs::{
-    Conv2dAttrs, GemmAttrs, PadAttrs, PadAxis, PadMode, Pool2dAttrs, ReduceAttrs, SliceAttrs,
+    Conv2dAttrs, ConvTranspose2dAttrs, GemmAttrs, PadAttrs, PadAxis, PadMode, Pool2dAttrs,
+    ReduceAttrs, SliceAttrs,
 };
 pub use dim::{Dim, Shape};
 pub use elementwise::{erf, BinaryOp, UnaryOp};

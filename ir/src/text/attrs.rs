@@ -294,8 +294,8 @@ mod tests {
     use super::*;
     use crate::op::BinaryOp;
     use crate::op::{
-        Conv2dAttrs, CoordinateMode, GemmAttrs, NearestMode, PadAttrs, Pool2dAttrs, ReduceAttrs,
-        Reduction, ResizeAttrs, ResizeMode, SliceAttrs,
+        Conv2dAttrs, ConvTranspose2dAttrs, CoordinateMode, GemmAttrs, NearestMode, PadAttrs,
+        Pool2dAttrs, ReduceAttrs, Reduction, ResizeAttrs, ResizeMode, SliceAttrs,
     };
     use crate::weights::WeightId;
 
@@ -372,6 +372,13 @@ mod tests {
             Op::Conv2d(Conv2dAttrs {
                 layout: Layout::Blocked { axis: 1, block: 16 },
                 ..Conv2dAttrs::default()
+            }),
+            Op::ConvTranspose2d(ConvTranspose2dAttrs {
+                strides: [2, 3],
+                pads: [1, 0, 2, 1],
+                dilations: [2, 1],
+                groups: 2,
+                output_padding: [1, 0],
             }),
             Op::BatchNorm { epsilon: F32(1e-3) },
             Op::Unary(UnaryOp::Relu),

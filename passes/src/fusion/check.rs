@@ -985,6 +985,11 @@ impl Planner {
                     ..Conv2dAttrs::default()
                 })
             }
+            OpKind::ConvTranspose2d => Attrs::ConvTranspose2d(smelt_ir::op::ConvTranspose2dAttrs {
+                strides: [r.pick(&[1, 2]); 2],
+                pads: [r.pick(&[0, 1]); 4],
+                ..Default::default()
+            }),
             OpKind::BatchNorm
             | OpKind::BnFoldWeight
             | OpKind::BnFoldBias

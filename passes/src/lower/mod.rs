@@ -13,6 +13,7 @@
 //! the anchor's result instead, that many post-ops each.
 
 pub mod conv;
+mod conv_transpose;
 mod copy;
 pub mod elementwise;
 mod gemm;
@@ -626,6 +627,9 @@ impl<'a> Cx<'a> {
                 self.lower_op(&f.anchor, &operands[..n_anchor], out_ty, &posts, &vals, out)
             }
             Op::Conv2d(a) => conv::lower_conv2d(self, a, operands, out_ty, epi, out),
+            Op::ConvTranspose2d(a) => {
+                conv_transpose::lower_conv_transpose2d(self, a, operands, out_ty, epi, out)
+            }
             Op::Unary(u) => {
                 let map = elementwise::MapOp::Unary(*u);
                 elementwise::lower_map(self, map, operands, out_ty, epi, out)

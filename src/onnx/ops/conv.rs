@@ -1,7 +1,7 @@
-//! Conv (1-D and 2-D; 1-D runs as 2-D with height 1) and the `auto_pad` resolution
-//! shared with the pools.
+//! Conv and ConvTranspose (1-D and 2-D; 1-D runs as 2-D with height 1) and the
+//! `auto_pad` resolution shared with the pools.
 
-use smelt_ir::op::{Conv2dAttrs, Op};
+use smelt_ir::op::{Conv2dAttrs, ConvTranspose2dAttrs, Op};
 use smelt_ir::{Diagnostic, Value};
 
 use crate::onnx::context::{Entry, NodeCtx};
@@ -211,6 +211,210 @@ pub fn conv(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         ..Conv2dAttrs::default()
     };
     let y = cx.emit(Op::Conv2d(attrs), &operands)?;
+    let y = output_from_4d(cx, y, x_dims.len())?;
+    Ok(vec![Entry::Value(y)])
+}
+
+/// ConvTranspose with optional bias, groups, dilations, strides, `output_padding`, and
+/// the result size given by explicit `pads`, by `auto_pad` (`SAME_*`: input size times
+/// stride; `VALID`: no pads) or by `output_shape`. The last two become pads as the ONNX
+/// reference computes them (`total = stride * (in - 1) + output_padding + span - out`,
+/// the odd one at the end for `SAME_UPPER`, at the start otherwise); a negative end pad
+/// (a result one row longer than the taps reach) becomes output padding.
+pub fn conv_transpose(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&[
+        "auto_pad",
+        "dilations",
+        "group",
+        "kernel_shape",
+        "output_padding",
+        "output_shape",
+        "pads",
+        "strides",
+    ])?;
+    let x_dims = spatial_input(cx, 0)?;
+    let w_dims = cx.dims(1)?;
+    let spatial = x_dims.len() - 2;
+    if w_dims.len() != x_dims.len() {
+        return Err(cx.err(
+            "onnx-bad-model",
+            format!("weight shape {w_dims:?} does not match input shape {x_dims:?}"),
+        ));
+    }
+    let kernel = w_dims[2..].to_vec();
+    if let Some(k) = cx.attr_ints("kernel_shape")? {
+        if k.iter().map(|&v| v as usize).ne(kernel.iter().copied()) || k.iter().any(|&v| v < 0) {
+            return Err(cx.bad_attr(
+                "kernel_shape",
+                format!("{k:?} does not match the weight's spatial dims {kernel:?}"),
+            ));
+        }
+    }
+    let group = cx.attr_int_or("group", 1)?;
+    let channels = x_dims[1];
+    if group < 1 || channels % group as usize != 0 {
+        return Err(cx.bad_attr(
+            "group",
+            format!("{group} must be positive and divide the input's {channels} channels"),
+        ));
+    }
+    if w_dims[0] != channels {
+        return Err(cx.err(
+            "onnx-bad-model",
+            format!(
+                "weight shape {w_dims:?} must have one row per input channel ({channels}): \
+                 ConvTranspose weights are [C, O/group, k...]"
+            ),
+        ));
+    }
+    let per_axis = |name: &str, default: i64, min: i64| -> Result<Vec<usize>, Diagnostic> {
+        match cx.attr_ints(name)? {
+            None => Ok(vec![default as usize; spatial]),
+            Some(v) if v.len() == spatial && v.iter().all(|&x| (min..=MAX_WINDOW_ATTR).contains(&x)) => {
+                Ok(v.iter().map(|&x| x as usize).collect())
+            }
+            Some(v) => Err(cx.bad_attr(
+                name,
+                format!("{v:?} must hold {spatial} values in {min}..={MAX_WINDOW_ATTR}, one per spatial axis"),
+            )),
+        }
+    };
+    let strides = per_axis("strides", 1, 1)?;
+    let dilations = per_axis("dilations", 1, 1)?;
+    let output_padding = per_axis("output_padding", 0, 0)?;
+    let auto_pad = cx
+        .attr_string("auto_pad")?
+        .unwrap_or_else(|| "NOTSET".into());
+    let output_shape = match cx.attr_ints("output_shape")? {
+        None => None,
+        // exporters write the spatial dims, some the whole shape
+        Some(v) if v.len() == spatial || v.len() == spatial + 2 => {
+            let tail = &v[v.len() - spatial..];
+            if tail.iter().any(|&d| !(1..=MAX_WINDOW_ATTR).contains(&d)) {
+                return Err(cx.bad_attr("output_shape", format!("{v:?} must be positive")));
+            }
+            Some(tail.to_vec())
+        }
+        Some(v) => {
+            return Err(cx.bad_attr(
+                "output_shape",
+                format!("{v:?} must hold {spatial} values, one per spatial axis"),
+            ))
+        }
+    };
+    // begin and end pads (possibly negative), per axis
+    let mut pads: Vec<(i64, i64)> = Vec::with_capacity(spatial);
+    for k in 0..spatial {
+        let (input, s, d) = (x_dims[k + 2] as i64, strides[k] as i64, dilations[k] as i64);
+        let span = (kernel[k] as i64 - 1) * d + 1;
+        let reach = s * (input - 1) + output_padding[k] as i64 + span;
+        let target = match (&output_shape, auto_pad.as_str()) {
+            (Some(shape), _) => Some(shape[k]),
+            (None, "SAME_UPPER" | "SAME_LOWER") => Some(input * s),
+            (None, "NOTSET" | "" | "VALID") => None,
+            (None, other) => {
+                return Err(cx.bad_attr(
+                    "auto_pad",
+                    format!("'{other}' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID"),
+                ))
+            }
+        };
+        let pair = match target {
+            Some(out) => {
+                let total = reach - out;
+                let half = total.div_euclid(2);
+                if auto_pad == "SAME_UPPER" {
+                    (half, total - half)
+                } else {
+                    (total - half, half)
+                }
+            }
+            None if auto_pad == "VALID" => (0, 0),
+            None => match cx.attr_ints("pads")? {
+                None => (0, 0),
+                Some(p)
+                    if p.len() == 2 * spatial
+                        && p.iter().all(|&x| (0..=MAX_WINDOW_ATTR).contains(&x)) =>
+                {
+                    (p[k], p[k + spatial])
+                }
+                Some(p) => {
+                    return Err(cx.bad_attr(
+                        "pads",
+                        format!(
+                            "{p:?} must hold {} values in 0..={MAX_WINDOW_ATTR}",
+                            2 * spatial
+                        ),
+                    ))
+                }
+            },
+        };
+        // a result longer than the taps reach by at least a stride (and a dilation)
+        // cannot come from this input: ONNX leaves it undefined, PyTorch refuses it
+        let extra = output_padding[k] as i64 + (-pair.1).max(0);
+        if pair.0 < 0 || (extra > 0 && extra >= s.max(d)) {
+            return Err(cx.bad_attr(
+                if output_shape.is_some() {
+                    "output_shape"
+                } else {
+                    "output_padding"
+                },
+                format!(
+                    "axis {k}: an input of {input} with stride {s}, dilation {d} and kernel {} \
+                     reaches {} positions; the requested result needs {} more at the end and {} \
+                     at the start, but at most {} extra at the end and none at the start fit \
+                     these strides",
+                    kernel[k],
+                    reach - output_padding[k] as i64,
+                    extra,
+                    (-pair.0).max(0),
+                    s.max(d) - 1
+                ),
+            ));
+        }
+        if pair.0 + pair.1.max(0) >= reach {
+            return Err(cx.bad_attr(
+                "pads",
+                format!("axis {k}: pads {pair:?} crop all {reach} positions of the result"),
+            ));
+        }
+        pads.push(pair);
+    }
+    let (begin, end): (Vec<usize>, Vec<usize>) = pads
+        .iter()
+        .map(|&(b, e)| (b as usize, e.max(0) as usize))
+        .unzip();
+    let extra: Vec<usize> = (0..spatial)
+        .map(|k| output_padding[k] + (-pads[k].1).max(0) as usize)
+        .collect();
+    let attrs = if spatial == 1 {
+        ConvTranspose2dAttrs {
+            strides: [1, strides[0]],
+            pads: [0, begin[0], 0, end[0]],
+            dilations: [1, dilations[0]],
+            groups: group as usize,
+            output_padding: [0, extra[0]],
+        }
+    } else {
+        ConvTranspose2dAttrs {
+            strides: [strides[0], strides[1]],
+            pads: [begin[0], begin[1], end[0], end[1]],
+            dilations: [dilations[0], dilations[1]],
+            groups: group as usize,
+            output_padding: [extra[0], extra[1]],
+        }
+    };
+    let x = input_as_4d(cx, &x_dims)?;
+    let w = if w_dims.len() == 3 {
+        cx.reshaped_input(1, vec![w_dims[0], w_dims[1], 1, w_dims[2]])?
+    } else {
+        cx.value(1)?
+    };
+    let mut operands = vec![x, w];
+    if let Some(b) = cx.opt_value(2)? {
+        operands.push(b);
+    }
+    let y = cx.emit(Op::ConvTranspose2d(attrs), &operands)?;
     let y = output_from_4d(cx, y, x_dims.len())?;
     Ok(vec![Entry::Value(y)])
 }

@@ -27,69 +27,171 @@ pub fn binary(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     Ok(vec![Entry::Value(cx.emit(Op::Binary(op), &[a, b])?)])
 }
 
-/// Pow with a constant exponent whose elements are all 1, 2, 3 or -1: exactly `x`,
-/// `x * x`, `x * x * x` and `1 / x` (each as correctly rounded as `powf` is for these
-/// exponents), which is what exporters write (`Pow(x, 2)` in a variance). Other
-/// exponents need a logarithm the JIT does not have yet, and are a clear error.
+/// Pow. A constant exponent whose elements are all 1, 2, 3 (any base type) or -1 is
+/// exactly `x`, `x * x`, `x * x * x` or `1 / x`, which is what exporters write (`Pow(x,
+/// 2)` in a variance). Any other exponent, constant or computed at run time, takes a
+/// float32 base: `|x|^y = exp(y * log|x|)`, and for a negative base the sign ONNX (C's
+/// `pow`) gives: negated for an odd integer `y`, NaN for a non-integer one; `y = 0` gives
+/// 1 for every base. An integer base needs one of the exact exponents, or a constant
+/// integer exponent with the base constant too: two constants fold at import.
 pub fn pow(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     cx.check_attrs(&[])?;
-    let exponent = cx.const_input(1)?.ok_or_else(|| {
-        cx.err(
-            "onnx-unsupported-op",
-            format!(
-                "input 1 ('{}') is computed at run time; smelt computes Pow for constant \
-                 exponents 1, 2, 3 and -1",
-                cx.input_name(1).unwrap_or("")
-            ),
-        )
-    })?;
-    let values: Vec<f64> = match (exponent.f32s(), exponent.i64s()) {
-        (Some(v), _) => v.iter().map(|&e| f64::from(e)).collect(),
-        (None, Some(v)) => v.iter().map(|&e| e as f64).collect(),
-        (None, None) => {
-            return Err(cx.err(
-                "onnx-unsupported-dtype",
-                format!("the exponent has element type {}", exponent.type_name()),
-            ))
+    let exponent = cx.const_input(1)?;
+    if let (Some(base), Some(e)) = (cx.const_input(0)?, exponent.as_deref()) {
+        let same_kind =
+            (base.i64s().is_some() && e.i64s().is_some()) || (base.is_f32() && e.is_f32());
+        if !same_kind {
+            // mixed constants are computed like run-time values below
+            return pow_of_values(cx, exponent.clone());
         }
+        let folded = fold_pow(&base, e).map_err(|m| cx.err("onnx-bad-model", m))?;
+        return Ok(vec![Entry::constant(folded)]);
+    }
+    pow_of_values(cx, exponent)
+}
+
+/// Pow of a base that is not folded with its exponent (see [`pow`]).
+fn pow_of_values(
+    cx: &mut NodeCtx,
+    exponent: Option<std::rc::Rc<ConstTensor>>,
+) -> Result<Vec<Entry>, Diagnostic> {
+    let values: Option<Vec<f64>> = match exponent.as_deref() {
+        None => None,
+        Some(e) => match (e.f32s(), e.i64s()) {
+            (Some(v), _) => Some(v.iter().map(|&e| f64::from(e)).collect()),
+            (None, Some(v)) => Some(v.iter().map(|&e| e as f64).collect()),
+            (None, None) => {
+                return Err(cx.err(
+                    "onnx-unsupported-dtype",
+                    format!("the exponent has element type {}", e.type_name()),
+                ))
+            }
+        },
     };
-    let e = match values.first() {
-        Some(&e) if values.iter().all(|&v| v == e) && [1.0, 2.0, 3.0, -1.0].contains(&e) => e,
-        _ => {
-            return Err(cx.err(
-                "onnx-unsupported-op",
-                format!(
-                    "exponent {values:?}: smelt computes Pow for constant exponents 1, 2, 3 \
-                     and -1 (a general x^y needs a logarithm the JIT does not have yet)"
-                ),
-            ))
-        }
-    };
+    let uniform = values.as_deref().and_then(|v| match v.first() {
+        Some(&e) if v.iter().all(|&x| x == e) => Some(e),
+        _ => None,
+    });
     let x = cx.value(0)?;
-    let base_dims = cx.type_of(x).dims.clone();
-    if smelt_ir::op::broadcast(&base_dims, &exponent.dims)
-        .ok()
-        .as_deref()
-        != Some(&base_dims[..])
-    {
+    let base = cx.type_of(x).clone();
+    let exact_ok = match (uniform, exponent.as_deref()) {
+        // an exact form only when the exponent does not broadcast the base larger
+        (Some(e), Some(t)) if [1.0, 2.0, 3.0, -1.0].contains(&e) => {
+            smelt_ir::op::broadcast(&base.dims, &t.dims).ok().as_deref() == Some(&base.dims[..])
+                && (e != -1.0 || base.dtype == smelt_ir::DType::F32)
+        }
+        _ => false,
+    };
+    if exact_ok {
+        let y = match uniform.map_or(0, |e| e as i64) {
+            1 => x,
+            2 => cx.emit(Op::Binary(BinaryOp::Mul), &[x, x])?,
+            3 => {
+                let sq = cx.emit(Op::Binary(BinaryOp::Mul), &[x, x])?;
+                cx.emit(Op::Binary(BinaryOp::Mul), &[sq, x])?
+            }
+            _ => cx.emit(Op::Unary(UnaryOp::Reciprocal), &[x])?,
+        };
+        return Ok(vec![Entry::Value(y)]);
+    }
+    if base.dtype != smelt_ir::DType::F32 {
         return Err(cx.err(
-            "onnx-unsupported-op",
+            "onnx-unsupported-dtype",
             format!(
-                "the exponent's shape {:?} broadcasts the base's {base_dims:?} to a larger shape",
-                exponent.dims
+                "a base of element type {}: smelt computes Pow of integers for constant \
+                 exponents 1, 2 and 3, and any other exponent of a float32 base",
+                base.dtype
             ),
         ));
     }
-    let y = match e as i64 {
-        1 => x,
-        2 => cx.emit(Op::Binary(BinaryOp::Mul), &[x, x])?,
-        3 => {
-            let sq = cx.emit(Op::Binary(BinaryOp::Mul), &[x, x])?;
-            cx.emit(Op::Binary(BinaryOp::Mul), &[sq, x])?
+    let y = match (exponent.as_deref(), values) {
+        (Some(t), Some(v)) => {
+            let as_f32 = ConstTensor::f32(t.dims.clone(), v.iter().map(|&e| e as f32).collect());
+            let name = cx.derived_name("exponent");
+            cx.materialize(&as_f32, &name)?
         }
-        _ => cx.emit(Op::Unary(UnaryOp::Reciprocal), &[x])?,
+        _ => {
+            let y = cx.value(1)?;
+            match cx.type_of(y).dtype {
+                smelt_ir::DType::F32 => y,
+                _ => cx.emit(
+                    Op::Cast {
+                        to: smelt_ir::DType::F32,
+                    },
+                    &[y],
+                )?,
+            }
+        }
     };
+    let y = general_pow(cx, x, y)?;
     Ok(vec![Entry::Value(y)])
+}
+
+/// Pow of two constants: integers exactly (a negative exponent truncates toward zero as
+/// the integer result of C's `pow` does, so only bases 1 and -1 keep a non-zero value;
+/// an overflow of the base's type is an error), float32 by `powf`.
+fn fold_pow(base: &ConstTensor, e: &ConstTensor) -> Result<ConstTensor, String> {
+    let int_pow = |x: i64, y: i64| -> Result<i64, String> {
+        let r = match (x, y) {
+            (0, ..0) => None,
+            (1, _) => Some(1),
+            (-1, _) => Some(if y % 2 == 0 { 1 } else { -1 }),
+            (_, ..0) => Some(0),
+            _ => u32::try_from(y).ok().and_then(|y| x.checked_pow(y)),
+        };
+        r.ok_or_else(|| format!("integer Pow of {x} by {y} overflows or divides by zero"))
+    };
+    ConstTensor::binary(base, e, int_pow, f32::powf)
+}
+
+/// `x^y` for float32 `x` and `y` (broadcast together) as C's `pow` defines it, from
+/// `exp(y * log|x|)`: a negative base gives the negated magnitude for an odd integer
+/// `y` and NaN for a non-integer one; `y = 0` gives 1 (even for a zero or NaN base), a
+/// zero base to a positive `y` gives 0.
+/// Whether `y` is an integer and odd is read by truncating casts through i64; every
+/// `|y| >= 2^24` is an even integer in float32, and is taken as one before the cast
+/// could saturate. On a constant exponent const_fold computes these masks once.
+fn general_pow(cx: &mut NodeCtx, x: Value, y: Value) -> Result<Value, Diagnostic> {
+    use smelt_ir::op::{Comparison, LogicOp};
+    use smelt_ir::DType;
+    let magnitude = cx.emit(Op::Unary(UnaryOp::Abs), &[x])?;
+    let log = cx.emit(Op::Unary(UnaryOp::Log), &[magnitude])?;
+    let product = cx.emit(Op::Binary(BinaryOp::Mul), &[y, log])?;
+    let power = cx.emit(Op::Unary(UnaryOp::Exp), &[product])?;
+    // whether `v` is a whole number: truncation through i64 gives it back
+    let whole = |cx: &mut NodeCtx, v: Value| -> Result<Value, Diagnostic> {
+        let int = cx.emit(Op::Cast { to: DType::I64 }, &[v])?;
+        let back = cx.emit(Op::Cast { to: DType::F32 }, &[int])?;
+        let same = cx.emit(Op::Compare(Comparison::Equal), &[v, back])?;
+        let size = cx.emit(Op::Unary(UnaryOp::Abs), &[v])?;
+        let big = cx.scalar(16_777_216.0)?;
+        let huge = cx.emit(Op::Compare(Comparison::GreaterOrEqual), &[size, big])?;
+        cx.emit(Op::Logic(LogicOp::Or), &[same, huge])
+    };
+    let integer = whole(cx, y)?;
+    let half = cx.scalar(0.5)?;
+    let halved = cx.emit(Op::Binary(BinaryOp::Mul), &[y, half])?;
+    let even = whole(cx, halved)?;
+    let odd = cx.emit(Op::Not, &[even])?;
+    let zero = cx.scalar(0.0)?;
+    let negative = cx.emit(Op::Compare(Comparison::Less), &[x, zero])?;
+    let odd_integer = cx.emit(Op::Logic(LogicOp::And), &[integer, odd])?;
+    let flip = cx.emit(Op::Logic(LogicOp::And), &[negative, odd_integer])?;
+    let negated = cx.emit(Op::Unary(UnaryOp::Neg), &[power])?;
+    let signed = cx.emit(Op::Where, &[flip, negated, power])?;
+    let fraction = cx.emit(Op::Not, &[integer])?;
+    let undefined = cx.emit(Op::Logic(LogicOp::And), &[negative, fraction])?;
+    let nan = cx.scalar(f32::NAN)?;
+    let defined = cx.emit(Op::Where, &[undefined, nan, signed])?;
+    // a zero base to a positive power is 0, not exp of a huge negative number (the
+    // JIT's exp saturates near the smallest normal float rather than reaching zero)
+    let zero_base = cx.emit(Op::Compare(Comparison::Equal), &[x, zero])?;
+    let positive = cx.emit(Op::Compare(Comparison::Greater), &[y, zero])?;
+    let vanishes = cx.emit(Op::Logic(LogicOp::And), &[zero_base, positive])?;
+    let defined = cx.emit(Op::Where, &[vanishes, zero, defined])?;
+    let none = cx.emit(Op::Compare(Comparison::Equal), &[y, zero])?;
+    let one = cx.scalar(1.0)?;
+    cx.emit(Op::Where, &[none, one, defined])
 }
 
 /// Folds a binary op on constants: integer arithmetic for shape computations

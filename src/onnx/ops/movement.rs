@@ -1,5 +1,6 @@
 //! Data movement with static windows: Slice, Expand and Tile, folded at import when
-//! their data is constant (shape vectors), IR ops otherwise. Starts, ends, axes, steps,
+//! their data is constant (shape vectors), IR ops otherwise; DepthToSpace and
+//! SpaceToDepth as the reshape-transpose-reshape they are. Starts, ends, axes, steps,
 //! shapes and repeats must be known at import (constants or folded shape arithmetic);
 //! they are normalized here (Slice's clamped as the ONNX spec says), so the IR ops see
 //! in-range values only.
@@ -173,6 +174,77 @@ pub fn tile(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     }
     let x = cx.value(0)?;
     Ok(vec![Entry::Value(cx.emit(Op::Tile { repeats }, &[x])?)])
+}
+
+/// DepthToSpace and SpaceToDepth: blocks of `blocksize²` channels become `blocksize ×
+/// blocksize` pixels (or back). Each is what ONNX defines it as, a reshape to rank 6, a
+/// transpose and a reshape, so it is imported as exactly that: the IR's data movement
+/// ops compute it, and no kernel of its own is needed. `DCR` (depth, column, row: the
+/// default) and `CRD` say how a channel index splits into the block's row and column.
+pub fn depth_space(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&["blocksize", "mode"])?;
+    let to_space = cx.node.op_type() == "DepthToSpace";
+    let dims = cx.dims(0)?;
+    let &[n, c, h, w] = dims.as_slice() else {
+        return Err(cx.err(
+            "onnx-bad-model",
+            format!("input of shape {dims:?} must be 4-D [N, C, H, W]"),
+        ));
+    };
+    let b = cx
+        .attr_int("blocksize")?
+        .ok_or_else(|| cx.bad_attr("blocksize", "is required"))?;
+    let mode = cx.attr_string("mode")?.unwrap_or_else(|| "DCR".into());
+    let crd = match mode.as_str() {
+        "DCR" => false,
+        "CRD" => true,
+        other => return Err(cx.bad_attr("mode", format!("'{other}' is not DCR or CRD"))),
+    };
+    if !(1..=i32::MAX as i64).contains(&b) {
+        return Err(cx.bad_attr("blocksize", format!("{b} must be positive")));
+    }
+    let b = b as usize;
+    let (shape, perm, result) = if to_space {
+        if !c.is_multiple_of(b * b) {
+            return Err(cx.bad_attr(
+                "blocksize",
+                format!("{b} squared must divide the input's {c} channels"),
+            ));
+        }
+        let cb = c / (b * b);
+        if crd {
+            (
+                vec![n, cb, b, b, h, w],
+                vec![0, 1, 4, 2, 5, 3],
+                vec![n, cb, h * b, w * b],
+            )
+        } else {
+            (
+                vec![n, b, b, cb, h, w],
+                vec![0, 3, 4, 1, 5, 2],
+                vec![n, cb, h * b, w * b],
+            )
+        }
+    } else {
+        if !h.is_multiple_of(b) || !w.is_multiple_of(b) {
+            return Err(cx.bad_attr(
+                "blocksize",
+                format!("{b} must divide the input's height {h} and width {w}"),
+            ));
+        }
+        let (hb, wb) = (h / b, w / b);
+        let perm = if crd {
+            vec![0, 1, 3, 5, 2, 4]
+        } else {
+            vec![0, 3, 5, 1, 2, 4]
+        };
+        (vec![n, c, hb, b, wb, b], perm, vec![n, c * b * b, hb, wb])
+    };
+    let x = cx.value(0)?;
+    let split = cx.reshape(x, shape)?;
+    let moved = cx.emit(Op::Transpose { perm }, &[split])?;
+    let y = cx.reshape(moved, result)?;
+    Ok(vec![Entry::Value(y)])
 }
 
 #[cfg(test)]

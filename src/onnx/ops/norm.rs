@@ -1,7 +1,8 @@
-//! Normalizations: BatchNormalization (inference form) and LayerNormalization.
+//! Normalizations: BatchNormalization (inference form) and LayerNormalization as IR
+//! ops; InstanceNormalization and LRN as compositions of IR ops.
 
-use smelt_ir::op::Op;
-use smelt_ir::{Diagnostic, F32};
+use smelt_ir::op::{BinaryOp, Op, Pool2dAttrs, ReduceAttrs, Reduction, UnaryOp};
+use smelt_ir::{Diagnostic, Layout, Value, F32};
 
 use crate::onnx::context::{Entry, NodeCtx};
 
@@ -86,4 +87,122 @@ pub fn layer_norm(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
 fn strip_leading_ones(dims: &[usize]) -> &[usize] {
     let first = dims.iter().position(|&d| d != 1).unwrap_or(dims.len());
     &dims[first..]
+}
+
+/// InstanceNormalization: `scale[c] * (x - mean) / sqrt(var + epsilon) + bias[c]` with
+/// mean and variance over the spatial axes of each (image, channel). Composed of
+/// `reduce_mean`, `sub`, `mul`, `add`, `sqrt` and `div` rather than an op of its own:
+/// the variance is taken of the centred values (two passes, as the interpreter's
+/// `layer_norm` does), which keeps it as exact as one op would be (well inside 1e-5
+/// relative against onnxruntime), and every piece already has a kernel.
+pub fn instance_norm(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&["epsilon"])?;
+    let dims = cx.dims(0)?;
+    if dims.len() < 3 {
+        return Err(cx.err(
+            "onnx-bad-model",
+            format!("input of shape {dims:?} must be [N, C, D1, ...] with a spatial axis"),
+        ));
+    }
+    let c = dims[1];
+    let epsilon = cx.attr_float_or("epsilon", 1e-5)?;
+    let per_channel = |cx: &mut NodeCtx, i: usize, what: &str| -> Result<Value, Diagnostic> {
+        let d = cx.dims(i)?;
+        if d != [c] {
+            return Err(cx.err(
+                "onnx-bad-model",
+                format!("{what} of shape {d:?} must be [{c}], one per input channel"),
+            ));
+        }
+        let mut shape = vec![c];
+        shape.resize(dims.len() - 1, 1);
+        cx.reshaped_input(i, shape)
+    };
+    let scale = per_channel(cx, 1, "scale")?;
+    let bias = per_channel(cx, 2, "bias")?;
+    let x = cx.value(0)?;
+    let spatial = ReduceAttrs {
+        axes: (2..dims.len()).collect(),
+        keep_dims: true,
+    };
+    let mean = cx.emit(Op::Reduce(Reduction::Mean, spatial.clone()), &[x])?;
+    let centred = cx.emit(Op::Binary(BinaryOp::Sub), &[x, mean])?;
+    let square = cx.emit(Op::Binary(BinaryOp::Mul), &[centred, centred])?;
+    let var = cx.emit(Op::Reduce(Reduction::Mean, spatial), &[square])?;
+    let eps = cx.scalar(epsilon)?;
+    let var = cx.emit(Op::Binary(BinaryOp::Add), &[var, eps])?;
+    let std = cx.emit(Op::Unary(UnaryOp::Sqrt), &[var])?;
+    let normal = cx.emit(Op::Binary(BinaryOp::Div), &[centred, std])?;
+    let scaled = cx.emit(Op::Binary(BinaryOp::Mul), &[normal, scale])?;
+    let y = cx.emit(Op::Binary(BinaryOp::Add), &[scaled, bias])?;
+    Ok(vec![Entry::Value(y)])
+}
+
+/// LRN: `x / (bias + alpha / size * sum of x² over the channel window)^beta`, the
+/// window running from `c - (size - 1) / 2` to `c + size / 2`. Composed rather than an op
+/// of its own: the window sum is an `avg_pool2d` with `count_include_pad` over the
+/// channels laid out as rows (`[N, 1, C, rest]`, a `size × 1` window padded by the
+/// window's halves), so `alpha * avg` is `alpha / size * sum` exactly as ONNX scales it;
+/// the power of the (positive) denominator is `exp(-beta * log(d))`. Each step is
+/// correctly rounded or nearly (log and exp to a few ulps), so the result is within
+/// 1e-5 relative of onnxruntime's.
+pub fn lrn(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&["alpha", "beta", "bias", "size"])?;
+    let dims = cx.dims(0)?;
+    if dims.len() < 3 {
+        return Err(cx.err(
+            "onnx-bad-model",
+            format!("input of shape {dims:?} must be [N, C, D1, ...] with a spatial axis"),
+        ));
+    }
+    let size = cx
+        .attr_int("size")?
+        .ok_or_else(|| cx.bad_attr("size", "is required"))?;
+    if !(1..=i32::MAX as i64).contains(&size) {
+        return Err(cx.bad_attr("size", format!("{size} must be positive")));
+    }
+    let size = size as usize;
+    let alpha = cx.attr_float_or("alpha", 1e-4)?;
+    let beta = cx.attr_float_or("beta", 0.75)?;
+    let bias = cx.attr_float_or("bias", 1.0)?;
+    if bias.is_nan() || bias <= 0.0 || !alpha.is_finite() || alpha < 0.0 || !beta.is_finite() {
+        return Err(cx.err(
+            "onnx-unsupported-attribute",
+            format!(
+                "bias {bias}, alpha {alpha}, beta {beta}: smelt computes LRN for a positive \
+                 bias, a non-negative alpha and a finite beta (so the base of the power is positive)"
+            ),
+        ));
+    }
+    let (n, c) = (dims[0], dims[1]);
+    let rest: usize = dims[2..].iter().product();
+    let x = cx.value(0)?;
+    let square = cx.emit(Op::Binary(BinaryOp::Mul), &[x, x])?;
+    let rows = cx.reshape(square, vec![n, 1, c, rest])?;
+    let window = Pool2dAttrs {
+        kernel: [size, 1],
+        strides: [1, 1],
+        pads: [(size - 1) / 2, 0, size / 2, 0],
+        dilations: [1, 1],
+        ceil_mode: false,
+        layout: Layout::RowMajor,
+    };
+    let avg = cx.emit(
+        Op::AvgPool2d {
+            pool: window,
+            count_include_pad: true,
+        },
+        &[rows],
+    )?;
+    let avg = cx.reshape(avg, dims.clone())?;
+    let alpha = cx.scalar(alpha)?;
+    let scaled = cx.emit(Op::Binary(BinaryOp::Mul), &[avg, alpha])?;
+    let bias = cx.scalar(bias)?;
+    let base = cx.emit(Op::Binary(BinaryOp::Add), &[scaled, bias])?;
+    let log = cx.emit(Op::Unary(UnaryOp::Log), &[base])?;
+    let minus_beta = cx.scalar(-beta)?;
+    let exponent = cx.emit(Op::Binary(BinaryOp::Mul), &[log, minus_beta])?;
+    let factor = cx.emit(Op::Unary(UnaryOp::Exp), &[exponent])?;
+    let y = cx.emit(Op::Binary(BinaryOp::Mul), &[x, factor])?;
+    Ok(vec![Entry::Value(y)])
 }

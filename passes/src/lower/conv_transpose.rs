@@ -1,0 +1,472 @@
+//! Lowering of `conv_transpose2d` as a gather by output phase: each output pixel sums,
+//! over the taps whose stride grid lands on it, `x · w` across its group's input
+//! channels, in registers, and is stored once — no read-modify-write of the output.
+//!
+//! Why phases: output row `y` (row `yf = y + pad_top` of the uncropped result) takes tap
+//! `ky` exactly when `yf − ky·dh` is a multiple of the stride, from input row
+//! `(yf − ky·dh) / sh`. Writing `yf = sh·q + r`, the taps that land are fixed per residue
+//! `r` (a phase) and their input row is `q + t` for a per-tap constant `t` — affine in `q`.
+//! Each phase's `q` range is split where a tap's input row enters or leaves the image, so
+//! every piece has one tap set and constant loop bounds: all addresses are affine, no
+//! guards or run-time indices, and `Kernel::check` proves every access. Rows and columns
+//! no tap reaches (output padding, strides past the kernel) get the bias alone.
+//!
+//! Vectors: the weights are first repacked to `[group][ky][kx][c][o]` (a small copy
+//! kernel, since they may be computed at run time), so 4 consecutive output channels of
+//! one tap and input channel are one vector load; a tile of up to 4 such vectors (16
+//! channels) shares each input value's broadcast. The accumulated lanes are stored one by
+//! one, as output channels are a plane apart. Output channels past the last whole vector
+//! run as scalars in a second kernel. Parallel over channel vectors (or groups).
+
+use smelt_ir::loops::{Access, Affine, BufId, Expr, KernelBuilder, LoopVar, Width};
+use smelt_ir::op::ConvTranspose2dAttrs;
+use smelt_ir::{Diagnostic, Layout, TensorType, Value};
+
+use super::elementwise::{dims_name, Epilogue};
+use super::{BufferId, Cx};
+
+/// Input channels per step of the reduction loop, when they divide evenly.
+const UNROLL: usize = 4;
+
+/// The geometry of one transposed convolution, in elements.
+struct Geometry {
+    n: usize,
+    c: usize,
+    h: usize,
+    w: usize,
+    /// Output channels.
+    o: usize,
+    /// Output channels per group.
+    og: usize,
+    /// Input channels per group.
+    cg: usize,
+    groups: usize,
+    kh: usize,
+    kw: usize,
+    /// The result's rows and columns.
+    out: [usize; 2],
+}
+
+/// A run of `q` (see the module doc) over which the same taps land.
+struct Piece {
+    /// First `q`.
+    start: i64,
+    /// Exclusive end.
+    end: i64,
+    /// The taps that land: kernel index and input offset `t` (input position `q + t`).
+    taps: Vec<(i64, i64)>,
+}
+
+/// One residue of the uncropped coordinate modulo the stride, along one axis.
+struct Phase {
+    /// Output coordinate of `q = 0`: `r − pad_begin` (possibly negative).
+    origin: i64,
+    pieces: Vec<Piece>,
+}
+
+/// The phases along one axis: `out_len` outputs after `pad` cropped ones, `input`
+/// positions, `k` taps `dil` apart, stride `s`.
+fn phases(out_len: usize, pad: usize, s: usize, dil: usize, k: usize, input: usize) -> Vec<Phase> {
+    let (out_len, pad, s, dil, input) = (
+        out_len as i64,
+        pad as i64,
+        s as i64,
+        dil as i64,
+        input as i64,
+    );
+    let mut result = Vec::new();
+    for r in 0..s {
+        // pad <= s*q + r < pad + out_len
+        let q_lo = (pad - r + s - 1).div_euclid(s);
+        let q_hi = (pad + out_len - r + s - 1).div_euclid(s);
+        if q_lo >= q_hi {
+            continue;
+        }
+        let taps: Vec<(i64, i64)> = (0..k as i64)
+            .filter(|&kk| (r - kk * dil).rem_euclid(s) == 0)
+            .map(|kk| (kk, (r - kk * dil).div_euclid(s)))
+            .collect();
+        let mut cuts = vec![q_lo, q_hi];
+        for &(_, t) in &taps {
+            cuts.extend([-t, input - t].map(|c| c.clamp(q_lo, q_hi)));
+        }
+        cuts.sort_unstable();
+        cuts.dedup();
+        let pieces = cuts
+            .windows(2)
+            .map(|w| Piece {
+                start: w[0],
+                end: w[1],
+                // constant over the piece: check its first q
+                taps: taps
+                    .iter()
+                    .copied()
+                    .filter(|&(_, t)| (0..input).contains(&(w[0] + t)))
+                    .collect(),
+            })
+            .collect();
+        result.push(Phase {
+            origin: r - pad,
+            pieces,
+        });
+    }
+    result
+}
+
+/// `conv_transpose2d(x, w, bias?)`; post-ops never reach it (it is no fusion anchor).
+pub(crate) fn lower_conv_transpose2d(
+    cx: &mut Cx,
+    a: &ConvTranspose2dAttrs,
+    operands: &[Value],
+    out_ty: &TensorType,
+    epi: Epilogue,
+    out: BufferId,
+) -> Result<(), Diagnostic> {
+    let xt = cx.func.type_of(operands[0]).clone();
+    let wt = cx.func.type_of(operands[1]).clone();
+    if [&xt, &wt, out_ty]
+        .iter()
+        .any(|t| t.layout != Layout::RowMajor)
+    {
+        return Err(cx.unsupported("conv_transpose2d on channel blocks"));
+    }
+    if !epi.is_empty() {
+        return Err(cx.unsupported("post-ops on a conv_transpose2d (it anchors no fusion)"));
+    }
+    let [n, c, h, w] = [xt.dims[0], xt.dims[1], xt.dims[2], xt.dims[3]];
+    let g = Geometry {
+        n,
+        c,
+        h,
+        w,
+        o: out_ty.dims[1],
+        og: wt.dims[1],
+        cg: c / a.groups,
+        groups: a.groups,
+        kh: wt.dims[2],
+        kw: wt.dims[3],
+        out: [out_ty.dims[2], out_ty.dims[3]],
+    };
+    let packed = pack_weights(cx, &g, cx.buf(operands[1]))?;
+    let whole = g.og / 4 * 4;
+    if whole > 0 {
+        gather(cx, a, &g, operands, packed, 4, 0..whole, out)?;
+    }
+    if whole < g.og {
+        gather(cx, a, &g, operands, packed, 1, whole..g.og, out)?;
+    }
+    Ok(())
+}
+
+/// `packed[((g*KH + ky)*KW + kx)*Cg + c][o] = w[g*Cg + c][o][ky][kx]`: output channels
+/// innermost, so a tap's channels are consecutive.
+fn pack_weights(cx: &mut Cx, g: &Geometry, w: BufferId) -> Result<BufferId, Diagnostic> {
+    let len = g.c * g.og * g.kh * g.kw;
+    let packed = cx.temp("conv_transpose_weights", len);
+    let mut b = KernelBuilder::new(&format!(
+        "conv_transpose2d_pack_{}",
+        dims_name(&[g.c, g.og, g.kh, g.kw])
+    ));
+    let wa = b.arg("w", cx.len_of(w), Access::Read);
+    let pa = b.arg("packed", len, Access::Write);
+    let s1 = Width::Scalar;
+    b.for_loop(0, g.groups as i64, 1, |b, gi| {
+        b.for_loop(0, g.cg as i64, 1, |b, ci| {
+            let ch = Affine::var(gi).scale(g.cg as i64).add(&Affine::var(ci));
+            b.for_loop(0, g.og as i64, 1, |b, o| {
+                b.for_loop(0, g.kh as i64, 1, |b, ky| {
+                    b.for_loop(0, g.kw as i64, 1, |b, kx| {
+                        let (o, ky, kx) = (Affine::var(o), Affine::var(ky), Affine::var(kx));
+                        let src = ch
+                            .scale(g.og as i64)
+                            .add(&o)
+                            .scale((g.kh * g.kw) as i64)
+                            .add(&ky.scale(g.kw as i64))
+                            .add(&kx);
+                        let tap = Affine::var(gi)
+                            .scale(g.kh as i64)
+                            .add(&ky)
+                            .scale(g.kw as i64)
+                            .add(&kx);
+                        let dst = tap
+                            .scale(g.cg as i64)
+                            .add(&Affine::var(ci))
+                            .scale(g.og as i64)
+                            .add(&o);
+                        b.store(pa, dst, Expr::load(wa, src, s1), s1);
+                    });
+                });
+            });
+        });
+    });
+    cx.step(b.finish(), vec![w, packed])?;
+    Ok(packed)
+}
+
+/// The buffers a gather kernel reads and writes.
+struct Args {
+    x: BufId,
+    w: BufId,
+    bias: Option<BufId>,
+    out: BufId,
+}
+
+/// The gather kernel for the output channels `channels` of every group, `lanes` (4 or 1)
+/// channels per vector, tiles of up to 4 vectors.
+#[allow(clippy::too_many_arguments)]
+fn gather(
+    cx: &mut Cx,
+    a: &ConvTranspose2dAttrs,
+    g: &Geometry,
+    operands: &[Value],
+    packed: BufferId,
+    lanes: usize,
+    channels: std::ops::Range<usize>,
+    out: BufferId,
+) -> Result<(), Diagnostic> {
+    let (x, bias) = (cx.buf(operands[0]), operands.get(2).map(|&v| cx.buf(v)));
+    let [oh, ow] = g.out;
+    let rows = phases(oh, a.pads[0], a.strides[0], a.dilations[0], g.kh, g.h);
+    let cols = phases(ow, a.pads[1], a.strides[1], a.dilations[1], g.kw, g.w);
+    let count = channels.len();
+    let vectors = count / lanes;
+    // vectors per tile: 4 when they divide evenly, else 1
+    let tile = if vectors.is_multiple_of(4) { 4 } else { 1 };
+    let mut b = KernelBuilder::new(&format!(
+        "conv_transpose2d_{}_o{}_g{}_k{}x{}_s{}x{}_d{}x{}_p{}x{}_c{}x{lanes}{}",
+        dims_name(&[g.n, g.c, g.h, g.w]),
+        g.o,
+        g.groups,
+        g.kh,
+        g.kw,
+        a.strides[0],
+        a.strides[1],
+        a.dilations[0],
+        a.dilations[1],
+        a.pads[0],
+        a.pads[1],
+        channels.start,
+        if bias.is_some() { "_bias" } else { "" },
+    ));
+    let mut args = vec![x, packed];
+    let bufs = Args {
+        x: b.arg("x", cx.len_of(x), Access::Read),
+        w: b.arg("w", cx.len_of(packed), Access::Read),
+        bias: bias.map(|bb| {
+            args.push(bb);
+            b.arg("bias", cx.len_of(bb), Access::Read)
+        }),
+        out: b.arg("out", cx.len_of(out), Access::Write),
+    };
+    args.push(out);
+    let tiles = (vectors / tile) as i64;
+    let first = channels.start as i64;
+    let step = (tile * lanes) as i64;
+    // one tile of output channels `o0 + ...` of group `gi`
+    let body = |b: &mut KernelBuilder, t: LoopVar, gi: LoopVar| {
+        let o0 = Affine::var(t).scale(step).plus(first);
+        b.for_loop(0, g.n as i64, 1, |b, ni| {
+            let ctx = Tile {
+                g,
+                bufs: &bufs,
+                lanes,
+                tile,
+                gi: Affine::var(gi),
+                o0: o0.clone(),
+                ni: Affine::var(ni),
+            };
+            for ry in &rows {
+                for py in &ry.pieces {
+                    b.for_loop(py.start, py.end, 1, |b, qy| {
+                        for rx in &cols {
+                            for px in &rx.pieces {
+                                // runs of `span` pixels share each weight load (channels
+                                // in lanes) or fill a vector (one channel, pixels in lanes)
+                                let span = if lanes == 4 { 2 } else { 4 };
+                                let len = px.end - px.start;
+                                let runs_end = px.start + len / span * span;
+                                for (from, to, n) in
+                                    [(px.start, runs_end, span), (runs_end, px.end, 1)]
+                                {
+                                    b.for_loop(from, to, n, |b, qx| {
+                                        let qx = Affine::var(qx);
+                                        ctx.pixels(
+                                            b,
+                                            (ry, py, qy),
+                                            (rx, px, qx),
+                                            n as usize,
+                                            a.strides,
+                                        );
+                                    });
+                                }
+                            }
+                        }
+                    });
+                }
+            }
+        });
+    };
+    b.set_parallel();
+    if tiles as usize >= g.groups {
+        b.for_loop(0, tiles, 1, |b, t| {
+            b.for_loop(0, g.groups as i64, 1, |b, gi| body(b, t, gi));
+        });
+    } else {
+        b.for_loop(0, g.groups as i64, 1, |b, gi| {
+            b.for_loop(0, tiles, 1, |b, t| body(b, t, gi));
+        });
+    }
+    cx.step(b.finish(), args)
+}
+
+/// One tile of output channels of one image, for [`Tile::pixel`].
+struct Tile<'a> {
+    g: &'a Geometry,
+    bufs: &'a Args,
+    /// Channels per vector.
+    lanes: usize,
+    /// Vectors per tile.
+    tile: usize,
+    /// The group.
+    gi: Affine,
+    /// The tile's first output channel within the group.
+    o0: Affine,
+    /// The image.
+    ni: Affine,
+}
+
+impl Tile<'_> {
+    /// Output pixels `(s*qy + origin_y, s*(qx + p) + origin_x)` for `p < span`: the bias
+    /// (or zero), plus every landing tap's `x · w` over the group's input channels,
+    /// stored lane by lane. With channels in lanes (`lanes` 4) each pixel has its own
+    /// accumulators and they share the weight vectors; with one channel (`lanes` 1) a
+    /// span of 4 holds the 4 pixels in one vector, their inputs one vector load.
+    fn pixels(
+        &self,
+        b: &mut KernelBuilder,
+        (ry, py, qy): (&Phase, &Piece, LoopVar),
+        (rx, px, qx): (&Phase, &Piece, Affine),
+        span: usize,
+        strides: [usize; 2],
+    ) {
+        let g = self.g;
+        let pixels_in_lanes = self.lanes == 1 && span == 4;
+        let wd = if self.lanes == 4 || pixels_in_lanes {
+            Width::F32x4
+        } else {
+            Width::Scalar
+        };
+        // accumulators per pixel group (one group when pixels are in lanes)
+        let groups = if pixels_in_lanes { 1 } else { span };
+        let qy = Affine::var(qy);
+        let oc0 = self.gi.scale(g.og as i64).add(&self.o0);
+        let accs: Vec<Vec<_>> = (0..groups)
+            .map(|_| {
+                (0..self.tile)
+                    .map(|v| {
+                        let acc = b.var(wd);
+                        let channel = oc0.plus((v * self.lanes) as i64);
+                        let init = match self.bufs.bias {
+                            Some(bb) if pixels_in_lanes => {
+                                Expr::splat_to(Expr::load(bb, channel, Width::Scalar), wd)
+                            }
+                            Some(bb) => Expr::load(bb, channel, wd),
+                            None => Expr::constant(0.0, wd),
+                        };
+                        b.assign(acc, init);
+                        acc
+                    })
+                    .collect()
+            })
+            .collect();
+        for &(ky, ty) in &py.taps {
+            for &(kx, tx) in &px.taps {
+                // input channels unrolled by UNROLL where they divide evenly: the loop's
+                // own counting and branch were a large share of each step
+                let unroll = if g.cg.is_multiple_of(UNROLL) {
+                    UNROLL
+                } else {
+                    1
+                };
+                b.for_loop(0, g.cg as i64, unroll as i64, |b, ci| {
+                    for j in 0..unroll as i64 {
+                        let ci = Affine::var(ci).plus(j);
+                        let ch = self.gi.scale(g.cg as i64).add(&ci);
+                        let row_start = self
+                            .ni
+                            .scale(g.c as i64)
+                            .add(&ch)
+                            .scale(g.h as i64)
+                            .add(&qy.plus(ty))
+                            .scale(g.w as i64)
+                            .add(&qx.plus(tx));
+                        let tap = self
+                            .gi
+                            .scale(g.kh as i64)
+                            .plus(ky)
+                            .scale(g.kw as i64)
+                            .plus(kx);
+                        let row = tap.scale(g.cg as i64).add(&ci).scale(g.og as i64);
+                        let weights: Vec<Expr> = (0..self.tile)
+                            .map(|v| {
+                                let wi = row.add(&self.o0).plus((v * self.lanes) as i64);
+                                if pixels_in_lanes {
+                                    let w1 = b.let_(
+                                        Expr::load(self.bufs.w, wi, Width::Scalar),
+                                        Width::Scalar,
+                                    );
+                                    b.let_(Expr::splat_to(w1, wd), wd)
+                                } else {
+                                    b.let_(Expr::load(self.bufs.w, wi, wd), wd)
+                                }
+                            })
+                            .collect();
+                        for (p, group) in accs.iter().enumerate() {
+                            let xv = if pixels_in_lanes {
+                                b.let_(Expr::load(self.bufs.x, row_start.clone(), wd), wd)
+                            } else {
+                                let at = row_start.plus(p as i64);
+                                let x1 = b.let_(
+                                    Expr::load(self.bufs.x, at, Width::Scalar),
+                                    Width::Scalar,
+                                );
+                                b.let_(Expr::splat_to(x1, wd), wd)
+                            };
+                            for (&acc, wv) in group.iter().zip(&weights) {
+                                b.assign(acc, Expr::fma(xv.clone(), wv.clone(), Expr::Var(acc)));
+                            }
+                        }
+                    }
+                });
+            }
+        }
+        let [oh, ow] = g.out;
+        let y = qy.scale(strides[0] as i64).plus(ry.origin);
+        for (p, group) in accs.iter().enumerate() {
+            for (v, &acc) in group.iter().enumerate() {
+                for l in 0..wd.lanes() {
+                    // lane l is channel l (channels in lanes) or pixel l (pixels in lanes)
+                    let (pixel, channel) = if pixels_in_lanes { (l, 0) } else { (p, l) };
+                    let x = qx
+                        .plus(pixel as i64)
+                        .scale(strides[1] as i64)
+                        .plus(rx.origin);
+                    let oc = oc0.plus((v * self.lanes + channel) as i64);
+                    let at = self
+                        .ni
+                        .scale(g.o as i64)
+                        .add(&oc)
+                        .scale((oh * ow) as i64)
+                        .add(&y.scale(ow as i64))
+                        .add(&x);
+                    let value = if wd.lanes() == 4 {
+                        Expr::lane(Expr::Var(acc), l as u8)
+                    } else {
+                        Expr::Var(acc)
+                    };
+                    b.store(self.bufs.out, at, value, Width::Scalar);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! Exporter-style models of the ops real detectors and classic classifiers need, through
+//! `smelt run` (the fused JIT) and `smelt verify` (every stage against the interpreter),
+//! against onnxruntime: a DBNet-style probability head that upsamples by two stride-2
+//! ConvTransposes between BatchNorms and Relus, and a classic stem with a SAME_UPPER
+//! strided Conv, a ceil-mode MaxPool, LRN, InstanceNormalization, a Pow by 1.5 and a
+//! DepthToSpace pixel shuffle.
+//!
+//! Data: `scripts/make_upsampling_models.py` writes it to `target/onnx-tests/upsampling`;
+//! this test runs it through `$SMELT_PYTHON` (set by `scripts/test.sh`) when it is missing.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use smelt::ir::{ErrorStats, Tensor};
+
+/// Gate on FACTS.md's relative error: max |got − ref| / max |ref|.
+const MAX_RELATIVE: f64 = 1e-5;
+
+fn data_dir() -> PathBuf {
+    static DATA: OnceLock<PathBuf> = OnceLock::new();
+    DATA.get_or_init(|| {
+        common::generated_data(
+            "upsampling",
+            "make_upsampling_models.py",
+            "onnx 1.23.2 onnxruntime 1.32.0 upsampling 1",
+        )
+    })
+    .clone()
+}
+
+fn npy(path: &Path) -> Tensor {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    smelt::npy::decode(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Runs `model` on its `x.npy` with `smelt run`, compares output `output` with
+/// onnxruntime's, and checks every stage with `smelt verify`.
+fn matches_onnxruntime(model: &str, output: &str) {
+    let dir = data_dir().join(model);
+    let out = tempfile::tempdir().unwrap();
+    let model_path = dir.join("model.onnx");
+    let input = format!("x={}", dir.join("x.npy").display());
+    let o = common::smelt(&[
+        "run",
+        model_path.to_str().unwrap(),
+        "--input",
+        &input,
+        "--output-dir",
+        out.path().to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let got = npy(&out.path().join(format!("{output}.npy")));
+    let want = npy(&dir.join(format!("want_{output}.npy")));
+    let e = ErrorStats::between_tensors(&got, &want).unwrap();
+    println!(
+        "{model}: max abs {:.3e}, relative {:.3e} over {} values",
+        e.max_abs, e.relative, e.count
+    );
+    assert!(
+        e.relative <= MAX_RELATIVE,
+        "{model}: relative {:.3e}",
+        e.relative
+    );
+    let v = common::smelt(&["verify", model_path.to_str().unwrap()]);
+    assert!(
+        v.status.success() && common::stdout(&v).contains("PASS"),
+        "{}",
+        common::stdout(&v)
+    );
+}
+
+#[test]
+fn a_dbnet_head_upsampling_by_conv_transposes_matches_onnxruntime() {
+    matches_onnxruntime("dbnet_head", "prob");
+}
+
+#[test]
+fn a_classic_stem_with_lrn_instance_norm_pow_and_depth_to_space_matches_onnxruntime() {
+    matches_onnxruntime("classic_stem", "y");
+}
