@@ -1236,6 +1236,7 @@ fn compare(rule: &Rule, instance: &Instance, seed: u64, draw: &Draw) -> Comparis
         &module.weights,
         Vec::new(),
     ));
+    context.annotate(&mut egraph);
     let Ok(rewrites) = compile_rules(
         std::slice::from_ref(rule),
         &mut egraph.analysis.attrs,

@@ -325,6 +325,7 @@ pub fn fuse_func(
         weights,
         value_labels(func, weights),
     ));
+    context.annotate(&mut egraph);
     let rewrites = compile_rules(&rules, &mut egraph.analysis.attrs, &context).map_err(|m| {
         PassError::Internal {
             pass: "fusion",
