@@ -15,9 +15,11 @@ pub mod dot;
 pub mod explain;
 pub mod extract;
 pub mod lang;
+pub mod polynomial;
 pub mod prove;
 pub mod report;
 pub mod rules;
+pub mod smt;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
