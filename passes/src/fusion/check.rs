@@ -1114,7 +1114,6 @@ impl Planner {
                     },
                     AttrSpec::Any => kind.default_attrs()?,
                 };
-                let op = join_op(*kind, &attrs)?;
                 // Ops and already-typed variables first, so fresh variables see siblings.
                 let mut types: Vec<Option<TensorType>> = vec![None; children.len()];
                 for (i, c) in children.iter().enumerate() {
@@ -1134,6 +1133,16 @@ impl Planner {
                 }
                 let types: Vec<TensorType> = types.into_iter().collect::<Option<_>>()?;
                 let refs: Vec<&TensorType> = types.iter().collect();
+                // planning the operands may resolve the attributes (a depthwise conv's
+                // groups become its input's channel count): type the op with them
+                let resolved = match p {
+                    PatternExpr::Op {
+                        attrs: AttrSpec::Var(v),
+                        ..
+                    } => self.attrs.get(v).cloned().unwrap_or(attrs),
+                    PatternExpr::Op { .. } | PatternExpr::Var(_) => attrs,
+                };
+                let op = join_op(*kind, &resolved)?;
                 op.infer_type(&refs, &|_| None).ok()
             }
         }
