@@ -491,3 +491,54 @@ fn site_limit_keeps_the_first_sites_and_leaves_the_rest_unfused() {
     let (past, _) = run(Some(total + 3));
     assert_eq!(print(&past, &print_opts), print(&full, &print_opts));
 }
+
+/// Hard-swish written out after a conv, `y * clip(y + 3, 0, 6) / 6`, with no rule that
+/// recognizes it: absorbing each elementwise op into the conv would give two fused convs
+/// on the same operands (one ending in the clip, one in the division), which the roofline
+/// prices below one conv and four elementwise kernels. Extraction never repeats an anchor
+/// computation, so the conv runs once, whatever the sizes.
+#[test]
+fn unfused_hard_swish_after_a_conv_computes_the_conv_once() {
+    for (c, hw) in [(4, 8), (16, 16), (64, 28)] {
+        let o = c * 2;
+        let src = format!(
+            "const @w : tensor<{o}x{c}x3x3xf32> = random<seed = 1, min = -0.2, max = 0.2>\n\
+             const @three : tensor<f32> = dense<3.0>\n\
+             const @six : tensor<f32> = dense<6.0>\n\
+             func @main(%x: tensor<1x{c}x{hw}x{hw}xf32>) -> tensor<1x{o}x{hw}x{hw}xf32> {{\n  \
+             %w = const @w : tensor<{o}x{c}x3x3xf32>\n  \
+             %y = conv2d %x, %w {{pads = [1, 1, 1, 1]}} : tensor<1x{o}x{hw}x{hw}xf32>\n  \
+             %t = const @three : tensor<f32>\n  \
+             %a = add %y, %t : tensor<1x{o}x{hw}x{hw}xf32>\n  \
+             %k = clip %a {{min = 0.0, max = 6.0}} : tensor<1x{o}x{hw}x{hw}xf32>\n  \
+             %m = mul %y, %k : tensor<1x{o}x{hw}x{hw}xf32>\n  \
+             %s = const @six : tensor<f32>\n  \
+             %r = div %m, %s : tensor<1x{o}x{hw}x{hw}xf32>\n  \
+             return %r : tensor<1x{o}x{hw}x{hw}xf32>\n}}\n"
+        );
+        let module = smelt_ir::text::parse(&src, "hard_swish.tir").expect("parses");
+        let rules = builtin_rules();
+        assert!(
+            !rules.iter().any(|r| r.name.contains("hard-swish")),
+            "the case is about a hard-swish no rule recognizes"
+        );
+        let (after, _) = optimize(&module);
+        let convs = after
+            .entry()
+            .expect("entry")
+            .insts
+            .iter()
+            .filter(|i| match &i.op {
+                smelt_ir::Op::Fused(f) => matches!(*f.anchor, smelt_ir::Op::Conv2d(_)),
+                op => matches!(op, smelt_ir::Op::Conv2d(_)),
+            })
+            .count();
+        assert_eq!(
+            convs,
+            1,
+            "C{c} {hw}x{hw}: the conv is computed {convs} times:\n{}",
+            print(&after, &PrintOptions::default())
+        );
+        check_numerics("hard_swish", &module, &after);
+    }
+}

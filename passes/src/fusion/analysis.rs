@@ -24,6 +24,34 @@ pub struct ClassData {
     pub attr: Option<AttrId>,
     /// The weight, for a class holding a weight leaf.
     pub weight: Option<WeightId>,
+    /// What the input function says about the values in this class (guards read it).
+    pub inputs: InputFacts,
+}
+
+/// The input function's values merged into a class, summarized so a guard reads them in
+/// constant time instead of scanning every value: written once per value before
+/// saturation ([`super::apply::GuardContext::annotate`]) and combined on every union.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InputFacts {
+    /// The most consumers any input value in the class has (`None`: no input value).
+    pub consumers: Option<usize>,
+    /// The index of the earliest input value in the class that the user named.
+    pub label: Option<usize>,
+}
+
+impl InputFacts {
+    /// Both classes' facts together: the larger consumer count, the earlier label.
+    pub fn union(self, other: InputFacts) -> InputFacts {
+        let earlier = |a: Option<usize>, b: Option<usize>| match (a, b) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (x, None) => x,
+            (None, y) => y,
+        };
+        InputFacts {
+            consumers: self.consumers.max(other.consumers),
+            label: earlier(self.label, other.label),
+        }
+    }
 }
 
 /// Which input instructions and rules an e-node stands for.
@@ -169,18 +197,21 @@ impl Analysis<TensorNode> for FusionAnalysis {
                 is_const: true,
                 attr: Some(*a),
                 weight: None,
+                inputs: InputFacts::default(),
             },
             TensorNode::Param(p) => ClassData {
                 ty: egraph.analysis.param_types.get(*p as usize).cloned(),
                 is_const: false,
                 attr: None,
                 weight: None,
+                inputs: InputFacts::default(),
             },
             TensorNode::Weight(w) => ClassData {
                 ty: egraph.analysis.weight_types.get(w.0 as usize).cloned(),
                 is_const: true,
                 attr: None,
                 weight: Some(*w),
+                inputs: InputFacts::default(),
             },
             TensorNode::Op(_, children) => {
                 let operands = &children[1.min(children.len())..];
@@ -202,6 +233,7 @@ impl Analysis<TensorNode> for FusionAnalysis {
                     is_const,
                     attr: None,
                     weight: None,
+                    inputs: InputFacts::default(),
                 }
             }
         }
@@ -242,6 +274,10 @@ impl Analysis<TensorNode> for FusionAnalysis {
             (Some(x), Some(y)) if x < y => b_changed = true,
             _ => {}
         }
+        let inputs = a.inputs.union(b.inputs);
+        a_changed |= inputs != a.inputs;
+        b_changed |= inputs != b.inputs;
+        a.inputs = inputs;
         DidMerge(a_changed, b_changed)
     }
 }

@@ -11,7 +11,7 @@ use smelt_ir::op::{broadcast, FusedOp, Op};
 use smelt_ir::types::{DType, Layout, TensorType};
 use smelt_ir::weights::{AlignedBuf, WeightStore};
 
-use super::analysis::{FusionAnalysis, FusionGraph, Outcome, Provenance, RuleEvent};
+use super::analysis::{FusionAnalysis, FusionGraph, InputFacts, Outcome, Provenance, RuleEvent};
 use super::attr_match::{compare, has_float_fields, AttrMatch};
 use super::lang::{join_op, split_op, AttrTable, Attrs, OpKind, TensorNode};
 use super::rules::{post_op_of, AttrSpec, GuardArg, GuardKind, PatternExpr, Rule, RuleAction};
@@ -65,25 +65,34 @@ impl GuardContext {
         })
     }
 
+    /// Writes each input value's consumer count and label into its class's
+    /// [`InputFacts`], so [`GuardContext::consumers`] and [`GuardContext::describe`]
+    /// read them in constant time: the analysis keeps them through every union (a scan
+    /// of every value per guard message made a long chain of ops quadratic). Called
+    /// once on the freshly built e-graph, before saturation.
+    pub fn annotate(&self, egraph: &mut FusionGraph) {
+        for (index, (id, consumers)) in self.values.iter().enumerate() {
+            let named = self.labels.get(index).is_some_and(|l| !l.is_empty());
+            let facts = InputFacts {
+                consumers: Some(*consumers),
+                label: named.then_some(index),
+            };
+            let class = egraph.find(*id);
+            let data = &mut egraph[class].data;
+            data.inputs = data.inputs.union(facts);
+        }
+    }
+
     /// Consumers of the values in `class` (the largest count among the input values in it;
     /// `None` when no input value is in it).
     fn consumers(&self, egraph: &FusionGraph, class: Id) -> Option<usize> {
-        let class = egraph.find(class);
-        self.values
-            .iter()
-            .filter(|(id, _)| egraph.find(*id) == class)
-            .map(|(_, n)| *n)
-            .max()
+        egraph[class].data.inputs.consumers
     }
 
     /// The user's name of the earliest input value in `class`, if it has one.
     fn label(&self, egraph: &FusionGraph, class: Id) -> Option<&str> {
-        let class = egraph.find(class);
-        self.values
-            .iter()
-            .zip(&self.labels)
-            .find(|((id, _), label)| !label.is_empty() && egraph.find(*id) == class)
-            .map(|(_, label)| label.as_str())
+        let index = egraph[class].data.inputs.label?;
+        self.labels.get(index).map(String::as_str)
     }
 
     /// A short description of a class for guard reasons: its op, the user's name of the

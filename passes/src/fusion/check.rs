@@ -42,8 +42,10 @@ use super::analysis::{FusionAnalysis, Outcome};
 use super::apply::{compile_rules, GuardContext};
 use super::extract::CostTable;
 use super::lang::{join_op, Attrs, OpKind, TensorNode};
+use super::polynomial::{exact_check, ExactCheck};
 use super::prove::{prove_rule, Proof};
 use super::rules::{AttrSpec, GuardArg, GuardKind, PatternExpr, Rule, RuleAction};
+use super::smt::{prove_with_solver, SmtOptions};
 use super::{build, choose_with_forced, emit, input_nodes, Built, CostModel};
 
 /// How hard to try, and what counts as unsound.
@@ -58,8 +60,13 @@ pub struct CheckOptions {
     pub attempts: usize,
     /// Largest relative error (FACTS.md) of a sound rule.
     pub tolerance: f64,
-    /// The magnitude of the `large` stratum: values uniform in [-large, large].
+    /// The magnitude of the `large` stratum: values uniform in [-large, large]; also the
+    /// box of the solver's `proved within tol` query.
     pub large: f64,
+    /// Prove rules with the SMT solver ([`super::smt`]), each query within this many
+    /// milliseconds; `None` (the default, and the check where user rules load): never
+    /// start a solver process.
+    pub solver_timeout_ms: Option<u32>,
 }
 
 impl Default for CheckOptions {
@@ -70,6 +77,7 @@ impl Default for CheckOptions {
             attempts: 400,
             tolerance: 1e-4,
             large: 1e3,
+            solver_timeout_ms: None,
         }
     }
 }
@@ -249,23 +257,36 @@ pub struct RuleCheck {
     pub relative: f64,
     /// The worst instance in words (or why none was found, or the evaluation error).
     pub detail: String,
-    /// The exact proof attempt over the reals ([`super::prove`]).
+    /// The exact proof attempt over the reals ([`super::prove`], [`super::smt`]).
     pub proof: Proof,
+    /// The sampling ranges, in words (what a `sampled` verdict rests on).
+    pub ranges: String,
 }
 
 impl RuleCheck {
-    /// One line: verdict, rule, instances, errors, detail.
+    /// What `check-rules` calls the rule: `proved`, `proved within tol`, `by definition`,
+    /// `sampled` (sound on every sample, no proof), `refuted`, `UNTESTED` or `cyclic`.
+    pub fn status(&self) -> &'static str {
+        match (&self.verdict, &self.proof) {
+            (Verdict::Unsound, _) => "refuted",
+            (Verdict::Untested, _) => "UNTESTED",
+            (Verdict::Cyclic, _) => "cyclic",
+            (Verdict::Sound, Proof::Proved | Proof::ProvedAtPoints { .. }) => "proved",
+            (Verdict::Sound, Proof::ProvedWithin { .. }) => "proved within tol",
+            (Verdict::Sound, Proof::ByDefinition) => "by definition",
+            (Verdict::Sound, Proof::Differs { .. } | Proof::NotAttempted(_)) => "sampled",
+        }
+    }
+
+    /// One line: status, rule, instances, errors, detail.
     pub fn to_text(&self) -> String {
-        let verdict = match (&self.verdict, &self.proof) {
-            (Verdict::Sound, Proof::Proved) => "proved",
-            (v, _) => v.word(),
-        };
+        let status = self.status();
         // errors of zero over no instance would read as a perfect score
         let mut line = if self.instances == 0 {
-            format!("{verdict:<8} {}: no instance compared", self.rule)
+            format!("{status:<8} {}: no instance compared", self.rule)
         } else {
             format!(
-                "{verdict:<8} {}: {} instances, max abs error {:.3e}, relative {:.3e}",
+                "{status:<8} {}: {} instances, max abs error {:.3e}, relative {:.3e}",
                 self.rule, self.instances, self.max_abs, self.relative
             )
         };
@@ -276,16 +297,40 @@ impl RuleCheck {
             (Verdict::Sound | Verdict::Cyclic, Proof::Proved) => {
                 line.push_str("; an identity over the reals, f32 rounding as sampled")
             }
+            (Verdict::Sound | Verdict::Cyclic, Proof::ProvedAtPoints { points, shapes }) => line
+                .push_str(&format!(
+                    "; both sides equal in exact rational arithmetic at {points} random points \
+                     (Schwartz-Zippel: a false polynomial law would differ at almost every \
+                     point){shapes}"
+                )),
             (Verdict::Unsound, Proof::Proved) => {
                 line.push_str("; an identity over the reals: the difference is f32 rounding")
             }
+            (Verdict::Sound | Verdict::Cyclic, Proof::ProvedWithin { tolerance, bound }) => {
+                let over = if bound.is_finite() {
+                    format!("every variable in [-{bound:e}, {bound:e}]")
+                } else {
+                    "all real inputs".to_string()
+                };
+                line.push_str(&format!(
+                    "; not an identity, but |lhs - rhs| <= {tolerance:.0e} * max(1, |lhs|, |rhs|) \
+                     for {over} (an f32 value stands for an exact one)"
+                ))
+            }
+            (Verdict::Sound | Verdict::Cyclic, Proof::ByDefinition) => line.push_str(
+                "; an absorb rule: the fused op is defined as the anchor followed by its post-ops",
+            ),
             (Verdict::Sound | Verdict::Cyclic, Proof::Differs { witness, relative }) => line
                 .push_str(&format!(
-                    "; sampled only: not an identity over the reals (at {witness}, \
-                     relative {relative:.1e}, within the tolerance)"
+                    "; sampled over {}: not an identity over the reals (at {witness}, \
+                     relative {relative:.1e}, within the tolerance)",
+                    self.ranges
                 )),
-            (Verdict::Sound | Verdict::Cyclic, Proof::NotAttempted(why)) if !why.is_empty() => {
-                line.push_str(&format!("; sampled only: {why}"))
+            (Verdict::Sound | Verdict::Cyclic, Proof::NotAttempted(why)) => {
+                line.push_str(&format!("; sampled over {}", self.ranges));
+                if !why.is_empty() {
+                    line.push_str(&format!(": {why}"));
+                }
             }
             _ => {}
         }
@@ -303,7 +348,52 @@ pub fn check_rules(rules: &[Rule], options: &CheckOptions) -> Vec<RuleCheck> {
 /// beyond the tolerance refutes a rule the samples missed.
 pub fn check_rule(rule: &Rule, options: &CheckOptions) -> RuleCheck {
     let mut out = sample_rule(rule, options);
-    out.proof = prove_rule(rule);
+    out.ranges = Stratum::ALL
+        .iter()
+        .map(|s| s.describe(options))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let at_points = std::mem::replace(&mut out.proof, prove_rule(rule));
+    if let Proof::NotAttempted(why) = &out.proof {
+        // the exact one-variable prover declined: polynomial laws by exact evaluation
+        // (done beside the sampling), then the solver when the caller allows one
+        let mut proof = at_points;
+        if let (Proof::NotAttempted(_), Some(timeout_ms)) = (&proof, options.solver_timeout_ms) {
+            proof = prove_with_solver(
+                rule,
+                &SmtOptions {
+                    timeout_ms,
+                    bound: options.large,
+                    tolerance: options.tolerance,
+                },
+            );
+        }
+        out.proof = match proof {
+            Proof::NotAttempted(second) if options.solver_timeout_ms.is_none() => {
+                Proof::NotAttempted(format!("{why}; {second}"))
+            }
+            other => other,
+        };
+    }
+    if let (Proof::Differs { relative, .. }, Some(timeout_ms)) =
+        (&out.proof, options.solver_timeout_ms)
+    {
+        // not an identity, but maybe within the tolerance everywhere in the box: only the
+        // solver can say (the one-variable prover compares at a few points)
+        if *relative <= options.tolerance {
+            let within = prove_with_solver(
+                rule,
+                &SmtOptions {
+                    timeout_ms,
+                    bound: options.large,
+                    tolerance: options.tolerance,
+                },
+            );
+            if matches!(within, Proof::ProvedWithin { .. } | Proof::Differs { .. }) {
+                out.proof = within;
+            }
+        }
+    }
     if let (Verdict::Sound, Proof::Differs { witness, relative }) = (&out.verdict, &out.proof) {
         if relative.is_nan() || *relative > options.tolerance {
             out.verdict = Verdict::Unsound;
@@ -327,10 +417,12 @@ fn sample_rule(rule: &Rule, options: &CheckOptions) -> RuleCheck {
         relative: 0.0,
         detail: String::new(),
         proof: Proof::NotAttempted(String::new()),
+        ranges: String::new(),
     };
     let breaks = break_points(rule);
     let mut worst = -1.0f64;
     let mut cyclic = false;
+    let mut exact_tally = ExactTally::default();
     for (alt, lhs) in rule.lhs.iter().enumerate() {
         let mut found = 0;
         let mut misses = Misses::default();
@@ -375,7 +467,10 @@ fn sample_rule(rule: &Rule, options: &CheckOptions) -> RuleCheck {
                     diff,
                     cyclic: c,
                     example,
+                    exact,
+                    features,
                 } => {
+                    exact_tally.add(exact, &features);
                     found += 1;
                     cyclic |= c;
                     out.instances += 1;
@@ -409,6 +504,7 @@ fn sample_rule(rule: &Rule, options: &CheckOptions) -> RuleCheck {
             return out;
         }
     }
+    out.proof = exact_tally.proof();
     if cyclic {
         out.verdict = Verdict::Cyclic;
         out.detail = format!(
@@ -418,6 +514,77 @@ fn sample_rule(rule: &Rule, options: &CheckOptions) -> RuleCheck {
         );
     }
     out
+}
+
+/// The exact evaluations of a rule's instances ([`super::polynomial`]).
+#[derive(Default)]
+struct ExactTally {
+    /// Instances whose sides agreed exactly.
+    agreed: usize,
+    /// The first difference found.
+    differed: Option<(String, f64)>,
+    /// Why some instance could not be evaluated exactly (the first reason).
+    outside: Option<String>,
+    /// Instances with a padded, a strided, a grouped conv.
+    padded: usize,
+    strided: usize,
+    grouped: usize,
+}
+
+/// Fewer instances than this agreeing exactly prove nothing.
+const EXACT_POINTS: usize = 8;
+
+impl ExactTally {
+    fn add(&mut self, exact: ExactCheck, features: &ConvFeatures) {
+        match exact {
+            ExactCheck::Agreed => {
+                self.agreed += 1;
+                self.padded += usize::from(features.padded);
+                self.strided += usize::from(features.strided);
+                self.grouped += usize::from(features.grouped);
+            }
+            ExactCheck::Differed { witness, relative } => {
+                self.differed.get_or_insert((witness, relative));
+            }
+            ExactCheck::Outside(why) => {
+                self.outside.get_or_insert(why);
+            }
+        }
+    }
+
+    fn proof(self) -> Proof {
+        if let Some((witness, relative)) = self.differed {
+            return Proof::Differs { witness, relative };
+        }
+        if let Some(why) = self.outside {
+            return Proof::NotAttempted(why);
+        }
+        if self.agreed < EXACT_POINTS {
+            return Proof::NotAttempted(format!(
+                "only {} instances were evaluated exactly",
+                self.agreed
+            ));
+        }
+        let shapes = if self.padded + self.strided + self.grouped == 0 {
+            String::new()
+        } else {
+            format!(
+                "; convs padded in {}, strided in {}, grouped in {} of them",
+                self.padded, self.strided, self.grouped
+            )
+        };
+        Proof::ProvedAtPoints {
+            points: self.agreed,
+            shapes,
+        }
+    }
+}
+
+/// Which conv features an instance has.
+struct ConvFeatures {
+    padded: bool,
+    strided: bool,
+    grouped: bool,
 }
 
 /// Why attempts at instantiating a left-hand side found nothing to compare.
@@ -947,7 +1114,6 @@ impl Planner {
                     },
                     AttrSpec::Any => kind.default_attrs()?,
                 };
-                let op = join_op(*kind, &attrs)?;
                 // Ops and already-typed variables first, so fresh variables see siblings.
                 let mut types: Vec<Option<TensorType>> = vec![None; children.len()];
                 for (i, c) in children.iter().enumerate() {
@@ -967,6 +1133,16 @@ impl Planner {
                 }
                 let types: Vec<TensorType> = types.into_iter().collect::<Option<_>>()?;
                 let refs: Vec<&TensorType> = types.iter().collect();
+                // planning the operands may resolve the attributes (a depthwise conv's
+                // groups become its input's channel count): type the op with them
+                let resolved = match p {
+                    PatternExpr::Op {
+                        attrs: AttrSpec::Var(v),
+                        ..
+                    } => self.attrs.get(v).cloned().unwrap_or(attrs),
+                    PatternExpr::Op { .. } | PatternExpr::Var(_) => attrs,
+                };
+                let op = join_op(*kind, &resolved)?;
                 op.infer_type(&refs, &|_| None).ok()
             }
         }
@@ -1211,6 +1387,10 @@ enum Comparison {
         diff: Diff,
         cyclic: bool,
         example: String,
+        /// The same instance evaluated exactly at a random rational point.
+        exact: ExactCheck,
+        /// The instance's conv features.
+        features: ConvFeatures,
     },
     /// The right-hand side could not be built or evaluated.
     Failed(String),
@@ -1291,6 +1471,7 @@ fn compare(rule: &Rule, instance: &Instance, seed: u64, draw: &Draw) -> Comparis
         &module.weights,
         Vec::new(),
     ));
+    context.annotate(&mut egraph);
     let Ok(rewrites) = compile_rules(
         std::slice::from_ref(rule),
         &mut egraph.analysis.attrs,
@@ -1335,6 +1516,7 @@ fn compare(rule: &Rule, instance: &Instance, seed: u64, draw: &Draw) -> Comparis
     let inputs_nodes = input_nodes(&egraph, func, &value_class, &original);
     let want = want[0].f32s_row_major();
     let mut worst: Option<(Diff, bool, Vec<f32>)> = None;
+    let mut exact = ExactCheck::Agreed;
     for node in fired {
         let full: BTreeMap<Id, TensorNode> = BTreeMap::from([(root_class, node)]);
         let chosen = choose_with_forced(
@@ -1386,6 +1568,18 @@ fn compare(rule: &Rule, instance: &Instance, seed: u64, draw: &Draw) -> Comparis
             ));
         }
         let got = got[0].f32s_row_major();
+        // the worst exact finding over the nodes: a difference, else a reason, else agreed
+        let here = if cyclic {
+            ExactCheck::Outside("the right-hand side is evaluated as written".into())
+        } else {
+            exact_check(&module, &rhs_module, seed)
+        };
+        match (&exact, here) {
+            (ExactCheck::Differed { .. }, _) => {}
+            (_, d @ ExactCheck::Differed { .. }) => exact = d,
+            (ExactCheck::Outside(_), _) => {}
+            (_, here) => exact = here,
+        }
         let d = diff(&got, &want);
         if worst
             .as_ref()
@@ -1398,10 +1592,24 @@ fn compare(rule: &Rule, instance: &Instance, seed: u64, draw: &Draw) -> Comparis
         return Comparison::NotApplicable(Miss::NoMatch);
     };
     let example = counterexample(instance, &module, &inputs, d.worst, &got, &want);
+    let mut features = ConvFeatures {
+        padded: false,
+        strided: false,
+        grouped: false,
+    };
+    for inst in &module.funcs[0].insts {
+        if let Op::Conv2d(c) = &inst.op {
+            features.padded |= c.pads.iter().any(|p| *p > 0);
+            features.strided |= c.strides.iter().any(|s| *s > 1);
+            features.grouped |= c.groups > 1;
+        }
+    }
     Comparison::Compared {
         diff: d,
         cyclic,
         example,
+        exact,
+        features,
     }
 }
 

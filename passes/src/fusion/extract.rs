@@ -8,6 +8,14 @@
 //! program's own nodes, improve each by single-class changes while the DAG cost drops,
 //! keep the cheaper. Ties break by node order (deterministic: node ids come from the
 //! input in order). Every candidate is checked acyclic.
+//!
+//! Anchors (conv, gemm, matmul, norms, pools) are never computed twice: a graph that
+//! computes the same anchor on the same operands in two classes (a conv fused into two
+//! consumers with different post-ops) loses to any graph with fewer such duplicates,
+//! whatever the roofline says. The roofline prices a small conv by its bytes, so two
+//! fused convs reading the same input can look cheaper than one conv and a few
+//! elementwise kernels; but an anchor reduces over many inputs per output, and its
+//! real cost grows with its work, which duplicating doubles.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -18,12 +26,34 @@ use super::cost::CostModel;
 use super::lang::TensorNode;
 use smelt_ir::op::Op;
 
+/// What an anchor computes, fused or not: the anchor op and its own operand classes
+/// (post-op operands left out). Two nodes with the same key compute the same values.
+type AnchorKey = (Op, Vec<Id>);
+
 /// The usable nodes of every class with their own costs, sorted by node order.
 pub struct CostTable {
     /// Canonical class ids in increasing order.
     pub classes: Vec<Id>,
     /// For each class: (node, own cost).
     pub nodes: HashMap<Id, Vec<(TensorNode, f64)>>,
+    /// For each class, parallel to `nodes`: the anchor computation of each node computed
+    /// at run time (an anchor op, or a fused op's anchor), `None` for other nodes.
+    anchors: HashMap<Id, Vec<Option<AnchorKey>>>,
+}
+
+/// The anchor computation `node` performs at run time, if it is one (see [`AnchorKey`]).
+fn anchor_key(egraph: &FusionGraph, node: &TensorNode, cost: f64) -> Option<AnchorKey> {
+    if cost == 0.0 {
+        // constant operands only: folded at compile time, never run
+        return None;
+    }
+    let operands = node.operands();
+    let op = egraph.analysis.op_of(egraph, node)?;
+    if let Op::Fused(f) = op {
+        let own = operands.len().checked_sub(f.num_post_operands())?;
+        return Some((*f.anchor, operands[..own].to_vec()));
+    }
+    op.is_anchor().then(|| (op, operands.to_vec()))
 }
 
 impl CostTable {
@@ -32,6 +62,7 @@ impl CostTable {
         let mut classes: Vec<Id> = egraph.classes().map(|c| c.id).collect();
         classes.sort();
         let mut nodes = HashMap::new();
+        let mut anchors = HashMap::new();
         for &c in &classes {
             let mut list: Vec<(TensorNode, f64)> = egraph[c]
                 .nodes
@@ -49,9 +80,19 @@ impl CostTable {
             };
             list.sort_by(|a, b| (post_ops(&a.0), &a.0).cmp(&(post_ops(&b.0), &b.0)));
             list.dedup_by(|a, b| a.0 == b.0);
+            anchors.insert(
+                c,
+                list.iter()
+                    .map(|(n, cost)| anchor_key(egraph, n, *cost))
+                    .collect(),
+            );
             nodes.insert(c, list);
         }
-        CostTable { classes, nodes }
+        CostTable {
+            classes,
+            nodes,
+            anchors,
+        }
     }
 }
 
@@ -155,6 +196,25 @@ fn greedy_tree(table: &CostTable) -> Choice {
 /// A child class that has no entry in the cost table.
 const MISSING: usize = usize::MAX;
 
+/// A node that computes no anchor (in [`Dense::anchors`]).
+const NO_ANCHOR: usize = usize::MAX;
+
+/// How good a graph is: first the number of anchor computations it repeats (see the
+/// module doc), then its cost in seconds.
+#[derive(Clone, Copy, Debug)]
+struct Score {
+    repeated_anchors: usize,
+    cost: f64,
+}
+
+impl Score {
+    /// Whether `self` is strictly better than `other`.
+    fn beats(self, other: Score) -> bool {
+        self.repeated_anchors < other.repeated_anchors
+            || (self.repeated_anchors == other.repeated_anchors && better(self.cost, other.cost))
+    }
+}
+
 /// The cost table in dense form for the search: classes by index (in
 /// [`CostTable::classes`] order), each node's children as class indices.
 struct Dense {
@@ -164,6 +224,11 @@ struct Dense {
     kids: Vec<Vec<Vec<usize>>>,
     /// Per class, per node: own cost.
     costs: Vec<Vec<f64>>,
+    /// Per class, per node: the dense id of the anchor computation it performs, or
+    /// [`NO_ANCHOR`].
+    anchors: Vec<Vec<usize>>,
+    /// How many distinct anchor computations there are.
+    num_anchors: usize,
 }
 
 /// Scratch space of [`Dense::cost`], reused across calls.
@@ -172,6 +237,8 @@ struct Walk {
     /// 0 = unseen, 1 = on the stack, 2 = done.
     state: Vec<u8>,
     stack: Vec<(usize, usize)>,
+    /// Per anchor computation: whether a reached class already computes it.
+    anchor_seen: Vec<bool>,
 }
 
 impl Dense {
@@ -184,7 +251,21 @@ impl Dense {
             .collect();
         let mut kids = Vec::with_capacity(table.classes.len());
         let mut costs = Vec::with_capacity(table.classes.len());
+        let mut anchors = Vec::with_capacity(table.classes.len());
+        let mut anchor_ids: HashMap<&AnchorKey, usize> = HashMap::new();
         for c in &table.classes {
+            anchors.push(
+                table.anchors[c]
+                    .iter()
+                    .map(|key| match key {
+                        Some(key) => {
+                            let next = anchor_ids.len();
+                            *anchor_ids.entry(key).or_insert(next)
+                        }
+                        None => NO_ANCHOR,
+                    })
+                    .collect(),
+            );
             let list = &table.nodes[c];
             kids.push(
                 list.iter()
@@ -198,17 +279,27 @@ impl Dense {
             );
             costs.push(list.iter().map(|(_, cost)| *cost).collect());
         }
-        Dense { index, kids, costs }
+        Dense {
+            index,
+            kids,
+            costs,
+            anchors,
+            num_anchors: anchor_ids.len(),
+        }
     }
 
     /// [`dag_cost`] over dense indices: the same walk in the same order (so the same
-    /// floating-point sum); `choice[c] == MISSING` means no choice. On success,
-    /// `walk.state[c] == 2` exactly for the classes reachable from the roots.
-    fn cost(&self, choice: &[usize], roots: &[usize], walk: &mut Walk) -> Option<f64> {
+    /// floating-point sum), with the anchor computations repeated along the way;
+    /// `choice[c] == MISSING` means no choice. On success, `walk.state[c] == 2` exactly
+    /// for the classes reachable from the roots.
+    fn score(&self, choice: &[usize], roots: &[usize], walk: &mut Walk) -> Option<Score> {
         walk.state.clear();
         walk.state.resize(self.kids.len(), 0);
         walk.stack.clear();
+        walk.anchor_seen.clear();
+        walk.anchor_seen.resize(self.num_anchors, false);
         let mut total = 0.0;
+        let mut repeated_anchors = 0;
         for &root in roots {
             if root == MISSING {
                 return None;
@@ -237,20 +328,30 @@ impl Dense {
                     }
                 } else {
                     total += self.costs[class][idx];
+                    let anchor = self.anchors[class][idx];
+                    if anchor != NO_ANCHOR {
+                        if walk.anchor_seen[anchor] {
+                            repeated_anchors += 1;
+                        }
+                        walk.anchor_seen[anchor] = true;
+                    }
                     walk.state[class] = 2;
                     walk.stack.pop();
                 }
             }
         }
-        Some(total)
+        Some(Score {
+            repeated_anchors,
+            cost: total,
+        })
     }
 }
 
-/// Improves `choice` by single-class changes while the DAG cost drops.
+/// Improves `choice` by single-class changes while its [`Score`] improves.
 ///
 /// A class the current graph does not reach is skipped: changing its node cannot change
 /// the graph's cost, so trying it could only be refused.
-fn improve(table: &CostTable, choice: Choice, roots: &[Id]) -> Option<(Choice, f64)> {
+fn improve(table: &CostTable, choice: Choice, roots: &[Id]) -> Option<(Choice, Score)> {
     let dense = Dense::new(table);
     let mut current: Vec<usize> = table
         .classes
@@ -262,7 +363,7 @@ fn improve(table: &CostTable, choice: Choice, roots: &[Id]) -> Option<(Choice, f
         .map(|r| dense.index.get(r).copied().unwrap_or(MISSING))
         .collect();
     let mut walk = Walk::default();
-    let mut cost = dense.cost(&current, &roots, &mut walk)?;
+    let mut score = dense.score(&current, &roots, &mut walk)?;
     let mut reached: Vec<bool> = walk.state.iter().map(|s| *s == 2).collect();
     let candidates: Vec<usize> = (0..dense.kids.len())
         .filter(|c| dense.kids[*c].len() > 1)
@@ -279,9 +380,9 @@ fn improve(table: &CostTable, choice: Choice, roots: &[Id]) -> Option<(Choice, f
                     continue;
                 }
                 current[c] = i;
-                match dense.cost(&current, &roots, &mut walk) {
-                    Some(new) if better(new, cost) => {
-                        cost = new;
+                match dense.score(&current, &roots, &mut walk) {
+                    Some(new) if new.beats(score) => {
+                        score = new;
                         improved = true;
                         for (r, s) in reached.iter_mut().zip(&walk.state) {
                             *r = *s == 2;
@@ -305,7 +406,7 @@ fn improve(table: &CostTable, choice: Choice, roots: &[Id]) -> Option<(Choice, f
         .filter(|(_, i)| **i != MISSING)
         .map(|(c, i)| (*c, *i))
         .collect();
-    Some((choice, cost))
+    Some((choice, score))
 }
 
 /// Extracts the cheapest graph found from `roots`. `original` gives, per class, the node
@@ -329,9 +430,9 @@ pub fn extract(
     let input_cost = dag_cost(table, &from_input, &roots);
     let a = improve(table, greedy, &roots);
     let b = improve(table, from_input, &roots);
-    let (choice, cost) = match (a, b) {
+    let (choice, score) = match (a, b) {
         (Some(a), Some(b)) => {
-            if better(b.1, a.1) {
+            if b.1.beats(a.1) {
                 b
             } else {
                 a
@@ -354,7 +455,7 @@ pub fn extract(
     }
     Ok(Extraction {
         chosen,
-        cost,
+        cost: score.cost,
         input_cost,
     })
 }

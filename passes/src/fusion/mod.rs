@@ -15,9 +15,11 @@ pub mod dot;
 pub mod explain;
 pub mod extract;
 pub mod lang;
+pub mod polynomial;
 pub mod prove;
 pub mod report;
 pub mod rules;
+pub mod smt;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -325,6 +327,7 @@ pub fn fuse_func(
         weights,
         value_labels(func, weights),
     ));
+    context.annotate(&mut egraph);
     let rewrites = compile_rules(&rules, &mut egraph.analysis.attrs, &context).map_err(|m| {
         PassError::Internal {
             pass: "fusion",
@@ -865,7 +868,8 @@ fn emit(
 /// after `only_rules`/`disabled_rules`): a rule that fails it is an error, or, with
 /// [`FusionOptions::allow_unchecked_rules`], a warning. Verdicts are cached per rule text
 /// for the process, so a rule file checked once costs nothing on the next compile; the
-/// check is the sampling one (tens of milliseconds per rule), never a solver.
+/// check is the sampling one with the in-process exact provers (tens of milliseconds per
+/// rule), never a solver process.
 pub fn check_user_rules(options: &FusionOptions) -> Result<Vec<Diagnostic>, PassError> {
     let running = options.rules()?;
     let mut warnings = Vec::new();

@@ -35,6 +35,26 @@ pub enum Proof {
         /// |lhs − rhs| / max(|lhs|, |rhs|, 1) at the witness.
         relative: f64,
     },
+    /// `|lhs − rhs| ≤ tolerance · max(1, |lhs|, |rhs|)` for every variable in
+    /// `[-bound, bound]`, though not an identity (an attribute written as the f32 nearest
+    /// an exact value): proved by the solver ([`super::smt`]).
+    ProvedWithin {
+        /// The relative tolerance proved.
+        tolerance: f64,
+        /// The box: every variable in `[-bound, bound]`.
+        bound: f64,
+    },
+    /// Both sides agreed exactly, in rational arithmetic, at this many random points over
+    /// the sampled instances ([`super::polynomial`]: Schwartz–Zippel).
+    ProvedAtPoints {
+        /// Instances evaluated exactly.
+        points: usize,
+        /// Which conv features the instances covered, in words (empty without convs).
+        shapes: String,
+    },
+    /// An absorb rule: true by definition of the fused op (the anchor followed by its
+    /// post-ops), so there is nothing to prove.
+    ByDefinition,
     /// The rule is outside the fragment the prover decides.
     NotAttempted(String),
 }
@@ -42,9 +62,11 @@ pub enum Proof {
 /// An exact rational, `n / d` with `d > 0`, reduced. Every operation is checked: an
 /// overflow ends the proof attempt instead of giving a wrong answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Q {
-    n: i128,
-    d: i128,
+pub(super) struct Q {
+    /// Numerator.
+    pub(super) n: i128,
+    /// Denominator, positive.
+    pub(super) d: i128,
 }
 
 fn gcd(mut a: i128, mut b: i128) -> i128 {
@@ -55,10 +77,10 @@ fn gcd(mut a: i128, mut b: i128) -> i128 {
 }
 
 impl Q {
-    const ZERO: Q = Q { n: 0, d: 1 };
-    const ONE: Q = Q { n: 1, d: 1 };
+    pub(super) const ZERO: Q = Q { n: 0, d: 1 };
+    pub(super) const ONE: Q = Q { n: 1, d: 1 };
 
-    fn new(n: i128, d: i128) -> Option<Q> {
+    pub(super) fn new(n: i128, d: i128) -> Option<Q> {
         if d == 0 {
             return None;
         }
@@ -74,12 +96,12 @@ impl Q {
         })
     }
 
-    fn int(n: i128) -> Q {
+    pub(super) fn int(n: i128) -> Q {
         Q { n, d: 1 }
     }
 
     /// The exact value of a finite f32.
-    fn from_f32(x: f32) -> Option<Q> {
+    pub(super) fn from_f32(x: f32) -> Option<Q> {
         if !x.is_finite() {
             return None;
         }
@@ -109,7 +131,7 @@ impl Q {
         }
     }
 
-    fn add(self, o: Q) -> Option<Q> {
+    pub(super) fn add(self, o: Q) -> Option<Q> {
         Q::new(
             self.n
                 .checked_mul(o.d)?
@@ -117,25 +139,25 @@ impl Q {
             self.d.checked_mul(o.d)?,
         )
     }
-    fn neg(self) -> Q {
+    pub(super) fn neg(self) -> Q {
         Q {
             n: -self.n,
             d: self.d,
         }
     }
-    fn sub(self, o: Q) -> Option<Q> {
+    pub(super) fn sub(self, o: Q) -> Option<Q> {
         self.add(o.neg())
     }
-    fn mul(self, o: Q) -> Option<Q> {
+    pub(super) fn mul(self, o: Q) -> Option<Q> {
         Q::new(self.n.checked_mul(o.n)?, self.d.checked_mul(o.d)?)
     }
-    fn div(self, o: Q) -> Option<Q> {
+    pub(super) fn div(self, o: Q) -> Option<Q> {
         Q::new(self.n.checked_mul(o.d)?, self.d.checked_mul(o.n)?)
     }
     fn cmp(self, o: Q) -> Option<Ordering> {
         Some(self.n.checked_mul(o.d)?.cmp(&o.n.checked_mul(self.d)?))
     }
-    fn to_f64(self) -> f64 {
+    pub(super) fn to_f64(self) -> f64 {
         self.n as f64 / self.d as f64
     }
 }
@@ -476,7 +498,7 @@ fn num(x: f64) -> String {
 /// Tries to prove `rule` exactly over the reals (see the module docs).
 pub fn prove_rule(rule: &Rule) -> Proof {
     let RuleAction::Rewrite(rhs) = &rule.action else {
-        return Proof::NotAttempted("an absorb rule is true by definition of the fused op".into());
+        return Proof::ByDefinition;
     };
     let mut scalars = Vec::new();
     for g in &rule.guards {
@@ -639,7 +661,6 @@ mod tests {
                 "rule r\n  lhs (mul ?x (sigmoid ?x))\n  rhs (silu ?x)\n",
                 "sigmoid",
             ),
-            ("rule r\n  lhs (relu ?y)\n  apply absorb ?y\n", "definition"),
         ] {
             let p = prove(text);
             assert!(
@@ -647,5 +668,10 @@ mod tests {
                 "{text}: {p:?}"
             );
         }
+        // an absorb rule is true by definition of the fused op: nothing is proved
+        assert_eq!(
+            prove("rule r\n  lhs (relu ?y)\n  apply absorb ?y\n"),
+            Proof::ByDefinition
+        );
     }
 }

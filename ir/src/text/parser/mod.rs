@@ -257,6 +257,7 @@ impl<'a> Parser<'a> {
     }
 
     fn items(&mut self) -> PResult<()> {
+        self.declared_weights_fit()?;
         loop {
             match self.peek() {
                 Tok::Eof => return Ok(()),

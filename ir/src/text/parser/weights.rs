@@ -216,6 +216,57 @@ impl<'a> Parser<'a> {
             .collect())
     }
 
+    /// Sums the declared sizes of every top-level weight before any is made, and fails
+    /// at the first declaration that takes the sum over the memory budget: making
+    /// weights one by one (a `random<...>` of 64M elements takes a fraction of a
+    /// second) would spend seconds before the same error. Declarations whose header
+    /// does not parse are skipped here; the real parse reports them. The cursor is
+    /// left where it was.
+    pub(super) fn declared_weights_fit(&mut self) -> PResult<()> {
+        let start = self.pos;
+        let budget = self.module.weights.memory_budget();
+        let mut declared = self.module.weights.bytes();
+        let mut depth = 0usize;
+        let mut result = Ok(());
+        while *self.peek() != Tok::Eof {
+            let header = depth == 0
+                && self.is_ident("const")
+                && matches!(self.peek_nth(1), Tok::Global(_))
+                && *self.peek_nth(2) == Tok::Colon;
+            if !header {
+                match self.bump().tok {
+                    Tok::LBrace => depth += 1,
+                    Tok::RBrace => depth = depth.saturating_sub(1),
+                    _ => {}
+                }
+                continue;
+            }
+            self.bump();
+            let name = match self.bump().tok {
+                Tok::Global(name) => name,
+                _ => String::new(),
+            };
+            let at = self.toks[self.pos - 1].start;
+            self.bump();
+            let Ok((ty, _)) = self.parse_type() else {
+                continue;
+            };
+            let bytes = (ty.storage_len() as u64).saturating_mul(ty.dtype.size_bytes() as u64);
+            if let Err(m) =
+                crate::budget::check(&format!("weight @{name} ({ty})"), bytes, declared, budget)
+            {
+                result = Err(self.diag("memory-budget", m, at).with_note(
+                    "the declared sizes of all weights are summed before any is made; \
+                     'already held' counts the weights declared before this one",
+                ));
+                break;
+            }
+            declared = declared.saturating_add(bytes);
+        }
+        self.pos = start;
+        result
+    }
+
     /// `const @name : TYPE = INIT`
     pub(super) fn weight_decl(&mut self) -> PResult<()> {
         self.expect_keyword("const", "'const'")?;
