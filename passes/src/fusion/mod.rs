@@ -14,12 +14,14 @@ pub mod cost;
 pub mod dot;
 pub mod explain;
 pub mod extract;
+mod from_func;
 pub mod lang;
 pub mod polynomial;
 pub mod prove;
 pub mod report;
 pub mod rules;
 pub mod smt;
+mod to_func;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -39,11 +41,13 @@ pub use check::{check_rule, check_rules, CheckOptions, RuleCheck, Stratum, Verdi
 pub use cost::CostModel;
 pub use explain::{explain_json, explain_text};
 use extract::{dag_cost, CostTable};
+use from_func::*;
 use lang::{split_op, OpKind, TensorNode};
 pub use report::{
     ApproximateMatch, FusionReport, FusionSite, LostFusion, NearMiss, RuleStat, StopReason,
 };
 pub use rules::{builtin_rules, load_rules, Rule, BUILTIN_RULES};
+use to_func::*;
 
 /// Saturation limits. The time limit is a safety net set far above what normal models
 /// need, so results never depend on machine load; the iteration and node limits bind.
@@ -146,97 +150,6 @@ impl FusionOptions {
     }
 }
 
-/// The e-graph built from a function.
-struct Built {
-    egraph: FusionGraph,
-    /// E-class of every value of the input function.
-    value_class: Vec<Id>,
-    /// The node the input used for each value (canonical at build time).
-    original: BTreeMap<Id, TensorNode>,
-}
-
-/// Builds the e-graph of `func`, putting commutative binary operands in canonical order
-/// (compile-time constants and broadcast operands second).
-fn build(func: &Func, weights: &WeightStore) -> Result<Built, PassError> {
-    let analysis = FusionAnalysis {
-        weight_types: weights.iter().map(|(_, w)| w.ty.clone()).collect(),
-        param_types: func.params.iter().map(|p| p.ty.clone()).collect(),
-        ..FusionAnalysis::default()
-    };
-    let mut egraph = FusionGraph::new(analysis);
-    let mut value_class = Vec::with_capacity(func.num_values());
-    let mut original = BTreeMap::new();
-    for i in 0..func.params.len() {
-        value_class.push(egraph.add(TensorNode::Param(i as u32)));
-    }
-    for (i, inst) in func.insts.iter().enumerate() {
-        let internal = |m: String| PassError::Internal {
-            pass: "fusion",
-            message: m,
-        };
-        let mut operands = Vec::with_capacity(inst.operands.len());
-        for v in &inst.operands {
-            operands.push(*value_class.get(v.index()).ok_or_else(|| {
-                internal(format!(
-                    "instruction {i} uses value {} before its definition",
-                    v.0
-                ))
-            })?);
-        }
-        let node = match split_op(&inst.op) {
-            None => match inst.op {
-                Op::Const(w) => TensorNode::Weight(w),
-                _ => return Err(internal("only const has no e-node kind".into())),
-            },
-            Some((kind, attrs)) => {
-                if is_commutative_binary(kind) && operands.len() == 2 {
-                    let second_first = |a: Id, b: Id| {
-                        let (da, db) = (&egraph[a].data, &egraph[b].data);
-                        if da.is_const != db.is_const {
-                            return da.is_const;
-                        }
-                        let dims = |d: &analysis::ClassData| d.ty.as_ref().map(|t| t.dims.clone());
-                        let out = match (dims(da), dims(db)) {
-                            (Some(x), Some(y)) => broadcast(&x, &y).ok(),
-                            _ => None,
-                        };
-                        let is_bcast = |d: Option<Vec<usize>>| out.is_some() && d != out;
-                        is_bcast(dims(da)) && !is_bcast(dims(db))
-                    };
-                    if second_first(operands[0], operands[1]) {
-                        operands.swap(0, 1);
-                    }
-                }
-                let attr = egraph.analysis.attrs.intern(attrs);
-                let attr_leaf = egraph.add(TensorNode::Attr(attr));
-                let mut children = vec![attr_leaf];
-                children.extend(operands);
-                TensorNode::Op(kind, children.into())
-            }
-        };
-        let id = egraph.add(node.clone());
-        if matches!(node, TensorNode::Op(..)) {
-            let prov = Provenance {
-                insts: BTreeSet::from([i]),
-                rules: Vec::new(),
-            };
-            FusionAnalysis::record(&mut egraph, &node, &prov);
-        }
-        original.insert(id, node);
-        value_class.push(id);
-    }
-    egraph.rebuild();
-    Ok(Built {
-        egraph,
-        value_class,
-        original,
-    })
-}
-
-fn is_commutative_binary(kind: OpKind) -> bool {
-    kind.binary().is_some_and(|b| b.is_commutative())
-}
-
 /// The text of an op for reports: `conv2d`, or `fused conv2d post [add, relu]`.
 pub fn op_summary(op: &Op) -> String {
     match op {
@@ -253,21 +166,6 @@ pub fn op_summary(op: &Op) -> String {
         }
         other => other.name().to_string(),
     }
-}
-
-/// How the user names each value of `func` in guard reasons: `%name` for a parameter,
-/// `@name` for a weight, the op's location (node name or file:line:col) otherwise.
-fn value_labels(func: &Func, weights: &WeightStore) -> Vec<String> {
-    let params = func.params.iter().map(|p| format!("%{}", p.name));
-    let insts = func.insts.iter().map(|inst| match (&inst.op, &inst.loc) {
-        (Op::Const(w), _) => weights
-            .get(*w)
-            .map(|w| format!("@{}", w.name))
-            .unwrap_or_default(),
-        (_, Location::Unknown) => String::new(),
-        (_, loc) => loc.to_string(),
-    });
-    params.chain(insts).collect()
 }
 
 /// Op counts of `func`, by mnemonic.
@@ -579,289 +477,6 @@ pub fn fuse_func(
         ops_after: op_counts(&out),
     };
     Ok((out, report))
-}
-
-/// Gives every class reachable from `node` without a choice its first usable node.
-fn fill_missing(
-    table: &CostTable,
-    choice: &mut extract::Choice,
-    egraph: &FusionGraph,
-    node: &TensorNode,
-) {
-    use egg::Language;
-    let mut stack: Vec<Id> = node.children().iter().map(|c| egraph.find(*c)).collect();
-    while let Some(c) = stack.pop() {
-        if choice.contains_key(&c) {
-            continue;
-        }
-        let Some(list) = table.nodes.get(&c) else {
-            continue;
-        };
-        let Some(best) = (0..list.len()).min_by(|a, b| list[*a].1.total_cmp(&list[*b].1)) else {
-            continue;
-        };
-        choice.insert(c, best);
-        stack.extend(list[best].0.children().iter().copied());
-    }
-}
-
-/// The input program's node of every canonical class that holds an input value (the
-/// earliest value wins where rules merged two), parameters included.
-fn input_nodes(
-    egraph: &FusionGraph,
-    func: &Func,
-    value_class: &[Id],
-    original: &BTreeMap<Id, TensorNode>,
-) -> HashMap<Id, TensorNode> {
-    let mut out: HashMap<Id, TensorNode> = HashMap::new();
-    for (v, id) in value_class.iter().enumerate() {
-        let node = if v < func.params.len() {
-            TensorNode::Param(v as u32)
-        } else {
-            match original.get(id) {
-                Some(n) => n.clone().map_children(|c| egraph.find(c)),
-                None => continue,
-            }
-        };
-        out.entry(egraph.find(*id)).or_insert(node);
-    }
-    out
-}
-
-/// The graph reachable from `roots` when every class in `forced` takes its input node and
-/// every other class its node in `full` (classes `full` does not reach take their input
-/// node too, or, lacking one, their cheapest); `None` when that graph has a cycle.
-fn choose_with_forced(
-    egraph: &FusionGraph,
-    table: &CostTable,
-    full: &BTreeMap<Id, TensorNode>,
-    inputs: &HashMap<Id, TensorNode>,
-    roots: &[Id],
-    forced: &BTreeSet<Id>,
-) -> Option<BTreeMap<Id, TensorNode>> {
-    let pick = |c: Id| -> Option<TensorNode> {
-        let from_input = || inputs.get(&c).cloned();
-        let from_full = || full.get(&c).cloned();
-        let cheapest = || {
-            table.nodes.get(&c).and_then(|list| {
-                list.iter()
-                    .min_by(|a, b| a.1.total_cmp(&b.1))
-                    .map(|(n, _)| n.clone())
-            })
-        };
-        if forced.contains(&c) || !full.contains_key(&c) {
-            from_input().or_else(from_full).or_else(cheapest)
-        } else {
-            from_full()
-        }
-    };
-    // Iterative DFS with colours: on the stack (false) or done (true).
-    let mut state: HashMap<Id, bool> = HashMap::new();
-    let mut chosen = BTreeMap::new();
-    for &root in roots {
-        let root = egraph.find(root);
-        if state.contains_key(&root) {
-            continue;
-        }
-        let node = pick(root)?;
-        state.insert(root, false);
-        let mut stack: Vec<(Id, TensorNode, usize)> = vec![(root, node, 0)];
-        while let Some((class, node, next)) = stack.last_mut() {
-            if let Some(&child) = node.children().get(*next) {
-                *next += 1;
-                let child = egraph.find(child);
-                match state.get(&child) {
-                    Some(false) => return None,
-                    Some(true) => {}
-                    None => {
-                        let n = pick(child)?;
-                        state.insert(child, false);
-                        stack.push((child, n, 0));
-                    }
-                }
-            } else {
-                state.insert(*class, true);
-                chosen.insert(*class, node.clone());
-                stack.pop();
-            }
-        }
-    }
-    Some(chosen)
-}
-
-/// Withholds the fusion sites at `classes` (undoing them back to the input's nodes), last
-/// first, skipping any whose undoing would make the graph cyclic. Returns the resulting
-/// choice and the classes actually withheld.
-fn withhold_sites(
-    egraph: &FusionGraph,
-    table: &CostTable,
-    full: &BTreeMap<Id, TensorNode>,
-    inputs: &HashMap<Id, TensorNode>,
-    roots: &[Id],
-    classes: &[Id],
-) -> (BTreeMap<Id, TensorNode>, BTreeSet<Id>) {
-    let mut forced: BTreeSet<Id> = BTreeSet::new();
-    let mut chosen = full.clone();
-    for &class in classes.iter().rev() {
-        forced.insert(class);
-        match choose_with_forced(egraph, table, full, inputs, roots, &forced) {
-            Some(c) => chosen = c,
-            None => {
-                forced.remove(&class);
-            }
-        }
-    }
-    (chosen, forced)
-}
-
-/// The total cost of a chosen graph (each class once); `None` if a node has no cost.
-fn chosen_cost(table: &CostTable, chosen: &BTreeMap<Id, TensorNode>) -> Option<f64> {
-    chosen
-        .iter()
-        .map(|(c, n)| {
-            table
-                .nodes
-                .get(c)?
-                .iter()
-                .find(|(m, _)| m == n)
-                .map(|(_, cost)| *cost)
-        })
-        .sum()
-}
-
-/// Rebuilds a function from the chosen nodes: post-order from the results, operands in
-/// order, so the output order is canonical. Returns the function, its fusion sites and
-/// the class of each site.
-fn emit(
-    input: &Func,
-    egraph: &FusionGraph,
-    chosen: &BTreeMap<Id, TensorNode>,
-    roots: &[Id],
-) -> Result<(Func, Vec<FusionSite>, Vec<Id>), PassError> {
-    let internal = |m: String| PassError::Internal {
-        pass: "fusion",
-        message: m,
-    };
-    let weight_loc: HashMap<u32, Location> = input
-        .insts
-        .iter()
-        .rev()
-        .filter_map(|i| match i.op {
-            Op::Const(w) => Some((w.0, i.loc.clone())),
-            _ => None,
-        })
-        .collect();
-    let mut out = Func {
-        name: input.name.clone(),
-        params: input.params.clone(),
-        insts: Vec::new(),
-        results: Vec::new(),
-        loc: input.loc.clone(),
-    };
-    let mut sites = Vec::new();
-    let mut site_classes = Vec::new();
-    let mut value_of: HashMap<Id, Value> = HashMap::new();
-    for &root in roots {
-        let root = egraph.find(root);
-        // Iterative post-order.
-        let mut stack: Vec<(Id, bool)> = vec![(root, false)];
-        while let Some((class, expanded)) = stack.pop() {
-            if value_of.contains_key(&class) {
-                continue;
-            }
-            let node = chosen
-                .get(&class)
-                .ok_or_else(|| internal(format!("class {class} has no chosen node")))?;
-            if !expanded {
-                stack.push((class, true));
-                for c in node.operands().iter().rev() {
-                    let c = egraph.find(*c);
-                    if !value_of.contains_key(&c) {
-                        stack.push((c, false));
-                    }
-                }
-                continue;
-            }
-            let value = match node {
-                TensorNode::Param(p) => Value(*p),
-                TensorNode::Attr(_) => return Err(internal("attribute used as a value".into())),
-                TensorNode::Weight(w) => {
-                    let ty = egraph[class]
-                        .data
-                        .ty
-                        .clone()
-                        .ok_or_else(|| internal(format!("weight {} has no type", w.0)))?;
-                    out.insts.push(Inst {
-                        op: Op::Const(*w),
-                        operands: Vec::new(),
-                        ty,
-                        loc: weight_loc.get(&w.0).cloned().unwrap_or_default(),
-                    });
-                    out.inst_value(out.insts.len() - 1)
-                }
-                TensorNode::Op(..) => {
-                    let op = egraph
-                        .analysis
-                        .op_of(egraph, node)
-                        .ok_or_else(|| internal("op node without attributes".into()))?;
-                    let operands: Vec<Value> = node
-                        .operands()
-                        .iter()
-                        .map(|c| value_of[&egraph.find(*c)])
-                        .collect();
-                    let types: Vec<&TensorType> =
-                        operands.iter().map(|v| out.type_of(*v)).collect();
-                    let weights = &egraph.analysis.weight_types;
-                    let ty = op
-                        .infer_type(&types, &|w| weights.get(w.0 as usize).cloned())
-                        .map_err(|m| {
-                            internal(format!("extracted '{}' is ill-typed: {m}", op.name()))
-                        })?;
-                    let prov = FusionAnalysis::provenance_of(egraph, node);
-                    let merged_insts: Vec<&Inst> = prov
-                        .insts
-                        .iter()
-                        .filter_map(|i| input.insts.get(*i))
-                        .collect();
-                    let merged: Vec<Location> =
-                        merged_insts.iter().map(|inst| inst.loc.clone()).collect();
-                    let loc = Location::fuse(merged.clone());
-                    // Weight-prep ops are folded away by const_fold; they are not sites.
-                    if !prov.rules.is_empty() && !op.is_weight_prep() {
-                        sites.push(FusionSite {
-                            inst: out.insts.len(),
-                            op: op_summary(&op),
-                            rules: prov.rules.clone(),
-                            merged_ops: merged_insts
-                                .iter()
-                                .map(|inst| inst.op.name().to_string())
-                                .collect(),
-                            merged,
-                        });
-                        site_classes.push(class);
-                    }
-                    out.insts.push(Inst {
-                        op,
-                        operands,
-                        ty,
-                        loc,
-                    });
-                    out.inst_value(out.insts.len() - 1)
-                }
-            };
-            value_of.insert(class, value);
-        }
-    }
-    out.results = input
-        .results
-        .iter()
-        .zip(roots)
-        .map(|(r, root)| FuncResult {
-            name: r.name.clone(),
-            value: value_of[&egraph.find(*root)],
-        })
-        .collect();
-    Ok((out, sites, site_classes))
 }
 
 /// The numerical check of every user rule that will run ([`FusionOptions::extra_rules`],
