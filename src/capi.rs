@@ -28,6 +28,10 @@
 //! elements for the duration of the call, and that written buffers alias nothing else).
 //! No pointer is kept past the call that received it. Handles are keys, never
 //! dereferenced, and no panic unwinds into C.
+//!
+//! One file on purpose (it is over the project's usual 1,000 lines): it is one concern,
+//! the C boundary, and its `unsafe` blocks all rest on the invariant above. Kept together,
+//! the safety argument is read in one place and cbindgen reads the whole API from one file.
 
 #![allow(unsafe_code)]
 
