@@ -20,6 +20,15 @@ use smelt::ir::{ErrorStats, Tensor};
 /// Gate on FACTS.md's relative error: max |got − ref| / max |ref|.
 const MAX_RELATIVE: f64 = 1e-4;
 
+/// Ops that must be gone after fusion, per fixture: the activations and layer norms the
+/// exporter wrote out, which a built-in rule recognizes (hard-swish as `x * HardSigmoid(x)`,
+/// GELU with `erf`, LayerNorm from ReduceMean, Sqrt and Div).
+const RECOGNIZED: &[(&str, &[&str])] = &[
+    ("bert_opset14", &["reduce_mean", "sqrt", "erf"]),
+    ("bert_opset18", &["erf"]),
+    ("mobilenet_v3_large", &["hard_sigmoid"]),
+];
+
 fn data_dir() -> PathBuf {
     static DATA: OnceLock<PathBuf> = OnceLock::new();
     DATA.get_or_init(|| {
@@ -130,6 +139,19 @@ fn check(kind: &str) {
         "{kind}: {text}{}",
         common::stderr(&v)
     );
+    if let Some((_, gone)) = RECOGNIZED.iter().find(|(k, _)| *k == kind) {
+        let mut args: Vec<String> = vec!["opt".into(), model.display().to_string()];
+        args.extend(pins(&entry));
+        args.push("--elide-weights".into());
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = common::smelt(&argv);
+        assert!(o.status.success(), "{kind}: {}", common::stderr(&o));
+        let ir = common::stdout(&o);
+        for op in *gone {
+            let left = ir.matches(&format!(" = {op} ")).count();
+            assert_eq!(left, 0, "{kind}: {left} standalone {op} left after fusion");
+        }
+    }
 }
 
 macro_rules! fixtures {

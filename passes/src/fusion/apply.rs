@@ -14,7 +14,10 @@ use smelt_ir::weights::{AlignedBuf, WeightStore};
 use super::analysis::{FusionAnalysis, FusionGraph, InputFacts, Outcome, Provenance, RuleEvent};
 use super::attr_match::{compare, has_float_fields, AttrMatch};
 use super::lang::{join_op, split_op, AttrTable, Attrs, OpKind, TensorNode};
-use super::rules::{post_op_of, AttrSpec, GuardArg, GuardKind, PatternExpr, Rule, RuleAction};
+use super::rules::{
+    fill_template, parse_literal_attrs, post_op_of, AttrSpec, GuardArg, GuardKind, PatternExpr,
+    Rule, RuleAction,
+};
 
 /// Facts about the input function that guards need and the e-graph does not carry.
 #[derive(Debug, Default)]
@@ -138,15 +141,29 @@ struct LiteralAttrs {
     attrs: Attrs,
 }
 
+/// Attributes of a right-hand side with values from matched constants
+/// (`layer_norm[axis=2, epsilon=?eps]`): compiled as a fresh variable that the applier
+/// binds, each time the rule fires, to the payload the text reads as once each hole is
+/// its constant's value.
+#[derive(Debug)]
+struct TemplateAttrs {
+    var: Var,
+    kind: OpKind,
+    text: String,
+    holes: Vec<Var>,
+}
+
 /// Compiles a pattern to an egg pattern AST, interning literal attributes. With
 /// `literals` (a left-hand side), literals with float fields become variables listed
-/// there instead.
+/// there instead; attribute templates (right-hand sides) become variables listed in
+/// `templates`.
 fn compile_pattern(
     p: &PatternExpr,
     attrs: &mut AttrTable,
     fresh: &mut usize,
     out: &mut PatternAst<TensorNode>,
     literals: &mut Option<&mut Vec<LiteralAttrs>>,
+    templates: &mut Vec<TemplateAttrs>,
 ) -> Id {
     match p {
         PatternExpr::Var(v) => out.add(ENodeOrVar::Var(var(v))),
@@ -161,6 +178,17 @@ fn compile_pattern(
                     out.add(ENodeOrVar::Var(var(&format!("?__attrs{fresh}"))))
                 }
                 AttrSpec::Var(v) => out.add(ENodeOrVar::Var(var(v))),
+                AttrSpec::Template { text, holes } => {
+                    *fresh += 1;
+                    let v = var(&format!("?__template{fresh}"));
+                    templates.push(TemplateAttrs {
+                        var: v,
+                        kind: *kind,
+                        text: text.clone(),
+                        holes: holes.iter().map(|h| var(h)).collect(),
+                    });
+                    out.add(ENodeOrVar::Var(v))
+                }
                 AttrSpec::Literal(a) => match literals {
                     Some(list) if has_float_fields(a) => {
                         *fresh += 1;
@@ -180,7 +208,7 @@ fn compile_pattern(
             };
             let mut ids = vec![attr_id];
             for c in children {
-                ids.push(compile_pattern(c, attrs, fresh, out, literals));
+                ids.push(compile_pattern(c, attrs, fresh, out, literals, templates));
             }
             out.add(ENodeOrVar::ENode(TensorNode::Op(*kind, ids.into())))
         }
@@ -211,6 +239,8 @@ struct RuleApplier {
     guards: Vec<CompiledGuard>,
     /// Written-out float attributes, compared before the guards.
     literals: Vec<LiteralAttrs>,
+    /// Right-hand-side attributes with values from matched constants.
+    templates: Vec<TemplateAttrs>,
     context: Arc<GuardContext>,
 }
 
@@ -227,18 +257,22 @@ pub fn compile_rules(
             let mut fresh = 0;
             let mut lhs_ast = PatternAst::default();
             let mut literals = Vec::new();
+            // the loader refuses templates on a left-hand side, so this stays empty
+            let mut lhs_templates = Vec::new();
             compile_pattern(
                 lhs,
                 attrs,
                 &mut fresh,
                 &mut lhs_ast,
                 &mut Some(&mut literals),
+                &mut lhs_templates,
             );
+            let mut templates = Vec::new();
             let action = match &rule.action {
                 RuleAction::Rewrite(rhs) => {
                     let mut ast = PatternAst::default();
                     // the right-hand side builds with the rule's own values, exactly
-                    compile_pattern(rhs, attrs, &mut fresh, &mut ast, &mut None);
+                    compile_pattern(rhs, attrs, &mut fresh, &mut ast, &mut None, &mut templates);
                     Action::Instantiate(ast)
                 }
                 RuleAction::Absorb { into } => Action::Absorb(var(into)),
@@ -280,6 +314,7 @@ pub fn compile_rules(
                 action,
                 guards,
                 literals,
+                templates,
                 context: Arc::clone(context),
             };
             let searcher = Pattern::new(lhs_ast);
@@ -296,6 +331,56 @@ pub fn compile_rules(
 }
 
 impl RuleApplier {
+    /// `subst` with each attribute template bound to its payload: every hole the value of
+    /// its splat constant, the text read by the op's attribute schema. A hole that is not
+    /// a constant with one value throughout refuses the match (guard `attributes`).
+    fn fill_templates(
+        &self,
+        egraph: &mut FusionGraph,
+        subst: &Subst,
+    ) -> Result<Subst, (String, String)> {
+        let mut out = subst.clone();
+        for t in &self.templates {
+            let mut values: Vec<(String, f32)> = Vec::with_capacity(t.holes.len());
+            for &h in &t.holes {
+                let class = subst[h];
+                let value = egraph[class]
+                    .data
+                    .weight
+                    .and_then(|w| self.context.splat(w.0 as usize));
+                let Some(v) = value else {
+                    return Err((
+                        "attributes".into(),
+                        format!(
+                            "{h} ({}) is not a constant with one value throughout, so it cannot \
+                             give `{}` its value",
+                            self.context.describe(egraph, class),
+                            t.text.trim()
+                        ),
+                    ));
+                };
+                values.push((h.to_string(), v));
+            }
+            let value_of = |name: &str| {
+                values
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map_or(f32::NAN, |(_, v)| *v)
+            };
+            let text = fill_template(&t.text, &value_of);
+            let attrs = parse_literal_attrs(t.kind, &text).map_err(|m| {
+                (
+                    "attributes".to_string(),
+                    format!("{} attributes `{}`: {m}", t.kind.name(), text.trim()),
+                )
+            })?;
+            let id = egraph.analysis.attrs.intern(attrs);
+            let leaf = egraph.add(TensorNode::Attr(id));
+            out.insert(t.var, leaf);
+        }
+        Ok(out)
+    }
+
     /// Checks every guard; the first refusal's guard name and reason.
     fn check_guards(
         &self,
@@ -745,12 +830,16 @@ impl Applier<TensorNode, FusionAnalysis> for RuleApplier {
         let classes = self.lhs_classes(egraph, subst);
         match &self.action {
             Action::Instantiate(rhs) => {
-                if let Err(r) = rhs_fits(egraph, eclass, subst, rhs) {
+                let subst = match self.fill_templates(egraph, subst) {
+                    Ok(s) => s,
+                    Err(r) => return refused(egraph, r),
+                };
+                if let Err(r) = rhs_fits(egraph, eclass, &subst, rhs) {
                     return refused(egraph, r);
                 }
                 let mut prov = self.matched_provenance(egraph, &classes);
                 prov.rules.push(self.rule.clone());
-                self.instantiate(egraph, eclass, subst, rhs, &prov)
+                self.instantiate(egraph, eclass, &subst, rhs, &prov)
             }
             Action::Absorb(into) => match self.absorb(egraph, eclass, subst, *into, &classes) {
                 Ok(ids) => ids,
@@ -767,6 +856,11 @@ impl Applier<TensorNode, FusionAnalysis> for RuleApplier {
                     if let ENodeOrVar::Var(v) = n {
                         vars.insert(*v);
                     }
+                }
+                // a template's variable is bound by the applier, its holes by the match
+                for t in &self.templates {
+                    vars.remove(&t.var);
+                    vars.extend(t.holes.iter().copied());
                 }
             }
             Action::Absorb(v) => {

@@ -431,7 +431,7 @@ fn encode(p: &PatternExpr, env: &Env) -> Result<Pw, String> {
                 .collect::<Result<Vec<Pw>, String>>()?;
             let lit = match attrs {
                 AttrSpec::Literal(a) => Some(a),
-                AttrSpec::Any | AttrSpec::Var(_) => None,
+                AttrSpec::Any | AttrSpec::Var(_) | AttrSpec::Template { .. } => None,
             };
             let f = |x: f32| Q::from_f32(x).ok_or_else(ovf);
             let a = &args;

@@ -145,7 +145,7 @@ impl Encoder<'_> {
                 }
                 let lit = match attrs {
                     AttrSpec::Literal(a) => Some(a),
-                    AttrSpec::Any | AttrSpec::Var(_) => None,
+                    AttrSpec::Any | AttrSpec::Var(_) | AttrSpec::Template { .. } => None,
                 };
                 if let Some((_, name)) = UNINTERPRETED.iter().find(|(k, _)| k == kind) {
                     return Ok(self.apply(name, args[0]));

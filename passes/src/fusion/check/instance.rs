@@ -270,6 +270,8 @@ impl Instance {
             AttrSpec::Literal(a) => Some(a.clone()),
             AttrSpec::Var(v) => self.attrs.get(v).cloned(),
             AttrSpec::Any => kind.default_attrs(),
+            // values read from the matched constants: only the applier builds these
+            AttrSpec::Template { .. } => None,
         }
     }
 }
@@ -426,6 +428,8 @@ impl Planner {
                         }
                     },
                     AttrSpec::Any => kind.default_attrs()?,
+                    // right-hand sides only (the loader refuses them on the left)
+                    AttrSpec::Template { .. } => return None,
                 };
                 // Ops and already-typed variables first, so fresh variables see siblings.
                 let mut types: Vec<Option<TensorType>> = vec![None; children.len()];

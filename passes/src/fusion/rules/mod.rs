@@ -37,8 +37,10 @@
 //! defaults. On a left-hand side the literal matches a payload with the same non-float
 //! fields and float fields within a relative tolerance (`super::attr_match`, documented
 //! in docs/rules.md), so a constant rounded differently by an exporter still matches.
-//! Every variable of the right-hand side and of the guards must be bound by every
-//! left-hand side; this is checked when the file is loaded.
+//! On a right-hand side an attribute may take the value of a constant the left-hand side
+//! binds (`layer_norm[axis=2, epsilon=?eps]`, see [`AttrSpec::Template`]). Every variable
+//! of the right-hand side and of the guards must be bound by every left-hand side; this is
+//! checked when the file is loaded.
 //!
 //! The rule data model is here; `load` reads a rule file, `pattern` parses its patterns and
 //! `validate` checks each rule as it is loaded.
@@ -52,7 +54,7 @@ use smelt_ir::diag::Location;
 use super::lang::{Attrs, OpKind};
 
 pub use load::{load_rules, MAX_LHS_LINES, MAX_RULES, MAX_RULE_FILE_BYTES};
-pub use pattern::{parse_pattern, MAX_PATTERN_DEPTH};
+pub use pattern::{fill_template, parse_literal_attrs, parse_pattern, MAX_PATTERN_DEPTH};
 pub use validate::{elementwise_kind, post_op_of};
 
 /// The rule file built into smelt.
@@ -67,6 +69,16 @@ pub enum AttrSpec {
     Var(String),
     /// Spelled out.
     Literal(Attrs),
+    /// Spelled out with values read from constants the left-hand side binds
+    /// (`layer_norm[axis=2, epsilon=?eps]`; right-hand sides only): when the rule fires,
+    /// each `?var` in the text becomes the value of its splat constant, and the text is
+    /// read by the same schema as a literal.
+    Template {
+        /// The attribute text as written, `?var`s included.
+        text: String,
+        /// The variables it names, in order of appearance.
+        holes: Vec<String>,
+    },
 }
 
 /// A pattern: a variable or an op applied to sub-patterns.
@@ -103,7 +115,12 @@ impl PatternExpr {
             PatternExpr::Op {
                 attrs, children, ..
             } => {
-                if let AttrSpec::Var(v) = attrs {
+                let named: &[String] = match attrs {
+                    AttrSpec::Var(v) => std::slice::from_ref(v),
+                    AttrSpec::Template { holes, .. } => holes,
+                    AttrSpec::Any | AttrSpec::Literal(_) => &[],
+                };
+                for v in named {
                     if !out.contains(v) {
                         out.push(v.clone());
                     }
@@ -131,6 +148,7 @@ impl std::fmt::Display for PatternExpr {
                     AttrSpec::Var(v) => write!(f, "[{v}]")?,
                     AttrSpec::Literal(Attrs::None) => {}
                     AttrSpec::Literal(a) => write!(f, "[{}]", literal_text(*kind, a))?,
+                    AttrSpec::Template { text, .. } => write!(f, "[{}]", text.trim())?,
                 }
                 for c in children {
                     write!(f, " {c}")?;
@@ -288,6 +306,41 @@ mod tests {
         let text = "rule bad\n  lhs (relu ?x)\n  rhs (relu ?x)\n  guard const ?xx\n";
         let err = load_rules(text, "u.rules").unwrap_err();
         assert_eq!(err.0[0].location, Location::file("u.rules", 4, 15));
+    }
+
+    #[test]
+    fn attribute_values_from_constants_are_for_right_hand_sides_only() {
+        // on a right-hand side: loads, and the text reads as the op's attributes
+        let ok = "rule r\n  lhs (add ?x ?e)\n  rhs (leaky_relu[alpha=?e] ?x)\n  guard const ?e\n";
+        let rules = load_rules(ok, "u.rules").expect("loads");
+        let RuleAction::Rewrite(PatternExpr::Op { attrs, .. }) = &rules[0].action else {
+            panic!("a rewrite");
+        };
+        assert_eq!(
+            *attrs,
+            AttrSpec::Template {
+                text: "alpha=?e".into(),
+                holes: vec!["?e".into()]
+            }
+        );
+        // unbound, on a left-hand side, or not an attribute of the op: load errors
+        for (text, says) in [
+            (
+                "rule r\n  lhs (relu ?x)\n  rhs (leaky_relu[alpha=?e] ?x)\n",
+                "?e",
+            ),
+            (
+                "rule r\n  lhs (leaky_relu[alpha=?e] ?x)\n  rhs (relu ?x)\n",
+                "right-hand sides",
+            ),
+            (
+                "rule r\n  lhs (add ?x ?e)\n  rhs (leaky_relu[slope=?e] ?x)\n",
+                "slope",
+            ),
+        ] {
+            let err = load_rules(text, "u.rules").unwrap_err();
+            assert!(err.to_string().contains(says), "{text}: {err}");
+        }
     }
 
     #[test]

@@ -173,6 +173,10 @@ fn parse_expr(
                     None => AttrSpec::Any,
                 },
                 Some(t) if is_var(t.trim()) => AttrSpec::Var(t.trim().to_string()),
+                Some(t) if t.contains('?') => template_attrs(kind, t).map_err(|m| {
+                    let col = *head_col + name.chars().count() as u32 + 1;
+                    Diagnostic::error("rule-syntax", m, at(col))
+                })?,
                 // the caret goes on the attributes (after `name[`), not on the op name
                 Some(t) => AttrSpec::Literal(parse_literal_attrs(kind, t).map_err(|m| {
                     let col = *head_col + name.chars().count() as u32 + 1;
@@ -218,11 +222,61 @@ fn parse_expr(
     }
 }
 
+/// Attribute text with `?var` values (`axis = 2, epsilon = ?eps`): the variables, and a
+/// check that the text reads as `kind`'s attributes once they are numbers.
+fn template_attrs(kind: OpKind, text: &str) -> Result<AttrSpec, String> {
+    let holes = template_holes(text);
+    if holes.iter().any(|h| !is_var(h)) {
+        return Err(format!("'{text}': a `?` must start a variable name"));
+    }
+    parse_literal_attrs(kind, &fill_template(text, &|_| 1.0))?;
+    Ok(AttrSpec::Template {
+        text: text.to_string(),
+        holes,
+    })
+}
+
+/// The `?name`s of attribute text, in order, each once.
+pub fn template_holes(text: &str) -> Vec<String> {
+    let mut holes: Vec<String> = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find('?') {
+        let tail = &rest[i + 1..];
+        let len = tail
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        let name = format!("?{}", &tail[..len]);
+        if !holes.contains(&name) {
+            holes.push(name);
+        }
+        rest = &tail[len..];
+    }
+    holes
+}
+
+/// `text` with each `?name` replaced by `value(name)`, written so it reads back as the
+/// same f32 (the shortest form that round-trips).
+pub fn fill_template(text: &str, value: &dyn Fn(&str) -> f32) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find('?') {
+        out.push_str(&rest[..i]);
+        let tail = &rest[i + 1..];
+        let len = tail
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        out.push_str(&format!("{:?}", value(&format!("?{}", &tail[..len]))));
+        rest = &tail[len..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// The payload of `kind[text]`, `text` written as in the text form's attribute
 /// dictionaries (`epsilon = 1.0e-3`, `min = 0, max = 6`): parsed by the text form's own
 /// schema (`smelt_ir::text::op_from_attributes`), so the keys, types, defaults and
 /// required keys of a rule's attributes are those of the IR text.
-pub(super) fn parse_literal_attrs(kind: OpKind, text: &str) -> Result<Attrs, String> {
+pub fn parse_literal_attrs(kind: OpKind, text: &str) -> Result<Attrs, String> {
     if kind == OpKind::Fused {
         return Err(
             "attributes of 'fused' cannot be spelled out in a rule; bind them to a ?variable"

@@ -31,6 +31,17 @@ pub(super) fn check_rule(rule: &Rule) -> Result<(), Diagnostic> {
                 rule.location.clone(),
             ));
         }
+        if has_template(lhs) {
+            return Err(Diagnostic::error(
+                "rule-syntax",
+                format!(
+                    "rule '{}': attribute values from `?variables` are for right-hand sides \
+                     (a left-hand side binds an op's attributes with `op[?a]`)",
+                    rule.name
+                ),
+                rule.location.clone(),
+            ));
+        }
         let bound = lhs.vars();
         let mut needed: Vec<String> = Vec::new();
         match &rule.action {
@@ -149,6 +160,16 @@ fn attribute_vars(p: &PatternExpr) -> Vec<String> {
     }
     walk(p, &mut out);
     out
+}
+
+/// Whether `p` spells attributes with `?variable` values anywhere.
+fn has_template(p: &PatternExpr) -> bool {
+    match p {
+        PatternExpr::Var(_) => false,
+        PatternExpr::Op {
+            attrs, children, ..
+        } => matches!(attrs, AttrSpec::Template { .. }) || children.iter().any(has_template),
+    }
 }
 
 fn any_attrs(p: &PatternExpr) -> Option<OpKind> {
