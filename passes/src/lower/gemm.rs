@@ -10,6 +10,8 @@ use super::elementwise::{
 };
 use super::{BufferId, Cx};
 
+mod packed;
+
 /// Rows per register tile of a matrix product.
 const GEMM_ROWS: usize = 3;
 /// Vectors of 4 columns per register tile (GEMM_ROWS × GEMM_VECTORS ≤ 12).
@@ -72,6 +74,12 @@ pub(crate) fn lower_gemm(
     // One row of A against a B whose k runs contiguously (a classifier's `transB`
     // weights): dot products, reading B once in order, split over output columns.
     let gemv = geo.batch.is_empty() && geo.m == 1 && geo.b_k == 1 && geo.k >= 16;
+    // A constant B on a micro-kernel target: packed panels and the conv-tile routines.
+    if let (false, Some(data)) = (gemv, cx.const_data(operands[1])) {
+        if let Some((plan, epi)) = packed::PackedGemm::plan(cx, &geo, &epi) {
+            return plan.lower(cx, data, &geo, operands[0], c_val, epi, out);
+        }
+    }
     // A constant B read across its rows (gemm transB): transpose it once, here.
     if geo.b_n != 1 && geo.batch.is_empty() && !gemv {
         if let Some(data) = cx.const_data(operands[1]) {
