@@ -281,3 +281,41 @@ fn one_and_two_threads_are_bit_identical() {
         }
     }
 }
+
+/// `x · y` of two activations (attention's `Q·Kᵀ` and `P·V` per head, and a B that
+/// broadcasts over a batch dim): B is packed by a kernel at run time, then the same
+/// tiles run; checked at 1 and 2 threads (the packing kernel splits over B's matrices).
+#[test]
+fn matmul_of_two_activations() {
+    let cases: [(&[usize], &[usize]); 5] = [
+        (&[1, 12, 197, 64], &[1, 12, 64, 197]),
+        (&[1, 12, 197, 197], &[1, 12, 197, 64]),
+        (&[2, 1, 9, 37], &[3, 37, 20]),
+        (&[2, 3, 8, 100], &[2, 3, 100, 37]),
+        (&[64, 48], &[48, 100]),
+    ];
+    for (a, b) in cases {
+        let what = format!("matmul {a:?} x {b:?}");
+        let mut m = Module::default();
+        let mut fb = FuncBuilder::new(&mut m, "f");
+        let x = fb.param("x", f32t(a));
+        let y = fb.param("y", f32t(b));
+        let z = fb.op(Op::MatMul, &[x, y]).expect("matmul type-checks");
+        fb.finish(&[("z", z)]);
+        assert_packed_path(&what, &m);
+        check(&what, &m);
+        let inputs = random_inputs(&m, 43);
+        for kernels in kernel_choices() {
+            let run = |threads: usize| {
+                let o = CompileOptions {
+                    kernels,
+                    threads,
+                    ..jit_util::opts()
+                };
+                let exe = Executable::compile(&m, None, &o).expect("compiles");
+                exe.run(&inputs).expect("runs")
+            };
+            assert_eq!(run(1)[0].data, run(2)[0].data, "{what} ({kernels:?})");
+        }
+    }
+}

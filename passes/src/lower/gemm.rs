@@ -74,10 +74,16 @@ pub(crate) fn lower_gemm(
     // One row of A against a B whose k runs contiguously (a classifier's `transB`
     // weights): dot products, reading B once in order, split over output columns.
     let gemv = geo.batch.is_empty() && geo.m == 1 && geo.b_k == 1 && geo.k >= 16;
-    // A constant B on a micro-kernel target: packed panels and the conv-tile routines.
-    if let (false, Some(data)) = (gemv, cx.const_data(operands[1])) {
-        if let Some((plan, epi)) = packed::PackedGemm::plan(cx, &geo, &epi) {
-            return plan.lower(cx, data, &geo, operands[0], c_val, epi, out);
+    // On a micro-kernel target: B packed into panels (a constant at compile time, an
+    // activation by a kernel) and the conv-tile routines.
+    if !gemv {
+        let b = match cx.const_data(operands[1]) {
+            Some(data) => packed::BSource::Constant(data),
+            None => packed::BSource::Runtime(operands[1]),
+        };
+        let runtime_b = matches!(b, packed::BSource::Runtime(_));
+        if let Some((plan, epi)) = packed::PackedGemm::plan(cx, &geo, &epi, runtime_b) {
+            return plan.lower(cx, b, &geo, operands[0], c_val, epi, out);
         }
     }
     // A constant B read across its rows (gemm transB): transpose it once, here.

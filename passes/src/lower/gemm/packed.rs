@@ -1,4 +1,4 @@
-//! The packed GEMM: a matrix product by a constant `B` on the conv-tile micro-kernels.
+//! The packed GEMM: a matrix product on the conv-tile micro-kernels, B packed into panels.
 //!
 //! A product `A[M, K] · B[K, N]` with row-major A is a 1×1 convolution on channels-last
 //! input: A's rows are the pixels (pixel stride K), K is the input channels (channel
@@ -10,6 +10,10 @@
 //! lanes as whole vectors, which is the row-major result), else into a stack buffer that
 //! a JIT epilogue finishes as the conv epilogues do: `alpha`, `beta · C`, the absorbed
 //! post-ops, f32x4 along N, then stored once.
+//!
+//! A B that is an activation (attention's `Q·Kᵀ` and `P·V`) is packed the same way by a
+//! kernel just before the product, one set of panels per matrix of B, and its batch dims
+//! are loops, each call reading its own matrix's panels.
 //!
 //! Batched leading dims of A (a rank-3 activation `[1, S, K]` by a 2-D weight) flatten
 //! into M when every post-op operand allows it ([`Epilogue::with_merged_rows`]); else
@@ -35,6 +39,16 @@ pub(super) struct PackedGemm {
     routine: TileRoutine,
     /// Batch dims still looped over (empty when they are flattened into `rows`).
     batch: Vec<usize>,
+    /// A's elements between consecutive indices of each looped batch dim (0 where A
+    /// broadcasts).
+    a_batch: Vec<i64>,
+    /// Packed B's elements between consecutive indices of each looped batch dim (0 where
+    /// B broadcasts, always for a 2-D B).
+    b_batch: Vec<i64>,
+    /// B's own matrices (the product of its batch dims; 1 for a 2-D B).
+    b_matrices: usize,
+    /// B is packed by a kernel at run time (an activation), not at compile time.
+    runtime_b: bool,
     /// Rows of A (and of the result) per batch index.
     rows: usize,
     k: usize,
@@ -52,20 +66,43 @@ struct Args {
     out: BufId,
 }
 
+/// Where the packed GEMM's B comes from.
+pub(super) enum BSource<'a> {
+    /// A constant weight's values, packed at compile time.
+    Constant(&'a [f32]),
+    /// An activation, packed by a kernel before the product.
+    Runtime(Value),
+}
+
 impl PackedGemm {
-    /// The plan for `geo` when it fits: a micro-kernel target, row-major A, a 2-D B with
-    /// both of its dims kept, and a padded last panel wasting at most half of it (fewer
-    /// columns go to the Cranelift tiles). Returns it with the epilogue it applies (the
-    /// rows merged when the batch dims flatten).
-    pub(super) fn plan(cx: &Cx, geo: &GemmGeo, epi: &Epilogue) -> Option<(PackedGemm, Epilogue)> {
+    /// The plan for `geo` when it fits: a micro-kernel target, row-major A, B with both
+    /// of its dims kept — a constant 2-D weight, packed at compile time, or with
+    /// `runtime_b` any row-major B of at least 8 rows of A per matrix, packed by a kernel
+    /// first (a copy of B, cheap against the product from 8 rows on) — and a padded last
+    /// panel wasting at most half of it (fewer columns go to the Cranelift tiles).
+    /// Returns it with the epilogue it applies (the rows merged when the batch dims
+    /// flatten).
+    pub(super) fn plan(
+        cx: &Cx,
+        geo: &GemmGeo,
+        epi: &Epilogue,
+        runtime_b: bool,
+    ) -> Option<(PackedGemm, Epilogue)> {
         let target = cx.opts.micro?;
+        let b_batched = geo.b_batch.iter().any(|&s| s != 0);
+        let b_fits = if runtime_b {
+            geo.b_n == 1 && geo.b_k == geo.n as i64 && geo.m >= 8
+        } else {
+            !b_batched
+        };
         let plain = geo.a_k == 1
             && geo.a_m == geo.k as i64
             && geo.has_m
             && geo.has_n
-            && geo.b_batch.iter().all(|&s| s == 0)
+            && b_fits
             && geo.m > 0
-            && geo.k > 0;
+            && geo.k > 0
+            && geo.n > 0;
         if !plain {
             return None;
         }
@@ -74,30 +111,58 @@ impl PackedGemm {
             .routines()
             .filter(|r| r.lanes > 0)
             .min_by_key(|r| geo.n.div_ceil(r.lanes as usize) * r.lanes as usize)?;
-        if geo.n.div_ceil(routine.lanes as usize) * routine.lanes as usize > 2 * geo.n {
+        let lanes = routine.lanes as usize;
+        let panels = geo.n.div_ceil(lanes);
+        if panels * lanes > 2 * geo.n {
             return None;
         }
-        // A's batch dims are the result's (B has none), so A's rows run on contiguously
-        // across them: flatten when the epilogue's operands allow it
+        // B's matrices, from its strides: the largest batch stride reaches the last one
+        let matrix = (geo.k * geo.n) as i64;
+        let b_matrices = geo
+            .batch
+            .iter()
+            .zip(&geo.b_batch)
+            .filter(|(_, &s)| s != 0)
+            .map(|(&d, &s)| (d as i64 - 1) * s / matrix)
+            .sum::<i64>() as usize
+            + 1;
+        // With a 2-D B, A's batch dims are the result's, so A's rows run on contiguously
+        // across them: flatten when the epilogue's operands allow it.
         let lead = geo.batch.len() + 1;
-        let (batch, rows, epi) = match epi.with_merged_rows(&geo.out_dims, lead) {
-            Some(merged) if !geo.batch.is_empty() => (
-                Vec::new(),
-                geo.batch.iter().product::<usize>() * geo.m,
-                merged,
-            ),
-            _ => (geo.batch.clone(), geo.m, epi.clone()),
+        let merged = match b_batched || geo.batch.is_empty() {
+            true => None,
+            false => epi.with_merged_rows(&geo.out_dims, lead),
         };
-        let plan = PackedGemm {
+        let packed_matrix = (panels * geo.k * lanes) as i64;
+        let plan = |batch, rows, a_batch, b_batch| PackedGemm {
             routine,
             batch,
+            a_batch,
+            b_batch,
+            b_matrices,
+            runtime_b,
             rows,
             k: geo.k,
             n: geo.n,
             alpha: geo.alpha,
             beta: geo.beta,
         };
-        Some((plan, epi))
+        Some(match merged {
+            Some(merged) => {
+                let rows = geo.batch.iter().product::<usize>() * geo.m;
+                (plan(Vec::new(), rows, Vec::new(), Vec::new()), merged)
+            }
+            None => {
+                let b_batch = geo.b_batch.iter().map(|s| s / matrix * packed_matrix);
+                let plan = plan(
+                    geo.batch.clone(),
+                    geo.m,
+                    geo.a_batch.clone(),
+                    b_batch.collect(),
+                );
+                (plan, epi.clone())
+            }
+        })
     }
 
     fn lanes(&self) -> usize {
@@ -133,26 +198,36 @@ impl PackedGemm {
         })
     }
 
-    /// Lowers the product: packs B (deferred to the packing cores), then one kernel for
-    /// the whole panels and, when the lanes do not divide N, one for the padded last.
+    /// Lowers the product: packs B — a constant at compile time (deferred to the packing
+    /// cores), an activation by a kernel — then one kernel for the whole panels and,
+    /// when the lanes do not divide N, one for the padded last.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn lower<'a>(
         &self,
         cx: &mut Cx<'a>,
-        b_data: &'a [f32],
+        b: BSource<'a>,
         geo: &GemmGeo,
         a_val: Value,
         c_val: Option<Value>,
         epi: Epilogue,
         out: BufferId,
     ) -> Result<(), Diagnostic> {
-        let (b_k, b_n) = (geo.b_k as usize, geo.b_n as usize);
-        let pack = self.clone();
-        let w = cx.constant_later(
-            "b_packed",
-            self.panels() * self.k * self.lanes(),
-            Box::new(move || pack.pack(b_data, b_k, b_n)),
-        );
+        let len = self.b_matrices * self.panels() * self.k * self.lanes();
+        let w = match b {
+            BSource::Constant(data) => {
+                let (b_k, b_n) = (geo.b_k as usize, geo.b_n as usize);
+                let pack = self.clone();
+                let job = Box::new(move || pack.pack(data, b_k, b_n));
+                cx.constant_later("b_packed", len, job)
+            }
+            BSource::Runtime(v) => {
+                let b_buf = cx.buf(v);
+                let w = cx.temp("b_packed", len);
+                let k = self.pack_kernel(cx.len_of(b_buf), len);
+                cx.step(k, vec![b_buf, w])?;
+                w
+            }
+        };
         let a = cx.buf(a_val);
         let full = self.n / self.lanes();
         if full > 0 {
@@ -163,6 +238,60 @@ impl PackedGemm {
             self.kernel(cx, (a, w, c_val, out), epi, full..full + 1, rest)?;
         }
         Ok(())
+    }
+
+    /// The kernel that packs a row-major B of `b_matrices` matrices `[K, N]` (`b_len`
+    /// elements) into `len` elements of panels: f32x4 copies of whole panels' rows, the
+    /// padded last panel's valid columns one by one and its padding zeroed (those lanes
+    /// are never stored, but reused arena memory could hold anything, and the sums
+    /// should never depend on it). Parallel over B's matrices.
+    fn pack_kernel(&self, b_len: usize, len: usize) -> smelt_ir::loops::Kernel {
+        let (k, n, lanes) = (self.k as i64, self.n as i64, self.lanes() as i64);
+        let full = n / lanes;
+        let valid = n - full * lanes;
+        let panels = self.panels() as i64;
+        let mut kb = KernelBuilder::new(&format!(
+            "gemm_pack_b_{}x{}x{}_l{}",
+            self.b_matrices, self.k, self.n, lanes
+        ));
+        let b = kb.arg("b", b_len, Access::Read);
+        let w = kb.arg("b_packed", len, Access::Write);
+        let w4 = Width::F32x4;
+        if self.b_matrices > 1 {
+            kb.set_parallel();
+        }
+        kb.for_loop(0, self.b_matrices as i64, 1, |kb, m| {
+            let src = Affine::var(m).scale(k * n);
+            let dst = Affine::var(m).scale(panels * k * lanes);
+            kb.for_loop(0, full, 1, |kb, p| {
+                let p = Affine::var(p);
+                kb.for_loop(0, k, 1, |kb, kk| {
+                    let kk = Affine::var(kk);
+                    let from = src.add(&kk.scale(n)).add(&p.scale(lanes));
+                    let to = dst.add(&p.scale(k * lanes)).add(&kk.scale(lanes));
+                    for v in (0..lanes).step_by(4) {
+                        let x = Expr::load(b, from.plus(v), w4);
+                        kb.store(w, to.plus(v), x, w4);
+                    }
+                });
+            });
+            if valid > 0 {
+                kb.for_loop(0, k, 1, |kb, kk| {
+                    let kk = Affine::var(kk);
+                    let from = src.add(&kk.scale(n)).plus(full * lanes);
+                    let to = dst.plus(full * k * lanes).add(&kk.scale(lanes));
+                    for l in 0..lanes {
+                        let x = if l < valid {
+                            Expr::load(b, from.plus(l), Width::Scalar)
+                        } else {
+                            Expr::constant(0.0, Width::Scalar)
+                        };
+                        kb.store(w, to.plus(l), x, Width::Scalar);
+                    }
+                });
+            }
+        });
+        kb.finish()
     }
 
     /// One kernel over `panels`, each with `valid` result columns (the lanes, or fewer in
@@ -213,14 +342,9 @@ impl PackedGemm {
         if count > 1 {
             kb.set_parallel();
             kb.for_loop(0, count as i64, 1, |kb, p| {
-                self.panel(
-                    kb,
-                    &args,
-                    &epi,
-                    &Affine::var(p).plus(first),
-                    valid,
-                    count > 1,
-                )
+                let at = Affine::var(p).plus(first);
+                // a weight arrives cold from memory; a B packed just before is in cache
+                self.panel(kb, &args, &epi, &at, valid, !self.runtime_b)
             });
         } else {
             self.panel(&mut kb, &args, &epi, &Affine::constant(first), valid, false);
@@ -285,6 +409,8 @@ impl PackedGemm {
             && epi.is_empty()
             && self.alpha == 1.0
             && (args.c.is_none() || self.beta == 0.0);
+        let a_at = index_of(&self.a_batch, bidx).add(&row0.scale(k));
+        let w_at = index_of(&self.b_batch, bidx).add(&at.panel.scale(self.panel_len()));
         let (sums, sums_at, out_pixel_stride) = if direct {
             (args.out, out_row0.add(&col0), n)
         } else {
@@ -331,11 +457,11 @@ impl PackedGemm {
         kb.conv_tile(
             BufPtr {
                 buf: args.a,
-                index: flat.scale(rows * k).add(&row0.scale(k)),
+                index: a_at,
             },
             BufPtr {
                 buf: args.w,
-                index: at.panel.scale(panel_len),
+                index: w_at,
             },
             BufPtr {
                 buf: sums,
