@@ -1,5 +1,6 @@
-//! Lowerings of matrix products: gemm and matmul as register tiles, gemv for a single row
-//! of A.
+//! Lowerings of matrix products: on a micro-kernel target, B packed into panels for the
+//! conv-tile routines ([`packed`]); else gemm and matmul as Cranelift register tiles, and
+//! gemv for a single row of A against a `transB` B.
 
 use smelt_ir::loops::{Access, Affine, BinOp, BufId, Expr, KernelBuilder, ReduceOp, VarId, Width};
 use smelt_ir::op::GemmAttrs;
