@@ -209,6 +209,7 @@ pub fn load_lanes(buf: BufId, index: Affine, lane_stride: i64, w: Width) -> Expr
 
 /// A fused op's post-ops with their extra operands, applied to a register tile just
 /// before it is stored. Empty for unfused ops.
+#[derive(Clone)]
 pub struct Epilogue {
     post: Vec<PostOp>,
     /// Buffer, length and broadcast strides (against the result shape) of each distinct
@@ -276,6 +277,41 @@ impl Epilogue {
                 return None;
             }
             *sh = *sw * k as i64;
+        }
+        Some(Epilogue {
+            post: self.post.clone(),
+            operands,
+            reads: self.reads.clone(),
+            full: self.full.clone(),
+            args: Vec::new(),
+        })
+    }
+
+    /// The same epilogue for a result of shape `out` whose leading `lead` dimensions are
+    /// walked as one (a batched matrix product's batch dims and M, flattened into M):
+    /// `None` when an operand neither walks them contiguously nor broadcasts over all of
+    /// them (a mask per batch row, say), since its index would not be affine in the
+    /// merged row.
+    pub(crate) fn with_merged_rows(&self, out: &[usize], lead: usize) -> Option<Epilogue> {
+        if lead == 0 || lead > out.len() {
+            return None;
+        }
+        let mut operands = self.operands.clone();
+        for (_, _, strides) in &mut operands {
+            if strides.len() != out.len() {
+                return None;
+            }
+            // the merged row's stride is the innermost lead dim's; every outer one must
+            // be it times the rows inside (dims of size 1 are never walked)
+            let unit = strides[lead - 1];
+            let mut inner = 1i64;
+            for d in (0..lead).rev() {
+                if out[d] > 1 && strides[d] != unit * inner {
+                    return None;
+                }
+                inner *= out[d] as i64;
+            }
+            strides.splice(0..lead, [unit]);
         }
         Some(Epilogue {
             post: self.post.clone(),

@@ -1,5 +1,6 @@
-//! Lowerings of matrix products: gemm and matmul as register tiles, gemv for a single row
-//! of A.
+//! Lowerings of matrix products: on a micro-kernel target, B packed into panels for the
+//! conv-tile routines ([`packed`]); else gemm and matmul as Cranelift register tiles, and
+//! gemv for a single row of A against a `transB` B.
 
 use smelt_ir::loops::{Access, Affine, BinOp, BufId, Expr, KernelBuilder, ReduceOp, VarId, Width};
 use smelt_ir::op::GemmAttrs;
@@ -9,6 +10,8 @@ use super::elementwise::{
     broadcast_strides, dims_name, index_of, load_lanes, row_major_strides, Epilogue,
 };
 use super::{BufferId, Cx};
+
+mod packed;
 
 /// Rows per register tile of a matrix product.
 const GEMM_ROWS: usize = 3;
@@ -72,6 +75,18 @@ pub(crate) fn lower_gemm(
     // One row of A against a B whose k runs contiguously (a classifier's `transB`
     // weights): dot products, reading B once in order, split over output columns.
     let gemv = geo.batch.is_empty() && geo.m == 1 && geo.b_k == 1 && geo.k >= 16;
+    // On a micro-kernel target: B packed into panels (a constant at compile time, an
+    // activation by a kernel) and the conv-tile routines.
+    if !gemv {
+        let b = match cx.const_data(operands[1]) {
+            Some(data) => packed::BSource::Constant(data),
+            None => packed::BSource::Runtime(operands[1]),
+        };
+        let runtime_b = matches!(b, packed::BSource::Runtime(_));
+        if let Some((plan, epi)) = packed::PackedGemm::plan(cx, &geo, &epi, runtime_b) {
+            return plan.lower(cx, b, &geo, operands[0], c_val, epi, out);
+        }
+    }
     // A constant B read across its rows (gemm transB): transpose it once, here.
     if geo.b_n != 1 && geo.batch.is_empty() && !gemv {
         if let Some(data) = cx.const_data(operands[1]) {

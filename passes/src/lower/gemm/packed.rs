@@ -1,0 +1,564 @@
+//! The packed GEMM: a matrix product on the conv-tile micro-kernels, B packed into panels.
+//!
+//! A product `A[M, K] · B[K, N]` with row-major A is a 1×1 convolution on channels-last
+//! input: A's rows are the pixels (pixel stride K), K is the input channels (channel
+//! stride 1), N the output channels. So it needs no contract of its own: B is packed at
+//! compile time into panels of the routine's lanes, `[N / lanes][K][lanes]` (the packed
+//! conv's layout with one tap; the last panel zero-padded when the lanes do not divide
+//! N), and each call of the routine sums up to `max_pixels` rows × one panel. The sums go
+//! straight into the result when nothing follows them (the routine stores each row's
+//! lanes as whole vectors, which is the row-major result), else into a stack buffer that
+//! a JIT epilogue finishes as the conv epilogues do: `alpha`, `beta · C`, the absorbed
+//! post-ops, f32x4 along N, then stored once.
+//!
+//! A B that is an activation (attention's `Q·Kᵀ` and `P·V`) is packed the same way by a
+//! kernel just before the product, one set of panels per matrix of B, and its batch dims
+//! are loops, each call reading its own matrix's panels.
+//!
+//! Batched leading dims of A (a rank-3 activation `[1, S, K]` by a 2-D weight) flatten
+//! into M when every post-op operand allows it ([`Epilogue::with_merged_rows`]); else
+//! they are loops around the rows. The outermost loop is over panels: threads share the
+//! weights, each reading its panels once, and a panel (K·lanes floats: 48–192 KiB at the
+//! encoders' K) stays in L2 while every row streams past it; each call prefetches its
+//! share of the next panel, which would otherwise arrive cold from memory.
+
+use smelt_ir::loops::{
+    Access, Affine, BinOp, BufId, BufPtr, ConvTile, Expr, KernelBuilder, TileRoutine, Width,
+};
+use smelt_ir::{AlignedBuf, Diagnostic, Value};
+
+use super::GemmGeo;
+use crate::lower::elementwise::{
+    broadcast_strides, dims_name, index_of, load_lanes, row_major_strides, Epilogue,
+};
+use crate::lower::{BufferId, Cx};
+
+/// A product by a constant B planned onto the micro-kernel routine `routine`.
+#[derive(Clone)]
+pub(super) struct PackedGemm {
+    routine: TileRoutine,
+    /// Batch dims still looped over (empty when they are flattened into `rows`).
+    batch: Vec<usize>,
+    /// A's elements between consecutive indices of each looped batch dim (0 where A
+    /// broadcasts).
+    a_batch: Vec<i64>,
+    /// Packed B's elements between consecutive indices of each looped batch dim (0 where
+    /// B broadcasts, always for a 2-D B).
+    b_batch: Vec<i64>,
+    /// B's own matrices (the product of its batch dims; 1 for a 2-D B).
+    b_matrices: usize,
+    /// B is packed by a kernel at run time (an activation), not at compile time.
+    runtime_b: bool,
+    /// Rows of A (and of the result) per batch index.
+    rows: usize,
+    k: usize,
+    n: usize,
+    alpha: f32,
+    beta: f32,
+}
+
+/// The kernel arguments of one packed-GEMM kernel.
+struct Args {
+    a: BufId,
+    w: BufId,
+    /// Gemm's `C` and its broadcast strides against `[M, N]`.
+    c: Option<(BufId, Vec<i64>)>,
+    out: BufId,
+}
+
+/// Where the packed GEMM's B comes from.
+pub(super) enum BSource<'a> {
+    /// A constant weight's values, packed at compile time.
+    Constant(&'a [f32]),
+    /// An activation, packed by a kernel before the product.
+    Runtime(Value),
+}
+
+impl PackedGemm {
+    /// The plan for `geo` when it fits: a micro-kernel target, row-major A, B with both
+    /// of its dims kept — a constant 2-D weight, packed at compile time, or with
+    /// `runtime_b` any row-major B of at least 8 rows of A per matrix, packed by a kernel
+    /// first (a copy of B, cheap against the product from 8 rows on) — and a padded last
+    /// panel wasting at most half of it (fewer columns go to the Cranelift tiles).
+    /// Returns it with the epilogue it applies (the rows merged when the batch dims
+    /// flatten).
+    pub(super) fn plan(
+        cx: &Cx,
+        geo: &GemmGeo,
+        epi: &Epilogue,
+        runtime_b: bool,
+    ) -> Option<(PackedGemm, Epilogue)> {
+        let target = cx.opts.micro?;
+        let b_batched = geo.b_batch.iter().any(|&s| s != 0);
+        let b_fits = if runtime_b {
+            geo.b_n == 1 && geo.b_k == geo.n as i64 && geo.m >= 8
+        } else {
+            !b_batched
+        };
+        let plain = geo.a_k == 1
+            && geo.a_m == geo.k as i64
+            && geo.has_m
+            && geo.has_n
+            && b_fits
+            && geo.m > 0
+            && geo.k > 0
+            && geo.n > 0;
+        if !plain {
+            return None;
+        }
+        // the routine that pads N least, the widest on a tie
+        let routine = target
+            .routines()
+            .filter(|r| r.lanes > 0)
+            .min_by_key(|r| geo.n.div_ceil(r.lanes as usize) * r.lanes as usize)?;
+        let lanes = routine.lanes as usize;
+        let panels = geo.n.div_ceil(lanes);
+        if panels * lanes > 2 * geo.n {
+            return None;
+        }
+        // B's matrices, from its strides: the largest batch stride reaches the last one
+        let matrix = (geo.k * geo.n) as i64;
+        let b_matrices = geo
+            .batch
+            .iter()
+            .zip(&geo.b_batch)
+            .filter(|(_, &s)| s != 0)
+            .map(|(&d, &s)| (d as i64 - 1) * s / matrix)
+            .sum::<i64>() as usize
+            + 1;
+        // With a 2-D B, A's batch dims are the result's, so A's rows run on contiguously
+        // across them: flatten when the epilogue's operands allow it.
+        let lead = geo.batch.len() + 1;
+        let merged = match b_batched || geo.batch.is_empty() {
+            true => None,
+            false => epi.with_merged_rows(&geo.out_dims, lead),
+        };
+        let packed_matrix = (panels * geo.k * lanes) as i64;
+        let plan = |batch, rows, a_batch, b_batch| PackedGemm {
+            routine,
+            batch,
+            a_batch,
+            b_batch,
+            b_matrices,
+            runtime_b,
+            rows,
+            k: geo.k,
+            n: geo.n,
+            alpha: geo.alpha,
+            beta: geo.beta,
+        };
+        Some(match merged {
+            Some(merged) => {
+                let rows = geo.batch.iter().product::<usize>() * geo.m;
+                (plan(Vec::new(), rows, Vec::new(), Vec::new()), merged)
+            }
+            None => {
+                let b_batch = geo.b_batch.iter().map(|s| s / matrix * packed_matrix);
+                let plan = plan(
+                    geo.batch.clone(),
+                    geo.m,
+                    geo.a_batch.clone(),
+                    b_batch.collect(),
+                );
+                (plan, epi.clone())
+            }
+        })
+    }
+
+    fn lanes(&self) -> usize {
+        self.routine.lanes as usize
+    }
+
+    /// Panels of `lanes` columns, the last one padded.
+    fn panels(&self) -> usize {
+        self.n.div_ceil(self.lanes())
+    }
+
+    /// Packed elements of one panel.
+    fn panel_len(&self) -> i64 {
+        (self.k * self.lanes()) as i64
+    }
+
+    /// Packs `B` (element `(k, n)` at `k·b_k + n·b_n` of `data`) into the panels.
+    fn pack(&self, data: &[f32], b_k: usize, b_n: usize) -> AlignedBuf {
+        let (k, n, lanes) = (self.k, self.n, self.lanes());
+        AlignedBuf::from_f32_with(self.panels() * k * lanes, |out| {
+            for (panel, block) in out.chunks_exact_mut(k * lanes).enumerate() {
+                for (kk, row) in block.chunks_exact_mut(lanes).enumerate() {
+                    for (l, d) in row.iter_mut().enumerate() {
+                        let col = panel * lanes + l;
+                        *d = if col < n {
+                            data.get(kk * b_k + col * b_n).copied().unwrap_or(0.0)
+                        } else {
+                            0.0
+                        };
+                    }
+                }
+            }
+        })
+    }
+
+    /// Lowers the product: packs B — a constant at compile time (deferred to the packing
+    /// cores), an activation by a kernel — then one kernel for the whole panels and,
+    /// when the lanes do not divide N, one for the padded last.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn lower<'a>(
+        &self,
+        cx: &mut Cx<'a>,
+        b: BSource<'a>,
+        geo: &GemmGeo,
+        a_val: Value,
+        c_val: Option<Value>,
+        epi: Epilogue,
+        out: BufferId,
+    ) -> Result<(), Diagnostic> {
+        let len = self.b_matrices * self.panels() * self.k * self.lanes();
+        let w = match b {
+            BSource::Constant(data) => {
+                let (b_k, b_n) = (geo.b_k as usize, geo.b_n as usize);
+                let pack = self.clone();
+                let job = Box::new(move || pack.pack(data, b_k, b_n));
+                cx.constant_later("b_packed", len, job)
+            }
+            BSource::Runtime(v) => {
+                let b_buf = cx.buf(v);
+                let w = cx.temp("b_packed", len);
+                let k = self.pack_kernel(cx.len_of(b_buf), len);
+                cx.step(k, vec![b_buf, w])?;
+                w
+            }
+        };
+        let a = cx.buf(a_val);
+        let full = self.n / self.lanes();
+        if full > 0 {
+            self.kernel(cx, (a, w, c_val, out), epi.clone(), 0..full, self.lanes())?;
+        }
+        let rest = self.n - full * self.lanes();
+        if rest > 0 {
+            self.kernel(cx, (a, w, c_val, out), epi, full..full + 1, rest)?;
+        }
+        Ok(())
+    }
+
+    /// The kernel that packs a row-major B of `b_matrices` matrices `[K, N]` (`b_len`
+    /// elements) into `len` elements of panels: f32x4 copies of whole panels' rows, the
+    /// padded last panel's valid columns one by one and its padding zeroed (those lanes
+    /// are never stored, but reused arena memory could hold anything, and the sums
+    /// should never depend on it). Parallel over B's matrices.
+    fn pack_kernel(&self, b_len: usize, len: usize) -> smelt_ir::loops::Kernel {
+        let (k, n, lanes) = (self.k as i64, self.n as i64, self.lanes() as i64);
+        let full = n / lanes;
+        let valid = n - full * lanes;
+        let panels = self.panels() as i64;
+        let mut kb = KernelBuilder::new(&format!(
+            "gemm_pack_b_{}x{}x{}_l{}",
+            self.b_matrices, self.k, self.n, lanes
+        ));
+        let b = kb.arg("b", b_len, Access::Read);
+        let w = kb.arg("b_packed", len, Access::Write);
+        let w4 = Width::F32x4;
+        if self.b_matrices > 1 {
+            kb.set_parallel();
+        }
+        kb.for_loop(0, self.b_matrices as i64, 1, |kb, m| {
+            let src = Affine::var(m).scale(k * n);
+            let dst = Affine::var(m).scale(panels * k * lanes);
+            kb.for_loop(0, full, 1, |kb, p| {
+                let p = Affine::var(p);
+                kb.for_loop(0, k, 1, |kb, kk| {
+                    let kk = Affine::var(kk);
+                    let from = src.add(&kk.scale(n)).add(&p.scale(lanes));
+                    let to = dst.add(&p.scale(k * lanes)).add(&kk.scale(lanes));
+                    for v in (0..lanes).step_by(4) {
+                        let x = Expr::load(b, from.plus(v), w4);
+                        kb.store(w, to.plus(v), x, w4);
+                    }
+                });
+            });
+            if valid > 0 {
+                kb.for_loop(0, k, 1, |kb, kk| {
+                    let kk = Affine::var(kk);
+                    let from = src.add(&kk.scale(n)).plus(full * lanes);
+                    let to = dst.plus(full * k * lanes).add(&kk.scale(lanes));
+                    for l in 0..lanes {
+                        let x = if l < valid {
+                            Expr::load(b, from.plus(l), Width::Scalar)
+                        } else {
+                            Expr::constant(0.0, Width::Scalar)
+                        };
+                        kb.store(w, to.plus(l), x, Width::Scalar);
+                    }
+                });
+            }
+        });
+        kb.finish()
+    }
+
+    /// One kernel over `panels`, each with `valid` result columns (the lanes, or fewer in
+    /// the padded last panel): parallel over the panels when there are several, else
+    /// one serial call sequence.
+    fn kernel(
+        &self,
+        cx: &mut Cx,
+        (a, w, c_val, out): (BufferId, BufferId, Option<Value>, BufferId),
+        mut epi: Epilogue,
+        panels: std::ops::Range<usize>,
+        valid: usize,
+    ) -> Result<(), Diagnostic> {
+        let lanes = self.lanes();
+        let mut kb = KernelBuilder::new(&format!(
+            "gemm_packed_{}x{}x{}_b{}_l{}_p{}{}{}{}",
+            self.rows,
+            self.n,
+            self.k,
+            dims_name(&self.batch),
+            lanes,
+            panels.start,
+            if valid < lanes { "_partial" } else { "" },
+            if c_val.is_some() { "_c" } else { "" },
+            if epi.is_empty() { "" } else { "_fused" },
+        ));
+        let mut steps = vec![a, w];
+        let aa = kb.arg("a", cx.len_of(a), Access::Read);
+        let wa = kb.arg("b_packed", cx.len_of(w), Access::Read);
+        let c = c_val.map(|v| {
+            let cb = cx.buf(v);
+            steps.push(cb);
+            let dims = &cx.func.type_of(v).dims;
+            let strides = broadcast_strides(dims, &[self.rows, self.n]);
+            (kb.arg("c", cx.len_of(cb), Access::Read), strides)
+        });
+        steps.extend(epi.declare(&mut kb));
+        let oa = kb.arg("out", cx.len_of(out), Access::Write);
+        steps.push(out);
+        let args = Args {
+            a: aa,
+            w: wa,
+            c,
+            out: oa,
+        };
+        let count = panels.len();
+        let first = panels.start as i64;
+        if count > 1 {
+            kb.set_parallel();
+            kb.for_loop(0, count as i64, 1, |kb, p| {
+                let at = Affine::var(p).plus(first);
+                // a weight arrives cold from memory; a B packed just before is in cache
+                self.panel(kb, &args, &epi, &at, valid, !self.runtime_b)
+            });
+        } else {
+            self.panel(&mut kb, &args, &epi, &Affine::constant(first), valid, false);
+        }
+        cx.step(kb.finish(), steps)
+    }
+
+    /// Every row of one panel: the batch loops (if any), then calls of up to
+    /// `max_pixels` rows; with `prefetch_next`, each call prefetches its share of the
+    /// next panel (the rows of the sweep share it evenly).
+    fn panel(
+        &self,
+        kb: &mut KernelBuilder,
+        args: &Args,
+        epi: &Epilogue,
+        panel: &Affine,
+        valid: usize,
+        prefetch_next: bool,
+    ) {
+        let per_call = (self.routine.max_pixels as usize).max(1);
+        let full_calls = self.rows / per_call;
+        let rest = self.rows % per_call;
+        let sweep_rows = (self.rows * self.batch.iter().product::<usize>()) as i64;
+        let unit = prefetch_next.then(|| (self.panel_len() + sweep_rows - 1) / sweep_rows.max(1));
+        let at = PanelAt {
+            panel: panel.clone(),
+            valid,
+            unit,
+        };
+        for_batches(kb, &self.batch, &mut Vec::new(), &mut |kb, bidx| {
+            kb.for_loop(0, full_calls as i64, 1, |kb, c| {
+                let row0 = Affine::var(c).scale(per_call as i64);
+                self.call(kb, args, epi, &at, bidx, &row0, per_call)
+            });
+            if rest > 0 {
+                let row0 = Affine::constant((full_calls * per_call) as i64);
+                self.call(kb, args, epi, &at, bidx, &row0, rest);
+            }
+        });
+    }
+
+    /// One routine call: rows `row0..row0 + pixels` (of batch index `bidx`) × the panel,
+    /// then, unless the routine wrote the result itself, the epilogue over its sums.
+    #[allow(clippy::too_many_arguments)]
+    fn call(
+        &self,
+        kb: &mut KernelBuilder,
+        args: &Args,
+        epi: &Epilogue,
+        at: &PanelAt,
+        bidx: &[Affine],
+        row0: &Affine,
+        pixels: usize,
+    ) {
+        let (k, n, lanes) = (self.k as i64, self.n as i64, self.lanes() as i64);
+        let rows = self.rows as i64;
+        // the batch index as one number (row-major over the batch dims)
+        let flat = index_of(&row_major_strides(&self.batch), bidx);
+        let col0 = at.panel.scale(lanes);
+        let out_row0 = flat.scale(rows * n).add(&row0.scale(n));
+        let direct = at.valid == self.lanes()
+            && epi.is_empty()
+            && self.alpha == 1.0
+            && (args.c.is_none() || self.beta == 0.0);
+        let a_at = index_of(&self.a_batch, bidx).add(&row0.scale(k));
+        let w_at = index_of(&self.b_batch, bidx).add(&at.panel.scale(self.panel_len()));
+        let (sums, sums_at, out_pixel_stride) = if direct {
+            (args.out, out_row0.add(&col0), n)
+        } else {
+            (kb.local(pixels * self.lanes()), Affine::constant(0), lanes)
+        };
+        if !direct {
+            // a residual's rows stream in while the routine computes
+            let mut idx = bidx.to_vec();
+            idx.extend([row0.clone(), col0.clone()]);
+            epi.prefetch(kb, &idx, self.batch.len(), pixels, at.valid);
+        }
+        let panel_len = self.panel_len();
+        let (next_len, next) = match at.unit {
+            Some(unit) => {
+                let start = at
+                    .panel
+                    .plus(1)
+                    .scale(panel_len)
+                    .add(&flat.scale(rows).add(row0).scale(unit));
+                let ptr = BufPtr {
+                    buf: args.w,
+                    index: start,
+                };
+                ((unit * pixels as i64).min(panel_len), Some(ptr))
+            }
+            None => (0, None),
+        };
+        let tile = ConvTile {
+            lanes,
+            pixels: pixels as i64,
+            rows: 1,
+            row_stride: 0,
+            taps: 1,
+            tap_stride: 0,
+            chans: k,
+            chan_stride: 1,
+            pixel_stride: k,
+            w_tap_stride: panel_len,
+            out_pixel_stride,
+            out_vec_stride: 4,
+            next_len,
+            accumulate: false,
+        };
+        kb.conv_tile(
+            BufPtr {
+                buf: args.a,
+                index: a_at,
+            },
+            BufPtr {
+                buf: args.w,
+                index: w_at,
+            },
+            BufPtr {
+                buf: sums,
+                index: sums_at,
+            },
+            next,
+            tile,
+        );
+        if direct {
+            return;
+        }
+        let vecs = at.valid / 4;
+        kb.for_loop(0, pixels as i64, 1, |kb, p| {
+            let p = Affine::var(p);
+            let row = row0.add(&p);
+            let end = Finish {
+                bidx,
+                flat: &flat,
+                row: &row,
+            };
+            kb.for_loop(0, vecs as i64, 1, |kb, v| {
+                let v = Affine::var(v).scale(4);
+                let s = Expr::load(sums, p.scale(lanes).add(&v), Width::F32x4);
+                self.finish(kb, args, epi, &end, s, &col0.add(&v), Width::F32x4);
+            });
+            // the padded panel's last columns, one at a time
+            for l in 4 * vecs..at.valid {
+                let l = l as i64;
+                let s = Expr::load(sums, p.scale(lanes).plus(l), Width::Scalar);
+                self.finish(kb, args, epi, &end, s, &col0.plus(l), Width::Scalar);
+            }
+        });
+    }
+
+    /// `alpha · sum + beta · C`, the post-ops, and the store, for the `w.lanes()`
+    /// result elements from column `col` of `end`'s row.
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        &self,
+        kb: &mut KernelBuilder,
+        args: &Args,
+        epi: &Epilogue,
+        end: &Finish,
+        sum: Expr,
+        col: &Affine,
+        w: Width,
+    ) {
+        let mut v = sum;
+        if self.alpha != 1.0 {
+            v = Expr::binary(BinOp::Mul, v, Expr::constant(self.alpha, w));
+        }
+        if let Some((c, strides)) = &args.c {
+            if self.beta != 0.0 {
+                let at = index_of(strides, &[end.row.clone(), col.clone()]);
+                let cv = load_lanes(*c, at, strides[1], w);
+                v = Expr::fma(cv, Expr::constant(self.beta, w), v);
+            }
+        }
+        let mut idx = end.bidx.to_vec();
+        idx.extend([end.row.clone(), col.clone()]);
+        let v = epi.apply(kb, v, &idx, w);
+        let (rows, n) = (self.rows as i64, self.n as i64);
+        let stored = end.flat.scale(rows * n).add(&end.row.scale(n)).add(col);
+        kb.store(args.out, stored, v, w);
+    }
+}
+
+/// The panel a kernel body computes: its index, its valid columns, and the elements of
+/// the next panel each row prefetches (`None`: no prefetch).
+struct PanelAt {
+    panel: Affine,
+    valid: usize,
+    unit: Option<i64>,
+}
+
+/// The result row an epilogue finishes: batch index (as loop indices and as one
+/// number) and row.
+struct Finish<'r> {
+    bidx: &'r [Affine],
+    flat: &'r Affine,
+    row: &'r Affine,
+}
+
+/// Runs `body` inside one loop per batch dim, with the loop indices.
+fn for_batches(
+    kb: &mut KernelBuilder,
+    batch: &[usize],
+    idx: &mut Vec<Affine>,
+    body: &mut dyn FnMut(&mut KernelBuilder, &[Affine]),
+) {
+    let Some((&dim, inner)) = batch.split_first() else {
+        body(kb, idx);
+        return;
+    };
+    kb.for_loop(0, dim as i64, 1, |kb, i| {
+        idx.push(Affine::var(i));
+        for_batches(kb, inner, idx, body);
+        idx.pop();
+    });
+}
