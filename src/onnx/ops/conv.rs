@@ -160,16 +160,12 @@ pub fn output_from_4d(cx: &mut NodeCtx, y: Value, rank: usize) -> Result<Value, 
     }
 }
 
-/// Conv with optional bias, groups, dilations, strides, explicit or automatic padding.
-pub fn conv(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
-    cx.check_attrs(&[
-        "auto_pad",
-        "dilations",
-        "group",
-        "kernel_shape",
-        "pads",
-        "strides",
-    ])?;
+/// The dims of a conv node's input and weight and its kernel (the weight's spatial dims).
+type ConvDims = (Vec<usize>, Vec<usize>, Vec<usize>);
+
+/// A conv's (or transposed conv's) input and weight dims, checked to be of one rank, and
+/// the kernel: the weight's spatial dims, which `kernel_shape` must repeat if given.
+fn input_weight_and_kernel(cx: &NodeCtx) -> Result<ConvDims, Diagnostic> {
     let x_dims = spatial_input(cx, 0)?;
     let w_dims = cx.dims(1)?;
     if w_dims.len() != x_dims.len() {
@@ -187,6 +183,20 @@ pub fn conv(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
             ));
         }
     }
+    Ok((x_dims, w_dims, kernel))
+}
+
+/// Conv with optional bias, groups, dilations, strides, explicit or automatic padding.
+pub fn conv(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&[
+        "auto_pad",
+        "dilations",
+        "group",
+        "kernel_shape",
+        "pads",
+        "strides",
+    ])?;
+    let (x_dims, w_dims, kernel) = input_weight_and_kernel(cx)?;
     let group = cx.attr_int_or("group", 1)?;
     if group < 1 {
         return Err(cx.bad_attr("group", format!("{group} must be positive")));
@@ -232,24 +242,8 @@ pub fn conv_transpose(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         "pads",
         "strides",
     ])?;
-    let x_dims = spatial_input(cx, 0)?;
-    let w_dims = cx.dims(1)?;
+    let (x_dims, w_dims, kernel) = input_weight_and_kernel(cx)?;
     let spatial = x_dims.len() - 2;
-    if w_dims.len() != x_dims.len() {
-        return Err(cx.err(
-            "onnx-bad-model",
-            format!("weight shape {w_dims:?} does not match input shape {x_dims:?}"),
-        ));
-    }
-    let kernel = w_dims[2..].to_vec();
-    if let Some(k) = cx.attr_ints("kernel_shape")? {
-        if k.iter().map(|&v| v as usize).ne(kernel.iter().copied()) || k.iter().any(|&v| v < 0) {
-            return Err(cx.bad_attr(
-                "kernel_shape",
-                format!("{k:?} does not match the weight's spatial dims {kernel:?}"),
-            ));
-        }
-    }
     let group = cx.attr_int_or("group", 1)?;
     let channels = x_dims[1];
     if group < 1 || channels % group as usize != 0 {
