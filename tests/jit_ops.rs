@@ -131,6 +131,47 @@ fn log_over_every_binade_and_the_special_values() {
     }
 }
 
+/// Floor, ceil and round (halves to even) exactly, on halves, negatives, values beyond
+/// 2^23 (already integers), signed zeros and the special values, on every kernel choice.
+#[test]
+fn floor_ceil_and_round_are_exact_on_halves_and_special_values() {
+    let mut x: Vec<f32> = (-40..=40).map(|i| i as f32 * 0.25).collect();
+    x.extend([
+        0.0,
+        -0.0,
+        0.49999997,
+        -0.49999997,
+        2.5,
+        3.5,
+        -2.5,
+        8388607.5,
+        16777216.0,
+        -1e30,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        f32::MIN_POSITIVE,
+    ]);
+    let n = x.len();
+    let input = smelt_ir::Tensor::new([n], x.clone()).unwrap();
+    for (u, f) in [
+        (UnaryOp::Floor, f32::floor as fn(f32) -> f32),
+        (UnaryOp::Ceil, f32::ceil),
+        (UnaryOp::Round, f32::round_ties_even),
+    ] {
+        let m = one_op(Op::Unary(u), &[t(&[n])], &[]);
+        let got = check_against_interp(u.name(), &m, std::slice::from_ref(&input), 0.0);
+        for (i, &v) in x.iter().enumerate() {
+            let (want, y) = (f(v), got[0].f32s()[i]);
+            assert!(
+                want.to_bits() == y.to_bits() || (want.is_nan() && y.is_nan()),
+                "{}({v:e}) = {y:e}, want {want:e}",
+                u.name()
+            );
+        }
+    }
+}
+
 #[test]
 fn unary_ops_on_wide_inputs() {
     // values in [-1, 1] hide range problems: scale them up to [-12, 12]

@@ -385,6 +385,9 @@ fn every_unary_op() -> Vec<UnaryOp> {
         UnaryOp::Exp,
         UnaryOp::Reciprocal,
         UnaryOp::Log,
+        UnaryOp::Floor,
+        UnaryOp::Ceil,
+        UnaryOp::Round,
     ];
     // The compiler lists every op here: a new op must join the list above.
     for op in &all {
@@ -404,7 +407,10 @@ fn every_unary_op() -> Vec<UnaryOp> {
             | UnaryOp::Sqrt
             | UnaryOp::Exp
             | UnaryOp::Reciprocal
-            | UnaryOp::Log => {}
+            | UnaryOp::Log
+            | UnaryOp::Floor
+            | UnaryOp::Ceil
+            | UnaryOp::Round => {}
         }
     }
     all

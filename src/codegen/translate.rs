@@ -744,6 +744,9 @@ impl Gen<'_, '_> {
                     (UnOp::Sqrt, _) => self.fb.ins().sqrt(x),
                     (UnOp::Exp, _) => self.exp(x),
                     (UnOp::Log, _) => self.log(x),
+                    (UnOp::Floor, _) => self.fb.ins().floor(x),
+                    (UnOp::Ceil, _) => self.fb.ins().ceil(x),
+                    (UnOp::Nearest, _) => self.fb.ins().nearest(x),
                 }
             }
             Expr::Binary(op, a, b) => {

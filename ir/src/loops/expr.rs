@@ -85,6 +85,12 @@ pub enum UnOp {
     /// `ln x` (code generation expands it into a polynomial; relative error ≈ 1e-7;
     /// NaN below zero, -inf at zero, +inf at +inf).
     Log,
+    /// Round toward -inf to an integer value.
+    Floor,
+    /// Round toward +inf to an integer value.
+    Ceil,
+    /// Round to the nearest integer value, halves to even.
+    Nearest,
 }
 
 /// An elementwise function of two values.

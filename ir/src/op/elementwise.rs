@@ -54,6 +54,12 @@ pub enum UnaryOp {
     Reciprocal,
     /// The natural logarithm (NaN below zero, -inf at zero).
     Log,
+    /// The largest integer not above `x` (NaN, infinities and -0 kept).
+    Floor,
+    /// The smallest integer not below `x`.
+    Ceil,
+    /// The nearest integer, halves to even (ONNX Round, IEEE roundTiesToEven).
+    Round,
 }
 
 impl UnaryOp {
@@ -67,6 +73,7 @@ impl UnaryOp {
         match self {
             UnaryOp::Relu | UnaryOp::Clip { .. } | UnaryOp::LeakyRelu { .. } => 1,
             UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sqrt | UnaryOp::Reciprocal => 1,
+            UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => 1,
             UnaryOp::Exp | UnaryOp::Log => 15,
             UnaryOp::HardSigmoid { .. } | UnaryOp::HardSwish => 4,
             UnaryOp::Sigmoid | UnaryOp::Tanh | UnaryOp::Silu => 20,
@@ -104,6 +111,9 @@ impl UnaryOp {
             UnaryOp::Exp => x.exp(),
             UnaryOp::Reciprocal => 1.0 / x,
             UnaryOp::Log => x.ln(),
+            UnaryOp::Floor => x.floor(),
+            UnaryOp::Ceil => x.ceil(),
+            UnaryOp::Round => x.round_ties_even(),
         }
     }
 }
@@ -275,6 +285,21 @@ macro_rules! elementwise_ops {
             dtype: all_f32,
             shape: same_dims,
             flops: unary_flops(UnaryOp::Reciprocal);
+        Floor "floor" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Floor)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Floor);
+        Ceil "ceil" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Ceil)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Ceil);
+        Round "round" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Round)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Round);
         Add "add" Some(Exact(2)), Elementwise: (Op::Binary(BinaryOp::Add)) <=> (Attrs::None)
             attrs {},
             dtype: numeric_pair,

@@ -150,6 +150,9 @@ pub fn unary(b: &mut KernelBuilder, op: UnaryOp, x: Expr, w: Width) -> Expr {
         UnaryOp::Exp => Expr::unary(UnOp::Exp, x),
         UnaryOp::Reciprocal => div(c(1.0, w), x),
         UnaryOp::Log => Expr::unary(UnOp::Log, x),
+        UnaryOp::Floor => Expr::unary(UnOp::Floor, x),
+        UnaryOp::Ceil => Expr::unary(UnOp::Ceil, x),
+        UnaryOp::Round => Expr::unary(UnOp::Nearest, x),
     }
 }
 

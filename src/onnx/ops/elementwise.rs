@@ -258,6 +258,9 @@ pub fn unary(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         "Exp" => Some(UnaryOp::Exp),
         "Reciprocal" => Some(UnaryOp::Reciprocal),
         "Log" => Some(UnaryOp::Log),
+        "Floor" => Some(UnaryOp::Floor),
+        "Ceil" => Some(UnaryOp::Ceil),
+        "Round" => Some(UnaryOp::Round),
         _ => None,
     };
     let op = match (plain, cx.node.op_type()) {

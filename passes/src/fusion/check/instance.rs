@@ -540,6 +540,9 @@ impl Planner {
             | OpKind::Sqrt
             | OpKind::Exp
             | OpKind::Log
+            | OpKind::Floor
+            | OpKind::Ceil
+            | OpKind::Round
             | OpKind::Reciprocal
             | OpKind::Add
             | OpKind::Sub
