@@ -45,6 +45,19 @@ fn elements<T: Element>(data: &TensorData) -> Result<&[T], String> {
     T::slice(data).ok_or_else(|| format!("internal: an operand holds {}", data.dtype()))
 }
 
+/// `f` on each pair of elements of `a` and `b` (as `T`s), both broadcast to `out`: the
+/// common loop of the binary kernels here.
+fn pairwise<T: Element, U>(
+    a: &Operand,
+    b: &Operand,
+    out: &[usize],
+    mut f: impl FnMut(T, T) -> U,
+) -> Result<Vec<U>, String> {
+    let x = shape::broadcast_to(elements::<T>(&a.data)?, a.dims, out);
+    let y = shape::broadcast_to(elements::<T>(&b.data)?, b.dims, out);
+    Ok(x.iter().zip(y.iter()).map(|(&p, &q)| f(p, q)).collect())
+}
+
 /// The result of reading `x` at the source positions `f` gives for its dims: data
 /// movement is a reindexing, computed once whatever the element type.
 fn moved(x: &Operand, f: impl FnOnce(&[usize], &[usize]) -> Vec<usize>) -> TensorData {
@@ -181,15 +194,12 @@ pub(super) fn integer_binary(
         b: &Operand,
         out: &[usize],
     ) -> Result<Vec<T>, String> {
-        let x = shape::broadcast_to(elements::<T>(&a.data)?, a.dims, out);
-        let y = shape::broadcast_to(elements::<T>(&b.data)?, b.dims, out);
-        x.iter()
-            .zip(y.iter())
-            .map(|(&p, &q)| {
-                T::binary(op, p, q)
-                    .ok_or_else(|| format!("integer division by zero in '{}'", op.name()))
-            })
-            .collect()
+        pairwise(a, b, out, |p: T, q: T| {
+            T::binary(op, p, q)
+                .ok_or_else(|| format!("integer division by zero in '{}'", op.name()))
+        })?
+        .into_iter()
+        .collect()
     }
     Ok(match a.data.dtype() {
         DType::I64 => TensorData::I64(typed(op, a, b, out)?),
@@ -254,12 +264,7 @@ pub(super) fn compare(
         b: &Operand,
         out: &[usize],
     ) -> Result<Vec<bool>, String> {
-        let x = shape::broadcast_to(elements::<T>(&a.data)?, a.dims, out);
-        let y = shape::broadcast_to(elements::<T>(&b.data)?, b.dims, out);
-        Ok(x.iter()
-            .zip(y.iter())
-            .map(|(&p, &q)| cmp.holds(p, q))
-            .collect())
+        pairwise(a, b, out, |p: T, q: T| cmp.holds(p, q))
     }
     Ok(TensorData::Bool(match a.data.dtype() {
         DType::F32 => typed::<f32>(cmp, a, b, out)?,
@@ -276,14 +281,7 @@ pub(super) fn logic(
     b: &Operand,
     out: &[usize],
 ) -> Result<TensorData, String> {
-    let x = shape::broadcast_to(elements::<bool>(&a.data)?, a.dims, out);
-    let y = shape::broadcast_to(elements::<bool>(&b.data)?, b.dims, out);
-    Ok(TensorData::Bool(
-        x.iter()
-            .zip(y.iter())
-            .map(|(&p, &q)| op.eval(p, q))
-            .collect(),
-    ))
+    Ok(TensorData::Bool(pairwise(a, b, out, |p, q| op.eval(p, q))?))
 }
 
 /// `!x` on `i1`.
@@ -431,24 +429,16 @@ pub(super) fn modulo(
         b: &Operand,
         out: &[usize],
     ) -> Result<Vec<T>, String> {
-        let x = shape::broadcast_to(elements::<T>(&a.data)?, a.dims, out);
-        let y = shape::broadcast_to(elements::<T>(&b.data)?, b.dims, out);
-        x.iter()
-            .zip(y.iter())
-            .map(|(&p, &q)| {
-                T::remainder(p, q, fmod)
-                    .ok_or_else(|| "integer remainder by zero in 'mod'".to_string())
-            })
-            .collect()
+        pairwise(a, b, out, |p: T, q: T| {
+            T::remainder(p, q, fmod).ok_or_else(|| "integer remainder by zero in 'mod'".to_string())
+        })?
+        .into_iter()
+        .collect()
     }
     Ok(match a.data.dtype() {
         DType::I64 => TensorData::I64(integer(fmod, a, b, out)?),
         DType::I32 => TensorData::I32(integer(fmod, a, b, out)?),
-        DType::F32 => {
-            let x = shape::broadcast_to(elements::<f32>(&a.data)?, a.dims, out);
-            let y = shape::broadcast_to(elements::<f32>(&b.data)?, b.dims, out);
-            TensorData::F32(x.iter().zip(y.iter()).map(|(&p, &q)| p % q).collect())
-        }
+        DType::F32 => TensorData::F32(pairwise(a, b, out, |p: f32, q: f32| p % q)?),
         d => return Err(format!("internal: 'mod' on {d}")),
     })
 }
