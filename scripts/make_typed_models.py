@@ -28,15 +28,14 @@ Written under a temporary name, renamed when complete, stamped `.complete`.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 
 import numpy as np
-import onnx
-import onnxruntime as ort
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
+
+from fixtures import complete_folder, reference_session_options, save_with_reference
 
 STAMP = "onnx 1.23.2 onnxruntime 1.32.0 typed 2"
 
@@ -214,31 +213,15 @@ MODELS = {
 
 
 def main(out: str) -> None:
-    tmp = out + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
     rng = np.random.default_rng(20261201)
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    for name, build in MODELS.items():
-        graph, inputs = build(rng)
-        opset = 13 if name == "layer_norm_decomposed" else 17
-        m = h.make_model(graph, opset_imports=[h.make_opsetid("", opset)])
-        m.ir_version = 8
-        onnx.checker.check_model(m, full_check=True)
-        d = os.path.join(tmp, name)
-        os.makedirs(d)
-        onnx.save(m, os.path.join(d, "model.onnx"))
-        sess = ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-        outputs = sess.run(None, inputs)
-        for k, v in inputs.items():
-            np.save(os.path.join(d, k + ".npy"), v)
-        for o, v in zip(sess.get_outputs(), outputs):
-            np.save(os.path.join(d, "want_" + o.name + ".npy"), v)
-    with open(os.path.join(tmp, ".complete"), "w") as f:
-        f.write(STAMP + "\n")
-    shutil.rmtree(out, ignore_errors=True)
-    os.rename(tmp, out)
+    opts = reference_session_options()
+    with complete_folder(out, STAMP) as tmp:
+        for name, build in MODELS.items():
+            graph, inputs = build(rng)
+            opset = 13 if name == "layer_norm_decomposed" else 17
+            m = h.make_model(graph, opset_imports=[h.make_opsetid("", opset)])
+            m.ir_version = 8
+            save_with_reference(os.path.join(tmp, name), m, inputs, opts)
     print(f"wrote {', '.join(MODELS)} to {out}")
 
 

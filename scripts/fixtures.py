@@ -1,0 +1,45 @@
+"""What the test-data scripts share: a folder written whole or not at all, and a model
+saved beside its inputs and onnxruntime's outputs for them."""
+
+import contextlib
+import os
+import shutil
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+
+@contextlib.contextmanager
+def complete_folder(out, stamp):
+    """Yields a scratch folder that becomes `out`, with `.complete` holding `stamp`, only
+    when the body finishes: a test never reads half-written data."""
+    tmp = out + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    yield tmp
+    with open(os.path.join(tmp, ".complete"), "w") as f:
+        f.write(stamp + "\n")
+    shutil.rmtree(out, ignore_errors=True)
+    os.rename(tmp, out)
+
+
+def reference_session_options():
+    """onnxruntime without its graph rewrites: the reference computes the model as written."""
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return opts
+
+
+def save_with_reference(folder, model, inputs, opts):
+    """Checks and saves `model` as folder/model.onnx, each input as NAME.npy and
+    onnxruntime's outputs as want_NAME.npy."""
+    onnx.checker.check_model(model, full_check=True)
+    os.makedirs(folder)
+    onnx.save(model, os.path.join(folder, "model.onnx"))
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    outputs = sess.run(None, inputs)
+    for k, v in inputs.items():
+        np.save(os.path.join(folder, k + ".npy"), v)
+    for o, v in zip(sess.get_outputs(), outputs):
+        np.save(os.path.join(folder, "want_" + o.name + ".npy"), v)
