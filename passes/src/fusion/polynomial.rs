@@ -42,6 +42,20 @@ struct Exact {
     data: Vec<Q>,
 }
 
+impl Exact {
+    /// Every element times `by` (an overflow is an error, as everywhere here).
+    fn scaled(&self, by: Q) -> Result<Exact, String> {
+        Ok(Exact {
+            dims: self.dims.clone(),
+            data: self
+                .data
+                .iter()
+                .map(|v| ovf(v.mul(by)))
+                .collect::<Result<_, _>>()?,
+        })
+    }
+}
+
 /// What the exact evaluation of one instance found.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ExactCheck {
@@ -299,27 +313,11 @@ fn eval(op: &Op, args: &[&Exact], out: &[usize]) -> Result<Exact, String> {
         Op::MatMul => product(a(0)?, a(1)?, false, false),
         Op::Gemm(g) => {
             let p = product(a(0)?, a(1)?, g.trans_a, g.trans_b)?;
-            let alpha = exact_f32(g.alpha.0)?;
-            let scaled = Exact {
-                dims: p.dims.clone(),
-                data: p
-                    .data
-                    .iter()
-                    .map(|v| ovf(v.mul(alpha)))
-                    .collect::<Result<_, _>>()?,
-            };
+            let scaled = p.scaled(exact_f32(g.alpha.0)?)?;
             match args.get(2) {
                 None => Ok(scaled),
                 Some(c) => {
-                    let beta = exact_f32(g.beta.0)?;
-                    let c = Exact {
-                        dims: c.dims.clone(),
-                        data: c
-                            .data
-                            .iter()
-                            .map(|v| ovf(v.mul(beta)))
-                            .collect::<Result<_, _>>()?,
-                    };
+                    let c = c.scaled(exact_f32(g.beta.0)?)?;
                     broadcast(&scaled, &c, out, BinaryOp::Add)
                 }
             }

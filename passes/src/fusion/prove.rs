@@ -495,11 +495,10 @@ fn num(x: f64) -> String {
     }
 }
 
-/// Tries to prove `rule` exactly over the reals (see the module docs).
-pub fn prove_rule(rule: &Rule) -> Proof {
-    let RuleAction::Rewrite(rhs) = &rule.action else {
-        return Proof::ByDefinition;
-    };
+/// The value each `scalar` guard pins its variable to, exactly (the model's constant is
+/// within the guard's tolerance of it; a proof is for the f32 the checker builds, the
+/// value itself); both provers start from these.
+pub(super) fn scalar_guard_values(rule: &Rule) -> Result<Vec<(String, Q)>, Proof> {
     let mut scalars = Vec::new();
     for g in &rule.guards {
         if g.kind != GuardKind::Scalar {
@@ -507,14 +506,24 @@ pub fn prove_rule(rule: &Rule) -> Proof {
         }
         if let (Some(GuardArg::Var(v)), Some(GuardArg::Number(n))) = (g.args.first(), g.args.get(1))
         {
-            // the model's constant is within the guard's tolerance of this value; the
-            // proof is for the f32 the checker builds, the value itself
             match Q::from_f32(*n as f32) {
                 Some(q) => scalars.push((v.clone(), q)),
-                None => return Proof::NotAttempted(format!("{v}'s value is not exact")),
+                None => return Err(Proof::NotAttempted(format!("{v}'s value is not exact"))),
             }
         }
     }
+    Ok(scalars)
+}
+
+/// Tries to prove `rule` exactly over the reals (see the module docs).
+pub fn prove_rule(rule: &Rule) -> Proof {
+    let RuleAction::Rewrite(rhs) = &rule.action else {
+        return Proof::ByDefinition;
+    };
+    let scalars = match scalar_guard_values(rule) {
+        Ok(s) => s,
+        Err(p) => return p,
+    };
     let mut worst: Option<(f64, String)> = None;
     for lhs in &rule.lhs {
         let free: Vec<String> = lhs

@@ -27,8 +27,8 @@
 use easy_smt::{Context, ContextBuilder, Response, SExpr, SExprData};
 
 use super::lang::{Attrs, OpKind};
-use super::prove::{Proof, Q};
-use super::rules::{AttrSpec, GuardArg, GuardKind, PatternExpr, Rule, RuleAction};
+use super::prove::{scalar_guard_values, Proof, Q};
+use super::rules::{AttrSpec, PatternExpr, Rule, RuleAction};
 
 /// The solver program started for proofs.
 pub const SOLVER: &str = "z3";
@@ -260,19 +260,10 @@ pub fn prove_with_solver(rule: &Rule, options: &SmtOptions) -> Proof {
     let RuleAction::Rewrite(rhs) = &rule.action else {
         return Proof::ByDefinition;
     };
-    let mut scalars = Vec::new();
-    for g in &rule.guards {
-        if g.kind != GuardKind::Scalar {
-            continue;
-        }
-        if let (Some(GuardArg::Var(v)), Some(GuardArg::Number(n))) = (g.args.first(), g.args.get(1))
-        {
-            match Q::from_f32(*n as f32) {
-                Some(q) => scalars.push((v.clone(), q)),
-                None => return Proof::NotAttempted(format!("{v}'s value is not exact")),
-            }
-        }
-    }
+    let scalars = match scalar_guard_values(rule) {
+        Ok(s) => s,
+        Err(p) => return p,
+    };
     let mut ctx = match ContextBuilder::new()
         .solver(SOLVER)
         .solver_args(["-smt2", "-in", "-v:0"])

@@ -236,27 +236,9 @@ fn template_attrs(kind: OpKind, text: &str) -> Result<AttrSpec, String> {
     })
 }
 
-/// The `?name`s of attribute text, in order, each once.
-pub fn template_holes(text: &str) -> Vec<String> {
-    let mut holes: Vec<String> = Vec::new();
-    let mut rest = text;
-    while let Some(i) = rest.find('?') {
-        let tail = &rest[i + 1..];
-        let len = tail
-            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
-            .unwrap_or(tail.len());
-        let name = format!("?{}", &tail[..len]);
-        if !holes.contains(&name) {
-            holes.push(name);
-        }
-        rest = &tail[len..];
-    }
-    holes
-}
-
-/// `text` with each `?name` replaced by `value(name)`, written so it reads back as the
-/// same f32 (the shortest form that round-trips).
-pub fn fill_template(text: &str, value: &dyn Fn(&str) -> f32) -> String {
+/// `text` with each `?name` replaced by what `with` makes of it: the one scan of
+/// attribute templates.
+fn map_holes(text: &str, mut with: impl FnMut(&str) -> String) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(i) = rest.find('?') {
@@ -265,11 +247,29 @@ pub fn fill_template(text: &str, value: &dyn Fn(&str) -> f32) -> String {
         let len = tail
             .find(|c: char| !(c.is_alphanumeric() || c == '_'))
             .unwrap_or(tail.len());
-        out.push_str(&format!("{:?}", value(&format!("?{}", &tail[..len]))));
+        out.push_str(&with(&format!("?{}", &tail[..len])));
         rest = &tail[len..];
     }
     out.push_str(rest);
     out
+}
+
+/// The `?name`s of attribute text, in order, each once.
+pub fn template_holes(text: &str) -> Vec<String> {
+    let mut holes: Vec<String> = Vec::new();
+    map_holes(text, |name| {
+        if !holes.iter().any(|h| h == name) {
+            holes.push(name.to_string());
+        }
+        String::new()
+    });
+    holes
+}
+
+/// `text` with each `?name` replaced by `value(name)`, written so it reads back as the
+/// same f32 (the shortest form that round-trips).
+pub fn fill_template(text: &str, value: &dyn Fn(&str) -> f32) -> String {
+    map_holes(text, |name| format!("{:?}", value(name)))
 }
 
 /// The payload of `kind[text]`, `text` written as in the text form's attribute
