@@ -41,10 +41,15 @@ fn data_dir() -> PathBuf {
     .clone()
 }
 
-fn manifest() -> serde_json::Value {
-    let path = common::root().join("tests/models/exported/manifest.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+/// The fixtures' manifest, read and parsed once per test binary.
+fn manifest() -> &'static serde_json::Value {
+    static MANIFEST: OnceLock<serde_json::Value> = OnceLock::new();
+    MANIFEST.get_or_init(|| {
+        let path = common::root().join("tests/models/exported/manifest.json");
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    })
 }
 
 fn npy(path: &Path) -> Tensor {
@@ -77,7 +82,7 @@ fn pins(entry: &serde_json::Value) -> Vec<String> {
 /// Runs fixture `kind` with its inputs and compares every output with onnxruntime's;
 /// then `smelt verify` checks it stage by stage against the interpreter.
 fn check(kind: &str) {
-    let entry = manifest()[kind].clone();
+    let entry = &manifest()[kind];
     assert!(entry.is_object(), "{kind} is not in the manifest");
     let dir = data_dir().join(kind);
     let model = dir.join("model.onnx");
@@ -94,7 +99,7 @@ fn check(kind: &str) {
             dir.join(format!("{name}.npy")).display()
         ));
     }
-    args.extend(pins(&entry));
+    args.extend(pins(entry));
     args.extend(["--output-dir".into(), out.path().display().to_string()]);
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
     let o = common::smelt(&argv);
@@ -130,7 +135,7 @@ fn check(kind: &str) {
         dir.display()
     );
     let mut args: Vec<String> = vec!["verify".into(), model.display().to_string()];
-    args.extend(pins(&entry));
+    args.extend(pins(entry));
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
     let v = common::smelt(&argv);
     let text = common::stdout(&v);
@@ -141,7 +146,7 @@ fn check(kind: &str) {
     );
     if let Some((_, gone)) = RECOGNIZED.iter().find(|(k, _)| *k == kind) {
         let mut args: Vec<String> = vec!["opt".into(), model.display().to_string()];
-        args.extend(pins(&entry));
+        args.extend(pins(entry));
         args.push("--elide-weights".into());
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let o = common::smelt(&argv);
