@@ -63,6 +63,9 @@ import onnx
 import onnxruntime as ort
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from fixtures import npy_name  # noqa: E402  (the saved inputs' file names)
+
 MODEL_DIR = os.path.join(ROOT, "target", "bench-models")
 EXPORTED_DIR = os.path.join(ROOT, "target", "onnx-tests", "exported")
 MANIFEST = os.path.join(ROOT, "tests", "models", "exported", "manifest.json")
@@ -156,9 +159,9 @@ def model_inputs(name: str, model: onnx.ModelProto) -> tuple[dict[str, np.ndarra
         folder = os.path.dirname(model_path(name))
         arrays = {}
         for n, spec in entry["inputs"].items():
-            a = np.load(os.path.join(folder, f"{n}.npy"))
+            a = np.load(os.path.join(folder, npy_name(n)))
             if a.dtype != np.dtype(spec["dtype"]) or list(a.shape) != spec["shape"]:
-                raise RuntimeError(f"{folder}/{n}.npy is {a.dtype} {list(a.shape)}, the manifest "
+                raise RuntimeError(f"{folder}/{npy_name(n)} is {a.dtype} {list(a.shape)}, the manifest "
                                    f"says {spec['dtype']} {spec['shape']}")
             arrays[n] = a
         pins = [f"{n}={'x'.join(map(str, d))}" for n, d in sorted(entry["pins"].items())]

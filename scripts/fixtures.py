@@ -31,15 +31,27 @@ def reference_session_options():
     return opts
 
 
+def npy_name(name):
+    """The file name smelt gives a tensor called `name` (`smelt::npy::file_name_for`):
+    every byte outside [A-Za-z0-9._-] percent-encoded, so `gpu_0/data_0` stays in its folder."""
+    out = "".join(
+        chr(b) if chr(b).isascii() and (chr(b).isalnum() or chr(b) in "._-") else f"%{b:02X}"
+        for b in name.encode()
+    )
+    if set(out) <= {"."}:
+        out = out.replace(".", "%2E")
+    return out + ".npy"
+
+
 def save_with_reference(folder, model, inputs, opts):
     """Checks and saves `model` as folder/model.onnx, each input as NAME.npy and
-    onnxruntime's outputs as want_NAME.npy."""
+    onnxruntime's outputs as want_NAME.npy (NAME as `npy_name` spells it)."""
     onnx.checker.check_model(model, full_check=True)
     os.makedirs(folder)
     onnx.save(model, os.path.join(folder, "model.onnx"))
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     outputs = sess.run(None, inputs)
     for k, v in inputs.items():
-        np.save(os.path.join(folder, k + ".npy"), v)
+        np.save(os.path.join(folder, npy_name(k)), v)
     for o, v in zip(sess.get_outputs(), outputs):
-        np.save(os.path.join(folder, "want_" + o.name + ".npy"), v)
+        np.save(os.path.join(folder, "want_" + npy_name(o.name)), v)
