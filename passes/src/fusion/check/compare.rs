@@ -142,7 +142,9 @@ pub(super) fn compare(rule: &Rule, instance: &Instance, seed: u64, draw: &Draw) 
     let inputs_nodes = input_nodes(&egraph, func, &value_class, &original);
     let want = want[0].f32s_row_major();
     let mut worst: Option<(Diff, bool, Vec<f32>)> = None;
-    let mut exact = ExactCheck::Agreed;
+    let mut exact = ExactCheck::Agreed {
+        sqrt_uninterpreted: false,
+    };
     for node in fired {
         let full: BTreeMap<Id, TensorNode> = BTreeMap::from([(root_class, node)]);
         let chosen = choose_with_forced(
@@ -204,7 +206,19 @@ pub(super) fn compare(rule: &Rule, instance: &Instance, seed: u64, draw: &Draw) 
             (ExactCheck::Differed { .. }, _) => {}
             (_, d @ ExactCheck::Differed { .. }) => exact = d,
             (ExactCheck::Outside(_), _) => {}
-            (_, here) => exact = here,
+            (_, here @ ExactCheck::Outside(_)) => exact = here,
+            (
+                ExactCheck::Agreed {
+                    sqrt_uninterpreted: before,
+                },
+                ExactCheck::Agreed {
+                    sqrt_uninterpreted: now,
+                },
+            ) => {
+                exact = ExactCheck::Agreed {
+                    sqrt_uninterpreted: *before || now,
+                }
+            }
         }
         let d = diff(&got, &want);
         if worst
