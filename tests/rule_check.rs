@@ -3,7 +3,8 @@
 //! file of planted unsound rules is rejected with exit status 1 and each rule `refuted`;
 //! the solver proves rules in several variables and approximate ones within the
 //! tolerance; an untested rule fails too,
-//! with its reason; a true rule that makes the graph cyclic is reported as `cyclic`.
+//! with its reason; a true rule that makes the graph cyclic is reported as `cyclic`;
+//! `opt --rules` refuses a refuted rule with its counterexample; a closed pipe is quiet.
 
 mod common;
 
@@ -72,6 +73,66 @@ fn planted_unsound_rules_are_rejected() {
         );
         assert!(stderr.contains(rule), "{stderr}");
     }
+}
+
+/// The three wrong rules are refused where rules load, each on its own: `opt
+/// --rules` exits 1 naming the rule, `refuted`, and the counterexample (the input and
+/// the constant, both sides' values).
+#[test]
+fn opt_refuses_each_refuted_rule_with_its_counterexample() {
+    let file = common::root().join("tests/cases/rule_check/unsound.rules");
+    let model = common::root().join("tests/cases/verify/hard_swish_written_out.tir");
+    for (rule, constant) in [
+        ("hard-swish-without-clip", "?three = 3"),
+        ("relu-of-shift", "?c = "),
+        ("relu-of-scale", "?c = "),
+    ] {
+        let out = smelt()
+            .arg("opt")
+            .arg(&model)
+            .arg("--rules")
+            .arg(&file)
+            .arg(format!("--only-rules={rule}"))
+            .output()
+            .expect("smelt runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(out.stdout.is_empty(), "{rule}: nothing optimized");
+        for part in [
+            &format!("user rule '{rule}' failed the numerical check"),
+            &format!("refuted  {rule}: "),
+            "left-hand side = ",
+            "right-hand side = ",
+            "?x = ",
+            constant,
+        ] {
+            assert!(stderr.contains(part), "{rule}: no {part:?} in {stderr}");
+        }
+    }
+}
+
+/// `smelt check-rules FILE | head -1`: the reader goes away while the rules are being
+/// checked; the command ends quietly, without a panic or a broken-pipe message.
+#[cfg(unix)]
+#[test]
+fn check_rules_into_a_closed_pipe_ends_quietly() {
+    use std::process::Stdio;
+    let file = common::root().join("tests/cases/rule_check/unsound.rules");
+    let mut child = smelt()
+        .arg("check-rules")
+        .arg(&file)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("smelt runs");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("smelt ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{stderr}");
+    assert!(
+        !stderr.contains("panicked") && !stderr.to_lowercase().contains("broken pipe"),
+        "{stderr}"
+    );
 }
 
 #[test]

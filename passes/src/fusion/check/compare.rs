@@ -260,7 +260,8 @@ pub(super) fn want_dims(module: &Module) -> Vec<usize> {
 }
 
 /// The worst element in words: its index, both sides' values there, and the values of
-/// the variables that have the result's shape (elementwise rules: the element's inputs).
+/// the variables that have the result's shape (elementwise rules: the element's inputs)
+/// and of the one-element constants.
 pub(super) fn counterexample(
     instance: &Instance,
     module: &Module,
@@ -287,6 +288,14 @@ pub(super) fn counterexample(
                 .map(|t| t.f32s_row_major())
                 .filter(|_| s.ty.dims == dims)
                 .and_then(|d| d.get(at).copied())
+        } else if s.ty.num_elements() == 1 {
+            // a one-element constant is part of every element's counterexample
+            // (relu(x + c) = relu(x) + c fails for some c, not for every one)
+            module
+                .weights
+                .lookup(v.trim_start_matches('?'))
+                .and_then(|id| module.weights.get(id))
+                .and_then(|w| w.f32s().first().copied())
         } else {
             None
         };

@@ -759,6 +759,10 @@ mod tests {
             );
             let check = check_text(&text);
             assert_eq!(check.verdict, Verdict::Unsound, "{}", check.to_text());
+            // the counterexample names both the element's input and the constant
+            for part in ["left-hand side = ", "right-hand side = ", "?x = ", "?c = "] {
+                assert!(check.detail.contains(part), "{}", check.to_text());
+            }
         }
     }
 
