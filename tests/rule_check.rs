@@ -4,7 +4,8 @@
 //! the solver proves rules in several variables and approximate ones within the
 //! tolerance; an untested rule fails too,
 //! with its reason; a true rule that makes the graph cyclic is reported as `cyclic`;
-//! `opt --rules` refuses a refuted rule with its counterexample; a closed pipe is quiet.
+//! `opt --rules` refuses a refuted or untested rule, with the finding; `explain` lists a
+//! user rule's refusals; a closed pipe is quiet.
 
 mod common;
 
@@ -109,6 +110,85 @@ fn opt_refuses_each_refuted_rule_with_its_counterexample() {
             assert!(stderr.contains(part), "{rule}: no {part:?} in {stderr}");
         }
     }
+}
+
+/// An untested rule is refused where rules load, as an unsound one is: it would
+/// otherwise fire on models unchecked.
+#[test]
+fn opt_refuses_an_untested_rule() {
+    let file = common::root().join("tests/cases/rule_check/untested.rules");
+    let model = common::root().join("tests/cases/verify/hard_swish_written_out.tir");
+    let out = smelt()
+        .arg("opt")
+        .arg(&model)
+        .arg("--rules")
+        .arg(&file)
+        .output()
+        .expect("smelt runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("user rule 'constant-first' failed the numerical check")
+            && stderr.contains("UNTESTED constant-first"),
+        "{stderr}"
+    );
+}
+
+/// `explain` lists a user rule's refusal with its guard and reason even where a built-in
+/// rule fused the op anyway, without `--only-rules`; a `scalar` guard reads a constant of
+/// 17 elements.
+#[test]
+fn explain_lists_a_user_rules_refusal_beside_the_builtin_fusion() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let model = dir.path().join("hs.tir");
+    std::fs::write(
+        &model,
+        "const @three : tensor<1xf32> = dense<3.0>\n\
+         const @six : tensor<17xf32> = dense<6.0>\n\
+         func @hs(%x: tensor<1x2x3x17xf32>) -> (y: tensor<1x2x3x17xf32>) {\n  \
+           %t = const @three : tensor<1xf32>\n  \
+           %s = const @six : tensor<17xf32>\n  \
+           %a = add %x, %t : tensor<1x2x3x17xf32>\n  \
+           %c = clip %a {min = 0.0, max = 6.0} : tensor<1x2x3x17xf32>\n  \
+           %m = mul %x, %c : tensor<1x2x3x17xf32>\n  \
+           %d = div %m, %s : tensor<1x2x3x17xf32>\n  \
+           return %d : tensor<1x2x3x17xf32>\n}\n",
+    )
+    .expect("write the model");
+    let rules = dir.path().join("hs.rules");
+    // within the tolerance for its own constant (6.0001 for 6), so it loads; the model
+    // divides by 6, so its guard refuses there
+    std::fs::write(
+        &rules,
+        "rule hs-over-6-0001\n  \
+           lhs (div (mul ?x (clip[min=0, max=6] (add ?x ?three))) ?six)\n  \
+           rhs (hard_swish ?x)\n  \
+           guard scalar ?three 3\n  \
+           guard scalar ?six 6.0001\n",
+    )
+    .expect("write the rules");
+    let out = smelt()
+        .arg("explain")
+        .arg(&model)
+        .arg("--rules")
+        .arg(&rules)
+        .output()
+        .expect("smelt runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("rules:  recognize-hard-swish-written-out"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("hs-over-6-0001 refused by guard 'scalar'")
+            && stdout.contains("is the constant 6, not 6.0001"),
+        "{stdout}"
+    );
 }
 
 /// `smelt check-rules FILE | head -1`: the reader goes away while the rules are being
