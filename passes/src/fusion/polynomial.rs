@@ -21,8 +21,9 @@
 //! Square roots of computed values (layer norm's `sqrt(mean((x − mean x)²) + eps)`) have
 //! no rational form, so `sqrt` — the `sqrt` op, and the one inside `layer_norm`'s
 //! definition — is uninterpreted: a random function, [`Uninterpreted`], whose value at
-//! an argument is a random positive rational drawn from the argument's exact value and
-//! the point's seed, the same on both sides. This is Ackermann's reduction, sampled: the
+//! an argument is a random positive rational (`n / d`, `1 ≤ n ≤ 64`, `1 ≤ d ≤ 16`:
+//! 634 distinct values) drawn from the argument's exact value and the point's seed, the
+//! same on both sides. This is Ackermann's reduction, sampled: the
 //! sides are rational functions of the inputs and of one unknown `y_a = sqrt(a)` per
 //! distinct argument `a`. Arguments that are the same function of the inputs (as both
 //! sides of a true layer-norm rule compute the variance) take the same value at every
@@ -41,11 +42,13 @@
 //! the matched constant, not a re-encoding of the template. The solver would need the
 //! reduced axis unrolled into per-element symbols, a second encoding of every
 //! attribute template, and nonlinear real arithmetic (`x·x`, division by an
-//! uninterpreted term), which z3 does not decide within a timeout; and it only runs in
-//! `check-rules`, while this runs wherever user rules load. Arithmetic is i128 with every step checked: on overflow the instance is
-//! not counted (no `num-bigint`: with denominators at most 16 and reductions of a few
-//! dozen terms, overflow does not happen on the rules' instances, and a checked i128
-//! cannot give a wrong answer).
+//! uninterpreted term), which z3 may not decide within a query's timeout; and it only
+//! runs in `check-rules`, while this runs wherever user rules load.
+//!
+//! Arithmetic is i128 with every step checked: on overflow the instance is not counted
+//! (no `num-bigint`: with denominators at most 16 and reductions of a few dozen terms,
+//! overflow does not happen on the rules' instances, and a checked i128 cannot give a
+//! wrong answer).
 //!
 //! Ops: `conv2d` (pads, strides, dilations, groups, bias), `batch_norm`, `layer_norm`,
 //! 2-D `matmul`, `gemm`, `add`, `sub`, `mul`, `div` (with broadcasting), `neg`,
