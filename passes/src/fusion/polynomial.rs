@@ -14,15 +14,46 @@
 //! for that shape family — no solver needed. A difference is a witness: exact, no
 //! rounding involved.
 //!
-//! Square roots (BN's `sqrt(var + eps)`) are kept rational: a variance fed to an op with
-//! an epsilon is drawn as `s² − eps` for a random positive rational `s`, so the root is
-//! `s` exactly. Arithmetic is i128 with every step checked: on overflow the instance is
-//! not counted (no `num-bigint`: with denominators at most 16 and reductions of a few
-//! dozen terms, overflow does not happen on the rules' instances, and a checked i128
-//! cannot give a wrong answer).
+//! Square roots of weights (BN's `sqrt(var + eps)`) are kept rational: a variance fed to
+//! an op with an epsilon is drawn as `s² − eps` for a random positive rational `s`, so the
+//! root is `s` exactly.
 //!
-//! Ops: `conv2d` (pads, strides, dilations, groups, bias), `batch_norm`, 2-D `matmul`,
-//! `gemm`, `add`, `sub`, `mul`, `div` (with broadcasting), `neg`, and the weight-prep ops
+//! Square roots of computed values (layer norm's `sqrt(mean((x − mean x)²) + eps)`) have
+//! no rational form, so `sqrt` — the `sqrt` op, and the one inside `layer_norm`'s
+//! definition — is uninterpreted: a random function, [`Uninterpreted`], whose value at
+//! an argument is a random positive rational (`n / d`, `1 ≤ n ≤ 64`, `1 ≤ d ≤ 16`:
+//! 634 distinct values) drawn from the argument's exact value and the point's seed, the
+//! same on both sides. This is Ackermann's reduction, sampled: the
+//! sides are rational functions of the inputs and of one unknown `y_a = sqrt(a)` per
+//! distinct argument `a`. Arguments that are the same function of the inputs (as both
+//! sides of a true layer-norm rule compute the variance) take the same value at every
+//! point and so get the same `y`; arguments that are different functions coincide at a
+//! random point with probability at most their degree over `|S|` (Schwartz–Zippel
+//! again). So agreement at random points proves the law for every function in place of
+//! `sqrt`, the real one included. A difference proves nothing about the real `sqrt`
+//! (`sqrt(x·x) = |x|` differs for a random function), so an instance that used the
+//! function and differs is not a witness: it is [`ExactCheck::Outside`], and the
+//! sampling, which computes the real root, has the last word.
+//!
+//! Why here and not in the SMT solver ([`super::smt`]): this module evaluates the
+//! instances the sampling checker built through the real e-graph, guards and applier, so
+//! a reduction sees real shapes and broadcasting, and the right-hand side is what the
+//! rule really builds — `layer_norm[epsilon=?eps]` with the epsilon the applier read from
+//! the matched constant, not a re-encoding of the template. The solver would need the
+//! reduced axis unrolled into per-element symbols, a second encoding of every
+//! attribute template, and nonlinear real arithmetic (`x·x`, division by an
+//! uninterpreted term), which z3 may not decide within a query's timeout; and it only
+//! runs in `check-rules`, while this runs wherever user rules load.
+//!
+//! Arithmetic is i128 with every step checked: on overflow the instance is not counted
+//! (no `num-bigint`: with denominators at most 16 and reductions of a few dozen terms,
+//! overflow does not happen on the rules' instances, and a checked i128 cannot give a
+//! wrong answer).
+//!
+//! Ops: `conv2d` (pads, strides, dilations, groups, bias), `batch_norm`, `layer_norm`,
+//! 2-D `matmul`, `gemm`, `add`, `sub`, `mul`, `div` (with broadcasting), `neg`,
+//! `reciprocal`, `sqrt` (uninterpreted), `reduce_sum` and `reduce_mean` over any axes
+//! (as the sums they are), and the weight-prep ops
 //! `bn_fold_weight`, `bn_fold_bias`, `bn_scale`, `bn_shift`, `channel_scale`,
 //! `channel_vector` and `conv_shift_bias`, each by its definition in `smelt_ir::op`.
 //! Anything else leaves the rule to the other provers or to sampling.
@@ -30,10 +61,34 @@
 use std::collections::HashMap;
 
 use smelt_ir::graph::{Func, Module, Value};
-use smelt_ir::op::{BinaryOp, Op, UnaryOp};
+use smelt_ir::op::{BinaryOp, Op, ReduceAttrs, Reduction, UnaryOp};
 use smelt_ir::weights::WeightId;
 
 use super::prove::Q;
+
+/// `sqrt` as an uninterpreted function: a random positive rational per exact argument,
+/// the same for both sides of an instance (see the module docs).
+struct Uninterpreted {
+    /// The point's seed: the function is fixed for one instance, random across them.
+    seed: u64,
+    /// Whether any value was taken from it (then a difference is no witness).
+    used: bool,
+}
+
+impl Uninterpreted {
+    fn sqrt(&mut self, argument: Q) -> Q {
+        self.used = true;
+        // the argument is reduced, so equal values hash alike; each word is mixed in
+        // through the generator's output, so different arguments give unrelated states
+        let mut rng = Rng(self.seed);
+        let n = argument.n as u128;
+        let d = argument.d as u128;
+        for word in [n as u64, (n >> 64) as u64, d as u64, (d >> 64) as u64] {
+            rng.0 = rng.next() ^ word;
+        }
+        rng.rational(true)
+    }
+}
 
 /// A tensor of exact rationals, row-major.
 #[derive(Clone, Debug)]
@@ -59,8 +114,12 @@ impl Exact {
 /// What the exact evaluation of one instance found.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ExactCheck {
-    /// Both sides are equal at every element.
-    Agreed,
+    /// Both sides are equal at every element; `sqrt_uninterpreted` when some `sqrt` was
+    /// the random function of the module docs.
+    Agreed {
+        /// Whether a square root of a computed value was taken as uninterpreted.
+        sqrt_uninterpreted: bool,
+    },
     /// Some element differs: where, both values, and the relative difference
     /// `|lhs − rhs| / max(|lhs|, |rhs|, 1)`.
     Differed {
@@ -282,8 +341,106 @@ fn product(a: &Exact, b: &Exact, trans_a: bool, trans_b: bool) -> Result<Exact, 
     })
 }
 
-/// One op, exactly; `out` is the result's dims (from the instruction's type).
-fn eval(op: &Op, args: &[&Exact], out: &[usize]) -> Result<Exact, String> {
+/// `reduce_sum` or `reduce_mean` of `x` over `attrs.axes`: each result element the sum
+/// of its elements (divided by their count for the mean); `out` is the result's dims,
+/// with or without the reduced axes kept as 1s.
+fn reduce(
+    reduction: Reduction,
+    attrs: &ReduceAttrs,
+    x: &Exact,
+    out: &[usize],
+) -> Result<Exact, String> {
+    if let Some(a) = attrs.axes.iter().find(|a| **a >= x.dims.len()) {
+        return Err(format!("a reduction axis {a} beyond rank {}", x.dims.len()));
+    }
+    let kept: Vec<usize> = (0..x.dims.len())
+        .filter(|k| !attrs.axes.contains(k))
+        .collect();
+    let kept_dims: Vec<usize> = kept.iter().map(|k| x.dims[*k]).collect();
+    let kept_strides = strides(&kept_dims);
+    let in_strides = strides(&x.dims);
+    let len: usize = kept_dims.iter().product();
+    if out.iter().product::<usize>() != len {
+        return Err("a reduction whose result has another size".into());
+    }
+    let mut sums = vec![Q::ZERO; len];
+    for (flat, v) in x.data.iter().enumerate() {
+        let at: usize = kept
+            .iter()
+            .zip(&kept_strides)
+            .map(|(k, s)| (flat / in_strides[*k]) % x.dims[*k] * s)
+            .sum();
+        sums[at] = ovf(sums[at].add(*v))?;
+    }
+    let count: usize = attrs.axes.iter().map(|a| x.dims[*a]).product();
+    let data = match reduction {
+        Reduction::Sum => sums,
+        Reduction::Mean if count > 0 => {
+            let n = Q::int(count as i128);
+            sums.iter()
+                .map(|s| ovf(s.div(n)))
+                .collect::<Result<_, _>>()?
+        }
+        Reduction::Mean => return Err("a mean over no elements".into()),
+        Reduction::Max | Reduction::Min => {
+            return Err(format!("'{}' is not polynomial", reduction.name()))
+        }
+    };
+    Ok(Exact {
+        dims: out.to_vec(),
+        data,
+    })
+}
+
+/// `layer_norm` by its definition (`smelt_ir::op::norm`): per row of the axes from `axis`
+/// on, `(x − mean) / sqrt(var + eps) · scale + bias` with `var` the mean of the squared
+/// deviations, the root uninterpreted.
+fn layer_norm(
+    axis: usize,
+    epsilon: Q,
+    x: &Exact,
+    scale: &Exact,
+    bias: Option<&Exact>,
+    roots: &mut Uninterpreted,
+) -> Result<Exact, String> {
+    let inner: usize = x.dims.get(axis..).map_or(0, |d| d.iter().product());
+    if inner == 0 || scale.data.len() != inner || bias.is_some_and(|b| b.data.len() != inner) {
+        return Err("a layer_norm whose scale or bias is not one row".into());
+    }
+    let n = Q::int(inner as i128);
+    let mut data = Vec::with_capacity(x.data.len());
+    for row in x.data.chunks(inner) {
+        let mut sum = Q::ZERO;
+        for v in row {
+            sum = ovf(sum.add(*v))?;
+        }
+        let mean = ovf(sum.div(n))?;
+        let mut squares = Q::ZERO;
+        for v in row {
+            let d = ovf(v.sub(mean))?;
+            squares = ovf(squares.add(ovf(d.mul(d))?))?;
+        }
+        let root = roots.sqrt(ovf(ovf(squares.div(n))?.add(epsilon))?);
+        for (j, v) in row.iter().enumerate() {
+            let normalized = ovf(ovf(v.sub(mean))?.div(root))?;
+            let shift = bias.map_or(Q::ZERO, |b| b.data[j]);
+            data.push(ovf(ovf(normalized.mul(scale.data[j]))?.add(shift))?);
+        }
+    }
+    Ok(Exact {
+        dims: x.dims.clone(),
+        data,
+    })
+}
+
+/// One op, exactly; `out` is the result's dims (from the instruction's type); square
+/// roots of computed values come from `roots`.
+fn eval(
+    op: &Op,
+    args: &[&Exact],
+    out: &[usize],
+    roots: &mut Uninterpreted,
+) -> Result<Exact, String> {
     let a = |i: usize| {
         args.get(i)
             .copied()
@@ -324,6 +481,27 @@ fn eval(op: &Op, args: &[&Exact], out: &[usize]) -> Result<Exact, String> {
         }
         Op::Binary(b) => broadcast(a(0)?, a(1)?, out, *b),
         Op::Unary(UnaryOp::Neg) => Ok(shaped(a(0)?.data.iter().map(|v| v.neg()).collect())),
+        Op::Unary(UnaryOp::Reciprocal) => {
+            let data = a(0)?
+                .data
+                .iter()
+                .map(|v| match *v == Q::ZERO {
+                    true => Err("a reciprocal of zero".to_string()),
+                    false => ovf(Q::ONE.div(*v)),
+                })
+                .collect::<Result<_, _>>()?;
+            Ok(shaped(data))
+        }
+        Op::Unary(UnaryOp::Sqrt) => Ok(shaped(a(0)?.data.iter().map(|v| roots.sqrt(*v)).collect())),
+        Op::Reduce(reduction, attrs) => reduce(*reduction, attrs, a(0)?, out),
+        Op::LayerNorm { axis, epsilon } => layer_norm(
+            *axis,
+            exact_f32(epsilon.0)?,
+            a(0)?,
+            a(1)?,
+            args.get(2).copied(),
+            roots,
+        ),
         Op::BnFoldWeight { epsilon } => {
             let w = a(0)?;
             let factor = bn_factor(a(1)?, a(2)?, exact_f32(epsilon.0)?)?;
@@ -429,7 +607,12 @@ fn variances(funcs: &[&Func]) -> HashMap<WeightId, f32> {
 }
 
 /// Evaluates `func` exactly on `params`, with `weights` for its constants.
-fn run(func: &Func, params: &[Exact], weights: &HashMap<WeightId, Exact>) -> Result<Exact, String> {
+fn run(
+    func: &Func,
+    params: &[Exact],
+    weights: &HashMap<WeightId, Exact>,
+    roots: &mut Uninterpreted,
+) -> Result<Exact, String> {
     let mut values: Vec<Exact> = params.to_vec();
     for inst in &func.insts {
         let value = match &inst.op {
@@ -439,7 +622,7 @@ fn run(func: &Func, params: &[Exact], weights: &HashMap<WeightId, Exact>) -> Res
                 .ok_or_else(|| "an unknown weight".to_string())?,
             op => {
                 let args: Vec<&Exact> = inst.operands.iter().map(|v| &values[v.index()]).collect();
-                eval(op, &args, &inst.ty.dims)?
+                eval(op, &args, &inst.ty.dims, roots)?
             }
         };
         values.push(value);
@@ -506,10 +689,25 @@ pub fn exact_check(lhs: &Module, rhs: &Module, seed: u64) -> ExactCheck {
                 .collect(),
         })
         .collect();
-    let (l, r) = match (run(lf, &params, &weights), run(rf, &params, &weights)) {
+    let mut roots = Uninterpreted {
+        seed: rng.next(),
+        used: false,
+    };
+    let (l, r) = match (
+        run(lf, &params, &weights, &mut roots),
+        run(rf, &params, &weights, &mut roots),
+    ) {
         (Ok(l), Ok(r)) => (l, r),
         (Err(m), _) | (_, Err(m)) => return ExactCheck::Outside(m),
     };
+    if roots.used && l.data != r.data {
+        // a random function in place of sqrt: a difference says nothing of the real one
+        return ExactCheck::Outside(
+            "the sides differ with sqrt uninterpreted: they take square roots of different \
+             values, which only the real sqrt can settle"
+                .into(),
+        );
+    }
     if l.dims != r.dims || l.data.len() != r.data.len() {
         return ExactCheck::Differed {
             witness: format!("the sides have shapes {:?} and {:?}", l.dims, r.dims),
@@ -534,5 +732,7 @@ pub fn exact_check(lhs: &Module, rhs: &Module, seed: u64) -> ExactCheck {
             };
         }
     }
-    ExactCheck::Agreed
+    ExactCheck::Agreed {
+        sqrt_uninterpreted: roots.used,
+    }
 }

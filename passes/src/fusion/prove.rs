@@ -51,6 +51,9 @@ pub enum Proof {
         points: usize,
         /// Which conv features the instances covered, in words (empty without convs).
         shapes: String,
+        /// Whether `sqrt` of a computed value was an uninterpreted function (a random one,
+        /// the same on both sides): the law then holds for every function in its place.
+        sqrt_uninterpreted: bool,
     },
     /// An absorb rule: true by definition of the fused op (the anchor followed by its
     /// post-ops), so there is nothing to prove.

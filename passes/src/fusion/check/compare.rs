@@ -142,7 +142,9 @@ pub(super) fn compare(rule: &Rule, instance: &Instance, seed: u64, draw: &Draw) 
     let inputs_nodes = input_nodes(&egraph, func, &value_class, &original);
     let want = want[0].f32s_row_major();
     let mut worst: Option<(Diff, bool, Vec<f32>)> = None;
-    let mut exact = ExactCheck::Agreed;
+    let mut exact = ExactCheck::Agreed {
+        sqrt_uninterpreted: false,
+    };
     for node in fired {
         let full: BTreeMap<Id, TensorNode> = BTreeMap::from([(root_class, node)]);
         let chosen = choose_with_forced(
@@ -204,7 +206,19 @@ pub(super) fn compare(rule: &Rule, instance: &Instance, seed: u64, draw: &Draw) 
             (ExactCheck::Differed { .. }, _) => {}
             (_, d @ ExactCheck::Differed { .. }) => exact = d,
             (ExactCheck::Outside(_), _) => {}
-            (_, here) => exact = here,
+            (_, here @ ExactCheck::Outside(_)) => exact = here,
+            (
+                ExactCheck::Agreed {
+                    sqrt_uninterpreted: before,
+                },
+                ExactCheck::Agreed {
+                    sqrt_uninterpreted: now,
+                },
+            ) => {
+                exact = ExactCheck::Agreed {
+                    sqrt_uninterpreted: *before || now,
+                }
+            }
         }
         let d = diff(&got, &want);
         if worst
@@ -246,7 +260,8 @@ pub(super) fn want_dims(module: &Module) -> Vec<usize> {
 }
 
 /// The worst element in words: its index, both sides' values there, and the values of
-/// the variables that have the result's shape (elementwise rules: the element's inputs).
+/// the variables that have the result's shape (elementwise rules: the element's inputs)
+/// and of the one-element constants.
 pub(super) fn counterexample(
     instance: &Instance,
     module: &Module,
@@ -273,6 +288,14 @@ pub(super) fn counterexample(
                 .map(|t| t.f32s_row_major())
                 .filter(|_| s.ty.dims == dims)
                 .and_then(|d| d.get(at).copied())
+        } else if s.ty.num_elements() == 1 {
+            // a one-element constant is part of every element's counterexample
+            // (relu(x + c) = relu(x) + c fails for some c, not for every one)
+            module
+                .weights
+                .lookup(v.trim_start_matches('?'))
+                .and_then(|id| module.weights.get(id))
+                .and_then(|w| w.f32s().first().copied())
         } else {
             None
         };

@@ -136,6 +136,10 @@ impl Instance {
             constants,
             per_channel,
             ranks,
+            attribute_values: match &rule.action {
+                RuleAction::Rewrite(rhs) => template_holes(rhs),
+                RuleAction::Absorb { .. } => BTreeSet::new(),
+            },
             vars: Vec::new(),
             attrs: BTreeMap::new(),
         };
@@ -276,6 +280,23 @@ impl Instance {
     }
 }
 
+/// The variables whose values the attribute templates of `p` read (`epsilon=?eps`).
+pub(super) fn template_holes(p: &PatternExpr) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    if let PatternExpr::Op {
+        attrs, children, ..
+    } = p
+    {
+        if let AttrSpec::Template { holes, .. } = attrs {
+            out.extend(holes.iter().cloned());
+        }
+        for c in children {
+            out.extend(template_holes(c));
+        }
+    }
+    out
+}
+
 /// `t` at rank `r` for a `rank` guard: its trailing dims (still broadcast-compatible with
 /// what `t` was sampled against), or `t` with leading 1s.
 pub(super) fn with_rank(t: &TensorType, r: usize) -> TensorType {
@@ -360,6 +381,10 @@ pub(super) struct Planner {
     pub(super) per_channel: BTreeSet<String>,
     /// Ranks the `rank` guards ask for, by variable.
     pub(super) ranks: HashMap<String, usize>,
+    /// Constants the right-hand side reads as attribute values (`epsilon=?eps`): the
+    /// applier takes only a constant of one value, so they get one element (any other
+    /// shape would only be refused).
+    pub(super) attribute_values: BTreeSet<String>,
     pub(super) vars: Vec<(String, VarSpec)>,
     pub(super) attrs: BTreeMap<String, Attrs>,
 }
@@ -672,7 +697,8 @@ impl Planner {
     /// A shape for the other operand of a binary op whose first operand is `s`.
     pub(super) fn broadcast_partner(&mut self, v: &str, s: &TensorType) -> TensorType {
         let mut options: Vec<Vec<usize>> = Vec::new();
-        let scalar = matches!(self.constants.get(v), Some(Values::Splat(_)));
+        let scalar = matches!(self.constants.get(v), Some(Values::Splat(_)))
+            || self.attribute_values.contains(v);
         if scalar {
             return TensorType::f32([1]);
         }

@@ -302,12 +302,26 @@ impl RuleCheck {
             (Verdict::Sound | Verdict::Cyclic, Proof::Proved) => {
                 line.push_str("; an identity over the reals, f32 rounding as sampled")
             }
-            (Verdict::Sound | Verdict::Cyclic, Proof::ProvedAtPoints { points, shapes }) => line
-                .push_str(&format!(
+            (
+                Verdict::Sound | Verdict::Cyclic,
+                Proof::ProvedAtPoints {
+                    points,
+                    shapes,
+                    sqrt_uninterpreted,
+                },
+            ) => {
+                line.push_str(&format!(
                     "; both sides equal in exact rational arithmetic at {points} random points \
                      (Schwartz-Zippel: a false polynomial law would differ at almost every \
                      point){shapes}"
-                )),
+                ));
+                if *sqrt_uninterpreted {
+                    line.push_str(
+                        "; sqrt uninterpreted (a random function of its exact argument, the \
+                         same on both sides), so the law holds for every function in its place",
+                    );
+                }
+            }
             (Verdict::Unsound, Proof::Proved) => {
                 line.push_str("; an identity over the reals: the difference is f32 rounding")
             }
@@ -530,6 +544,8 @@ struct ExactTally {
     differed: Option<(String, f64)>,
     /// Why some instance could not be evaluated exactly (the first reason).
     outside: Option<String>,
+    /// Agreeing instances that took `sqrt` as uninterpreted.
+    sqrt_uninterpreted: usize,
     /// Instances with a padded, a strided, a grouped conv.
     padded: usize,
     strided: usize,
@@ -542,8 +558,9 @@ const EXACT_POINTS: usize = 8;
 impl ExactTally {
     fn add(&mut self, exact: ExactCheck, features: &ConvFeatures) {
         match exact {
-            ExactCheck::Agreed => {
+            ExactCheck::Agreed { sqrt_uninterpreted } => {
                 self.agreed += 1;
+                self.sqrt_uninterpreted += usize::from(sqrt_uninterpreted);
                 self.padded += usize::from(features.padded);
                 self.strided += usize::from(features.strided);
                 self.grouped += usize::from(features.grouped);
@@ -581,6 +598,7 @@ impl ExactTally {
         Proof::ProvedAtPoints {
             points: self.agreed,
             shapes,
+            sqrt_uninterpreted: self.sqrt_uninterpreted > 0,
         }
     }
 }
@@ -741,6 +759,10 @@ mod tests {
             );
             let check = check_text(&text);
             assert_eq!(check.verdict, Verdict::Unsound, "{}", check.to_text());
+            // the counterexample names both the element's input and the constant
+            for part in ["left-hand side = ", "right-hand side = ", "?x = ", "?c = "] {
+                assert!(check.detail.contains(part), "{}", check.to_text());
+            }
         }
     }
 
@@ -894,6 +916,144 @@ mod tests {
         assert_eq!(check.verdict, Verdict::Unsound, "{}", check.to_text());
         assert!(
             check.detail.contains("pads [1, 1, 1, 1]"),
+            "{}",
+            check.to_text()
+        );
+    }
+
+    /// The built-in layer norm, written out as exporters below opset 17 do, is proved
+    /// at random rational points: the reduction as the sums it is, `layer_norm` by its
+    /// definition, the square root of the computed variance uninterpreted and applied to
+    /// the same value on both sides, the epsilon the applier read from `?eps`.
+    #[test]
+    fn recognize_layer_norm_is_proved_with_sqrt_uninterpreted() {
+        let rule = builtin_rules()
+            .into_iter()
+            .find(|r| r.name == "recognize-layer-norm")
+            .expect("a built-in recognize-layer-norm");
+        let check = check_rule(&rule, &CheckOptions::default());
+        assert_eq!(check.status(), "proved", "{}", check.to_text());
+        assert!(
+            matches!(
+                check.proof,
+                Proof::ProvedAtPoints {
+                    points,
+                    sqrt_uninterpreted: true,
+                    ..
+                } if points >= EXACT_POINTS
+            ),
+            "{}",
+            check.to_text()
+        );
+        assert!(
+            check.to_text().contains("sqrt uninterpreted"),
+            "{}",
+            check.to_text()
+        );
+    }
+
+    /// A written-out layer norm over the last axis of a rank-3 `?x`, with `variance` the
+    /// term under the root (`M` stands for the mean) and `affine` the end of the pattern.
+    fn layer_norm_rule(axes: &str, under_root: &str, affine: &str, rhs: &str) -> String {
+        let mean = format!("(reduce_mean[axes=[{axes}], keep_dims=true] ?x)");
+        let under_root = under_root.replace('M', &mean).replace("AXES", axes);
+        format!(
+            "rule planted-layer-norm\n  \
+               lhs  (add (mul (div (sub ?x {mean}) (sqrt {under_root})) {affine}\n  \
+               rhs  {rhs}\n  \
+               guard const ?g ?b\n  \
+               guard rank ?x 3\n"
+        )
+    }
+
+    const VARIANCE_PLUS_EPS: &str =
+        "(add (reduce_mean[axes=[AXES], keep_dims=true] (mul (sub ?x M) (sub ?x M))) ?eps)";
+    const TEMPLATE_RHS: &str = "(layer_norm[axis=2, epsilon=?eps] ?x ?g ?b)";
+
+    /// The planted mistakes in a written-out layer norm are refuted with a
+    /// counterexample: the mean over the wrong axis, the epsilon missing, the variance
+    /// without its square, gamma and beta swapped. The exact evaluation differs too, but
+    /// with sqrt a random function a difference is no witness, so the real roots of the
+    /// samples refute them.
+    #[test]
+    fn planted_mistakes_in_a_layer_norm_are_refuted_with_a_counterexample() {
+        let with_eps = |text: String| text.replace("guard const ?g ?b", "guard const ?g ?b ?eps");
+        let planted = [
+            (
+                "mean over the wrong axis",
+                with_eps(layer_norm_rule(
+                    "1",
+                    VARIANCE_PLUS_EPS,
+                    "?g) ?b)",
+                    TEMPLATE_RHS,
+                )),
+            ),
+            (
+                "epsilon missing",
+                layer_norm_rule(
+                    "2",
+                    "(reduce_mean[axes=[2], keep_dims=true] (mul (sub ?x M) (sub ?x M)))",
+                    "?g) ?b)",
+                    "(layer_norm[axis=2, epsilon=0.00001] ?x ?g ?b)",
+                ),
+            ),
+            (
+                "variance without the square",
+                with_eps(layer_norm_rule(
+                    "2",
+                    "(add (reduce_mean[axes=[2], keep_dims=true] (sub ?x M)) ?eps)",
+                    "?g) ?b)",
+                    TEMPLATE_RHS,
+                )),
+            ),
+            (
+                "gamma and beta swapped",
+                with_eps(layer_norm_rule(
+                    "2",
+                    VARIANCE_PLUS_EPS,
+                    "?b) ?g)",
+                    TEMPLATE_RHS,
+                )),
+            ),
+        ];
+        for (mistake, text) in planted {
+            let check = check_text(&text);
+            assert_eq!(check.status(), "refuted", "{mistake}: {}", check.to_text());
+            for part in [
+                "refuted on",
+                "left-hand side = ",
+                "right-hand side = ",
+                "?x = ",
+            ] {
+                assert!(
+                    check.detail.contains(part),
+                    "{mistake}: {}",
+                    check.to_text()
+                );
+            }
+        }
+        // the template written correctly is proved, as the built-in rule
+        let right = with_eps(layer_norm_rule(
+            "2",
+            VARIANCE_PLUS_EPS,
+            "?g) ?b)",
+            TEMPLATE_RHS,
+        ));
+        let check = check_text(&right);
+        assert_eq!(check.status(), "proved", "{}", check.to_text());
+    }
+
+    /// sqrt(4 x²) = 2 sqrt(x²) is true, but not for every function in place of sqrt: the
+    /// exact evaluation's difference is no refutation, and the rule is sampled.
+    #[test]
+    fn a_difference_with_sqrt_uninterpreted_refutes_nothing() {
+        let check = check_text(
+            "rule r\n  lhs (sqrt (mul (mul ?x ?x) ?four))\n  \
+             rhs (add (sqrt (mul ?x ?x)) (sqrt (mul ?x ?x)))\n  guard scalar ?four 4\n",
+        );
+        assert_eq!(check.status(), "sampled", "{}", check.to_text());
+        assert!(
+            check.to_text().contains("square roots of different values"),
             "{}",
             check.to_text()
         );

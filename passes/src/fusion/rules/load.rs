@@ -82,7 +82,7 @@ pub fn load_rules(text: &str, file: &str) -> Result<Vec<Rule>, Diagnostics> {
                 }
             }
             Err(mut d) => {
-                if let Some(at) = unbound_use(text, file, &rule, &d) {
+                if let Some(at) = variable_use(text, file, &rule, &d) {
                     d.location = at;
                 }
                 errors.push(d)
@@ -221,14 +221,27 @@ pub fn load_rules(text: &str, file: &str) -> Result<Vec<Rule>, Diagnostics> {
     }
 }
 
-/// Where a `rule-unbound` error's variable is used: the first `rhs`, `apply` or `guard`
-/// line of the rule (after its `rule` line, before the next block) with that variable as
-/// a whole token, at its column. `None` when the error is another kind or no use is found.
-fn unbound_use(text: &str, file: &str, rule: &Rule, d: &Diagnostic) -> Option<Location> {
-    if d.code != "rule-unbound" {
-        return None;
-    }
-    let var = d.message.split_once(" uses ")?.1.split(',').next()?.trim();
+/// Where the variable of a `rule-unbound` or `rule-guard` error is used, so the caret
+/// sits on it: for an unbound variable the first `rhs`, `apply` or `guard` line of the
+/// rule (after its `rule` line, before the next block) with that variable as a whole
+/// token, for a guard on the wrong kind of variable the first line of that guard with
+/// it; at its column. `None` for other errors or when no use is found.
+fn variable_use(text: &str, file: &str, rule: &Rule, d: &Diagnostic) -> Option<Location> {
+    let (var, lines): (&str, Vec<String>) = match d.code {
+        "rule-unbound" => (
+            d.message.split_once(" uses ")?.1.split(',').next()?.trim(),
+            vec!["rhs".into(), "apply".into(), "guard".into()],
+        ),
+        "rule-guard" => {
+            let guard = d.message.split_once("guard `")?.1.split('`').next()?;
+            let var = d.message.split_once("cannot hold: ")?.1;
+            (
+                var.split_whitespace().next()?,
+                vec![format!("guard {guard} ")],
+            )
+        }
+        _ => return None,
+    };
     let Location::File { line, .. } = &rule.location else {
         return None;
     };
@@ -238,10 +251,7 @@ fn unbound_use(text: &str, file: &str, rule: &Rule, d: &Diagnostic) -> Option<Lo
         if trimmed.starts_with("rule ") || trimmed.starts_with("family ") {
             break;
         }
-        if !["rhs", "apply", "guard"]
-            .iter()
-            .any(|k| trimmed.starts_with(k))
-        {
+        if !lines.iter().any(|k| trimmed.starts_with(k.as_str())) {
             continue;
         }
         let mut from = 0;

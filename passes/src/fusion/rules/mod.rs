@@ -372,6 +372,8 @@ mod tests {
         let err = load_rules(text, "u.rules").unwrap_err();
         assert_eq!(err.0[0].code, "rule-guard");
         assert!(err.0[0].message.contains("attributes"), "{err}");
+        // the caret on the guard's variable, not on the rule line
+        assert_eq!(err.0[0].location, Location::file("u.rules", 4, 16), "{err}");
         let text =
             "rule r\n  lhs (conv2d[?c] ?x ?w)\n  rhs (conv2d[?c] ?x ?w)\n  guard unpadded ?x\n";
         let err = load_rules(text, "u.rules").unwrap_err();
