@@ -295,8 +295,8 @@ SmeltStatus smelt_executable_output(const struct SmeltExecutable *exe,
  * `outputs[i]` to `output_lens[i]` writable floats for output i; each length must equal
  * that tensor's `element_count` and the counts must match. Every input and output must
  * be `SMELT_ELEMENT_TYPE_F32` (use `smelt_executable_run_typed` otherwise). Output
- * buffers must not overlap any other buffer. Safe to call from many threads at once on
- * the same executable.
+ * buffers must not overlap any other buffer; the buffer of a tensor with no elements
+ * may be NULL. Safe to call from many threads at once on the same executable.
  *
  * # Safety
  * `inputs`, `input_lens` hold `num_inputs` elements; `outputs`, `output_lens` hold
@@ -316,8 +316,8 @@ SmeltStatus smelt_executable_run(const struct SmeltExecutable *exe,
  * `outputs[i]` output i, each with the tensor's `element_count` and `element_type` (a
  * mismatch is `SMELT_STATUS_INVALID_ARGUMENT`, as is a bool input byte other than 0 or
  * 1, or an index out of range in the data, e.g. a gather's). Output buffers must not
- * overlap any other buffer. Safe to call from many threads at once on the same
- * executable.
+ * overlap any other buffer; the buffer of a tensor with no elements may be NULL. Safe to
+ * call from many threads at once on the same executable.
  *
  * # Safety
  * `inputs` holds `num_inputs` elements and `outputs` `num_outputs`; each buffer is

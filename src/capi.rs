@@ -821,10 +821,19 @@ fn check_buffer(
             info.len
         )));
     }
-    if p.is_null() {
-        return Err(invalid(format!("{kind} {i} ({name}) is NULL")));
-    }
     let size = dtype.size_bytes();
+    if p.is_null() {
+        if len != 0 {
+            return Err(invalid(format!("{kind} {i} ({name}) is NULL")));
+        }
+        // an empty tensor's buffer may be NULL: nothing is read or written through it,
+        // and the slice made of it needs a non-null aligned address, which `size` is
+        return Ok(Checked {
+            at: size,
+            bytes: 0,
+            dtype,
+        });
+    }
     if !(p as usize).is_multiple_of(size) {
         return Err(invalid(format!(
             "{kind} {i} ({name}) is not aligned to {size} bytes"
@@ -966,8 +975,8 @@ fn check_counts(h: &SmeltExecutable, num_inputs: usize, num_outputs: usize) -> R
 /// `outputs[i]` to `output_lens[i]` writable floats for output i; each length must equal
 /// that tensor's `element_count` and the counts must match. Every input and output must
 /// be `SMELT_ELEMENT_TYPE_F32` (use `smelt_executable_run_typed` otherwise). Output
-/// buffers must not overlap any other buffer. Safe to call from many threads at once on
-/// the same executable.
+/// buffers must not overlap any other buffer; the buffer of a tensor with no elements
+/// may be NULL. Safe to call from many threads at once on the same executable.
 ///
 /// # Safety
 /// `inputs`, `input_lens` hold `num_inputs` elements; `outputs`, `output_lens` hold
@@ -1036,8 +1045,8 @@ pub unsafe extern "C" fn smelt_executable_run(
 /// `outputs[i]` output i, each with the tensor's `element_count` and `element_type` (a
 /// mismatch is `SMELT_STATUS_INVALID_ARGUMENT`, as is a bool input byte other than 0 or
 /// 1, or an index out of range in the data, e.g. a gather's). Output buffers must not
-/// overlap any other buffer. Safe to call from many threads at once on the same
-/// executable.
+/// overlap any other buffer; the buffer of a tensor with no elements may be NULL. Safe to
+/// call from many threads at once on the same executable.
 ///
 /// # Safety
 /// `inputs` holds `num_inputs` elements and `outputs` `num_outputs`; each buffer is

@@ -23,7 +23,7 @@ fn onnx_data() -> PathBuf {
         common::generated_data(
             "hostile",
             "make_hostile_models.py",
-            "onnx 1.23.2 onnxruntime 1.32.0 hostile 1",
+            "onnx 1.23.2 onnxruntime 1.32.0 hostile 3",
         )
     })
     .clone()
@@ -621,4 +621,54 @@ fn row13_an_f64_input_that_overflows_f32_is_an_error() {
         1,
         &["big.npy", "1e300", "overflows float32"],
     );
+}
+
+#[test]
+fn row13_a_zero_sized_dim_runs_end_to_end_as_onnxruntime_does() {
+    // an ONNX input with a 0-sized dim imported to a .tir that `opt` then rejected: the
+    // printed module must re-parse and verify, and every path agree with onnxruntime
+    // (a product over K = 0 is the bias, a sum and a mean over the empty axis 0, `e`
+    // empty)
+    let s = scene();
+    let data = onnx_data().join("zero_dim");
+    let model = data.join("model.onnx").display().to_string();
+    let printed = smelt_in(&s.model, &["opt", &model], Some("zero.tir"));
+    assert_eq!(printed.code, Some(0), "opt: {}", printed.stderr);
+    let text = std::fs::read_to_string(s.model.join("zero.tir")).unwrap();
+    assert!(text.contains("tensor<2x0xf32>"), "{text}");
+    expect(&s.model, &["opt", "zero.tir"], 0, &[]);
+    expect(&s.model, &["verify", "zero.tir"], 0, &[]);
+    let x = format!("x={}", data.join("x.npy").display());
+    for (out, extra) in [("jit", None), ("interp", Some("--interp"))] {
+        let mut args = vec!["run", &model, "--input", &x, "--output-dir", out];
+        args.extend(extra);
+        expect(&s.model, &args, 0, &[]);
+        for name in ["y", "e"] {
+            let got = npy(&s.model.join(out).join(format!("{name}.npy")));
+            let want = npy(&data.join(format!("want_{name}.npy")));
+            assert_same(&format!("{out} {name}"), &got, &want);
+        }
+    }
+    // the re-parsed text runs too
+    let args = ["run", "zero.tir", "--input", &x, "--output-dir", "tir"];
+    expect(&s.model, &args, 0, &[]);
+    let want = npy(&data.join("want_y.npy"));
+    assert_same("tir y", &npy(&s.model.join("tir/y.npy")), &want);
+    // an empty tensor holds nothing, but its other dims still bound its strides: an
+    // empty axis beside two of 2^32 is as refused as any tensor of 2^64 elements
+    for dims in ["0x4294967296x4294967296", "4294967296x0x4294967296"] {
+        let t = format!("tensor<{dims}xf32>");
+        let text =
+            format!("func @f(%x: {t}) -> {t} {{\n  %y = relu %x : {t}\n  return %y : {t}\n}}\n");
+        std::fs::write(s.model.join("wide.tir"), text).unwrap();
+        let args = [
+            "run",
+            "wide.tir",
+            "--random-inputs",
+            "1",
+            "--output-dir",
+            "w",
+        ];
+        expect(&s.model, &args, 1, &["too large"]);
+    }
 }

@@ -1556,14 +1556,17 @@ fn slice_hand_examples_with_negative_steps_and_bad_windows() {
     let y = eval(slice_op(&[0, 3], &[3, 0], &[2, -2]), &[&x]);
     assert_eq!(y.dims(), [2, 2]);
     assert_exact(&y, &[3.0, 1.0, 11.0, 9.0]);
-    // a step of 0, an end past the dim and an empty window are type errors
+    // a step of 0 and an end past the dim are type errors
     for bad in [
         slice_op(&[0, 0], &[3, 4], &[0, 1]),
         slice_op(&[0, 0], &[3, 5], &[1, 1]),
-        slice_op(&[1, 0], &[1, 4], &[1, 1]),
     ] {
         assert!(bad.infer_type(&[&x.ty], &|_| None).is_err());
     }
+    // an empty window is an empty result, as in ONNX
+    let y = eval(slice_op(&[1, 0], &[1, 4], &[1, 1]), &[&x]);
+    assert_eq!(y.dims(), [0, 4]);
+    assert_exact(&y, &[]);
 }
 
 #[test]
@@ -1594,15 +1597,20 @@ fn expand_and_tile_hand_examples() {
             1.0, 2.0, 3.0, 2.0, 3.0, 2.0, 3.0,
         ],
     );
-    // an expand that does not broadcast, a shrinking expand, repeats of the wrong length or 0
+    // an expand that does not broadcast, a shrinking expand, repeats of the wrong length
     for bad in [
         Op::Expand { shape: vec![2, 3] },
         Op::Expand { shape: vec![1, 1] },
         Op::Tile { repeats: vec![2] },
-        Op::Tile {
-            repeats: vec![0, 1],
-        },
     ] {
         assert!(bad.infer_type(&[&m.ty], &|_| None).is_err(), "{bad:?}");
     }
+    // 0 repeats empty that axis
+    let y = eval(
+        Op::Tile {
+            repeats: vec![0, 1],
+        },
+        &[&m],
+    );
+    assert_eq!(y.dims(), [0, 2]);
 }

@@ -146,10 +146,14 @@ fn bad_pads_are_clear_errors() {
 }";
     let e = parse(short).unwrap_err();
     assert!(e.contains("4 values") && e.contains("got 2"), "{e}");
-    // a positive pad on the other side does not make up for a crop of everything
-    let crop = pad_module(&[2, 3], "f32", &[0, -3, 0, 1], "constant", false);
+    // a crop of more than the axis holds is an error, whatever the other side pads
+    let crop = pad_module(&[2, 3], "f32", &[0, -4, 0, 1], "constant", false);
     let e = parse(&crop).unwrap_err();
-    assert!(e.contains("crop all 3"), "{e}");
+    assert!(e.contains("crop more than its 3"), "{e}");
+    // edge and wrap have nothing to repeat on an axis cropped to nothing
+    let crop = pad_module(&[2, 3], "f32", &[0, -3, 0, 1], "edge", false);
+    let e = parse(&crop).unwrap_err();
+    assert!(e.contains("keeps none"), "{e}");
     let fill_in_edge = "func @f(%x: tensor<3xf32>, %v: tensor<f32>) -> (y: tensor<5xf32>) {
   %y = pad %x, %v {pads = [1, 1], mode = edge} : tensor<5xf32>
   return %y : tensor<5xf32>

@@ -214,12 +214,15 @@ impl TensorType {
     }
 
     /// Checks that the storage of this type fits in [`MAX_TENSOR_BYTES`] without overflow.
+    /// An empty dim counts as 1: an empty tensor's other dims are bounded as if it held
+    /// one slice, so its strides (and every index computed from them) stay within the
+    /// limit, whichever axis is the empty one.
     pub fn check_size(&self) -> Result<(), String> {
         let storage = self.layout.storage_dims(&self.dims);
         let bytes = storage
             .iter()
             .try_fold(self.dtype.size_bytes() as u64, |acc, &d| {
-                acc.checked_mul(d as u64)
+                acc.checked_mul(d.max(1) as u64)
             });
         match bytes {
             Some(b) if b <= MAX_TENSOR_BYTES => Ok(()),
@@ -324,5 +327,16 @@ mod tests {
     fn absurd_shape_is_rejected_without_overflow() {
         let t = TensorType::f32([999_999_999, 999_999_999, 999_999_999]);
         assert!(t.check_size().is_err());
+    }
+
+    #[test]
+    fn an_empty_tensor_bounds_its_other_dims_wherever_the_empty_one_is() {
+        let big = 1usize << 32;
+        for dims in [[0, big, big], [big, 0, big], [big, big, 0]] {
+            assert!(TensorType::f32(dims).check_size().is_err(), "{dims:?}");
+        }
+        for dims in [[0, 1000, 1000], [1000, 0, 1000], [1000, 1000, 0]] {
+            assert_eq!(TensorType::f32(dims).check_size(), Ok(()), "{dims:?}");
+        }
     }
 }

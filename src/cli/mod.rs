@@ -80,10 +80,12 @@ impl ModelArgs {
                 .ok_or_else(|| anyhow!("--shape '{arg}' must look like NAME=1x3x224x224"))?;
             let dims = dims
                 .split('x')
-                .map(|d| d.trim().parse::<usize>().ok().filter(|&d| d > 0))
+                .map(|d| d.trim().parse::<usize>().ok())
                 .collect::<Option<Vec<_>>>()
                 .ok_or_else(|| {
-                    anyhow!("--shape '{arg}': dimensions must be positive integers joined by 'x'")
+                    anyhow!(
+                        "--shape '{arg}': dimensions must be non-negative integers joined by 'x'"
+                    )
                 })?;
             if opts.input_shapes.insert(name.to_string(), dims).is_some() {
                 bail!("--shape gives input '{name}' twice");

@@ -369,6 +369,31 @@ int main(int argc, char **argv) {
     }
     expect(smelt_executable_destroy(relu), SMELT_STATUS_OK, "destroy relu");
 
+    /* ---- an empty input (0 rows): its buffer may be NULL; a sum over it is 0 ---- */
+    {
+        const char *empty_text =
+            "func @main(%x: tensor<0x3xf32>) -> (e: tensor<0x3xf32>, s: tensor<3xf32>) {\n"
+            "  %e = relu %x : tensor<0x3xf32>\n"
+            "  %s = reduce_sum %x {axes = [0]} : tensor<3xf32>\n"
+            "  return %e, %s : tensor<0x3xf32>, tensor<3xf32>\n}\n";
+        SmeltExecutable *empty = NULL;
+        expect(smelt_executable_from_text(empty_text, strlen(empty_text), NULL, &empty),
+               SMELT_STATUS_OK, "from_text(empty input)");
+        expect(smelt_executable_input(empty, 0, &info), SMELT_STATUS_OK, "empty input 0");
+        CHECK(info.rank == 2 && info.dims[0] == 0 && info.element_count == 0);
+        float sums[3] = {7, 7, 7};
+        const float *ins[1] = {NULL};
+        float *outs[2] = {NULL, sums};
+        size_t in_lens[1] = {0}, out_lens[2] = {0, 3};
+        expect(smelt_executable_run(empty, ins, in_lens, 1, outs, out_lens, 2), SMELT_STATUS_OK,
+               "run(empty input, NULL buffers)");
+        for (int i = 0; i < 3; i++) CHECK(sums[i] == 0);
+        size_t one[1] = {1};
+        expect(smelt_executable_run(empty, ins, one, 1, outs, out_lens, 2),
+               SMELT_STATUS_INVALID_ARGUMENT, "run(length 1 for an empty input)");
+        expect(smelt_executable_destroy(empty), SMELT_STATUS_OK, "destroy empty");
+    }
+
     /* ---- handles, threads and panics, as a host runtime sees them ---- */
     printf("lifetimes:\n");
     create_destroy_cycles();

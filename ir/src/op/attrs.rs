@@ -255,7 +255,7 @@ pub struct PadAxis {
     pub crop_begin: usize,
     /// Elements added before the kept input.
     pub pad_begin: usize,
-    /// Input elements kept (at least 1).
+    /// Input elements kept (0 when the crops take them all).
     pub kept: usize,
     /// Elements added after the kept input.
     pub pad_end: usize,
@@ -285,9 +285,9 @@ impl PadAttrs {
             // i128: pads come from models and may be anything an i64 holds
             let crop = |p: i64| (-(p as i128)).max(0);
             let kept = dim as i128 - crop(begin) - crop(end);
-            if kept < 1 {
+            if kept < 0 {
                 return Err(format!(
-                    "pad axis {k}: pads {begin} and {end} crop all {dim} elements (tensors have no empty dims)"
+                    "pad axis {k}: pads {begin} and {end} crop more than its {dim} elements"
                 ));
             }
             let fits = |v: i128| usize::try_from(v).ok().filter(|&v| v <= 1 << 40);
@@ -304,10 +304,18 @@ impl PadAttrs {
                 kept: kept as usize,
                 pad_end,
             };
-            if self.mode == PadMode::Reflect && pad_begin.max(pad_end) >= axis.kept {
+            let pads = pad_begin.max(pad_end);
+            if self.mode == PadMode::Reflect && pads > 0 && pads >= axis.kept {
                 return Err(format!(
                     "pad axis {k}: reflect pads {begin} and {end} must be smaller than the {} element(s) it reflects",
                     axis.kept
+                ));
+            }
+            // edge and wrap repeat the kept elements: an empty axis has none to repeat
+            if matches!(self.mode, PadMode::Edge | PadMode::Wrap) && pads > 0 && axis.kept == 0 {
+                return Err(format!(
+                    "pad axis {k}: {} pads {begin} and {end} repeat elements of an axis that keeps none",
+                    self.mode.name()
                 ));
             }
             out.push(axis);
@@ -425,10 +433,24 @@ mod tests {
             .result_dims(&[3, 3])
             .unwrap_err();
         assert!(e.contains("4 values"), "{e}");
-        let e = p(&[-2, -1], PadMode::Constant)
+        let e = p(&[-2, -2], PadMode::Constant)
             .result_dims(&[3])
             .unwrap_err();
-        assert!(e.contains("crop all"), "{e}");
+        assert!(e.contains("crop more than its 3"), "{e}");
+        // cropping everything leaves an empty axis, which constant mode may fill again
+        // and the repeating modes, having no element to repeat, may not pad
+        assert_eq!(
+            p(&[-2, -1], PadMode::Constant).result_dims(&[3]),
+            Ok(vec![0])
+        );
+        assert_eq!(
+            p(&[-3, 2], PadMode::Constant).result_dims(&[3]),
+            Ok(vec![2])
+        );
+        for mode in [PadMode::Edge, PadMode::Wrap, PadMode::Reflect] {
+            assert_eq!(p(&[0, 0], mode).result_dims(&[0]), Ok(vec![0]));
+            assert!(p(&[-3, 1], mode).result_dims(&[3]).is_err(), "{mode:?}");
+        }
         assert!(p(&[i64::MAX, 0], PadMode::Edge).result_dims(&[3]).is_err());
         assert!(p(&[i64::MIN, 0], PadMode::Edge).result_dims(&[3]).is_err());
     }

@@ -61,7 +61,8 @@ impl Reduction {
     }
 
     /// The reduction of `values` (NaN propagates through max and min; an empty
-    /// reduction is 0 for sum, NaN for mean, -inf for max and +inf for min).
+    /// reduction is 0 for sum, -inf for max and +inf for min, as ONNX defines them, and 0
+    /// for mean, which ONNX leaves undefined: onnxruntime's value).
     pub fn eval(self, values: impl Iterator<Item = f64>) -> f64 {
         let mut n = 0usize;
         let mut acc = match self {
@@ -80,7 +81,7 @@ impl Reduction {
             };
         }
         match self {
-            Reduction::Mean => acc / n as f64,
+            Reduction::Mean if n > 0 => acc / n as f64,
             _ => acc,
         }
     }

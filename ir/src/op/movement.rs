@@ -44,7 +44,7 @@ macro_rules! movement_ops {
         },
         /// Repeats the input `repeats[k]` times along each axis `k`.
         Tile {
-            /// Copies along each axis (at least 1).
+            /// Copies along each axis (0 gives an empty axis).
             repeats: Vec<usize>,
         },
         /// Concatenation along `axis`.
@@ -165,16 +165,10 @@ pub(super) fn transpose_shape(perm: &[usize], o: &OperandTypes<'_>) -> Result<Sh
     Ok(perm.iter().map(|&p| dims[p]).collect::<Vec<_>>().into())
 }
 
-/// The window's dims, none empty. Slicing compares starts and ends with the dims, so it
-/// reads their sizes.
+/// The window's dims (empty along an axis whose range selects nothing, as in ONNX).
+/// Slicing compares starts and ends with the dims, so it reads their sizes.
 pub(super) fn slice_shape(s: &SliceAttrs, o: &OperandTypes<'_>) -> Result<Shape, String> {
     let dims = s.result_dims(&Dim::sizes(&o.dims(0)))?;
-    if let Some(k) = dims.iter().position(|&d| d == 0) {
-        return Err(format!(
-            "slice of {} selects no elements along axis {k} (start {}, end {}, step {}); tensors have no empty dims",
-            o.ty(0), s.starts[k], s.ends[k], s.steps[k]
-        ));
-    }
     Ok(Dim::all(&dims).into())
 }
 
@@ -214,11 +208,6 @@ pub(super) fn tile_shape(repeats: &[usize], o: &OperandTypes<'_>) -> Result<Shap
     if repeats.len() != x.rank() {
         return Err(format!(
             "tile repeats {repeats:?} must have one entry per axis of {x}"
-        ));
-    }
-    if repeats.contains(&0) {
-        return Err(format!(
-            "tile repeats {repeats:?} must be at least 1 (tensors have no empty dims)"
         ));
     }
     let dims = o

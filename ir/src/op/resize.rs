@@ -44,9 +44,10 @@ pub(super) fn resize_shape(r: &ResizeAttrs, o: &OperandTypes<'_>) -> Result<Shap
             r.scales.len()
         ));
     }
-    if r.sizes.contains(&0) || o.dims(0).iter().any(|d| d.is(0)) {
+    // an empty result reads nothing; a non-empty one needs a source element to sample
+    if !r.sizes.contains(&0) && o.dims(0).iter().any(|d| d.is(0)) {
         return Err(format!(
-            "resize of {x} to {:?}: tensors have no empty dims",
+            "resize of the empty {x} to {:?}: there is no element to sample",
             r.sizes
         ));
     }

@@ -536,6 +536,12 @@ impl<'a> Cx<'a> {
         }
         let name = format!("v{}", self.func.inst_value(i).0);
         let out = self.typed_temp(&name, inst.ty.dtype, inst.ty.storage_len());
+        // An empty result has nothing to compute: no kernel writes it (a kernel's loops
+        // over an empty axis would still address its other axes). Whether its operands
+        // are valid is the type rule's business, checked already.
+        if inst.ty.storage_len() == 0 {
+            return Ok(out);
+        }
         let operands = inst.operands.clone();
         let op = inst.op.clone();
         let out_ty = inst.ty.clone();

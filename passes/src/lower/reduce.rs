@@ -61,7 +61,15 @@ pub(crate) fn lower_reduce(
     let x = b.arg("x", cx.len_of(x_buf), Access::Read);
     let y = b.arg("out", cx.len_of(out), Access::Write);
     let (start, step) = start_and_step(r);
-    let scale = (r == Reduction::Mean).then(|| (1.0f64 / count as f64) as f32);
+    // the mean of nothing is 0 (onnxruntime's value; ONNX leaves it undefined): the sum
+    // of nothing, scaled by 0 rather than by 1/0
+    let scale = (r == Reduction::Mean).then(|| {
+        if count == 0 {
+            0.0
+        } else {
+            (1.0f64 / count as f64) as f32
+        }
+    });
     let reduced_dims: Vec<usize> = reduced.iter().map(|&k| in_dims[k]).collect();
     let reduced_strides: Vec<i64> = reduced.iter().map(|&k| strides[k]).collect();
     // a vector lane reduction exists for sums and maxima

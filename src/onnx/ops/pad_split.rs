@@ -227,11 +227,6 @@ pub fn split_sizes(
             vec![dim / outputs; outputs]
         }
     };
-    if let Some(i) = sizes.iter().position(|&s| s == 0) {
-        return Err(format!(
-            "output {i} would be empty (chunk sizes {sizes:?}); smelt's tensors have no empty dims"
-        ));
-    }
     Ok(sizes)
 }
 
@@ -337,9 +332,8 @@ mod tests {
         assert!(split_sizes(6, 3, None, Some(2))
             .unwrap_err()
             .contains("number of outputs"));
-        assert!(split_sizes(6, 2, Some(&[6, 0]), None)
-            .unwrap_err()
-            .contains("empty"));
+        // an empty chunk is an empty output, as ONNX allows
+        assert_eq!(split_sizes(6, 2, Some(&[6, 0]), None), Ok(vec![6, 0]));
         assert!(split_sizes(6, 2, Some(&[3, 3]), Some(2)).is_err());
     }
 }

@@ -58,11 +58,6 @@ impl<'a> Parser<'a> {
 
     fn dim(&self, text: &str, at: usize) -> PResult<usize> {
         match text.parse::<u64>() {
-            Ok(0) => Err(self.diag(
-                "bad-type",
-                "dimension 0: every dimension must be at least 1",
-                at,
-            )),
             Ok(n) => usize::try_from(n)
                 .map_err(|_| self.diag("too-large", format!("dimension {text} is too large"), at)),
             Err(_) => Err(self.diag("too-large", format!("dimension {text} is too large"), at)),
@@ -101,7 +96,7 @@ impl<'a> Parser<'a> {
                             if piece.is_empty() || !piece.bytes().all(|b| b.is_ascii_digit()) {
                                 return Err(self.diag(
                                     "bad-type",
-                                    format!("bad dimension '{piece}': expected a positive integer"),
+                                    format!("bad dimension '{piece}': expected a non-negative integer"),
                                     off,
                                 ));
                             }
