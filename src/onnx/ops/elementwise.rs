@@ -4,8 +4,46 @@
 use smelt_ir::op::{BinaryOp, Op, UnaryOp};
 use smelt_ir::{Diagnostic, Value, F32};
 
+use super::OpRule;
 use crate::onnx::context::{Entry, NodeCtx};
 use crate::onnx::tensor::{dtype, ConstData, ConstTensor};
+
+/// This family's rows of the operator table (op type, every `since_version` up to
+/// [`super::MAX_OPSET`], the oldest smelt implements, handler); `super` sorts them.
+pub(super) const ROWS: &[OpRule] = rules! {
+    "Abs"                 [1, 6, 13],                     from 6  => unary;
+    "Add"                 [1, 6, 7, 13, 14],              from 7  => binary;
+    "Ceil"                [1, 6, 13],                     from 6  => unary;
+    "Celu"                [12, 28],                       from 12 => activation;
+    "Clip"                [1, 6, 11, 12, 13],             from 6  => clip;
+    "Div"                 [1, 6, 7, 13, 14],              from 7  => binary;
+    "Elu"                 [1, 6, 22],                     from 6  => activation;
+    "Erf"                 [9, 13],                        from 9  => unary;
+    "Exp"                 [1, 6, 13],                     from 6  => unary;
+    "Floor"               [1, 6, 13],                     from 6  => unary;
+    "Gelu"                [20],                           from 20 => gelu;
+    "HardSigmoid"         [1, 6, 22],                     from 6  => unary;
+    "HardSwish"           [14, 22],                       from 14 => unary;
+    "LeakyRelu"           [1, 6, 16],                     from 6  => unary;
+    "Log"                 [1, 6, 13],                     from 6  => unary;
+    "Mish"                [18, 22],                       from 18 => activation;
+    "Mul"                 [1, 6, 7, 13, 14],              from 7  => binary;
+    "Neg"                 [1, 6, 13],                     from 6  => unary;
+    "PRelu"               [1, 6, 7, 9, 16],               from 7  => activation;
+    "Pow"                 [1, 7, 12, 13, 15],             from 7  => pow;
+    "Reciprocal"          [1, 6, 13],                     from 6  => unary;
+    "Relu"                [1, 6, 13, 14],                 from 6  => unary;
+    "Round"               [11, 22],                       from 11 => unary;
+    "Selu"                [1, 6, 22],                     from 6  => activation;
+    "Sigmoid"             [1, 6, 13],                     from 6  => unary;
+    "Softplus"            [1, 22],                        from 1  => activation;
+    "Softsign"            [1, 22],                        from 1  => activation;
+    "Sqrt"                [1, 6, 13],                     from 6  => unary;
+    "Sub"                 [1, 6, 7, 13, 14],              from 7  => binary;
+    "Sum"                 [1, 6, 8, 13],                  from 6  => sum;
+    "Tanh"                [1, 6, 13],                     from 6  => unary;
+    "ThresholdedRelu"     [10, 22],                       from 10 => activation;
+};
 
 /// Add, Sub, Mul, Div with numpy broadcasting (version 7 on; older versions had the
 /// legacy `broadcast`/`axis` attributes).

@@ -3,7 +3,17 @@
 use smelt_ir::op::{GemmAttrs, Op};
 use smelt_ir::{Diagnostic, F32};
 
+use super::OpRule;
 use crate::onnx::context::{Entry, NodeCtx};
+
+/// This family's rows of the operator table (op type, every `since_version` up to
+/// [`super::MAX_OPSET`], the oldest smelt implements, handler); `super` sorts them.
+pub(super) const ROWS: &[OpRule] = rules! {
+    "Gemm"                [1, 6, 7, 9, 11, 13],           from 6  => gemm;
+    "LogSoftmax"          [1, 11, 13],                    from 1  => log_softmax;
+    "MatMul"              [1, 9, 13],                     from 1  => matmul;
+    "Softmax"             [1, 11, 13],                    from 1  => softmax;
+};
 
 /// Gemm: `alpha * op(A) * op(B) + beta * C` with optional C (from version 11). Version 6's
 /// `broadcast` flag only allowed what numpy broadcasting of C allows.

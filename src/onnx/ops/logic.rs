@@ -13,8 +13,32 @@ use smelt_ir::op::{broadcast, BinaryOp, Comparison, LogicOp, Op};
 use smelt_ir::types::MAX_TENSOR_BYTES;
 use smelt_ir::Diagnostic;
 
+use super::OpRule;
 use crate::onnx::context::{Entry, NodeCtx};
 use crate::onnx::tensor::{broadcast_indices, dtype, ConstData, ConstTensor};
+
+/// This family's rows of the operator table (op type, every `since_version` up to
+/// [`super::MAX_OPSET`], the oldest smelt implements, handler); `super` sorts them.
+pub(super) const ROWS: &[OpRule] = rules! {
+    "And"                 [1, 7],                         from 7  => logical;
+    "Cast"                [1, 6, 9, 13, 19, 21, 23, 24, 25, 28], from 6 => cast;
+    "CastLike"            [15, 19, 21, 23, 24, 25],       from 15 => cast;
+    "Equal"               [1, 7, 11, 13, 19],             from 7  => compare;
+    "Greater"             [1, 7, 9, 13],                  from 7  => compare;
+    "GreaterOrEqual"      [12, 16],                       from 12 => compare;
+    "IsNaN"               [9, 13, 20],                    from 9  => is_nan;
+    "Less"                [1, 7, 9, 13],                  from 7  => compare;
+    "LessOrEqual"         [12, 16],                       from 12 => compare;
+    "Max"                 [1, 6, 8, 12, 13],              from 8  => min_max;
+    "Min"                 [1, 6, 8, 12, 13],              from 8  => min_max;
+    "Mod"                 [10, 13, 28],                   from 10 => mod_;
+    "Not"                 [1],                            from 1  => logical;
+    "Or"                  [1, 7],                         from 7  => logical;
+    "Range"               [11, 27],                       from 11 => range;
+    "Size"                [1, 13, 19, 21, 23, 24, 25],    from 1  => size;
+    "Where"               [9, 16],                        from 9  => where_;
+    "Xor"                 [1, 7],                         from 7  => logical;
+};
 
 /// Most elements a folded Range may have (as many int64s as the largest tensor holds).
 const MAX_FOLDED_ELEMENTS: u64 = MAX_TENSOR_BYTES / 8;
