@@ -614,6 +614,32 @@ fn fused_ops_on_every_anchor_kind() {
     check("fused layer norm", &m);
 }
 
+/// Every unary elementwise op (the op table's samples, so a new one is covered without an
+/// edit) as the post-op of a GEMM with a bias, in the tile epilogue the fusion pass
+/// absorbs it into.
+#[test]
+fn every_unary_op_is_a_gemm_post_op() {
+    let add = PostOp::Binary {
+        op: BinaryOp::Add,
+        acc_is_lhs: true,
+    };
+    let unary = smelt_ir::op::samples().iter().filter_map(|op| {
+        if let Op::Unary(u) = op {
+            Some(*u)
+        } else {
+            None
+        }
+    });
+    for u in unary {
+        let m = one_op(
+            fused(Op::Gemm(GemmAttrs::default()), vec![add, PostOp::Unary(u)]),
+            &[t(&[5, 7]), t(&[9])],
+            &[(1, t(&[7, 9]))],
+        );
+        check(&format!("gemm + {}", u.name()), &m);
+    }
+}
+
 /// A NaN anywhere in a max-pool window makes that output NaN, as in the interpreter,
 /// whichever tap of the window it is in.
 #[test]
