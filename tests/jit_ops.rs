@@ -172,6 +172,39 @@ fn floor_ceil_and_round_are_exact_on_halves_and_special_values() {
     }
 }
 
+/// Sign exactly, on both zeros, subnormals, the infinities and NaN.
+#[test]
+fn sign_is_exact_on_zeros_and_special_values() {
+    let x = vec![
+        -2.5,
+        -0.0,
+        0.0,
+        1e-40,
+        -1e-40,
+        3.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+    ];
+    let n = x.len();
+    let m = one_op(Op::Unary(UnaryOp::Sign), &[t(&[n])], &[]);
+    let input = smelt_ir::Tensor::new([n], x.clone()).unwrap();
+    let got = check_against_interp("sign", &m, std::slice::from_ref(&input), 0.0);
+    for (&v, &y) in x.iter().zip(got[0].f32s()) {
+        let want = if v > 0.0 {
+            1.0
+        } else if v < 0.0 {
+            -1.0
+        } else {
+            v
+        };
+        assert!(
+            want.to_bits() == y.to_bits() || (want.is_nan() && y.is_nan()),
+            "sign({v:e}) = {y:e}, want {want:e}"
+        );
+    }
+}
+
 #[test]
 fn unary_ops_on_wide_inputs() {
     // values in [-1, 1] hide range problems: scale them up to [-12, 12]

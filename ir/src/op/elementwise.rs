@@ -60,6 +60,8 @@ pub enum UnaryOp {
     Ceil,
     /// The nearest integer, halves to even (ONNX Round, IEEE roundTiesToEven).
     Round,
+    /// -1, 0 or 1 by the sign of `x` (zeros and NaN kept).
+    Sign,
 }
 
 impl UnaryOp {
@@ -74,6 +76,7 @@ impl UnaryOp {
             UnaryOp::Relu | UnaryOp::Clip { .. } | UnaryOp::LeakyRelu { .. } => 1,
             UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sqrt | UnaryOp::Reciprocal => 1,
             UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => 1,
+            UnaryOp::Sign => 2,
             UnaryOp::Exp | UnaryOp::Log => 15,
             UnaryOp::HardSigmoid { .. } | UnaryOp::HardSwish => 4,
             UnaryOp::Sigmoid | UnaryOp::Tanh | UnaryOp::Silu => 20,
@@ -114,6 +117,9 @@ impl UnaryOp {
             UnaryOp::Floor => x.floor(),
             UnaryOp::Ceil => x.ceil(),
             UnaryOp::Round => x.round_ties_even(),
+            UnaryOp::Sign if x > 0.0 => 1.0,
+            UnaryOp::Sign if x < 0.0 => -1.0,
+            UnaryOp::Sign => x,
         }
     }
 }
@@ -300,6 +306,11 @@ macro_rules! elementwise_ops {
             dtype: all_f32,
             shape: same_dims,
             flops: unary_flops(UnaryOp::Round);
+        Sign "sign" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Sign)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Sign);
         Add "add" Some(Exact(2)), Elementwise: (Op::Binary(BinaryOp::Add)) <=> (Attrs::None)
             attrs {},
             dtype: numeric_pair,

@@ -153,6 +153,12 @@ pub fn unary(b: &mut KernelBuilder, op: UnaryOp, x: Expr, w: Width) -> Expr {
         UnaryOp::Floor => Expr::unary(UnOp::Floor, x),
         UnaryOp::Ceil => Expr::unary(UnOp::Ceil, x),
         UnaryOp::Round => Expr::unary(UnOp::Nearest, x),
+        UnaryOp::Sign => {
+            // zeros and NaN fail both compares and are kept
+            let x = share(b, x, w);
+            let negative = Expr::select(CmpOp::Lt, x.clone(), c(0.0, w), c(-1.0, w), x.clone());
+            Expr::select(CmpOp::Gt, x, c(0.0, w), c(1.0, w), negative)
+        }
     }
 }
 

@@ -36,6 +36,7 @@ pub(super) const ROWS: &[OpRule] = rules! {
     "Round"               [11, 22],                       from 11 => unary;
     "Selu"                [1, 6, 22],                     from 6  => activation;
     "Sigmoid"             [1, 6, 13],                     from 6  => unary;
+    "Sign"                [9, 13],                      from 9  => unary;
     "Softplus"            [1, 22],                        from 1  => activation;
     "Softsign"            [1, 22],                        from 1  => activation;
     "Sqrt"                [1, 6, 13],                     from 6  => unary;
@@ -299,6 +300,7 @@ pub fn unary(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         "Floor" => Some(UnaryOp::Floor),
         "Ceil" => Some(UnaryOp::Ceil),
         "Round" => Some(UnaryOp::Round),
+        "Sign" => Some(UnaryOp::Sign),
         _ => None,
     };
     let op = match (plain, cx.node.op_type()) {
