@@ -205,6 +205,72 @@ fn sign_is_exact_on_zeros_and_special_values() {
     }
 }
 
+/// Runs `op` on `x` through every kernel choice (each checked against the interpreter to
+/// `relative`, FACTS.md's relative error) and returns the JIT's largest error against
+/// `reference` in f64, in ulps of the f32 nearest the reference; where the reference is
+/// not a finite f32, the result must be the same infinity or NaN.
+fn max_ulp_error(op: UnaryOp, x: &[f32], reference: fn(f64) -> f64, relative: f64) -> f64 {
+    let n = x.len();
+    let m = one_op(Op::Unary(op), &[t(&[n])], &[]);
+    let input = smelt_ir::Tensor::new([n], x.to_vec()).unwrap();
+    let got = check_against_interp(op.name(), &m, std::slice::from_ref(&input), relative);
+    let mut worst = 0.0f64;
+    for (&v, &y) in x.iter().zip(got[0].f32s()) {
+        let want = reference(v as f64);
+        let nearest = want as f32;
+        if !nearest.is_finite() {
+            assert!(
+                y.to_bits() == nearest.to_bits() || (y.is_nan() && nearest.is_nan()),
+                "{}({v:e}) = {y:e}, want {want:e}",
+                op.name()
+            );
+            continue;
+        }
+        let ulp = f32::from_bits(nearest.abs().to_bits() + 1) - nearest.abs();
+        worst = worst.max((y as f64 - want).abs() / ulp as f64);
+    }
+    worst
+}
+
+/// `count` points spread evenly over [lo, hi], then every power of two from 2^-30 up to
+/// `hi` with both signs (where `lo` < 0), and the special values.
+fn sweep(lo: f32, hi: f32, count: usize) -> Vec<f32> {
+    let mut x: Vec<f32> = (0..count)
+        .map(|i| lo + (hi - lo) * (i as f32 + 0.37) / count as f32)
+        .collect();
+    for e in -30..=30 {
+        let p = 2f32.powi(e);
+        if p <= hi {
+            x.push(p);
+            if lo < 0.0 {
+                x.push(-p);
+            }
+        }
+    }
+    x.extend([0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
+    x
+}
+
+/// sin, cos and tan against f64 over |x| ≤ 1e4 and near the multiples of π/2 (where
+/// the range reduction must cancel exactly), and ±inf and NaN (NaN results).
+#[test]
+fn sin_cos_and_tan_are_accurate_over_a_wide_range() {
+    let mut x = sweep(-1e4, 1e4, 20_011);
+    x.extend((1..2000).flat_map(|k| {
+        let m = k as f64 * std::f64::consts::FRAC_PI_2;
+        [m as f32, -m as f32, (m * 1.0000001) as f32]
+    }));
+    for (op, reference, bound) in [
+        (UnaryOp::Sin, f64::sin as fn(f64) -> f64, 2.0),
+        (UnaryOp::Cos, f64::cos, 2.0),
+        (UnaryOp::Tan, f64::tan, 4.0),
+    ] {
+        let worst = max_ulp_error(op, &x, reference, 2e-7);
+        eprintln!("{}: at most {worst:.2} ulp", op.name());
+        assert!(worst <= bound, "{}: {worst} ulp", op.name());
+    }
+}
+
 #[test]
 fn unary_ops_on_wide_inputs() {
     // values in [-1, 1] hide range problems: scale them up to [-12, 12]

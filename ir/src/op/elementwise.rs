@@ -62,6 +62,12 @@ pub enum UnaryOp {
     Round,
     /// -1, 0 or 1 by the sign of `x` (zeros and NaN kept).
     Sign,
+    /// `sin x`.
+    Sin,
+    /// `cos x`.
+    Cos,
+    /// `tan x`.
+    Tan,
 }
 
 impl UnaryOp {
@@ -76,6 +82,8 @@ impl UnaryOp {
             UnaryOp::Relu | UnaryOp::Clip { .. } | UnaryOp::LeakyRelu { .. } => 1,
             UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sqrt | UnaryOp::Reciprocal => 1,
             UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => 1,
+            UnaryOp::Sin | UnaryOp::Cos => 20,
+            UnaryOp::Tan => 40,
             UnaryOp::Sign => 2,
             UnaryOp::Exp | UnaryOp::Log => 15,
             UnaryOp::HardSigmoid { .. } | UnaryOp::HardSwish => 4,
@@ -117,6 +125,9 @@ impl UnaryOp {
             UnaryOp::Floor => x.floor(),
             UnaryOp::Ceil => x.ceil(),
             UnaryOp::Round => x.round_ties_even(),
+            UnaryOp::Sin => x.sin(),
+            UnaryOp::Cos => x.cos(),
+            UnaryOp::Tan => x.tan(),
             UnaryOp::Sign if x > 0.0 => 1.0,
             UnaryOp::Sign if x < 0.0 => -1.0,
             UnaryOp::Sign => x,
@@ -306,6 +317,21 @@ macro_rules! elementwise_ops {
             dtype: all_f32,
             shape: same_dims,
             flops: unary_flops(UnaryOp::Round);
+        Sin "sin" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Sin)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Sin);
+        Cos "cos" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Cos)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Cos);
+        Tan "tan" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Tan)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Tan);
         Sign "sign" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Sign)) <=> (Attrs::None)
             attrs {},
             dtype: all_f32,

@@ -153,6 +153,14 @@ pub fn unary(b: &mut KernelBuilder, op: UnaryOp, x: Expr, w: Width) -> Expr {
         UnaryOp::Floor => Expr::unary(UnOp::Floor, x),
         UnaryOp::Ceil => Expr::unary(UnOp::Ceil, x),
         UnaryOp::Round => Expr::unary(UnOp::Nearest, x),
+        UnaryOp::Sin => Expr::unary(UnOp::Sin, x),
+        UnaryOp::Cos => Expr::unary(UnOp::Cos, x),
+        UnaryOp::Tan => {
+            // sin/cos: a few ulp even near the poles, where cos x is small but exact
+            // to its last bits (the reduction keeps r = x − nπ/2 to 1e-23)
+            let x = share(b, x, w);
+            div(Expr::unary(UnOp::Sin, x.clone()), Expr::unary(UnOp::Cos, x))
+        }
         UnaryOp::Sign => {
             // zeros and NaN fail both compares and are kept
             let x = share(b, x, w);

@@ -16,6 +16,7 @@ pub(super) const ROWS: &[OpRule] = rules! {
     "Ceil"                [1, 6, 13],                     from 6  => unary;
     "Celu"                [12, 28],                       from 12 => activation;
     "Clip"                [1, 6, 11, 12, 13],             from 6  => clip;
+    "Cos"                 [7, 22],                      from 7  => unary;
     "Div"                 [1, 6, 7, 13, 14],              from 7  => binary;
     "Elu"                 [1, 6, 22],                     from 6  => activation;
     "Erf"                 [9, 13],                        from 9  => unary;
@@ -37,11 +38,13 @@ pub(super) const ROWS: &[OpRule] = rules! {
     "Selu"                [1, 6, 22],                     from 6  => activation;
     "Sigmoid"             [1, 6, 13],                     from 6  => unary;
     "Sign"                [9, 13],                      from 9  => unary;
+    "Sin"                 [7, 22],                      from 7  => unary;
     "Softplus"            [1, 22],                        from 1  => activation;
     "Softsign"            [1, 22],                        from 1  => activation;
     "Sqrt"                [1, 6, 13],                     from 6  => unary;
     "Sub"                 [1, 6, 7, 13, 14],              from 7  => binary;
     "Sum"                 [1, 6, 8, 13],                  from 6  => sum;
+    "Tan"                 [7, 22],                      from 7  => unary;
     "Tanh"                [1, 6, 13],                     from 6  => unary;
     "ThresholdedRelu"     [10, 22],                       from 10 => activation;
 };
@@ -300,6 +303,9 @@ pub fn unary(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         "Floor" => Some(UnaryOp::Floor),
         "Ceil" => Some(UnaryOp::Ceil),
         "Round" => Some(UnaryOp::Round),
+        "Sin" => Some(UnaryOp::Sin),
+        "Cos" => Some(UnaryOp::Cos),
+        "Tan" => Some(UnaryOp::Tan),
         "Sign" => Some(UnaryOp::Sign),
         _ => None,
     };
