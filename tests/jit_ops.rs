@@ -271,6 +271,28 @@ fn sin_cos_and_tan_are_accurate_over_a_wide_range() {
     }
 }
 
+/// atan over |x| ≤ 1e4 and every binade, asin and acos over [-1, 1] (and NaN outside),
+/// against f64.
+#[test]
+fn atan_asin_and_acos_are_accurate_over_their_domains() {
+    let mut unit = sweep(-1.0, 1.0, 20_011);
+    unit.extend([1.0, -1.0, 0.999_999_94, -0.999_999_94, 1.000_000_1, -3.0]);
+    for (op, x, reference, bound) in [
+        (
+            UnaryOp::Atan,
+            sweep(-1e4, 1e4, 20_011),
+            f64::atan as fn(f64) -> f64,
+            3.0,
+        ),
+        (UnaryOp::Asin, unit.clone(), f64::asin, 4.0),
+        (UnaryOp::Acos, unit, f64::acos, 4.0),
+    ] {
+        let worst = max_ulp_error(op, &x, reference, 2e-7);
+        eprintln!("{}: at most {worst:.2} ulp", op.name());
+        assert!(worst <= bound, "{}: {worst} ulp", op.name());
+    }
+}
+
 #[test]
 fn unary_ops_on_wide_inputs() {
     // values in [-1, 1] hide range problems: scale them up to [-12, 12]

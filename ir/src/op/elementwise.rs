@@ -68,6 +68,12 @@ pub enum UnaryOp {
     Cos,
     /// `tan x`.
     Tan,
+    /// `asin x` (NaN outside [-1, 1]).
+    Asin,
+    /// `acos x` (NaN outside [-1, 1]).
+    Acos,
+    /// `atan x`.
+    Atan,
 }
 
 impl UnaryOp {
@@ -82,6 +88,8 @@ impl UnaryOp {
             UnaryOp::Relu | UnaryOp::Clip { .. } | UnaryOp::LeakyRelu { .. } => 1,
             UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sqrt | UnaryOp::Reciprocal => 1,
             UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => 1,
+            UnaryOp::Atan => 20,
+            UnaryOp::Asin | UnaryOp::Acos => 30,
             UnaryOp::Sin | UnaryOp::Cos => 20,
             UnaryOp::Tan => 40,
             UnaryOp::Sign => 2,
@@ -125,6 +133,9 @@ impl UnaryOp {
             UnaryOp::Floor => x.floor(),
             UnaryOp::Ceil => x.ceil(),
             UnaryOp::Round => x.round_ties_even(),
+            UnaryOp::Asin => x.asin(),
+            UnaryOp::Acos => x.acos(),
+            UnaryOp::Atan => x.atan(),
             UnaryOp::Sin => x.sin(),
             UnaryOp::Cos => x.cos(),
             UnaryOp::Tan => x.tan(),
@@ -317,6 +328,21 @@ macro_rules! elementwise_ops {
             dtype: all_f32,
             shape: same_dims,
             flops: unary_flops(UnaryOp::Round);
+        Asin "asin" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Asin)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Asin);
+        Acos "acos" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Acos)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Acos);
+        Atan "atan" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Atan)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Atan);
         Sin "sin" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Sin)) <=> (Attrs::None)
             attrs {},
             dtype: all_f32,

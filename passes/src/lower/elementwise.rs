@@ -153,6 +153,25 @@ pub fn unary(b: &mut KernelBuilder, op: UnaryOp, x: Expr, w: Width) -> Expr {
         UnaryOp::Floor => Expr::unary(UnOp::Floor, x),
         UnaryOp::Ceil => Expr::unary(UnOp::Ceil, x),
         UnaryOp::Round => Expr::unary(UnOp::Nearest, x),
+        UnaryOp::Asin => {
+            // atan(x / √((1 − x)(1 + x))): the factored form keeps its bits as |x| → 1,
+            // and |x| > 1 gives √(negative) = NaN
+            let x = share(b, x, w);
+            let one_minus = Expr::binary(BinOp::Sub, c(1.0, w), x.clone());
+            let one_plus = add(c(1.0, w), x.clone());
+            let cosine = Expr::unary(UnOp::Sqrt, mul(one_minus, one_plus));
+            Expr::unary(UnOp::Atan, div(x, cosine))
+        }
+        UnaryOp::Acos => {
+            // 2 atan √((1 − x)/(1 + x)): no cancellation near x = 1 (π − 2 atan … would
+            // have one near −1, which this form reaches as atan(+inf))
+            let x = share(b, x, w);
+            let one_minus = Expr::binary(BinOp::Sub, c(1.0, w), x.clone());
+            let one_plus = add(c(1.0, w), x);
+            let half_tangent = Expr::unary(UnOp::Sqrt, div(one_minus, one_plus));
+            mul(c(2.0, w), Expr::unary(UnOp::Atan, half_tangent))
+        }
+        UnaryOp::Atan => Expr::unary(UnOp::Atan, x),
         UnaryOp::Sin => Expr::unary(UnOp::Sin, x),
         UnaryOp::Cos => Expr::unary(UnOp::Cos, x),
         UnaryOp::Tan => {

@@ -12,7 +12,10 @@ use crate::onnx::tensor::{dtype, ConstData, ConstTensor};
 /// [`super::MAX_OPSET`], the oldest smelt implements, handler); `super` sorts them.
 pub(super) const ROWS: &[OpRule] = rules! {
     "Abs"                 [1, 6, 13],                     from 6  => unary;
+    "Acos"                [7, 22],                      from 7  => unary;
     "Add"                 [1, 6, 7, 13, 14],              from 7  => binary;
+    "Asin"                [7, 22],                      from 7  => unary;
+    "Atan"                [7, 22],                      from 7  => unary;
     "Ceil"                [1, 6, 13],                     from 6  => unary;
     "Celu"                [12, 28],                       from 12 => activation;
     "Clip"                [1, 6, 11, 12, 13],             from 6  => clip;
@@ -303,6 +306,9 @@ pub fn unary(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         "Floor" => Some(UnaryOp::Floor),
         "Ceil" => Some(UnaryOp::Ceil),
         "Round" => Some(UnaryOp::Round),
+        "Asin" => Some(UnaryOp::Asin),
+        "Acos" => Some(UnaryOp::Acos),
+        "Atan" => Some(UnaryOp::Atan),
         "Sin" => Some(UnaryOp::Sin),
         "Cos" => Some(UnaryOp::Cos),
         "Tan" => Some(UnaryOp::Tan),
