@@ -293,6 +293,24 @@ fn atan_asin_and_acos_are_accurate_over_their_domains() {
     }
 }
 
+/// sinh and cosh against f64 up to where they overflow f32 (|x| ≈ 89.4), past it
+/// (±inf), and over every binade near 0 (where sinh x ≈ x).
+#[test]
+fn sinh_and_cosh_are_accurate_up_to_overflow() {
+    let mut x = sweep(-89.4, 89.4, 20_011);
+    x.extend([
+        88.0, 88.000_01, 88.72, 89.0, 89.41, 89.5, -89.5, 100.0, -1.0, 1.0,
+    ]);
+    for (op, reference) in [
+        (UnaryOp::Sinh, f64::sinh as fn(f64) -> f64),
+        (UnaryOp::Cosh, f64::cosh),
+    ] {
+        let worst = max_ulp_error(op, &x, reference, 3e-7);
+        eprintln!("{}: at most {worst:.2} ulp", op.name());
+        assert!(worst <= 4.0, "{}: {worst} ulp", op.name());
+    }
+}
+
 #[test]
 fn unary_ops_on_wide_inputs() {
     // values in [-1, 1] hide range problems: scale them up to [-12, 12]

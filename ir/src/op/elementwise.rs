@@ -74,6 +74,10 @@ pub enum UnaryOp {
     Acos,
     /// `atan x`.
     Atan,
+    /// `sinh x`.
+    Sinh,
+    /// `cosh x`.
+    Cosh,
 }
 
 impl UnaryOp {
@@ -88,6 +92,7 @@ impl UnaryOp {
             UnaryOp::Relu | UnaryOp::Clip { .. } | UnaryOp::LeakyRelu { .. } => 1,
             UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sqrt | UnaryOp::Reciprocal => 1,
             UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => 1,
+            UnaryOp::Sinh | UnaryOp::Cosh => 25,
             UnaryOp::Atan => 20,
             UnaryOp::Asin | UnaryOp::Acos => 30,
             UnaryOp::Sin | UnaryOp::Cos => 20,
@@ -133,6 +138,8 @@ impl UnaryOp {
             UnaryOp::Floor => x.floor(),
             UnaryOp::Ceil => x.ceil(),
             UnaryOp::Round => x.round_ties_even(),
+            UnaryOp::Sinh => x.sinh(),
+            UnaryOp::Cosh => x.cosh(),
             UnaryOp::Asin => x.asin(),
             UnaryOp::Acos => x.acos(),
             UnaryOp::Atan => x.atan(),
@@ -328,6 +335,16 @@ macro_rules! elementwise_ops {
             dtype: all_f32,
             shape: same_dims,
             flops: unary_flops(UnaryOp::Round);
+        Sinh "sinh" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Sinh)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Sinh);
+        Cosh "cosh" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Cosh)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Cosh);
         Asin "asin" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Asin)) <=> (Attrs::None)
             attrs {},
             dtype: all_f32,

@@ -101,6 +101,20 @@ fn erf(b: &mut KernelBuilder, x: Expr, w: Width) -> Expr {
     Expr::select(CmpOp::Lt, ax, c(0.5, w), small, signed)
 }
 
+/// `(e^|x|/2, e^-|x|/2)`, the two halves of cosh and sinh. Past |x| = 88 (where e^|x|
+/// nears f32's largest value but cosh does not overflow until 89.4) the exponential is
+/// taken of |x| − 88, exact there, and scaled by e^88/2, while the small half is 0.
+fn exponential_halves(b: &mut KernelBuilder, magnitude: Expr, w: Width) -> (Expr, Expr) {
+    let a = share(b, magnitude, w);
+    let far = |t: Expr, f: Expr| Expr::select(CmpOp::Gt, a.clone(), c(88.0, w), t, f);
+    let exponent = far(Expr::binary(BinOp::Sub, a.clone(), c(88.0, w)), a.clone());
+    let e = b.let_(Expr::unary(UnOp::Exp, exponent), w);
+    let scale = far(c((0.5 * 88f64.exp()) as f32, w), c(0.5, w));
+    let large = mul(e.clone(), scale);
+    let small = far(c(0.0, w), div(c(0.5, w), e));
+    (large, small)
+}
+
 /// Emits `op(x)` for a value of width `w`; statements for shared subterms go to `b`.
 pub fn unary(b: &mut KernelBuilder, op: UnaryOp, x: Expr, w: Width) -> Expr {
     match op {
@@ -153,6 +167,40 @@ pub fn unary(b: &mut KernelBuilder, op: UnaryOp, x: Expr, w: Width) -> Expr {
         UnaryOp::Floor => Expr::unary(UnOp::Floor, x),
         UnaryOp::Ceil => Expr::unary(UnOp::Ceil, x),
         UnaryOp::Round => Expr::unary(UnOp::Nearest, x),
+        UnaryOp::Sinh => {
+            // |x| < 1: the Taylor polynomial to x¹³ (remainder below 2e-10 relative),
+            // since e^x/2 − e^-x/2 cancels there; beyond, the halves with x's sign
+            let x = share(b, x, w);
+            let a = b.let_(Expr::unary(UnOp::Abs, x.clone()), w);
+            let x2 = b.let_(mul(x.clone(), x.clone()), w);
+            let taylor = [
+                1.0 / 6_227_020_800.0,
+                1.0 / 39_916_800.0,
+                1.0 / 362_880.0,
+                1.0 / 5040.0,
+                1.0 / 120.0,
+                1.0 / 6.0,
+            ];
+            let mut p = c(taylor[0], w);
+            for &k in &taylor[1..] {
+                p = Expr::fma(p, x2.clone(), c(k, w));
+            }
+            let near_zero = Expr::fma(mul(p, x2), x.clone(), x.clone());
+            let (large, small) = exponential_halves(b, a.clone(), w);
+            let magnitude = b.let_(Expr::binary(BinOp::Sub, large, small), w);
+            let signed = Expr::select(
+                CmpOp::Lt,
+                x,
+                c(0.0, w),
+                Expr::unary(UnOp::Neg, magnitude.clone()),
+                magnitude,
+            );
+            Expr::select(CmpOp::Lt, a, c(1.0, w), near_zero, signed)
+        }
+        UnaryOp::Cosh => {
+            let (large, small) = exponential_halves(b, Expr::unary(UnOp::Abs, x), w);
+            add(large, small)
+        }
         UnaryOp::Asin => {
             // atan(x / √((1 − x)(1 + x))): the factored form keeps its bits as |x| → 1,
             // and |x| > 1 gives √(negative) = NaN
