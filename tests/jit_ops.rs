@@ -311,6 +311,28 @@ fn sinh_and_cosh_are_accurate_up_to_overflow() {
     }
 }
 
+/// asinh over |x| ≤ 1e6, acosh over [1, 1e6] (NaN below 1), atanh over (-1, 1) (±inf at
+/// ±1, NaN beyond), each with every binade near its root, against f64.
+#[test]
+fn inverse_hyperbolic_functions_are_accurate_over_their_domains() {
+    let mut above_one = sweep(1.0, 1e6, 20_011);
+    above_one.extend((1..40).map(|i| 1.0 + i as f32 * f32::EPSILON));
+    above_one.extend([0.5, -2.0, f32::MAX]);
+    let mut unit = sweep(-1.0, 1.0, 20_011);
+    unit.extend([1.0, -1.0, 0.999_999_94, -0.999_999_94, 1.5, -3.0]);
+    let mut wide = sweep(-1e6, 1e6, 20_011);
+    wide.extend([4095.0, 4097.0, f32::MAX, -f32::MAX]);
+    for (op, x, reference) in [
+        (UnaryOp::Asinh, wide, f64::asinh as fn(f64) -> f64),
+        (UnaryOp::Acosh, above_one, f64::acosh),
+        (UnaryOp::Atanh, unit, f64::atanh),
+    ] {
+        let worst = max_ulp_error(op, &x, reference, 3e-7);
+        eprintln!("{}: at most {worst:.2} ulp", op.name());
+        assert!(worst <= 4.0, "{}: {worst} ulp", op.name());
+    }
+}
+
 #[test]
 fn unary_ops_on_wide_inputs() {
     // values in [-1, 1] hide range problems: scale them up to [-12, 12]

@@ -78,6 +78,12 @@ pub enum UnaryOp {
     Sinh,
     /// `cosh x`.
     Cosh,
+    /// `asinh x`.
+    Asinh,
+    /// `acosh x` (NaN below 1).
+    Acosh,
+    /// `atanh x` (±inf at ±1, NaN beyond).
+    Atanh,
 }
 
 impl UnaryOp {
@@ -92,6 +98,7 @@ impl UnaryOp {
             UnaryOp::Relu | UnaryOp::Clip { .. } | UnaryOp::LeakyRelu { .. } => 1,
             UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sqrt | UnaryOp::Reciprocal => 1,
             UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => 1,
+            UnaryOp::Asinh | UnaryOp::Acosh | UnaryOp::Atanh => 30,
             UnaryOp::Sinh | UnaryOp::Cosh => 25,
             UnaryOp::Atan => 20,
             UnaryOp::Asin | UnaryOp::Acos => 30,
@@ -138,6 +145,9 @@ impl UnaryOp {
             UnaryOp::Floor => x.floor(),
             UnaryOp::Ceil => x.ceil(),
             UnaryOp::Round => x.round_ties_even(),
+            UnaryOp::Asinh => x.asinh(),
+            UnaryOp::Acosh => x.acosh(),
+            UnaryOp::Atanh => x.atanh(),
             UnaryOp::Sinh => x.sinh(),
             UnaryOp::Cosh => x.cosh(),
             UnaryOp::Asin => x.asin(),
@@ -335,6 +345,21 @@ macro_rules! elementwise_ops {
             dtype: all_f32,
             shape: same_dims,
             flops: unary_flops(UnaryOp::Round);
+        Asinh "asinh" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Asinh)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Asinh);
+        Acosh "acosh" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Acosh)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Acosh);
+        Atanh "atanh" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Atanh)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Atanh);
         Sinh "sinh" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Sinh)) <=> (Attrs::None)
             attrs {},
             dtype: all_f32,

@@ -115,6 +115,40 @@ fn exponential_halves(b: &mut KernelBuilder, magnitude: Expr, w: Width) -> (Expr
     (large, small)
 }
 
+/// ln(1 + u) without the cancellation of ln(1 + u) rounded: with w = 1 + u rounded,
+/// ln(w) · u/(w − 1) (exact at w = 1, where it is u; +inf at +inf; NaN below −1).
+fn log1p(b: &mut KernelBuilder, u: Expr, w: Width) -> Expr {
+    let u = share(b, u, w);
+    let v = b.let_(add(c(1.0, w), u.clone()), w);
+    let corrected = mul(
+        Expr::unary(UnOp::Log, v.clone()),
+        div(u.clone(), Expr::binary(BinOp::Sub, v.clone(), c(1.0, w))),
+    );
+    let finite = Expr::select(
+        CmpOp::Eq,
+        v.clone(),
+        c(f32::INFINITY, w),
+        v.clone(),
+        corrected,
+    );
+    Expr::select(CmpOp::Eq, v, c(1.0, w), u, finite)
+}
+
+/// `y` with the sign of `x` (y ≥ 0; NaN stays NaN).
+fn with_sign_of(x: Expr, y: Expr, w: Width) -> Expr {
+    Expr::select(
+        CmpOp::Lt,
+        x,
+        c(0.0, w),
+        Expr::unary(UnOp::Neg, y.clone()),
+        y,
+    )
+}
+
+/// Past 2^12, x² + 1 rounds to x² in f32, and asinh x and acosh x are ln(2x) within
+/// 1/(4x²) < 2e-8 relative: ln x + ln 2, which cannot overflow.
+const HUGE_FOR_SQUARES: f32 = 4096.0;
+
 /// Emits `op(x)` for a value of width `w`; statements for shared subterms go to `b`.
 pub fn unary(b: &mut KernelBuilder, op: UnaryOp, x: Expr, w: Width) -> Expr {
     match op {
@@ -167,6 +201,46 @@ pub fn unary(b: &mut KernelBuilder, op: UnaryOp, x: Expr, w: Width) -> Expr {
         UnaryOp::Floor => Expr::unary(UnOp::Floor, x),
         UnaryOp::Ceil => Expr::unary(UnOp::Ceil, x),
         UnaryOp::Round => Expr::unary(UnOp::Nearest, x),
+        UnaryOp::Asinh => {
+            // ln(a + √(a² + 1)) = ln(1 + a + a²/(1 + √(a² + 1))) for a = |x|
+            let x = share(b, x, w);
+            let a = b.let_(Expr::unary(UnOp::Abs, x.clone()), w);
+            let a2 = b.let_(mul(a.clone(), a.clone()), w);
+            let root = add(
+                c(1.0, w),
+                Expr::unary(UnOp::Sqrt, add(a2.clone(), c(1.0, w))),
+            );
+            let near = log1p(b, add(a.clone(), div(a2, root)), w);
+            let far = add(
+                Expr::unary(UnOp::Log, a.clone()),
+                c(std::f32::consts::LN_2, w),
+            );
+            let magnitude = Expr::select(CmpOp::Gt, a, c(HUGE_FOR_SQUARES, w), far, near);
+            with_sign_of(x, magnitude, w)
+        }
+        UnaryOp::Acosh => {
+            // ln(x + √(x² − 1)) = ln(1 + (x − 1) + √((x − 1)(x + 1))): exact near 1
+            let x = share(b, x, w);
+            let below = b.let_(Expr::binary(BinOp::Sub, x.clone(), c(1.0, w)), w);
+            let root = Expr::unary(UnOp::Sqrt, mul(below.clone(), add(x.clone(), c(1.0, w))));
+            let near = log1p(b, add(below, root), w);
+            let far = add(
+                Expr::unary(UnOp::Log, x.clone()),
+                c(std::f32::consts::LN_2, w),
+            );
+            Expr::select(CmpOp::Gt, x, c(HUGE_FOR_SQUARES, w), far, near)
+        }
+        UnaryOp::Atanh => {
+            // ½ ln((1 + a)/(1 − a)) = ½ ln(1 + 2a/(1 − a)) for a = |x|
+            let x = share(b, x, w);
+            let a = b.let_(Expr::unary(UnOp::Abs, x.clone()), w);
+            let ratio = div(
+                mul(c(2.0, w), a.clone()),
+                Expr::binary(BinOp::Sub, c(1.0, w), a),
+            );
+            let magnitude = mul(c(0.5, w), log1p(b, ratio, w));
+            with_sign_of(x, magnitude, w)
+        }
         UnaryOp::Sinh => {
             // |x| < 1: the Taylor polynomial to x¹³ (remainder below 2e-10 relative),
             // since e^x/2 − e^-x/2 cancels there; beyond, the halves with x's sign

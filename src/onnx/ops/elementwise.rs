@@ -13,9 +13,12 @@ use crate::onnx::tensor::{dtype, ConstData, ConstTensor};
 pub(super) const ROWS: &[OpRule] = rules! {
     "Abs"                 [1, 6, 13],                     from 6  => unary;
     "Acos"                [7, 22],                      from 7  => unary;
+    "Acosh"               [9, 22],                      from 9  => unary;
     "Add"                 [1, 6, 7, 13, 14],              from 7  => binary;
     "Asin"                [7, 22],                      from 7  => unary;
+    "Asinh"               [9, 22],                      from 9  => unary;
     "Atan"                [7, 22],                      from 7  => unary;
+    "Atanh"               [9, 22],                      from 9  => unary;
     "Ceil"                [1, 6, 13],                     from 6  => unary;
     "Celu"                [12, 28],                       from 12 => activation;
     "Clip"                [1, 6, 11, 12, 13],             from 6  => clip;
@@ -308,6 +311,9 @@ pub fn unary(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         "Floor" => Some(UnaryOp::Floor),
         "Ceil" => Some(UnaryOp::Ceil),
         "Round" => Some(UnaryOp::Round),
+        "Asinh" => Some(UnaryOp::Asinh),
+        "Acosh" => Some(UnaryOp::Acosh),
+        "Atanh" => Some(UnaryOp::Atanh),
         "Sinh" => Some(UnaryOp::Sinh),
         "Cosh" => Some(UnaryOp::Cosh),
         "Asin" => Some(UnaryOp::Asin),
