@@ -508,6 +508,7 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ("test_greater_equal_uint64_expanded", WIDE_UNSIGNED),
     ("test_greater_uint32", WIDE_UNSIGNED),
     ("test_greater_uint64", WIDE_UNSIGNED),
+    ("test_isinf_float16", NARROW_WIDE_FLOAT),
     ("test_isnan_float16", NARROW_WIDE_FLOAT),
     ("test_less_equal_uint32", WIDE_UNSIGNED),
     ("test_less_equal_uint32_expanded", WIDE_UNSIGNED),
@@ -718,7 +719,7 @@ const FIRST_OUTPUT_ONLY: &[(&str, &str)] = &[
 
 /// Cases of each suite that must pass through the whole compiler at least, so coverage
 /// cannot shrink silently; a count above it is printed, so it can be raised.
-const MIN_PASSED: &[(&str, usize)] = &[("node", 795), ("pytorch-converted", 44)];
+const MIN_PASSED: &[(&str, usize)] = &[("node", 798), ("pytorch-converted", 44)];
 
 /// Whether Cranelift's verifier checks every generated function.
 const VERIFY: bool = true;
