@@ -43,6 +43,7 @@ pub(super) const ROWS: &[OpRule] = rules! {
     "Relu"                [1, 6, 13, 14],                 from 6  => unary;
     "Round"               [11, 22],                       from 11 => unary;
     "Selu"                [1, 6, 22],                     from 6  => activation;
+    "Shrink"              [9],                          from 9  => shrink;
     "Sigmoid"             [1, 6, 13],                     from 6  => unary;
     "Sign"                [9, 13],                      from 9  => unary;
     "Sin"                 [7, 22],                      from 7  => unary;
@@ -388,6 +389,39 @@ fn fold_int_unary(op: UnaryOp, c: &ConstTensor) -> Result<ConstTensor, String> {
         data: ConstData::I64(data),
         ..c.clone()
     })
+}
+
+/// Shrink: `x + bias` below `-lambd`, `x − bias` above `lambd`, 0 between, written with
+/// elementwise ops so it fuses as they do: `m = sign(x − clip(x, −lambd, lambd))` is −1,
+/// 0 or 1 by the side x lies on (exactly: the difference is 0 only inside), and
+/// `y = (x − bias·m)·|m|`. A negative `lambd` (the two sides overlapping) is refused.
+pub fn shrink(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_max_inputs(1)?;
+    cx.check_attrs(&["bias", "lambd"])?;
+    let bias = cx.attr_float_or("bias", 0.0)?;
+    let lambd = cx.attr_float_or("lambd", 0.5)?;
+    if lambd.is_nan() || lambd < 0.0 {
+        return Err(cx.bad_attr("lambd", format!("{lambd} must be 0 or more")));
+    }
+    let x = cx.value(0)?;
+    let clip = UnaryOp::Clip {
+        min: F32(-lambd),
+        max: F32(lambd),
+    };
+    let inside = cx.emit(Op::Unary(clip), &[x])?;
+    let outside = cx.emit(Op::Binary(BinaryOp::Sub), &[x, inside])?;
+    let side = cx.emit(Op::Unary(UnaryOp::Sign), &[outside])?;
+    let kept = cx.emit(Op::Unary(UnaryOp::Abs), &[side])?;
+    let shifted = if bias == 0.0 {
+        x
+    } else {
+        let b = cx.scalar(bias)?;
+        let offset = cx.emit(Op::Binary(BinaryOp::Mul), &[b, side])?;
+        cx.emit(Op::Binary(BinaryOp::Sub), &[x, offset])?
+    };
+    Ok(vec![Entry::Value(
+        cx.emit(Op::Binary(BinaryOp::Mul), &[shifted, kept])?,
+    )])
 }
 
 /// Clip: bounds from attributes (before version 11) or from optional inputs. Constant
