@@ -172,6 +172,167 @@ fn floor_ceil_and_round_are_exact_on_halves_and_special_values() {
     }
 }
 
+/// Sign exactly, on both zeros, subnormals, the infinities and NaN.
+#[test]
+fn sign_is_exact_on_zeros_and_special_values() {
+    let x = vec![
+        -2.5,
+        -0.0,
+        0.0,
+        1e-40,
+        -1e-40,
+        3.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+    ];
+    let n = x.len();
+    let m = one_op(Op::Unary(UnaryOp::Sign), &[t(&[n])], &[]);
+    let input = smelt_ir::Tensor::new([n], x.clone()).unwrap();
+    let got = check_against_interp("sign", &m, std::slice::from_ref(&input), 0.0);
+    for (&v, &y) in x.iter().zip(got[0].f32s()) {
+        let want = if v > 0.0 {
+            1.0
+        } else if v < 0.0 {
+            -1.0
+        } else {
+            v
+        };
+        assert!(
+            want.to_bits() == y.to_bits() || (want.is_nan() && y.is_nan()),
+            "sign({v:e}) = {y:e}, want {want:e}"
+        );
+    }
+}
+
+/// Runs `op` on `x` through every kernel choice (each checked against the interpreter to
+/// `relative`, FACTS.md's relative error) and returns the JIT's largest error against
+/// `reference` in f64, in ulps of the f32 nearest the reference; where the reference is
+/// not a finite f32, the result must be the same infinity or NaN.
+fn max_ulp_error(op: UnaryOp, x: &[f32], reference: fn(f64) -> f64, relative: f64) -> f64 {
+    let n = x.len();
+    let m = one_op(Op::Unary(op), &[t(&[n])], &[]);
+    let input = smelt_ir::Tensor::new([n], x.to_vec()).unwrap();
+    let got = check_against_interp(op.name(), &m, std::slice::from_ref(&input), relative);
+    let mut worst = 0.0f64;
+    for (&v, &y) in x.iter().zip(got[0].f32s()) {
+        let want = reference(v as f64);
+        let nearest = want as f32;
+        if !nearest.is_finite() {
+            assert!(
+                y.to_bits() == nearest.to_bits() || (y.is_nan() && nearest.is_nan()),
+                "{}({v:e}) = {y:e}, want {want:e}",
+                op.name()
+            );
+            continue;
+        }
+        let ulp = f32::from_bits(nearest.abs().to_bits() + 1) - nearest.abs();
+        worst = worst.max((y as f64 - want).abs() / ulp as f64);
+    }
+    worst
+}
+
+/// `count` points spread evenly over [lo, hi], then every power of two from 2^-30 up to
+/// `hi` with both signs (where `lo` < 0), and the special values.
+fn sweep(lo: f32, hi: f32, count: usize) -> Vec<f32> {
+    let mut x: Vec<f32> = (0..count)
+        .map(|i| lo + (hi - lo) * (i as f32 + 0.37) / count as f32)
+        .collect();
+    for e in -30..=30 {
+        let p = 2f32.powi(e);
+        if p <= hi {
+            x.push(p);
+            if lo < 0.0 {
+                x.push(-p);
+            }
+        }
+    }
+    x.extend([0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
+    x
+}
+
+/// sin, cos and tan against f64 over |x| ≤ 1e4 and near the multiples of π/2 (where
+/// the range reduction must cancel exactly), and ±inf and NaN (NaN results).
+#[test]
+fn sin_cos_and_tan_are_accurate_over_a_wide_range() {
+    let mut x = sweep(-1e4, 1e4, 20_011);
+    x.extend((1..2000).flat_map(|k| {
+        let m = k as f64 * std::f64::consts::FRAC_PI_2;
+        [m as f32, -m as f32, (m * 1.0000001) as f32]
+    }));
+    for (op, reference, bound) in [
+        (UnaryOp::Sin, f64::sin as fn(f64) -> f64, 2.0),
+        (UnaryOp::Cos, f64::cos, 2.0),
+        (UnaryOp::Tan, f64::tan, 4.0),
+    ] {
+        let worst = max_ulp_error(op, &x, reference, 2e-7);
+        eprintln!("{}: at most {worst:.2} ulp", op.name());
+        assert!(worst <= bound, "{}: {worst} ulp", op.name());
+    }
+}
+
+/// atan over |x| ≤ 1e4 and every binade, asin and acos over [-1, 1] (and NaN outside),
+/// against f64.
+#[test]
+fn atan_asin_and_acos_are_accurate_over_their_domains() {
+    let mut unit = sweep(-1.0, 1.0, 20_011);
+    unit.extend([1.0, -1.0, 0.999_999_94, -0.999_999_94, 1.000_000_1, -3.0]);
+    for (op, x, reference, bound) in [
+        (
+            UnaryOp::Atan,
+            sweep(-1e4, 1e4, 20_011),
+            f64::atan as fn(f64) -> f64,
+            3.0,
+        ),
+        (UnaryOp::Asin, unit.clone(), f64::asin, 4.0),
+        (UnaryOp::Acos, unit, f64::acos, 4.0),
+    ] {
+        let worst = max_ulp_error(op, &x, reference, 2e-7);
+        eprintln!("{}: at most {worst:.2} ulp", op.name());
+        assert!(worst <= bound, "{}: {worst} ulp", op.name());
+    }
+}
+
+/// sinh and cosh against f64 up to where they overflow f32 (|x| ≈ 89.4), past it
+/// (±inf), and over every binade near 0 (where sinh x ≈ x).
+#[test]
+fn sinh_and_cosh_are_accurate_up_to_overflow() {
+    let mut x = sweep(-89.4, 89.4, 20_011);
+    x.extend([
+        88.0, 88.000_01, 88.72, 89.0, 89.41, 89.5, -89.5, 100.0, -1.0, 1.0,
+    ]);
+    for (op, reference) in [
+        (UnaryOp::Sinh, f64::sinh as fn(f64) -> f64),
+        (UnaryOp::Cosh, f64::cosh),
+    ] {
+        let worst = max_ulp_error(op, &x, reference, 3e-7);
+        eprintln!("{}: at most {worst:.2} ulp", op.name());
+        assert!(worst <= 4.0, "{}: {worst} ulp", op.name());
+    }
+}
+
+/// asinh over |x| ≤ 1e6, acosh over [1, 1e6] (NaN below 1), atanh over (-1, 1) (±inf at
+/// ±1, NaN beyond), each with every binade near its root, against f64.
+#[test]
+fn inverse_hyperbolic_functions_are_accurate_over_their_domains() {
+    let mut above_one = sweep(1.0, 1e6, 20_011);
+    above_one.extend((1..40).map(|i| 1.0 + i as f32 * f32::EPSILON));
+    above_one.extend([0.5, -2.0, f32::MAX]);
+    let mut unit = sweep(-1.0, 1.0, 20_011);
+    unit.extend([1.0, -1.0, 0.999_999_94, -0.999_999_94, 1.5, -3.0]);
+    let mut wide = sweep(-1e6, 1e6, 20_011);
+    wide.extend([4095.0, 4097.0, f32::MAX, -f32::MAX]);
+    for (op, x, reference) in [
+        (UnaryOp::Asinh, wide, f64::asinh as fn(f64) -> f64),
+        (UnaryOp::Acosh, above_one, f64::acosh),
+        (UnaryOp::Atanh, unit, f64::atanh),
+    ] {
+        let worst = max_ulp_error(op, &x, reference, 3e-7);
+        eprintln!("{}: at most {worst:.2} ulp", op.name());
+        assert!(worst <= 4.0, "{}: {worst} ulp", op.name());
+    }
+}
+
 #[test]
 fn unary_ops_on_wide_inputs() {
     // values in [-1, 1] hide range problems: scale them up to [-12, 12]
@@ -612,6 +773,32 @@ fn fused_ops_on_every_anchor_kind() {
         &[],
     );
     check("fused layer norm", &m);
+}
+
+/// Every unary elementwise op (the op table's samples, so a new one is covered without an
+/// edit) as the post-op of a GEMM with a bias, in the tile epilogue the fusion pass
+/// absorbs it into.
+#[test]
+fn every_unary_op_is_a_gemm_post_op() {
+    let add = PostOp::Binary {
+        op: BinaryOp::Add,
+        acc_is_lhs: true,
+    };
+    let unary = smelt_ir::op::samples().iter().filter_map(|op| {
+        if let Op::Unary(u) = op {
+            Some(*u)
+        } else {
+            None
+        }
+    });
+    for u in unary {
+        let m = one_op(
+            fused(Op::Gemm(GemmAttrs::default()), vec![add, PostOp::Unary(u)]),
+            &[t(&[5, 7]), t(&[9])],
+            &[(1, t(&[7, 9]))],
+        );
+        check(&format!("gemm + {}", u.name()), &m);
+    }
 }
 
 /// A NaN anywhere in a max-pool window makes that output NaN, as in the interpreter,

@@ -501,6 +501,7 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ("test_greater_equal_uint64_expanded", WIDE_UNSIGNED),
     ("test_greater_uint32", WIDE_UNSIGNED),
     ("test_greater_uint64", WIDE_UNSIGNED),
+    ("test_isinf_float16", NARROW_WIDE_FLOAT),
     ("test_isnan_float16", NARROW_WIDE_FLOAT),
     ("test_less_equal_uint32", WIDE_UNSIGNED),
     ("test_less_equal_uint32_expanded", WIDE_UNSIGNED),
@@ -697,7 +698,7 @@ const FIRST_OUTPUT_ONLY: &[(&str, &str)] = &[
 
 /// Cases of each suite that must pass through the whole compiler at least, so coverage
 /// cannot shrink silently; a count above it is printed, so it can be raised.
-const MIN_PASSED: &[(&str, usize)] = &[("node", 775), ("pytorch-converted", 44)];
+const MIN_PASSED: &[(&str, usize)] = &[("node", 807), ("pytorch-converted", 44)];
 
 /// Whether Cranelift's verifier checks every generated function.
 const VERIFY: bool = true;

@@ -747,6 +747,9 @@ impl Gen<'_, '_> {
                     (UnOp::Floor, _) => self.fb.ins().floor(x),
                     (UnOp::Ceil, _) => self.fb.ins().ceil(x),
                     (UnOp::Nearest, _) => self.fb.ins().nearest(x),
+                    (UnOp::Sin, _) => self.sin_or_cos(x, 0.0),
+                    (UnOp::Cos, _) => self.sin_or_cos(x, 1.0),
+                    (UnOp::Atan, _) => self.atan(x),
                 }
             }
             Expr::Binary(op, a, b) => {

@@ -219,7 +219,7 @@ pub fn read_tensor(bytes: &[u8]) -> Result<(String, Tensor), crate::Error> {
 
 /// The ONNX op types smelt imports, sorted.
 pub fn supported_op_types() -> impl Iterator<Item = &'static str> {
-    ops::RULES.iter().map(|r| r.op_type)
+    ops::rules().iter().map(|r| r.op_type)
 }
 
 fn onnx_error(d: Diagnostic) -> crate::Error {

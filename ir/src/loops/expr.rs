@@ -91,6 +91,14 @@ pub enum UnOp {
     Ceil,
     /// Round to the nearest integer value, halves to even.
     Nearest,
+    /// `sin x` (code generation expands it: Cody–Waite reduction by π/2, then a
+    /// polynomial; at most 1.5 ulp for |x| ≤ 1e4; NaN at ±inf).
+    Sin,
+    /// `cos x` (as [`UnOp::Sin`], a quarter turn on).
+    Cos,
+    /// `atan x` (code generation reduces to |t| ≤ tan(π/8), then a polynomial; at most
+    /// 2.6 ulp; ±π/2 at ±inf).
+    Atan,
 }
 
 /// An elementwise function of two values.

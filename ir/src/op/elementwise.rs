@@ -60,6 +60,30 @@ pub enum UnaryOp {
     Ceil,
     /// The nearest integer, halves to even (ONNX Round, IEEE roundTiesToEven).
     Round,
+    /// -1, 0 or 1 by the sign of `x` (zeros and NaN kept).
+    Sign,
+    /// `sin x`.
+    Sin,
+    /// `cos x`.
+    Cos,
+    /// `tan x`.
+    Tan,
+    /// `asin x` (NaN outside [-1, 1]).
+    Asin,
+    /// `acos x` (NaN outside [-1, 1]).
+    Acos,
+    /// `atan x`.
+    Atan,
+    /// `sinh x`.
+    Sinh,
+    /// `cosh x`.
+    Cosh,
+    /// `asinh x`.
+    Asinh,
+    /// `acosh x` (NaN below 1).
+    Acosh,
+    /// `atanh x` (±inf at ±1, NaN beyond).
+    Atanh,
 }
 
 impl UnaryOp {
@@ -74,6 +98,13 @@ impl UnaryOp {
             UnaryOp::Relu | UnaryOp::Clip { .. } | UnaryOp::LeakyRelu { .. } => 1,
             UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sqrt | UnaryOp::Reciprocal => 1,
             UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => 1,
+            UnaryOp::Asinh | UnaryOp::Acosh | UnaryOp::Atanh => 30,
+            UnaryOp::Sinh | UnaryOp::Cosh => 25,
+            UnaryOp::Atan => 20,
+            UnaryOp::Asin | UnaryOp::Acos => 30,
+            UnaryOp::Sin | UnaryOp::Cos => 20,
+            UnaryOp::Tan => 40,
+            UnaryOp::Sign => 2,
             UnaryOp::Exp | UnaryOp::Log => 15,
             UnaryOp::HardSigmoid { .. } | UnaryOp::HardSwish => 4,
             UnaryOp::Sigmoid | UnaryOp::Tanh | UnaryOp::Silu => 20,
@@ -114,6 +145,20 @@ impl UnaryOp {
             UnaryOp::Floor => x.floor(),
             UnaryOp::Ceil => x.ceil(),
             UnaryOp::Round => x.round_ties_even(),
+            UnaryOp::Asinh => x.asinh(),
+            UnaryOp::Acosh => x.acosh(),
+            UnaryOp::Atanh => x.atanh(),
+            UnaryOp::Sinh => x.sinh(),
+            UnaryOp::Cosh => x.cosh(),
+            UnaryOp::Asin => x.asin(),
+            UnaryOp::Acos => x.acos(),
+            UnaryOp::Atan => x.atan(),
+            UnaryOp::Sin => x.sin(),
+            UnaryOp::Cos => x.cos(),
+            UnaryOp::Tan => x.tan(),
+            UnaryOp::Sign if x > 0.0 => 1.0,
+            UnaryOp::Sign if x < 0.0 => -1.0,
+            UnaryOp::Sign => x,
         }
     }
 }
@@ -300,6 +345,66 @@ macro_rules! elementwise_ops {
             dtype: all_f32,
             shape: same_dims,
             flops: unary_flops(UnaryOp::Round);
+        Asinh "asinh" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Asinh)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Asinh);
+        Acosh "acosh" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Acosh)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Acosh);
+        Atanh "atanh" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Atanh)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Atanh);
+        Sinh "sinh" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Sinh)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Sinh);
+        Cosh "cosh" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Cosh)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Cosh);
+        Asin "asin" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Asin)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Asin);
+        Acos "acos" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Acos)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Acos);
+        Atan "atan" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Atan)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Atan);
+        Sin "sin" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Sin)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Sin);
+        Cos "cos" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Cos)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Cos);
+        Tan "tan" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Tan)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Tan);
+        Sign "sign" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Sign)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Sign);
         Add "add" Some(Exact(2)), Elementwise: (Op::Binary(BinaryOp::Add)) <=> (Attrs::None)
             attrs {},
             dtype: numeric_pair,

@@ -30,6 +30,7 @@ mod pool;
 mod reduce;
 mod resize;
 mod rules;
+mod samples;
 mod weight_prep;
 
 pub use attrs::{
@@ -43,6 +44,7 @@ pub use kind::{Attrs, Op, OpKind, Role};
 pub use logic::{Comparison, LogicOp, Reduction};
 pub use resize::{CoordinateMode, NearestMode, ResizeAttrs, ResizeMode, Taps};
 pub use rules::{broadcast, OperandTypes};
+pub use samples::samples;
 
 /// How many operands an op takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

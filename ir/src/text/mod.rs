@@ -63,7 +63,7 @@
 //! |---|---|---|
 //! | `conv2d` | x, w, bias? | `strides` ([1, 1]), `pads` ([0, 0, 0, 0] = top, left, bottom, right), `dilations` ([1, 1]), `groups` (1), `layout` (row_major: the result's layout, e.g. `nchw16c` as the layout pass chooses) |
 //! | `batch_norm` | x, scale, bias, mean, var | `epsilon` (1e-5) |
-//! | `relu` `sigmoid` `tanh` `erf` `gelu` `hard_swish` `silu` `sqrt` `exp` `reciprocal` | x (f32) | — |
+//! | `relu` `sigmoid` `tanh` `erf` `gelu` `hard_swish` `silu` `sqrt` `exp` `log` `reciprocal`, `floor` `ceil` `round` (halves to even), `sign`, `sin` `cos` `tan` `asin` `acos` `atan` `sinh` `cosh` `asinh` `acosh` `atanh` | x (f32) | — |
 //! | `neg` `abs` | x (f32 or an integer type) | — |
 //! | `clip` | x | `min`, `max` (both required) |
 //! | `leaky_relu` | x | `alpha` (0.01) |

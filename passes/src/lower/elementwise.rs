@@ -101,6 +101,54 @@ fn erf(b: &mut KernelBuilder, x: Expr, w: Width) -> Expr {
     Expr::select(CmpOp::Lt, ax, c(0.5, w), small, signed)
 }
 
+/// `(e^|x|/2, e^-|x|/2)`, the two halves of cosh and sinh. Past |x| = 88 (where e^|x|
+/// nears f32's largest value but cosh does not overflow until 89.4) the exponential is
+/// taken of |x| − 88, exact there, and scaled by e^88/2, while the small half is 0.
+fn exponential_halves(b: &mut KernelBuilder, magnitude: Expr, w: Width) -> (Expr, Expr) {
+    let a = share(b, magnitude, w);
+    let far = |t: Expr, f: Expr| Expr::select(CmpOp::Gt, a.clone(), c(88.0, w), t, f);
+    let exponent = far(Expr::binary(BinOp::Sub, a.clone(), c(88.0, w)), a.clone());
+    let e = b.let_(Expr::unary(UnOp::Exp, exponent), w);
+    let scale = far(c((0.5 * 88f64.exp()) as f32, w), c(0.5, w));
+    let large = mul(e.clone(), scale);
+    let small = far(c(0.0, w), div(c(0.5, w), e));
+    (large, small)
+}
+
+/// ln(1 + u) without the cancellation of ln(1 + u) rounded: with w = 1 + u rounded,
+/// ln(w) · u/(w − 1) (exact at w = 1, where it is u; +inf at +inf; NaN below −1).
+fn log1p(b: &mut KernelBuilder, u: Expr, w: Width) -> Expr {
+    let u = share(b, u, w);
+    let v = b.let_(add(c(1.0, w), u.clone()), w);
+    let corrected = mul(
+        Expr::unary(UnOp::Log, v.clone()),
+        div(u.clone(), Expr::binary(BinOp::Sub, v.clone(), c(1.0, w))),
+    );
+    let finite = Expr::select(
+        CmpOp::Eq,
+        v.clone(),
+        c(f32::INFINITY, w),
+        v.clone(),
+        corrected,
+    );
+    Expr::select(CmpOp::Eq, v, c(1.0, w), u, finite)
+}
+
+/// `y` with the sign of `x` (y ≥ 0; NaN stays NaN).
+fn with_sign_of(x: Expr, y: Expr, w: Width) -> Expr {
+    Expr::select(
+        CmpOp::Lt,
+        x,
+        c(0.0, w),
+        Expr::unary(UnOp::Neg, y.clone()),
+        y,
+    )
+}
+
+/// Past 2^12, x² + 1 rounds to x² in f32, and asinh x and acosh x are ln(2x) within
+/// 1/(4x²) < 2e-8 relative: ln x + ln 2, which cannot overflow.
+const HUGE_FOR_SQUARES: f32 = 4096.0;
+
 /// Emits `op(x)` for a value of width `w`; statements for shared subterms go to `b`.
 pub fn unary(b: &mut KernelBuilder, op: UnaryOp, x: Expr, w: Width) -> Expr {
     match op {
@@ -153,6 +201,113 @@ pub fn unary(b: &mut KernelBuilder, op: UnaryOp, x: Expr, w: Width) -> Expr {
         UnaryOp::Floor => Expr::unary(UnOp::Floor, x),
         UnaryOp::Ceil => Expr::unary(UnOp::Ceil, x),
         UnaryOp::Round => Expr::unary(UnOp::Nearest, x),
+        UnaryOp::Asinh => {
+            // ln(a + √(a² + 1)) = ln(1 + a + a²/(1 + √(a² + 1))) for a = |x|
+            let x = share(b, x, w);
+            let a = b.let_(Expr::unary(UnOp::Abs, x.clone()), w);
+            let a2 = b.let_(mul(a.clone(), a.clone()), w);
+            let root = add(
+                c(1.0, w),
+                Expr::unary(UnOp::Sqrt, add(a2.clone(), c(1.0, w))),
+            );
+            let near = log1p(b, add(a.clone(), div(a2, root)), w);
+            let far = add(
+                Expr::unary(UnOp::Log, a.clone()),
+                c(std::f32::consts::LN_2, w),
+            );
+            let magnitude = Expr::select(CmpOp::Gt, a, c(HUGE_FOR_SQUARES, w), far, near);
+            with_sign_of(x, magnitude, w)
+        }
+        UnaryOp::Acosh => {
+            // ln(x + √(x² − 1)) = ln(1 + (x − 1) + √((x − 1)(x + 1))): exact near 1
+            let x = share(b, x, w);
+            let below = b.let_(Expr::binary(BinOp::Sub, x.clone(), c(1.0, w)), w);
+            let root = Expr::unary(UnOp::Sqrt, mul(below.clone(), add(x.clone(), c(1.0, w))));
+            let near = log1p(b, add(below, root), w);
+            let far = add(
+                Expr::unary(UnOp::Log, x.clone()),
+                c(std::f32::consts::LN_2, w),
+            );
+            Expr::select(CmpOp::Gt, x, c(HUGE_FOR_SQUARES, w), far, near)
+        }
+        UnaryOp::Atanh => {
+            // ½ ln((1 + a)/(1 − a)) = ½ ln(1 + 2a/(1 − a)) for a = |x|
+            let x = share(b, x, w);
+            let a = b.let_(Expr::unary(UnOp::Abs, x.clone()), w);
+            let ratio = div(
+                mul(c(2.0, w), a.clone()),
+                Expr::binary(BinOp::Sub, c(1.0, w), a),
+            );
+            let magnitude = mul(c(0.5, w), log1p(b, ratio, w));
+            with_sign_of(x, magnitude, w)
+        }
+        UnaryOp::Sinh => {
+            // |x| < 1: the Taylor polynomial to x¹³ (remainder below 2e-10 relative),
+            // since e^x/2 − e^-x/2 cancels there; beyond, the halves with x's sign
+            let x = share(b, x, w);
+            let a = b.let_(Expr::unary(UnOp::Abs, x.clone()), w);
+            let x2 = b.let_(mul(x.clone(), x.clone()), w);
+            let taylor = [
+                1.0 / 6_227_020_800.0,
+                1.0 / 39_916_800.0,
+                1.0 / 362_880.0,
+                1.0 / 5040.0,
+                1.0 / 120.0,
+                1.0 / 6.0,
+            ];
+            let mut p = c(taylor[0], w);
+            for &k in &taylor[1..] {
+                p = Expr::fma(p, x2.clone(), c(k, w));
+            }
+            let near_zero = Expr::fma(mul(p, x2), x.clone(), x.clone());
+            let (large, small) = exponential_halves(b, a.clone(), w);
+            let magnitude = b.let_(Expr::binary(BinOp::Sub, large, small), w);
+            let signed = Expr::select(
+                CmpOp::Lt,
+                x,
+                c(0.0, w),
+                Expr::unary(UnOp::Neg, magnitude.clone()),
+                magnitude,
+            );
+            Expr::select(CmpOp::Lt, a, c(1.0, w), near_zero, signed)
+        }
+        UnaryOp::Cosh => {
+            let (large, small) = exponential_halves(b, Expr::unary(UnOp::Abs, x), w);
+            add(large, small)
+        }
+        UnaryOp::Asin => {
+            // atan(x / √((1 − x)(1 + x))): the factored form keeps its bits as |x| → 1,
+            // and |x| > 1 gives √(negative) = NaN
+            let x = share(b, x, w);
+            let one_minus = Expr::binary(BinOp::Sub, c(1.0, w), x.clone());
+            let one_plus = add(c(1.0, w), x.clone());
+            let cosine = Expr::unary(UnOp::Sqrt, mul(one_minus, one_plus));
+            Expr::unary(UnOp::Atan, div(x, cosine))
+        }
+        UnaryOp::Acos => {
+            // 2 atan √((1 − x)/(1 + x)): no cancellation near x = 1 (π − 2 atan … would
+            // have one near −1, which this form reaches as atan(+inf))
+            let x = share(b, x, w);
+            let one_minus = Expr::binary(BinOp::Sub, c(1.0, w), x.clone());
+            let one_plus = add(c(1.0, w), x);
+            let half_tangent = Expr::unary(UnOp::Sqrt, div(one_minus, one_plus));
+            mul(c(2.0, w), Expr::unary(UnOp::Atan, half_tangent))
+        }
+        UnaryOp::Atan => Expr::unary(UnOp::Atan, x),
+        UnaryOp::Sin => Expr::unary(UnOp::Sin, x),
+        UnaryOp::Cos => Expr::unary(UnOp::Cos, x),
+        UnaryOp::Tan => {
+            // sin/cos: a few ulp even near the poles, where cos x is small but exact
+            // to its last bits (the reduction keeps r = x − nπ/2 to 1e-23)
+            let x = share(b, x, w);
+            div(Expr::unary(UnOp::Sin, x.clone()), Expr::unary(UnOp::Cos, x))
+        }
+        UnaryOp::Sign => {
+            // zeros and NaN fail both compares and are kept
+            let x = share(b, x, w);
+            let negative = Expr::select(CmpOp::Lt, x.clone(), c(0.0, w), c(-1.0, w), x.clone());
+            Expr::select(CmpOp::Gt, x, c(0.0, w), c(1.0, w), negative)
+        }
     }
 }
 

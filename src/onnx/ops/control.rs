@@ -5,6 +5,13 @@
 use smelt_ir::Diagnostic;
 
 use super::super::context::{Entry, NodeCtx};
+use super::OpRule;
+
+/// This family's rows of the operator table (op type, every `since_version` up to
+/// [`super::MAX_OPSET`], the oldest smelt implements, handler); `super` sorts them.
+pub(super) const ROWS: &[OpRule] = rules! {
+    "If"                  [1, 11, 13, 16, 19, 21, 23, 24, 25], from 1 => if_;
+};
 
 /// If (every version): the taken branch's nodes, imported in place; its outputs are the
 /// node's. A condition computed at run time is a clear error.

@@ -4,7 +4,15 @@
 use smelt_ir::op::{Conv2dAttrs, ConvTranspose2dAttrs, Op};
 use smelt_ir::{Diagnostic, Value};
 
+use super::OpRule;
 use crate::onnx::context::{Entry, NodeCtx};
+
+/// This family's rows of the operator table (op type, every `since_version` up to
+/// [`super::MAX_OPSET`], the oldest smelt implements, handler); `super` sorts them.
+pub(super) const ROWS: &[OpRule] = rules! {
+    "Conv"                [1, 11, 22],                    from 1  => conv;
+    "ConvTranspose"       [1, 11, 22],                    from 1  => conv_transpose;
+};
 
 /// Largest stride, dilation or pad accepted (the text form's integer limit), so window
 /// arithmetic cannot overflow.

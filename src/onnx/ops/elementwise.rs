@@ -4,8 +4,59 @@
 use smelt_ir::op::{BinaryOp, Op, UnaryOp};
 use smelt_ir::{Diagnostic, Value, F32};
 
+use super::OpRule;
 use crate::onnx::context::{Entry, NodeCtx};
 use crate::onnx::tensor::{dtype, ConstData, ConstTensor};
+
+/// This family's rows of the operator table (op type, every `since_version` up to
+/// [`super::MAX_OPSET`], the oldest smelt implements, handler); `super` sorts them.
+pub(super) const ROWS: &[OpRule] = rules! {
+    "Abs"                 [1, 6, 13],                     from 6  => unary;
+    "Acos"                [7, 22],                      from 7  => unary;
+    "Acosh"               [9, 22],                      from 9  => unary;
+    "Add"                 [1, 6, 7, 13, 14],              from 7  => binary;
+    "Asin"                [7, 22],                      from 7  => unary;
+    "Asinh"               [9, 22],                      from 9  => unary;
+    "Atan"                [7, 22],                      from 7  => unary;
+    "Atanh"               [9, 22],                      from 9  => unary;
+    "Ceil"                [1, 6, 13],                     from 6  => unary;
+    "Celu"                [12, 28],                       from 12 => activation;
+    "Clip"                [1, 6, 11, 12, 13],             from 6  => clip;
+    "Cos"                 [7, 22],                      from 7  => unary;
+    "Cosh"                [9, 22],                      from 9  => unary;
+    "Div"                 [1, 6, 7, 13, 14],              from 7  => binary;
+    "Elu"                 [1, 6, 22],                     from 6  => activation;
+    "Erf"                 [9, 13],                        from 9  => unary;
+    "Exp"                 [1, 6, 13],                     from 6  => unary;
+    "Floor"               [1, 6, 13],                     from 6  => unary;
+    "Gelu"                [20],                           from 20 => gelu;
+    "HardSigmoid"         [1, 6, 22],                     from 6  => unary;
+    "HardSwish"           [14, 22],                       from 14 => unary;
+    "LeakyRelu"           [1, 6, 16],                     from 6  => unary;
+    "Log"                 [1, 6, 13],                     from 6  => unary;
+    "Mish"                [18, 22],                       from 18 => activation;
+    "Mul"                 [1, 6, 7, 13, 14],              from 7  => binary;
+    "Neg"                 [1, 6, 13],                     from 6  => unary;
+    "PRelu"               [1, 6, 7, 9, 16],               from 7  => activation;
+    "Pow"                 [1, 7, 12, 13, 15],             from 7  => pow;
+    "Reciprocal"          [1, 6, 13],                     from 6  => unary;
+    "Relu"                [1, 6, 13, 14],                 from 6  => unary;
+    "Round"               [11, 22],                       from 11 => unary;
+    "Selu"                [1, 6, 22],                     from 6  => activation;
+    "Shrink"              [9],                          from 9  => shrink;
+    "Sigmoid"             [1, 6, 13],                     from 6  => unary;
+    "Sign"                [9, 13],                      from 9  => unary;
+    "Sin"                 [7, 22],                      from 7  => unary;
+    "Sinh"                [9, 22],                      from 9  => unary;
+    "Softplus"            [1, 22],                        from 1  => activation;
+    "Softsign"            [1, 22],                        from 1  => activation;
+    "Sqrt"                [1, 6, 13],                     from 6  => unary;
+    "Sub"                 [1, 6, 7, 13, 14],              from 7  => binary;
+    "Sum"                 [1, 6, 8, 13],                  from 6  => sum;
+    "Tan"                 [7, 22],                      from 7  => unary;
+    "Tanh"                [1, 6, 13],                     from 6  => unary;
+    "ThresholdedRelu"     [10, 22],                       from 10 => activation;
+};
 
 /// Add, Sub, Mul, Div with numpy broadcasting (version 7 on; older versions had the
 /// legacy `broadcast`/`axis` attributes).
@@ -261,6 +312,18 @@ pub fn unary(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         "Floor" => Some(UnaryOp::Floor),
         "Ceil" => Some(UnaryOp::Ceil),
         "Round" => Some(UnaryOp::Round),
+        "Asinh" => Some(UnaryOp::Asinh),
+        "Acosh" => Some(UnaryOp::Acosh),
+        "Atanh" => Some(UnaryOp::Atanh),
+        "Sinh" => Some(UnaryOp::Sinh),
+        "Cosh" => Some(UnaryOp::Cosh),
+        "Asin" => Some(UnaryOp::Asin),
+        "Acos" => Some(UnaryOp::Acos),
+        "Atan" => Some(UnaryOp::Atan),
+        "Sin" => Some(UnaryOp::Sin),
+        "Cos" => Some(UnaryOp::Cos),
+        "Tan" => Some(UnaryOp::Tan),
+        "Sign" => Some(UnaryOp::Sign),
         _ => None,
     };
     let op = match (plain, cx.node.op_type()) {
@@ -326,6 +389,39 @@ fn fold_int_unary(op: UnaryOp, c: &ConstTensor) -> Result<ConstTensor, String> {
         data: ConstData::I64(data),
         ..c.clone()
     })
+}
+
+/// Shrink: `x + bias` below `-lambd`, `x − bias` above `lambd`, 0 between, written with
+/// elementwise ops so it fuses as they do: `m = sign(x − clip(x, −lambd, lambd))` is −1,
+/// 0 or 1 by the side x lies on (exactly: the difference is 0 only inside), and
+/// `y = (x − bias·m)·|m|`. A negative `lambd` (the two sides overlapping) is refused.
+pub fn shrink(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_max_inputs(1)?;
+    cx.check_attrs(&["bias", "lambd"])?;
+    let bias = cx.attr_float_or("bias", 0.0)?;
+    let lambd = cx.attr_float_or("lambd", 0.5)?;
+    if lambd.is_nan() || lambd < 0.0 {
+        return Err(cx.bad_attr("lambd", format!("{lambd} must be 0 or more")));
+    }
+    let x = cx.value(0)?;
+    let clip = UnaryOp::Clip {
+        min: F32(-lambd),
+        max: F32(lambd),
+    };
+    let inside = cx.emit(Op::Unary(clip), &[x])?;
+    let outside = cx.emit(Op::Binary(BinaryOp::Sub), &[x, inside])?;
+    let side = cx.emit(Op::Unary(UnaryOp::Sign), &[outside])?;
+    let kept = cx.emit(Op::Unary(UnaryOp::Abs), &[side])?;
+    let shifted = if bias == 0.0 {
+        x
+    } else {
+        let b = cx.scalar(bias)?;
+        let offset = cx.emit(Op::Binary(BinaryOp::Mul), &[b, side])?;
+        cx.emit(Op::Binary(BinaryOp::Sub), &[x, offset])?
+    };
+    Ok(vec![Entry::Value(
+        cx.emit(Op::Binary(BinaryOp::Mul), &[shifted, kept])?,
+    )])
 }
 
 /// Clip: bounds from attributes (before version 11) or from optional inputs. Constant

@@ -9,12 +9,37 @@
 //! the boolean ops and Where become IR ops on typed tensors (`cast`, `less`, `and`,
 //! `where`, `mod`, ...) for float32, int64, int32 and bool; Range and Size stay folded only.
 
-use smelt_ir::op::{broadcast, BinaryOp, Comparison, LogicOp, Op};
+use smelt_ir::op::{broadcast, BinaryOp, Comparison, LogicOp, Op, UnaryOp};
 use smelt_ir::types::MAX_TENSOR_BYTES;
 use smelt_ir::Diagnostic;
 
+use super::OpRule;
 use crate::onnx::context::{Entry, NodeCtx};
 use crate::onnx::tensor::{broadcast_indices, dtype, ConstData, ConstTensor};
+
+/// This family's rows of the operator table (op type, every `since_version` up to
+/// [`super::MAX_OPSET`], the oldest smelt implements, handler); `super` sorts them.
+pub(super) const ROWS: &[OpRule] = rules! {
+    "And"                 [1, 7],                         from 7  => logical;
+    "Cast"                [1, 6, 9, 13, 19, 21, 23, 24, 25, 28], from 6 => cast;
+    "CastLike"            [15, 19, 21, 23, 24, 25],       from 15 => cast;
+    "Equal"               [1, 7, 11, 13, 19],             from 7  => compare;
+    "Greater"             [1, 7, 9, 13],                  from 7  => compare;
+    "GreaterOrEqual"      [12, 16],                       from 12 => compare;
+    "IsInf"               [10, 20],                     from 10 => is_inf;
+    "IsNaN"               [9, 13, 20],                    from 9  => is_nan;
+    "Less"                [1, 7, 9, 13],                  from 7  => compare;
+    "LessOrEqual"         [12, 16],                       from 12 => compare;
+    "Max"                 [1, 6, 8, 12, 13],              from 8  => min_max;
+    "Min"                 [1, 6, 8, 12, 13],              from 8  => min_max;
+    "Mod"                 [10, 13, 28],                   from 10 => mod_;
+    "Not"                 [1],                            from 1  => logical;
+    "Or"                  [1, 7],                         from 7  => logical;
+    "Range"               [11, 27],                       from 11 => range;
+    "Size"                [1, 13, 19, 21, 23, 24, 25],    from 1  => size;
+    "Where"               [9, 16],                        from 9  => where_;
+    "Xor"                 [1, 7],                         from 7  => logical;
+};
 
 /// Most elements a folded Range may have (as many int64s as the largest tensor holds).
 const MAX_FOLDED_ELEMENTS: u64 = MAX_TENSOR_BYTES / 8;
@@ -651,6 +676,46 @@ pub fn is_nan(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     }
     let equal = cx.emit(Op::Compare(Comparison::Equal), &[x, x])?;
     Ok(vec![Entry::Value(cx.emit(Op::Not, &[equal])?)])
+}
+
+/// IsInf: `x == +inf` and/or `x == -inf` by `detect_positive` and `detect_negative` (both
+/// by default: `|x| == inf`; neither: every element false, as `x == NaN` is), folded on a
+/// constant input.
+pub fn is_inf(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&["detect_negative", "detect_positive"])?;
+    let positive = cx.attr_bool("detect_positive", true)?;
+    let negative = cx.attr_bool("detect_negative", true)?;
+    let detects = |v: f32| v.is_infinite() && (if v > 0.0 { positive } else { negative });
+    if let Some(c) = cx.const_input(0)? {
+        let Some(v) = c.f32s() else {
+            return Err(cx.err(
+                "onnx-unsupported-dtype",
+                format!("input 0 must be float32, got {}", c.type_name()),
+            ));
+        };
+        let flags = v.iter().map(|&x| detects(x)).collect();
+        return Ok(vec![Entry::constant(ConstTensor::bool(
+            c.dims.clone(),
+            flags,
+        ))]);
+    }
+    let x = cx.value(0)?;
+    let dtype = cx.type_of(x).dtype;
+    if dtype != smelt_ir::DType::F32 {
+        return Err(cx.err(
+            "onnx-unsupported-dtype",
+            format!("input 0 must be float32, got {}", dtype.name()),
+        ));
+    }
+    let (operand, target) = match (positive, negative) {
+        (true, true) => (cx.emit(Op::Unary(UnaryOp::Abs), &[x])?, f32::INFINITY),
+        (true, false) => (x, f32::INFINITY),
+        (false, true) => (x, f32::NEG_INFINITY),
+        (false, false) => (x, f32::NAN),
+    };
+    let target = cx.scalar(target)?;
+    let equal = cx.emit(Op::Compare(Comparison::Equal), &[operand, target])?;
+    Ok(vec![Entry::Value(equal)])
 }
 
 #[cfg(test)]

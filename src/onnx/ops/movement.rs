@@ -8,7 +8,18 @@
 use smelt_ir::op::{broadcast, Op, SliceAttrs};
 use smelt_ir::Diagnostic;
 
+use super::OpRule;
 use crate::onnx::context::{Entry, NodeCtx};
+
+/// This family's rows of the operator table (op type, every `since_version` up to
+/// [`super::MAX_OPSET`], the oldest smelt implements, handler); `super` sorts them.
+pub(super) const ROWS: &[OpRule] = rules! {
+    "DepthToSpace"        [1, 11, 13, 28],                from 1  => depth_space;
+    "Expand"              [8, 13],                        from 8  => expand;
+    "Slice"               [1, 10, 11, 13],                from 1  => slice;
+    "SpaceToDepth"        [1, 13, 28],                    from 1  => depth_space;
+    "Tile"                [1, 6, 13],                     from 6  => tile;
+};
 
 /// ONNX Slice's normalization of `starts`, `ends`, `axes` (default: the first
 /// `starts.len()` axes) and `steps` (default 1) against the input `dims`: negative

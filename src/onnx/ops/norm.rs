@@ -4,7 +4,17 @@
 use smelt_ir::op::{BinaryOp, Op, Pool2dAttrs, ReduceAttrs, Reduction, UnaryOp};
 use smelt_ir::{Diagnostic, Layout, Value, F32};
 
+use super::OpRule;
 use crate::onnx::context::{Entry, NodeCtx};
+
+/// This family's rows of the operator table (op type, every `since_version` up to
+/// [`super::MAX_OPSET`], the oldest smelt implements, handler); `super` sorts them.
+pub(super) const ROWS: &[OpRule] = rules! {
+    "BatchNormalization"  [1, 6, 7, 9, 14, 15],           from 6  => batch_norm;
+    "InstanceNormalization" [1, 6, 22],                   from 1  => instance_norm;
+    "LRN"                 [1, 13],                        from 1  => lrn;
+    "LayerNormalization"  [17],                           from 17 => layer_norm;
+};
 
 /// BatchNormalization with running statistics. Training mode, and `spatial = 0`
 /// (per-element statistics in versions 6 to 7), are rejected.

@@ -8,8 +8,16 @@
 use smelt_ir::op::{Op, PadAttrs, PadMode, SliceAttrs};
 use smelt_ir::{DType, Diagnostic};
 
+use super::OpRule;
 use crate::onnx::context::{normalize_axis, Entry, NodeCtx};
 use crate::onnx::tensor::{dtype, ConstData, ConstTensor};
+
+/// This family's rows of the operator table (op type, every `since_version` up to
+/// [`super::MAX_OPSET`], the oldest smelt implements, handler); `super` sorts them.
+pub(super) const ROWS: &[OpRule] = rules! {
+    "Pad"                 [1, 2, 11, 13, 18, 19, 21, 23, 24, 25], from 2 => pad;
+    "Split"               [1, 2, 11, 13, 18],             from 1  => split;
+};
 
 /// Full-rank pads (begins of every axis, then ends) from ONNX's `pads` over `axes`
 /// (default: every axis), or what is wrong with them.

@@ -5,7 +5,16 @@ use smelt_ir::op::{Op, Pool2dAttrs};
 use smelt_ir::{Diagnostic, Value};
 
 use super::conv::{input_as_4d, output_from_4d, spatial_input, Window};
+use super::OpRule;
 use crate::onnx::context::{Entry, NodeCtx};
+
+/// This family's rows of the operator table (op type, every `since_version` up to
+/// [`super::MAX_OPSET`], the oldest smelt implements, handler); `super` sorts them.
+pub(super) const ROWS: &[OpRule] = rules! {
+    "AveragePool"         [1, 7, 10, 11, 19, 22],         from 1  => average_pool;
+    "GlobalAveragePool"   [1, 22],                        from 1  => global_average_pool;
+    "MaxPool"             [1, 8, 10, 11, 12, 22],         from 1  => max_pool;
+};
 
 /// A pool node's window over every spatial axis of an input of `x_dims`.
 fn pool_window(cx: &NodeCtx, x_dims: &[usize], dilations: bool) -> Result<Window, Diagnostic> {

@@ -9,7 +9,23 @@
 use smelt_ir::op::{BinaryOp, Op, ReduceAttrs, Reduction, UnaryOp};
 use smelt_ir::Diagnostic;
 
+use super::OpRule;
 use crate::onnx::context::{Entry, NodeCtx};
+
+/// This family's rows of the operator table (op type, every `since_version` up to
+/// [`super::MAX_OPSET`], the oldest smelt implements, handler); `super` sorts them.
+pub(super) const ROWS: &[OpRule] = rules! {
+    "GlobalMaxPool"       [1, 22],                        from 1  => global_max_pool;
+    "ReduceL1"            [1, 11, 13, 18],                from 1  => reduce;
+    "ReduceL2"            [1, 11, 13, 18],                from 1  => reduce;
+    "ReduceLogSum"        [1, 11, 13, 18, 28],            from 1  => reduce;
+    "ReduceLogSumExp"     [1, 11, 13, 18, 28],            from 1  => reduce;
+    "ReduceMax"           [1, 11, 12, 13, 18, 20],        from 1  => reduce;
+    "ReduceMean"          [1, 11, 13, 18],                from 1  => reduce;
+    "ReduceMin"           [1, 11, 12, 13, 18, 20],        from 1  => reduce;
+    "ReduceSum"           [1, 11, 13],                    from 1  => reduce;
+    "ReduceSumSquare"     [1, 11, 13, 18],                from 1  => reduce;
+};
 
 /// ReduceSum, ReduceMean, ReduceMax, ReduceMin.
 pub fn reduce(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {

@@ -8,7 +8,15 @@
 use smelt_ir::op::{CoordinateMode, NearestMode, Op, ResizeAttrs, ResizeMode};
 use smelt_ir::{Diagnostic, F32};
 
+use super::OpRule;
 use crate::onnx::context::{Entry, NodeCtx};
+
+/// This family's rows of the operator table (op type, every `since_version` up to
+/// [`super::MAX_OPSET`], the oldest smelt implements, handler); `super` sorts them.
+pub(super) const ROWS: &[OpRule] = rules! {
+    "Resize"              [10, 11, 13, 18, 19],           from 10 => resize;
+    "Upsample"            [1, 7, 9, 10],                  from 7  => resize;
+};
 
 /// An optional constant input of floats (empty when absent or of no elements, as
 /// exporters write "not given").

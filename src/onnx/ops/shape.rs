@@ -5,8 +5,27 @@
 use smelt_ir::op::Op;
 use smelt_ir::Diagnostic;
 
+use super::OpRule;
 use crate::onnx::context::{Entry, NodeCtx};
 use crate::onnx::tensor::{dtype, ConstData, ConstTensor};
+
+/// This family's rows of the operator table (op type, every `since_version` up to
+/// [`super::MAX_OPSET`], the oldest smelt implements, handler); `super` sorts them.
+pub(super) const ROWS: &[OpRule] = rules! {
+    "Concat"              [1, 4, 11, 13],                 from 4  => concat;
+    "Constant"            [1, 9, 11, 12, 13, 19, 21, 23, 24, 25], from 1 => constant;
+    "ConstantOfShape"     [9, 20, 21, 23, 24, 25],        from 9  => constant_of_shape;
+    "Dropout"             [1, 6, 7, 10, 12, 13, 22],      from 1  => dropout;
+    "Flatten"             [1, 9, 11, 13, 21, 23, 24, 25], from 1  => flatten;
+    "Gather"              [1, 11, 13],                    from 1  => gather;
+    "GatherND"            [11, 12, 13],                   from 11 => gather_nd;
+    "Identity"            [1, 13, 14, 16, 19, 21, 23, 24, 25], from 1 => identity;
+    "Reshape"             [1, 5, 13, 14, 19, 21, 23, 24, 25], from 1 => reshape;
+    "Shape"               [1, 13, 15, 19, 21, 23, 24, 25], from 1 => shape;
+    "Squeeze"             [1, 11, 13, 21, 23, 24, 25],    from 1  => squeeze;
+    "Transpose"           [1, 13, 21, 23, 24, 25],        from 1  => transpose;
+    "Unsqueeze"           [1, 11, 13, 21, 23, 24, 25],    from 1  => unsqueeze;
+};
 
 /// Produces input 0 reshaped to `dims`: folded for constants, a `reshape` op otherwise.
 fn reshape_to(cx: &mut NodeCtx, dims: Vec<usize>) -> Result<Vec<Entry>, Diagnostic> {

@@ -490,10 +490,16 @@ impl Planner {
         }
     }
 
+    /// Attributes for a kind's attribute variable, chosen by the structure of the kind's
+    /// payload (its sample's, from the op table), so a new kind of an existing structure
+    /// needs nothing here. Values are drawn among ones the planned shapes fit; `None`
+    /// (the rule stays untested) for structures tied to shapes the planner does not draw.
     pub(super) fn sample_attrs(&mut self, kind: OpKind) -> Option<Attrs> {
         let r = &mut self.rng;
-        Some(match kind {
-            OpKind::Conv2d => {
+        let (_, structure) = kind.sample()?.split()?;
+        Some(match structure {
+            Attrs::None => Attrs::None,
+            Attrs::Conv2d(_) => {
                 let pad = r.pick(&[0, 1]);
                 Attrs::Conv2d(Conv2dAttrs {
                     strides: [r.pick(&[1, 1, 2]); 2],
@@ -503,26 +509,24 @@ impl Planner {
                     ..Conv2dAttrs::default()
                 })
             }
-            OpKind::ConvTranspose2d => Attrs::ConvTranspose2d(smelt_ir::op::ConvTranspose2dAttrs {
-                strides: [r.pick(&[1, 2]); 2],
-                pads: [r.pick(&[0, 1]); 4],
-                ..Default::default()
-            }),
-            OpKind::BatchNorm
-            | OpKind::BnFoldWeight
-            | OpKind::BnFoldBias
-            | OpKind::BnScale
-            | OpKind::BnShift => Attrs::Epsilon(F32(r.pick(&[1e-5, 1e-3, 0.1]))),
-            OpKind::Clip => Attrs::Clip {
+            Attrs::ConvTranspose2d(_) => {
+                Attrs::ConvTranspose2d(smelt_ir::op::ConvTranspose2dAttrs {
+                    strides: [r.pick(&[1, 2]); 2],
+                    pads: [r.pick(&[0, 1]); 4],
+                    ..Default::default()
+                })
+            }
+            Attrs::Epsilon(_) => Attrs::Epsilon(F32(r.pick(&[1e-5, 1e-3, 0.1]))),
+            Attrs::Clip { .. } => Attrs::Clip {
                 min: F32(r.pick(&[-1.0, 0.0])),
                 max: F32(r.pick(&[1.0, 6.0])),
             },
-            OpKind::LeakyRelu => Attrs::Alpha(F32(r.pick(&[0.01, 0.2]))),
-            OpKind::HardSigmoid => Attrs::HardSigmoid {
+            Attrs::Alpha(_) => Attrs::Alpha(F32(r.pick(&[0.01, 0.2]))),
+            Attrs::HardSigmoid { .. } => Attrs::HardSigmoid {
                 alpha: F32(0.2),
                 beta: F32(0.5),
             },
-            OpKind::MaxPool2d => Attrs::Pool(Pool2dAttrs {
+            Attrs::Pool(_) => Attrs::Pool(Pool2dAttrs {
                 kernel: [2, 2],
                 strides: [r.pick(&[1, 2]); 2],
                 pads: [0; 4],
@@ -530,7 +534,7 @@ impl Planner {
                 ceil_mode: false,
                 layout: smelt_ir::Layout::RowMajor,
             }),
-            OpKind::AvgPool2d => Attrs::AvgPool {
+            Attrs::AvgPool { .. } => Attrs::AvgPool {
                 pool: Pool2dAttrs {
                     kernel: [2, 2],
                     strides: [2, 2],
@@ -541,71 +545,31 @@ impl Planner {
                 },
                 count_include_pad: false,
             },
-            OpKind::Gemm => Attrs::Gemm(GemmAttrs {
+            Attrs::Gemm(_) => Attrs::Gemm(GemmAttrs {
                 alpha: F32(r.pick(&[1.0, 0.5])),
                 beta: F32(r.pick(&[1.0, 2.0])),
                 trans_a: r.pick(&[false, true]),
                 trans_b: r.pick(&[false, true]),
             }),
-            OpKind::Flatten | OpKind::Softmax | OpKind::Concat => Attrs::Axis(1),
-            OpKind::LayerNorm => Attrs::LayerNorm {
+            // gather's axis indexes data beside an integer index operand the planner
+            // does not draw
+            Attrs::Axis(_) if kind == OpKind::Gather => return None,
+            Attrs::Axis(_) => Attrs::Axis(1),
+            Attrs::LayerNorm { .. } => Attrs::LayerNorm {
                 axis: 1,
                 epsilon: F32(1e-5),
             },
-            // kinds whose attributes have no sample of their own: the patterns' default
-            OpKind::Relu
-            | OpKind::Sigmoid
-            | OpKind::Tanh
-            | OpKind::Erf
-            | OpKind::Gelu
-            | OpKind::HardSwish
-            | OpKind::Silu
-            | OpKind::Neg
-            | OpKind::Abs
-            | OpKind::Sqrt
-            | OpKind::Exp
-            | OpKind::Log
-            | OpKind::Floor
-            | OpKind::Ceil
-            | OpKind::Round
-            | OpKind::Reciprocal
-            | OpKind::Add
-            | OpKind::Sub
-            | OpKind::Mul
-            | OpKind::Div
-            | OpKind::Min
-            | OpKind::Max
-            | OpKind::GlobalAvgPool
-            | OpKind::Reshape
-            | OpKind::Transpose
-            | OpKind::Slice
-            | OpKind::Pad
-            | OpKind::Expand
-            | OpKind::Tile
-            | OpKind::Reorder
-            | OpKind::Gather
-            | OpKind::MatMul
-            | OpKind::ChannelScale
-            | OpKind::ChannelVector
-            | OpKind::ConvShiftBias
-            | OpKind::Cast
-            | OpKind::Equal
-            | OpKind::Less
-            | OpKind::LessOrEqual
-            | OpKind::Greater
-            | OpKind::GreaterOrEqual
-            | OpKind::And
-            | OpKind::Or
-            | OpKind::Xor
-            | OpKind::Not
-            | OpKind::Where
-            | OpKind::Mod
-            | OpKind::ReduceSum
-            | OpKind::ReduceMean
-            | OpKind::ReduceMax
-            | OpKind::ReduceMin
-            | OpKind::Resize
-            | OpKind::Fused => kind.default_attrs()?,
+            // target shapes, windows, axes, element types and layouts that fit only the
+            // shapes they were written for
+            Attrs::Flag(_)
+            | Attrs::DType(_)
+            | Attrs::Reduce(_)
+            | Attrs::Resize(_)
+            | Attrs::Dims(_)
+            | Attrs::Slice(_)
+            | Attrs::Pad(_)
+            | Attrs::Layout(_)
+            | Attrs::Fused(_) => return None,
         })
     }
 
