@@ -212,6 +212,11 @@ impl<'a, 'm> NodeCtx<'a, 'm> {
         Ok(self.attr_int(name)?.unwrap_or(default))
     }
 
+    /// A float attribute, `None` when absent.
+    pub fn attr_float(&self, name: &str) -> Result<Option<f32>, Diagnostic> {
+        Ok(self.attr(name, AttributeType::Float)?.and_then(|a| a.f))
+    }
+
     /// A float attribute with a default.
     pub fn attr_float_or(&self, name: &str, default: f32) -> Result<f32, Diagnostic> {
         Ok(self

@@ -1,11 +1,14 @@
 //! The operator table: each supported ONNX op type, the operator versions ONNX defines
 //! for it, the oldest version smelt implements, and the handler (one per op family).
 
+mod attention;
 mod control;
 mod conv;
 mod elementwise;
+mod indexing;
 mod linalg;
 mod logic;
+mod loss;
 mod movement;
 mod norm;
 mod pad_split;
@@ -48,6 +51,7 @@ pub static RULES: &[OpRule] = rules! {
     "Abs"                 [1, 6, 13],                     from 6  => elementwise::unary;
     "Add"                 [1, 6, 7, 13, 14],              from 7  => elementwise::binary;
     "And"                 [1, 7],                         from 7  => logic::logical;
+    "Attention"           [23, 24, 25],                   from 23 => attention::attention;
     "AveragePool"         [1, 7, 10, 11, 19, 22],         from 1  => pool::average_pool;
     "BatchNormalization"  [1, 6, 7, 9, 14, 15],           from 6  => norm::batch_norm;
     "Cast"                [1, 6, 9, 13, 19, 21, 23, 24, 25, 28], from 6 => logic::cast;
@@ -71,6 +75,7 @@ pub static RULES: &[OpRule] = rules! {
     "Flatten"             [1, 9, 11, 13, 21, 23, 24, 25], from 1  => shape::flatten;
     "Floor"               [1, 6, 13],                     from 6  => elementwise::unary;
     "Gather"              [1, 11, 13],                    from 1  => shape::gather;
+    "GatherElements"      [11, 13],                       from 11 => indexing::gather_elements;
     "GatherND"            [11, 12, 13],                   from 11 => shape::gather_nd;
     "Gelu"                [20],                           from 20 => elementwise::gelu;
     "Gemm"                [1, 6, 7, 9, 11, 13],           from 6  => linalg::gemm;
@@ -91,19 +96,23 @@ pub static RULES: &[OpRule] = rules! {
     "LessOrEqual"         [12, 16],                       from 12 => logic::compare;
     "Log"                 [1, 6, 13],                     from 6  => elementwise::unary;
     "LogSoftmax"          [1, 11, 13],                    from 1  => linalg::log_softmax;
+    "LpNormalization"     [1, 22],                        from 1  => norm::lp_norm;
     "MatMul"              [1, 9, 13],                     from 1  => linalg::matmul;
     "Max"                 [1, 6, 8, 12, 13],              from 8  => logic::min_max;
     "MaxPool"             [1, 8, 10, 11, 12, 22],         from 1  => pool::max_pool;
+    "Mean"                [1, 6, 8, 13],                  from 8  => elementwise::mean;
     "Min"                 [1, 6, 8, 12, 13],              from 8  => logic::min_max;
     "Mish"                [18, 22],                       from 18 => elementwise::activation;
     "Mod"                 [10, 13, 28],                   from 10 => logic::mod_;
     "Mul"                 [1, 6, 7, 13, 14],              from 7  => elementwise::binary;
     "Neg"                 [1, 6, 13],                     from 6  => elementwise::unary;
+    "NegativeLogLikelihoodLoss" [12, 13, 22],             from 12 => loss::negative_log_likelihood_loss;
     "Not"                 [1],                            from 1  => logic::logical;
     "Or"                  [1, 7],                         from 7  => logic::logical;
     "PRelu"               [1, 6, 7, 9, 16],               from 7  => elementwise::activation;
     "Pad"                 [1, 2, 11, 13, 18, 19, 21, 23, 24, 25], from 2 => pad_split::pad;
     "Pow"                 [1, 7, 12, 13, 15],             from 7  => elementwise::pow;
+    "RMSNormalization"    [23],                           from 23 => norm::rms_norm;
     "Range"               [11, 27],                       from 11 => logic::range;
     "Reciprocal"          [1, 6, 13],                     from 6  => elementwise::unary;
     "ReduceL1"            [1, 11, 13, 18],                from 1  => reduce::reduce;
@@ -125,6 +134,7 @@ pub static RULES: &[OpRule] = rules! {
     "Size"                [1, 13, 19, 21, 23, 24, 25],    from 1  => logic::size;
     "Slice"               [1, 10, 11, 13],                from 1  => movement::slice;
     "Softmax"             [1, 11, 13],                    from 1  => linalg::softmax;
+    "SoftmaxCrossEntropyLoss" [12, 13],                   from 12 => loss::softmax_cross_entropy_loss;
     "Softplus"            [1, 22],                        from 1  => elementwise::activation;
     "Softsign"            [1, 22],                        from 1  => elementwise::activation;
     "SpaceToDepth"        [1, 13, 28],                    from 1  => movement::depth_space;
@@ -133,10 +143,12 @@ pub static RULES: &[OpRule] = rules! {
     "Squeeze"             [1, 11, 13, 21, 23, 24, 25],    from 1  => shape::squeeze;
     "Sub"                 [1, 6, 7, 13, 14],              from 7  => elementwise::binary;
     "Sum"                 [1, 6, 8, 13],                  from 6  => elementwise::sum;
+    "Swish"               [24],                           from 24 => elementwise::swish;
     "Tanh"                [1, 6, 13],                     from 6  => elementwise::unary;
     "ThresholdedRelu"     [10, 22],                       from 10 => elementwise::activation;
     "Tile"                [1, 6, 13],                     from 6  => movement::tile;
     "Transpose"           [1, 13, 21, 23, 24, 25],        from 1  => shape::transpose;
+    "Trilu"               [14],                           from 14 => indexing::trilu;
     "Unsqueeze"           [1, 11, 13, 21, 23, 24, 25],    from 1  => shape::unsqueeze;
     "Upsample"            [1, 7, 9, 10],                  from 7  => resize::resize;
     "Where"               [9, 16],                        from 9  => logic::where_;

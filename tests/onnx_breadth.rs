@@ -1,0 +1,199 @@
+//! The ONNX ops smelt imports as compositions (GatherElements, the losses, Attention)
+//! on small models built here: run-time indices and targets checked at run time — an
+//! index out of range is an error from the interpreter and from every JIT kernel choice,
+//! never a read elsewhere —, constant ones at import, Attention's fully-masked rows as
+//! zeros, and the attributes smelt refuses named in the error.
+
+mod common;
+mod jit_util;
+mod onnx_build;
+
+use onnx_build::*;
+
+use smelt::ir::{Module, Tensor};
+
+const FLOAT: i32 = 1;
+const INT64: i32 = 7;
+const BOOL: i32 = 9;
+
+/// The outputs of the interpreter and of each JIT kernel choice, or their errors' text.
+fn run_everywhere(m: &Module, inputs: &[Tensor]) -> Vec<Result<Vec<Tensor>, String>> {
+    let mut outs = vec![smelt::ir::interp::run(m, &m.funcs[0], inputs).map_err(|e| e.to_string())];
+    for kernels in jit_util::kernel_choices() {
+        let o = smelt::CompileOptions {
+            kernels,
+            ..jit_util::opts()
+        };
+        let exe = smelt::Executable::compile(m, None, &o).expect("compile");
+        outs.push(exe.run(inputs).map_err(|e| e.to_string()));
+    }
+    outs
+}
+
+fn gather_elements_model() -> Model {
+    Model::new(13)
+        .input("data", &[2, 3])
+        .input_dims("indices", INT64, &fixed(&[2, 2]))
+        .node(
+            "GatherElements",
+            "pick",
+            &["data", "indices"],
+            &["y"],
+            vec![attr_int("axis", 1)],
+        )
+        .output("y")
+}
+
+#[test]
+fn gather_elements_picks_along_the_axis_and_refuses_indices_out_of_range_at_run_time() {
+    let m = gather_elements_model().import().expect("import");
+    let data: Vec<f32> = (1..=6).map(|v| v as f32).collect();
+    let data_t = Tensor::new(vec![2, 3], data.clone()).expect("data");
+    let indices = [0i64, -1, 2, 1];
+    let want: Vec<f32> = indices
+        .iter()
+        .enumerate()
+        .map(|(p, &i)| data[(p / 2) * 3 + i.rem_euclid(3) as usize])
+        .collect();
+    let idx = Tensor::typed(vec![2, 2], indices.to_vec()).expect("indices");
+    for got in run_everywhere(&m, &[data_t.clone(), idx]) {
+        assert_eq!(got.expect("in range")[0].f32s(), want.as_slice());
+    }
+    // one past the end, and one before the start: errors, never a neighbour's element
+    for bad in [3i64, -4] {
+        let idx = Tensor::typed(vec![2, 2], vec![0, 0, bad, 0]).expect("indices");
+        for got in run_everywhere(&m, &[data_t.clone(), idx]) {
+            let e = got.expect_err("an index out of range must fail");
+            assert!(e.contains("out of range"), "{e}");
+        }
+    }
+}
+
+#[test]
+fn gather_elements_with_constant_indices_out_of_range_is_an_import_error() {
+    let m = Model::new(13)
+        .input("data", &[2, 3])
+        .init(i64_typed("indices", &[0, 5]))
+        .node("Reshape", "r", &["indices", "shape"], &["i2"], vec![])
+        .init(i64_typed("shape", &[2, 1]))
+        .node(
+            "GatherElements",
+            "pick",
+            &["data", "i2"],
+            &["y"],
+            vec![attr_int("axis", 1)],
+        )
+        .output("y");
+    let e = error_text(m.import(), "onnx-bad-model");
+    assert!(
+        e.contains("index 5 is out of range for axis 1 of size 3"),
+        "{e}"
+    );
+    assert!(e.contains("pick"), "{e}");
+}
+
+fn nll_model(reduction: &str) -> Model {
+    Model::new(13)
+        .input("log_prob", &[2, 3])
+        .input_dims("target", INT64, &fixed(&[2]))
+        .node(
+            "NegativeLogLikelihoodLoss",
+            "loss",
+            &["log_prob", "target"],
+            &["y"],
+            vec![
+                attr_string("reduction", reduction),
+                attr_int("ignore_index", -1),
+            ],
+        )
+        .output("y")
+}
+
+#[test]
+fn nll_loss_skips_the_ignored_target_and_refuses_a_class_out_of_range() {
+    let x: Vec<f32> = vec![-0.5, -1.5, -2.5, -0.25, -0.75, -1.25];
+    let xt = Tensor::new(vec![2, 3], x.clone()).expect("x");
+    let target = Tensor::typed(vec![2], vec![2i64, -1]).expect("target");
+    // the second target is ignored: its loss is 0 and the mean is over the first alone
+    let none = nll_model("none").import().expect("import");
+    for got in run_everywhere(&none, &[xt.clone(), target.clone()]) {
+        assert_eq!(got.expect("run")[0].f32s(), &[-x[2], 0.0]);
+    }
+    let mean = nll_model("mean").import().expect("import");
+    for got in run_everywhere(&mean, &[xt.clone(), target]) {
+        assert_eq!(got.expect("run")[0].f32s(), &[-x[2]]);
+    }
+    let bad = Tensor::typed(vec![2], vec![3i64, 0]).expect("target");
+    for got in run_everywhere(&mean, &[xt, bad]) {
+        let e = got.expect_err("a class out of range must fail");
+        assert!(e.contains("out of range"), "{e}");
+    }
+}
+
+fn attention_model(attrs: Vec<smelt::onnx::proto::AttributeProto>) -> Model {
+    Model::new(23)
+        .input("q", &[1, 1, 2, 2])
+        .input("k", &[1, 1, 2, 2])
+        .input("v", &[1, 1, 2, 2])
+        .input_dims("mask", BOOL, &fixed(&[2, 2]))
+        .node("Attention", "attn", &["q", "k", "v", "mask"], &["y"], attrs)
+        .output("y")
+}
+
+#[test]
+fn attention_gives_a_fully_masked_row_zeros_and_a_single_key_its_value() {
+    let m = attention_model(vec![]).import().expect("import");
+    let q = jit_util::random(&[1, 1, 2, 2], 1);
+    let k = jit_util::random(&[1, 1, 2, 2], 2);
+    let v = Tensor::new(vec![1, 1, 2, 2], vec![0.5, -1.5, 2.0, 3.0]).expect("v");
+    // query 0 sees no key, query 1 only key 0
+    let mask = Tensor::typed(vec![2, 2], vec![false, false, true, false]).expect("mask");
+    let want = [0.0, 0.0, v.f32s()[0], v.f32s()[1]];
+    for got in run_everywhere(&m, &[q.clone(), k.clone(), v.clone(), mask.clone()]) {
+        assert_eq!(got.expect("run")[0].f32s(), &want);
+    }
+}
+
+#[test]
+fn attention_refuses_what_smelt_does_not_compute_by_name() {
+    let e = error_text(
+        attention_model(vec![attr_int("softmax_precision", 10)]).import(),
+        "onnx-unsupported-attribute",
+    );
+    assert!(e.contains("softmax_precision 10"), "{e}");
+    let e = error_text(
+        attention_model(vec![attr_float("softcap", -1.0)]).import(),
+        "onnx-bad-attribute",
+    );
+    assert!(e.contains("softcap"), "{e}");
+    let e = error_text(
+        attention_model(vec![attr_int("qk_matmul_output_mode", 4)]).import(),
+        "onnx-bad-attribute",
+    );
+    assert!(e.contains("qk_matmul_output_mode"), "{e}");
+    // 3-D inputs without their head counts
+    let three_d = Model::new(23)
+        .input("q", &[1, 2, 4])
+        .input("k", &[1, 2, 4])
+        .input("v", &[1, 2, 4])
+        .node("Attention", "attn", &["q", "k", "v"], &["y"], vec![])
+        .output("y");
+    let e = error_text(three_d.import(), "onnx-bad-model");
+    assert!(e.contains("q_num_heads"), "{e}");
+    // a mask that does not broadcast to the scores
+    let wide = Model::new(23)
+        .input("q", &[1, 1, 2, 2])
+        .input("k", &[1, 1, 2, 2])
+        .input("v", &[1, 1, 2, 2])
+        .input_dims("mask", FLOAT, &fixed(&[3, 2]))
+        .node(
+            "Attention",
+            "attn",
+            &["q", "k", "v", "mask"],
+            &["y"],
+            vec![],
+        )
+        .output("y");
+    let e = error_text(wide.import(), "onnx-bad-model");
+    assert!(e.contains("attn_mask of shape [3, 2]"), "{e}");
+}
