@@ -2,7 +2,8 @@
 //! on small models built here: run-time indices and targets checked at run time — an
 //! index out of range is an error from the interpreter and from every JIT kernel choice,
 //! never a read elsewhere —, constant ones at import, Attention's fully-masked rows as
-//! zeros, and the attributes smelt refuses named in the error.
+//! zeros, ArgMax/ArgMin ties and NaNs, OneHot indices out of range, and the attributes
+//! smelt refuses named in the error.
 
 mod common;
 mod jit_util;
@@ -196,4 +197,62 @@ fn attention_refuses_what_smelt_does_not_compute_by_name() {
         .output("y");
     let e = error_text(wide.import(), "onnx-bad-model");
     assert!(e.contains("attn_mask of shape [3, 2]"), "{e}");
+}
+
+fn arg_model(op: &str, select_last: i64) -> Model {
+    Model::new(13)
+        .input("x", &[2, 3])
+        .node(
+            op,
+            "arg",
+            &["x"],
+            &["y"],
+            vec![
+                attr_int("axis", 1),
+                attr_int("keepdims", 0),
+                attr_int("select_last_index", select_last),
+            ],
+        )
+        .output("y")
+}
+
+#[test]
+fn argmax_and_argmin_pick_the_first_or_last_tie_and_count_nan_as_the_extreme() {
+    let nan = f32::NAN;
+    let x = Tensor::new(vec![2, 3], vec![3.0, 1.0, 3.0, 2.0, nan, f32::INFINITY]).expect("x");
+    let cases = [
+        ("ArgMax", 0, [0i64, 1]),
+        ("ArgMax", 1, [2, 2]),
+        ("ArgMin", 0, [1, 1]),
+        ("ArgMin", 1, [1, 1]),
+    ];
+    for (op, last, want) in cases {
+        let m = arg_model(op, last).import().expect("import");
+        for got in run_everywhere(&m, std::slice::from_ref(&x)) {
+            let got = got.expect("run");
+            assert_eq!(got[0].data.as_i64(), Some(&want[..]), "{op} last {last}");
+        }
+    }
+}
+
+#[test]
+fn one_hot_wraps_negative_indices_and_leaves_indices_out_of_range_all_off() {
+    let m = Model::new(11)
+        .input_dims("indices", INT64, &fixed(&[3]))
+        .init(i64_typed("depth", &[3]))
+        .init(f32_raw("values", &[2], &[-1.0, 5.0]))
+        .node(
+            "OneHot",
+            "hot",
+            &["indices", "depth", "values"],
+            &["y"],
+            vec![],
+        )
+        .output("y");
+    let m = m.import().expect("import");
+    let indices = Tensor::typed(vec![3], vec![1i64, -1, 3]).expect("indices");
+    let want = [-1.0, 5.0, -1.0, -1.0, -1.0, 5.0, -1.0, -1.0, -1.0];
+    for got in run_everywhere(&m, std::slice::from_ref(&indices)) {
+        assert_eq!(got.expect("run")[0].f32s(), &want);
+    }
 }

@@ -587,6 +587,7 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ("test_mul_uint32", WIDE_UNSIGNED),
     ("test_mul_uint64", WIDE_UNSIGNED),
     ("test_mul_uint8", NARROW_INT),
+    ("test_onehot_with_bfloat16_values", NARROW_WIDE_FLOAT),
     ("test_pow_types_float32_uint32", WIDE_UNSIGNED),
     ("test_pow_types_float32_uint64", WIDE_UNSIGNED),
     ("test_pow_types_int32_float32", POW),
@@ -744,7 +745,7 @@ const FIRST_OUTPUT_ONLY: &[(&str, &str)] = &[
 
 /// Cases of each suite that must pass through the whole compiler at least, so coverage
 /// cannot shrink silently; a count above it is printed, so it can be raised.
-const MIN_PASSED: &[(&str, usize)] = &[("node", 1005), ("pytorch-converted", 44)];
+const MIN_PASSED: &[(&str, usize)] = &[("node", 1042), ("pytorch-converted", 44)];
 
 /// Whether Cranelift's verifier checks every generated function.
 const VERIFY: bool = true;
@@ -948,21 +949,15 @@ fn prepare_and_run(case: &Case) -> Result<CaseRun, Failure> {
         }
         import(&model_bytes, &opts).map(|m| (m, inputs))
     };
-    let first_is_f32 = given
-        .first()
-        .is_some_and(|(_, _, t)| t.as_ref().is_some_and(|t| t.dtype() == DType::F32));
     // Every input of a run-time element type is a run-time input; when the import refuses
     // that (a Reshape's shape, an axes input), the integer inputs become constants, as an
     // embedder would pin them; last, every input but the data (input 0) is a constant:
-    // float parameters such as a Resize's scales, which a model holds as initializers and
-    // the node tests as inputs.
+    // float parameters such as a Resize's scales or a OneHot's depth, which a model holds
+    // as initializers and the node tests as inputs.
     let (module, inputs) = match attempt(&|_, _| true) {
         Ok(run) => run,
         Err(first) => attempt(&|_, t| t.dtype() == DType::F32)
-            .or_else(|e| match first_is_f32 {
-                true => attempt(&|j, _| j == 0),
-                false => Err(e),
-            })
+            .or_else(|_| attempt(&|j, _| j == 0))
             .map_err(|_| Refused(format!("import: {first}")))?,
     };
     let want: Vec<ConstTensor> = (0..module.funcs[0].results.len())

@@ -1,4 +1,5 @@
-//! Selections by position: Trilu as a `where` over a constant mask, and GatherElements
+//! Selections by position: Trilu as a `where` over a constant mask, OneHot as a `where`
+//! over the comparison of the indices with the positions, and GatherElements
 //! as a `gather` of the flattened data at flat positions: each index's
 //! position along the axis times the axis stride, plus the other coordinates' part (a
 //! constant, since shapes are static). Indices known at import are resolved and checked
@@ -196,4 +197,71 @@ pub fn trilu(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         DType::I64 | DType::I32 | DType::Bool => cx.emit(Op::Cast { to: dtype }, &[zero])?,
     };
     Ok(vec![Entry::Value(cx.emit(Op::Where, &[mask, x, zero])?)])
+}
+
+/// OneHot: `values[1]` where the new axis' position equals the index (negative ones
+/// counting from the end), `values[0]` elsewhere — an index outside `[-depth, depth)`
+/// matches no position, so its row is all off, as the operator says. `depth` must be
+/// known at import; float indices are truncated to integers, as ONNX casts them.
+pub fn one_hot(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&["axis"])?;
+    cx.check_max_inputs(3)?;
+    let index_dims = cx.dims(0)?;
+    let axis = cx.axis("axis", cx.attr_int_or("axis", -1)?, index_dims.len() + 1)?;
+    let depth = cx.require_const(1, "depth")?;
+    let depth = match (depth.i64s(), depth.f32s()) {
+        (Some([d]), _) => *d,
+        (None, Some(d)) if d.len() == 1 && d[0].is_finite() => d[0].trunc() as i64,
+        _ => {
+            return Err(cx.err(
+                "onnx-bad-model",
+                format!(
+                    "depth must be one number, got a tensor of shape {:?}",
+                    depth.dims
+                ),
+            ))
+        }
+    };
+    if !(1..=i32::MAX as i64).contains(&depth) {
+        return Err(cx.err("onnx-bad-model", format!("depth {depth} must be positive")));
+    }
+    if cx.dims(2)? != [2] {
+        return Err(cx.err(
+            "onnx-bad-model",
+            format!("values of shape {:?} must be [off, on]", cx.dims(2)?),
+        ));
+    }
+    let indices = cx.value(0)?;
+    let indices = match cx.type_of(indices).dtype {
+        DType::I64 => indices,
+        DType::I32 | DType::F32 => cx.emit(Op::Cast { to: DType::I64 }, &[indices])?,
+        DType::Bool => {
+            return Err(cx.err(
+                "onnx-unsupported-dtype",
+                "indices must be numbers, got bool",
+            ))
+        }
+    };
+    let int = |cx: &mut NodeCtx, x: i64| -> Result<Value, Diagnostic> {
+        let name = cx.derived_name("index_scalar");
+        cx.materialize(&ConstTensor::i64(vec![], vec![x]), &name)
+    };
+    let zero = int(cx, 0)?;
+    let depth_v = int(cx, depth)?;
+    let negative = cx.emit(Op::Compare(Comparison::Less), &[indices, zero])?;
+    let shifted = cx.emit(Op::Binary(BinaryOp::Add), &[indices, depth_v])?;
+    let wrapped = cx.emit(Op::Where, &[negative, shifted, indices])?;
+    let mut dims = index_dims.clone();
+    dims.insert(axis, 1);
+    let wrapped = cx.reshape(wrapped, dims.clone())?;
+    let mut iota_dims = vec![1; dims.len()];
+    iota_dims[axis] = depth as usize;
+    let name = cx.derived_name("positions");
+    let iota = cx.materialize(&ConstTensor::i64(iota_dims, (0..depth).collect()), &name)?;
+    let hot = cx.emit(Op::Compare(Comparison::Equal), &[wrapped, iota])?;
+    let values = cx.value(2)?;
+    let off = cx.emit(Op::Gather { axis: 0 }, &[values, zero])?;
+    let one = int(cx, 1)?;
+    let on = cx.emit(Op::Gather { axis: 0 }, &[values, one])?;
+    Ok(vec![Entry::Value(cx.emit(Op::Where, &[hot, on, off])?)])
 }

@@ -4,12 +4,13 @@
 //! it set, the identity); ReduceSumSquare, ReduceL1 and ReduceL2 as a sum of `x·x` or
 //! `|x|` (then `sqrt`); ReduceLogSum as `log` of the sum, ReduceLogSumExp as the stable
 //! `m + log(Σ exp(x − m))` with `m` the maximum; GlobalMaxPool as `reduce_max` over the
-//! spatial axes.
+//! spatial axes; ArgMax and ArgMin as reductions of the positions where the extremum is.
 
-use smelt_ir::op::{BinaryOp, Op, ReduceAttrs, Reduction, UnaryOp};
+use smelt_ir::op::{BinaryOp, Comparison, Op, ReduceAttrs, Reduction, UnaryOp};
 use smelt_ir::Diagnostic;
 
 use crate::onnx::context::{Entry, NodeCtx};
+use crate::onnx::tensor::ConstTensor;
 
 /// ReduceSum, ReduceMean, ReduceMax, ReduceMin.
 pub fn reduce(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
@@ -103,4 +104,77 @@ pub fn global_max_pool(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     Ok(vec![Entry::Value(
         cx.emit(Op::Reduce(Reduction::Max, attrs), &[x])?,
     )])
+}
+
+/// Largest index exact in float32 (2^24): ArgMax and ArgMin reduce indices as floats.
+const MAX_EXACT_INDEX: usize = 1 << 24;
+
+/// ArgMax and ArgMin along `axis` (`keepdims`, `select_last_index` from version 12) as
+/// reductions: the extremum, where the input equals it, then the smallest (or, with
+/// `select_last_index`, the largest) such index — the indices reduced as float32 (exact
+/// below 2^24, checked), then cast to int64. A NaN counts as the largest value for ArgMax
+/// and the smallest for ArgMin (tying an infinity of that sign), so the result is the
+/// same index in the interpreter and on every kernel whatever their NaN rules.
+pub fn arg_extremum(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    let largest = cx.node.op_type() == "ArgMax";
+    cx.check_attrs(&["axis", "keepdims", "select_last_index"])?;
+    cx.check_max_inputs(1)?;
+    let dims = cx.dims(0)?;
+    let axis = cx.axis("axis", cx.attr_int_or("axis", 0)?, dims.len())?;
+    let keep_dims = cx.attr_bool("keepdims", true)?;
+    let last = cx.attr_bool("select_last_index", false)?;
+    let n = dims[axis];
+    if n > MAX_EXACT_INDEX {
+        return Err(cx.err(
+            "onnx-unsupported",
+            format!("axis {axis} has {n} elements; smelt's ArgMax and ArgMin take at most 2^24"),
+        ));
+    }
+    let x = cx.value(0)?;
+    let dtype = cx.type_of(x).dtype;
+    if dtype != smelt_ir::DType::F32 {
+        return Err(cx.err(
+            "onnx-unsupported-dtype",
+            format!("input of type {dtype}: smelt's ArgMax and ArgMin take float32"),
+        ));
+    }
+    let is_number = cx.emit(Op::Compare(Comparison::Equal), &[x, x])?;
+    let nan_as = cx.scalar(if largest {
+        f32::INFINITY
+    } else {
+        f32::NEG_INFINITY
+    })?;
+    let x = cx.emit(Op::Where, &[is_number, x, nan_as])?;
+    let along = |keep_dims| ReduceAttrs {
+        axes: vec![axis],
+        keep_dims,
+    };
+    let extremum = if largest {
+        Reduction::Max
+    } else {
+        Reduction::Min
+    };
+    let best = cx.emit(Op::Reduce(extremum, along(true)), &[x])?;
+    let hit = cx.emit(Op::Compare(Comparison::Equal), &[x, best])?;
+    let mut iota_dims = vec![1; dims.len()];
+    iota_dims[axis] = n;
+    let iota = ConstTensor::f32(iota_dims, (0..n).map(|i| i as f32).collect());
+    let name = cx.derived_name("positions");
+    let iota = cx.materialize(&iota, &name)?;
+    // a miss never wins the reduction over the hits' positions
+    let (miss, pick) = if last {
+        (-1.0, Reduction::Max)
+    } else {
+        (n as f32, Reduction::Min)
+    };
+    let miss = cx.scalar(miss)?;
+    let candidates = cx.emit(Op::Where, &[hit, iota, miss])?;
+    let index = cx.emit(Op::Reduce(pick, along(keep_dims)), &[candidates])?;
+    let index = cx.emit(
+        Op::Cast {
+            to: smelt_ir::DType::I64,
+        },
+        &[index],
+    )?;
+    Ok(vec![Entry::Value(index)])
 }
