@@ -2,8 +2,8 @@
 //! on small models built here: run-time indices and targets checked at run time — an
 //! index out of range is an error from the interpreter and from every JIT kernel choice,
 //! never a read elsewhere —, constant ones at import, Attention's fully-masked rows as
-//! zeros, ArgMax/ArgMin ties and NaNs, OneHot indices out of range, and the attributes
-//! smelt refuses named in the error.
+//! zeros, ArgMax/ArgMin ties and NaNs, OneHot indices out of range, an exact int64
+//! ReduceProd, and the attributes smelt refuses named in the error.
 
 mod common;
 mod jit_util;
@@ -254,5 +254,27 @@ fn one_hot_wraps_negative_indices_and_leaves_indices_out_of_range_all_off() {
     let want = [-1.0, 5.0, -1.0, -1.0, -1.0, 5.0, -1.0, -1.0, -1.0];
     for got in run_everywhere(&m, std::slice::from_ref(&indices)) {
         assert_eq!(got.expect("run")[0].f32s(), &want);
+    }
+}
+
+#[test]
+fn reduce_prod_of_int64_is_exact_above_two_to_the_24() {
+    let m = Model::new(13)
+        .input_dims("x", INT64, &fixed(&[2, 5]))
+        .node(
+            "ReduceProd",
+            "prod",
+            &["x"],
+            &["y"],
+            vec![attr_ints("axes", &[1]), attr_int("keepdims", 0)],
+        )
+        .output("y")
+        .import()
+        .expect("import");
+    let values: Vec<i64> = vec![3, 5, 7, 1 << 20, 11, -2, 1, 9, 1 << 30, 3];
+    let want: Vec<i64> = values.chunks(5).map(|r| r.iter().product()).collect();
+    let x = Tensor::typed(vec![2, 5], values).expect("x");
+    for got in run_everywhere(&m, std::slice::from_ref(&x)) {
+        assert_eq!(got.expect("run")[0].data.as_i64(), Some(&want[..]));
     }
 }

@@ -511,6 +511,7 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ("test_clip_default_int8_max_expanded", NARROW_INT),
     ("test_clip_default_int8_min", NARROW_INT),
     ("test_clip_default_int8_min_expanded", NARROW_INT),
+    ("test_compress_bfloat16", NARROW_WIDE_FLOAT),
     ("test_convtranspose_3d", SPATIAL_3D),
     ("test_div_int16", NARROW_INT),
     ("test_div_int8", NARROW_INT),
@@ -745,7 +746,7 @@ const FIRST_OUTPUT_ONLY: &[(&str, &str)] = &[
 
 /// Cases of each suite that must pass through the whole compiler at least, so coverage
 /// cannot shrink silently; a count above it is printed, so it can be raised.
-const MIN_PASSED: &[(&str, usize)] = &[("node", 1042), ("pytorch-converted", 44)];
+const MIN_PASSED: &[(&str, usize)] = &[("node", 1061), ("pytorch-converted", 44)];
 
 /// Whether Cranelift's verifier checks every generated function.
 const VERIFY: bool = true;

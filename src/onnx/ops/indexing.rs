@@ -1,12 +1,12 @@
 //! Selections by position: Trilu as a `where` over a constant mask, OneHot as a `where`
-//! over the comparison of the indices with the positions, and GatherElements
-//! as a `gather` of the flattened data at flat positions: each index's
-//! position along the axis times the axis stride, plus the other coordinates' part (a
-//! constant, since shapes are static). Indices known at import are resolved and checked
-//! there; run-time ones are wrapped (negative counts from the end) and checked by integer
-//! ops, an index out of range becoming a position past the end, which the `gather`
-//! refuses at run time — so a bad index is an error from `run`, never a read elsewhere
-//! in the data.
+//! over the comparison of the indices with the positions, Compress as a `gather` of the
+//! positions its constant condition selects, and GatherElements as a `gather` of the
+//! flattened data at flat positions: each index's position along the axis times the axis
+//! stride, plus the other coordinates' part (a constant, since shapes are static).
+//! Indices known at import are resolved and checked there; run-time ones are wrapped
+//! (negative counts from the end) and checked by integer ops, an index out of range
+//! becoming a position past the end, which the `gather` refuses at run time — so a bad
+//! index is an error from `run`, never a read elsewhere in the data.
 
 use smelt_ir::op::{BinaryOp, Comparison, LogicOp, Op};
 use smelt_ir::{DType, Diagnostic, Value};
@@ -264,4 +264,53 @@ pub fn one_hot(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     let one = int(cx, 1)?;
     let on = cx.emit(Op::Gather { axis: 0 }, &[values, one])?;
     Ok(vec![Entry::Value(cx.emit(Op::Where, &[hot, on, off])?)])
+}
+
+/// Compress: the slices along `axis` (of the flattened input without one) whose
+/// condition is true, as a `gather` of their positions; the condition must be known at
+/// import, since it decides the result's shape.
+pub fn compress(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&["axis"])?;
+    cx.check_max_inputs(2)?;
+    let dims = cx.dims(0)?;
+    let condition = cx.require_const(1, "condition")?;
+    let (Some(flags), true) = (condition.i64s(), condition.dims.len() == 1) else {
+        return Err(cx.err(
+            "onnx-bad-model",
+            format!(
+                "the condition must be a 1-D bool tensor, got {} of shape {:?}",
+                condition.type_name(),
+                condition.dims
+            ),
+        ));
+    };
+    let x = cx.value(0)?;
+    let (x, axis) = match cx.attr_int("axis")? {
+        Some(a) => (x, cx.axis("axis", a, dims.len())?),
+        None => (cx.reshape(x, vec![dims.iter().product()])?, 0),
+    };
+    let length = cx.type_of(x).dims[axis];
+    if flags.len() > length {
+        return Err(cx.err(
+            "onnx-bad-model",
+            format!(
+                "the condition has {} values for an axis of {length}",
+                flags.len()
+            ),
+        ));
+    }
+    let picked: Vec<i64> = (0..flags.len() as i64)
+        .filter(|&i| flags[i as usize] != 0)
+        .collect();
+    if picked.is_empty() {
+        return Err(cx.err(
+            "onnx-bad-model",
+            "the condition selects nothing: smelt's tensors have no empty dimensions",
+        ));
+    }
+    let name = cx.derived_name("selected");
+    let picked = cx.materialize(&ConstTensor::i64(vec![picked.len()], picked), &name)?;
+    Ok(vec![Entry::Value(
+        cx.emit(Op::Gather { axis }, &[x, picked])?,
+    )])
 }

@@ -4,7 +4,8 @@
 //! it set, the identity); ReduceSumSquare, ReduceL1 and ReduceL2 as a sum of `x·x` or
 //! `|x|` (then `sqrt`); ReduceLogSum as `log` of the sum, ReduceLogSumExp as the stable
 //! `m + log(Σ exp(x − m))` with `m` the maximum; GlobalMaxPool as `reduce_max` over the
-//! spatial axes; ArgMax and ArgMin as reductions of the positions where the extremum is.
+//! spatial axes; ReduceProd as repeated halving products (no product reduction in the
+//! IR); ArgMax and ArgMin as reductions of the positions where the extremum is.
 
 use smelt_ir::op::{BinaryOp, Comparison, Op, ReduceAttrs, Reduction, UnaryOp};
 use smelt_ir::Diagnostic;
@@ -12,7 +13,7 @@ use smelt_ir::Diagnostic;
 use crate::onnx::context::{Entry, NodeCtx};
 use crate::onnx::tensor::ConstTensor;
 
-/// ReduceSum, ReduceMean, ReduceMax, ReduceMin.
+/// ReduceSum, ReduceMean, ReduceMax, ReduceMin, and the compositions the module doc names.
 pub fn reduce(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     let op = cx.node.op_type();
     let (r, input_from) = match op {
@@ -44,6 +45,9 @@ pub fn reduce(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         axes = (0..rank).collect();
     }
     let x = cx.value(0)?;
+    if op == "ReduceProd" {
+        return Ok(vec![Entry::Value(product(cx, x, &axes, keep_dims)?)]);
+    }
     if op == "ReduceLogSumExp" {
         let along = ReduceAttrs {
             axes: axes.clone(),
@@ -177,4 +181,65 @@ pub fn arg_extremum(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         &[index],
     )?;
     Ok(vec![Entry::Value(index)])
+}
+
+/// The product of `x` over `axes`: the reduced axes moved last and merged into one of
+/// length `R`, padded with ones to a power of two, then halved `log₂ R` times by
+/// multiplying its two halves — exact on integers (wrapping, as ONNX's), and on floats
+/// one rounding per product as a sequential product has, in a balanced order.
+fn product(
+    cx: &mut NodeCtx,
+    x: smelt_ir::Value,
+    axes: &[usize],
+    keep_dims: bool,
+) -> Result<smelt_ir::Value, Diagnostic> {
+    use smelt_ir::op::SliceAttrs;
+    let dims = cx.type_of(x).dims.clone();
+    let dtype = cx.type_of(x).dtype;
+    let kept_axes: Vec<usize> = (0..dims.len()).filter(|k| !axes.contains(k)).collect();
+    let perm: Vec<usize> = kept_axes.iter().chain(axes).copied().collect();
+    let moved = if perm.iter().enumerate().all(|(i, &k)| i == k) {
+        x
+    } else {
+        cx.emit(Op::Transpose { perm }, &[x])?
+    };
+    let kept: usize = kept_axes.iter().map(|&k| dims[k]).product();
+    let reduced: usize = axes.iter().map(|&k| dims[k]).product();
+    let mut rows = cx.reshape(moved, vec![kept, reduced])?;
+    let width = reduced.next_power_of_two();
+    if width > reduced {
+        let ones = ConstTensor::f32(
+            vec![kept, width - reduced],
+            vec![1.0; kept * (width - reduced)],
+        );
+        let name = cx.derived_name("ones");
+        let mut ones = cx.materialize(&ones, &name)?;
+        if dtype != smelt_ir::DType::F32 {
+            ones = cx.emit(Op::Cast { to: dtype }, &[ones])?;
+        }
+        rows = cx.emit(Op::Concat { axis: 1 }, &[rows, ones])?;
+    }
+    let half = |lo: usize, hi: usize| {
+        Op::Slice(SliceAttrs {
+            starts: vec![0, lo as i64],
+            ends: vec![kept as i64, hi as i64],
+            steps: vec![1, 1],
+        })
+    };
+    let mut width = width;
+    while width > 1 {
+        let h = width / 2;
+        let a = cx.emit(half(0, h), &[rows])?;
+        let b = cx.emit(half(h, width), &[rows])?;
+        rows = cx.emit(Op::Binary(BinaryOp::Mul), &[a, b])?;
+        width = h;
+    }
+    let out: Vec<usize> = (0..dims.len())
+        .filter_map(|k| match (axes.contains(&k), keep_dims) {
+            (false, _) => Some(dims[k]),
+            (true, true) => Some(1),
+            (true, false) => None,
+        })
+        .collect();
+    cx.reshape(rows, out)
 }
