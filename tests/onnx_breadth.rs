@@ -3,7 +3,8 @@
 //! index out of range is an error from the interpreter and from every JIT kernel choice,
 //! never a read elsewhere —, constant ones at import, Attention's fully-masked rows as
 //! zeros, ArgMax/ArgMin ties and NaNs, OneHot indices out of range, an exact int64
-//! ReduceProd, and the attributes smelt refuses named in the error.
+//! ReduceProd, and what smelt refuses (Attention's and the recurrent ops' attributes,
+//! shorter sequences) named in the error.
 
 mod common;
 mod jit_util;
@@ -277,4 +278,36 @@ fn reduce_prod_of_int64_is_exact_above_two_to_the_24() {
     for got in run_everywhere(&m, std::slice::from_ref(&x)) {
         assert_eq!(got.expect("run")[0].data.as_i64(), Some(&want[..]));
     }
+}
+
+#[test]
+fn recurrent_ops_refuse_clipping_and_shorter_sequences_by_name() {
+    let rnn = |attrs: Vec<smelt::onnx::proto::AttributeProto>, lens: Option<&[i64]>| {
+        let mut m = Model::new(14)
+            .input("x", &[2, 1, 3])
+            .input("w", &[1, 4, 3])
+            .input("r", &[1, 4, 4]);
+        let mut inputs = vec!["x", "w", "r"];
+        if let Some(l) = lens {
+            m = m.init(i64_typed("lens", l));
+            inputs.extend(["", "lens"]);
+        }
+        m.node("RNN", "cell", &inputs, &["y", "h"], attrs)
+            .output("h")
+            .import()
+    };
+    rnn(vec![attr_int("hidden_size", 4)], Some(&[2])).expect("the whole sequence imports");
+    let e = error_text(
+        rnn(
+            vec![attr_int("hidden_size", 4), attr_float("clip", 1.0)],
+            None,
+        ),
+        "onnx-unsupported-attribute",
+    );
+    assert!(e.contains("'clip'") && e.contains("cell"), "{e}");
+    let e = error_text(
+        rnn(vec![attr_int("hidden_size", 4)], Some(&[1])),
+        "onnx-unsupported-attribute",
+    );
+    assert!(e.contains("sequence_lens [1]"), "{e}");
 }

@@ -541,6 +541,7 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ("test_less_equal_uint64_expanded", WIDE_UNSIGNED),
     ("test_less_uint32", WIDE_UNSIGNED),
     ("test_less_uint64", WIDE_UNSIGNED),
+    ("test_lppool_3d_default", SPATIAL_3D),
     ("test_max_float16", NARROW_WIDE_FLOAT),
     ("test_max_float64", NARROW_WIDE_FLOAT),
     ("test_max_int16", NARROW_INT),
@@ -746,7 +747,7 @@ const FIRST_OUTPUT_ONLY: &[(&str, &str)] = &[
 
 /// Cases of each suite that must pass through the whole compiler at least, so coverage
 /// cannot shrink silently; a count above it is printed, so it can be raised.
-const MIN_PASSED: &[(&str, usize)] = &[("node", 1061), ("pytorch-converted", 44)];
+const MIN_PASSED: &[(&str, usize)] = &[("node", 1086), ("pytorch-converted", 44)];
 
 /// Whether Cranelift's verifier checks every generated function.
 const VERIFY: bool = true;

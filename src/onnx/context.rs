@@ -246,6 +246,16 @@ impl<'a, 'm> NodeCtx<'a, 'm> {
             .map(|a| String::from_utf8_lossy(a.s()).into_owned()))
     }
 
+    /// A string-list attribute.
+    pub fn attr_strings(&self, name: &str) -> Result<Option<Vec<String>>, Diagnostic> {
+        Ok(self.attr(name, AttributeType::Strings)?.map(|a| {
+            a.strings
+                .iter()
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect()
+        }))
+    }
+
     /// A tensor attribute, decoded.
     pub fn attr_tensor(&self, name: &str) -> Result<Option<ConstTensor>, Diagnostic> {
         match self

@@ -13,6 +13,7 @@ mod movement;
 mod norm;
 mod pad_split;
 mod pool;
+mod recurrent;
 mod reduce;
 mod resize;
 mod shape;
@@ -78,6 +79,7 @@ pub static RULES: &[OpRule] = rules! {
     "Expand"              [8, 13],                        from 8  => movement::expand;
     "Flatten"             [1, 9, 11, 13, 21, 23, 24, 25], from 1  => shape::flatten;
     "Floor"               [1, 6, 13],                     from 6  => elementwise::unary;
+    "GRU"                 [1, 3, 7, 14, 22],              from 7  => recurrent::recurrent;
     "Gather"              [1, 11, 13],                    from 1  => shape::gather;
     "GatherElements"      [11, 13],                       from 11 => indexing::gather_elements;
     "GatherND"            [11, 12, 13],                   from 11 => shape::gather_nd;
@@ -94,6 +96,7 @@ pub static RULES: &[OpRule] = rules! {
     "InstanceNormalization" [1, 6, 22],                   from 1  => norm::instance_norm;
     "IsNaN"               [9, 13, 20],                    from 9  => logic::is_nan;
     "LRN"                 [1, 13],                        from 1  => norm::lrn;
+    "LSTM"                [1, 7, 14, 22],                 from 7  => recurrent::recurrent;
     "LayerNormalization"  [17],                           from 17 => norm::layer_norm;
     "LeakyRelu"           [1, 6, 16],                     from 6  => elementwise::unary;
     "Less"                [1, 7, 9, 13],                  from 7  => logic::compare;
@@ -101,6 +104,7 @@ pub static RULES: &[OpRule] = rules! {
     "Log"                 [1, 6, 13],                     from 6  => elementwise::unary;
     "LogSoftmax"          [1, 11, 13],                    from 1  => linalg::log_softmax;
     "LpNormalization"     [1, 22],                        from 1  => norm::lp_norm;
+    "LpPool"              [1, 2, 11, 18, 22],             from 2  => pool::lp_pool;
     "MatMul"              [1, 9, 13],                     from 1  => linalg::matmul;
     "Max"                 [1, 6, 8, 12, 13],              from 8  => logic::min_max;
     "MaxPool"             [1, 8, 10, 11, 12, 22],         from 1  => pool::max_pool;
@@ -118,6 +122,7 @@ pub static RULES: &[OpRule] = rules! {
     "Pad"                 [1, 2, 11, 13, 18, 19, 21, 23, 24, 25], from 2 => pad_split::pad;
     "Pow"                 [1, 7, 12, 13, 15],             from 7  => elementwise::pow;
     "RMSNormalization"    [23],                           from 23 => norm::rms_norm;
+    "RNN"                 [1, 7, 14, 22],                 from 7  => recurrent::recurrent;
     "Range"               [11, 27],                       from 11 => logic::range;
     "Reciprocal"          [1, 6, 13],                     from 6  => elementwise::unary;
     "ReduceL1"            [1, 11, 13, 18],                from 1  => reduce::reduce;
