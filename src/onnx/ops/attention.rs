@@ -7,7 +7,8 @@
 //! frontier, the windows, `nonpad_kv_seqlen`) is computed at import as one constant
 //! additive bias of zeros and `-inf`. Grouped heads are never repeated: query heads that
 //! share a key/value head are folded into that head's rows (`[B, Hkv, r·Sq, D]`), which
-//! is the same product as numpy's interleaved repeat of K and V.
+//! is the same product as numpy's interleaved repeat of K and V. RotaryEmbedding (the
+//! positional rotation attention inputs get) is here too, as slices, products and concats.
 
 use smelt_ir::op::{BinaryOp, Comparison, Op, ReduceAttrs, Reduction, UnaryOp};
 use smelt_ir::{DType, Diagnostic, Value};
@@ -515,4 +516,124 @@ fn masked_rows_of(cx: &mut NodeCtx, bias: &ConstTensor) -> Result<Option<Value>,
     let name = cx.derived_name("masked_rows");
     cx.materialize(&ConstTensor::bool(dims, masked), &name)
         .map(Some)
+}
+
+/// RotaryEmbedding: the first `rotary_embedding_dim` features of each head (default all)
+/// rotated pairwise by the cached angles of each position — halves paired, or neighbours
+/// with `interleaved` — `(x₁·cos − x₂·sin, x₁·sin + x₂·cos)`, the rest passed through.
+/// The caches are gathered by `position_ids` (a checked `gather`), or given per position.
+pub fn rotary_embedding(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&["interleaved", "num_heads", "rotary_embedding_dim"])?;
+    cx.check_max_inputs(4)?;
+    let dims = cx.dims(0)?;
+    let interleaved = cx.attr_bool("interleaved", false)?;
+    // 4-D [B, H, S, D] as it is; 3-D [B, S, H·D] split into [B, S, H, D]
+    let (x, batch, seq, head, per_position) = match *dims.as_slice() {
+        [b, _, s, d] => (cx.value(0)?, b, s, d, [b, 1, s]),
+        [b, s, hidden] => {
+            let heads = match cx.attr_int("num_heads")? {
+                Some(n) if n > 0 && hidden % n as usize == 0 => n as usize,
+                _ => {
+                    return Err(cx.bad_attr(
+                        "num_heads",
+                        format!("a 3-D input needs a head count dividing its hidden size {hidden}"),
+                    ))
+                }
+            };
+            let x = cx.value(0)?;
+            let x = cx.reshape(x, vec![b, s, heads, hidden / heads])?;
+            (x, b, s, hidden / heads, [b, s, 1])
+        }
+        _ => {
+            return Err(cx.err(
+                "onnx-bad-model",
+                format!("input of shape {dims:?} must be [B, H, S, D] or [B, S, hidden]"),
+            ))
+        }
+    };
+    let rotated = match cx.attr_int_or("rotary_embedding_dim", 0)? {
+        0 => head,
+        r if r > 0 && r as usize <= head && r % 2 == 0 => r as usize,
+        r => {
+            return Err(cx.bad_attr(
+                "rotary_embedding_dim",
+                format!("{r} must be even and at most the head size {head}"),
+            ))
+        }
+    };
+    let half = rotated / 2;
+    let cache = |cx: &mut NodeCtx, i: usize, what: &str| -> Result<Value, Diagnostic> {
+        let c = cx.value(i)?;
+        let c = match cx.opt_value(3)? {
+            Some(positions) => cx.emit(Op::Gather { axis: 0 }, &[c, positions])?,
+            None => c,
+        };
+        let got = cx.type_of(c).dims.clone();
+        if got != [batch, seq, half] {
+            return Err(cx.err(
+                "onnx-bad-model",
+                format!("{what} gives {got:?} per position; it must be [{batch}, {seq}, {half}]"),
+            ));
+        }
+        let mut shape = per_position.to_vec();
+        shape.push(half);
+        cx.reshape(c, shape)
+    };
+    let cos = cache(cx, 1, "cos_cache")?;
+    let sin = cache(cx, 2, "sin_cache")?;
+    let last = |cx: &mut NodeCtx, v: Value, start: usize, end: usize, step: i64| {
+        let d = cx.type_of(v).dims.clone();
+        let mut starts = vec![0i64; d.len()];
+        let mut ends: Vec<i64> = d.iter().map(|&n| n as i64).collect();
+        let mut steps = vec![1i64; d.len()];
+        starts[d.len() - 1] = start as i64;
+        ends[d.len() - 1] = end as i64;
+        steps[d.len() - 1] = step;
+        cx.emit(
+            Op::Slice(smelt_ir::op::SliceAttrs {
+                starts,
+                ends,
+                steps,
+            }),
+            &[v],
+        )
+    };
+    let (x1, x2) = if interleaved {
+        (last(cx, x, 0, rotated, 2)?, last(cx, x, 1, rotated, 2)?)
+    } else {
+        (last(cx, x, 0, half, 1)?, last(cx, x, half, rotated, 1)?)
+    };
+    let mul = |cx: &mut NodeCtx, a: Value, b: Value| cx.emit(Op::Binary(BinaryOp::Mul), &[a, b]);
+    let c1 = mul(cx, cos, x1)?;
+    let s2 = mul(cx, sin, x2)?;
+    let real = cx.emit(Op::Binary(BinaryOp::Sub), &[c1, s2])?;
+    let s1 = mul(cx, sin, x1)?;
+    let c2 = mul(cx, cos, x2)?;
+    let imag = cx.emit(Op::Binary(BinaryOp::Add), &[s1, c2])?;
+    let x_dims = cx.type_of(x).dims.clone();
+    let rotated_part = if interleaved {
+        let mut pair = cx.type_of(real).dims.clone();
+        pair.push(1);
+        let real = cx.reshape(real, pair.clone())?;
+        let imag = cx.reshape(imag, pair.clone())?;
+        let both = cx.emit(
+            Op::Concat {
+                axis: pair.len() - 1,
+            },
+            &[real, imag],
+        )?;
+        let mut flat = x_dims.clone();
+        flat[3] = rotated;
+        cx.reshape(both, flat)?
+    } else {
+        cx.emit(Op::Concat { axis: 3 }, &[real, imag])?
+    };
+    let y = if rotated < head {
+        let passed = last(cx, x, rotated, head, 1)?;
+        cx.emit(Op::Concat { axis: 3 }, &[rotated_part, passed])?
+    } else {
+        rotated_part
+    };
+    let y = cx.reshape(y, dims)?;
+    Ok(vec![Entry::Value(y)])
 }

@@ -138,6 +138,7 @@ pub static RULES: &[OpRule] = rules! {
     "Relu"                [1, 6, 13, 14],                 from 6  => elementwise::unary;
     "Reshape"             [1, 5, 13, 14, 19, 21, 23, 24, 25], from 1 => shape::reshape;
     "Resize"              [10, 11, 13, 18, 19],           from 10 => resize::resize;
+    "RotaryEmbedding"     [23],                           from 23 => attention::rotary_embedding;
     "Round"               [11, 22],                       from 11 => elementwise::unary;
     "Selu"                [1, 6, 22],                     from 6  => elementwise::activation;
     "Shape"               [1, 13, 15, 19, 21, 23, 24, 25], from 1 => shape::shape;
