@@ -61,6 +61,9 @@ const WIDE_UNSIGNED: &str =
     "uint32 and uint64 tensors: smelt's integers are int64 and int32, and it does not decode these";
 const STRING: &str = "string tensors: smelt has none";
 const EMPTY: &str = "a zero-size result: smelt's tensors have no empty dimensions";
+const DFT_ROUNDOFF: &str = "inverse DFT whose expected output holds numpy's float32 round-off \
+     (1.9e-7) where the exact value is 0: smelt's result is nearer 0, beyond the 1e-7 absolute \
+     tolerance on that element (relative error of the output about 1e-7)";
 const SOFTMAX_PRECISION: &str = "Attention with softmax_precision = 11 (a float64 softmax): smelt \
      computes the softmax in float32";
 const LEGACY_ADD: &str =
@@ -513,6 +516,8 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ("test_clip_default_int8_min_expanded", NARROW_INT),
     ("test_compress_bfloat16", NARROW_WIDE_FLOAT),
     ("test_convtranspose_3d", SPATIAL_3D),
+    ("test_dft_inverse", DFT_ROUNDOFF),
+    ("test_dft_inverse_opset19", DFT_ROUNDOFF),
     ("test_div_int16", NARROW_INT),
     ("test_div_int8", NARROW_INT),
     ("test_div_uint16", NARROW_INT),
@@ -747,7 +752,7 @@ const FIRST_OUTPUT_ONLY: &[(&str, &str)] = &[
 
 /// Cases of each suite that must pass through the whole compiler at least, so coverage
 /// cannot shrink silently; a count above it is printed, so it can be raised.
-const MIN_PASSED: &[(&str, usize)] = &[("node", 1094), ("pytorch-converted", 44)];
+const MIN_PASSED: &[(&str, usize)] = &[("node", 1102), ("pytorch-converted", 44)];
 
 /// Whether Cranelift's verifier checks every generated function.
 const VERIFY: bool = true;

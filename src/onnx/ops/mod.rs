@@ -69,6 +69,7 @@ pub static RULES: &[OpRule] = rules! {
     "ConstantOfShape"     [9, 20, 21, 23, 24, 25],        from 9  => shape::constant_of_shape;
     "Conv"                [1, 11, 22],                    from 1  => conv::conv;
     "ConvTranspose"       [1, 11, 22],                    from 1  => conv::conv_transpose;
+    "DFT"                 [17, 20],                       from 17 => linalg::dft;
     "DepthToSpace"        [1, 11, 13, 28],                from 1  => movement::depth_space;
     "Div"                 [1, 6, 7, 13, 14],              from 7  => elementwise::binary;
     "Dropout"             [1, 6, 7, 10, 12, 13, 22],      from 1  => shape::dropout;
