@@ -3,7 +3,7 @@
 //! index out of range is an error from the interpreter and from every JIT kernel choice,
 //! never a read elsewhere —, constant ones at import, Attention's fully-masked rows as
 //! zeros, ArgMax/ArgMin ties and NaNs, OneHot indices out of range, an exact int64
-//! ReduceProd, and what smelt refuses (Attention's and the recurrent ops' attributes,
+//! ReduceProd and CumSum, and what smelt refuses (Attention's and the recurrent ops' attributes,
 //! shorter sequences) named in the error.
 
 mod common;
@@ -310,4 +310,51 @@ fn recurrent_ops_refuse_clipping_and_shorter_sequences_by_name() {
         "onnx-unsupported-attribute",
     );
     assert!(e.contains("sequence_lens [1]"), "{e}");
+}
+
+#[test]
+fn cumsum_of_int64_is_exact_and_follows_exclusive_and_reverse() {
+    let values: Vec<i64> = vec![3, 1 << 40, -7, 5, 1 << 30, 11];
+    let x = Tensor::typed(vec![6], values.clone()).expect("x");
+    for (exclusive, reverse) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
+        let m = Model::new(14)
+            .input_dims("x", INT64, &fixed(&[6]))
+            .init(i64_typed("axis", &[0]))
+            .node(
+                "CumSum",
+                "scan",
+                &["x", "axis"],
+                &["y"],
+                vec![
+                    attr_int("exclusive", exclusive),
+                    attr_int("reverse", reverse),
+                ],
+            )
+            .output("y")
+            .import()
+            .expect("import");
+        // the definition: the sum of the elements before (or after) each, itself included
+        // unless exclusive
+        let want: Vec<i64> = (0..values.len())
+            .map(|i| {
+                (0..values.len())
+                    .filter(|&j| match (reverse == 1, exclusive == 1) {
+                        (false, false) => j <= i,
+                        (false, true) => j < i,
+                        (true, false) => j >= i,
+                        (true, true) => j > i,
+                    })
+                    .map(|j| values[j])
+                    .sum()
+            })
+            .collect();
+        for got in run_everywhere(&m, std::slice::from_ref(&x)) {
+            let got = got.expect("run");
+            assert_eq!(
+                got[0].data.as_i64(),
+                Some(&want[..]),
+                "exclusive {exclusive} reverse {reverse}"
+            );
+        }
+    }
 }

@@ -516,6 +516,20 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ("test_clip_default_int8_min_expanded", NARROW_INT),
     ("test_compress_bfloat16", NARROW_WIDE_FLOAT),
     ("test_convtranspose_3d", SPATIAL_3D),
+    ("test_cumprod_1d", NARROW_WIDE_FLOAT),
+    ("test_cumprod_1d_exclusive", NARROW_WIDE_FLOAT),
+    ("test_cumprod_1d_reverse", NARROW_WIDE_FLOAT),
+    ("test_cumprod_1d_reverse_exclusive", NARROW_WIDE_FLOAT),
+    ("test_cumprod_2d_axis_0", NARROW_WIDE_FLOAT),
+    ("test_cumprod_2d_axis_1", NARROW_WIDE_FLOAT),
+    ("test_cumprod_2d_negative_axis", NARROW_WIDE_FLOAT),
+    ("test_cumsum_1d", NARROW_WIDE_FLOAT),
+    ("test_cumsum_1d_exclusive", NARROW_WIDE_FLOAT),
+    ("test_cumsum_1d_reverse", NARROW_WIDE_FLOAT),
+    ("test_cumsum_1d_reverse_exclusive", NARROW_WIDE_FLOAT),
+    ("test_cumsum_2d_axis_0", NARROW_WIDE_FLOAT),
+    ("test_cumsum_2d_axis_1", NARROW_WIDE_FLOAT),
+    ("test_cumsum_2d_negative_axis", NARROW_WIDE_FLOAT),
     ("test_dft_inverse", DFT_ROUNDOFF),
     ("test_dft_inverse_opset19", DFT_ROUNDOFF),
     ("test_div_int16", NARROW_INT),
@@ -752,7 +766,7 @@ const FIRST_OUTPUT_ONLY: &[(&str, &str)] = &[
 
 /// Cases of each suite that must pass through the whole compiler at least, so coverage
 /// cannot shrink silently; a count above it is printed, so it can be raised.
-const MIN_PASSED: &[(&str, usize)] = &[("node", 1102), ("pytorch-converted", 44)];
+const MIN_PASSED: &[(&str, usize)] = &[("node", 1106), ("pytorch-converted", 44)];
 
 /// Whether Cranelift's verifier checks every generated function.
 const VERIFY: bool = true;

@@ -5,7 +5,8 @@
 //! `|x|` (then `sqrt`); ReduceLogSum as `log` of the sum, ReduceLogSumExp as the stable
 //! `m + log(Σ exp(x − m))` with `m` the maximum; GlobalMaxPool as `reduce_max` over the
 //! spatial axes; ReduceProd as repeated halving products (no product reduction in the
-//! IR); ArgMax and ArgMin as reductions of the positions where the extremum is.
+//! IR); ArgMax and ArgMin as reductions of the positions where the extremum is; CumSum
+//! and CumProd as Hillis–Steele scans of shifted copies.
 
 use smelt_ir::op::{BinaryOp, Comparison, Op, ReduceAttrs, Reduction, UnaryOp};
 use smelt_ir::Diagnostic;
@@ -242,4 +243,83 @@ fn product(
         })
         .collect();
     cx.reshape(rows, out)
+}
+
+/// CumSum and CumProd along `axis` (input 1, known at import), `exclusive` and
+/// `reverse`, as a Hillis–Steele scan: `⌈log₂ n⌉` steps, each combining the running
+/// result with itself shifted by the next power of two (the shifted-in positions the
+/// identity, 0 or 1) — exact on integers (wrapping, as ONNX's), and on floats as accurate
+/// as a sequential scan or better (each sum a balanced tree of the terms). An exclusive
+/// scan first shifts the input by one.
+pub fn cumulative(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    let sum = cx.node.op_type() == "CumSum";
+    cx.check_attrs(&["exclusive", "reverse"])?;
+    cx.check_max_inputs(2)?;
+    let dims = cx.dims(0)?;
+    let axis = match cx.const_ints(1, "axis")?.as_slice() {
+        [a] => cx.axis("axis", *a, dims.len())?,
+        other => {
+            return Err(cx.err(
+                "onnx-bad-model",
+                format!("axis must be one integer, got {other:?}"),
+            ))
+        }
+    };
+    let exclusive = cx.attr_bool("exclusive", false)?;
+    let reverse = cx.attr_bool("reverse", false)?;
+    let x = cx.value(0)?;
+    let dtype = cx.type_of(x).dtype;
+    if dtype == smelt_ir::DType::Bool {
+        return Err(cx.err(
+            "onnx-unsupported-dtype",
+            "a bool input: CumSum and CumProd take numbers",
+        ));
+    }
+    let n = dims[axis];
+    let (identity, combine) = if sum {
+        (0.0, BinaryOp::Add)
+    } else {
+        (1.0, BinaryOp::Mul)
+    };
+    // `v` shifted by `d` along the axis toward the scan's end, the identity shifted in
+    let shift =
+        |cx: &mut NodeCtx, v: smelt_ir::Value, d: usize| -> Result<smelt_ir::Value, Diagnostic> {
+            let mut fill_dims = dims.clone();
+            fill_dims[axis] = d.min(n);
+            let count: usize = fill_dims.iter().product();
+            let name = cx.derived_name("scan_identity");
+            let mut fill =
+                cx.materialize(&ConstTensor::f32(fill_dims, vec![identity; count]), &name)?;
+            if dtype != smelt_ir::DType::F32 {
+                fill = cx.emit(Op::Cast { to: dtype }, &[fill])?;
+            }
+            if d >= n {
+                return Ok(fill);
+            }
+            let mut starts = vec![0i64; dims.len()];
+            let mut ends: Vec<i64> = dims.iter().map(|&k| k as i64).collect();
+            if reverse {
+                starts[axis] = d as i64;
+            } else {
+                ends[axis] = (n - d) as i64;
+            }
+            let kept = cx.emit(
+                Op::Slice(smelt_ir::op::SliceAttrs {
+                    starts,
+                    ends,
+                    steps: vec![1; dims.len()],
+                }),
+                &[v],
+            )?;
+            let parts = if reverse { [kept, fill] } else { [fill, kept] };
+            cx.emit(Op::Concat { axis }, &parts)
+        };
+    let mut y = if exclusive { shift(cx, x, 1)? } else { x };
+    let mut d = 1;
+    while d < n {
+        let moved = shift(cx, y, d)?;
+        y = cx.emit(Op::Binary(combine), &[y, moved])?;
+        d *= 2;
+    }
+    Ok(vec![Entry::Value(y)])
 }
