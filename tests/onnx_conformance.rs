@@ -58,8 +58,11 @@ const REDUCE_TYPES: &str = "reductions of bool tensors: smelt reduces float32";
 const WIDE_UNSIGNED: &str =
     "uint32 and uint64 tensors: smelt's integers are int64 and int32, and it does not decode these";
 const STRING: &str = "string tensors: smelt has none";
-const DATA_SHAPE: &str = "the expanded AffineGrid function computes an Expand's shape from \
-     run-time data: smelt's shapes are known at compile time";
+const DFT_ROUNDOFF: &str = "inverse DFT whose expected output holds numpy's float32 round-off \
+     (1.9e-7) where the exact value is 0: smelt's result is nearer 0, beyond the 1e-7 absolute \
+     tolerance on that element (relative error of the output about 1e-7)";
+const SOFTMAX_PRECISION: &str = "Attention with softmax_precision = 11 (a float64 softmax): smelt \
+     computes the softmax in float32";
 const LEGACY_ADD: &str =
     "Add of opset 6 (its legacy broadcast attribute): smelt maps Add from opset 7";
 
@@ -87,39 +90,64 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ("test_add_uint32", WIDE_UNSIGNED),
     ("test_add_uint64", WIDE_UNSIGNED),
     ("test_add_uint8", NARROW_INT),
-    ("test_affine_grid_2d_align_corners_expanded", DATA_SHAPE),
-    ("test_affine_grid_2d_expanded", DATA_SHAPE),
+    (
+        "test_attention_24_qk_matmul_output_mode3_softmax_precision",
+        NARROW_WIDE_FLOAT,
+    ),
     (
         "test_attention_24_qk_matmul_output_mode3_softmax_precision_expanded",
         NARROW_WIDE_FLOAT,
     ),
+    ("test_attention_3d_causal_bf16", NARROW_WIDE_FLOAT),
     ("test_attention_3d_causal_bf16_expanded", NARROW_WIDE_FLOAT),
+    ("test_attention_4d_attn_mask_causal_bf16", NARROW_WIDE_FLOAT),
     (
         "test_attention_4d_attn_mask_causal_bf16_expanded",
         NARROW_WIDE_FLOAT,
     ),
+    ("test_attention_4d_causal_bf16", NARROW_WIDE_FLOAT),
     ("test_attention_4d_causal_bf16_expanded", NARROW_WIDE_FLOAT),
+    ("test_attention_4d_causal_fp16", NARROW_WIDE_FLOAT),
     ("test_attention_4d_causal_fp16_expanded", NARROW_WIDE_FLOAT),
+    ("test_attention_4d_causal_padded_kv_bf16", NARROW_WIDE_FLOAT),
     (
         "test_attention_4d_causal_padded_kv_bf16_expanded",
         NARROW_WIDE_FLOAT,
     ),
+    ("test_attention_4d_fp16", NARROW_WIDE_FLOAT),
     ("test_attention_4d_fp16_expanded", NARROW_WIDE_FLOAT),
     (
+        "test_attention_4d_gqa_causal_nonpad_decode_fp16",
+        NARROW_WIDE_FLOAT,
+    ),
+    (
         "test_attention_4d_gqa_causal_nonpad_decode_fp16_expanded",
+        NARROW_WIDE_FLOAT,
+    ),
+    (
+        "test_attention_4d_gqa_with_past_and_present_fp16",
         NARROW_WIDE_FLOAT,
     ),
     (
         "test_attention_4d_gqa_with_past_and_present_fp16_expanded",
         NARROW_WIDE_FLOAT,
     ),
+    ("test_attention_4d_padded_kv_bf16", NARROW_WIDE_FLOAT),
     (
         "test_attention_4d_padded_kv_bf16_expanded",
         NARROW_WIDE_FLOAT,
     ),
     (
+        "test_attention_local_window_ext_cache_float16_mask",
+        NARROW_WIDE_FLOAT,
+    ),
+    (
         "test_attention_local_window_ext_cache_float16_mask_expanded",
         NARROW_WIDE_FLOAT,
+    ),
+    (
+        "test_attention_local_window_gqa_rank4_mask",
+        SOFTMAX_PRECISION,
     ),
     (
         "test_attention_local_window_gqa_rank4_mask_expanded",
@@ -479,7 +507,24 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ("test_clip_default_int8_max_expanded", NARROW_INT),
     ("test_clip_default_int8_min", NARROW_INT),
     ("test_clip_default_int8_min_expanded", NARROW_INT),
+    ("test_compress_bfloat16", NARROW_WIDE_FLOAT),
     ("test_convtranspose_3d", SPATIAL_3D),
+    ("test_cumprod_1d", NARROW_WIDE_FLOAT),
+    ("test_cumprod_1d_exclusive", NARROW_WIDE_FLOAT),
+    ("test_cumprod_1d_reverse", NARROW_WIDE_FLOAT),
+    ("test_cumprod_1d_reverse_exclusive", NARROW_WIDE_FLOAT),
+    ("test_cumprod_2d_axis_0", NARROW_WIDE_FLOAT),
+    ("test_cumprod_2d_axis_1", NARROW_WIDE_FLOAT),
+    ("test_cumprod_2d_negative_axis", NARROW_WIDE_FLOAT),
+    ("test_cumsum_1d", NARROW_WIDE_FLOAT),
+    ("test_cumsum_1d_exclusive", NARROW_WIDE_FLOAT),
+    ("test_cumsum_1d_reverse", NARROW_WIDE_FLOAT),
+    ("test_cumsum_1d_reverse_exclusive", NARROW_WIDE_FLOAT),
+    ("test_cumsum_2d_axis_0", NARROW_WIDE_FLOAT),
+    ("test_cumsum_2d_axis_1", NARROW_WIDE_FLOAT),
+    ("test_cumsum_2d_negative_axis", NARROW_WIDE_FLOAT),
+    ("test_dft_inverse", DFT_ROUNDOFF),
+    ("test_dft_inverse_opset19", DFT_ROUNDOFF),
     ("test_div_int16", NARROW_INT),
     ("test_div_int8", NARROW_INT),
     ("test_div_uint16", NARROW_INT),
@@ -509,6 +554,7 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ("test_less_equal_uint64_expanded", WIDE_UNSIGNED),
     ("test_less_uint32", WIDE_UNSIGNED),
     ("test_less_uint64", WIDE_UNSIGNED),
+    ("test_lppool_3d_default", SPATIAL_3D),
     ("test_max_float16", NARROW_WIDE_FLOAT),
     ("test_max_float64", NARROW_WIDE_FLOAT),
     ("test_max_int16", NARROW_INT),
@@ -556,6 +602,7 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ("test_mul_uint32", WIDE_UNSIGNED),
     ("test_mul_uint64", WIDE_UNSIGNED),
     ("test_mul_uint8", NARROW_INT),
+    ("test_onehot_with_bfloat16_values", NARROW_WIDE_FLOAT),
     ("test_pow_types_float32_uint32", WIDE_UNSIGNED),
     ("test_pow_types_float32_uint64", WIDE_UNSIGNED),
     ("test_pow_types_int32_float32", POW),
@@ -678,6 +725,7 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ("test_sub_uint32", WIDE_UNSIGNED),
     ("test_sub_uint64", WIDE_UNSIGNED),
     ("test_sub_uint8", NARROW_INT),
+    ("test_swiglu_float16_expanded", NARROW_WIDE_FLOAT),
     ("test_training_dropout", TRAINING),
     ("test_training_dropout_default", TRAINING),
     ("test_training_dropout_default_mask", TRAINING),
@@ -698,7 +746,7 @@ const FIRST_OUTPUT_ONLY: &[(&str, &str)] = &[
 
 /// Cases of each suite that must pass through the whole compiler at least, so coverage
 /// cannot shrink silently; a count above it is printed, so it can be raised.
-const MIN_PASSED: &[(&str, usize)] = &[("node", 807), ("pytorch-converted", 44)];
+const MIN_PASSED: &[(&str, usize)] = &[("node", 1156), ("pytorch-converted", 44)];
 
 /// Whether Cranelift's verifier checks every generated function.
 const VERIFY: bool = true;
@@ -902,21 +950,15 @@ fn prepare_and_run(case: &Case) -> Result<CaseRun, Failure> {
         }
         import(&model_bytes, &opts).map(|m| (m, inputs))
     };
-    let first_is_f32 = given
-        .first()
-        .is_some_and(|(_, _, t)| t.as_ref().is_some_and(|t| t.dtype() == DType::F32));
     // Every input of a run-time element type is a run-time input; when the import refuses
     // that (a Reshape's shape, an axes input), the integer inputs become constants, as an
     // embedder would pin them; last, every input but the data (input 0) is a constant:
-    // float parameters such as a Resize's scales, which a model holds as initializers and
-    // the node tests as inputs.
+    // float parameters such as a Resize's scales or a OneHot's depth, which a model holds
+    // as initializers and the node tests as inputs.
     let (module, inputs) = match attempt(&|_, _| true) {
         Ok(run) => run,
         Err(first) => attempt(&|_, t| t.dtype() == DType::F32)
-            .or_else(|e| match first_is_f32 {
-                true => attempt(&|j, _| j == 0),
-                false => Err(e),
-            })
+            .or_else(|_| attempt(&|j, _| j == 0))
             .map_err(|_| Refused(format!("import: {first}")))?,
     };
     let want: Vec<ConstTensor> = (0..module.funcs[0].results.len())

@@ -212,6 +212,11 @@ impl<'a, 'm> NodeCtx<'a, 'm> {
         Ok(self.attr_int(name)?.unwrap_or(default))
     }
 
+    /// A float attribute, `None` when absent.
+    pub fn attr_float(&self, name: &str) -> Result<Option<f32>, Diagnostic> {
+        Ok(self.attr(name, AttributeType::Float)?.and_then(|a| a.f))
+    }
+
     /// A float attribute with a default.
     pub fn attr_float_or(&self, name: &str, default: f32) -> Result<f32, Diagnostic> {
         Ok(self
@@ -239,6 +244,16 @@ impl<'a, 'm> NodeCtx<'a, 'm> {
         Ok(self
             .attr(name, AttributeType::String)?
             .map(|a| String::from_utf8_lossy(a.s()).into_owned()))
+    }
+
+    /// A string-list attribute.
+    pub fn attr_strings(&self, name: &str) -> Result<Option<Vec<String>>, Diagnostic> {
+        Ok(self.attr(name, AttributeType::Strings)?.map(|a| {
+            a.strings
+                .iter()
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect()
+        }))
     }
 
     /// A tensor attribute, decoded.

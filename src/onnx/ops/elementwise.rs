@@ -34,6 +34,7 @@ pub(super) const ROWS: &[OpRule] = rules! {
     "HardSwish"           [14, 22],                       from 14 => unary;
     "LeakyRelu"           [1, 6, 16],                     from 6  => unary;
     "Log"                 [1, 6, 13],                     from 6  => unary;
+    "Mean"                [1, 6, 8, 13],                  from 8  => mean;
     "Mish"                [18, 22],                       from 18 => activation;
     "Mul"                 [1, 6, 7, 13, 14],              from 7  => binary;
     "Neg"                 [1, 6, 13],                     from 6  => unary;
@@ -53,6 +54,7 @@ pub(super) const ROWS: &[OpRule] = rules! {
     "Sqrt"                [1, 6, 13],                     from 6  => unary;
     "Sub"                 [1, 6, 7, 13, 14],              from 7  => binary;
     "Sum"                 [1, 6, 8, 13],                  from 6  => sum;
+    "Swish"               [24],                           from 24 => swish;
     "Tan"                 [7, 22],                      from 7  => unary;
     "Tanh"                [1, 6, 13],                     from 6  => unary;
     "ThresholdedRelu"     [10, 22],                       from 10 => activation;
@@ -629,4 +631,38 @@ pub fn activation(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         }
     };
     Ok(vec![Entry::Value(y)])
+}
+
+/// Mean of one or more inputs: their sum (a chain of adds, as Sum) divided by the count.
+pub fn mean(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&[])?;
+    if cx.num_inputs() == 0 {
+        return Err(cx.err("onnx-missing-input", "Mean needs at least one input"));
+    }
+    let mut acc = cx.value(0)?;
+    for i in 1..cx.num_inputs() {
+        let v = cx.value(i)?;
+        acc = cx.emit(Op::Binary(BinaryOp::Add), &[acc, v])?;
+    }
+    if cx.num_inputs() == 1 {
+        return Ok(vec![Entry::Value(acc)]);
+    }
+    let count = cx.scalar(cx.num_inputs() as f32)?;
+    Ok(vec![Entry::Value(
+        cx.emit(Op::Binary(BinaryOp::Div), &[acc, count])?,
+    )])
+}
+
+/// Swish: `x · sigmoid(alpha · x)` (alpha 1 is `silu`).
+pub fn swish(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&["alpha"])?;
+    cx.check_max_inputs(1)?;
+    let alpha = cx.attr_float_or("alpha", 1.0)?;
+    let x = cx.value(0)?;
+    let a = cx.scalar(alpha)?;
+    let scaled = cx.emit(Op::Binary(BinaryOp::Mul), &[x, a])?;
+    let gate = cx.emit(Op::Unary(UnaryOp::Sigmoid), &[scaled])?;
+    Ok(vec![Entry::Value(
+        cx.emit(Op::Binary(BinaryOp::Mul), &[x, gate])?,
+    )])
 }

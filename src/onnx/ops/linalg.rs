@@ -1,5 +1,6 @@
 //! Matrix ops, Softmax and Hardmax: Gemm, MatMul, Softmax and Hardmax (with their pre-13
-//! flattening semantics), LogSoftmax.
+//! flattening semantics), LogSoftmax, and DFT as products with constant cosine and sine
+//! matrices.
 
 use smelt_ir::op::{Comparison, GemmAttrs, Op, ReduceAttrs, Reduction};
 use smelt_ir::{DType, Diagnostic, Value, F32};
@@ -11,6 +12,7 @@ use crate::onnx::tensor::ConstTensor;
 /// This family's rows of the operator table (op type, every `since_version` up to
 /// [`super::MAX_OPSET`], the oldest smelt implements, handler); `super` sorts them.
 pub(super) const ROWS: &[OpRule] = rules! {
+    "DFT"                 [17, 20],                       from 17 => dft;
     "Gemm"                [1, 6, 7, 9, 11, 13],           from 6  => gemm;
     "Hardmax"             [1, 11, 13],                  from 1  => hardmax;
     "LogSoftmax"          [1, 11, 13],                    from 1  => log_softmax;
@@ -163,4 +165,164 @@ fn first_largest(
     let first = cx.emit(Op::Reduce(Reduction::Min, along), &[candidates])?;
     let one_hot = cx.emit(Op::Compare(Comparison::Equal), &[indices, first])?;
     cx.emit(Op::Cast { to: DType::F32 }, &[one_hot])
+}
+
+/// DFT (opsets 17 to 20) as products with constant cosine and sine matrices along the
+/// axis: the forward transform, the inverse (scaled by 1/n), the one-sided forward
+/// transform (the first n/2 + 1 frequencies) and the one-sided inverse of a Hermitian
+/// spectrum (real output of length 2(m − 1), each inner frequency counted twice). The
+/// matrices are computed in f64; `dft_length` other than the default is refused.
+pub fn dft(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    use smelt_ir::op::{BinaryOp, SliceAttrs};
+    cx.check_attrs(&["axis", "inverse", "onesided"])?;
+    cx.check_max_inputs(3)?;
+    let dims = cx.dims(0)?;
+    let rank = dims.len();
+    let parts = dims.last().copied().unwrap_or(0);
+    if rank < 2 || !(parts == 1 || parts == 2) {
+        return Err(cx.err(
+            "onnx-bad-model",
+            format!("input of shape {dims:?} must end in 1 (real) or 2 (real, imaginary)"),
+        ));
+    }
+    let raw_axis = if cx.version >= 20 {
+        if cx.node.attribute.iter().any(|a| a.name() == "axis") {
+            return Err(cx.bad_attr("axis", "is input 2 from opset 20"));
+        }
+        match cx.input_name(2) {
+            Some(_) => match cx.const_ints(2, "axis")?.as_slice() {
+                [a] => *a,
+                other => {
+                    return Err(cx.err(
+                        "onnx-bad-model",
+                        format!("axis must be one integer, got {other:?}"),
+                    ))
+                }
+            },
+            None => -2,
+        }
+    } else {
+        cx.attr_int_or("axis", 1)?
+    };
+    let axis = cx.axis("axis", raw_axis, rank)?;
+    if axis == rank - 1 {
+        return Err(cx.bad_attr("axis", "names the real/imaginary axis, not a signal axis"));
+    }
+    let inverse = cx.attr_bool("inverse", false)?;
+    let onesided = cx.attr_bool("onesided", false)?;
+    let n_in = dims[axis];
+    let length = if inverse && onesided {
+        2 * (n_in.max(1) - 1)
+    } else {
+        n_in
+    };
+    if cx.input_name(1).is_some() {
+        let given = cx.const_ints(1, "dft_length")?;
+        if given != [length as i64] {
+            return Err(cx.err(
+                "onnx-unsupported-attribute",
+                format!("dft_length {given:?}: smelt transforms the axis' own length ({length})"),
+            ));
+        }
+    }
+    if length == 0 {
+        return Err(cx.err(
+            "onnx-bad-model",
+            "the one-sided inverse needs at least 2 frequencies",
+        ));
+    }
+    let out_len = if onesided && !inverse {
+        length / 2 + 1
+    } else {
+        length
+    };
+    // the matrices [n_in, out_len], scaled and weighted as the transform needs
+    let mut cos = Vec::with_capacity(n_in * out_len);
+    let mut sin = Vec::with_capacity(n_in * out_len);
+    for j in 0..n_in {
+        let weight = match (inverse, onesided) {
+            (true, true) if j == 0 || j == n_in - 1 => 1.0,
+            (true, true) => 2.0,
+            _ => 1.0,
+        } / if inverse { length as f64 } else { 1.0 };
+        for k in 0..out_len {
+            let angle = 2.0 * std::f64::consts::PI * ((j * k) % length) as f64 / length as f64;
+            cos.push((weight * angle.cos()) as f32);
+            sin.push((weight * angle.sin()) as f32);
+        }
+    }
+    let c_name = cx.derived_name("dft_cos");
+    let cos = cx.materialize(&ConstTensor::f32(vec![n_in, out_len], cos), &c_name)?;
+    let s_name = cx.derived_name("dft_sin");
+    let sin = cx.materialize(&ConstTensor::f32(vec![n_in, out_len], sin), &s_name)?;
+    // real and imaginary parts with the axis moved last
+    let x = cx.value(0)?;
+    let signal_dims = dims[..rank - 1].to_vec();
+    let mut perm: Vec<usize> = (0..rank - 1).filter(|&k| k != axis).collect();
+    perm.push(axis);
+    let mut back = vec![0; rank - 1];
+    for (i, &k) in perm.iter().enumerate() {
+        back[k] = i;
+    }
+    let part = |cx: &mut NodeCtx, p: usize| -> Result<Value, Diagnostic> {
+        let mut starts = vec![0i64; rank];
+        let mut ends: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
+        starts[rank - 1] = p as i64;
+        ends[rank - 1] = p as i64 + 1;
+        let s = cx.emit(
+            Op::Slice(SliceAttrs {
+                starts,
+                ends,
+                steps: vec![1; rank],
+            }),
+            &[x],
+        )?;
+        let s = cx.reshape(s, signal_dims.clone())?;
+        cx.emit(Op::Transpose { perm: perm.clone() }, &[s])
+    };
+    let re = part(cx, 0)?;
+    let im = if parts == 2 { Some(part(cx, 1)?) } else { None };
+    let product = |cx: &mut NodeCtx, a: Value, m: Value| cx.emit(Op::MatMul, &[a, m]);
+    let combine = |cx: &mut NodeCtx, a: Value, b: Option<Value>, op: BinaryOp| match b {
+        Some(b) => cx.emit(Op::Binary(op), &[a, b]),
+        None => Ok(a),
+    };
+    let rc = product(cx, re, cos)?;
+    let rs = product(cx, re, sin)?;
+    let (ic, is) = match im {
+        Some(im) => (Some(product(cx, im, cos)?), Some(product(cx, im, sin)?)),
+        None => (None, None),
+    };
+    let neg = |cx: &mut NodeCtx, v: Value| cx.emit(Op::Unary(smelt_ir::op::UnaryOp::Neg), &[v]);
+    // forward: e^{-iθ}; inverse: e^{+iθ}
+    let outputs: Vec<Value> = if inverse && onesided {
+        vec![combine(cx, rc, is, BinaryOp::Sub)?]
+    } else if inverse {
+        let real = combine(cx, rc, is, BinaryOp::Sub)?;
+        let imag = match ic {
+            Some(ic) => cx.emit(Op::Binary(BinaryOp::Add), &[rs, ic])?,
+            None => rs,
+        };
+        vec![real, imag]
+    } else {
+        let real = combine(cx, rc, is, BinaryOp::Add)?;
+        let imag = match ic {
+            Some(ic) => cx.emit(Op::Binary(BinaryOp::Sub), &[ic, rs])?,
+            None => neg(cx, rs)?,
+        };
+        vec![real, imag]
+    };
+    let mut out_dims = dims.clone();
+    out_dims[axis] = out_len;
+    out_dims[rank - 1] = 1;
+    let mut pieces = Vec::with_capacity(2);
+    for v in outputs {
+        let v = cx.emit(Op::Transpose { perm: back.clone() }, &[v])?;
+        pieces.push(cx.reshape(v, out_dims.clone())?);
+    }
+    let y = match pieces.as_slice() {
+        [one] => *one,
+        _ => cx.emit(Op::Concat { axis: rank - 1 }, &pieces)?,
+    };
+    Ok(vec![Entry::Value(y)])
 }

@@ -10,15 +10,19 @@ macro_rules! rules {
     };
 }
 
+mod attention;
 mod control;
 mod conv;
 mod elementwise;
+mod indexing;
 mod linalg;
 mod logic;
+mod loss;
 mod movement;
 mod norm;
 mod pad_split;
 mod pool;
+mod recurrent;
 mod reduce;
 mod resize;
 mod shape;
@@ -51,15 +55,19 @@ pub struct OpRule {
 
 /// Every family's rows, in no particular order (each family's own are sorted by op type).
 const FAMILIES: &[&[OpRule]] = &[
+    attention::ROWS,
     control::ROWS,
     conv::ROWS,
     elementwise::ROWS,
+    indexing::ROWS,
     linalg::ROWS,
     logic::ROWS,
+    loss::ROWS,
     movement::ROWS,
     norm::ROWS,
     pad_split::ROWS,
     pool::ROWS,
+    recurrent::ROWS,
     reduce::ROWS,
     resize::ROWS,
     shape::ROWS,

@@ -1,7 +1,8 @@
 //! Normalizations: BatchNormalization (inference form) and LayerNormalization as IR
-//! ops; InstanceNormalization and LRN as compositions of IR ops.
+//! ops; InstanceNormalization, LRN, RMSNormalization and LpNormalization as
+//! compositions of IR ops.
 
-use smelt_ir::op::{BinaryOp, Op, Pool2dAttrs, ReduceAttrs, Reduction, UnaryOp};
+use smelt_ir::op::{BinaryOp, Comparison, Op, Pool2dAttrs, ReduceAttrs, Reduction, UnaryOp};
 use smelt_ir::{Diagnostic, Layout, Value, F32};
 
 use super::OpRule;
@@ -14,6 +15,8 @@ pub(super) const ROWS: &[OpRule] = rules! {
     "InstanceNormalization" [1, 6, 22],                   from 1  => instance_norm;
     "LRN"                 [1, 13],                        from 1  => lrn;
     "LayerNormalization"  [17],                           from 17 => layer_norm;
+    "LpNormalization"     [1, 22],                        from 1  => lp_norm;
+    "RMSNormalization"    [23],                           from 23 => rms_norm;
 };
 
 /// BatchNormalization with running statistics. Training mode, and `spatial = 0`
@@ -214,5 +217,64 @@ pub fn lrn(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     let exponent = cx.emit(Op::Binary(BinaryOp::Mul), &[log, minus_beta])?;
     let factor = cx.emit(Op::Unary(UnaryOp::Exp), &[exponent])?;
     let y = cx.emit(Op::Binary(BinaryOp::Mul), &[x, factor])?;
+    Ok(vec![Entry::Value(y)])
+}
+
+/// RMSNormalization: `x / sqrt(mean(x²) + epsilon) * scale`, the mean over the axes
+/// `axis..rank`, composed of `mul`, `reduce_mean`, `add`, `sqrt` and `div` in the
+/// operator's order (the division rounds once where the reference's reciprocal and
+/// product round twice). `stash_type` only
+/// selects the precision of the mean; smelt's is at least float32.
+pub fn rms_norm(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&["axis", "epsilon", "stash_type"])?;
+    cx.check_max_inputs(2)?;
+    let rank = cx.dims(0)?.len();
+    let axis = cx.axis("axis", cx.attr_int_or("axis", -1)?, rank)?;
+    let epsilon = cx.attr_float_or("epsilon", 1e-5)?;
+    let x = cx.value(0)?;
+    let scale = cx.value(1)?;
+    let square = cx.emit(Op::Binary(BinaryOp::Mul), &[x, x])?;
+    let along = ReduceAttrs {
+        axes: (axis..rank).collect(),
+        keep_dims: true,
+    };
+    let mean = cx.emit(Op::Reduce(Reduction::Mean, along), &[square])?;
+    let eps = cx.scalar(epsilon)?;
+    let shifted = cx.emit(Op::Binary(BinaryOp::Add), &[mean, eps])?;
+    let rms = cx.emit(Op::Unary(UnaryOp::Sqrt), &[shifted])?;
+    let normal = cx.emit(Op::Binary(BinaryOp::Div), &[x, rms])?;
+    let y = cx.emit(Op::Binary(BinaryOp::Mul), &[normal, scale])?;
+    Ok(vec![Entry::Value(y)])
+}
+
+/// LpNormalization: `x / ‖x‖ₚ` along one axis for p = 1 (the sum of `|x|`) or p = 2 (the
+/// square root of the sum of `x²`); a zero norm gives 0 rather than `NaN`, as the
+/// operator's reference does.
+pub fn lp_norm(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&["axis", "p"])?;
+    let rank = cx.dims(0)?.len();
+    let axis = cx.axis("axis", cx.attr_int_or("axis", -1)?, rank)?;
+    let p = cx.attr_int_or("p", 2)?;
+    let x = cx.value(0)?;
+    let along = ReduceAttrs {
+        axes: vec![axis],
+        keep_dims: true,
+    };
+    let norm = match p {
+        1 => {
+            let a = cx.emit(Op::Unary(UnaryOp::Abs), &[x])?;
+            cx.emit(Op::Reduce(Reduction::Sum, along), &[a])?
+        }
+        2 => {
+            let square = cx.emit(Op::Binary(BinaryOp::Mul), &[x, x])?;
+            let sum = cx.emit(Op::Reduce(Reduction::Sum, along), &[square])?;
+            cx.emit(Op::Unary(UnaryOp::Sqrt), &[sum])?
+        }
+        _ => return Err(cx.bad_attr("p", format!("{p} is not 1 or 2"))),
+    };
+    let zero = cx.scalar(0.0)?;
+    let vanishes = cx.emit(Op::Compare(Comparison::Equal), &[norm, zero])?;
+    let normal = cx.emit(Op::Binary(BinaryOp::Div), &[x, norm])?;
+    let y = cx.emit(Op::Where, &[vanishes, zero, normal])?;
     Ok(vec![Entry::Value(y)])
 }

@@ -1,4 +1,5 @@
-//! Pad and Split. Pad becomes the IR's `pad` (pads and axes must be known at import;
+//! Pad, CenterCropPad and Split. Pad becomes the IR's `pad` (CenterCropPad too, its
+//! crops as negative pads) (pads and axes must be known at import;
 //! the constant value may be computed at run time, since `pad` takes it as an operand).
 //! Split becomes one `slice` per output (folded when the input is constant, as shape
 //! vectors are), with the chunk sizes of its opset: the `split` attribute (before 13)
@@ -15,6 +16,7 @@ use crate::onnx::tensor::{dtype, ConstData, ConstTensor};
 /// This family's rows of the operator table (op type, every `since_version` up to
 /// [`super::MAX_OPSET`], the oldest smelt implements, handler); `super` sorts them.
 pub(super) const ROWS: &[OpRule] = rules! {
+    "CenterCropPad"       [18],                           from 18 => center_crop_pad;
     "Pad"                 [1, 2, 11, 13, 18, 19, 21, 23, 24, 25], from 2 => pad;
     "Split"               [1, 2, 11, 13, 18],             from 1  => split;
 };
@@ -300,6 +302,50 @@ pub fn split(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         }
     }
     Ok(entries)
+}
+
+/// CenterCropPad: each listed axis (`axes`, default all) cropped or zero-padded to its
+/// target length (input 1, known at import) around its centre — the odd element of a
+/// crop or pad at the end — as one `pad` whose negative pads crop.
+pub fn center_crop_pad(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&["axes"])?;
+    cx.check_max_inputs(2)?;
+    let dims = cx.dims(0)?;
+    let rank = dims.len();
+    let shape = cx.const_ints(1, "shape")?;
+    let axes = match cx.attr_ints("axes")? {
+        Some(listed) => listed
+            .iter()
+            .map(|&a| cx.axis("axes", a, rank))
+            .collect::<Result<Vec<_>, _>>()?,
+        None => (0..rank).collect(),
+    };
+    if shape.len() != axes.len() {
+        return Err(cx.err(
+            "onnx-bad-model",
+            format!("shape {shape:?} must have one length per axis of {axes:?}"),
+        ));
+    }
+    let mut pads = vec![0i64; 2 * rank];
+    for (&a, &target) in axes.iter().zip(&shape) {
+        if target <= 0 {
+            return Err(cx.err(
+                "onnx-bad-model",
+                format!("target length {target} of axis {a} must be positive"),
+            ));
+        }
+        // positive: added around the input; negative: cropped from it
+        let grow = target - dims[a] as i64;
+        let begin = grow.signum() * (grow.abs() / 2);
+        pads[a] = begin;
+        pads[rank + a] = grow - begin;
+    }
+    let x = cx.value(0)?;
+    let op = Op::Pad(PadAttrs {
+        pads,
+        mode: PadMode::Constant,
+    });
+    Ok(vec![Entry::Value(cx.emit(op, &[x])?)])
 }
 
 #[cfg(test)]

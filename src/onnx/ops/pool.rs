@@ -1,7 +1,7 @@
 //! Pools: MaxPool, AveragePool (1-D and 2-D, and N-D where at most two spatial axes have
-//! a window) and GlobalAveragePool.
+//! a window), GlobalAveragePool, and LpPool as an average pool of `|x|ᵖ`.
 
-use smelt_ir::op::{Op, Pool2dAttrs};
+use smelt_ir::op::{BinaryOp, Op, Pool2dAttrs, UnaryOp};
 use smelt_ir::{Diagnostic, Value};
 
 use super::conv::{input_as_4d, output_from_4d, spatial_input, Window};
@@ -13,6 +13,7 @@ use crate::onnx::context::{Entry, NodeCtx};
 pub(super) const ROWS: &[OpRule] = rules! {
     "AveragePool"         [1, 7, 10, 11, 19, 22],         from 1  => average_pool;
     "GlobalAveragePool"   [1, 22],                        from 1  => global_average_pool;
+    "LpPool"              [1, 2, 11, 18, 22],             from 2  => lp_pool;
     "MaxPool"             [1, 8, 10, 11, 12, 22],         from 1  => max_pool;
 };
 
@@ -175,4 +176,76 @@ fn pool(
         }
     }
     cx.reshape(y, out)
+}
+
+/// LpPool (1-D and 2-D): `(Σ |x|ᵖ)^(1/p)` over each window, as an `avg_pool2d` of `|x|ᵖ`
+/// counting the padding (padded zeros add nothing) times the window size. Powers up to 4
+/// are products, higher ones `exp(p·log|x|)`; the root is `sqrt` for p = 2, else
+/// `exp(log(s)/p)` (0 stays 0 through `log`'s −∞). `ceil_mode` windows running past the
+/// padding would need their own count, so `ceil_mode = 1` is refused.
+pub fn lp_pool(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&[
+        "auto_pad",
+        "ceil_mode",
+        "dilations",
+        "kernel_shape",
+        "p",
+        "pads",
+        "strides",
+    ])?;
+    if cx.attr_bool("ceil_mode", false)? {
+        return Err(cx.err(
+            "onnx-unsupported-attribute",
+            "ceil_mode = 1 is not supported for LpPool (a window past the padding sums fewer elements)",
+        ));
+    }
+    let p = cx.attr_int_or("p", 2)?;
+    if !(1..=64).contains(&p) {
+        return Err(cx.bad_attr("p", format!("{p} must be between 1 and 64")));
+    }
+    let x_dims = spatial_input(cx, 0)?;
+    let window = pool_window(cx, &x_dims, cx.version >= 18)?;
+    let attrs = pool_attrs(cx, &window)?;
+    let size: usize = window.kernel.iter().product();
+    let x = input_as_4d(cx, &x_dims)?;
+    let a = cx.emit(Op::Unary(UnaryOp::Abs), &[x])?;
+    let mul = |cx: &mut NodeCtx, l: Value, r: Value| cx.emit(Op::Binary(BinaryOp::Mul), &[l, r]);
+    let powered = match p {
+        1 => a,
+        2 => mul(cx, a, a)?,
+        3 => {
+            let s = mul(cx, a, a)?;
+            mul(cx, s, a)?
+        }
+        4 => {
+            let s = mul(cx, a, a)?;
+            mul(cx, s, s)?
+        }
+        _ => {
+            let l = cx.emit(Op::Unary(UnaryOp::Log), &[a])?;
+            let pv = cx.scalar(p as f32)?;
+            let e = mul(cx, l, pv)?;
+            cx.emit(Op::Unary(UnaryOp::Exp), &[e])?
+        }
+    };
+    let avg = cx.emit(
+        Op::AvgPool2d {
+            pool: attrs,
+            count_include_pad: true,
+        },
+        &[powered],
+    )?;
+    let count = cx.scalar(size as f32)?;
+    let sum = mul(cx, avg, count)?;
+    let y = match p {
+        1 => sum,
+        2 => cx.emit(Op::Unary(UnaryOp::Sqrt), &[sum])?,
+        _ => {
+            let l = cx.emit(Op::Unary(UnaryOp::Log), &[sum])?;
+            let inv = cx.scalar(1.0 / p as f32)?;
+            let e = mul(cx, l, inv)?;
+            cx.emit(Op::Unary(UnaryOp::Exp), &[e])?
+        }
+    };
+    Ok(vec![Entry::Value(output_from_4d(cx, y, x_dims.len())?)])
 }

@@ -4,17 +4,24 @@
 //! it set, the identity); ReduceSumSquare, ReduceL1 and ReduceL2 as a sum of `x·x` or
 //! `|x|` (then `sqrt`); ReduceLogSum as `log` of the sum, ReduceLogSumExp as the stable
 //! `m + log(Σ exp(x − m))` with `m` the maximum; GlobalMaxPool as `reduce_max` over the
-//! spatial axes.
+//! spatial axes; ReduceProd as repeated halving products (no product reduction in the
+//! IR); ArgMax and ArgMin as reductions of the positions where the extremum is; CumSum
+//! and CumProd as Hillis–Steele scans of shifted copies.
 
-use smelt_ir::op::{BinaryOp, Op, ReduceAttrs, Reduction, UnaryOp};
+use smelt_ir::op::{BinaryOp, Comparison, Op, ReduceAttrs, Reduction, UnaryOp};
 use smelt_ir::Diagnostic;
 
 use super::OpRule;
 use crate::onnx::context::{Entry, NodeCtx};
+use crate::onnx::tensor::ConstTensor;
 
 /// This family's rows of the operator table (op type, every `since_version` up to
 /// [`super::MAX_OPSET`], the oldest smelt implements, handler); `super` sorts them.
 pub(super) const ROWS: &[OpRule] = rules! {
+    "ArgMax"              [1, 11, 12, 13],                from 1  => arg_extremum;
+    "ArgMin"              [1, 11, 12, 13],                from 1  => arg_extremum;
+    "CumProd"             [26],                           from 26 => cumulative;
+    "CumSum"              [11, 14],                       from 11 => cumulative;
     "GlobalMaxPool"       [1, 22],                        from 1  => global_max_pool;
     "ReduceL1"            [1, 11, 13, 18],                from 1  => reduce;
     "ReduceL2"            [1, 11, 13, 18],                from 1  => reduce;
@@ -23,11 +30,12 @@ pub(super) const ROWS: &[OpRule] = rules! {
     "ReduceMax"           [1, 11, 12, 13, 18, 20],        from 1  => reduce;
     "ReduceMean"          [1, 11, 13, 18],                from 1  => reduce;
     "ReduceMin"           [1, 11, 12, 13, 18, 20],        from 1  => reduce;
+    "ReduceProd"          [1, 11, 13, 18],                from 1  => reduce;
     "ReduceSum"           [1, 11, 13],                    from 1  => reduce;
     "ReduceSumSquare"     [1, 11, 13, 18],                from 1  => reduce;
 };
 
-/// ReduceSum, ReduceMean, ReduceMax, ReduceMin.
+/// ReduceSum, ReduceMean, ReduceMax, ReduceMin, and the compositions the module doc names.
 pub fn reduce(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     let op = cx.node.op_type();
     let (r, input_from) = match op {
@@ -59,6 +67,9 @@ pub fn reduce(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         axes = (0..rank).collect();
     }
     let x = cx.value(0)?;
+    if op == "ReduceProd" {
+        return Ok(vec![Entry::Value(product(cx, x, &axes, keep_dims)?)]);
+    }
     if op == "ReduceLogSumExp" {
         let along = ReduceAttrs {
             axes: axes.clone(),
@@ -119,4 +130,217 @@ pub fn global_max_pool(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     Ok(vec![Entry::Value(
         cx.emit(Op::Reduce(Reduction::Max, attrs), &[x])?,
     )])
+}
+
+/// Largest index exact in float32 (2^24): ArgMax and ArgMin reduce indices as floats.
+const MAX_EXACT_INDEX: usize = 1 << 24;
+
+/// ArgMax and ArgMin along `axis` (`keepdims`, `select_last_index` from version 12) as
+/// reductions: the extremum, where the input equals it, then the smallest (or, with
+/// `select_last_index`, the largest) such index — the indices reduced as float32 (exact
+/// below 2^24, checked), then cast to int64. A NaN counts as the largest value for ArgMax
+/// and the smallest for ArgMin (tying an infinity of that sign), so the result is the
+/// same index in the interpreter and on every kernel whatever their NaN rules.
+pub fn arg_extremum(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    let largest = cx.node.op_type() == "ArgMax";
+    cx.check_attrs(&["axis", "keepdims", "select_last_index"])?;
+    cx.check_max_inputs(1)?;
+    let dims = cx.dims(0)?;
+    let axis = cx.axis("axis", cx.attr_int_or("axis", 0)?, dims.len())?;
+    let keep_dims = cx.attr_bool("keepdims", true)?;
+    let last = cx.attr_bool("select_last_index", false)?;
+    let n = dims[axis];
+    if n > MAX_EXACT_INDEX {
+        return Err(cx.err(
+            "onnx-unsupported",
+            format!("axis {axis} has {n} elements; smelt's ArgMax and ArgMin take at most 2^24"),
+        ));
+    }
+    let x = cx.value(0)?;
+    let dtype = cx.type_of(x).dtype;
+    if dtype != smelt_ir::DType::F32 {
+        return Err(cx.err(
+            "onnx-unsupported-dtype",
+            format!("input of type {dtype}: smelt's ArgMax and ArgMin take float32"),
+        ));
+    }
+    let is_number = cx.emit(Op::Compare(Comparison::Equal), &[x, x])?;
+    let nan_as = cx.scalar(if largest {
+        f32::INFINITY
+    } else {
+        f32::NEG_INFINITY
+    })?;
+    let x = cx.emit(Op::Where, &[is_number, x, nan_as])?;
+    let along = |keep_dims| ReduceAttrs {
+        axes: vec![axis],
+        keep_dims,
+    };
+    let extremum = if largest {
+        Reduction::Max
+    } else {
+        Reduction::Min
+    };
+    let best = cx.emit(Op::Reduce(extremum, along(true)), &[x])?;
+    let hit = cx.emit(Op::Compare(Comparison::Equal), &[x, best])?;
+    let mut iota_dims = vec![1; dims.len()];
+    iota_dims[axis] = n;
+    let iota = ConstTensor::f32(iota_dims, (0..n).map(|i| i as f32).collect());
+    let name = cx.derived_name("positions");
+    let iota = cx.materialize(&iota, &name)?;
+    // a miss never wins the reduction over the hits' positions
+    let (miss, pick) = if last {
+        (-1.0, Reduction::Max)
+    } else {
+        (n as f32, Reduction::Min)
+    };
+    let miss = cx.scalar(miss)?;
+    let candidates = cx.emit(Op::Where, &[hit, iota, miss])?;
+    let index = cx.emit(Op::Reduce(pick, along(keep_dims)), &[candidates])?;
+    let index = cx.emit(
+        Op::Cast {
+            to: smelt_ir::DType::I64,
+        },
+        &[index],
+    )?;
+    Ok(vec![Entry::Value(index)])
+}
+
+/// The product of `x` over `axes`: the reduced axes moved last and merged into one of
+/// length `R`, padded with ones to a power of two, then halved `log₂ R` times by
+/// multiplying its two halves — exact on integers (wrapping, as ONNX's), and on floats
+/// one rounding per product as a sequential product has, in a balanced order.
+fn product(
+    cx: &mut NodeCtx,
+    x: smelt_ir::Value,
+    axes: &[usize],
+    keep_dims: bool,
+) -> Result<smelt_ir::Value, Diagnostic> {
+    use smelt_ir::op::SliceAttrs;
+    let dims = cx.type_of(x).dims.clone();
+    let dtype = cx.type_of(x).dtype;
+    let kept_axes: Vec<usize> = (0..dims.len()).filter(|k| !axes.contains(k)).collect();
+    let perm: Vec<usize> = kept_axes.iter().chain(axes).copied().collect();
+    let moved = if perm.iter().enumerate().all(|(i, &k)| i == k) {
+        x
+    } else {
+        cx.emit(Op::Transpose { perm }, &[x])?
+    };
+    let kept: usize = kept_axes.iter().map(|&k| dims[k]).product();
+    let reduced: usize = axes.iter().map(|&k| dims[k]).product();
+    let mut rows = cx.reshape(moved, vec![kept, reduced])?;
+    let width = reduced.next_power_of_two();
+    if width > reduced {
+        let ones = ConstTensor::f32(
+            vec![kept, width - reduced],
+            vec![1.0; kept * (width - reduced)],
+        );
+        let name = cx.derived_name("ones");
+        let mut ones = cx.materialize(&ones, &name)?;
+        if dtype != smelt_ir::DType::F32 {
+            ones = cx.emit(Op::Cast { to: dtype }, &[ones])?;
+        }
+        rows = cx.emit(Op::Concat { axis: 1 }, &[rows, ones])?;
+    }
+    let half = |lo: usize, hi: usize| {
+        Op::Slice(SliceAttrs {
+            starts: vec![0, lo as i64],
+            ends: vec![kept as i64, hi as i64],
+            steps: vec![1, 1],
+        })
+    };
+    let mut width = width;
+    while width > 1 {
+        let h = width / 2;
+        let a = cx.emit(half(0, h), &[rows])?;
+        let b = cx.emit(half(h, width), &[rows])?;
+        rows = cx.emit(Op::Binary(BinaryOp::Mul), &[a, b])?;
+        width = h;
+    }
+    let out: Vec<usize> = (0..dims.len())
+        .filter_map(|k| match (axes.contains(&k), keep_dims) {
+            (false, _) => Some(dims[k]),
+            (true, true) => Some(1),
+            (true, false) => None,
+        })
+        .collect();
+    cx.reshape(rows, out)
+}
+
+/// CumSum and CumProd along `axis` (input 1, known at import), `exclusive` and
+/// `reverse`, as a Hillis–Steele scan: `⌈log₂ n⌉` steps, each combining the running
+/// result with itself shifted by the next power of two (the shifted-in positions the
+/// identity, 0 or 1) — exact on integers (wrapping, as ONNX's), and on floats as accurate
+/// as a sequential scan or better (each sum a balanced tree of the terms). An exclusive
+/// scan first shifts the input by one.
+pub fn cumulative(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    let sum = cx.node.op_type() == "CumSum";
+    cx.check_attrs(&["exclusive", "reverse"])?;
+    cx.check_max_inputs(2)?;
+    let dims = cx.dims(0)?;
+    let axis = match cx.const_ints(1, "axis")?.as_slice() {
+        [a] => cx.axis("axis", *a, dims.len())?,
+        other => {
+            return Err(cx.err(
+                "onnx-bad-model",
+                format!("axis must be one integer, got {other:?}"),
+            ))
+        }
+    };
+    let exclusive = cx.attr_bool("exclusive", false)?;
+    let reverse = cx.attr_bool("reverse", false)?;
+    let x = cx.value(0)?;
+    let dtype = cx.type_of(x).dtype;
+    if dtype == smelt_ir::DType::Bool {
+        return Err(cx.err(
+            "onnx-unsupported-dtype",
+            "a bool input: CumSum and CumProd take numbers",
+        ));
+    }
+    let n = dims[axis];
+    let (identity, combine) = if sum {
+        (0.0, BinaryOp::Add)
+    } else {
+        (1.0, BinaryOp::Mul)
+    };
+    // `v` shifted by `d` along the axis toward the scan's end, the identity shifted in
+    let shift =
+        |cx: &mut NodeCtx, v: smelt_ir::Value, d: usize| -> Result<smelt_ir::Value, Diagnostic> {
+            let mut fill_dims = dims.clone();
+            fill_dims[axis] = d.min(n);
+            let count: usize = fill_dims.iter().product();
+            let name = cx.derived_name("scan_identity");
+            let mut fill =
+                cx.materialize(&ConstTensor::f32(fill_dims, vec![identity; count]), &name)?;
+            if dtype != smelt_ir::DType::F32 {
+                fill = cx.emit(Op::Cast { to: dtype }, &[fill])?;
+            }
+            if d >= n {
+                return Ok(fill);
+            }
+            let mut starts = vec![0i64; dims.len()];
+            let mut ends: Vec<i64> = dims.iter().map(|&k| k as i64).collect();
+            if reverse {
+                starts[axis] = d as i64;
+            } else {
+                ends[axis] = (n - d) as i64;
+            }
+            let kept = cx.emit(
+                Op::Slice(smelt_ir::op::SliceAttrs {
+                    starts,
+                    ends,
+                    steps: vec![1; dims.len()],
+                }),
+                &[v],
+            )?;
+            let parts = if reverse { [kept, fill] } else { [fill, kept] };
+            cx.emit(Op::Concat { axis }, &parts)
+        };
+    let mut y = if exclusive { shift(cx, x, 1)? } else { x };
+    let mut d = 1;
+    while d < n {
+        let moved = shift(cx, y, d)?;
+        y = cx.emit(Op::Binary(combine), &[y, moved])?;
+        d *= 2;
+    }
+    Ok(vec![Entry::Value(y)])
 }

@@ -1,0 +1,326 @@
+//! Selections by position: Trilu as a `where` over a constant mask, OneHot as a `where`
+//! over the comparison of the indices with the positions, Compress as a `gather` of the
+//! positions its constant condition selects, and GatherElements as a `gather` of the
+//! flattened data at flat positions: each index's position along the axis times the axis
+//! stride, plus the other coordinates' part (a constant, since shapes are static).
+//! Indices known at import are resolved and checked there; run-time ones are wrapped
+//! (negative counts from the end) and checked by integer ops, an index out of range
+//! becoming a position past the end, which the `gather` refuses at run time — so a bad
+//! index is an error from `run`, never a read elsewhere in the data.
+
+use smelt_ir::op::{BinaryOp, Comparison, LogicOp, Op};
+use smelt_ir::{DType, Diagnostic, Value};
+
+use super::OpRule;
+use crate::onnx::context::{Entry, NodeCtx};
+use crate::onnx::tensor::ConstTensor;
+
+/// This family's rows of the operator table (op type, every `since_version` up to
+/// [`super::MAX_OPSET`], the oldest smelt implements, handler); `super` sorts them.
+pub(super) const ROWS: &[OpRule] = rules! {
+    "Compress"            [9, 11, 28],                    from 9  => compress;
+    "GatherElements"      [11, 13],                       from 11 => gather_elements;
+    "OneHot"              [9, 11, 28],                    from 9  => one_hot;
+    "Trilu"               [14],                           from 14 => trilu;
+};
+
+/// GatherElements: `out[i₀, …, iₙ] = data[i₀, …, indices[i₀, …, iₙ], …, iₙ]` along `axis`.
+pub fn gather_elements(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&["axis"])?;
+    cx.check_max_inputs(2)?;
+    let rank = cx.dims(0)?.len();
+    let axis = cx.axis("axis", cx.attr_int_or("axis", 0)?, rank)?;
+    let data = cx.value(0)?;
+    let indices = match cx.const_input(1)? {
+        Some(c) => Indices::Const(c.as_ref().clone()),
+        None => Indices::Value(cx.value(1)?),
+    };
+    Ok(vec![Entry::Value(gather_elements_of(
+        cx, data, indices, axis,
+    )?)])
+}
+
+/// GatherElements' indices: known at import, or computed at run time.
+pub enum Indices {
+    /// Known at import (int64 or another integer type).
+    Const(ConstTensor),
+    /// A run-time int64 or int32 tensor.
+    Value(Value),
+}
+
+/// The elements of `data` that `indices` pick along `axis` (GatherElements); also the
+/// losses' pick of each target's class.
+pub fn gather_elements_of(
+    cx: &mut NodeCtx,
+    data: Value,
+    indices: Indices,
+    axis: usize,
+) -> Result<Value, Diagnostic> {
+    let data_dims = cx.type_of(data).dims.clone();
+    let index_dims = match &indices {
+        Indices::Const(c) => c.dims.clone(),
+        Indices::Value(v) => cx.type_of(*v).dims.clone(),
+    };
+    let fits = index_dims.len() == data_dims.len()
+        && index_dims
+            .iter()
+            .zip(&data_dims)
+            .enumerate()
+            .all(|(k, (&i, &d))| k == axis || i <= d);
+    if !fits {
+        return Err(cx.err(
+            "onnx-bad-model",
+            format!(
+                "indices of shape {index_dims:?} must have the rank of the data {data_dims:?} \
+                 and no dimension larger than the data's but along axis {axis}"
+            ),
+        ));
+    }
+    let size = data_dims[axis] as i64;
+    let mut strides = vec![1usize; data_dims.len()];
+    for k in (0..data_dims.len().saturating_sub(1)).rev() {
+        strides[k] = strides[k + 1] * data_dims[k + 1];
+    }
+    let total: usize = data_dims.iter().product();
+    // each index position's offset from the coordinates other than the axis
+    let count: usize = index_dims.iter().product();
+    let mut base = Vec::with_capacity(count);
+    let mut coords = vec![0usize; index_dims.len()];
+    for _ in 0..count {
+        let offset: usize = (0..coords.len())
+            .filter(|&k| k != axis)
+            .map(|k| coords[k] * strides[k])
+            .sum();
+        base.push(offset as i64);
+        for k in (0..coords.len()).rev() {
+            coords[k] += 1;
+            if coords[k] < index_dims[k] {
+                break;
+            }
+            coords[k] = 0;
+        }
+    }
+    let flat_data = cx.reshape(data, vec![total])?;
+    let positions = match indices {
+        Indices::Const(c) => {
+            let Some(values) = c.i64s() else {
+                return Err(cx.err(
+                    "onnx-unsupported-dtype",
+                    format!("indices must be integers, got {}", c.type_name()),
+                ));
+            };
+            let mut flat = Vec::with_capacity(count);
+            for (&i, &b) in values.iter().zip(&base) {
+                let k = if i < 0 { i + size } else { i };
+                if !(0..size).contains(&k) {
+                    return Err(cx.err(
+                        "onnx-bad-model",
+                        format!(
+                            "index {i} is out of range for axis {axis} of size {size} \
+                             (valid: {} to {})",
+                            -size,
+                            size - 1
+                        ),
+                    ));
+                }
+                flat.push(k * strides[axis] as i64 + b);
+            }
+            let name = cx.derived_name("positions");
+            cx.materialize(&ConstTensor::i64(index_dims, flat), &name)?
+        }
+        Indices::Value(v) => {
+            let v = match cx.type_of(v).dtype {
+                DType::I64 => v,
+                DType::I32 => cx.emit(Op::Cast { to: DType::I64 }, &[v])?,
+                other => {
+                    return Err(cx.err(
+                        "onnx-unsupported-dtype",
+                        format!("indices must be int64 or int32, got {other}"),
+                    ))
+                }
+            };
+            let int = |cx: &mut NodeCtx, x: i64| -> Result<Value, Diagnostic> {
+                let name = cx.derived_name("index_scalar");
+                cx.materialize(&ConstTensor::i64(vec![], vec![x]), &name)
+            };
+            let zero = int(cx, 0)?;
+            let size_v = int(cx, size)?;
+            let negative = cx.emit(Op::Compare(Comparison::Less), &[v, zero])?;
+            let shifted = cx.emit(Op::Binary(BinaryOp::Add), &[v, size_v])?;
+            let wrapped = cx.emit(Op::Where, &[negative, shifted, v])?;
+            let above = cx.emit(Op::Compare(Comparison::GreaterOrEqual), &[wrapped, zero])?;
+            let below = cx.emit(Op::Compare(Comparison::Less), &[wrapped, size_v])?;
+            let valid = cx.emit(Op::Logic(LogicOp::And), &[above, below])?;
+            let stride = int(cx, strides[axis] as i64)?;
+            let along = cx.emit(Op::Binary(BinaryOp::Mul), &[wrapped, stride])?;
+            let name = cx.derived_name("offsets");
+            let base = cx.materialize(&ConstTensor::i64(index_dims, base), &name)?;
+            let flat = cx.emit(Op::Binary(BinaryOp::Add), &[along, base])?;
+            // past the end: the gather's run-time check reports it
+            let past_end = int(cx, total as i64)?;
+            cx.emit(Op::Where, &[valid, flat, past_end])?
+        }
+    };
+    cx.emit(Op::Gather { axis: 0 }, &[flat_data, positions])
+}
+
+/// Trilu: the upper (`upper = 1`, the default) or lower triangle of the last two axes,
+/// the diagonal shifted by `k` (input 1, known at import), the rest zero — a `where`
+/// over a constant mask of the positions kept.
+pub fn trilu(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&["upper"])?;
+    cx.check_max_inputs(2)?;
+    let dims = cx.dims(0)?;
+    if dims.len() < 2 {
+        return Err(cx.err(
+            "onnx-bad-model",
+            format!("input of shape {dims:?} must have at least 2 dimensions"),
+        ));
+    }
+    let upper = cx.attr_bool("upper", true)?;
+    let k = match cx.input_name(1) {
+        None => 0,
+        Some(_) => match cx.const_ints(1, "diagonal offset k")?.as_slice() {
+            [k] => *k,
+            other => {
+                return Err(cx.err(
+                    "onnx-bad-model",
+                    format!("k must be one integer, got {other:?}"),
+                ))
+            }
+        },
+    };
+    let (rows, cols) = (dims[dims.len() - 2], dims[dims.len() - 1]);
+    let mut kept = Vec::with_capacity(rows * cols);
+    for i in 0..rows as i64 {
+        for j in 0..cols as i64 {
+            kept.push(if upper { j - i >= k } else { j - i <= k });
+        }
+    }
+    let x = cx.value(0)?;
+    let dtype = cx.type_of(x).dtype;
+    let name = cx.derived_name("triangle");
+    let mask = cx.materialize(&ConstTensor::bool(vec![rows, cols], kept), &name)?;
+    let zero = cx.scalar(0.0)?;
+    let zero = match dtype {
+        DType::F32 => zero,
+        DType::I64 | DType::I32 | DType::Bool => cx.emit(Op::Cast { to: dtype }, &[zero])?,
+    };
+    Ok(vec![Entry::Value(cx.emit(Op::Where, &[mask, x, zero])?)])
+}
+
+/// OneHot: `values[1]` where the new axis' position equals the index (negative ones
+/// counting from the end), `values[0]` elsewhere — an index outside `[-depth, depth)`
+/// matches no position, so its row is all off, as the operator says. `depth` must be
+/// known at import; float indices are truncated to integers, as ONNX casts them.
+pub fn one_hot(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&["axis"])?;
+    cx.check_max_inputs(3)?;
+    let index_dims = cx.dims(0)?;
+    let axis = cx.axis("axis", cx.attr_int_or("axis", -1)?, index_dims.len() + 1)?;
+    let depth = cx.require_const(1, "depth")?;
+    let depth = match (depth.i64s(), depth.f32s()) {
+        (Some([d]), _) => *d,
+        (None, Some(d)) if d.len() == 1 && d[0].is_finite() => d[0].trunc() as i64,
+        _ => {
+            return Err(cx.err(
+                "onnx-bad-model",
+                format!(
+                    "depth must be one number, got a tensor of shape {:?}",
+                    depth.dims
+                ),
+            ))
+        }
+    };
+    if !(1..=i32::MAX as i64).contains(&depth) {
+        return Err(cx.err("onnx-bad-model", format!("depth {depth} must be positive")));
+    }
+    if cx.dims(2)? != [2] {
+        return Err(cx.err(
+            "onnx-bad-model",
+            format!("values of shape {:?} must be [off, on]", cx.dims(2)?),
+        ));
+    }
+    let indices = cx.value(0)?;
+    let indices = match cx.type_of(indices).dtype {
+        DType::I64 => indices,
+        DType::I32 | DType::F32 => cx.emit(Op::Cast { to: DType::I64 }, &[indices])?,
+        DType::Bool => {
+            return Err(cx.err(
+                "onnx-unsupported-dtype",
+                "indices must be numbers, got bool",
+            ))
+        }
+    };
+    let int = |cx: &mut NodeCtx, x: i64| -> Result<Value, Diagnostic> {
+        let name = cx.derived_name("index_scalar");
+        cx.materialize(&ConstTensor::i64(vec![], vec![x]), &name)
+    };
+    let zero = int(cx, 0)?;
+    let depth_v = int(cx, depth)?;
+    let negative = cx.emit(Op::Compare(Comparison::Less), &[indices, zero])?;
+    let shifted = cx.emit(Op::Binary(BinaryOp::Add), &[indices, depth_v])?;
+    let wrapped = cx.emit(Op::Where, &[negative, shifted, indices])?;
+    let mut dims = index_dims.clone();
+    dims.insert(axis, 1);
+    let wrapped = cx.reshape(wrapped, dims.clone())?;
+    let mut iota_dims = vec![1; dims.len()];
+    iota_dims[axis] = depth as usize;
+    let name = cx.derived_name("positions");
+    let iota = cx.materialize(&ConstTensor::i64(iota_dims, (0..depth).collect()), &name)?;
+    let hot = cx.emit(Op::Compare(Comparison::Equal), &[wrapped, iota])?;
+    let values = cx.value(2)?;
+    let off = cx.emit(Op::Gather { axis: 0 }, &[values, zero])?;
+    let one = int(cx, 1)?;
+    let on = cx.emit(Op::Gather { axis: 0 }, &[values, one])?;
+    Ok(vec![Entry::Value(cx.emit(Op::Where, &[hot, on, off])?)])
+}
+
+/// Compress: the slices along `axis` (of the flattened input without one) whose
+/// condition is true, as a `gather` of their positions; the condition must be known at
+/// import, since it decides the result's shape.
+pub fn compress(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&["axis"])?;
+    cx.check_max_inputs(2)?;
+    let dims = cx.dims(0)?;
+    let condition = cx.require_const(1, "condition")?;
+    let (Some(flags), true) = (condition.i64s(), condition.dims.len() == 1) else {
+        return Err(cx.err(
+            "onnx-bad-model",
+            format!(
+                "the condition must be a 1-D bool tensor, got {} of shape {:?}",
+                condition.type_name(),
+                condition.dims
+            ),
+        ));
+    };
+    let x = cx.value(0)?;
+    let (x, axis) = match cx.attr_int("axis")? {
+        Some(a) => (x, cx.axis("axis", a, dims.len())?),
+        None => (cx.reshape(x, vec![dims.iter().product()])?, 0),
+    };
+    let length = cx.type_of(x).dims[axis];
+    if flags.len() > length {
+        return Err(cx.err(
+            "onnx-bad-model",
+            format!(
+                "the condition has {} values for an axis of {length}",
+                flags.len()
+            ),
+        ));
+    }
+    let picked: Vec<i64> = (0..flags.len() as i64)
+        .filter(|&i| flags[i as usize] != 0)
+        .collect();
+    if picked.is_empty() {
+        return Err(cx.err(
+            "onnx-bad-model",
+            "the condition selects nothing: smelt's tensors have no empty dimensions",
+        ));
+    }
+    let name = cx.derived_name("selected");
+    let picked = cx.materialize(&ConstTensor::i64(vec![picked.len()], picked), &name)?;
+    Ok(vec![Entry::Value(
+        cx.emit(Op::Gather { axis }, &[x, picked])?,
+    )])
+}

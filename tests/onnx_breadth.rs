@@ -1,0 +1,360 @@
+//! The ONNX ops smelt imports as compositions (GatherElements, the losses, Attention)
+//! on small models built here: run-time indices and targets checked at run time — an
+//! index out of range is an error from the interpreter and from every JIT kernel choice,
+//! never a read elsewhere —, constant ones at import, Attention's fully-masked rows as
+//! zeros, ArgMax/ArgMin ties and NaNs, OneHot indices out of range, an exact int64
+//! ReduceProd and CumSum, and what smelt refuses (Attention's and the recurrent ops' attributes,
+//! shorter sequences) named in the error.
+
+mod common;
+mod jit_util;
+mod onnx_build;
+
+use onnx_build::*;
+
+use smelt::ir::{Module, Tensor};
+
+const FLOAT: i32 = 1;
+const INT64: i32 = 7;
+const BOOL: i32 = 9;
+
+/// The outputs of the interpreter and of each JIT kernel choice, or their errors' text.
+fn run_everywhere(m: &Module, inputs: &[Tensor]) -> Vec<Result<Vec<Tensor>, String>> {
+    let mut outs = vec![smelt::ir::interp::run(m, &m.funcs[0], inputs).map_err(|e| e.to_string())];
+    for kernels in jit_util::kernel_choices() {
+        let o = smelt::CompileOptions {
+            kernels,
+            ..jit_util::opts()
+        };
+        let exe = smelt::Executable::compile(m, None, &o).expect("compile");
+        outs.push(exe.run(inputs).map_err(|e| e.to_string()));
+    }
+    outs
+}
+
+fn gather_elements_model() -> Model {
+    Model::new(13)
+        .input("data", &[2, 3])
+        .input_dims("indices", INT64, &fixed(&[2, 2]))
+        .node(
+            "GatherElements",
+            "pick",
+            &["data", "indices"],
+            &["y"],
+            vec![attr_int("axis", 1)],
+        )
+        .output("y")
+}
+
+#[test]
+fn gather_elements_picks_along_the_axis_and_refuses_indices_out_of_range_at_run_time() {
+    let m = gather_elements_model().import().expect("import");
+    let data: Vec<f32> = (1..=6).map(|v| v as f32).collect();
+    let data_t = Tensor::new(vec![2, 3], data.clone()).expect("data");
+    let indices = [0i64, -1, 2, 1];
+    let want: Vec<f32> = indices
+        .iter()
+        .enumerate()
+        .map(|(p, &i)| data[(p / 2) * 3 + i.rem_euclid(3) as usize])
+        .collect();
+    let idx = Tensor::typed(vec![2, 2], indices.to_vec()).expect("indices");
+    for got in run_everywhere(&m, &[data_t.clone(), idx]) {
+        assert_eq!(got.expect("in range")[0].f32s(), want.as_slice());
+    }
+    // one past the end, and one before the start: errors, never a neighbour's element
+    for bad in [3i64, -4] {
+        let idx = Tensor::typed(vec![2, 2], vec![0, 0, bad, 0]).expect("indices");
+        for got in run_everywhere(&m, &[data_t.clone(), idx]) {
+            let e = got.expect_err("an index out of range must fail");
+            assert!(e.contains("out of range"), "{e}");
+        }
+    }
+}
+
+#[test]
+fn gather_elements_with_constant_indices_out_of_range_is_an_import_error() {
+    let m = Model::new(13)
+        .input("data", &[2, 3])
+        .init(i64_typed("indices", &[0, 5]))
+        .node("Reshape", "r", &["indices", "shape"], &["i2"], vec![])
+        .init(i64_typed("shape", &[2, 1]))
+        .node(
+            "GatherElements",
+            "pick",
+            &["data", "i2"],
+            &["y"],
+            vec![attr_int("axis", 1)],
+        )
+        .output("y");
+    let e = error_text(m.import(), "onnx-bad-model");
+    assert!(
+        e.contains("index 5 is out of range for axis 1 of size 3"),
+        "{e}"
+    );
+    assert!(e.contains("pick"), "{e}");
+}
+
+fn nll_model(reduction: &str) -> Model {
+    Model::new(13)
+        .input("log_prob", &[2, 3])
+        .input_dims("target", INT64, &fixed(&[2]))
+        .node(
+            "NegativeLogLikelihoodLoss",
+            "loss",
+            &["log_prob", "target"],
+            &["y"],
+            vec![
+                attr_string("reduction", reduction),
+                attr_int("ignore_index", -1),
+            ],
+        )
+        .output("y")
+}
+
+#[test]
+fn nll_loss_skips_the_ignored_target_and_refuses_a_class_out_of_range() {
+    let x: Vec<f32> = vec![-0.5, -1.5, -2.5, -0.25, -0.75, -1.25];
+    let xt = Tensor::new(vec![2, 3], x.clone()).expect("x");
+    let target = Tensor::typed(vec![2], vec![2i64, -1]).expect("target");
+    // the second target is ignored: its loss is 0 and the mean is over the first alone
+    let none = nll_model("none").import().expect("import");
+    for got in run_everywhere(&none, &[xt.clone(), target.clone()]) {
+        assert_eq!(got.expect("run")[0].f32s(), &[-x[2], 0.0]);
+    }
+    let mean = nll_model("mean").import().expect("import");
+    for got in run_everywhere(&mean, &[xt.clone(), target]) {
+        assert_eq!(got.expect("run")[0].f32s(), &[-x[2]]);
+    }
+    let bad = Tensor::typed(vec![2], vec![3i64, 0]).expect("target");
+    for got in run_everywhere(&mean, &[xt, bad]) {
+        let e = got.expect_err("a class out of range must fail");
+        assert!(e.contains("out of range"), "{e}");
+    }
+}
+
+fn attention_model(attrs: Vec<smelt::onnx::proto::AttributeProto>) -> Model {
+    Model::new(23)
+        .input("q", &[1, 1, 2, 2])
+        .input("k", &[1, 1, 2, 2])
+        .input("v", &[1, 1, 2, 2])
+        .input_dims("mask", BOOL, &fixed(&[2, 2]))
+        .node("Attention", "attn", &["q", "k", "v", "mask"], &["y"], attrs)
+        .output("y")
+}
+
+#[test]
+fn attention_gives_a_fully_masked_row_zeros_and_a_single_key_its_value() {
+    let m = attention_model(vec![]).import().expect("import");
+    let q = jit_util::random(&[1, 1, 2, 2], 1);
+    let k = jit_util::random(&[1, 1, 2, 2], 2);
+    let v = Tensor::new(vec![1, 1, 2, 2], vec![0.5, -1.5, 2.0, 3.0]).expect("v");
+    // query 0 sees no key, query 1 only key 0
+    let mask = Tensor::typed(vec![2, 2], vec![false, false, true, false]).expect("mask");
+    let want = [0.0, 0.0, v.f32s()[0], v.f32s()[1]];
+    for got in run_everywhere(&m, &[q.clone(), k.clone(), v.clone(), mask.clone()]) {
+        assert_eq!(got.expect("run")[0].f32s(), &want);
+    }
+}
+
+#[test]
+fn attention_refuses_what_smelt_does_not_compute_by_name() {
+    let e = error_text(
+        attention_model(vec![attr_int("softmax_precision", 10)]).import(),
+        "onnx-unsupported-attribute",
+    );
+    assert!(e.contains("softmax_precision 10"), "{e}");
+    let e = error_text(
+        attention_model(vec![attr_float("softcap", -1.0)]).import(),
+        "onnx-bad-attribute",
+    );
+    assert!(e.contains("softcap"), "{e}");
+    let e = error_text(
+        attention_model(vec![attr_int("qk_matmul_output_mode", 4)]).import(),
+        "onnx-bad-attribute",
+    );
+    assert!(e.contains("qk_matmul_output_mode"), "{e}");
+    // 3-D inputs without their head counts
+    let three_d = Model::new(23)
+        .input("q", &[1, 2, 4])
+        .input("k", &[1, 2, 4])
+        .input("v", &[1, 2, 4])
+        .node("Attention", "attn", &["q", "k", "v"], &["y"], vec![])
+        .output("y");
+    let e = error_text(three_d.import(), "onnx-bad-model");
+    assert!(e.contains("q_num_heads"), "{e}");
+    // a mask that does not broadcast to the scores
+    let wide = Model::new(23)
+        .input("q", &[1, 1, 2, 2])
+        .input("k", &[1, 1, 2, 2])
+        .input("v", &[1, 1, 2, 2])
+        .input_dims("mask", FLOAT, &fixed(&[3, 2]))
+        .node(
+            "Attention",
+            "attn",
+            &["q", "k", "v", "mask"],
+            &["y"],
+            vec![],
+        )
+        .output("y");
+    let e = error_text(wide.import(), "onnx-bad-model");
+    assert!(e.contains("attn_mask of shape [3, 2]"), "{e}");
+}
+
+fn arg_model(op: &str, select_last: i64) -> Model {
+    Model::new(13)
+        .input("x", &[2, 3])
+        .node(
+            op,
+            "arg",
+            &["x"],
+            &["y"],
+            vec![
+                attr_int("axis", 1),
+                attr_int("keepdims", 0),
+                attr_int("select_last_index", select_last),
+            ],
+        )
+        .output("y")
+}
+
+#[test]
+fn argmax_and_argmin_pick_the_first_or_last_tie_and_count_nan_as_the_extreme() {
+    let nan = f32::NAN;
+    let x = Tensor::new(vec![2, 3], vec![3.0, 1.0, 3.0, 2.0, nan, f32::INFINITY]).expect("x");
+    let cases = [
+        ("ArgMax", 0, [0i64, 1]),
+        ("ArgMax", 1, [2, 2]),
+        ("ArgMin", 0, [1, 1]),
+        ("ArgMin", 1, [1, 1]),
+    ];
+    for (op, last, want) in cases {
+        let m = arg_model(op, last).import().expect("import");
+        for got in run_everywhere(&m, std::slice::from_ref(&x)) {
+            let got = got.expect("run");
+            assert_eq!(got[0].data.as_i64(), Some(&want[..]), "{op} last {last}");
+        }
+    }
+}
+
+#[test]
+fn one_hot_wraps_negative_indices_and_leaves_indices_out_of_range_all_off() {
+    let m = Model::new(11)
+        .input_dims("indices", INT64, &fixed(&[3]))
+        .init(i64_typed("depth", &[3]))
+        .init(f32_raw("values", &[2], &[-1.0, 5.0]))
+        .node(
+            "OneHot",
+            "hot",
+            &["indices", "depth", "values"],
+            &["y"],
+            vec![],
+        )
+        .output("y");
+    let m = m.import().expect("import");
+    let indices = Tensor::typed(vec![3], vec![1i64, -1, 3]).expect("indices");
+    let want = [-1.0, 5.0, -1.0, -1.0, -1.0, 5.0, -1.0, -1.0, -1.0];
+    for got in run_everywhere(&m, std::slice::from_ref(&indices)) {
+        assert_eq!(got.expect("run")[0].f32s(), &want);
+    }
+}
+
+#[test]
+fn reduce_prod_of_int64_is_exact_above_two_to_the_24() {
+    let m = Model::new(13)
+        .input_dims("x", INT64, &fixed(&[2, 5]))
+        .node(
+            "ReduceProd",
+            "prod",
+            &["x"],
+            &["y"],
+            vec![attr_ints("axes", &[1]), attr_int("keepdims", 0)],
+        )
+        .output("y")
+        .import()
+        .expect("import");
+    let values: Vec<i64> = vec![3, 5, 7, 1 << 20, 11, -2, 1, 9, 1 << 30, 3];
+    let want: Vec<i64> = values.chunks(5).map(|r| r.iter().product()).collect();
+    let x = Tensor::typed(vec![2, 5], values).expect("x");
+    for got in run_everywhere(&m, std::slice::from_ref(&x)) {
+        assert_eq!(got.expect("run")[0].data.as_i64(), Some(&want[..]));
+    }
+}
+
+#[test]
+fn recurrent_ops_refuse_clipping_and_shorter_sequences_by_name() {
+    let rnn = |attrs: Vec<smelt::onnx::proto::AttributeProto>, lens: Option<&[i64]>| {
+        let mut m = Model::new(14)
+            .input("x", &[2, 1, 3])
+            .input("w", &[1, 4, 3])
+            .input("r", &[1, 4, 4]);
+        let mut inputs = vec!["x", "w", "r"];
+        if let Some(l) = lens {
+            m = m.init(i64_typed("lens", l));
+            inputs.extend(["", "lens"]);
+        }
+        m.node("RNN", "cell", &inputs, &["y", "h"], attrs)
+            .output("h")
+            .import()
+    };
+    rnn(vec![attr_int("hidden_size", 4)], Some(&[2])).expect("the whole sequence imports");
+    let e = error_text(
+        rnn(
+            vec![attr_int("hidden_size", 4), attr_float("clip", 1.0)],
+            None,
+        ),
+        "onnx-unsupported-attribute",
+    );
+    assert!(e.contains("'clip'") && e.contains("cell"), "{e}");
+    let e = error_text(
+        rnn(vec![attr_int("hidden_size", 4)], Some(&[1])),
+        "onnx-unsupported-attribute",
+    );
+    assert!(e.contains("sequence_lens [1]"), "{e}");
+}
+
+#[test]
+fn cumsum_of_int64_is_exact_and_follows_exclusive_and_reverse() {
+    let values: Vec<i64> = vec![3, 1 << 40, -7, 5, 1 << 30, 11];
+    let x = Tensor::typed(vec![6], values.clone()).expect("x");
+    for (exclusive, reverse) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
+        let m = Model::new(14)
+            .input_dims("x", INT64, &fixed(&[6]))
+            .init(i64_typed("axis", &[0]))
+            .node(
+                "CumSum",
+                "scan",
+                &["x", "axis"],
+                &["y"],
+                vec![
+                    attr_int("exclusive", exclusive),
+                    attr_int("reverse", reverse),
+                ],
+            )
+            .output("y")
+            .import()
+            .expect("import");
+        // the definition: the sum of the elements before (or after) each, itself included
+        // unless exclusive
+        let want: Vec<i64> = (0..values.len())
+            .map(|i| {
+                (0..values.len())
+                    .filter(|&j| match (reverse == 1, exclusive == 1) {
+                        (false, false) => j <= i,
+                        (false, true) => j < i,
+                        (true, false) => j >= i,
+                        (true, true) => j > i,
+                    })
+                    .map(|j| values[j])
+                    .sum()
+            })
+            .collect();
+        for got in run_everywhere(&m, std::slice::from_ref(&x)) {
+            let got = got.expect("run");
+            assert_eq!(
+                got[0].data.as_i64(),
+                Some(&want[..]),
+                "exclusive {exclusive} reverse {reverse}"
+            );
+        }
+    }
+}
