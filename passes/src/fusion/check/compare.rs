@@ -200,7 +200,12 @@ pub(super) fn compare(rule: &Rule, instance: &Instance, seed: u64, draw: &Draw) 
         let here = if cyclic {
             ExactCheck::Outside("the right-hand side is evaluated as written".into())
         } else {
-            exact_check(&module, &rhs_module, seed)
+            let positive: Vec<String> = rule
+                .positive_vars()
+                .iter()
+                .map(|v| v.trim_start_matches('?').to_string())
+                .collect();
+            exact_check(&module, &rhs_module, seed, &positive)
         };
         match (&exact, here) {
             (ExactCheck::Differed { .. }, _) => {}

@@ -684,7 +684,7 @@ fn constant_first(rule: &Rule, lhs: &PatternExpr) -> Option<&'static str> {
         PatternExpr::Var(v) => rule.guards.iter().any(|g| {
             matches!(
                 g.kind,
-                GuardKind::Const | GuardKind::Scalar | GuardKind::PerChannel
+                GuardKind::Const | GuardKind::Scalar | GuardKind::PerChannel | GuardKind::Positive
             ) && g.args.first() == Some(&GuardArg::Var(v.clone()))
                 || g.kind == GuardKind::Const && g.args.contains(&GuardArg::Var(v.clone()))
         }),
@@ -764,6 +764,42 @@ mod tests {
                 assert!(check.detail.contains(part), "{}", check.to_text());
             }
         }
+    }
+
+    /// relu(v) = v holds for v > 0 only. Declared `positive`, every prover assumes it:
+    /// the samples are positive, the one-variable proof is over v > 0 and so is the
+    /// solver's; undeclared, the rule is refuted.
+    #[test]
+    fn a_positive_variable_is_assumed_by_every_prover() {
+        let with = "rule r\n  var ?v: positive tensor\n  lhs (relu ?v)\n  rhs ?v\n";
+        let check = check_text(with);
+        assert_eq!(check.verdict, Verdict::Sound, "{}", check.to_text());
+        assert!(check.instances >= 8, "{}", check.to_text());
+        assert_eq!(check.proof, Proof::Proved, "{}", check.to_text());
+        let rule = &load_rules(with, "t.rules").unwrap()[0];
+        let smt = SmtOptions {
+            timeout_ms: 5000,
+            bound: 1e3,
+            tolerance: 1e-5,
+        };
+        // the solver alone (z3 is part of the test setup), and with the sign flipped
+        assert_eq!(prove_with_solver(rule, &smt), Proof::Proved);
+        let flipped = load_rules(
+            "rule r\n  var ?v: positive tensor\n  lhs (relu (neg ?v))\n  rhs (neg ?v)\n",
+            "t.rules",
+        )
+        .unwrap();
+        assert!(
+            matches!(prove_with_solver(&flipped[0], &smt), Proof::Differs { .. }),
+            "relu(-v) = -v is false for every v > 0"
+        );
+        let check = check_text("rule r\n  var ?v: tensor\n  lhs (relu ?v)\n  rhs ?v\n");
+        assert_eq!(check.verdict, Verdict::Unsound, "{}", check.to_text());
+        assert!(
+            matches!(check.proof, Proof::Differs { .. }),
+            "{}",
+            check.to_text()
+        );
     }
 
     /// A bare-variable right-hand side used to record no firing, so the rule was
