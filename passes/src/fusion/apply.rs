@@ -34,6 +34,9 @@ pub struct GuardContext {
     /// first ask: one scan of that weight, stopping at the first element that differs,
     /// so a guard costs at most one pass over the constants it names, whatever their size.
     splats: Vec<OnceLock<Option<f32>>>,
+    /// Whether each weight's every element is a number > 0, computed on the first ask
+    /// (one scan, stopping at the first element that is not).
+    positives: Vec<OnceLock<bool>>,
 }
 
 impl GuardContext {
@@ -45,12 +48,26 @@ impl GuardContext {
             .map(|(_, w)| (w.ty.dtype == DType::F32).then(|| Arc::clone(&w.data)))
             .collect();
         let splats = weights.iter().map(|_| OnceLock::new()).collect();
+        let positives = weights.iter().map(|_| OnceLock::new()).collect();
         GuardContext {
             values,
             labels,
             weights,
             splats,
+            positives,
         }
+    }
+
+    /// Whether f32 weight `w` is non-empty and its every element a number > 0 (NaN is
+    /// not; +inf is).
+    fn all_positive(&self, w: usize) -> bool {
+        let (Some(Some(data)), Some(cell)) = (self.weights.get(w), self.positives.get(w)) else {
+            return false;
+        };
+        *cell.get_or_init(|| {
+            let values = data.as_f32();
+            !values.is_empty() && values.iter().all(|x| *x > 0.0)
+        })
     }
 
     /// The value every element of f32 weight `w` equals, if there is one (an empty
@@ -499,6 +516,25 @@ impl RuleApplier {
                                 kind.name()
                             ));
                         }
+                    }
+                }
+                GuardKind::Positive => {
+                    let v = g.vars[0];
+                    let class = subst[v];
+                    let positive = egraph[class]
+                        .data
+                        .weight
+                        .is_some_and(|w| self.context.all_positive(w.0 as usize));
+                    if !positive {
+                        let why = if egraph[class].data.weight.is_some() {
+                            "a constant with an element that is not > 0"
+                        } else {
+                            "not a constant, so its values are not known to be > 0"
+                        };
+                        return refuse(format!(
+                            "{v} ({}) is {why}",
+                            self.context.describe(egraph, class)
+                        ));
                     }
                 }
                 GuardKind::SingleConsumer => {

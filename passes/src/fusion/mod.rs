@@ -718,6 +718,69 @@ mod tests {
         );
     }
 
+    /// relu(v) = v holds for v > 0: declared `positive`, the rule fires on a constant
+    /// whose every element is > 0, and elsewhere is a near miss of guard `positive` that
+    /// says why (an element not > 0, a value that is no constant).
+    #[test]
+    fn a_positive_variable_fires_only_on_a_positive_constant() {
+        let rules = load_rules(
+            "rule drop-relu\n  var ?v: positive tensor\n  lhs (relu ?v)\n  rhs ?v\n",
+            "u.rules",
+        )
+        .unwrap();
+        let options = FusionOptions {
+            extra_rules: rules,
+            ..FusionOptions::default()
+        };
+        let model = |data: &str| {
+            format!(
+                "const @v : tensor<8xf32> = {data}\n\
+                 func @f(%x: tensor<8xf32>) -> (y: tensor<8xf32>, z: tensor<8xf32>) {{\n  \
+                   %c = const @v : tensor<8xf32>\n  \
+                   %r = relu %c : tensor<8xf32>\n  \
+                   %s = relu %x : tensor<8xf32>\n  \
+                   return %r, %s : tensor<8xf32>, tensor<8xf32>\n}}\n"
+            )
+        };
+        let applied = |r: &FusionReport| {
+            r.rules
+                .iter()
+                .find(|s| s.rule == "drop-relu")
+                .map_or(0, |s| s.applied)
+        };
+        let reasons = |r: &FusionReport| -> Vec<String> {
+            r.near_misses
+                .iter()
+                .filter(|n| n.rule == "drop-relu" && n.guard == "positive")
+                .map(|n| n.reason.clone())
+                .collect()
+        };
+        let (f, report) = fuse_text(&model("random<seed = 3, min = 0.5, max = 2.0>"), &options);
+        assert_eq!(applied(&report), 1, "{:?}", report.rules);
+        // one relu is left: the one of the parameter, which is no constant
+        let relus = f
+            .insts
+            .iter()
+            .filter(|i| matches!(i.op, Op::Unary(UnaryOp::Relu)))
+            .count();
+        assert_eq!(relus, 1);
+        let why = reasons(&report);
+        assert!(
+            why.len() == 1 && why[0].contains("not a constant"),
+            "{why:?}"
+        );
+        // a constant with a negative element: refused, the reason says so
+        let (_, report) = fuse_text(&model("random<seed = 3, min = -1.0, max = 2.0>"), &options);
+        assert_eq!(applied(&report), 0, "{:?}", report.rules);
+        assert!(
+            reasons(&report)
+                .iter()
+                .any(|r| r.contains("an element that is not > 0")),
+            "{:?}",
+            report.near_misses
+        );
+    }
+
     /// A user rule's refusal is a near miss even where a built-in rule fused the op.
     #[test]
     fn a_user_rules_refusal_is_reported_where_a_builtin_rule_fused() {

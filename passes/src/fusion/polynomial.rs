@@ -635,8 +635,10 @@ fn run(
 }
 
 /// Evaluates the first function of `lhs` and of `rhs` (sharing `lhs`'s weights and
-/// parameters) exactly at one random rational point drawn from `seed`, and compares.
-pub fn exact_check(lhs: &Module, rhs: &Module, seed: u64) -> ExactCheck {
+/// parameters) exactly at one random rational point drawn from `seed`, and compares. The
+/// weights named in `positive` (a rule's `positive` variables) are drawn as positive
+/// rationals, so the point satisfies the rule's constraints.
+pub fn exact_check(lhs: &Module, rhs: &Module, seed: u64, positive: &[String]) -> ExactCheck {
     let (Some(lf), Some(rf)) = (lhs.funcs.first(), rhs.funcs.first()) else {
         return ExactCheck::Outside("a module without a function".into());
     };
@@ -664,6 +666,7 @@ pub fn exact_check(lhs: &Module, rhs: &Module, seed: u64) -> ExactCheck {
                     .collect()
             }
             None if splat => values.iter().map(|v| exact_f32(*v)).collect(),
+            None if positive.contains(&w.name) => Ok((0..n).map(|_| rng.rational(true)).collect()),
             None => Ok((0..n).map(|_| rng.rational(false)).collect()),
         };
         match data {

@@ -14,7 +14,9 @@
 //! dependency and no timeout. A rule outside this fragment (two free variables, a
 //! transcendental op, a knee of a quadratic argument, attributes bound to a variable, a
 //! coefficient that overflows i128) is not proved: the reason is returned and the rule is
-//! judged by sampling alone. The proof is over the reals; f32 rounding is the sampling
+//! judged by sampling alone. A free variable declared `positive` (guard `positive`) is
+//! compared over `x > 0` only: pieces at or below zero are skipped, one that straddles
+//! zero is cut at it. The proof is over the reals; f32 rounding is the sampling
 //! check's concern (an exact identity can still round differently in f32, by a few ulps).
 
 use std::cmp::Ordering;
@@ -230,11 +232,16 @@ struct Pw {
 
 /// A rational point inside interval `i` of `breaks`.
 fn interior(breaks: &[Q], i: usize) -> Option<Q> {
-    match (i.checked_sub(1).map(|k| breaks[k]), breaks.get(i)) {
+    interior_of(i.checked_sub(1).map(|k| breaks[k]), breaks.get(i).copied())
+}
+
+/// A point inside the interval `(lo, hi)` (an absent end is unbounded).
+fn interior_of(lo: Option<Q>, hi: Option<Q>) -> Option<Q> {
+    match (lo, hi) {
         (None, None) => Some(Q::ZERO),
         (None, Some(b)) => b.sub(Q::ONE),
         (Some(a), None) => a.add(Q::ONE),
-        (Some(a), Some(b)) => a.add(*b)?.div(Q::int(2)),
+        (Some(a), Some(b)) => a.add(b)?.div(Q::int(2)),
     }
 }
 
@@ -540,6 +547,10 @@ pub fn prove_rule(rule: &Rule) -> Proof {
                 free.join(", ")
             ));
         }
+        // a `positive` free variable: the law is claimed for x > 0 only
+        let positive = free
+            .first()
+            .is_some_and(|v| rule.positive_vars().contains(v));
         let env = Env {
             free: free.first().cloned(),
             scalars: scalars.clone(),
@@ -555,16 +566,26 @@ pub fn prove_rule(rule: &Rule) -> Proof {
             if pl[i] == pr[i] {
                 continue;
             }
+            let mut lo = i.checked_sub(1).map(|j| breaks[j]);
+            let hi = breaks.get(i).copied();
+            if positive {
+                // only the part of the piece where x > 0 is claimed
+                let at_or_below_zero = |q: Q| q.cmp(Q::ZERO) != Some(Ordering::Greater);
+                if hi.is_some_and(at_or_below_zero) {
+                    continue;
+                }
+                if lo.is_none_or(at_or_below_zero) {
+                    lo = Some(Q::ZERO);
+                }
+            }
             // polynomials of degree <= 4 that differ agree at 4 points at most: try
             // several points of the piece and keep the worst
-            let Some(mid) = interior(&breaks, i) else {
+            let Some(mid) = interior_of(lo, hi) else {
                 return Proof::NotAttempted("a coefficient overflows exact arithmetic".into());
             };
             let mut points = vec![mid];
             for k in 1..=4 {
                 let step = Q::new(k, 7).unwrap_or(Q::ONE);
-                let lo = i.checked_sub(1).map(|j| breaks[j]);
-                let hi = breaks.get(i).copied();
                 let p = match (lo, hi) {
                     (Some(a), Some(b)) => b.sub(a).and_then(|w| w.mul(step)).and_then(|d| a.add(d)),
                     (None, Some(b)) => b.sub(Q::int(k * 1000)),

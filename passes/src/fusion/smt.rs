@@ -275,7 +275,7 @@ pub fn prove_with_solver(rule: &Rule, options: &SmtOptions) -> Proof {
     // the widest claim all left-hand sides share: None = exact, then all reals, then the box
     let mut within: Option<Option<f64>> = None;
     for lhs in &rule.lhs {
-        match prove_side(&mut ctx, lhs, rhs, &scalars, options) {
+        match prove_side(&mut ctx, lhs, rhs, &scalars, &rule.positive_vars(), options) {
             Ok(Side::Proved) => {}
             Ok(Side::ProvedWithin(bound)) => {
                 within = Some(match (within, bound) {
@@ -381,6 +381,7 @@ fn prove_side(
     lhs: &PatternExpr,
     rhs: &PatternExpr,
     scalars: &[(String, Q)],
+    positive: &[String],
     options: &SmtOptions,
 ) -> Result<Side, String> {
     let (l, r, free, functions) = {
@@ -405,6 +406,13 @@ fn prove_side(
     for f in &functions {
         ctx.declare_fun(format!("uf_{f}"), vec![real], real)
             .map_err(solver_error)?;
+    }
+    // a `positive` variable's constraint holds in every query of this side
+    for (name, symbol) in &free {
+        if positive.contains(name) {
+            let fact = ctx.gt(*symbol, ctx.atom("0.0"));
+            ctx.assert(fact).map_err(solver_error)?;
+        }
     }
     let undecided = |what: &str| {
         format!(

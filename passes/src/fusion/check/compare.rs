@@ -200,7 +200,12 @@ pub(super) fn compare(rule: &Rule, instance: &Instance, seed: u64, draw: &Draw) 
         let here = if cyclic {
             ExactCheck::Outside("the right-hand side is evaluated as written".into())
         } else {
-            exact_check(&module, &rhs_module, seed)
+            let positive: Vec<String> = rule
+                .positive_vars()
+                .iter()
+                .map(|v| v.trim_start_matches('?').to_string())
+                .collect();
+            exact_check(&module, &rhs_module, seed, &positive)
         };
         match (&exact, here) {
             (ExactCheck::Differed { .. }, _) => {}
@@ -231,6 +236,11 @@ pub(super) fn compare(rule: &Rule, instance: &Instance, seed: u64, draw: &Draw) 
     let Some((d, cyclic, got)) = worst else {
         return Comparison::NotApplicable(Miss::NoMatch);
     };
+    // Both sides NaN or infinite on every element "agree" without comparing a number:
+    // such an instance shows nothing, so it is discarded and another drawn.
+    if d.max_abs == 0.0 && !want.is_empty() && want.iter().all(|w| !w.is_finite()) {
+        return Comparison::NotApplicable(Miss::NonFinite);
+    }
     let example = counterexample(instance, &module, &inputs, d.worst, &got, &want);
     let mut features = ConvFeatures {
         padded: false,

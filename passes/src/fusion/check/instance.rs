@@ -34,6 +34,9 @@ pub(super) enum Values {
     Positive,
     /// Every element equals this value.
     Splat(f64),
+    /// A `positive` variable: the instance's stratum, magnitudes taken, a zero moved to
+    /// the least normal f32, so every element is > 0 and the strata still vary the scale.
+    Magnitudes,
 }
 
 /// A variable of the instance: its type and whether it is a compile-time constant.
@@ -125,6 +128,13 @@ impl Instance {
                     });
                     if let (Some(v), Some(r)) = (first, rank) {
                         ranks.insert(v, r);
+                    }
+                }
+                // only a constant's values are known on a graph, so a positive variable
+                // is a constant of the instance
+                GuardKind::Positive => {
+                    if let Some(v) = first {
+                        constants.insert(v, Values::Magnitudes);
                     }
                 }
                 GuardKind::SingleConsumer | GuardKind::Unpadded | GuardKind::NotAfter => {}
@@ -219,6 +229,11 @@ impl Instance {
                             random_f32(seed ^ ((i as u64 + 1) * 7919), len, 0.5, 2.0)
                         }
                         Values::Splat(x) => vec![x as f32; len],
+                        Values::Magnitudes => draw
+                            .fill(seed ^ ((i as u64 + 1) * 7919), len)
+                            .into_iter()
+                            .map(|x| x.abs().max(f32::MIN_POSITIVE))
+                            .collect(),
                     };
                     let name = module.weights.fresh_name(v.trim_start_matches('?'));
                     let id = module

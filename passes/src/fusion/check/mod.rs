@@ -20,6 +20,8 @@
 //! hard-sigmoid corners) and values just either side of them, all positive, all negative —
 //! variables and unguarded constants alike. Elements where both sides give the same
 //! infinity, or both NaN, agree; an infinity or NaN on one side only is a difference.
+//! An instance where both sides are NaN or infinite on every element compared no number:
+//! it is discarded like a guard's refusal, so a rule with nothing else is untested.
 //! Everything is seeded: the same options give the same verdicts.
 //!
 //! A left-hand side with no instance that satisfies its types and guards makes the rule
@@ -619,13 +621,20 @@ struct Misses {
     no_match: usize,
     /// Guard refusals: the first reason of each guard, and how often it refused.
     refused: BTreeMap<String, (usize, String)>,
+    /// Instances where both sides were NaN or infinite on every element.
+    non_finite: usize,
 }
 
 /// Why one attempt found nothing to compare.
 enum Miss {
     IllTyped,
     NoMatch,
-    Refused { guard: String, reason: String },
+    /// Both sides NaN or infinite everywhere: nothing was compared.
+    NonFinite,
+    Refused {
+        guard: String,
+        reason: String,
+    },
 }
 
 impl Misses {
@@ -633,6 +642,7 @@ impl Misses {
         match why {
             Miss::IllTyped => self.ill_typed += 1,
             Miss::NoMatch => self.no_match += 1,
+            Miss::NonFinite => self.non_finite += 1,
             Miss::Refused { guard, reason } => {
                 self.refused.entry(guard).or_insert((0, reason)).0 += 1;
             }
@@ -649,6 +659,16 @@ impl Misses {
             parts.push((
                 self.no_match,
                 format!("the pattern matched nothing {} times", self.no_match),
+            ));
+        }
+        if self.non_finite > 0 {
+            parts.push((
+                self.non_finite,
+                format!(
+                    "{} instances were NaN or infinite on every element of both sides, so \
+                     they compared no number",
+                    self.non_finite
+                ),
             ));
         }
         if self.ill_typed > 0 {
@@ -684,7 +704,7 @@ fn constant_first(rule: &Rule, lhs: &PatternExpr) -> Option<&'static str> {
         PatternExpr::Var(v) => rule.guards.iter().any(|g| {
             matches!(
                 g.kind,
-                GuardKind::Const | GuardKind::Scalar | GuardKind::PerChannel
+                GuardKind::Const | GuardKind::Scalar | GuardKind::PerChannel | GuardKind::Positive
             ) && g.args.first() == Some(&GuardArg::Var(v.clone()))
                 || g.kind == GuardKind::Const && g.args.contains(&GuardArg::Var(v.clone()))
         }),
@@ -764,6 +784,64 @@ mod tests {
                 assert!(check.detail.contains(part), "{}", check.to_text());
             }
         }
+    }
+
+    /// relu(v) = v holds for v > 0 only. Declared `positive`, every prover assumes it:
+    /// the samples are positive, the one-variable proof is over v > 0 and so is the
+    /// solver's; undeclared, the rule is refuted.
+    #[test]
+    fn a_positive_variable_is_assumed_by_every_prover() {
+        let with = "rule r\n  var ?v: positive tensor\n  lhs (relu ?v)\n  rhs ?v\n";
+        let check = check_text(with);
+        assert_eq!(check.verdict, Verdict::Sound, "{}", check.to_text());
+        assert!(check.instances >= 8, "{}", check.to_text());
+        assert_eq!(check.proof, Proof::Proved, "{}", check.to_text());
+        let rule = &load_rules(with, "t.rules").unwrap()[0];
+        let smt = SmtOptions {
+            timeout_ms: 5000,
+            bound: 1e3,
+            tolerance: 1e-5,
+        };
+        // the solver alone (z3 is part of the test setup), and with the sign flipped
+        assert_eq!(prove_with_solver(rule, &smt), Proof::Proved);
+        let flipped = load_rules(
+            "rule r\n  var ?v: positive tensor\n  lhs (relu (neg ?v))\n  rhs (neg ?v)\n",
+            "t.rules",
+        )
+        .unwrap();
+        assert!(
+            matches!(prove_with_solver(&flipped[0], &smt), Proof::Differs { .. }),
+            "relu(-v) = -v is false for every v > 0"
+        );
+        let check = check_text("rule r\n  var ?v: tensor\n  lhs (relu ?v)\n  rhs ?v\n");
+        assert_eq!(check.verdict, Verdict::Unsound, "{}", check.to_text());
+        assert!(
+            matches!(check.proof, Proof::Differs { .. }),
+            "{}",
+            check.to_text()
+        );
+    }
+
+    /// sqrt(-|x| - 1) is NaN for every input, and twice it too: the sides "agree" on
+    /// every sample without comparing a number. Such instances are discarded, so the rule
+    /// is untested, with why, not sound.
+    #[test]
+    fn instances_that_are_nan_on_both_sides_are_not_agreement() {
+        let text = "rule r\n  lhs (sqrt (sub (neg (abs ?x)) ?one))\n  \
+                    rhs (add (sqrt (sub (neg (abs ?x)) ?one)) (sqrt (sub (neg (abs ?x)) ?one)))\n  \
+                    guard scalar ?one 1\n";
+        let check = check_text(text);
+        assert_eq!(check.verdict, Verdict::Untested, "{}", check.to_text());
+        assert!(
+            check.detail.contains("NaN or infinite on every element"),
+            "{}",
+            check.to_text()
+        );
+        // where the sides are numbers, the same shape of rule is compared and refuted
+        let text = "rule r\n  lhs (sqrt (add (abs ?x) ?one))\n  \
+                    rhs (add (sqrt (add (abs ?x) ?one)) (sqrt (add (abs ?x) ?one)))\n  \
+                    guard scalar ?one 1\n";
+        assert_eq!(check_text(text).verdict, Verdict::Unsound);
     }
 
     /// A bare-variable right-hand side used to record no firing, so the rule was

@@ -5,7 +5,7 @@ use smelt_ir::diag::{Diagnostic, Diagnostics, Location};
 
 use super::pattern::{is_var, parse_pattern};
 use super::validate::check_rule;
-use super::{Guard, GuardArg, GuardKind, Rule, RuleAction};
+use super::{Guard, GuardArg, GuardKind, Rule, RuleAction, VarDecl};
 use crate::fusion::lang::OpKind;
 
 /// The largest rule file loaded: 16 MiB (the built-in rules are a few KiB).
@@ -183,10 +183,10 @@ pub fn load_rules(text: &str, file: &str) -> Result<Vec<Rule>, Diagnostics> {
                         rule.law.push(rest.to_string());
                         Ok(())
                     }
-                    "var" => {
-                        rule.vars.push(rest.to_string());
-                        Ok(())
-                    }
+                    "var" => parse_var(rest, file, line_no, rest_col).map(|decl| {
+                        rule.guards.extend(decl.guards());
+                        rule.vars.push(decl);
+                    }),
                     "lhs" => {
                         parse_pattern(rest, file, line_no, rest_col).map(|p| rule.lhs.push(p))
                     }
@@ -230,14 +230,14 @@ fn variable_use(text: &str, file: &str, rule: &Rule, d: &Diagnostic) -> Option<L
     let (var, lines): (&str, Vec<String>) = match d.code {
         "rule-unbound" => (
             d.message.split_once(" uses ")?.1.split(',').next()?.trim(),
-            vec!["rhs".into(), "apply".into(), "guard".into()],
+            vec!["rhs".into(), "apply".into(), "guard".into(), "var".into()],
         ),
         "rule-guard" => {
             let guard = d.message.split_once("guard `")?.1.split('`').next()?;
             let var = d.message.split_once("cannot hold: ")?.1;
             (
                 var.split_whitespace().next()?,
-                vec![format!("guard {guard} ")],
+                vec![format!("guard {guard} "), "var".into()],
             )
         }
         _ => return None,
@@ -268,6 +268,118 @@ fn variable_use(text: &str, file: &str, rule: &Rule, d: &Diagnostic) -> Option<L
     None
 }
 
+/// Every constraint a `var` line takes, as docs/rules.md's table heads them (a test fails
+/// when one is missing there); `tensor<D,...>` stands for any dimension list.
+pub const VAR_CONSTRAINTS: [&str; 4] = ["tensor", "tensor<D,...>", "const", "positive"];
+
+/// The grammar of a `var` line, for its errors.
+const VAR_GRAMMAR: &str = "`var ?x ?y: [const] [positive] tensor[<D,...>] [-- note]`";
+
+/// Reads a `var` line's text after the keyword: `?x ?y: CONSTRAINT... [-- NOTE]`. An
+/// error points at the offending token (`col` is the column of `rest`'s first character).
+fn parse_var(rest: &str, file: &str, line: u32, col: u32) -> Result<VarDecl, Diagnostic> {
+    let at = |byte: usize| Location::file(file, line, col + rest[..byte].chars().count() as u32);
+    let fail = |byte: usize, what: String| {
+        Err(Diagnostic::error(
+            "rule-syntax",
+            format!("{what}; a var line is {VAR_GRAMMAR}"),
+            at(byte),
+        ))
+    };
+    let (body, note) = match rest.find("--") {
+        Some(i) => (&rest[..i], rest[i + 2..].trim().to_string()),
+        None => (rest, String::new()),
+    };
+    let Some(colon) = body.find(':') else {
+        return fail(0, "a var line needs `:` after its variables".into());
+    };
+    // the tokens of a span of `body`, each with its byte offset in `rest`
+    let tokens = |from: usize, to: usize| -> Vec<(usize, &str)> {
+        let mut out = Vec::new();
+        let text = &body[from..to];
+        let mut i = 0;
+        while i < text.len() {
+            let tail = &text[i..];
+            let skip = tail.len() - tail.trim_start().len();
+            i += skip;
+            if i >= text.len() {
+                break;
+            }
+            let tail = &text[i..];
+            // `tensor<N, C>` is one token, spaces inside the brackets included
+            let len = if tail.starts_with("tensor<") {
+                tail.find('>').map_or(tail.len(), |j| j + 1)
+            } else {
+                tail.find(char::is_whitespace).unwrap_or(tail.len())
+            };
+            out.push((from + i, &tail[..len]));
+            i += len;
+        }
+        out
+    };
+    let mut decl = VarDecl {
+        names: Vec::new(),
+        constant: false,
+        positive: false,
+        dims: None,
+        note,
+    };
+    for (byte, name) in tokens(0, colon) {
+        if !is_var(name) {
+            return fail(byte, format!("'{name}' is not a ?variable"));
+        }
+        decl.names.push(name.to_string());
+    }
+    if decl.names.is_empty() {
+        return fail(colon, "no ?variable before `:`".into());
+    }
+    let mut typed = false;
+    for (byte, token) in tokens(colon + 1, body.len()) {
+        let repeated = match token {
+            "const" => std::mem::replace(&mut decl.constant, true),
+            "positive" => std::mem::replace(&mut decl.positive, true),
+            "tensor" => std::mem::replace(&mut typed, true),
+            t if t.starts_with("tensor<") => {
+                let Some(inner) = t.strip_prefix("tensor<").and_then(|t| t.strip_suffix('>'))
+                else {
+                    return fail(byte, format!("'{t}' has no closing `>`"));
+                };
+                let dims: Vec<String> = inner.split(',').map(|d| d.trim().to_string()).collect();
+                let well_formed = |d: &String| {
+                    !d.is_empty() && d.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                };
+                if let Some(bad) = dims.iter().find(|d| !well_formed(d)) {
+                    return fail(
+                        byte,
+                        format!("dimension '{bad}' of '{t}' is not a name or a size"),
+                    );
+                }
+                decl.dims = Some(dims);
+                std::mem::replace(&mut typed, true)
+            }
+            other => {
+                return fail(
+                    byte,
+                    format!(
+                        "unknown constraint '{other}' (expected {}; free text goes after `--`)",
+                        VAR_CONSTRAINTS.join(", ")
+                    ),
+                )
+            }
+        };
+        if repeated {
+            return fail(byte, format!("'{token}' is said twice"));
+        }
+    }
+    if !typed {
+        return fail(
+            body.len(),
+            "a var line names its type: `tensor` or `tensor<D,...>`".into(),
+        );
+    }
+    Ok(decl)
+}
+
 fn parse_apply(rest: &str, loc: Location) -> Result<RuleAction, Diagnostic> {
     let words: Vec<&str> = rest.split_whitespace().collect();
     match words.as_slice() {
@@ -290,7 +402,7 @@ fn parse_guard(rest: &str, loc: Location) -> Result<Guard, Diagnostic> {
             "rule-syntax",
             format!(
                 "unknown guard '{name}' (expected const, scalar, per-channel, single-consumer, \
-                 rank, unpadded or not-after)"
+                 rank, unpadded, not-after or positive)"
             ),
             loc.clone(),
         )
@@ -319,7 +431,9 @@ fn parse_guard(rest: &str, loc: Location) -> Result<Guard, Diagnostic> {
         GuardKind::Const => vars >= 1 && nums == 0 && ops == 0,
         GuardKind::Scalar => vars == 1 && (1..=2).contains(&nums) && ops == 0,
         GuardKind::PerChannel => (1..=2).contains(&vars) && nums == 0 && ops == 0,
-        GuardKind::SingleConsumer | GuardKind::Unpadded => vars == 1 && nums == 0 && ops == 0,
+        GuardKind::SingleConsumer | GuardKind::Unpadded | GuardKind::Positive => {
+            vars == 1 && nums == 0 && ops == 0
+        }
         GuardKind::Rank => vars == 1 && nums == 1 && ops == 0,
         GuardKind::NotAfter => vars == 1 && nums == 0 && ops == 1,
     };
@@ -333,7 +447,8 @@ fn parse_guard(rest: &str, loc: Location) -> Result<Guard, Diagnostic> {
                     GuardKind::Scalar => "a ?variable, a value and an optional tolerance",
                     GuardKind::PerChannel =>
                         "one or two ?variables (the constant, the tensor; default the result)",
-                    GuardKind::SingleConsumer | GuardKind::Unpadded => "one ?variable",
+                    GuardKind::SingleConsumer | GuardKind::Unpadded | GuardKind::Positive =>
+                        "one ?variable",
                     GuardKind::Rank => "a ?variable and a rank",
                     GuardKind::NotAfter => "a ?variable and an op name",
                 }

@@ -17,9 +17,13 @@
 //!
 //! - `family NAME` groups the rules that follow it.
 //! - `law TEXT` states the algebraic law the rule relies on (free text, may repeat).
-//! - `var ?x: TYPE` notes a variable's type for readers. It is free text: neither the
-//!   loader nor the checker reads it (the checker derives shapes from where a variable
-//!   sits and from the guards), so write constraints as guards, not here.
+//! - `var ?x ?y: CONSTRAINT... [-- NOTE]` declares variables' constraints, each enforced:
+//!   `const` (a compile-time constant), `positive` (every element > 0), `tensor` (any
+//!   rank) or `tensor<D,...>` (rank = the number of dimensions; the dimension names and
+//!   sizes are for readers, since the checker derives shapes from where a variable sits).
+//!   The loader compiles them into guards (`const`, `positive`, `rank`; see [`VarDecl`]),
+//!   so the matcher refuses a match that breaks one and every prover assumes them. Free
+//!   text goes after `--`; anything else on a `var` line is an error at its token.
 //! - `lhs PATTERN` is what to match; several `lhs` lines are alternatives sharing the rest
 //!   (e.g. both operand orders of an `add`).
 //! - `rhs PATTERN` is what the match equals, or `apply absorb ?y` merges the left-hand
@@ -53,7 +57,7 @@ use smelt_ir::diag::Location;
 
 use super::lang::{Attrs, OpKind};
 
-pub use load::{load_rules, MAX_LHS_LINES, MAX_RULES, MAX_RULE_FILE_BYTES};
+pub use load::{load_rules, MAX_LHS_LINES, MAX_RULES, MAX_RULE_FILE_BYTES, VAR_CONSTRAINTS};
 pub use pattern::{fill_template, parse_literal_attrs, parse_pattern, MAX_PATTERN_DEPTH};
 pub use validate::{elementwise_kind, post_op_of};
 
@@ -203,6 +207,10 @@ pub enum GuardKind {
     Unpadded,
     /// `not-after ?x OP`: `?x` is not computed by an `OP` (another rule covers that case).
     NotAfter,
+    /// `positive ?v`: `?v` is a constant whose every element is a number > 0 (on a graph
+    /// only a constant's values are known; a computed value is refused). The provers
+    /// assume it: the sampler draws `?v` positive, the exact provers over `?v > 0`.
+    Positive,
 }
 
 impl GuardKind {
@@ -216,11 +224,12 @@ impl GuardKind {
             GuardKind::Rank => "rank",
             GuardKind::Unpadded => "unpadded",
             GuardKind::NotAfter => "not-after",
+            GuardKind::Positive => "positive",
         }
     }
 
     /// Every guard.
-    pub const ALL: [GuardKind; 7] = [
+    pub const ALL: [GuardKind; 8] = [
         GuardKind::Const,
         GuardKind::Scalar,
         GuardKind::PerChannel,
@@ -228,6 +237,7 @@ impl GuardKind {
         GuardKind::Rank,
         GuardKind::Unpadded,
         GuardKind::NotAfter,
+        GuardKind::Positive,
     ];
 
     fn from_name(name: &str) -> Option<GuardKind> {
@@ -255,6 +265,68 @@ pub struct Guard {
     pub args: Vec<GuardArg>,
 }
 
+/// A `var` line: variables and the constraints they are declared with. Each constraint
+/// compiles to a guard the loader appends to the rule ([`VarDecl::guards`]): `const` to
+/// `guard const`, `positive` to `guard positive`, `tensor<D,...>` to `guard rank`; plain
+/// `tensor` constrains nothing.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VarDecl {
+    /// The variables declared (`?g ?b`).
+    pub names: Vec<String>,
+    /// `const`: a compile-time constant.
+    pub constant: bool,
+    /// `positive`: every element > 0.
+    pub positive: bool,
+    /// The dimensions of `tensor<D,...>` as written (`None` for plain `tensor`).
+    pub dims: Option<Vec<String>>,
+    /// The free text after `--`.
+    pub note: String,
+}
+
+impl VarDecl {
+    /// The guards this declaration stands for.
+    pub fn guards(&self) -> Vec<Guard> {
+        let vars = || self.names.iter().map(|v| GuardArg::Var(v.clone()));
+        let mut out = Vec::new();
+        if self.constant {
+            out.push(Guard {
+                kind: GuardKind::Const,
+                args: vars().collect(),
+            });
+        }
+        for v in vars() {
+            if self.positive {
+                out.push(Guard {
+                    kind: GuardKind::Positive,
+                    args: vec![v.clone()],
+                });
+            }
+            if let Some(dims) = &self.dims {
+                out.push(Guard {
+                    kind: GuardKind::Rank,
+                    args: vec![v, GuardArg::Number(dims.len() as f64)],
+                });
+            }
+        }
+        out
+    }
+}
+
+impl Rule {
+    /// The variables a `positive` guard (or a `var ... positive` line) constrains.
+    pub fn positive_vars(&self) -> Vec<String> {
+        self.guards
+            .iter()
+            .filter(|g| g.kind == GuardKind::Positive)
+            .flat_map(|g| &g.args)
+            .filter_map(|a| match a {
+                GuardArg::Var(v) => Some(v.clone()),
+                GuardArg::Number(_) | GuardArg::Op(_) => None,
+            })
+            .collect()
+    }
+}
+
 /// One fusion rule.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Rule {
@@ -264,8 +336,8 @@ pub struct Rule {
     pub family: String,
     /// The law it relies on.
     pub law: Vec<String>,
-    /// Declared variable types (`?x: tensor<N,C,H,W>`), for the rule checker.
-    pub vars: Vec<String>,
+    /// The `var` lines, as written; their constraints are also in `guards`.
+    pub vars: Vec<VarDecl>,
     /// Alternative left-hand sides.
     pub lhs: Vec<PatternExpr>,
     /// What a match becomes.
@@ -381,6 +453,61 @@ mod tests {
     }
 
     #[test]
+    fn var_lines_compile_to_guards() {
+        let text = "rule r\n  var ?x: tensor<N, C>  -- a note: any text\n  \
+                    var ?a ?b: const positive tensor\n  lhs (add (mul ?x ?a) ?b)\n  rhs ?x\n";
+        let rule = &load_rules(text, "u.rules").unwrap()[0];
+        assert_eq!(rule.vars.len(), 2);
+        assert_eq!(rule.vars[0].dims, Some(vec!["N".into(), "C".into()]));
+        assert_eq!(rule.vars[0].note, "a note: any text");
+        let guards: Vec<String> = rule
+            .guards
+            .iter()
+            .map(|g| format!("{} {:?}", g.kind.name(), g.args))
+            .collect();
+        assert_eq!(
+            guards,
+            [
+                "rank [Var(\"?x\"), Number(2.0)]",
+                "const [Var(\"?a\"), Var(\"?b\")]",
+                "positive [Var(\"?a\")]",
+                "positive [Var(\"?b\")]",
+            ]
+        );
+        assert_eq!(rule.positive_vars(), ["?a", "?b"]);
+    }
+
+    /// A malformed var line is one error, its caret on the offending token.
+    #[test]
+    fn a_malformed_var_line_is_one_error_at_its_token() {
+        for (line, col, says) in [
+            // the old free-text style: the first word that is no constraint
+            (
+                "  var ?x: tensor of activations\n",
+                18,
+                "unknown constraint 'of'",
+            ),
+            ("  var ?x tensor\n", 7, "needs `:`"),
+            ("  var x: tensor\n", 7, "'x' is not a ?variable"),
+            ("  var ?x: const\n", 16, "names its type"),
+            ("  var ?x: tensor<N,C\n", 11, "no closing"),
+            ("  var ?x: tensor<N,,C>\n", 11, "dimension ''"),
+            ("  var ?x: positive tensor positive\n", 27, "said twice"),
+            ("  var ?y: tensor\n", 7, "?y"),
+        ] {
+            let text = format!("rule r\n{line}  lhs (relu ?x)\n  rhs (relu ?x)\n");
+            let err = load_rules(&text, "u.rules").unwrap_err();
+            assert_eq!(err.0.len(), 1, "{line}: {err}");
+            assert!(err.0[0].message.contains(says), "{line}: {err}");
+            assert_eq!(
+                err.0[0].location,
+                Location::file("u.rules", 2, col),
+                "{line}: {err}"
+            );
+        }
+    }
+
+    #[test]
     fn syntax_errors_carry_line_and_column() {
         let text = "rule r\n  lhs (relu ?x\n  rhs ?x\n";
         let err = load_rules(text, "u.rules").unwrap_err();
@@ -420,6 +547,16 @@ mod tests {
         for g in GuardKind::ALL {
             let heading = format!("### `guard {}", g.name());
             assert!(doc.contains(&heading), "docs/rules.md has no {heading}");
+        }
+    }
+
+    /// docs/rules.md documents every `var` constraint, as a row of its table.
+    #[test]
+    fn every_var_constraint_is_in_the_rule_reference() {
+        let doc = include_str!("../../../../docs/rules.md");
+        for c in VAR_CONSTRAINTS {
+            let row = format!("| `{c}` |");
+            assert!(doc.contains(&row), "docs/rules.md has no row {row}");
         }
     }
 

@@ -101,6 +101,7 @@ pub(super) fn check_rule(rule: &Rule) -> Result<(), Diagnostic> {
                 }
             }
         }
+        needed.extend(rule.vars.iter().flat_map(|d| d.names.iter().cloned()));
         // Guards on attributes vs on tensors: `unpadded` reads conv attributes, every
         // other guard a tensor value, and a guard on the wrong kind would never hold.
         let attr_vars = attribute_vars(lhs);
