@@ -5,7 +5,9 @@ mod jit_util;
 
 use jit_util::{check_against_interp, f32t, random_inputs};
 use smelt_ir::builder::FuncBuilder;
-use smelt_ir::op::{ConvTranspose2dAttrs, FusedOp, GemmAttrs, Pool2dAttrs, PostOp, SliceAttrs};
+use smelt_ir::op::{
+    ConvTranspose2dAttrs, FusedOp, GeluApproximation, GemmAttrs, Pool2dAttrs, PostOp, SliceAttrs,
+};
 use smelt_ir::weights::random_f32;
 use smelt_ir::{BinaryOp, Layout, Module, Op, TensorType, UnaryOp, Value, F32};
 
@@ -60,7 +62,13 @@ fn unary_ops() {
         UnaryOp::Sigmoid,
         UnaryOp::Tanh,
         UnaryOp::Erf,
-        UnaryOp::Gelu,
+        UnaryOp::Gelu {
+            approximate: GeluApproximation::None,
+        },
+        UnaryOp::Gelu {
+            approximate: GeluApproximation::Tanh,
+        },
+        UnaryOp::Mish,
         UnaryOp::HardSigmoid {
             alpha: f(0.2),
             beta: f(0.5),
@@ -179,7 +187,13 @@ fn unary_ops_on_wide_inputs() {
         UnaryOp::Sigmoid,
         UnaryOp::Tanh,
         UnaryOp::Erf,
-        UnaryOp::Gelu,
+        UnaryOp::Gelu {
+            approximate: GeluApproximation::None,
+        },
+        UnaryOp::Gelu {
+            approximate: GeluApproximation::Tanh,
+        },
+        UnaryOp::Mish,
         UnaryOp::Silu,
         UnaryOp::Exp,
     ] {
@@ -209,6 +223,7 @@ fn binary_ops_with_broadcasting() {
         BinaryOp::Div,
         BinaryOp::Min,
         BinaryOp::Max,
+        BinaryOp::PRelu,
     ] {
         for (a, b) in shapes {
             let m = one_op(Op::Binary(op), &[t(a), t(b)], &[]);
@@ -607,7 +622,15 @@ fn fused_ops_on_every_anchor_kind() {
         epsilon: F32(1e-5),
     };
     let m = one_op(
-        fused(ln, vec![PostOp::Unary(UnaryOp::Gelu), add]),
+        fused(
+            ln,
+            vec![
+                PostOp::Unary(UnaryOp::Gelu {
+                    approximate: GeluApproximation::Tanh,
+                }),
+                add,
+            ],
+        ),
         &[t(&[2, 3, 7]), t(&[7]), t(&[7]), t(&[2, 3, 7])],
         &[],
     );

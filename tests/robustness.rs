@@ -13,7 +13,7 @@ use smelt::onnx::{import, ImportOptions};
 use smelt::{CompileOptions, Executable};
 use smelt::{Error, OptimizeOptions};
 use smelt_ir::builder::FuncBuilder;
-use smelt_ir::op::{Conv2dAttrs, Pool2dAttrs};
+use smelt_ir::op::{Conv2dAttrs, GeluApproximation, Pool2dAttrs};
 use smelt_ir::text::{self, PrintOptions};
 use smelt_ir::types::MAX_TENSOR_BYTES;
 use smelt_ir::verify::verify_module;
@@ -372,7 +372,13 @@ fn every_unary_op() -> Vec<UnaryOp> {
         UnaryOp::Sigmoid,
         UnaryOp::Tanh,
         UnaryOp::Erf,
-        UnaryOp::Gelu,
+        UnaryOp::Gelu {
+            approximate: GeluApproximation::None,
+        },
+        UnaryOp::Gelu {
+            approximate: GeluApproximation::Tanh,
+        },
+        UnaryOp::Mish,
         UnaryOp::HardSigmoid {
             alpha: F32(0.2),
             beta: F32(0.5),
@@ -398,7 +404,8 @@ fn every_unary_op() -> Vec<UnaryOp> {
             | UnaryOp::Sigmoid
             | UnaryOp::Tanh
             | UnaryOp::Erf
-            | UnaryOp::Gelu
+            | UnaryOp::Gelu { .. }
+            | UnaryOp::Mish
             | UnaryOp::HardSigmoid { .. }
             | UnaryOp::HardSwish
             | UnaryOp::Silu
@@ -507,6 +514,7 @@ fn nan_and_inf_flow_through_binary_ops_in_the_jit_as_in_the_interpreter() {
         BinaryOp::Div,
         BinaryOp::Min,
         BinaryOp::Max,
+        BinaryOp::PRelu,
     ] {
         let mut m = Module::default();
         let mut bld = FuncBuilder::new(&mut m, "f");

@@ -9,7 +9,7 @@
 use std::fmt;
 
 use super::attr_dict::{AttrDict, AttrError};
-use crate::op::{Op, OpKind, PadMode, UnaryOp};
+use crate::op::{GeluApproximation, Op, OpKind, PadMode, UnaryOp};
 use crate::types::{DType, Layout, F32};
 
 /// Default `epsilon` of batch_norm, layer_norm, bn_fold_weight and bn_fold_bias (ONNX's).
@@ -120,6 +120,19 @@ impl AttrType for Layout {
 impl AttrType for PadMode {
     fn read(d: &mut AttrDict, key: &'static str) -> Result<Option<Self>, AttrError> {
         d.pad_mode(key)
+    }
+    fn value(&self, _: usize) -> AttrValue {
+        AttrValue::Word(self.name())
+    }
+}
+
+impl AttrType for GeluApproximation {
+    fn read(d: &mut AttrDict, key: &'static str) -> Result<Option<Self>, AttrError> {
+        d.choice(
+            key,
+            "a GELU approximation",
+            &GeluApproximation::ALL.map(|a| (a, a.name())),
+        )
     }
     fn value(&self, _: usize) -> AttrValue {
         AttrValue::Word(self.name())
@@ -390,7 +403,13 @@ mod tests {
             Op::Unary(UnaryOp::Sigmoid),
             Op::Unary(UnaryOp::Tanh),
             Op::Unary(UnaryOp::Erf),
-            Op::Unary(UnaryOp::Gelu),
+            Op::Unary(UnaryOp::Gelu {
+                approximate: GeluApproximation::None,
+            }),
+            Op::Unary(UnaryOp::Gelu {
+                approximate: GeluApproximation::Tanh,
+            }),
+            Op::Unary(UnaryOp::Mish),
             Op::Unary(UnaryOp::HardSigmoid {
                 alpha: F32(0.25),
                 beta: F32(0.4),
@@ -412,6 +431,7 @@ mod tests {
             Op::Binary(BinaryOp::Div),
             Op::Binary(BinaryOp::Min),
             Op::Binary(BinaryOp::Max),
+            Op::Binary(BinaryOp::PRelu),
             Op::LayerNorm {
                 axis: 2,
                 epsilon: F32(1e-6),

@@ -523,6 +523,7 @@ impl Planner {
                 trans_b: r.pick(&[false, true]),
             }),
             OpKind::Flatten | OpKind::Softmax | OpKind::Concat => Attrs::Axis(1),
+            OpKind::Gelu => Attrs::Gelu(r.pick(&smelt_ir::op::GeluApproximation::ALL)),
             OpKind::LayerNorm => Attrs::LayerNorm {
                 axis: 1,
                 epsilon: F32(1e-5),
@@ -532,7 +533,7 @@ impl Planner {
             | OpKind::Sigmoid
             | OpKind::Tanh
             | OpKind::Erf
-            | OpKind::Gelu
+            | OpKind::Mish
             | OpKind::HardSwish
             | OpKind::Silu
             | OpKind::Neg
@@ -550,6 +551,7 @@ impl Planner {
             | OpKind::Div
             | OpKind::Min
             | OpKind::Max
+            | OpKind::PRelu
             | OpKind::GlobalAvgPool
             | OpKind::Reshape
             | OpKind::Transpose
