@@ -142,14 +142,18 @@ pub fn unary(b: &mut KernelBuilder, op: UnaryOp, x: Expr, w: Width) -> Expr {
         }
         UnaryOp::Mish => {
             // x · tanh(softplus(x)) = x · (e² + 2e) / (e² + 2e + 2) with e = e^x, so no
-            // log is needed; e^x is clamped where e² would overflow (the ratio is 1 there)
+            // log is needed; e^x is clamped where e² would overflow (the ratio is 1 there),
+            // and the ratio is 0 where e^x is below f32's range (the exp kernel stops at
+            // e^-87.3), so -inf gives -inf · 0 = NaN as the definition does
             let x = share(b, x, w);
             let e = b.let_(
                 Expr::unary(UnOp::Exp, Expr::binary(BinOp::Min, x.clone(), c(40.0, w))),
                 w,
             );
             let n = b.let_(mul(e.clone(), add(e, c(2.0, w))), w);
-            mul(x, div(n.clone(), add(n, c(2.0, w))))
+            let ratio = div(n.clone(), add(n, c(2.0, w)));
+            let ratio = Expr::select(CmpOp::Lt, x.clone(), c(-88.0, w), c(0.0, w), ratio);
+            mul(x, ratio)
         }
         UnaryOp::HardSigmoid { alpha, beta } => {
             clamp(Expr::fma(x, c(alpha.0, w), c(beta.0, w)), 0.0, 1.0, w)
