@@ -383,6 +383,31 @@ fn conv_transpose2d_over_shapes_strides_pads_groups_dilations_and_output_padding
                 &m,
             );
         }
+        // as a fusion anchor: a per-channel scale (a BN turned affine), a per-channel
+        // PRelu, Mish, and a scalar on the left of a sub, applied as each element is stored
+        let chan = t(&[og * groups, 1, 1]);
+        let post = vec![
+            PostOp::Binary {
+                op: BinaryOp::Mul,
+                acc_is_lhs: true,
+            },
+            PostOp::Binary {
+                op: BinaryOp::PRelu,
+                acc_is_lhs: true,
+            },
+            PostOp::Unary(UnaryOp::Mish),
+            PostOp::Binary {
+                op: BinaryOp::Sub,
+                acc_is_lhs: false,
+            },
+        ];
+        let op = fused(Op::ConvTranspose2d(attrs.clone()), post);
+        let m = one_op(
+            op,
+            &[t(&xd), w.clone(), bias.clone(), chan.clone(), chan, t(&[])],
+            &[],
+        );
+        check(&format!("fused conv_transpose2d {xd:?} {attrs:?}"), &m);
     }
 }
 
