@@ -4,7 +4,9 @@
 
 use smelt_ir::builder::FuncBuilder;
 use smelt_ir::interp::{self, eval_op};
-use smelt_ir::op::{Conv2dAttrs, ConvTranspose2dAttrs, GemmAttrs, Pool2dAttrs, SliceAttrs};
+use smelt_ir::op::{
+    Conv2dAttrs, ConvTranspose2dAttrs, GeluApproximation, GemmAttrs, Pool2dAttrs, SliceAttrs,
+};
 use smelt_ir::weights::{random_f32, AlignedBuf, WeightOrigin, WeightStore};
 use smelt_ir::{
     BinaryOp, ErrorStats, Func, FusedOp, Inst, Layout, Location, Module, Op, Param, PostOp, Tensor,
@@ -507,6 +509,8 @@ fn binary_ops_hand_values() {
         (BinaryOp::Div, [0.25, -2.0 / 3.0, -3.0, 1.0]),
         (BinaryOp::Min, [1.0, -2.0, -2.0, 0.5]),
         (BinaryOp::Max, [4.0, 3.0, 6.0, 0.5]),
+        // a where a >= 0, else b * a
+        (BinaryOp::PRelu, [1.0, -6.0, 6.0, 0.5]),
     ];
     for (op, want) in cases {
         assert_exact(&eval(Op::Binary(op), &[&a, &b]), &want);
@@ -582,7 +586,34 @@ fn every_unary_matches_closed_forms() {
             vec![0.0, erf1, -erf1, 1.0],
         ),
         (
-            UnaryOp::Gelu,
+            UnaryOp::Gelu {
+                approximate: GeluApproximation::Tanh,
+            },
+            vec![0.0, 1.0, -1.0, 3.0],
+            // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) by Python's math module
+            vec![
+                0.0,
+                0.841_191_990_608_276_8,
+                -0.158_808_009_391_723_24,
+                2.996_362_607_918_227,
+            ],
+        ),
+        (
+            UnaryOp::Mish,
+            vec![0.0, 1.0, -1.0, -20.0, 30.0],
+            // x tanh(log1p(exp(x))) by Python's math module
+            vec![
+                0.0,
+                0.865_098_388_267_310_3,
+                -0.303_401_461_374_108_95,
+                -4.122_307_240_628_762e-8,
+                30.0,
+            ],
+        ),
+        (
+            UnaryOp::Gelu {
+                approximate: GeluApproximation::None,
+            },
             vec![0.0, 1.0, -1.0, 10.0],
             vec![
                 0.0,
@@ -1210,11 +1241,18 @@ fn fused_post_ops_apply_in_order_with_broadcast_operands() {
     let fused = eval(
         Op::Fused(FusedOp {
             anchor: Box::new(ln.clone()),
-            post_ops: vec![PostOp::Unary(UnaryOp::Gelu)],
+            post_ops: vec![PostOp::Unary(UnaryOp::Gelu {
+                approximate: GeluApproximation::Tanh,
+            })],
         }),
         &[&x, &scale],
     );
-    let step = eval(Op::Unary(UnaryOp::Gelu), &[&eval(ln, &[&x, &scale])]);
+    let step = eval(
+        Op::Unary(UnaryOp::Gelu {
+            approximate: GeluApproximation::Tanh,
+        }),
+        &[&eval(ln, &[&x, &scale])],
+    );
     assert_eq!(fused.data, step.data);
 }
 

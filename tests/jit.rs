@@ -8,7 +8,7 @@ use jit_util::{add_relu, check_against_interp, f32t, opts, random, random_inputs
 use smelt::codegen::{clif_text, TargetDesc};
 use smelt::runtime::{Elements, Executable};
 use smelt_ir::builder::FuncBuilder;
-use smelt_ir::op::{Conv2dAttrs, FusedOp, PostOp};
+use smelt_ir::op::{Conv2dAttrs, FusedOp, GeluApproximation, PostOp};
 use smelt_ir::weights::random_f32;
 use smelt_ir::{BinaryOp, Module, Op, Tensor, UnaryOp, F32};
 use smelt_passes::lower;
@@ -311,7 +311,13 @@ fn check_every_post_op_kind(case: &ConvCase) {
         UnaryOp::Sigmoid,
         UnaryOp::Tanh,
         UnaryOp::Erf,
-        UnaryOp::Gelu,
+        UnaryOp::Gelu {
+            approximate: GeluApproximation::None,
+        },
+        UnaryOp::Gelu {
+            approximate: GeluApproximation::Tanh,
+        },
+        UnaryOp::Mish,
         UnaryOp::HardSigmoid {
             alpha: f(0.2),
             beta: f(0.5),
@@ -330,6 +336,7 @@ fn check_every_post_op_kind(case: &ConvCase) {
         BinaryOp::Div,
         BinaryOp::Min,
         BinaryOp::Max,
+        BinaryOp::PRelu,
     ];
     for op in binaries {
         for acc_is_lhs in [true, false] {

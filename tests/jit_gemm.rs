@@ -10,7 +10,7 @@ mod jit_util;
 use jit_util::{check_against_interp, f32t, kernel_choices, random_inputs};
 use smelt::{CompileOptions, Executable, Kernels};
 use smelt_ir::builder::FuncBuilder;
-use smelt_ir::op::{FusedOp, GemmAttrs, PostOp};
+use smelt_ir::op::{FusedOp, GeluApproximation, GemmAttrs, PostOp};
 use smelt_ir::weights::random_f32;
 use smelt_ir::{BinaryOp, Module, Op, TensorType, UnaryOp, Value, F32};
 
@@ -65,7 +65,15 @@ fn matmul_model(a_dims: &[usize], n: usize, epi: Epi) -> Module {
     let (post, extra): (Vec<PostOp>, Vec<Value>) = match (epi, param) {
         (Epi::BiasGelu, _) => {
             let bias = constant(&mut b, "bias", &[n], 8);
-            (vec![add, PostOp::Unary(UnaryOp::Gelu)], vec![bias])
+            (
+                vec![
+                    add,
+                    PostOp::Unary(UnaryOp::Gelu {
+                        approximate: GeluApproximation::None,
+                    }),
+                ],
+                vec![bias],
+            )
         }
         (Epi::BiasResidual, Some(res)) => {
             let bias = constant(&mut b, "bias", &[n], 8);

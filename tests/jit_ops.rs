@@ -5,7 +5,9 @@ mod jit_util;
 
 use jit_util::{check_against_interp, f32t, random_inputs};
 use smelt_ir::builder::FuncBuilder;
-use smelt_ir::op::{ConvTranspose2dAttrs, FusedOp, GemmAttrs, Pool2dAttrs, PostOp, SliceAttrs};
+use smelt_ir::op::{
+    ConvTranspose2dAttrs, FusedOp, GeluApproximation, GemmAttrs, Pool2dAttrs, PostOp, SliceAttrs,
+};
 use smelt_ir::weights::random_f32;
 use smelt_ir::{BinaryOp, Layout, Module, Op, TensorType, UnaryOp, Value, F32};
 
@@ -60,7 +62,13 @@ fn unary_ops() {
         UnaryOp::Sigmoid,
         UnaryOp::Tanh,
         UnaryOp::Erf,
-        UnaryOp::Gelu,
+        UnaryOp::Gelu {
+            approximate: GeluApproximation::None,
+        },
+        UnaryOp::Gelu {
+            approximate: GeluApproximation::Tanh,
+        },
+        UnaryOp::Mish,
         UnaryOp::HardSigmoid {
             alpha: f(0.2),
             beta: f(0.5),
@@ -340,7 +348,13 @@ fn unary_ops_on_wide_inputs() {
         UnaryOp::Sigmoid,
         UnaryOp::Tanh,
         UnaryOp::Erf,
-        UnaryOp::Gelu,
+        UnaryOp::Gelu {
+            approximate: GeluApproximation::None,
+        },
+        UnaryOp::Gelu {
+            approximate: GeluApproximation::Tanh,
+        },
+        UnaryOp::Mish,
         UnaryOp::Silu,
         UnaryOp::Exp,
     ] {
@@ -370,6 +384,7 @@ fn binary_ops_with_broadcasting() {
         BinaryOp::Div,
         BinaryOp::Min,
         BinaryOp::Max,
+        BinaryOp::PRelu,
     ] {
         for (a, b) in shapes {
             let m = one_op(Op::Binary(op), &[t(a), t(b)], &[]);
@@ -529,6 +544,31 @@ fn conv_transpose2d_over_shapes_strides_pads_groups_dilations_and_output_padding
                 &m,
             );
         }
+        // as a fusion anchor: a per-channel scale (a BN turned affine), a per-channel
+        // PRelu, Mish, and a scalar on the left of a sub, applied as each element is stored
+        let chan = t(&[og * groups, 1, 1]);
+        let post = vec![
+            PostOp::Binary {
+                op: BinaryOp::Mul,
+                acc_is_lhs: true,
+            },
+            PostOp::Binary {
+                op: BinaryOp::PRelu,
+                acc_is_lhs: true,
+            },
+            PostOp::Unary(UnaryOp::Mish),
+            PostOp::Binary {
+                op: BinaryOp::Sub,
+                acc_is_lhs: false,
+            },
+        ];
+        let op = fused(Op::ConvTranspose2d(attrs.clone()), post);
+        let m = one_op(
+            op,
+            &[t(&xd), w.clone(), bias.clone(), chan.clone(), chan, t(&[])],
+            &[],
+        );
+        check(&format!("fused conv_transpose2d {xd:?} {attrs:?}"), &m);
     }
 }
 
@@ -768,7 +808,15 @@ fn fused_ops_on_every_anchor_kind() {
         epsilon: F32(1e-5),
     };
     let m = one_op(
-        fused(ln, vec![PostOp::Unary(UnaryOp::Gelu), add]),
+        fused(
+            ln,
+            vec![
+                PostOp::Unary(UnaryOp::Gelu {
+                    approximate: GeluApproximation::Tanh,
+                }),
+                add,
+            ],
+        ),
         &[t(&[2, 3, 7]), t(&[7]), t(&[7]), t(&[2, 3, 7])],
         &[],
     );

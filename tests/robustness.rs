@@ -13,7 +13,7 @@ use smelt::onnx::{import, ImportOptions};
 use smelt::{CompileOptions, Executable};
 use smelt::{Error, OptimizeOptions};
 use smelt_ir::builder::FuncBuilder;
-use smelt_ir::op::{Conv2dAttrs, Pool2dAttrs};
+use smelt_ir::op::{Conv2dAttrs, GeluApproximation, Pool2dAttrs};
 use smelt_ir::text::{self, PrintOptions};
 use smelt_ir::types::MAX_TENSOR_BYTES;
 use smelt_ir::verify::verify_module;
@@ -469,6 +469,7 @@ fn nan_and_inf_flow_through_binary_ops_in_the_jit_as_in_the_interpreter() {
         BinaryOp::Div,
         BinaryOp::Min,
         BinaryOp::Max,
+        BinaryOp::PRelu,
     ] {
         let mut m = Module::default();
         let mut bld = FuncBuilder::new(&mut m, "f");

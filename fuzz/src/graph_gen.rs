@@ -16,7 +16,7 @@
 
 use arbitrary::Unstructured;
 use smelt_ir::builder::FuncBuilder;
-use smelt_ir::op::{broadcast, Conv2dAttrs, GemmAttrs, Pool2dAttrs};
+use smelt_ir::op::{broadcast, Conv2dAttrs, GeluApproximation, GemmAttrs, Pool2dAttrs};
 use smelt_ir::weights::random_f32;
 use smelt_ir::{BinaryOp, Module, Op, Tensor, TensorType, UnaryOp, Value, F32};
 
@@ -255,7 +255,9 @@ impl Gen<'_, '_, '_> {
             3 => UnaryOp::Sigmoid,
             4 => UnaryOp::Tanh,
             5 => UnaryOp::Erf,
-            6 => UnaryOp::Gelu,
+            6 => UnaryOp::Gelu {
+                approximate: GeluApproximation::None,
+            },
             7 => UnaryOp::HardSigmoid {
                 alpha: F32(self.choose(&[0.2, 1.0 / 6.0])),
                 beta: F32(0.5),

@@ -166,6 +166,8 @@ macro_rules! integer {
                         .or_else(|| (b == -1).then(|| a.wrapping_neg()))?,
                     BinaryOp::Min => a.min(b),
                     BinaryOp::Max => a.max(b),
+                    BinaryOp::PRelu if a >= 0 => a,
+                    BinaryOp::PRelu => b.wrapping_mul(a),
                 })
             }
             fn unary(op: UnaryOp, a: $t) -> Option<$t> {

@@ -22,7 +22,7 @@ macro_rules! conv_ops {
             dtype: all_f32,
             shape: |o| conv2d_shape(a, o),
             flops: conv2d_flops;
-        ConvTranspose2d "conv_transpose2d" Some(Range(2, 3)), Plain:
+        ConvTranspose2d "conv_transpose2d" Some(Range(2, 3)), Anchor:
             (Op::ConvTranspose2d(a)) <=> (Attrs::ConvTranspose2d(a))
             attrs { ..a },
             dtype: all_f32,

@@ -29,8 +29,14 @@ pub enum UnaryOp {
     Tanh,
     /// Gauss error function.
     Erf,
-    /// Exact GELU: `0.5 x (1 + erf(x / sqrt 2))`.
-    Gelu,
+    /// GELU: exact, `0.5 x (1 + erf(x / sqrt 2))`, or the tanh approximation
+    /// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))` (ONNX Gelu's `approximate`).
+    Gelu {
+        /// Which of the two formulas.
+        approximate: GeluApproximation,
+    },
+    /// `x * tanh(softplus(x))`, softplus being `ln(1 + e^x)`.
+    Mish,
     /// `max(0, min(1, alpha * x + beta))`.
     HardSigmoid {
         /// Slope.
@@ -108,7 +114,8 @@ impl UnaryOp {
             UnaryOp::Exp | UnaryOp::Log => 15,
             UnaryOp::HardSigmoid { .. } | UnaryOp::HardSwish => 4,
             UnaryOp::Sigmoid | UnaryOp::Tanh | UnaryOp::Silu => 20,
-            UnaryOp::Erf | UnaryOp::Gelu => 30,
+            UnaryOp::Erf | UnaryOp::Gelu { .. } => 30,
+            UnaryOp::Mish => 40,
         }
     }
 
@@ -130,7 +137,14 @@ impl UnaryOp {
             UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
             UnaryOp::Tanh => x.tanh(),
             UnaryOp::Erf => erf(x),
-            UnaryOp::Gelu => 0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)),
+            UnaryOp::Gelu {
+                approximate: GeluApproximation::None,
+            } => 0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)),
+            UnaryOp::Gelu {
+                approximate: GeluApproximation::Tanh,
+            } => 0.5 * x * (1.0 + (GELU_TANH_SCALE * (x + GELU_TANH_CUBIC * x * x * x)).tanh()),
+            // ln_1p keeps softplus accurate where e^x is tiny; e^x = inf gives x * 1
+            UnaryOp::Mish => x * x.exp().ln_1p().tanh(),
             UnaryOp::HardSigmoid { alpha, beta } => {
                 (alpha.0 as f64 * x + beta.0 as f64).clamp(0.0, 1.0)
             }
@@ -159,6 +173,35 @@ impl UnaryOp {
             UnaryOp::Sign if x > 0.0 => 1.0,
             UnaryOp::Sign if x < 0.0 => -1.0,
             UnaryOp::Sign => x,
+        }
+    }
+}
+
+/// `sqrt(2 / pi)`, the tanh-approximate GELU's scale.
+pub const GELU_TANH_SCALE: f64 = 0.797_884_560_802_865_4;
+
+/// The cubic coefficient of the tanh-approximate GELU.
+pub const GELU_TANH_CUBIC: f64 = 0.044_715;
+
+/// Which formula `gelu` computes (ONNX Gelu's `approximate`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum GeluApproximation {
+    /// The exact GELU, with `erf`.
+    #[default]
+    None,
+    /// The tanh approximation (HF `gelu_new`, torch `approximate='tanh'`).
+    Tanh,
+}
+
+impl GeluApproximation {
+    /// Every variant, for messages and the text form.
+    pub const ALL: [GeluApproximation; 2] = [GeluApproximation::None, GeluApproximation::Tanh];
+
+    /// The name in the text form and in ONNX.
+    pub fn name(self) -> &'static str {
+        match self {
+            GeluApproximation::None => "none",
+            GeluApproximation::Tanh => "tanh",
         }
     }
 }
@@ -210,6 +253,9 @@ pub enum BinaryOp {
     Min,
     /// `max(a, b)`.
     Max,
+    /// `a if a >= 0 else b * a`: ONNX PRelu, `b` the slope (per channel as exporters
+    /// write it, broadcast to `a`).
+    PRelu,
 }
 
 impl BinaryOp {
@@ -222,7 +268,7 @@ impl BinaryOp {
     pub fn is_commutative(self) -> bool {
         match self {
             BinaryOp::Add | BinaryOp::Mul | BinaryOp::Min | BinaryOp::Max => true,
-            BinaryOp::Sub | BinaryOp::Div => false,
+            BinaryOp::Sub | BinaryOp::Div | BinaryOp::PRelu => false,
         }
     }
 
@@ -237,6 +283,9 @@ impl BinaryOp {
             BinaryOp::Min | BinaryOp::Max if a.is_nan() || b.is_nan() => f64::NAN,
             BinaryOp::Min => a.min(b),
             BinaryOp::Max => a.max(b),
+            // NaN fails `>= 0` and stays NaN when scaled, as ONNX's reference gives
+            BinaryOp::PRelu if a >= 0.0 => a,
+            BinaryOp::PRelu => b * a,
         }
     }
 }
@@ -280,11 +329,16 @@ macro_rules! elementwise_ops {
             dtype: all_f32,
             shape: same_dims,
             flops: unary_flops(UnaryOp::Erf);
-        Gelu "gelu" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Gelu)) <=> (Attrs::None)
+        Gelu "gelu" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Gelu { approximate })) <=> (Attrs::Gelu(approximate))
+            attrs { approximate = GeluApproximation::None },
+            dtype: all_f32,
+            shape: same_dims,
+            flops: unary_flops(UnaryOp::Gelu { approximate: *approximate });
+        Mish "mish" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::Mish)) <=> (Attrs::None)
             attrs {},
             dtype: all_f32,
             shape: same_dims,
-            flops: unary_flops(UnaryOp::Gelu);
+            flops: unary_flops(UnaryOp::Mish);
         HardSigmoid "hard_sigmoid" Some(Exact(1)), Elementwise: (Op::Unary(UnaryOp::HardSigmoid { alpha, beta })) <=> (Attrs::HardSigmoid { alpha, beta })
             attrs { alpha = DEFAULT_HARD_SIGMOID_ALPHA, beta = DEFAULT_HARD_SIGMOID_BETA },
             dtype: all_f32,
@@ -435,6 +489,11 @@ macro_rules! elementwise_ops {
             dtype: numeric_pair,
             shape: broadcast_pair,
             flops: one_per_element;
+        PRelu "prelu" Some(Exact(2)), Elementwise: (Op::Binary(BinaryOp::PRelu)) <=> (Attrs::None)
+            attrs {},
+            dtype: all_f32,
+            shape: broadcast_pair,
+            flops: |_, out| 2 * out.num_elements() as u64;
     ]
     $($more),* } };
 }

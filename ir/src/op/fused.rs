@@ -93,7 +93,7 @@ pub enum PostOp {
 /// [`PostOp::Binary`], in post-op order.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FusedOp {
-    /// The op computing the tile: conv2d, gemm, matmul, layer_norm or a pool.
+    /// The op computing the tile: conv2d, conv_transpose2d, gemm, matmul, layer_norm or a pool.
     pub anchor: Box<Op>,
     /// Elementwise steps applied to the anchor's result before it is stored.
     pub post_ops: Vec<PostOp>,

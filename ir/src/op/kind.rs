@@ -28,8 +28,9 @@ use super::resize::*;
 use super::rules::*;
 use super::weight_prep::*;
 use super::{
-    Arity, BinaryOp, Comparison, Conv2dAttrs, ConvTranspose2dAttrs, FusedOp, GemmAttrs, LogicOp,
-    PadAttrs, Pool2dAttrs, ReduceAttrs, Reduction, ResizeAttrs, SliceAttrs, UnaryOp,
+    Arity, BinaryOp, Comparison, Conv2dAttrs, ConvTranspose2dAttrs, FusedOp, GeluApproximation,
+    GemmAttrs, LogicOp, PadAttrs, Pool2dAttrs, ReduceAttrs, Reduction, ResizeAttrs, SliceAttrs,
+    UnaryOp,
 };
 use crate::text::{
     DEFAULT_EPSILON, DEFAULT_FLATTEN_AXIS, DEFAULT_HARD_SIGMOID_ALPHA, DEFAULT_HARD_SIGMOID_BETA,
@@ -73,6 +74,8 @@ pub enum Attrs {
     },
     /// `leaky_relu` slope.
     Alpha(F32),
+    /// `gelu`'s formula.
+    Gelu(GeluApproximation),
     /// `hard_sigmoid`.
     HardSigmoid {
         /// Slope.

@@ -38,7 +38,9 @@ pub use attrs::{
     ReduceAttrs, SliceAttrs,
 };
 pub use dim::{Dim, Shape};
-pub use elementwise::{erf, BinaryOp, UnaryOp};
+pub use elementwise::{
+    erf, BinaryOp, GeluApproximation, UnaryOp, GELU_TANH_CUBIC, GELU_TANH_SCALE,
+};
 pub use fused::{FusedOp, PostOp};
 pub use kind::{Attrs, Op, OpKind, Role};
 pub use logic::{Comparison, LogicOp, Reduction};

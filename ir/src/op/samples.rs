@@ -6,9 +6,9 @@
 use std::sync::LazyLock;
 
 use super::{
-    Attrs, Conv2dAttrs, ConvTranspose2dAttrs, CoordinateMode, GemmAttrs, NearestMode, Op, OpKind,
-    PadAttrs, PadMode, Pool2dAttrs, ReduceAttrs, Reduction, ResizeAttrs, ResizeMode, SliceAttrs,
-    UnaryOp,
+    Attrs, Conv2dAttrs, ConvTranspose2dAttrs, CoordinateMode, GeluApproximation, GemmAttrs,
+    NearestMode, Op, OpKind, PadAttrs, PadMode, Pool2dAttrs, ReduceAttrs, Reduction, ResizeAttrs,
+    ResizeMode, SliceAttrs, UnaryOp,
 };
 use crate::types::{DType, Layout, F32};
 
@@ -68,6 +68,12 @@ fn with_attributes() -> Vec<Op> {
             max: F32(6.0),
         }),
         Op::Unary(UnaryOp::LeakyRelu { alpha: F32(0.2) }),
+        Op::Unary(UnaryOp::Gelu {
+            approximate: GeluApproximation::None,
+        }),
+        Op::Unary(UnaryOp::Gelu {
+            approximate: GeluApproximation::Tanh,
+        }),
         Op::Unary(UnaryOp::HardSigmoid {
             alpha: F32(0.25),
             beta: F32(0.4),

@@ -9,7 +9,7 @@
 use std::fmt;
 
 use super::attr_dict::{AttrDict, AttrError};
-use crate::op::{Op, OpKind, PadMode, UnaryOp};
+use crate::op::{GeluApproximation, Op, OpKind, PadMode, UnaryOp};
 use crate::types::{DType, Layout, F32};
 
 /// Default `epsilon` of batch_norm, layer_norm, bn_fold_weight and bn_fold_bias (ONNX's).
@@ -120,6 +120,19 @@ impl AttrType for Layout {
 impl AttrType for PadMode {
     fn read(d: &mut AttrDict, key: &'static str) -> Result<Option<Self>, AttrError> {
         d.pad_mode(key)
+    }
+    fn value(&self, _: usize) -> AttrValue {
+        AttrValue::Word(self.name())
+    }
+}
+
+impl AttrType for GeluApproximation {
+    fn read(d: &mut AttrDict, key: &'static str) -> Result<Option<Self>, AttrError> {
+        d.choice(
+            key,
+            "a GELU approximation",
+            &GeluApproximation::ALL.map(|a| (a, a.name())),
+        )
     }
     fn value(&self, _: usize) -> AttrValue {
         AttrValue::Word(self.name())

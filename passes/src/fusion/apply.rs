@@ -722,7 +722,7 @@ impl RuleApplier {
             return Err((
                 "anchor".into(),
                 format!(
-                    "{} is not computed by an anchor op (conv2d, gemm, matmul, layer_norm, pool) or a fused op",
+                    "{} is not computed by an anchor op (conv2d, conv_transpose2d, gemm, matmul, layer_norm, pool) or a fused op",
                     self.context.describe(egraph, anchor_class)
                 ),
             ));

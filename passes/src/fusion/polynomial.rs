@@ -223,7 +223,7 @@ fn broadcast(a: &Exact, b: &Exact, out: &[usize], op: BinaryOp) -> Result<Exact,
             BinaryOp::Mul => ovf(x.mul(y))?,
             BinaryOp::Div if y != Q::ZERO => ovf(x.div(y))?,
             BinaryOp::Div => return Err("a division by zero".into()),
-            BinaryOp::Min | BinaryOp::Max => {
+            BinaryOp::Min | BinaryOp::Max | BinaryOp::PRelu => {
                 return Err(format!("'{}' is not polynomial", Op::Binary(op).name()))
             }
         });

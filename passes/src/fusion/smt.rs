@@ -4,12 +4,13 @@
 //! rules load samples ([`super::check::CheckOptions::solver_timeout_ms`] is `None` there).
 //!
 //! The fragment: `add`, `sub`, `mul`, `div` by a nonzero constant, `neg`, `abs`, `relu`,
-//! `leaky_relu`, `clip`, `max`, `min`, `hard_sigmoid`, `hard_swish` and `silu` (as
-//! `x * sigmoid(x)`) with spelled-out attributes, over any number of tensor variables
+//! `leaky_relu`, `prelu`, `clip`, `max`, `min`, `hard_sigmoid`, `hard_swish`, `silu` (as
+//! `x * sigmoid(x)`), the tanh `gelu` (by its formula, its constants the f32s models
+//! carry) and `mish` (as `x * tanh(log(exp(x) + 1))`) with spelled-out attributes, over any number of tensor variables
 //! (each a real: every op is elementwise, so a law over scalars is the law over
 //! broadcast tensors) and constants fixed by `scalar` guards. Attribute and guard values
 //! are the f32s taken exactly, as rationals. `sigmoid`, `tanh`, `erf`, `exp`, `log`,
-//! `sqrt` and `gelu` are uninterpreted functions: a proof that holds for every function
+//! `sqrt` and the exact `gelu` are uninterpreted functions: a proof that holds for every function
 //! holds for the real one, and a counterexample that needs one of them to take arbitrary
 //! values refutes nothing, so the rule is left to sampling.
 //!
@@ -25,6 +26,8 @@
 //! A timeout or an `unknown` answer leaves the rule to sampling, with the reason.
 
 use easy_smt::{Context, ContextBuilder, Response, SExpr, SExprData};
+
+use smelt_ir::op::{GeluApproximation, GELU_TANH_CUBIC, GELU_TANH_SCALE};
 
 use super::lang::{Attrs, OpKind};
 use super::prove::{scalar_guard_values, Proof, Q};
@@ -147,10 +150,32 @@ impl Encoder<'_> {
                     AttrSpec::Literal(a) => Some(a),
                     AttrSpec::Any | AttrSpec::Var(_) | AttrSpec::Template { .. } => None,
                 };
+                let ctx = self.ctx;
+                match (kind, lit) {
+                    (OpKind::Gelu, Some(Attrs::Gelu(GeluApproximation::Tanh))) => {
+                        // 0.5 x (1 + tanh(k (x + c x³))) with k and c the f32s a model
+                        // carries them as, tanh uninterpreted
+                        let k = self.exact(GELU_TANH_SCALE as f32)?;
+                        let c = self.exact(GELU_TANH_CUBIC as f32)?;
+                        let x = args[0];
+                        let cube = ctx.times(x, ctx.times(x, x));
+                        let inner = ctx.times(k, ctx.plus(x, ctx.times(c, cube)));
+                        let t = self.apply("tanh", inner);
+                        let half = ctx.rdiv(self.one(), ctx.atom("2.0"));
+                        return Ok(ctx.times(ctx.times(half, x), ctx.plus(self.one(), t)));
+                    }
+                    (OpKind::Mish, _) => {
+                        // x tanh(log(exp(x) + 1)), each function uninterpreted
+                        let e = self.apply("exp", args[0]);
+                        let softplus = self.apply("log", ctx.plus(e, self.one()));
+                        let t = self.apply("tanh", softplus);
+                        return Ok(ctx.times(args[0], t));
+                    }
+                    _ => {}
+                }
                 if let Some((_, name)) = UNINTERPRETED.iter().find(|(k, _)| k == kind) {
                     return Ok(self.apply(name, args[0]));
                 }
-                let ctx = self.ctx;
                 Ok(match (kind, lit) {
                     (OpKind::Add, _) => ctx.plus(args[0], args[1]),
                     (OpKind::Sub, _) => ctx.sub(args[0], args[1]),
@@ -192,6 +217,10 @@ impl Encoder<'_> {
                         let lin = ctx.plus(ctx.times(sixth, args[0]), half);
                         let gate = self.clip(lin, self.zero(), self.one());
                         ctx.times(args[0], gate)
+                    }
+                    (OpKind::PRelu, _) => {
+                        let scaled = ctx.times(args[1], args[0]);
+                        ctx.ite(ctx.gte(args[0], self.zero()), args[0], scaled)
                     }
                     (OpKind::Silu, _) => {
                         let gate = self.apply("sigmoid", args[0]);

@@ -16,7 +16,9 @@
 //! one tap and input channel are one vector load; a tile of up to 4 such vectors (16
 //! channels) shares each input value's broadcast. The accumulated lanes are stored one by
 //! one, as output channels are a plane apart. Output channels past the last whole vector
-//! run as scalars in a second kernel. Parallel over channel vectors (or groups).
+//! run as scalars in a second kernel. Parallel over channel vectors (or groups). As a
+//! fusion anchor, its post-ops (a BN turned affine, a bias, an activation) apply to each
+//! element just before its one store.
 
 use smelt_ir::loops::{Access, Affine, BufId, Expr, KernelBuilder, LoopVar, Width};
 use smelt_ir::op::ConvTranspose2dAttrs;
@@ -130,9 +132,6 @@ pub(crate) fn lower_conv_transpose2d(
     {
         return Err(cx.unsupported("conv_transpose2d on channel blocks"));
     }
-    if !epi.is_empty() {
-        return Err(cx.unsupported("post-ops on a conv_transpose2d (it anchors no fusion)"));
-    }
     let [n, c, h, w] = [xt.dims[0], xt.dims[1], xt.dims[2], xt.dims[3]];
     let g = Geometry {
         n,
@@ -150,10 +149,10 @@ pub(crate) fn lower_conv_transpose2d(
     let packed = pack_weights(cx, &g, cx.buf(operands[1]))?;
     let whole = g.og / 4 * 4;
     if whole > 0 {
-        gather(cx, a, &g, operands, packed, 4, 0..whole, out)?;
+        gather(cx, a, &g, operands, packed, 4, 0..whole, epi.clone(), out)?;
     }
     if whole < g.og {
-        gather(cx, a, &g, operands, packed, 1, whole..g.og, out)?;
+        gather(cx, a, &g, operands, packed, 1, whole..g.og, epi, out)?;
     }
     Ok(())
 }
@@ -222,6 +221,7 @@ fn gather(
     packed: BufferId,
     lanes: usize,
     channels: std::ops::Range<usize>,
+    mut epi: Epilogue,
     out: BufferId,
 ) -> Result<(), Diagnostic> {
     let (x, bias) = (cx.buf(operands[0]), operands.get(2).map(|&v| cx.buf(v)));
@@ -259,6 +259,8 @@ fn gather(
         out: b.arg("out", cx.len_of(out), Access::Write),
     };
     args.push(out);
+    args.extend(epi.declare(&mut b));
+    let epi = &epi;
     let tiles = (vectors / tile) as i64;
     let first = channels.start as i64;
     let step = (tile * lanes) as i64;
@@ -269,6 +271,7 @@ fn gather(
             let ctx = Tile {
                 g,
                 bufs: &bufs,
+                epi,
                 lanes,
                 tile,
                 gi: Affine::var(gi),
@@ -323,6 +326,8 @@ fn gather(
 struct Tile<'a> {
     g: &'a Geometry,
     bufs: &'a Args,
+    /// The fused post-ops, applied to each element as it is stored.
+    epi: &'a Epilogue,
     /// Channels per vector.
     lanes: usize,
     /// Vectors per tile.
@@ -464,6 +469,8 @@ impl Tile<'_> {
                     } else {
                         Expr::Var(acc)
                     };
+                    let idx = [self.ni.clone(), oc, y.clone(), x];
+                    let value = self.epi.apply(b, value, &idx, Width::Scalar);
                     b.store(self.bufs.out, at, value, Width::Scalar);
                 }
             }

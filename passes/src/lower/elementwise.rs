@@ -4,7 +4,7 @@
 use smelt_ir::loops::{
     Access, Affine, BinOp, BufId, BufPtr, CmpOp, Expr, KernelBuilder, LoopVar, UnOp, Width,
 };
-use smelt_ir::op::PostOp;
+use smelt_ir::op::{GeluApproximation, PostOp, GELU_TANH_CUBIC, GELU_TANH_SCALE};
 use smelt_ir::{BinaryOp, Diagnostic, TensorType, UnaryOp, Value};
 use std::collections::HashMap;
 
@@ -46,6 +46,12 @@ fn sigmoid(x: Expr, w: Width) -> Expr {
         c(1.0, w),
         add(c(1.0, w), Expr::unary(UnOp::Exp, Expr::unary(UnOp::Neg, x))),
     )
+}
+
+/// `1 − 2 / (e^{2x} + 1)`: exact limits ±1, absolute error ≈ 1e-7.
+fn tanh(x: Expr, w: Width) -> Expr {
+    let e = Expr::unary(UnOp::Exp, mul(x, c(2.0, w)));
+    Expr::binary(BinOp::Sub, c(1.0, w), div(c(2.0, w), add(e, c(1.0, w))))
 }
 
 /// erf(x): Taylor series for |x| < 0.5, Abramowitz–Stegun 7.1.26 (absolute error
@@ -161,16 +167,41 @@ pub fn unary(b: &mut KernelBuilder, op: UnaryOp, x: Expr, w: Width) -> Expr {
             Expr::select(CmpOp::Ge, x.clone(), c(0.0, w), x, neg)
         }
         UnaryOp::Sigmoid => sigmoid(x, w),
-        UnaryOp::Tanh => {
-            // 1 − 2 / (e^{2x} + 1): exact limits ±1, absolute error ≈ 1e-7
-            let e = Expr::unary(UnOp::Exp, mul(x, c(2.0, w)));
-            Expr::binary(BinOp::Sub, c(1.0, w), div(c(2.0, w), add(e, c(1.0, w))))
-        }
+        UnaryOp::Tanh => tanh(x, w),
         UnaryOp::Erf => erf(b, x, w),
-        UnaryOp::Gelu => {
+        UnaryOp::Gelu {
+            approximate: GeluApproximation::None,
+        } => {
             let x = share(b, x, w);
             let e = erf(b, mul(x.clone(), c(std::f32::consts::FRAC_1_SQRT_2, w)), w);
             mul(mul(x, c(0.5, w)), add(e, c(1.0, w)))
+        }
+        UnaryOp::Gelu {
+            approximate: GeluApproximation::Tanh,
+        } => {
+            // 0.5 x (1 + tanh(k (x + c x³))), the inner term as x · (k + k c x²)
+            let x = share(b, x, w);
+            let x2 = mul(x.clone(), x.clone());
+            let k = GELU_TANH_SCALE as f32;
+            let kc = (GELU_TANH_SCALE * GELU_TANH_CUBIC) as f32;
+            let inner = mul(x.clone(), Expr::fma(x2, c(kc, w), c(k, w)));
+            let t = tanh(b.let_(inner, w), w);
+            mul(mul(x, c(0.5, w)), add(t, c(1.0, w)))
+        }
+        UnaryOp::Mish => {
+            // x · tanh(softplus(x)) = x · (e² + 2e) / (e² + 2e + 2) with e = e^x, so no
+            // log is needed; e^x is clamped where e² would overflow (the ratio is 1 there),
+            // and the ratio is 0 where e^x is below f32's range (the exp kernel stops at
+            // e^-87.3), so -inf gives -inf · 0 = NaN as the definition does
+            let x = share(b, x, w);
+            let e = b.let_(
+                Expr::unary(UnOp::Exp, Expr::binary(BinOp::Min, x.clone(), c(40.0, w))),
+                w,
+            );
+            let n = b.let_(mul(e.clone(), add(e, c(2.0, w))), w);
+            let ratio = div(n.clone(), add(n, c(2.0, w)));
+            let ratio = Expr::select(CmpOp::Lt, x.clone(), c(-88.0, w), c(0.0, w), ratio);
+            mul(x, ratio)
         }
         UnaryOp::HardSigmoid { alpha, beta } => {
             clamp(Expr::fma(x, c(alpha.0, w), c(beta.0, w)), 0.0, 1.0, w)
@@ -311,9 +342,14 @@ pub fn unary(b: &mut KernelBuilder, op: UnaryOp, x: Expr, w: Width) -> Expr {
     }
 }
 
-/// Emits `op(a, b)`.
-pub fn binary(op: BinaryOp, a: Expr, b: Expr) -> Expr {
+/// Emits `op(a, b)` for values of width `w`; statements for shared subterms go to `k`.
+pub fn binary(k: &mut KernelBuilder, op: BinaryOp, a: Expr, b: Expr, w: Width) -> Expr {
     let op = match op {
+        BinaryOp::PRelu => {
+            let a = share(k, a, w);
+            let scaled = mul(a.clone(), b);
+            return Expr::select(CmpOp::Ge, a.clone(), c(0.0, w), a, scaled);
+        }
         BinaryOp::Add => BinOp::Add,
         BinaryOp::Sub => BinOp::Sub,
         BinaryOp::Mul => BinOp::Mul,
@@ -599,9 +635,9 @@ impl Epilogue {
                     let x = load(self.reads[next]);
                     next += 1;
                     if acc_is_lhs {
-                        binary(op, acc, x)
+                        binary(b, op, acc, x, w)
                     } else {
-                        binary(op, x, acc)
+                        binary(b, op, x, acc, w)
                     }
                 }
             };
@@ -785,7 +821,7 @@ pub(crate) fn lower_map(
         let load = |k: usize| load_lanes(ins[k], index_of(&st[k], idx), st[k][st[k].len() - 1], w);
         let v = match op {
             MapOp::Unary(u) => unary(b, u, load(0), w),
-            MapOp::Binary(o) => binary(o, load(0), load(1)),
+            MapOp::Binary(o) => binary(b, o, load(0), load(1), w),
             MapOp::BatchNorm { epsilon } => {
                 // (x − mean) · scale / sqrt(var + ε) + bias
                 let inv = div(

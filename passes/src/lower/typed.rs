@@ -78,6 +78,8 @@ impl TypedMap {
                     BinaryOp::Div => BinOp::Div,
                     BinaryOp::Min => BinOp::Min,
                     BinaryOp::Max => BinOp::Max,
+                    // its type rule takes f32 only
+                    BinaryOp::PRelu => return Err("'prelu' has no integer form".into()),
                 };
                 Expr::binary(op, x[0].clone(), x[1].clone())
             }

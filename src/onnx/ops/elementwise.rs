@@ -1,7 +1,7 @@
 //! Elementwise ops: Add/Sub/Mul/Div (folded when both operands are constant), Sum,
 //! the activations (Neg and Abs also folded on integer constants), Clip and Gelu.
 
-use smelt_ir::op::{BinaryOp, Op, UnaryOp};
+use smelt_ir::op::{BinaryOp, GeluApproximation, Op, UnaryOp};
 use smelt_ir::{Diagnostic, Value, F32};
 
 use super::OpRule;
@@ -258,6 +258,7 @@ fn fold_binary(op: BinaryOp, a: &ConstTensor, b: &ConstTensor) -> Result<ConstTe
             BinaryOp::Div => x.checked_div(y),
             BinaryOp::Min => Some(x.min(y)),
             BinaryOp::Max => Some(x.max(y)),
+            BinaryOp::PRelu => Some(if x >= 0 { x } else { y.wrapping_mul(x) }),
         };
         r.ok_or_else(|| {
             format!(
@@ -274,6 +275,8 @@ fn fold_binary(op: BinaryOp, a: &ConstTensor, b: &ConstTensor) -> Result<ConstTe
             BinaryOp::Div => x / y,
             BinaryOp::Min => x.min(y),
             BinaryOp::Max => x.max(y),
+            BinaryOp::PRelu if x >= 0.0 => x,
+            BinaryOp::PRelu => y * x,
         }
     };
     ConstTensor::binary(a, b, int_op, float_op)
@@ -511,51 +514,35 @@ fn clip_const(cx: &mut NodeCtx, x: Value, lo: f32, hi: f32) -> Result<Vec<Entry>
     Ok(vec![Entry::Value(cx.emit(Op::Unary(op), &[x])?)])
 }
 
-/// Gelu (opset 20): exact (`approximate = "none"`) is one op; the tanh approximation
-/// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))` is spelled out with elementwise ops.
+/// Gelu (opset 20): one `gelu` op, exact (`approximate = "none"`) or the tanh
+/// approximation `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
 pub fn gelu(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     cx.check_attrs(&["approximate"])?;
     let x = cx.value(0)?;
     let approximate = cx
         .attr_string("approximate")?
         .unwrap_or_else(|| "none".into());
-    let y = match approximate.as_str() {
-        "none" => cx.emit(Op::Unary(UnaryOp::Gelu), &[x])?,
-        "tanh" => {
-            let mul = |cx: &mut NodeCtx, a, b| cx.emit(Op::Binary(BinaryOp::Mul), &[a, b]);
-            let add = |cx: &mut NodeCtx, a, b| cx.emit(Op::Binary(BinaryOp::Add), &[a, b]);
-            let x2 = mul(cx, x, x)?;
-            let x3 = mul(cx, x2, x)?;
-            let c = cx.scalar(0.044715)?;
-            let cx3 = mul(cx, c, x3)?;
-            let inner = add(cx, x, cx3)?;
-            let k = cx.scalar((2.0f64 / std::f64::consts::PI).sqrt() as f32)?;
-            let scaled = mul(cx, k, inner)?;
-            let t = cx.emit(Op::Unary(UnaryOp::Tanh), &[scaled])?;
-            let one = cx.scalar(1.0)?;
-            let one_plus = add(cx, one, t)?;
-            let half = cx.scalar(0.5)?;
-            let half_x = mul(cx, half, x)?;
-            mul(cx, half_x, one_plus)?
-        }
-        other => {
-            return Err(cx.bad_attr(
+    let approximate = GeluApproximation::ALL
+        .into_iter()
+        .find(|a| a.name() == approximate)
+        .ok_or_else(|| {
+            cx.bad_attr(
                 "approximate",
-                format!("'{other}' is not one of \"none\", \"tanh\""),
-            ))
-        }
-    };
+                format!("'{approximate}' is not one of \"none\", \"tanh\""),
+            )
+        })?;
+    let y = cx.emit(Op::Unary(UnaryOp::Gelu { approximate }), &[x])?;
     Ok(vec![Entry::Value(y)])
 }
 
 /// The activations ONNX defines that smelt writes with its elementwise ops, exactly as
 /// their definitions read (so each piece can fuse into an anchor's epilogue):
-/// - PRelu: `relu(x) + slope · min(x, 0)` (slope broadcast to x);
+/// - PRelu: `prelu(x, slope)` (slope broadcast to x), one op so it can be a post-op;
 /// - Elu: `relu(x) + alpha · (exp(min(x, 0)) − 1)`, Selu: `gamma ·` that;
 /// - Celu: `relu(x) + min(0, alpha · (exp(x / alpha) − 1))`;
 /// - Softsign: `x / (1 + |x|)`;
 /// - ThresholdedRelu: `where(x > alpha, x, 0)`;
-/// - Softplus: `log(exp(x) + 1)`, Mish: `x · tanh(softplus(x))`.
+/// - Softplus: `log(exp(x) + 1)`; Mish: one `mish` op, so it can be a post-op.
 pub fn activation(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     let op = cx.node.op_type();
     let known: &[&str] = match op {
@@ -583,10 +570,7 @@ pub fn activation(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     let y = match op {
         "PRelu" => {
             let slope = cx.value(1)?;
-            let pos = unary(cx, UnaryOp::Relu, x)?;
-            let neg = binary(cx, BinaryOp::Min, x, zero)?;
-            let scaled = binary(cx, BinaryOp::Mul, slope, neg)?;
-            binary(cx, BinaryOp::Add, pos, scaled)?
+            binary(cx, BinaryOp::PRelu, x, slope)?
         }
         "Elu" => elu(cx, cx.attr_float_or("alpha", 1.0)?)?,
         "Selu" => {
@@ -607,17 +591,12 @@ pub fn activation(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
             let neg = binary(cx, BinaryOp::Min, zero, scaled)?;
             binary(cx, BinaryOp::Add, pos, neg)?
         }
-        "Softplus" | "Mish" => {
+        "Softplus" => {
             let e = unary(cx, UnaryOp::Exp, x)?;
             let e1 = binary(cx, BinaryOp::Add, e, one)?;
-            let softplus = unary(cx, UnaryOp::Log, e1)?;
-            if op == "Softplus" {
-                softplus
-            } else {
-                let t = unary(cx, UnaryOp::Tanh, softplus)?;
-                binary(cx, BinaryOp::Mul, x, t)?
-            }
+            unary(cx, UnaryOp::Log, e1)?
         }
+        "Mish" => unary(cx, UnaryOp::Mish, x)?,
         "Softsign" => {
             let magnitude = unary(cx, UnaryOp::Abs, x)?;
             let denominator = binary(cx, BinaryOp::Add, one, magnitude)?;

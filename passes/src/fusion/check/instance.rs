@@ -570,6 +570,7 @@ impl Planner {
             // does not draw
             Attrs::Axis(_) if kind == OpKind::Gather => return None,
             Attrs::Axis(_) => Attrs::Axis(1),
+            Attrs::Gelu(_) => Attrs::Gelu(r.pick(&smelt_ir::op::GeluApproximation::ALL)),
             Attrs::LayerNorm { .. } => Attrs::LayerNorm {
                 axis: 1,
                 epsilon: F32(1e-5),
