@@ -13,7 +13,7 @@ use smelt::onnx::{import, ImportOptions};
 use smelt::{CompileOptions, Executable};
 use smelt::{Error, OptimizeOptions};
 use smelt_ir::builder::FuncBuilder;
-use smelt_ir::op::{Conv2dAttrs, GeluApproximation, Pool2dAttrs};
+use smelt_ir::op::{Conv2dAttrs, Pool2dAttrs};
 use smelt_ir::text::{self, PrintOptions};
 use smelt_ir::types::MAX_TENSOR_BYTES;
 use smelt_ir::verify::verify_module;
