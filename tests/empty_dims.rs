@@ -1,5 +1,6 @@
 //! Zero-size shapes through every op kind (issue 19). The corpus: the functions of the
-//! parse cases (`tests/cases/parse/`) and of [`SAMPLES`] (the kinds those lack), and
+//! parse cases (`tests/cases/parse/`), of [`SAMPLES`] (the kinds those lack) and of every
+//! attribute-free unary elementwise kind the op table lists, and
 //! each of their instructions alone as a one-op module. Each is rebuilt with dimensions
 //! set to 0 — one parameter axis at a time, and every parameter and f32 weight axis of
 //! one size at once (so both sides of a contraction can be empty) — wherever the type
@@ -17,7 +18,7 @@ use std::collections::BTreeSet;
 
 use smelt::{CompileOptions, Options};
 use smelt_ir::builder::FuncBuilder;
-use smelt_ir::op::OpKind;
+use smelt_ir::op::{Attrs, OpKind};
 use smelt_ir::text::{self, PrintOptions};
 use smelt_ir::weights::random_f32;
 use smelt_ir::{interp, verify, DType, ErrorStats, Func, Module, Op, Tensor, TensorType};
@@ -336,6 +337,30 @@ func @emptied(%x: tensor<4x6xf32>, %i: tensor<2x3xi64>, %z: tensor<0x3x2xf32>) -
 }
 ";
 
+/// One function applying every attribute-free unary elementwise kind of the op table to
+/// one input, so a new such op is reached here without an edit.
+fn every_attribute_free_unary_op() -> String {
+    let ty = "tensor<3x5xf32>";
+    let names: Vec<&str> = OpKind::ALL
+        .iter()
+        .filter(|k| matches!(k.join(&Attrs::None), Some(Op::Unary(_))))
+        .map(|k| k.name())
+        .collect();
+    let body: String = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| format!("  %y{i} = {name} %x : {ty}\n"))
+        .collect();
+    let results: Vec<String> = (0..names.len()).map(|i| format!("y{i}: {ty}")).collect();
+    let values: Vec<String> = (0..names.len()).map(|i| format!("%y{i}")).collect();
+    let types = vec![ty; names.len()].join(", ");
+    format!(
+        "func @unary(%x: {ty}) -> ({}) {{\n{body}  return {} : {types}\n}}\n",
+        results.join(", "),
+        values.join(", ")
+    )
+}
+
 #[test]
 fn every_op_kind_agrees_on_zero_size_shapes() {
     let mut corpus: Vec<(String, Module)> = common::case_files("parse")
@@ -347,6 +372,8 @@ fn every_op_kind_agrees_on_zero_size_shapes() {
         })
         .collect();
     corpus.push(("samples".into(), text::parse(SAMPLES, "samples").unwrap()));
+    let unary = every_attribute_free_unary_op();
+    corpus.push(("unary".into(), text::parse(&unary, "unary").unwrap()));
     let mut covered = BTreeSet::new();
     let mut count = 0;
     let mut check = |what: String, m: Module| {
