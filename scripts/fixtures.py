@@ -1,5 +1,5 @@
-"""What the test-data scripts share: a folder written whole or not at all, and a model
-saved beside its inputs and onnxruntime's outputs for them."""
+"""What the test-data scripts share: a folder written whole or not at all, a model saved
+beside its inputs and onnxruntime's outputs for them, and seeded weights."""
 
 import contextlib
 import os
@@ -8,6 +8,8 @@ import shutil
 import numpy as np
 import onnx
 import onnxruntime as ort
+from onnx import helper as h
+from onnx import numpy_helper as nh
 
 
 @contextlib.contextmanager
@@ -55,3 +57,26 @@ def save_with_reference(folder, model, inputs, opts):
         np.save(os.path.join(folder, npy_name(k)), v)
     for o, v in zip(sess.get_outputs(), outputs):
         np.save(os.path.join(folder, "want_" + npy_name(o.name)), v)
+
+
+def init(rng, name, shape, scale=0.5):
+    return nh.from_array(rng.uniform(-scale, scale, shape).astype(np.float32), name)
+
+
+def batch_norm(rng, prefix, channels):
+    """The initializers of an inference BatchNormalization, with non-trivial statistics."""
+    return [
+        nh.from_array(rng.uniform(0.5, 1.5, channels).astype(np.float32), prefix + "_g"),
+        nh.from_array(rng.uniform(-0.2, 0.2, channels).astype(np.float32), prefix + "_b"),
+        nh.from_array(rng.uniform(-0.1, 0.1, channels).astype(np.float32), prefix + "_m"),
+        nh.from_array(rng.uniform(0.5, 2.0, channels).astype(np.float32), prefix + "_v"),
+    ]
+
+
+def bn_node(prefix, x, y):
+    return h.make_node(
+        "BatchNormalization",
+        [x, prefix + "_g", prefix + "_b", prefix + "_m", prefix + "_v"],
+        [y],
+        epsilon=1e-5,
+    )

@@ -32,36 +32,20 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from fixtures import complete_folder, reference_session_options, save_with_reference
+from fixtures import (
+    batch_norm,
+    bn_node,
+    init,
+    complete_folder,
+    reference_session_options,
+    save_with_reference,
+)
 
 STAMP = "onnx 1.23.2 onnxruntime 1.32.0 activations 1"
 
 
-def init(rng, name, shape, scale=0.5):
-    return nh.from_array(rng.uniform(-scale, scale, shape).astype(np.float32), name)
-
-
 def scalar(name, value):
     return nh.from_array(np.array(value, np.float32), name)
-
-
-def batch_norm(rng, prefix, channels):
-    """The initializers of an inference BatchNormalization, with non-trivial statistics."""
-    return [
-        nh.from_array(rng.uniform(0.5, 1.5, channels).astype(np.float32), prefix + "_g"),
-        nh.from_array(rng.uniform(-0.2, 0.2, channels).astype(np.float32), prefix + "_b"),
-        nh.from_array(rng.uniform(-0.1, 0.1, channels).astype(np.float32), prefix + "_m"),
-        nh.from_array(rng.uniform(0.5, 2.0, channels).astype(np.float32), prefix + "_v"),
-    ]
-
-
-def bn_node(prefix, x, y):
-    return h.make_node(
-        "BatchNormalization",
-        [x, prefix + "_g", prefix + "_b", prefix + "_m", prefix + "_v"],
-        [y],
-        epsilon=1e-5,
-    )
 
 
 def gelu_new_mlp(rng):

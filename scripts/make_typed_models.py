@@ -35,7 +35,12 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from fixtures import complete_folder, reference_session_options, save_with_reference
+from fixtures import (
+    init,
+    complete_folder,
+    reference_session_options,
+    save_with_reference,
+)
 
 STAMP = "onnx 1.23.2 onnxruntime 1.32.0 typed 2"
 
@@ -47,10 +52,6 @@ def const(name, values, dtype=np.int64):
     return h.make_node(
         "Constant", [], [name], value=nh.from_array(np.array(values, dtype=dtype), name)
     )
-
-
-def init(rng, name, shape, scale=0.5):
-    return nh.from_array(rng.uniform(-scale, scale, shape).astype(np.float32), name)
 
 
 def bert_embedding(rng):
