@@ -504,12 +504,6 @@ fn row8_thousands_of_post_ops_compile_in_linear_time() {
     }
 }
 
-/// The tensor in `.npy` file `path`.
-fn npy(path: &Path) -> Tensor {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    smelt::npy::decode(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
 /// Expects `got` to have the element type, shape and exact values of `want`.
 fn assert_same(what: &str, got: &Tensor, want: &Tensor) {
     assert_eq!(got.dtype(), want.dtype(), "{what}: element type");
@@ -531,23 +525,31 @@ fn row1_results_keep_their_element_type() {
         s.model.join(out)
     };
     let o = run(&shape, "shape", &["--random-inputs", "1"]);
-    let got = npy(&o.join("s.npy"));
+    let got = common::read_npy(&o.join("s.npy"));
     assert_eq!(got.dtype(), DType::I64);
-    assert_same("Shape", &got, &npy(&data.join("shape/want_s.npy")));
+    assert_same(
+        "Shape",
+        &got,
+        &common::read_npy(&data.join("shape/want_s.npy")),
+    );
     // Dropout in inference mode: the input, and a mask of all true
     let dropout = data.join("dropout/model.onnx");
     let o = run(&dropout, "drop", &["--random-inputs", "1"]);
-    let mask = npy(&o.join("mask.npy"));
+    let mask = common::read_npy(&o.join("mask.npy"));
     assert_eq!(mask.dtype(), DType::Bool);
-    assert_same("mask", &mask, &npy(&data.join("dropout/want_mask.npy")));
+    assert_same(
+        "mask",
+        &mask,
+        &common::read_npy(&data.join("dropout/want_mask.npy")),
+    );
     let x = format!("x={}", data.join("dropout/x.npy").display());
     let o = run(&dropout, "drop_x", &["--input", &x]);
     assert_same(
         "y",
-        &npy(&o.join("y.npy")),
-        &npy(&data.join("dropout/want_y.npy")),
+        &common::read_npy(&o.join("y.npy")),
+        &common::read_npy(&data.join("dropout/want_y.npy")),
     );
-    assert_same("mask", &npy(&o.join("mask.npy")), &mask);
+    assert_same("mask", &common::read_npy(&o.join("mask.npy")), &mask);
     // a .tir returning an int64 constant, beyond float32's exact integers
     std::fs::write(
         s.model.join("i64.tir"),
@@ -558,7 +560,7 @@ fn row1_results_keep_their_element_type() {
     )
     .unwrap();
     let o = run(&s.model.join("i64.tir"), "i64", &["--random-inputs", "1"]);
-    let got = npy(&o.join("result1.npy"));
+    let got = common::read_npy(&o.join("result1.npy"));
     let want = Tensor::typed([3], vec![1099511627777i64, -3, i64::MAX]).unwrap();
     assert_same("i64 constant", &got, &want);
 }
@@ -644,16 +646,20 @@ fn row13_a_zero_sized_dim_runs_end_to_end_as_onnxruntime_does() {
         args.extend(extra);
         expect(&s.model, &args, 0, &[]);
         for name in ["y", "e"] {
-            let got = npy(&s.model.join(out).join(format!("{name}.npy")));
-            let want = npy(&data.join(format!("want_{name}.npy")));
+            let got = common::read_npy(&s.model.join(out).join(format!("{name}.npy")));
+            let want = common::read_npy(&data.join(format!("want_{name}.npy")));
             assert_same(&format!("{out} {name}"), &got, &want);
         }
     }
     // the re-parsed text runs too
     let args = ["run", "zero.tir", "--input", &x, "--output-dir", "tir"];
     expect(&s.model, &args, 0, &[]);
-    let want = npy(&data.join("want_y.npy"));
-    assert_same("tir y", &npy(&s.model.join("tir/y.npy")), &want);
+    let want = common::read_npy(&data.join("want_y.npy"));
+    assert_same(
+        "tir y",
+        &common::read_npy(&s.model.join("tir/y.npy")),
+        &want,
+    );
     // an empty tensor holds nothing, but its other dims still bound its strides: an
     // empty axis beside two of 2^32 is as refused as any tensor of 2^64 elements
     for dims in ["0x4294967296x4294967296", "4294967296x0x4294967296"] {

@@ -11,10 +11,10 @@
 mod common;
 mod jit_util;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use smelt::ir::{ErrorStats, Tensor};
+use smelt::ir::ErrorStats;
 
 /// The gate on FACTS.md's relative error: max |got − ref| / max |ref|.
 const MAX_RELATIVE: f64 = 1e-4;
@@ -29,11 +29,6 @@ fn data_dir() -> PathBuf {
         )
     })
     .clone()
-}
-
-fn npy(path: &Path) -> Tensor {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    smelt::npy::decode(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// Runs `model` on its `x.npy` with `smelt run` and compares its output `y` with
@@ -55,8 +50,8 @@ fn check(model: &str, fused: usize, gone: &[&str]) {
         out.path().to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", common::stderr(&o));
-    let got = npy(&out.path().join("y.npy"));
-    let want = npy(&dir.join("want_y.npy"));
+    let got = common::read_npy(&out.path().join("y.npy"));
+    let want = common::read_npy(&dir.join("want_y.npy"));
     let e = ErrorStats::between_tensors(&got, &want).unwrap();
     println!(
         "{model}: max abs {:.3e}, relative {:.3e} over {} values",
@@ -90,7 +85,7 @@ fn check(model: &str, fused: usize, gone: &[&str]) {
         .unwrap_or_else(|e| panic!("{model}: {e}"));
     smelt::optimize(&mut module, &smelt::OptimizeOptions::default(), None)
         .unwrap_or_else(|e| panic!("{model}: {e}"));
-    let x = npy(&dir.join("x.npy"));
+    let x = common::read_npy(&dir.join("x.npy"));
     jit_util::check_against_interp(model, &module, &[x], 1e-5);
 }
 

@@ -16,10 +16,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use smelt::ir::{ErrorStats, Tensor};
+use smelt::ir::ErrorStats;
 
 /// Gate on FACTS.md's relative error: max |got − ref| / max |ref|.
 const MAX_RELATIVE: f64 = 1e-4;
@@ -54,11 +54,6 @@ fn manifest() -> &'static serde_json::Value {
             std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     })
-}
-
-fn npy(path: &Path) -> Tensor {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    smelt::npy::decode(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// `--shape NAME=AxBx...` for each dynamic input the manifest pins.
@@ -114,8 +109,8 @@ fn check(kind: &str) {
         let Some(output) = file.strip_prefix("want_") else {
             continue;
         };
-        let want = npy(&dir.join(&file));
-        let got = npy(&out.path().join(output));
+        let want = common::read_npy(&dir.join(&file));
+        let got = common::read_npy(&out.path().join(output));
         assert_eq!(got.dtype(), want.dtype(), "{kind}/{output}");
         assert_eq!(got.dims(), want.dims(), "{kind}/{output}");
         let e = ErrorStats::between_tensors(&got, &want).unwrap();

@@ -33,11 +33,6 @@ fn data_dir() -> PathBuf {
     .clone()
 }
 
-fn npy(path: &Path) -> Tensor {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    smelt::npy::decode(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
 /// `smelt run MODEL --input NAME=FILE... EXTRA...` into a fresh folder; the output.
 fn smelt_run(
     model: &str,
@@ -64,15 +59,15 @@ fn smelt_run(
 fn a_bert_embedding_with_an_int64_mask_matches_onnxruntime() {
     let dir = data_dir().join("bert_embedding");
     let (ids, mask) = (dir.join("input_ids.npy"), dir.join("attention_mask.npy"));
-    assert_eq!(npy(&ids).dtype(), DType::I64);
+    assert_eq!(common::read_npy(&ids).dtype(), DType::I64);
     let (o, out) = smelt_run(
         "bert_embedding",
         &[("input_ids", &ids), ("attention_mask", &mask)],
         &BERT_PINS,
     );
     assert!(o.status.success(), "{}", common::stderr(&o));
-    let got = npy(&out.path().join("output.npy"));
-    let want = npy(&dir.join("want_output.npy"));
+    let got = common::read_npy(&out.path().join("output.npy"));
+    let want = common::read_npy(&dir.join("want_output.npy"));
     let e = ErrorStats::between_tensors(&got, &want).unwrap();
     println!(
         "bert_embedding: max abs {:.3e}, relative {:.3e} over {} values",
@@ -97,8 +92,8 @@ fn a_layer_norm_written_out_with_reductions_matches_onnxruntime() {
     let dir = data_dir().join("layer_norm_decomposed");
     let (o, out) = smelt_run("layer_norm_decomposed", &[("x", &dir.join("x.npy"))], &[]);
     assert!(o.status.success(), "{}", common::stderr(&o));
-    let got = npy(&out.path().join("y.npy"));
-    let want = npy(&dir.join("want_y.npy"));
+    let got = common::read_npy(&out.path().join("y.npy"));
+    let want = common::read_npy(&dir.join("want_y.npy"));
     let e = ErrorStats::between_tensors(&got, &want).unwrap();
     println!(
         "layer_norm_decomposed: max abs {:.3e}, relative {:.3e} over {} values",
@@ -118,13 +113,16 @@ fn int64_outputs_of_every_type_match_onnxruntime_exactly() {
         ("narrow", DType::I32),
         ("as_float", DType::F32),
     ] {
-        let got = npy(&out.path().join(format!("{name}.npy")));
-        let want = npy(&dir.join(format!("want_{name}.npy")));
+        let got = common::read_npy(&out.path().join(format!("{name}.npy")));
+        let want = common::read_npy(&dir.join(format!("want_{name}.npy")));
         assert_eq!(got.dtype(), dtype, "{name}");
         assert_eq!(got, want, "{name}: smelt and onnxruntime differ");
     }
     // 3 * 2^33 + 2^40 + 7 is far from any f32: it came through exactly
-    let picked = npy(&out.path().join("picked.npy")).data.to_i64s().unwrap();
+    let picked = common::read_npy(&out.path().join("picked.npy"))
+        .data
+        .to_i64s()
+        .unwrap();
     assert_eq!(picked[4], -(3 * (1i64 << 33) + (1 << 40) + 7));
 }
 

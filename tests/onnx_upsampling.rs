@@ -10,10 +10,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use smelt::ir::{ErrorStats, Tensor};
+use smelt::ir::ErrorStats;
 
 /// Gate on FACTS.md's relative error: max |got − ref| / max |ref|.
 const MAX_RELATIVE: f64 = 1e-5;
@@ -28,11 +28,6 @@ fn data_dir() -> PathBuf {
         )
     })
     .clone()
-}
-
-fn npy(path: &Path) -> Tensor {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    smelt::npy::decode(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// Runs `model` on its `x.npy` with `smelt run`, compares output `output` with
@@ -51,8 +46,8 @@ fn matches_onnxruntime(model: &str, output: &str) {
         out.path().to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", common::stderr(&o));
-    let got = npy(&out.path().join(format!("{output}.npy")));
-    let want = npy(&dir.join(format!("want_{output}.npy")));
+    let got = common::read_npy(&out.path().join(format!("{output}.npy")));
+    let want = common::read_npy(&dir.join(format!("want_{output}.npy")));
     let e = ErrorStats::between_tensors(&got, &want).unwrap();
     println!(
         "{model}: max abs {:.3e}, relative {:.3e} over {} values",

@@ -1,5 +1,5 @@
 //! Helpers shared by the integration tests: snapshot settings, case-file discovery and
-//! running the `smelt` binary.
+//! running the `smelt` binary, reading `.npy` files.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -103,4 +103,11 @@ pub fn stdout(o: &Output) -> String {
 /// The standard error of a run, as text.
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Reads a `.npy` file the test data generators wrote (or `smelt run` did), panicking
+/// with the path on any error.
+pub fn read_npy(path: &Path) -> smelt::Tensor {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    smelt::npy::decode(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
