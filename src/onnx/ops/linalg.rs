@@ -48,28 +48,12 @@ pub fn matmul(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
 /// LogSoftmax as `x − max − log(Σ exp(x − max))` along the axis (the stable form
 /// onnxruntime computes), with Softmax's axis rules (one axis from 13, flattened before).
 pub fn log_softmax(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
-    use smelt_ir::op::{BinaryOp, ReduceAttrs, Reduction, UnaryOp};
-    cx.check_attrs(&["axis"])?;
-    let dims = cx.dims(0)?;
-    let rank = dims.len();
-    let x = cx.value(0)?;
-    let (x, axis, flattened) = if cx.version >= 13 {
-        (
-            x,
-            cx.axis("axis", cx.attr_int_or("axis", -1)?, rank)?,
-            false,
-        )
-    } else {
-        let raw = cx.attr_int_or("axis", 1)?;
-        let axis = if raw == rank as i64 {
-            rank
-        } else {
-            cx.axis("axis", raw, rank)?
-        };
-        let outer: usize = dims[..axis].iter().product();
-        let inner: usize = dims[axis..].iter().product();
-        (cx.reshape(x, vec![outer, inner])?, 1, true)
-    };
+    along_softmax_axis(cx, |cx, x, _, axis| log_softmax_of(cx, x, axis))
+}
+
+/// `x − max − log(Σ exp(x − max))` along `axis` (the stable form onnxruntime computes).
+pub(super) fn log_softmax_of(cx: &mut NodeCtx, x: Value, axis: usize) -> Result<Value, Diagnostic> {
+    use smelt_ir::op::{BinaryOp, UnaryOp};
     let along = ReduceAttrs {
         axes: vec![axis],
         keep_dims: true,
@@ -79,64 +63,54 @@ pub fn log_softmax(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     let e = cx.emit(Op::Unary(UnaryOp::Exp), &[shifted])?;
     let sum = cx.emit(Op::Reduce(Reduction::Sum, along), &[e])?;
     let log_sum = cx.emit(Op::Unary(UnaryOp::Log), &[sum])?;
-    let y = cx.emit(Op::Binary(BinaryOp::Sub), &[shifted, log_sum])?;
-    let y = if flattened { cx.reshape(y, dims)? } else { y };
-    Ok(vec![Entry::Value(y)])
+    cx.emit(Op::Binary(BinaryOp::Sub), &[shifted, log_sum])
+}
+
+/// Applies `f(x, dims, axis)` with the axis rules Softmax, LogSoftmax and Hardmax share:
+/// from version 13 along one axis (default -1); before, along the second dimension of the
+/// input flattened to 2-D at `axis` (default 1; it may equal the rank, a flattened inner
+/// size of 1), the result reshaped back. Flattening at the last axis changes nothing, so
+/// there `f` sees the input as it is.
+fn along_softmax_axis(
+    cx: &mut NodeCtx,
+    f: impl FnOnce(&mut NodeCtx, Value, &[usize], usize) -> Result<Value, Diagnostic>,
+) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&["axis"])?;
+    let dims = cx.dims(0)?;
+    let rank = dims.len();
+    let x = cx.value(0)?;
+    let axis = if cx.version >= 13 {
+        cx.axis("axis", cx.attr_int_or("axis", -1)?, rank)?
+    } else {
+        let raw = cx.attr_int_or("axis", 1)?;
+        let axis = if raw == rank as i64 {
+            rank
+        } else {
+            cx.axis("axis", raw, rank)?
+        };
+        if axis + 1 != rank {
+            let outer: usize = dims[..axis].iter().product();
+            let inner: usize = dims[axis..].iter().product();
+            let flat = cx.reshape(x, vec![outer, inner])?;
+            let y = f(cx, flat, &[outer, inner], 1)?;
+            return Ok(vec![Entry::Value(cx.reshape(y, dims)?)]);
+        }
+        axis
+    };
+    Ok(vec![Entry::Value(f(cx, x, &dims, axis)?)])
 }
 
 /// Softmax. From version 13 it normalizes along one axis (default -1); before, the input
 /// is flattened to 2-D at `axis` (default 1) and normalized along the second dimension.
 pub fn softmax(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
-    cx.check_attrs(&["axis"])?;
-    let dims = cx.dims(0)?;
-    let rank = dims.len();
-    let x = cx.value(0)?;
-    if cx.version >= 13 {
-        let axis = cx.axis("axis", cx.attr_int_or("axis", -1)?, rank)?;
-        return Ok(vec![Entry::Value(cx.emit(Op::Softmax { axis }, &[x])?)]);
-    }
-    let raw = cx.attr_int_or("axis", 1)?;
-    // Before 13, axis may equal rank (a flattened inner size of 1).
-    let axis = if raw == rank as i64 {
-        rank
-    } else {
-        cx.axis("axis", raw, rank)?
-    };
-    if axis + 1 == rank {
-        return Ok(vec![Entry::Value(cx.emit(Op::Softmax { axis }, &[x])?)]);
-    }
-    let outer: usize = dims[..axis].iter().product();
-    let inner: usize = dims[axis..].iter().product();
-    let flat = cx.reshape(x, vec![outer, inner])?;
-    let y = cx.emit(Op::Softmax { axis: 1 }, &[flat])?;
-    let y = cx.reshape(y, dims)?;
-    Ok(vec![Entry::Value(y)])
+    along_softmax_axis(cx, |cx, x, _, axis| cx.emit(Op::Softmax { axis }, &[x]))
 }
 
 /// Hardmax: 1.0 at the first largest element along the axis, 0.0 elsewhere; from version
 /// 13 along one axis (default -1), before along the second dimension of the input
 /// flattened to 2-D at `axis` (default 1), as Softmax.
 pub fn hardmax(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
-    cx.check_attrs(&["axis"])?;
-    let dims = cx.dims(0)?;
-    let rank = dims.len();
-    let x = cx.value(0)?;
-    if cx.version >= 13 {
-        let axis = cx.axis("axis", cx.attr_int_or("axis", -1)?, rank)?;
-        return Ok(vec![Entry::Value(first_largest(cx, x, &dims, axis)?)]);
-    }
-    let raw = cx.attr_int_or("axis", 1)?;
-    // Before 13, axis may equal rank (a flattened inner size of 1).
-    let axis = if raw == rank as i64 {
-        rank
-    } else {
-        cx.axis("axis", raw, rank)?
-    };
-    let outer: usize = dims[..axis].iter().product();
-    let inner: usize = dims[axis..].iter().product();
-    let flat = cx.reshape(x, vec![outer, inner])?;
-    let y = first_largest(cx, flat, &[outer, inner], 1)?;
-    Ok(vec![Entry::Value(cx.reshape(y, dims)?)])
+    along_softmax_axis(cx, first_largest)
 }
 
 /// The one-hot float32 mask of the first largest element of `x` (of shape `dims`) along

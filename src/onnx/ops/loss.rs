@@ -35,17 +35,7 @@ pub fn softmax_cross_entropy_loss(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagno
     cx.check_max_inputs(3)?;
     class_dims(cx)?;
     let x = cx.value(0)?;
-    // x − max − log(Σ exp(x − max)), the stable form
-    let along = ReduceAttrs {
-        axes: vec![1],
-        keep_dims: true,
-    };
-    let max = cx.emit(Op::Reduce(Reduction::Max, along.clone()), &[x])?;
-    let shifted = cx.emit(Op::Binary(BinaryOp::Sub), &[x, max])?;
-    let e = cx.emit(Op::Unary(UnaryOp::Exp), &[shifted])?;
-    let sum = cx.emit(Op::Reduce(Reduction::Sum, along), &[e])?;
-    let log_sum = cx.emit(Op::Unary(UnaryOp::Log), &[sum])?;
-    let log_prob = cx.emit(Op::Binary(BinaryOp::Sub), &[shifted, log_sum])?;
+    let log_prob = super::linalg::log_softmax_of(cx, x, 1)?;
     let loss = negative_log_likelihood(cx, log_prob)?;
     Ok(vec![Entry::Value(loss), Entry::Value(log_prob)])
 }
