@@ -653,6 +653,22 @@ pub fn mod_(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
 /// (the JIT's float compare is ordered, as the interpreter's is); constants fold.
 pub fn is_nan(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     cx.check_attrs(&[])?;
+    let x = match float_test_input(cx, f32::is_nan)? {
+        FloatTest::Folded(entries) => return Ok(entries),
+        FloatTest::RunTime(x) => x,
+    };
+    let equal = cx.emit(Op::Compare(Comparison::Equal), &[x, x])?;
+    Ok(vec![Entry::Value(cx.emit(Op::Not, &[equal])?)])
+}
+
+/// Input 0 of a float32 test (IsNaN, IsInf): a constant folds to its bool result, else
+/// the run-time float32 value the test compares.
+enum FloatTest {
+    Folded(Vec<Entry>),
+    RunTime(smelt_ir::Value),
+}
+
+fn float_test_input(cx: &mut NodeCtx, test: impl Fn(f32) -> bool) -> Result<FloatTest, Diagnostic> {
     if let Some(c) = cx.const_input(0)? {
         let Some(v) = c.f32s() else {
             return Err(cx.err(
@@ -660,11 +676,11 @@ pub fn is_nan(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
                 format!("input 0 must be float32, got {}", c.type_name()),
             ));
         };
-        let flags = v.iter().map(|x| x.is_nan()).collect();
-        return Ok(vec![Entry::constant(ConstTensor::bool(
+        let flags = v.iter().map(|&x| test(x)).collect();
+        return Ok(FloatTest::Folded(vec![Entry::constant(ConstTensor::bool(
             c.dims.clone(),
             flags,
-        ))]);
+        ))]));
     }
     let x = cx.value(0)?;
     let dtype = cx.type_of(x).dtype;
@@ -674,8 +690,7 @@ pub fn is_nan(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
             format!("input 0 must be float32, got {}", dtype.name()),
         ));
     }
-    let equal = cx.emit(Op::Compare(Comparison::Equal), &[x, x])?;
-    Ok(vec![Entry::Value(cx.emit(Op::Not, &[equal])?)])
+    Ok(FloatTest::RunTime(x))
 }
 
 /// IsInf: `x == +inf` and/or `x == -inf` by `detect_positive` and `detect_negative` (both
@@ -686,27 +701,10 @@ pub fn is_inf(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     let positive = cx.attr_bool("detect_positive", true)?;
     let negative = cx.attr_bool("detect_negative", true)?;
     let detects = |v: f32| v.is_infinite() && (if v > 0.0 { positive } else { negative });
-    if let Some(c) = cx.const_input(0)? {
-        let Some(v) = c.f32s() else {
-            return Err(cx.err(
-                "onnx-unsupported-dtype",
-                format!("input 0 must be float32, got {}", c.type_name()),
-            ));
-        };
-        let flags = v.iter().map(|&x| detects(x)).collect();
-        return Ok(vec![Entry::constant(ConstTensor::bool(
-            c.dims.clone(),
-            flags,
-        ))]);
-    }
-    let x = cx.value(0)?;
-    let dtype = cx.type_of(x).dtype;
-    if dtype != smelt_ir::DType::F32 {
-        return Err(cx.err(
-            "onnx-unsupported-dtype",
-            format!("input 0 must be float32, got {}", dtype.name()),
-        ));
-    }
+    let x = match float_test_input(cx, detects)? {
+        FloatTest::Folded(entries) => return Ok(entries),
+        FloatTest::RunTime(x) => x,
+    };
     let (operand, target) = match (positive, negative) {
         (true, true) => (cx.emit(Op::Unary(UnaryOp::Abs), &[x])?, f32::INFINITY),
         (true, false) => (x, f32::INFINITY),
