@@ -3,7 +3,8 @@
 //! index out of range is an error from the interpreter and from every JIT kernel choice,
 //! never a read elsewhere —, constant ones at import, Attention's fully-masked rows as
 //! zeros, ArgMax/ArgMin ties and NaNs, OneHot indices out of range, an exact int64
-//! ReduceProd and CumSum, and what smelt refuses (Attention's and the recurrent ops' attributes,
+//! ReduceProd and CumSum, the scatters' reductions over duplicate constant indices, and
+//! what smelt refuses (scatters at run-time indices, Attention's and the recurrent ops' attributes,
 //! shorter sequences) named in the error.
 
 mod common;
@@ -13,6 +14,7 @@ mod onnx_build;
 use onnx_build::*;
 
 use smelt::ir::{Module, Tensor};
+use smelt::onnx::proto::TensorProto;
 
 const FLOAT: i32 = 1;
 const INT64: i32 = 7;
@@ -357,4 +359,100 @@ fn cumsum_of_int64_is_exact_and_follows_exclusive_and_reverse() {
             );
         }
     }
+}
+
+fn scatter_model(
+    op: &str,
+    indices: TensorProto,
+    updates: &[i64],
+    attrs: Vec<smelt::onnx::proto::AttributeProto>,
+) -> Model {
+    Model::new(18)
+        .input("data", &[2, 3])
+        .input("updates", updates)
+        .init(indices)
+        .node(op, "place", &["data", "indices", "updates"], &["y"], attrs)
+        .output("y")
+}
+
+/// `indices` as an int64 initializer of shape `dims`.
+fn i64_shaped(dims: &[i64], values: &[i64]) -> TensorProto {
+    let mut t = i64_typed("indices", values);
+    t.dims = dims.to_vec();
+    t
+}
+
+#[test]
+fn scatter_elements_combines_duplicate_indices_in_order_and_wraps_negative_ones() {
+    let data: Vec<f32> = (1..=6).map(|v| v as f32).collect();
+    let updates = [10.0f32, 20.0, 30.0, 40.0];
+    // row 0: both updates land on column 2 (-1 wrapped); row 1: columns 0 and 1
+    let indices = [2i64, -1, 0, 1];
+    for (reduction, combine) in [
+        ("add", (|a: f32, b: f32| a + b) as fn(f32, f32) -> f32),
+        ("mul", |a, b| a * b),
+        ("max", f32::max),
+        ("min", f32::min),
+        ("none", |_, b| b),
+    ] {
+        let m = scatter_model(
+            "ScatterElements",
+            i64_shaped(&[2, 2], &indices),
+            &[2, 2],
+            vec![attr_int("axis", 1), attr_string("reduction", reduction)],
+        )
+        .import()
+        .expect("import");
+        let mut want = data.clone();
+        for (p, (&i, &u)) in indices.iter().zip(&updates).enumerate() {
+            let at = (p / 2) * 3 + i.rem_euclid(3) as usize;
+            want[at] = combine(want[at], u);
+        }
+        let inputs = [
+            Tensor::new(vec![2, 3], data.clone()).expect("data"),
+            Tensor::new(vec![2, 2], updates.to_vec()).expect("updates"),
+        ];
+        for got in run_everywhere(&m, &inputs) {
+            assert_eq!(got.expect("run")[0].f32s(), want.as_slice(), "{reduction}");
+        }
+    }
+}
+
+#[test]
+fn scatter_nd_replaces_whole_rows_and_refuses_an_index_out_of_range_by_name() {
+    let m = scatter_model("ScatterND", i64_shaped(&[1, 1], &[-1]), &[1, 3], vec![])
+        .import()
+        .expect("import");
+    let inputs = [
+        Tensor::new(vec![2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).expect("data"),
+        Tensor::new(vec![1, 3], vec![7.0, 8.0, 9.0]).expect("updates"),
+    ];
+    for got in run_everywhere(&m, &inputs) {
+        assert_eq!(got.expect("run")[0].f32s(), &[1.0, 2.0, 3.0, 7.0, 8.0, 9.0]);
+    }
+    let bad = scatter_model("ScatterND", i64_shaped(&[1, 1], &[2]), &[1, 3], vec![]);
+    let e = error_text(bad.import(), "onnx-bad-model");
+    assert!(
+        e.contains("index 2 is out of range for axis 0 of size 2"),
+        "{e}"
+    );
+    assert!(e.contains("place"), "{e}");
+}
+
+#[test]
+fn scatter_with_indices_computed_at_run_time_is_refused_by_name() {
+    let m = Model::new(18)
+        .input("data", &[2, 3])
+        .input_dims("indices", INT64, &fixed(&[2, 2]))
+        .input("updates", &[2, 2])
+        .node(
+            "ScatterElements",
+            "place",
+            &["data", "indices", "updates"],
+            &["y"],
+            vec![],
+        )
+        .output("y");
+    let e = error_text(m.import(), "onnx-dynamic-shape");
+    assert!(e.contains("place") && e.contains("indices"), "{e}");
 }
