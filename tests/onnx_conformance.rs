@@ -535,6 +535,7 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ("test_equal_string_broadcast", STRING),
     ("test_equal_uint32", WIDE_UNSIGNED),
     ("test_equal_uint64", WIDE_UNSIGNED),
+    ("test_eyelike_with_dtype", NARROW_WIDE_FLOAT),
     (
         "test_flexattention_double_expanded_ver26",
         NARROW_WIDE_FLOAT,
@@ -746,7 +747,7 @@ const FIRST_OUTPUT_ONLY: &[(&str, &str)] = &[
 
 /// Cases of each suite that must pass through the whole compiler at least, so coverage
 /// cannot shrink silently; a count above it is printed, so it can be raised.
-const MIN_PASSED: &[(&str, usize)] = &[("node", 1172), ("pytorch-converted", 44)];
+const MIN_PASSED: &[(&str, usize)] = &[("node", 1174), ("pytorch-converted", 44)];
 
 /// Whether Cranelift's verifier checks every generated function.
 const VERIFY: bool = true;
