@@ -3,9 +3,9 @@
 //! index out of range is an error from the interpreter and from every JIT kernel choice,
 //! never a read elsewhere —, constant ones at import, Attention's fully-masked rows as
 //! zeros, ArgMax/ArgMin ties and NaNs, OneHot indices out of range, an exact int64
-//! ReduceProd and CumSum, the scatters' reductions over duplicate constant indices, and
-//! what smelt refuses (scatters at run-time indices, Attention's and the recurrent ops' attributes,
-//! shorter sequences) named in the error.
+//! ReduceProd and CumSum, the scatters' reductions over duplicate constant indices,
+//! ReverseSequence, and what smelt refuses (scatters at run-time indices, Attention's and
+//! the recurrent ops' attributes, shorter sequences) named in the error.
 
 mod common;
 mod jit_util;
@@ -455,4 +455,35 @@ fn scatter_with_indices_computed_at_run_time_is_refused_by_name() {
         .output("y");
     let e = error_text(m.import(), "onnx-dynamic-shape");
     assert!(e.contains("place") && e.contains("indices"), "{e}");
+}
+
+fn reverse_sequence_model(lens: &[i64]) -> Model {
+    let mut l = i64_typed("lens", lens);
+    l.dims = vec![lens.len() as i64];
+    Model::new(10)
+        .input("x", &[3, 2])
+        .init(l)
+        .node(
+            "ReverseSequence",
+            "flip",
+            &["x", "lens"],
+            &["y"],
+            vec![attr_int("batch_axis", 1), attr_int("time_axis", 0)],
+        )
+        .output("y")
+}
+
+#[test]
+fn reverse_sequence_reverses_each_batch_entry_up_to_its_length_and_refuses_a_longer_one() {
+    // x[t, b] = 10·t + b; batch 0 reversed over all 3 steps, batch 1 over its first 2
+    let m = reverse_sequence_model(&[3, 2]).import().expect("import");
+    let x = Tensor::new(vec![3, 2], vec![0.0, 1.0, 10.0, 11.0, 20.0, 21.0]).expect("x");
+    for got in run_everywhere(&m, &[x]) {
+        assert_eq!(
+            got.expect("run")[0].f32s(),
+            &[20.0, 11.0, 10.0, 1.0, 0.0, 21.0]
+        );
+    }
+    let e = error_text(reverse_sequence_model(&[4, 1]).import(), "onnx-bad-model");
+    assert!(e.contains("sequence length 4") && e.contains("flip"), "{e}");
 }

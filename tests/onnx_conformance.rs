@@ -720,6 +720,7 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ),
     ("test_resize_upsample_scales_cubic_asymmetric", RESIZE_MODES),
     ("test_resize_upsample_sizes_cubic", RESIZE_MODES),
+    ("test_reversesequence_bfloat16", NARROW_WIDE_FLOAT),
     ("test_sub_int16", NARROW_INT),
     ("test_sub_int8", NARROW_INT),
     ("test_sub_uint16", NARROW_INT),
@@ -747,7 +748,7 @@ const FIRST_OUTPUT_ONLY: &[(&str, &str)] = &[
 
 /// Cases of each suite that must pass through the whole compiler at least, so coverage
 /// cannot shrink silently; a count above it is printed, so it can be raised.
-const MIN_PASSED: &[(&str, usize)] = &[("node", 1174), ("pytorch-converted", 44)];
+const MIN_PASSED: &[(&str, usize)] = &[("node", 1176), ("pytorch-converted", 44)];
 
 /// Whether Cranelift's verifier checks every generated function.
 const VERIFY: bool = true;
