@@ -2,7 +2,7 @@
 //! on small models built here: run-time indices and targets checked at run time — an
 //! index out of range is an error from the interpreter and from every JIT kernel choice,
 //! never a read elsewhere —, constant ones at import, Attention's fully-masked rows as
-//! zeros, ArgMax/ArgMin ties and NaNs, OneHot indices out of range, an exact int64
+//! zeros, ArgMax/ArgMin and TopK ties and NaNs, OneHot indices out of range, an exact int64
 //! ReduceProd and CumSum, the scatters' reductions over duplicate constant indices,
 //! ReverseSequence, and what smelt refuses (scatters at run-time indices, Attention's and
 //! the recurrent ops' attributes, shorter sequences) named in the error.
@@ -486,4 +486,45 @@ fn reverse_sequence_reverses_each_batch_entry_up_to_its_length_and_refuses_a_lon
     }
     let e = error_text(reverse_sequence_model(&[4, 1]).import(), "onnx-bad-model");
     assert!(e.contains("sequence length 4") && e.contains("flip"), "{e}");
+}
+
+#[test]
+fn top_k_takes_equal_values_by_lower_position_and_nan_as_the_extreme() {
+    let mut k = i64_typed("k", &[3]);
+    k.dims = vec![1];
+    let x = [1.0f32, 3.0, 3.0, f32::NAN, f32::NEG_INFINITY, 3.0];
+    for (largest, want_indices) in [(1, [3i64, 1, 2]), (0, [3, 4, 0])] {
+        let m = Model::new(11)
+            .input("x", &[6])
+            .init(k.clone())
+            .node(
+                "TopK",
+                "top",
+                &["x", "k"],
+                &["values", "indices"],
+                vec![attr_int("largest", largest)],
+            )
+            .output("values")
+            .output("indices")
+            .import()
+            .expect("import");
+        let input = Tensor::new(vec![6], x.to_vec()).expect("x");
+        for got in run_everywhere(&m, std::slice::from_ref(&input)) {
+            let got = got.expect("run");
+            let want: Vec<f32> = want_indices.iter().map(|&i| x[i as usize]).collect();
+            let values = got[0].f32s();
+            assert!(
+                values
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, b)| a == b || (a.is_nan() && b.is_nan())),
+                "largest {largest}: {values:?}"
+            );
+            assert_eq!(
+                got[1].data.as_i64(),
+                Some(&want_indices[..]),
+                "largest {largest}"
+            );
+        }
+    }
 }

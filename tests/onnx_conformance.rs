@@ -55,6 +55,8 @@ const POW: &str = "Pow of an int32 or int64 base by a float32 exponent computed 
 const RESIZE_MODES: &str = "Resize by cubic interpolation, with antialias or by \
      tf_crop_and_resize: smelt resizes by nearest and linear";
 const REDUCE_TYPES: &str = "reductions of bool tensors: smelt reduces float32";
+const TOP_K_TYPES: &str =
+    "TopK of int64 tensors: smelt's TopK takes float32 (its reductions are float32's)";
 const WIDE_UNSIGNED: &str =
     "uint32 and uint64 tensors: smelt's integers are int64 and int32, and it does not decode these";
 const STRING: &str = "string tensors: smelt has none";
@@ -728,6 +730,10 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ("test_sub_uint64", WIDE_UNSIGNED),
     ("test_sub_uint8", NARROW_INT),
     ("test_swiglu_float16_expanded", NARROW_WIDE_FLOAT),
+    ("test_top_k_same_values", TOP_K_TYPES),
+    ("test_top_k_same_values_2d", TOP_K_TYPES),
+    ("test_top_k_same_values_largest", TOP_K_TYPES),
+    ("test_top_k_uint64", WIDE_UNSIGNED),
     ("test_training_dropout", TRAINING),
     ("test_training_dropout_default", TRAINING),
     ("test_training_dropout_default_mask", TRAINING),
@@ -748,7 +754,7 @@ const FIRST_OUTPUT_ONLY: &[(&str, &str)] = &[
 
 /// Cases of each suite that must pass through the whole compiler at least, so coverage
 /// cannot shrink silently; a count above it is printed, so it can be raised.
-const MIN_PASSED: &[(&str, usize)] = &[("node", 1176), ("pytorch-converted", 44)];
+const MIN_PASSED: &[(&str, usize)] = &[("node", 1179), ("pytorch-converted", 44)];
 
 /// Whether Cranelift's verifier checks every generated function.
 const VERIFY: bool = true;
