@@ -4,8 +4,9 @@
 //! never a read elsewhere —, constant ones at import, Attention's fully-masked rows as
 //! zeros, ArgMax/ArgMin and TopK ties and NaNs, OneHot indices out of range, an exact int64
 //! ReduceProd and CumSum, the scatters' reductions over duplicate constant indices,
-//! ReverseSequence, and what smelt refuses (scatters at run-time indices, Attention's and
-//! the recurrent ops' attributes, shorter sequences) named in the error.
+//! ReverseSequence, BitwiseNot within the element width, and what smelt refuses
+//! (scatters at run-time indices, Attention's and the recurrent ops' attributes, shorter
+//! sequences) named in the error.
 
 mod common;
 mod jit_util;
@@ -525,6 +526,38 @@ fn top_k_takes_equal_values_by_lower_position_and_nan_as_the_extreme() {
                 Some(&want_indices[..]),
                 "largest {largest}"
             );
+        }
+    }
+}
+
+#[test]
+fn bitwise_not_keeps_unsigned_elements_in_their_width_and_signed_ones_signed() {
+    for (elem_type, x, want) in [
+        (2, vec![0, 1, 200], vec![255i64, 254, 55]),
+        (6, vec![-1, 5, 0], vec![0, -6, -1]),
+    ] {
+        let t = TensorProto {
+            name: Some("x".into()),
+            dims: vec![3],
+            data_type: Some(elem_type),
+            int32_data: x,
+            ..Default::default()
+        };
+        let m = Model::new(18)
+            .init(t)
+            .node("BitwiseNot", "flip", &["x"], &["n"], vec![])
+            .node(
+                "Cast",
+                "widen",
+                &["n"],
+                &["y"],
+                vec![attr_int("to", INT64 as i64)],
+            )
+            .output("y")
+            .import()
+            .expect("import");
+        for got in run_everywhere(&m, &[]) {
+            assert_eq!(got.expect("run")[0].data.as_i64(), Some(&want[..]));
         }
     }
 }
