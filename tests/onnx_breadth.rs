@@ -2,9 +2,11 @@
 //! on small models built here: run-time indices and targets checked at run time — an
 //! index out of range is an error from the interpreter and from every JIT kernel choice,
 //! never a read elsewhere —, constant ones at import, Attention's fully-masked rows as
-//! zeros, ArgMax/ArgMin ties and NaNs, OneHot indices out of range, an exact int64
-//! ReduceProd and CumSum, and what smelt refuses (Attention's and the recurrent ops' attributes,
-//! shorter sequences) named in the error.
+//! zeros, ArgMax/ArgMin and TopK ties and NaNs, OneHot indices out of range, an exact int64
+//! ReduceProd and CumSum, the scatters' reductions over duplicate constant indices,
+//! ReverseSequence, BitwiseNot within the element width, and what smelt refuses
+//! (scatters at run-time indices, Attention's and the recurrent ops' attributes, shorter
+//! sequences) named in the error.
 
 mod common;
 mod jit_util;
@@ -13,6 +15,7 @@ mod onnx_build;
 use onnx_build::*;
 
 use smelt::ir::{Module, Tensor};
+use smelt::onnx::proto::TensorProto;
 
 const FLOAT: i32 = 1;
 const INT64: i32 = 7;
@@ -355,6 +358,206 @@ fn cumsum_of_int64_is_exact_and_follows_exclusive_and_reverse() {
                 Some(&want[..]),
                 "exclusive {exclusive} reverse {reverse}"
             );
+        }
+    }
+}
+
+fn scatter_model(
+    op: &str,
+    indices: TensorProto,
+    updates: &[i64],
+    attrs: Vec<smelt::onnx::proto::AttributeProto>,
+) -> Model {
+    Model::new(18)
+        .input("data", &[2, 3])
+        .input("updates", updates)
+        .init(indices)
+        .node(op, "place", &["data", "indices", "updates"], &["y"], attrs)
+        .output("y")
+}
+
+/// `indices` as an int64 initializer of shape `dims`.
+fn i64_shaped(dims: &[i64], values: &[i64]) -> TensorProto {
+    let mut t = i64_typed("indices", values);
+    t.dims = dims.to_vec();
+    t
+}
+
+#[test]
+fn scatter_elements_combines_duplicate_indices_in_order_and_wraps_negative_ones() {
+    let data: Vec<f32> = (1..=6).map(|v| v as f32).collect();
+    let updates = [10.0f32, 20.0, 30.0, 40.0];
+    // row 0: both updates land on column 2 (-1 wrapped); row 1: columns 0 and 1
+    let indices = [2i64, -1, 0, 1];
+    for (reduction, combine) in [
+        ("add", (|a: f32, b: f32| a + b) as fn(f32, f32) -> f32),
+        ("mul", |a, b| a * b),
+        ("max", f32::max),
+        ("min", f32::min),
+        ("none", |_, b| b),
+    ] {
+        let m = scatter_model(
+            "ScatterElements",
+            i64_shaped(&[2, 2], &indices),
+            &[2, 2],
+            vec![attr_int("axis", 1), attr_string("reduction", reduction)],
+        )
+        .import()
+        .expect("import");
+        let mut want = data.clone();
+        for (p, (&i, &u)) in indices.iter().zip(&updates).enumerate() {
+            let at = (p / 2) * 3 + i.rem_euclid(3) as usize;
+            want[at] = combine(want[at], u);
+        }
+        let inputs = [
+            Tensor::new(vec![2, 3], data.clone()).expect("data"),
+            Tensor::new(vec![2, 2], updates.to_vec()).expect("updates"),
+        ];
+        for got in run_everywhere(&m, &inputs) {
+            assert_eq!(got.expect("run")[0].f32s(), want.as_slice(), "{reduction}");
+        }
+    }
+}
+
+#[test]
+fn scatter_nd_replaces_whole_rows_and_refuses_an_index_out_of_range_by_name() {
+    let m = scatter_model("ScatterND", i64_shaped(&[1, 1], &[-1]), &[1, 3], vec![])
+        .import()
+        .expect("import");
+    let inputs = [
+        Tensor::new(vec![2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).expect("data"),
+        Tensor::new(vec![1, 3], vec![7.0, 8.0, 9.0]).expect("updates"),
+    ];
+    for got in run_everywhere(&m, &inputs) {
+        assert_eq!(got.expect("run")[0].f32s(), &[1.0, 2.0, 3.0, 7.0, 8.0, 9.0]);
+    }
+    let bad = scatter_model("ScatterND", i64_shaped(&[1, 1], &[2]), &[1, 3], vec![]);
+    let e = error_text(bad.import(), "onnx-bad-model");
+    assert!(
+        e.contains("index 2 is out of range for axis 0 of size 2"),
+        "{e}"
+    );
+    assert!(e.contains("place"), "{e}");
+}
+
+#[test]
+fn scatter_with_indices_computed_at_run_time_is_refused_by_name() {
+    let m = Model::new(18)
+        .input("data", &[2, 3])
+        .input_dims("indices", INT64, &fixed(&[2, 2]))
+        .input("updates", &[2, 2])
+        .node(
+            "ScatterElements",
+            "place",
+            &["data", "indices", "updates"],
+            &["y"],
+            vec![],
+        )
+        .output("y");
+    let e = error_text(m.import(), "onnx-dynamic-shape");
+    assert!(e.contains("place") && e.contains("indices"), "{e}");
+}
+
+fn reverse_sequence_model(lens: &[i64]) -> Model {
+    let mut l = i64_typed("lens", lens);
+    l.dims = vec![lens.len() as i64];
+    Model::new(10)
+        .input("x", &[3, 2])
+        .init(l)
+        .node(
+            "ReverseSequence",
+            "flip",
+            &["x", "lens"],
+            &["y"],
+            vec![attr_int("batch_axis", 1), attr_int("time_axis", 0)],
+        )
+        .output("y")
+}
+
+#[test]
+fn reverse_sequence_reverses_each_batch_entry_up_to_its_length_and_refuses_a_longer_one() {
+    // x[t, b] = 10·t + b; batch 0 reversed over all 3 steps, batch 1 over its first 2
+    let m = reverse_sequence_model(&[3, 2]).import().expect("import");
+    let x = Tensor::new(vec![3, 2], vec![0.0, 1.0, 10.0, 11.0, 20.0, 21.0]).expect("x");
+    for got in run_everywhere(&m, &[x]) {
+        assert_eq!(
+            got.expect("run")[0].f32s(),
+            &[20.0, 11.0, 10.0, 1.0, 0.0, 21.0]
+        );
+    }
+    let e = error_text(reverse_sequence_model(&[4, 1]).import(), "onnx-bad-model");
+    assert!(e.contains("sequence length 4") && e.contains("flip"), "{e}");
+}
+
+#[test]
+fn top_k_takes_equal_values_by_lower_position_and_nan_as_the_extreme() {
+    let mut k = i64_typed("k", &[3]);
+    k.dims = vec![1];
+    let x = [1.0f32, 3.0, 3.0, f32::NAN, f32::NEG_INFINITY, 3.0];
+    for (largest, want_indices) in [(1, [3i64, 1, 2]), (0, [3, 4, 0])] {
+        let m = Model::new(11)
+            .input("x", &[6])
+            .init(k.clone())
+            .node(
+                "TopK",
+                "top",
+                &["x", "k"],
+                &["values", "indices"],
+                vec![attr_int("largest", largest)],
+            )
+            .output("values")
+            .output("indices")
+            .import()
+            .expect("import");
+        let input = Tensor::new(vec![6], x.to_vec()).expect("x");
+        for got in run_everywhere(&m, std::slice::from_ref(&input)) {
+            let got = got.expect("run");
+            let want: Vec<f32> = want_indices.iter().map(|&i| x[i as usize]).collect();
+            let values = got[0].f32s();
+            assert!(
+                values
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, b)| a == b || (a.is_nan() && b.is_nan())),
+                "largest {largest}: {values:?}"
+            );
+            assert_eq!(
+                got[1].data.as_i64(),
+                Some(&want_indices[..]),
+                "largest {largest}"
+            );
+        }
+    }
+}
+
+#[test]
+fn bitwise_not_keeps_unsigned_elements_in_their_width_and_signed_ones_signed() {
+    for (elem_type, x, want) in [
+        (2, vec![0, 1, 200], vec![255i64, 254, 55]),
+        (6, vec![-1, 5, 0], vec![0, -6, -1]),
+    ] {
+        let t = TensorProto {
+            name: Some("x".into()),
+            dims: vec![3],
+            data_type: Some(elem_type),
+            int32_data: x,
+            ..Default::default()
+        };
+        let m = Model::new(18)
+            .init(t)
+            .node("BitwiseNot", "flip", &["x"], &["n"], vec![])
+            .node(
+                "Cast",
+                "widen",
+                &["n"],
+                &["y"],
+                vec![attr_int("to", INT64 as i64)],
+            )
+            .output("y")
+            .import()
+            .expect("import");
+        for got in run_everywhere(&m, &[]) {
+            assert_eq!(got.expect("run")[0].data.as_i64(), Some(&want[..]));
         }
     }
 }

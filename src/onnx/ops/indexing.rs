@@ -1,6 +1,8 @@
-//! Selections by position: Trilu as a `where` over a constant mask, OneHot as a `where`
+//! Selections by position: Trilu as a `where` over a constant mask, EyeLike as a
+//! constant (it depends only on its input's shape), OneHot as a `where`
 //! over the comparison of the indices with the positions, Compress as a `gather` of the
-//! positions its constant condition selects, and GatherElements as a `gather` of the
+//! positions its constant condition selects, ReverseSequence as a `gather` of the
+//! flattened input at the positions its constant sequence lengths give, and GatherElements as a `gather` of the
 //! flattened data at flat positions: each index's position along the axis times the axis
 //! stride, plus the other coordinates' part (a constant, since shapes are static).
 //! Indices known at import are resolved and checked there; run-time ones are wrapped
@@ -13,14 +15,16 @@ use smelt_ir::{DType, Diagnostic, Value};
 
 use super::OpRule;
 use crate::onnx::context::{Entry, NodeCtx};
-use crate::onnx::tensor::ConstTensor;
+use crate::onnx::tensor::{dtype, ConstData, ConstTensor};
 
 /// This family's rows of the operator table (op type, every `since_version` up to
 /// [`super::MAX_OPSET`], the oldest smelt implements, handler); `super` sorts them.
 pub(super) const ROWS: &[OpRule] = rules! {
     "Compress"            [9, 11, 28],                    from 9  => compress;
+    "EyeLike"             [9, 22],                        from 9  => eye_like;
     "GatherElements"      [11, 13],                       from 11 => gather_elements;
     "OneHot"              [9, 11, 28],                    from 9  => one_hot;
+    "ReverseSequence"     [10, 28],                       from 10 => reverse_sequence;
     "Trilu"               [14],                           from 14 => trilu;
 };
 
@@ -207,6 +211,137 @@ pub fn trilu(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         DType::I64 | DType::I32 | DType::Bool => cx.emit(Op::Cast { to: dtype }, &[zero])?,
     };
     Ok(vec![Entry::Value(cx.emit(Op::Where, &[mask, x, zero])?)])
+}
+
+/// EyeLike: ones on the diagonal shifted by `k`, zeros elsewhere, in the input's 2-D
+/// shape and of type `dtype` (default: the input's) — a constant, since only the
+/// input's shape matters.
+pub fn eye_like(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&["dtype", "k"])?;
+    cx.check_max_inputs(1)?;
+    let dims = cx.dims(0)?;
+    let [rows, cols] = dims[..] else {
+        return Err(cx.err(
+            "onnx-bad-model",
+            format!("input of shape {dims:?} must have 2 dimensions"),
+        ));
+    };
+    let k = cx.attr_int_or("k", 0)?;
+    let input_type = match cx.entry(0)? {
+        Entry::Const(c) => c.onnx_type,
+        Entry::Value(_) | Entry::Dropped { .. } => {
+            let x = cx.value(0)?;
+            match cx.type_of(x).dtype {
+                DType::F32 => dtype::FLOAT,
+                DType::I64 => dtype::INT64,
+                DType::I32 => dtype::INT32,
+                DType::Bool => dtype::BOOL,
+            }
+        }
+    };
+    let onnx_type = match cx.attr_int("dtype")? {
+        None => input_type,
+        Some(code) => i32::try_from(code)
+            .map_err(|_| cx.bad_attr("dtype", format!("{code} is not an ONNX type code")))?,
+    };
+    let on = |i: usize, j: usize| j as i64 - i as i64 == k;
+    let data = if onnx_type == dtype::FLOAT {
+        ConstData::F32(
+            (0..rows * cols)
+                .map(|p| f32::from(u8::from(on(p / cols, p % cols))))
+                .collect(),
+        )
+    } else if matches!(
+        onnx_type,
+        dtype::INT64
+            | dtype::INT32
+            | dtype::INT16
+            | dtype::INT8
+            | dtype::UINT16
+            | dtype::UINT8
+            | dtype::BOOL
+    ) {
+        ConstData::I64(
+            (0..rows * cols)
+                .map(|p| i64::from(on(p / cols, p % cols)))
+                .collect(),
+        )
+    } else {
+        return Err(cx.err(
+            "onnx-unsupported-dtype",
+            format!(
+                "output type {} is not one smelt computes with (float32, int64, int32, \
+                 int16, int8, uint16, uint8, bool)",
+                dtype::name(onnx_type)
+            ),
+        ));
+    };
+    Ok(vec![Entry::constant(ConstTensor {
+        dims,
+        data,
+        onnx_type,
+    })])
+}
+
+/// ReverseSequence: along `time_axis`, the first `sequence_lens[b]` elements of each
+/// batch entry `b` (along `batch_axis`) reversed, the rest kept — one `gather` of the
+/// flattened input at constant positions, so the lengths must be known at import.
+pub fn reverse_sequence(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&["batch_axis", "time_axis"])?;
+    cx.check_max_inputs(2)?;
+    let dims = cx.dims(0)?;
+    let rank = dims.len();
+    let batch_axis = cx.attr_int_or("batch_axis", 1)?;
+    let time_axis = cx.attr_int_or("time_axis", 0)?;
+    let (batch_axis, time_axis) = match (batch_axis, time_axis) {
+        (0, 1) | (1, 0) if rank >= 2 => (batch_axis as usize, time_axis as usize),
+        _ => {
+            return Err(cx.err(
+                "onnx-bad-model",
+                format!(
+                    "batch_axis {batch_axis} and time_axis {time_axis} must be 0 and 1 \
+                     (either way round) of an input of rank 2 or more, got shape {dims:?}"
+                ),
+            ))
+        }
+    };
+    let lens = cx.const_ints(1, "sequence_lens")?;
+    let (batch, time) = (dims[batch_axis], dims[time_axis]);
+    if lens.len() != batch {
+        return Err(cx.err(
+            "onnx-bad-model",
+            format!(
+                "sequence_lens has {} values for a batch of {batch}",
+                lens.len()
+            ),
+        ));
+    }
+    if let Some(bad) = lens.iter().find(|&&l| !(0..=time as i64).contains(&l)) {
+        return Err(cx.err(
+            "onnx-bad-model",
+            format!("sequence length {bad} is outside 0 to the time axis' {time}"),
+        ));
+    }
+    let mut strides = vec![1usize; rank];
+    for k in (0..rank - 1).rev() {
+        strides[k] = strides[k + 1] * dims[k + 1];
+    }
+    let total: usize = dims.iter().product();
+    let mut positions = Vec::with_capacity(total);
+    for p in 0..total {
+        let b = p / strides[batch_axis] % batch;
+        let t = p / strides[time_axis] % time;
+        let len = lens[b] as usize;
+        let source_t = if t < len { len - 1 - t } else { t };
+        let source = p - t * strides[time_axis] + source_t * strides[time_axis];
+        positions.push(source as i64);
+    }
+    let x = cx.value(0)?;
+    let flat = cx.reshape(x, vec![total])?;
+    let name = cx.derived_name("reversed_positions");
+    let positions = cx.materialize(&ConstTensor::i64(vec![total], positions), &name)?;
+    let picked = cx.emit(Op::Gather { axis: 0 }, &[flat, positions])?;
+    Ok(vec![Entry::Value(cx.reshape(picked, dims)?)])
 }
 
 /// OneHot: `values[1]` where the new axis' position equals the index (negative ones

@@ -1,5 +1,6 @@
 //! Cast and CastLike, the comparisons (Equal, Less, Greater, LessOrEqual, GreaterOrEqual),
-//! the boolean ops (Not, And, Or, Xor), Where, Range, Size, Mod, and Min/Max.
+//! the boolean ops (Not, And, Or, Xor), Where, Range, Size, Mod, Min/Max, and the bitwise
+//! ops (folded only).
 //!
 //! smelt's input shapes are static, so the shape programs exporters write (`Shape` →
 //! `Cast` → arithmetic → `Reshape`, `Range` over a dimension, `Equal`/`Where` picking a
@@ -21,6 +22,10 @@ use crate::onnx::tensor::{broadcast_indices, dtype, ConstData, ConstTensor};
 /// [`super::MAX_OPSET`], the oldest smelt implements, handler); `super` sorts them.
 pub(super) const ROWS: &[OpRule] = rules! {
     "And"                 [1, 7],                         from 7  => logical;
+    "BitwiseAnd"          [18],                           from 18 => bitwise;
+    "BitwiseNot"          [18],                           from 18 => bitwise;
+    "BitwiseOr"           [18],                           from 18 => bitwise;
+    "BitwiseXor"          [18],                           from 18 => bitwise;
     "Cast"                [1, 6, 9, 13, 19, 21, 23, 24, 25, 28], from 6 => cast;
     "CastLike"            [15, 19, 21, 23, 24, 25],       from 15 => cast;
     "Equal"               [1, 7, 11, 13, 19],             from 7  => compare;
@@ -395,6 +400,63 @@ pub fn logical(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     })
     .map_err(|m| cx.err("onnx-bad-model", m))?;
     Ok(vec![Entry::constant(ConstTensor::bool(dims, v))])
+}
+
+/// BitwiseNot, BitwiseAnd, BitwiseOr, BitwiseXor on integer constants of one type
+/// (broadcasting); folded only, as smelt has no bitwise IR op. Elements are held widened
+/// to i64 (sign-extended when signed, zero-extended when not), which And, Or and Xor
+/// keep; Not's result is cut back to the unsigned types' width.
+pub fn bitwise(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&[])?;
+    let op = cx.node.op_type();
+    let a = folded_input(cx, 0)?;
+    let integer = |i: usize, c: &ConstTensor| match (c.i64s(), c.onnx_type) {
+        (Some(v), t) if t != dtype::BOOL => Ok(v.to_vec()),
+        _ => Err(cx.err(
+            "onnx-unsupported-dtype",
+            format!("input {i} must be an integer tensor, got {}", c.type_name()),
+        )),
+    };
+    let x = integer(0, &a)?;
+    if op == "BitwiseNot" {
+        cx.check_max_inputs(1)?;
+        let mask = match a.onnx_type {
+            dtype::UINT8 => 0xff,
+            dtype::UINT16 => 0xffff,
+            _ => -1,
+        };
+        let v = x.iter().map(|&e| !e & mask).collect();
+        return Ok(vec![Entry::constant(ConstTensor {
+            onnx_type: a.onnx_type,
+            ..ConstTensor::i64(a.dims.clone(), v)
+        })]);
+    }
+    cx.check_max_inputs(2)?;
+    let b = folded_input(cx, 1)?;
+    let y = integer(1, &b)?;
+    if a.onnx_type != b.onnx_type {
+        return Err(cx.err(
+            "onnx-bad-model",
+            format!(
+                "inputs of types {} and {} must have one type",
+                a.type_name(),
+                b.type_name()
+            ),
+        ));
+    }
+    let (dims, v) = broadcast_map(&[&a, &b], |ix| {
+        let (p, q) = (x[ix[0]], y[ix[1]]);
+        Ok(match op {
+            "BitwiseAnd" => p & q,
+            "BitwiseOr" => p | q,
+            _ => p ^ q,
+        })
+    })
+    .map_err(|m| cx.err("onnx-bad-model", m))?;
+    Ok(vec![Entry::constant(ConstTensor {
+        onnx_type: a.onnx_type,
+        ..ConstTensor::i64(dims, v)
+    })])
 }
 
 /// Where(condition, x, y) on constants, with three-way broadcasting.

@@ -25,6 +25,7 @@ mod pool;
 mod recurrent;
 mod reduce;
 mod resize;
+mod scatter;
 mod shape;
 
 use std::sync::LazyLock;
@@ -70,6 +71,7 @@ const FAMILIES: &[&[OpRule]] = &[
     recurrent::ROWS,
     reduce::ROWS,
     resize::ROWS,
+    scatter::ROWS,
     shape::ROWS,
 ];
 

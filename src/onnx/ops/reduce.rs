@@ -6,9 +6,10 @@
 //! `m + log(Σ exp(x − m))` with `m` the maximum; GlobalMaxPool as `reduce_max` over the
 //! spatial axes; ReduceProd as repeated halving products (no product reduction in the
 //! IR); ArgMax and ArgMin as reductions of the positions where the extremum is; CumSum
-//! and CumProd as Hillis–Steele scans of shifted copies.
+//! and CumProd as Hillis–Steele scans of shifted copies; TopK as `k` rounds of that
+//! arg-extremum over the positions not yet taken.
 
-use smelt_ir::op::{BinaryOp, Comparison, Op, ReduceAttrs, Reduction, UnaryOp};
+use smelt_ir::op::{BinaryOp, Comparison, LogicOp, Op, ReduceAttrs, Reduction, UnaryOp};
 use smelt_ir::Diagnostic;
 
 use super::OpRule;
@@ -33,6 +34,7 @@ pub(super) const ROWS: &[OpRule] = rules! {
     "ReduceProd"          [1, 11, 13, 18],                from 1  => reduce;
     "ReduceSum"           [1, 11, 13],                    from 1  => reduce;
     "ReduceSumSquare"     [1, 11, 13, 18],                from 1  => reduce;
+    "TopK"                [1, 10, 11, 24],                from 10 => top_k;
 };
 
 /// ReduceSum, ReduceMean, ReduceMax, ReduceMin, and the compositions the module doc names.
@@ -203,6 +205,114 @@ pub fn arg_extremum(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         &[index],
     )?;
     Ok(vec![Entry::Value(index)])
+}
+
+/// Most elements TopK takes: each is one round of about ten ops over the whole input.
+const MAX_TOP_K: usize = 64;
+
+/// TopK (k known at import): the `k` largest (or, with `largest = 0`, smallest) elements
+/// along `axis` and their positions, in order, equal values by lower position first, as
+/// ONNX says; NaN counts as the largest, resp. smallest, value, as in ArgMax. Each round
+/// takes the arg-extremum of the positions not yet taken (`sorted = 0` leaves the order
+/// to the implementation, so this sorted one is valid too).
+pub fn top_k(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&["axis", "largest", "sorted"])?;
+    cx.check_max_inputs(2)?;
+    let dims = cx.dims(0)?;
+    let axis = cx.axis("axis", cx.attr_int_or("axis", -1)?, dims.len())?;
+    let largest = cx.attr_bool("largest", true)?;
+    let k = match cx.const_ints(1, "k")?.as_slice() {
+        [k] => *k,
+        other => {
+            return Err(cx.err(
+                "onnx-bad-model",
+                format!("k must be one integer, got {other:?}"),
+            ))
+        }
+    };
+    let n = dims[axis];
+    if k < 0 || k as usize > n {
+        return Err(cx.err(
+            "onnx-bad-model",
+            format!("k = {k} must be from 0 to the length {n} of axis {axis}"),
+        ));
+    }
+    let k = k as usize;
+    if k > MAX_TOP_K || k == 0 || n > MAX_EXACT_INDEX {
+        return Err(cx.err(
+            "onnx-unsupported",
+            format!(
+                "k = {k} along an axis of {n}: smelt's TopK takes k from 1 to {MAX_TOP_K} \
+                 (one round of ops per element) on axes of at most 2^24"
+            ),
+        ));
+    }
+    let x = cx.value(0)?;
+    let dtype = cx.type_of(x).dtype;
+    if dtype != smelt_ir::DType::F32 {
+        return Err(cx.err(
+            "onnx-unsupported-dtype",
+            format!("input of type {dtype}: smelt's TopK takes float32"),
+        ));
+    }
+    // NaN as the extreme, so it is taken first, as ArgMax counts it
+    let (extreme, reduction) = if largest {
+        (f32::INFINITY, Reduction::Max)
+    } else {
+        (f32::NEG_INFINITY, Reduction::Min)
+    };
+    let is_number = cx.emit(Op::Compare(Comparison::Equal), &[x, x])?;
+    let extreme_v = cx.scalar(extreme)?;
+    let keyed = cx.emit(Op::Where, &[is_number, x, extreme_v])?;
+    let along = ReduceAttrs {
+        axes: vec![axis],
+        keep_dims: true,
+    };
+    let mut iota_dims = vec![1; dims.len()];
+    iota_dims[axis] = n;
+    let name = cx.derived_name("positions");
+    let iota = cx.materialize(
+        &ConstTensor::f32(iota_dims, (0..n).map(|i| i as f32).collect()),
+        &name,
+    )?;
+    let past_end = cx.scalar(n as f32)?;
+    let zero = cx.scalar(0.0)?;
+    let opposite = cx.scalar(-extreme)?;
+    let mut available = cx.emit(Op::Compare(Comparison::Equal), &[keyed, keyed])?;
+    let (mut values, mut indices) = (Vec::with_capacity(k), Vec::with_capacity(k));
+    for _ in 0..k {
+        // taken positions are excluded by the mask, not by a sentinel value, so an
+        // infinite element still ranks by its position
+        let candidates = cx.emit(Op::Where, &[available, keyed, opposite])?;
+        let best = cx.emit(Op::Reduce(reduction, along.clone()), &[candidates])?;
+        let equal = cx.emit(Op::Compare(Comparison::Equal), &[candidates, best])?;
+        let hit = cx.emit(Op::Logic(LogicOp::And), &[equal, available])?;
+        let positions = cx.emit(Op::Where, &[hit, iota, past_end])?;
+        let index = cx.emit(Op::Reduce(Reduction::Min, along.clone()), &[positions])?;
+        let chosen = cx.emit(Op::Compare(Comparison::Equal), &[iota, index])?;
+        // the one chosen element, NaN included (the rest contribute +0)
+        let picked = cx.emit(Op::Where, &[chosen, x, zero])?;
+        values.push(cx.emit(Op::Reduce(Reduction::Sum, along.clone()), &[picked])?);
+        indices.push(index);
+        available = cx.emit(Op::Logic(LogicOp::Xor), &[available, chosen])?;
+    }
+    let values = if k == 1 {
+        values[0]
+    } else {
+        cx.emit(Op::Concat { axis }, &values)?
+    };
+    let indices = if k == 1 {
+        indices[0]
+    } else {
+        cx.emit(Op::Concat { axis }, &indices)?
+    };
+    let indices = cx.emit(
+        Op::Cast {
+            to: smelt_ir::DType::I64,
+        },
+        &[indices],
+    )?;
+    Ok(vec![Entry::Value(values), Entry::Value(indices)])
 }
 
 /// The product of `x` over `axes`: the reduced axes moved last and merged into one of
