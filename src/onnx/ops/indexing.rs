@@ -52,6 +52,18 @@ pub enum Indices {
     Value(Value),
 }
 
+/// Whether indices of shape `index_dims` may address data of shape `data_dims` along
+/// `axis` (GatherElements, ScatterElements): the same rank, and no dimension larger than
+/// the data's except along the axis.
+pub(super) fn fits_data_along(index_dims: &[usize], data_dims: &[usize], axis: usize) -> bool {
+    index_dims.len() == data_dims.len()
+        && index_dims
+            .iter()
+            .zip(data_dims)
+            .enumerate()
+            .all(|(k, (&i, &d))| k == axis || i <= d)
+}
+
 /// The elements of `data` that `indices` pick along `axis` (GatherElements); also the
 /// losses' pick of each target's class.
 pub fn gather_elements_of(
@@ -65,13 +77,7 @@ pub fn gather_elements_of(
         Indices::Const(c) => c.dims.clone(),
         Indices::Value(v) => cx.type_of(*v).dims.clone(),
     };
-    let fits = index_dims.len() == data_dims.len()
-        && index_dims
-            .iter()
-            .zip(&data_dims)
-            .enumerate()
-            .all(|(k, (&i, &d))| k == axis || i <= d);
-    if !fits {
+    if !fits_data_along(&index_dims, &data_dims, axis) {
         return Err(cx.err(
             "onnx-bad-model",
             format!(

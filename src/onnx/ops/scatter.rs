@@ -108,14 +108,8 @@ pub fn scatter_elements(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     let axis = cx.axis("axis", cx.attr_int_or("axis", 0)?, rank)?;
     let (index_dims, indices) = const_indices(cx)?;
     let update_dims = cx.dims(2)?;
-    let fits = index_dims == update_dims
-        && index_dims.len() == rank
-        && index_dims
-            .iter()
-            .zip(&data_dims)
-            .enumerate()
-            .all(|(k, (&i, &d))| k == axis || i <= d);
-    if !fits {
+    if index_dims != update_dims || !super::indexing::fits_data_along(&index_dims, &data_dims, axis)
+    {
         return Err(cx.err(
             "onnx-bad-model",
             format!(
