@@ -6,7 +6,7 @@ use std::rc::Rc;
 
 use smelt_ir::builder::FuncBuilder;
 use smelt_ir::op::Op;
-use smelt_ir::{Diagnostic, Location, TensorType, Value, WeightOrigin};
+use smelt_ir::{DType, Diagnostic, Location, TensorType, Value, WeightOrigin};
 
 use super::proto::{attribute_proto::AttributeType, AttributeProto, GraphProto, NodeProto};
 use super::tensor::ConstTensor;
@@ -446,6 +446,18 @@ impl<'a, 'm> NodeCtx<'a, 'm> {
         })
     }
 
+    /// Input `i` as one constant integer (TopK's k, CumSum's axis...): a tensor of one
+    /// element, of any rank.
+    pub fn const_int(&self, i: usize, what: &str) -> Result<i64, Diagnostic> {
+        match self.const_ints(i, what)?.as_slice() {
+            [v] => Ok(*v),
+            other => Err(self.err(
+                "onnx-bad-model",
+                format!("input {i} (the {what}) must be one integer, got {other:?}"),
+            )),
+        }
+    }
+
     /// Dimensions of input `i`, whether constant or computed.
     pub fn dims(&self, i: usize) -> Result<Vec<usize>, Diagnostic> {
         Ok(match self.entry(i)? {
@@ -475,6 +487,25 @@ impl<'a, 'm> NodeCtx<'a, 'm> {
         self.imp
             .builder
             .constant("scalar", TensorType::f32([]), &[v])
+    }
+
+    /// An int64 scalar constant (an index bound, a class, a stride).
+    pub fn int_scalar(&mut self, v: i64) -> Result<Value, Diagnostic> {
+        let name = self.derived_name("int_scalar");
+        self.materialize(&ConstTensor::i64(vec![], vec![v]), &name)
+    }
+
+    /// `v` as int64 indices: int64 as it is, int32 cast; `what` names it in the error
+    /// for any other type.
+    pub fn int64_indices(&mut self, v: Value, what: &str) -> Result<Value, Diagnostic> {
+        match self.type_of(v).dtype {
+            DType::I64 => Ok(v),
+            DType::I32 => self.emit(Op::Cast { to: DType::I64 }, &[v]),
+            other => Err(self.err(
+                "onnx-unsupported-dtype",
+                format!("{what} must be int64 or int32, got {other}"),
+            )),
+        }
     }
 
     /// Turns a derived constant into a weight and a `const` op.

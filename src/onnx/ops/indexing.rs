@@ -139,39 +139,37 @@ pub fn gather_elements_of(
             cx.materialize(&ConstTensor::i64(index_dims, flat), &name)?
         }
         Indices::Value(v) => {
-            let v = match cx.type_of(v).dtype {
-                DType::I64 => v,
-                DType::I32 => cx.emit(Op::Cast { to: DType::I64 }, &[v])?,
-                other => {
-                    return Err(cx.err(
-                        "onnx-unsupported-dtype",
-                        format!("indices must be int64 or int32, got {other}"),
-                    ))
-                }
-            };
-            let int = |cx: &mut NodeCtx, x: i64| -> Result<Value, Diagnostic> {
-                let name = cx.derived_name("index_scalar");
-                cx.materialize(&ConstTensor::i64(vec![], vec![x]), &name)
-            };
-            let zero = int(cx, 0)?;
-            let size_v = int(cx, size)?;
-            let negative = cx.emit(Op::Compare(Comparison::Less), &[v, zero])?;
-            let shifted = cx.emit(Op::Binary(BinaryOp::Add), &[v, size_v])?;
-            let wrapped = cx.emit(Op::Where, &[negative, shifted, v])?;
+            let v = cx.int64_indices(v, "indices")?;
+            let (wrapped, zero, size_v) = wrap_negative(cx, v, size)?;
             let above = cx.emit(Op::Compare(Comparison::GreaterOrEqual), &[wrapped, zero])?;
             let below = cx.emit(Op::Compare(Comparison::Less), &[wrapped, size_v])?;
             let valid = cx.emit(Op::Logic(LogicOp::And), &[above, below])?;
-            let stride = int(cx, strides[axis] as i64)?;
+            let stride = cx.int_scalar(strides[axis] as i64)?;
             let along = cx.emit(Op::Binary(BinaryOp::Mul), &[wrapped, stride])?;
             let name = cx.derived_name("offsets");
             let base = cx.materialize(&ConstTensor::i64(index_dims, base), &name)?;
             let flat = cx.emit(Op::Binary(BinaryOp::Add), &[along, base])?;
             // past the end: the gather's run-time check reports it
-            let past_end = int(cx, total as i64)?;
+            let past_end = cx.int_scalar(total as i64)?;
             cx.emit(Op::Where, &[valid, flat, past_end])?
         }
     };
     cx.emit(Op::Gather { axis: 0 }, &[flat_data, positions])
+}
+
+/// int64 indices `v` into an axis of `size` with the negative ones counted from the end
+/// (`v + size` where `v < 0`), with the constants 0 and `size` it compared against.
+fn wrap_negative(
+    cx: &mut NodeCtx,
+    v: Value,
+    size: i64,
+) -> Result<(Value, Value, Value), Diagnostic> {
+    let zero = cx.int_scalar(0)?;
+    let size_v = cx.int_scalar(size)?;
+    let negative = cx.emit(Op::Compare(Comparison::Less), &[v, zero])?;
+    let shifted = cx.emit(Op::Binary(BinaryOp::Add), &[v, size_v])?;
+    let wrapped = cx.emit(Op::Where, &[negative, shifted, v])?;
+    Ok((wrapped, zero, size_v))
 }
 
 /// Trilu: the upper (`upper = 1`, the default) or lower triangle of the last two axes,
@@ -190,15 +188,7 @@ pub fn trilu(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     let upper = cx.attr_bool("upper", true)?;
     let k = match cx.input_name(1) {
         None => 0,
-        Some(_) => match cx.const_ints(1, "diagonal offset k")?.as_slice() {
-            [k] => *k,
-            other => {
-                return Err(cx.err(
-                    "onnx-bad-model",
-                    format!("k must be one integer, got {other:?}"),
-                ))
-            }
-        },
+        Some(_) => cx.const_int(1, "diagonal offset k")?,
     };
     let (rows, cols) = (dims[dims.len() - 2], dims[dims.len() - 1]);
     let mut kept = Vec::with_capacity(rows * cols);
@@ -393,15 +383,7 @@ pub fn one_hot(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
             ))
         }
     };
-    let int = |cx: &mut NodeCtx, x: i64| -> Result<Value, Diagnostic> {
-        let name = cx.derived_name("index_scalar");
-        cx.materialize(&ConstTensor::i64(vec![], vec![x]), &name)
-    };
-    let zero = int(cx, 0)?;
-    let depth_v = int(cx, depth)?;
-    let negative = cx.emit(Op::Compare(Comparison::Less), &[indices, zero])?;
-    let shifted = cx.emit(Op::Binary(BinaryOp::Add), &[indices, depth_v])?;
-    let wrapped = cx.emit(Op::Where, &[negative, shifted, indices])?;
+    let (wrapped, zero, _) = wrap_negative(cx, indices, depth)?;
     let mut dims = index_dims.clone();
     dims.insert(axis, 1);
     let wrapped = cx.reshape(wrapped, dims.clone())?;
@@ -412,7 +394,7 @@ pub fn one_hot(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     let hot = cx.emit(Op::Compare(Comparison::Equal), &[wrapped, iota])?;
     let values = cx.value(2)?;
     let off = cx.emit(Op::Gather { axis: 0 }, &[values, zero])?;
-    let one = int(cx, 1)?;
+    let one = cx.int_scalar(1)?;
     let on = cx.emit(Op::Gather { axis: 0 }, &[values, one])?;
     Ok(vec![Entry::Value(cx.emit(Op::Where, &[hot, on, off])?)])
 }

@@ -122,21 +122,9 @@ fn first_largest(
     dims: &[usize],
     axis: usize,
 ) -> Result<Value, Diagnostic> {
-    let along = ReduceAttrs {
-        axes: vec![axis],
-        keep_dims: true,
-    };
-    let largest = cx.emit(Op::Reduce(Reduction::Max, along.clone()), &[x])?;
-    let is_largest = cx.emit(Op::Compare(Comparison::Equal), &[x, largest])?;
-    let count = dims[axis];
-    let mut index_dims = vec![1; dims.len()];
-    index_dims[axis] = count;
-    let indices = ConstTensor::f32(index_dims, (0..count).map(|i| i as f32).collect());
-    let name = cx.derived_name("indices");
-    let indices = cx.materialize(&indices, &name)?;
-    let none = cx.scalar(count as f32)?;
-    let candidates = cx.emit(Op::Where, &[is_largest, indices, none])?;
-    let first = cx.emit(Op::Reduce(Reduction::Min, along), &[candidates])?;
+    let n = dims[axis];
+    let indices = super::reduce::positions_along(cx, dims.len(), axis, n)?;
+    let first = super::reduce::extremum_position(cx, x, indices, axis, true, false, true)?;
     let one_hot = cx.emit(Op::Compare(Comparison::Equal), &[indices, first])?;
     cx.emit(Op::Cast { to: DType::F32 }, &[one_hot])
 }
@@ -164,15 +152,7 @@ pub fn dft(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
             return Err(cx.bad_attr("axis", "is input 2 from opset 20"));
         }
         match cx.input_name(2) {
-            Some(_) => match cx.const_ints(2, "axis")?.as_slice() {
-                [a] => *a,
-                other => {
-                    return Err(cx.err(
-                        "onnx-bad-model",
-                        format!("axis must be one integer, got {other:?}"),
-                    ))
-                }
-            },
+            Some(_) => cx.const_int(2, "axis")?,
             None => -2,
         }
     } else {

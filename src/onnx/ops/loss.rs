@@ -5,12 +5,11 @@
 //! averaged over the weights, or kept per element.
 
 use smelt_ir::op::{BinaryOp, Comparison, Op, ReduceAttrs, Reduction, UnaryOp};
-use smelt_ir::{DType, Diagnostic, Value};
+use smelt_ir::{Diagnostic, Value};
 
 use super::indexing::{gather_elements_of, Indices};
 use super::OpRule;
 use crate::onnx::context::{Entry, NodeCtx};
-use crate::onnx::tensor::ConstTensor;
 
 /// This family's rows of the operator table (op type, every `since_version` up to
 /// [`super::MAX_OPSET`], the oldest smelt implements, handler); `super` sorts them.
@@ -86,28 +85,15 @@ fn negative_log_likelihood(cx: &mut NodeCtx, log_prob: Value) -> Result<Value, D
     let classes = dims[1];
     let target_dims = cx.dims(1)?;
     let target = cx.value(1)?;
-    let target = match cx.type_of(target).dtype {
-        DType::I64 => target,
-        DType::I32 => cx.emit(Op::Cast { to: DType::I64 }, &[target])?,
-        other => {
-            return Err(cx.err(
-                "onnx-unsupported-dtype",
-                format!("the target must be int64 or int32, got {other}"),
-            ))
-        }
-    };
-    let int = |cx: &mut NodeCtx, x: i64| -> Result<Value, Diagnostic> {
-        let name = cx.derived_name("target_scalar");
-        cx.materialize(&ConstTensor::i64(vec![], vec![x]), &name)
-    };
+    let target = cx.int64_indices(target, "the target")?;
     // which targets count, and a class for the others that is surely in range
     let (valid, target) = match cx.attr_int("ignore_index")? {
         None => (None, target),
         Some(ignored) => {
-            let ignored = int(cx, ignored)?;
+            let ignored = cx.int_scalar(ignored)?;
             let is_ignored = cx.emit(Op::Compare(Comparison::Equal), &[target, ignored])?;
             let valid = cx.emit(Op::Not, &[is_ignored])?;
-            let zero = int(cx, 0)?;
+            let zero = cx.int_scalar(0)?;
             let safe = cx.emit(Op::Where, &[valid, target, zero])?;
             (Some(valid), safe)
         }

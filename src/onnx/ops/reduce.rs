@@ -10,7 +10,7 @@
 //! arg-extremum over the positions not yet taken.
 
 use smelt_ir::op::{BinaryOp, Comparison, LogicOp, Op, ReduceAttrs, Reduction, UnaryOp};
-use smelt_ir::Diagnostic;
+use smelt_ir::{Diagnostic, Value};
 
 use super::OpRule;
 use crate::onnx::context::{Entry, NodeCtx};
@@ -158,21 +158,75 @@ pub fn arg_extremum(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
             format!("axis {axis} has {n} elements; smelt's ArgMax and ArgMin take at most 2^24"),
         ));
     }
+    let (_, keyed) = float32_nan_as_extreme(cx, largest, "ArgMax and ArgMin")?;
+    let positions = positions_along(cx, dims.len(), axis, n)?;
+    let index = extremum_position(cx, keyed, positions, axis, largest, last, keep_dims)?;
+    let index = cx.emit(
+        Op::Cast {
+            to: smelt_ir::DType::I64,
+        },
+        &[index],
+    )?;
+    Ok(vec![Entry::Value(index)])
+}
+
+/// Input 0, checked to be float32, and a copy with each NaN replaced by +inf (`largest`)
+/// or -inf: the key ArgMax, ArgMin and TopK rank by, so a NaN counts as the extreme value
+/// (tying an infinity of that sign) whatever the kernels' NaN rules. `ops` names the
+/// operators in the error.
+fn float32_nan_as_extreme(
+    cx: &mut NodeCtx,
+    largest: bool,
+    ops: &str,
+) -> Result<(Value, Value), Diagnostic> {
     let x = cx.value(0)?;
     let dtype = cx.type_of(x).dtype;
     if dtype != smelt_ir::DType::F32 {
         return Err(cx.err(
             "onnx-unsupported-dtype",
-            format!("input of type {dtype}: smelt's ArgMax and ArgMin take float32"),
+            format!("input of type {dtype}: smelt's {ops} take float32"),
         ));
     }
     let is_number = cx.emit(Op::Compare(Comparison::Equal), &[x, x])?;
-    let nan_as = cx.scalar(if largest {
+    let extreme = cx.scalar(if largest {
         f32::INFINITY
     } else {
         f32::NEG_INFINITY
     })?;
-    let x = cx.emit(Op::Where, &[is_number, x, nan_as])?;
+    let keyed = cx.emit(Op::Where, &[is_number, x, extreme])?;
+    Ok((x, keyed))
+}
+
+/// The float32 positions `0..n` along `axis` of a rank-`rank` tensor (size 1 elsewhere),
+/// a constant the position reductions broadcast against.
+pub(super) fn positions_along(
+    cx: &mut NodeCtx,
+    rank: usize,
+    axis: usize,
+    n: usize,
+) -> Result<Value, Diagnostic> {
+    let mut dims = vec![1; rank];
+    dims[axis] = n;
+    let name = cx.derived_name("positions");
+    cx.materialize(
+        &ConstTensor::f32(dims, (0..n).map(|i| i as f32).collect()),
+        &name,
+    )
+}
+
+/// The float32 position along `axis` of the first element of `x` equal to
+/// its largest (or smallest) value, or with `last` of the last one: the extremum, where
+/// `x` equals it, then the least (greatest) such position — a miss is placed where it never
+/// wins. Exact below 2^24 positions.
+pub(super) fn extremum_position(
+    cx: &mut NodeCtx,
+    x: Value,
+    positions: Value,
+    axis: usize,
+    largest: bool,
+    last: bool,
+    keep_dims: bool,
+) -> Result<Value, Diagnostic> {
     let along = |keep_dims| ReduceAttrs {
         axes: vec![axis],
         keep_dims,
@@ -184,27 +238,15 @@ pub fn arg_extremum(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     };
     let best = cx.emit(Op::Reduce(extremum, along(true)), &[x])?;
     let hit = cx.emit(Op::Compare(Comparison::Equal), &[x, best])?;
-    let mut iota_dims = vec![1; dims.len()];
-    iota_dims[axis] = n;
-    let iota = ConstTensor::f32(iota_dims, (0..n).map(|i| i as f32).collect());
-    let name = cx.derived_name("positions");
-    let iota = cx.materialize(&iota, &name)?;
-    // a miss never wins the reduction over the hits' positions
+    let n = cx.type_of(x).dims[axis];
     let (miss, pick) = if last {
         (-1.0, Reduction::Max)
     } else {
         (n as f32, Reduction::Min)
     };
     let miss = cx.scalar(miss)?;
-    let candidates = cx.emit(Op::Where, &[hit, iota, miss])?;
-    let index = cx.emit(Op::Reduce(pick, along(keep_dims)), &[candidates])?;
-    let index = cx.emit(
-        Op::Cast {
-            to: smelt_ir::DType::I64,
-        },
-        &[index],
-    )?;
-    Ok(vec![Entry::Value(index)])
+    let candidates = cx.emit(Op::Where, &[hit, positions, miss])?;
+    cx.emit(Op::Reduce(pick, along(keep_dims)), &[candidates])
 }
 
 /// Most elements TopK takes: each is one round of about ten ops over the whole input.
@@ -221,15 +263,7 @@ pub fn top_k(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     let dims = cx.dims(0)?;
     let axis = cx.axis("axis", cx.attr_int_or("axis", -1)?, dims.len())?;
     let largest = cx.attr_bool("largest", true)?;
-    let k = match cx.const_ints(1, "k")?.as_slice() {
-        [k] => *k,
-        other => {
-            return Err(cx.err(
-                "onnx-bad-model",
-                format!("k must be one integer, got {other:?}"),
-            ))
-        }
-    };
+    let k = cx.const_int(1, "k")?;
     let n = dims[axis];
     if k < 0 || k as usize > n {
         return Err(cx.err(
@@ -247,34 +281,18 @@ pub fn top_k(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
             ),
         ));
     }
-    let x = cx.value(0)?;
-    let dtype = cx.type_of(x).dtype;
-    if dtype != smelt_ir::DType::F32 {
-        return Err(cx.err(
-            "onnx-unsupported-dtype",
-            format!("input of type {dtype}: smelt's TopK takes float32"),
-        ));
-    }
     // NaN as the extreme, so it is taken first, as ArgMax counts it
+    let (x, keyed) = float32_nan_as_extreme(cx, largest, "TopK")?;
     let (extreme, reduction) = if largest {
         (f32::INFINITY, Reduction::Max)
     } else {
         (f32::NEG_INFINITY, Reduction::Min)
     };
-    let is_number = cx.emit(Op::Compare(Comparison::Equal), &[x, x])?;
-    let extreme_v = cx.scalar(extreme)?;
-    let keyed = cx.emit(Op::Where, &[is_number, x, extreme_v])?;
     let along = ReduceAttrs {
         axes: vec![axis],
         keep_dims: true,
     };
-    let mut iota_dims = vec![1; dims.len()];
-    iota_dims[axis] = n;
-    let name = cx.derived_name("positions");
-    let iota = cx.materialize(
-        &ConstTensor::f32(iota_dims, (0..n).map(|i| i as f32).collect()),
-        &name,
-    )?;
+    let iota = positions_along(cx, dims.len(), axis, n)?;
     let past_end = cx.scalar(n as f32)?;
     let zero = cx.scalar(0.0)?;
     let opposite = cx.scalar(-extreme)?;
@@ -321,10 +339,10 @@ pub fn top_k(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
 /// one rounding per product as a sequential product has, in a balanced order.
 fn product(
     cx: &mut NodeCtx,
-    x: smelt_ir::Value,
+    x: Value,
     axes: &[usize],
     keep_dims: bool,
-) -> Result<smelt_ir::Value, Diagnostic> {
+) -> Result<Value, Diagnostic> {
     use smelt_ir::op::SliceAttrs;
     let dims = cx.type_of(x).dims.clone();
     let dtype = cx.type_of(x).dtype;
@@ -387,15 +405,7 @@ pub fn cumulative(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     cx.check_attrs(&["exclusive", "reverse"])?;
     cx.check_max_inputs(2)?;
     let dims = cx.dims(0)?;
-    let axis = match cx.const_ints(1, "axis")?.as_slice() {
-        [a] => cx.axis("axis", *a, dims.len())?,
-        other => {
-            return Err(cx.err(
-                "onnx-bad-model",
-                format!("axis must be one integer, got {other:?}"),
-            ))
-        }
-    };
+    let axis = cx.axis("axis", cx.const_int(1, "axis")?, dims.len())?;
     let exclusive = cx.attr_bool("exclusive", false)?;
     let reverse = cx.attr_bool("reverse", false)?;
     let x = cx.value(0)?;
@@ -413,38 +423,37 @@ pub fn cumulative(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         (1.0, BinaryOp::Mul)
     };
     // `v` shifted by `d` along the axis toward the scan's end, the identity shifted in
-    let shift =
-        |cx: &mut NodeCtx, v: smelt_ir::Value, d: usize| -> Result<smelt_ir::Value, Diagnostic> {
-            let mut fill_dims = dims.clone();
-            fill_dims[axis] = d.min(n);
-            let count: usize = fill_dims.iter().product();
-            let name = cx.derived_name("scan_identity");
-            let mut fill =
-                cx.materialize(&ConstTensor::f32(fill_dims, vec![identity; count]), &name)?;
-            if dtype != smelt_ir::DType::F32 {
-                fill = cx.emit(Op::Cast { to: dtype }, &[fill])?;
-            }
-            if d >= n {
-                return Ok(fill);
-            }
-            let mut starts = vec![0i64; dims.len()];
-            let mut ends: Vec<i64> = dims.iter().map(|&k| k as i64).collect();
-            if reverse {
-                starts[axis] = d as i64;
-            } else {
-                ends[axis] = (n - d) as i64;
-            }
-            let kept = cx.emit(
-                Op::Slice(smelt_ir::op::SliceAttrs {
-                    starts,
-                    ends,
-                    steps: vec![1; dims.len()],
-                }),
-                &[v],
-            )?;
-            let parts = if reverse { [kept, fill] } else { [fill, kept] };
-            cx.emit(Op::Concat { axis }, &parts)
-        };
+    let shift = |cx: &mut NodeCtx, v: Value, d: usize| -> Result<Value, Diagnostic> {
+        let mut fill_dims = dims.clone();
+        fill_dims[axis] = d.min(n);
+        let count: usize = fill_dims.iter().product();
+        let name = cx.derived_name("scan_identity");
+        let mut fill =
+            cx.materialize(&ConstTensor::f32(fill_dims, vec![identity; count]), &name)?;
+        if dtype != smelt_ir::DType::F32 {
+            fill = cx.emit(Op::Cast { to: dtype }, &[fill])?;
+        }
+        if d >= n {
+            return Ok(fill);
+        }
+        let mut starts = vec![0i64; dims.len()];
+        let mut ends: Vec<i64> = dims.iter().map(|&k| k as i64).collect();
+        if reverse {
+            starts[axis] = d as i64;
+        } else {
+            ends[axis] = (n - d) as i64;
+        }
+        let kept = cx.emit(
+            Op::Slice(smelt_ir::op::SliceAttrs {
+                starts,
+                ends,
+                steps: vec![1; dims.len()],
+            }),
+            &[v],
+        )?;
+        let parts = if reverse { [kept, fill] } else { [fill, kept] };
+        cx.emit(Op::Concat { axis }, &parts)
+    };
     let mut y = if exclusive { shift(cx, x, 1)? } else { x };
     let mut d = 1;
     while d < n {
