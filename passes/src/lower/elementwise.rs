@@ -69,10 +69,7 @@ fn erf(b: &mut KernelBuilder, x: Expr, w: Width) -> Expr {
         -1.0 / 3.0,
         1.0,
     ];
-    let mut p = c(series[0], w);
-    for &k in &series[1..] {
-        p = Expr::fma(p, x2.clone(), c(k, w));
-    }
+    let p = horner(&series, x2.clone(), w);
     let small = b.let_(
         mul(mul(p, x.clone()), c(std::f32::consts::FRAC_2_SQRT_PI, w)),
         w,
@@ -91,20 +88,10 @@ fn erf(b: &mut KernelBuilder, x: Expr, w: Width) -> Expr {
         -0.284_496_74,
         0.254_829_6,
     ];
-    let mut q = c(coeffs[0], w);
-    for &k in &coeffs[1..] {
-        q = Expr::fma(q, t.clone(), c(k, w));
-    }
+    let q = horner(&coeffs, t.clone(), w);
     let e = Expr::unary(UnOp::Exp, Expr::unary(UnOp::Neg, x2));
     let large = b.let_(Expr::binary(BinOp::Sub, c(1.0, w), mul(mul(q, t), e)), w);
-    let signed = Expr::select(
-        CmpOp::Lt,
-        x,
-        c(0.0, w),
-        Expr::unary(UnOp::Neg, large.clone()),
-        large,
-    );
-    Expr::select(CmpOp::Lt, ax, c(0.5, w), small, signed)
+    Expr::select(CmpOp::Lt, ax, c(0.5, w), small, with_sign_of(x, large, w))
 }
 
 /// `(e^|x|/2, e^-|x|/2)`, the two halves of cosh and sinh. Past |x| = 88 (where e^|x|
@@ -138,6 +125,15 @@ fn log1p(b: &mut KernelBuilder, u: Expr, w: Width) -> Expr {
         corrected,
     );
     Expr::select(CmpOp::Eq, v, c(1.0, w), u, finite)
+}
+
+/// Horner's rule: `coeffs[0] t^(k−1) + … + coeffs[k−1]`, one fused multiply-add per term.
+fn horner(coeffs: &[f32], t: Expr, w: Width) -> Expr {
+    let mut p = c(coeffs[0], w);
+    for &k in &coeffs[1..] {
+        p = Expr::fma(p, t.clone(), c(k, w));
+    }
+    p
 }
 
 /// `y` with the sign of `x` (y ≥ 0; NaN stays NaN).
@@ -286,21 +282,17 @@ pub fn unary(b: &mut KernelBuilder, op: UnaryOp, x: Expr, w: Width) -> Expr {
                 1.0 / 120.0,
                 1.0 / 6.0,
             ];
-            let mut p = c(taylor[0], w);
-            for &k in &taylor[1..] {
-                p = Expr::fma(p, x2.clone(), c(k, w));
-            }
+            let p = horner(&taylor, x2.clone(), w);
             let near_zero = Expr::fma(mul(p, x2), x.clone(), x.clone());
             let (large, small) = exponential_halves(b, a.clone(), w);
             let magnitude = b.let_(Expr::binary(BinOp::Sub, large, small), w);
-            let signed = Expr::select(
+            Expr::select(
                 CmpOp::Lt,
-                x,
-                c(0.0, w),
-                Expr::unary(UnOp::Neg, magnitude.clone()),
-                magnitude,
-            );
-            Expr::select(CmpOp::Lt, a, c(1.0, w), near_zero, signed)
+                a,
+                c(1.0, w),
+                near_zero,
+                with_sign_of(x, magnitude, w),
+            )
         }
         UnaryOp::Cosh => {
             let (large, small) = exponential_halves(b, Expr::unary(UnOp::Abs, x), w);

@@ -64,11 +64,7 @@ impl Gen<'_, '_> {
             -2.499_999_4e-1,
             3.333_333e-1,
         ];
-        let mut p = self.constant(coeffs[0], ty);
-        for &k in &coeffs[1..] {
-            let kc = self.constant(k, ty);
-            p = self.fma(p, r, kc);
-        }
+        let p = self.polynomial(&coeffs, r);
         let z = self.fb.ins().fmul(r, r);
         let rz = self.fb.ins().fmul(r, z);
         let y = self.fb.ins().fmul(p, rz);
@@ -121,11 +117,7 @@ impl Gen<'_, '_> {
             1.666_666_5e-1,
             0.5,
         ];
-        let mut p = self.constant(coeffs[0], ty);
-        for &k in &coeffs[1..] {
-            let kc = self.constant(k, ty);
-            p = self.fma(p, r, kc);
-        }
+        let p = self.polynomial(&coeffs, r);
         let r2 = self.fb.ins().fmul(r, r);
         let one = self.constant(1.0, ty);
         let r1 = self.fb.ins().fadd(r, one);
