@@ -59,6 +59,21 @@ def save_with_reference(folder, model, inputs, opts):
         np.save(os.path.join(folder, "want_" + npy_name(o.name)), v)
 
 
+def write_models(out, stamp, seed, models):
+    """Builds each model of `models` (name -> build(rng) giving graph, inputs, opset) with
+    one generator seeded `seed`, in order, and saves it with onnxruntime's outputs into
+    `out` (written whole or not at all, stamped `stamp`)."""
+    rng = np.random.default_rng(seed)
+    opts = reference_session_options()
+    with complete_folder(out, stamp) as tmp:
+        for name, build in models.items():
+            graph, inputs, opset = build(rng)
+            m = h.make_model(graph, opset_imports=[h.make_opsetid("", opset)])
+            m.ir_version = 8
+            save_with_reference(os.path.join(tmp, name), m, inputs, opts)
+    print(f"wrote {', '.join(models)} to {out}")
+
+
 def init(rng, name, shape, scale=0.5):
     return nh.from_array(rng.uniform(-scale, scale, shape).astype(np.float32), name)
 

@@ -24,7 +24,6 @@ Written under a temporary name, renamed when complete, stamped `.complete`.
 from __future__ import annotations
 
 import math
-import os
 import sys
 
 import numpy as np
@@ -36,9 +35,7 @@ from fixtures import (
     batch_norm,
     bn_node,
     init,
-    complete_folder,
-    reference_session_options,
-    save_with_reference,
+    write_models,
 )
 
 STAMP = "onnx 1.23.2 onnxruntime 1.32.0 activations 1"
@@ -157,15 +154,7 @@ MODELS = {
 
 
 def main(out: str) -> None:
-    rng = np.random.default_rng(20261203)
-    opts = reference_session_options()
-    with complete_folder(out, STAMP) as tmp:
-        for name, build in MODELS.items():
-            graph, inputs, opset = build(rng)
-            m = h.make_model(graph, opset_imports=[h.make_opsetid("", opset)])
-            m.ir_version = 8
-            save_with_reference(os.path.join(tmp, name), m, inputs, opts)
-    print(f"wrote {', '.join(MODELS)} to {out}")
+    write_models(out, STAMP, 20261203, MODELS)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ Written under a temporary name, renamed when complete, stamped `.complete`.
 
 from __future__ import annotations
 
-import os
 import sys
 
 import numpy as np
@@ -37,9 +36,7 @@ from onnx import numpy_helper as nh
 
 from fixtures import (
     init,
-    complete_folder,
-    reference_session_options,
-    save_with_reference,
+    write_models,
 )
 
 STAMP = "onnx 1.23.2 onnxruntime 1.32.0 typed 2"
@@ -132,7 +129,7 @@ def bert_embedding(rng):
     ids = rng.integers(0, VOCAB, [BATCH, SEQ]).astype(np.int64)
     mask = np.ones([BATCH, SEQ], np.int64)
     mask[:, -2:] = 0
-    return graph, {"input_ids": ids, "attention_mask": mask}
+    return graph, {"input_ids": ids, "attention_mask": mask}, 17
 
 
 def int64_ops(rng):
@@ -162,7 +159,7 @@ def int64_ops(rng):
         ],
     )
     ids = np.array([2, 5, -3, 2, 2**33, 0], np.int64)
-    return graph, {"ids": ids}
+    return graph, {"ids": ids}, 17
 
 
 def layer_norm_decomposed(rng):
@@ -203,7 +200,8 @@ def layer_norm_decomposed(rng):
         inits,
     )
     x = rng.normal(0, 2, [2, 8, hidden]).astype(np.float32)
-    return graph, {"x": x}
+    # opset 13: the form before LayerNormalization existed
+    return graph, {"x": x}, 13
 
 
 MODELS = {
@@ -214,16 +212,7 @@ MODELS = {
 
 
 def main(out: str) -> None:
-    rng = np.random.default_rng(20261201)
-    opts = reference_session_options()
-    with complete_folder(out, STAMP) as tmp:
-        for name, build in MODELS.items():
-            graph, inputs = build(rng)
-            opset = 13 if name == "layer_norm_decomposed" else 17
-            m = h.make_model(graph, opset_imports=[h.make_opsetid("", opset)])
-            m.ir_version = 8
-            save_with_reference(os.path.join(tmp, name), m, inputs, opts)
-    print(f"wrote {', '.join(MODELS)} to {out}")
+    write_models(out, STAMP, 20261201, MODELS)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ Written under a temporary name, renamed when complete, stamped `.complete`.
 
 from __future__ import annotations
 
-import os
 import sys
 
 import numpy as np
@@ -34,9 +33,7 @@ from fixtures import (
     batch_norm,
     bn_node,
     init,
-    complete_folder,
-    reference_session_options,
-    save_with_reference,
+    write_models,
 )
 
 STAMP = "onnx 1.23.2 onnxruntime 1.32.0 upsampling 1"
@@ -76,7 +73,7 @@ def dbnet_head(rng):
         inits,
     )
     x = rng.normal(0, 1, [1, c_in, 24, 20]).astype(np.float32)
-    return graph, {"x": x}
+    return graph, {"x": x}, 17
 
 
 def classic_stem(rng):
@@ -115,7 +112,7 @@ def classic_stem(rng):
         inits,
     )
     x = rng.normal(0, 1, [1, 3, 37, 45]).astype(np.float32)
-    return graph, {"x": x}
+    return graph, {"x": x}, 17
 
 
 MODELS = {
@@ -125,15 +122,7 @@ MODELS = {
 
 
 def main(out: str) -> None:
-    rng = np.random.default_rng(20261202)
-    opts = reference_session_options()
-    with complete_folder(out, STAMP) as tmp:
-        for name, build in MODELS.items():
-            graph, inputs = build(rng)
-            m = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
-            m.ir_version = 8
-            save_with_reference(os.path.join(tmp, name), m, inputs, opts)
-    print(f"wrote {', '.join(MODELS)} to {out}")
+    write_models(out, STAMP, 20261202, MODELS)
 
 
 if __name__ == "__main__":
