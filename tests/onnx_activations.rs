@@ -14,8 +14,6 @@ mod jit_util;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use smelt::ir::ErrorStats;
-
 /// The gate on FACTS.md's relative error: max |got − ref| / max |ref|.
 const MAX_RELATIVE: f64 = 1e-4;
 
@@ -37,37 +35,9 @@ fn data_dir() -> PathBuf {
 /// the optimized module matches the interpreter on every kernel choice.
 fn check(model: &str, fused: usize, gone: &[&str]) {
     let dir = data_dir().join(model);
-    let out = tempfile::tempdir().unwrap();
+    common::run_matches_onnxruntime(&dir, "y", MAX_RELATIVE);
     let model_path = dir.join("model.onnx");
     let path = model_path.to_str().unwrap();
-    let input = format!("x={}", dir.join("x.npy").display());
-    let o = common::smelt(&[
-        "run",
-        path,
-        "--input",
-        &input,
-        "--output-dir",
-        out.path().to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", common::stderr(&o));
-    let got = common::read_npy(&out.path().join("y.npy"));
-    let want = common::read_npy(&dir.join("want_y.npy"));
-    let e = ErrorStats::between_tensors(&got, &want).unwrap();
-    println!(
-        "{model}: max abs {:.3e}, relative {:.3e} over {} values",
-        e.max_abs, e.relative, e.count
-    );
-    assert!(
-        e.relative <= MAX_RELATIVE,
-        "{model}: relative {:.3e}",
-        e.relative
-    );
-    let v = common::smelt(&["verify", path]);
-    assert!(
-        v.status.success() && common::stdout(&v).contains("PASS"),
-        "{}",
-        common::stdout(&v)
-    );
 
     let o = common::smelt(&["opt", path, "--elide-weights"]);
     assert!(o.status.success(), "{}", common::stderr(&o));

@@ -13,8 +13,6 @@ mod common;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use smelt::ir::ErrorStats;
-
 /// Gate on FACTS.md's relative error: max |got − ref| / max |ref|.
 const MAX_RELATIVE: f64 = 1e-5;
 
@@ -33,37 +31,7 @@ fn data_dir() -> PathBuf {
 /// Runs `model` on its `x.npy` with `smelt run`, compares output `output` with
 /// onnxruntime's, and checks every stage with `smelt verify`.
 fn matches_onnxruntime(model: &str, output: &str) {
-    let dir = data_dir().join(model);
-    let out = tempfile::tempdir().unwrap();
-    let model_path = dir.join("model.onnx");
-    let input = format!("x={}", dir.join("x.npy").display());
-    let o = common::smelt(&[
-        "run",
-        model_path.to_str().unwrap(),
-        "--input",
-        &input,
-        "--output-dir",
-        out.path().to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", common::stderr(&o));
-    let got = common::read_npy(&out.path().join(format!("{output}.npy")));
-    let want = common::read_npy(&dir.join(format!("want_{output}.npy")));
-    let e = ErrorStats::between_tensors(&got, &want).unwrap();
-    println!(
-        "{model}: max abs {:.3e}, relative {:.3e} over {} values",
-        e.max_abs, e.relative, e.count
-    );
-    assert!(
-        e.relative <= MAX_RELATIVE,
-        "{model}: relative {:.3e}",
-        e.relative
-    );
-    let v = common::smelt(&["verify", model_path.to_str().unwrap()]);
-    assert!(
-        v.status.success() && common::stdout(&v).contains("PASS"),
-        "{}",
-        common::stdout(&v)
-    );
+    common::run_matches_onnxruntime(&data_dir().join(model), output, MAX_RELATIVE);
 }
 
 #[test]

@@ -111,3 +111,41 @@ pub fn read_npy(path: &Path) -> smelt::Tensor {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     smelt::npy::decode(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
+
+/// Runs `dir/model.onnx` on its `x.npy` with `smelt run` and compares result `output`
+/// with onnxruntime's `want_OUTPUT.npy` (FACTS.md's relative error at most
+/// `max_relative`); then `smelt verify` must pass on the model.
+pub fn run_matches_onnxruntime(dir: &Path, output: &str, max_relative: f64) {
+    let what = dir.display();
+    let out = tempfile::tempdir().unwrap();
+    let model = dir.join("model.onnx");
+    let model = model.to_str().unwrap();
+    let input = format!("x={}", dir.join("x.npy").display());
+    let o = smelt(&[
+        "run",
+        model,
+        "--input",
+        &input,
+        "--output-dir",
+        out.path().to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{what}: {}", stderr(&o));
+    let got = read_npy(&out.path().join(format!("{output}.npy")));
+    let want = read_npy(&dir.join(format!("want_{output}.npy")));
+    let e = smelt::ir::ErrorStats::between_tensors(&got, &want).unwrap();
+    println!(
+        "{what}: max abs {:.3e}, relative {:.3e} over {} values",
+        e.max_abs, e.relative, e.count
+    );
+    assert!(
+        e.relative <= max_relative,
+        "{what}: relative {:.3e}",
+        e.relative
+    );
+    let v = smelt(&["verify", model]);
+    assert!(
+        v.status.success() && stdout(&v).contains("PASS"),
+        "{what}: {}",
+        stdout(&v)
+    );
+}
