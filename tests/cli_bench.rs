@@ -54,6 +54,20 @@ fn bench_json_reports_latency_compile_time_and_work() {
         "{}",
         v["gflop"]
     );
+    // The peak is this CPU's, measured where it has an FMA of the kernels' width.
+    let kernels = v["kernels"].as_str().unwrap_or_default();
+    let lanes = match kernels {
+        k if k.contains("avx512") => 16,
+        k if k.contains("avx2") => 8,
+        _ => 4,
+    };
+    let measurable = smelt::microkernels::fma_peak(lanes).is_some();
+    assert_eq!(
+        v["peak_source"],
+        if measurable { "measured" } else { "nominal" },
+        "{v}"
+    );
+    assert!(number(&v, "peak_gflops") > 0.0);
     let parts = &v["compile_parts"];
     for key in ["load_ms", "fusion_ms", "lower_ms", "codegen_ms"] {
         assert!(parts[key].is_number(), "compile_parts lacks {key}: {parts}");
@@ -105,6 +119,18 @@ fn bench_conv_direct_runs_fewer_kernels_than_winograd() {
     assert!(
         number(&direct, "kernel_calls") < number(&auto, "kernel_calls"),
         "auto {auto}\ndirect {direct}"
+    );
+    // Both count the model's flops as written; only Winograd executes fewer of them
+    // (its product takes fewer multiplications per output than the direct conv's 9 per
+    // input channel, even with its transforms counted).
+    assert_eq!(auto["gflop"], direct["gflop"]);
+    assert!(
+        number(&auto, "executed_gflop") < 0.8 * number(&direct, "executed_gflop"),
+        "auto {auto}\ndirect {direct}"
+    );
+    assert!(
+        number(&direct, "executed_gflop") > 0.9 * number(&direct, "gflop"),
+        "{direct}"
     );
     let err = failure(&smelt(&["bench", "tail:8,8", "--conv", "fast"]));
     assert!(err.contains("--conv"), "{err}");

@@ -95,6 +95,8 @@ use smelt_ir::loops::{TileRoutine, TileTarget};
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+mod peak;
+pub use peak::{fma_peak, FmaPeak};
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 

@@ -401,6 +401,16 @@ impl Executable {
         (self.code.len(), self.steps.len())
     }
 
+    /// Floating-point operations one run executes (an FMA counts two): the sum over its
+    /// kernel calls of what their loop nests compute, so a Winograd convolution counts
+    /// its transforms and its smaller product, not the direct convolution's count.
+    pub fn executed_flops(&self) -> u64 {
+        self.steps
+            .iter()
+            .map(|s| self.step_info[s.info].flops)
+            .sum()
+    }
+
     /// Bytes of scratch memory one run uses (the arena of temporaries).
     pub fn arena_bytes(&self) -> usize {
         self.arena_len * 4
