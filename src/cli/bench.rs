@@ -402,23 +402,17 @@ impl Report {
         }
     }
 
-    /// The FMA peak of the vectors the conv tiles use, on every thread's core: measured on
-    /// this CPU, or nominal where it has no FMA of that width.
-    fn peak_gflops(&self) -> f64 {
-        let per_core = smelt::microkernels::fma_peak(self.lanes).map_or(
-            NOMINAL_F32X4_PEAK_GFLOPS_PER_CORE * (self.lanes / 4) as f64,
-            |p| p.gflops_per_core,
-        );
-        per_core * self.threads as f64
-    }
-
-    /// How [`Report::peak_gflops`] was obtained: `measured` or `nominal`.
-    fn peak_source(&self) -> &'static str {
-        if smelt::microkernels::fma_peak(self.lanes).is_some() {
-            "measured"
-        } else {
-            "nominal"
-        }
+    /// The FMA peak of the vectors the conv tiles use, on every thread's core, and how it
+    /// was obtained: `measured` on this CPU, or `nominal` where it has no FMA of that width.
+    fn peak(&self) -> (f64, &'static str) {
+        let (per_core, source) = match smelt::microkernels::fma_peak(self.lanes) {
+            Some(p) => (p.gflops_per_core, "measured"),
+            None => (
+                NOMINAL_F32X4_PEAK_GFLOPS_PER_CORE * (self.lanes / 4) as f64,
+                "nominal",
+            ),
+        };
+        (per_core * self.threads as f64, source)
     }
 
     fn text(&self, a: &BenchArgs) -> String {
@@ -465,16 +459,17 @@ impl Report {
             a.conv.name(),
             a.layouts.layouts().name()
         );
+        let (peak, peak_source) = self.peak();
         let _ = writeln!(
             s,
             "speed    {:.1} GFLOP/s effective (the model's flops as written); {:.1} executed \
              = {:.1}% of the f32x{} peak ({:.0} GFLOP/s {} on {} core{})",
             self.gflops(),
             self.executed_gflops(),
-            100.0 * self.executed_gflops() / self.peak_gflops(),
+            100.0 * self.executed_gflops() / peak,
             self.lanes,
-            self.peak_gflops(),
-            self.peak_source(),
+            peak,
+            peak_source,
             self.threads,
             if self.threads == 1 { "" } else { "s" }
         );
@@ -486,7 +481,7 @@ impl Report {
 
     fn json(&self, a: &BenchArgs) -> Result<String> {
         let executed_gflops = self.executed_gflops();
-        let peak = self.peak_gflops();
+        let (peak, peak_source) = self.peak();
         let view = BenchJson {
             model: &self.model,
             threads: self.threads,
@@ -505,7 +500,7 @@ impl Report {
             executed_gflop: six_digits(self.executed_gflop),
             executed_gflops: six_digits(executed_gflops),
             peak_gflops: six_digits(peak),
-            peak_source: self.peak_source(),
+            peak_source,
             peak_percent: six_digits(100.0 * executed_gflops / peak),
             compile_ms: six_digits(self.compile.total_ms),
             compile_parts: CompileParts(&self.compile),

@@ -34,18 +34,19 @@ pub struct FmaPeak {
 /// The measured peak of one core for vectors of `lanes` f32 (4, 8 or 16), or `None` when
 /// the CPU has no FMA of that width (or is not x86-64). Measured on first use, then kept.
 pub fn fma_peak(lanes: usize) -> Option<FmaPeak> {
-    static PEAKS: OnceLock<[Option<f64>; 3]> = OnceLock::new();
-    let peaks = PEAKS.get_or_init(|| [4, 8, 16].map(measure));
+    static PEAKS: [OnceLock<Option<f64>>; 3] = [const { OnceLock::new() }; 3];
     let slot = match lanes {
         4 => 0,
         8 => 1,
         16 => 2,
         _ => return None,
     };
-    peaks[slot].map(|gflops_per_core| FmaPeak {
-        lanes,
-        gflops_per_core,
-    })
+    PEAKS[slot]
+        .get_or_init(|| measure(lanes))
+        .map(|gflops_per_core| FmaPeak {
+            lanes,
+            gflops_per_core,
+        })
 }
 
 /// The best of [`REPEATS`] probes of one width, in GFLOP/s, or `None` without the ISA.
@@ -55,7 +56,7 @@ fn measure(lanes: usize) -> Option<f64> {
     let best = (0..REPEATS)
         .map(|_| {
             let start = Instant::now();
-            std::hint::black_box(probe(std::hint::black_box(TRIPS)));
+            probe(std::hint::black_box(TRIPS));
             start.elapsed().as_secs_f64()
         })
         .fold(f64::INFINITY, f64::min);
@@ -76,7 +77,7 @@ fn has_fma() -> bool {
 
 /// The probe of a width the host runs.
 #[cfg(target_arch = "x86_64")]
-fn probe_for(lanes: usize) -> Option<fn(u64) -> f32> {
+fn probe_for(lanes: usize) -> Option<fn(u64)> {
     match lanes {
         // SAFETY: each guard detected the features its probe is compiled for.
         4 if has_fma() => Some(|n| unsafe { x86::fma_x4(n) }),
@@ -89,61 +90,40 @@ fn probe_for(lanes: usize) -> Option<fn(u64) -> f32> {
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn probe_for(_lanes: usize) -> Option<fn(u64) -> f32> {
+fn probe_for(_lanes: usize) -> Option<fn(u64)> {
     None
 }
 
 /// The probes. Safety: each is called only after `probe_for` detected its features.
 /// The accumulators converge (`acc·0.5 + 0.5` → 1), so no value overflows or turns
-/// denormal, which would slow the loop on some cores; the sum is returned so the loop
-/// is not removed.
+/// denormal, which would slow the loop on some cores; `black_box` keeps the loop from
+/// being removed.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::ACCUMULATORS;
     use std::arch::x86_64::*;
 
-    #[target_feature(enable = "fma")]
-    pub(super) unsafe fn fma_x4(trips: u64) -> f32 {
-        let half = _mm_set1_ps(0.5);
-        let mut acc = [_mm_set1_ps(0.25); ACCUMULATORS];
-        for _ in 0..trips {
-            for a in &mut acc {
-                *a = _mm_fmadd_ps(*a, half, half);
+    /// One probe: `$name`, compiled for `$features`, runs `trips` rounds of one FMA per
+    /// accumulator on the vectors `$splat` makes and `$fma` multiplies and adds.
+    macro_rules! fma_probe {
+        ($name:ident, $features:literal, $splat:ident, $fma:ident) => {
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn $name(trips: u64) {
+                let half = $splat(0.5);
+                let mut acc = [$splat(0.25); ACCUMULATORS];
+                for _ in 0..trips {
+                    for a in &mut acc {
+                        *a = $fma(*a, half, half);
+                    }
+                }
+                std::hint::black_box(acc);
             }
-        }
-        let sum = acc.iter().fold(_mm_setzero_ps(), |s, &a| _mm_add_ps(s, a));
-        _mm_cvtss_f32(sum)
+        };
     }
 
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn fma_x8(trips: u64) -> f32 {
-        let half = _mm256_set1_ps(0.5);
-        let mut acc = [_mm256_set1_ps(0.25); ACCUMULATORS];
-        for _ in 0..trips {
-            for a in &mut acc {
-                *a = _mm256_fmadd_ps(*a, half, half);
-            }
-        }
-        let sum = acc
-            .iter()
-            .fold(_mm256_setzero_ps(), |s, &a| _mm256_add_ps(s, a));
-        _mm256_cvtss_f32(sum)
-    }
-
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn fma_x16(trips: u64) -> f32 {
-        let half = _mm512_set1_ps(0.5);
-        let mut acc = [_mm512_set1_ps(0.25); ACCUMULATORS];
-        for _ in 0..trips {
-            for a in &mut acc {
-                *a = _mm512_fmadd_ps(*a, half, half);
-            }
-        }
-        let sum = acc
-            .iter()
-            .fold(_mm512_setzero_ps(), |s, &a| _mm512_add_ps(s, a));
-        _mm512_reduce_add_ps(sum)
-    }
+    fma_probe!(fma_x4, "fma", _mm_set1_ps, _mm_fmadd_ps);
+    fma_probe!(fma_x8, "avx2,fma", _mm256_set1_ps, _mm256_fmadd_ps);
+    fma_probe!(fma_x16, "avx512f", _mm512_set1_ps, _mm512_fmadd_ps);
 }
 
 #[cfg(test)]

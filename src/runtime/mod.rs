@@ -405,10 +405,7 @@ impl Executable {
     /// kernel calls of what their loop nests compute, so a Winograd convolution counts
     /// its transforms and its smaller product, not the direct convolution's count.
     pub fn executed_flops(&self) -> u64 {
-        self.steps
-            .iter()
-            .map(|s| self.step_info[s.info].flops)
-            .sum()
+        self.step_info.iter().map(|s| s.flops).sum()
     }
 
     /// Bytes of scratch memory one run uses (the arena of temporaries).
