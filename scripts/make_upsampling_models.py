@@ -16,6 +16,11 @@ want_NAME.npy per output (onnxruntime's, graph optimizations off):
   stride 2 (SAME_UPPER) -> Relu -> MaxPool 3x3 stride 2 (ceil_mode) -> LRN (size 5) ->
   InstanceNormalization -> Pow by 1.5 of the Relu'd values -> Conv to 4x channels ->
   DepthToSpace (blocksize 2, CRD: a pixel shuffle).
+- vision_resizes: the resizes of vision preprocessing and crop heads (opset 19): an
+  antialiased bicubic halving (a = -0.5, pytorch_half_pixel, as torchvision's antialias
+  export), Conv 3x3 -> Relu, an antialiased bilinear shrink to given sizes, a bicubic
+  align_corners upsampling with exclude_outside, then a tf_crop_and_resize over axes 2
+  and 3 whose window reaches past the image (extrapolation_value 0.5).
 
 Written under a temporary name, renamed when complete, stamped `.complete`.
 """
@@ -36,7 +41,7 @@ from fixtures import (
     write_models,
 )
 
-STAMP = "onnx 1.23.2 onnxruntime 1.32.0 upsampling 1"
+STAMP = "onnx 1.23.2 onnxruntime 1.32.0 upsampling 2"
 
 
 def dbnet_head(rng):
@@ -115,9 +120,69 @@ def classic_stem(rng):
     return graph, {"x": x}, 17
 
 
+def vision_resizes(rng):
+    def floats(name, values):
+        return nh.from_array(np.array(values, np.float32), name)
+
+    def ints(name, values):
+        return nh.from_array(np.array(values, np.int64), name)
+
+    inits = [
+        floats("half", [1.0, 1.0, 0.5, 0.5]),
+        init(rng, "conv_w", [8, 3, 3, 3], 0.3),
+        init(rng, "conv_b", [8], 0.1),
+        ints("shrunk", [1, 8, 15, 20]),
+        ints("grown", [1, 8, 31, 41]),
+        floats("window", [0.1, -0.2, 0.9, 1.15]),
+        ints("crop", [12, 16]),
+    ]
+    nodes = [
+        h.make_node(
+            "Resize",
+            ["x", "", "half"],
+            ["r1"],
+            mode="cubic",
+            cubic_coeff_a=-0.5,
+            antialias=1,
+            coordinate_transformation_mode="pytorch_half_pixel",
+        ),
+        h.make_node("Conv", ["r1", "conv_w", "conv_b"], ["c1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        h.make_node("Relu", ["c1"], ["a1"]),
+        h.make_node("Resize", ["a1", "", "", "shrunk"], ["r2"], mode="linear", antialias=1),
+        h.make_node(
+            "Resize",
+            ["r2", "", "", "grown"],
+            ["r3"],
+            mode="cubic",
+            exclude_outside=1,
+            coordinate_transformation_mode="align_corners",
+        ),
+        h.make_node(
+            "Resize",
+            ["r3", "window", "", "crop"],
+            ["y"],
+            mode="linear",
+            axes=[2, 3],
+            coordinate_transformation_mode="tf_crop_and_resize",
+            extrapolation_value=0.5,
+        ),
+    ]
+    # 45x61 -> halved: 22x30 -> shrunk 15x20 -> grown 31x41 -> cropped 12x16
+    graph = h.make_graph(
+        nodes,
+        "vision_resizes",
+        [h.make_tensor_value_info("x", T.FLOAT, [1, 3, 45, 61])],
+        [h.make_tensor_value_info("y", T.FLOAT, [1, 8, 12, 16])],
+        inits,
+    )
+    x = rng.normal(0, 1, [1, 3, 45, 61]).astype(np.float32)
+    return graph, {"x": x}, 19
+
+
 MODELS = {
     "dbnet_head": dbnet_head,
     "classic_stem": classic_stem,
+    "vision_resizes": vision_resizes,
 }
 
 

@@ -1036,6 +1036,7 @@ fn resize_nearest_and_linear_in_every_coordinate_mode() {
     ];
     let modes = [
         ResizeMode::Linear,
+        ResizeMode::Cubic(ResizeMode::DEFAULT_CUBIC_A),
         ResizeMode::Nearest(NearestMode::RoundPreferFloor),
         ResizeMode::Nearest(NearestMode::RoundPreferCeil),
         ResizeMode::Nearest(NearestMode::Floor),
@@ -1044,15 +1045,58 @@ fn resize_nearest_and_linear_in_every_coordinate_mode() {
     for (input, sizes, scales) in cases {
         for &(coordinate, _) in &CoordinateMode::NAMES {
             for mode in modes {
+                let roi = if coordinate == CoordinateMode::TfCropAndResize {
+                    // a window reaching past the input on both ends of every axis
+                    let rank = input.len();
+                    let mut roi = vec![F32(-0.1); rank];
+                    roi.extend(std::iter::repeat_n(F32(1.2), rank));
+                    roi
+                } else {
+                    Vec::new()
+                };
                 let attrs = ResizeAttrs {
                     sizes: sizes.to_vec(),
                     scales: scales.iter().map(|&s| F32(s)).collect(),
                     mode,
                     coordinate,
+                    roi,
+                    extrapolation: F32(7.5),
+                    ..ResizeAttrs::default()
                 };
                 let m = one_op(Op::Resize(attrs), &[t(input)], &[]);
                 check(
                     &format!("{mode:?} {coordinate:?} {input:?} -> {sizes:?}"),
+                    &m,
+                );
+            }
+        }
+    }
+}
+
+/// Antialiased shrinking (kernels of 4 to 40 taps an axis: written out, then looped) and
+/// `exclude_outside`, against the interpreter.
+#[test]
+fn resize_antialias_and_exclude_outside() {
+    use smelt_ir::op::{ResizeAttrs, ResizeMode};
+    let cases: [(&[usize], &[usize], &[f32]); 3] = [
+        (&[1, 1, 8, 8], &[1, 1, 6, 6], &[1.0, 1.0, 0.75, 0.75]),
+        (&[1, 2, 20, 9], &[1, 2, 2, 3], &[1.0, 1.0, 0.1, 1.0 / 3.0]),
+        (&[5, 7], &[10, 3], &[2.0, 3.0 / 7.0]),
+    ];
+    for (input, sizes, scales) in cases {
+        for mode in [ResizeMode::Linear, ResizeMode::Cubic(F32(-0.5))] {
+            for (antialias, exclude_outside) in [(true, false), (false, true), (true, true)] {
+                let attrs = ResizeAttrs {
+                    sizes: sizes.to_vec(),
+                    scales: scales.iter().map(|&s| F32(s)).collect(),
+                    mode,
+                    antialias,
+                    exclude_outside,
+                    ..ResizeAttrs::default()
+                };
+                let m = one_op(Op::Resize(attrs), &[t(input)], &[]);
+                check(
+                    &format!("{mode:?} antialias {antialias} exclude {exclude_outside} {input:?} -> {sizes:?}"),
                     &m,
                 );
             }

@@ -3,7 +3,9 @@
 //! against onnxruntime: a DBNet-style probability head that upsamples by two stride-2
 //! ConvTransposes between BatchNorms and Relus, and a classic stem with a SAME_UPPER
 //! strided Conv, a ceil-mode MaxPool, LRN, InstanceNormalization, a Pow by 1.5 and a
-//! DepthToSpace pixel shuffle.
+//! DepthToSpace pixel shuffle, and the resizes of vision preprocessing (antialiased
+//! bicubic and bilinear shrinks, a bicubic upsampling with exclude_outside, a
+//! tf_crop_and_resize past the image's edges).
 //!
 //! Data: `scripts/make_upsampling_models.py` writes it to `target/onnx-tests/upsampling`;
 //! this test runs it through `$SMELT_PYTHON` (set by `scripts/test.sh`) when it is missing.
@@ -22,7 +24,7 @@ fn data_dir() -> PathBuf {
         common::generated_data(
             "upsampling",
             "make_upsampling_models.py",
-            "onnx 1.23.2 onnxruntime 1.32.0 upsampling 1",
+            "onnx 1.23.2 onnxruntime 1.32.0 upsampling 2",
         )
     })
     .clone()
@@ -42,4 +44,9 @@ fn a_dbnet_head_upsampling_by_conv_transposes_matches_onnxruntime() {
 #[test]
 fn a_classic_stem_with_lrn_instance_norm_pow_and_depth_to_space_matches_onnxruntime() {
     matches_onnxruntime("classic_stem", "y");
+}
+
+#[test]
+fn antialiased_bicubic_and_cropping_resizes_match_onnxruntime() {
+    matches_onnxruntime("vision_resizes", "y");
 }

@@ -6,7 +6,8 @@ use std::borrow::Cow;
 
 use super::shape;
 use crate::op::{
-    BinaryOp, Comparison, LogicOp, PadAttrs, ResizeAttrs, ResizeMode, SliceAttrs, Taps, UnaryOp,
+    AxisTaps, BinaryOp, Comparison, CoordinateMode, LogicOp, PadAttrs, ResizeAttrs, ResizeMode,
+    SliceAttrs, UnaryOp,
 };
 use crate::tensor::TensorData;
 use crate::types::DType;
@@ -361,59 +362,65 @@ pub(super) fn gather(data: &Operand, indices: &Operand, axis: usize) -> Result<T
 }
 
 /// `resize`: nearest picks one input element per result element (any element type);
-/// linear weighs the `2^k` corners around it along the `k` resized axes, in f64.
+/// linear and cubic weigh the product of every axis's taps around it, in f64; an element
+/// outside a `tf_crop_and_resize` window takes the extrapolation value.
 pub(super) fn resize(x: &Operand, r: &ResizeAttrs) -> Result<TensorData, String> {
     let rank = x.dims.len();
     let strides = shape::row_major_strides(x.dims);
-    let taps: Vec<Vec<Taps>> = (0..rank).map(|k| r.taps(k, x.dims[k])).collect();
+    let taps: Vec<AxisTaps> = (0..rank).map(|k| r.taps(k, x.dims[k])).collect();
     let total: usize = r.sizes.iter().product();
     let mut idx = vec![0usize; rank];
-    let advance = |idx: &mut Vec<usize>| {
-        for k in (0..rank).rev() {
+    // a mixed-radix counter over `limits`, last axis fastest; false once it wraps
+    let advance = |idx: &mut [usize], limits: &[usize]| {
+        for k in (0..idx.len()).rev() {
             idx[k] += 1;
-            if idx[k] < r.sizes[k] {
-                break;
+            if idx[k] < limits[k] {
+                return true;
             }
             idx[k] = 0;
         }
+        false
     };
-    match r.mode {
-        ResizeMode::Nearest(_) => {
+    let per_output: Vec<usize> = taps.iter().map(|t| t.per_output).collect();
+    if let ResizeMode::Nearest(_) = r.mode {
+        if r.coordinate != CoordinateMode::TfCropAndResize {
             let mut positions = Vec::with_capacity(total);
             for _ in 0..total {
-                positions.push((0..rank).map(|k| taps[k][idx[k]].lo * strides[k]).sum());
-                advance(&mut idx);
+                positions.push((0..rank).map(|k| taps[k].index[idx[k]] * strides[k]).sum());
+                advance(&mut idx, &r.sizes);
             }
-            Ok(x.data.pick(&positions))
-        }
-        ResizeMode::Linear => {
-            let data = elements::<f32>(&x.data)?;
-            let mut out = Vec::with_capacity(total);
-            for _ in 0..total {
-                let mut acc = 0.0f64;
-                for corner in 0..1usize << rank {
-                    let mut weight = 1.0f64;
-                    let mut at = 0;
-                    for k in 0..rank {
-                        let t = taps[k][idx[k]];
-                        let (i, w) = if corner & (1 << k) == 0 {
-                            (t.lo, 1.0 - f64::from(t.w))
-                        } else {
-                            (t.hi, f64::from(t.w))
-                        };
-                        weight *= w;
-                        at += i * strides[k];
-                    }
-                    if weight != 0.0 {
-                        acc += weight * f64::from(data[at]);
-                    }
-                }
-                out.push(acc as f32);
-                advance(&mut idx);
-            }
-            Ok(TensorData::F32(out))
+            return Ok(x.data.pick(&positions));
         }
     }
+    let data = elements::<f32>(&x.data)?;
+    let mut out = Vec::with_capacity(total);
+    let mut tap = vec![0usize; rank];
+    for _ in 0..total {
+        if (0..rank).any(|k| !taps[k].inside[idx[k]]) {
+            out.push(r.extrapolation.0);
+        } else {
+            let mut acc = 0.0f64;
+            tap.fill(0);
+            loop {
+                let mut weight = 1.0f64;
+                let mut at = 0;
+                for k in 0..rank {
+                    let j = idx[k] * per_output[k] + tap[k];
+                    weight *= taps[k].weight[j];
+                    at += taps[k].index[j] * strides[k];
+                }
+                if weight != 0.0 {
+                    acc += weight * f64::from(data[at]);
+                }
+                if !advance(&mut tap, &per_output) {
+                    break;
+                }
+            }
+            out.push(acc as f32);
+        }
+        advance(&mut idx, &r.sizes);
+    }
+    Ok(TensorData::F32(out))
 }
 
 /// `mod(a, b)` (see [`crate::op::Op::Mod`]), both broadcast to `out`: integers exactly,

@@ -44,7 +44,7 @@ pub use elementwise::{
 pub use fused::{FusedOp, PostOp};
 pub use kind::{Attrs, Op, OpKind, Role};
 pub use logic::{Comparison, LogicOp, Reduction};
-pub use resize::{CoordinateMode, NearestMode, ResizeAttrs, ResizeMode, Taps};
+pub use resize::{AxisTaps, CoordinateMode, NearestMode, ResizeAttrs, ResizeMode};
 pub use rules::{broadcast, OperandTypes};
 pub use samples::samples;
 

@@ -152,12 +152,31 @@ fn with_attributes() -> Vec<Op> {
             scales: vec![F32(1.0), F32(1.0), F32(2.0), F32(1.5)],
             mode: ResizeMode::Linear,
             coordinate: CoordinateMode::AlignCorners,
+            ..ResizeAttrs::default()
+        }),
+        Op::Resize(ResizeAttrs {
+            sizes: vec![1, 1, 3, 5],
+            scales: vec![F32(1.0), F32(1.0), F32(0.6), F32(0.5)],
+            mode: ResizeMode::Cubic(F32(-0.5)),
+            antialias: true,
+            exclude_outside: true,
+            ..ResizeAttrs::default()
+        }),
+        Op::Resize(ResizeAttrs {
+            sizes: vec![4, 4],
+            scales: vec![F32(1.0), F32(0.8)],
+            mode: ResizeMode::Linear,
+            coordinate: CoordinateMode::TfCropAndResize,
+            roi: vec![F32(0.0), F32(0.2), F32(1.0), F32(1.2)],
+            extrapolation: F32(10.0),
+            ..ResizeAttrs::default()
         }),
         Op::Resize(ResizeAttrs {
             sizes: vec![3, 4],
             scales: vec![F32(1.0), F32(0.5)],
             mode: ResizeMode::Nearest(NearestMode::Floor),
             coordinate: CoordinateMode::Asymmetric,
+            ..ResizeAttrs::default()
         }),
     ]
 }

@@ -2,14 +2,35 @@
 //! (index times stride) and weights its output indices read ([`ResizeAttrs::taps`], the
 //! interpreter's too), and the kernel sums table entries into a run-time offset read by
 //! `LoadAt` — a data-dependent address whose bound the checker proves and the generated
-//! code tests, so even a wrong table could never read outside the input.
+//! code tests, so even a wrong table could never read outside the input. A few taps
+//! (nearest, linear, cubic) are written out as one expression; the wide kernels of
+//! antialiasing loop over their taps into an accumulator instead, so code size stays
+//! independent of the scale.
 
-use smelt_ir::loops::{Access, Affine, BinOp, Expr, KernelBuilder, Width};
-use smelt_ir::op::{ResizeAttrs, ResizeMode};
+use smelt_ir::loops::{Access, Affine, BinOp, BufId, CmpOp, Expr, KernelBuilder, LoopVar, Width};
+use smelt_ir::op::{CoordinateMode, ResizeAttrs, ResizeMode};
 use smelt_ir::{DType, Diagnostic, TensorData, TensorType, Value};
 
 use super::elementwise::{dims_name, loop_nest, row_major_strides, Epilogue};
 use super::{BufferId, Cx};
+
+/// Products of taps up to this many terms are written out (cubic in two dims is 16);
+/// wider ones loop.
+const UNROLLED_TERMS: usize = 16;
+
+/// The kernel arguments of one resized axis.
+struct AxisTables {
+    /// The axis.
+    k: usize,
+    /// Taps per output index.
+    per_output: usize,
+    /// Input offset of each tap (`i64`, output-major).
+    offsets: BufId,
+    /// Weight of each tap (absent for nearest without a crop: every weight is 1).
+    weights: Option<BufId>,
+    /// Per output index, 1 inside the crop window and 0 outside (crops only).
+    inside: Option<BufId>,
+}
 
 /// `r` of operand 0 into `out`.
 pub(crate) fn lower_resize(
@@ -28,36 +49,45 @@ pub(crate) fn lower_resize(
     let strides = row_major_strides(&in_dims);
     let out_strides = row_major_strides(&out_ty.dims);
     let resized: Vec<usize> = (0..rank).filter(|&k| r.resizes(k, &in_dims)).collect();
+    let crops = r.coordinate == CoordinateMode::TfCropAndResize;
+    let weighted = crops || !matches!(r.mode, ResizeMode::Nearest(_));
     let mut b = KernelBuilder::new(&format!("resize_{}", dims_name(&out_ty.dims)));
     let x_buf = cx.buf(operands[0]);
     let dtype = cx.dtype_of(x_buf);
     let x = b.typed_arg("x", dtype, cx.len_of(x_buf), Access::Read);
     let mut args = vec![x_buf];
-    // per resized axis: offsets of the low and high taps, and the high tap's weight
     let mut tables = Vec::new();
     for &k in &resized {
         let taps = r.taps(k, in_dims[k]);
-        let offsets = |pick: fn(&smelt_ir::op::Taps) -> usize| {
-            TensorData::I64(taps.iter().map(|t| (pick(t) as i64) * strides[k]).collect())
-        };
-        let lo = cx.typed_constant(&format!("resize_lo{k}"), &offsets(|t| t.lo));
-        let lo_arg = b.typed_arg(&format!("lo{k}"), DType::I64, taps.len(), Access::Read);
-        args.push(lo);
-        let linear = match r.mode {
-            ResizeMode::Nearest(_) => None,
-            ResizeMode::Linear => {
-                let hi = cx.typed_constant(&format!("resize_hi{k}"), &offsets(|t| t.hi));
-                let hi_arg = b.typed_arg(&format!("hi{k}"), DType::I64, taps.len(), Access::Read);
-                let w = cx.constant(
-                    &format!("resize_w{k}"),
-                    &taps.iter().map(|t| t.w).collect::<Vec<_>>(),
-                );
-                let w_arg = b.arg(&format!("w{k}"), taps.len(), Access::Read);
-                args.extend([hi, w]);
-                Some((hi_arg, w_arg))
-            }
-        };
-        tables.push((k, lo_arg, linear));
+        let offsets = TensorData::I64(taps.index.iter().map(|&i| i as i64 * strides[k]).collect());
+        args.push(cx.typed_constant(&format!("resize_at{k}"), &offsets));
+        let offsets = b.typed_arg(
+            &format!("at{k}"),
+            DType::I64,
+            taps.index.len(),
+            Access::Read,
+        );
+        let weights = weighted.then(|| {
+            let w: Vec<f32> = taps.weight.iter().map(|&w| w as f32).collect();
+            args.push(cx.constant(&format!("resize_w{k}"), &w));
+            b.arg(&format!("w{k}"), w.len(), Access::Read)
+        });
+        let inside = crops.then(|| {
+            let m: Vec<f32> = taps
+                .inside
+                .iter()
+                .map(|&i| f32::from(u8::from(i)))
+                .collect();
+            args.push(cx.constant(&format!("resize_in{k}"), &m));
+            b.arg(&format!("in{k}"), m.len(), Access::Read)
+        });
+        tables.push(AxisTables {
+            k,
+            per_output: taps.per_output,
+            offsets,
+            weights,
+            inside,
+        });
     }
     let y = b.typed_arg("out", out_ty.dtype, cx.len_of(out), Access::Write);
     args.push(out);
@@ -68,6 +98,7 @@ pub(crate) fn lower_resize(
         .map(|&k| (in_dims[k] as i64 - 1) * strides[k])
         .sum::<i64>()
         + 1;
+    let terms: usize = tables.iter().map(|t| t.per_output).product();
     loop_nest(&mut b, &out_ty.dims.clone(), &mut |b, vars| {
         // the copied axes address the input directly
         let base = (0..rank)
@@ -78,62 +109,95 @@ pub(crate) fn lower_resize(
         let at = (0..rank).fold(Affine::constant(0), |acc, k| {
             acc.add(&Affine::var(vars[k]).scale(out_strides[k]))
         });
-        let load = |offset: Expr| Expr::LoadAt {
-            buf: x,
-            base: base.clone(),
-            index: Box::new(offset),
-            stride: 1,
-            bound,
-            width,
-        };
-        let sum = |parts: Vec<Expr>| {
-            parts
-                .into_iter()
-                .reduce(|a, b| Expr::binary(BinOp::Add, a, b))
-                .unwrap_or(Expr::int(0, Width::I64))
-        };
-        let value = match r.mode {
-            ResizeMode::Nearest(_) => {
-                let offset = sum(tables
-                    .iter()
-                    .map(|&(k, lo, _)| Expr::load(lo, Affine::var(vars[k]), Width::I64))
-                    .collect());
-                load(offset)
-            }
-            ResizeMode::Linear => {
-                // Σ over the corners of Π weights · x[corner], axis weights (1 - w, w)
-                let mut total: Option<Expr> = None;
-                for corner in 0..1usize << tables.len() {
-                    let mut offsets = Vec::new();
-                    let mut weight: Option<Expr> = None;
-                    for (j, &(k, lo, linear)) in tables.iter().enumerate() {
-                        let Some((hi, w)) = linear else { continue };
-                        let wk = Expr::load(w, Affine::var(vars[k]), Width::Scalar);
-                        let (table, factor) = if corner & (1 << j) == 0 {
-                            let one = Expr::constant(1.0, Width::Scalar);
-                            (lo, Expr::binary(BinOp::Sub, one, wk))
-                        } else {
-                            (hi, wk)
-                        };
-                        offsets.push(Expr::load(table, Affine::var(vars[k]), Width::I64));
-                        weight = Some(match weight {
-                            None => factor,
-                            Some(p) => Expr::binary(BinOp::Mul, p, factor),
-                        });
-                    }
-                    let term = match weight {
-                        Some(wt) => Expr::binary(BinOp::Mul, wt, load(sum(offsets))),
-                        None => load(sum(offsets)),
-                    };
-                    total = Some(match total {
-                        None => term,
-                        Some(t) => Expr::binary(BinOp::Add, t, term),
-                    });
+        // one term of the sum: tap `tap(j)` of every resized axis `j`
+        let term = |tap: &dyn Fn(usize) -> Affine| {
+            let mut offset: Option<Expr> = None;
+            let mut weight: Option<Expr> = None;
+            for (j, t) in tables.iter().enumerate() {
+                let index = Affine::var(vars[t.k])
+                    .scale(t.per_output as i64)
+                    .add(&tap(j));
+                let o = Expr::load(t.offsets, index.clone(), Width::I64);
+                offset = Some(offset.map_or(o.clone(), |s| Expr::binary(BinOp::Add, s, o)));
+                if let Some(w) = t.weights {
+                    let w = Expr::load(w, index, Width::Scalar);
+                    weight = Some(weight.map_or(w.clone(), |p| Expr::binary(BinOp::Mul, p, w)));
                 }
-                total.unwrap_or_else(|| load(Expr::int(0, Width::I64)))
+            }
+            let value = Expr::LoadAt {
+                buf: x,
+                base: base.clone(),
+                index: Box::new(offset.unwrap_or(Expr::int(0, Width::I64))),
+                stride: 1,
+                bound,
+                width,
+            };
+            match weight {
+                Some(w) => Expr::binary(BinOp::Mul, w, value),
+                None => value,
             }
         };
+        let mut value = if terms <= UNROLLED_TERMS {
+            // Σ over every combination of taps, the last axis's fastest
+            let mut total: Option<Expr> = None;
+            for combination in 0..terms {
+                let tap = |j: usize| {
+                    let inner: usize = tables[j + 1..].iter().map(|t| t.per_output).product();
+                    Affine::constant(((combination / inner) % tables[j].per_output) as i64)
+                };
+                let t = term(&tap);
+                total = Some(total.map_or(t.clone(), |s| Expr::binary(BinOp::Add, s, t)));
+            }
+            total.unwrap_or_else(|| term(&|_| Affine::constant(0)))
+        } else {
+            let acc = b.var(Width::Scalar);
+            b.assign(acc, Expr::constant(0.0, Width::Scalar));
+            let mut taps: Vec<LoopVar> = Vec::new();
+            tap_loops(b, &tables, &mut taps, &mut |b, taps| {
+                let t = term(&|j| Affine::var(taps[j]));
+                b.assign(acc, Expr::binary(BinOp::Add, Expr::Var(acc), t));
+            });
+            Expr::Var(acc)
+        };
+        if crops {
+            // outside the window on any axis the taps weigh 0; the output is the
+            // extrapolation value there (selected, so a non-finite input cannot leak in)
+            let inside = tables
+                .iter()
+                .filter_map(|t| {
+                    t.inside
+                        .map(|m| Expr::load(m, Affine::var(vars[t.k]), Width::Scalar))
+                })
+                .reduce(|a, m| Expr::binary(BinOp::Mul, a, m));
+            if let Some(inside) = inside {
+                value = Expr::select(
+                    CmpOp::Gt,
+                    inside,
+                    Expr::constant(0.5, Width::Scalar),
+                    value,
+                    Expr::constant(r.extrapolation.0, Width::Scalar),
+                );
+            }
+        }
         b.store(y, at, value, width);
     });
     cx.step(b.finish(), args)
+}
+
+/// Loops over every resized axis's taps (the first table's outermost), calling `body`
+/// with the tap variables innermost.
+fn tap_loops(
+    b: &mut KernelBuilder,
+    tables: &[AxisTables],
+    taps: &mut Vec<LoopVar>,
+    body: &mut dyn FnMut(&mut KernelBuilder, &[LoopVar]),
+) {
+    match tables.get(taps.len()) {
+        None => body(b, taps),
+        Some(t) => b.for_loop(0, t.per_output as i64, 1, |b, v| {
+            taps.push(v);
+            tap_loops(b, tables, taps, body);
+            taps.pop();
+        }),
+    }
 }

@@ -1,9 +1,9 @@
-//! Resize (opsets 10 to 19): nearest (every `nearest_mode`) and linear over any axes, with
-//! the coordinate transforms half_pixel, pytorch_half_pixel, align_corners, asymmetric and
-//! half_pixel_symmetric; output sizes from `scales` or `sizes` (constants), `axes` and
-//! `keep_aspect_ratio_policy` from 18. Cubic, antialias and tf_crop_and_resize are refused
-//! with a clear error. Upsample (7: `scales` attribute; 9: input) is Resize-10's sampling:
-//! asymmetric coordinates, nearest rounding down.
+//! Resize (opsets 10 to 19): nearest (every `nearest_mode`), linear and cubic
+//! (`cubic_coeff_a`, `exclude_outside`) over any axes, `antialias` for linear and cubic,
+//! every coordinate transform (tf_crop_and_resize with a constant `roi` and
+//! `extrapolation_value`); output sizes from `scales` or `sizes` (constants), `axes` and
+//! `keep_aspect_ratio_policy` from 18. Upsample (7: `scales` attribute; 9: input) is
+//! Resize-10's sampling: asymmetric coordinates, nearest rounding down.
 
 use smelt_ir::op::{CoordinateMode, NearestMode, Op, ResizeAttrs, ResizeMode};
 use smelt_ir::{Diagnostic, F32};
@@ -46,7 +46,6 @@ pub fn resize(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     ])?;
     let dims = cx.dims(0)?;
     let rank = dims.len();
-    let refuse = |m: String| cx.err("onnx-unsupported-op", m);
     let mode = cx.attr_string("mode")?.unwrap_or_else(|| "nearest".into());
     let upsample = cx.node.op_type() == "Upsample";
     // Resize-10 and Upsample have no coordinate or rounding attributes: asymmetric, and floor
@@ -63,11 +62,10 @@ pub fn resize(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         .find(|(_, n)| *n == coordinate_name)
         .map(|(c, _)| *c)
         .ok_or_else(|| {
-            refuse(format!(
-                "coordinate_transformation_mode '{coordinate_name}' is not supported (smelt \
-                 has half_pixel, pytorch_half_pixel, align_corners, asymmetric and \
-                 half_pixel_symmetric)"
-            ))
+            cx.bad_attr(
+                "coordinate_transformation_mode",
+                format!("'{coordinate_name}' is not a transform"),
+            )
         })?;
     let nearest_name = cx
         .attr_string("nearest_mode")?
@@ -80,15 +78,23 @@ pub fn resize(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     let mode = match mode.as_str() {
         "nearest" => ResizeMode::Nearest(nearest),
         "linear" => ResizeMode::Linear,
-        other => {
-            return Err(refuse(format!(
-                "mode '{other}' is not supported (smelt resizes by nearest and linear)"
-            )))
+        "cubic" => {
+            let a = cx.attr_float_or("cubic_coeff_a", ResizeMode::DEFAULT_CUBIC_A.0)?;
+            if !a.is_finite() {
+                return Err(cx.bad_attr("cubic_coeff_a", format!("{a} is not finite")));
+            }
+            ResizeMode::Cubic(F32(a))
         }
+        other => return Err(cx.bad_attr("mode", format!("'{other}' is not a mode"))),
     };
-    if cx.attr_int_or("antialias", 0)? != 0 {
-        return Err(refuse("antialias is not supported".into()));
+    let antialias = cx.attr_int_or("antialias", 0)? != 0;
+    if antialias && matches!(mode, ResizeMode::Nearest(_)) {
+        return Err(cx.bad_attr(
+            "antialias",
+            "applies to linear and cubic resizing, not nearest",
+        ));
     }
+    let exclude_outside = cx.attr_int_or("exclude_outside", 0)? != 0;
     // inputs: Resize-10 (X, scales); from 11 (X, roi, scales, sizes)
     let (scales_in, sizes_in) = if cx.version < 11 {
         (1, None)
@@ -183,12 +189,47 @@ pub fn resize(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
             return Err(cx.err("onnx-bad-model", "Resize takes scales or sizes, not both"))
         }
     }
+    // tf_crop_and_resize's window: starts then ends of the listed axes, spread to every
+    // axis (an unlisted one keeps all of itself, [0, 1])
+    let (roi, extrapolation) = if coordinate == CoordinateMode::TfCropAndResize {
+        let given = if cx.version < 11 {
+            Vec::new()
+        } else {
+            floats(cx, 1, "roi")?
+        };
+        let n = listed_axes.len();
+        if given.len() != 2 * n {
+            return Err(cx.err(
+                "onnx-bad-model",
+                format!(
+                    "tf_crop_and_resize needs a constant roi of {} values (a start and an end \
+                     per resized axis), got {}",
+                    2 * n,
+                    given.len()
+                ),
+            ));
+        }
+        let mut roi = vec![F32(0.0); rank];
+        roi.extend(std::iter::repeat_n(F32(1.0), rank));
+        for (j, &k) in listed_axes.iter().enumerate() {
+            roi[k] = F32(given[j]);
+            roi[rank + k] = F32(given[n + j]);
+        }
+        let e = cx.attr_float_or("extrapolation_value", 0.0)?;
+        (roi, F32(e))
+    } else {
+        (Vec::new(), F32(0.0))
+    };
     let x = cx.value(0)?;
     let attrs = ResizeAttrs {
         sizes,
         scales,
         mode,
         coordinate,
+        antialias,
+        exclude_outside,
+        roi,
+        extrapolation,
     };
     Ok(vec![Entry::Value(cx.emit(Op::Resize(attrs), &[x])?)])
 }
