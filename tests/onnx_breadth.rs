@@ -4,9 +4,10 @@
 //! never a read elsewhere —, constant ones at import, Attention's fully-masked rows as
 //! zeros, ArgMax/ArgMin and TopK ties and NaNs, OneHot indices out of range, an exact int64
 //! ReduceProd and CumSum, the scatters' reductions over duplicate constant indices,
-//! ReverseSequence, BitwiseNot within the element width, and what smelt refuses
-//! (scatters at run-time indices, Attention's and the recurrent ops' attributes, shorter
-//! sequences) named in the error.
+//! ReverseSequence, BitwiseNot within the element width, an Einsum label broadcast from
+//! size 1, and what smelt refuses (scatters at run-time indices, Attention's and the
+//! recurrent ops' attributes, shorter sequences, malformed Einsum equations) named in the
+//! error.
 
 mod common;
 mod jit_util;
@@ -559,5 +560,105 @@ fn bitwise_not_keeps_unsigned_elements_in_their_width_and_signed_ones_signed() {
         for got in run_everywhere(&m, &[]) {
             assert_eq!(got.expect("run")[0].data.as_i64(), Some(&want[..]));
         }
+    }
+}
+
+fn einsum_model(equation: &str, a: &[i64], b: &[i64], b_type: i32) -> Model {
+    Model::new(13)
+        .input("a", a)
+        .input_dims("b", b_type, &fixed(b))
+        .node(
+            "Einsum",
+            "contract",
+            &["a", "b"],
+            &["y"],
+            vec![attr_string("equation", equation)],
+        )
+        .output("y")
+}
+
+/// An equation, the operands' dims, the second's element type, the error code and a part
+/// of its message.
+type EinsumCase = (
+    &'static str,
+    &'static [i64],
+    &'static [i64],
+    i32,
+    &'static str,
+    &'static str,
+);
+
+#[test]
+fn einsum_refuses_a_malformed_equation_or_operand_by_name() {
+    let cases: [EinsumCase; 6] = [
+        (
+            "ij,jk->ix",
+            &[2, 3],
+            &[3, 4],
+            FLOAT,
+            "onnx-bad-attribute",
+            "'x', which no operand has",
+        ),
+        (
+            "ij,jk->ii",
+            &[2, 3],
+            &[3, 4],
+            FLOAT,
+            "onnx-bad-attribute",
+            "repeats a label",
+        ),
+        (
+            "ij,j1->i",
+            &[2, 3],
+            &[3, 4],
+            FLOAT,
+            "onnx-bad-attribute",
+            "holds '1'",
+        ),
+        (
+            "ijk,jk->i",
+            &[2, 3],
+            &[3, 4],
+            FLOAT,
+            "onnx-bad-attribute",
+            "labels 3 axes of an operand of rank 2",
+        ),
+        (
+            "ij,jk->ik",
+            &[2, 3],
+            &[5, 4],
+            FLOAT,
+            "onnx-bad-attribute",
+            "label 'j' is 3 long",
+        ),
+        (
+            "ij,jk->ik",
+            &[2, 3],
+            &[3, 4],
+            INT64,
+            "onnx-unsupported-dtype",
+            "operand 1 is i64",
+        ),
+    ];
+    for (equation, a, b, b_type, code, wanted) in cases {
+        let e = error_text(einsum_model(equation, a, b, b_type).import(), code);
+        assert!(
+            e.contains(wanted) && e.contains("contract"),
+            "{equation}: {e}"
+        );
+    }
+}
+
+#[test]
+fn einsum_of_a_size_one_broadcast_label_sums_the_other_operand() {
+    // 'j' is 1 long in a and 3 in b: a broadcasts along it, so y[i,k] = a[i,0] · Σ_j b[j,k]
+    let m = einsum_model("ij,jk->ik", &[2, 1], &[3, 2], FLOAT)
+        .import()
+        .expect("import");
+    let a = Tensor::new([2, 1], vec![2.0, -1.0]).unwrap();
+    let b = Tensor::new([3, 2], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+    let want = [18.0, 24.0, -9.0, -12.0];
+    for got in run_everywhere(&m, &[a.clone(), b.clone()]) {
+        assert_eq!(got.expect("run")[0].f32s(), &want[..]);
     }
 }

@@ -518,6 +518,7 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ("test_clip_default_int8_max_expanded", NARROW_INT),
     ("test_clip_default_int8_min", NARROW_INT),
     ("test_clip_default_int8_min_expanded", NARROW_INT),
+    ("test_col2im_5d", SPATIAL_3D),
     ("test_compress_bfloat16", NARROW_WIDE_FLOAT),
     ("test_convtranspose_3d", SPATIAL_3D),
     ("test_cumprod_1d", NARROW_WIDE_FLOAT),
@@ -542,6 +543,15 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ("test_div_uint32", WIDE_UNSIGNED),
     ("test_div_uint64", WIDE_UNSIGNED),
     ("test_div_uint8", NARROW_INT),
+    ("test_einsum_batch_diagonal", NARROW_WIDE_FLOAT),
+    ("test_einsum_batch_matmul", NARROW_WIDE_FLOAT),
+    ("test_einsum_batch_matmul_bfloat16", NARROW_WIDE_FLOAT),
+    ("test_einsum_inner_prod", NARROW_WIDE_FLOAT),
+    ("test_einsum_scalar", NARROW_WIDE_FLOAT),
+    ("test_einsum_sum", NARROW_WIDE_FLOAT),
+    ("test_einsum_sum_bfloat16", NARROW_WIDE_FLOAT),
+    ("test_einsum_transpose", NARROW_WIDE_FLOAT),
+    ("test_einsum_transpose_bfloat16", NARROW_WIDE_FLOAT),
     ("test_equal_string", STRING),
     ("test_equal_string_broadcast", STRING),
     ("test_equal_uint32", WIDE_UNSIGNED),
@@ -722,7 +732,7 @@ const FIRST_OUTPUT_ONLY: &[(&str, &str)] = &[
 
 /// Cases of each suite that must pass through the whole compiler at least, so coverage
 /// cannot shrink silently; a count above it is printed, so it can be raised.
-const MIN_PASSED: &[(&str, usize)] = &[("node", 1200), ("pytorch-converted", 44)];
+const MIN_PASSED: &[(&str, usize)] = &[("node", 1204), ("pytorch-converted", 44)];
 
 /// Whether Cranelift's verifier checks every generated function.
 const VERIFY: bool = true;

@@ -1,16 +1,19 @@
-//! Conv and ConvTranspose (1-D and 2-D; 1-D runs as 2-D with height 1) and the
-//! `auto_pad` resolution shared with the pools.
+//! Conv and ConvTranspose (1-D and 2-D; 1-D runs as 2-D with height 1), Col2Im (as a
+//! grouped ConvTranspose whose constant weights place each column entry at its kernel
+//! offset), and the `auto_pad` resolution shared with the pools.
 
 use smelt_ir::op::{Conv2dAttrs, ConvTranspose2dAttrs, Op};
 use smelt_ir::{Diagnostic, Value};
 
 use super::OpRule;
 use crate::onnx::context::{Entry, NodeCtx};
+use crate::onnx::tensor::ConstTensor;
 
 /// This family's rows of the operator table (op type, every `since_version` up to
 /// [`super::MAX_OPSET`], the oldest smelt implements, handler); `super` sorts them.
 pub(super) const ROWS: &[OpRule] = rules! {
     "Conv"                [1, 11, 22],                    from 1  => conv;
+    "Col2Im"              [18],                           from 18 => col2im;
     "ConvTranspose"       [1, 11, 22],                    from 1  => conv_transpose;
 };
 
@@ -418,5 +421,143 @@ pub fn conv_transpose(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     }
     let y = cx.emit(Op::ConvTranspose2d(attrs), &operands)?;
     let y = output_from_4d(cx, y, x_dims.len())?;
+    Ok(vec![Entry::Value(y)])
+}
+
+/// Col2Im (opset 18): `input [N, C·∏block, L]` of column blocks summed back into an image
+/// `[N, C, image...]` (the inverse of im2col, PyTorch's `fold`). Column `l` is the block at
+/// grid position `l` (row-major over the blocks that fit), and its entry `c·K + k` lands on
+/// kernel offset `k` of channel `c`: exactly a transposed conv with `C` groups of `K` input
+/// channels each, over the input seen as `[N, C·K, blocks...]`, whose constant weights are
+/// 1 where the input channel's kernel offset is the tap and 0 elsewhere. 1-D and 2-D images.
+pub fn col2im(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&["dilations", "pads", "strides"])?;
+    let dims = cx.dims(0)?;
+    let image = cx.const_ints(1, "image_shape")?;
+    let block = cx.const_ints(2, "block_shape")?;
+    let spatial = image.len();
+    if dims.len() != 3 || block.len() != spatial || spatial == 0 {
+        return Err(cx.err(
+            "onnx-bad-model",
+            format!(
+                "Col2Im takes an input [N, C·∏block, L] and image_shape and block_shape of one \
+                 length; got an input of shape {dims:?}, image_shape {image:?} and block_shape \
+                 {block:?}"
+            ),
+        ));
+    }
+    if spatial > 2 {
+        return Err(cx.err(
+            "onnx-unsupported-op",
+            format!("Col2Im of a {spatial}-D image: smelt's transposed convs are 1-D and 2-D"),
+        ));
+    }
+    let positive = |name: &str, v: &[i64]| -> Result<Vec<usize>, Diagnostic> {
+        match v.iter().all(|&x| (1..=MAX_WINDOW_ATTR).contains(&x)) {
+            true => Ok(v.iter().map(|&x| x as usize).collect()),
+            false => Err(cx.err(
+                "onnx-bad-model",
+                format!("Col2Im {name} {v:?} must be positive"),
+            )),
+        }
+    };
+    let image = positive("image_shape", &image)?;
+    let block = positive("block_shape", &block)?;
+    let per_axis =
+        |name: &str, len: usize, default: i64, min: i64| -> Result<Vec<i64>, Diagnostic> {
+            match cx.attr_ints(name)? {
+                None => Ok(vec![default; len]),
+                Some(v)
+                    if v.len() == len
+                        && v.iter().all(|&x| (min..=MAX_WINDOW_ATTR).contains(&x)) =>
+                {
+                    Ok(v)
+                }
+                Some(v) => Err(cx.bad_attr(
+                    name,
+                    format!("{v:?} must hold {len} values in {min}..={MAX_WINDOW_ATTR}"),
+                )),
+            }
+        };
+    let strides = per_axis("strides", spatial, 1, 1)?;
+    let dilations = per_axis("dilations", spatial, 1, 1)?;
+    let pads = per_axis("pads", 2 * spatial, 0, 0)?;
+    // blocks per axis, and the rows the last stride leaves uncovered at the end (the
+    // transposed conv's output padding)
+    let mut grid = Vec::with_capacity(spatial);
+    let mut leftover = Vec::with_capacity(spatial);
+    for k in 0..spatial {
+        let span = dilations[k] * (block[k] as i64 - 1) + 1;
+        let room = image[k] as i64 + pads[k] + pads[k + spatial] - span;
+        if room < 0 {
+            return Err(cx.err(
+                "onnx-bad-model",
+                format!(
+                    "Col2Im axis {k}: a block spanning {span} does not fit the padded image of {}",
+                    image[k] as i64 + pads[k] + pads[k + spatial]
+                ),
+            ));
+        }
+        grid.push((room / strides[k] + 1) as usize);
+        leftover.push((room % strides[k]) as usize);
+    }
+    let taps: usize = block.iter().product();
+    let blocks: usize = grid.iter().product();
+    if dims[1] % taps != 0 || dims[2] != blocks {
+        return Err(cx.err(
+            "onnx-bad-model",
+            format!(
+                "Col2Im input of shape {dims:?}: its dim 1 must be a multiple of the block's {taps} \
+                 taps and its dim 2 the {blocks} blocks that fit ({grid:?})"
+            ),
+        ));
+    }
+    let channels = dims[1] / taps;
+    // 2-D geometry, 1-D as height 1
+    let two = |v: &[usize], one: usize| {
+        if spatial == 1 {
+            [one, v[0]]
+        } else {
+            [v[0], v[1]]
+        }
+    };
+    let [gh, gw] = two(&grid, 1);
+    let [kh, kw] = two(&block, 1);
+    let pick = |v: &[i64], at: usize, one: i64| {
+        if spatial == 1 {
+            [one, v[at]]
+        } else {
+            [v[at], v[at + 1]]
+        }
+    };
+    let to_usize = |p: [i64; 2]| [p[0] as usize, p[1] as usize];
+    let [pt, pl] = to_usize(pick(&pads, 0, 0));
+    let [pb, pr] = to_usize(pick(&pads, spatial, 0));
+    let weight_len = dims[1]
+        .checked_mul(taps)
+        .ok_or_else(|| cx.err("onnx-bad-model", "Col2Im weights overflow"))?;
+    cx.imp
+        .reserve("Col2Im's placement weights", weight_len as u64 * 4)?;
+    let mut weights = vec![0.0f32; weight_len];
+    for c in 0..channels {
+        for k in 0..taps {
+            // input channel c·K + k, its only output channel, tap k
+            weights[(c * taps + k) * taps + k] = 1.0;
+        }
+    }
+    let name = cx.derived_name("placement");
+    let w = cx.materialize(&ConstTensor::f32(vec![dims[1], 1, kh, kw], weights), &name)?;
+    let x = cx.reshaped_input(0, vec![dims[0], dims[1], gh, gw])?;
+    let attrs = ConvTranspose2dAttrs {
+        strides: to_usize(pick(&strides, 0, 1)),
+        pads: [pt, pl, pb, pr],
+        dilations: to_usize(pick(&dilations, 0, 1)),
+        groups: channels,
+        output_padding: two(&leftover, 0),
+    };
+    let y = cx.emit(Op::ConvTranspose2d(attrs), &[x, w])?;
+    let mut out = vec![dims[0], channels];
+    out.extend(&image);
+    let y = cx.reshape(y, out)?;
     Ok(vec![Entry::Value(y)])
 }

@@ -13,6 +13,7 @@ macro_rules! rules {
 mod attention;
 mod control;
 mod conv;
+mod einsum;
 mod elementwise;
 mod indexing;
 mod linalg;
@@ -59,6 +60,7 @@ const FAMILIES: &[&[OpRule]] = &[
     attention::ROWS,
     control::ROWS,
     conv::ROWS,
+    einsum::ROWS,
     elementwise::ROWS,
     indexing::ROWS,
     linalg::ROWS,
