@@ -662,3 +662,22 @@ fn einsum_of_a_size_one_broadcast_label_sums_the_other_operand() {
         assert_eq!(got.expect("run")[0].f32s(), &want[..]);
     }
 }
+
+#[test]
+fn non_zero_folds_on_a_constant_and_is_refused_on_run_time_data_by_name() {
+    let constant = Model::new(13)
+        .init(f32_typed("x", &[2, 3], &[0.0, 1.5, 0.0, -2.0, 0.0, 3.0]))
+        .node("NonZero", "where_set", &["x"], &["y"], vec![])
+        .output("y")
+        .import()
+        .expect("import");
+    let got = smelt::ir::interp::run(&constant, &constant.funcs[0], &[]).expect("run");
+    assert_eq!(got[0].dims(), [2, 3]);
+    assert_eq!(got[0].data.as_i64(), Some(&[0i64, 1, 1, 1, 0, 2][..]));
+    let run_time = Model::new(13)
+        .input("x", &[2, 3])
+        .node("NonZero", "where_set", &["x"], &["y"], vec![])
+        .output("y");
+    let e = error_text(run_time.import(), "onnx-dynamic-shape");
+    assert!(e.contains("where_set") && e.contains("non-zero"), "{e}");
+}

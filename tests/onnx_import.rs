@@ -1257,3 +1257,111 @@ fn a_pool_over_more_axes_whose_extra_windows_are_trivial_is_a_2d_pool() {
     let e = error_text(m3.import(), "onnx-unsupported-op");
     assert!(e.contains("window_sum") && e.contains("[3, 2, 2]"), "{e}");
 }
+
+/// A Loop body: `y_out = y_in + x` (x from the enclosing graph), the condition passed on
+/// (or, with `data_condition`, computed from y), and y again as a scan output.
+fn accumulate_body(data_condition: bool) -> smelt::onnx::proto::GraphProto {
+    let body = Model::new(13)
+        .input_dims("i", 7, &fixed(&[]))
+        .input_dims("cond_in", 9, &fixed(&[]))
+        .input("y_in", &[2])
+        .node("Add", "step", &["y_in", "x"], &["y_out"], vec![])
+        .node("Identity", "scan", &["y_out"], &["y_scan"], vec![]);
+    let body = if data_condition {
+        body.init(f32_typed("limit", &[], &[5.0]))
+            .node(
+                "ReduceSum",
+                "total",
+                &["y_out"],
+                &["s"],
+                vec![attr_int("keepdims", 0)],
+            )
+            .node("Less", "below", &["s", "limit"], &["cond_out"], vec![])
+    } else {
+        body.node("Identity", "keep", &["cond_in"], &["cond_out"], vec![])
+    };
+    body.output("cond_out")
+        .output("y_out")
+        .output("y_scan")
+        .graph
+}
+
+fn loop_model(trips: i64, data_condition: bool) -> Model {
+    Model::new(13)
+        .input("x", &[2])
+        .input("y0", &[2])
+        .init(i64_typed("trips", &[trips]))
+        .init(TensorProto {
+            name: Some("go".into()),
+            dims: vec![],
+            data_type: Some(9),
+            int32_data: vec![1],
+            ..Default::default()
+        })
+        .node(
+            "Loop",
+            "accumulate",
+            &["trips", "go", "y0"],
+            &["y", "ys"],
+            vec![attr_graph("body", accumulate_body(data_condition))],
+        )
+        .output("y")
+        .output("ys")
+}
+
+#[test]
+fn a_loop_of_constant_trip_count_unrolls_into_its_carried_value_and_stacked_scan() {
+    let m = loop_model(3, false).import().expect("imports");
+    let x = Tensor::new([2], vec![1.0, -2.0]).unwrap();
+    let y0 = Tensor::new([2], vec![10.0, 20.0]).unwrap();
+    let out = run(&m, &[x, y0]);
+    assert_eq!(out[0].f32s(), &[13.0, 14.0]);
+    assert_eq!(out[1].dims(), [3, 2]);
+    assert_eq!(out[1].f32s(), &[11.0, 18.0, 12.0, 16.0, 13.0, 14.0]);
+}
+
+#[test]
+fn a_loop_too_long_to_unroll_or_stopped_by_data_is_refused_by_name() {
+    let e = error_text(loop_model(1_000_000, false).import(), "onnx-too-large");
+    assert!(e.contains("accumulate") && e.contains("unroll"), "{e}");
+    let e = error_text(loop_model(3, true).import(), "onnx-dynamic-shape");
+    assert!(e.contains("accumulate") && e.contains("condition"), "{e}");
+}
+
+#[test]
+fn a_reversed_scan_unrolls_into_a_suffix_sum() {
+    // state s += x_t over x read last to first; each step's s is a scan output, written
+    // back last to first too, so ys[t] = Σ_{u ≥ t} x[u]
+    let body = Model::new(13)
+        .input("s_in", &[1])
+        .input("x_t", &[1])
+        .node("Add", "step", &["s_in", "x_t"], &["s_out"], vec![])
+        .node("Identity", "emit", &["s_out"], &["part"], vec![])
+        .output("s_out")
+        .output("part")
+        .graph;
+    let m = Model::new(16)
+        .input("s0", &[1])
+        .input("x", &[4, 1])
+        .node(
+            "Scan",
+            "suffix",
+            &["s0", "x"],
+            &["s", "ys"],
+            vec![
+                attr_graph("body", body),
+                attr_int("num_scan_inputs", 1),
+                attr_ints("scan_input_directions", &[1]),
+                attr_ints("scan_output_directions", &[1]),
+            ],
+        )
+        .output("s")
+        .output("ys")
+        .import()
+        .expect("imports");
+    let s0 = Tensor::new([1], vec![0.5]).unwrap();
+    let x = Tensor::new([4, 1], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
+    let out = run(&m, &[s0, x]);
+    assert_eq!(out[0].f32s(), &[10.5]);
+    assert_eq!(out[1].f32s(), &[10.5, 9.5, 7.5, 4.5]);
+}

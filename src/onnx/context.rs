@@ -35,6 +35,10 @@ impl Entry {
     }
 }
 
+/// What names meant before a body scoped them out: per name, its entry and its
+/// materialized constant.
+pub type ScopedNames = Vec<(Option<Entry>, Option<Value>)>;
+
 /// The state of one import: the function being built and the meaning of every name.
 pub struct Importer<'m> {
     /// The function under construction.
@@ -50,6 +54,9 @@ pub struct Importer<'m> {
     pub opset: i64,
     /// How many control-flow bodies enclose the node being imported.
     pub subgraph_depth: usize,
+    /// Nodes imported so far by unrolling Loop and Scan bodies (bounded, so a huge trip
+    /// count is an error rather than an endless import).
+    pub unrolled_nodes: usize,
 }
 
 impl<'m> Importer<'m> {
@@ -59,9 +66,34 @@ impl<'m> Importer<'m> {
             builder,
             opset,
             subgraph_depth: 0,
+            unrolled_nodes: 0,
             entries: HashMap::new(),
             materialized: HashMap::new(),
             folded_bytes: 0,
+        }
+    }
+
+    /// Takes `names` out of scope: their entries and materialized constants, returned to
+    /// give back to [`Importer::scope_in`].
+    pub fn scope_out(&mut self, names: &[String]) -> ScopedNames {
+        names
+            .iter()
+            .map(|n| (self.entries.remove(n), self.materialized.remove(n)))
+            .collect()
+    }
+
+    /// Puts back what [`Importer::scope_out`] took for `names`, dropping what they were
+    /// bound to since.
+    pub fn scope_in(&mut self, names: &[String], saved: ScopedNames) {
+        for (n, (entry, value)) in names.iter().zip(saved) {
+            self.entries.remove(n);
+            self.materialized.remove(n);
+            if let Some(e) = entry {
+                self.entries.insert(n.clone(), e);
+            }
+            if let Some(v) = value {
+                self.materialized.insert(n.clone(), v);
+            }
         }
     }
 

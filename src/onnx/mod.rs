@@ -773,6 +773,48 @@ fn import_subgraph(imp: &mut Importer, graph: &GraphProto) -> Result<Vec<Entry>,
         .collect()
 }
 
+/// Imports a loop body once: its inputs bound to `bindings`, its own names (inputs,
+/// initializers, node outputs) scoped to this import — whatever they meant before is put
+/// back after, so the next iteration imports the same graph afresh — and its outputs
+/// returned. A Loop or Scan unrolled at import calls it once per iteration.
+pub(crate) fn import_body(
+    imp: &mut Importer,
+    graph: &GraphProto,
+    bindings: Vec<Entry>,
+) -> Result<Vec<Entry>, Diagnostic> {
+    if graph.input.len() != bindings.len() {
+        return Err(plain_error(
+            "onnx-bad-model",
+            format!(
+                "the body takes {} inputs where the node gives it {}",
+                graph.input.len(),
+                bindings.len()
+            ),
+        ));
+    }
+    let defined: Vec<String> = graph
+        .input
+        .iter()
+        .map(|i| i.name().to_string())
+        .chain(graph.initializer.iter().map(|t| t.name().to_string()))
+        .chain(graph.node.iter().flat_map(|n| n.output.iter().cloned()))
+        .filter(|n| !n.is_empty())
+        .collect();
+    // once each, so putting back restores every name
+    let mut seen = std::collections::HashSet::new();
+    let defined: Vec<String> = defined
+        .into_iter()
+        .filter(|n| seen.insert(n.clone()))
+        .collect();
+    let saved = imp.scope_out(&defined);
+    for (input, entry) in graph.input.iter().zip(bindings) {
+        imp.entries.insert(input.name().to_string(), entry);
+    }
+    let outputs = import_subgraph(imp, graph);
+    imp.scope_in(&defined, saved);
+    outputs
+}
+
 /// Adds the node's location and `OpType node 'name' (opset N)` to a diagnostic.
 fn node_error(node: &NodeProto, opset: Option<i64>, d: Diagnostic) -> Diagnostic {
     let name = node_display_name(node);

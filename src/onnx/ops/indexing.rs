@@ -8,7 +8,9 @@
 //! Indices known at import are resolved and checked there; run-time ones are wrapped
 //! (negative counts from the end) and checked by integer ops, an index out of range
 //! becoming a position past the end, which the `gather` refuses at run time — so a bad
-//! index is an error from `run`, never a read elsewhere in the data.
+//! index is an error from `run`, never a read elsewhere in the data. NonZero's result
+//! shape is the count of its input's non-zeros: it folds on a constant input and is
+//! refused by name on run-time data (smelt's shapes are known at compile time).
 
 use smelt_ir::op::{BinaryOp, Comparison, LogicOp, Op};
 use smelt_ir::{DType, Diagnostic, Value};
@@ -23,6 +25,7 @@ pub(super) const ROWS: &[OpRule] = rules! {
     "Compress"            [9, 11, 28],                    from 9  => compress;
     "EyeLike"             [9, 22],                        from 9  => eye_like;
     "GatherElements"      [11, 13],                       from 11 => gather_elements;
+    "NonZero"             [9, 13],                        from 9  => non_zero;
     "OneHot"              [9, 11, 28],                    from 9  => one_hot;
     "ReverseSequence"     [10, 28],                       from 10 => reverse_sequence;
     "Trilu"               [14],                           from 14 => trilu;
@@ -446,4 +449,51 @@ pub fn compress(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     Ok(vec![Entry::Value(
         cx.emit(Op::Gather { axis }, &[x, picked])?,
     )])
+}
+
+/// NonZero: the coordinates `[rank, count]` of the non-zero elements in row-major order,
+/// folded on a constant input. On run-time data the result's shape depends on the values,
+/// which smelt's compiled shapes cannot: a clear error.
+pub fn non_zero(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&[])?;
+    cx.check_max_inputs(1)?;
+    let Some(x) = cx.const_input(0)? else {
+        return Err(cx.err(
+            "onnx-dynamic-shape",
+            "the input is computed at run time, and NonZero's result has one column per \
+             non-zero element: a shape known only from the data, which smelt's compiled \
+             shapes cannot take (it folds NonZero of a constant)",
+        ));
+    };
+    let nonzero: Vec<bool> = match (&x.data, x.f32s()) {
+        (ConstData::I64(v), _) => v.iter().map(|&e| e != 0).collect(),
+        (_, Some(v)) => v.iter().map(|&e| e != 0.0).collect(),
+        _ => {
+            return Err(cx.err(
+                "onnx-unsupported-dtype",
+                format!(
+                    "NonZero of {}: smelt folds it on float32, integer and bool",
+                    x.type_name()
+                ),
+            ))
+        }
+    };
+    let rank = x.dims.len();
+    let positions: Vec<usize> = (0..nonzero.len()).filter(|&i| nonzero[i]).collect();
+    cx.imp.reserve(
+        "NonZero's coordinates",
+        (rank.max(1) * positions.len() * 8) as u64,
+    )?;
+    let mut coords = vec![0i64; rank * positions.len()];
+    for (j, &p) in positions.iter().enumerate() {
+        let mut rest = p;
+        for k in (0..rank).rev() {
+            coords[k * positions.len() + j] = (rest % x.dims[k]) as i64;
+            rest /= x.dims[k];
+        }
+    }
+    Ok(vec![Entry::constant(ConstTensor::i64(
+        vec![rank, positions.len()],
+        coords,
+    ))])
 }
