@@ -681,3 +681,52 @@ fn non_zero_folds_on_a_constant_and_is_refused_on_run_time_data_by_name() {
     let e = error_text(run_time.import(), "onnx-dynamic-shape");
     assert!(e.contains("where_set") && e.contains("non-zero"), "{e}");
 }
+
+#[test]
+fn group_normalization_of_opset_18_repeats_each_groups_scale_over_its_channels() {
+    // [1, 4, 3] in 2 groups of 2 channels: each group standardized over its 6 values,
+    // then scaled and shifted by its group's (opset 18) parameters
+    let x: Vec<f32> = (0..12)
+        .map(|i| ((i * 7) % 5) as f32 - 1.5 * (i / 6) as f32)
+        .collect();
+    let (scale, bias) = ([2.0f32, -0.5], [0.25f32, 1.0]);
+    let m = Model::new(18)
+        .input("x", &[1, 4, 3])
+        .init(f32_typed("scale", &[2], &scale))
+        .init(f32_typed("bias", &[2], &bias))
+        .node(
+            "GroupNormalization",
+            "gn",
+            &["x", "scale", "bias"],
+            &["y"],
+            vec![attr_int("num_groups", 2), attr_float("epsilon", 1e-3)],
+        )
+        .output("y")
+        .import()
+        .expect("import");
+    let mut want = Vec::new();
+    for g in 0..2 {
+        let part = &x[g * 6..g * 6 + 6];
+        let mean = part.iter().map(|&v| f64::from(v)).sum::<f64>() / 6.0;
+        let var = part
+            .iter()
+            .map(|&v| (f64::from(v) - mean).powi(2))
+            .sum::<f64>()
+            / 6.0;
+        for &v in part {
+            let y = (f64::from(v) - mean) / (var + 1e-3).sqrt();
+            want.push(f64::from(scale[g]) * y + f64::from(bias[g]));
+        }
+    }
+    let input = Tensor::new([1, 4, 3], x.clone()).unwrap();
+    for got in run_everywhere(&m, std::slice::from_ref(&input)) {
+        let got = got.expect("run");
+        for (g, w) in got[0].f32s().iter().zip(&want) {
+            assert!(
+                (f64::from(*g) - w).abs() < 1e-5,
+                "{:?} vs {want:?}",
+                got[0].f32s()
+            );
+        }
+    }
+}

@@ -1,21 +1,24 @@
 //! Normalizations: BatchNormalization (inference form) and LayerNormalization as IR
-//! ops; InstanceNormalization, LRN, RMSNormalization and LpNormalization as
-//! compositions of IR ops.
+//! ops; InstanceNormalization, GroupNormalization, MeanVarianceNormalization, LRN,
+//! RMSNormalization and LpNormalization as compositions of IR ops.
 
 use smelt_ir::op::{BinaryOp, Comparison, Op, Pool2dAttrs, ReduceAttrs, Reduction, UnaryOp};
 use smelt_ir::{Diagnostic, Layout, Value, F32};
 
 use super::OpRule;
 use crate::onnx::context::{Entry, NodeCtx};
+use crate::onnx::tensor::ConstTensor;
 
 /// This family's rows of the operator table (op type, every `since_version` up to
 /// [`super::MAX_OPSET`], the oldest smelt implements, handler); `super` sorts them.
 pub(super) const ROWS: &[OpRule] = rules! {
     "BatchNormalization"  [1, 6, 7, 9, 14, 15],           from 6  => batch_norm;
+    "GroupNormalization"  [18, 21],                       from 18 => group_norm;
     "InstanceNormalization" [1, 6, 22],                   from 1  => instance_norm;
     "LRN"                 [1, 13],                        from 1  => lrn;
     "LayerNormalization"  [17],                           from 17 => layer_norm;
     "LpNormalization"     [1, 22],                        from 1  => lp_norm;
+    "MeanVarianceNormalization" [1, 9, 13],               from 9  => mean_variance_norm;
     "RMSNormalization"    [23],                           from 23 => rms_norm;
 };
 
@@ -134,20 +137,149 @@ pub fn instance_norm(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     let scale = per_channel(cx, 1, "scale")?;
     let bias = per_channel(cx, 2, "bias")?;
     let x = cx.value(0)?;
-    let spatial = ReduceAttrs {
-        axes: (2..dims.len()).collect(),
-        keep_dims: true,
-    };
-    let mean = cx.emit(Op::Reduce(Reduction::Mean, spatial.clone()), &[x])?;
-    let centred = cx.emit(Op::Binary(BinaryOp::Sub), &[x, mean])?;
-    let square = cx.emit(Op::Binary(BinaryOp::Mul), &[centred, centred])?;
-    let var = cx.emit(Op::Reduce(Reduction::Mean, spatial), &[square])?;
-    let eps = cx.scalar(epsilon)?;
-    let var = cx.emit(Op::Binary(BinaryOp::Add), &[var, eps])?;
-    let std = cx.emit(Op::Unary(UnaryOp::Sqrt), &[var])?;
-    let normal = cx.emit(Op::Binary(BinaryOp::Div), &[centred, std])?;
+    let normal = standardized(
+        cx,
+        x,
+        (2..dims.len()).collect(),
+        Epsilon::InVariance(epsilon),
+    )?;
     let scaled = cx.emit(Op::Binary(BinaryOp::Mul), &[normal, scale])?;
     let y = cx.emit(Op::Binary(BinaryOp::Add), &[scaled, bias])?;
+    Ok(vec![Entry::Value(y)])
+}
+
+/// Where a normalization adds its epsilon.
+enum Epsilon {
+    /// `sqrt(var + ε)` (instance and group normalization).
+    InVariance(f32),
+    /// `sqrt(var) + ε` (MeanVarianceNormalization's function).
+    AfterRoot(f32),
+}
+
+/// `(x - mean) / std` over `axes` (kept), the variance taken of the centred values (two
+/// passes, as the interpreter's `layer_norm` does, exact well inside 1e-5 relative).
+fn standardized(
+    cx: &mut NodeCtx,
+    x: Value,
+    axes: Vec<usize>,
+    epsilon: Epsilon,
+) -> Result<Value, Diagnostic> {
+    let along = ReduceAttrs {
+        axes,
+        keep_dims: true,
+    };
+    let mean = cx.emit(Op::Reduce(Reduction::Mean, along.clone()), &[x])?;
+    let centred = cx.emit(Op::Binary(BinaryOp::Sub), &[x, mean])?;
+    let square = cx.emit(Op::Binary(BinaryOp::Mul), &[centred, centred])?;
+    let var = cx.emit(Op::Reduce(Reduction::Mean, along), &[square])?;
+    let std = match epsilon {
+        Epsilon::InVariance(e) => {
+            let eps = cx.scalar(e)?;
+            let var = cx.emit(Op::Binary(BinaryOp::Add), &[var, eps])?;
+            cx.emit(Op::Unary(UnaryOp::Sqrt), &[var])?
+        }
+        Epsilon::AfterRoot(e) => {
+            let eps = cx.scalar(e)?;
+            let root = cx.emit(Op::Unary(UnaryOp::Sqrt), &[var])?;
+            cx.emit(Op::Binary(BinaryOp::Add), &[root, eps])?
+        }
+    };
+    cx.emit(Op::Binary(BinaryOp::Div), &[centred, std])
+}
+
+/// GroupNormalization: the channels split into `num_groups` groups, each (image, group)
+/// standardized over its channels and spatial positions (`sqrt(var + epsilon)`), then
+/// `scale[c] · y + bias[c]` — per channel from opset 21, per group in opset 18 (each
+/// group's value repeated over its channels). `stash_type` other than float32 is refused.
+pub fn group_norm(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&["epsilon", "num_groups", "stash_type"])?;
+    let dims = cx.dims(0)?;
+    if dims.len() < 3 {
+        return Err(cx.err(
+            "onnx-bad-model",
+            format!("input of shape {dims:?} must be [N, C, D1, ...] with a spatial axis"),
+        ));
+    }
+    let stash = cx.attr_int_or("stash_type", 1)?;
+    if stash != 1 {
+        return Err(cx.err(
+            "onnx-unsupported-attribute",
+            format!("stash_type {stash}: smelt computes the statistics in float32 (1)"),
+        ));
+    }
+    let (n, c) = (dims[0], dims[1]);
+    let groups = cx
+        .attr_int("num_groups")?
+        .ok_or_else(|| cx.bad_attr("num_groups", "is required"))?;
+    let groups = usize::try_from(groups)
+        .ok()
+        .filter(|&g| g > 0 && c % g == 0)
+        .ok_or_else(|| {
+            cx.bad_attr(
+                "num_groups",
+                format!("{groups} must be positive and divide the {c} channels"),
+            )
+        })?;
+    let epsilon = cx.attr_float_or("epsilon", 1e-5)?;
+    let per_group = cx.version < 21;
+    let params = if per_group { groups } else { c };
+    let mut affine = Vec::with_capacity(2);
+    for (i, what) in [(1, "scale"), (2, "bias")] {
+        let d = cx.dims(i)?;
+        if d != [params] {
+            return Err(cx.err(
+                "onnx-bad-model",
+                format!(
+                    "{what} of shape {d:?} must be [{params}], one per {}",
+                    if per_group {
+                        "group (opset 18)"
+                    } else {
+                        "channel"
+                    }
+                ),
+            ));
+        }
+        let mut v = cx.value(i)?;
+        if per_group && groups != c {
+            // each group's value over its channels
+            let name = cx.derived_name(&format!("{what}_channels"));
+            let of_group = (0..c as i64).map(|k| k / (c / groups) as i64).collect();
+            let of_group = cx.materialize(&ConstTensor::i64(vec![c], of_group), &name)?;
+            v = cx.emit(Op::Gather { axis: 0 }, &[v, of_group])?;
+        }
+        let mut shape = vec![c];
+        shape.resize(dims.len() - 1, 1);
+        affine.push(cx.reshape(v, shape)?);
+    }
+    let x = cx.value(0)?;
+    let grouped = cx.reshape(
+        x,
+        vec![n, groups, dims.iter().skip(1).product::<usize>() / groups],
+    )?;
+    let normal = standardized(cx, grouped, vec![2], Epsilon::InVariance(epsilon))?;
+    let normal = cx.reshape(normal, dims)?;
+    let scaled = cx.emit(Op::Binary(BinaryOp::Mul), &[normal, affine[0]])?;
+    let y = cx.emit(Op::Binary(BinaryOp::Add), &[scaled, affine[1]])?;
+    Ok(vec![Entry::Value(y)])
+}
+
+/// MeanVarianceNormalization: `(x - mean) / (sqrt(var) + 1e-9)` over `axes` (default
+/// `[0, 2, 3]`), as its ONNX function computes (the variance here of the centred values).
+pub fn mean_variance_norm(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&["axes"])?;
+    let rank = cx.dims(0)?.len();
+    let axes = match cx.attr_ints("axes")? {
+        Some(a) => a,
+        None => vec![0, 2, 3],
+    };
+    let mut resolved = axes
+        .iter()
+        .map(|&a| cx.axis("axes", a, rank))
+        .collect::<Result<Vec<_>, _>>()?;
+    resolved.sort_unstable();
+    resolved.dedup();
+    let x = cx.value(0)?;
+    let y = standardized(cx, x, resolved, Epsilon::AfterRoot(1e-9))?;
     Ok(vec![Entry::Value(y)])
 }
 
