@@ -1,5 +1,6 @@
 //! Integer and i1 tensors through the whole compiler (fusion, lowering, JIT): exact
-//! integer arithmetic far above 2^24, the ONNX cast rules, comparisons, logic, `where`,
+//! integer arithmetic far above 2^24, the ONNX cast rules, comparisons, logic, bitwise
+//! operators and shifts at every edge amount, `where`,
 //! data movement on every element type, and `gather`, whose out-of-range index is an
 //! error from `run` (Rust) and an error status (C), never a read outside the table.
 
@@ -262,6 +263,84 @@ fn comparisons_logic_and_where_on_every_type() {
     // where picks whole values of either type
     assert_eq!(got[4].f32s()[0], 0.5);
     assert_eq!(ints(&got[5]), vec![2, 2, 2, 5, 5, 5]);
+}
+
+/// The ONNX BitShift result of `a` shifted by `b` in a signed type of `bits` bits,
+/// written out independently of the compiler's `eval_int`.
+fn shifted(a: i64, b: i64, left: bool, bits: u32) -> i64 {
+    let wrap = |v: i64| {
+        if bits == 64 {
+            v
+        } else {
+            (v << (64 - bits)) >> (64 - bits)
+        }
+    };
+    match (left, (0..i64::from(bits)).contains(&b)) {
+        (true, true) => wrap(((a as u64) << b) as i64),
+        (true, false) => 0,
+        (false, true) => a >> b,
+        (false, false) => {
+            if a < 0 {
+                -1
+            } else {
+                0
+            }
+        }
+    }
+}
+
+#[test]
+fn bitwise_operators_and_shifts_on_integers_at_every_edge_amount() {
+    for (ty, bits) in [("i64", 64u32), ("i32", 32)] {
+        let src = format!(
+            "func @f(%a: tensor<12x{ty}>, %b: tensor<12x{ty}>) -> (l: tensor<12x{ty}>, r: tensor<12x{ty}>, n: tensor<12x{ty}>, x: tensor<12x{ty}>) {{
+  %l = shift_left %a, %b : tensor<12x{ty}>
+  %r = shift_right %a, %b : tensor<12x{ty}>
+  %and = and %a, %b : tensor<12x{ty}>
+  %or = or %and, %b : tensor<12x{ty}>
+  %x = xor %or, %a : tensor<12x{ty}>
+  %n = not %a : tensor<12x{ty}>
+  return %l, %r, %n, %x : tensor<12x{ty}>, tensor<12x{ty}>, tensor<12x{ty}>, tensor<12x{ty}>
+}}"
+        );
+        let big = if bits == 64 {
+            -(1i64 << 62) - 5
+        } else {
+            -(1i64 << 30) - 5
+        };
+        let a = [1, -1, 5, -8, big, 3, -3, 7, i64::from(i32::MAX), 9, -9, 1];
+        let w = i64::from(bits);
+        let b = [0, 1, w - 1, w - 1, 1, w, w, -1, 1, 3, 3, w + 1];
+        let tensor = |v: &[i64]| match bits {
+            64 => Tensor::typed([12], v.to_vec()).unwrap(),
+            _ => Tensor::typed([12], v.iter().map(|&e| e as i32).collect::<Vec<_>>()).unwrap(),
+        };
+        let got = run_exact(&format!("bitwise {ty}"), &src, &[tensor(&a), tensor(&b)]);
+        let want_left: Vec<i64> = a
+            .iter()
+            .zip(&b)
+            .map(|(&p, &q)| shifted(p, q, true, bits))
+            .collect();
+        let want_right: Vec<i64> = a
+            .iter()
+            .zip(&b)
+            .map(|(&p, &q)| shifted(p, q, false, bits))
+            .collect();
+        let narrow = |v: i64| if bits == 64 { v } else { i64::from(v as i32) };
+        assert_eq!(ints(&got[0]), want_left, "{ty} shift_left");
+        assert_eq!(ints(&got[1]), want_right, "{ty} shift_right");
+        assert_eq!(
+            ints(&got[2]),
+            a.iter().map(|&v| narrow(!v)).collect::<Vec<_>>(),
+            "{ty} not"
+        );
+        let mixed: Vec<i64> = a
+            .iter()
+            .zip(&b)
+            .map(|(&p, &q)| narrow(((p & q) | q) ^ p))
+            .collect();
+        assert_eq!(ints(&got[3]), mixed, "{ty} and/or/xor");
+    }
 }
 
 #[test]

@@ -178,6 +178,24 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ("test_averagepool_3d_dilations_small", SPATIAL_3D),
     ("test_batchnorm_epsilon_training_mode", TRAINING),
     ("test_batchnorm_example_training_mode", TRAINING),
+    ("test_bitshift_left_int16", NARROW_INT),
+    ("test_bitshift_left_int8", NARROW_INT),
+    ("test_bitshift_left_int8_negative_shift", NARROW_INT),
+    ("test_bitshift_left_int8_overflow", NARROW_INT),
+    ("test_bitshift_left_int8_shift_ge_width", NARROW_INT),
+    ("test_bitshift_left_uint16", NARROW_INT),
+    ("test_bitshift_left_uint32", WIDE_UNSIGNED),
+    ("test_bitshift_left_uint64", WIDE_UNSIGNED),
+    ("test_bitshift_left_uint8", NARROW_INT),
+    ("test_bitshift_right_int16", NARROW_INT),
+    ("test_bitshift_right_int8", NARROW_INT),
+    ("test_bitshift_right_int8_negative_input", NARROW_INT),
+    ("test_bitshift_right_int8_negative_shift", NARROW_INT),
+    ("test_bitshift_right_int8_shift_ge_width", NARROW_INT),
+    ("test_bitshift_right_uint16", NARROW_INT),
+    ("test_bitshift_right_uint32", WIDE_UNSIGNED),
+    ("test_bitshift_right_uint64", WIDE_UNSIGNED),
+    ("test_bitshift_right_uint8", NARROW_INT),
     ("test_bitwise_and_i16_3d", NARROW_INT),
     ("test_bitwise_and_ui64_bcast_3v1d", WIDE_UNSIGNED),
     ("test_bitwise_and_ui8_bcast_4v3d", NARROW_INT),
@@ -755,7 +773,7 @@ const FIRST_OUTPUT_ONLY: &[(&str, &str)] = &[
 
 /// Cases of each suite that must pass through the whole compiler at least, so coverage
 /// cannot shrink silently; a count above it is printed, so it can be raised.
-const MIN_PASSED: &[(&str, usize)] = &[("node", 1225), ("pytorch-converted", 44)];
+const MIN_PASSED: &[(&str, usize)] = &[("node", 1235), ("pytorch-converted", 44)];
 
 /// Whether Cranelift's verifier checks every generated function.
 const VERIFY: bool = true;

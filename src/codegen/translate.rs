@@ -881,8 +881,8 @@ impl Gen<'_, '_> {
                 let r = self.select(FloatCC::LessThan, b, a, b, a);
                 self.propagate_nan_of(b, r)
             }
-            // bitwise ops take integers only (the checker's rule)
-            BinOp::And | BinOp::Or | BinOp::Xor => a,
+            // bitwise ops and shifts take integers only (the checker's rule)
+            BinOp::And | BinOp::Or | BinOp::Xor | BinOp::Shl | BinOp::Shr => a,
         }
     }
 
@@ -904,6 +904,9 @@ impl Gen<'_, '_> {
             BinOp::And => self.fb.ins().band(a, b),
             BinOp::Or => self.fb.ins().bor(a, b),
             BinOp::Xor => self.fb.ins().bxor(a, b),
+            // Cranelift takes the amount modulo the width, as the loop IR defines it
+            BinOp::Shl => self.fb.ins().ishl(a, b),
+            BinOp::Shr => self.fb.ins().sshr(a, b),
             BinOp::Div => {
                 let nonzero = self.fb.ins().icmp_imm_s(IntCC::NotEqual, b, 0);
                 self.check_or_fault(nonzero, Fault::DivisionByZero);

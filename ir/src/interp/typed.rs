@@ -277,21 +277,32 @@ pub(super) fn compare(
     }))
 }
 
-/// `a op b` on `i1`, both broadcast to `out`.
+/// `a op b`, both broadcast to `out`: logic on `i1`, bitwise operators and shifts on
+/// integers (exact, by [`LogicOp::eval_int`]).
 pub(super) fn logic(
     op: LogicOp,
     a: &Operand,
     b: &Operand,
     out: &[usize],
 ) -> Result<TensorData, String> {
-    Ok(TensorData::Bool(pairwise(a, b, out, |p, q| op.eval(p, q))?))
+    Ok(match a.data.dtype() {
+        DType::I64 => TensorData::I64(pairwise(a, b, out, |p: i64, q: i64| {
+            op.eval_int(p, q, 64, true)
+        })?),
+        DType::I32 => TensorData::I32(pairwise(a, b, out, |p: i32, q: i32| {
+            op.eval_int(p.into(), q.into(), 32, true) as i32
+        })?),
+        _ => TensorData::Bool(pairwise(a, b, out, |p, q| op.eval(p, q))?),
+    })
 }
 
-/// `!x` on `i1`.
+/// `!x`: negation on `i1`, bitwise complement on integers.
 pub(super) fn not(x: &Operand) -> Result<TensorData, String> {
-    Ok(TensorData::Bool(
-        elements::<bool>(&x.data)?.iter().map(|&v| !v).collect(),
-    ))
+    Ok(match x.data.dtype() {
+        DType::I64 => TensorData::I64(elements::<i64>(&x.data)?.iter().map(|&v| !v).collect()),
+        DType::I32 => TensorData::I32(elements::<i32>(&x.data)?.iter().map(|&v| !v).collect()),
+        _ => TensorData::Bool(elements::<bool>(&x.data)?.iter().map(|&v| !v).collect()),
+    })
 }
 
 /// `where(cond, a, b)`, all three broadcast to `out`.

@@ -396,8 +396,9 @@ impl CheckCx<'_> {
             Expr::Binary(op, a, b) => {
                 let w = same(self.expr(a)?, self.expr(b)?, &format!("{op:?}"))?;
                 let bitwise = matches!(op, BinOp::And | BinOp::Or | BinOp::Xor);
+                let shift = matches!(op, BinOp::Shl | BinOp::Shr);
                 let arithmetic_on_bool = w == Width::Bool && !bitwise;
-                if (bitwise && !w.is_integer()) || arithmetic_on_bool {
+                if ((bitwise || shift) && !w.is_integer()) || arithmetic_on_bool {
                     return Err(format!("{op:?} of {} values", w.name()));
                 }
                 Ok(w)

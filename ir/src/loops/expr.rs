@@ -126,6 +126,10 @@ pub enum BinOp {
     Or,
     /// Bitwise exclusive or (integers and `i1` only).
     Xor,
+    /// `a << b`, the amount taken modulo the width (the hardware's rule; integers only).
+    Shl,
+    /// `a >> b`, arithmetic, the amount taken modulo the width (integers only).
+    Shr,
 }
 
 /// A comparison for [`Expr::Select`] and [`Expr::Compare`] (signed for integers;

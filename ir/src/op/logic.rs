@@ -1,7 +1,8 @@
 //! The typed elementwise family: `cast`, the comparisons (`equal`, `less`, ...), the
-//! logic operators (`and`, `or`, `xor`, `not`) and `where` — their operators with exact
-//! semantics on every element type, variants, rows and type rules — and the reduction
-//! operators (`Reduction`, whose rows are in `reduce`).
+//! logic operators (`and`, `or`, `xor`, `not`: logic on `i1`, bitwise on integers, as
+//! MLIR's `arith.andi`; `shift_left`, `shift_right` on integers) and `where` — their
+//! operators with exact semantics on every element type, variants, rows and type rules —
+//! and the reduction operators (`Reduction`, whose rows are in `reduce`).
 
 use super::dim::{broadcast_dims, Shape};
 use super::rules::{numeric_pair, OperandTypes};
@@ -87,25 +88,62 @@ impl Reduction {
     }
 }
 
-/// An elementwise logic operator on `i1` values.
+/// An elementwise logic operator: on `i1` values logic, on integers bitwise; the shifts
+/// take integers only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum LogicOp {
-    /// `a && b`.
+    /// `a && b`; bitwise `a & b` on integers.
     And,
-    /// `a || b`.
+    /// `a || b`; bitwise `a | b` on integers.
     Or,
-    /// `a != b`.
+    /// `a != b`; bitwise `a ^ b` on integers.
     Xor,
+    /// `a << b`, wrapping; a shift by a negative amount or by the width or more gives 0
+    /// (ONNX's BitShift).
+    ShiftLeft,
+    /// `a >> b`, arithmetic (the sign fills); a shift by a negative amount or by the
+    /// width or more gives the sign: -1 for a negative `a`, else 0 (ONNX's BitShift).
+    ShiftRight,
 }
 
 impl LogicOp {
-    /// `a op b`.
+    /// `a op b` on `i1` (the shifts, which the type rule keeps from `i1`, shift a 1-bit
+    /// unsigned value).
     pub fn eval(self, a: bool, b: bool) -> bool {
         match self {
             LogicOp::And => a && b,
             LogicOp::Or => a || b,
             LogicOp::Xor => a != b,
+            LogicOp::ShiftLeft => a && !b,
+            LogicOp::ShiftRight => a && !b,
         }
+    }
+
+    /// `a op b` on integers of `bits` bits (signed or not) held widened to i64
+    /// (sign-extended, resp. zero-extended); the result is held the same way.
+    pub fn eval_int(self, a: i64, b: i64, bits: u32, signed: bool) -> i64 {
+        let in_range = (0..i64::from(bits)).contains(&b);
+        let wrap = |v: i64| match (bits, signed) {
+            (64.., _) => v,
+            (_, true) => (v << (64 - bits)) >> (64 - bits),
+            (_, false) => v & ((1i64 << bits) - 1),
+        };
+        match self {
+            LogicOp::And => a & b,
+            LogicOp::Or => a | b,
+            LogicOp::Xor => a ^ b,
+            LogicOp::ShiftLeft if in_range => wrap(a.wrapping_shl(b as u32)),
+            LogicOp::ShiftLeft => 0,
+            // `a` is held sign- or zero-extended, so i64's arithmetic shift is the type's
+            LogicOp::ShiftRight if in_range => a >> b,
+            LogicOp::ShiftRight if signed && a < 0 => -1,
+            LogicOp::ShiftRight => 0,
+        }
+    }
+
+    /// Whether the operator is a shift (integers only).
+    pub fn is_shift(self) -> bool {
+        matches!(self, LogicOp::ShiftLeft | LogicOp::ShiftRight)
     }
 
     /// Text mnemonic (from the op table).
@@ -127,9 +165,10 @@ macro_rules! logic_ops {
         /// Elementwise comparison with numpy broadcasting of two operands of one element
         /// type; the result is `i1`.
         Compare(Comparison),
-        /// Elementwise logic on two `i1` operands, with numpy broadcasting.
+        /// Elementwise logic on two `i1` operands, or bitwise operators and shifts on two
+        /// integer operands of one type, with numpy broadcasting.
         Logic(LogicOp),
-        /// Elementwise negation of an `i1` operand.
+        /// Elementwise negation of an `i1` operand, or bitwise complement of an integer one.
         Not,
         /// `where(cond, a, b)`: `a` where the `i1` condition holds, else `b`; the three
         /// broadcast together, `a` and `b` have one element type.
@@ -176,22 +215,32 @@ macro_rules! logic_ops {
             flops: one_per_element;
         And "and" Some(Exact(2)), Plain: (Op::Logic(LogicOp::And)) <=> (Attrs::None)
             attrs {},
-            dtype: all_bool,
+            dtype: bits_dtype,
             shape: broadcast_pair,
             flops: one_per_element;
         Or "or" Some(Exact(2)), Plain: (Op::Logic(LogicOp::Or)) <=> (Attrs::None)
             attrs {},
-            dtype: all_bool,
+            dtype: bits_dtype,
             shape: broadcast_pair,
             flops: one_per_element;
         Xor "xor" Some(Exact(2)), Plain: (Op::Logic(LogicOp::Xor)) <=> (Attrs::None)
             attrs {},
-            dtype: all_bool,
+            dtype: bits_dtype,
+            shape: broadcast_pair,
+            flops: one_per_element;
+        ShiftLeft "shift_left" Some(Exact(2)), Plain: (Op::Logic(LogicOp::ShiftLeft)) <=> (Attrs::None)
+            attrs {},
+            dtype: shift_dtype,
+            shape: broadcast_pair,
+            flops: one_per_element;
+        ShiftRight "shift_right" Some(Exact(2)), Plain: (Op::Logic(LogicOp::ShiftRight)) <=> (Attrs::None)
+            attrs {},
+            dtype: shift_dtype,
             shape: broadcast_pair,
             flops: one_per_element;
         Not "not" Some(Exact(1)), Plain: (Op::Not) <=> (Attrs::None)
             attrs {},
-            dtype: all_bool,
+            dtype: bits_dtype,
             shape: same_dims,
             flops: one_per_element;
         Where "where" Some(Exact(3)), Plain: (Op::Where) <=> (Attrs::None)
@@ -213,6 +262,25 @@ pub(super) use logic_ops;
 pub(super) fn compare_dtype(o: &OperandTypes<'_>) -> Result<DType, String> {
     o.same_as(0, 1)?;
     Ok(DType::Bool)
+}
+
+/// Element-type rule of `and`, `or`, `xor`, `not`: every operand `i1` (logic), or every
+/// operand of one integer type (bitwise).
+pub(super) fn bits_dtype(o: &OperandTypes<'_>) -> Result<DType, String> {
+    for i in 1..o.len() {
+        o.same_as(0, i)?;
+    }
+    o.need(
+        0,
+        |d| d == DType::Bool || d.is_integer(),
+        "i1 or an integer type",
+    )
+}
+
+/// Element-type rule of the shifts: two operands of one integer type.
+pub(super) fn shift_dtype(o: &OperandTypes<'_>) -> Result<DType, String> {
+    o.same_as(0, 1)?;
+    o.need(0, DType::is_integer, "an integer type")
 }
 
 /// Element-type rule of `where`: an `i1` condition, two branches of one type.

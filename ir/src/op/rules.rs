@@ -116,14 +116,6 @@ pub fn any_one_type(o: &OperandTypes<'_>) -> Result<DType, String> {
     Ok(o.ty(0).dtype)
 }
 
-/// Element-type rule of logic: every operand `i1`, an `i1` result.
-pub fn all_bool(o: &OperandTypes<'_>) -> Result<DType, String> {
-    for i in 0..o.len() {
-        o.need(i, |d| d == DType::Bool, "i1")?;
-    }
-    Ok(DType::Bool)
-}
-
 /// Shape rule of ops whose result has their first operand's dims, row-major.
 pub fn same_dims(o: &OperandTypes<'_>) -> Result<Shape, String> {
     Ok(o.dims(0).into())

@@ -608,8 +608,8 @@ impl<'a> Cx<'a> {
             Op::Binary(o) if integer => typed_map(self, typed::TypedMap::Binary(*o), &epi),
             Op::Cast { to } => typed_map(self, typed::TypedMap::Cast(*to), &epi),
             Op::Compare(c) => typed_map(self, typed::TypedMap::Compare(*c), &epi),
-            Op::Logic(l) => typed_map(self, typed::TypedMap::Logic(*l), &epi),
-            Op::Not => typed_map(self, typed::TypedMap::Not, &epi),
+            Op::Logic(l) => typed_map(self, typed::TypedMap::Logic(*l, out_ty.dtype), &epi),
+            Op::Not => typed_map(self, typed::TypedMap::Not(out_ty.dtype), &epi),
             Op::Where => typed_map(self, typed::TypedMap::Where, &epi),
             Op::Mod { fmod } => {
                 let map = typed::TypedMap::Mod {

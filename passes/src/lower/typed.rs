@@ -27,10 +27,10 @@ pub(crate) enum TypedMap {
     Cast(DType),
     /// A comparison with broadcasting (any element type), giving `i1`.
     Compare(Comparison),
-    /// `and`, `or`, `xor` on `i1`.
-    Logic(LogicOp),
-    /// `not` on `i1`.
-    Not,
+    /// `and`, `or`, `xor` on `i1` or integers, the shifts on integers, of this element type.
+    Logic(LogicOp, DType),
+    /// `not` on `i1` or an integer type.
+    Not(DType),
     /// `where(cond, a, b)` with broadcasting.
     Where,
     /// `mod(a, b)` of this element type with broadcasting: C's remainder with `fmod`,
@@ -50,8 +50,8 @@ impl TypedMap {
             TypedMap::Binary(b) => b.name().to_string(),
             TypedMap::Cast(to) => format!("cast_{to}"),
             TypedMap::Compare(c) => c.name().to_string(),
-            TypedMap::Logic(l) => l.name().to_string(),
-            TypedMap::Not => "not".into(),
+            TypedMap::Logic(l, _) => l.name().to_string(),
+            TypedMap::Not(_) => "not".into(),
             TypedMap::Where => "where".into(),
             TypedMap::Mod { fmod: false, .. } => "mod".into(),
             TypedMap::Mod { fmod: true, .. } => "fmod".into(),
@@ -94,15 +94,50 @@ impl TypedMap {
                 };
                 Expr::compare(cmp, x[0].clone(), x[1].clone())
             }
-            TypedMap::Logic(l) => {
+            TypedMap::Logic(l, dtype) => {
+                let (a, b) = (x[0].clone(), x[1].clone());
+                let width = Width::scalar(dtype);
                 let op = match l {
                     LogicOp::And => BinOp::And,
                     LogicOp::Or => BinOp::Or,
                     LogicOp::Xor => BinOp::Xor,
+                    LogicOp::ShiftLeft => BinOp::Shl,
+                    LogicOp::ShiftRight => BinOp::Shr,
                 };
-                Expr::binary(op, x[0].clone(), x[1].clone())
+                let shifted = Expr::binary(op, a.clone(), b.clone());
+                if !l.is_shift() {
+                    return Ok(shifted);
+                }
+                // the hardware takes the amount modulo the width; ONNX gives an amount
+                // outside [0, width) the result of shifting every bit out
+                let bits = (dtype.size_bytes() * 8) as i64;
+                let zero = Expr::int(0, width);
+                let out_of_range = match l {
+                    LogicOp::ShiftRight => Expr::select(
+                        CmpOp::Lt,
+                        a,
+                        zero.clone(),
+                        Expr::int(-1, width),
+                        zero.clone(),
+                    ),
+                    _ => zero.clone(),
+                };
+                let below_width = Expr::select(
+                    CmpOp::Lt,
+                    b.clone(),
+                    Expr::int(bits, width),
+                    shifted,
+                    out_of_range.clone(),
+                );
+                Expr::select(CmpOp::Lt, b, zero, out_of_range, below_width)
             }
-            TypedMap::Not => Expr::binary(BinOp::Xor, x[0].clone(), bool_const(1)),
+            TypedMap::Not(dtype) => {
+                let all_ones = match dtype {
+                    DType::Bool => bool_const(1),
+                    other => Expr::int(-1, Width::scalar(other)),
+                };
+                Expr::binary(BinOp::Xor, x[0].clone(), all_ones)
+            }
             TypedMap::Mod { fmod, dtype } => {
                 let (a, b) = (x[0].clone(), x[1].clone());
                 let rem = Expr::binary(BinOp::Rem, a, b.clone());

@@ -22,6 +22,7 @@ use crate::onnx::tensor::{broadcast_indices, dtype, ConstData, ConstTensor};
 /// [`super::MAX_OPSET`], the oldest smelt implements, handler); `super` sorts them.
 pub(super) const ROWS: &[OpRule] = rules! {
     "And"                 [1, 7],                         from 7  => logical;
+    "BitShift"            [11],                           from 11 => bitwise;
     "BitwiseAnd"          [18],                           from 18 => bitwise;
     "BitwiseNot"          [18],                           from 18 => bitwise;
     "BitwiseOr"           [18],                           from 18 => bitwise;
@@ -402,14 +403,56 @@ pub fn logical(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     Ok(vec![Entry::constant(ConstTensor::bool(dims, v))])
 }
 
-/// BitwiseNot, BitwiseAnd, BitwiseOr, BitwiseXor on integer constants of one type
-/// (broadcasting); folded only, as smelt has no bitwise IR op. Elements are held widened
-/// to i64 (sign-extended when signed, zero-extended when not), which And, Or and Xor
-/// keep; Not's result is cut back to the unsigned types' width.
+/// BitwiseNot, BitwiseAnd, BitwiseOr, BitwiseXor and BitShift (`direction` LEFT or RIGHT)
+/// on integers of one type (broadcasting). On constants folded for every integer type:
+/// elements are held widened to i64 (sign-extended when signed, zero-extended when not),
+/// which And, Or and Xor keep; Not's result is cut back to the unsigned types' width and
+/// the shifts wrap to the type's ([`LogicOp::eval_int`]: an amount outside the width
+/// shifts every bit out). On run-time int64 and int32 data they are the IR's `not`, `and`,
+/// `or`, `xor`, `shift_left` and `shift_right`.
 pub fn bitwise(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
-    cx.check_attrs(&[])?;
-    let op = cx.node.op_type();
-    let a = folded_input(cx, 0)?;
+    let op_type = cx.node.op_type();
+    let op = match op_type {
+        "BitShift" => {
+            cx.check_attrs(&["direction"])?;
+            match cx.attr_string("direction")?.as_deref() {
+                Some("LEFT") => Some(LogicOp::ShiftLeft),
+                Some("RIGHT") => Some(LogicOp::ShiftRight),
+                other => {
+                    return Err(cx.bad_attr(
+                        "direction",
+                        format!("{other:?} must be \"LEFT\" or \"RIGHT\""),
+                    ))
+                }
+            }
+        }
+        "BitwiseAnd" => Some(LogicOp::And),
+        "BitwiseOr" => Some(LogicOp::Or),
+        "BitwiseXor" => Some(LogicOp::Xor),
+        _ => None,
+    };
+    if op_type != "BitShift" {
+        cx.check_attrs(&[])?;
+    }
+    let arity = if op.is_some() { 2 } else { 1 };
+    cx.check_max_inputs(arity)?;
+    let Some(inputs) = constant_inputs(cx, arity)? else {
+        for i in 0..arity {
+            let v = cx.value(i)?;
+            let d = cx.type_of(v).dtype;
+            if !d.is_integer() {
+                return Err(cx.err(
+                    "onnx-unsupported-dtype",
+                    format!(
+                        "input {i} is {d} at run time: smelt's run-time bitwise ops take int64 \
+                         and int32 (other integer types are folded on constants only)"
+                    ),
+                ));
+            }
+        }
+        return at_run_time(cx, op.map_or(Op::Not, Op::Logic), arity);
+    };
+    let a = &inputs[0];
     let integer = |i: usize, c: &ConstTensor| match (c.i64s(), c.onnx_type) {
         (Some(v), t) if t != dtype::BOOL => Ok(v.to_vec()),
         _ => Err(cx.err(
@@ -417,9 +460,8 @@ pub fn bitwise(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
             format!("input {i} must be an integer tensor, got {}", c.type_name()),
         )),
     };
-    let x = integer(0, &a)?;
-    if op == "BitwiseNot" {
-        cx.check_max_inputs(1)?;
+    let x = integer(0, a)?;
+    let Some(op) = op else {
         let mask = match a.onnx_type {
             dtype::UINT8 => 0xff,
             dtype::UINT16 => 0xffff,
@@ -430,10 +472,9 @@ pub fn bitwise(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
             onnx_type: a.onnx_type,
             ..ConstTensor::i64(a.dims.clone(), v)
         })]);
-    }
-    cx.check_max_inputs(2)?;
-    let b = folded_input(cx, 1)?;
-    let y = integer(1, &b)?;
+    };
+    let b = &inputs[1];
+    let y = integer(1, b)?;
     if a.onnx_type != b.onnx_type {
         return Err(cx.err(
             "onnx-bad-model",
@@ -444,13 +485,16 @@ pub fn bitwise(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
             ),
         ));
     }
-    let (dims, v) = broadcast_map(&[&a, &b], |ix| {
-        let (p, q) = (x[ix[0]], y[ix[1]]);
-        Ok(match op {
-            "BitwiseAnd" => p & q,
-            "BitwiseOr" => p | q,
-            _ => p ^ q,
-        })
+    let (bits, signed) = match dtype::int_range(a.onnx_type) {
+        // the range holds 2^bits values
+        Some((lo, hi)) => (
+            ((i128::from(hi) - i128::from(lo)) as u128 + 1).trailing_zeros(),
+            lo < 0,
+        ),
+        None => (64, true),
+    };
+    let (dims, v) = broadcast_map(&[a, b], |ix| {
+        Ok(op.eval_int(x[ix[0]], y[ix[1]], bits, signed))
     })
     .map_err(|m| cx.err("onnx-bad-model", m))?;
     Ok(vec![Entry::constant(ConstTensor {
