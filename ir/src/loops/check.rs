@@ -380,6 +380,9 @@ impl CheckCx<'_> {
             }
             Expr::Compare(_, a, b) => {
                 let w = same(self.expr(a)?, self.expr(b)?, "compare")?;
+                if w.is_narrow_float() {
+                    return Err(format!("compare of {} values (cast them to f32)", w.name()));
+                }
                 if w.lanes() != 1 {
                     return Err("compare of vectors (select compares lanes)".into());
                 }
@@ -388,7 +391,7 @@ impl CheckCx<'_> {
             Expr::Unary(op, x) => {
                 let w = self.expr(x)?;
                 let integer_ok = matches!(op, UnOp::Neg | UnOp::Abs);
-                if w.is_integer() && (!integer_ok || w == Width::Bool) {
+                if w.is_integer() && (!integer_ok || w == Width::Bool || w.is_narrow_float()) {
                     return Err(format!("{op:?} of {} values", w.name()));
                 }
                 Ok(w)
@@ -397,7 +400,7 @@ impl CheckCx<'_> {
                 let w = same(self.expr(a)?, self.expr(b)?, &format!("{op:?}"))?;
                 let bitwise = matches!(op, BinOp::And | BinOp::Or | BinOp::Xor);
                 let arithmetic_on_bool = w == Width::Bool && !bitwise;
-                if (bitwise && !w.is_integer()) || arithmetic_on_bool {
+                if (bitwise && !w.is_integer()) || arithmetic_on_bool || w.is_narrow_float() {
                     return Err(format!("{op:?} of {} values", w.name()));
                 }
                 Ok(w)
@@ -419,6 +422,9 @@ impl CheckCx<'_> {
             } => {
                 let ab = same(self.expr(a)?, self.expr(b)?, "select comparison")?;
                 let tf = same(self.expr(if_true)?, self.expr(if_false)?, "select")?;
+                if ab.is_narrow_float() {
+                    return Err(format!("select comparing {} values", ab.name()));
+                }
                 // a vector select compares lanes of its own type; a scalar one may compare
                 // any scalars (an `i1` condition choosing between two i64s)
                 if ab.lanes() != tf.lanes() || (tf.lanes() > 1 && ab != tf) {

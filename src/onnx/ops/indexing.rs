@@ -204,7 +204,9 @@ pub fn trilu(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     let zero = cx.scalar(0.0)?;
     let zero = match dtype {
         DType::F32 => zero,
-        DType::I64 | DType::I32 | DType::Bool => cx.emit(Op::Cast { to: dtype }, &[zero])?,
+        DType::I64 | DType::I32 | DType::Bool | DType::F16 | DType::BF16 => {
+            cx.emit(Op::Cast { to: dtype }, &[zero])?
+        }
     };
     Ok(vec![Entry::Value(cx.emit(Op::Where, &[mask, x, zero])?)])
 }
@@ -227,12 +229,7 @@ pub fn eye_like(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         Entry::Const(c) => c.onnx_type,
         Entry::Value(_) | Entry::Dropped { .. } => {
             let x = cx.value(0)?;
-            match cx.type_of(x).dtype {
-                DType::F32 => dtype::FLOAT,
-                DType::I64 => dtype::INT64,
-                DType::I32 => dtype::INT32,
-                DType::Bool => dtype::BOOL,
-            }
+            dtype::of_ir(cx.type_of(x).dtype)
         }
     };
     let onnx_type = match cx.attr_int("dtype")? {
@@ -375,7 +372,9 @@ pub fn one_hot(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     let indices = cx.value(0)?;
     let indices = match cx.type_of(indices).dtype {
         DType::I64 => indices,
-        DType::I32 | DType::F32 => cx.emit(Op::Cast { to: DType::I64 }, &[indices])?,
+        DType::I32 | DType::F32 | DType::F16 | DType::BF16 => {
+            cx.emit(Op::Cast { to: DType::I64 }, &[indices])?
+        }
         DType::Bool => {
             return Err(cx.err(
                 "onnx-unsupported-dtype",

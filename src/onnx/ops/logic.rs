@@ -150,8 +150,10 @@ fn type_code(c: &ConstTensor) -> i32 {
 // Cast
 
 /// The element types Cast folds to.
-const CAST_TARGETS: [i32; 8] = [
+const CAST_TARGETS: [i32; 10] = [
     dtype::FLOAT,
+    dtype::FLOAT16,
+    dtype::BFLOAT16,
     dtype::INT64,
     dtype::INT32,
     dtype::INT16,
@@ -167,8 +169,8 @@ fn check_cast_target(to: i32) -> Result<(), String> {
         return Ok(());
     }
     Err(format!(
-        "casting to {} is not supported (smelt folds casts to float32, int64, int32, \
-         int16, int8, uint16, uint8 and bool)",
+        "casting to {} is not supported (smelt folds casts to float32, float16, \
+         bfloat16, int64, int32, int16, int8, uint16, uint8 and bool)",
         dtype::name(to)
     ))
 }
@@ -190,9 +192,18 @@ fn wrap_int(v: i64, to: i32) -> i64 {
 /// ONNX Cast on a constant: floats to integers truncate toward zero (NaN or a value out of
 /// the target's range is an error: ONNX leaves it undefined), integers to narrower
 /// integers keep the low bits (two's complement), anything to bool is `x != 0` (NaN is
-/// true), bool to numbers is 0 or 1, integers to float32 round to nearest.
+/// true), bool to numbers is 0 or 1, integers to float32 round to nearest; float16 and
+/// bfloat16 go through float32 (exact from them, one rounding to them).
 pub fn cast_const(c: &ConstTensor, to: i32) -> Result<ConstTensor, String> {
     check_cast_target(to)?;
+    if dtype::is_narrow_float(to) {
+        // to float32 (exact from the 2-byte floats, rounding from integers), then one
+        // rounding to the narrow type
+        let wide = cast_const(c, dtype::FLOAT)?;
+        return wide
+            .as_float_type(to)
+            .ok_or_else(|| format!("internal: no {} of {}", dtype::name(to), c.type_name()));
+    }
     let data = match (elems(c, "the input")?, to) {
         (Elems::Float(v), dtype::FLOAT) => ConstData::F32(v.into_owned()),
         (Elems::Float(v), dtype::BOOL) => {
@@ -257,7 +268,8 @@ pub fn cast(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
                     "onnx-unsupported-dtype",
                     format!(
                         "input 0 ('{}') is computed at run time, and casting it to {} is not \
-                         supported (run-time tensors are float32, int64, int32 and bool)",
+                         supported (run-time tensors are float32, float16, bfloat16, int64, int32 \
+                         and bool)",
                         cx.input_name(0).unwrap_or(""),
                         dtype::name(to)
                     ),
