@@ -322,6 +322,8 @@ impl CheckCx<'_> {
                 Width::I64 => Ok(*w),
                 Width::I32 if i32::try_from(*v).is_ok() => Ok(*w),
                 Width::Bool if *v == 0 || *v == 1 => Ok(*w),
+                // a 2-byte float's bit pattern (a zero fill), kept non-negative for i16
+                Width::F16 | Width::BF16 if (0..=0x7fff).contains(v) => Ok(*w),
                 _ => Err(format!("integer constant {v} does not fit {}", w.name())),
             },
             Expr::Load { buf, index, width } => {
