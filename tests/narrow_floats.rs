@@ -273,3 +273,39 @@ fn npy_files_hold_float16_as_f2_and_bfloat16_as_v2() {
         assert_eq!(smelt::npy::decode(&bytes).unwrap(), t, "{dtype}");
     }
 }
+
+#[test]
+fn text_weights_of_f16_and_bf16_round_to_the_type_and_print_back_exactly() {
+    let src = "const @h : tensor<3xf16> = dense<[1.0, 0.1, -2.5]>
+const @b : tensor<2xbf16> = dense<[0.1, 3.0]>
+func @f() -> (h: tensor<3xf16>, b: tensor<2xbf16>) {
+  %h = const @h : tensor<3xf16>
+  %b = const @b : tensor<2xbf16>
+  return %h, %b : tensor<3xf16>, tensor<2xbf16>
+}";
+    let m = smelt_ir::text::parse(src, "w.tir").unwrap_or_else(|d| panic!("{d}"));
+    let got = interp::run(&m, &m.funcs[0], &[]).expect("interprets");
+    assert_eq!(bits(&got[0]), vec![0x3c00, f32_to_f16(0.1), 0xc100]);
+    assert_eq!(bits(&got[1]), vec![f32_to_bf16(0.1), 0x4040]);
+    let printed = smelt_ir::text::print(&m, &Default::default());
+    let again = smelt_ir::text::parse(&printed, "printed.tir").unwrap_or_else(|d| panic!("{d}"));
+    assert_eq!(smelt_ir::text::print(&again, &Default::default()), printed);
+    let got_again = interp::run(&again, &again.funcs[0], &[]).expect("interprets");
+    assert!(got_again == got, "the printed module computes the same");
+}
+
+#[test]
+fn arithmetic_on_f16_is_a_type_error_naming_the_op() {
+    let src = "func @f(%a: tensor<2xf16>) -> (y: tensor<2xf16>) {
+  %y = add %a, %a : tensor<2xf16>
+  return %y : tensor<2xf16>
+}";
+    // the parser checks types as it reads, or the verifier does: either names the op
+    let err = match smelt_ir::text::parse(src, "add.tir") {
+        Err(d) => d.to_string(),
+        Ok(m) => smelt_ir::verify::verify_module(&m)
+            .expect_err("add on f16 is refused")
+            .to_string(),
+    };
+    assert!(err.contains("add") && err.contains("f16"), "{err}");
+}

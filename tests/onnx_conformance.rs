@@ -9,13 +9,15 @@
 //!
 //! A case is in scope when every op in its model is one smelt imports; every in-scope
 //! case must match ONNX's expected outputs (|got − want| <= atol + rtol·|want| with
-//! ONNX's tolerances, at most rtol 1e-3 and atol 1e-7) at every stage unless it is listed
-//! in [`KNOWN_FAILURES`] with its reason — and a listed case that passes fails the test,
-//! so the list stays exact. Inputs that are not float32 (shapes, axes, indices) are
-//! frozen as constants with `ImportOptions::constant_inputs`, since smelt's shapes
-//! are static; int64 results must be constants and are compared by value, before and
-//! after optimization. Each suite prints its counts over all its cases (pass, fail,
-//! unsupported op, other refusal) and per stage, and must pass at least [`MIN_PASSED`]
+//! ONNX's tolerances, at most rtol 1e-3 and atol 1e-7; float16 and bfloat16 results by
+//! their values) at every stage unless it is listed in [`KNOWN_FAILURES`] with its
+//! reason — and a listed case that passes fails the test, so the list stays exact
+//! (`SMELT_SHOW_KNOWN=1` prints why each listed case fails). Inputs that are not floats
+//! (shapes, axes, indices) are frozen as constants with `ImportOptions::constant_inputs`
+//! when the import needs them known, since smelt's shapes are static; int64 results must
+//! be constants and are compared by value, before and after optimization. Each suite
+//! prints its counts over all its cases (pass, fail, unsupported op, other refusal) and
+//! per stage, and must pass at least [`MIN_PASSED`]
 //! cases, so coverage cannot shrink silently.
 //!
 //! Data: `scripts/gen_onnx_tests.py` writes it to `target/onnx-tests/conformance`; this
@@ -44,8 +46,9 @@ const RUNTIME_LOGIC: &str =
 const FLOAT_FLOOR_MOD: &str =
     "Mod with fmod = 0 on floats (the divisor's sign): smelt's mod takes floats with fmod = 1 \
      only, the one float form the operator's documentation defines";
-const NARROW_WIDE_FLOAT: &str = "float16, bfloat16, float64, float8, float4 and 2-/4-bit integer \
-     tensors: smelt computes in float32 and folds float32, int8-int64, uint8, uint16 and bool";
+const NARROW_WIDE_FLOAT: &str = "float64, float8, float4 and 2-/4-bit integer tensors (casts \
+     between them and float16 or bfloat16 included): smelt computes in float32 and folds \
+     float32, float16, bfloat16, int8-int64, uint8, uint16 and bool";
 const NARROW_ROUNDING: &str = "float16 and bfloat16 Attention: smelt computes in float32 and \
      rounds each result once, the reference rounds to the narrow type after every step; they \
      differ by one unit in the last place (2^-8 relative for bfloat16, 2^-11 for float16), \

@@ -501,8 +501,8 @@ fn input_type(
         return Err(plain_error(
             "onnx-unsupported-dtype",
             format!(
-                "input '{name}' has element type {}; smelt's inputs are float32, int64, \
-                 int32 or bool",
+                "input '{name}' has element type {}; smelt's inputs are float32, float16, \
+                 bfloat16, int64, int32 or bool",
                 dtype::name(tensor.elem_type())
             ),
         ));

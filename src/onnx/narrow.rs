@@ -74,8 +74,9 @@ pub(super) fn widen_inputs(
         .find(|(op, _)| *op == node.op_type())
         .map(|&(_, i)| i);
     let mut first_float = None;
-    let mut widened = node.clone();
-    let mut any = false;
+    // the node is copied only when it reads a narrow float (a Constant node's copy
+    // would copy its tensor)
+    let mut widened: Option<NodeProto> = None;
     for (k, name) in node.input.iter().enumerate() {
         let Some(entry) = (!name.is_empty()).then(|| imp.entries.get(name)).flatten() else {
             continue;
@@ -90,7 +91,6 @@ pub(super) fn widen_inputs(
         if !dtype::is_narrow_float(ty) {
             continue;
         }
-        any = true;
         let wide = format!("{name}{WIDE_SUFFIX}");
         if !imp.entries.contains_key(&wide) {
             let e = match entry {
@@ -103,11 +103,11 @@ pub(super) fn widen_inputs(
             };
             imp.entries.insert(wide.clone(), e);
         }
-        widened.input[k] = wide;
+        widened.get_or_insert_with(|| node.clone()).input[k] = wide;
     }
-    if !any {
+    let Some(widened) = widened else {
         return Ok(None);
-    }
+    };
     let names_result_type = node
         .attribute
         .iter()

@@ -120,6 +120,8 @@ macro_rules! logic_ops {
         /// Converts every element to `to`, as ONNX `Cast` does: float to integer truncates
         /// toward zero and saturates at the type's bounds (NaN becomes 0); integer to float
         /// rounds to nearest even; integer to integer wraps; to `i1` is `!= 0`, from `i1` 0 or 1.
+        /// `f16` and `bf16` convert through `f32`: widening is exact, narrowing rounds to
+        /// nearest even (overflow to infinity, NaN stays NaN; see [`crate::half`]).
         Cast {
             /// The result's element type.
             to: DType,

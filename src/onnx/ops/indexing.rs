@@ -238,7 +238,8 @@ pub fn eye_like(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
             .map_err(|_| cx.bad_attr("dtype", format!("{code} is not an ONNX type code")))?,
     };
     let on = |i: usize, j: usize| j as i64 - i as i64 == k;
-    let data = if onnx_type == dtype::FLOAT {
+    // 0 and 1 are exact in float16 and bfloat16 too
+    let data = if matches!(onnx_type, dtype::FLOAT | dtype::FLOAT16 | dtype::BFLOAT16) {
         ConstData::F32(
             (0..rows * cols)
                 .map(|p| f32::from(u8::from(on(p / cols, p % cols))))
@@ -263,8 +264,8 @@ pub fn eye_like(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         return Err(cx.err(
             "onnx-unsupported-dtype",
             format!(
-                "output type {} is not one smelt computes with (float32, int64, int32, \
-                 int16, int8, uint16, uint8, bool)",
+                "output type {} is not one smelt computes with (float32, float16, \
+                 bfloat16, int64, int32, int16, int8, uint16, uint8, bool)",
                 dtype::name(onnx_type)
             ),
         ));

@@ -8,7 +8,8 @@
 //! an error, never a wrap), floats in f32, comparisons giving bool constants. On data
 //! computed at run time (an attention mask from int64 ids, say) Cast, the comparisons,
 //! the boolean ops and Where become IR ops on typed tensors (`cast`, `less`, `and`,
-//! `where`, `mod`, ...) for float32, int64, int32 and bool; Range and Size stay folded only.
+//! `where`, `mod`, ...) for float32, int64, int32 and bool (float16 and bfloat16 through
+//! float32, see `narrow.rs`); Range and Size stay folded only.
 
 use smelt_ir::op::{broadcast, BinaryOp, Comparison, LogicOp, Op, UnaryOp};
 use smelt_ir::types::MAX_TENSOR_BYTES;
