@@ -6,8 +6,9 @@
 //! of the f32 result to f16 or bf16 is what computing in the narrow type gives (f32
 //! has more than twice their precision plus two bits), so a node computed this way
 //! matches a runtime that computes in f16; longer computations (a reduction, a
-//! softmax) are only more accurate. The casts are ordinary `cast` ops, which fusion
-//! and lowering treat like any other.
+//! softmax) are only more accurate. The casts are ordinary `cast` ops, which lowering
+//! compiles into their own kernels. Data movement (Reshape, Transpose, Concat, ...)
+//! moves the 2-byte elements as they are.
 
 use smelt_ir::op::Op;
 use smelt_ir::{DType, Diagnostic};
@@ -16,8 +17,20 @@ use super::context::{Entry, Importer};
 use super::proto::NodeProto;
 use super::tensor::dtype;
 
-/// Ops that take float16 and bfloat16 tensors as they are (they convert them).
-const NATIVE: &[&str] = &["Cast", "CastLike"];
+/// Ops that take float16 and bfloat16 tensors as they are: the casts, which convert
+/// them, and pure data movement, whose IR ops take any element type (moving 2-byte
+/// elements is exact and half the traffic of moving their widenings).
+const NATIVE: &[&str] = &[
+    "Cast",
+    "CastLike",
+    "Concat",
+    "Flatten",
+    "Identity",
+    "Reshape",
+    "Squeeze",
+    "Transpose",
+    "Unsqueeze",
+];
 
 /// Attributes that name an op's result type: a node with one gets its results in that
 /// type from its handler, never rounded to the inputs' type here.
