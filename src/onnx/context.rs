@@ -14,7 +14,7 @@ use super::tensor::ConstTensor;
 /// What an ONNX tensor name stands for during import.
 #[derive(Clone, Debug)]
 pub enum Entry {
-    /// A float32 value computed at run time.
+    /// A value computed at run time (of any IR element type).
     Value(Value),
     /// A value known at import time; it becomes a module weight when an op needs it.
     Const(Rc<ConstTensor>),

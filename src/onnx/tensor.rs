@@ -222,7 +222,17 @@ impl ConstTensor {
                     }
                     None => {
                         expect_len(t.int32_data.len(), count, "int32_data elements")?;
-                        t.int32_data.iter().map(|&v| v as u16).collect()
+                        t.int32_data
+                            .iter()
+                            .map(|&v| {
+                                u16::try_from(v).map_err(|_| {
+                                    format!(
+                                        "int32_data holds {v}, not the 16 bits of a {}",
+                                        dtype::name(onnx_type)
+                                    )
+                                })
+                            })
+                            .collect::<Result<_, _>>()?
                     }
                 };
                 let widen = if onnx_type == dtype::FLOAT16 {
@@ -784,6 +794,34 @@ fn check_len(dims: &[usize]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn float16_and_bfloat16_tensors_decode_from_raw_and_int32_data() {
+        let mut t = TensorProto {
+            dims: vec![3],
+            data_type: Some(dtype::FLOAT16),
+            raw_data: Some(Bytes::from_static(&[0x00, 0x3c, 0x00, 0xc1, 0x00, 0x7c])),
+            ..TensorProto::default()
+        };
+        let c = ConstTensor::from_proto(&t).unwrap();
+        assert_eq!(c.onnx_type, dtype::FLOAT16);
+        assert_eq!(c.f32s().unwrap()[..], [1.0, -2.5, f32::INFINITY]);
+        let (ty, _) = c.to_weight().unwrap();
+        assert_eq!(ty.dtype, DType::F16);
+        // bfloat16 bits in int32_data; a value past 16 bits is a malformed tensor
+        t.raw_data = None;
+        t.data_type = Some(dtype::BFLOAT16);
+        t.int32_data = vec![0x3f80, 0x4040, 0xbf00];
+        let c = ConstTensor::from_proto(&t).unwrap();
+        assert_eq!(c.f32s().unwrap()[..], [1.0, 3.0, -0.5]);
+        t.int32_data[1] = 0x1_0000;
+        let e = ConstTensor::from_proto(&t).unwrap_err();
+        assert!(e.contains("65536") && e.contains("bfloat16"), "{e}");
+        // too few bytes
+        t.int32_data.clear();
+        t.raw_data = Some(Bytes::from_static(&[0x00, 0x3c, 0x00]));
+        assert!(ConstTensor::from_proto(&t).is_err());
+    }
 
     #[test]
     fn broadcast_indices_repeat_along_size_one_axes() {
