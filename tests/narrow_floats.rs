@@ -372,3 +372,30 @@ fn the_c_api_runs_f16_and_bf16_buffers_of_their_element_types() {
     );
     assert_eq!(smelt_executable_destroy(exe), SmeltStatus::Ok);
 }
+
+#[test]
+fn gather_where_expand_tile_and_reflect_pads_move_2_byte_elements() {
+    let src = "func @f(%a: tensor<3x2xbf16>, %ids: tensor<4xi64>, %c: tensor<3x2xi1>, %b: tensor<3x2xbf16>) -> (g: tensor<4x2xbf16>, w: tensor<3x2xbf16>, e: tensor<2x3x2xbf16>, t: tensor<3x4xbf16>, r: tensor<3x4xbf16>) {
+  %g = gather %a, %ids {axis = 0} : tensor<4x2xbf16>
+  %w = where %c, %a, %b : tensor<3x2xbf16>
+  %e = expand %a {shape = [2, 3, 2]} : tensor<2x3x2xbf16>
+  %t = tile %a {repeats = [1, 2]} : tensor<3x4xbf16>
+  %r = pad %a {pads = [0, 1, 0, 1], mode = reflect} : tensor<3x4xbf16>
+  return %g, %w, %e, %t, %r : tensor<4x2xbf16>, tensor<3x2xbf16>, tensor<2x3x2xbf16>, tensor<3x4xbf16>, tensor<3x4xbf16>
+}";
+    let m = smelt_ir::text::parse(src, "moves.tir").unwrap_or_else(|d| panic!("{d}"));
+    let a = Tensor::random(&smelt_ir::TensorType::new(DType::BF16, [3, 2]), 3);
+    let b = Tensor::random(&smelt_ir::TensorType::new(DType::BF16, [3, 2]), 4);
+    let ids = Tensor::typed([4], vec![2i64, 0, -1, 1]).unwrap();
+    let c = Tensor::typed([3, 2], vec![true, false, false, true, true, false]).unwrap();
+    let got = jit_util::check_against_interp("moves", &m, &[a.clone(), ids, c, b.clone()], 0.0);
+    let (x, y) = (bits(&a), bits(&b));
+    assert_eq!(
+        bits(&got[0]),
+        vec![x[4], x[5], x[0], x[1], x[4], x[5], x[2], x[3]]
+    );
+    assert_eq!(bits(&got[1]), vec![x[0], y[1], y[2], x[3], x[4], y[5]]);
+    assert_eq!(bits(&got[2]), [x.clone(), x.clone()].concat());
+    assert_eq!(bits(&got[3])[..4], [x[0], x[1], x[0], x[1]]);
+    assert_eq!(bits(&got[4])[..4], [x[1], x[0], x[1], x[0]]);
+}
