@@ -5,6 +5,7 @@
 //! onnxruntime is in `onnx_typed.rs`).
 
 mod jit_util;
+mod onnx_build;
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -398,4 +399,56 @@ fn gather_where_expand_tile_and_reflect_pads_move_2_byte_elements() {
     assert_eq!(bits(&got[2]), [x.clone(), x.clone()].concat());
     assert_eq!(bits(&got[3])[..4], [x[0], x[1], x[0], x[1]]);
     assert_eq!(bits(&got[4])[..4], [x[1], x[0], x[1], x[0]]);
+}
+
+#[test]
+fn onnx_float16_nodes_compute_in_f32_between_casts_whatever_the_tensor_names() {
+    use onnx_build::{fixed, Model};
+    // a tensor named as the importer's widenings are: the widening of x takes another name
+    let m = Model::new(17)
+        .input_dims("x", 10, &fixed(&[4]))
+        .node("Identity", "id", &["x"], &["x (as float32)"], vec![])
+        .node("Mul", "mul", &["x", "x (as float32)"], &["y"], vec![])
+        .node("Sqrt", "sqrt", &["y"], &["r"], vec![])
+        .output("y")
+        .output("r")
+        .import()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let f = &m.funcs[0];
+    let types: Vec<DType> = f.results.iter().map(|r| f.type_of(r.value).dtype).collect();
+    assert_eq!(types, [DType::F16, DType::F16]);
+    // every computation is on f32: the only ops that touch f16 are casts
+    for inst in &f.insts {
+        let reads_f16 = inst
+            .operands
+            .iter()
+            .any(|&v| f.type_of(v).dtype == DType::F16);
+        assert!(
+            !reads_f16 || matches!(inst.op, smelt_ir::Op::Cast { .. }),
+            "{:?} reads f16",
+            inst.op
+        );
+    }
+    // 3 · 3 rounds exactly; 1.1² rounds once from the f32 product, as numpy's f16 does
+    let x: Vec<u16> = [3.0f32, 1.1, -0.5, 300.0]
+        .iter()
+        .map(|&v| f32_to_f16(v))
+        .collect();
+    let got = interp::run(
+        &m,
+        f,
+        &[Tensor::typed([4], TensorData::F16(x.clone())).unwrap()],
+    )
+    .expect("interprets");
+    let want: Vec<u16> = x
+        .iter()
+        .map(|&h| f32_to_f16(f16_to_f32(h) * f16_to_f32(h)))
+        .collect();
+    assert_eq!(bits(&got[0]), want);
+    assert_eq!(bits(&got[0])[3], 0x7c00, "300² overflows f16 to infinity");
+    let roots: Vec<u16> = want
+        .iter()
+        .map(|&h| f32_to_f16(f16_to_f32(h).sqrt()))
+        .collect();
+    assert_eq!(bits(&got[1]), roots);
 }

@@ -50,6 +50,9 @@ pub struct Importer<'m> {
     pub opset: i64,
     /// How many control-flow bodies enclose the node being imported.
     pub subgraph_depth: usize,
+    /// The name under which each float16 / bfloat16 tensor's f32 widening is entered,
+    /// by the tensor's name (see `narrow.rs`).
+    pub widened: HashMap<String, String>,
 }
 
 impl<'m> Importer<'m> {
@@ -59,6 +62,7 @@ impl<'m> Importer<'m> {
             builder,
             opset,
             subgraph_depth: 0,
+            widened: HashMap::new(),
             entries: HashMap::new(),
             materialized: HashMap::new(),
             folded_bytes: 0,

@@ -863,6 +863,8 @@ fn import_node(imp: &mut Importer, node: &NodeProto, opset: i64) -> Result<(), D
                 format!("output {k} ('{name}') does not exist for this operator"),
             ))
         })?;
+        // a name bound anew has no widening yet
+        imp.widened.remove(name);
         imp.entries.insert(name.clone(), entry);
     }
     Ok(())

@@ -104,18 +104,31 @@ pub(super) fn widen_inputs(
         if !dtype::is_narrow_float(ty) {
             continue;
         }
-        let wide = format!("{name}{WIDE_SUFFIX}");
-        if !imp.entries.contains_key(&wide) {
-            let e = match entry {
-                Entry::Value(v) => Entry::Value(imp.builder.op(Op::Cast { to: DType::F32 }, &[v])?),
-                Entry::Const(c) => match c.as_float_type(dtype::FLOAT) {
-                    Some(w) => Entry::constant(w),
-                    None => continue,
-                },
-                Entry::Dropped { .. } => continue,
-            };
-            imp.entries.insert(wide.clone(), e);
-        }
+        let wide = match imp.widened.get(name) {
+            Some(w) => w.clone(),
+            None => {
+                // a name no tensor of the model has (a model may use any string)
+                let mut wide = format!("{name}{WIDE_SUFFIX}");
+                let mut k = 1;
+                while imp.entries.contains_key(&wide) {
+                    wide = format!("{name}{WIDE_SUFFIX} {k}");
+                    k += 1;
+                }
+                let e = match entry {
+                    Entry::Value(v) => {
+                        Entry::Value(imp.builder.op(Op::Cast { to: DType::F32 }, &[v])?)
+                    }
+                    Entry::Const(c) => match c.as_float_type(dtype::FLOAT) {
+                        Some(w) => Entry::constant(w),
+                        None => continue,
+                    },
+                    Entry::Dropped { .. } => continue,
+                };
+                imp.entries.insert(wide.clone(), e);
+                imp.widened.insert(name.clone(), wide.clone());
+                wide
+            }
+        };
         widened.get_or_insert_with(|| node.clone()).input[k] = wide;
     }
     let Some(widened) = widened else {
