@@ -6,7 +6,9 @@
 //! oracle, should compute what the generated code computes by the same argument. Both
 //! widen exactly and narrow with round-to-nearest-even, as numpy, `ml_dtypes` and
 //! onnxruntime do: overflow rounds to infinity, subnormals are kept, NaN stays a quiet
-//! NaN of the same sign.
+//! NaN of the same sign. The f16 subnormals go through one f32 multiplication or
+//! addition each way, so they need the default floating-point environment (no
+//! flush-to-zero or denormals-are-zero mode set by a host program), as f32 subnormals do.
 
 /// The `f32` whose value the `f16` bit pattern `h` holds (exact).
 pub fn f16_to_f32(h: u16) -> f32 {
