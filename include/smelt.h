@@ -81,6 +81,14 @@ enum SmeltElementType
    * A boolean stored as one byte holding 0 or 1 (`bool` / `uint8_t`).
    */
   SMELT_ELEMENT_TYPE_BOOL = 3,
+  /**
+   * IEEE-754 half precision, as its bits (`uint16_t`, or `_Float16`).
+   */
+  SMELT_ELEMENT_TYPE_F16 = 4,
+  /**
+   * bfloat16 (the upper half of a `float`), as its bits (`uint16_t`).
+   */
+  SMELT_ELEMENT_TYPE_BF16 = 5,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L

@@ -21,6 +21,10 @@ want_NAME.npy per output (onnxruntime's, graph optimizations off):
 - int64_ops: int64 arithmetic on values above 2^24 (exact only in integers), a
   comparison, Where, Not and Casts to int32 and float, with int64, int32, bool and float
   outputs whose element types the test checks too.
+- float16_mlp: a float16 model as a half-precision export stores it: float16 input,
+  weights and bias (MatMul -> Add -> SiLU as Sigmoid and Mul), a Transpose of the
+  float16 result and a Cast of it to float32, so float16 tensors cross the model's
+  interface both ways and move through data movement.
 
 Written under a temporary name, renamed when complete, stamped `.complete`.
 """
@@ -39,7 +43,7 @@ from fixtures import (
     write_models,
 )
 
-STAMP = "onnx 1.23.2 onnxruntime 1.32.0 typed 2"
+STAMP = "onnx 1.23.2 onnxruntime 1.32.0 typed 3"
 
 VOCAB, HIDDEN, HEADS, MAX_POS = 30, 16, 2, 16
 BATCH, SEQ = 1, 8
@@ -204,10 +208,40 @@ def layer_norm_decomposed(rng):
     return graph, {"x": x}, 13
 
 
+def float16_mlp(rng):
+    inits = [
+        nh.from_array(rng.uniform(-0.5, 0.5, [16, 8]).astype(np.float16), "w"),
+        nh.from_array(rng.uniform(-0.2, 0.2, [8]).astype(np.float16), "b"),
+    ]
+    nodes = [
+        h.make_node("MatMul", ["x", "w"], ["xw"]),
+        h.make_node("Add", ["xw", "b"], ["z"]),
+        h.make_node("Sigmoid", ["z"], ["s"]),
+        h.make_node("Mul", ["z", "s"], ["y"]),
+        h.make_node("Transpose", ["y"], ["yt"], perm=[1, 0]),
+        h.make_node("Cast", ["y"], ["y32"], to=T.FLOAT),
+    ]
+    graph = h.make_graph(
+        nodes,
+        "float16_mlp",
+        [h.make_tensor_value_info("x", T.FLOAT16, [2, 16])],
+        [
+            h.make_tensor_value_info("y", T.FLOAT16, [2, 8]),
+            h.make_tensor_value_info("yt", T.FLOAT16, [8, 2]),
+            h.make_tensor_value_info("y32", T.FLOAT, [2, 8]),
+        ],
+        inits,
+    )
+    x = rng.normal(0, 1, [2, 16]).astype(np.float16)
+    return graph, {"x": x}, 17
+
+
 MODELS = {
     "bert_embedding": bert_embedding,
     "layer_norm_decomposed": layer_norm_decomposed,
     "int64_ops": int64_ops,
+    # last: the generator's draws for the models above stay as they were
+    "float16_mlp": float16_mlp,
 }
 
 

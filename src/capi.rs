@@ -82,6 +82,10 @@ pub enum SmeltElementType {
     I32 = 2,
     /// A boolean stored as one byte holding 0 or 1 (`bool` / `uint8_t`).
     Bool = 3,
+    /// IEEE-754 half precision, as its bits (`uint16_t`, or `_Float16`).
+    F16 = 4,
+    /// bfloat16 (the upper half of a `float`), as its bits (`uint16_t`).
+    BF16 = 5,
 }
 
 impl SmeltElementType {
@@ -91,6 +95,8 @@ impl SmeltElementType {
             DType::I64 => SmeltElementType::I64,
             DType::I32 => SmeltElementType::I32,
             DType::Bool => SmeltElementType::Bool,
+            DType::F16 => SmeltElementType::F16,
+            DType::BF16 => SmeltElementType::BF16,
         }
     }
 
@@ -913,6 +919,12 @@ unsafe fn run_checked(
                     DType::Bool => {
                         Elements::Bool(std::slice::from_raw_parts(c.at as *const bool, n(c)))
                     }
+                    DType::F16 => {
+                        Elements::F16(std::slice::from_raw_parts(c.at as *const u16, n(c)))
+                    }
+                    DType::BF16 => {
+                        Elements::BF16(std::slice::from_raw_parts(c.at as *const u16, n(c)))
+                    }
                 }
             }
         })
@@ -938,6 +950,12 @@ unsafe fn run_checked(
                     DType::Bool => {
                         std::ptr::write_bytes(c.at as *mut u8, 0, c.bytes);
                         ElementsMut::Bool(std::slice::from_raw_parts_mut(c.at as *mut bool, n(c)))
+                    }
+                    DType::F16 => {
+                        ElementsMut::F16(std::slice::from_raw_parts_mut(c.at as *mut u16, n(c)))
+                    }
+                    DType::BF16 => {
+                        ElementsMut::BF16(std::slice::from_raw_parts_mut(c.at as *mut u16, n(c)))
                     }
                 }
             }

@@ -1,5 +1,7 @@
 //! Reading and writing NumPy `.npy` files (little-endian, C order) for CLI tensors, in
-//! each tensor's own element type: `<f4`, `<i8`, `<i4` and `|b1` (bool).
+//! each tensor's own element type: `<f4`, `<i8`, `<i4`, `|b1` (bool), `<f2` (float16)
+//! and `<V2` for bfloat16 — what numpy writes for an `ml_dtypes.bfloat16` array, which
+//! has no type code of its own (read it back with `.view(ml_dtypes.bfloat16)`).
 
 use smelt_ir::{DType, Tensor, TensorData};
 
@@ -12,6 +14,8 @@ fn descr(dtype: DType) -> &'static str {
         DType::I64 => "<i8",
         DType::I32 => "<i4",
         DType::Bool => "|b1",
+        DType::F16 => "<f2",
+        DType::BF16 => "<V2",
     }
 }
 
@@ -48,7 +52,8 @@ pub fn encode(t: &Tensor) -> Vec<u8> {
 }
 
 /// Decodes a `.npy` file in C order into a tensor of its element type: `<f4` (and `<f8`,
-/// narrowed to f32, an error where a finite value overflows it), `<i8`, `<i4`, `|b1`.
+/// narrowed to f32, an error where a finite value overflows it), `<i8`, `<i4`, `|b1`,
+/// `<f2` (float16) and 2-byte void (`<V2`, `|V2`), the bfloat16 of `ml_dtypes`.
 /// Integers are never converted to floats or back: a tensor of the wrong type is the
 /// caller's error to report. Errors say what is wrong with the file.
 pub fn decode(bytes: &[u8]) -> Result<Tensor, String> {
@@ -87,9 +92,13 @@ pub fn decode(bytes: &[u8]) -> Result<Tensor, String> {
         "<i8" => (DType::I64, 8),
         "<i4" => (DType::I32, 4),
         "|b1" => (DType::Bool, 1),
+        "<f2" => (DType::F16, 2),
+        // numpy has no code for ml_dtypes' bfloat16 and saves it as 2-byte void
+        "<V2" | "|V2" => (DType::BF16, 2),
         other => {
             return Err(format!(
-                "unsupported .npy dtype '{other}' (smelt reads float32, float64, int64, int32 and bool)"
+                "unsupported .npy dtype '{other}' (smelt reads float32, float64, float16, \
+                 bfloat16 (saved by ml_dtypes as '<V2'), int64, int32 and bool)"
             ))
         }
     };

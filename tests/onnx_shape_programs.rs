@@ -23,7 +23,7 @@ fn data_dir() -> PathBuf {
         common::generated_data(
             "shape-programs",
             "make_shape_programs.py",
-            "onnx 1.23.2 onnxruntime 1.32.0 shape-programs 2",
+            "onnx 1.23.2 onnxruntime 1.32.0 shape-programs 3",
         )
     })
     .clone()
@@ -107,8 +107,8 @@ fn bad_shape_programs_get_clear_errors_naming_the_node() {
             &["Cast node", "casting to string is not supported"],
         ),
         (
-            "cast_to_float16",
-            &["Cast node", "casting to float16 is not supported"],
+            "cast_to_float64",
+            &["Cast node", "casting to float64 is not supported"],
         ),
         (
             "cast_runtime_to_uint8",

@@ -3,8 +3,8 @@
 //! attention mask computed from an int64 mask, and int64 arithmetic above 2^24 with
 //! outputs of every element type (checked for type and exact value), and a layer norm
 //! written out as exporters of opset < 17 do (ReduceMean, Pow, Sqrt, ...) feeding a
-//! MatMul and an Erf-written GELU. Wrong input types and an id outside the table are
-//! clear errors.
+//! MatMul and an Erf-written GELU; a float16 model (float16 input, weights and outputs,
+//! `.npy` files of `<f2`). Wrong input types and an id outside the table are clear errors.
 //!
 //! Data: `scripts/make_typed_models.py` writes it to `target/onnx-tests/typed`; this test
 //! runs it through `$SMELT_PYTHON` (set by `scripts/test.sh`) when it is missing.
@@ -27,7 +27,7 @@ fn data_dir() -> PathBuf {
         common::generated_data(
             "typed",
             "make_typed_models.py",
-            "onnx 1.23.2 onnxruntime 1.32.0 typed 2",
+            "onnx 1.23.2 onnxruntime 1.32.0 typed 3",
         )
     })
     .clone()
@@ -189,4 +189,29 @@ fn wrong_input_types_and_ids_outside_the_table_are_clear_errors() {
     assert!(!o.status.success());
     let e = common::stderr(&o);
     assert!(e.contains("%x") && e.contains("i64"), "{e}");
+}
+
+#[test]
+fn a_float16_model_reads_and_writes_float16_and_matches_onnxruntime() {
+    let dir = data_dir().join("float16_mlp");
+    let (o, out) = smelt_run("float16_mlp", &[("x", &dir.join("x.npy"))], &[]);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    for (name, dtype) in [("y", DType::F16), ("yt", DType::F16), ("y32", DType::F32)] {
+        let got = common::read_npy(&out.path().join(format!("{name}.npy")));
+        let want = common::read_npy(&dir.join(format!("want_{name}.npy")));
+        assert_eq!(got.dtype(), dtype, "{name}");
+        let e = ErrorStats::between_tensors(&got, &want).unwrap();
+        // smelt computes in f32 and rounds once; onnxruntime's float16 kernels round
+        // more often: a few float16 ulps (2^-11 relative) apart at most
+        assert!(e.relative <= 4e-3, "{name}: relative error {}", e.relative);
+    }
+    // the transpose moved the float16 elements exactly
+    let y = common::read_npy(&out.path().join("y.npy"));
+    let yt = common::read_npy(&out.path().join("yt.npy"));
+    let (y, yt) = (y.data.to_f32s().unwrap(), yt.data.to_f32s().unwrap());
+    for i in 0..2 {
+        for j in 0..8 {
+            assert_eq!(y[i * 8 + j].to_bits(), yt[j * 2 + i].to_bits());
+        }
+    }
 }

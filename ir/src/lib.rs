@@ -13,6 +13,7 @@ pub mod builder;
 pub mod diag;
 pub mod files;
 pub mod graph;
+pub mod half;
 pub mod interp;
 pub mod loops;
 pub mod op;

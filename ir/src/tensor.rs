@@ -13,6 +13,10 @@ pub enum TensorData {
     I32(Vec<i32>),
     /// `i1` elements.
     Bool(Vec<bool>),
+    /// `f16` elements as their bit patterns (see [`crate::half`]).
+    F16(Vec<u16>),
+    /// `bf16` elements as their bit patterns.
+    BF16(Vec<u16>),
 }
 
 /// `$body` with `$v` bound to the element vector of `$data`, whatever its type; `$wrap`
@@ -58,6 +62,24 @@ macro_rules! with_elements {
                 }
                 $body
             }
+            $crate::tensor::TensorData::F16($v) => {
+                #[allow(unused_macros)]
+                macro_rules! $wrap {
+                    ($e:expr) => {
+                        $crate::tensor::TensorData::F16($e)
+                    };
+                }
+                $body
+            }
+            $crate::tensor::TensorData::BF16($v) => {
+                #[allow(unused_macros)]
+                macro_rules! $wrap {
+                    ($e:expr) => {
+                        $crate::tensor::TensorData::BF16($e)
+                    };
+                }
+                $body
+            }
         }
     };
 }
@@ -70,6 +92,8 @@ impl TensorData {
             DType::I64 => TensorData::I64(vec![0; len]),
             DType::I32 => TensorData::I32(vec![0; len]),
             DType::Bool => TensorData::Bool(vec![false; len]),
+            DType::F16 => TensorData::F16(vec![0; len]),
+            DType::BF16 => TensorData::BF16(vec![0; len]),
         }
     }
 
@@ -80,6 +104,8 @@ impl TensorData {
             TensorData::I64(_) => DType::I64,
             TensorData::I32(_) => DType::I32,
             TensorData::Bool(_) => DType::Bool,
+            TensorData::F16(_) => DType::F16,
+            TensorData::BF16(_) => DType::BF16,
         }
     }
 
@@ -107,6 +133,34 @@ impl TensorData {
             TensorData::F32(v) => Some(v),
             _ => None,
         }
+    }
+
+    /// The elements widened to `f32` (exactly), for `f32`, `f16` and `bf16` data.
+    pub fn to_f32s(&self) -> Option<Vec<f32>> {
+        match self {
+            TensorData::F32(v) => Some(v.clone()),
+            TensorData::F16(v) => Some(v.iter().map(|&x| crate::half::f16_to_f32(x)).collect()),
+            TensorData::BF16(v) => Some(v.iter().map(|&x| crate::half::bf16_to_f32(x)).collect()),
+            _ => None,
+        }
+    }
+
+    /// `f32` values rounded (to nearest even) into floats of type `dtype`: `f32` as they
+    /// are, `f16` or `bf16`; `None` for the other types.
+    pub fn from_f32s(dtype: DType, values: &[f32]) -> Option<TensorData> {
+        Some(match dtype {
+            DType::F32 => TensorData::F32(values.to_vec()),
+            DType::F16 => {
+                TensorData::F16(values.iter().map(|&x| crate::half::f32_to_f16(x)).collect())
+            }
+            DType::BF16 => TensorData::BF16(
+                values
+                    .iter()
+                    .map(|&x| crate::half::f32_to_bf16(x))
+                    .collect(),
+            ),
+            _ => return None,
+        })
     }
 
     /// The `i64` elements, if the type is `i64`.
@@ -139,24 +193,34 @@ impl TensorData {
                     })
                     .collect::<Result<_, _>>()?,
             ),
-            DType::F32 => return Err("f32 elements are not integers".into()),
+            DType::F32 | DType::F16 | DType::BF16 => {
+                return Err(format!("{dtype} elements are not integers"))
+            }
         })
     }
 
-    /// The elements as `i64`s, for integer and `i1` data (`None` for `f32`).
+    /// The elements as `i64`s, for integer and `i1` data (`None` for floats).
     pub fn to_i64s(&self) -> Option<Vec<i64>> {
         match self {
-            TensorData::F32(_) => None,
+            TensorData::F32(_) | TensorData::F16(_) | TensorData::BF16(_) => None,
             TensorData::I64(v) => Some(v.clone()),
             TensorData::I32(v) => Some(v.iter().map(|&x| x.into()).collect()),
             TensorData::Bool(v) => Some(v.iter().map(|&x| x.into()).collect()),
         }
     }
 
-    /// Each element as an `f64` (`i1` as 0 or 1): exact for `f32`, `i32` and `i1`, and
-    /// for `i64` up to 2^53. For error metrics and reports, never for computing.
+    /// Each element as an `f64` (`i1` as 0 or 1): exact for the floats, `i32` and `i1`,
+    /// and for `i64` up to 2^53. For error metrics and reports, never for computing.
     pub fn to_f64(&self) -> Vec<f64> {
         match self {
+            TensorData::F16(v) => v
+                .iter()
+                .map(|&x| crate::half::f16_to_f32(x) as f64)
+                .collect(),
+            TensorData::BF16(v) => v
+                .iter()
+                .map(|&x| crate::half::bf16_to_f32(x) as f64)
+                .collect(),
             TensorData::F32(v) => v.iter().map(|&x| x as f64).collect(),
             TensorData::I64(v) => v.iter().map(|&x| x as f64).collect(),
             TensorData::I32(v) => v.iter().map(|&x| x as f64).collect(),
@@ -172,6 +236,9 @@ impl TensorData {
             TensorData::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             TensorData::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             TensorData::Bool(v) => v.iter().map(|&x| u8::from(x)).collect(),
+            TensorData::F16(v) | TensorData::BF16(v) => {
+                v.iter().flat_map(|x| x.to_le_bytes()).collect()
+            }
         }
     }
 
@@ -210,6 +277,17 @@ impl TensorData {
                     })
                     .collect::<Option<Vec<bool>>>()?,
             ),
+            DType::F16 | DType::BF16 => {
+                let bits = bytes
+                    .chunks_exact(2)
+                    .map(|c| u16::from_le_bytes([c[0], c[1]]))
+                    .collect();
+                if dtype == DType::F16 {
+                    TensorData::F16(bits)
+                } else {
+                    TensorData::BF16(bits)
+                }
+            }
         })
     }
 }
@@ -308,7 +386,8 @@ impl Tensor {
     }
 
     /// A row-major tensor of `ty`'s dims and element type with seeded pseudo-random
-    /// elements, for `--random-inputs` and checks: `f32` uniform in [-1, 1]; integers
+    /// elements, for `--random-inputs` and checks: floats uniform in [-1, 1] (`f16` and
+    /// `bf16` rounded from the same `f32` draws); integers
     /// 0 or 1 and `i1` false or true, each with probability 1/2 (valid ids, indices and
     /// mask values for any model, where wider integers could point outside a table).
     pub fn random(ty: &TensorType, seed: u64) -> Tensor {
@@ -326,6 +405,9 @@ impl Tensor {
             DType::I64 => TensorData::I64(bits().map(i64::from).collect()),
             DType::I32 => TensorData::I32(bits().map(i32::from).collect()),
             DType::Bool => TensorData::Bool(bits().collect()),
+            DType::F16 | DType::BF16 => {
+                TensorData::from_f32s(ty.dtype, &uniform).expect("a float type converts from f32")
+            }
         };
         Tensor { ty, data }
     }
@@ -369,6 +451,8 @@ impl Tensor {
             TensorData::I64(v) => v[k] as f64,
             TensorData::I32(v) => v[k] as f64,
             TensorData::Bool(v) => f64::from(u8::from(v[k])),
+            TensorData::F16(v) => crate::half::f16_to_f32(v[k]) as f64,
+            TensorData::BF16(v) => crate::half::bf16_to_f32(v[k]) as f64,
         }
     }
 

@@ -22,11 +22,23 @@ pub enum DType {
     I32,
     /// A boolean, stored as one byte holding 0 or 1; spelled `i1` as in MLIR.
     Bool,
+    /// IEEE-754 half precision (binary16), a storage type: only `cast` and data movement
+    /// take it, every computation widens it to `f32` first (see [`crate::half`]).
+    F16,
+    /// bfloat16 (f32's upper 16 bits), a storage type like [`DType::F16`].
+    BF16,
 }
 
 impl DType {
     /// Every element type, in declaration order.
-    pub const ALL: [DType; 4] = [DType::F32, DType::I64, DType::I32, DType::Bool];
+    pub const ALL: [DType; 6] = [
+        DType::F32,
+        DType::I64,
+        DType::I32,
+        DType::Bool,
+        DType::F16,
+        DType::BF16,
+    ];
 
     /// Size of one element in bytes.
     pub fn size_bytes(self) -> usize {
@@ -34,16 +46,19 @@ impl DType {
             DType::F32 | DType::I32 => 4,
             DType::I64 => 8,
             DType::Bool => 1,
+            DType::F16 | DType::BF16 => 2,
         }
     }
 
-    /// The spelling used in the text form (`f32`, `i64`, `i32`, `i1`).
+    /// The spelling used in the text form (`f32`, `i64`, `i32`, `i1`, `f16`, `bf16`).
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "f32",
             DType::I64 => "i64",
             DType::I32 => "i32",
             DType::Bool => "i1",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
         }
     }
 
@@ -58,9 +73,14 @@ impl DType {
     }
 
     /// Whether arithmetic (`add`, `mul`, `neg`, ...) is defined on the type: `f32` and
-    /// the integer types.
+    /// the integer types (the 2-byte floats are storage only).
     pub fn is_numeric(self) -> bool {
-        self != DType::Bool
+        matches!(self, DType::F32 | DType::I64 | DType::I32)
+    }
+
+    /// Whether the type is a 2-byte float storage type (`f16`, `bf16`).
+    pub fn is_narrow_float(self) -> bool {
+        matches!(self, DType::F16 | DType::BF16)
     }
 }
 

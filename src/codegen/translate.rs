@@ -193,6 +193,8 @@ fn clif_type(w: Width) -> Type {
         Width::I32 => types::I32,
         // an `i1` is a byte 0 or 1, which is what Cranelift's comparisons produce
         Width::Bool => types::I8,
+        // the 2-byte floats are moved as their bits and widened only by `cast`
+        Width::F16 | Width::BF16 => types::I16,
     }
 }
 
@@ -936,6 +938,15 @@ impl Gen<'_, '_> {
         let ty = clif_type(to);
         match (from, to) {
             _ if from == to => v,
+            // the 2-byte floats convert through f32, which holds each of them exactly
+            (Width::F16 | Width::BF16, _) => {
+                let wide = self.widen_narrow_float(v, from);
+                self.cast(wide, Width::Scalar, to)
+            }
+            (_, Width::F16 | Width::BF16) => {
+                let wide = self.cast(v, from, Width::Scalar);
+                self.narrow_float(wide, to)
+            }
             (Width::Scalar, Width::I64 | Width::I32) => self.fb.ins().fcvt_to_sint_sat(ty, v),
             (Width::Scalar, Width::Bool) => {
                 let zero = self.fb.ins().f32const(0.0);
@@ -955,6 +966,94 @@ impl Gen<'_, '_> {
             // vectors are never cast (the checker's rule)
             _ => v,
         }
+    }
+
+    /// The `f32` value of the `f16` or `bf16` bits `v` (an `i16`), exactly: the steps of
+    /// `smelt_ir::half::f16_to_f32` and `bf16_to_f32` in integer instructions.
+    fn widen_narrow_float(&mut self, v: ClifValue, from: Width) -> ClifValue {
+        let h = self.fb.ins().uextend(types::I32, v);
+        if from == Width::BF16 {
+            let bits = self.fb.ins().ishl_imm_u(h, 16);
+            return self.fb.ins().bitcast(types::F32, MemFlagsData::new(), bits);
+        }
+        let magnitude = self.fb.ins().band_imm_u(h, 0x7fff);
+        let sign = self.fb.ins().band_imm_u(h, 0x8000);
+        let sign = self.fb.ins().ishl_imm_u(sign, 16);
+        let shifted = self.fb.ins().ishl_imm_u(magnitude, 13);
+        // finite: the shifted fields times 2^112 rebias the exponent, subnormals too
+        let as_f32 = self
+            .fb
+            .ins()
+            .bitcast(types::F32, MemFlagsData::new(), shifted);
+        let scale = self.fb.ins().f32const(f32::from_bits(0x7780_0000));
+        let finite = self.fb.ins().fmul(as_f32, scale);
+        let finite = self
+            .fb
+            .ins()
+            .bitcast(types::I32, MemFlagsData::new(), finite);
+        // infinity and NaN keep their payload under f32's all-ones exponent
+        let special = self.fb.ins().bor_imm_u(shifted, 0x7f80_0000);
+        let is_special =
+            self.fb
+                .ins()
+                .icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, magnitude, 0x7c00);
+        let bits = self.fb.ins().select(is_special, special, finite);
+        let bits = self.fb.ins().bor(bits, sign);
+        self.fb.ins().bitcast(types::F32, MemFlagsData::new(), bits)
+    }
+
+    /// The `f16` or `bf16` bits (an `i16`) nearest to the `f32` `v`, ties to even: the
+    /// steps of `smelt_ir::half::f32_to_f16` and `f32_to_bf16` in integer instructions,
+    /// every case computed and the right one selected (no branches in the loop body).
+    fn narrow_float(&mut self, v: ClifValue, to: Width) -> ClifValue {
+        let bits = self.fb.ins().bitcast(types::I32, MemFlagsData::new(), v);
+        let a = self.fb.ins().band_imm_u(bits, 0x7fff_ffff);
+        let is_nan = self
+            .fb
+            .ins()
+            .icmp_imm_u(IntCC::UnsignedGreaterThan, a, 0x7f80_0000);
+        let high = self.fb.ins().ushr_imm_u(bits, 16);
+        if to == Width::BF16 {
+            let quiet = self.fb.ins().bor_imm_u(high, 0x40);
+            let odd = self.fb.ins().band_imm_u(high, 1);
+            let rounded = self.fb.ins().iadd_imm_s(bits, 0x7fff);
+            let rounded = self.fb.ins().iadd(rounded, odd);
+            let rounded = self.fb.ins().ushr_imm_u(rounded, 16);
+            let r = self.fb.ins().select(is_nan, quiet, rounded);
+            return self.fb.ins().ireduce(types::I16, r);
+        }
+        let sign = self.fb.ins().band_imm_u(high, 0x8000);
+        // NaN: the top payload bits, quiet
+        let payload = self.fb.ins().ushr_imm_u(a, 13);
+        let payload = self.fb.ins().band_imm_u(payload, 0x3ff);
+        let nan = self.fb.ins().bor_imm_u(payload, 0x7e00);
+        // normal: rebias (127 - 15 = 112) and round the 13 dropped bits to even
+        let odd = self.fb.ins().ushr_imm_u(a, 13);
+        let odd = self.fb.ins().band_imm_u(odd, 1);
+        let normal = self.fb.ins().iadd_imm_s(a, 0xfff - (112 << 23));
+        let normal = self.fb.ins().iadd(normal, odd);
+        let normal = self.fb.ins().ushr_imm_u(normal, 13);
+        // below 2^-14: the addition of 0.5 rounds at f16's subnormal ulp
+        let magnitude_f = self.fb.ins().bitcast(types::F32, MemFlagsData::new(), a);
+        let half = self.fb.ins().f32const(0.5);
+        let sub = self.fb.ins().fadd(magnitude_f, half);
+        let sub = self.fb.ins().bitcast(types::I32, MemFlagsData::new(), sub);
+        let sub = self.fb.ins().iadd_imm_s(sub, -0x3f00_0000);
+        let is_sub = self
+            .fb
+            .ins()
+            .icmp_imm_u(IntCC::UnsignedLessThan, a, 0x3880_0000);
+        let finite = self.fb.ins().select(is_sub, sub, normal);
+        // 65520 and above round to infinity
+        let inf = self.fb.ins().iconst(types::I32, 0x7c00);
+        let is_inf = self
+            .fb
+            .ins()
+            .icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, a, 0x477f_f000);
+        let finite = self.fb.ins().select(is_inf, inf, finite);
+        let magnitude = self.fb.ins().select(is_nan, nan, finite);
+        let r = self.fb.ins().bor(magnitude, sign);
+        self.fb.ins().ireduce(types::I16, r)
     }
 
     /// `b` if it is NaN, else `r`; nothing to emit when `b` is a constant number.

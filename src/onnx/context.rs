@@ -14,7 +14,7 @@ use super::tensor::ConstTensor;
 /// What an ONNX tensor name stands for during import.
 #[derive(Clone, Debug)]
 pub enum Entry {
-    /// A float32 value computed at run time.
+    /// A value computed at run time (of any IR element type).
     Value(Value),
     /// A value known at import time; it becomes a module weight when an op needs it.
     Const(Rc<ConstTensor>),
@@ -35,9 +35,9 @@ impl Entry {
     }
 }
 
-/// What names meant before a body scoped them out: per name, its entry and its
-/// materialized constant.
-pub type ScopedNames = Vec<(Option<Entry>, Option<Value>)>;
+/// What names meant before a body scoped them out: per name, its entry, its
+/// materialized constant and the name of its f32 widening.
+pub type ScopedNames = Vec<(Option<Entry>, Option<Value>, Option<String>)>;
 
 /// The state of one import: the function being built and the meaning of every name.
 pub struct Importer<'m> {
@@ -57,6 +57,9 @@ pub struct Importer<'m> {
     /// Nodes imported so far by unrolling Loop and Scan bodies (bounded, so a huge trip
     /// count is an error rather than an endless import).
     pub unrolled_nodes: usize,
+    /// The name under which each float16 / bfloat16 tensor's f32 widening is entered,
+    /// by the tensor's name (see `narrow.rs`).
+    pub widened: HashMap<String, String>,
 }
 
 impl<'m> Importer<'m> {
@@ -67,32 +70,43 @@ impl<'m> Importer<'m> {
             opset,
             subgraph_depth: 0,
             unrolled_nodes: 0,
+            widened: HashMap::new(),
             entries: HashMap::new(),
             materialized: HashMap::new(),
             folded_bytes: 0,
         }
     }
 
-    /// Takes `names` out of scope: their entries and materialized constants, returned to
-    /// give back to [`Importer::scope_in`].
+    /// Takes `names` out of scope: their entries, materialized constants and f32
+    /// widenings, returned to give back to [`Importer::scope_in`].
     pub fn scope_out(&mut self, names: &[String]) -> ScopedNames {
         names
             .iter()
-            .map(|n| (self.entries.remove(n), self.materialized.remove(n)))
+            .map(|n| {
+                (
+                    self.entries.remove(n),
+                    self.materialized.remove(n),
+                    self.widened.remove(n),
+                )
+            })
             .collect()
     }
 
     /// Puts back what [`Importer::scope_out`] took for `names`, dropping what they were
     /// bound to since.
     pub fn scope_in(&mut self, names: &[String], saved: ScopedNames) {
-        for (n, (entry, value)) in names.iter().zip(saved) {
+        for (n, (entry, value, wide)) in names.iter().zip(saved) {
             self.entries.remove(n);
             self.materialized.remove(n);
+            self.widened.remove(n);
             if let Some(e) = entry {
                 self.entries.insert(n.clone(), e);
             }
             if let Some(v) = value {
                 self.materialized.insert(n.clone(), v);
+            }
+            if let Some(w) = wide {
+                self.widened.insert(n.clone(), w);
             }
         }
     }
@@ -139,14 +153,16 @@ impl<'m> Importer<'m> {
     }
 
     /// Adds `c` as a weight named after `name` and returns a `const` op reading it:
-    /// float32, int64, int32 and bool constants (other integer types are only folded).
+    /// float32, float16, bfloat16, int64, int32 and bool constants (other integer types are
+    /// only folded).
     pub fn materialize(&mut self, c: &ConstTensor, name: &str) -> Result<Value, Diagnostic> {
         let (ty, buf) = c.to_weight().ok_or_else(|| {
             plain_error(
                 "onnx-unsupported-dtype",
                 format!(
                     "tensor '{name}' has element type {}; smelt's run-time tensors are \
-                     float32, int64, int32 and bool (other types are folded at import only)",
+                     float32, float16, bfloat16, int64, int32 and bool (other types are \
+                     folded at import only)",
                     c.type_name()
                 ),
             )

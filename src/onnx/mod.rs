@@ -21,6 +21,7 @@
 mod aligned;
 mod context;
 mod external;
+mod narrow;
 mod ops;
 pub mod proto;
 pub mod tensor;
@@ -32,9 +33,7 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use prost::Message;
 use smelt_ir::builder::FuncBuilder;
-use smelt_ir::{
-    AlignedBuf, DType, Diagnostic, Diagnostics, Location, Module, Tensor, TensorData, TensorType,
-};
+use smelt_ir::{AlignedBuf, DType, Diagnostic, Diagnostics, Location, Module, Tensor, TensorType};
 
 use context::{node_display_name, plain_error, Entry, Importer, NodeCtx};
 pub use ops::MAX_OPSET;
@@ -180,7 +179,8 @@ fn import_aligned(
 }
 
 /// Decodes a serialized `TensorProto` (the `input_N.pb` files of ONNX test data) into a
-/// host tensor of its element type (float32, int64, int32 or bool) and the tensor's name.
+/// host tensor of its element type (float32, float16, bfloat16, int64, int32 or bool)
+/// and the tensor's name.
 pub fn read_tensor(bytes: &[u8]) -> Result<(String, Tensor), crate::Error> {
     let t = proto::TensorProto::decode(Bytes::copy_from_slice(bytes)).map_err(|e| {
         onnx_error(plain_error(
@@ -196,23 +196,12 @@ pub fn read_tensor(bytes: &[u8]) -> Result<(String, Tensor), crate::Error> {
         ))
     };
     let c = ConstTensor::from_proto(&t).map_err(bad)?;
-    let unsupported = || {
+    let data = c.to_data().ok_or_else(|| {
         bad(format!(
-            "has element type {}, not float32, int64, int32 or bool",
+            "has element type {}, not float32, float16, bfloat16, int64, int32 or bool",
             c.type_name()
         ))
-    };
-    let data = match (c.f32s(), c.i64s()) {
-        (Some(v), _) => TensorData::F32(v.into_owned()),
-        (None, Some(v)) => {
-            let d = match c.onnx_type {
-                0 => DType::I64,
-                code => dtype::ir(code).ok_or_else(unsupported)?,
-            };
-            TensorData::from_i64s(d, v.to_vec()).map_err(bad)?
-        }
-        (None, None) => return Err(unsupported()),
-    };
+    })?;
     let tensor = Tensor::typed(c.dims.clone(), data).map_err(bad)?;
     Ok((name, tensor))
 }
@@ -512,8 +501,8 @@ fn input_type(
         return Err(plain_error(
             "onnx-unsupported-dtype",
             format!(
-                "input '{name}' has element type {}; smelt's inputs are float32, int64, \
-                 int32 or bool",
+                "input '{name}' has element type {}; smelt's inputs are float32, float16, \
+                 bfloat16, int64, int32 or bool",
                 dtype::name(tensor.elem_type())
             ),
         ));
@@ -885,9 +874,26 @@ fn import_node(imp: &mut Importer, node: &NodeProto, opset: i64) -> Result<(), D
     }
     imp.builder
         .set_loc(Location::Name(node_display_name(node).into()));
+    let widened = narrow::widen_inputs(imp, node).map_err(fail)?;
+    // errors about a widened input name the model's tensor
+    let fail = |d: Diagnostic| {
+        fail(Diagnostic {
+            message: narrow::plain_names(&d.message),
+            ..d
+        })
+    };
     let outputs = {
-        let mut cx = NodeCtx { imp, node, version };
+        let read = widened.as_ref().map_or(node, |w| &w.node);
+        let mut cx = NodeCtx {
+            imp,
+            node: read,
+            version,
+        };
         (rule.import)(&mut cx).map_err(fail)?
+    };
+    let outputs = match widened.and_then(|w| w.result_type) {
+        Some(code) => narrow::narrow_results(imp, outputs, code).map_err(fail)?,
+        None => outputs,
     };
     for (k, name) in node.output.iter().enumerate() {
         if name.is_empty() {
@@ -899,6 +905,8 @@ fn import_node(imp: &mut Importer, node: &NodeProto, opset: i64) -> Result<(), D
                 format!("output {k} ('{name}') does not exist for this operator"),
             ))
         })?;
+        // a name bound anew has no widening yet
+        imp.widened.remove(name);
         imp.entries.insert(name.clone(), entry);
     }
     Ok(())

@@ -28,12 +28,19 @@ pub mod dtype {
     pub const INT64: i32 = 7;
     /// bool.
     pub const BOOL: i32 = 9;
+    /// float16 (IEEE-754 binary16).
+    pub const FLOAT16: i32 = 10;
+    /// bfloat16.
+    pub const BFLOAT16: i32 = 16;
 
-    /// The IR element type a run-time tensor of type `code` has: float32, int64, int32
-    /// and bool; `None` for the types smelt only folds at import (or not at all).
+    /// The IR element type a run-time tensor of type `code` has: float32, int64, int32,
+    /// bool, float16 and bfloat16; `None` for the types smelt only folds at import (or
+    /// not at all).
     pub fn ir(code: i32) -> Option<smelt_ir::DType> {
         Some(match code {
             FLOAT => smelt_ir::DType::F32,
+            FLOAT16 => smelt_ir::DType::F16,
+            BFLOAT16 => smelt_ir::DType::BF16,
             INT64 => smelt_ir::DType::I64,
             INT32 => smelt_ir::DType::I32,
             BOOL => smelt_ir::DType::Bool,
@@ -48,7 +55,14 @@ pub mod dtype {
             smelt_ir::DType::I64 => INT64,
             smelt_ir::DType::I32 => INT32,
             smelt_ir::DType::Bool => BOOL,
+            smelt_ir::DType::F16 => FLOAT16,
+            smelt_ir::DType::BF16 => BFLOAT16,
         }
+    }
+
+    /// Whether `code` is a 2-byte float type (float16, bfloat16).
+    pub fn is_narrow_float(code: i32) -> bool {
+        matches!(code, FLOAT16 | BFLOAT16)
     }
 
     /// The range `(min, max)` of an integer or bool type code, `None` for other types.
@@ -116,11 +130,12 @@ pub enum ConstData {
     /// float32 elements in an aligned window of the model file (not copied; they become
     /// the module weight as they are).
     F32Aligned(AlignedBuf),
-    /// float32 elements.
+    /// float32 elements — or float16 / bfloat16 ones (by the tensor's `onnx_type`),
+    /// widened exactly: smelt computes on them in f32.
     F32(Vec<f32>),
     /// Integer or boolean elements widened to i64 (shapes, axes, indices, flags).
     I64(Vec<i64>),
-    /// Elements of a type smelt does not compute with (float64, float16, string...);
+    /// Elements of a type smelt does not compute with (float64, float8, string...);
     /// an error is reported only if a node uses them.
     Unsupported,
 }
@@ -196,6 +211,37 @@ impl ConstTensor {
                     ConstData::F32(t.float_data.clone())
                 }
             },
+            dtype::FLOAT16 | dtype::BFLOAT16 => {
+                // the bit patterns: two bytes each in raw_data, else one per int32_data
+                let bits: Vec<u16> = match raw {
+                    Some(r) => {
+                        expect_len(r.len(), count * 2, "raw_data bytes")?;
+                        r.chunks_exact(2)
+                            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+                            .collect()
+                    }
+                    None => {
+                        expect_len(t.int32_data.len(), count, "int32_data elements")?;
+                        t.int32_data
+                            .iter()
+                            .map(|&v| {
+                                u16::try_from(v).map_err(|_| {
+                                    format!(
+                                        "int32_data holds {v}, not the 16 bits of a {}",
+                                        dtype::name(onnx_type)
+                                    )
+                                })
+                            })
+                            .collect::<Result<_, _>>()?
+                    }
+                };
+                let widen = if onnx_type == dtype::FLOAT16 {
+                    smelt_ir::half::f16_to_f32
+                } else {
+                    smelt_ir::half::bf16_to_f32
+                };
+                ConstData::F32(bits.into_iter().map(widen).collect())
+            }
             dtype::INT64 => match raw {
                 Some(r) => ConstData::I64(decode_ints(r, count, 8, true)?),
                 None => {
@@ -297,9 +343,54 @@ impl ConstTensor {
         dtype::name(self.onnx_type)
     }
 
+    /// The elements as host data of their IR type (float16 and bfloat16 as their bits);
+    /// `None` for element types smelt cannot hold.
+    pub fn to_data(&self) -> Option<smelt_ir::TensorData> {
+        if let Some(v) = self.f32s() {
+            let dt = dtype::ir(self.onnx_type).unwrap_or(DType::F32);
+            return smelt_ir::TensorData::from_f32s(dt, &v);
+        }
+        let v = self.i64s()?;
+        let dt = match self.onnx_type {
+            0 => DType::I64,
+            code => dtype::ir(code)?,
+        };
+        smelt_ir::TensorData::from_i64s(dt, v.to_vec()).ok()
+    }
+
+    /// The same float elements as type `code` (float32, float16 or bfloat16), rounded
+    /// to it (to nearest even) when it is narrower; `None` unless the tensor holds floats.
+    pub fn as_float_type(&self, code: i32) -> Option<ConstTensor> {
+        let v = self.f32s()?;
+        let data = match code {
+            dtype::FLOAT16 => v
+                .iter()
+                .map(|&x| smelt_ir::half::f16_to_f32(smelt_ir::half::f32_to_f16(x)))
+                .collect(),
+            dtype::BFLOAT16 => v
+                .iter()
+                .map(|&x| smelt_ir::half::bf16_to_f32(smelt_ir::half::f32_to_bf16(x)))
+                .collect(),
+            dtype::FLOAT => v.into_owned(),
+            _ => return None,
+        };
+        Some(ConstTensor {
+            dims: self.dims.clone(),
+            data: ConstData::F32(data),
+            onnx_type: code,
+        })
+    }
+
     /// The IR type and an aligned copy of the data (or the aligned window of the model
     /// file holding it), for a module weight. `None` for element types smelt cannot store.
     pub fn to_weight(&self) -> Option<(TensorType, AlignedBuf)> {
+        if dtype::is_narrow_float(self.onnx_type) {
+            // a float16 / bfloat16 constant kept as such (a graph output, a Cast's
+            // input): stored as its bits
+            let data = self.to_data()?;
+            let ty = TensorType::new(data.dtype(), self.dims.clone());
+            return Some((ty, AlignedBuf::from_data(&data)));
+        }
         let (dt, buf) = match &self.data {
             ConstData::F32Raw(r) => (DType::F32, aligned_f32_from_le(r)),
             ConstData::F32Aligned(b) => (DType::F32, b.clone()),
@@ -703,6 +794,34 @@ fn check_len(dims: &[usize]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn float16_and_bfloat16_tensors_decode_from_raw_and_int32_data() {
+        let mut t = TensorProto {
+            dims: vec![3],
+            data_type: Some(dtype::FLOAT16),
+            raw_data: Some(Bytes::from_static(&[0x00, 0x3c, 0x00, 0xc1, 0x00, 0x7c])),
+            ..TensorProto::default()
+        };
+        let c = ConstTensor::from_proto(&t).unwrap();
+        assert_eq!(c.onnx_type, dtype::FLOAT16);
+        assert_eq!(c.f32s().unwrap()[..], [1.0, -2.5, f32::INFINITY]);
+        let (ty, _) = c.to_weight().unwrap();
+        assert_eq!(ty.dtype, DType::F16);
+        // bfloat16 bits in int32_data; a value past 16 bits is a malformed tensor
+        t.raw_data = None;
+        t.data_type = Some(dtype::BFLOAT16);
+        t.int32_data = vec![0x3f80, 0x4040, 0xbf00];
+        let c = ConstTensor::from_proto(&t).unwrap();
+        assert_eq!(c.f32s().unwrap()[..], [1.0, 3.0, -0.5]);
+        t.int32_data[1] = 0x1_0000;
+        let e = ConstTensor::from_proto(&t).unwrap_err();
+        assert!(e.contains("65536") && e.contains("bfloat16"), "{e}");
+        // too few bytes
+        t.int32_data.clear();
+        t.raw_data = Some(Bytes::from_static(&[0x00, 0x3c, 0x00]));
+        assert!(ConstTensor::from_proto(&t).is_err());
+    }
 
     #[test]
     fn broadcast_indices_repeat_along_size_one_axes() {

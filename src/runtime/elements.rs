@@ -18,6 +18,10 @@ pub enum Elements<'a> {
     I32(&'a [i32]),
     /// `i1` elements.
     Bool(&'a [bool]),
+    /// `f16` elements as their bit patterns.
+    F16(&'a [u16]),
+    /// `bf16` elements as their bit patterns.
+    BF16(&'a [u16]),
 }
 
 /// A mutably borrowed run of elements of one type (an output of
@@ -34,6 +38,10 @@ pub enum ElementsMut<'a> {
     I32(&'a mut [i32]),
     /// `i1` elements.
     Bool(&'a mut [bool]),
+    /// `f16` elements as their bit patterns.
+    F16(&'a mut [u16]),
+    /// `bf16` elements as their bit patterns.
+    BF16(&'a mut [u16]),
 }
 
 impl<'a> Elements<'a> {
@@ -44,6 +52,8 @@ impl<'a> Elements<'a> {
             TensorData::I64(v) => Elements::I64(v),
             TensorData::I32(v) => Elements::I32(v),
             TensorData::Bool(v) => Elements::Bool(v),
+            TensorData::F16(v) => Elements::F16(v),
+            TensorData::BF16(v) => Elements::BF16(v),
         }
     }
 
@@ -54,6 +64,8 @@ impl<'a> Elements<'a> {
             Elements::I64(_) => DType::I64,
             Elements::I32(_) => DType::I32,
             Elements::Bool(_) => DType::Bool,
+            Elements::F16(_) => DType::F16,
+            Elements::BF16(_) => DType::BF16,
         }
     }
 
@@ -64,6 +76,7 @@ impl<'a> Elements<'a> {
             Elements::I64(v) => v.len(),
             Elements::I32(v) => v.len(),
             Elements::Bool(v) => v.len(),
+            Elements::F16(v) | Elements::BF16(v) => v.len(),
         }
     }
 
@@ -80,6 +93,7 @@ impl<'a> Elements<'a> {
             Elements::I64(v) => (v.as_ptr().cast(), v.len() * 8),
             Elements::I32(v) => (v.as_ptr().cast(), v.len() * 4),
             Elements::Bool(v) => (v.as_ptr().cast(), v.len()),
+            Elements::F16(v) | Elements::BF16(v) => (v.as_ptr().cast(), v.len() * 2),
         }
     }
 }
@@ -92,6 +106,8 @@ impl<'a> ElementsMut<'a> {
             TensorData::I64(v) => ElementsMut::I64(v),
             TensorData::I32(v) => ElementsMut::I32(v),
             TensorData::Bool(v) => ElementsMut::Bool(v),
+            TensorData::F16(v) => ElementsMut::F16(v),
+            TensorData::BF16(v) => ElementsMut::BF16(v),
         }
     }
 
@@ -102,6 +118,8 @@ impl<'a> ElementsMut<'a> {
             ElementsMut::I64(_) => DType::I64,
             ElementsMut::I32(_) => DType::I32,
             ElementsMut::Bool(_) => DType::Bool,
+            ElementsMut::F16(_) => DType::F16,
+            ElementsMut::BF16(_) => DType::BF16,
         }
     }
 
@@ -112,6 +130,7 @@ impl<'a> ElementsMut<'a> {
             ElementsMut::I64(v) => v.len(),
             ElementsMut::I32(v) => v.len(),
             ElementsMut::Bool(v) => v.len(),
+            ElementsMut::F16(v) | ElementsMut::BF16(v) => v.len(),
         }
     }
 
@@ -129,6 +148,7 @@ impl<'a> ElementsMut<'a> {
             ElementsMut::I64(v) => (v.as_mut_ptr().cast(), v.len() * 8),
             ElementsMut::I32(v) => (v.as_mut_ptr().cast(), v.len() * 4),
             ElementsMut::Bool(v) => (v.as_mut_ptr().cast(), v.len()),
+            ElementsMut::F16(v) | ElementsMut::BF16(v) => (v.as_mut_ptr().cast(), v.len() * 2),
         }
     }
 }

@@ -5,6 +5,7 @@
 use std::borrow::Cow;
 
 use super::shape;
+use crate::half;
 use crate::op::{
     AxisTaps, BinaryOp, Comparison, CoordinateMode, LogicOp, PadAttrs, ResizeAttrs, ResizeMode,
     SliceAttrs, UnaryOp,
@@ -40,6 +41,17 @@ element!(f32, F32);
 element!(i64, I64);
 element!(i32, I32);
 element!(bool, Bool);
+
+/// The 2-byte floats' bit patterns, for data movement only (the type rules keep every
+/// comparison and arithmetic off them, so their integer order is never used).
+impl Element for u16 {
+    fn slice(data: &TensorData) -> Option<&[u16]> {
+        match data {
+            TensorData::F16(v) | TensorData::BF16(v) => Some(v),
+            _ => None,
+        }
+    }
+}
 
 /// The elements of `data` as `T`s, where the type rule has said they are.
 fn elements<T: Element>(data: &TensorData) -> Result<&[T], String> {
@@ -143,6 +155,8 @@ pub(super) fn concat(args: &[Operand], axis: usize) -> Result<TensorData, String
         DType::I64 => TensorData::I64(typed(args, axis)?),
         DType::I32 => TensorData::I32(typed(args, axis)?),
         DType::Bool => TensorData::Bool(typed(args, axis)?),
+        DType::F16 => TensorData::F16(typed(args, axis)?),
+        DType::BF16 => TensorData::BF16(typed(args, axis)?),
     })
 }
 
@@ -228,26 +242,37 @@ pub(super) fn integer_unary(op: UnaryOp, x: &Operand) -> Result<TensorData, Stri
 
 /// ONNX `Cast`: see [`Op::Cast`] for the rules. Rust's `as` between these types is
 /// exactly them (float to int truncates and saturates, NaN to 0; int to float rounds
-/// to nearest; int to int wraps).
+/// to nearest; int to int wraps). `f16` and `bf16` go through `f32`: widening is exact,
+/// and narrowing rounds to nearest even ([`crate::half`]).
 pub(super) fn cast(x: &TensorData, to: DType) -> TensorData {
     fn each<S: Copy, D>(v: &[S], f: impl Fn(S) -> D) -> Vec<D> {
         v.iter().map(|&e| f(e)).collect()
     }
+    let from_f32 = |v: &[f32]| match to {
+        DType::F32 => TensorData::F32(v.to_vec()),
+        DType::I64 => TensorData::I64(each(v, |e| e as i64)),
+        DType::I32 => TensorData::I32(each(v, |e| e as i32)),
+        // NaN is true, as in numpy and onnxruntime
+        DType::Bool => TensorData::Bool(each(v, |e| e != 0.0)),
+        DType::F16 => TensorData::F16(each(v, half::f32_to_f16)),
+        DType::BF16 => TensorData::BF16(each(v, half::f32_to_bf16)),
+    };
     // Integers go through i64, which holds every i32 and i1 exactly.
     let from_int = |v: Vec<i64>| match to {
         DType::F32 => TensorData::F32(each(&v, |e| e as f32)),
         DType::I64 => TensorData::I64(v),
         DType::I32 => TensorData::I32(each(&v, |e| e as i32)),
         DType::Bool => TensorData::Bool(each(&v, |e| e != 0)),
+        // through f32: exact below 2^24, and every integer from 65520 on is f16's
+        // infinity either way (bf16 may round twice above 2^24)
+        DType::F16 | DType::BF16 => from_f32(&each(&v, |e| e as f32)),
     };
     match x {
-        TensorData::F32(v) => match to {
-            DType::F32 => TensorData::F32(v.clone()),
-            DType::I64 => TensorData::I64(each(v, |e| e as i64)),
-            DType::I32 => TensorData::I32(each(v, |e| e as i32)),
-            // NaN is true, as in numpy and onnxruntime
-            DType::Bool => TensorData::Bool(each(v, |e| e != 0.0)),
-        },
+        TensorData::F32(v) => from_f32(v),
+        TensorData::F16(_) if to == DType::F16 => x.clone(),
+        TensorData::BF16(_) if to == DType::BF16 => x.clone(),
+        TensorData::F16(v) => from_f32(&each(v, half::f16_to_f32)),
+        TensorData::BF16(v) => from_f32(&each(v, half::bf16_to_f32)),
         TensorData::I64(v) => from_int(v.clone()),
         TensorData::I32(v) => from_int(each(v, i64::from)),
         TensorData::Bool(v) => from_int(each(v, i64::from)),
@@ -274,6 +299,7 @@ pub(super) fn compare(
         DType::I64 => typed::<i64>(cmp, a, b, out)?,
         DType::I32 => typed::<i32>(cmp, a, b, out)?,
         DType::Bool => typed::<bool>(cmp, a, b, out)?,
+        d @ (DType::F16 | DType::BF16) => return Err(format!("internal: '{}' on {d}", cmp.name())),
     }))
 }
 

@@ -84,6 +84,11 @@ pub enum Width {
     I32,
     /// One `i1`, held as a byte 0 or 1.
     Bool,
+    /// One `f16`, held as its 16 bits: only loaded, stored, selected and cast (to and
+    /// from `f32`), never computed on.
+    F16,
+    /// One `bf16`, held as its 16 bits, like [`Width::F16`].
+    BF16,
 }
 
 impl Width {
@@ -91,7 +96,7 @@ impl Width {
     pub fn lanes(self) -> usize {
         match self {
             Width::F32x4 => 4,
-            Width::Scalar | Width::I64 | Width::I32 | Width::Bool => 1,
+            Width::Scalar | Width::I64 | Width::I32 | Width::Bool | Width::F16 | Width::BF16 => 1,
         }
     }
 
@@ -102,6 +107,8 @@ impl Width {
             Width::I64 => DType::I64,
             Width::I32 => DType::I32,
             Width::Bool => DType::Bool,
+            Width::F16 => DType::F16,
+            Width::BF16 => DType::BF16,
         }
     }
 
@@ -112,12 +119,20 @@ impl Width {
             DType::I64 => Width::I64,
             DType::I32 => Width::I32,
             DType::Bool => Width::Bool,
+            DType::F16 => Width::F16,
+            DType::BF16 => Width::BF16,
         }
     }
 
-    /// Whether the value is an integer or `i1` (integer instructions compute on it).
+    /// Whether the value is held in an integer register: an integer, `i1`, or a 2-byte
+    /// float's bits (which [`Width::is_narrow_float`] tells apart).
     pub fn is_integer(self) -> bool {
         self.dtype() != DType::F32
+    }
+
+    /// Whether the value is a 2-byte float's bits (`f16`, `bf16`): storage only.
+    pub fn is_narrow_float(self) -> bool {
+        matches!(self, Width::F16 | Width::BF16)
     }
 
     fn name(self) -> &'static str {
@@ -127,6 +142,8 @@ impl Width {
             Width::I64 => "i64",
             Width::I32 => "i32",
             Width::Bool => "i1",
+            Width::F16 => "f16",
+            Width::BF16 => "bf16",
         }
     }
 }

@@ -158,6 +158,8 @@ macro_rules! logic_ops {
         /// Converts every element to `to`, as ONNX `Cast` does: float to integer truncates
         /// toward zero and saturates at the type's bounds (NaN becomes 0); integer to float
         /// rounds to nearest even; integer to integer wraps; to `i1` is `!= 0`, from `i1` 0 or 1.
+        /// `f16` and `bf16` convert through `f32`: widening is exact, narrowing rounds to
+        /// nearest even (overflow to infinity, NaN stays NaN; see [`crate::half`]).
         Cast {
             /// The result's element type.
             to: DType,
@@ -258,9 +260,11 @@ macro_rules! logic_ops {
 }
 pub(super) use logic_ops;
 
-/// Element-type rule of comparisons: two operands of one type, an `i1` result.
+/// Element-type rule of comparisons: two operands of one type (not a 2-byte float, which
+/// only `cast` and data movement take), an `i1` result.
 pub(super) fn compare_dtype(o: &OperandTypes<'_>) -> Result<DType, String> {
     o.same_as(0, 1)?;
+    o.need(0, |d| !d.is_narrow_float(), "f32, an integer or i1")?;
     Ok(DType::Bool)
 }
 

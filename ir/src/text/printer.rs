@@ -64,7 +64,11 @@ fn dense(w: &Weight) -> String {
             }
         };
     }
-    let values = logical_values(w);
+    let values = match w.elements() {
+        // f16 and bf16 weights print their exact f32 values, which parse back to them
+        Some(e) if w.ty.dtype.is_narrow_float() => e.to_f32s().unwrap_or_default(),
+        _ => logical_values(w),
+    };
     match values.first() {
         Some(first) if values.iter().all(|v| v.to_bits() == first.to_bits()) => {
             format!("dense<{}>", F32(*first))

@@ -207,7 +207,9 @@ pub fn trilu(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     let zero = cx.scalar(0.0)?;
     let zero = match dtype {
         DType::F32 => zero,
-        DType::I64 | DType::I32 | DType::Bool => cx.emit(Op::Cast { to: dtype }, &[zero])?,
+        DType::I64 | DType::I32 | DType::Bool | DType::F16 | DType::BF16 => {
+            cx.emit(Op::Cast { to: dtype }, &[zero])?
+        }
     };
     Ok(vec![Entry::Value(cx.emit(Op::Where, &[mask, x, zero])?)])
 }
@@ -230,12 +232,7 @@ pub fn eye_like(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         Entry::Const(c) => c.onnx_type,
         Entry::Value(_) | Entry::Dropped { .. } => {
             let x = cx.value(0)?;
-            match cx.type_of(x).dtype {
-                DType::F32 => dtype::FLOAT,
-                DType::I64 => dtype::INT64,
-                DType::I32 => dtype::INT32,
-                DType::Bool => dtype::BOOL,
-            }
+            dtype::of_ir(cx.type_of(x).dtype)
         }
     };
     let onnx_type = match cx.attr_int("dtype")? {
@@ -244,7 +241,8 @@ pub fn eye_like(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
             .map_err(|_| cx.bad_attr("dtype", format!("{code} is not an ONNX type code")))?,
     };
     let on = |i: usize, j: usize| j as i64 - i as i64 == k;
-    let data = if onnx_type == dtype::FLOAT {
+    // 0 and 1 are exact in float16 and bfloat16 too
+    let data = if matches!(onnx_type, dtype::FLOAT | dtype::FLOAT16 | dtype::BFLOAT16) {
         ConstData::F32(
             (0..rows * cols)
                 .map(|p| f32::from(u8::from(on(p / cols, p % cols))))
@@ -269,8 +267,8 @@ pub fn eye_like(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         return Err(cx.err(
             "onnx-unsupported-dtype",
             format!(
-                "output type {} is not one smelt computes with (float32, int64, int32, \
-                 int16, int8, uint16, uint8, bool)",
+                "output type {} is not one smelt computes with (float32, float16, \
+                 bfloat16, int64, int32, int16, int8, uint16, uint8, bool)",
                 dtype::name(onnx_type)
             ),
         ));
@@ -378,7 +376,9 @@ pub fn one_hot(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     let indices = cx.value(0)?;
     let indices = match cx.type_of(indices).dtype {
         DType::I64 => indices,
-        DType::I32 | DType::F32 => cx.emit(Op::Cast { to: DType::I64 }, &[indices])?,
+        DType::I32 | DType::F32 | DType::F16 | DType::BF16 => {
+            cx.emit(Op::Cast { to: DType::I64 }, &[indices])?
+        }
         DType::Bool => {
             return Err(cx.err(
                 "onnx-unsupported-dtype",

@@ -8,7 +8,8 @@
 //! an error, never a wrap), floats in f32, comparisons giving bool constants. On data
 //! computed at run time (an attention mask from int64 ids, say) Cast, the comparisons,
 //! the boolean ops and Where become IR ops on typed tensors (`cast`, `less`, `and`,
-//! `where`, `mod`, ...) for float32, int64, int32 and bool; Range and Size stay folded only.
+//! `where`, `mod`, ...) for float32, int64, int32 and bool (float16 and bfloat16 through
+//! float32, see `narrow.rs`); Range and Size stay folded only.
 
 use smelt_ir::op::{broadcast, BinaryOp, Comparison, LogicOp, Op, UnaryOp};
 use smelt_ir::types::MAX_TENSOR_BYTES;
@@ -151,8 +152,10 @@ fn type_code(c: &ConstTensor) -> i32 {
 // Cast
 
 /// The element types Cast folds to.
-const CAST_TARGETS: [i32; 8] = [
+const CAST_TARGETS: [i32; 10] = [
     dtype::FLOAT,
+    dtype::FLOAT16,
+    dtype::BFLOAT16,
     dtype::INT64,
     dtype::INT32,
     dtype::INT16,
@@ -168,8 +171,8 @@ fn check_cast_target(to: i32) -> Result<(), String> {
         return Ok(());
     }
     Err(format!(
-        "casting to {} is not supported (smelt folds casts to float32, int64, int32, \
-         int16, int8, uint16, uint8 and bool)",
+        "casting to {} is not supported (smelt folds casts to float32, float16, \
+         bfloat16, int64, int32, int16, int8, uint16, uint8 and bool)",
         dtype::name(to)
     ))
 }
@@ -191,9 +194,18 @@ fn wrap_int(v: i64, to: i32) -> i64 {
 /// ONNX Cast on a constant: floats to integers truncate toward zero (NaN or a value out of
 /// the target's range is an error: ONNX leaves it undefined), integers to narrower
 /// integers keep the low bits (two's complement), anything to bool is `x != 0` (NaN is
-/// true), bool to numbers is 0 or 1, integers to float32 round to nearest.
+/// true), bool to numbers is 0 or 1, integers to float32 round to nearest; float16 and
+/// bfloat16 go through float32 (exact from them, one rounding to them).
 pub fn cast_const(c: &ConstTensor, to: i32) -> Result<ConstTensor, String> {
     check_cast_target(to)?;
+    if dtype::is_narrow_float(to) {
+        // to float32 (exact from the 2-byte floats, rounding from integers), then one
+        // rounding to the narrow type
+        let wide = cast_const(c, dtype::FLOAT)?;
+        return wide
+            .as_float_type(to)
+            .ok_or_else(|| format!("internal: no {} of {}", dtype::name(to), c.type_name()));
+    }
     let data = match (elems(c, "the input")?, to) {
         (Elems::Float(v), dtype::FLOAT) => ConstData::F32(v.into_owned()),
         (Elems::Float(v), dtype::BOOL) => {
@@ -258,7 +270,8 @@ pub fn cast(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
                     "onnx-unsupported-dtype",
                     format!(
                         "input 0 ('{}') is computed at run time, and casting it to {} is not \
-                         supported (run-time tensors are float32, int64, int32 and bool)",
+                         supported (run-time tensors are float32, float16, bfloat16, int64, int32 \
+                         and bool)",
                         cx.input_name(0).unwrap_or(""),
                         dtype::name(to)
                     ),
@@ -861,7 +874,15 @@ mod tests {
             dtype::FLOAT,
         );
         assert_eq!(f.unwrap().f32s().unwrap()[0], 16_777_216.0);
-        assert!(cast_const(&big, 10).is_err());
+        // float16 folds round through float32: 2^40 + 1 overflows to infinity; 0.1 as
+        // bfloat16 is 0x3dcd (0.10009765625)
+        let h = cast_const(&big, dtype::FLOAT16).unwrap();
+        assert_eq!(h.onnx_type, dtype::FLOAT16);
+        assert_eq!(h.f32s().unwrap()[..], [f32::INFINITY, 200.0, -1.0]);
+        let tenth = ConstTensor::f32(vec![1], vec![0.1]);
+        let b = cast_const(&tenth, dtype::BFLOAT16).unwrap();
+        assert_eq!(b.f32s().unwrap()[0].to_bits(), 0x3dcd_0000);
+        assert!(cast_const(&big, 11).is_err());
         assert!(cast_const(&big, 8).is_err());
     }
 

@@ -159,6 +159,11 @@ fn fill_constant(cx: &mut NodeCtx, value: f32) -> Result<smelt_ir::Value, Diagno
     let d = cx.type_of(x).dtype;
     let c = match d {
         DType::F32 => ConstTensor::f32(vec![], vec![value]),
+        // a float16 / bfloat16 input (read by a cast, never here: the importer widens
+        // them) would take the value rounded to its type
+        DType::F16 | DType::BF16 => ConstTensor::f32(vec![], vec![value])
+            .as_float_type(dtype::of_ir(d))
+            .unwrap_or_else(|| ConstTensor::f32(vec![], vec![value])),
         DType::I64 | DType::I32 | DType::Bool => {
             let code = dtype::of_ir(d);
             let whole = value.fract() == 0.0 && value.abs() < 9.0e18;

@@ -27,8 +27,8 @@ enum Init {
 /// The logical row-major elements of a weight declaration, by element type.
 enum WeightValues {
     F32(Vec<f32>),
-    /// Integer or `i1` elements (row-major).
-    Ints(TensorData),
+    /// Integer, `i1`, `f16` or `bf16` elements (row-major).
+    Typed(TensorData),
 }
 
 /// The value of an integer literal (not a float) when it fits an i64.
@@ -291,7 +291,7 @@ impl<'a> Parser<'a> {
         match self.weight_data(&name, &ty, ty_at, init, init_at) {
             Ok((values, origin)) => {
                 let data = match values {
-                    WeightValues::Ints(values) => AlignedBuf::from_data(&values),
+                    WeightValues::Typed(values) => AlignedBuf::from_data(&values),
                     WeightValues::F32(values) => match ty.layout {
                         Layout::RowMajor => AlignedBuf::from_f32(&values),
                         Layout::Blocked { .. } => AlignedBuf::from_data(
@@ -333,6 +333,36 @@ impl<'a> Parser<'a> {
             ));
         }
         let n = ty.num_elements();
+        if ty.dtype.is_narrow_float() {
+            // f16 and bf16 weights are float lists, each rounded to the type
+            return match init {
+                Init::Dense { values, splat }
+                    if ty.layout == Layout::RowMajor && (values.len() == n || splat) =>
+                {
+                    let mut floats = Vec::with_capacity(values.len());
+                    for (lit, at) in &values {
+                        floats.push(
+                            to_f32("dense", lit, *at)
+                                .map_err(|e| self.attr_diag(e, "bad-weight"))?,
+                        );
+                    }
+                    if splat && floats.len() == 1 {
+                        floats = vec![floats[0]; n];
+                    }
+                    let data = TensorData::from_f32s(ty.dtype, &floats)
+                        .ok_or_else(|| self.diag("bad-weight", "not a float type", init_at))?;
+                    Ok((WeightValues::Typed(data), WeightOrigin::Inline))
+                }
+                _ => Err(self.diag(
+                    "bad-weight",
+                    format!(
+                        "weight @{} has type {ty}: {} weights are row-major dense<[...]> lists of {n} numbers",
+                        name.name, ty.dtype
+                    ),
+                    ty_at,
+                )),
+            };
+        }
         if ty.dtype != DType::F32 {
             // Integer and i1 weights (ids, masks, shape tensors) are integer lists.
             return match init {
@@ -359,7 +389,7 @@ impl<'a> Parser<'a> {
                     }
                     let data = TensorData::from_i64s(ty.dtype, ints)
                         .map_err(|m| self.diag("bad-weight", m, init_at))?;
-                    Ok((WeightValues::Ints(data), WeightOrigin::Inline))
+                    Ok((WeightValues::Typed(data), WeightOrigin::Inline))
                 }
                 _ => Err(self.diag(
                     "bad-weight",
