@@ -1278,7 +1278,113 @@ fn run_suite(suite: &str) -> Vec<String> {
             all.passed
         );
     }
+    if suite == "node" {
+        problems.extend(readme_family_table_problems(&tally));
+    }
     problems
+}
+
+/// The README row of the node cases whose op is imported by no family file: the ONNX
+/// functions smelt runs in their `_expanded` form.
+const FUNCTIONS_ROW: &str = "functions smelt has no op for, run in their `_expanded` form";
+
+/// The op types each importer family declares: `"Op"  [versions]` lines of the `ROWS`
+/// table in `src/onnx/ops/FAMILY.rs`, by family (the file's stem).
+fn importer_families() -> BTreeMap<String, String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/onnx/ops");
+    let mut family_of = BTreeMap::new();
+    let files = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    for file in files.flatten() {
+        let path = file.path();
+        let Some(family) = path.file_stem().and_then(|s| s.to_str()) else {
+            continue;
+        };
+        if family == "mod" || path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let Some(rows) = text
+            .split("rules! {")
+            .nth(1)
+            .and_then(|t| t.split("};").next())
+        else {
+            continue;
+        };
+        for line in rows.lines() {
+            let line = line.trim_start();
+            let Some(rest) = line.strip_prefix('"') else {
+                continue;
+            };
+            if let Some((op, _)) = rest.split_once('"') {
+                family_of.insert(op.to_string(), family.to_string());
+            }
+        }
+    }
+    family_of
+}
+
+/// The README's per-family table of node cases (`README.md`, ONNX section) must say what
+/// this run counted: per family, cases passed / run, known failures and the ops with node
+/// tests. On a mismatch the rows it should hold are printed, to copy in.
+fn readme_family_table_problems(tally: &BTreeMap<String, OpTally>) -> Vec<String> {
+    let family_of = importer_families();
+    // per row: passed, run, known, ops
+    let mut rows: BTreeMap<String, (usize, usize, usize, Vec<String>)> = BTreeMap::new();
+    for (op, t) in tally {
+        let row = match family_of.get(op) {
+            Some(f) => format!("`{f}`"),
+            None => FUNCTIONS_ROW.to_string(),
+        };
+        let r = rows.entry(row).or_default();
+        r.0 += t.passed;
+        r.1 += t.total;
+        r.2 += t.known;
+        r.3.push(op.clone());
+    }
+    let readme_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    let readme = std::fs::read_to_string(&readme_path).unwrap_or_default();
+    let mut stated: BTreeMap<String, (usize, usize, usize, Vec<String>)> = BTreeMap::new();
+    let table = readme
+        .split("| family (`src/onnx/ops/`) |")
+        .nth(1)
+        .and_then(|t| t.split("\n\n").next())
+        .unwrap_or("");
+    for line in table.lines().skip(2) {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        if cells.len() < 5 {
+            continue;
+        }
+        let counts: Vec<usize> = cells[2]
+            .split('/')
+            .filter_map(|n| n.trim().parse().ok())
+            .collect();
+        let known = cells[3]
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(usize::MAX);
+        let mut ops: Vec<String> = cells[4].split(',').map(|o| o.trim().to_string()).collect();
+        ops.sort();
+        if let [passed, run] = counts[..] {
+            stated.insert(cells[1].to_string(), (passed, run, known, ops));
+        }
+    }
+    let mut want: Vec<_> = rows.into_iter().collect();
+    want.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(&b.0)));
+    let mismatched =
+        want.len() != stated.len() || want.iter().any(|(row, r)| stated.get(row) != Some(r));
+    if !mismatched {
+        return Vec::new();
+    }
+    let expected: Vec<String> = want
+        .iter()
+        .map(|(row, (p, r, k, ops))| format!("| {row} | {p} / {r} | {k} | {} |", ops.join(", ")))
+        .collect();
+    vec![format!(
+        "README.md's per-family table of node cases differs from this run; its rows should be \
+         (a known-failure cell may go on with a reason after the count):\n{}",
+        expected.join("\n")
+    )]
 }
 
 #[test]
