@@ -6,7 +6,7 @@
 //! ReduceProd and CumSum, the scatters' reductions over duplicate constant indices,
 //! ReverseSequence, BitwiseNot within the element width, an Einsum label broadcast from
 //! size 1, and what smelt refuses (scatters at run-time indices, Attention's and the
-//! recurrent ops' attributes, shorter sequences, malformed Einsum equations) named in the
+//! recurrent ops' attributes, lengths beyond the sequence, malformed Einsum equations) named in the
 //! error.
 
 mod common;
@@ -285,7 +285,7 @@ fn reduce_prod_of_int64_is_exact_above_two_to_the_24() {
 }
 
 #[test]
-fn recurrent_ops_refuse_clipping_and_shorter_sequences_by_name() {
+fn recurrent_ops_refuse_clipping_and_lengths_beyond_the_sequence_by_name() {
     let rnn = |attrs: Vec<smelt::onnx::proto::AttributeProto>, lens: Option<&[i64]>| {
         let mut m = Model::new(14)
             .input("x", &[2, 1, 3])
@@ -309,11 +309,12 @@ fn recurrent_ops_refuse_clipping_and_shorter_sequences_by_name() {
         "onnx-unsupported-attribute",
     );
     assert!(e.contains("'clip'") && e.contains("cell"), "{e}");
+    rnn(vec![attr_int("hidden_size", 4)], Some(&[1])).expect("a shorter length imports");
     let e = error_text(
-        rnn(vec![attr_int("hidden_size", 4)], Some(&[1])),
-        "onnx-unsupported-attribute",
+        rnn(vec![attr_int("hidden_size", 4)], Some(&[3])),
+        "onnx-bad-model",
     );
-    assert!(e.contains("sequence_lens [1]"), "{e}");
+    assert!(e.contains("sequence_lens [3]") && e.contains("cell"), "{e}");
 }
 
 #[test]

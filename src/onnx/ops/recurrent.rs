@@ -1,9 +1,12 @@
 //! RNN, GRU and LSTM unrolled over their static sequence length into IR ops: each
 //! gate's input projection `X·Wᵀ + bias` as one `matmul` over the whole sequence, then
 //! per step the recurrent `H·Rᵀ` and the gate equations of the ONNX operators, forward,
-//! reverse or both. The default activations only (RNN tanh, GRU sigmoid/tanh, LSTM
-//! sigmoid/tanh/tanh), no `clip`, no LSTM `input_forget`, and `sequence_lens` (if given)
-//! known at import and equal to the sequence length; anything else is refused by name.
+//! reverse or both. `sequence_lens` known at import: a batch entry's steps past its length
+//! keep its state and give zeros (a `where` over a constant mask per step, so the state
+//! is kept exactly), which also makes a reverse direction start at each entry's own last
+//! step, as ONNX defines it. The default activations only (RNN tanh, GRU sigmoid/tanh,
+//! LSTM sigmoid/tanh/tanh), no `clip` and no LSTM `input_forget`; anything else is refused
+//! by name.
 
 use smelt_ir::op::{BinaryOp, Op, SliceAttrs, UnaryOp};
 use smelt_ir::{Diagnostic, Value};
@@ -158,18 +161,24 @@ pub fn recurrent(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
             ));
         }
     }
-    if cx.input_name(4).is_some() {
-        let lengths = cx.const_ints(4, "sequence_lens")?;
-        if lengths.len() != batch || lengths.iter().any(|&l| l != seq as i64) {
-            return Err(cx.err(
-                "onnx-unsupported-attribute",
-                format!(
-                    "sequence_lens {lengths:?}: smelt runs every batch entry over the whole \
-                     sequence of {seq}"
-                ),
-            ));
+    // per batch entry, its length when some entry is shorter than the sequence
+    let lengths = match cx.input_name(4) {
+        None => None,
+        Some(_) => {
+            let lengths = cx.const_ints(4, "sequence_lens")?;
+            if lengths.len() != batch || lengths.iter().any(|&l| !(0..=seq as i64).contains(&l)) {
+                return Err(cx.err(
+                    "onnx-bad-model",
+                    format!(
+                        "sequence_lens {lengths:?} must hold {batch} lengths (one per batch \
+                         entry) of at most the sequence's {seq}"
+                    ),
+                ));
+            }
+            let lengths: Vec<usize> = lengths.iter().map(|&l| l as usize).collect();
+            lengths.iter().any(|&l| l < seq).then_some(lengths)
         }
-    }
+    };
 
     let x = cx.value(0)?;
     let x = if batch_first {
@@ -217,6 +226,7 @@ pub fn recurrent(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
             hidden,
             input,
             reverse,
+            lengths: lengths.clone(),
         };
         let (y, h, c) = dir.run(cx, [x, w, r], b, [initial_h, initial_c], peepholes)?;
         ys.push(y);
@@ -292,9 +302,27 @@ struct Direction {
     hidden: usize,
     input: usize,
     reverse: bool,
+    /// Each batch entry's length, when some entry is shorter than `seq`.
+    lengths: Option<Vec<usize>>,
 }
 
 impl Direction {
+    /// The `[batch, 1]` mask of the entries still running at step `t`, when some is not.
+    fn running(&self, cx: &mut NodeCtx, t: usize) -> Result<Option<Value>, Diagnostic> {
+        let Some(lengths) = &self.lengths else {
+            return Ok(None);
+        };
+        if lengths.iter().all(|&l| t < l) {
+            return Ok(None);
+        }
+        let mask = ConstTensor::bool(
+            vec![self.batch, 1],
+            lengths.iter().map(|&l| t < l).collect(),
+        );
+        let name = cx.derived_name(&format!("running_{t}"));
+        cx.materialize(&mask, &name).map(Some)
+    }
+
     /// Gate `g` of direction `self.d` in a `[dirs, gates·hidden, cols]` weight, transposed
     /// to `[cols, hidden]`.
     fn gate_weight(
@@ -412,6 +440,7 @@ impl Direction {
         let mut outputs: Vec<Option<Value>> = vec![None; seq];
         for step in 0..seq {
             let t = if self.reverse { seq - 1 - step } else { step };
+            let (h_prev, c_prev_step) = (h, c);
             // gate g's pre-activation: its projected input at t plus H·Rᵀ
             let pre = |cx: &mut NodeCtx, g: usize, hv: Value| -> Result<Value, Diagnostic> {
                 let xt = slice(cx, projected[g], 0, t, t + 1)?;
@@ -487,7 +516,22 @@ impl Direction {
                     mul(cx, o, squashed)?
                 }
             };
-            outputs[t] = Some(cx.reshape(h, vec![1, 1, batch, hidden])?);
+            let y = match self.running(cx, t)? {
+                None => h,
+                Some(running) => {
+                    // past its length an entry keeps its state and gives zeros
+                    let zeros = ConstTensor::f32(vec![1], vec![0.0]);
+                    let name = cx.derived_name("zero");
+                    let zero = cx.materialize(&zeros, &name)?;
+                    let y = cx.emit(Op::Where, &[running, h, zero])?;
+                    h = cx.emit(Op::Where, &[running, h, h_prev])?;
+                    if let (Some(c_new), Some(c_old)) = (c, c_prev_step) {
+                        c = Some(cx.emit(Op::Where, &[running, c_new, c_old])?);
+                    }
+                    y
+                }
+            };
+            outputs[t] = Some(cx.reshape(y, vec![1, 1, batch, hidden])?);
         }
         let outputs: Vec<Value> = outputs.into_iter().flatten().collect();
         let y = match outputs.as_slice() {
