@@ -731,3 +731,33 @@ fn group_normalization_of_opset_18_repeats_each_groups_scale_over_its_channels()
         }
     }
 }
+
+#[test]
+fn gather_nd_takes_run_time_index_tuples_and_refuses_one_out_of_range_at_run_time() {
+    // data [2, 3, 2]; batch_dims 1: per batch entry, tuples (row) picking a [2] slice
+    let m = Model::new(13)
+        .input("data", &[2, 3, 2])
+        .input_dims("idx", INT64, &fixed(&[2, 2, 1]))
+        .node(
+            "GatherND",
+            "pick_rows",
+            &["data", "idx"],
+            &["y"],
+            vec![attr_int("batch_dims", 1)],
+        )
+        .output("y")
+        .import()
+        .expect("import");
+    let data = Tensor::new([2, 3, 2], (0..12).map(|v| v as f32).collect()).unwrap();
+    let idx = Tensor::typed([2, 2, 1], vec![2i64, -3, 1, 0]).unwrap();
+    // entry 0 rows 2 and 0 (−3 wraps); entry 1 rows 1 and 0
+    let want = [4.0, 5.0, 0.0, 1.0, 8.0, 9.0, 6.0, 7.0];
+    for got in run_everywhere(&m, &[data.clone(), idx]) {
+        assert_eq!(got.expect("run")[0].f32s(), &want[..]);
+    }
+    let bad = Tensor::typed([2, 2, 1], vec![0i64, 3, 1, 0]).unwrap();
+    for got in run_everywhere(&m, &[data.clone(), bad]) {
+        let e = got.expect_err("an index out of range is an error");
+        assert!(e.contains("gather") || e.contains("index"), "{e}");
+    }
+}

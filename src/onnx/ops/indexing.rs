@@ -162,7 +162,7 @@ pub fn gather_elements_of(
 
 /// int64 indices `v` into an axis of `size` with the negative ones counted from the end
 /// (`v + size` where `v < 0`), with the constants 0 and `size` it compared against.
-fn wrap_negative(
+pub(super) fn wrap_negative(
     cx: &mut NodeCtx,
     v: Value,
     size: i64,

@@ -3,7 +3,7 @@
 //! ConstantOfShape). Shapes are static, so shape arithmetic always folds to constants.
 
 use smelt_ir::op::Op;
-use smelt_ir::Diagnostic;
+use smelt_ir::{Diagnostic, Value};
 
 use super::OpRule;
 use crate::onnx::context::{Entry, NodeCtx};
@@ -354,85 +354,147 @@ pub fn gather(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
 pub fn gather_nd(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     cx.check_attrs(&["batch_dims"])?;
     let data_dims = cx.dims(0)?;
-    let Some(indices) = cx.const_input(1)? else {
-        return Err(cx.err(
-            "onnx-dynamic-shape",
-            "input 1 (the indices) is computed at run time; smelt needs GatherND's indices \
-             constant once the input shapes are known",
-        ));
-    };
-    let raw = indices.i64s().ok_or_else(|| {
-        cx.err(
-            "onnx-bad-model",
-            format!(
-                "input 1 (the indices) must be int64, got {}",
-                indices.type_name()
-            ),
-        )
-    })?;
+    let index_dims = cx.dims(1)?;
     let batch = usize::try_from(cx.attr_int_or("batch_dims", 0)?)
         .map_err(|_| cx.bad_attr("batch_dims", "must not be negative"))?;
-    let q = indices.dims.len();
-    let depth = indices.dims.last().copied().unwrap_or(0);
+    let q = index_dims.len();
+    let depth = index_dims.last().copied().unwrap_or(0);
     if q == 0 || batch >= q || batch + depth > data_dims.len() || depth == 0 {
         return Err(cx.err(
             "onnx-bad-model",
             format!(
-                "indices of shape {:?} with batch_dims {batch} do not fit data of shape \
-                 {data_dims:?} (need 1 <= indices' last dim <= data rank - batch_dims)",
-                indices.dims
+                "indices of shape {index_dims:?} with batch_dims {batch} do not fit data of shape \
+                 {data_dims:?} (need 1 <= indices' last dim <= data rank - batch_dims)"
             ),
         ));
     }
-    if indices.dims[..batch] != data_dims[..batch] {
+    if index_dims[..batch] != data_dims[..batch] {
         return Err(cx.err(
             "onnx-bad-model",
             format!(
-                "the first {batch} (batch) dims of indices {:?} and data {data_dims:?} differ",
-                indices.dims
+                "the first {batch} (batch) dims of indices {index_dims:?} and data {data_dims:?} differ"
             ),
         ));
     }
     let indexed = &data_dims[batch..batch + depth];
     let per_batch: usize = indexed.iter().product();
     // tuples per batch entry: the index dims between the batch dims and the tuple axis
-    let tuples_per_batch: usize = indices.dims[batch..q - 1].iter().product();
-    let mut flat = Vec::with_capacity(raw.len() / depth);
-    for (t, tuple) in raw.chunks_exact(depth).enumerate() {
-        let mut at = (t / tuples_per_batch.max(1)) * per_batch;
-        let mut stride = per_batch;
-        for (k, (&i, &n)) in tuple.iter().zip(indexed).enumerate() {
-            stride /= n;
-            let j = if i < 0 { i + n as i64 } else { i };
-            if !(0..n as i64).contains(&j) {
-                return Err(cx.err(
-                    "onnx-bad-model",
-                    format!(
-                        "index {i} (entry {k} of tuple {t}) is out of range for axis {} of \
-                         size {n}",
-                        batch + k
-                    ),
-                ));
-            }
-            at += j as usize * stride;
-        }
-        flat.push(at as i64);
-    }
-    let positions = ConstTensor::i64(indices.dims[..q - 1].to_vec(), flat);
+    let tuples_per_batch: usize = index_dims[batch..q - 1].iter().product();
+    let tuple_dims = index_dims[..q - 1].to_vec();
+    let tuples: usize = tuple_dims.iter().product();
     let mut merged = vec![data_dims[..batch + depth].iter().product::<usize>()];
     merged.extend_from_slice(&data_dims[batch + depth..]);
-    if let Some(c) = cx.const_input(0)? {
-        let out = c
-            .reshaped(merged)
-            .gather(0, &positions)
-            .map_err(|m| cx.err("onnx-bad-model", m))?;
-        return Ok(vec![Entry::constant(out)]);
-    }
+    // each tuple's flat position in the merged data: constant indices resolved here,
+    // run-time ones computed and checked by integer ops
+    let positions = match cx.const_input(1)? {
+        Some(indices) => {
+            let raw = indices.i64s().ok_or_else(|| {
+                cx.err(
+                    "onnx-bad-model",
+                    format!(
+                        "input 1 (the indices) must be int64, got {}",
+                        indices.type_name()
+                    ),
+                )
+            })?;
+            let mut flat = Vec::with_capacity(tuples);
+            for (t, tuple) in raw.chunks_exact(depth).enumerate() {
+                let mut at = (t / tuples_per_batch.max(1)) * per_batch;
+                let mut stride = per_batch;
+                for (k, (&i, &n)) in tuple.iter().zip(indexed).enumerate() {
+                    stride /= n;
+                    let j = if i < 0 { i + n as i64 } else { i };
+                    if !(0..n as i64).contains(&j) {
+                        return Err(cx.err(
+                            "onnx-bad-model",
+                            format!(
+                                "index {i} (entry {k} of tuple {t}) is out of range for axis {} \
+                                 of size {n}",
+                                batch + k
+                            ),
+                        ));
+                    }
+                    at += j as usize * stride;
+                }
+                flat.push(at as i64);
+            }
+            let positions = ConstTensor::i64(tuple_dims, flat);
+            if let Some(c) = cx.const_input(0)? {
+                let out = c
+                    .reshaped(merged)
+                    .gather(0, &positions)
+                    .map_err(|m| cx.err("onnx-bad-model", m))?;
+                return Ok(vec![Entry::constant(out)]);
+            }
+            cx.materialize(&positions, &cx.derived_name("positions"))?
+        }
+        None => run_time_positions(cx, &tuple_dims, indexed, tuples_per_batch, merged[0])?,
+    };
     let data = cx.reshaped_input(0, merged)?;
-    let at = cx.materialize(&positions, &cx.derived_name("positions"))?;
     Ok(vec![Entry::Value(
-        cx.emit(Op::Gather { axis: 0 }, &[data, at])?,
+        cx.emit(Op::Gather { axis: 0 }, &[data, positions])?,
     )])
+}
+
+/// The flat positions in the merged data (`total` rows) of run-time GatherND index tuples:
+/// per tuple its batch entry's base (a constant) plus each entry, wrapped when negative,
+/// times its axis's stride; a tuple with an entry out of range goes past the end, which
+/// the `gather`'s own run-time check reports (never a read elsewhere).
+fn run_time_positions(
+    cx: &mut NodeCtx,
+    tuple_dims: &[usize],
+    indexed: &[usize],
+    tuples_per_batch: usize,
+    total: usize,
+) -> Result<Value, Diagnostic> {
+    use smelt_ir::op::{BinaryOp, Comparison, LogicOp, SliceAttrs};
+
+    let indices = cx.value(1)?;
+    let indices = cx.int64_indices(indices, "GatherND's indices")?;
+    let depth = indexed.len();
+    let rank = tuple_dims.len() + 1;
+    let per_batch: usize = indexed.iter().product();
+    let tuples: usize = tuple_dims.iter().product();
+    let base: Vec<i64> = (0..tuples)
+        .map(|t| ((t / tuples_per_batch.max(1)) * per_batch) as i64)
+        .collect();
+    let name = cx.derived_name("batch_base");
+    let mut flat = cx.materialize(&ConstTensor::i64(tuple_dims.to_vec(), base), &name)?;
+    let mut valid: Option<Value> = None;
+    let mut stride = per_batch;
+    for (k, &n) in indexed.iter().enumerate() {
+        stride /= n;
+        let mut starts = vec![0i64; rank];
+        let mut ends: Vec<i64> = tuple_dims.iter().map(|&d| d as i64).collect();
+        ends.push(depth as i64);
+        starts[rank - 1] = k as i64;
+        ends[rank - 1] = k as i64 + 1;
+        let entry = cx.emit(
+            Op::Slice(SliceAttrs {
+                starts,
+                ends,
+                steps: vec![1; rank],
+            }),
+            &[indices],
+        )?;
+        let entry = cx.reshape(entry, tuple_dims.to_vec())?;
+        let (wrapped, zero, size) = super::indexing::wrap_negative(cx, entry, n as i64)?;
+        let above = cx.emit(Op::Compare(Comparison::GreaterOrEqual), &[wrapped, zero])?;
+        let below = cx.emit(Op::Compare(Comparison::Less), &[wrapped, size])?;
+        let ok = cx.emit(Op::Logic(LogicOp::And), &[above, below])?;
+        valid = Some(match valid {
+            None => ok,
+            Some(v) => cx.emit(Op::Logic(LogicOp::And), &[v, ok])?,
+        });
+        let s = cx.int_scalar(stride as i64)?;
+        let along = cx.emit(Op::Binary(BinaryOp::Mul), &[wrapped, s])?;
+        flat = cx.emit(Op::Binary(BinaryOp::Add), &[flat, along])?;
+    }
+    let past_end = cx.int_scalar(total as i64)?;
+    match valid {
+        Some(v) => cx.emit(Op::Where, &[v, flat, past_end]),
+        None => Ok(flat),
+    }
 }
 
 /// ConstantOfShape: a constant of the given (constant) shape filled with `value`.
