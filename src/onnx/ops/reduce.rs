@@ -10,7 +10,7 @@
 //! arg-extremum over the positions not yet taken.
 
 use smelt_ir::op::{BinaryOp, Comparison, LogicOp, Op, ReduceAttrs, Reduction, UnaryOp};
-use smelt_ir::{Diagnostic, Value};
+use smelt_ir::{DType, Diagnostic, Value};
 
 use super::OpRule;
 use crate::onnx::context::{Entry, NodeCtx};
@@ -69,6 +69,15 @@ pub fn reduce(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         axes = (0..rank).collect();
     }
     let x = cx.value(0)?;
+    if matches!(op, "ReduceMax" | "ReduceMin") && cx.type_of(x).dtype == DType::Bool {
+        // any / all: the reduction of the flags as 0.0 and 1.0 (an empty max is -inf,
+        // an empty min +inf), then whether it exceeds one half
+        let flags = cx.emit(Op::Cast { to: DType::F32 }, &[x])?;
+        let y = cx.emit(Op::Reduce(r, ReduceAttrs { axes, keep_dims }), &[flags])?;
+        let half = cx.scalar(0.5)?;
+        let y = cx.emit(Op::Compare(Comparison::Greater), &[y, half])?;
+        return Ok(vec![Entry::Value(y)]);
+    }
     if op == "ReduceProd" {
         return Ok(vec![Entry::Value(product(cx, x, &axes, keep_dims)?)]);
     }
