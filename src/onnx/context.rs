@@ -581,6 +581,30 @@ impl<'a, 'm> NodeCtx<'a, 'm> {
         }
     }
 
+    /// `v[.., start..end, ..]` along `axis` (a `slice` of every other axis whole).
+    pub fn slice_along(
+        &mut self,
+        v: Value,
+        axis: usize,
+        start: usize,
+        end: usize,
+    ) -> Result<Value, Diagnostic> {
+        let dims = self.type_of(v).dims.clone();
+        let mut starts = vec![0i64; dims.len()];
+        let mut ends: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
+        starts[axis] = start as i64;
+        ends[axis] = end as i64;
+        let steps = vec![1; dims.len()];
+        self.emit(
+            Op::Slice(smelt_ir::op::SliceAttrs {
+                starts,
+                ends,
+                steps,
+            }),
+            &[v],
+        )
+    }
+
     /// `v` reshaped to `dims` (no op when the shape is already right).
     pub fn reshape(&mut self, v: Value, dims: Vec<usize>) -> Result<Value, Diagnostic> {
         if self.type_of(v).dims == dims {

@@ -143,7 +143,7 @@ fn take(cx: &mut NodeCtx, e: &Entry, axis: usize, at: usize) -> Result<Entry, Di
             Ok(Entry::constant(part.reshaped(kept)))
         }
         Entry::Value(v) => {
-            let part = cx.emit(Op::Slice(slice), &[*v])?;
+            let part = cx.slice_along(*v, axis, at, at + 1)?;
             Ok(Entry::Value(cx.reshape(part, kept)?))
         }
         // `entry_dims` refused it above

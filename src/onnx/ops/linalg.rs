@@ -135,7 +135,7 @@ fn first_largest(
 /// spectrum (real output of length 2(m − 1), each inner frequency counted twice). The
 /// matrices are computed in f64; `dft_length` other than the default is refused.
 pub fn dft(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
-    use smelt_ir::op::{BinaryOp, SliceAttrs};
+    use smelt_ir::op::BinaryOp;
     cx.check_attrs(&["axis", "inverse", "onesided"])?;
     cx.check_max_inputs(3)?;
     let dims = cx.dims(0)?;
@@ -219,18 +219,7 @@ pub fn dft(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         back[k] = i;
     }
     let part = |cx: &mut NodeCtx, p: usize| -> Result<Value, Diagnostic> {
-        let mut starts = vec![0i64; rank];
-        let mut ends: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
-        starts[rank - 1] = p as i64;
-        ends[rank - 1] = p as i64 + 1;
-        let s = cx.emit(
-            Op::Slice(SliceAttrs {
-                starts,
-                ends,
-                steps: vec![1; rank],
-            }),
-            &[x],
-        )?;
+        let s = cx.slice_along(x, rank - 1, p, p + 1)?;
         let s = cx.reshape(s, signal_dims.clone())?;
         cx.emit(Op::Transpose { perm: perm.clone() }, &[s])
     };

@@ -8,7 +8,7 @@
 //! LSTM sigmoid/tanh/tanh), no `clip` and no LSTM `input_forget`; anything else is refused
 //! by name.
 
-use smelt_ir::op::{BinaryOp, Op, SliceAttrs, UnaryOp};
+use smelt_ir::op::{BinaryOp, Op, UnaryOp};
 use smelt_ir::{Diagnostic, Value};
 
 use super::OpRule;
@@ -276,20 +276,7 @@ fn slice(
     lo: usize,
     hi: usize,
 ) -> Result<Value, Diagnostic> {
-    let dims = cx.type_of(v).dims.clone();
-    let mut starts = vec![0i64; dims.len()];
-    let mut ends: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
-    starts[axis] = lo as i64;
-    ends[axis] = hi as i64;
-    let steps = vec![1; dims.len()];
-    cx.emit(
-        Op::Slice(SliceAttrs {
-            starts,
-            ends,
-            steps,
-        }),
-        &[v],
-    )
+    cx.slice_along(v, axis, lo, hi)
 }
 
 /// One direction of a recurrent node.

@@ -447,11 +447,10 @@ fn run_time_positions(
     tuples_per_batch: usize,
     total: usize,
 ) -> Result<Value, Diagnostic> {
-    use smelt_ir::op::{BinaryOp, Comparison, LogicOp, SliceAttrs};
+    use smelt_ir::op::{BinaryOp, Comparison, LogicOp};
 
     let indices = cx.value(1)?;
     let indices = cx.int64_indices(indices, "GatherND's indices")?;
-    let depth = indexed.len();
     let rank = tuple_dims.len() + 1;
     let per_batch: usize = indexed.iter().product();
     let tuples: usize = tuple_dims.iter().product();
@@ -464,19 +463,7 @@ fn run_time_positions(
     let mut stride = per_batch;
     for (k, &n) in indexed.iter().enumerate() {
         stride /= n;
-        let mut starts = vec![0i64; rank];
-        let mut ends: Vec<i64> = tuple_dims.iter().map(|&d| d as i64).collect();
-        ends.push(depth as i64);
-        starts[rank - 1] = k as i64;
-        ends[rank - 1] = k as i64 + 1;
-        let entry = cx.emit(
-            Op::Slice(SliceAttrs {
-                starts,
-                ends,
-                steps: vec![1; rank],
-            }),
-            &[indices],
-        )?;
+        let entry = cx.slice_along(indices, rank - 1, k, k + 1)?;
         let entry = cx.reshape(entry, tuple_dims.to_vec())?;
         let (wrapped, zero, size) = super::indexing::wrap_negative(cx, entry, n as i64)?;
         let above = cx.emit(Op::Compare(Comparison::GreaterOrEqual), &[wrapped, zero])?;
