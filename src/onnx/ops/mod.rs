@@ -14,6 +14,7 @@ mod attention;
 mod control;
 mod conv;
 mod elementwise;
+mod grid_sample;
 mod indexing;
 mod linalg;
 mod logic;
@@ -60,6 +61,7 @@ const FAMILIES: &[&[OpRule]] = &[
     control::ROWS,
     conv::ROWS,
     elementwise::ROWS,
+    grid_sample::ROWS,
     indexing::ROWS,
     linalg::ROWS,
     logic::ROWS,
