@@ -16,6 +16,8 @@ want_NAME.npy per output (onnxruntime's, graph optimizations off):
   theta transposed, Reshape to [N, H, W, 2]); GridSample bilinear, zeros padding,
   align_corners 0, resamples the [2, 3, 32, 96] line image to [2, 3, 24, 80] (the
   zoom-out reaches past the image's edges).
+- stn_rectifier_20 (opset 20): the same network as torch.onnx.export writes it from
+  opset 20, with the AffineGrid operator and GridSample `linear`.
 - flow_warp (opset 20): an optical-flow warp: Conv 3x3 -> Tanh gives a flow field
   [N, 2, H, W] (scaled to reach a third of the image), Transpose to [N, H, W, 2] plus an
   align_corners identity grid, then GridSample cubic with border padding, align_corners
@@ -38,7 +40,7 @@ from onnx import numpy_helper as nh
 
 from fixtures import init, write_models
 
-STAMP = "onnx 1.23.2 onnxruntime 1.32.0 sampling 2"
+STAMP = "onnx 1.23.2 onnxruntime 1.32.0 sampling 3"
 
 
 def base_grid(height, width, align_corners):
@@ -52,7 +54,7 @@ def base_grid(height, width, align_corners):
     return np.stack([xs, ys], axis=-1).astype(np.float32)  # [H, W, 2]
 
 
-def stn_rectifier(rng):
+def stn_rectifier(rng, affine_grid_op=False):
     n, c, height, width = 2, 3, 32, 96
     out_h, out_w = 24, 80
     # the localization head's features: 8 x 8 x 24 after two stride-2 convs
@@ -94,15 +96,24 @@ def stn_rectifier(rng):
         h.make_node("Mul", ["t1", "fc_reach"], ["t2"]),
         h.make_node("Add", ["t2", "theta_base"], ["t"]),
         h.make_node("Reshape", ["t", "theta_shape"], ["theta"]),
-        # affine_grid: base [1, H*W, 3] @ theta^T [N, 3, 2] -> [N, H*W, 2]
-        h.make_node("Transpose", ["theta"], ["theta_t"], perm=[0, 2, 1]),
-        h.make_node("MatMul", ["base_grid", "theta_t"], ["points"]),
-        h.make_node("Reshape", ["points", "grid_shape"], ["grid"]),
-        h.make_node(
-            "GridSample", ["x", "grid"], ["y"], mode="bilinear", padding_mode="zeros",
-            align_corners=0,
-        ),
     ]
+    if affine_grid_op:
+        inits.append(nh.from_array(np.array([n, c, out_h, out_w], np.int64), "out_size"))
+        nodes += [
+            h.make_node("AffineGrid", ["theta", "out_size"], ["grid"], align_corners=0),
+            h.make_node("GridSample", ["x", "grid"], ["y"], mode="linear", align_corners=0),
+        ]
+    else:
+        nodes += [
+            # affine_grid: base [1, H*W, 3] @ theta^T [N, 3, 2] -> [N, H*W, 2]
+            h.make_node("Transpose", ["theta"], ["theta_t"], perm=[0, 2, 1]),
+            h.make_node("MatMul", ["base_grid", "theta_t"], ["points"]),
+            h.make_node("Reshape", ["points", "grid_shape"], ["grid"]),
+            h.make_node(
+                "GridSample", ["x", "grid"], ["y"], mode="bilinear", padding_mode="zeros",
+                align_corners=0,
+            ),
+        ]
     graph = h.make_graph(
         nodes,
         "stn_rectifier",
@@ -111,7 +122,11 @@ def stn_rectifier(rng):
         inits,
     )
     x = rng.normal(0, 1, [n, c, height, width]).astype(np.float32)
-    return graph, {"x": x}, 16
+    return graph, {"x": x}, 20 if affine_grid_op else 16
+
+
+def stn_rectifier_20(rng):
+    return stn_rectifier(rng, affine_grid_op=True)
 
 
 def flow_warp(rng):
@@ -152,6 +167,7 @@ def flow_warp(rng):
 
 MODELS = {
     "stn_rectifier": stn_rectifier,
+    "stn_rectifier_20": stn_rectifier_20,
     "flow_warp": flow_warp,
 }
 

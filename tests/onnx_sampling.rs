@@ -1,8 +1,9 @@
 //! Exporter-style models of GridSample's real users, through `smelt run` (the fused JIT)
 //! and `smelt verify` (every stage against the interpreter), against onnxruntime: a
 //! text recognizer's spatial-transformer rectification (a localization network's Gemm
-//! giving an affine transform, the exporter's affine grid, bilinear sampling with zeros
-//! padding past the image's edges) and an optical-flow warp (a Conv-predicted flow added
+//! giving an affine transform, the exporter's affine grid — written out at opset 16, the
+//! AffineGrid operator at 20 —, bilinear sampling with zeros padding past the image's
+//! edges) and an optical-flow warp (a Conv-predicted flow added
 //! to an identity grid, bicubic sampling with border padding, then a fixed warp by nearest
 //! sampling with reflection).
 //!
@@ -28,7 +29,7 @@ fn data_dir() -> PathBuf {
         common::generated_data(
             "sampling",
             "make_sampling_models.py",
-            "onnx 1.23.2 onnxruntime 1.32.0 sampling 2",
+            "onnx 1.23.2 onnxruntime 1.32.0 sampling 3",
         )
     })
     .clone()
@@ -38,6 +39,15 @@ fn data_dir() -> PathBuf {
 fn an_stn_rectifier_with_affine_grid_and_bilinear_sampling_matches_onnxruntime() {
     common::run_matches_onnxruntime(
         &data_dir().join("stn_rectifier"),
+        "y",
+        RECTIFIER_MAX_RELATIVE,
+    );
+}
+
+#[test]
+fn the_opset_20_stn_rectifier_with_the_affine_grid_operator_matches_onnxruntime() {
+    common::run_matches_onnxruntime(
+        &data_dir().join("stn_rectifier_20"),
         "y",
         RECTIFIER_MAX_RELATIVE,
     );
