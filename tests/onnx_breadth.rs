@@ -4,9 +4,11 @@
 //! never a read elsewhere —, constant ones at import, Attention's fully-masked rows as
 //! zeros, ArgMax/ArgMin and TopK ties and NaNs, OneHot indices out of range, an exact int64
 //! ReduceProd and CumSum, the scatters' reductions over duplicate constant indices,
-//! ReverseSequence, BitwiseNot within the element width, and what smelt refuses
-//! (scatters at run-time indices, Attention's and the recurrent ops' attributes, shorter
-//! sequences) named in the error.
+//! ReverseSequence, BitwiseNot within the element width, AffineGrid's identity grid
+//! sampled back by GridSample, and what smelt refuses (scatters at run-time indices,
+//! Attention's and the recurrent ops' attributes, shorter sequences, GridSample's modes
+//! and volumes outside their opset, an AffineGrid theta that does not fit its size) named
+//! in the error.
 
 mod common;
 mod jit_util;
@@ -560,4 +562,96 @@ fn bitwise_not_keeps_unsigned_elements_in_their_width_and_signed_ones_signed() {
             assert_eq!(got.expect("run")[0].data.as_i64(), Some(&want[..]));
         }
     }
+}
+
+/// AffineGrid of `theta` for `size`, then GridSample of `x` (opset 20).
+fn affine_sample_model(
+    size: &[i64],
+    theta: &[i64],
+    attrs: Vec<smelt::onnx::proto::AttributeProto>,
+) -> Model {
+    Model::new(20)
+        .input("x", size)
+        .input("theta", theta)
+        .init(i64_typed("size", size))
+        .node("AffineGrid", "grid", &["theta", "size"], &["g"], vec![])
+        .node("GridSample", "sample", &["x", "g"], &["y"], attrs)
+        .output("y")
+}
+
+#[test]
+fn an_identity_affine_grid_samples_every_element_back_in_every_kernel_choice() {
+    // the identity transform's grid is each element's own centre: linear and cubic
+    // sampling give the input back, image and volume alike
+    for (size, theta) in [
+        (&[2, 3, 4, 5][..], vec![1.0, 0.0, 0.0, 0.0, 1.0, 0.0]),
+        (
+            &[2, 2, 3, 4, 5][..],
+            vec![1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0],
+        ),
+    ] {
+        let r = size.len() - 2;
+        let theta_dims = [size[0], r as i64, r as i64 + 1];
+        for mode in ["linear", "cubic"] {
+            let m = affine_sample_model(size, &theta_dims, vec![attr_string("mode", mode)])
+                .import()
+                .expect("import");
+            let dims: Vec<usize> = size.iter().map(|&d| d as usize).collect();
+            let x = jit_util::random(&dims, 5);
+            let mut thetas = theta.clone();
+            thetas.extend(theta.iter().copied());
+            let theta_t = Tensor::new(
+                theta_dims.iter().map(|&d| d as usize).collect::<Vec<_>>(),
+                thetas,
+            )
+            .expect("theta");
+            for got in run_everywhere(&m, &[x.clone(), theta_t]) {
+                let got = got.expect("run");
+                let e = smelt::ir::ErrorStats::between_tensors(&got[0], &x).expect("same shape");
+                assert!(e.max_abs < 1e-5, "{mode} {size:?}: max abs {}", e.max_abs);
+            }
+        }
+    }
+}
+
+#[test]
+fn grid_sample_and_affine_grid_refuse_what_their_opset_does_not_define_by_name() {
+    // opset 20 renamed bilinear to linear
+    let e = error_text(
+        affine_sample_model(
+            &[1, 1, 3, 3],
+            &[1, 2, 3],
+            vec![attr_string("mode", "bilinear")],
+        )
+        .import(),
+        "onnx-bad-attribute",
+    );
+    assert!(
+        e.contains("'bilinear' is not a mode of GridSample-20"),
+        "{e}"
+    );
+    let e = error_text(
+        affine_sample_model(
+            &[1, 1, 3, 3],
+            &[1, 2, 3],
+            vec![attr_string("padding_mode", "wrap")],
+        )
+        .import(),
+        "onnx-bad-attribute",
+    );
+    assert!(e.contains("padding_mode"), "{e}");
+    // a 2-D transform for a volume
+    let e = error_text(
+        affine_sample_model(&[1, 1, 2, 3, 3], &[1, 2, 3], vec![]).import(),
+        "onnx-bad-model",
+    );
+    assert!(e.contains("must be [N, 3, 4]"), "{e}");
+    // volumes need opset 20
+    let volume = Model::new(16)
+        .input("x", &[1, 1, 2, 3, 3])
+        .input("g", &[1, 2, 2, 2, 3])
+        .node("GridSample", "sample", &["x", "g"], &["y"], vec![])
+        .output("y");
+    let e = error_text(volume.import(), "onnx-bad-model");
+    assert!(e.contains("volumes need opset 20"), "{e}");
 }
