@@ -1652,3 +1652,80 @@ fn expand_and_tile_hand_examples() {
     );
     assert_eq!(y.dims(), [0, 2]);
 }
+
+// ---------------------------------------------------------------- grid_sample
+
+/// `grid_sample` on the 2×3 image 1..6 at hand-placed points: inside, on the corners, past
+/// the border (zeros, clamped, reflected) and at NaN.
+#[test]
+fn grid_sample_hand_examples() {
+    use smelt_ir::op::{GridPadding, GridSampleAttrs, SampleMode};
+    let x = iota(&[1, 1, 2, 3], 1.0);
+    let sample = |mode, padding, align_corners, points: &[(f32, f32)]| {
+        let g: Vec<f32> = points.iter().flat_map(|&(gx, gy)| [gx, gy]).collect();
+        let grid = t(&[1, 1, points.len(), 2], &g);
+        let op = Op::GridSample(GridSampleAttrs {
+            mode,
+            padding,
+            align_corners,
+        });
+        eval(op, &[&x, &grid])
+    };
+    use GridPadding::{Border, Reflection, Zeros};
+    use SampleMode::{Cubic, Linear, Nearest};
+    // the centre (column 1, between the rows) and the top-left corner's outer edge, a
+    // quarter of element 1 and three quarters of zeros
+    assert_close(
+        &sample(Linear, Zeros, false, &[(0.0, 0.0), (-1.0, -1.0)]),
+        &[3.5, 0.25],
+        1e-7,
+    );
+    // border: the outer edge reads the edge element; far outside clamps to it
+    assert_close(
+        &sample(Linear, Border, false, &[(-1.0, -1.0), (5.0, 5.0)]),
+        &[1.0, 6.0],
+        1e-7,
+    );
+    // reflection: x = 3.25 reflects at 2.5 to 1.75, y = 0.5
+    assert_close(
+        &sample(Linear, Reflection, false, &[(1.5, 0.0)]),
+        &[0.5 * (2.0 * 0.25 + 3.0 * 0.75) + 0.5 * (5.0 * 0.25 + 6.0 * 0.75)],
+        1e-7,
+    );
+    // aligned corners: 1 is the last element's centre
+    assert_close(
+        &sample(Linear, Zeros, true, &[(1.0, 1.0), (-1.0, 1.0)]),
+        &[6.0, 4.0],
+        1e-7,
+    );
+    // nearest rounds halves to even (y = 0.5 → row 0); a NaN coordinate is padding
+    assert_close(
+        &sample(Nearest, Border, false, &[(0.0, 0.0), (f32::NAN, 0.0)]),
+        &[2.0, 1.0],
+        1e-7,
+    );
+    assert_close(
+        &sample(
+            Nearest,
+            Zeros,
+            false,
+            &[(f32::NAN, 0.0), (0.0, f32::INFINITY)],
+        ),
+        &[0.0, 0.0],
+        1e-7,
+    );
+    // cubic at an element's centre reproduces it (weights 0, 1, 0, 0)
+    assert_close(
+        &sample(Cubic, Border, true, &[(0.0, -1.0), (1.0, 1.0)]),
+        &[2.0, 6.0],
+        1e-6,
+    );
+    // cubic border clamps the taps, not the coordinate, as PyTorch and onnxruntime: at
+    // x = -0.5 the taps -2, -1, 0, 1 read elements 1, 1, 1, 2 with weights -3/32, 19/32,
+    // 19/32, -3/32 (the reference's clamp of the coordinate to 0 would give 1)
+    assert_close(
+        &sample(Cubic, Border, true, &[(-1.5, -1.0)]),
+        &[1.0 + 3.0 / 32.0 - 2.0 * 3.0 / 32.0],
+        1e-6,
+    );
+}

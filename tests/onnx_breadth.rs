@@ -5,9 +5,10 @@
 //! zeros, ArgMax/ArgMin and TopK ties and NaNs, OneHot indices out of range, an exact int64
 //! ReduceProd and CumSum, the scatters' reductions over duplicate constant indices,
 //! ReverseSequence, BitwiseNot within the element width, an Einsum label broadcast from
-//! size 1, and what smelt refuses (scatters at run-time indices, Attention's and the
-//! recurrent ops' attributes, lengths beyond the sequence, malformed Einsum equations) named in the
-//! error.
+//! size 1, AffineGrid's identity grid sampled back by GridSample, and what smelt refuses
+//! (scatters at run-time indices, Attention's and the recurrent ops' attributes, lengths
+//! beyond the sequence, malformed Einsum equations, GridSample's modes and volumes outside
+//! their opset, an AffineGrid theta that does not fit its size) named in the error.
 
 mod common;
 mod jit_util;
@@ -760,4 +761,96 @@ fn gather_nd_takes_run_time_index_tuples_and_refuses_one_out_of_range_at_run_tim
         let e = got.expect_err("an index out of range is an error");
         assert!(e.contains("gather") || e.contains("index"), "{e}");
     }
+}
+
+/// AffineGrid of `theta` for `size`, then GridSample of `x` (opset 20).
+fn affine_sample_model(
+    size: &[i64],
+    theta: &[i64],
+    attrs: Vec<smelt::onnx::proto::AttributeProto>,
+) -> Model {
+    Model::new(20)
+        .input("x", size)
+        .input("theta", theta)
+        .init(i64_typed("size", size))
+        .node("AffineGrid", "grid", &["theta", "size"], &["g"], vec![])
+        .node("GridSample", "sample", &["x", "g"], &["y"], attrs)
+        .output("y")
+}
+
+#[test]
+fn an_identity_affine_grid_samples_every_element_back_in_every_kernel_choice() {
+    // the identity transform's grid is each element's own centre: linear and cubic
+    // sampling give the input back, image and volume alike
+    for (size, theta) in [
+        (&[2, 3, 4, 5][..], vec![1.0, 0.0, 0.0, 0.0, 1.0, 0.0]),
+        (
+            &[2, 2, 3, 4, 5][..],
+            vec![1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0],
+        ),
+    ] {
+        let r = size.len() - 2;
+        let theta_dims = [size[0], r as i64, r as i64 + 1];
+        for mode in ["linear", "cubic"] {
+            let m = affine_sample_model(size, &theta_dims, vec![attr_string("mode", mode)])
+                .import()
+                .expect("import");
+            let dims: Vec<usize> = size.iter().map(|&d| d as usize).collect();
+            let x = jit_util::random(&dims, 5);
+            let mut thetas = theta.clone();
+            thetas.extend(theta.iter().copied());
+            let theta_t = Tensor::new(
+                theta_dims.iter().map(|&d| d as usize).collect::<Vec<_>>(),
+                thetas,
+            )
+            .expect("theta");
+            for got in run_everywhere(&m, &[x.clone(), theta_t]) {
+                let got = got.expect("run");
+                let e = smelt::ir::ErrorStats::between_tensors(&got[0], &x).expect("same shape");
+                assert!(e.max_abs < 1e-5, "{mode} {size:?}: max abs {}", e.max_abs);
+            }
+        }
+    }
+}
+
+#[test]
+fn grid_sample_and_affine_grid_refuse_what_their_opset_does_not_define_by_name() {
+    // opset 20 renamed bilinear to linear
+    let e = error_text(
+        affine_sample_model(
+            &[1, 1, 3, 3],
+            &[1, 2, 3],
+            vec![attr_string("mode", "bilinear")],
+        )
+        .import(),
+        "onnx-bad-attribute",
+    );
+    assert!(
+        e.contains("'bilinear' is not a mode of GridSample-20"),
+        "{e}"
+    );
+    let e = error_text(
+        affine_sample_model(
+            &[1, 1, 3, 3],
+            &[1, 2, 3],
+            vec![attr_string("padding_mode", "wrap")],
+        )
+        .import(),
+        "onnx-bad-attribute",
+    );
+    assert!(e.contains("padding_mode"), "{e}");
+    // a 2-D transform for a volume
+    let e = error_text(
+        affine_sample_model(&[1, 1, 2, 3, 3], &[1, 2, 3], vec![]).import(),
+        "onnx-bad-model",
+    );
+    assert!(e.contains("must be [N, 3, 4]"), "{e}");
+    // volumes need opset 20
+    let volume = Model::new(16)
+        .input("x", &[1, 1, 2, 3, 3])
+        .input("g", &[1, 2, 2, 2, 3])
+        .node("GridSample", "sample", &["x", "g"], &["y"], vec![])
+        .output("y");
+    let e = error_text(volume.import(), "onnx-bad-model");
+    assert!(e.contains("volumes need opset 20"), "{e}");
 }

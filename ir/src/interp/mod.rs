@@ -30,6 +30,7 @@
 
 mod conv;
 mod elementwise;
+mod grid_sample;
 mod linalg;
 mod norm;
 mod pool;
@@ -370,7 +371,8 @@ fn compute(
         | Op::ConvShiftBias
         | Op::Reduce(..)
         | Op::Fused(_)
-        | Op::ConvTranspose2d(_) => {
+        | Op::ConvTranspose2d(_)
+        | Op::GridSample(_) => {
             let floats = args
                 .iter()
                 .map(|x| match x.data.as_ref() {
@@ -437,6 +439,7 @@ fn compute_f32(
         Op::ChannelVector => a(0).data.to_vec(),
         Op::ConvShiftBias => conv::conv_shift_bias(a(0), &a(1).data),
         Op::Reduce(r, attrs) => norm::reduce(*r, attrs, a(0)),
+        Op::GridSample(g) => grid_sample::grid_sample(g, a(0), a(1), out),
         Op::Fused(f) => fused(f, args, out, weights)?,
         // Ops on any element type are computed by `compute` before this.
         Op::Const(_)

@@ -18,6 +18,7 @@ use super::conv::*;
 use super::dim::{Dim, Shape};
 use super::elementwise::*;
 use super::fused::*;
+use super::grid_sample::*;
 use super::linalg::*;
 use super::logic::*;
 use super::movement::*;
@@ -109,6 +110,8 @@ pub enum Attrs {
     Reduce(ReduceAttrs),
     /// `resize`.
     Resize(ResizeAttrs),
+    /// `grid_sample`.
+    GridSample(GridSampleAttrs),
     /// `reshape` and `expand` target shape, `transpose` permutation or `tile` repeats.
     Dims(Vec<usize>),
     /// `gemm`.
@@ -331,7 +334,7 @@ fn flops_rule<F: FnOnce(&[&TensorType], &TensorType) -> u64>(f: F) -> F {
 // The families, chained: each appends its variants and rows and hands on to the next;
 // the last hands everything to `op_table`. A new family is a file with a `*_ops!` macro
 // and a name here.
-conv_ops! { [] [] norm_ops, elementwise_ops, pool_ops, movement_ops, linalg_ops, weight_prep_ops, logic_ops, reduce_ops, resize_ops, fused_ops, op_table }
+conv_ops! { [] [] norm_ops, elementwise_ops, pool_ops, movement_ops, linalg_ops, weight_prep_ops, logic_ops, reduce_ops, resize_ops, grid_sample_ops, fused_ops, op_table }
 
 impl OpKind {
     /// The kind whose mnemonic is `name`.

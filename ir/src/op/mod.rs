@@ -4,7 +4,7 @@
 //! (mnemonic, arity, role, attribute payload), its element-type and shape rules, its
 //! flops and its text-form attribute schema (keys, defaults, print order) — is one entry
 //! of its family's file: `conv`, `norm`, `elementwise`, `pool`, `movement`, `linalg`,
-//! `weight_prep`, `logic`, `reduce`, `resize`, `fused`. Each family file holds a
+//! `weight_prep`, `logic`, `reduce`, `resize`, `grid_sample`, `fused`. Each family file holds a
 //! `*_ops!` macro with its variants and rows (and the functions its rules call); `kind`
 //! chains them into one `op_table!` that generates [`Op`], [`OpKind`], the split into
 //! kind and payload the e-graph uses, the dispatch of [`Op::infer_type`] and
@@ -21,6 +21,7 @@ mod conv;
 mod dim;
 mod elementwise;
 mod fused;
+mod grid_sample;
 mod kind;
 mod linalg;
 mod logic;
@@ -42,6 +43,10 @@ pub use elementwise::{
     erf, BinaryOp, GeluApproximation, UnaryOp, GELU_TANH_CUBIC, GELU_TANH_SCALE,
 };
 pub use fused::{FusedOp, PostOp};
+pub use grid_sample::{
+    cubic_weights, reflect, GridAxis, GridPadding, GridSampleAttrs, SampleMode, GRID_CUBIC_A,
+    GRID_REFLECT_LIMIT, GRID_ZEROS_REACH,
+};
 pub use kind::{Attrs, Op, OpKind, Role};
 pub use logic::{Comparison, LogicOp, Reduction};
 pub use resize::{AxisTaps, CoordinateMode, NearestMode, ResizeAttrs, ResizeMode};

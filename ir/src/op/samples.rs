@@ -7,8 +7,8 @@ use std::sync::LazyLock;
 
 use super::{
     Attrs, Conv2dAttrs, ConvTranspose2dAttrs, CoordinateMode, GeluApproximation, GemmAttrs,
-    NearestMode, Op, OpKind, PadAttrs, PadMode, Pool2dAttrs, ReduceAttrs, Reduction, ResizeAttrs,
-    ResizeMode, SliceAttrs, UnaryOp,
+    GridPadding, GridSampleAttrs, NearestMode, Op, OpKind, PadAttrs, PadMode, Pool2dAttrs,
+    ReduceAttrs, Reduction, ResizeAttrs, ResizeMode, SampleMode, SliceAttrs, UnaryOp,
 };
 use crate::types::{DType, Layout, F32};
 
@@ -177,6 +177,16 @@ fn with_attributes() -> Vec<Op> {
             mode: ResizeMode::Nearest(NearestMode::Floor),
             coordinate: CoordinateMode::Asymmetric,
             ..ResizeAttrs::default()
+        }),
+        Op::GridSample(GridSampleAttrs {
+            mode: SampleMode::Cubic,
+            padding: GridPadding::Reflection,
+            align_corners: true,
+        }),
+        Op::GridSample(GridSampleAttrs {
+            mode: SampleMode::Nearest,
+            padding: GridPadding::Border,
+            align_corners: false,
         }),
     ]
 }

@@ -79,6 +79,7 @@
 //! | `gather` | data (any type), indices (i64 or i32; negative counts from the end, out of range is a run-time error) | `axis` (0) |
 //! | `reduce_sum` `reduce_mean` `reduce_max` `reduce_min` | x (f32) | `axes` (required, sorted), `keep_dims` (false) |
 //! | `resize` | x (any type for nearest, f32 for linear) | `sizes`, `scales` (required), `mode` (`nearest`, `linear`), `nearest` (round_prefer_floor), `coordinate` (half_pixel) |
+//! | `grid_sample` | x (f32, `[N, C, D1 .. Dr]`), grid (f32, `[N, H1 .. Hk, r]`, the last axis's coordinate first) | `mode` (`linear`, `nearest`, `cubic`), `padding` (`zeros`, `border`, `reflection`), `align_corners` (false) |
 //! | `layer_norm` | x, scale, bias? | `axis` (required), `epsilon` (1e-5) |
 //! | `max_pool2d` | x | `kernel` (required), `strides` ([1, 1]), `pads` ([0, 0, 0, 0]), `dilations` ([1, 1]), `ceil_mode` (false), `layout` (row_major: the result's layout) |
 //! | `avg_pool2d` | x | as `max_pool2d`, then `count_include_pad` (false) |

@@ -17,6 +17,7 @@ mod conv_transpose;
 mod copy;
 pub mod elementwise;
 mod gemm;
+mod grid_sample;
 mod memory;
 mod norm;
 pub(crate) mod pool;
@@ -679,6 +680,9 @@ impl<'a> Cx<'a> {
                 reduce::lower_reduce(self, *r, attrs, operands, out_ty, epi, out)
             }
             Op::Resize(r) => resize::lower_resize(self, r, operands, out_ty, epi, out),
+            Op::GridSample(g) => {
+                grid_sample::lower_grid_sample(self, g, operands, out_ty, epi, out)
+            }
             Op::Softmax { axis } => {
                 let norm = norm::NormOp::Softmax { axis: *axis };
                 norm::lower_norm(self, norm, operands, out_ty, epi, out)

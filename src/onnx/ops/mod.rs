@@ -15,6 +15,7 @@ mod control;
 mod conv;
 mod einsum;
 mod elementwise;
+mod grid_sample;
 mod indexing;
 mod linalg;
 mod logic;
@@ -62,6 +63,7 @@ const FAMILIES: &[&[OpRule]] = &[
     conv::ROWS,
     einsum::ROWS,
     elementwise::ROWS,
+    grid_sample::ROWS,
     indexing::ROWS,
     linalg::ROWS,
     logic::ROWS,

@@ -581,6 +581,7 @@ impl Planner {
             | Attrs::DType(_)
             | Attrs::Reduce(_)
             | Attrs::Resize(_)
+            | Attrs::GridSample(_)
             | Attrs::Dims(_)
             | Attrs::Slice(_)
             | Attrs::Pad(_)
