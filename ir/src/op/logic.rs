@@ -260,11 +260,11 @@ macro_rules! logic_ops {
 }
 pub(super) use logic_ops;
 
-/// Element-type rule of comparisons: two operands of one type (not a 2-byte float, which
+/// Element-type rule of comparisons: two operands of one type (not a storage type, which
 /// only `cast` and data movement take), an `i1` result.
 pub(super) fn compare_dtype(o: &OperandTypes<'_>) -> Result<DType, String> {
     o.same_as(0, 1)?;
-    o.need(0, |d| !d.is_narrow_float(), "f32, an integer or i1")?;
+    o.need(0, |d| !d.is_storage(), "f32, i64, i32 or i1")?;
     Ok(DType::Bool)
 }
 

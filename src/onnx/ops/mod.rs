@@ -17,12 +17,13 @@ mod einsum;
 mod elementwise;
 mod indexing;
 mod linalg;
-mod logic;
+pub(super) mod logic;
 mod loss;
 mod movement;
 mod norm;
 mod pad_split;
 mod pool;
+mod quantize;
 mod recurrent;
 mod reduce;
 mod resize;
@@ -70,6 +71,7 @@ const FAMILIES: &[&[OpRule]] = &[
     norm::ROWS,
     pad_split::ROWS,
     pool::ROWS,
+    quantize::ROWS,
     recurrent::ROWS,
     reduce::ROWS,
     resize::ROWS,
