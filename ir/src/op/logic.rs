@@ -159,7 +159,9 @@ macro_rules! logic_ops {
         /// toward zero and saturates at the type's bounds (NaN becomes 0); integer to float
         /// rounds to nearest even; integer to integer wraps; to `i1` is `!= 0`, from `i1` 0 or 1.
         /// `f16` and `bf16` convert through `f32`: widening is exact, narrowing rounds to
-        /// nearest even (overflow to infinity, NaN stays NaN; see [`crate::half`]).
+        /// nearest even (overflow to infinity, NaN stays NaN; see [`crate::half`]). The
+        /// narrow integers follow the integer rules: sign- or zero-extended exactly,
+        /// wrapped from wider integers, saturated from floats at their bounds.
         Cast {
             /// The result's element type.
             to: DType,
