@@ -877,10 +877,17 @@ fn import_node(imp: &mut Importer, node: &NodeProto, opset: i64) -> Result<(), D
     imp.builder
         .set_loc(Location::Name(node_display_name(node).into()));
     let widened = narrow::widen_inputs(imp, node).map_err(fail)?;
-    // errors about a widened input name the model's tensor
+    // errors about a widened input name the model's tensor, and say what was widened
+    let int_note = widened
+        .as_ref()
+        .and_then(|w| w.widened_int)
+        .map(narrow::widened_note);
     let fail = |d: Diagnostic| {
+        let mut notes = d.notes.clone();
+        notes.extend(int_note.clone());
         fail(Diagnostic {
             message: narrow::plain_names(&d.message),
+            notes,
             ..d
         })
     };

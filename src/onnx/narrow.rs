@@ -88,6 +88,17 @@ pub(super) struct Widened {
     /// node's first float input, when that one is narrow and no attribute names the
     /// result type, else likewise of its first integer input.
     pub result_type: Option<i32>,
+    /// The narrow integer type of the inputs widened to i32, if any (for a note on the
+    /// node's errors, which speak of the widened types).
+    pub widened_int: Option<i32>,
+}
+
+/// The note an error of a node whose narrow integers were widened carries.
+pub(super) fn widened_note(code: i32) -> String {
+    format!(
+        "smelt computes {} nodes in int32 (its narrow integers are storage types)",
+        dtype::name(code)
+    )
 }
 
 /// The ONNX integer type of an entry (int64, int32 or a narrow integer; not bool), if it
@@ -150,6 +161,7 @@ pub(super) fn widen_inputs(
         .map(|&(_, i)| i);
     let mut first_float = None;
     let mut first_int = None;
+    let mut widened_int = None;
     let via_f32 = INT_VIA_F32.contains(&node.op_type());
     // the node is copied only when it reads a narrow float (a Constant node's copy
     // would copy its tensor)
@@ -180,6 +192,7 @@ pub(super) fn widen_inputs(
                 let suffix = if via_f32 {
                     WIDE_SUFFIX
                 } else {
+                    widened_int.get_or_insert(ty);
                     WIDE_INT_SUFFIX
                 };
                 (ty, suffix)
@@ -247,6 +260,7 @@ pub(super) fn widen_inputs(
     Ok(Some(Widened {
         node: widened,
         result_type,
+        widened_int,
     }))
 }
 
