@@ -373,3 +373,29 @@ fn the_c_api_reports_and_runs_int8_and_uint16_buffers() {
     );
     assert_eq!(smelt_executable_destroy(exe), SmeltStatus::Ok);
 }
+
+#[test]
+fn text_weights_of_narrow_integers_are_integer_lists_checked_against_the_type() {
+    let src = "const @a : tensor<3xi8> = dense<[-128, 0, 127]>
+const @b : tensor<2xui16> = dense<[0, 65535]>
+func @f() -> (a: tensor<3xi8>, b: tensor<2xui16>) {
+  %a = const @a : tensor<3xi8>
+  %b = const @b : tensor<2xui16>
+  return %a, %b : tensor<3xi8>, tensor<2xui16>
+}";
+    let m = smelt_ir::text::parse(src, "w.tir").unwrap_or_else(|d| panic!("{d}"));
+    let got = interp::run(&m, &m.funcs[0], &[]).expect("interprets");
+    assert_eq!(got[0].data, TensorData::I8(vec![-128, 0, 127]));
+    assert_eq!(got[1].data, TensorData::U16(vec![0, 65535]));
+    let printed = smelt_ir::text::print(&m, &Default::default());
+    let again = smelt_ir::text::parse(&printed, "printed.tir").unwrap_or_else(|d| panic!("{d}"));
+    assert_eq!(smelt_ir::text::print(&again, &Default::default()), printed);
+    // a value outside the type is an error pointing at it, not wrapped
+    let bad = src.replace("dense<[-128, 0, 127]>", "dense<[-128, 0, 128]>");
+    let err = smelt_ir::text::parse(&bad, "bad.tir").expect_err("128 is no i8");
+    let text = err.to_string();
+    assert!(
+        text.contains("the i8 range") && text.contains("bad.tir:1:"),
+        "{text}"
+    );
+}
