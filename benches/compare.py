@@ -297,7 +297,16 @@ class SmeltBuffer(ctypes.Structure):
 
 
 # SmeltElementType values (include/smelt.h) and the numpy type of their elements
-ELEMENT_TYPES = {0: np.float32, 1: np.int64, 2: np.int32, 3: np.bool_}
+ELEMENT_TYPES = {
+    0: np.float32,
+    1: np.int64,
+    2: np.int32,
+    3: np.bool_,
+    6: np.int8,
+    7: np.uint8,
+    8: np.int16,
+    9: np.uint16,
+}
 
 
 def check_mirrors(header: str) -> None:

@@ -89,6 +89,22 @@ enum SmeltElementType
    * bfloat16 (the upper half of a `float`), as its bits (`uint16_t`).
    */
   SMELT_ELEMENT_TYPE_BF16 = 5,
+  /**
+   * A signed 8-bit integer (`int8_t`).
+   */
+  SMELT_ELEMENT_TYPE_I8 = 6,
+  /**
+   * An unsigned 8-bit integer (`uint8_t`).
+   */
+  SMELT_ELEMENT_TYPE_U8 = 7,
+  /**
+   * A signed 16-bit integer (`int16_t`).
+   */
+  SMELT_ELEMENT_TYPE_I16 = 8,
+  /**
+   * An unsigned 16-bit integer (`uint16_t`).
+   */
+  SMELT_ELEMENT_TYPE_U16 = 9,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L

@@ -17,7 +17,7 @@ at run time from its input's static shape; smelt folds the program at import:
   Cast(float) of a value above 2^24 minus 2^40, so a float round trip shows.
 
 bad/NAME.onnx are models the importer must refuse with a clear error (a Cast to string
-or float64, a Cast of run-time data to uint8, a Range with delta 0, a Range of 2^62
+or float64, a Cast of run-time data to uint32, a Range with delta 0, a Range of 2^62
 elements, an int64 Mul that overflows, a Less of float32 run-time data and an int64
 constant).
 
@@ -37,7 +37,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-STAMP = "onnx 1.23.2 onnxruntime 1.32.0 shape-programs 3"
+STAMP = "onnx 1.23.2 onnxruntime 1.32.0 shape-programs 4"
 
 
 def const(name, values, dtype=np.int64):
@@ -182,7 +182,7 @@ BAD = {
     "cast_to_float64": bad_model(
         [h.make_node("Shape", ["x"], ["s"]), h.make_node("Cast", ["s"], ["y"], to=T.DOUBLE)]
     ),
-    "cast_runtime_to_uint8": bad_model([h.make_node("Cast", ["x"], ["y"], to=T.UINT8)]),
+    "cast_runtime_to_uint32": bad_model([h.make_node("Cast", ["x"], ["y"], to=T.UINT32)]),
     "range_delta_0": bad_model(
         [
             const("a", 0),

@@ -86,6 +86,14 @@ pub enum SmeltElementType {
     F16 = 4,
     /// bfloat16 (the upper half of a `float`), as its bits (`uint16_t`).
     BF16 = 5,
+    /// A signed 8-bit integer (`int8_t`).
+    I8 = 6,
+    /// An unsigned 8-bit integer (`uint8_t`).
+    U8 = 7,
+    /// A signed 16-bit integer (`int16_t`).
+    I16 = 8,
+    /// An unsigned 16-bit integer (`uint16_t`).
+    U16 = 9,
 }
 
 impl SmeltElementType {
@@ -97,6 +105,10 @@ impl SmeltElementType {
             DType::Bool => SmeltElementType::Bool,
             DType::F16 => SmeltElementType::F16,
             DType::BF16 => SmeltElementType::BF16,
+            DType::I8 => SmeltElementType::I8,
+            DType::U8 => SmeltElementType::U8,
+            DType::I16 => SmeltElementType::I16,
+            DType::U16 => SmeltElementType::U16,
         }
     }
 
@@ -925,6 +937,14 @@ unsafe fn run_checked(
                     DType::BF16 => {
                         Elements::BF16(std::slice::from_raw_parts(c.at as *const u16, n(c)))
                     }
+                    DType::I8 => Elements::I8(std::slice::from_raw_parts(c.at as *const i8, n(c))),
+                    DType::U8 => Elements::U8(std::slice::from_raw_parts(c.at as *const u8, n(c))),
+                    DType::I16 => {
+                        Elements::I16(std::slice::from_raw_parts(c.at as *const i16, n(c)))
+                    }
+                    DType::U16 => {
+                        Elements::U16(std::slice::from_raw_parts(c.at as *const u16, n(c)))
+                    }
                 }
             }
         })
@@ -956,6 +976,18 @@ unsafe fn run_checked(
                     }
                     DType::BF16 => {
                         ElementsMut::BF16(std::slice::from_raw_parts_mut(c.at as *mut u16, n(c)))
+                    }
+                    DType::I8 => {
+                        ElementsMut::I8(std::slice::from_raw_parts_mut(c.at as *mut i8, n(c)))
+                    }
+                    DType::U8 => {
+                        ElementsMut::U8(std::slice::from_raw_parts_mut(c.at as *mut u8, n(c)))
+                    }
+                    DType::I16 => {
+                        ElementsMut::I16(std::slice::from_raw_parts_mut(c.at as *mut i16, n(c)))
+                    }
+                    DType::U16 => {
+                        ElementsMut::U16(std::slice::from_raw_parts_mut(c.at as *mut u16, n(c)))
                     }
                 }
             }

@@ -1,5 +1,6 @@
 //! Reading and writing NumPy `.npy` files (little-endian, C order) for CLI tensors, in
-//! each tensor's own element type: `<f4`, `<i8`, `<i4`, `|b1` (bool), `<f2` (float16)
+//! each tensor's own element type: `<f4`, `<i8`, `<i4`, `<i2`, `<u2`, `|i1`, `|u1`,
+//! `|b1` (bool), `<f2` (float16)
 //! and `<V2` for bfloat16 — what numpy writes for an `ml_dtypes.bfloat16` array, which
 //! has no type code of its own (read it back with `.view(ml_dtypes.bfloat16)`).
 
@@ -16,6 +17,10 @@ fn descr(dtype: DType) -> &'static str {
         DType::Bool => "|b1",
         DType::F16 => "<f2",
         DType::BF16 => "<V2",
+        DType::I8 => "|i1",
+        DType::U8 => "|u1",
+        DType::I16 => "<i2",
+        DType::U16 => "<u2",
     }
 }
 
@@ -52,7 +57,8 @@ pub fn encode(t: &Tensor) -> Vec<u8> {
 }
 
 /// Decodes a `.npy` file in C order into a tensor of its element type: `<f4` (and `<f8`,
-/// narrowed to f32, an error where a finite value overflows it), `<i8`, `<i4`, `|b1`,
+/// narrowed to f32, an error where a finite value overflows it), `<i8`, `<i4`, `<i2`,
+/// `<u2`, `|i1`, `|u1`, `|b1`,
 /// `<f2` (float16) and 2-byte void (`<V2`, `|V2`), the bfloat16 of `ml_dtypes`.
 /// Integers are never converted to floats or back: a tensor of the wrong type is the
 /// caller's error to report. Errors say what is wrong with the file.
@@ -95,10 +101,15 @@ pub fn decode(bytes: &[u8]) -> Result<Tensor, String> {
         "<f2" => (DType::F16, 2),
         // numpy has no code for ml_dtypes' bfloat16 and saves it as 2-byte void
         "<V2" | "|V2" => (DType::BF16, 2),
+        "|i1" => (DType::I8, 1),
+        "|u1" => (DType::U8, 1),
+        "<i2" => (DType::I16, 2),
+        "<u2" => (DType::U16, 2),
         other => {
             return Err(format!(
                 "unsupported .npy dtype '{other}' (smelt reads float32, float64, float16, \
-                 bfloat16 (saved by ml_dtypes as '<V2'), int64, int32 and bool)"
+                 bfloat16 (saved by ml_dtypes as '<V2'), int64, int32, int16, uint16, int8, \
+                 uint8 and bool)"
             ))
         }
     };

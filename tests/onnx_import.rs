@@ -894,17 +894,32 @@ fn tensors_of_the_wrong_element_type_are_errors_naming_the_node() {
         text.contains("Mul node 'scale'") && text.contains("got f32 and i64"),
         "{text}"
     );
-    // an int8 input is no run-time type
+    // an int8 node computes in int32, and its error says so
     let text = error_text(
-        Model::new(13)
+        Model::new(14)
             .input_dims("small", 3, &fixed(&[3]))
             .node("Relu", "r", &["small"], &["y"], vec![])
+            .output("y")
+            .import(),
+        "type-mismatch",
+    );
+    assert!(
+        text.contains("Relu node 'r'")
+            && text.contains("must be f32, got i32")
+            && text.contains("computes int8 nodes in int32"),
+        "{text}"
+    );
+    // a uint32 input is no run-time type
+    let text = error_text(
+        Model::new(13)
+            .input_dims("wide", 12, &fixed(&[3]))
+            .node("Relu", "r", &["wide"], &["y"], vec![])
             .output("y")
             .import(),
         "onnx-unsupported-dtype",
     );
     assert!(
-        text.contains("input 'small' has element type int8"),
+        text.contains("input 'wide' has element type uint32"),
         "{text}"
     );
 }

@@ -23,7 +23,7 @@ fn data_dir() -> PathBuf {
         common::generated_data(
             "shape-programs",
             "make_shape_programs.py",
-            "onnx 1.23.2 onnxruntime 1.32.0 shape-programs 3",
+            "onnx 1.23.2 onnxruntime 1.32.0 shape-programs 4",
         )
     })
     .clone()
@@ -111,11 +111,11 @@ fn bad_shape_programs_get_clear_errors_naming_the_node() {
             &["Cast node", "casting to float64 is not supported"],
         ),
         (
-            "cast_runtime_to_uint8",
+            "cast_runtime_to_uint32",
             &[
                 "Cast node",
                 "computed at run time",
-                "casting it to uint8 is not supported",
+                "casting it to uint32 is not supported",
             ],
         ),
         ("range_delta_0", &["Range node", "delta is 0"]),

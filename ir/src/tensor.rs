@@ -17,6 +17,14 @@ pub enum TensorData {
     F16(Vec<u16>),
     /// `bf16` elements as their bit patterns.
     BF16(Vec<u16>),
+    /// `i8` elements.
+    I8(Vec<i8>),
+    /// `ui8` elements.
+    U8(Vec<u8>),
+    /// `i16` elements.
+    I16(Vec<i16>),
+    /// `ui16` elements.
+    U16(Vec<u16>),
 }
 
 /// `$body` with `$v` bound to the element vector of `$data`, whatever its type; `$wrap`
@@ -80,6 +88,42 @@ macro_rules! with_elements {
                 }
                 $body
             }
+            $crate::tensor::TensorData::I8($v) => {
+                #[allow(unused_macros)]
+                macro_rules! $wrap {
+                    ($e:expr) => {
+                        $crate::tensor::TensorData::I8($e)
+                    };
+                }
+                $body
+            }
+            $crate::tensor::TensorData::U8($v) => {
+                #[allow(unused_macros)]
+                macro_rules! $wrap {
+                    ($e:expr) => {
+                        $crate::tensor::TensorData::U8($e)
+                    };
+                }
+                $body
+            }
+            $crate::tensor::TensorData::I16($v) => {
+                #[allow(unused_macros)]
+                macro_rules! $wrap {
+                    ($e:expr) => {
+                        $crate::tensor::TensorData::I16($e)
+                    };
+                }
+                $body
+            }
+            $crate::tensor::TensorData::U16($v) => {
+                #[allow(unused_macros)]
+                macro_rules! $wrap {
+                    ($e:expr) => {
+                        $crate::tensor::TensorData::U16($e)
+                    };
+                }
+                $body
+            }
         }
     };
 }
@@ -94,6 +138,10 @@ impl TensorData {
             DType::Bool => TensorData::Bool(vec![false; len]),
             DType::F16 => TensorData::F16(vec![0; len]),
             DType::BF16 => TensorData::BF16(vec![0; len]),
+            DType::I8 => TensorData::I8(vec![0; len]),
+            DType::U8 => TensorData::U8(vec![0; len]),
+            DType::I16 => TensorData::I16(vec![0; len]),
+            DType::U16 => TensorData::U16(vec![0; len]),
         }
     }
 
@@ -106,6 +154,10 @@ impl TensorData {
             TensorData::Bool(_) => DType::Bool,
             TensorData::F16(_) => DType::F16,
             TensorData::BF16(_) => DType::BF16,
+            TensorData::I8(_) => DType::I8,
+            TensorData::U8(_) => DType::U8,
+            TensorData::I16(_) => DType::I16,
+            TensorData::U16(_) => DType::U16,
         }
     }
 
@@ -175,6 +227,15 @@ impl TensorData {
     /// checked to be in the type's range (`i1`: 0 or 1).
     pub fn from_i64s(dtype: DType, values: Vec<i64>) -> Result<TensorData, String> {
         let out_of_range = |v: i64| format!("{v} is out of range for {dtype}");
+        fn narrow<T: TryFrom<i64>>(
+            values: Vec<i64>,
+            err: impl Fn(i64) -> String,
+        ) -> Result<Vec<T>, String> {
+            values
+                .into_iter()
+                .map(|v| T::try_from(v).map_err(|_| err(v)))
+                .collect()
+        }
         Ok(match dtype {
             DType::I64 => TensorData::I64(values),
             DType::I32 => TensorData::I32(
@@ -193,6 +254,10 @@ impl TensorData {
                     })
                     .collect::<Result<_, _>>()?,
             ),
+            DType::I8 => TensorData::I8(narrow(values, out_of_range)?),
+            DType::U8 => TensorData::U8(narrow(values, out_of_range)?),
+            DType::I16 => TensorData::I16(narrow(values, out_of_range)?),
+            DType::U16 => TensorData::U16(narrow(values, out_of_range)?),
             DType::F32 | DType::F16 | DType::BF16 => {
                 return Err(format!("{dtype} elements are not integers"))
             }
@@ -206,13 +271,22 @@ impl TensorData {
             TensorData::I64(v) => Some(v.clone()),
             TensorData::I32(v) => Some(v.iter().map(|&x| x.into()).collect()),
             TensorData::Bool(v) => Some(v.iter().map(|&x| x.into()).collect()),
+            TensorData::I8(v) => Some(v.iter().map(|&x| x.into()).collect()),
+            TensorData::U8(v) => Some(v.iter().map(|&x| x.into()).collect()),
+            TensorData::I16(v) => Some(v.iter().map(|&x| x.into()).collect()),
+            TensorData::U16(v) => Some(v.iter().map(|&x| x.into()).collect()),
         }
     }
 
-    /// Each element as an `f64` (`i1` as 0 or 1): exact for the floats, `i32` and `i1`,
-    /// and for `i64` up to 2^53. For error metrics and reports, never for computing.
+    /// Each element as an `f64` (`i1` as 0 or 1): exact for the floats, `i32`, `i1` and
+    /// the narrow integers, and for `i64` up to 2^53. For error metrics and reports, never
+    /// for computing.
     pub fn to_f64(&self) -> Vec<f64> {
         match self {
+            TensorData::I8(v) => v.iter().map(|&x| x.into()).collect(),
+            TensorData::U8(v) => v.iter().map(|&x| x.into()).collect(),
+            TensorData::I16(v) => v.iter().map(|&x| x.into()).collect(),
+            TensorData::U16(v) => v.iter().map(|&x| x.into()).collect(),
             TensorData::F16(v) => v
                 .iter()
                 .map(|&x| crate::half::f16_to_f32(x) as f64)
@@ -236,9 +310,12 @@ impl TensorData {
             TensorData::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             TensorData::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             TensorData::Bool(v) => v.iter().map(|&x| u8::from(x)).collect(),
-            TensorData::F16(v) | TensorData::BF16(v) => {
+            TensorData::F16(v) | TensorData::BF16(v) | TensorData::U16(v) => {
                 v.iter().flat_map(|x| x.to_le_bytes()).collect()
             }
+            TensorData::I8(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            TensorData::U8(v) => v.clone(),
+            TensorData::I16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         }
     }
 
@@ -288,6 +365,20 @@ impl TensorData {
                     TensorData::BF16(bits)
                 }
             }
+            DType::I8 => TensorData::I8(bytes.iter().map(|&b| b as i8).collect()),
+            DType::U8 => TensorData::U8(bytes.to_vec()),
+            DType::I16 => TensorData::I16(
+                bytes
+                    .chunks_exact(2)
+                    .map(|c| i16::from_le_bytes([c[0], c[1]]))
+                    .collect(),
+            ),
+            DType::U16 => TensorData::U16(
+                bytes
+                    .chunks_exact(2)
+                    .map(|c| u16::from_le_bytes([c[0], c[1]]))
+                    .collect(),
+            ),
         })
     }
 }
@@ -337,6 +428,21 @@ impl From<Vec<i32>> for TensorData {
 impl From<Vec<bool>> for TensorData {
     fn from(v: Vec<bool>) -> TensorData {
         TensorData::Bool(v)
+    }
+}
+impl From<Vec<i8>> for TensorData {
+    fn from(v: Vec<i8>) -> TensorData {
+        TensorData::I8(v)
+    }
+}
+impl From<Vec<u8>> for TensorData {
+    fn from(v: Vec<u8>) -> TensorData {
+        TensorData::U8(v)
+    }
+}
+impl From<Vec<i16>> for TensorData {
+    fn from(v: Vec<i16>) -> TensorData {
+        TensorData::I16(v)
     }
 }
 
@@ -405,6 +511,10 @@ impl Tensor {
             DType::I64 => TensorData::I64(bits().map(i64::from).collect()),
             DType::I32 => TensorData::I32(bits().map(i32::from).collect()),
             DType::Bool => TensorData::Bool(bits().collect()),
+            DType::I8 => TensorData::I8(bits().map(i8::from).collect()),
+            DType::U8 => TensorData::U8(bits().map(u8::from).collect()),
+            DType::I16 => TensorData::I16(bits().map(i16::from).collect()),
+            DType::U16 => TensorData::U16(bits().map(u16::from).collect()),
             DType::F16 | DType::BF16 => {
                 TensorData::from_f32s(ty.dtype, &uniform).expect("a float type converts from f32")
             }
@@ -453,6 +563,10 @@ impl Tensor {
             TensorData::Bool(v) => f64::from(u8::from(v[k])),
             TensorData::F16(v) => crate::half::f16_to_f32(v[k]) as f64,
             TensorData::BF16(v) => crate::half::bf16_to_f32(v[k]) as f64,
+            TensorData::I8(v) => v[k].into(),
+            TensorData::U8(v) => v[k].into(),
+            TensorData::I16(v) => v[k].into(),
+            TensorData::U16(v) => v[k].into(),
         }
     }
 

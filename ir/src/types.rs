@@ -27,17 +27,31 @@ pub enum DType {
     F16,
     /// bfloat16 (f32's upper 16 bits), a storage type like [`DType::F16`].
     BF16,
+    /// 8-bit signed integer, a storage type: only `cast` and data movement take it;
+    /// computations widen it to `i32` (exactly) and wrap their results back.
+    I8,
+    /// 8-bit unsigned integer, spelled `ui8` as MLIR spells unsigned types; storage
+    /// only, like [`DType::I8`] (widened to `i32` by zero extension).
+    U8,
+    /// 16-bit signed integer, a storage type like [`DType::I8`].
+    I16,
+    /// 16-bit unsigned integer (`ui16`), a storage type like [`DType::U8`].
+    U16,
 }
 
 impl DType {
     /// Every element type, in declaration order.
-    pub const ALL: [DType; 6] = [
+    pub const ALL: [DType; 10] = [
         DType::F32,
         DType::I64,
         DType::I32,
         DType::Bool,
         DType::F16,
         DType::BF16,
+        DType::I8,
+        DType::U8,
+        DType::I16,
+        DType::U16,
     ];
 
     /// Size of one element in bytes.
@@ -45,12 +59,13 @@ impl DType {
         match self {
             DType::F32 | DType::I32 => 4,
             DType::I64 => 8,
-            DType::Bool => 1,
-            DType::F16 | DType::BF16 => 2,
+            DType::Bool | DType::I8 | DType::U8 => 1,
+            DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
         }
     }
 
-    /// The spelling used in the text form (`f32`, `i64`, `i32`, `i1`, `f16`, `bf16`).
+    /// The spelling used in the text form (`f32`, `i64`, `i32`, `i1`, `f16`, `bf16`,
+    /// `i8`, `ui8`, `i16`, `ui16`).
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "f32",
@@ -59,6 +74,10 @@ impl DType {
             DType::Bool => "i1",
             DType::F16 => "f16",
             DType::BF16 => "bf16",
+            DType::I8 => "i8",
+            DType::U8 => "ui8",
+            DType::I16 => "i16",
+            DType::U16 => "ui16",
         }
     }
 
@@ -81,6 +100,17 @@ impl DType {
     /// Whether the type is a 2-byte float storage type (`f16`, `bf16`).
     pub fn is_narrow_float(self) -> bool {
         matches!(self, DType::F16 | DType::BF16)
+    }
+
+    /// Whether the type is a narrow integer storage type (`i8`, `ui8`, `i16`, `ui16`).
+    pub fn is_narrow_int(self) -> bool {
+        matches!(self, DType::I8 | DType::U8 | DType::I16 | DType::U16)
+    }
+
+    /// Whether the type is storage only (a 2-byte float or a narrow integer): `cast` and
+    /// data movement take it, nothing computes on it.
+    pub fn is_storage(self) -> bool {
+        self.is_narrow_float() || self.is_narrow_int()
     }
 }
 

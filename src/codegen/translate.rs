@@ -195,6 +195,9 @@ fn clif_type(w: Width) -> Type {
         Width::Bool => types::I8,
         // the 2-byte floats are moved as their bits and widened only by `cast`
         Width::F16 | Width::BF16 => types::I16,
+        // the narrow integers are extended to i32 only by `cast`
+        Width::I8 | Width::U8 => types::I8,
+        Width::I16 | Width::U16 => types::I16,
     }
 }
 
@@ -679,7 +682,15 @@ impl Gen<'_, '_> {
         match e {
             Expr::Var(v) => self.fb.use_var(self.vars[v.0 as usize]),
             Expr::Const(c, w) => self.constant(c.0, clif_type(*w)),
-            Expr::Int(v, w) => self.fb.ins().iconst(clif_type(*w), *v),
+            Expr::Int(v, w) => {
+                // Cranelift wants a narrow type's immediate as its bits (zero-extended)
+                let ty = clif_type(*w);
+                let bits = match ty.bits() {
+                    b @ (8 | 16) => *v & ((1i64 << b) - 1),
+                    _ => *v,
+                };
+                self.fb.ins().iconst(ty, bits)
+            }
             Expr::LoadAt {
                 buf,
                 base,
@@ -947,6 +958,36 @@ impl Gen<'_, '_> {
                 let wide = self.cast(v, from, Width::Scalar);
                 self.narrow_float(wide, to)
             }
+            // narrow integers widen exactly to i32 (by their signedness) and go on from it
+            (Width::I8 | Width::I16, _) => {
+                let wide = self.fb.ins().sextend(types::I32, v);
+                self.cast(wide, Width::I32, to)
+            }
+            (Width::U8 | Width::U16, _) => {
+                let wide = self.fb.ins().uextend(types::I32, v);
+                self.cast(wide, Width::I32, to)
+            }
+            // float to a narrow integer saturates at its bounds, as to i32 (NaN is 0)
+            (Width::Scalar, Width::I8 | Width::U8 | Width::I16 | Width::U16) => {
+                let wide = self.fb.ins().fcvt_to_sint_sat(types::I32, v);
+                let (lo, hi) = match to {
+                    Width::I8 => (i8::MIN.into(), i8::MAX.into()),
+                    Width::U8 => (0, u8::MAX.into()),
+                    Width::I16 => (i16::MIN.into(), i16::MAX.into()),
+                    _ => (0, i64::from(u16::MAX)),
+                };
+                let lo = self.fb.ins().iconst(types::I32, lo);
+                let hi = self.fb.ins().iconst(types::I32, hi);
+                let clamped = self.fb.ins().smax(wide, lo);
+                let clamped = self.fb.ins().smin(clamped, hi);
+                self.fb.ins().ireduce(ty, clamped)
+            }
+            // integer to a narrow integer keeps the low bits (wraps); i1 is 0 or 1
+            (Width::I64 | Width::I32, Width::I8 | Width::U8 | Width::I16 | Width::U16) => {
+                self.fb.ins().ireduce(ty, v)
+            }
+            (Width::Bool, Width::I8 | Width::U8) => v,
+            (Width::Bool, Width::I16 | Width::U16) => self.fb.ins().uextend(ty, v),
             (Width::Scalar, Width::I64 | Width::I32) => self.fb.ins().fcvt_to_sint_sat(ty, v),
             (Width::Scalar, Width::Bool) => {
                 let zero = self.fb.ins().f32const(0.0);

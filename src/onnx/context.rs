@@ -153,16 +153,16 @@ impl<'m> Importer<'m> {
     }
 
     /// Adds `c` as a weight named after `name` and returns a `const` op reading it:
-    /// float32, float16, bfloat16, int64, int32 and bool constants (other integer types are
-    /// only folded).
+    /// float32, float16, bfloat16, int64, int32, int16, uint16, int8, uint8 and bool
+    /// constants (other types are only folded).
     pub fn materialize(&mut self, c: &ConstTensor, name: &str) -> Result<Value, Diagnostic> {
         let (ty, buf) = c.to_weight().ok_or_else(|| {
             plain_error(
                 "onnx-unsupported-dtype",
                 format!(
                     "tensor '{name}' has element type {}; smelt's run-time tensors are \
-                     float32, float16, bfloat16, int64, int32 and bool (other types are \
-                     folded at import only)",
+                     float32, float16, bfloat16, int64, int32, int16, uint16, int8, uint8 \
+                     and bool (other types are folded at import only)",
                     c.type_name()
                 ),
             )

@@ -179,7 +179,8 @@ fn import_aligned(
 }
 
 /// Decodes a serialized `TensorProto` (the `input_N.pb` files of ONNX test data) into a
-/// host tensor of its element type (float32, float16, bfloat16, int64, int32 or bool)
+/// host tensor of its element type (float32, float16, bfloat16, int64, int32, int16,
+/// uint16, int8, uint8 or bool)
 /// and the tensor's name.
 pub fn read_tensor(bytes: &[u8]) -> Result<(String, Tensor), crate::Error> {
     let t = proto::TensorProto::decode(Bytes::copy_from_slice(bytes)).map_err(|e| {
@@ -198,7 +199,8 @@ pub fn read_tensor(bytes: &[u8]) -> Result<(String, Tensor), crate::Error> {
     let c = ConstTensor::from_proto(&t).map_err(bad)?;
     let data = c.to_data().ok_or_else(|| {
         bad(format!(
-            "has element type {}, not float32, float16, bfloat16, int64, int32 or bool",
+            "has element type {}, not float32, float16, bfloat16, int64, int32, int16, \
+             uint16, int8, uint8 or bool",
             c.type_name()
         ))
     })?;
@@ -502,7 +504,7 @@ fn input_type(
             "onnx-unsupported-dtype",
             format!(
                 "input '{name}' has element type {}; smelt's inputs are float32, float16, \
-                 bfloat16, int64, int32 or bool",
+                 bfloat16, int64, int32, int16, uint16, int8, uint8 or bool",
                 dtype::name(tensor.elem_type())
             ),
         ));
@@ -875,10 +877,17 @@ fn import_node(imp: &mut Importer, node: &NodeProto, opset: i64) -> Result<(), D
     imp.builder
         .set_loc(Location::Name(node_display_name(node).into()));
     let widened = narrow::widen_inputs(imp, node).map_err(fail)?;
-    // errors about a widened input name the model's tensor
+    // errors about a widened input name the model's tensor, and say what was widened
+    let int_note = widened
+        .as_ref()
+        .and_then(|w| w.widened_int)
+        .map(narrow::widened_note);
     let fail = |d: Diagnostic| {
+        let mut notes = d.notes.clone();
+        notes.extend(int_note.clone());
         fail(Diagnostic {
             message: narrow::plain_names(&d.message),
+            notes,
             ..d
         })
     };

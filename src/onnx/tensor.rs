@@ -34,8 +34,8 @@ pub mod dtype {
     pub const BFLOAT16: i32 = 16;
 
     /// The IR element type a run-time tensor of type `code` has: float32, int64, int32,
-    /// bool, float16 and bfloat16; `None` for the types smelt only folds at import (or
-    /// not at all).
+    /// bool, float16, bfloat16, int8, uint8, int16 and uint16; `None` for the types smelt
+    /// only folds at import (or not at all).
     pub fn ir(code: i32) -> Option<smelt_ir::DType> {
         Some(match code {
             FLOAT => smelt_ir::DType::F32,
@@ -44,6 +44,10 @@ pub mod dtype {
             INT64 => smelt_ir::DType::I64,
             INT32 => smelt_ir::DType::I32,
             BOOL => smelt_ir::DType::Bool,
+            INT8 => smelt_ir::DType::I8,
+            UINT8 => smelt_ir::DType::U8,
+            INT16 => smelt_ir::DType::I16,
+            UINT16 => smelt_ir::DType::U16,
             _ => return None,
         })
     }
@@ -57,12 +61,21 @@ pub mod dtype {
             smelt_ir::DType::Bool => BOOL,
             smelt_ir::DType::F16 => FLOAT16,
             smelt_ir::DType::BF16 => BFLOAT16,
+            smelt_ir::DType::I8 => INT8,
+            smelt_ir::DType::U8 => UINT8,
+            smelt_ir::DType::I16 => INT16,
+            smelt_ir::DType::U16 => UINT16,
         }
     }
 
     /// Whether `code` is a 2-byte float type (float16, bfloat16).
     pub fn is_narrow_float(code: i32) -> bool {
         matches!(code, FLOAT16 | BFLOAT16)
+    }
+
+    /// Whether `code` is a narrow integer type (int8, uint8, int16, uint16).
+    pub fn is_narrow_int(code: i32) -> bool {
+        matches!(code, INT8 | UINT8 | INT16 | UINT16)
     }
 
     /// The range `(min, max)` of an integer or bool type code, `None` for other types.

@@ -22,6 +22,14 @@ pub enum Elements<'a> {
     F16(&'a [u16]),
     /// `bf16` elements as their bit patterns.
     BF16(&'a [u16]),
+    /// `i8` elements.
+    I8(&'a [i8]),
+    /// `ui8` elements.
+    U8(&'a [u8]),
+    /// `i16` elements.
+    I16(&'a [i16]),
+    /// `ui16` elements.
+    U16(&'a [u16]),
 }
 
 /// A mutably borrowed run of elements of one type (an output of
@@ -42,6 +50,14 @@ pub enum ElementsMut<'a> {
     F16(&'a mut [u16]),
     /// `bf16` elements as their bit patterns.
     BF16(&'a mut [u16]),
+    /// `i8` elements.
+    I8(&'a mut [i8]),
+    /// `ui8` elements.
+    U8(&'a mut [u8]),
+    /// `i16` elements.
+    I16(&'a mut [i16]),
+    /// `ui16` elements.
+    U16(&'a mut [u16]),
 }
 
 impl<'a> Elements<'a> {
@@ -54,6 +70,10 @@ impl<'a> Elements<'a> {
             TensorData::Bool(v) => Elements::Bool(v),
             TensorData::F16(v) => Elements::F16(v),
             TensorData::BF16(v) => Elements::BF16(v),
+            TensorData::I8(v) => Elements::I8(v),
+            TensorData::U8(v) => Elements::U8(v),
+            TensorData::I16(v) => Elements::I16(v),
+            TensorData::U16(v) => Elements::U16(v),
         }
     }
 
@@ -66,6 +86,10 @@ impl<'a> Elements<'a> {
             Elements::Bool(_) => DType::Bool,
             Elements::F16(_) => DType::F16,
             Elements::BF16(_) => DType::BF16,
+            Elements::I8(_) => DType::I8,
+            Elements::U8(_) => DType::U8,
+            Elements::I16(_) => DType::I16,
+            Elements::U16(_) => DType::U16,
         }
     }
 
@@ -76,7 +100,10 @@ impl<'a> Elements<'a> {
             Elements::I64(v) => v.len(),
             Elements::I32(v) => v.len(),
             Elements::Bool(v) => v.len(),
-            Elements::F16(v) | Elements::BF16(v) => v.len(),
+            Elements::F16(v) | Elements::BF16(v) | Elements::U16(v) => v.len(),
+            Elements::I8(v) => v.len(),
+            Elements::U8(v) => v.len(),
+            Elements::I16(v) => v.len(),
         }
     }
 
@@ -93,7 +120,12 @@ impl<'a> Elements<'a> {
             Elements::I64(v) => (v.as_ptr().cast(), v.len() * 8),
             Elements::I32(v) => (v.as_ptr().cast(), v.len() * 4),
             Elements::Bool(v) => (v.as_ptr().cast(), v.len()),
-            Elements::F16(v) | Elements::BF16(v) => (v.as_ptr().cast(), v.len() * 2),
+            Elements::F16(v) | Elements::BF16(v) | Elements::U16(v) => {
+                (v.as_ptr().cast(), v.len() * 2)
+            }
+            Elements::I8(v) => (v.as_ptr().cast(), v.len()),
+            Elements::U8(v) => (v.as_ptr().cast(), v.len()),
+            Elements::I16(v) => (v.as_ptr().cast(), v.len() * 2),
         }
     }
 }
@@ -108,6 +140,10 @@ impl<'a> ElementsMut<'a> {
             TensorData::Bool(v) => ElementsMut::Bool(v),
             TensorData::F16(v) => ElementsMut::F16(v),
             TensorData::BF16(v) => ElementsMut::BF16(v),
+            TensorData::I8(v) => ElementsMut::I8(v),
+            TensorData::U8(v) => ElementsMut::U8(v),
+            TensorData::I16(v) => ElementsMut::I16(v),
+            TensorData::U16(v) => ElementsMut::U16(v),
         }
     }
 
@@ -120,6 +156,10 @@ impl<'a> ElementsMut<'a> {
             ElementsMut::Bool(_) => DType::Bool,
             ElementsMut::F16(_) => DType::F16,
             ElementsMut::BF16(_) => DType::BF16,
+            ElementsMut::I8(_) => DType::I8,
+            ElementsMut::U8(_) => DType::U8,
+            ElementsMut::I16(_) => DType::I16,
+            ElementsMut::U16(_) => DType::U16,
         }
     }
 
@@ -130,7 +170,10 @@ impl<'a> ElementsMut<'a> {
             ElementsMut::I64(v) => v.len(),
             ElementsMut::I32(v) => v.len(),
             ElementsMut::Bool(v) => v.len(),
-            ElementsMut::F16(v) | ElementsMut::BF16(v) => v.len(),
+            ElementsMut::F16(v) | ElementsMut::BF16(v) | ElementsMut::U16(v) => v.len(),
+            ElementsMut::I8(v) => v.len(),
+            ElementsMut::U8(v) => v.len(),
+            ElementsMut::I16(v) => v.len(),
         }
     }
 
@@ -148,7 +191,12 @@ impl<'a> ElementsMut<'a> {
             ElementsMut::I64(v) => (v.as_mut_ptr().cast(), v.len() * 8),
             ElementsMut::I32(v) => (v.as_mut_ptr().cast(), v.len() * 4),
             ElementsMut::Bool(v) => (v.as_mut_ptr().cast(), v.len()),
-            ElementsMut::F16(v) | ElementsMut::BF16(v) => (v.as_mut_ptr().cast(), v.len() * 2),
+            ElementsMut::F16(v) | ElementsMut::BF16(v) | ElementsMut::U16(v) => {
+                (v.as_mut_ptr().cast(), v.len() * 2)
+            }
+            ElementsMut::I8(v) => (v.as_mut_ptr().cast(), v.len()),
+            ElementsMut::U8(v) => (v.as_mut_ptr().cast(), v.len()),
+            ElementsMut::I16(v) => (v.as_mut_ptr().cast(), v.len() * 2),
         }
     }
 }

@@ -41,13 +41,17 @@ element!(f32, F32);
 element!(i64, I64);
 element!(i32, I32);
 element!(bool, Bool);
+element!(i8, I8);
+element!(u8, U8);
+element!(i16, I16);
 
-/// The 2-byte floats' bit patterns, for data movement only (the type rules keep every
-/// comparison and arithmetic off them, so their integer order is never used).
+/// `ui16` elements and the 2-byte floats' bit patterns, for data movement only (the type
+/// rules keep every comparison and arithmetic off the storage types, so the floats'
+/// integer order is never used).
 impl Element for u16 {
     fn slice(data: &TensorData) -> Option<&[u16]> {
         match data {
-            TensorData::F16(v) | TensorData::BF16(v) => Some(v),
+            TensorData::F16(v) | TensorData::BF16(v) | TensorData::U16(v) => Some(v),
             _ => None,
         }
     }
@@ -157,6 +161,10 @@ pub(super) fn concat(args: &[Operand], axis: usize) -> Result<TensorData, String
         DType::Bool => TensorData::Bool(typed(args, axis)?),
         DType::F16 => TensorData::F16(typed(args, axis)?),
         DType::BF16 => TensorData::BF16(typed(args, axis)?),
+        DType::I8 => TensorData::I8(typed(args, axis)?),
+        DType::U8 => TensorData::U8(typed(args, axis)?),
+        DType::I16 => TensorData::I16(typed(args, axis)?),
+        DType::U16 => TensorData::U16(typed(args, axis)?),
     })
 }
 
@@ -242,8 +250,9 @@ pub(super) fn integer_unary(op: UnaryOp, x: &Operand) -> Result<TensorData, Stri
 
 /// ONNX `Cast`: see [`Op::Cast`] for the rules. Rust's `as` between these types is
 /// exactly them (float to int truncates and saturates, NaN to 0; int to float rounds
-/// to nearest; int to int wraps). `f16` and `bf16` go through `f32`: widening is exact,
-/// and narrowing rounds to nearest even ([`crate::half`]).
+/// to nearest; int to int wraps), the narrow integers included (float to `i8` saturates
+/// at -128 and 127, `i64` to `ui8` keeps the low 8 bits). `f16` and `bf16` go through
+/// `f32`: widening is exact, and narrowing rounds to nearest even ([`crate::half`]).
 pub(super) fn cast(x: &TensorData, to: DType) -> TensorData {
     fn each<S: Copy, D>(v: &[S], f: impl Fn(S) -> D) -> Vec<D> {
         v.iter().map(|&e| f(e)).collect()
@@ -256,13 +265,21 @@ pub(super) fn cast(x: &TensorData, to: DType) -> TensorData {
         DType::Bool => TensorData::Bool(each(v, |e| e != 0.0)),
         DType::F16 => TensorData::F16(each(v, half::f32_to_f16)),
         DType::BF16 => TensorData::BF16(each(v, half::f32_to_bf16)),
+        DType::I8 => TensorData::I8(each(v, |e| e as i8)),
+        DType::U8 => TensorData::U8(each(v, |e| e as u8)),
+        DType::I16 => TensorData::I16(each(v, |e| e as i16)),
+        DType::U16 => TensorData::U16(each(v, |e| e as u16)),
     };
-    // Integers go through i64, which holds every i32 and i1 exactly.
+    // Integers go through i64, which holds every i32, narrow integer and i1 exactly.
     let from_int = |v: Vec<i64>| match to {
         DType::F32 => TensorData::F32(each(&v, |e| e as f32)),
         DType::I64 => TensorData::I64(v),
         DType::I32 => TensorData::I32(each(&v, |e| e as i32)),
         DType::Bool => TensorData::Bool(each(&v, |e| e != 0)),
+        DType::I8 => TensorData::I8(each(&v, |e| e as i8)),
+        DType::U8 => TensorData::U8(each(&v, |e| e as u8)),
+        DType::I16 => TensorData::I16(each(&v, |e| e as i16)),
+        DType::U16 => TensorData::U16(each(&v, |e| e as u16)),
         // through f32: exact below 2^24, and every integer from 65520 on is f16's
         // infinity either way (bf16 may round twice above 2^24)
         DType::F16 | DType::BF16 => from_f32(&each(&v, |e| e as f32)),
@@ -276,6 +293,10 @@ pub(super) fn cast(x: &TensorData, to: DType) -> TensorData {
         TensorData::I64(v) => from_int(v.clone()),
         TensorData::I32(v) => from_int(each(v, i64::from)),
         TensorData::Bool(v) => from_int(each(v, i64::from)),
+        TensorData::I8(v) => from_int(each(v, i64::from)),
+        TensorData::U8(v) => from_int(each(v, i64::from)),
+        TensorData::I16(v) => from_int(each(v, i64::from)),
+        TensorData::U16(v) => from_int(each(v, i64::from)),
     }
 }
 
@@ -299,7 +320,9 @@ pub(super) fn compare(
         DType::I64 => typed::<i64>(cmp, a, b, out)?,
         DType::I32 => typed::<i32>(cmp, a, b, out)?,
         DType::Bool => typed::<bool>(cmp, a, b, out)?,
-        d @ (DType::F16 | DType::BF16) => return Err(format!("internal: '{}' on {d}", cmp.name())),
+        d @ (DType::F16 | DType::BF16 | DType::I8 | DType::U8 | DType::I16 | DType::U16) => {
+            return Err(format!("internal: '{}' on {d}", cmp.name()))
+        }
     }))
 }
 

@@ -324,6 +324,10 @@ impl CheckCx<'_> {
                 Width::Bool if *v == 0 || *v == 1 => Ok(*w),
                 // a 2-byte float's bit pattern (a zero fill), kept non-negative for i16
                 Width::F16 | Width::BF16 if (0..=0x7fff).contains(v) => Ok(*w),
+                Width::I8 if i8::try_from(*v).is_ok() => Ok(*w),
+                Width::U8 if u8::try_from(*v).is_ok() => Ok(*w),
+                Width::I16 if i16::try_from(*v).is_ok() => Ok(*w),
+                Width::U16 if u16::try_from(*v).is_ok() => Ok(*w),
                 _ => Err(format!("integer constant {v} does not fit {}", w.name())),
             },
             Expr::Load { buf, index, width } => {
@@ -382,8 +386,8 @@ impl CheckCx<'_> {
             }
             Expr::Compare(_, a, b) => {
                 let w = same(self.expr(a)?, self.expr(b)?, "compare")?;
-                if w.is_narrow_float() {
-                    return Err(format!("compare of {} values (cast them to f32)", w.name()));
+                if w.is_storage() {
+                    return Err(format!("compare of {} values (cast them first)", w.name()));
                 }
                 if w.lanes() != 1 {
                     return Err("compare of vectors (select compares lanes)".into());
@@ -393,7 +397,7 @@ impl CheckCx<'_> {
             Expr::Unary(op, x) => {
                 let w = self.expr(x)?;
                 let integer_ok = matches!(op, UnOp::Neg | UnOp::Abs);
-                if w.is_integer() && (!integer_ok || w == Width::Bool || w.is_narrow_float()) {
+                if w.is_integer() && (!integer_ok || w == Width::Bool || w.is_storage()) {
                     return Err(format!("{op:?} of {} values", w.name()));
                 }
                 Ok(w)
@@ -403,10 +407,7 @@ impl CheckCx<'_> {
                 let bitwise = matches!(op, BinOp::And | BinOp::Or | BinOp::Xor);
                 let shift = matches!(op, BinOp::Shl | BinOp::Shr);
                 let arithmetic_on_bool = w == Width::Bool && !bitwise;
-                if ((bitwise || shift) && !w.is_integer())
-                    || arithmetic_on_bool
-                    || w.is_narrow_float()
-                {
+                if ((bitwise || shift) && !w.is_integer()) || arithmetic_on_bool || w.is_storage() {
                     return Err(format!("{op:?} of {} values", w.name()));
                 }
                 Ok(w)
@@ -428,7 +429,7 @@ impl CheckCx<'_> {
             } => {
                 let ab = same(self.expr(a)?, self.expr(b)?, "select comparison")?;
                 let tf = same(self.expr(if_true)?, self.expr(if_false)?, "select")?;
-                if ab.is_narrow_float() {
+                if ab.is_storage() {
                     return Err(format!("select comparing {} values", ab.name()));
                 }
                 // a vector select compares lanes of its own type; a scalar one may compare

@@ -272,7 +272,7 @@ impl Expr {
     pub fn splat_to(x: Expr, width: Width) -> Expr {
         match width {
             Width::F32x4 => Expr::Splat(Box::new(x)),
-            Width::Scalar | Width::I64 | Width::I32 | Width::Bool | Width::F16 | Width::BF16 => x,
+            _ => x,
         }
     }
 

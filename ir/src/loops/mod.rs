@@ -89,6 +89,14 @@ pub enum Width {
     F16,
     /// One `bf16`, held as its 16 bits, like [`Width::F16`].
     BF16,
+    /// One `i8`: like the 2-byte floats, only loaded, stored, selected and cast.
+    I8,
+    /// One `ui8`, storage only like [`Width::I8`].
+    U8,
+    /// One `i16`, storage only like [`Width::I8`].
+    I16,
+    /// One `ui16`, storage only like [`Width::I8`].
+    U16,
 }
 
 impl Width {
@@ -96,7 +104,7 @@ impl Width {
     pub fn lanes(self) -> usize {
         match self {
             Width::F32x4 => 4,
-            Width::Scalar | Width::I64 | Width::I32 | Width::Bool | Width::F16 | Width::BF16 => 1,
+            _ => 1,
         }
     }
 
@@ -109,6 +117,10 @@ impl Width {
             Width::Bool => DType::Bool,
             Width::F16 => DType::F16,
             Width::BF16 => DType::BF16,
+            Width::I8 => DType::I8,
+            Width::U8 => DType::U8,
+            Width::I16 => DType::I16,
+            Width::U16 => DType::U16,
         }
     }
 
@@ -121,11 +133,15 @@ impl Width {
             DType::Bool => Width::Bool,
             DType::F16 => Width::F16,
             DType::BF16 => Width::BF16,
+            DType::I8 => Width::I8,
+            DType::U8 => Width::U8,
+            DType::I16 => Width::I16,
+            DType::U16 => Width::U16,
         }
     }
 
-    /// Whether the value is held in an integer register: an integer, `i1`, or a 2-byte
-    /// float's bits (which [`Width::is_narrow_float`] tells apart).
+    /// Whether the value is held in an integer register: an integer, `i1`, a narrow
+    /// integer or a 2-byte float's bits (which [`Width::is_storage`] tells apart).
     pub fn is_integer(self) -> bool {
         self.dtype() != DType::F32
     }
@@ -133,6 +149,12 @@ impl Width {
     /// Whether the value is a 2-byte float's bits (`f16`, `bf16`): storage only.
     pub fn is_narrow_float(self) -> bool {
         matches!(self, Width::F16 | Width::BF16)
+    }
+
+    /// Whether the value is of a storage type (a 2-byte float's bits or a narrow
+    /// integer): loaded, stored, selected and cast, never computed on or compared.
+    pub fn is_storage(self) -> bool {
+        self.dtype().is_storage()
     }
 
     fn name(self) -> &'static str {
@@ -144,6 +166,10 @@ impl Width {
             Width::Bool => "i1",
             Width::F16 => "f16",
             Width::BF16 => "bf16",
+            Width::I8 => "i8",
+            Width::U8 => "ui8",
+            Width::I16 => "i16",
+            Width::U16 => "ui16",
         }
     }
 }

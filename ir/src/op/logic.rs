@@ -159,7 +159,9 @@ macro_rules! logic_ops {
         /// toward zero and saturates at the type's bounds (NaN becomes 0); integer to float
         /// rounds to nearest even; integer to integer wraps; to `i1` is `!= 0`, from `i1` 0 or 1.
         /// `f16` and `bf16` convert through `f32`: widening is exact, narrowing rounds to
-        /// nearest even (overflow to infinity, NaN stays NaN; see [`crate::half`]).
+        /// nearest even (overflow to infinity, NaN stays NaN; see [`crate::half`]). The
+        /// narrow integers follow the integer rules: sign- or zero-extended exactly,
+        /// wrapped from wider integers, saturated from floats at their bounds.
         Cast {
             /// The result's element type.
             to: DType,
@@ -260,11 +262,11 @@ macro_rules! logic_ops {
 }
 pub(super) use logic_ops;
 
-/// Element-type rule of comparisons: two operands of one type (not a 2-byte float, which
+/// Element-type rule of comparisons: two operands of one type (not a storage type, which
 /// only `cast` and data movement take), an `i1` result.
 pub(super) fn compare_dtype(o: &OperandTypes<'_>) -> Result<DType, String> {
     o.same_as(0, 1)?;
-    o.need(0, |d| !d.is_narrow_float(), "f32, an integer or i1")?;
+    o.need(0, |d| !d.is_storage(), "f32, i64, i32 or i1")?;
     Ok(DType::Bool)
 }
 

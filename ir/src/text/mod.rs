@@ -33,8 +33,9 @@
 //!
 //! `tensor<D0xD1x...xDTYPE>` with positive dimensions written without spaces and the
 //! element type `f32`, `i64`, `i32`, `i1` (a bool, one byte 0 or 1), `f16` or `bf16` (2-byte
-//! storage types: only `cast` and data movement take them); `tensor<f32>` is a
-//! scalar. Integer and `i1` weights are written as integer lists (`dense<[1, 0, 1]>`),
+//! storage types: only `cast` and data movement take them), or `i8`, `ui8`, `i16`, `ui16`
+//! (narrow integer storage types, likewise); `tensor<f32>` is a scalar. Integer, narrow
+//! integer and `i1` weights are written as integer lists (`dense<[1, 0, 1]>`),
 //! `f16` and `bf16` ones as float lists, each value rounded to the type. A
 //! layout may follow: `tensor<1x64x56x56xf32, nchw8c>`. Layouts are `row_major` (the
 //! default, never printed), `nchwNc` (axis 1 in blocks of N), `oihwNo` (axis 0 in blocks
@@ -75,7 +76,7 @@
 //! | `and` `or` `xor` | a, b (i1, broadcasting) | — |
 //! | `not` | x (i1) | — |
 //! | `where` | cond (i1), a, b (broadcasting) | — |
-//! | `cast` | x (any type) | `to` (required: `f32`, `i64`, `i32`, `i1`, `f16`, `bf16`) |
+//! | `cast` | x (any type) | `to` (required: `f32`, `i64`, `i32`, `i1`, `f16`, `bf16`, `i8`, `ui8`, `i16`, `ui16`) |
 //! | `gather` | data (any type), indices (i64 or i32; negative counts from the end, out of range is a run-time error) | `axis` (0) |
 //! | `reduce_sum` `reduce_mean` `reduce_max` `reduce_min` | x (f32) | `axes` (required, sorted), `keep_dims` (false) |
 //! | `resize` | x (any type for nearest, f32 for linear) | `sizes`, `scales` (required), `mode` (`nearest`, `linear`), `nearest` (round_prefer_floor), `coordinate` (half_pixel) |

@@ -389,9 +389,7 @@ pub fn load_lanes(buf: BufId, index: Affine, lane_stride: i64, w: Width) -> Expr
     match (w, lane_stride) {
         (Width::F32x4, 0) => Expr::Splat(Box::new(Expr::load(buf, index, Width::Scalar))),
         (Width::F32x4, _) => Expr::load(buf, index, Width::F32x4),
-        (Width::Scalar | Width::I64 | Width::I32 | Width::Bool | Width::F16 | Width::BF16, _) => {
-            Expr::load(buf, index, w)
-        }
+        _ => Expr::load(buf, index, w),
     }
 }
 

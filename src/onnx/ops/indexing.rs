@@ -207,9 +207,7 @@ pub fn trilu(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     let zero = cx.scalar(0.0)?;
     let zero = match dtype {
         DType::F32 => zero,
-        DType::I64 | DType::I32 | DType::Bool | DType::F16 | DType::BF16 => {
-            cx.emit(Op::Cast { to: dtype }, &[zero])?
-        }
+        _ => cx.emit(Op::Cast { to: dtype }, &[zero])?,
     };
     Ok(vec![Entry::Value(cx.emit(Op::Where, &[mask, x, zero])?)])
 }
@@ -376,9 +374,14 @@ pub fn one_hot(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     let indices = cx.value(0)?;
     let indices = match cx.type_of(indices).dtype {
         DType::I64 => indices,
-        DType::I32 | DType::F32 | DType::F16 | DType::BF16 => {
-            cx.emit(Op::Cast { to: DType::I64 }, &[indices])?
-        }
+        DType::I32
+        | DType::F32
+        | DType::F16
+        | DType::BF16
+        | DType::I8
+        | DType::U8
+        | DType::I16
+        | DType::U16 => cx.emit(Op::Cast { to: DType::I64 }, &[indices])?,
         DType::Bool => {
             return Err(cx.err(
                 "onnx-unsupported-dtype",

@@ -270,8 +270,8 @@ pub fn cast(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
                     "onnx-unsupported-dtype",
                     format!(
                         "input 0 ('{}') is computed at run time, and casting it to {} is not \
-                         supported (run-time tensors are float32, float16, bfloat16, int64, int32 \
-                         and bool)",
+                         supported (run-time tensors are float32, float16, bfloat16, int64, int32, \
+                         int16, uint16, int8, uint8 and bool)",
                         cx.input_name(0).unwrap_or(""),
                         dtype::name(to)
                     ),

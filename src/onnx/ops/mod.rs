@@ -18,12 +18,13 @@ mod elementwise;
 mod grid_sample;
 mod indexing;
 mod linalg;
-mod logic;
+pub(super) mod logic;
 mod loss;
 mod movement;
 mod norm;
 mod pad_split;
 mod pool;
+mod quantize;
 mod recurrent;
 mod reduce;
 mod resize;
@@ -72,6 +73,7 @@ const FAMILIES: &[&[OpRule]] = &[
     norm::ROWS,
     pad_split::ROWS,
     pool::ROWS,
+    quantize::ROWS,
     recurrent::ROWS,
     reduce::ROWS,
     resize::ROWS,

@@ -164,7 +164,7 @@ fn fill_constant(cx: &mut NodeCtx, value: f32) -> Result<smelt_ir::Value, Diagno
         DType::F16 | DType::BF16 => ConstTensor::f32(vec![], vec![value])
             .as_float_type(dtype::of_ir(d))
             .unwrap_or_else(|| ConstTensor::f32(vec![], vec![value])),
-        DType::I64 | DType::I32 | DType::Bool => {
+        DType::I64 | DType::I32 | DType::Bool | DType::I8 | DType::U8 | DType::I16 | DType::U16 => {
             let code = dtype::of_ir(d);
             let whole = value.fract() == 0.0 && value.abs() < 9.0e18;
             if !whole || !dtype::holds(code, value as i64) {

@@ -125,7 +125,7 @@ impl<'a> Parser<'a> {
             self.diag(
                 "bad-type",
                 format!(
-                    "unknown element type '{}' (expected f32, i64, i32, i1, f16 or bf16)",
+                    "unknown element type '{}' (expected f32, i64, i32, i1, f16, bf16, i8, ui8, i16 or ui16)",
                     dtype_word.0
                 ),
                 dtype_word.1,
