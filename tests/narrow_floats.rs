@@ -314,54 +314,22 @@ fn arithmetic_on_f16_is_a_type_error_naming_the_op() {
 
 #[test]
 fn the_c_api_runs_f16_and_bf16_buffers_of_their_element_types() {
-    use smelt::capi::{
-        smelt_executable_destroy, smelt_executable_from_text, smelt_executable_input,
-        smelt_executable_output, smelt_executable_run_typed, SmeltBuffer, SmeltElementType,
-        SmeltExecutable, SmeltStatus, SmeltTensorInfo,
-    };
+    use smelt::capi::{smelt_executable_destroy, SmeltElementType, SmeltStatus};
     let src = "func @f(%h: tensor<4xf16>) -> (b: tensor<4xbf16>) {
   %w = cast %h {to = f32} : tensor<4xf32>
   %b = cast %w {to = bf16} : tensor<4xbf16>
   return %b : tensor<4xbf16>
 }";
-    let mut exe: *mut SmeltExecutable = std::ptr::null_mut();
-    // SAFETY: the text is readable for its length; `exe` is writable.
-    let s = unsafe {
-        smelt_executable_from_text(src.as_ptr().cast(), src.len(), std::ptr::null(), &mut exe)
-    };
-    assert_eq!(s, SmeltStatus::Ok);
-    let mut info = SmeltTensorInfo {
-        name: std::ptr::null(),
-        rank: 0,
-        dims: std::ptr::null(),
-        element_count: 0,
-        layout: std::ptr::null(),
-        element_type: SmeltElementType::Bool,
-    };
-    // SAFETY: `exe` is live and `info` writable.
-    let s = unsafe { smelt_executable_input(exe, 0, &mut info) };
-    assert_eq!(s, SmeltStatus::Ok);
-    assert_eq!(info.element_type, SmeltElementType::F16);
-    // SAFETY: as above.
-    let s = unsafe { smelt_executable_output(exe, 0, &mut info) };
-    assert_eq!(s, SmeltStatus::Ok);
-    assert_eq!(info.element_type, SmeltElementType::BF16);
+    let (exe, input_type, output_type) = jit_util::capi_from_text(src);
+    assert_eq!(
+        (input_type, output_type),
+        (SmeltElementType::F16, SmeltElementType::BF16)
+    );
     // 1, 0.1 (as f16), 65504 and -inf
     let mut h: [u16; 4] = [0x3c00, f32_to_f16(0.1), 0x7bff, 0xfc00];
     let mut b = [0u16; 4];
-    let run = |h: &mut [u16; 4], b: &mut [u16; 4], ty: SmeltElementType| {
-        let i = SmeltBuffer {
-            data: h.as_mut_ptr().cast(),
-            element_count: 4,
-            element_type: ty as i32,
-        };
-        let o = SmeltBuffer {
-            data: b.as_mut_ptr().cast(),
-            element_count: 4,
-            element_type: SmeltElementType::BF16 as i32,
-        };
-        // SAFETY: the buffers are live for their lengths and do not overlap.
-        unsafe { smelt_executable_run_typed(exe, &i, 1, &o, 1) }
+    let run = |x: &mut [_; 4], y: &mut [_; 4], ty: SmeltElementType| {
+        jit_util::capi_run_one(exe, x, ty, y, SmeltElementType::BF16)
     };
     assert_eq!(run(&mut h, &mut b, SmeltElementType::F16), SmeltStatus::Ok);
     let want: Vec<u16> = h.iter().map(|&x| f32_to_bf16(f16_to_f32(x))).collect();

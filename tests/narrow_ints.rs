@@ -316,52 +316,20 @@ fn random_narrow_integer_tensors_are_zeros_and_ones_of_their_type() {
 
 #[test]
 fn the_c_api_reports_and_runs_int8_and_uint16_buffers() {
-    use smelt::capi::{
-        smelt_executable_destroy, smelt_executable_from_text, smelt_executable_input,
-        smelt_executable_output, smelt_executable_run_typed, SmeltBuffer, SmeltElementType,
-        SmeltExecutable, SmeltStatus, SmeltTensorInfo,
-    };
+    use smelt::capi::{smelt_executable_destroy, SmeltElementType, SmeltStatus};
     let src = "func @f(%x: tensor<4xi8>) -> (y: tensor<4xui16>) {
   %y = cast %x {to = ui16} : tensor<4xui16>
   return %y : tensor<4xui16>
 }";
-    let mut exe: *mut SmeltExecutable = std::ptr::null_mut();
-    // SAFETY: the text is readable for its length; `exe` is writable.
-    let s = unsafe {
-        smelt_executable_from_text(src.as_ptr().cast(), src.len(), std::ptr::null(), &mut exe)
-    };
-    assert_eq!(s, SmeltStatus::Ok);
-    let mut info = SmeltTensorInfo {
-        name: std::ptr::null(),
-        rank: 0,
-        dims: std::ptr::null(),
-        element_count: 0,
-        layout: std::ptr::null(),
-        element_type: SmeltElementType::Bool,
-    };
-    // SAFETY: `exe` is live and `info` writable.
-    let s = unsafe { smelt_executable_input(exe, 0, &mut info) };
-    assert_eq!(s, SmeltStatus::Ok);
-    assert_eq!(info.element_type, SmeltElementType::I8);
-    // SAFETY: as above.
-    let s = unsafe { smelt_executable_output(exe, 0, &mut info) };
-    assert_eq!(s, SmeltStatus::Ok);
-    assert_eq!(info.element_type, SmeltElementType::U16);
+    let (exe, input_type, output_type) = jit_util::capi_from_text(src);
+    assert_eq!(
+        (input_type, output_type),
+        (SmeltElementType::I8, SmeltElementType::U16)
+    );
     let mut x: [i8; 4] = [-128, -1, 0, 127];
     let mut y = [0u16; 4];
-    let run = |x: &mut [i8; 4], y: &mut [u16; 4], ty: SmeltElementType| {
-        let i = SmeltBuffer {
-            data: x.as_mut_ptr().cast(),
-            element_count: 4,
-            element_type: ty as i32,
-        };
-        let o = SmeltBuffer {
-            data: y.as_mut_ptr().cast(),
-            element_count: 4,
-            element_type: SmeltElementType::U16 as i32,
-        };
-        // SAFETY: the buffers are live for their lengths and do not overlap.
-        unsafe { smelt_executable_run_typed(exe, &i, 1, &o, 1) }
+    let run = |x: &mut [_; 4], y: &mut [_; 4], ty: SmeltElementType| {
+        jit_util::capi_run_one(exe, x, ty, y, SmeltElementType::U16)
     };
     assert_eq!(run(&mut x, &mut y, SmeltElementType::I8), SmeltStatus::Ok);
     let want: Vec<u16> = x.iter().map(|&v| v as u16).collect();

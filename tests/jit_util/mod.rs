@@ -122,3 +122,65 @@ pub fn add_relu() -> Vec<PostOp> {
         PostOp::Unary(UnaryOp::Relu),
     ]
 }
+
+/// An executable compiled from IR text through the C API (which must succeed), with the
+/// element types the C API reports for its first input and first output.
+pub fn capi_from_text(
+    src: &str,
+) -> (
+    *mut smelt::capi::SmeltExecutable,
+    smelt::capi::SmeltElementType,
+    smelt::capi::SmeltElementType,
+) {
+    use smelt::capi::{
+        smelt_executable_from_text, smelt_executable_input, smelt_executable_output,
+        SmeltElementType, SmeltStatus, SmeltTensorInfo,
+    };
+    let mut exe = std::ptr::null_mut();
+    // SAFETY: the text is readable for its length; `exe` is writable.
+    let s = unsafe {
+        smelt_executable_from_text(src.as_ptr().cast(), src.len(), std::ptr::null(), &mut exe)
+    };
+    assert_eq!(s, SmeltStatus::Ok);
+    let mut info = SmeltTensorInfo {
+        name: std::ptr::null(),
+        rank: 0,
+        dims: std::ptr::null(),
+        element_count: 0,
+        layout: std::ptr::null(),
+        element_type: SmeltElementType::Bool,
+    };
+    // SAFETY: `exe` is live and `info` writable.
+    let s = unsafe { smelt_executable_input(exe, 0, &mut info) };
+    assert_eq!(s, SmeltStatus::Ok);
+    let input = info.element_type;
+    // SAFETY: as above.
+    let s = unsafe { smelt_executable_output(exe, 0, &mut info) };
+    assert_eq!(s, SmeltStatus::Ok);
+    (exe, input, info.element_type)
+}
+
+/// One typed run through the C API of an executable of one input and one output, the
+/// buffers declared as `input_type` and `output_type`.
+pub fn capi_run_one<I, O>(
+    exe: *mut smelt::capi::SmeltExecutable,
+    input: &mut [I],
+    input_type: smelt::capi::SmeltElementType,
+    output: &mut [O],
+    output_type: smelt::capi::SmeltElementType,
+) -> smelt::capi::SmeltStatus {
+    use smelt::capi::{smelt_executable_run_typed, SmeltBuffer};
+    let i = SmeltBuffer {
+        data: input.as_mut_ptr().cast(),
+        element_count: input.len(),
+        element_type: input_type as i32,
+    };
+    let o = SmeltBuffer {
+        data: output.as_mut_ptr().cast(),
+        element_count: output.len(),
+        element_type: output_type as i32,
+    };
+    // SAFETY: the buffers are live for their lengths and do not overlap; `exe` is the
+    // caller's live executable.
+    unsafe { smelt_executable_run_typed(exe, &i, 1, &o, 1) }
+}
