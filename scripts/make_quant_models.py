@@ -17,6 +17,11 @@ off, so it computes the QDQ nodes as written):
   QInt8` writes them) -> MatMul by int8 per-tensor weights -> Add int32-dequantized
   bias -> Q/DQ, in opset 21 with uint16 activations on the second product (ORT's
   16-bit QDQ) -> MatMul -> Q/DQ.
+- dynamic_matmul: the operator form of ORT's `quantize_dynamic` (QOperator), reductions
+  longer than one exact f32 chunk: x [1, 6, 600] -> DynamicQuantizeLinear (uint8) ->
+  MatMulInteger by uint8 weights with per-column zero points -> Cast -> Mul by the two
+  scales -> Relu -> QuantizeLinear -> QLinearMatMul (K 300, int8 weights, per-column
+  scales and zero points) -> DequantizeLinear (opset 21).
 
 Written under a temporary name, renamed when complete, stamped `.complete`.
 """
@@ -32,7 +37,7 @@ from onnx import numpy_helper as nh
 
 from fixtures import write_models
 
-STAMP = "onnx 1.23.2 onnxruntime 1.32.0 quant 1"
+STAMP = "onnx 1.23.2 onnxruntime 1.32.0 quant 2"
 
 
 def qparams(lo, hi, dtype):
@@ -154,9 +159,54 @@ def qdq_matmul(rng):
     return graph, {"x": x}, 21
 
 
+def dynamic_matmul(rng):
+    m, k, n, n2 = 6, 600, 300, 20
+    x = rng.uniform(-2.0, 2.0, [1, m, k]).astype(np.float32)
+    w = rng.integers(0, 256, [k, n]).astype(np.uint8)
+    wz = rng.integers(100, 156, [n]).astype(np.uint8)
+    ws = np.float32(0.02)
+    w2 = rng.integers(-128, 128, [n, n2]).astype(np.int8)
+    w2s = rng.uniform(0.002, 0.01, [n2]).astype(np.float32)
+    w2z = np.zeros([n2], np.int8)
+    hs, hz = qparams(0.0, 60.0, np.uint8)
+    ys, yz = qparams(-3.0, 3.0, np.uint8)
+    inits = [
+        nh.from_array(w, "w"),
+        nh.from_array(wz, "wz"),
+        nh.from_array(np.array(ws, np.float32), "ws"),
+        nh.from_array(w2, "w2"),
+        nh.from_array(w2s, "w2s"),
+        nh.from_array(w2z, "w2z"),
+        nh.from_array(np.array(hs, np.float32), "hs"),
+        nh.from_array(np.array(hz, np.uint8), "hz"),
+        nh.from_array(np.array(ys, np.float32), "ys"),
+        nh.from_array(np.array(yz, np.uint8), "yz"),
+    ]
+    nodes = [
+        h.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+        h.make_node("MatMulInteger", ["xq", "w", "xz", "wz"], ["acc"]),
+        h.make_node("Cast", ["acc"], ["accf"], to=T.FLOAT),
+        h.make_node("Mul", ["xs", "ws"], ["s"]),
+        h.make_node("Mul", ["accf", "s"], ["h"]),
+        h.make_node("Relu", ["h"], ["hr"]),
+        h.make_node("QuantizeLinear", ["hr", "hs", "hz"], ["hq"]),
+        h.make_node("QLinearMatMul", ["hq", "hs", "hz", "w2", "w2s", "w2z", "ys", "yz"], ["yq"]),
+        h.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"]),
+    ]
+    graph = h.make_graph(
+        nodes,
+        "dynamic_matmul",
+        [h.make_tensor_value_info("x", T.FLOAT, [1, m, k])],
+        [h.make_tensor_value_info("y", T.FLOAT, [1, m, n2])],
+        inits,
+    )
+    return graph, {"x": x}, 21
+
+
 MODELS = {
     "qdq_conv": qdq_conv,
     "qdq_matmul": qdq_matmul,
+    "dynamic_matmul": dynamic_matmul,
 }
 
 

@@ -19,7 +19,7 @@ fn data_dir() -> PathBuf {
         common::generated_data(
             "quant",
             "make_quant_models.py",
-            "onnx 1.23.2 onnxruntime 1.32.0 quant 1",
+            "onnx 1.23.2 onnxruntime 1.32.0 quant 2",
         )
     })
     .clone()
@@ -67,4 +67,14 @@ fn a_qdq_conv_net_matches_onnxruntime_with_its_weights_dequantized_at_compile_ti
 #[test]
 fn a_qdq_matmul_net_with_int8_and_uint16_activations_matches_onnxruntime() {
     check("qdq_matmul", 3);
+}
+
+/// The operator form of ORT's dynamic quantization: DynamicQuantizeLinear, MatMulInteger
+/// over 600 reduction entries (three exact f32 chunks) with per-column zero points, then
+/// QLinearMatMul with per-column scales; the integer products are exact, so smelt's
+/// output equals onnxruntime's.
+#[test]
+fn matmul_integer_and_qlinear_matmul_over_long_reductions_match_onnxruntime_exactly() {
+    let dir = data_dir().join("dynamic_matmul");
+    common::run_matches_onnxruntime(&dir, "y", 1e-6);
 }

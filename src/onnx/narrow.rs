@@ -58,8 +58,14 @@ const RESULT_TYPE_ATTRS: &[&str] = &["dtype", "to", "output_dtype"];
 const RESULT_INPUT: &[(&str, usize)] = &[("OneHot", 2)];
 
 /// Ops that take narrow integer tensors as they are, besides [`NATIVE`]:
-/// QuantizeLinear and DequantizeLinear, which convert them.
-const NATIVE_INT: &[&str] = &["DequantizeLinear", "QuantizeLinear"];
+/// QuantizeLinear and DequantizeLinear, which convert them, and the integer matrix
+/// products, which widen their operands themselves and give int32 or quantized results.
+const NATIVE_INT: &[&str] = &[
+    "DequantizeLinear",
+    "MatMulInteger",
+    "QLinearMatMul",
+    "QuantizeLinear",
+];
 
 /// Ops that compute on float32 only but define narrow integer inputs: their narrow
 /// integers widen to f32 instead (exact: f32 holds every 16-bit integer), and the f32

@@ -12,6 +12,15 @@
 //! reference, which subtracts in float32 too), then one multiplication rounds. The scale
 //! and zero point may be computed at run time; constants become weights the
 //! `const_fold` pass folds (a QDQ model's weights dequantized once, at compile time).
+//!
+//! MatMulInteger and QLinearMatMul (the operator forms of ORT's dynamic and static
+//! quantization) take the exact int32 product `(A - a_zp)·(B - b_zp)` from float32
+//! matmuls: each difference is an integer of at most 255 in magnitude, so a product is
+//! at most 65,025 and a sum of 256 of them stays below 2^24 — exact in f32 whatever the
+//! order. The reduction is cut into chunks of 256, each chunk's f32 product cast to int32
+//! and the chunks summed in int32 (as many flops as one matmul). QLinearMatMul then
+//! requantizes as its reference does: the int32 sum times `a_scale·b_scale / y_scale`,
+//! plus the zero point, rounded half to even, saturated by the cast.
 
 use smelt_ir::op::{BinaryOp, Op, UnaryOp};
 use smelt_ir::{DType, Diagnostic, Value};
@@ -24,6 +33,9 @@ use crate::onnx::tensor::{dtype, ConstTensor};
 /// [`super::MAX_OPSET`], the oldest smelt implements, handler); `super` sorts them.
 pub(super) const ROWS: &[OpRule] = rules! {
     "DequantizeLinear"    [10, 13, 19, 21, 23, 24, 25, 28], from 10 => dequantize;
+    "DynamicQuantizeLinear" [11],                         from 11 => dynamic_quantize;
+    "MatMulInteger"       [10],                           from 10 => matmul_integer;
+    "QLinearMatMul"       [10, 21],                       from 10 => qlinear_matmul;
     "QuantizeLinear"      [10, 13, 19, 21, 23, 24, 25, 28], from 10 => quantize;
 };
 
@@ -289,4 +301,159 @@ pub fn dequantize(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         y = cx.emit(Op::Cast { to }, &[y])?;
     }
     Ok(vec![Entry::Value(y)])
+}
+
+/// Reduction entries per exact f32 chunk of an integer product: 256 · 255² < 2^24.
+const EXACT_CHUNK: usize = 256;
+
+/// Input `i` (int8 or uint8), as f32, less its zero point (input `zp`, if given: a scalar,
+/// or per row of A / per column of B, `[rows]` on A's second-to-last axis).
+fn centred(cx: &mut NodeCtx, i: usize, zp: usize, rows_axis: bool) -> Result<Value, Diagnostic> {
+    let v = cx.value(i)?;
+    let d = cx.type_of(v).dtype;
+    if !matches!(d, DType::I8 | DType::U8) {
+        return Err(cx.err(
+            "onnx-unsupported-dtype",
+            format!("input {i} is {d}: an integer matrix product takes int8 or uint8"),
+        ));
+    }
+    let rank = cx.type_of(v).dims.len();
+    let v = cx.emit(Op::Cast { to: DType::F32 }, &[v])?;
+    if !present(cx, zp) {
+        return Ok(v);
+    }
+    let z = cx.value(zp)?;
+    let mut z = cx.emit(Op::Cast { to: DType::F32 }, &[z])?;
+    let zd = cx.type_of(z).dims.clone();
+    if rows_axis && zd.len() == 1 && zd[0] > 1 && rank >= 2 {
+        // per row of A: one zero point for each of its M rows
+        z = cx.reshape(z, vec![zd[0], 1])?;
+    }
+    cx.emit(Op::Binary(BinaryOp::Sub), &[v, z])
+}
+
+/// The exact int32 product `(A - a_zp)·(B - b_zp)` of inputs `a` and `b` (zero points at
+/// `a_zp` and `b_zp`), by f32 matmuls over chunks of [`EXACT_CHUNK`] reduction entries.
+fn integer_product(cx: &mut NodeCtx, [a, a_zp, b, b_zp]: [usize; 4]) -> Result<Value, Diagnostic> {
+    let (ad, bd) = (cx.dims(a)?, cx.dims(b)?);
+    if ad.len() < 2 || bd.len() < 2 || ad[ad.len() - 1] != bd[bd.len() - 2] {
+        return Err(cx.err(
+            "onnx-bad-model",
+            format!(
+                "A of shape {ad:?} and B of shape {bd:?} do not multiply (smelt's integer \
+                 products take matrices, [.., M, K] by [.., K, N])"
+            ),
+        ));
+    }
+    let av = centred(cx, a, a_zp, true)?;
+    let bv = centred(cx, b, b_zp, false)?;
+    let k = ad[ad.len() - 1];
+    let mut sum: Option<Value> = None;
+    for lo in (0..k.max(1)).step_by(EXACT_CHUNK) {
+        let hi = (lo + EXACT_CHUNK).min(k);
+        let (ac, bc) = if lo == 0 && hi == k {
+            (av, bv)
+        } else {
+            (
+                cx.slice_along(av, ad.len() - 1, lo, hi)?,
+                cx.slice_along(bv, bd.len() - 2, lo, hi)?,
+            )
+        };
+        let p = cx.emit(Op::MatMul, &[ac, bc])?;
+        let p = cx.emit(Op::Cast { to: DType::I32 }, &[p])?;
+        sum = Some(match sum {
+            None => p,
+            Some(s) => cx.emit(Op::Binary(BinaryOp::Add), &[s, p])?,
+        });
+    }
+    sum.ok_or_else(|| cx.err("onnx-bad-model", "an empty product"))
+}
+
+/// MatMulInteger: `(A - a_zero_point)·(B - b_zero_point)` in int32.
+pub fn matmul_integer(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&[])?;
+    cx.check_max_inputs(4)?;
+    let y = integer_product(cx, [0, 2, 1, 3])?;
+    Ok(vec![Entry::Value(y)])
+}
+
+/// QLinearMatMul: the int32 product of the centred quantized inputs, requantized:
+/// `saturate(round_half_even(C · a_scale·b_scale / y_scale) + y_zero_point)` in the zero
+/// point's type (A's when it is absent).
+pub fn qlinear_matmul(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&[])?;
+    cx.check_max_inputs(8)?;
+    for (i, what) in [(1, "a_scale"), (4, "b_scale"), (6, "y_scale")] {
+        check_float(cx, i, what)?;
+    }
+    let code = if present(cx, 7) {
+        type_code(cx, 7)?
+    } else {
+        type_code(cx, 0)?
+    };
+    let to = quantized_type(cx, code, "the result's quantized type", false)?;
+    let c = integer_product(cx, [0, 2, 3, 5])?;
+    let c = cx.emit(Op::Cast { to: DType::F32 }, &[c])?;
+    let mut a_scale = cx.value(1)?;
+    let ad = cx.type_of(a_scale).dims.clone();
+    if ad.len() == 1 && ad[0] > 1 {
+        // per row of A
+        a_scale = cx.reshape(a_scale, vec![ad[0], 1])?;
+    }
+    let b_scale = cx.value(4)?;
+    let y_scale = cx.value(6)?;
+    let ab = cx.emit(Op::Binary(BinaryOp::Mul), &[a_scale, b_scale])?;
+    let scale = cx.emit(Op::Binary(BinaryOp::Div), &[ab, y_scale])?;
+    let mut y = cx.emit(Op::Binary(BinaryOp::Mul), &[c, scale])?;
+    if present(cx, 7) {
+        let z = cx.value(7)?;
+        let z = cx.emit(Op::Cast { to: DType::F32 }, &[z])?;
+        y = cx.emit(Op::Binary(BinaryOp::Add), &[y, z])?;
+    }
+    let y = cx.emit(Op::Unary(UnaryOp::Round), &[y])?;
+    Ok(vec![Entry::Value(cx.emit(Op::Cast { to }, &[y])?)])
+}
+
+/// DynamicQuantizeLinear, as its ONNX function computes it: the range of `x` widened to
+/// hold 0, `scale = range / 255`, the zero point `round(clip(0 - min / scale, 0, 255))` as
+/// uint8, and `x` quantized by them (three results: y, y_scale, y_zero_point).
+pub fn dynamic_quantize(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    use smelt_ir::op::{ReduceAttrs, Reduction};
+    cx.check_attrs(&[])?;
+    cx.check_max_inputs(1)?;
+    check_float(cx, 0, "input")?;
+    let x = cx.value(0)?;
+    let rank = cx.type_of(x).dims.len();
+    let all = ReduceAttrs {
+        axes: (0..rank).collect(),
+        keep_dims: false,
+    };
+    let zero = cx.scalar(0.0)?;
+    let lo = cx.emit(Op::Reduce(Reduction::Min, all.clone()), &[x])?;
+    let lo = cx.emit(Op::Binary(BinaryOp::Min), &[lo, zero])?;
+    let hi = cx.emit(Op::Reduce(Reduction::Max, all), &[x])?;
+    let hi = cx.emit(Op::Binary(BinaryOp::Max), &[hi, zero])?;
+    let range = cx.emit(Op::Binary(BinaryOp::Sub), &[hi, lo])?;
+    let levels = cx.scalar(255.0)?;
+    let scale = cx.emit(Op::Binary(BinaryOp::Div), &[range, levels])?;
+    let lo_scaled = cx.emit(Op::Binary(BinaryOp::Div), &[lo, scale])?;
+    let zp = cx.emit(Op::Binary(BinaryOp::Sub), &[zero, lo_scaled])?;
+    let zp = cx.emit(
+        Op::Unary(UnaryOp::Clip {
+            min: smelt_ir::F32(0.0),
+            max: smelt_ir::F32(255.0),
+        }),
+        &[zp],
+    )?;
+    let zp = cx.emit(Op::Unary(UnaryOp::Round), &[zp])?;
+    let zp_q = cx.emit(Op::Cast { to: DType::U8 }, &[zp])?;
+    let q = cx.emit(Op::Binary(BinaryOp::Div), &[x, scale])?;
+    let q = cx.emit(Op::Unary(UnaryOp::Round), &[q])?;
+    let q = cx.emit(Op::Binary(BinaryOp::Add), &[q, zp])?;
+    let y = cx.emit(Op::Cast { to: DType::U8 }, &[q])?;
+    Ok(vec![
+        Entry::Value(y),
+        Entry::Value(scale),
+        Entry::Value(zp_q),
+    ])
 }
