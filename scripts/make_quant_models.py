@@ -22,6 +22,11 @@ off, so it computes the QDQ nodes as written):
   MatMulInteger by uint8 weights with per-column zero points -> Cast -> Mul by the two
   scales -> Relu -> QuantizeLinear -> QLinearMatMul (K 300, int8 weights, per-column
   scales and zero points) -> DequantizeLinear (opset 21).
+- qlinear_conv: the operator form of a quantized conv layer, reductions longer than one
+  exact chunk: x [1, 64, 9, 9] -> QuantizeLinear (uint8) -> QLinearConv 3x3 pad 1 (16
+  channels, int8 per-channel weights, int32 bias) -> DequantizeLinear, and the same
+  quantized input through ConvInteger (uint8 weights with a zero point, stride 2) -> Cast
+  -> Mul by the scales, the two results concatenated along the channels (opset 13).
 
 Written under a temporary name, renamed when complete, stamped `.complete`.
 """
@@ -37,7 +42,7 @@ from onnx import numpy_helper as nh
 
 from fixtures import write_models
 
-STAMP = "onnx 1.23.2 onnxruntime 1.32.0 quant 2"
+STAMP = "onnx 1.23.2 onnxruntime 1.32.0 quant 3"
 
 
 def qparams(lo, hi, dtype):
@@ -203,10 +208,62 @@ def dynamic_matmul(rng):
     return graph, {"x": x}, 21
 
 
+def qlinear_conv(rng):
+    c, m = 64, 16
+    x = rng.uniform(-1.0, 1.0, [1, c, 9, 9]).astype(np.float32)
+    xs, xz = qparams(-1.0, 1.0, np.uint8)
+    w = rng.integers(-127, 128, [m, c, 3, 3]).astype(np.int8)
+    ws = rng.uniform(0.001, 0.004, [m]).astype(np.float32)
+    b = rng.integers(-2000, 2000, [m]).astype(np.int32)
+    ys, yz = qparams(-6.0, 6.0, np.uint8)
+    w2 = rng.integers(0, 256, [8, c, 3, 3]).astype(np.uint8)
+    w2z = np.uint8(128)
+    inits = [
+        nh.from_array(np.array(xs, np.float32), "xs"),
+        nh.from_array(np.array(xz, np.uint8), "xz"),
+        nh.from_array(w, "w"),
+        nh.from_array(ws, "ws"),
+        nh.from_array(np.zeros([m], np.int8), "wz"),
+        nh.from_array(b, "b"),
+        nh.from_array(np.array(ys, np.float32), "ys"),
+        nh.from_array(np.array(yz, np.uint8), "yz"),
+        nh.from_array(w2, "w2"),
+        nh.from_array(np.array(w2z, np.uint8), "w2z"),
+        nh.from_array(np.array(xs * 0.01, np.float32), "s2"),
+        nh.from_array(np.array([1, 16, 9, 9], np.int64), "full"),
+    ]
+    nodes = [
+        h.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        h.make_node(
+            "QLinearConv",
+            ["xq", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"],
+            ["yq"],
+            kernel_shape=[3, 3],
+            pads=[1, 1, 1, 1],
+        ),
+        h.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y1"]),
+        h.make_node("ConvInteger", ["xq", "w2", "xz", "w2z"], ["acc"], strides=[2, 2]),
+        h.make_node("Cast", ["acc"], ["accf"], to=T.FLOAT),
+        h.make_node("Mul", ["accf", "s2"], ["y2"]),
+        h.make_node("Flatten", ["y1"], ["f1"], axis=1),
+        h.make_node("Flatten", ["y2"], ["f2"], axis=1),
+        h.make_node("Concat", ["f1", "f2"], ["y"], axis=1),
+    ]
+    graph = h.make_graph(
+        nodes,
+        "qlinear_conv",
+        [h.make_tensor_value_info("x", T.FLOAT, [1, c, 9, 9])],
+        [h.make_tensor_value_info("y", T.FLOAT, [1, m * 81 + 8 * 16])],
+        inits,
+    )
+    return graph, {"x": x}, 13
+
+
 MODELS = {
     "qdq_conv": qdq_conv,
     "qdq_matmul": qdq_matmul,
     "dynamic_matmul": dynamic_matmul,
+    "qlinear_conv": qlinear_conv,
 }
 
 

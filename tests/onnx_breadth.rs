@@ -854,3 +854,22 @@ fn grid_sample_and_affine_grid_refuse_what_their_opset_does_not_define_by_name()
     let e = error_text(volume.import(), "onnx-bad-model");
     assert!(e.contains("volumes need opset 20"), "{e}");
 }
+
+#[test]
+fn an_integer_conv_too_long_to_sum_exactly_in_f32_chunks_is_refused_by_name() {
+    // two groups of 64 channels by a 3x3 kernel: 576 products per group, which smelt
+    // would have to split inside a group
+    let m = Model::new(13)
+        .input_dims("x", 2, &fixed(&[1, 128, 5, 5]))
+        .input_dims("w", 2, &fixed(&[4, 64, 3, 3]))
+        .node(
+            "ConvInteger",
+            "grouped",
+            &["x", "w"],
+            &["y"],
+            vec![attr_int("group", 2)],
+        )
+        .output("y");
+    let e = error_text(m.import(), "onnx-unsupported-op");
+    assert!(e.contains("grouped") && e.contains("256"), "{e}");
+}

@@ -19,7 +19,7 @@ fn data_dir() -> PathBuf {
         common::generated_data(
             "quant",
             "make_quant_models.py",
-            "onnx 1.23.2 onnxruntime 1.32.0 quant 2",
+            "onnx 1.23.2 onnxruntime 1.32.0 quant 3",
         )
     })
     .clone()
@@ -76,5 +76,14 @@ fn a_qdq_matmul_net_with_int8_and_uint16_activations_matches_onnxruntime() {
 #[test]
 fn matmul_integer_and_qlinear_matmul_over_long_reductions_match_onnxruntime_exactly() {
     let dir = data_dir().join("dynamic_matmul");
+    common::run_matches_onnxruntime(&dir, "y", 1e-6);
+}
+
+/// QLinearConv (per-channel int8 weights, an int32 bias, padding) and ConvInteger (a
+/// weight zero point, stride 2) over 64 input channels of a 3×3 kernel: 576 products per
+/// output, three exact f32 chunks; equal to onnxruntime's output.
+#[test]
+fn qlinear_conv_and_conv_integer_over_many_channels_match_onnxruntime_exactly() {
+    let dir = data_dir().join("qlinear_conv");
     common::run_matches_onnxruntime(&dir, "y", 1e-6);
 }

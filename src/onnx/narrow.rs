@@ -61,8 +61,10 @@ const RESULT_INPUT: &[(&str, usize)] = &[("OneHot", 2)];
 /// QuantizeLinear and DequantizeLinear, which convert them, and the integer matrix
 /// products, which widen their operands themselves and give int32 or quantized results.
 const NATIVE_INT: &[&str] = &[
+    "ConvInteger",
     "DequantizeLinear",
     "MatMulInteger",
+    "QLinearConv",
     "QLinearMatMul",
     "QuantizeLinear",
 ];

@@ -1,9 +1,10 @@
-//! Conv and ConvTranspose (1-D and 2-D; 1-D runs as 2-D with height 1), Col2Im (as a
+//! Conv and ConvTranspose (1-D and 2-D; 1-D runs as 2-D with height 1), ConvInteger and
+//! QLinearConv (exact int32 sums of f32 convs over chunks of input channels), Col2Im (as a
 //! grouped ConvTranspose whose constant weights place each column entry at its kernel
 //! offset), and the `auto_pad` resolution shared with the pools.
 
-use smelt_ir::op::{Conv2dAttrs, ConvTranspose2dAttrs, Op};
-use smelt_ir::{Diagnostic, Value};
+use smelt_ir::op::{BinaryOp, Conv2dAttrs, ConvTranspose2dAttrs, Op};
+use smelt_ir::{DType, Diagnostic, Value};
 
 use super::OpRule;
 use crate::onnx::context::{Entry, NodeCtx};
@@ -14,7 +15,9 @@ use crate::onnx::tensor::ConstTensor;
 pub(super) const ROWS: &[OpRule] = rules! {
     "Conv"                [1, 11, 22],                    from 1  => conv;
     "Col2Im"              [18],                           from 18 => col2im;
+    "ConvInteger"         [10],                           from 10 => conv_integer;
     "ConvTranspose"       [1, 11, 22],                    from 1  => conv_transpose;
+    "QLinearConv"         [10],                           from 10 => qlinear_conv;
 };
 
 /// Largest stride, dilation or pad accepted (the text form's integer limit), so window
@@ -177,8 +180,13 @@ type ConvDims = (Vec<usize>, Vec<usize>, Vec<usize>);
 /// A conv's (or transposed conv's) input and weight dims, checked to be of one rank, and
 /// the kernel: the weight's spatial dims, which `kernel_shape` must repeat if given.
 fn input_weight_and_kernel(cx: &NodeCtx) -> Result<ConvDims, Diagnostic> {
+    input_weight_and_kernel_at(cx, 1)
+}
+
+/// [`input_weight_and_kernel`] with the weights at input `w` (QLinearConv's are input 3).
+fn input_weight_and_kernel_at(cx: &NodeCtx, w: usize) -> Result<ConvDims, Diagnostic> {
     let x_dims = spatial_input(cx, 0)?;
-    let w_dims = cx.dims(1)?;
+    let w_dims = cx.dims(w)?;
     if w_dims.len() != x_dims.len() {
         return Err(cx.err(
             "onnx-bad-model",
@@ -560,4 +568,171 @@ pub fn col2im(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     out.extend(&image);
     let y = cx.reshape(y, out)?;
     Ok(vec![Entry::Value(y)])
+}
+
+/// Reduction entries per exact f32 chunk of an integer conv: each centred operand is at
+/// most 255 in magnitude, so 256 products sum below 2^24.
+const EXACT_CHUNK: usize = 256;
+
+/// Input `i` (int8 or uint8) as f32 less its zero point (input `zp` if given: a scalar,
+/// or one per output channel for the weights, `[M]` shaped `[M, 1, 1, 1]`).
+fn centred_operand(
+    cx: &mut NodeCtx,
+    v: Value,
+    zp: Option<usize>,
+    per_channel: bool,
+) -> Result<Value, Diagnostic> {
+    let d = cx.type_of(v).dtype;
+    if !matches!(d, DType::I8 | DType::U8) {
+        return Err(cx.err(
+            "onnx-unsupported-dtype",
+            format!("an integer conv takes int8 or uint8 tensors, got {d}"),
+        ));
+    }
+    let v = cx.emit(Op::Cast { to: DType::F32 }, &[v])?;
+    let Some(zp) = zp.filter(|&i| cx.input_name(i).is_some()) else {
+        return Ok(v);
+    };
+    let z = cx.value(zp)?;
+    let mut z = cx.emit(Op::Cast { to: DType::F32 }, &[z])?;
+    let zd = cx.type_of(z).dims.clone();
+    if per_channel && zd.len() == 1 && zd[0] > 1 {
+        z = cx.reshape(z, vec![zd[0], 1, 1, 1])?;
+    }
+    cx.emit(Op::Binary(BinaryOp::Sub), &[v, z])
+}
+
+/// The exact int32 conv `(x - x_zp) ⊛ (w - w_zp)` of inputs `x` and `w` (zero points at
+/// `x_zp`, `w_zp`), as the sum in int32 of f32 convs over chunks of input channels whose
+/// reduction (channels · kernel taps) is at most [`EXACT_CHUNK`]: every partial sum is an
+/// integer below 2^24, exact whatever the order. Padding is of the centred input, 0: the
+/// zero point, as ONNX pads.
+fn integer_conv(cx: &mut NodeCtx, [x_zp, w, w_zp]: [usize; 3]) -> Result<Value, Diagnostic> {
+    let (x_dims, w_dims, kernel) = input_weight_and_kernel_at(cx, w)?;
+    let group = cx.attr_int_or("group", 1)?;
+    if group < 1 || x_dims[1] % group as usize != 0 {
+        return Err(cx.bad_attr(
+            "group",
+            format!("{group} must be positive and divide the channels"),
+        ));
+    }
+    let window = Window::read(cx, kernel.clone(), &x_dims[2..], true)?;
+    let (_, strides, dilations, pads) = window.to_2d();
+    let taps: usize = kernel.iter().product();
+    let per_group = x_dims[1] / group as usize;
+    let chunk = EXACT_CHUNK / taps.max(1);
+    if chunk == 0 || (group > 1 && per_group > chunk) {
+        return Err(cx.err(
+            "onnx-unsupported-op",
+            format!(
+                "an integer conv of {per_group} input channels per group and a {kernel:?} \
+                 kernel: smelt sums exactly at most {EXACT_CHUNK} products per f32 chunk and \
+                 splits only ungrouped convs"
+            ),
+        ));
+    }
+    let xv = input_as_4d(cx, &x_dims)?;
+    let wv = if w_dims.len() == 3 {
+        cx.reshaped_input(w, vec![w_dims[0], w_dims[1], 1, w_dims[2]])?
+    } else {
+        cx.value(w)?
+    };
+    let xv = centred_operand(cx, xv, Some(x_zp), false)?;
+    let wv = centred_operand(cx, wv, Some(w_zp), true)?;
+    let attrs = Conv2dAttrs {
+        strides,
+        pads,
+        dilations,
+        groups: group as usize,
+        ..Conv2dAttrs::default()
+    };
+    let channels = x_dims[1];
+    let step = if group > 1 { channels } else { chunk };
+    let mut sum: Option<Value> = None;
+    for lo in (0..channels).step_by(step.max(1)) {
+        let hi = (lo + step).min(channels);
+        let (xc, wc) = if lo == 0 && hi == channels {
+            (xv, wv)
+        } else {
+            (
+                cx.slice_along(xv, 1, lo, hi)?,
+                cx.slice_along(wv, 1, lo, hi)?,
+            )
+        };
+        let p = cx.emit(Op::Conv2d(attrs.clone()), &[xc, wc])?;
+        let p = cx.emit(Op::Cast { to: DType::I32 }, &[p])?;
+        sum = Some(match sum {
+            None => p,
+            Some(s) => cx.emit(Op::Binary(BinaryOp::Add), &[s, p])?,
+        });
+    }
+    let y = sum.ok_or_else(|| cx.err("onnx-bad-model", "a conv of no input channels"))?;
+    output_from_4d(cx, y, x_dims.len())
+}
+
+/// ConvInteger: the int32 conv of the centred int8/uint8 input and weights.
+pub fn conv_integer(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&[
+        "auto_pad",
+        "dilations",
+        "group",
+        "kernel_shape",
+        "pads",
+        "strides",
+    ])?;
+    cx.check_max_inputs(4)?;
+    Ok(vec![Entry::Value(integer_conv(cx, [2, 1, 3])?)])
+}
+
+/// QLinearConv: the int32 conv of the centred quantized input and weights plus the int32
+/// bias, requantized as its reference does: `saturate(round_half_even((C + B) ·
+/// x_scale·w_scale / y_scale) + y_zero_point)`, `w_scale` per tensor or per output channel.
+pub fn qlinear_conv(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(&[
+        "auto_pad",
+        "dilations",
+        "group",
+        "kernel_shape",
+        "pads",
+        "strides",
+    ])?;
+    cx.check_max_inputs(9)?;
+    let rank = cx.dims(0)?.len();
+    let mut c = integer_conv(cx, [2, 3, 5])?;
+    if cx.input_name(8).is_some() {
+        let b = cx.value(8)?;
+        let m = cx.type_of(b).dims.clone();
+        let mut shape = m.clone();
+        shape.resize(rank - 1, 1);
+        let b = cx.reshape(b, shape)?;
+        c = cx.emit(Op::Binary(BinaryOp::Add), &[c, b])?;
+    }
+    let c = cx.emit(Op::Cast { to: DType::F32 }, &[c])?;
+    let x_scale = cx.value(1)?;
+    let mut w_scale = cx.value(4)?;
+    let wd = cx.type_of(w_scale).dims.clone();
+    if wd.len() == 1 && wd[0] > 1 {
+        let mut shape = vec![wd[0]];
+        shape.resize(rank - 1, 1);
+        w_scale = cx.reshape(w_scale, shape)?;
+    }
+    let y_scale = cx.value(6)?;
+    let xw = cx.emit(Op::Binary(BinaryOp::Mul), &[x_scale, w_scale])?;
+    let scale = cx.emit(Op::Binary(BinaryOp::Div), &[xw, y_scale])?;
+    let mut y = cx.emit(Op::Binary(BinaryOp::Mul), &[c, scale])?;
+    let to = match cx.input_name(7) {
+        Some(_) => {
+            let z = cx.value(7)?;
+            let to = cx.type_of(z).dtype;
+            let z = cx.emit(Op::Cast { to: DType::F32 }, &[z])?;
+            y = cx.emit(Op::Binary(BinaryOp::Add), &[y, z])?;
+            to
+        }
+        None => {
+            let x = cx.value(0)?;
+            cx.type_of(x).dtype
+        }
+    };
+    let y = cx.emit(Op::Unary(smelt_ir::op::UnaryOp::Round), &[y])?;
+    Ok(vec![Entry::Value(cx.emit(Op::Cast { to }, &[y])?)])
 }
