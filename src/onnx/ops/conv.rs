@@ -4,9 +4,9 @@
 //! offset), and the `auto_pad` resolution shared with the pools.
 
 use smelt_ir::op::{BinaryOp, Conv2dAttrs, ConvTranspose2dAttrs, Op};
-use smelt_ir::{DType, Diagnostic, Value};
+use smelt_ir::{Diagnostic, Value};
 
-use super::OpRule;
+use super::{quantize, OpRule};
 use crate::onnx::context::{Entry, NodeCtx};
 use crate::onnx::tensor::ConstTensor;
 
@@ -164,6 +164,15 @@ pub fn input_as_4d(cx: &mut NodeCtx, dims: &[usize]) -> Result<Value, Diagnostic
     }
 }
 
+/// Weight input `i` of `dims` as a 4-D value: `[M, C, K]` becomes `[M, C, 1, K]`.
+fn weight_as_4d(cx: &mut NodeCtx, i: usize, dims: &[usize]) -> Result<Value, Diagnostic> {
+    if dims.len() == 3 {
+        cx.reshaped_input(i, vec![dims[0], dims[1], 1, dims[2]])
+    } else {
+        cx.value(i)
+    }
+}
+
 /// A 4-D result back in the input's rank: `[N, C, 1, L]` becomes `[N, C, L]`.
 pub fn output_from_4d(cx: &mut NodeCtx, y: Value, rank: usize) -> Result<Value, Diagnostic> {
     if rank == 3 {
@@ -205,40 +214,50 @@ fn input_weight_and_kernel_at(cx: &NodeCtx, w: usize) -> Result<ConvDims, Diagno
     Ok((x_dims, w_dims, kernel))
 }
 
-/// Conv with optional bias, groups, dilations, strides, explicit or automatic padding.
-pub fn conv(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
-    cx.check_attrs(&[
-        "auto_pad",
-        "dilations",
-        "group",
-        "kernel_shape",
-        "pads",
-        "strides",
-    ])?;
-    let (x_dims, w_dims, kernel) = input_weight_and_kernel(cx)?;
+/// The attributes of Conv, ConvInteger and QLinearConv.
+const CONV_ATTRS: &[&str] = &[
+    "auto_pad",
+    "dilations",
+    "group",
+    "kernel_shape",
+    "pads",
+    "strides",
+];
+
+/// The `conv2d` attributes of a conv node of `kernel` over an input of `x_dims`: its
+/// positive `group` (whether it divides the channels is the type rule's check),
+/// strides, dilations and resolved padding.
+fn conv2d_attrs(
+    cx: &NodeCtx,
+    kernel: &[usize],
+    x_dims: &[usize],
+) -> Result<Conv2dAttrs, Diagnostic> {
     let group = cx.attr_int_or("group", 1)?;
     if group < 1 {
         return Err(cx.bad_attr("group", format!("{group} must be positive")));
     }
-    let window = Window::read(cx, kernel, &x_dims[2..], true)?;
+    let window = Window::read(cx, kernel.to_vec(), &x_dims[2..], true)?;
     let (_, strides, dilations, pads) = window.to_2d();
-    let x = input_as_4d(cx, &x_dims)?;
-    let w = if w_dims.len() == 3 {
-        cx.reshaped_input(1, vec![w_dims[0], w_dims[1], 1, w_dims[2]])?
-    } else {
-        cx.value(1)?
-    };
-    let mut operands = vec![x, w];
-    if let Some(b) = cx.opt_value(2)? {
-        operands.push(b);
-    }
-    let attrs = Conv2dAttrs {
+    Ok(Conv2dAttrs {
         strides,
         pads,
         dilations,
         groups: group as usize,
         ..Conv2dAttrs::default()
-    };
+    })
+}
+
+/// Conv with optional bias, groups, dilations, strides, explicit or automatic padding.
+pub fn conv(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
+    cx.check_attrs(CONV_ATTRS)?;
+    let (x_dims, w_dims, kernel) = input_weight_and_kernel(cx)?;
+    let attrs = conv2d_attrs(cx, &kernel, &x_dims)?;
+    let x = input_as_4d(cx, &x_dims)?;
+    let w = weight_as_4d(cx, 1, &w_dims)?;
+    let mut operands = vec![x, w];
+    if let Some(b) = cx.opt_value(2)? {
+        operands.push(b);
+    }
     let y = cx.emit(Op::Conv2d(attrs), &operands)?;
     let y = output_from_4d(cx, y, x_dims.len())?;
     Ok(vec![Entry::Value(y)])
@@ -570,87 +589,42 @@ pub fn col2im(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     Ok(vec![Entry::Value(y)])
 }
 
-/// Reduction entries per exact f32 chunk of an integer conv: each centred operand is at
-/// most 255 in magnitude, so 256 products sum below 2^24.
-const EXACT_CHUNK: usize = 256;
-
-/// Input `i` (int8 or uint8) as f32 less its zero point (input `zp` if given: a scalar,
-/// or one per output channel for the weights, `[M]` shaped `[M, 1, 1, 1]`).
-fn centred_operand(
-    cx: &mut NodeCtx,
-    v: Value,
-    zp: Option<usize>,
-    per_channel: bool,
-) -> Result<Value, Diagnostic> {
-    let d = cx.type_of(v).dtype;
-    if !matches!(d, DType::I8 | DType::U8) {
-        return Err(cx.err(
-            "onnx-unsupported-dtype",
-            format!("an integer conv takes int8 or uint8 tensors, got {d}"),
-        ));
-    }
-    let v = cx.emit(Op::Cast { to: DType::F32 }, &[v])?;
-    let Some(zp) = zp.filter(|&i| cx.input_name(i).is_some()) else {
-        return Ok(v);
-    };
-    let z = cx.value(zp)?;
-    let mut z = cx.emit(Op::Cast { to: DType::F32 }, &[z])?;
-    let zd = cx.type_of(z).dims.clone();
-    if per_channel && zd.len() == 1 && zd[0] > 1 {
-        z = cx.reshape(z, vec![zd[0], 1, 1, 1])?;
-    }
-    cx.emit(Op::Binary(BinaryOp::Sub), &[v, z])
-}
-
 /// The exact int32 conv `(x - x_zp) ⊛ (w - w_zp)` of inputs `x` and `w` (zero points at
 /// `x_zp`, `w_zp`), as the sum in int32 of f32 convs over chunks of input channels whose
-/// reduction (channels · kernel taps) is at most [`EXACT_CHUNK`]: every partial sum is an
+/// reduction (channels · kernel taps) is at most [`quantize::EXACT_CHUNK`]: every partial sum is an
 /// integer below 2^24, exact whatever the order. Padding is of the centred input, 0: the
 /// zero point, as ONNX pads.
 fn integer_conv(cx: &mut NodeCtx, [x_zp, w, w_zp]: [usize; 3]) -> Result<Value, Diagnostic> {
     let (x_dims, w_dims, kernel) = input_weight_and_kernel_at(cx, w)?;
-    let group = cx.attr_int_or("group", 1)?;
-    if group < 1 || x_dims[1] % group as usize != 0 {
+    let attrs = conv2d_attrs(cx, &kernel, &x_dims)?;
+    let group = attrs.groups;
+    if x_dims[1] % group != 0 {
         return Err(cx.bad_attr(
             "group",
-            format!("{group} must be positive and divide the channels"),
+            format!("{group} must divide the {} channels", x_dims[1]),
         ));
     }
-    let window = Window::read(cx, kernel.clone(), &x_dims[2..], true)?;
-    let (_, strides, dilations, pads) = window.to_2d();
     let taps: usize = kernel.iter().product();
-    let per_group = x_dims[1] / group as usize;
-    let chunk = EXACT_CHUNK / taps.max(1);
+    let per_group = x_dims[1] / group;
+    let chunk = quantize::EXACT_CHUNK / taps.max(1);
     if chunk == 0 || (group > 1 && per_group > chunk) {
         return Err(cx.err(
             "onnx-unsupported-op",
             format!(
                 "an integer conv of {per_group} input channels per group and a {kernel:?} \
-                 kernel: smelt sums exactly at most {EXACT_CHUNK} products per f32 chunk and \
-                 splits only ungrouped convs"
+                 kernel: smelt sums exactly at most {} products per f32 chunk and \
+                 splits only ungrouped convs",
+                quantize::EXACT_CHUNK
             ),
         ));
     }
     let xv = input_as_4d(cx, &x_dims)?;
-    let wv = if w_dims.len() == 3 {
-        cx.reshaped_input(w, vec![w_dims[0], w_dims[1], 1, w_dims[2]])?
-    } else {
-        cx.value(w)?
-    };
-    let xv = centred_operand(cx, xv, Some(x_zp), false)?;
-    let wv = centred_operand(cx, wv, Some(w_zp), true)?;
-    let attrs = Conv2dAttrs {
-        strides,
-        pads,
-        dilations,
-        groups: group as usize,
-        ..Conv2dAttrs::default()
-    };
+    let wv = weight_as_4d(cx, w, &w_dims)?;
+    let xv = quantize::centred(cx, xv, x_zp, 0)?;
+    let wv = quantize::centred(cx, wv, w_zp, 3)?;
     let channels = x_dims[1];
     let step = if group > 1 { channels } else { chunk };
-    let mut sum: Option<Value> = None;
-    for lo in (0..channels).step_by(step.max(1)) {
-        let hi = (lo + step).min(channels);
+    let y = quantize::exact_int_sum(cx, channels, step, |cx, lo, hi| {
         let (xc, wc) = if lo == 0 && hi == channels {
             (xv, wv)
         } else {
@@ -659,27 +633,14 @@ fn integer_conv(cx: &mut NodeCtx, [x_zp, w, w_zp]: [usize; 3]) -> Result<Value, 
                 cx.slice_along(wv, 1, lo, hi)?,
             )
         };
-        let p = cx.emit(Op::Conv2d(attrs.clone()), &[xc, wc])?;
-        let p = cx.emit(Op::Cast { to: DType::I32 }, &[p])?;
-        sum = Some(match sum {
-            None => p,
-            Some(s) => cx.emit(Op::Binary(BinaryOp::Add), &[s, p])?,
-        });
-    }
-    let y = sum.ok_or_else(|| cx.err("onnx-bad-model", "a conv of no input channels"))?;
+        cx.emit(Op::Conv2d(attrs.clone()), &[xc, wc])
+    })?;
     output_from_4d(cx, y, x_dims.len())
 }
 
 /// ConvInteger: the int32 conv of the centred int8/uint8 input and weights.
 pub fn conv_integer(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
-    cx.check_attrs(&[
-        "auto_pad",
-        "dilations",
-        "group",
-        "kernel_shape",
-        "pads",
-        "strides",
-    ])?;
+    cx.check_attrs(CONV_ATTRS)?;
     cx.check_max_inputs(4)?;
     Ok(vec![Entry::Value(integer_conv(cx, [2, 1, 3])?)])
 }
@@ -688,51 +649,21 @@ pub fn conv_integer(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
 /// bias, requantized as its reference does: `saturate(round_half_even((C + B) ·
 /// x_scale·w_scale / y_scale) + y_zero_point)`, `w_scale` per tensor or per output channel.
 pub fn qlinear_conv(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
-    cx.check_attrs(&[
-        "auto_pad",
-        "dilations",
-        "group",
-        "kernel_shape",
-        "pads",
-        "strides",
-    ])?;
+    cx.check_attrs(CONV_ATTRS)?;
     cx.check_max_inputs(9)?;
+    for (i, what) in [(1, "x_scale"), (4, "w_scale"), (6, "y_scale")] {
+        quantize::check_float(cx, i, what)?;
+    }
     let rank = cx.dims(0)?.len();
     let mut c = integer_conv(cx, [2, 3, 5])?;
     if cx.input_name(8).is_some() {
+        // one int32 bias per output channel
         let b = cx.value(8)?;
-        let m = cx.type_of(b).dims.clone();
-        let mut shape = m.clone();
-        shape.resize(rank - 1, 1);
-        let b = cx.reshape(b, shape)?;
+        let b = quantize::along_leading_axis(cx, b, rank - 2)?;
         c = cx.emit(Op::Binary(BinaryOp::Add), &[c, b])?;
     }
-    let c = cx.emit(Op::Cast { to: DType::F32 }, &[c])?;
-    let x_scale = cx.value(1)?;
-    let mut w_scale = cx.value(4)?;
-    let wd = cx.type_of(w_scale).dims.clone();
-    if wd.len() == 1 && wd[0] > 1 {
-        let mut shape = vec![wd[0]];
-        shape.resize(rank - 1, 1);
-        w_scale = cx.reshape(w_scale, shape)?;
-    }
-    let y_scale = cx.value(6)?;
-    let xw = cx.emit(Op::Binary(BinaryOp::Mul), &[x_scale, w_scale])?;
-    let scale = cx.emit(Op::Binary(BinaryOp::Div), &[xw, y_scale])?;
-    let mut y = cx.emit(Op::Binary(BinaryOp::Mul), &[c, scale])?;
-    let to = match cx.input_name(7) {
-        Some(_) => {
-            let z = cx.value(7)?;
-            let to = cx.type_of(z).dtype;
-            let z = cx.emit(Op::Cast { to: DType::F32 }, &[z])?;
-            y = cx.emit(Op::Binary(BinaryOp::Add), &[y, z])?;
-            to
-        }
-        None => {
-            let x = cx.value(0)?;
-            cx.type_of(x).dtype
-        }
-    };
-    let y = cx.emit(Op::Unary(smelt_ir::op::UnaryOp::Round), &[y])?;
-    Ok(vec![Entry::Value(cx.emit(Op::Cast { to }, &[y])?)])
+    let w_scale = cx.value(4)?;
+    let w_scale = quantize::along_leading_axis(cx, w_scale, rank - 2)?;
+    let scales = [cx.value(1)?, w_scale, cx.value(6)?];
+    Ok(vec![Entry::Value(quantize::requantize(cx, c, scales, 7)?)])
 }

@@ -189,7 +189,7 @@ fn present(cx: &NodeCtx, i: usize) -> bool {
 }
 
 /// The float32 input `i` (`x` or a scale): float16 and bfloat16 arrive widened.
-fn check_float(cx: &mut NodeCtx, i: usize, what: &str) -> Result<(), Diagnostic> {
+pub(super) fn check_float(cx: &mut NodeCtx, i: usize, what: &str) -> Result<(), Diagnostic> {
     let code = type_code(cx, i)?;
     if code != dtype::FLOAT {
         return Err(cx.err(
@@ -303,37 +303,105 @@ pub fn dequantize(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     Ok(vec![Entry::Value(y)])
 }
 
-/// Reduction entries per exact f32 chunk of an integer product: 256 · 255² < 2^24.
-const EXACT_CHUNK: usize = 256;
+/// Reduction entries per exact f32 chunk of an integer product or conv: every centred
+/// operand is at most 255 in magnitude, so 256 · 255² < 2^24.
+pub(super) const EXACT_CHUNK: usize = 256;
 
-/// Input `i` (int8 or uint8), as f32, less its zero point (input `zp`, if given: a scalar,
-/// or per row of A / per column of B, `[rows]` on A's second-to-last axis).
-fn centred(cx: &mut NodeCtx, i: usize, zp: usize, rows_axis: bool) -> Result<Value, Diagnostic> {
-    let v = cx.value(i)?;
+/// A 1-D `v` of more than one element shaped `[n, 1, …]` with `trailing` ones, so it
+/// broadcasts along a leading axis (per row of A, per output channel of a conv); any
+/// other `v` as it is (a scalar, or per column, which broadcasts along the last axis).
+pub(super) fn along_leading_axis(
+    cx: &mut NodeCtx,
+    v: Value,
+    trailing: usize,
+) -> Result<Value, Diagnostic> {
+    let d = cx.type_of(v).dims.clone();
+    if trailing == 0 || d.len() != 1 || d[0] <= 1 {
+        return Ok(v);
+    }
+    let mut shape = vec![d[0]];
+    shape.resize(1 + trailing, 1);
+    cx.reshape(v, shape)
+}
+
+/// `v` (int8 or uint8) as f32 less its zero point, input `zp` if present, shaped by
+/// [`along_leading_axis`] with `trailing` ones.
+pub(super) fn centred(
+    cx: &mut NodeCtx,
+    v: Value,
+    zp: usize,
+    trailing: usize,
+) -> Result<Value, Diagnostic> {
     let d = cx.type_of(v).dtype;
     if !matches!(d, DType::I8 | DType::U8) {
         return Err(cx.err(
             "onnx-unsupported-dtype",
-            format!("input {i} is {d}: an integer matrix product takes int8 or uint8"),
+            format!("an integer product takes int8 or uint8 tensors, got {d}"),
         ));
     }
-    let rank = cx.type_of(v).dims.len();
     let v = cx.emit(Op::Cast { to: DType::F32 }, &[v])?;
     if !present(cx, zp) {
         return Ok(v);
     }
     let z = cx.value(zp)?;
-    let mut z = cx.emit(Op::Cast { to: DType::F32 }, &[z])?;
-    let zd = cx.type_of(z).dims.clone();
-    if rows_axis && zd.len() == 1 && zd[0] > 1 && rank >= 2 {
-        // per row of A: one zero point for each of its M rows
-        z = cx.reshape(z, vec![zd[0], 1])?;
-    }
+    let z = cx.emit(Op::Cast { to: DType::F32 }, &[z])?;
+    let z = along_leading_axis(cx, z, trailing)?;
     cx.emit(Op::Binary(BinaryOp::Sub), &[v, z])
 }
 
+/// The int32 sum of `part(lo, hi)` over chunks of `0..total` of at most `chunk` entries:
+/// each part is an f32 product or conv of integers whose sum stays below 2^24 (exact
+/// whatever the order), cast to int32.
+pub(super) fn exact_int_sum(
+    cx: &mut NodeCtx,
+    total: usize,
+    chunk: usize,
+    mut part: impl FnMut(&mut NodeCtx, usize, usize) -> Result<Value, Diagnostic>,
+) -> Result<Value, Diagnostic> {
+    let mut sum: Option<Value> = None;
+    for lo in (0..total.max(1)).step_by(chunk.max(1)) {
+        let p = part(cx, lo, (lo + chunk).min(total))?;
+        let p = cx.emit(Op::Cast { to: DType::I32 }, &[p])?;
+        sum = Some(match sum {
+            None => p,
+            Some(s) => cx.emit(Op::Binary(BinaryOp::Add), &[s, p])?,
+        });
+    }
+    sum.ok_or_else(|| cx.err("onnx-bad-model", "an empty integer product"))
+}
+
+/// The QLinear ops' requantization of the int32 `c`: `saturate(round_half_even(c ·
+/// in_scale·w_scale / y_scale) + y_zero_point)` in f32, the scales at inputs `scales`
+/// (the input's, the weights', the result's) and the zero point at `y_zp` (its type the
+/// result's; input 0's when it is absent).
+pub(super) fn requantize(
+    cx: &mut NodeCtx,
+    c: Value,
+    [in_scale, w_scale, y_scale]: [Value; 3],
+    y_zp: usize,
+) -> Result<Value, Diagnostic> {
+    let code = if present(cx, y_zp) {
+        type_code(cx, y_zp)?
+    } else {
+        type_code(cx, 0)?
+    };
+    let to = quantized_type(cx, code, "the result's quantized type", false)?;
+    let c = cx.emit(Op::Cast { to: DType::F32 }, &[c])?;
+    let both = cx.emit(Op::Binary(BinaryOp::Mul), &[in_scale, w_scale])?;
+    let scale = cx.emit(Op::Binary(BinaryOp::Div), &[both, y_scale])?;
+    let mut y = cx.emit(Op::Binary(BinaryOp::Mul), &[c, scale])?;
+    if present(cx, y_zp) {
+        let z = cx.value(y_zp)?;
+        let z = cx.emit(Op::Cast { to: DType::F32 }, &[z])?;
+        y = cx.emit(Op::Binary(BinaryOp::Add), &[y, z])?;
+    }
+    let y = cx.emit(Op::Unary(UnaryOp::Round), &[y])?;
+    cx.emit(Op::Cast { to }, &[y])
+}
+
 /// The exact int32 product `(A - a_zp)·(B - b_zp)` of inputs `a` and `b` (zero points at
-/// `a_zp` and `b_zp`), by f32 matmuls over chunks of [`EXACT_CHUNK`] reduction entries.
+/// `a_zp` and `b_zp`; A's per row, B's per column), by f32 matmuls over chunks of
+/// [`EXACT_CHUNK`] reduction entries.
 fn integer_product(cx: &mut NodeCtx, [a, a_zp, b, b_zp]: [usize; 4]) -> Result<Value, Diagnostic> {
     let (ad, bd) = (cx.dims(a)?, cx.dims(b)?);
     if ad.len() < 2 || bd.len() < 2 || ad[ad.len() - 1] != bd[bd.len() - 2] {
@@ -345,12 +413,12 @@ fn integer_product(cx: &mut NodeCtx, [a, a_zp, b, b_zp]: [usize; 4]) -> Result<V
             ),
         ));
     }
-    let av = centred(cx, a, a_zp, true)?;
-    let bv = centred(cx, b, b_zp, false)?;
+    let av = cx.value(a)?;
+    let av = centred(cx, av, a_zp, 1)?;
+    let bv = cx.value(b)?;
+    let bv = centred(cx, bv, b_zp, 0)?;
     let k = ad[ad.len() - 1];
-    let mut sum: Option<Value> = None;
-    for lo in (0..k.max(1)).step_by(EXACT_CHUNK) {
-        let hi = (lo + EXACT_CHUNK).min(k);
+    exact_int_sum(cx, k, EXACT_CHUNK, |cx, lo, hi| {
         let (ac, bc) = if lo == 0 && hi == k {
             (av, bv)
         } else {
@@ -359,14 +427,8 @@ fn integer_product(cx: &mut NodeCtx, [a, a_zp, b, b_zp]: [usize; 4]) -> Result<V
                 cx.slice_along(bv, bd.len() - 2, lo, hi)?,
             )
         };
-        let p = cx.emit(Op::MatMul, &[ac, bc])?;
-        let p = cx.emit(Op::Cast { to: DType::I32 }, &[p])?;
-        sum = Some(match sum {
-            None => p,
-            Some(s) => cx.emit(Op::Binary(BinaryOp::Add), &[s, p])?,
-        });
-    }
-    sum.ok_or_else(|| cx.err("onnx-bad-model", "an empty product"))
+        cx.emit(Op::MatMul, &[ac, bc])
+    })
 }
 
 /// MatMulInteger: `(A - a_zero_point)·(B - b_zero_point)` in int32.
@@ -377,41 +439,19 @@ pub fn matmul_integer(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     Ok(vec![Entry::Value(y)])
 }
 
-/// QLinearMatMul: the int32 product of the centred quantized inputs, requantized:
-/// `saturate(round_half_even(C · a_scale·b_scale / y_scale) + y_zero_point)` in the zero
-/// point's type (A's when it is absent).
+/// QLinearMatMul: the int32 product of the centred quantized inputs, requantized
+/// ([`requantize`]; `a_scale` per tensor or per row, `b_scale` per tensor or per column).
 pub fn qlinear_matmul(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     cx.check_attrs(&[])?;
     cx.check_max_inputs(8)?;
     for (i, what) in [(1, "a_scale"), (4, "b_scale"), (6, "y_scale")] {
         check_float(cx, i, what)?;
     }
-    let code = if present(cx, 7) {
-        type_code(cx, 7)?
-    } else {
-        type_code(cx, 0)?
-    };
-    let to = quantized_type(cx, code, "the result's quantized type", false)?;
     let c = integer_product(cx, [0, 2, 3, 5])?;
-    let c = cx.emit(Op::Cast { to: DType::F32 }, &[c])?;
-    let mut a_scale = cx.value(1)?;
-    let ad = cx.type_of(a_scale).dims.clone();
-    if ad.len() == 1 && ad[0] > 1 {
-        // per row of A
-        a_scale = cx.reshape(a_scale, vec![ad[0], 1])?;
-    }
-    let b_scale = cx.value(4)?;
-    let y_scale = cx.value(6)?;
-    let ab = cx.emit(Op::Binary(BinaryOp::Mul), &[a_scale, b_scale])?;
-    let scale = cx.emit(Op::Binary(BinaryOp::Div), &[ab, y_scale])?;
-    let mut y = cx.emit(Op::Binary(BinaryOp::Mul), &[c, scale])?;
-    if present(cx, 7) {
-        let z = cx.value(7)?;
-        let z = cx.emit(Op::Cast { to: DType::F32 }, &[z])?;
-        y = cx.emit(Op::Binary(BinaryOp::Add), &[y, z])?;
-    }
-    let y = cx.emit(Op::Unary(UnaryOp::Round), &[y])?;
-    Ok(vec![Entry::Value(cx.emit(Op::Cast { to }, &[y])?)])
+    let a_scale = cx.value(1)?;
+    let a_scale = along_leading_axis(cx, a_scale, 1)?;
+    let scales = [a_scale, cx.value(4)?, cx.value(6)?];
+    Ok(vec![Entry::Value(requantize(cx, c, scales, 7)?)])
 }
 
 /// DynamicQuantizeLinear, as its ONNX function computes it: the range of `x` widened to
