@@ -143,10 +143,7 @@ pub fn gather_elements_of(
         }
         Indices::Value(v) => {
             let v = cx.int64_indices(v, "indices")?;
-            let (wrapped, zero, size_v) = wrap_negative(cx, v, size)?;
-            let above = cx.emit(Op::Compare(Comparison::GreaterOrEqual), &[wrapped, zero])?;
-            let below = cx.emit(Op::Compare(Comparison::Less), &[wrapped, size_v])?;
-            let valid = cx.emit(Op::Logic(LogicOp::And), &[above, below])?;
+            let (wrapped, valid) = checked_index(cx, v, size)?;
             let stride = cx.int_scalar(strides[axis] as i64)?;
             let along = cx.emit(Op::Binary(BinaryOp::Mul), &[wrapped, stride])?;
             let name = cx.derived_name("offsets");
@@ -173,6 +170,20 @@ pub(super) fn wrap_negative(
     let shifted = cx.emit(Op::Binary(BinaryOp::Add), &[v, size_v])?;
     let wrapped = cx.emit(Op::Where, &[negative, shifted, v])?;
     Ok((wrapped, zero, size_v))
+}
+
+/// int64 indices `v` into an axis of `size`, wrapped as [`wrap_negative`] does, and
+/// whether each lies in `0..size` once wrapped (an `i1` tensor of `v`'s shape).
+pub(super) fn checked_index(
+    cx: &mut NodeCtx,
+    v: Value,
+    size: i64,
+) -> Result<(Value, Value), Diagnostic> {
+    let (wrapped, zero, size_v) = wrap_negative(cx, v, size)?;
+    let above = cx.emit(Op::Compare(Comparison::GreaterOrEqual), &[wrapped, zero])?;
+    let below = cx.emit(Op::Compare(Comparison::Less), &[wrapped, size_v])?;
+    let valid = cx.emit(Op::Logic(LogicOp::And), &[above, below])?;
+    Ok((wrapped, valid))
 }
 
 /// Trilu: the upper (`upper = 1`, the default) or lower triangle of the last two axes,

@@ -447,7 +447,7 @@ fn run_time_positions(
     tuples_per_batch: usize,
     total: usize,
 ) -> Result<Value, Diagnostic> {
-    use smelt_ir::op::{BinaryOp, Comparison, LogicOp};
+    use smelt_ir::op::{BinaryOp, LogicOp};
 
     let indices = cx.value(1)?;
     let indices = cx.int64_indices(indices, "GatherND's indices")?;
@@ -465,10 +465,7 @@ fn run_time_positions(
         stride /= n;
         let entry = cx.slice_along(indices, rank - 1, k, k + 1)?;
         let entry = cx.reshape(entry, tuple_dims.to_vec())?;
-        let (wrapped, zero, size) = super::indexing::wrap_negative(cx, entry, n as i64)?;
-        let above = cx.emit(Op::Compare(Comparison::GreaterOrEqual), &[wrapped, zero])?;
-        let below = cx.emit(Op::Compare(Comparison::Less), &[wrapped, size])?;
-        let ok = cx.emit(Op::Logic(LogicOp::And), &[above, below])?;
+        let (wrapped, ok) = super::indexing::checked_index(cx, entry, n as i64)?;
         valid = Some(match valid {
             None => ok,
             Some(v) => cx.emit(Op::Logic(LogicOp::And), &[v, ok])?,
