@@ -84,8 +84,9 @@ pub(super) fn resize_shape(r: &ResizeAttrs, o: &OperandTypes<'_>) -> Result<Shap
 
 /// Nearest only copies; linear and cubic take a multiply and an add per tap (the taps of
 /// every resized axis multiplied together), counted for the largest tap count here.
-pub(super) fn resize_flops(r: &ResizeAttrs) -> impl FnOnce(&[&TensorType], &TensorType) -> u64 {
-    let r = r.clone();
+pub(super) fn resize_flops(
+    r: &ResizeAttrs,
+) -> impl FnOnce(&[&TensorType], &TensorType) -> u64 + '_ {
     move |ins, out| {
         let Some(x) = ins.first() else { return 0 };
         if matches!(r.mode, ResizeMode::Nearest(_)) || x.dims.len() != r.sizes.len() {
