@@ -8,9 +8,8 @@ mod jit_util;
 
 use jit_util::{check_against_interp, kernel_choices, opts};
 use smelt::capi::{
-    smelt_executable_destroy, smelt_executable_from_text, smelt_executable_input,
-    smelt_executable_output, smelt_executable_run, smelt_executable_run_typed, smelt_last_error,
-    SmeltBuffer, SmeltElementType, SmeltExecutable, SmeltStatus, SmeltTensorInfo,
+    smelt_executable_destroy, smelt_executable_run, smelt_executable_run_typed, smelt_last_error,
+    SmeltBuffer, SmeltElementType, SmeltStatus,
 };
 use smelt::{CompileOptions, Error, Executable};
 use smelt_ir::{interp, Module, Tensor, TensorData};
@@ -415,34 +414,10 @@ fn gather_reads_by_run_time_ids_and_refuses_one_out_of_range() {
 
 #[test]
 fn the_c_api_reports_element_types_and_checks_them() {
-    let mut exe: *mut SmeltExecutable = std::ptr::null_mut();
-    // SAFETY: the text is readable for its length; `exe` is writable.
-    let s = unsafe {
-        smelt_executable_from_text(
-            EMBEDDING.as_ptr().cast(),
-            EMBEDDING.len(),
-            std::ptr::null(),
-            &mut exe,
-        )
-    };
-    assert_eq!(s, SmeltStatus::Ok);
-    let mut info = SmeltTensorInfo {
-        name: std::ptr::null(),
-        rank: 0,
-        dims: std::ptr::null(),
-        element_count: 0,
-        layout: std::ptr::null(),
-        element_type: SmeltElementType::Bool,
-    };
-    // SAFETY: `exe` is live and `info` writable.
-    let s = unsafe { smelt_executable_input(exe, 0, &mut info) };
-    assert_eq!(s, SmeltStatus::Ok);
-    assert_eq!(info.element_type, SmeltElementType::I64);
-    assert_eq!(info.element_count, 6);
-    // SAFETY: as above.
-    let s = unsafe { smelt_executable_output(exe, 0, &mut info) };
-    assert_eq!(s, SmeltStatus::Ok);
-    assert_eq!(info.element_type, SmeltElementType::F32);
+    let (exe, input, output) = jit_util::capi_from_text(EMBEDDING);
+    assert_eq!(input.element_type, SmeltElementType::I64);
+    assert_eq!(input.element_count, 6);
+    assert_eq!(output.element_type, SmeltElementType::F32);
 
     let mut ids = [0i64, 3, -1, 2, -4, 1];
     let mut out = [0f32; 12];

@@ -320,9 +320,9 @@ fn the_c_api_runs_f16_and_bf16_buffers_of_their_element_types() {
   %b = cast %w {to = bf16} : tensor<4xbf16>
   return %b : tensor<4xbf16>
 }";
-    let (exe, input_type, output_type) = jit_util::capi_from_text(src);
+    let (exe, input, output) = jit_util::capi_from_text(src);
     assert_eq!(
-        (input_type, output_type),
+        (input.element_type, output.element_type),
         (SmeltElementType::F16, SmeltElementType::BF16)
     );
     // 1, 0.1 (as f16), 65504 and -inf

@@ -321,9 +321,9 @@ fn the_c_api_reports_and_runs_int8_and_uint16_buffers() {
   %y = cast %x {to = ui16} : tensor<4xui16>
   return %y : tensor<4xui16>
 }";
-    let (exe, input_type, output_type) = jit_util::capi_from_text(src);
+    let (exe, input, output) = jit_util::capi_from_text(src);
     assert_eq!(
-        (input_type, output_type),
+        (input.element_type, output.element_type),
         (SmeltElementType::I8, SmeltElementType::U16)
     );
     let mut x: [i8; 4] = [-128, -1, 0, 127];

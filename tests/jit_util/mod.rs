@@ -123,14 +123,14 @@ pub fn add_relu() -> Vec<PostOp> {
     ]
 }
 
-/// An executable compiled from IR text through the C API (which must succeed), with the
-/// element types the C API reports for its first input and first output.
+/// An executable compiled from IR text through the C API (which must succeed), with what
+/// the C API reports of its first input and first output.
 pub fn capi_from_text(
     src: &str,
 ) -> (
     *mut smelt::capi::SmeltExecutable,
-    smelt::capi::SmeltElementType,
-    smelt::capi::SmeltElementType,
+    smelt::capi::SmeltTensorInfo,
+    smelt::capi::SmeltTensorInfo,
 ) {
     use smelt::capi::{
         smelt_executable_from_text, smelt_executable_input, smelt_executable_output,
@@ -142,7 +142,7 @@ pub fn capi_from_text(
         smelt_executable_from_text(src.as_ptr().cast(), src.len(), std::ptr::null(), &mut exe)
     };
     assert_eq!(s, SmeltStatus::Ok);
-    let mut info = SmeltTensorInfo {
+    let blank = || SmeltTensorInfo {
         name: std::ptr::null(),
         rank: 0,
         dims: std::ptr::null(),
@@ -150,14 +150,14 @@ pub fn capi_from_text(
         layout: std::ptr::null(),
         element_type: SmeltElementType::Bool,
     };
-    // SAFETY: `exe` is live and `info` writable.
-    let s = unsafe { smelt_executable_input(exe, 0, &mut info) };
+    let (mut input, mut output) = (blank(), blank());
+    // SAFETY: `exe` is live and `input` writable.
+    let s = unsafe { smelt_executable_input(exe, 0, &mut input) };
     assert_eq!(s, SmeltStatus::Ok);
-    let input = info.element_type;
     // SAFETY: as above.
-    let s = unsafe { smelt_executable_output(exe, 0, &mut info) };
+    let s = unsafe { smelt_executable_output(exe, 0, &mut output) };
     assert_eq!(s, SmeltStatus::Ok);
-    (exe, input, info.element_type)
+    (exe, input, output)
 }
 
 /// One typed run through the C API of an executable of one input and one output, the
