@@ -74,6 +74,11 @@ def write_models(out, stamp, seed, models):
     print(f"wrote {', '.join(models)} to {out}")
 
 
+def const(name, values, dtype=np.float32):
+    """An initializer `name` holding `values` (a scalar, list or array) as `dtype`."""
+    return nh.from_array(np.asarray(values, dtype), name)
+
+
 def init(rng, name, shape, scale=0.5):
     return nh.from_array(rng.uniform(-scale, scale, shape).astype(np.float32), name)
 

@@ -31,13 +31,9 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from fixtures import init, write_models
+from fixtures import const, init, write_models
 
 STAMP = "onnx 1.23.2 onnxruntime 1.32.0 contractions 1"
-
-
-def ints(name, values):
-    return nh.from_array(np.array(values, np.int64), name)
 
 
 def einsum_attention(rng):
@@ -48,10 +44,10 @@ def einsum_attention(rng):
         init(rng, "wv", [d, d]),
         init(rng, "wo", [d, d]),
         init(rng, "gate", [d]),
-        ints("split", [b, s, heads, d // heads]),
-        ints("merge", [b, s, d]),
-        ints("rows", [b * s, d]),
-        nh.from_array(np.array(1.0 / np.sqrt(d // heads), np.float32), "scale"),
+        const("split", [b, s, heads, d // heads], np.int64),
+        const("merge", [b, s, d], np.int64),
+        const("rows", [b * s, d], np.int64),
+        const("scale", 1.0 / np.sqrt(d // heads), np.float32),
     ]
     e = lambda eq, ins, out: h.make_node("Einsum", ins, [out], equation=eq)
     nodes = [
@@ -98,7 +94,7 @@ def einsum_forms(rng):
         h.make_node("Add", ["mixed", "dot1"], ["sum1"]),
         h.make_node("Add", ["sum1", "total"], ["y"]),
     ]
-    inits.append(ints("one", [1]))
+    inits.append(const("one", [1], np.int64))
     graph = h.make_graph(
         nodes,
         "einsum_forms",
@@ -114,8 +110,8 @@ def col2im_fold(rng):
     # rows (9 + 1 - 3) // 2 + 1 = 4, cols (11 + 1 - 5) // 1 + 1 = 8 -> 32 blocks
     inits = [
         init(rng, "w", [18, 18, 1]),
-        ints("image", [9, 11]),
-        ints("block", [3, 3]),
+        const("image", [9, 11], np.int64),
+        const("block", [3, 3], np.int64),
     ]
     nodes = [
         h.make_node("Conv", ["x", "w"], ["cols"], kernel_shape=[1]),

@@ -40,7 +40,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from fixtures import write_models
+from fixtures import const, write_models
 
 STAMP = "onnx 1.23.2 onnxruntime 1.32.0 quant 3"
 
@@ -178,14 +178,14 @@ def dynamic_matmul(rng):
     inits = [
         nh.from_array(w, "w"),
         nh.from_array(wz, "wz"),
-        nh.from_array(np.array(ws, np.float32), "ws"),
+        const("ws", ws, np.float32),
         nh.from_array(w2, "w2"),
         nh.from_array(w2s, "w2s"),
         nh.from_array(w2z, "w2z"),
-        nh.from_array(np.array(hs, np.float32), "hs"),
-        nh.from_array(np.array(hz, np.uint8), "hz"),
-        nh.from_array(np.array(ys, np.float32), "ys"),
-        nh.from_array(np.array(yz, np.uint8), "yz"),
+        const("hs", hs, np.float32),
+        const("hz", hz, np.uint8),
+        const("ys", ys, np.float32),
+        const("yz", yz, np.uint8),
     ]
     nodes = [
         h.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
@@ -219,18 +219,18 @@ def qlinear_conv(rng):
     w2 = rng.integers(0, 256, [8, c, 3, 3]).astype(np.uint8)
     w2z = np.uint8(128)
     inits = [
-        nh.from_array(np.array(xs, np.float32), "xs"),
-        nh.from_array(np.array(xz, np.uint8), "xz"),
+        const("xs", xs, np.float32),
+        const("xz", xz, np.uint8),
         nh.from_array(w, "w"),
         nh.from_array(ws, "ws"),
         nh.from_array(np.zeros([m], np.int8), "wz"),
         nh.from_array(b, "b"),
-        nh.from_array(np.array(ys, np.float32), "ys"),
-        nh.from_array(np.array(yz, np.uint8), "yz"),
+        const("ys", ys, np.float32),
+        const("yz", yz, np.uint8),
         nh.from_array(w2, "w2"),
-        nh.from_array(np.array(w2z, np.uint8), "w2z"),
-        nh.from_array(np.array(xs * 0.01, np.float32), "s2"),
-        nh.from_array(np.array([1, 16, 9, 9], np.int64), "full"),
+        const("w2z", w2z, np.uint8),
+        const("s2", xs * 0.01, np.float32),
+        const("full", [1, 16, 9, 9], np.int64),
     ]
     nodes = [
         h.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),

@@ -26,7 +26,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from fixtures import init, write_models
+from fixtures import const, init, write_models
 
 STAMP = "onnx 1.23.2 onnxruntime 1.32.0 recurrent 1"
 
@@ -41,11 +41,11 @@ def lstm_ragged(rng):
         init(rng, "w", [2, 4 * hid, inp]),
         init(rng, "r", [2, 4 * hid, hid]),
         init(rng, "b", [2, 8 * hid], 0.2),
-        nh.from_array(np.array([7, 4, 1], np.int32), "lens"),
+        const("lens", [7, 4, 1], np.int32),
         init(rng, "h0", [2, batch, hid]),
         init(rng, "c0", [2, batch, hid]),
         init(rng, "p", [2, 3 * hid], 0.3),
-        nh.from_array(np.array([-1], np.int64), "minus_one"),
+        const("minus_one", [-1], np.int64),
     ]
     nodes = [
         h.make_node(
@@ -77,8 +77,8 @@ def gru_ragged(rng):
         init(rng, "w", [1, 3 * hid, inp]),
         init(rng, "r", [1, 3 * hid, hid]),
         init(rng, "b", [1, 6 * hid], 0.2),
-        nh.from_array(np.array([5, 0, 2, 3], np.int32), "lens"),
-        nh.from_array(np.array([-1], np.int64), "minus_one"),
+        const("lens", [5, 0, 2, 3], np.int32),
+        const("minus_one", [-1], np.int64),
     ]
     nodes = [
         h.make_node(

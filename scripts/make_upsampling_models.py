@@ -36,6 +36,7 @@ from onnx import numpy_helper as nh
 
 from fixtures import (
     batch_norm,
+    const,
     bn_node,
     init,
     write_models,
@@ -121,20 +122,14 @@ def classic_stem(rng):
 
 
 def vision_resizes(rng):
-    def floats(name, values):
-        return nh.from_array(np.array(values, np.float32), name)
-
-    def ints(name, values):
-        return nh.from_array(np.array(values, np.int64), name)
-
     inits = [
-        floats("half", [1.0, 1.0, 0.5, 0.5]),
+        const("half", [1.0, 1.0, 0.5, 0.5]),
         init(rng, "conv_w", [8, 3, 3, 3], 0.3),
         init(rng, "conv_b", [8], 0.1),
-        ints("shrunk", [1, 8, 15, 20]),
-        ints("grown", [1, 8, 31, 41]),
-        floats("window", [0.1, -0.2, 0.9, 1.15]),
-        ints("crop", [12, 16]),
+        const("shrunk", [1, 8, 15, 20], np.int64),
+        const("grown", [1, 8, 31, 41], np.int64),
+        const("window", [0.1, -0.2, 0.9, 1.15]),
+        const("crop", [12, 16], np.int64),
     ]
     nodes = [
         h.make_node(
