@@ -82,6 +82,8 @@ impl From<smelt_ir::Diagnostic> for Error {
 pub mod capi;
 pub mod codegen;
 pub mod driver;
+#[cfg(feature = "onnx")]
+pub mod dynamic;
 pub mod microkernels;
 pub mod models;
 pub mod npy;
@@ -99,6 +101,8 @@ pub use driver::{
     compile, compile_file, optimize, CompileOptions, DumpFn, Kernels, Layouts, OptimizeOptions,
     Options, MAX_THREADS,
 };
+#[cfg(feature = "onnx")]
+pub use dynamic::{DynamicExecutable, DynamicOptions};
 pub use runtime::{Executable, TensorInfo, Workspace};
 pub use smelt_ir::{Tensor, TensorType};
 pub use smelt_passes::lower::ConvAlgorithm;

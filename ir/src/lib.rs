@@ -8,6 +8,7 @@
 
 mod aligned_memory;
 
+pub mod batch;
 pub mod budget;
 pub mod builder;
 pub mod diag;

@@ -101,6 +101,107 @@ pub fn import_bytes(bytes: Bytes, opts: &ImportOptions) -> Result<Module, crate:
 /// and symlinks): each read is exactly the tensor's size, within the file, straight into
 /// the aligned buffer that becomes the weight.
 pub fn import_file(path: &Path, opts: &ImportOptions) -> Result<Module, crate::Error> {
+    let buf = read_model_file(path, opts)?;
+    let folder = path.parent().unwrap_or(Path::new("."));
+    import_aligned(buf, Some(folder), opts)
+}
+
+/// One graph input as the model declares it (initializers and constant inputs left out).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeclaredInput {
+    /// The input's name.
+    pub name: String,
+    /// Its element type.
+    pub dtype: DType,
+    /// Its declared dims, `None` when the model declares no shape.
+    pub dims: Option<Vec<InputDim>>,
+}
+
+/// One declared dimension of a graph input.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InputDim {
+    /// A static size.
+    Fixed(usize),
+    /// A dynamic size: its `dim_param`, or `""` for `-1`, an empty `dim_param` or an
+    /// unset dimension.
+    Dynamic(String),
+}
+
+/// The graph inputs of the model file at `path` as it declares them, in order, without
+/// importing it (`opts.constant_inputs` are left out, as the import makes them constants).
+pub fn declared_inputs(
+    path: &Path,
+    opts: &ImportOptions,
+) -> Result<Vec<DeclaredInput>, crate::Error> {
+    let buf = read_model_file(path, opts)?;
+    if buf.len_bytes() == 0 {
+        return Err(onnx_error(plain_error(
+            "onnx-decode",
+            "the model file is empty",
+        )));
+    }
+    let decoded = aligned::decode(buf).map_err(|e| onnx_error(malformed(e)))?;
+    let graph = decoded
+        .model
+        .graph
+        .as_ref()
+        .ok_or_else(|| onnx_error(plain_error("onnx-bad-model", "the model has no graph")))?;
+    let initializers: BTreeSet<&str> = graph.initializer.iter().map(|t| t.name()).collect();
+    let mut inputs = Vec::new();
+    for input in &graph.input {
+        let name = input.name();
+        if initializers.contains(name) || opts.constant_inputs.contains_key(name) {
+            continue;
+        }
+        let Some(type_proto::Value::TensorType(t)) =
+            input.r#type.as_ref().and_then(|t| t.value.as_ref())
+        else {
+            return Err(onnx_error(plain_error(
+                "onnx-unsupported-dtype",
+                format!("input '{name}' is not a tensor"),
+            )));
+        };
+        let dtype = dtype::ir(t.elem_type()).ok_or_else(|| {
+            onnx_error(plain_error(
+                "onnx-unsupported-dtype",
+                format!(
+                    "input '{name}' has element type {}",
+                    dtype::name(t.elem_type())
+                ),
+            ))
+        })?;
+        let dims = t
+            .shape
+            .as_ref()
+            .map(|s| {
+                s.dim
+                    .iter()
+                    .enumerate()
+                    .map(|(k, d)| {
+                        Ok(match declared_dim(name, k, d)? {
+                            DeclaredDim::Fixed(v) => InputDim::Fixed(v),
+                            DeclaredDim::Dynamic => InputDim::Dynamic(match &d.value {
+                                Some(dimension::Value::DimParam(p)) => p.clone(),
+                                _ => String::new(),
+                            }),
+                        })
+                    })
+                    .collect::<Result<Vec<_>, Diagnostic>>()
+            })
+            .transpose()
+            .map_err(onnx_error)?;
+        inputs.push(DeclaredInput {
+            name: name.to_string(),
+            dtype,
+            dims,
+        });
+    }
+    Ok(inputs)
+}
+
+/// Reads a model file into one aligned buffer: a regular file only, its size within the
+/// memory budget.
+fn read_model_file(path: &Path, opts: &ImportOptions) -> Result<AlignedBuf, crate::Error> {
     let io = |source| crate::Error::Io {
         path: path.display().to_string(),
         source,
@@ -120,8 +221,7 @@ pub fn import_file(path: &Path, opts: &ImportOptions) -> Result<Module, crate::E
         read_into(&mut file, dst).map_err(io)?;
     }
     // a file that grew since its length was read is read no further, like a truncated one
-    let folder = path.parent().unwrap_or(Path::new("."));
-    import_aligned(buf, Some(folder), opts)
+    Ok(buf)
 }
 
 /// Files at least this large are read by two threads, each into its half of the buffer.

@@ -112,6 +112,22 @@ impl<'a> Elements<'a> {
         self.len() == 0
     }
 
+    /// Elements `range` of these, or `None` past the end (a chunk of a batch).
+    pub fn range(self, range: std::ops::Range<usize>) -> Option<Elements<'a>> {
+        match self {
+            Elements::F32(v) => v.get(range).map(Elements::F32),
+            Elements::I64(v) => v.get(range).map(Elements::I64),
+            Elements::I32(v) => v.get(range).map(Elements::I32),
+            Elements::Bool(v) => v.get(range).map(Elements::Bool),
+            Elements::F16(v) => v.get(range).map(Elements::F16),
+            Elements::BF16(v) => v.get(range).map(Elements::BF16),
+            Elements::I8(v) => v.get(range).map(Elements::I8),
+            Elements::U8(v) => v.get(range).map(Elements::U8),
+            Elements::I16(v) => v.get(range).map(Elements::I16),
+            Elements::U16(v) => v.get(range).map(Elements::U16),
+        }
+    }
+
     /// Where JIT code reads the elements, and how many bytes it may read (an `i1` is
     /// one byte, 0 or 1, which is exactly a Rust `bool`).
     pub(super) fn bytes(&self) -> (*const u8, usize) {
@@ -180,6 +196,22 @@ impl<'a> ElementsMut<'a> {
     /// Whether there are no elements.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Elements `range` of these, mutably, or `None` past the end (a chunk of a batch).
+    pub fn into_range(self, range: std::ops::Range<usize>) -> Option<ElementsMut<'a>> {
+        match self {
+            ElementsMut::F32(v) => v.get_mut(range).map(ElementsMut::F32),
+            ElementsMut::I64(v) => v.get_mut(range).map(ElementsMut::I64),
+            ElementsMut::I32(v) => v.get_mut(range).map(ElementsMut::I32),
+            ElementsMut::Bool(v) => v.get_mut(range).map(ElementsMut::Bool),
+            ElementsMut::F16(v) => v.get_mut(range).map(ElementsMut::F16),
+            ElementsMut::BF16(v) => v.get_mut(range).map(ElementsMut::BF16),
+            ElementsMut::I8(v) => v.get_mut(range).map(ElementsMut::I8),
+            ElementsMut::U8(v) => v.get_mut(range).map(ElementsMut::U8),
+            ElementsMut::I16(v) => v.get_mut(range).map(ElementsMut::I16),
+            ElementsMut::U16(v) => v.get_mut(range).map(ElementsMut::U16),
+        }
     }
 
     /// Where JIT code writes the elements, and how many bytes it may write. For `i1`

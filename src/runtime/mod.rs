@@ -583,6 +583,26 @@ impl Executable {
     ) -> Result<(), Error> {
         self.run_steps(inputs, outputs, ws, None)
     }
+
+    /// Like [`Executable::run_with`], with a workspace borrowed from the executable's
+    /// pool (made on first use), so the caller needs none.
+    pub fn run_into(
+        &self,
+        inputs: &[Elements<'_>],
+        outputs: &mut [ElementsMut<'_>],
+    ) -> Result<(), Error> {
+        let mut ws = self
+            .pool
+            .lock()
+            .map_err(|_| Error::Unsupported("workspace pool poisoned".into()))?
+            .pop()
+            .unwrap_or_else(|| self.workspace());
+        let result = self.run_steps(inputs, outputs, &mut ws, None);
+        if let Ok(mut pool) = self.pool.lock() {
+            pool.push(ws);
+        }
+        result
+    }
 }
 
 /// The process's pool and how many threads (the caller included) a run asking for

@@ -1,0 +1,482 @@
+//! Executables for models with a dynamic batch: compiled for a few batch sizes on first
+//! use, a run of any batch split into chunks of those sizes.
+//!
+//! An ONNX model whose inputs have a dynamic leading dimension (`batch`, `N`, `-1`) can
+//! be run at any batch without recompiling for each one. [`DynamicExecutable`] keeps the
+//! model's path and options and compiles *buckets*: the model with its batch pinned to
+//! a power of two up to [`DynamicOptions::max_bucket`]. A run of `n` elements is split,
+//! largest bucket first, into chunks of bucket sizes (`n = 7` runs 4, 2 and 1; `n = 20`
+//! with buckets up to 8 runs 8, 8 and 4); each chunk's inputs are contiguous ranges of the
+//! caller's tensors and its outputs are written straight into ranges of the results, so
+//! nothing is copied and nothing is padded. A batch equal to a bucket is one run of it.
+//!
+//! Splitting is exact only when the model computes each batch element on its own. That
+//! is proved, once, on the model instantiated at batch 2, by
+//! [`smelt_ir::batch::batch_axes`]; a model that mixes batch elements (a reduction along
+//! the batch, a reshape moving it into features) still runs every bucket size as one
+//! chunk, and any other batch gets an error naming the op that mixes.
+//!
+//! Policy, stated and observable: at most `log2(max_bucket) + 1` specializations exist
+//! (4 with the default `max_bucket` of 8), each compiled on the first run that needs it
+//! and kept for the executable's life ([`DynamicExecutable::specializations`] lists them).
+//! Compiles of different buckets may run at once on different threads; two runs needing
+//! the same uncompiled bucket wait for one compile. [`DynamicExecutable::warm_up`]
+//! compiles the buckets a batch needs ahead of time.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use smelt_ir::batch::{batch_axes, leading_results, BatchAxis};
+use smelt_ir::{DType, Diagnostic, Tensor, TensorData, TensorType};
+
+use crate::driver::{compile_file, Options};
+use crate::onnx::{declared_inputs, InputDim};
+use crate::runtime::{Elements, ElementsMut, Executable};
+use crate::Error;
+
+/// The largest bucket [`DynamicOptions::max_bucket`] may name.
+pub const MAX_BUCKET_LIMIT: usize = 1024;
+
+/// How a [`DynamicExecutable`] specializes.
+#[derive(Clone, Copy, Debug)]
+pub struct DynamicOptions {
+    /// The largest batch compiled as one executable, a power of two (default 8); larger
+    /// batches run as several chunks.
+    pub max_bucket: usize,
+}
+
+impl Default for DynamicOptions {
+    fn default() -> Self {
+        DynamicOptions { max_bucket: 8 }
+    }
+}
+
+/// One input as a [`DynamicExecutable`] takes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DynamicInput {
+    /// The input's name.
+    pub name: String,
+    /// Its element type.
+    pub dtype: DType,
+    /// Its dims: `None` for the batch (the leading dim of a batched input), the size
+    /// otherwise.
+    pub dims: Vec<Option<usize>>,
+}
+
+impl DynamicInput {
+    /// The shape as text, the batch written `N`: `Nx3x224x224`.
+    pub fn shape_text(&self) -> String {
+        let parts: Vec<String> = self
+            .dims
+            .iter()
+            .map(|d| d.map_or_else(|| "N".to_string(), |n| n.to_string()))
+            .collect();
+        parts.join("x")
+    }
+
+    fn batched(&self) -> bool {
+        self.dims.first() == Some(&None)
+    }
+
+    /// The concrete dims at batch `n`.
+    fn at_batch(&self, n: usize) -> Vec<usize> {
+        self.dims.iter().map(|d| d.unwrap_or(n)).collect()
+    }
+}
+
+/// A specialization compiled so far.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Specialization {
+    /// The batch size it was compiled for.
+    pub batch: usize,
+    /// Milliseconds the compile took (import, passes, code generation).
+    pub compile_ms: f64,
+}
+
+/// A model with a dynamic batch, compiled per bucket on first use (see the module doc).
+/// Safe to share across threads.
+pub struct DynamicExecutable {
+    path: PathBuf,
+    options: Options,
+    inputs: Vec<DynamicInput>,
+    /// One slot per bucket size, ascending: 1, 2, 4, ... up to `max_bucket`.
+    buckets: Vec<Bucket>,
+    /// Which results carry the batch on their leading axis, or why the model cannot be
+    /// split: decided once, on the first run that needs a split.
+    separable: OnceLock<Result<Vec<bool>, Diagnostic>>,
+}
+
+struct Bucket {
+    batch: usize,
+    compiled: Mutex<Option<Compiled>>,
+}
+
+struct Compiled {
+    exe: Arc<Executable>,
+    compile_ms: f64,
+}
+
+impl DynamicExecutable {
+    /// Prepares the ONNX model at `path` for runs of any batch: reads its declared
+    /// inputs and checks that the dynamic ones are a shared leading batch, without
+    /// compiling anything. `options.load.input_shapes` may pin inputs whole (those are
+    /// then not batched); every other dynamic dim must be a leading one.
+    pub fn new(
+        path: &Path,
+        options: &Options,
+        dynamic: DynamicOptions,
+    ) -> Result<DynamicExecutable, Error> {
+        if !dynamic.max_bucket.is_power_of_two() || dynamic.max_bucket > MAX_BUCKET_LIMIT {
+            return Err(Error::InvalidArgument(format!(
+                "max_bucket = {} must be a power of two of at most {MAX_BUCKET_LIMIT}",
+                dynamic.max_bucket
+            )));
+        }
+        let import = crate::onnx::ImportOptions {
+            input_shapes: options.load.input_shapes.clone(),
+            interface: options.load.interface,
+            allowed_root: options.load.allowed_root.clone(),
+            memory_budget: options.load.memory_budget,
+            ..crate::onnx::ImportOptions::default()
+        };
+        let declared = declared_inputs(path, &import)?;
+        let mut inputs = Vec::with_capacity(declared.len());
+        for d in declared {
+            let dims = match options.load.input_shapes.get(&d.name) {
+                Some(pinned) => pinned.iter().map(|&n| Some(n)).collect(),
+                None => dynamic_dims(&d.name, d.dims.as_deref())?,
+            };
+            inputs.push(DynamicInput {
+                name: d.name,
+                dtype: d.dtype,
+                dims,
+            });
+        }
+        if !inputs.iter().any(DynamicInput::batched) {
+            return Err(Error::InvalidArgument(format!(
+                "{}: no input has a dynamic batch (a dynamic leading dimension); compile it \
+                 as an Executable",
+                path.display()
+            )));
+        }
+        let buckets = std::iter::successors(Some(1usize), |&b| Some(b * 2))
+            .take_while(|&b| b <= dynamic.max_bucket)
+            .map(|batch| Bucket {
+                batch,
+                compiled: Mutex::new(None),
+            })
+            .collect();
+        Ok(DynamicExecutable {
+            path: path.to_path_buf(),
+            options: options.clone(),
+            inputs,
+            buckets,
+            separable: OnceLock::new(),
+        })
+    }
+
+    /// The inputs, the batch marked.
+    pub fn inputs(&self) -> &[DynamicInput] {
+        &self.inputs
+    }
+
+    /// The bucket sizes, ascending.
+    pub fn bucket_sizes(&self) -> Vec<usize> {
+        self.buckets.iter().map(|b| b.batch).collect()
+    }
+
+    /// The chunks a run of `batch` elements is split into, largest first.
+    pub fn chunks(&self, batch: usize) -> Vec<usize> {
+        let mut left = batch;
+        let mut chunks = Vec::new();
+        for b in self.buckets.iter().rev() {
+            while left >= b.batch {
+                chunks.push(b.batch);
+                left -= b.batch;
+            }
+        }
+        chunks
+    }
+
+    /// The specializations compiled so far, by batch.
+    pub fn specializations(&self) -> Vec<Specialization> {
+        self.buckets
+            .iter()
+            .filter_map(|b| {
+                let slot = b.compiled.lock().ok()?;
+                slot.as_ref().map(|c| Specialization {
+                    batch: b.batch,
+                    compile_ms: c.compile_ms,
+                })
+            })
+            .collect()
+    }
+
+    /// Compiles every bucket a run of `batch` elements needs (and checks it can be split),
+    /// so that the run itself compiles nothing.
+    pub fn warm_up(&self, batch: usize) -> Result<(), Error> {
+        let chunks = self.chunks(batch);
+        if chunks.len() > 1 {
+            self.separable_results()?;
+        }
+        for size in chunks {
+            self.bucket(size)?;
+        }
+        Ok(())
+    }
+
+    /// The executable of the bucket of `batch` elements (a bucket size), compiled on
+    /// first use.
+    pub fn bucket(&self, batch: usize) -> Result<Arc<Executable>, Error> {
+        let slot = self
+            .buckets
+            .iter()
+            .find(|b| b.batch == batch)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "no bucket of batch {batch} (buckets: {:?})",
+                    self.bucket_sizes()
+                ))
+            })?;
+        let mut compiled = slot
+            .compiled
+            .lock()
+            .map_err(|_| Error::Unsupported("a bucket's compile panicked".into()))?;
+        if let Some(c) = compiled.as_ref() {
+            return Ok(c.exe.clone());
+        }
+        let start = Instant::now();
+        let (exe, _) = compile_file(&self.path, &self.pinned(batch))?;
+        let exe = Arc::new(exe);
+        *compiled = Some(Compiled {
+            exe: exe.clone(),
+            compile_ms: start.elapsed().as_secs_f64() * 1e3,
+        });
+        Ok(exe)
+    }
+
+    /// The options that compile the model at batch `n`.
+    fn pinned(&self, n: usize) -> Options {
+        let mut opts = self.options.clone();
+        for input in self.inputs.iter().filter(|i| i.batched()) {
+            opts.load
+                .input_shapes
+                .insert(input.name.clone(), input.at_batch(n));
+        }
+        opts
+    }
+
+    /// Which results carry the batch, proved on the model at batch 2 (once).
+    fn separable_results(&self) -> Result<&[bool], Error> {
+        let found = self.separable.get_or_init(|| {
+            let module = match crate::load_model(&self.path, &self.pinned(2).load) {
+                Ok(m) => m,
+                Err(e) => {
+                    return Err(Diagnostic::error(
+                        "batch-analysis",
+                        format!("the model at batch 2 does not load: {e}"),
+                        smelt_ir::Location::Unknown,
+                    ))
+                }
+            };
+            let func = module.entry().ok_or_else(|| {
+                Diagnostic::error(
+                    "batch-analysis",
+                    module.no_entry_reason(),
+                    smelt_ir::Location::Unknown,
+                )
+            })?;
+            let params: Vec<Option<BatchAxis>> = func
+                .params
+                .iter()
+                .map(|p| {
+                    self.inputs
+                        .iter()
+                        .find(|i| i.name == p.name)
+                        .filter(|i| i.batched())
+                        .map(|_| BatchAxis::LEADING)
+                })
+                .collect();
+            let axes = batch_axes(func, &params, 2)?;
+            leading_results(func, &axes)
+        });
+        found.as_deref().map_err(|d| Error::from(d.clone()))
+    }
+
+    /// Runs on host tensors of any batch: every batched input must have the same leading
+    /// size `n ≥ 1` and its other dims as declared. Returns the results at batch `n`.
+    pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
+        let n = self.batch_of(inputs)?;
+        let chunks = self.chunks(n);
+        if let [only] = chunks[..] {
+            return self.bucket(only)?.run(inputs);
+        }
+        let separable = self.separable_results()?.to_vec();
+        let mut offset = 0;
+        let mut results: Vec<Tensor> = Vec::new();
+        for size in chunks {
+            let exe = self.bucket(size)?;
+            if results.is_empty() {
+                // the results at batch n: a batched one's leading dim grows to n
+                results = exe
+                    .outputs()
+                    .zip(&separable)
+                    .map(|(o, &batched)| scaled(&o.ty, batched, size, n).map(|t| Tensor::zeros(&t)))
+                    .collect::<Result<_, _>>()?;
+            }
+            let ins: Vec<Elements<'_>> = inputs
+                .iter()
+                .zip(&self.inputs)
+                .map(|(t, info)| {
+                    chunk_of(&t.data, info.batched(), per_element(&t.ty, n), offset, size)
+                })
+                .collect::<Result<_, _>>()?;
+            // an unbatched result is the same for every chunk: the first writes it, the
+            // others write scratch copies
+            let mut scratch: Vec<Tensor> = match offset {
+                0 => Vec::new(),
+                _ => exe
+                    .outputs()
+                    .zip(&separable)
+                    .filter(|(_, &batched)| !batched)
+                    .map(|(o, _)| Tensor::zeros(&o.ty))
+                    .collect(),
+            };
+            let mut scratch = scratch.iter_mut();
+            let mut outs: Vec<ElementsMut<'_>> = Vec::with_capacity(results.len());
+            for (t, &batched) in results.iter_mut().zip(&separable) {
+                let per = per_element(&t.ty, n);
+                let whole = ElementsMut::of(&mut t.data);
+                let out = match (batched, offset) {
+                    (true, _) => whole.into_range(offset * per..(offset + size) * per),
+                    (false, 0) => Some(whole),
+                    (false, _) => scratch.next().map(|s| ElementsMut::of(&mut s.data)),
+                };
+                outs.push(out.ok_or_else(|| {
+                    Error::Unsupported("a chunk's result does not fit the batch's".into())
+                })?);
+            }
+            exe.run_into(&ins, &mut outs)?;
+            offset += size;
+        }
+        Ok(results)
+    }
+
+    /// The batch of a run: the shared leading size of the batched inputs, each input's
+    /// count, element type and other dims checked.
+    fn batch_of(&self, inputs: &[Tensor]) -> Result<usize, Error> {
+        if inputs.len() != self.inputs.len() {
+            return Err(Error::InvalidArgument(format!(
+                "expected {} inputs, got {}",
+                self.inputs.len(),
+                inputs.len()
+            )));
+        }
+        let mut batch: Option<(usize, &str)> = None;
+        for (t, info) in inputs.iter().zip(&self.inputs) {
+            let bad = || {
+                Error::InvalidArgument(format!(
+                    "input {} must be tensor<{}x{}>, got {}",
+                    info.name,
+                    info.shape_text(),
+                    info.dtype,
+                    t.ty
+                ))
+            };
+            if t.ty.dtype != info.dtype
+                || t.ty.dims.len() != info.dims.len()
+                || t.ty.layout != smelt_ir::Layout::RowMajor
+            {
+                return Err(bad());
+            }
+            for (k, (&got, want)) in t.ty.dims.iter().zip(&info.dims).enumerate() {
+                match want {
+                    Some(w) if *w != got => {
+                        return Err(Error::InvalidArgument(format!(
+                            "input {} dimension {k} must be {w}, got {got} (shape {})",
+                            info.name, t.ty
+                        )))
+                    }
+                    Some(_) => {}
+                    None => match batch {
+                        Some((n, first)) if n != got => {
+                            return Err(Error::InvalidArgument(format!(
+                                "input {} has batch {got} but input {first} has batch {n}: \
+                                 the batched inputs share one batch size",
+                                info.name
+                            )))
+                        }
+                        Some(_) => {}
+                        None => batch = Some((got, &info.name)),
+                    },
+                }
+            }
+        }
+        match batch {
+            Some((0, name)) => Err(Error::InvalidArgument(format!(
+                "input {name} has batch 0; a run takes at least one element"
+            ))),
+            Some((n, _)) => Ok(n),
+            None => Err(Error::InvalidArgument("no batched input".into())),
+        }
+    }
+}
+
+/// The dims of a declared input: the leading dynamic dim is the batch; any other
+/// dynamic dim must be pinned.
+fn dynamic_dims(name: &str, dims: Option<&[InputDim]>) -> Result<Vec<Option<usize>>, Error> {
+    let dims = dims.ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "input '{name}' declares no shape; pin it with its whole shape"
+        ))
+    })?;
+    dims.iter()
+        .enumerate()
+        .map(|(k, d)| match d {
+            InputDim::Fixed(n) => Ok(Some(*n)),
+            InputDim::Dynamic(_) if k == 0 => Ok(None),
+            InputDim::Dynamic(p) => Err(Error::InvalidArgument(format!(
+                "input '{name}' dimension {k} is dynamic ({}); only a leading batch may stay \
+                 dynamic: pin the input's whole shape",
+                if p.is_empty() { "-1" } else { p }
+            ))),
+        })
+        .collect()
+}
+
+/// Elements per batch element of a row-major tensor of batch `n`.
+fn per_element(ty: &TensorType, n: usize) -> usize {
+    ty.storage_len() / n.max(1)
+}
+
+/// `ty` at batch `n` when it is batched (its leading dim `size` becoming `n`).
+fn scaled(ty: &TensorType, batched: bool, size: usize, n: usize) -> Result<TensorType, Error> {
+    let mut ty = ty.clone();
+    if batched {
+        if ty.dims.first() != Some(&size) {
+            return Err(Error::Unsupported(format!(
+                "a result of the bucket of batch {size} is {ty}, not batched"
+            )));
+        }
+        ty.dims[0] = n;
+    }
+    Ok(ty)
+}
+
+/// Elements of `size` batch elements from `offset` of a batched input (the whole input
+/// when it is not batched).
+fn chunk_of(
+    data: &TensorData,
+    batched: bool,
+    per: usize,
+    offset: usize,
+    size: usize,
+) -> Result<Elements<'_>, Error> {
+    let all = Elements::of(data);
+    if !batched {
+        return Ok(all);
+    }
+    all.range(offset * per..(offset + size) * per)
+        .ok_or_else(|| Error::InvalidArgument("an input is shorter than its batch".into()))
+}

@@ -1,0 +1,86 @@
+//! A model with a dynamic batch compiled once and run at batch sizes on and off its
+//! buckets (`smelt::DynamicExecutable`), against executables specialized for each batch.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use smelt::{DynamicExecutable, DynamicOptions, Options, Tensor, TensorType};
+
+fn mobilenet() -> PathBuf {
+    static DATA: OnceLock<PathBuf> = OnceLock::new();
+    DATA.get_or_init(|| {
+        common::generated_data(
+            "exported",
+            "make_exported_models.py",
+            "onnx 1.23.2 onnxruntime 1.32.0 exported 2",
+        )
+    })
+    .join("mobilenet_v3_small/model.onnx")
+}
+
+fn input(batch: usize) -> Tensor {
+    Tensor::random(&TensorType::f32(vec![batch, 3, 224, 224]), 7)
+}
+
+/// The same batch run by an executable compiled for exactly that batch.
+fn specialized(batch: usize, x: &Tensor) -> Tensor {
+    let mut opts = Options::default();
+    opts.load
+        .input_shapes
+        .insert("input".into(), vec![batch, 3, 224, 224]);
+    let (exe, _) = smelt::compile_file(&mobilenet(), &opts).expect("specialized compile");
+    exe.run(std::slice::from_ref(x))
+        .expect("specialized run")
+        .remove(0)
+}
+
+#[test]
+fn batches_on_and_off_buckets_match_specialized_executables() {
+    let dynamic = DynamicExecutable::new(
+        &mobilenet(),
+        &Options::default(),
+        DynamicOptions { max_bucket: 2 },
+    )
+    .expect("a dynamic batch");
+    assert_eq!(dynamic.inputs()[0].shape_text(), "Nx3x224x224");
+    assert_eq!(dynamic.bucket_sizes(), vec![1, 2]);
+    assert_eq!(dynamic.chunks(5), vec![2, 2, 1]);
+    assert!(
+        dynamic.specializations().is_empty(),
+        "nothing compiled before a run"
+    );
+    for batch in [3, 1] {
+        let x = input(batch);
+        let got = dynamic
+            .run(std::slice::from_ref(&x))
+            .expect("dynamic run")
+            .remove(0);
+        let want = specialized(batch, &x);
+        assert_eq!(got.ty, want.ty, "batch {batch}");
+        let (smelt::ir::TensorData::F32(g), smelt::ir::TensorData::F32(w)) =
+            (&got.data, &want.data)
+        else {
+            panic!("f32 logits expected")
+        };
+        let err = smelt::ir::ErrorStats::between(g, w);
+        assert!(err.relative <= 1e-5, "batch {batch}: {err:?}");
+    }
+    let compiled: Vec<usize> = dynamic.specializations().iter().map(|s| s.batch).collect();
+    assert_eq!(compiled, vec![1, 2], "batch 3 runs buckets 2 and 1");
+}
+
+#[test]
+fn a_wrong_shape_is_an_error_naming_the_dimension() {
+    let dynamic =
+        DynamicExecutable::new(&mobilenet(), &Options::default(), DynamicOptions::default())
+            .expect("a dynamic batch");
+    let bad = Tensor::random(&TensorType::f32(vec![2, 3, 224, 200]), 1);
+    let e = dynamic.run(&[bad]).expect_err("a wrong width").to_string();
+    assert!(e.contains("dimension 3 must be 224"), "{e}");
+    assert!(
+        dynamic.specializations().is_empty(),
+        "a refused run compiles nothing"
+    );
+}
