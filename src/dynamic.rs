@@ -11,10 +11,12 @@
 //! nothing is copied and nothing is padded. A batch equal to a bucket is one run of it.
 //!
 //! Splitting is exact only when the model computes each batch element on its own. That
-//! is proved, once, on the model instantiated at batch 2, by
-//! [`smelt_ir::batch::batch_axes`]; a model that mixes batch elements (a reduction along
-//! the batch, a reshape moving it into features) still runs every bucket size as one
-//! chunk, and any other batch gets an error naming the op that mixes.
+//! is proved by [`smelt_ir::batch::batch_axes`] on each bucket of 2 or more as it is
+//! compiled, on the module that bucket compiles; a split takes the largest bucket of its
+//! chunks as its proof (bucket 1 has no batch to follow, and is the same graph). A model
+//! that mixes batch elements (a reduction along the batch, a reshape moving it into
+//! features) still runs every bucket size as one chunk, and any other batch gets an
+//! error naming the op that mixes.
 //!
 //! Policy, stated and observable: at most `log2(max_bucket) + 1` specializations exist
 //! (4 with the default `max_bucket` of 8), each compiled on the first run that needs it
@@ -24,13 +26,13 @@
 //! compiles the buckets a batch needs ahead of time.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use smelt_ir::batch::{batch_axes, leading_results, BatchAxis};
 use smelt_ir::{DType, Diagnostic, Tensor, TensorData, TensorType};
 
-use crate::driver::{compile_file, Options};
+use crate::driver::{compile, Options};
 use crate::onnx::{declared_inputs, InputDim};
 use crate::runtime::{Elements, ElementsMut, Executable};
 use crate::Error;
@@ -41,8 +43,8 @@ pub const MAX_BUCKET_LIMIT: usize = 1024;
 /// How a [`DynamicExecutable`] specializes.
 #[derive(Clone, Copy, Debug)]
 pub struct DynamicOptions {
-    /// The largest batch compiled as one executable, a power of two (default 8); larger
-    /// batches run as several chunks.
+    /// The largest batch compiled as one executable, a power of two of at least 2
+    /// (default 8); larger batches run as several chunks.
     pub max_bucket: usize,
 }
 
@@ -102,19 +104,19 @@ pub struct DynamicExecutable {
     inputs: Vec<DynamicInput>,
     /// One slot per bucket size, ascending: 1, 2, 4, ... up to `max_bucket`.
     buckets: Vec<Bucket>,
-    /// Which results carry the batch on their leading axis, or why the model cannot be
-    /// split: decided once, on the first run that needs a split.
-    separable: OnceLock<Result<Vec<bool>, Diagnostic>>,
 }
 
 struct Bucket {
     batch: usize,
-    compiled: Mutex<Option<Compiled>>,
+    compiled: Mutex<Option<Arc<Compiled>>>,
 }
 
 struct Compiled {
-    exe: Arc<Executable>,
+    exe: Executable,
     compile_ms: f64,
+    /// For a bucket of 2 or more: which results carry the batch on their leading axis,
+    /// or why its module cannot be split. `None` for bucket 1.
+    separable: Option<Result<Vec<bool>, Diagnostic>>,
 }
 
 impl DynamicExecutable {
@@ -127,9 +129,10 @@ impl DynamicExecutable {
         options: &Options,
         dynamic: DynamicOptions,
     ) -> Result<DynamicExecutable, Error> {
-        if !dynamic.max_bucket.is_power_of_two() || dynamic.max_bucket > MAX_BUCKET_LIMIT {
+        let b = dynamic.max_bucket;
+        if !b.is_power_of_two() || !(2..=MAX_BUCKET_LIMIT).contains(&b) {
             return Err(Error::InvalidArgument(format!(
-                "max_bucket = {} must be a power of two of at most {MAX_BUCKET_LIMIT}",
+                "max_bucket = {} must be a power of two from 2 to {MAX_BUCKET_LIMIT}",
                 dynamic.max_bucket
             )));
         }
@@ -172,7 +175,6 @@ impl DynamicExecutable {
             options: options.clone(),
             inputs,
             buckets,
-            separable: OnceLock::new(),
         })
     }
 
@@ -217,18 +219,17 @@ impl DynamicExecutable {
     /// so that the run itself compiles nothing.
     pub fn warm_up(&self, batch: usize) -> Result<(), Error> {
         let chunks = self.chunks(batch);
-        if chunks.len() > 1 {
-            self.separable_results()?;
+        for &size in &chunks {
+            self.compiled(size)?;
         }
-        for size in chunks {
-            self.bucket(size)?;
+        match chunks.first() {
+            Some(&largest) if chunks.len() > 1 => self.compiled(largest)?.batched().map(|_| ()),
+            _ => Ok(()),
         }
-        Ok(())
     }
 
-    /// The executable of the bucket of `batch` elements (a bucket size), compiled on
-    /// first use.
-    pub fn bucket(&self, batch: usize) -> Result<Arc<Executable>, Error> {
+    /// The bucket of `batch` elements (a bucket size), compiled on first use.
+    fn compiled(&self, batch: usize) -> Result<Arc<Compiled>, Error> {
         let slot = self
             .buckets
             .iter()
@@ -244,64 +245,55 @@ impl DynamicExecutable {
             .lock()
             .map_err(|_| Error::Unsupported("a bucket's compile panicked".into()))?;
         if let Some(c) = compiled.as_ref() {
-            return Ok(c.exe.clone());
+            return Ok(c.clone());
         }
         let start = Instant::now();
-        let (exe, _) = compile_file(&self.path, &self.pinned(batch))?;
-        let exe = Arc::new(exe);
-        *compiled = Some(Compiled {
-            exe: exe.clone(),
-            compile_ms: start.elapsed().as_secs_f64() * 1e3,
-        });
-        Ok(exe)
-    }
-
-    /// The options that compile the model at batch `n`.
-    fn pinned(&self, n: usize) -> Options {
         let mut opts = self.options.clone();
         for input in self.inputs.iter().filter(|i| i.batched()) {
             opts.load
                 .input_shapes
-                .insert(input.name.clone(), input.at_batch(n));
+                .insert(input.name.clone(), input.at_batch(batch));
         }
-        opts
+        let module = crate::load_model(&self.path, &opts.load)?;
+        let separable = (batch >= 2).then(|| self.separable_results(&module, batch));
+        // the shapes are pinned in `module` now
+        opts.load.input_shapes.clear();
+        let (exe, _) = compile(&module, &opts)?;
+        let c = Arc::new(Compiled {
+            exe,
+            compile_ms: start.elapsed().as_secs_f64() * 1e3,
+            separable,
+        });
+        *compiled = Some(c.clone());
+        Ok(c)
     }
 
-    /// Which results carry the batch, proved on the model at batch 2 (once).
-    fn separable_results(&self) -> Result<&[bool], Error> {
-        let found = self.separable.get_or_init(|| {
-            let module = match crate::load_model(&self.path, &self.pinned(2).load) {
-                Ok(m) => m,
-                Err(e) => {
-                    return Err(Diagnostic::error(
-                        "batch-analysis",
-                        format!("the model at batch 2 does not load: {e}"),
-                        smelt_ir::Location::Unknown,
-                    ))
-                }
-            };
-            let func = module.entry().ok_or_else(|| {
-                Diagnostic::error(
-                    "batch-analysis",
-                    module.no_entry_reason(),
-                    smelt_ir::Location::Unknown,
-                )
-            })?;
-            let params: Vec<Option<BatchAxis>> = func
-                .params
-                .iter()
-                .map(|p| {
-                    self.inputs
-                        .iter()
-                        .find(|i| i.name == p.name)
-                        .filter(|i| i.batched())
-                        .map(|_| BatchAxis::LEADING)
-                })
-                .collect();
-            let axes = batch_axes(func, &params, 2)?;
-            leading_results(func, &axes)
-        });
-        found.as_deref().map_err(|d| Error::from(d.clone()))
+    /// Which results of `module` (the model at `batch`) carry the batch.
+    fn separable_results(
+        &self,
+        module: &smelt_ir::Module,
+        batch: usize,
+    ) -> Result<Vec<bool>, Diagnostic> {
+        let func = module.entry().ok_or_else(|| {
+            Diagnostic::error(
+                "batch-analysis",
+                module.no_entry_reason(),
+                smelt_ir::Location::Unknown,
+            )
+        })?;
+        let params: Vec<Option<BatchAxis>> = func
+            .params
+            .iter()
+            .map(|p| {
+                self.inputs
+                    .iter()
+                    .find(|i| i.name == p.name)
+                    .filter(|i| i.batched())
+                    .map(|_| BatchAxis::LEADING)
+            })
+            .collect();
+        let axes = batch_axes(func, &params, batch)?;
+        leading_results(func, &axes)
     }
 
     /// Runs on host tensors of any batch: every batched input must have the same leading
@@ -310,18 +302,21 @@ impl DynamicExecutable {
         let n = self.batch_of(inputs)?;
         let chunks = self.chunks(n);
         if let [only] = chunks[..] {
-            return self.bucket(only)?.run(inputs);
+            return self.compiled(only)?.exe.run(inputs);
         }
-        let separable = self.separable_results()?.to_vec();
+        // the largest chunk's bucket (2 or more elements) proves the split
+        let largest = self.compiled(chunks[0])?;
+        let separable = largest.batched()?;
         let mut offset = 0;
         let mut results: Vec<Tensor> = Vec::new();
         for size in chunks {
-            let exe = self.bucket(size)?;
+            let compiled = self.compiled(size)?;
+            let exe = &compiled.exe;
             if results.is_empty() {
                 // the results at batch n: a batched one's leading dim grows to n
                 results = exe
                     .outputs()
-                    .zip(&separable)
+                    .zip(separable)
                     .map(|(o, &batched)| scaled(&o.ty, batched, size, n).map(|t| Tensor::zeros(&t)))
                     .collect::<Result<_, _>>()?;
             }
@@ -338,14 +333,14 @@ impl DynamicExecutable {
                 0 => Vec::new(),
                 _ => exe
                     .outputs()
-                    .zip(&separable)
+                    .zip(separable)
                     .filter(|(_, &batched)| !batched)
                     .map(|(o, _)| Tensor::zeros(&o.ty))
                     .collect(),
             };
             let mut scratch = scratch.iter_mut();
             let mut outs: Vec<ElementsMut<'_>> = Vec::with_capacity(results.len());
-            for (t, &batched) in results.iter_mut().zip(&separable) {
+            for (t, &batched) in results.iter_mut().zip(separable) {
                 let per = per_element(&t.ty, n);
                 let whole = ElementsMut::of(&mut t.data);
                 let out = match (batched, offset) {
@@ -419,6 +414,19 @@ impl DynamicExecutable {
             ))),
             Some((n, _)) => Ok(n),
             None => Err(Error::InvalidArgument("no batched input".into())),
+        }
+    }
+}
+
+impl Compiled {
+    /// Which results carry the batch, or why this bucket's module cannot be split.
+    fn batched(&self) -> Result<&[bool], Error> {
+        match &self.separable {
+            Some(Ok(batched)) => Ok(batched),
+            Some(Err(d)) => Err(Error::from(d.clone())),
+            None => Err(Error::Unsupported(
+                "bucket 1 has no batch to follow; a split is proved by a larger bucket".into(),
+            )),
         }
     }
 }

@@ -4,20 +4,11 @@
 mod common;
 
 use std::path::PathBuf;
-use std::sync::OnceLock;
 
 use smelt::{DynamicExecutable, DynamicOptions, Options, Tensor, TensorType};
 
 fn mobilenet() -> PathBuf {
-    static DATA: OnceLock<PathBuf> = OnceLock::new();
-    DATA.get_or_init(|| {
-        common::generated_data(
-            "exported",
-            "make_exported_models.py",
-            "onnx 1.23.2 onnxruntime 1.32.0 exported 2",
-        )
-    })
-    .join("mobilenet_v3_small/model.onnx")
+    common::exported_models().join("mobilenet_v3_small/model.onnx")
 }
 
 fn input(batch: usize) -> Tensor {

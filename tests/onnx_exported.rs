@@ -16,7 +16,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use smelt::ir::ErrorStats;
@@ -32,18 +31,6 @@ const RECOGNIZED: &[(&str, &[&str])] = &[
     ("bert_opset18", &["erf"]),
     ("mobilenet_v3_large", &["hard_sigmoid"]),
 ];
-
-fn data_dir() -> PathBuf {
-    static DATA: OnceLock<PathBuf> = OnceLock::new();
-    DATA.get_or_init(|| {
-        common::generated_data(
-            "exported",
-            "make_exported_models.py",
-            "onnx 1.23.2 onnxruntime 1.32.0 exported 2",
-        )
-    })
-    .clone()
-}
 
 /// The fixtures' manifest, read and parsed once per test binary.
 fn manifest() -> &'static serde_json::Value {
@@ -83,7 +70,7 @@ fn pins(entry: &serde_json::Value) -> Vec<String> {
 fn check(kind: &str) {
     let entry = &manifest()[kind];
     assert!(entry.is_object(), "{kind} is not in the manifest");
-    let dir = data_dir().join(kind);
+    let dir = common::exported_models().join(kind);
     let model = dir.join("model.onnx");
     let out = tempfile::tempdir().unwrap();
     let mut args: Vec<String> = vec!["run".into(), model.display().to_string()];

@@ -424,6 +424,23 @@ impl Executable {
         &self.loops_text
     }
 
+    /// A workspace from the pool, or a new one when every pooled one is in use.
+    fn pooled_workspace(&self) -> Result<Workspace, Error> {
+        Ok(self
+            .pool
+            .lock()
+            .map_err(|_| Error::Unsupported("workspace pool poisoned".into()))?
+            .pop()
+            .unwrap_or_else(|| self.workspace()))
+    }
+
+    /// Gives a workspace back to the pool for the next run.
+    fn return_workspace(&self, ws: Workspace) {
+        if let Ok(mut pool) = self.pool.lock() {
+            pool.push(ws);
+        }
+    }
+
     /// A fresh workspace for [`Executable::run_with`].
     pub fn workspace(&self) -> Workspace {
         Workspace::new(self.arena_len, self.max_args, self.outputs.len())
@@ -505,12 +522,7 @@ impl Executable {
         }
         let mut outs: Vec<Tensor> = self.outputs().map(|o| Tensor::zeros(&o.ty)).collect();
         let ins: Vec<Elements> = inputs.iter().map(|t| Elements::of(&t.data)).collect();
-        let mut ws = self
-            .pool
-            .lock()
-            .map_err(|_| Error::Unsupported("workspace pool poisoned".into()))?
-            .pop()
-            .unwrap_or_else(|| self.workspace());
+        let mut ws = self.pooled_workspace()?;
         let result = {
             let mut out_slices: Vec<ElementsMut> = outs
                 .iter_mut()
@@ -562,9 +574,7 @@ impl Executable {
             }
             _ => Ok(()),
         };
-        if let Ok(mut pool) = self.pool.lock() {
-            pool.push(ws);
-        }
+        self.return_workspace(ws);
         result?;
         kept_values?;
         Ok(outs)
@@ -591,16 +601,9 @@ impl Executable {
         inputs: &[Elements<'_>],
         outputs: &mut [ElementsMut<'_>],
     ) -> Result<(), Error> {
-        let mut ws = self
-            .pool
-            .lock()
-            .map_err(|_| Error::Unsupported("workspace pool poisoned".into()))?
-            .pop()
-            .unwrap_or_else(|| self.workspace());
+        let mut ws = self.pooled_workspace()?;
         let result = self.run_steps(inputs, outputs, &mut ws, None);
-        if let Ok(mut pool) = self.pool.lock() {
-            pool.push(ws);
-        }
+        self.return_workspace(ws);
         result
     }
 }
