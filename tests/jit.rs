@@ -201,6 +201,26 @@ fn fused_tail_over_conv_geometries() {
     c.attrs.strides = [2, 2];
     c.attrs.dilations = [2, 1];
     cases.push(("micro 3x3, stride 2, row dilation 2", c));
+    // output channels per group that no routine's lanes divide: the micro-kernel's last
+    // block is zero-padded and only the channels the result has are stored — whole
+    // vectors of 4, then a partial one (bias read per channel)
+    cases.push((
+        "micro ragged, 24 channels",
+        ConvCase::new(16, 24, [6, 9], 3),
+    ));
+    let mut c = ConvCase::new(12, 40, [5, 8], 1);
+    c.attrs.pads = [0; 4];
+    c.n = 2;
+    cases.push(("micro ragged 1x1, 40 channels, batch 2", c));
+    let mut c = ConvCase::new(20, 51, [4, 7], 1);
+    c.attrs.pads = [0; 4];
+    cases.push(("micro ragged 1x1, 51 channels: a partial vector", c));
+    let mut c = ConvCase::new(8, 22, [5, 6], 3);
+    c.bias = false;
+    cases.push(("micro ragged, 22 channels, no bias", c));
+    let mut c = ConvCase::new(12, 48, [6, 5], 3);
+    c.attrs.groups = 2;
+    cases.push(("micro ragged, groups 2 of 24 channels", c));
     for (what, case) in &cases {
         check_fused_tail(what, case);
     }
@@ -719,10 +739,13 @@ fn profiled_run_reports_every_kernel_call() {
         .iter()
         .find(|p| p.op == "conv2d" && p.kernel.starts_with("conv2d"))
         .expect("the conv's call is named after its op");
-    assert_eq!(
-        conv.flops,
-        2 * 8 * 8 * 9 * 10 * 10,
-        "conv flops: 2·O·C·9·H·W"
+    // executed flops: 2·C·9·H·W per output channel computed — the 8 channels, or (on a
+    // micro-kernel whose last block is zero-padded) the 16 lanes of one block
+    let per_channel = 2 * 8 * 9 * 10 * 10;
+    assert!(
+        conv.flops % per_channel == 0 && [8, 16].contains(&(conv.flops / per_channel)),
+        "conv flops {}: 2·O·C·9·H·W for O = 8 or 16 lanes",
+        conv.flops
     );
     assert!(conv.bytes >= 4 * (8 * 10 * 10 + 8 * 8 * 9) as u64);
     assert!(prof.iter().any(|p| p.op == "relu"));

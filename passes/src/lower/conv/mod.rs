@@ -141,15 +141,19 @@ pub(crate) fn lower_conv2d(
 
     let x = cx.buf(operands[0]);
     let og = o / a.groups;
-    if og.is_multiple_of(4) {
-        if let Some(wdata) = cx.const_weight(operands[1]) {
+    // Packed tiles: output channels in quads on Cranelift's, any count a micro-kernel
+    // computes at a useful fraction of its lanes (the last block zero-padded).
+    let packed = cx
+        .const_weight(operands[1])
+        .and_then(|wdata| Some((wdata, PackedConv::padded(&geo, og, false, cx.opts.micro)?)));
+    if let Some((wdata, probe)) = packed {
+        {
             // An unpadded 1×1 conv whose tiles call a micro-kernel reads the NCHW input
             // as it is: a tile's broadcasts walk one run of consecutive pixels per input
             // channel, which the routine's wide tiles amortize, and the channels-last
             // copy would cost as much time as the product saves.
             let unpadded_1x1 = kh == 1 && kw == 1 && a.pads == [0; 4];
-            let micro = PackedConv::new(&geo, og, false, cx.opts.micro);
-            if let (true, Some(routine)) = (unpadded_1x1, micro.micro) {
+            if let (true, Some(routine)) = (unpadded_1x1, probe.micro) {
                 // A strided 1×1 conv reads every stride-th pixel: copied out first (a
                 // fraction of the conv's time), the conv runs at stride 1.
                 let x = if a.strides == [1, 1] {
@@ -205,11 +209,12 @@ pub(crate) fn lower_conv2d(
                         };
                     }
                 }
-                let micro = PackedConv::new(&geo1, og, false, cx.opts.micro)
+                let micro = PackedConv::padded(&geo1, og, false, cx.opts.micro)
+                    .ok_or_else(|| cx.unsupported("a 1×1 conv's tiles on its plane's rows"))?
                     .with_channel_blocks(x_blocked, out_blocked);
                 let wbuf = cx.constant_later(
                     "w_packed",
-                    o * cg,
+                    micro.packed_len(&geo1),
                     Box::new({
                         let (pack, g) = (micro.clone(), geo1.clone());
                         move || pack.pack(&g, wdata)
@@ -217,12 +222,13 @@ pub(crate) fn lower_conv2d(
                 );
                 return micro.kernel(cx, &geo1, x, wbuf, operands, epi, out);
             }
-            let packed = PackedConv::new(&geo, og, true, cx.opts.micro)
+            let packed = PackedConv::padded(&geo, og, true, cx.opts.micro)
+                .ok_or_else(|| cx.unsupported("a conv's packed tiles"))?
                 .with_channel_blocks(false, out_blocked);
             let (pack, pack_geo) = (packed.clone(), geo.clone());
             let wbuf = cx.constant_later(
                 "w_packed",
-                o * cg * kh * kw,
+                packed.packed_len(&geo),
                 Box::new(move || pack.pack(&pack_geo, wdata)),
             );
             let wp1 = w + pl + pr;

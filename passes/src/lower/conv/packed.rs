@@ -29,19 +29,27 @@ enum LoopOrder {
 
 /// Chooses the loop order that moves the fewest bytes from beyond L2: the input once per
 /// channel block when it does not fit, or the weights once per row band.
-fn loop_order(g: &Geo, lanes: usize) -> LoopOrder {
+///
+/// `blocks` counts every channel block of the convolution (a group's last may be
+/// partial). With `bands_only` the choice is among row bands (the outer loop must be one
+/// loop for threads to share, and a partial last block is a second loop beside the full
+/// ones, which only fits inside a band).
+fn loop_order(g: &Geo, lanes: usize, blocks: usize, bands_only: bool) -> LoopOrder {
     let f = std::mem::size_of::<f32>();
     let row_bytes = g.n * g.c * g.wq * f;
     let input = row_bytes * g.hp;
-    let weights = g.o * g.cg * g.kh * g.kw * f;
     let block_w = g.cg * g.kh * g.kw * lanes * f;
-    let blocks = g.o / lanes;
+    let weights = blocks * block_w;
     let blocks_outer = if input + block_w <= L2_BUDGET {
         input + weights
     } else {
         blocks * input + weights
     };
-    let mut best = (blocks_outer, LoopOrder::BlocksOuter);
+    let mut best = if bands_only {
+        (usize::MAX, LoopOrder::RowBands { rows: 1 })
+    } else {
+        (blocks_outer, LoopOrder::BlocksOuter)
+    };
     for band in (1..=g.oh).filter(|r| g.oh.is_multiple_of(*r)) {
         let band_input = ((band - 1) * g.stride[0] + (g.kh - 1) * g.dil[0] + 1) * row_bytes;
         if band_input + block_w > L2_BUDGET {
@@ -62,6 +70,21 @@ fn loop_order(g: &Geo, lanes: usize) -> LoopOrder {
     best.1
 }
 
+/// The micro-kernel routine for a group of `channels` output channels when its last
+/// channel block may be partial (its packed weights zero past the group's end, its
+/// padded lanes computed and never stored): the routine that pads the fewest channels
+/// (the widest on a tie), if its useful lanes per FMA still beat Cranelift's f32x4 by a
+/// quarter — 24 channels on 32 lanes of AVX-512 do 12 useful lanes per FMA, against 4.
+fn padded_routine(target: TileTarget, channels: usize) -> Option<TileRoutine> {
+    target
+        .routines()
+        .filter(|r| r.lanes > 0)
+        .map(|r| (channels.div_ceil(r.lanes as usize) * r.lanes as usize, r))
+        .min_by_key(|&(padded, _)| padded)
+        .filter(|&(padded, _)| 4 * channels * target.fma_lanes as usize > 5 * 4 * padded)
+        .map(|(_, r)| r)
+}
+
 /// The input channels one pass over a tile covers, and how it starts and ends: the
 /// first part starts from the bias, later ones from the partial sums; the last applies
 /// the epilogue, earlier ones store partial sums.
@@ -79,7 +102,20 @@ struct ChannelPart {
 struct MicroCall<'a> {
     routine: TileRoutine,
     pixels: usize,
+    /// Channels of the block the result has (the routine's lanes, or fewer in a group's
+    /// partial last block): only these are stored.
+    channels: usize,
     sweep: Option<&'a Sweep>,
+}
+
+/// Where one tile goes: its row, its channel block (`group · blocks + block`), its first
+/// column, and the channels of its block the result has.
+#[derive(Clone, Copy)]
+struct TilePlace<'a> {
+    at: &'a TileAt,
+    block_index: &'a Affine,
+    q0: &'a Affine,
+    channels: usize,
 }
 
 /// Where a row of tiles sits in its channel block's sweep of output pixels (the pixels
@@ -108,8 +144,11 @@ pub(crate) struct PackedConv {
     pub(crate) vecs: usize,
     /// Output pixels per tile (along a row).
     pub(crate) pixels: usize,
-    /// Channel blocks per group.
+    /// Channel blocks per group (the last one partial when a micro-kernel's lanes do not
+    /// divide [`PackedConv::channels`]).
     pub(crate) blocks: usize,
+    /// Output channels per group.
+    pub(crate) channels: usize,
     /// Input channels per trip of the innermost loop.
     pub(crate) unroll: usize,
     /// The input is channels-last (`[n][row][column][channel]`) rather than NCHW.
@@ -142,20 +181,7 @@ impl PackedConv {
     ) -> PackedConv {
         let routine = micro.and_then(|t| t.routine_for(og));
         if let Some(routine) = routine {
-            // full calls along a row, then the rest
-            let pixels = g.ow.clamp(1, routine.max_pixels as usize);
-            let lanes = routine.lanes as usize;
-            return PackedConv {
-                vecs: lanes / 4,
-                pixels,
-                blocks: og / lanes,
-                unroll: 1,
-                channels_last,
-                micro: Some(routine),
-                lane_blocked_output: false,
-                blocked_input: false,
-                blocked_output: false,
-            };
+            return PackedConv::on_routine(g, og, channels_last, routine);
         }
         // accumulators (V·P) + weight vectors (V) + one broadcast + one spare ≤ 16 registers
         // Candidate tiles (vectors, most pixels): accumulators V·P ≤ 12 with the V weight
@@ -203,12 +229,76 @@ impl PackedConv {
             vecs,
             pixels,
             blocks: og / (4 * vecs),
+            channels: og,
             unroll: 2,
             channels_last,
             micro: None,
             lane_blocked_output: false,
             blocked_input: false,
             blocked_output: false,
+        }
+    }
+
+    /// Tiles of a micro-kernel routine: whole calls along a row, then the rest; a group
+    /// whose channels the lanes do not divide ends with a partial block.
+    fn on_routine(g: &Geo, og: usize, channels_last: bool, routine: TileRoutine) -> PackedConv {
+        let lanes = routine.lanes as usize;
+        PackedConv {
+            vecs: lanes / 4,
+            pixels: g.ow.clamp(1, routine.max_pixels as usize),
+            blocks: og.div_ceil(lanes),
+            channels: og,
+            unroll: 1,
+            channels_last,
+            micro: Some(routine),
+            lane_blocked_output: false,
+            blocked_input: false,
+            blocked_output: false,
+        }
+    }
+
+    /// Like [`PackedConv::new`], for a result stored NCHW (or in channel blocks when the
+    /// lanes divide `og`): any `og` a micro-kernel routine computes at a useful fraction
+    /// of its lanes ([`padded_routine`]), its last block zero-padded; otherwise `og` a
+    /// multiple of 4 on Cranelift's tiles. `None` when neither applies.
+    pub(crate) fn padded(
+        g: &Geo,
+        og: usize,
+        channels_last: bool,
+        micro: Option<TileTarget>,
+    ) -> Option<PackedConv> {
+        match micro.and_then(|t| padded_routine(t, og)) {
+            Some(routine) => Some(PackedConv::on_routine(g, og, channels_last, routine)),
+            None => og
+                .is_multiple_of(4)
+                .then(|| PackedConv::new(g, og, channels_last, None)),
+        }
+    }
+
+    /// Whether a group's last channel block is partial.
+    pub(crate) fn ragged(&self) -> bool {
+        self.blocks * self.lanes() != self.channels
+    }
+
+    /// Elements of the packed weights: every block whole, a partial one zero-padded.
+    pub(crate) fn packed_len(&self, g: &Geo) -> usize {
+        g.groups * self.blocks * self.lanes() * g.cg * g.kh * g.kw
+    }
+
+    /// Runs `body(block, channels)` for every channel block of a group: the full ones in
+    /// one loop, then a partial last one (its index a constant) with the channels it has.
+    fn for_blocks(&self, b: &mut KernelBuilder, body: impl Fn(&mut KernelBuilder, &Affine, usize)) {
+        let lanes = self.lanes();
+        let full = self.channels / lanes;
+        b.for_loop(0, full as i64, 1, |b, blk| {
+            body(b, &Affine::var(blk), lanes)
+        });
+        if full < self.blocks {
+            body(
+                b,
+                &Affine::constant(full as i64),
+                self.channels - full * lanes,
+            );
         }
     }
 
@@ -304,7 +394,7 @@ impl PackedConv {
             Some((values, scale)) if scale.len() == g.o => (values, Some(scale)),
             _ => (w.as_f32(), None),
         };
-        AlignedBuf::from_f32_with(g.o * filter, |out| {
+        AlignedBuf::from_f32_with(self.packed_len(g), |out| {
             if filter == 0 || lanes == 0 {
                 return;
             }
@@ -357,6 +447,9 @@ impl PackedConv {
         out: BufferId,
     ) -> Result<(), Diagnostic> {
         let has_bias = operands.len() > 2;
+        if self.ragged() && (self.lane_blocked_output || self.blocked_output) {
+            return Err(cx.unsupported("a partial channel block stored in blocks of lanes"));
+        }
         if self.lane_blocked_output && (has_bias || !epi.is_empty()) {
             return Err(
                 cx.unsupported("sums stored channels-last per group take no bias or post-ops")
@@ -397,7 +490,7 @@ impl PackedConv {
         let rows = |b: &mut KernelBuilder,
                     n: Affine,
                     grp: &Affine,
-                    blk: &Affine,
+                    (blk, channels): (&Affine, usize),
                     row0: Affine,
                     count: usize| {
             // Each micro-kernel call prefetches its share of the next block's weights,
@@ -425,14 +518,18 @@ impl PackedConv {
                     let block_index = grp.scale(self.blocks as i64).add(blk);
                     let p = self.pixels;
                     let main = g.ow / p * p;
-                    b.for_loop(0, main as i64, p as i64, |b, q| {
-                        let q = Affine::var(q);
-                        self.tile(b, g, &bufs, &epi, &at, &block_index, &q, p, part, sweep);
-                    });
+                    let tile = |b: &mut KernelBuilder, q0: &Affine, pixels: usize| {
+                        let tile_at = TilePlace {
+                            at: &at,
+                            block_index: &block_index,
+                            q0,
+                            channels,
+                        };
+                        self.tile(b, g, &bufs, &epi, &tile_at, pixels, part, sweep);
+                    };
+                    b.for_loop(0, main as i64, p as i64, |b, q| tile(b, &Affine::var(q), p));
                     if main < g.ow {
-                        let q0 = Affine::constant(main as i64);
-                        let rest = g.ow - main;
-                        self.tile(b, g, &bufs, &epi, &at, &block_index, &q0, rest, part, sweep);
+                        tile(b, &Affine::constant(main as i64), g.ow - main);
                     }
                 });
             };
@@ -463,33 +560,35 @@ impl PackedConv {
                 }
             }
         };
-        let all_rows = |b: &mut KernelBuilder, grp: &Affine, blk: &Affine| {
+        let all_rows = |b: &mut KernelBuilder, grp: &Affine, blk: (&Affine, usize)| {
             b.for_loop(0, g.n as i64, 1, |b, n| {
                 rows(b, Affine::var(n), grp, blk, Affine::constant(0), g.oh)
             });
         };
         let grp0 = Affine::constant(0);
-        match loop_order(g, self.lanes()) {
+        // a partial last block is a second loop beside the full blocks': inside a group
+        // loop or a row band, never the outer loop that threads share
+        let bands_only = self.ragged() && g.groups == 1;
+        match loop_order(g, self.lanes(), g.groups * self.blocks, bands_only) {
             LoopOrder::BlocksOuter if g.groups == 1 => {
                 b.for_loop(0, self.blocks as i64, 1, |b, blk| {
-                    all_rows(b, &grp0, &Affine::var(blk))
+                    all_rows(b, &grp0, (&Affine::var(blk), self.lanes()))
                 });
             }
             LoopOrder::BlocksOuter => {
                 b.for_loop(0, g.groups as i64, 1, |b, grp| {
-                    b.for_loop(0, self.blocks as i64, 1, |b, blk| {
-                        all_rows(b, &Affine::var(grp), &Affine::var(blk))
-                    });
+                    let grp = Affine::var(grp);
+                    self.for_blocks(b, |b, blk, channels| all_rows(b, &grp, (blk, channels)));
                 });
             }
             LoopOrder::RowBands { rows: band } => {
                 b.for_loop(0, (g.oh / band) as i64, 1, |b, bi| {
                     let row0 = Affine::var(bi).scale(band as i64);
                     b.for_loop(0, g.groups as i64, 1, |b, grp| {
-                        b.for_loop(0, self.blocks as i64, 1, |b, blk| {
+                        let grp = Affine::var(grp);
+                        self.for_blocks(b, |b, blk, channels| {
                             b.for_loop(0, g.n as i64, 1, |b, n| {
-                                let (grp, blk) = (Affine::var(grp), Affine::var(blk));
-                                rows(b, Affine::var(n), &grp, &blk, row0.clone(), band)
+                                rows(b, Affine::var(n), &grp, (blk, channels), row0.clone(), band)
                             });
                         });
                     });
@@ -507,17 +606,22 @@ impl PackedConv {
         g: &Geo,
         bufs: &TileBufs,
         epi: &Epilogue,
-        at: &TileAt,
-        block_index: &Affine,
-        q0: &Affine,
+        place: &TilePlace,
         pixels: usize,
         part: &ChannelPart,
         sweep: Option<&Sweep>,
     ) {
+        let TilePlace {
+            at,
+            block_index,
+            q0,
+            channels,
+        } = *place;
         if let Some(routine) = self.micro {
             let call = MicroCall {
                 routine,
                 pixels,
+                channels,
                 sweep,
             };
             return self.micro_tile(b, g, bufs, epi, at, block_index, q0, call);
@@ -742,6 +846,7 @@ impl PackedConv {
         let MicroCall {
             routine,
             pixels,
+            channels,
             sweep,
         } = call;
         let w4 = Width::F32x4;
@@ -855,7 +960,7 @@ impl PackedConv {
             epi.prefetch_stored(b, &first, runs, unit * out_plane, unit * pixels as i64);
         } else {
             let tile_at = [at.n.clone(), at.o0.clone(), at.oh.clone(), q0.clone()];
-            epi.prefetch(b, &tile_at, 1, lanes as usize, pixels);
+            epi.prefetch(b, &tile_at, 1, channels, pixels);
         }
         let block_len = self.block_len(g);
         // this call's share of the next block's weights: the run past the last block is
@@ -933,15 +1038,27 @@ impl PackedConv {
             });
             return;
         }
+        // the channels the result has: whole vectors of 4, then (in a group's partial
+        // last block) up to 3 more, whose bias is read per channel: a vector load would
+        // run past the group's end
+        let (full_vecs, rest) = ((channels / 4) as i64, channels % 4);
+        let bias_of = |o: &Affine| {
+            bufs.bias
+                .map(|bias| Expr::load(bias, o.clone(), Width::Scalar))
+        };
         // a loop over pairs of channel vectors rather than `vecs` copies of the body: the
         // code stays small (Cranelift's time grows with it: ResNet-50 lower + codegen
-        // 104 → 87 ms), and the loop costs a few instructions per pair
+        // 104 → 87 ms), and the loop costs a few instructions per pair. Channels outer,
+        // pixels inner: each channel's run of the row is written whole before the next
+        // channel's, so a cache line is filled by consecutive stores — with pixels
+        // outer, a line waits for the tile's other channels, whose planes (4 KiB
+        // multiples apart at 160² or 320²) all fall in one L1 set and evict it.
         let quads = pixels / 4;
-        let pair = if self.vecs.is_multiple_of(2) { 2 } else { 1 };
-        b.for_loop(0, quads as i64, 1, |b, quad| {
-            let p0 = Affine::var(quad).scale(4);
-            let col = q0.add(&p0);
-            b.for_loop(0, self.vecs as i64, pair, |b, v0| {
+        let pair = if full_vecs % 2 == 0 { 2 } else { 1 };
+        b.for_loop(0, full_vecs, pair, |b, v0| {
+            b.for_loop(0, quads as i64, 1, |b, quad| {
+                let p0 = Affine::var(quad).scale(4);
+                let col = q0.add(&p0);
                 for u in 0..pair {
                     let v = Affine::var(v0).plus(u);
                     let tile: Vec<Expr> = (0..4).map(|i| sum(b, &p0.plus(i), &v)).collect();
@@ -954,10 +1071,30 @@ impl PackedConv {
                 }
             });
         });
+        if rest > 0 {
+            b.for_loop(0, quads as i64, 1, |b, quad| {
+                let p0 = Affine::var(quad).scale(4);
+                let col = q0.add(&p0);
+                let v = Affine::constant(full_vecs);
+                let tile: Vec<Expr> = (0..4)
+                    .map(|i| Expr::load(sums, p0.plus(i).scale(lanes).add(&v.scale(4)), w4))
+                    .collect();
+                for (l, channel) in transpose4(b, &tile).into_iter().enumerate().take(rest) {
+                    let o = at.o0.plus(4 * full_vecs + l as i64);
+                    let channel = match bias_of(&o) {
+                        Some(bv) => Expr::binary(BinOp::Add, channel, Expr::splat_to(bv, w4)),
+                        None => channel,
+                    };
+                    let idx = [at.n.clone(), o.clone(), at.oh.clone(), col.clone()];
+                    let val = epi.apply(b, channel, &idx, w4);
+                    b.store(bufs.out, out_index(&o, &col), val, w4);
+                }
+            });
+        }
         // the tail pixels, one lane at a time
         for p in 4 * quads..pixels {
             let col = q0.plus(p as i64);
-            b.for_loop(0, self.vecs as i64, 1, |b, v| {
+            b.for_loop(0, full_vecs, 1, |b, v| {
                 let v = Affine::var(v);
                 let s = sum(b, &Affine::constant(p as i64), &v);
                 let s = if s.is_trivial() { s } else { b.let_(s, w4) };
@@ -968,6 +1105,21 @@ impl PackedConv {
                     b.store(bufs.out, out_index(&o, &col), val, Width::Scalar);
                 }
             });
+            for l in 0..rest as i64 {
+                let o = at.o0.plus(4 * full_vecs + l);
+                let s = Expr::load(
+                    sums,
+                    Affine::constant(p as i64 * lanes + 4 * full_vecs + l),
+                    Width::Scalar,
+                );
+                let s = match bias_of(&o) {
+                    Some(bv) => Expr::binary(BinOp::Add, s, bv),
+                    None => s,
+                };
+                let idx = [at.n.clone(), o.clone(), at.oh.clone(), col.clone()];
+                let val = epi.apply(b, s, &idx, Width::Scalar);
+                b.store(bufs.out, out_index(&o, &col), val, Width::Scalar);
+            }
         }
     }
 }
