@@ -514,6 +514,13 @@ fn conv_transpose2d_over_shapes_strides_pads_groups_dilations_and_output_padding
         ([2, 4, 3, 5], 16, [3, 3], [1, 1], [1, 1, 1, 1], [1, 1], 2, [0, 1], false), // 16 per group
         ([1, 8, 5, 6], 20, [3, 3], [2, 2], [1, 1, 1, 1], [1, 1], 1, [1, 1], true),  // 5 vectors
         ([1, 8, 4, 5], 16, [2, 2], [2, 2], [0, 0, 0, 0], [1, 1], 1, [0, 0], false), // tile of 16
+        // kernel = stride, constant weights: one product on micro-kernel tiles (where the
+        // host runs them), its 2×2 taps shuffled into rows, other kernels stored singly
+        ([2, 5, 3, 37], 8, [2, 2], [2, 2], [0, 0, 0, 0], [1, 1], 1, [0, 0], true),  // 3 tiles, odd tail
+        ([1, 24, 6, 9], 1, [2, 2], [2, 2], [0, 0, 0, 0], [1, 1], 1, [0, 0], true),  // 1-channel head
+        ([1, 6, 4, 5],  9, [2, 2], [2, 2], [0, 0, 0, 0], [1, 1], 1, [0, 0], true),  // 36 columns
+        ([1, 4, 3, 7],  5, [3, 3], [3, 3], [0, 0, 0, 0], [1, 1], 1, [0, 0], true),  // 9 taps: gathered
+        ([1, 3, 5, 6],  4, [1, 2], [1, 2], [0, 0, 0, 0], [1, 1], 1, [0, 0], true),  // 1x2 singly
     ];
     for &(xd, og, k, strides, pads, dilations, groups, output_padding, const_w) in cases {
         let attrs = ConvTranspose2dAttrs {
@@ -563,13 +570,57 @@ fn conv_transpose2d_over_shapes_strides_pads_groups_dilations_and_output_padding
             },
         ];
         let op = fused(Op::ConvTranspose2d(attrs.clone()), post);
-        let m = one_op(
-            op,
-            &[t(&xd), w.clone(), bias.clone(), chan.clone(), chan, t(&[])],
-            &[],
-        );
+        let m = if const_w {
+            let consts = [(1, w.clone()), (2, bias.clone())];
+            one_op(op, &[t(&xd), chan.clone(), chan, t(&[])], &consts)
+        } else {
+            one_op(
+                op,
+                &[t(&xd), w.clone(), bias.clone(), chan.clone(), chan, t(&[])],
+                &[],
+            )
+        };
         check(&format!("fused conv_transpose2d {xd:?} {attrs:?}"), &m);
     }
+}
+
+/// A transposed convolution whose kernel equals its stride, on a micro-kernel target,
+/// lowers to one product kernel (no weight repacking kernel, no gather by phase) whatever
+/// the ISA; on Cranelift code, or with a 3×3 kernel (9 taps: no routine's lanes hold
+/// whole channels), it keeps the gather.
+#[test]
+fn kernel_sized_stride_conv_transpose_lowers_to_one_product() {
+    let names = |k: usize, micro: Option<smelt_ir::loops::TileTarget>| {
+        let attrs = ConvTranspose2dAttrs {
+            strides: [k, k],
+            ..ConvTranspose2dAttrs::default()
+        };
+        let consts = [(1, t(&[24, 24, k, k])), (2, t(&[24]))];
+        let m = one_op(Op::ConvTranspose2d(attrs), &[t(&[1, 24, 8, 10])], &consts);
+        let opts = smelt_passes::lower::LowerOptions {
+            micro,
+            ..Default::default()
+        };
+        let p = smelt_passes::lower::lower_with(&m, &m.funcs[0], &opts).expect("lowers");
+        p.kernels.iter().map(|k| k.name.clone()).collect::<Vec<_>>()
+    };
+    for isa in [
+        smelt::microkernels::TileIsa::Avx2,
+        smelt::microkernels::TileIsa::Avx512,
+    ] {
+        let got = names(2, Some(isa.target()));
+        assert!(
+            got.len() == 1 && got[0].starts_with("conv_transpose2d_product"),
+            "{isa:?}: {got:?}"
+        );
+        let gathered = names(3, Some(isa.target()));
+        assert!(
+            gathered.iter().all(|k| !k.contains("product")),
+            "{gathered:?}"
+        );
+    }
+    let plain = names(2, None);
+    assert!(plain.iter().all(|k| !k.contains("product")), "{plain:?}");
 }
 
 #[test]

@@ -1,4 +1,13 @@
-//! Lowering of `conv_transpose2d` as a gather by output phase: each output pixel sums,
+//! Lowering of `conv_transpose2d`: one product on micro-kernel tiles when the kernel
+//! equals the stride, else a gather by output phase.
+//!
+//! Kernel = stride (2×2 stride 2, the upsampling heads of U-Nets and DBNet): no two taps
+//! land on one output pixel, so the op is a product — each input pixel's channels times a
+//! `[C][O·KH·KW]` matrix give its `KH×KW` patch of every output channel — computed like a
+//! 1×1 convolution by the conv-tile routines, its taps scattered to their patches by the
+//! epilogue ([`lower_as_product`]).
+//!
+//! The gather by output phase (every other case): each output pixel sums,
 //! over the taps whose stride grid lands on it, `x · w` across its group's input
 //! channels, in registers, and is stored once — no read-modify-write of the output.
 //!
@@ -20,8 +29,12 @@
 //! fusion anchor, its post-ops (a BN turned affine, a bias, an activation) apply to each
 //! element just before its one store.
 
-use smelt_ir::loops::{Access, Affine, BufId, Expr, KernelBuilder, LoopVar, Width};
+use smelt_ir::loops::{
+    Access, Affine, BinOp, BufId, BufPtr, ConvTile, Expr, KernelBuilder, LoopVar, TileRoutine,
+    Width,
+};
 use smelt_ir::op::ConvTranspose2dAttrs;
+use smelt_ir::AlignedBuf;
 use smelt_ir::{Diagnostic, Layout, TensorType, Value};
 
 use super::elementwise::{dims_name, Epilogue};
@@ -146,6 +159,9 @@ pub(crate) fn lower_conv_transpose2d(
         kw: wt.dims[3],
         out: [out_ty.dims[2], out_ty.dims[3]],
     };
+    if let Some(routine) = product_routine(cx, a, &g, operands) {
+        return lower_as_product(cx, &g, routine, operands, epi, out);
+    }
     let packed = pack_weights(cx, &g, cx.buf(operands[1]))?;
     let whole = g.og / 4 * 4;
     if whole > 0 {
@@ -155,6 +171,245 @@ pub(crate) fn lower_conv_transpose2d(
         gather(cx, a, &g, operands, packed, 1, whole..g.og, epi, out)?;
     }
     Ok(())
+}
+
+/// The micro-kernel routine for a transposed convolution whose kernel equals its stride
+/// (2×2 stride 2, the upsampling heads of U-Nets and DBNet), if it has one: no padding,
+/// dilation, output padding or groups, constant weights, a micro-kernel target, and
+/// taps per channel dividing the routine's lanes. Then no
+/// two taps land on the same output pixel, and the whole op is one product — each input
+/// pixel's `C` channels times a `[C][O·KH·KW]` matrix gives its `KH×KW` patch of every
+/// output channel — whose tiles the micro-kernel computes like a 1×1 convolution's.
+fn product_routine(
+    cx: &Cx,
+    a: &ConvTranspose2dAttrs,
+    g: &Geometry,
+    operands: &[Value],
+) -> Option<TileRoutine> {
+    let non_overlapping = a.strides == [g.kh, g.kw]
+        && a.pads == [0; 4]
+        && a.dilations == [1, 1]
+        && a.output_padding == [0, 0]
+        && g.groups == 1
+        && g.out == [g.h * g.kh, g.w * g.kw];
+    if !non_overlapping || cx.const_weight(operands[1]).is_none() {
+        return None;
+    }
+    // the routine that pads the product's columns least, the wider on a tie (a
+    // 1-channel head's 4 columns fill a quarter of 16 lanes: still as many useful lanes
+    // as f32x4, with no gather of taps)
+    let columns = g.o * g.kh * g.kw;
+    // (a block's columns must start at a channel's first tap: taps divide the lanes)
+    let taps = g.kh * g.kw;
+    cx.opts
+        .micro?
+        .routines()
+        .filter(|r| r.lanes > 0 && (r.lanes as usize).is_multiple_of(taps))
+        .min_by_key(|r| {
+            (
+                columns.div_ceil(r.lanes as usize) * r.lanes as usize,
+                -r.lanes,
+            )
+        })
+}
+
+/// Packs the product's `[C][O·KH·KW]` matrix (the weight tensor as it is, rows of
+/// input channels) into blocks of `lanes` columns, `[block][c][lane]`, the last block
+/// zero-padded: the layout a 1×1 convolution's micro-kernel tiles read.
+fn pack_product(w: &[f32], c: usize, columns: usize, lanes: usize) -> AlignedBuf {
+    let blocks = columns.div_ceil(lanes);
+    AlignedBuf::from_f32_with(blocks * c * lanes, |out| {
+        for (i, d) in out.iter_mut().enumerate() {
+            let (block, ci, lane) = (i / (c * lanes), i / lanes % c, i % lanes);
+            let column = block * lanes + lane;
+            if column < columns {
+                *d = w.get(ci * columns + column).copied().unwrap_or(0.0);
+            }
+        }
+    })
+}
+
+/// A non-overlapping transposed convolution as one product (see [`product_routine`]):
+/// per input row, each block of `lanes` product columns (output channels × taps) is a
+/// micro-kernel call per run of pixels, its sums left in a stack buffer `[pixel][lane]`;
+/// then each output channel's taps go to its `KH×KW` patches, with the bias and the
+/// post-ops applied just before the one store. For 2×2 kernels a pixel's 4 taps of one
+/// channel are one vector, and two pixels' vectors shuffle into the 4 output columns
+/// of each of the 2 rows they cover; other kernels store element by element.
+/// Parallel over input rows.
+fn lower_as_product(
+    cx: &mut Cx,
+    g: &Geometry,
+    routine: TileRoutine,
+    operands: &[Value],
+    mut epi: Epilogue,
+    out: BufferId,
+) -> Result<(), Diagnostic> {
+    let lanes = routine.lanes as usize;
+    let taps = g.kh * g.kw;
+    let columns = g.o * taps;
+    let blocks = columns.div_ceil(lanes);
+    let wdata = cx
+        .const_weight(operands[1])
+        .ok_or_else(|| cx.unsupported("conv_transpose2d as a product needs constant weights"))?;
+    let c = g.c;
+    let wbuf = cx.constant_later(
+        "w_product",
+        blocks * c * lanes,
+        Box::new(move || pack_product(wdata.as_f32(), c, columns, lanes)),
+    );
+    let (x, bias) = (cx.buf(operands[0]), operands.get(2).map(|&v| cx.buf(v)));
+    let pixels = g.w.clamp(1, routine.max_pixels as usize);
+    let mut b = KernelBuilder::new(&format!(
+        "conv_transpose2d_product_{}_o{}_k{}x{}_l{lanes}p{pixels}{}{}",
+        dims_name(&[g.n, g.c, g.h, g.w]),
+        g.o,
+        g.kh,
+        g.kw,
+        if bias.is_some() { "_bias" } else { "" },
+        if epi.is_empty() { "" } else { "_fused" },
+    ));
+    let mut args = vec![x, wbuf];
+    let xa = b.arg("x", cx.len_of(x), Access::Read);
+    let wa = b.arg("w_product", cx.len_of(wbuf), Access::Read);
+    let bias = bias.map(|bb| {
+        args.push(bb);
+        b.arg("bias", cx.len_of(bb), Access::Read)
+    });
+    args.extend(epi.declare(&mut b));
+    let oa = b.arg("out", cx.len_of(out), Access::Write);
+    args.push(out);
+    let (w4, s1) = (Width::F32x4, Width::Scalar);
+    let [oh, ow] = g.out;
+    let plane = (g.h * g.w) as i64;
+    let out_index = |n: &Affine, o: &Affine, y: &Affine, col: &Affine| {
+        n.scale(g.o as i64)
+            .add(o)
+            .scale((oh * ow) as i64)
+            .add(&y.scale(ow as i64))
+            .add(col)
+    };
+    b.set_parallel();
+    b.for_loop(0, g.h as i64, 1, |b, y| {
+        let y = Affine::var(y);
+        b.for_loop(0, g.n as i64, 1, |b, n| {
+            let n = Affine::var(n);
+            let row_tiles = |b: &mut KernelBuilder, blk: &Affine, valid: usize| {
+                let tile = |b: &mut KernelBuilder, q0: &Affine, pixels: usize| {
+                    let sums = b.local(pixels * lanes);
+                    let call = ConvTile {
+                        lanes: lanes as i64,
+                        pixels: pixels as i64,
+                        rows: 1,
+                        row_stride: 0,
+                        taps: 1,
+                        tap_stride: 0,
+                        chans: c as i64,
+                        chan_stride: plane,
+                        pixel_stride: 1,
+                        w_tap_stride: (c * lanes) as i64,
+                        out_pixel_stride: lanes as i64,
+                        out_vec_stride: 4,
+                        next_len: 0,
+                        accumulate: false,
+                    };
+                    let x_at = n.scale(c as i64 * plane).add(&y.scale(g.w as i64)).add(q0);
+                    b.conv_tile(
+                        BufPtr {
+                            buf: xa,
+                            index: x_at,
+                        },
+                        BufPtr {
+                            buf: wa,
+                            index: blk.scale((c * lanes) as i64),
+                        },
+                        BufPtr {
+                            buf: sums,
+                            index: Affine::constant(0),
+                        },
+                        None,
+                        call,
+                    );
+                    // the sum of pixel `p`, product column `column` of this block, plus
+                    // its channel's bias
+                    let channel_of = |column: usize| {
+                        blk.scale((lanes / taps) as i64)
+                            .plus((column / taps) as i64)
+                    };
+                    let with_bias =
+                        |b: &mut KernelBuilder, s: Expr, o: &Affine, w: Width| match bias {
+                            Some(bb) => {
+                                let bv = Expr::load(bb, o.clone(), s1);
+                                let bv = if w == s1 { bv } else { Expr::splat_to(bv, w) };
+                                b.let_(Expr::binary(BinOp::Add, s, bv), w)
+                            }
+                            None => s,
+                        };
+                    let store = |b: &mut KernelBuilder,
+                                 s: Expr,
+                                 o: &Affine,
+                                 ty: &Affine,
+                                 col: &Affine,
+                                 w: Width| {
+                        let s = with_bias(b, s, o, w);
+                        let idx = [n.clone(), o.clone(), ty.clone(), col.clone()];
+                        let val = epi.apply(b, s, &idx, w);
+                        b.store(oa, out_index(&n, o, ty, col), val, w);
+                    };
+                    let vector = taps == 4 && g.kw == 2;
+                    let pairs = if vector { pixels / 2 } else { 0 };
+                    if vector {
+                        // pixels `p, p+1` of one channel: [p k00, p k01, p k10, p k11] and the
+                        // same of p+1 make output row 2y's columns 2q..2q+4 and row 2y+1's
+                        for column in (0..valid).step_by(4) {
+                            let o = channel_of(column);
+                            b.for_loop(0, pairs as i64, 1, |b, pair| {
+                                let p = Affine::var(pair).scale(2);
+                                let at = |i: i64| p.plus(i).scale(lanes as i64).plus(column as i64);
+                                let first = b.let_(Expr::load(sums, at(0), w4), w4);
+                                let second = b.let_(Expr::load(sums, at(1), w4), w4);
+                                let col = q0.add(&p).scale(2);
+                                for ky in 0..2 {
+                                    let m = if ky == 0 { [0, 1, 4, 5] } else { [2, 3, 6, 7] };
+                                    let v = Expr::shuffle(first.clone(), second.clone(), m);
+                                    let ty = y.scale(2).plus(ky);
+                                    store(b, v, &o, &ty, &col, w4);
+                                }
+                            });
+                        }
+                    }
+                    // the rest element by element: the pixels after the pairs, or every
+                    // pixel for other kernels
+                    for column in 0..valid {
+                        let o = channel_of(column);
+                        let (ky, kx) = ((column % taps / g.kw) as i64, (column % g.kw) as i64);
+                        b.for_loop(2 * pairs as i64, pixels as i64, 1, |b, p| {
+                            let p = Affine::var(p);
+                            let s = Expr::load(sums, p.scale(lanes as i64).plus(column as i64), s1);
+                            let ty = y.scale(g.kh as i64).plus(ky);
+                            let col = q0.add(&p).scale(g.kw as i64).plus(kx);
+                            store(b, s, &o, &ty, &col, s1);
+                        });
+                    }
+                };
+                let main = g.w / pixels * pixels;
+                b.for_loop(0, main as i64, pixels as i64, |b, q| {
+                    tile(b, &Affine::var(q), pixels)
+                });
+                if main < g.w {
+                    tile(b, &Affine::constant(main as i64), g.w - main);
+                }
+            };
+            let full = columns / lanes;
+            b.for_loop(0, full as i64, 1, |b, blk| {
+                row_tiles(b, &Affine::var(blk), lanes)
+            });
+            if full < blocks {
+                row_tiles(b, &Affine::constant(full as i64), columns - full * lanes);
+            }
+        });
+    });
+    cx.step(b.finish(), args)
 }
 
 /// `packed[((g*KH + ky)*KW + kx)*Cg + c][o] = w[g*Cg + c][o][ky][kx]`: output channels
