@@ -221,9 +221,63 @@ fn fused_tail_over_conv_geometries() {
     let mut c = ConvCase::new(12, 48, [6, 5], 3);
     c.attrs.groups = 2;
     cases.push(("micro ragged, groups 2 of 24 channels", c));
+    // depthwise 5×5 and 7×7 with rows of at least one routine vector: the native
+    // depthwise-row routine on micro-kernel targets (strided ones read a phase split)
+    let mut c = ConvCase::new(6, 6, [9, 37], 5);
+    c.attrs.groups = 6;
+    c.n = 2;
+    cases.push(("depthwise 5x5 rows, batch 2", c));
+    let mut c = ConvCase::new(5, 5, [11, 35], 5);
+    c.attrs.groups = 5;
+    c.attrs.strides = [2, 2];
+    cases.push(("depthwise 5x5 rows, stride 2", c));
+    let mut c = ConvCase::new(4, 4, [10, 40], 7);
+    c.attrs.groups = 4;
+    c.attrs.strides = [1, 2];
+    c.attrs.dilations = [1, 2];
+    c.attrs.pads = [3, 6, 3, 6];
+    c.bias = false;
+    cases.push(("depthwise 7x7 rows, stride 1x2, column dilation 2", c));
+    let mut c = ConvCase::new(3, 3, [6, 6], 5);
+    c.attrs.groups = 3;
+    cases.push(("depthwise 5x5, rows too short for the routine", c));
     for (what, case) in &cases {
         check_fused_tail(what, case);
     }
+}
+
+/// Depthwise 5×5 convs on a micro-kernel target lower to the native depthwise-row
+/// routine (after the padded copy); 3×3 ones, rows shorter than a routine vector, and
+/// Cranelift-only lowering keep the Cranelift kernels.
+#[test]
+fn depthwise_5x5_rows_call_the_native_routine() {
+    let names = |case: &ConvCase, micro: Option<smelt_ir::loops::TileTarget>| {
+        let m = fused_conv_module(case, &add_relu(), &[out_dims(case)]);
+        let opts = lower::LowerOptions {
+            micro,
+            ..Default::default()
+        };
+        let p = lower::lower_with(&m, &m.funcs[0], &opts).expect("lowers");
+        p.kernels.iter().map(|k| k.name.clone()).collect::<Vec<_>>()
+    };
+    let rows = |names: &[String]| names.iter().any(|k| k.starts_with("conv2d_depthwise_rows"));
+    let mut c = ConvCase::new(8, 8, [12, 20], 5);
+    c.attrs.groups = 8;
+    for isa in [
+        smelt::microkernels::TileIsa::Avx2,
+        smelt::microkernels::TileIsa::Avx512,
+    ] {
+        let got = names(&c, Some(isa.target()));
+        assert!(rows(&got), "{isa:?}: {got:?}");
+    }
+    assert!(!rows(&names(&c, None)));
+    let mut short = c.clone();
+    short.hw = [12, 6];
+    let avx512 = Some(smelt::microkernels::TileIsa::Avx512.target());
+    assert!(!rows(&names(&short, avx512)));
+    let mut three = ConvCase::new(8, 8, [12, 20], 3);
+    three.attrs.groups = 8;
+    assert!(!rows(&names(&three, avx512)));
 }
 
 /// Depthwise 3×3 convs with one pixel of padding and whole vectors of columns lower to

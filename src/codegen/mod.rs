@@ -22,17 +22,17 @@ use cranelift_codegen::settings::{self, Configurable};
 use cranelift_frontend::FunctionBuilderContext;
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{Linkage, Module as _};
-use smelt_ir::loops::{ConvTile, Kernel, Stmt};
+use smelt_ir::loops::{ConvTile, DepthwiseRow, Kernel, Stmt};
 
 mod code_memory;
 mod translate;
 
 use translate::{
-    build_function, conv_tile_signature, kernel_signature, prefetch_rows_signature,
-    PREFETCH_ROWS_ID,
+    build_function, conv_tile_signature, depthwise_row_signature, kernel_signature,
+    prefetch_rows_signature, DEPTHWISE_ROUTINES_ID, PREFETCH_ROWS_ID,
 };
 
-use crate::microkernels::{self, TileIsa, ROUTINES};
+use crate::microkernels::{self, TileIsa, DEPTHWISE_ROUTINES, ROUTINES};
 use crate::Error;
 pub use code_memory::CompiledKernels;
 
@@ -167,6 +167,9 @@ pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKern
     for r in &ROUTINES {
         builder.symbol(r.symbol, r.entry());
     }
+    for (isa, symbol) in DEPTHWISE_ROUTINES {
+        builder.symbol(symbol, isa.depthwise_entry());
+    }
     let prefetch_rows: microkernels::PrefetchRowsFn = microkernels::prefetch_rows;
     builder.symbol(
         microkernels::PREFETCH_ROWS_SYMBOL,
@@ -200,6 +203,19 @@ pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKern
             "the prefetch helper was declared as function {}, not {PREFETCH_ROWS_ID}",
             id.as_u32()
         )));
+    }
+    let depthwise_sig = depthwise_row_signature(isa.as_ref());
+    for (i, (_, symbol)) in DEPTHWISE_ROUTINES.iter().enumerate() {
+        let id = module
+            .declare_function(symbol, Linkage::Import, &depthwise_sig)
+            .map_err(|e| Error::Unsupported(format!("declaring {symbol}: {e}")))?;
+        if id.as_u32() as usize != DEPTHWISE_ROUTINES_ID + i {
+            return Err(Error::Unsupported(format!(
+                "{symbol} was declared as function {}, not {}",
+                id.as_u32(),
+                DEPTHWISE_ROUTINES_ID + i
+            )));
+        }
     }
     let ids = kernels
         .iter()
@@ -333,16 +349,18 @@ fn codegen_error(k: &Kernel, e: impl std::fmt::Display) -> Error {
     Error::Unsupported(format!("code generation of kernel {} failed: {e}", k.name))
 }
 
-/// Refuses a kernel whose conv-tile calls `target` has no routine for: no tile ISA
-/// chosen, or none of its routines computes that many lanes.
+/// Refuses a kernel whose native calls `target` has no routine for: no tile ISA chosen,
+/// or none of its conv-tile routines computes that many lanes.
 fn check_calls(k: &Kernel, target: &TargetDesc) -> Result<(), Error> {
-    for t in calls_of(&k.body) {
+    for call in calls_of(&k.body) {
         let Some(isa) = target.tiles else {
             return Err(Error::Unsupported(format!(
-                "kernel {} calls a conv-tile routine, but no micro-kernel instruction set was chosen",
-                k.name
+                "kernel {} calls a {} routine, but no micro-kernel instruction set was chosen",
+                k.name,
+                call.kind()
             )));
         };
+        let Call::Tile(t) = call else { continue };
         if isa.routine(t.lanes).is_none() {
             return Err(Error::Unsupported(format!(
                 "kernel {} calls a conv tile of {} lanes, which the {} routines do not compute",
@@ -355,13 +373,33 @@ fn check_calls(k: &Kernel, target: &TargetDesc) -> Result<(), Error> {
     Ok(())
 }
 
-/// The shape of every conv-tile call in `stmts`, in order, with repeats.
-fn calls_of(stmts: &[Stmt]) -> Vec<ConvTile> {
-    fn walk(stmts: &[Stmt], found: &mut Vec<ConvTile>) {
+/// One call of a native routine, by its shape record.
+#[derive(Clone, Copy)]
+enum Call {
+    /// A conv-tile routine.
+    Tile(ConvTile),
+    /// The depthwise-row routine.
+    Depthwise(DepthwiseRow),
+}
+
+impl Call {
+    /// What the routine is, for messages.
+    fn kind(&self) -> &'static str {
+        match self {
+            Call::Tile(_) => "conv-tile",
+            Call::Depthwise(_) => "depthwise-row",
+        }
+    }
+}
+
+/// The shape of every native routine call in `stmts`, in order, with repeats.
+fn calls_of(stmts: &[Stmt]) -> Vec<Call> {
+    fn walk(stmts: &[Stmt], found: &mut Vec<Call>) {
         for s in stmts {
             match s {
                 Stmt::Loop { body, .. } => walk(body, found),
-                Stmt::ConvTile { tile, .. } => found.push(*tile),
+                Stmt::ConvTile { tile, .. } => found.push(Call::Tile(*tile)),
+                Stmt::DepthwiseRow { row, .. } => found.push(Call::Depthwise(*row)),
                 Stmt::Assign { .. } | Stmt::Store { .. } | Stmt::Prefetch { .. } => {}
             }
         }

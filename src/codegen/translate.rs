@@ -14,11 +14,11 @@ use cranelift_codegen::ir::{
 use cranelift_codegen::isa::TargetIsa;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use smelt_ir::loops::{
-    trip_count, Access, Affine, BinOp, BufId, BufPtr, CmpOp, ConvTile, Expr, Fault, Kernel,
-    LoopVar, ReduceOp, Stmt, UnOp, Width,
+    trip_count, Access, Affine, BinOp, BufId, BufPtr, CmpOp, ConvTile, DepthwiseRow, Expr, Fault,
+    Kernel, LoopVar, ReduceOp, Stmt, UnOp, Width,
 };
 
-use super::{calls_of, TargetDesc};
+use super::{calls_of, Call, TargetDesc};
 use crate::microkernels::{TileIsa, ROUTINES};
 
 mod math;
@@ -35,6 +35,45 @@ pub(super) fn conv_tile_signature(isa: &dyn TargetIsa) -> cranelift_codegen::ir:
 
 /// The module's function id of the prefetch helper: declared right after the routines.
 pub(super) const PREFETCH_ROWS_ID: usize = ROUTINES.len();
+
+/// The module's function id of the first depthwise-row routine: declared right after the
+/// prefetch helper, in [`crate::microkernels::DEPTHWISE_ROUTINES`] order.
+pub(super) const DEPTHWISE_ROUTINES_ID: usize = PREFETCH_ROWS_ID + 1;
+
+/// `extern "C" fn(x, w, out: *f32, shape: *const DepthwiseRow)`: see
+/// `crate::microkernels` (depthwise.rs).
+pub(super) fn depthwise_row_signature(isa: &dyn TargetIsa) -> cranelift_codegen::ir::Signature {
+    let mut sig = cranelift_codegen::ir::Signature::new(isa.default_call_conv());
+    for _ in 0..4 {
+        sig.params.push(AbiParam::new(isa.pointer_type()));
+    }
+    sig
+}
+
+/// Writes `row` into a new stack slot, in `DepthwiseRow`'s `repr(C)` layout (nine `i64`
+/// after the four counts: all words), once at function entry per call shape.
+fn depthwise_row_record(fb: &mut FunctionBuilder, ptr: Type, row: &DepthwiseRow) -> StackSlot {
+    use std::mem::{offset_of, size_of};
+    let size = u32::try_from(size_of::<DepthwiseRow>()).unwrap_or(u32::MAX);
+    let slot = fb.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, size, 3));
+    let counts = [
+        (offset_of!(DepthwiseRow, cols), row.cols),
+        (offset_of!(DepthwiseRow, rows), row.rows),
+        (offset_of!(DepthwiseRow, row_stride), row.row_stride),
+        (offset_of!(DepthwiseRow, taps), row.taps),
+    ];
+    let offsets = row.tap_offsets.iter().enumerate().map(|(i, &o)| {
+        (
+            offset_of!(DepthwiseRow, tap_offsets) + i * size_of::<i64>(),
+            o,
+        )
+    });
+    for (at, v) in counts.into_iter().chain(offsets) {
+        let v = fb.ins().iconst(types::I64, v);
+        fb.ins().stack_store(ptr, v, slot, at as i32);
+    }
+    slot
+}
 
 /// `extern "C" fn(at: *f32, rows, row_stride, row_len: i64)`: see
 /// `microkernels::prefetch_rows`.
@@ -126,9 +165,19 @@ pub(super) fn build_function(
         bases.push(fb.ins().stack_addr(ptr, slot, 0));
     }
     let mut tile_records = HashMap::new();
-    for tile in calls_of(&kernel.body) {
-        if let std::collections::hash_map::Entry::Vacant(e) = tile_records.entry(tile) {
-            e.insert(conv_tile_record(&mut fb, ptr, &tile));
+    let mut row_records = HashMap::new();
+    for call in calls_of(&kernel.body) {
+        match call {
+            Call::Tile(tile) => {
+                if let std::collections::hash_map::Entry::Vacant(e) = tile_records.entry(tile) {
+                    e.insert(conv_tile_record(&mut fb, ptr, &tile));
+                }
+            }
+            Call::Depthwise(row) => {
+                if let std::collections::hash_map::Entry::Vacant(e) = row_records.entry(row) {
+                    e.insert(depthwise_row_record(&mut fb, ptr, &row));
+                }
+            }
         }
     }
     let vars: Vec<Variable> = kernel
@@ -150,7 +199,10 @@ pub(super) fn build_function(
         routine_sig: conv_tile_signature(isa),
         prefetch_rows: None,
         prefetch_sig: prefetch_rows_signature(isa),
+        depthwise_routine: None,
+        depthwise_sig: depthwise_row_signature(isa),
         tile_records,
+        row_records,
         vars,
         known: vec![None; kernel.num_loop_vars as usize],
         loops,
@@ -274,8 +326,14 @@ struct Gen<'f, 'k> {
     /// The prefetch helper, imported at its first call, and its signature.
     prefetch_rows: Option<FuncRef>,
     prefetch_sig: cranelift_codegen::ir::Signature,
+    /// The depthwise-row routine of the tile ISA, imported at its first call, and its
+    /// signature.
+    depthwise_routine: Option<FuncRef>,
+    depthwise_sig: cranelift_codegen::ir::Signature,
     /// The stack slot holding each call shape's record (written at entry).
     tile_records: HashMap<ConvTile, StackSlot>,
+    /// The same for depthwise-row calls.
+    row_records: HashMap<DepthwiseRow, StackSlot>,
     vars: Vec<Variable>,
     loop_vars: Vec<Variable>,
     /// Values of loop variables of single-trip loops, folded into addresses.
@@ -324,6 +382,7 @@ impl Gen<'_, '_> {
                     next,
                     tile,
                 } => self.conv_tile([x, w, out], next.as_ref(), tile),
+                Stmt::DepthwiseRow { x, w, out, row } => self.depthwise_row([x, w, out], row),
                 Stmt::Prefetch {
                     at,
                     rows,
@@ -416,6 +475,34 @@ impl Gen<'_, '_> {
             None => self.fb.ins().iconst(ptr, 0),
         };
         args.push(next);
+        self.fb.ins().call(callee, &args);
+    }
+
+    /// Calls the tile ISA's depthwise-row routine (arguments in
+    /// `depthwise_row_signature` order).
+    fn depthwise_row(&mut self, ptrs: [&BufPtr; 3], row: &DepthwiseRow) {
+        let Some(isa) = self.tiles else {
+            unreachable!("check_calls proved a tile ISA for every depthwise call");
+        };
+        let callee = match self.depthwise_routine {
+            Some(f) => f,
+            None => {
+                let id = DEPTHWISE_ROUTINES_ID + isa.depthwise_routine();
+                let f = self.import(id, self.depthwise_sig.clone());
+                self.depthwise_routine = Some(f);
+                f
+            }
+        };
+        let mut args = Vec::with_capacity(4);
+        for p in ptrs {
+            let (addr, off) = self.address(self.slot(p.buf), &p.index);
+            args.push(self.fb.ins().iadd_imm_s(addr, i64::from(off)));
+        }
+        let Some(&record) = self.row_records.get(row) else {
+            unreachable!("depthwise row {row} has no record");
+        };
+        let ptr = self.fb.func.dfg.value_type(args[0]);
+        args.push(self.fb.ins().stack_addr(ptr, record, 0));
         self.fb.ins().call(callee, &args);
     }
 
@@ -529,6 +616,11 @@ impl Gen<'_, '_> {
                             .into_iter()
                             .flatten()
                         {
+                            out.push((p.buf, &p.index));
+                        }
+                    }
+                    Stmt::DepthwiseRow { x, w, out: o, .. } => {
+                        for p in [x, w, o] {
                             out.push((p.buf, &p.index));
                         }
                     }

@@ -95,7 +95,11 @@ use smelt_ir::loops::{TileRoutine, TileTarget};
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+mod depthwise;
 mod peak;
+#[cfg(target_arch = "x86_64")]
+pub use depthwise::{depthwise_row_avx2, depthwise_row_avx512};
+pub use depthwise::{depthwise_row_reference, DepthwiseRowFn};
 pub use peak::{fma_peak, FmaPeak};
 #[cfg(target_arch = "x86_64")]
 mod avx512;
@@ -223,6 +227,41 @@ impl TileIsa {
             }),
             narrower: tiles.get(1).copied(),
             fma_lanes: self.fma_lanes(),
+        }
+    }
+}
+
+/// The depthwise-row routine of each ISA (the contract is in `depthwise.rs`), declared
+/// after [`ROUTINES`] and the prefetch helper in a JIT module, in this order.
+pub const DEPTHWISE_ROUTINES: [(TileIsa, &str); 2] = [
+    (TileIsa::Avx2, "smelt_depthwise_row_avx2"),
+    (TileIsa::Avx512, "smelt_depthwise_row_avx512"),
+];
+
+impl TileIsa {
+    /// The index in [`DEPTHWISE_ROUTINES`] of this ISA's depthwise-row routine.
+    pub fn depthwise_routine(self) -> usize {
+        match self {
+            TileIsa::Avx2 => 0,
+            TileIsa::Avx512 => 1,
+        }
+    }
+
+    /// The address of the ISA's depthwise-row routine, for the JIT to link its symbol
+    /// to. Call it (through [`DepthwiseRowFn`]) only if [`TileIsa::host_has`] says so; off
+    /// x86-64 the routines do not exist and this is null.
+    pub fn depthwise_entry(self) -> *const u8 {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let f: DepthwiseRowFn = match self {
+                TileIsa::Avx2 => depthwise_row_avx2,
+                TileIsa::Avx512 => depthwise_row_avx512,
+            };
+            f as *const u8
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            std::ptr::null()
         }
     }
 }

@@ -2,8 +2,8 @@
 //! variables and loop variables, so lowering code reads like the loop nest it makes.
 
 use super::{
-    trip_count, Access, Affine, BufId, BufPtr, ConvTile, Expr, Kernel, KernelArg, LoopVar, Stmt,
-    VarId, Width,
+    trip_count, Access, Affine, BufId, BufPtr, ConvTile, DepthwiseRow, Expr, Kernel, KernelArg,
+    LoopVar, Stmt, VarId, Width,
 };
 use crate::types::DType;
 
@@ -82,6 +82,11 @@ impl KernelBuilder {
             next,
             tile,
         });
+    }
+
+    /// Calls the depthwise-row routine (see [`Stmt::DepthwiseRow`]).
+    pub fn depthwise_row(&mut self, x: BufPtr, w: BufPtr, out: BufPtr, row: DepthwiseRow) {
+        self.push(Stmt::DepthwiseRow { x, w, out, row });
     }
 
     /// A fresh register variable.

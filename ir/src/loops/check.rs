@@ -176,6 +176,26 @@ impl CheckCx<'_> {
                         ));
                     }
                 }
+                Stmt::DepthwiseRow { x, w, out, row } => {
+                    let [xs, ws, os] = row.footprints().ok_or_else(|| {
+                        format!("depthwise row call with a negative count, stride or offset, too many taps, or an overflowing footprint: {row}")
+                    })?;
+                    // x is read from its smallest tap offset on, not from the pointer
+                    let first = if xs > 0 { row.first_read() } else { 0 };
+                    let spans = [(x, first, xs - first), (w, 0, ws), (out, 0, os)];
+                    for (ptr, first, span) in spans {
+                        self.element_type(ptr.buf, Width::Scalar)?;
+                        if span > 0 {
+                            self.access(ptr.buf, &ptr.index.plus(first), span)?;
+                        }
+                    }
+                    if os > 0 && self.access(out.buf, &out.index, os)? != Access::Write {
+                        return Err(format!(
+                            "depthwise row call writes read-only argument {}",
+                            out.buf
+                        ));
+                    }
+                }
                 Stmt::Prefetch {
                     at,
                     rows,
@@ -473,8 +493,8 @@ mod tests {
     //! the kernels whose every touched element is inside a buffer it may touch that way.
 
     use super::super::{
-        Access, Affine, BufId, BufPtr, ConvTile, Expr, Kernel, KernelArg, LoopVar, Stmt, VarId,
-        Width,
+        Access, Affine, BufId, BufPtr, ConvTile, DepthwiseRow, Expr, Kernel, KernelArg, LoopVar,
+        Stmt, VarId, Width, DEPTHWISE_MAX_TAPS,
     };
 
     /// A small deterministic generator (xorshift64*), so every case is reproducible from
@@ -624,6 +644,26 @@ mod tests {
                     row_stride: g.int(0, 12),
                     row_len: g.int(1, 12),
                 },
+                _ if g.chance(40) => {
+                    let ptr = |g: &mut Gen| BufPtr {
+                        buf: buffer(g, k),
+                        index: index(g, scope),
+                    };
+                    let (x, w, out) = (ptr(g), ptr(g), ptr(g));
+                    let mut tap_offsets = [0; DEPTHWISE_MAX_TAPS];
+                    let taps = g.int(0, 3);
+                    for o in tap_offsets.iter_mut().take(taps as usize) {
+                        *o = g.int(0, 7);
+                    }
+                    let row = DepthwiseRow {
+                        cols: g.int(0, 6),
+                        rows: g.int(0, 3),
+                        row_stride: g.int(0, 9),
+                        taps,
+                        tap_offsets,
+                    };
+                    Stmt::DepthwiseRow { x, w, out, row }
+                }
                 _ => {
                     let ptr = |g: &mut Gen| BufPtr {
                         buf: buffer(g, k),
@@ -732,6 +772,30 @@ mod tests {
                     let first = self.eval(&at.index) + i128::from(r * row_stride);
                     self.touch(at.buf, first, i128::from(*row_len), false)
                 }),
+                Stmt::DepthwiseRow { x, w, out, row } => {
+                    // every element the contract's formula names, one by one
+                    let (xs, ws, os) = (
+                        self.eval(&x.index),
+                        self.eval(&w.index),
+                        self.eval(&out.index),
+                    );
+                    let taps = row.taps.clamp(0, DEPTHWISE_MAX_TAPS as i64);
+                    (0..row.cols).all(|q| {
+                        self.touch(out.buf, os + i128::from(q), 1, true)
+                            && (0..row.rows).all(|r| {
+                                (0..taps).all(|t| {
+                                    let xi = r * row.row_stride + row.tap_offsets[t as usize] + q;
+                                    self.touch(x.buf, xs + i128::from(xi), 1, false)
+                                        && self.touch(
+                                            w.buf,
+                                            ws + i128::from(r * taps + t),
+                                            1,
+                                            false,
+                                        )
+                                })
+                            })
+                    })
+                }
                 Stmt::ConvTile {
                     x,
                     w,

@@ -34,7 +34,7 @@ mod tile;
 
 pub use builder::KernelBuilder;
 pub use expr::{Affine, BinOp, CmpOp, Expr, ReduceOp, UnOp};
-pub use tile::{ConvTile, TileRoutine, TileTarget};
+pub use tile::{ConvTile, DepthwiseRow, TileRoutine, TileTarget, DEPTHWISE_MAX_TAPS};
 
 /// A buffer a kernel accesses: a kernel argument (a pointer the caller passes, by index)
 /// or a local scratch buffer of the call's own (on the stack, so every concurrent call
@@ -294,6 +294,19 @@ pub enum Stmt {
         /// The tile's shape.
         tile: ConvTile,
     },
+    /// A call of the depthwise-row routine (the contract is [`DepthwiseRow`]; code
+    /// generation links the host's routine, of the ISA the conv tiles use): reads `x`
+    /// and `w`, writes `out`.
+    DepthwiseRow {
+        /// The input pointer.
+        x: BufPtr,
+        /// The weights pointer (the channel's `rows × taps` taps).
+        w: BufPtr,
+        /// The output pointer.
+        out: BufPtr,
+        /// The row's shape.
+        row: DepthwiseRow,
+    },
     /// A hint that `rows` runs of `row_len` elements, `row_stride` apart from `at`, will
     /// be read soon: a native helper issues one cache-line prefetch per line (Cranelift
     /// has no prefetch instruction). Prefetches change no value and never fault; the
@@ -388,7 +401,7 @@ impl Kernel {
             stmts.iter().any(|s| match s {
                 Stmt::Loop { body, .. } => block(body, vars),
                 Stmt::Assign { value, .. } | Stmt::Store { value, .. } => value.can_fault(vars),
-                Stmt::ConvTile { .. } | Stmt::Prefetch { .. } => false,
+                Stmt::ConvTile { .. } | Stmt::DepthwiseRow { .. } | Stmt::Prefetch { .. } => false,
             })
         }
         block(&self.body, &self.vars)
@@ -463,6 +476,7 @@ impl Kernel {
                     } => trip_count(*start, *end, *step) as u64 * block(body, vars),
                     Stmt::Assign { value, .. } | Stmt::Store { value, .. } => expr(value, vars),
                     Stmt::ConvTile { tile, .. } => tile.flops(),
+                    Stmt::DepthwiseRow { row, .. } => row.flops(),
                     Stmt::Prefetch { .. } => 0,
                 })
                 .sum()

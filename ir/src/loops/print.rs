@@ -141,6 +141,12 @@ fn print_block(out: &mut String, stmts: &[Stmt], depth: usize) {
                     "{pad}call conv_tile(x: {x}, w: {w}, out: {o}{next}; {tile})"
                 );
             }
+            Stmt::DepthwiseRow { x, w, out: o, row } => {
+                let _ = writeln!(
+                    out,
+                    "{pad}call depthwise_row(x: {x}, w: {w}, out: {o}; {row})"
+                );
+            }
             Stmt::Prefetch {
                 at,
                 rows,

@@ -188,3 +188,102 @@ impl fmt::Display for ConvTile {
         )
     }
 }
+
+/// Taps per kernel row a [`DepthwiseRow`] call takes at most (kernels up to 8 wide:
+/// 3×3, 5×5 and 7×7 depthwise convolutions).
+pub const DEPTHWISE_MAX_TAPS: usize = 8;
+
+/// The shape of one depthwise-row call: one output row of one channel, for `q < cols`,
+///
+/// ```text
+/// out[q] = Σ_{r<rows, t<taps} x[r·row_stride + tap_offsets[t] + q] · w[r·taps + t]
+/// ```
+///
+/// summed in `r, t` order from zero. A strided convolution reads an input whose columns
+/// are split by phase (column mod stride), so each tap is still a run of consecutive
+/// elements, at its own offset. All counts, strides and the first `taps` offsets are
+/// non-negative, `taps ≤ DEPTHWISE_MAX_TAPS` ([`Kernel::check`](super::Kernel::check)
+/// verifies it and proves the footprints inside their buffers); offsets past `taps` are
+/// ignored (zero by convention, so equal shapes hash equal).
+///
+/// It is also the record a routine reads its shape from, hence `repr(C)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(C)]
+pub struct DepthwiseRow {
+    /// Output elements of the row.
+    pub cols: i64,
+    /// Kernel rows.
+    pub rows: i64,
+    /// Input elements between kernel rows.
+    pub row_stride: i64,
+    /// Taps per kernel row.
+    pub taps: i64,
+    /// Where each tap's run starts within its kernel row of the input.
+    pub tap_offsets: [i64; DEPTHWISE_MAX_TAPS],
+}
+
+impl DepthwiseRow {
+    /// Elements of `x`, `w` and `out` from each pointer that the call may touch (`None`
+    /// when a count, stride or used offset is negative, there are too many taps, or a
+    /// product overflows).
+    pub fn footprints(&self) -> Option<[i64; 3]> {
+        let taps = usize::try_from(self.taps)
+            .ok()
+            .filter(|&t| t <= DEPTHWISE_MAX_TAPS)?;
+        let offsets = &self.tap_offsets[..taps];
+        if [self.cols, self.rows, self.row_stride]
+            .iter()
+            .any(|&f| f < 0)
+            || offsets.iter().any(|&o| o < 0)
+        {
+            return None;
+        }
+        if self.cols == 0 {
+            return Some([0, 0, 0]);
+        }
+        if self.rows == 0 || taps == 0 {
+            // nothing read; `out` is zeroed
+            return Some([0, 0, self.cols]);
+        }
+        let widest = offsets.iter().copied().max().unwrap_or(0);
+        let x = (self.rows - 1)
+            .checked_mul(self.row_stride)?
+            .checked_add(widest)?
+            .checked_add(self.cols)?;
+        Some([x, self.rows.checked_mul(self.taps)?, self.cols])
+    }
+
+    /// The first `x` element the call reads (the smallest tap offset; 0 with no taps):
+    /// with [`DepthwiseRow::footprints`], the touched `x` elements span
+    /// `first_read..footprint`, both ends read.
+    pub fn first_read(&self) -> i64 {
+        let taps = (self.taps.max(0) as usize).min(DEPTHWISE_MAX_TAPS);
+        self.tap_offsets[..taps].iter().copied().min().unwrap_or(0)
+    }
+
+    /// Floating-point operations of one call (an FMA counts two).
+    pub fn flops(&self) -> u64 {
+        [self.cols, self.rows, self.taps, 2]
+            .iter()
+            .map(|&v| v.max(0) as u64)
+            .product()
+    }
+}
+
+impl fmt::Display for DepthwiseRow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let taps = (self.taps.max(0) as usize).min(DEPTHWISE_MAX_TAPS);
+        let offsets: Vec<String> = self.tap_offsets[..taps]
+            .iter()
+            .map(|o| o.to_string())
+            .collect();
+        write!(
+            f,
+            "cols={}, rows={}x{}, taps=[{}]",
+            self.cols,
+            self.rows,
+            self.row_stride,
+            offsets.join(", ")
+        )
+    }
+}

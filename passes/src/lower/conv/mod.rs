@@ -252,7 +252,8 @@ pub(crate) fn lower_conv2d(
             return packed.kernel(cx, &geo1, xp, wbuf, operands, epi, out);
         }
     }
-    if depthwise::applies(&geo, a.pads) {
+    let native_rows = depthwise::rows_apply(&geo, cx.opts.micro);
+    if depthwise::applies(&geo, a.pads) && !native_rows {
         return depthwise::kernel(cx, &geo, x, operands, epi, out);
     }
     let xp = if a.pads == [0; 4] && sw == 1 {
@@ -273,6 +274,9 @@ pub(crate) fn lower_conv2d(
         cx.step(k, vec![x, xp])?;
         xp
     };
+    if native_rows {
+        return depthwise::rows_kernel(cx, &geo, xp, operands, epi, out);
+    }
     conv_kernel(cx, &geo, xp, operands, epi, out)
 }
 
