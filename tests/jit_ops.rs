@@ -715,6 +715,32 @@ fn normalizations() {
         let m = one_op(Op::Softmax { axis }, &[t(dims)], &[]);
         check(&format!("softmax {dims:?} axis {axis}"), &m);
     }
+    // rows along the last axis on a micro-kernel target call the native softmax-row
+    // routine: lengths around its vector widths (8, 16), attention rows of 128 and 197
+    for (dims, axis) in [
+        (&[3, 33][..], 1),
+        (&[2, 2, 128], 2),
+        (&[1, 3, 4, 197], 3),
+        (&[4, 16], 1),
+    ] {
+        let m = one_op(Op::Softmax { axis }, &[t(dims)], &[]);
+        check(&format!("softmax rows {dims:?}"), &m);
+        for (micro, native) in [
+            (Some(smelt::microkernels::TileIsa::Avx2.target()), true),
+            (None, false),
+        ] {
+            let opts = smelt_passes::lower::LowerOptions {
+                micro,
+                ..Default::default()
+            };
+            let p = smelt_passes::lower::lower_with(&m, &m.funcs[0], &opts).expect("lowers");
+            assert_eq!(
+                p.dump_loops().contains("call softmax_row"),
+                native,
+                "{dims:?} with {micro:?}"
+            );
+        }
+    }
     let m = one_op(Op::Softmax { axis: 1 }, &[t(&[2, 9, 5])], &[]);
     let mut inputs = random_inputs(&m, 2);
     for v in inputs[0].f32s_mut() {

@@ -29,10 +29,11 @@ mod translate;
 
 use translate::{
     build_function, conv_tile_signature, depthwise_row_signature, kernel_signature,
-    prefetch_rows_signature, DEPTHWISE_ROUTINES_ID, PREFETCH_ROWS_ID,
+    prefetch_rows_signature, softmax_row_signature, DEPTHWISE_ROUTINES_ID, PREFETCH_ROWS_ID,
+    SOFTMAX_ROUTINES_ID,
 };
 
-use crate::microkernels::{self, TileIsa, DEPTHWISE_ROUTINES, ROUTINES};
+use crate::microkernels::{self, TileIsa, DEPTHWISE_ROUTINES, ROUTINES, SOFTMAX_ROUTINES};
 use crate::Error;
 pub use code_memory::CompiledKernels;
 
@@ -170,6 +171,9 @@ pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKern
     for (isa, symbol) in DEPTHWISE_ROUTINES {
         builder.symbol(symbol, isa.depthwise_entry());
     }
+    for (isa, symbol) in SOFTMAX_ROUTINES {
+        builder.symbol(symbol, isa.softmax_entry());
+    }
     let prefetch_rows: microkernels::PrefetchRowsFn = microkernels::prefetch_rows;
     builder.symbol(
         microkernels::PREFETCH_ROWS_SYMBOL,
@@ -214,6 +218,19 @@ pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKern
                 "{symbol} was declared as function {}, not {}",
                 id.as_u32(),
                 DEPTHWISE_ROUTINES_ID + i
+            )));
+        }
+    }
+    let softmax_sig = softmax_row_signature(isa.as_ref());
+    for (i, (_, symbol)) in SOFTMAX_ROUTINES.iter().enumerate() {
+        let id = module
+            .declare_function(symbol, Linkage::Import, &softmax_sig)
+            .map_err(|e| Error::Unsupported(format!("declaring {symbol}: {e}")))?;
+        if id.as_u32() as usize != SOFTMAX_ROUTINES_ID + i {
+            return Err(Error::Unsupported(format!(
+                "{symbol} was declared as function {}, not {}",
+                id.as_u32(),
+                SOFTMAX_ROUTINES_ID + i
             )));
         }
     }
@@ -380,6 +397,8 @@ enum Call {
     Tile(ConvTile),
     /// The depthwise-row routine.
     Depthwise(DepthwiseRow),
+    /// The softmax-row routine.
+    Softmax,
 }
 
 impl Call {
@@ -388,6 +407,7 @@ impl Call {
         match self {
             Call::Tile(_) => "conv-tile",
             Call::Depthwise(_) => "depthwise-row",
+            Call::Softmax => "softmax-row",
         }
     }
 }
@@ -400,6 +420,7 @@ fn calls_of(stmts: &[Stmt]) -> Vec<Call> {
                 Stmt::Loop { body, .. } => walk(body, found),
                 Stmt::ConvTile { tile, .. } => found.push(Call::Tile(*tile)),
                 Stmt::DepthwiseRow { row, .. } => found.push(Call::Depthwise(*row)),
+                Stmt::SoftmaxRow { .. } => found.push(Call::Softmax),
                 Stmt::Assign { .. } | Stmt::Store { .. } | Stmt::Prefetch { .. } => {}
             }
         }

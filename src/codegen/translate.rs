@@ -50,6 +50,20 @@ pub(super) fn depthwise_row_signature(isa: &dyn TargetIsa) -> cranelift_codegen:
     sig
 }
 
+/// The module's function id of the first softmax-row routine: declared right after the
+/// depthwise-row routines, in [`crate::microkernels::SOFTMAX_ROUTINES`] order.
+pub(super) const SOFTMAX_ROUTINES_ID: usize =
+    DEPTHWISE_ROUTINES_ID + crate::microkernels::DEPTHWISE_ROUTINES.len();
+
+/// `extern "C" fn(x, out: *f32, len: i64)`: see `crate::microkernels` (softmax.rs).
+pub(super) fn softmax_row_signature(isa: &dyn TargetIsa) -> cranelift_codegen::ir::Signature {
+    let mut sig = cranelift_codegen::ir::Signature::new(isa.default_call_conv());
+    sig.params.push(AbiParam::new(isa.pointer_type()));
+    sig.params.push(AbiParam::new(isa.pointer_type()));
+    sig.params.push(AbiParam::new(types::I64));
+    sig
+}
+
 /// Writes `row` into a new stack slot, in `DepthwiseRow`'s `repr(C)` layout (nine `i64`
 /// after the four counts: all words), once at function entry per call shape.
 fn depthwise_row_record(fb: &mut FunctionBuilder, ptr: Type, row: &DepthwiseRow) -> StackSlot {
@@ -178,6 +192,8 @@ pub(super) fn build_function(
                     e.insert(depthwise_row_record(&mut fb, ptr, &row));
                 }
             }
+            // its arguments are all registers
+            Call::Softmax => {}
         }
     }
     let vars: Vec<Variable> = kernel
@@ -201,6 +217,8 @@ pub(super) fn build_function(
         prefetch_sig: prefetch_rows_signature(isa),
         depthwise_routine: None,
         depthwise_sig: depthwise_row_signature(isa),
+        softmax_routine: None,
+        softmax_sig: softmax_row_signature(isa),
         tile_records,
         row_records,
         vars,
@@ -330,6 +348,9 @@ struct Gen<'f, 'k> {
     /// signature.
     depthwise_routine: Option<FuncRef>,
     depthwise_sig: cranelift_codegen::ir::Signature,
+    /// The same for the softmax-row routine.
+    softmax_routine: Option<FuncRef>,
+    softmax_sig: cranelift_codegen::ir::Signature,
     /// The stack slot holding each call shape's record (written at entry).
     tile_records: HashMap<ConvTile, StackSlot>,
     /// The same for depthwise-row calls.
@@ -383,6 +404,7 @@ impl Gen<'_, '_> {
                     tile,
                 } => self.conv_tile([x, w, out], next.as_ref(), tile),
                 Stmt::DepthwiseRow { x, w, out, row } => self.depthwise_row([x, w, out], row),
+                Stmt::SoftmaxRow { x, out, len } => self.softmax_row([x, out], *len),
                 Stmt::Prefetch {
                     at,
                     rows,
@@ -506,6 +528,29 @@ impl Gen<'_, '_> {
         self.fb.ins().call(callee, &args);
     }
 
+    /// Calls the tile ISA's softmax-row routine.
+    fn softmax_row(&mut self, ptrs: [&BufPtr; 2], len: i64) {
+        let Some(isa) = self.tiles else {
+            unreachable!("check_calls proved a tile ISA for every softmax call");
+        };
+        let callee = match self.softmax_routine {
+            Some(f) => f,
+            None => {
+                let id = SOFTMAX_ROUTINES_ID + isa.depthwise_routine();
+                let f = self.import(id, self.softmax_sig.clone());
+                self.softmax_routine = Some(f);
+                f
+            }
+        };
+        let mut args = Vec::with_capacity(3);
+        for p in ptrs {
+            let (addr, off) = self.address(self.slot(p.buf), &p.index);
+            args.push(self.fb.ins().iadd_imm_s(addr, i64::from(off)));
+        }
+        args.push(self.fb.ins().iconst(types::I64, len));
+        self.fb.ins().call(callee, &args);
+    }
+
     /// Imports the module's function `id` (a native helper) with `signature`.
     fn import(&mut self, id: usize, signature: cranelift_codegen::ir::Signature) -> FuncRef {
         let signature = self.fb.import_signature(signature);
@@ -621,6 +666,11 @@ impl Gen<'_, '_> {
                     }
                     Stmt::DepthwiseRow { x, w, out: o, .. } => {
                         for p in [x, w, o] {
+                            out.push((p.buf, &p.index));
+                        }
+                    }
+                    Stmt::SoftmaxRow { x, out: o, .. } => {
+                        for p in [x, o] {
                             out.push((p.buf, &p.index));
                         }
                     }

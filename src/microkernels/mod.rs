@@ -97,10 +97,14 @@ use smelt_ir::loops::{TileRoutine, TileTarget};
 mod avx2;
 mod depthwise;
 mod peak;
+mod softmax;
 #[cfg(target_arch = "x86_64")]
 pub use depthwise::{depthwise_row_avx2, depthwise_row_avx512};
 pub use depthwise::{depthwise_row_reference, DepthwiseRowFn};
 pub use peak::{fma_peak, FmaPeak};
+#[cfg(target_arch = "x86_64")]
+pub use softmax::{softmax_row_avx2, softmax_row_avx512};
+pub use softmax::{softmax_row_reference, SoftmaxRowFn};
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 
@@ -238,8 +242,34 @@ pub const DEPTHWISE_ROUTINES: [(TileIsa, &str); 2] = [
     (TileIsa::Avx512, "smelt_depthwise_row_avx512"),
 ];
 
+/// The softmax-row routine of each ISA (the contract is in `softmax.rs`), declared after
+/// [`DEPTHWISE_ROUTINES`] in a JIT module, in this order.
+pub const SOFTMAX_ROUTINES: [(TileIsa, &str); 2] = [
+    (TileIsa::Avx2, "smelt_softmax_row_avx2"),
+    (TileIsa::Avx512, "smelt_softmax_row_avx512"),
+];
+
 impl TileIsa {
-    /// The index in [`DEPTHWISE_ROUTINES`] of this ISA's depthwise-row routine.
+    /// The address of the ISA's softmax-row routine, for the JIT to link its symbol to.
+    /// Call it (through [`SoftmaxRowFn`]) only if [`TileIsa::host_has`] says so; off
+    /// x86-64 the routines do not exist and this is null.
+    pub fn softmax_entry(self) -> *const u8 {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let f: SoftmaxRowFn = match self {
+                TileIsa::Avx2 => softmax_row_avx2,
+                TileIsa::Avx512 => softmax_row_avx512,
+            };
+            f as *const u8
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            std::ptr::null()
+        }
+    }
+
+    /// The index in [`DEPTHWISE_ROUTINES`] (and [`SOFTMAX_ROUTINES`]) of this ISA's
+    /// routine.
     pub fn depthwise_routine(self) -> usize {
         match self {
             TileIsa::Avx2 => 0,

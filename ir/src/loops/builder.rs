@@ -89,6 +89,11 @@ impl KernelBuilder {
         self.push(Stmt::DepthwiseRow { x, w, out, row });
     }
 
+    /// Calls the softmax-row routine (see [`Stmt::SoftmaxRow`]).
+    pub fn softmax_row(&mut self, x: BufPtr, out: BufPtr, len: i64) {
+        self.push(Stmt::SoftmaxRow { x, out, len });
+    }
+
     /// A fresh register variable.
     pub fn var(&mut self, width: Width) -> VarId {
         self.kernel.vars.push(width);

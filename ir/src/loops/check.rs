@@ -196,6 +196,22 @@ impl CheckCx<'_> {
                         ));
                     }
                 }
+                Stmt::SoftmaxRow { x, out, len } => {
+                    if *len < 0 {
+                        return Err(format!("softmax row call of {len} elements"));
+                    }
+                    self.element_type(x.buf, Width::Scalar)?;
+                    self.element_type(out.buf, Width::Scalar)?;
+                    if *len > 0 {
+                        self.access(x.buf, &x.index, *len)?;
+                        if self.access(out.buf, &out.index, *len)? != Access::Write {
+                            return Err(format!(
+                                "softmax row call writes read-only argument {}",
+                                out.buf
+                            ));
+                        }
+                    }
+                }
                 Stmt::Prefetch {
                     at,
                     rows,
@@ -644,6 +660,17 @@ mod tests {
                     row_stride: g.int(0, 12),
                     row_len: g.int(1, 12),
                 },
+                _ if g.chance(20) => Stmt::SoftmaxRow {
+                    x: BufPtr {
+                        buf: buffer(g, k),
+                        index: index(g, scope),
+                    },
+                    out: BufPtr {
+                        buf: buffer(g, k),
+                        index: index(g, scope),
+                    },
+                    len: g.int(0, 6),
+                },
                 _ if g.chance(40) => {
                     let ptr = |g: &mut Gen| BufPtr {
                         buf: buffer(g, k),
@@ -772,6 +799,11 @@ mod tests {
                     let first = self.eval(&at.index) + i128::from(r * row_stride);
                     self.touch(at.buf, first, i128::from(*row_len), false)
                 }),
+                Stmt::SoftmaxRow { x, out, len } => {
+                    let (xs, os) = (self.eval(&x.index), self.eval(&out.index));
+                    let n = i128::from(*len);
+                    *len >= 0 && self.touch(x.buf, xs, n, false) && self.touch(out.buf, os, n, true)
+                }
                 Stmt::DepthwiseRow { x, w, out, row } => {
                     // every element the contract's formula names, one by one
                     let (xs, ws, os) = (

@@ -307,6 +307,18 @@ pub enum Stmt {
         /// The row's shape.
         row: DepthwiseRow,
     },
+    /// A call of the softmax-row routine (code generation links the host's routine, of
+    /// the ISA the conv tiles use): `out[i] = e^(x[i] − m) / Σ_j e^(x[j] − m)` for
+    /// `i < len`, `m` the row's max (NaN in the row makes it all NaN); reads `x[0..len]`,
+    /// writes `out[0..len]` (they may be the same run).
+    SoftmaxRow {
+        /// The row's input.
+        x: BufPtr,
+        /// The row's output.
+        out: BufPtr,
+        /// Elements of the row.
+        len: i64,
+    },
     /// A hint that `rows` runs of `row_len` elements, `row_stride` apart from `at`, will
     /// be read soon: a native helper issues one cache-line prefetch per line (Cranelift
     /// has no prefetch instruction). Prefetches change no value and never fault; the
@@ -401,7 +413,10 @@ impl Kernel {
             stmts.iter().any(|s| match s {
                 Stmt::Loop { body, .. } => block(body, vars),
                 Stmt::Assign { value, .. } | Stmt::Store { value, .. } => value.can_fault(vars),
-                Stmt::ConvTile { .. } | Stmt::DepthwiseRow { .. } | Stmt::Prefetch { .. } => false,
+                Stmt::ConvTile { .. }
+                | Stmt::DepthwiseRow { .. }
+                | Stmt::SoftmaxRow { .. }
+                | Stmt::Prefetch { .. } => false,
             })
         }
         block(&self.body, &self.vars)
@@ -477,6 +492,8 @@ impl Kernel {
                     Stmt::Assign { value, .. } | Stmt::Store { value, .. } => expr(value, vars),
                     Stmt::ConvTile { tile, .. } => tile.flops(),
                     Stmt::DepthwiseRow { row, .. } => row.flops(),
+                    // a max, a subtraction, an exponential (counted one), a sum and a product
+                    Stmt::SoftmaxRow { len, .. } => 5 * (*len).max(0) as u64,
                     Stmt::Prefetch { .. } => 0,
                 })
                 .sum()

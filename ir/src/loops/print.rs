@@ -147,6 +147,9 @@ fn print_block(out: &mut String, stmts: &[Stmt], depth: usize) {
                     "{pad}call depthwise_row(x: {x}, w: {w}, out: {o}; {row})"
                 );
             }
+            Stmt::SoftmaxRow { x, out: o, len } => {
+                let _ = writeln!(out, "{pad}call softmax_row(x: {x}, out: {o}; len={len})");
+            }
             Stmt::Prefetch {
                 at,
                 rows,
