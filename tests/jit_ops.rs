@@ -87,6 +87,62 @@ fn unary_ops() {
     }
 }
 
+/// GELU (the erf form, whose epilogue uses its own erf) element by element against the
+/// interpreter over [-12, 12] and around 0, on every kernel choice: within 2e-6 of the
+/// largest value, and 1e-4 relative to each element from x = −3 up.
+#[test]
+fn gelu_is_accurate_over_its_range() {
+    let mut x: Vec<f32> = (-1200..=1200).map(|i| i as f32 / 100.0).collect();
+    x.extend((1..50).flat_map(|i| [i as f32 * 1e-4, -(i as f32) * 1e-4]));
+    x.extend([1e30, -1e30]);
+    let n = x.len();
+    let gelu = UnaryOp::Gelu {
+        approximate: GeluApproximation::None,
+    };
+    let m = one_op(Op::Unary(gelu), &[t(&[n])], &[]);
+    let input = smelt_ir::Tensor::new([n], x.clone()).unwrap();
+    // (the epilogue is the same Cranelift code on every kernel choice: the last run's
+    // outputs stand for all)
+    let got = check_against_interp("gelu over its range", &m, &[input], 2e-6);
+    let (mut checked, mut worst) = (0, 0.0f64);
+    for (&g, &v) in got[0].f32s().iter().zip(&x) {
+        let want = 0.5 * v as f64 * (1.0 + libm_erf(v as f64 / std::f64::consts::SQRT_2));
+        // relative to each element where 1 + erf(x/√2) is not a cancellation in f32 (x ≥
+        // −3: ≥ 0.0013); below, ≈ 1e-7 absolute, which the check above covers
+        if v.abs() > 0.1 && v >= -3.0 && v.abs() < 1e29 {
+            let rel = ((g as f64 - want) / want).abs();
+            worst = worst.max(rel);
+            checked += 1;
+        }
+    }
+    eprintln!("gelu: worst relative error {worst:.2e} over {checked} elements");
+    assert!(worst < 1e-4, "worst relative error {worst}");
+    assert!(checked > 1400, "{checked} elements checked");
+}
+
+/// erf in f64 by its Maclaurin series (|x| < 3) or continued fraction tail, accurate to
+/// 1e-12 — an oracle independent of the interpreter's.
+fn libm_erf(x: f64) -> f64 {
+    let a = x.abs();
+    let v = if a < 3.0 {
+        let (mut term, mut sum, mut k) = (a, a, 0.0);
+        while term.abs() > 1e-17 {
+            k += 1.0;
+            term *= -a * a / k;
+            sum += term / (2.0 * k + 1.0);
+        }
+        2.0 / std::f64::consts::PI.sqrt() * sum
+    } else {
+        // erfc by Lentz's continued fraction
+        let mut f = a;
+        for k in (1..60).rev() {
+            f = a + (k as f64 / 2.0) / f;
+        }
+        1.0 - (-a * a).exp() / (std::f64::consts::PI.sqrt() * f)
+    };
+    v.copysign(x)
+}
+
 /// Square root and reciprocal away from their poles: inputs in [0.5, 1.5] (and negative
 /// ones for the reciprocal).
 #[test]
