@@ -218,6 +218,38 @@ fn channels_not_multiple_of_4_fall_back() {
     assert!(uses(&m, "4") || uses(&m, "2"), "{:?}", kernels(&m));
 }
 
+/// Output channels in quads that no micro-kernel routine's lanes divide (24, 40): on a
+/// micro-kernel target the product's last block is zero-padded and the output transform
+/// reads the real channels; even tile counts (64 and 100 tiles) pad the planes of `V`
+/// and `M` to an odd stride. Checked on every kernel choice, and the lowering for a
+/// micro-kernel target shown to pick Winograd.
+#[test]
+fn ragged_output_channels_on_micro_kernels() {
+    for (o, hw) in [
+        (24, [32, 32]),
+        (40, [28, 28]),
+        (24, [40, 40]),
+        (20, [27, 30]),
+    ] {
+        let k = Case {
+            bias: true,
+            add_relu: true,
+            ..case(1, 64, o, hw)
+        };
+        let m = check(k);
+        let opts = lower::LowerOptions {
+            micro: Some(smelt::microkernels::TileIsa::Avx512.target()),
+            ..Default::default()
+        };
+        let p = lower::lower_with(&m, &m.funcs[0], &opts).expect("lowers");
+        let names: Vec<&str> = p.kernels.iter().map(|k| k.name.as_str()).collect();
+        assert!(
+            names.iter().any(|n| n.starts_with("winograd")),
+            "{k:?}: {names:?}"
+        );
+    }
+}
+
 #[test]
 fn tiny_convs_stay_direct() {
     // the thin-path convs (4 channels of 5×6 in tests/jit.rs, 16 of 14² in

@@ -275,6 +275,12 @@ impl PackedConv {
         }
     }
 
+    /// Whether [`PackedConv::padded`] puts groups of `og` output channels on a
+    /// micro-kernel routine of `micro`.
+    pub(crate) fn padded_on_micro(og: usize, micro: Option<TileTarget>) -> bool {
+        micro.and_then(|t| padded_routine(t, og)).is_some()
+    }
+
     /// Whether a group's last channel block is partial.
     pub(crate) fn ragged(&self) -> bool {
         self.blocks * self.lanes() != self.channels
@@ -324,7 +330,8 @@ impl PackedConv {
 
     /// Index of the first sum (lane 0) of the tile at pixel (`at.oh`, `q0`) of channel
     /// block `block_index` (`group · blocks + block`), stored in blocks of the lanes:
-    /// `[n][o / lanes][oh][ow][lanes]`; the tile's next pixel is `lanes` further.
+    /// `[n][blocks][oh][ow][lanes]` (a partial last block of a group padded to whole
+    /// lanes, its padded lanes holding zeros); the tile's next pixel is `lanes` further.
     fn lane_blocked_index(
         &self,
         g: &Geo,
@@ -333,10 +340,11 @@ impl PackedConv {
         q0: &Affine,
     ) -> Affine {
         let lanes = self.lanes() as i64;
-        at.n.scale(g.o as i64 / lanes)
+        // rows `wq` long (≥ `ow`: a layout may pad them, as Winograd's `M` does)
+        at.n.scale((g.groups * self.blocks) as i64)
             .add(block_index)
-            .scale((g.oh * g.ow) as i64)
-            .add(&at.oh.scale(g.ow as i64))
+            .scale((g.oh * g.wq) as i64)
+            .add(&at.oh.scale(g.wq as i64))
             .add(q0)
             .scale(lanes)
     }
@@ -447,8 +455,8 @@ impl PackedConv {
         out: BufferId,
     ) -> Result<(), Diagnostic> {
         let has_bias = operands.len() > 2;
-        if self.ragged() && (self.lane_blocked_output || self.blocked_output) {
-            return Err(cx.unsupported("a partial channel block stored in blocks of lanes"));
+        if self.ragged() && self.blocked_output {
+            return Err(cx.unsupported("a partial channel block stored in channel blocks"));
         }
         if self.lane_blocked_output && (has_bias || !epi.is_empty()) {
             return Err(

@@ -6,7 +6,7 @@ use smelt_ir::op::Conv2dAttrs;
 use smelt_ir::{Layout, TensorType, Value};
 
 use super::Form;
-use crate::lower::conv::CHANNEL_BLOCKS;
+use crate::lower::conv::{PackedConv, CHANNEL_BLOCKS};
 use crate::lower::{ConvAlgorithm, Cx};
 
 /// Bytes per cycle at which weights stream from memory on one core, measured: the F4
@@ -33,6 +33,10 @@ fn weight_bandwidth(cx: &Cx) -> f64 {
         WEIGHT_BYTES_PER_CYCLE
     }
 }
+
+/// The most bytes of F4's transformed input `V` a Winograd convolution may write: half
+/// of a 32 MiB last-level cache (see [`choose`]).
+const V_BUDGET: usize = 16 << 20;
 
 /// Cycles of one extra kernel call (hand-off and loop setup), a guess that only matters
 /// for tiny convolutions.
@@ -96,9 +100,9 @@ fn winograd_cost(
 /// The form the cost model picks, if Winograd applies at all: 3×3, stride 1, dilation 1,
 /// one group, constant weights, row-major operands (the input and the result may be in
 /// channel blocks on a micro-kernel), output channels a multiple of 4 (the
-/// packed product's vectors), and at least 32 input and output channels: smaller
-/// convolutions take microseconds either way, and stay on the direct path that the
-/// thin-path tests and snapshots pin down.
+/// packed product's vectors; a partial block of a micro-kernel's lanes is padded), at
+/// least 32 input and 16 output channels: smaller convolutions take microseconds either
+/// way, and stay on the direct path that the thin-path tests and snapshots pin down.
 pub(super) fn choose(
     cx: &Cx,
     a: &Conv2dAttrs,
@@ -125,9 +129,28 @@ pub(super) fn choose(
     }
     let [n, c, o] = [xt.dims[0], xt.dims[1], wt.dims[0]];
     let [oh, ow] = [out_ty.dims[2], out_ty.dims[3]];
-    if !o.is_multiple_of(4) || c < 32 || o < 32 || oh < 4 || ow < 4 {
+    if !o.is_multiple_of(4) || c < 32 || o < 16 || oh < 4 || ow < 4 {
         return None;
     }
+    // an input in channel blocks is read by the product's micro-kernel only
+    if xt.layout == CHANNEL_BLOCKS && !PackedConv::padded_on_micro(o, cx.opts.micro) {
+        return None;
+    }
+    // `V` (α² values per tile and input channel, F4's α² = 36) past half the last-level
+    // cache streams from memory between the transforms and the product, which the
+    // models below do not count: measured in DBNet at 96 → 24 channels, 160² (V = 22
+    // MB), Winograd 6.8 ms against 6.5 direct, while at 80² (5.5 MB) 1.6 against 1.8
+    let tiles = n * oh.div_ceil(4) * ow.div_ceil(4);
+    if 36 * c * tiles * std::mem::size_of::<f32>() > V_BUDGET {
+        return None;
+    }
+    // a micro-kernel's product computes whole blocks of 16 lanes (the last padded); the
+    // direct convolution's tiles are padded alike, so both models count them
+    let o = if cx.opts.micro.is_some() {
+        o.next_multiple_of(16)
+    } else {
+        o
+    };
     let t = Throughput {
         lanes: fma_lanes(cx.opts.micro),
         weight_bytes_per_cycle: weight_bandwidth(cx),

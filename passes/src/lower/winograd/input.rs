@@ -52,7 +52,7 @@ pub(super) fn input_transform(
     let form = p.form;
     let (m, a) = (form.m(), form.alpha());
     let [hp, wp] = p.padded();
-    let tiles = p.tiles() as i64;
+    let tiles = p.tile_stride() as i64;
     let mut b = KernelBuilder::new(&format!(
         "winograd{m}_input_{}",
         dims_name(&[p.n, p.c, hp, wp])
@@ -146,7 +146,7 @@ pub(super) fn input_transform_blocked(
     let form = p.form;
     let m = form.m();
     let [hp, wp] = p.padded();
-    let tiles = p.tiles() as i64;
+    let tiles = p.tile_stride() as i64;
     let unit = CHANNEL_BLOCK as i64;
     let blocks = (p.c / CHANNEL_BLOCK) as i64;
     let mut b = KernelBuilder::new(&format!(

@@ -83,7 +83,8 @@ fn output_transform_rows(
 ) -> Result<(), Diagnostic> {
     let form = p.form;
     let m = form.m();
-    let tiles = p.tiles() as i64;
+    // the plane stride of `M` (see `Plan::tile_stride`)
+    let tiles = p.tile_stride() as i64;
     let mut b = KernelBuilder::new(&format!(
         "winograd{m}_output_{}_lb{lanes}{}{}{}{}",
         dims_name(&[p.n, p.o, p.oh, p.ow]),
@@ -102,8 +103,13 @@ fn output_transform_rows(
     let ya = b.arg("out", cx.len_of(out), Access::Write);
     args.push(out);
     let w4 = Width::F32x4;
-    // M[ξ][o / lanes][t][lanes]: quad `qi` of block `blk` at tile `t`
-    let blocks = (p.o / lanes) as i64;
+    // M[ξ][blocks][t][lanes]: quad `qi` of block `blk` at tile `t` (a partial last
+    // block's quads past the output channels are never read)
+    let blocks = p.o.div_ceil(lanes) as i64;
+    let (full_blocks, last_quads) = ((p.o / lanes) as i64, (p.o % lanes) / 4);
+    if last_quads > 0 && p.out_blocked {
+        return Err(cx.unsupported("winograd into nchw16c with a partial block of channels"));
+    }
     let m_at = |xi: usize, blk: &Affine, qi: &Affine, t: &Affine| {
         blk.plus(xi as i64 * blocks)
             .scale(tiles)
@@ -204,45 +210,56 @@ fn output_transform_rows(
     };
     // every quad of block `blk` on the `per_step` tiles from column `tw0`; in channel
     // blocks, as the 4 quads of each output block of 16 channels
-    let step =
-        |b: &mut KernelBuilder, n: &Affine, blk: &Affine, th: &Affine, tw0: &Affine, rows, cols| {
-            if !p.out_blocked {
-                return b.for_loop(0, (lanes / 4) as i64, 1, |b, qi| {
-                    quad_step(b, n, [blk, &Affine::var(qi)], None, th, tw0, rows, cols)
-                });
-            }
-            b.for_loop(0, (lanes / CHANNEL_BLOCK) as i64, 1, |b, half| {
-                b.for_loop(0, 4, 1, |b, qq| {
-                    let (half, qq) = (Affine::var(half), Affine::var(qq));
-                    let qi = half.scale(4).add(&qq);
-                    let block = blk.scale((lanes / CHANNEL_BLOCK) as i64).add(&half);
-                    let within = qq.scale(4);
-                    let stored = Some([&block, &within]);
-                    quad_step(b, n, [blk, &qi], stored, th, tw0, rows, cols)
-                })
+    let step = |b: &mut KernelBuilder,
+                (blk, quads): (&Affine, usize),
+                n: &Affine,
+                th: &Affine,
+                tw0: &Affine,
+                rows,
+                cols| {
+        if !p.out_blocked {
+            return b.for_loop(0, quads as i64, 1, |b, qi| {
+                quad_step(b, n, [blk, &Affine::var(qi)], None, th, tw0, rows, cols)
+            });
+        }
+        b.for_loop(0, (lanes / CHANNEL_BLOCK) as i64, 1, |b, half| {
+            b.for_loop(0, 4, 1, |b, qq| {
+                let (half, qq) = (Affine::var(half), Affine::var(qq));
+                let qi = half.scale(4).add(&qq);
+                let block = blk.scale((lanes / CHANNEL_BLOCK) as i64).add(&half);
+                let within = qq.scale(4);
+                let stored = Some([&block, &within]);
+                quad_step(b, n, [blk, &qi], stored, th, tw0, rows, cols)
             })
-        };
+        })
+    };
     // the tiles of tile row `th` (`rows` output rows of them inside the image) in one
     // block of `M`
-    let block_row = |b: &mut KernelBuilder, n: &Affine, blk: &Affine, th: &Affine, rows| {
-        // tiles whose 4 columns (F2: pairs of tiles) are all inside the image
-        let whole = p.ow / 4 * 4 / m;
-        b.for_loop(0, whole as i64, per_step as i64, |b, tw| {
-            step(b, n, blk, th, &Affine::var(tw), rows, 4)
-        });
-        if whole < p.tw {
-            // the last columns: F4's last tile, or F2's last one or two tiles
-            // (pairing an odd last tile with one past the grid, whose lanes are
-            // never stored: see the length of `M` in `lower`)
-            let tw0 = Affine::constant(whole as i64);
-            step(b, n, blk, th, &tw0, rows, p.ow - whole * m);
-        }
-    };
+    let block_row =
+        |b: &mut KernelBuilder, n: &Affine, blk: (&Affine, usize), th: &Affine, rows| {
+            // tiles whose 4 columns (F2: pairs of tiles) are all inside the image
+            let whole = p.ow / 4 * 4 / m;
+            b.for_loop(0, whole as i64, per_step as i64, |b, tw| {
+                step(b, blk, n, th, &Affine::var(tw), rows, 4)
+            });
+            if whole < p.tw {
+                // the last columns: F4's last tile, or F2's last one or two tiles
+                // (pairing an odd last tile with one past the grid, whose lanes are
+                // never stored: see the length of `M` in `lower`)
+                let tw0 = Affine::constant(whole as i64);
+                step(b, blk, n, th, &tw0, rows, p.ow - whole * m);
+            }
+        };
     let tile_row = |b: &mut KernelBuilder, th: &Affine, rows: usize| {
         b.for_loop(0, p.n as i64, 1, |b, n| {
-            b.for_loop(0, blocks, 1, |b, blk| {
-                block_row(b, &Affine::var(n), &Affine::var(blk), th, rows)
-            })
+            let n = Affine::var(n);
+            b.for_loop(0, full_blocks, 1, |b, blk| {
+                block_row(b, &n, (&Affine::var(blk), lanes / 4), th, rows)
+            });
+            if last_quads > 0 {
+                let last = Affine::constant(full_blocks);
+                block_row(b, &n, (&last, last_quads), th, rows);
+            }
         })
     };
     let full_rows = (p.oh / m) as i64;
@@ -250,13 +267,17 @@ fn output_transform_rows(
         // Threads share the longer of the two loops, or the even one when both are
         // short (7 tile rows split 4:3, 4 blocks 2:2); over blocks, each thread's
         // share of `M` is whole blocks.
-        None if blocks > full_rows || (full_rows < 8 && full_rows % 2 == 1 && blocks % 2 == 0) => {
+        // (a partial last block would be a second loop beside the blocks': not the one
+        // threads share)
+        None if last_quads == 0
+            && (blocks > full_rows || (full_rows < 8 && full_rows % 2 == 1 && blocks % 2 == 0)) =>
+        {
             b.set_parallel();
             b.for_loop(0, blocks, 1, |b, blk| {
                 b.for_loop(0, full_rows, 1, |b, th| {
                     b.for_loop(0, p.n as i64, 1, |b, n| {
                         let (n, blk) = (Affine::var(n), Affine::var(blk));
-                        block_row(b, &n, &blk, &Affine::var(th), m)
+                        block_row(b, &n, (&blk, lanes / 4), &Affine::var(th), m)
                     })
                 })
             });

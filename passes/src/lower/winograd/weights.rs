@@ -98,10 +98,10 @@ fn transform_with<const A: usize>(
     lanes: usize,
     g: impl Fn([V4; 3]) -> [V4; A],
 ) -> AlignedBuf {
-    let plane = o * c;
+    // whole blocks of `lanes` output channels, a partial last one zero-padded
+    let plane = o.div_ceil(lanes.max(1)) * lanes * c;
     AlignedBuf::from_f32_with(A * A * plane, |u| {
-        // (the packed product's blocks of `lanes` channels always divide `o`)
-        if lanes == 0 || !o.is_multiple_of(lanes) || w.len() < plane * 9 {
+        if lanes == 0 || w.len() < o * c * 9 {
             return;
         }
         let run_len = TRANSFORM_CHUNK * lanes;
