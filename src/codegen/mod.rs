@@ -209,31 +209,16 @@ pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKern
         )));
     }
     let depthwise_sig = depthwise_row_signature(isa.as_ref());
-    for (i, (_, symbol)) in DEPTHWISE_ROUTINES.iter().enumerate() {
-        let id = module
-            .declare_function(symbol, Linkage::Import, &depthwise_sig)
-            .map_err(|e| Error::Unsupported(format!("declaring {symbol}: {e}")))?;
-        if id.as_u32() as usize != DEPTHWISE_ROUTINES_ID + i {
-            return Err(Error::Unsupported(format!(
-                "{symbol} was declared as function {}, not {}",
-                id.as_u32(),
-                DEPTHWISE_ROUTINES_ID + i
-            )));
-        }
-    }
+    let depthwise = DEPTHWISE_ROUTINES.map(|(_, symbol)| symbol);
+    declare_in_order(
+        &mut module,
+        &depthwise,
+        &depthwise_sig,
+        DEPTHWISE_ROUTINES_ID,
+    )?;
     let softmax_sig = softmax_row_signature(isa.as_ref());
-    for (i, (_, symbol)) in SOFTMAX_ROUTINES.iter().enumerate() {
-        let id = module
-            .declare_function(symbol, Linkage::Import, &softmax_sig)
-            .map_err(|e| Error::Unsupported(format!("declaring {symbol}: {e}")))?;
-        if id.as_u32() as usize != SOFTMAX_ROUTINES_ID + i {
-            return Err(Error::Unsupported(format!(
-                "{symbol} was declared as function {}, not {}",
-                id.as_u32(),
-                SOFTMAX_ROUTINES_ID + i
-            )));
-        }
-    }
+    let softmax = SOFTMAX_ROUTINES.map(|(_, symbol)| symbol);
+    declare_in_order(&mut module, &softmax, &softmax_sig, SOFTMAX_ROUTINES_ID)?;
     let ids = kernels
         .iter()
         .enumerate()
@@ -360,6 +345,29 @@ fn machine_code(
         align,
         relocs,
     })
+}
+
+/// Declares imported `symbols` of one signature so that their function ids are `first`,
+/// `first + 1`, … (code generation names them by id).
+fn declare_in_order(
+    module: &mut JITModule,
+    symbols: &[&str],
+    signature: &cranelift_codegen::ir::Signature,
+    first: usize,
+) -> Result<(), Error> {
+    for (i, symbol) in symbols.iter().enumerate() {
+        let id = module
+            .declare_function(symbol, Linkage::Import, signature)
+            .map_err(|e| Error::Unsupported(format!("declaring {symbol}: {e}")))?;
+        if id.as_u32() as usize != first + i {
+            return Err(Error::Unsupported(format!(
+                "{symbol} was declared as function {}, not {}",
+                id.as_u32(),
+                first + i
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn codegen_error(k: &Kernel, e: impl std::fmt::Display) -> Error {

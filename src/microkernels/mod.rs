@@ -97,7 +97,7 @@ use smelt_ir::loops::{TileRoutine, TileTarget};
 mod avx2;
 mod depthwise;
 mod peak;
-mod softmax;
+pub(crate) mod softmax;
 #[cfg(target_arch = "x86_64")]
 pub use depthwise::{depthwise_row_avx2, depthwise_row_avx512};
 pub use depthwise::{depthwise_row_reference, DepthwiseRowFn};

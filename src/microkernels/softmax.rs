@@ -66,6 +66,23 @@ pub unsafe extern "C" fn softmax_row_reference(x: *const f32, out: *mut f32, len
     }
 }
 
+/// Coefficients of `(e^r − 1 − r)/r²`, highest degree first: the exponential's
+/// polynomial, shared with the JIT's own expansion (`codegen/translate/math.rs`).
+pub(crate) const POLY: [f32; 6] = [
+    1.987_569_1e-4,
+    1.398_199_9e-3,
+    8.333_452e-3,
+    4.166_579_6e-2,
+    1.666_666_5e-1,
+    0.5,
+];
+/// `1.5·2²³`: added to `x·log₂e`, it rounds to an integer in the low mantissa bits.
+pub(crate) const MAGIC: f32 = 12_582_912.0;
+/// The two parts of `−ln 2` for Cody–Waite reduction.
+pub(crate) const LN2_HI: f32 = -0.693_359_4;
+/// See [`LN2_HI`].
+pub(crate) const LN2_LO: f32 = 2.121_944_4e-4;
+
 #[cfg(target_arch = "x86_64")]
 pub use x86::{softmax_row_avx2, softmax_row_avx512};
 
@@ -73,20 +90,7 @@ pub use x86::{softmax_row_avx2, softmax_row_avx512};
 mod x86 {
     use std::arch::x86_64::*;
 
-    /// Coefficients of `(e^r − 1 − r)/r²` (the JIT's, highest degree first).
-    const POLY: [f32; 6] = [
-        1.987_569_1e-4,
-        1.398_199_9e-3,
-        8.333_452e-3,
-        4.166_579_6e-2,
-        1.666_666_5e-1,
-        0.5,
-    ];
-    /// `1.5·2²³`: added to `x·log₂e`, it rounds to an integer in the low mantissa bits.
-    const MAGIC: f32 = 12_582_912.0;
-    /// The two parts of `−ln 2` for Cody–Waite reduction.
-    const LN2_HI: f32 = -0.693_359_4;
-    const LN2_LO: f32 = 2.121_944_4e-4;
+    use super::{LN2_HI, LN2_LO, MAGIC, POLY};
 
     /// `e^x` on 16 lanes (see the module docs); `x ≤ 0` here, so no overflow select.
     #[target_feature(enable = "avx512f")]

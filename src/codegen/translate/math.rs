@@ -101,23 +101,17 @@ impl Gen<'_, '_> {
         let x = self.binary(BinOp::Max, x, lo);
         let x = self.binary(BinOp::Min, x, hi);
         // t = x·log2(e) + 1.5·2^23 rounds n = round(x·log2 e) into t's low mantissa bits.
-        let magic = self.constant(12_582_912.0, ty);
+        // the constants the native softmax routines share (`microkernels::softmax`)
+        use crate::microkernels::softmax::{LN2_HI, LN2_LO, MAGIC, POLY};
+        let magic = self.constant(MAGIC, ty);
         let log2e = self.constant(std::f32::consts::LOG2_E, ty);
         let t = self.fma(x, log2e, magic);
         let n = self.fb.ins().fsub(t, magic);
-        let c1 = self.constant(-0.693_359_4, ty);
-        let c2 = self.constant(2.121_944_4e-4, ty);
+        let c1 = self.constant(LN2_HI, ty);
+        let c2 = self.constant(LN2_LO, ty);
         let r = self.fma(n, c1, x);
         let r = self.fma(n, c2, r);
-        let coeffs = [
-            1.987_569_1e-4,
-            1.398_199_9e-3,
-            8.333_452e-3,
-            4.166_579_6e-2,
-            1.666_666_5e-1,
-            0.5,
-        ];
-        let p = self.polynomial(&coeffs, r);
+        let p = self.polynomial(&POLY, r);
         let r2 = self.fb.ins().fmul(r, r);
         let one = self.constant(1.0, ty);
         let r1 = self.fb.ins().fadd(r, one);
