@@ -322,6 +322,57 @@ fn every_post_op_kind_is_applied_in_registers() {
     }
 }
 
+/// A leading SiLU post-op on a micro-kernel tile runs natively with the bias, over full
+/// blocks (a partial block's tile in Cranelift code): every kernel choice against the
+/// interpreter, with the post-ops after it (a residual add), no bias, a partial block
+/// (24 channels: 16 + 8 on 16 lanes, one partial block on 32) and large magnitudes (the
+/// exponential's clamps); the lowering for a micro-kernel target calls the routine.
+#[test]
+fn a_leading_silu_runs_natively_on_micro_kernel_tiles() {
+    let silu = PostOp::Unary(UnaryOp::Silu);
+    let add = PostOp::Binary {
+        op: BinaryOp::Add,
+        acc_is_lhs: true,
+    };
+    let mut no_bias = ConvCase::new(8, 32, [6, 9], 3);
+    no_bias.bias = false;
+    let cases = [
+        ("silu", ConvCase::new(8, 32, [6, 9], 3), vec![silu]),
+        (
+            "silu add",
+            ConvCase::new(12, 32, [5, 7], 1),
+            vec![silu, add],
+        ),
+        ("silu, no bias", no_bias, vec![silu]),
+        (
+            "silu, 24 channels",
+            ConvCase::new(8, 24, [6, 9], 3),
+            vec![silu],
+        ),
+    ];
+    for (what, case, post) in cases {
+        let extra: Vec<Vec<usize>> = if post.len() > 1 {
+            vec![out_dims(&case)]
+        } else {
+            Vec::new()
+        };
+        let m = fused_conv_module(&case, &post, &extra);
+        for scale in [1.0f32, 40.0] {
+            let mut inputs = random_inputs(&m, 31);
+            for v in inputs[0].f32s_mut() {
+                *v *= scale;
+            }
+            check_against_interp(&format!("{what} ×{scale}"), &m, &inputs, 1e-5);
+        }
+        let opts = lower::LowerOptions {
+            micro: Some(smelt::microkernels::TileIsa::Avx2.target()),
+            ..Default::default()
+        };
+        let p = lower::lower_with(&m, &m.funcs[0], &opts).expect("lowers");
+        assert!(p.dump_loops().contains("call silu_rows"), "{what}");
+    }
+}
+
 /// A NaN in the residual reaches the output through add, relu, max, min and clip in the
 /// packed kernel's transposed (vector) epilogue and in its scalar tail, as in the
 /// interpreter.

@@ -29,11 +29,13 @@ mod translate;
 
 use translate::{
     build_function, conv_tile_signature, depthwise_row_signature, kernel_signature,
-    prefetch_rows_signature, softmax_row_signature, DEPTHWISE_ROUTINES_ID, PREFETCH_ROWS_ID,
-    SOFTMAX_ROUTINES_ID,
+    prefetch_rows_signature, silu_rows_signature, softmax_row_signature, DEPTHWISE_ROUTINES_ID,
+    PREFETCH_ROWS_ID, SILU_ROUTINES_ID, SOFTMAX_ROUTINES_ID,
 };
 
-use crate::microkernels::{self, TileIsa, DEPTHWISE_ROUTINES, ROUTINES, SOFTMAX_ROUTINES};
+use crate::microkernels::{
+    self, TileIsa, DEPTHWISE_ROUTINES, ROUTINES, SILU_ROUTINES, SOFTMAX_ROUTINES,
+};
 use crate::Error;
 pub use code_memory::CompiledKernels;
 
@@ -174,6 +176,9 @@ pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKern
     for (isa, symbol) in SOFTMAX_ROUTINES {
         builder.symbol(symbol, isa.softmax_entry());
     }
+    for (isa, symbol) in SILU_ROUTINES {
+        builder.symbol(symbol, isa.silu_entry());
+    }
     let prefetch_rows: microkernels::PrefetchRowsFn = microkernels::prefetch_rows;
     builder.symbol(
         microkernels::PREFETCH_ROWS_SYMBOL,
@@ -219,6 +224,9 @@ pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKern
     let softmax_sig = softmax_row_signature(isa.as_ref());
     let softmax = SOFTMAX_ROUTINES.map(|(_, symbol)| symbol);
     declare_in_order(&mut module, &softmax, &softmax_sig, SOFTMAX_ROUTINES_ID)?;
+    let silu_sig = silu_rows_signature(isa.as_ref());
+    let silu = SILU_ROUTINES.map(|(_, symbol)| symbol);
+    declare_in_order(&mut module, &silu, &silu_sig, SILU_ROUTINES_ID)?;
     let ids = kernels
         .iter()
         .enumerate()
@@ -407,6 +415,8 @@ enum Call {
     Depthwise(DepthwiseRow),
     /// The softmax-row routine.
     Softmax,
+    /// The SiLU-rows routine.
+    Silu,
 }
 
 impl Call {
@@ -416,6 +426,7 @@ impl Call {
             Call::Tile(_) => "conv-tile",
             Call::Depthwise(_) => "depthwise-row",
             Call::Softmax => "softmax-row",
+            Call::Silu => "silu-rows",
         }
     }
 }
@@ -429,6 +440,7 @@ fn calls_of(stmts: &[Stmt]) -> Vec<Call> {
                 Stmt::ConvTile { tile, .. } => found.push(Call::Tile(*tile)),
                 Stmt::DepthwiseRow { row, .. } => found.push(Call::Depthwise(*row)),
                 Stmt::SoftmaxRow { .. } => found.push(Call::Softmax),
+                Stmt::SiluRows { .. } => found.push(Call::Silu),
                 Stmt::Assign { .. } | Stmt::Store { .. } | Stmt::Prefetch { .. } => {}
             }
         }

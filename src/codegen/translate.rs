@@ -55,6 +55,22 @@ pub(super) fn depthwise_row_signature(isa: &dyn TargetIsa) -> cranelift_codegen:
 pub(super) const SOFTMAX_ROUTINES_ID: usize =
     DEPTHWISE_ROUTINES_ID + crate::microkernels::DEPTHWISE_ROUTINES.len();
 
+/// The module's function id of the first SiLU-rows routine: declared right after the
+/// softmax-row routines, in [`crate::microkernels::SILU_ROUTINES`] order.
+pub(super) const SILU_ROUTINES_ID: usize =
+    SOFTMAX_ROUTINES_ID + crate::microkernels::SOFTMAX_ROUTINES.len();
+
+/// `extern "C" fn(buf, bias: *f32, rows, lanes: i64)`: see `crate::microkernels`
+/// (silu.rs).
+pub(super) fn silu_rows_signature(isa: &dyn TargetIsa) -> cranelift_codegen::ir::Signature {
+    let mut sig = cranelift_codegen::ir::Signature::new(isa.default_call_conv());
+    sig.params.push(AbiParam::new(isa.pointer_type()));
+    sig.params.push(AbiParam::new(isa.pointer_type()));
+    sig.params.push(AbiParam::new(types::I64));
+    sig.params.push(AbiParam::new(types::I64));
+    sig
+}
+
 /// `extern "C" fn(x, out: *f32, len: i64)`: see `crate::microkernels` (softmax.rs).
 pub(super) fn softmax_row_signature(isa: &dyn TargetIsa) -> cranelift_codegen::ir::Signature {
     let mut sig = cranelift_codegen::ir::Signature::new(isa.default_call_conv());
@@ -192,8 +208,8 @@ pub(super) fn build_function(
                     e.insert(depthwise_row_record(&mut fb, ptr, &row));
                 }
             }
-            // its arguments are all registers
-            Call::Softmax => {}
+            // their arguments are all registers
+            Call::Softmax | Call::Silu => {}
         }
     }
     let vars: Vec<Variable> = kernel
@@ -219,6 +235,8 @@ pub(super) fn build_function(
         depthwise_sig: depthwise_row_signature(isa),
         softmax_routine: None,
         softmax_sig: softmax_row_signature(isa),
+        silu_routine: None,
+        silu_sig: silu_rows_signature(isa),
         tile_records,
         row_records,
         vars,
@@ -351,6 +369,9 @@ struct Gen<'f, 'k> {
     /// The same for the softmax-row routine.
     softmax_routine: Option<FuncRef>,
     softmax_sig: cranelift_codegen::ir::Signature,
+    /// The same for the SiLU-rows routine.
+    silu_routine: Option<FuncRef>,
+    silu_sig: cranelift_codegen::ir::Signature,
     /// The stack slot holding each call shape's record (written at entry).
     tile_records: HashMap<ConvTile, StackSlot>,
     /// The same for depthwise-row calls.
@@ -405,6 +426,12 @@ impl Gen<'_, '_> {
                 } => self.conv_tile([x, w, out], next.as_ref(), tile),
                 Stmt::DepthwiseRow { x, w, out, row } => self.depthwise_row([x, w, out], row),
                 Stmt::SoftmaxRow { x, out, len } => self.softmax_row([x, out], *len),
+                Stmt::SiluRows {
+                    buf,
+                    bias,
+                    rows,
+                    lanes,
+                } => self.silu_rows(buf, bias.as_ref(), [*rows, *lanes]),
                 Stmt::Prefetch {
                     at,
                     rows,
@@ -526,6 +553,37 @@ impl Gen<'_, '_> {
         let ptr = self.fb.func.dfg.value_type(args[0]);
         args.push(self.fb.ins().stack_addr(ptr, record, 0));
         self.fb.ins().call(callee, &args);
+    }
+
+    /// Calls the tile ISA's SiLU-rows routine (a null bias pointer when there is none).
+    fn silu_rows(&mut self, buf: &BufPtr, bias: Option<&BufPtr>, [rows, lanes]: [i64; 2]) {
+        let Some(isa) = self.tiles else {
+            unreachable!("check_calls proved a tile ISA for every silu call");
+        };
+        let callee = match self.silu_routine {
+            Some(f) => f,
+            None => {
+                let id = SILU_ROUTINES_ID + isa.depthwise_routine();
+                let f = self.import(id, self.silu_sig.clone());
+                self.silu_routine = Some(f);
+                f
+            }
+        };
+        let (addr, off) = self.address(self.slot(buf.buf), &buf.index);
+        let buf_ptr = self.fb.ins().iadd_imm_s(addr, i64::from(off));
+        let ptr = self.fb.func.dfg.value_type(buf_ptr);
+        let bias_ptr = match bias {
+            Some(b) => {
+                let (addr, off) = self.address(self.slot(b.buf), &b.index);
+                self.fb.ins().iadd_imm_s(addr, i64::from(off))
+            }
+            None => self.fb.ins().iconst(ptr, 0),
+        };
+        let rows = self.fb.ins().iconst(types::I64, rows);
+        let lanes = self.fb.ins().iconst(types::I64, lanes);
+        self.fb
+            .ins()
+            .call(callee, &[buf_ptr, bias_ptr, rows, lanes]);
     }
 
     /// Calls the tile ISA's softmax-row routine.
@@ -671,6 +729,11 @@ impl Gen<'_, '_> {
                     }
                     Stmt::SoftmaxRow { x, out: o, .. } => {
                         for p in [x, o] {
+                            out.push((p.buf, &p.index));
+                        }
+                    }
+                    Stmt::SiluRows { buf, bias, .. } => {
+                        for p in std::iter::once(buf).chain(bias) {
                             out.push((p.buf, &p.index));
                         }
                     }

@@ -97,11 +97,15 @@ use smelt_ir::loops::{TileRoutine, TileTarget};
 mod avx2;
 mod depthwise;
 mod peak;
+mod silu;
 pub(crate) mod softmax;
 #[cfg(target_arch = "x86_64")]
 pub use depthwise::{depthwise_row_avx2, depthwise_row_avx512};
 pub use depthwise::{depthwise_row_reference, DepthwiseRowFn};
 pub use peak::{fma_peak, FmaPeak};
+#[cfg(target_arch = "x86_64")]
+pub use silu::{silu_rows_avx2, silu_rows_avx512};
+pub use silu::{silu_rows_reference, SiluRowsFn};
 #[cfg(target_arch = "x86_64")]
 pub use softmax::{softmax_row_avx2, softmax_row_avx512};
 pub use softmax::{softmax_row_reference, SoftmaxRowFn};
@@ -249,7 +253,32 @@ pub const SOFTMAX_ROUTINES: [(TileIsa, &str); 2] = [
     (TileIsa::Avx512, "smelt_softmax_row_avx512"),
 ];
 
+/// The SiLU-rows routine of each ISA (the contract is in `silu.rs`), declared after
+/// [`SOFTMAX_ROUTINES`] in a JIT module, in this order.
+pub const SILU_ROUTINES: [(TileIsa, &str); 2] = [
+    (TileIsa::Avx2, "smelt_silu_rows_avx2"),
+    (TileIsa::Avx512, "smelt_silu_rows_avx512"),
+];
+
 impl TileIsa {
+    /// The address of the ISA's SiLU-rows routine, for the JIT to link its symbol to.
+    /// Call it (through [`SiluRowsFn`]) only if [`TileIsa::host_has`] says so; off x86-64
+    /// the routines do not exist and this is null.
+    pub fn silu_entry(self) -> *const u8 {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let f: SiluRowsFn = match self {
+                TileIsa::Avx2 => silu_rows_avx2,
+                TileIsa::Avx512 => silu_rows_avx512,
+            };
+            f as *const u8
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            std::ptr::null()
+        }
+    }
+
     /// The address of the ISA's softmax-row routine, for the JIT to link its symbol to.
     /// Call it (through [`SoftmaxRowFn`]) only if [`TileIsa::host_has`] says so; off
     /// x86-64 the routines do not exist and this is null.
@@ -268,8 +297,8 @@ impl TileIsa {
         }
     }
 
-    /// The index in [`DEPTHWISE_ROUTINES`] (and [`SOFTMAX_ROUTINES`]) of this ISA's
-    /// routine.
+    /// The index in [`DEPTHWISE_ROUTINES`] (and [`SOFTMAX_ROUTINES`], [`SILU_ROUTINES`])
+    /// of this ISA's routine.
     pub fn depthwise_routine(self) -> usize {
         match self {
             TileIsa::Avx2 => 0,

@@ -94,6 +94,16 @@ impl KernelBuilder {
         self.push(Stmt::SoftmaxRow { x, out, len });
     }
 
+    /// Calls the SiLU-rows routine (see [`Stmt::SiluRows`]).
+    pub fn silu_rows(&mut self, buf: BufPtr, bias: Option<BufPtr>, rows: i64, lanes: i64) {
+        self.push(Stmt::SiluRows {
+            buf,
+            bias,
+            rows,
+            lanes,
+        });
+    }
+
     /// A fresh register variable.
     pub fn var(&mut self, width: Width) -> VarId {
         self.kernel.vars.push(width);

@@ -196,6 +196,32 @@ impl CheckCx<'_> {
                         ));
                     }
                 }
+                Stmt::SiluRows {
+                    buf,
+                    bias,
+                    rows,
+                    lanes,
+                } => {
+                    if *rows < 0 || *lanes <= 0 || lanes % 16 != 0 {
+                        return Err(format!("silu rows call of {rows} rows of {lanes} lanes"));
+                    }
+                    let span = rows
+                        .checked_mul(*lanes)
+                        .ok_or_else(|| format!("silu rows call of {rows} rows of {lanes}"))?;
+                    self.element_type(buf.buf, Width::Scalar)?;
+                    if span > 0 && self.access(buf.buf, &buf.index, span)? != Access::Write {
+                        return Err(format!(
+                            "silu rows call writes read-only argument {}",
+                            buf.buf
+                        ));
+                    }
+                    if let Some(bias) = bias {
+                        self.element_type(bias.buf, Width::Scalar)?;
+                        if span > 0 {
+                            self.access(bias.buf, &bias.index, *lanes)?;
+                        }
+                    }
+                }
                 Stmt::SoftmaxRow { x, out, len } => {
                     if *len < 0 {
                         return Err(format!("softmax row call of {len} elements"));
@@ -660,6 +686,18 @@ mod tests {
                     row_stride: g.int(0, 12),
                     row_len: g.int(1, 12),
                 },
+                _ if g.chance(15) => Stmt::SiluRows {
+                    buf: BufPtr {
+                        buf: buffer(g, k),
+                        index: index(g, scope),
+                    },
+                    bias: g.chance(50).then(|| BufPtr {
+                        buf: buffer(g, k),
+                        index: index(g, scope),
+                    }),
+                    rows: g.int(0, 2),
+                    lanes: 16,
+                },
                 _ if g.chance(20) => Stmt::SoftmaxRow {
                     x: BufPtr {
                         buf: buffer(g, k),
@@ -799,6 +837,22 @@ mod tests {
                     let first = self.eval(&at.index) + i128::from(r * row_stride);
                     self.touch(at.buf, first, i128::from(*row_len), false)
                 }),
+                Stmt::SiluRows {
+                    buf,
+                    bias,
+                    rows,
+                    lanes,
+                } => {
+                    let n = i128::from(*rows) * i128::from(*lanes);
+                    *rows >= 0
+                        && *lanes > 0
+                        && lanes % 16 == 0
+                        && self.touch(buf.buf, self.eval(&buf.index), n, true)
+                        && bias.as_ref().is_none_or(|b| {
+                            n == 0
+                                || self.touch(b.buf, self.eval(&b.index), i128::from(*lanes), false)
+                        })
+                }
                 Stmt::SoftmaxRow { x, out, len } => {
                     let (xs, os) = (self.eval(&x.index), self.eval(&out.index));
                     let n = i128::from(*len);

@@ -319,6 +319,21 @@ pub enum Stmt {
         /// Elements of the row.
         len: i64,
     },
+    /// A call of the SiLU-rows routine (code generation links the host's routine, of the
+    /// ISA the conv tiles use), in place: `buf[p·lanes + l] = silu(buf[p·lanes + l] +
+    /// bias[l])` for `p < rows`, `l < lanes` (no bias: 0), `silu(v) = v / (1 + e^−v)`;
+    /// `lanes` a positive multiple of 16. A conv tile's sums get their bias and a
+    /// leading SiLU post-op on full-width vectors before the Cranelift epilogue.
+    SiluRows {
+        /// The rows, read and written.
+        buf: BufPtr,
+        /// The bias, one per lane.
+        bias: Option<BufPtr>,
+        /// Rows.
+        rows: i64,
+        /// Elements per row.
+        lanes: i64,
+    },
     /// A hint that `rows` runs of `row_len` elements, `row_stride` apart from `at`, will
     /// be read soon: a native helper issues one cache-line prefetch per line (Cranelift
     /// has no prefetch instruction). Prefetches change no value and never fault; the
@@ -416,6 +431,7 @@ impl Kernel {
                 Stmt::ConvTile { .. }
                 | Stmt::DepthwiseRow { .. }
                 | Stmt::SoftmaxRow { .. }
+                | Stmt::SiluRows { .. }
                 | Stmt::Prefetch { .. } => false,
             })
         }
@@ -494,6 +510,10 @@ impl Kernel {
                     Stmt::DepthwiseRow { row, .. } => row.flops(),
                     // a max, a subtraction, an exponential (counted one), a sum and a product
                     Stmt::SoftmaxRow { len, .. } => 5 * (*len).max(0) as u64,
+                    // an add, a negation, an exponential, an add, a division, a product
+                    Stmt::SiluRows { rows, lanes, .. } => {
+                        6 * ((*rows).max(0) * (*lanes).max(0)) as u64
+                    }
                     Stmt::Prefetch { .. } => 0,
                 })
                 .sum()

@@ -147,6 +147,20 @@ fn print_block(out: &mut String, stmts: &[Stmt], depth: usize) {
                     "{pad}call depthwise_row(x: {x}, w: {w}, out: {o}; {row})"
                 );
             }
+            Stmt::SiluRows {
+                buf,
+                bias,
+                rows,
+                lanes,
+            } => {
+                let bias = bias
+                    .as_ref()
+                    .map_or(String::new(), |b| format!(", bias: {b}"));
+                let _ = writeln!(
+                    out,
+                    "{pad}call silu_rows(buf: {buf}{bias}; rows={rows}, lanes={lanes})"
+                );
+            }
             Stmt::SoftmaxRow { x, out: o, len } => {
                 let _ = writeln!(out, "{pad}call softmax_row(x: {x}, out: {o}; len={len})");
             }

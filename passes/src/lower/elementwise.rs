@@ -563,6 +563,19 @@ impl Epilogue {
         self.operands.iter().map(|o| o.0).collect()
     }
 
+    /// The epilogue past a leading SiLU post-op, when it starts with one (a caller that
+    /// applies that SiLU itself, as a conv tile's native SiLU rows do), with the same
+    /// kernel arguments.
+    pub(crate) fn after_leading_silu(&self) -> Option<Epilogue> {
+        match self.post.first() {
+            Some(PostOp::Unary(UnaryOp::Silu)) => Some(Epilogue {
+                post: self.post[1..].to_vec(),
+                ..self.clone()
+            }),
+            _ => None,
+        }
+    }
+
     /// Prefetches what the post-ops will read for `rows` consecutive indices along result
     /// dimension `axis` × `len` along the last, from logical index `idx`: the runs of
     /// each extra operand that walks the last dimension contiguously (a residual).

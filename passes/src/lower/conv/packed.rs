@@ -1012,6 +1012,28 @@ impl PackedConv {
         if self.lane_blocked_output {
             return;
         }
+        // A leading SiLU post-op runs with the bias on the routine's full-width vectors,
+        // natively, over the whole tile (a partial block's padded lanes have no bias to
+        // read: Cranelift code then); the rest of the epilogue as usual.
+        let native_silu = (channels == lanes as usize)
+            .then(|| epi.after_leading_silu())
+            .flatten();
+        let (epi, bias) = match native_silu {
+            Some(rest) => {
+                let bias = bufs.bias.map(|buf| BufPtr {
+                    buf,
+                    index: at.o0.clone(),
+                });
+                let sums_at = BufPtr {
+                    buf: sums,
+                    index: Affine::constant(0),
+                };
+                b.silu_rows(sums_at, bias, pixels as i64, lanes);
+                (rest, None)
+            }
+            None => (epi.clone(), bufs.bias),
+        };
+        let epi = &epi;
         let out_index = |o: &Affine, col: &Affine| {
             at.n.scale(g.o as i64 * out_plane)
                 .add(&o.scale(out_plane))
@@ -1022,7 +1044,7 @@ impl PackedConv {
         // their bias
         let sum = |b: &mut KernelBuilder, p: &Affine, v: &Affine| {
             let s = Expr::load(sums, p.scale(lanes).add(&v.scale(4)), w4);
-            match bufs.bias {
+            match bias {
                 Some(bias) => {
                     let bv = Expr::load(bias, at.o0.add(&v.scale(4)), w4);
                     b.let_(Expr::binary(BinOp::Add, s, bv), w4)
@@ -1050,10 +1072,7 @@ impl PackedConv {
         // last block) up to 3 more, whose bias is read per channel: a vector load would
         // run past the group's end
         let (full_vecs, rest) = ((channels / 4) as i64, channels % 4);
-        let bias_of = |o: &Affine| {
-            bufs.bias
-                .map(|bias| Expr::load(bias, o.clone(), Width::Scalar))
-        };
+        let bias_of = |o: &Affine| bias.map(|bias| Expr::load(bias, o.clone(), Width::Scalar));
         // a loop over pairs of channel vectors rather than `vecs` copies of the body: the
         // code stays small (Cranelift's time grows with it: ResNet-50 lower + codegen
         // 104 → 87 ms), and the loop costs a few instructions per pair. Channels outer,
