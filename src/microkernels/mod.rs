@@ -96,9 +96,10 @@ use smelt_ir::loops::{TileRoutine, TileTarget};
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 mod depthwise;
+pub(crate) mod exp;
 mod peak;
 mod silu;
-pub(crate) mod softmax;
+mod softmax;
 #[cfg(target_arch = "x86_64")]
 pub use depthwise::{depthwise_row_avx2, depthwise_row_avx512};
 pub use depthwise::{depthwise_row_reference, DepthwiseRowFn};

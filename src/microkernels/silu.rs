@@ -16,8 +16,8 @@
 //!
 //! reading and writing `buf[0..rows·lanes]` and reading `bias[0..lanes]` (when `bias`
 //! is not null) only. `lanes` must be a positive multiple of 16 and `rows ≥ 0`; any other
-//! record touches nothing. `e^x` is the JIT's expansion (`microkernels::softmax`'s
-//! constants) with its overflow rule: past ln(f32::MAX) it is `+∞`, so `silu(−∞)` is
+//! record touches nothing. `e^x` is the JIT's expansion (`microkernels::exp`) with its
+//! overflow rule: past ln(f32::MAX) it is `+∞`, so `silu(−∞)` is
 //! `−∞/∞` = NaN and `silu(+∞) = +∞`, as the interpreter computes them; NaN stays NaN.
 
 #![allow(unsafe_code)]
@@ -70,7 +70,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::counts;
-    use crate::microkernels::softmax::{LN2_HI, LN2_LO, MAGIC, POLY};
+    use crate::microkernels::exp::{exp256 as exp256_clamped, exp512 as exp512_clamped};
 
     /// Past this, `e^x` overflows f32: `+∞` (the JIT's rule).
     const OVERFLOW: f32 = 88.722_84;
@@ -78,29 +78,8 @@ mod x86 {
     /// `e^x` on 16 lanes, `+∞` past [`OVERFLOW`], NaN through.
     #[target_feature(enable = "avx512f")]
     fn exp512(input: __m512) -> __m512 {
-        let x = _mm512_min_ps(
-            _mm512_set1_ps(88.3),
-            _mm512_max_ps(_mm512_set1_ps(-87.3), input),
-        );
-        let magic = _mm512_set1_ps(MAGIC);
-        let t = _mm512_fmadd_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E), magic);
-        let n = _mm512_sub_ps(t, magic);
-        let r = _mm512_fmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
-        let r = _mm512_fmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
-        let mut p = _mm512_set1_ps(POLY[0]);
-        for &c in &POLY[1..] {
-            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
-        }
-        let y = _mm512_fmadd_ps(
-            p,
-            _mm512_mul_ps(r, r),
-            _mm512_add_ps(r, _mm512_set1_ps(1.0)),
-        );
-        let bias = _mm512_set1_epi32(127 - 0x4B40_0000);
-        let e = _mm512_slli_epi32::<23>(_mm512_add_epi32(_mm512_castps_si512(t), bias));
-        let y = _mm512_mul_ps(y, _mm512_castsi512_ps(e));
         let over = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(input, _mm512_set1_ps(OVERFLOW));
-        _mm512_mask_mov_ps(y, over, _mm512_set1_ps(f32::INFINITY))
+        _mm512_mask_mov_ps(exp512_clamped(input), over, _mm512_set1_ps(f32::INFINITY))
     }
 
     /// The AVX-512F routine.
@@ -142,29 +121,8 @@ mod x86 {
     /// `e^x` on 8 lanes, `+∞` past [`OVERFLOW`], NaN through.
     #[target_feature(enable = "avx2,fma")]
     fn exp256(input: __m256) -> __m256 {
-        let x = _mm256_min_ps(
-            _mm256_set1_ps(88.3),
-            _mm256_max_ps(_mm256_set1_ps(-87.3), input),
-        );
-        let magic = _mm256_set1_ps(MAGIC);
-        let t = _mm256_fmadd_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E), magic);
-        let n = _mm256_sub_ps(t, magic);
-        let r = _mm256_fmadd_ps(n, _mm256_set1_ps(LN2_HI), x);
-        let r = _mm256_fmadd_ps(n, _mm256_set1_ps(LN2_LO), r);
-        let mut p = _mm256_set1_ps(POLY[0]);
-        for &c in &POLY[1..] {
-            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
-        }
-        let y = _mm256_fmadd_ps(
-            p,
-            _mm256_mul_ps(r, r),
-            _mm256_add_ps(r, _mm256_set1_ps(1.0)),
-        );
-        let bias = _mm256_set1_epi32(127 - 0x4B40_0000);
-        let e = _mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_castps_si256(t), bias));
-        let y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
         let over = _mm256_cmp_ps::<_CMP_GT_OQ>(input, _mm256_set1_ps(OVERFLOW));
-        _mm256_blendv_ps(y, _mm256_set1_ps(f32::INFINITY), over)
+        _mm256_blendv_ps(exp256_clamped(input), _mm256_set1_ps(f32::INFINITY), over)
     }
 
     /// The AVX2 + FMA routine.

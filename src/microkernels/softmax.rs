@@ -66,23 +66,6 @@ pub unsafe extern "C" fn softmax_row_reference(x: *const f32, out: *mut f32, len
     }
 }
 
-/// Coefficients of `(e^r − 1 − r)/r²`, highest degree first: the exponential's
-/// polynomial, shared with the JIT's own expansion (`codegen/translate/math.rs`).
-pub(crate) const POLY: [f32; 6] = [
-    1.987_569_1e-4,
-    1.398_199_9e-3,
-    8.333_452e-3,
-    4.166_579_6e-2,
-    1.666_666_5e-1,
-    0.5,
-];
-/// `1.5·2²³`: added to `x·log₂e`, it rounds to an integer in the low mantissa bits.
-pub(crate) const MAGIC: f32 = 12_582_912.0;
-/// The two parts of `−ln 2` for Cody–Waite reduction.
-pub(crate) const LN2_HI: f32 = -0.693_359_4;
-/// See [`LN2_HI`].
-pub(crate) const LN2_LO: f32 = 2.121_944_4e-4;
-
 #[cfg(target_arch = "x86_64")]
 pub use x86::{softmax_row_avx2, softmax_row_avx512};
 
@@ -90,34 +73,14 @@ pub use x86::{softmax_row_avx2, softmax_row_avx512};
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{LN2_HI, LN2_LO, MAGIC, POLY};
+    use crate::microkernels::exp::{exp256 as exp256_clamped, exp512 as exp512_clamped, LOWEST};
 
-    /// `e^x` on 16 lanes (see the module docs); `x ≤ 0` here, so no overflow select.
+    /// `e^x` on 16 lanes, exactly 0 below the clamp (a masked score, `−∞`); NaN stays.
+    /// (`x ≤ 0` here, so there is no overflow rule.)
     #[target_feature(enable = "avx512f")]
     fn exp512(input: __m512) -> __m512 {
-        let lo = _mm512_set1_ps(-87.3);
-        // the bound first: `max`/`min` return their second operand when either is NaN,
-        // so a NaN goes through
-        let x = _mm512_min_ps(_mm512_set1_ps(88.3), _mm512_max_ps(lo, input));
-        let magic = _mm512_set1_ps(MAGIC);
-        let t = _mm512_fmadd_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E), magic);
-        let n = _mm512_sub_ps(t, magic);
-        let r = _mm512_fmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
-        let r = _mm512_fmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
-        let mut p = _mm512_set1_ps(POLY[0]);
-        for &c in &POLY[1..] {
-            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
-        }
-        let y = _mm512_fmadd_ps(
-            p,
-            _mm512_mul_ps(r, r),
-            _mm512_add_ps(r, _mm512_set1_ps(1.0)),
-        );
-        let bias = _mm512_set1_epi32(127 - 0x4B40_0000);
-        let e = _mm512_slli_epi32::<23>(_mm512_add_epi32(_mm512_castps_si512(t), bias));
-        let y = _mm512_mul_ps(y, _mm512_castsi512_ps(e));
-        // below the bound (a masked score, `−∞`) exactly 0; NaN stays
-        _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_NLT_UQ>(input, lo), y)
+        let below = _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(input, _mm512_set1_ps(LOWEST));
+        _mm512_maskz_mov_ps(below, exp512_clamped(input))
     }
 
     /// The AVX-512F routine.
@@ -186,31 +149,11 @@ mod x86 {
         }
     }
 
-    /// `e^x` on 8 lanes.
+    /// `e^x` on 8 lanes, exactly 0 below the clamp; NaN stays.
     #[target_feature(enable = "avx2,fma")]
     fn exp256(input: __m256) -> __m256 {
-        let lo = _mm256_set1_ps(-87.3);
-        // the bound first, so a NaN goes through (see `exp512`)
-        let x = _mm256_min_ps(_mm256_set1_ps(88.3), _mm256_max_ps(lo, input));
-        let magic = _mm256_set1_ps(MAGIC);
-        let t = _mm256_fmadd_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E), magic);
-        let n = _mm256_sub_ps(t, magic);
-        let r = _mm256_fmadd_ps(n, _mm256_set1_ps(LN2_HI), x);
-        let r = _mm256_fmadd_ps(n, _mm256_set1_ps(LN2_LO), r);
-        let mut p = _mm256_set1_ps(POLY[0]);
-        for &c in &POLY[1..] {
-            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
-        }
-        let y = _mm256_fmadd_ps(
-            p,
-            _mm256_mul_ps(r, r),
-            _mm256_add_ps(r, _mm256_set1_ps(1.0)),
-        );
-        let bias = _mm256_set1_epi32(127 - 0x4B40_0000);
-        let e = _mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_castps_si256(t), bias));
-        let y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-        // below the bound exactly 0; NaN stays
-        _mm256_and_ps(y, _mm256_cmp_ps::<_CMP_NLT_UQ>(input, lo))
+        let keep = _mm256_cmp_ps::<_CMP_NLT_UQ>(input, _mm256_set1_ps(LOWEST));
+        _mm256_and_ps(exp256_clamped(input), keep)
     }
 
     /// Horizontal sum of 8 lanes.

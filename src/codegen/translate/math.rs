@@ -89,20 +89,20 @@ impl Gen<'_, '_> {
     /// e^x: clamp to the normal range, x = n·ln2 + r (Cody–Waite split of ln2), e^r by the
     /// Cephes degree-6 polynomial, 2^n built in the exponent bits. Relative error ≈ 2e-7.
     pub(super) fn exp(&mut self, x: ClifValue) -> ClifValue {
+        // the constants the native routines share (`microkernels::exp`)
+        use crate::microkernels::exp::{HIGHEST, LN2_HI, LN2_LO, LOWEST, MAGIC, POLY};
         let ty = self.fb.func.dfg.value_type(x);
         let (ity, vector) = if ty.is_vector() {
             (types::I32X4, true)
         } else {
             (types::I32, false)
         };
-        let lo = self.constant(-87.3, ty);
-        let hi = self.constant(88.3, ty);
+        let lo = self.constant(LOWEST, ty);
+        let hi = self.constant(HIGHEST, ty);
         let input = x;
         let x = self.binary(BinOp::Max, x, lo);
         let x = self.binary(BinOp::Min, x, hi);
         // t = x·log2(e) + 1.5·2^23 rounds n = round(x·log2 e) into t's low mantissa bits.
-        // the constants the native softmax routines share (`microkernels::softmax`)
-        use crate::microkernels::softmax::{LN2_HI, LN2_LO, MAGIC, POLY};
         let magic = self.constant(MAGIC, ty);
         let log2e = self.constant(std::f32::consts::LOG2_E, ty);
         let t = self.fma(x, log2e, magic);
