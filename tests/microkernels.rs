@@ -650,3 +650,25 @@ fn routine_speed_probe() {
         flops / best / 1e9
     );
 }
+
+/// Each row routine sits at its `RowRoutine::index` in `ROW_ROUTINES` (code generation
+/// names it by that index), every kind has one per ISA, and on x86-64 each has an entry.
+#[test]
+fn row_routines_are_where_their_index_says() {
+    use smelt::microkernels::{RowRoutine, TileIsa, ROW_ROUTINES};
+    for kind in RowRoutine::ALL {
+        for isa in TileIsa::ALL {
+            let (k, i, symbol) = ROW_ROUTINES[kind.index(isa)];
+            assert_eq!((k, i), (kind, isa), "{symbol}");
+            assert_eq!(
+                kind.entry(isa).is_null(),
+                !cfg!(target_arch = "x86_64"),
+                "{symbol}"
+            );
+        }
+    }
+    assert_eq!(
+        ROW_ROUTINES.len(),
+        RowRoutine::ALL.len() * TileIsa::ALL.len()
+    );
+}

@@ -28,14 +28,11 @@ mod code_memory;
 mod translate;
 
 use translate::{
-    build_function, conv_tile_signature, depthwise_row_signature, kernel_signature,
-    prefetch_rows_signature, silu_rows_signature, softmax_row_signature, DEPTHWISE_ROUTINES_ID,
-    PREFETCH_ROWS_ID, SILU_ROUTINES_ID, SOFTMAX_ROUTINES_ID,
+    build_function, conv_tile_signature, kernel_signature, prefetch_rows_signature,
+    row_routine_signature, PREFETCH_ROWS_ID, ROW_ROUTINES_ID,
 };
 
-use crate::microkernels::{
-    self, TileIsa, DEPTHWISE_ROUTINES, ROUTINES, SILU_ROUTINES, SOFTMAX_ROUTINES,
-};
+use crate::microkernels::{self, RowRoutine, TileIsa, ROUTINES, ROW_ROUTINES};
 use crate::Error;
 pub use code_memory::CompiledKernels;
 
@@ -170,14 +167,8 @@ pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKern
     for r in &ROUTINES {
         builder.symbol(r.symbol, r.entry());
     }
-    for (isa, symbol) in DEPTHWISE_ROUTINES {
-        builder.symbol(symbol, isa.depthwise_entry());
-    }
-    for (isa, symbol) in SOFTMAX_ROUTINES {
-        builder.symbol(symbol, isa.softmax_entry());
-    }
-    for (isa, symbol) in SILU_ROUTINES {
-        builder.symbol(symbol, isa.silu_entry());
+    for (kind, isa, symbol) in ROW_ROUTINES {
+        builder.symbol(symbol, kind.entry(isa));
     }
     let prefetch_rows: microkernels::PrefetchRowsFn = microkernels::prefetch_rows;
     builder.symbol(
@@ -213,20 +204,19 @@ pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKern
             id.as_u32()
         )));
     }
-    let depthwise_sig = depthwise_row_signature(isa.as_ref());
-    let depthwise = DEPTHWISE_ROUTINES.map(|(_, symbol)| symbol);
-    declare_in_order(
-        &mut module,
-        &depthwise,
-        &depthwise_sig,
-        DEPTHWISE_ROUTINES_ID,
-    )?;
-    let softmax_sig = softmax_row_signature(isa.as_ref());
-    let softmax = SOFTMAX_ROUTINES.map(|(_, symbol)| symbol);
-    declare_in_order(&mut module, &softmax, &softmax_sig, SOFTMAX_ROUTINES_ID)?;
-    let silu_sig = silu_rows_signature(isa.as_ref());
-    let silu = SILU_ROUTINES.map(|(_, symbol)| symbol);
-    declare_in_order(&mut module, &silu, &silu_sig, SILU_ROUTINES_ID)?;
+    for (i, (kind, _, symbol)) in ROW_ROUTINES.into_iter().enumerate() {
+        let sig = row_routine_signature(kind, isa.as_ref());
+        let id = module
+            .declare_function(symbol, Linkage::Import, &sig)
+            .map_err(|e| Error::Unsupported(format!("declaring {symbol}: {e}")))?;
+        if id.as_u32() as usize != ROW_ROUTINES_ID + i {
+            return Err(Error::Unsupported(format!(
+                "{symbol} was declared as function {}, not {}",
+                id.as_u32(),
+                ROW_ROUTINES_ID + i
+            )));
+        }
+    }
     let ids = kernels
         .iter()
         .enumerate()
@@ -355,29 +345,6 @@ fn machine_code(
     })
 }
 
-/// Declares imported `symbols` of one signature so that their function ids are `first`,
-/// `first + 1`, … (code generation names them by id).
-fn declare_in_order(
-    module: &mut JITModule,
-    symbols: &[&str],
-    signature: &cranelift_codegen::ir::Signature,
-    first: usize,
-) -> Result<(), Error> {
-    for (i, symbol) in symbols.iter().enumerate() {
-        let id = module
-            .declare_function(symbol, Linkage::Import, signature)
-            .map_err(|e| Error::Unsupported(format!("declaring {symbol}: {e}")))?;
-        if id.as_u32() as usize != first + i {
-            return Err(Error::Unsupported(format!(
-                "{symbol} was declared as function {}, not {}",
-                id.as_u32(),
-                first + i
-            )));
-        }
-    }
-    Ok(())
-}
-
 fn codegen_error(k: &Kernel, e: impl std::fmt::Display) -> Error {
     Error::Unsupported(format!("code generation of kernel {} failed: {e}", k.name))
 }
@@ -411,12 +378,8 @@ fn check_calls(k: &Kernel, target: &TargetDesc) -> Result<(), Error> {
 enum Call {
     /// A conv-tile routine.
     Tile(ConvTile),
-    /// The depthwise-row routine.
-    Depthwise(DepthwiseRow),
-    /// The softmax-row routine.
-    Softmax,
-    /// The SiLU-rows routine.
-    Silu,
+    /// A row routine, with its record when it takes one (the depthwise row's shape).
+    Row(RowRoutine, Option<DepthwiseRow>),
 }
 
 impl Call {
@@ -424,9 +387,7 @@ impl Call {
     fn kind(&self) -> &'static str {
         match self {
             Call::Tile(_) => "conv-tile",
-            Call::Depthwise(_) => "depthwise-row",
-            Call::Softmax => "softmax-row",
-            Call::Silu => "silu-rows",
+            Call::Row(kind, _) => kind.name(),
         }
     }
 }
@@ -438,9 +399,11 @@ fn calls_of(stmts: &[Stmt]) -> Vec<Call> {
             match s {
                 Stmt::Loop { body, .. } => walk(body, found),
                 Stmt::ConvTile { tile, .. } => found.push(Call::Tile(*tile)),
-                Stmt::DepthwiseRow { row, .. } => found.push(Call::Depthwise(*row)),
-                Stmt::SoftmaxRow { .. } => found.push(Call::Softmax),
-                Stmt::SiluRows { .. } => found.push(Call::Silu),
+                Stmt::DepthwiseRow { row, .. } => {
+                    found.push(Call::Row(RowRoutine::Depthwise, Some(*row)))
+                }
+                Stmt::SoftmaxRow { .. } => found.push(Call::Row(RowRoutine::Softmax, None)),
+                Stmt::SiluRows { .. } => found.push(Call::Row(RowRoutine::Silu, None)),
                 Stmt::Assign { .. } | Stmt::Store { .. } | Stmt::Prefetch { .. } => {}
             }
         }

@@ -19,7 +19,7 @@ use smelt_ir::loops::{
 };
 
 use super::{calls_of, Call, TargetDesc};
-use crate::microkernels::{TileIsa, ROUTINES};
+use crate::microkernels::{RowRoutine, TileIsa, ROUTINES, ROW_ROUTINES};
 
 mod math;
 
@@ -36,47 +36,29 @@ pub(super) fn conv_tile_signature(isa: &dyn TargetIsa) -> cranelift_codegen::ir:
 /// The module's function id of the prefetch helper: declared right after the routines.
 pub(super) const PREFETCH_ROWS_ID: usize = ROUTINES.len();
 
-/// The module's function id of the first depthwise-row routine: declared right after the
-/// prefetch helper, in [`crate::microkernels::DEPTHWISE_ROUTINES`] order.
-pub(super) const DEPTHWISE_ROUTINES_ID: usize = PREFETCH_ROWS_ID + 1;
+/// The module's function id of the first row routine: the row routines are declared
+/// right after the prefetch helper, in [`crate::microkernels::ROW_ROUTINES`] order.
+pub(super) const ROW_ROUTINES_ID: usize = PREFETCH_ROWS_ID + 1;
 
-/// `extern "C" fn(x, w, out: *f32, shape: *const DepthwiseRow)`: see
-/// `crate::microkernels` (depthwise.rs).
-pub(super) fn depthwise_row_signature(isa: &dyn TargetIsa) -> cranelift_codegen::ir::Signature {
+/// The C signature of a row routine (see `crate::microkernels`, the routine's file):
+/// depthwise `(x, w, out, shape: *const DepthwiseRow)`, softmax `(x, out, len)`, SiLU
+/// `(buf, bias, rows, lanes)`.
+pub(super) fn row_routine_signature(
+    kind: RowRoutine,
+    isa: &dyn TargetIsa,
+) -> cranelift_codegen::ir::Signature {
     let mut sig = cranelift_codegen::ir::Signature::new(isa.default_call_conv());
-    for _ in 0..4 {
+    let (pointers, counts) = match kind {
+        RowRoutine::Depthwise => (4, 0),
+        RowRoutine::Softmax => (2, 1),
+        RowRoutine::Silu => (2, 2),
+    };
+    for _ in 0..pointers {
         sig.params.push(AbiParam::new(isa.pointer_type()));
     }
-    sig
-}
-
-/// The module's function id of the first softmax-row routine: declared right after the
-/// depthwise-row routines, in [`crate::microkernels::SOFTMAX_ROUTINES`] order.
-pub(super) const SOFTMAX_ROUTINES_ID: usize =
-    DEPTHWISE_ROUTINES_ID + crate::microkernels::DEPTHWISE_ROUTINES.len();
-
-/// The module's function id of the first SiLU-rows routine: declared right after the
-/// softmax-row routines, in [`crate::microkernels::SILU_ROUTINES`] order.
-pub(super) const SILU_ROUTINES_ID: usize =
-    SOFTMAX_ROUTINES_ID + crate::microkernels::SOFTMAX_ROUTINES.len();
-
-/// `extern "C" fn(buf, bias: *f32, rows, lanes: i64)`: see `crate::microkernels`
-/// (silu.rs).
-pub(super) fn silu_rows_signature(isa: &dyn TargetIsa) -> cranelift_codegen::ir::Signature {
-    let mut sig = cranelift_codegen::ir::Signature::new(isa.default_call_conv());
-    sig.params.push(AbiParam::new(isa.pointer_type()));
-    sig.params.push(AbiParam::new(isa.pointer_type()));
-    sig.params.push(AbiParam::new(types::I64));
-    sig.params.push(AbiParam::new(types::I64));
-    sig
-}
-
-/// `extern "C" fn(x, out: *f32, len: i64)`: see `crate::microkernels` (softmax.rs).
-pub(super) fn softmax_row_signature(isa: &dyn TargetIsa) -> cranelift_codegen::ir::Signature {
-    let mut sig = cranelift_codegen::ir::Signature::new(isa.default_call_conv());
-    sig.params.push(AbiParam::new(isa.pointer_type()));
-    sig.params.push(AbiParam::new(isa.pointer_type()));
-    sig.params.push(AbiParam::new(types::I64));
+    for _ in 0..counts {
+        sig.params.push(AbiParam::new(types::I64));
+    }
     sig
 }
 
@@ -203,13 +185,13 @@ pub(super) fn build_function(
                     e.insert(conv_tile_record(&mut fb, ptr, &tile));
                 }
             }
-            Call::Depthwise(row) => {
+            Call::Row(_, Some(row)) => {
                 if let std::collections::hash_map::Entry::Vacant(e) = row_records.entry(row) {
                     e.insert(depthwise_row_record(&mut fb, ptr, &row));
                 }
             }
-            // their arguments are all registers
-            Call::Softmax | Call::Silu => {}
+            // the other row routines' arguments are all registers
+            Call::Row(_, None) => {}
         }
     }
     let vars: Vec<Variable> = kernel
@@ -231,12 +213,8 @@ pub(super) fn build_function(
         routine_sig: conv_tile_signature(isa),
         prefetch_rows: None,
         prefetch_sig: prefetch_rows_signature(isa),
-        depthwise_routine: None,
-        depthwise_sig: depthwise_row_signature(isa),
-        softmax_routine: None,
-        softmax_sig: softmax_row_signature(isa),
-        silu_routine: None,
-        silu_sig: silu_rows_signature(isa),
+        row_routines: [None; ROW_ROUTINES.len()],
+        row_sigs: RowRoutine::ALL.map(|kind| (kind, row_routine_signature(kind, isa))),
         tile_records,
         row_records,
         vars,
@@ -362,16 +340,10 @@ struct Gen<'f, 'k> {
     /// The prefetch helper, imported at its first call, and its signature.
     prefetch_rows: Option<FuncRef>,
     prefetch_sig: cranelift_codegen::ir::Signature,
-    /// The depthwise-row routine of the tile ISA, imported at its first call, and its
-    /// signature.
-    depthwise_routine: Option<FuncRef>,
-    depthwise_sig: cranelift_codegen::ir::Signature,
-    /// The same for the softmax-row routine.
-    softmax_routine: Option<FuncRef>,
-    softmax_sig: cranelift_codegen::ir::Signature,
-    /// The same for the SiLU-rows routine.
-    silu_routine: Option<FuncRef>,
-    silu_sig: cranelift_codegen::ir::Signature,
+    /// The function reference of each row routine the kernel calls, by its index in
+    /// [`ROW_ROUTINES`], imported at its first call, and each kind's signature.
+    row_routines: [Option<FuncRef>; ROW_ROUTINES.len()],
+    row_sigs: [(RowRoutine, cranelift_codegen::ir::Signature); 3],
     /// The stack slot holding each call shape's record (written at entry).
     tile_records: HashMap<ConvTile, StackSlot>,
     /// The same for depthwise-row calls.
@@ -424,14 +396,38 @@ impl Gen<'_, '_> {
                     next,
                     tile,
                 } => self.conv_tile([x, w, out], next.as_ref(), tile),
-                Stmt::DepthwiseRow { x, w, out, row } => self.depthwise_row([x, w, out], row),
-                Stmt::SoftmaxRow { x, out, len } => self.softmax_row([x, out], *len),
+                Stmt::DepthwiseRow { x, w, out, row } => {
+                    let mut args = [x, w, out].map(|p| self.call_pointer(p)).to_vec();
+                    // every call's shape was written at entry (`calls_of` walks this body)
+                    let Some(&record) = self.row_records.get(row) else {
+                        unreachable!("depthwise row {row} has no record");
+                    };
+                    let ptr = self.fb.func.dfg.value_type(args[0]);
+                    args.push(self.fb.ins().stack_addr(ptr, record, 0));
+                    self.call_row(RowRoutine::Depthwise, &args);
+                }
+                Stmt::SoftmaxRow { x, out, len } => {
+                    let mut args = [x, out].map(|p| self.call_pointer(p)).to_vec();
+                    args.push(self.fb.ins().iconst(types::I64, *len));
+                    self.call_row(RowRoutine::Softmax, &args);
+                }
                 Stmt::SiluRows {
                     buf,
                     bias,
                     rows,
                     lanes,
-                } => self.silu_rows(buf, bias.as_ref(), [*rows, *lanes]),
+                } => {
+                    let buf = self.call_pointer(buf);
+                    let bias = match bias {
+                        Some(b) => self.call_pointer(b),
+                        None => {
+                            let ptr = self.fb.func.dfg.value_type(buf);
+                            self.fb.ins().iconst(ptr, 0)
+                        }
+                    };
+                    let counts = [*rows, *lanes].map(|v| self.fb.ins().iconst(types::I64, v));
+                    self.call_row(RowRoutine::Silu, &[buf, bias, counts[0], counts[1]]);
+                }
                 Stmt::Prefetch {
                     at,
                     rows,
@@ -499,11 +495,7 @@ impl Gen<'_, '_> {
                 f
             }
         };
-        let mut args = Vec::with_capacity(4);
-        for p in ptrs {
-            let (addr, off) = self.address(self.slot(p.buf), &p.index);
-            args.push(self.fb.ins().iadd_imm_s(addr, i64::from(off)));
-        }
+        let mut args = ptrs.map(|p| self.call_pointer(p)).to_vec();
         // every call's shape was written at entry (`calls_of` walks the same body)
         let Some(&record) = self.tile_records.get(t) else {
             unreachable!("conv tile {t} has no record");
@@ -527,86 +519,34 @@ impl Gen<'_, '_> {
         self.fb.ins().call(callee, &args);
     }
 
-    /// Calls the tile ISA's depthwise-row routine (arguments in
-    /// `depthwise_row_signature` order).
-    fn depthwise_row(&mut self, ptrs: [&BufPtr; 3], row: &DepthwiseRow) {
-        let Some(isa) = self.tiles else {
-            unreachable!("check_calls proved a tile ISA for every depthwise call");
-        };
-        let callee = match self.depthwise_routine {
-            Some(f) => f,
-            None => {
-                let id = DEPTHWISE_ROUTINES_ID + isa.depthwise_routine();
-                let f = self.import(id, self.depthwise_sig.clone());
-                self.depthwise_routine = Some(f);
-                f
-            }
-        };
-        let mut args = Vec::with_capacity(4);
-        for p in ptrs {
-            let (addr, off) = self.address(self.slot(p.buf), &p.index);
-            args.push(self.fb.ins().iadd_imm_s(addr, i64::from(off)));
-        }
-        let Some(&record) = self.row_records.get(row) else {
-            unreachable!("depthwise row {row} has no record");
-        };
-        let ptr = self.fb.func.dfg.value_type(args[0]);
-        args.push(self.fb.ins().stack_addr(ptr, record, 0));
-        self.fb.ins().call(callee, &args);
+    /// The address `p` names, as a pointer value (a native routine's argument).
+    fn call_pointer(&mut self, p: &BufPtr) -> ClifValue {
+        let (addr, off) = self.address(self.slot(p.buf), &p.index);
+        self.fb.ins().iadd_imm_s(addr, i64::from(off))
     }
 
-    /// Calls the tile ISA's SiLU-rows routine (a null bias pointer when there is none).
-    fn silu_rows(&mut self, buf: &BufPtr, bias: Option<&BufPtr>, [rows, lanes]: [i64; 2]) {
+    /// Calls the tile ISA's `kind` row routine with `args` (in its signature's order),
+    /// importing it at its first call.
+    fn call_row(&mut self, kind: RowRoutine, args: &[ClifValue]) {
         let Some(isa) = self.tiles else {
-            unreachable!("check_calls proved a tile ISA for every silu call");
+            unreachable!(
+                "check_calls proved a tile ISA for every {} call",
+                kind.name()
+            );
         };
-        let callee = match self.silu_routine {
+        let i = kind.index(isa);
+        let callee = match self.row_routines[i] {
             Some(f) => f,
             None => {
-                let id = SILU_ROUTINES_ID + isa.depthwise_routine();
-                let f = self.import(id, self.silu_sig.clone());
-                self.silu_routine = Some(f);
+                let Some((_, sig)) = self.row_sigs.iter().find(|(k, _)| *k == kind) else {
+                    unreachable!("every row routine kind has a signature");
+                };
+                let f = self.import(ROW_ROUTINES_ID + i, sig.clone());
+                self.row_routines[i] = Some(f);
                 f
             }
         };
-        let (addr, off) = self.address(self.slot(buf.buf), &buf.index);
-        let buf_ptr = self.fb.ins().iadd_imm_s(addr, i64::from(off));
-        let ptr = self.fb.func.dfg.value_type(buf_ptr);
-        let bias_ptr = match bias {
-            Some(b) => {
-                let (addr, off) = self.address(self.slot(b.buf), &b.index);
-                self.fb.ins().iadd_imm_s(addr, i64::from(off))
-            }
-            None => self.fb.ins().iconst(ptr, 0),
-        };
-        let rows = self.fb.ins().iconst(types::I64, rows);
-        let lanes = self.fb.ins().iconst(types::I64, lanes);
-        self.fb
-            .ins()
-            .call(callee, &[buf_ptr, bias_ptr, rows, lanes]);
-    }
-
-    /// Calls the tile ISA's softmax-row routine.
-    fn softmax_row(&mut self, ptrs: [&BufPtr; 2], len: i64) {
-        let Some(isa) = self.tiles else {
-            unreachable!("check_calls proved a tile ISA for every softmax call");
-        };
-        let callee = match self.softmax_routine {
-            Some(f) => f,
-            None => {
-                let id = SOFTMAX_ROUTINES_ID + isa.depthwise_routine();
-                let f = self.import(id, self.softmax_sig.clone());
-                self.softmax_routine = Some(f);
-                f
-            }
-        };
-        let mut args = Vec::with_capacity(3);
-        for p in ptrs {
-            let (addr, off) = self.address(self.slot(p.buf), &p.index);
-            args.push(self.fb.ins().iadd_imm_s(addr, i64::from(off)));
-        }
-        args.push(self.fb.ins().iconst(types::I64, len));
-        self.fb.ins().call(callee, &args);
+        self.fb.ins().call(callee, args);
     }
 
     /// Imports the module's function `id` (a native helper) with `signature`.
@@ -637,8 +577,7 @@ impl Gen<'_, '_> {
                 f
             }
         };
-        let (addr, off) = self.address(self.slot(at.buf), &at.index);
-        let addr = self.fb.ins().iadd_imm_s(addr, i64::from(off));
+        let addr = self.call_pointer(at);
         let counts = [rows, row_stride, row_len].map(|v| self.fb.ins().iconst(types::I64, v));
         self.fb
             .ins()

@@ -240,87 +240,89 @@ impl TileIsa {
     }
 }
 
-/// The depthwise-row routine of each ISA (the contract is in `depthwise.rs`), declared
-/// after [`ROUTINES`] and the prefetch helper in a JIT module, in this order.
-pub const DEPTHWISE_ROUTINES: [(TileIsa, &str); 2] = [
-    (TileIsa::Avx2, "smelt_depthwise_row_avx2"),
-    (TileIsa::Avx512, "smelt_depthwise_row_avx512"),
+/// A native routine of a contract other than the conv tile's, called by one loop-IR
+/// statement each (`Stmt::DepthwiseRow`, `Stmt::SoftmaxRow`, `Stmt::SiluRows`); the
+/// contracts are in `depthwise.rs`, `softmax.rs` and `silu.rs`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RowRoutine {
+    /// One output row of one channel of a depthwise convolution.
+    Depthwise,
+    /// The softmax of one contiguous row.
+    Softmax,
+    /// A conv tile's sums plus their bias, through SiLU, in place.
+    Silu,
+}
+
+/// Every row routine, kind by kind and each kind's ISAs in [`RowRoutine::index`]'s
+/// order: a JIT module declares them in this order after [`ROUTINES`] and the prefetch
+/// helper, so a routine's function id follows from its index here.
+pub const ROW_ROUTINES: [(RowRoutine, TileIsa, &str); 6] = [
+    (
+        RowRoutine::Depthwise,
+        TileIsa::Avx2,
+        "smelt_depthwise_row_avx2",
+    ),
+    (
+        RowRoutine::Depthwise,
+        TileIsa::Avx512,
+        "smelt_depthwise_row_avx512",
+    ),
+    (RowRoutine::Softmax, TileIsa::Avx2, "smelt_softmax_row_avx2"),
+    (
+        RowRoutine::Softmax,
+        TileIsa::Avx512,
+        "smelt_softmax_row_avx512",
+    ),
+    (RowRoutine::Silu, TileIsa::Avx2, "smelt_silu_rows_avx2"),
+    (RowRoutine::Silu, TileIsa::Avx512, "smelt_silu_rows_avx512"),
 ];
 
-/// The softmax-row routine of each ISA (the contract is in `softmax.rs`), declared after
-/// [`DEPTHWISE_ROUTINES`] in a JIT module, in this order.
-pub const SOFTMAX_ROUTINES: [(TileIsa, &str); 2] = [
-    (TileIsa::Avx2, "smelt_softmax_row_avx2"),
-    (TileIsa::Avx512, "smelt_softmax_row_avx512"),
-];
+impl RowRoutine {
+    /// Every kind, in [`ROW_ROUTINES`]' order.
+    pub const ALL: [RowRoutine; 3] = [RowRoutine::Depthwise, RowRoutine::Softmax, RowRoutine::Silu];
 
-/// The SiLU-rows routine of each ISA (the contract is in `silu.rs`), declared after
-/// [`SOFTMAX_ROUTINES`] in a JIT module, in this order.
-pub const SILU_ROUTINES: [(TileIsa, &str); 2] = [
-    (TileIsa::Avx2, "smelt_silu_rows_avx2"),
-    (TileIsa::Avx512, "smelt_silu_rows_avx512"),
-];
-
-impl TileIsa {
-    /// The address of the ISA's SiLU-rows routine, for the JIT to link its symbol to.
-    /// Call it (through [`SiluRowsFn`]) only if [`TileIsa::host_has`] says so; off x86-64
-    /// the routines do not exist and this is null.
-    pub fn silu_entry(self) -> *const u8 {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let f: SiluRowsFn = match self {
-                TileIsa::Avx2 => silu_rows_avx2,
-                TileIsa::Avx512 => silu_rows_avx512,
-            };
-            f as *const u8
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            std::ptr::null()
-        }
-    }
-
-    /// The address of the ISA's softmax-row routine, for the JIT to link its symbol to.
-    /// Call it (through [`SoftmaxRowFn`]) only if [`TileIsa::host_has`] says so; off
-    /// x86-64 the routines do not exist and this is null.
-    pub fn softmax_entry(self) -> *const u8 {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let f: SoftmaxRowFn = match self {
-                TileIsa::Avx2 => softmax_row_avx2,
-                TileIsa::Avx512 => softmax_row_avx512,
-            };
-            f as *const u8
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            std::ptr::null()
-        }
-    }
-
-    /// The index in [`DEPTHWISE_ROUTINES`] (and [`SOFTMAX_ROUTINES`], [`SILU_ROUTINES`])
-    /// of this ISA's routine.
-    pub fn depthwise_routine(self) -> usize {
+    /// The routine's name in messages.
+    pub fn name(self) -> &'static str {
         match self {
+            RowRoutine::Depthwise => "depthwise-row",
+            RowRoutine::Softmax => "softmax-row",
+            RowRoutine::Silu => "silu-rows",
+        }
+    }
+
+    /// The index in [`ROW_ROUTINES`] of this routine for `isa`.
+    pub fn index(self, isa: TileIsa) -> usize {
+        let kind = match self {
+            RowRoutine::Depthwise => 0,
+            RowRoutine::Softmax => 1,
+            RowRoutine::Silu => 2,
+        };
+        let isa = match isa {
             TileIsa::Avx2 => 0,
             TileIsa::Avx512 => 1,
-        }
+        };
+        2 * kind + isa
     }
 
-    /// The address of the ISA's depthwise-row routine, for the JIT to link its symbol
-    /// to. Call it (through [`DepthwiseRowFn`]) only if [`TileIsa::host_has`] says so; off
-    /// x86-64 the routines do not exist and this is null.
-    pub fn depthwise_entry(self) -> *const u8 {
+    /// The address of this routine for `isa`, for the JIT to link its symbol to. Call
+    /// it (through its `*Fn` type) only if [`TileIsa::host_has`] says so; off x86-64 the
+    /// routines do not exist and this is null.
+    pub fn entry(self, isa: TileIsa) -> *const u8 {
         #[cfg(target_arch = "x86_64")]
         {
-            let f: DepthwiseRowFn = match self {
-                TileIsa::Avx2 => depthwise_row_avx2,
-                TileIsa::Avx512 => depthwise_row_avx512,
+            let (depthwise, softmax, silu): (DepthwiseRowFn, SoftmaxRowFn, SiluRowsFn) = match isa {
+                TileIsa::Avx2 => (depthwise_row_avx2, softmax_row_avx2, silu_rows_avx2),
+                TileIsa::Avx512 => (depthwise_row_avx512, softmax_row_avx512, silu_rows_avx512),
             };
-            f as *const u8
+            match self {
+                RowRoutine::Depthwise => depthwise as *const u8,
+                RowRoutine::Softmax => softmax as *const u8,
+                RowRoutine::Silu => silu as *const u8,
+            }
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
+            let _ = isa;
             std::ptr::null()
         }
     }

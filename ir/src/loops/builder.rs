@@ -168,6 +168,23 @@ impl KernelBuilder {
         });
     }
 
+    /// Runs `body(block, count)` over `total` items in blocks of `per`: the whole blocks
+    /// in one loop (`block` its variable), then a partial last block (`block` a constant)
+    /// with the `count` items it has — so every loop keeps constant bounds (a group's
+    /// last channel block padded to a routine's lanes, say).
+    pub fn for_blocks(
+        &mut self,
+        total: usize,
+        per: usize,
+        body: impl Fn(&mut KernelBuilder, &Affine, usize),
+    ) {
+        let full = total / per.max(1);
+        self.for_loop(0, full as i64, 1, |b, blk| body(b, &Affine::var(blk), per));
+        if full * per < total {
+            body(self, &Affine::constant(full as i64), total - full * per);
+        }
+    }
+
     fn push(&mut self, s: Stmt) {
         if let Some(top) = self.stack.last_mut() {
             top.push(s);

@@ -163,18 +163,9 @@ impl CheckCx<'_> {
                     let [xs, ws, os] = tile
                         .footprints()
                         .ok_or_else(|| format!("conv tile call with a negative count or stride, or an overflowing footprint: {tile}"))?;
-                    for (ptr, span) in [(x, xs), (w, ws), (out, os)] {
-                        self.element_type(ptr.buf, Width::Scalar)?;
-                        if span > 0 {
-                            self.access(ptr.buf, &ptr.index, span)?;
-                        }
-                    }
-                    if os > 0 && self.access(out.buf, &out.index, os)? != Access::Write {
-                        return Err(format!(
-                            "conv tile call writes read-only argument {}",
-                            out.buf
-                        ));
-                    }
+                    self.call_run(x, 0, xs, false, "conv tile")?;
+                    self.call_run(w, 0, ws, false, "conv tile")?;
+                    self.call_run(out, 0, os, true, "conv tile")?;
                 }
                 Stmt::DepthwiseRow { x, w, out, row } => {
                     let [xs, ws, os] = row.footprints().ok_or_else(|| {
@@ -182,19 +173,9 @@ impl CheckCx<'_> {
                     })?;
                     // x is read from its smallest tap offset on, not from the pointer
                     let first = if xs > 0 { row.first_read() } else { 0 };
-                    let spans = [(x, first, xs - first), (w, 0, ws), (out, 0, os)];
-                    for (ptr, first, span) in spans {
-                        self.element_type(ptr.buf, Width::Scalar)?;
-                        if span > 0 {
-                            self.access(ptr.buf, &ptr.index.plus(first), span)?;
-                        }
-                    }
-                    if os > 0 && self.access(out.buf, &out.index, os)? != Access::Write {
-                        return Err(format!(
-                            "depthwise row call writes read-only argument {}",
-                            out.buf
-                        ));
-                    }
+                    self.call_run(x, first, xs - first, false, "depthwise row")?;
+                    self.call_run(w, 0, ws, false, "depthwise row")?;
+                    self.call_run(out, 0, os, true, "depthwise row")?;
                 }
                 Stmt::SiluRows {
                     buf,
@@ -208,35 +189,19 @@ impl CheckCx<'_> {
                     let span = rows
                         .checked_mul(*lanes)
                         .ok_or_else(|| format!("silu rows call of {rows} rows of {lanes}"))?;
-                    self.element_type(buf.buf, Width::Scalar)?;
-                    if span > 0 && self.access(buf.buf, &buf.index, span)? != Access::Write {
-                        return Err(format!(
-                            "silu rows call writes read-only argument {}",
-                            buf.buf
-                        ));
-                    }
+                    self.call_run(buf, 0, span, true, "silu rows")?;
                     if let Some(bias) = bias {
-                        self.element_type(bias.buf, Width::Scalar)?;
-                        if span > 0 {
-                            self.access(bias.buf, &bias.index, *lanes)?;
-                        }
+                        // read only when there is a row
+                        let read = if span > 0 { *lanes } else { 0 };
+                        self.call_run(bias, 0, read, false, "silu rows")?;
                     }
                 }
                 Stmt::SoftmaxRow { x, out, len } => {
                     if *len < 0 {
                         return Err(format!("softmax row call of {len} elements"));
                     }
-                    self.element_type(x.buf, Width::Scalar)?;
-                    self.element_type(out.buf, Width::Scalar)?;
-                    if *len > 0 {
-                        self.access(x.buf, &x.index, *len)?;
-                        if self.access(out.buf, &out.index, *len)? != Access::Write {
-                            return Err(format!(
-                                "softmax row call writes read-only argument {}",
-                                out.buf
-                            ));
-                        }
-                    }
+                    self.call_run(x, 0, *len, false, "softmax row")?;
+                    self.call_run(out, 0, *len, true, "softmax row")?;
                 }
                 Stmt::Prefetch {
                     at,
@@ -274,6 +239,28 @@ impl CheckCx<'_> {
     }
 
     /// Checks that `width`'s element type is `buf`'s (local buffers hold `f32`).
+    /// Proves the run of `span` f32 elements a native routine touches from `ptr +
+    /// first` inside `ptr`'s buffer for every iteration in scope (nothing when `span`
+    /// is 0), and the buffer writable when `write`; `what` names the call in messages.
+    fn call_run(
+        &self,
+        ptr: &BufPtr,
+        first: i64,
+        span: i64,
+        write: bool,
+        what: &str,
+    ) -> Result<(), String> {
+        self.element_type(ptr.buf, Width::Scalar)?;
+        if span <= 0 {
+            return Ok(());
+        }
+        let access = self.access(ptr.buf, &ptr.index.plus(first), span)?;
+        if write && access != Access::Write {
+            return Err(format!("{what} call writes read-only argument {}", ptr.buf));
+        }
+        Ok(())
+    }
+
     fn element_type(&self, buf: BufId, width: Width) -> Result<(), String> {
         let dtype = match buf.local_index() {
             Some(_) => DType::F32,

@@ -289,6 +289,8 @@ fn lower_as_product(
             .add(&y.scale(ow as i64))
             .add(col)
     };
+    // one stack buffer for the sums of every call (`[pixel][lane]`)
+    let sums = b.local(pixels * lanes);
     b.set_parallel();
     b.for_loop(0, g.h as i64, 1, |b, y| {
         let y = Affine::var(y);
@@ -296,7 +298,6 @@ fn lower_as_product(
             let n = Affine::var(n);
             let row_tiles = |b: &mut KernelBuilder, blk: &Affine, valid: usize| {
                 let tile = |b: &mut KernelBuilder, q0: &Affine, pixels: usize| {
-                    let sums = b.local(pixels * lanes);
                     let call = ConvTile {
                         lanes: lanes as i64,
                         pixels: pixels as i64,
@@ -400,13 +401,7 @@ fn lower_as_product(
                     tile(b, &Affine::constant(main as i64), g.w - main);
                 }
             };
-            let full = columns / lanes;
-            b.for_loop(0, full as i64, 1, |b, blk| {
-                row_tiles(b, &Affine::var(blk), lanes)
-            });
-            if full < blocks {
-                row_tiles(b, &Affine::constant(full as i64), columns - full * lanes);
-            }
+            b.for_blocks(columns, lanes, row_tiles);
         });
     });
     cx.step(b.finish(), args)

@@ -147,110 +147,101 @@ pub(crate) fn lower_conv2d(
         .const_weight(operands[1])
         .and_then(|wdata| Some((wdata, PackedConv::padded(&geo, og, false, cx.opts.micro)?)));
     if let Some((wdata, probe)) = packed {
-        {
-            // An unpadded 1×1 conv whose tiles call a micro-kernel reads the NCHW input
-            // as it is: a tile's broadcasts walk one run of consecutive pixels per input
-            // channel, which the routine's wide tiles amortize, and the channels-last
-            // copy would cost as much time as the product saves.
-            let unpadded_1x1 = kh == 1 && kw == 1 && a.pads == [0; 4];
-            if let (true, Some(routine)) = (unpadded_1x1, probe.micro) {
-                // A strided 1×1 conv reads every stride-th pixel: copied out first (a
-                // fraction of the conv's time), the conv runs at stride 1.
-                let x = if a.strides == [1, 1] {
-                    x
+        // An unpadded 1×1 conv whose tiles call a micro-kernel reads the NCHW input
+        // as it is: a tile's broadcasts walk one run of consecutive pixels per input
+        // channel, which the routine's wide tiles amortize, and the channels-last
+        // copy would cost as much time as the product saves.
+        let unpadded_1x1 = kh == 1 && kw == 1 && a.pads == [0; 4];
+        if let (true, Some(routine)) = (unpadded_1x1, probe.micro) {
+            // A strided 1×1 conv reads every stride-th pixel: copied out first (a
+            // fraction of the conv's time), the conv runs at stride 1.
+            let x = if a.strides == [1, 1] {
+                x
+            } else {
+                let len = n * c * oh * ow;
+                let xs = cx.temp("subsampled", len);
+                let (planes, unit) = if x_blocked {
+                    (n * c / CHANNEL_BLOCK, CHANNEL_BLOCK)
                 } else {
-                    let len = n * c * oh * ow;
-                    let xs = cx.temp("subsampled", len);
-                    let (planes, unit) = if x_blocked {
-                        (n * c / CHANNEL_BLOCK, CHANNEL_BLOCK)
-                    } else {
-                        (n * c, 1)
-                    };
-                    let k = subsample_kernel(
-                        planes,
-                        unit,
-                        [h, w],
-                        a.strides,
-                        [oh, ow],
-                        cx.len_of(x),
-                        len,
-                    );
-                    cx.step(k, vec![x, xs])?;
-                    xs
+                    (n * c, 1)
                 };
-                let mut geo1 = Geo {
-                    stride: [1, 1],
-                    hp: oh,
-                    phases: 1,
-                    wq: ow,
-                    ..geo
-                };
-                let mut epi = epi;
-                // At stride 1 an output pixel reads only the input pixel at the same
-                // place, so the plane may be walked as rows of any length `k` dividing
-                // it: rows of whole calls even at 14² and 7² (fewer calls, each weight
-                // block read once per call). The longest such rows, unless they come in
-                // an odd number: row bands are what threads share, and 7 bands split 4:3
-                // over two cores where 8 split evenly (28² as 8 rows of 98, not 7 of 112).
-                let plane = oh * ow;
-                let k = (1..=2 * routine.max_pixels as usize)
-                    .filter(|k| plane.is_multiple_of(*k))
-                    .max_by_key(|&k| (plane / k == 1 || (plane / k).is_multiple_of(2), k))
-                    .unwrap_or(ow);
-                if k != ow {
-                    if let Some(flat) = epi.with_plane_rows(ow, k) {
-                        epi = flat;
-                        geo1 = Geo {
-                            oh: plane / k,
-                            ow: k,
-                            hp: plane / k,
-                            wq: k,
-                            ..geo1
-                        };
-                    }
-                }
-                let micro = PackedConv::padded(&geo1, og, false, cx.opts.micro)
-                    .ok_or_else(|| cx.unsupported("a 1×1 conv's tiles on its plane's rows"))?
-                    .with_channel_blocks(x_blocked, out_blocked);
-                let wbuf = cx.constant_later(
-                    "w_packed",
-                    micro.packed_len(&geo1),
-                    Box::new({
-                        let (pack, g) = (micro.clone(), geo1.clone());
-                        move || pack.pack(&g, wdata)
-                    }),
-                );
-                return micro.kernel(cx, &geo1, x, wbuf, operands, epi, out);
-            }
-            let packed = PackedConv::padded(&geo, og, true, cx.opts.micro)
-                .ok_or_else(|| cx.unsupported("a conv's packed tiles"))?
-                .with_channel_blocks(false, out_blocked);
-            let (pack, pack_geo) = (packed.clone(), geo.clone());
-            let wbuf = cx.constant_later(
-                "w_packed",
-                packed.packed_len(&geo),
-                Box::new(move || pack.pack(&pack_geo, wdata)),
-            );
-            let wp1 = w + pl + pr;
-            // The packed kernel reads channels-last (NHWC) input: the input channels of
-            // one pixel are consecutive, so a tile's loads walk a few contiguous runs
-            // instead of one page per channel.
-            let len = n * hp * wp1 * c;
-            let xp = cx.temp("padded_nhwc", len);
-            let src_len = cx.len_of(x);
-            if pt > 0 || pb > 0 {
-                let k = nhwc_border_kernel(n, c, [h, hp, wp1], pt, len);
-                cx.step(k, vec![xp])?;
-            }
-            let k = nhwc_pad_kernel(n, c, x_blocked, [h, w], [pt, pl], [hp, wp1], src_len, len);
-            cx.step(k, vec![x, xp])?;
-            let geo1 = Geo {
+                let k =
+                    subsample_kernel(planes, unit, [h, w], a.strides, [oh, ow], cx.len_of(x), len);
+                cx.step(k, vec![x, xs])?;
+                xs
+            };
+            let mut geo1 = Geo {
+                stride: [1, 1],
+                hp: oh,
                 phases: 1,
-                wq: wp1,
+                wq: ow,
                 ..geo
             };
-            return packed.kernel(cx, &geo1, xp, wbuf, operands, epi, out);
+            let mut epi = epi;
+            // At stride 1 an output pixel reads only the input pixel at the same
+            // place, so the plane may be walked as rows of any length `k` dividing
+            // it: rows of whole calls even at 14² and 7² (fewer calls, each weight
+            // block read once per call). The longest such rows, unless they come in
+            // an odd number: row bands are what threads share, and 7 bands split 4:3
+            // over two cores where 8 split evenly (28² as 8 rows of 98, not 7 of 112).
+            let plane = oh * ow;
+            let k = (1..=2 * routine.max_pixels as usize)
+                .filter(|k| plane.is_multiple_of(*k))
+                .max_by_key(|&k| (plane / k == 1 || (plane / k).is_multiple_of(2), k))
+                .unwrap_or(ow);
+            if k != ow {
+                if let Some(flat) = epi.with_plane_rows(ow, k) {
+                    epi = flat;
+                    geo1 = Geo {
+                        oh: plane / k,
+                        ow: k,
+                        hp: plane / k,
+                        wq: k,
+                        ..geo1
+                    };
+                }
+            }
+            let micro = PackedConv::padded(&geo1, og, false, cx.opts.micro)
+                .ok_or_else(|| cx.unsupported("a 1×1 conv's tiles on its plane's rows"))?
+                .with_channel_blocks(x_blocked, out_blocked);
+            let wbuf = cx.constant_later(
+                "w_packed",
+                micro.packed_len(&geo1),
+                Box::new({
+                    let (pack, g) = (micro.clone(), geo1.clone());
+                    move || pack.pack(&g, wdata)
+                }),
+            );
+            return micro.kernel(cx, &geo1, x, wbuf, operands, epi, out);
         }
+        let packed = PackedConv::padded(&geo, og, true, cx.opts.micro)
+            .ok_or_else(|| cx.unsupported("a conv's packed tiles"))?
+            .with_channel_blocks(false, out_blocked);
+        let (pack, pack_geo) = (packed.clone(), geo.clone());
+        let wbuf = cx.constant_later(
+            "w_packed",
+            packed.packed_len(&geo),
+            Box::new(move || pack.pack(&pack_geo, wdata)),
+        );
+        let wp1 = w + pl + pr;
+        // The packed kernel reads channels-last (NHWC) input: the input channels of
+        // one pixel are consecutive, so a tile's loads walk a few contiguous runs
+        // instead of one page per channel.
+        let len = n * hp * wp1 * c;
+        let xp = cx.temp("padded_nhwc", len);
+        let src_len = cx.len_of(x);
+        if pt > 0 || pb > 0 {
+            let k = nhwc_border_kernel(n, c, [h, hp, wp1], pt, len);
+            cx.step(k, vec![xp])?;
+        }
+        let k = nhwc_pad_kernel(n, c, x_blocked, [h, w], [pt, pl], [hp, wp1], src_len, len);
+        cx.step(k, vec![x, xp])?;
+        let geo1 = Geo {
+            phases: 1,
+            wq: wp1,
+            ..geo
+        };
+        return packed.kernel(cx, &geo1, xp, wbuf, operands, epi, out);
     }
     let native_rows = depthwise::rows_apply(&geo, cx.opts.micro);
     if depthwise::applies(&geo, a.pads) && !native_rows {

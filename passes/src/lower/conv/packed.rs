@@ -275,10 +275,12 @@ impl PackedConv {
         }
     }
 
-    /// Whether [`PackedConv::padded`] puts groups of `og` output channels on a
-    /// micro-kernel routine of `micro`.
-    pub(crate) fn padded_on_micro(og: usize, micro: Option<TileTarget>) -> bool {
-        micro.and_then(|t| padded_routine(t, og)).is_some()
+    /// The channels a group of `og` computes when [`PackedConv::padded`] puts it on a
+    /// micro-kernel routine of `micro` (`og` rounded up to whole blocks of the lanes),
+    /// or `None` when it stays on Cranelift's tiles.
+    pub(crate) fn micro_channels(og: usize, micro: Option<TileTarget>) -> Option<usize> {
+        let lanes = micro.and_then(|t| padded_routine(t, og))?.lanes as usize;
+        Some(og.next_multiple_of(lanes))
     }
 
     /// Whether a group's last channel block is partial.
@@ -289,23 +291,6 @@ impl PackedConv {
     /// Elements of the packed weights: every block whole, a partial one zero-padded.
     pub(crate) fn packed_len(&self, g: &Geo) -> usize {
         g.groups * self.blocks * self.lanes() * g.cg * g.kh * g.kw
-    }
-
-    /// Runs `body(block, channels)` for every channel block of a group: the full ones in
-    /// one loop, then a partial last one (its index a constant) with the channels it has.
-    fn for_blocks(&self, b: &mut KernelBuilder, body: impl Fn(&mut KernelBuilder, &Affine, usize)) {
-        let lanes = self.lanes();
-        let full = self.channels / lanes;
-        b.for_loop(0, full as i64, 1, |b, blk| {
-            body(b, &Affine::var(blk), lanes)
-        });
-        if full < self.blocks {
-            body(
-                b,
-                &Affine::constant(full as i64),
-                self.channels - full * lanes,
-            );
-        }
     }
 
     /// The same tiles on input and/or result in channel blocks (see
@@ -586,7 +571,9 @@ impl PackedConv {
             LoopOrder::BlocksOuter => {
                 b.for_loop(0, g.groups as i64, 1, |b, grp| {
                     let grp = Affine::var(grp);
-                    self.for_blocks(b, |b, blk, channels| all_rows(b, &grp, (blk, channels)));
+                    b.for_blocks(self.channels, self.lanes(), |b, blk, channels| {
+                        all_rows(b, &grp, (blk, channels))
+                    });
                 });
             }
             LoopOrder::RowBands { rows: band } => {
@@ -594,7 +581,7 @@ impl PackedConv {
                     let row0 = Affine::var(bi).scale(band as i64);
                     b.for_loop(0, g.groups as i64, 1, |b, grp| {
                         let grp = Affine::var(grp);
-                        self.for_blocks(b, |b, blk, channels| {
+                        b.for_blocks(self.channels, self.lanes(), |b, blk, channels| {
                             b.for_loop(0, g.n as i64, 1, |b, n| {
                                 rows(b, Affine::var(n), &grp, (blk, channels), row0.clone(), band)
                             });

@@ -132,25 +132,23 @@ pub(super) fn choose(
     if !o.is_multiple_of(4) || c < 32 || o < 16 || oh < 4 || ow < 4 {
         return None;
     }
-    // an input in channel blocks is read by the product's micro-kernel only
-    if xt.layout == CHANNEL_BLOCKS && !PackedConv::padded_on_micro(o, cx.opts.micro) {
+    // the product's channels on a micro-kernel: whole blocks of its lanes, the last
+    // padded (the direct convolution's tiles are padded alike, so both models count
+    // them); an input in channel blocks is read by the product's micro-kernel only
+    let micro_o = PackedConv::micro_channels(o, cx.opts.micro);
+    if xt.layout == CHANNEL_BLOCKS && micro_o.is_none() {
         return None;
     }
-    // `V` (α² values per tile and input channel, F4's α² = 36) past half the last-level
-    // cache streams from memory between the transforms and the product, which the
-    // models below do not count: measured in DBNet at 96 → 24 channels, 160² (V = 22
-    // MB), Winograd 6.8 ms against 6.5 direct, while at 80² (5.5 MB) 1.6 against 1.8
-    let tiles = n * oh.div_ceil(4) * ow.div_ceil(4);
-    if 36 * c * tiles * std::mem::size_of::<f32>() > V_BUDGET {
+    let o = micro_o.unwrap_or(o);
+    // `V` (α² values per tile and input channel) past half the last-level cache streams
+    // from memory between the transforms and the product, which the models below do
+    // not count: measured in DBNet at 96 → 24 channels, 160² (F4's V = 22 MB), Winograd
+    // 6.8 ms against 6.5 direct, while at 80² (5.5 MB) 1.6 against 1.8
+    let f4 = Form::F4;
+    let tiles = n * oh.div_ceil(f4.m()) * ow.div_ceil(f4.m());
+    if f4.alpha() * f4.alpha() * c * tiles * std::mem::size_of::<f32>() > V_BUDGET {
         return None;
     }
-    // a micro-kernel's product computes whole blocks of 16 lanes (the last padded); the
-    // direct convolution's tiles are padded alike, so both models count them
-    let o = if cx.opts.micro.is_some() {
-        o.next_multiple_of(16)
-    } else {
-        o
-    };
     let t = Throughput {
         lanes: fma_lanes(cx.opts.micro),
         weight_bytes_per_cycle: weight_bandwidth(cx),

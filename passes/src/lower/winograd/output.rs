@@ -106,7 +106,7 @@ fn output_transform_rows(
     // M[ξ][blocks][t][lanes]: quad `qi` of block `blk` at tile `t` (a partial last
     // block's quads past the output channels are never read)
     let blocks = p.o.div_ceil(lanes) as i64;
-    let (full_blocks, last_quads) = ((p.o / lanes) as i64, (p.o % lanes) / 4);
+    let last_quads = (p.o % lanes) / 4;
     if last_quads > 0 && p.out_blocked {
         return Err(cx.unsupported("winograd into nchw16c with a partial block of channels"));
     }
@@ -253,13 +253,10 @@ fn output_transform_rows(
     let tile_row = |b: &mut KernelBuilder, th: &Affine, rows: usize| {
         b.for_loop(0, p.n as i64, 1, |b, n| {
             let n = Affine::var(n);
-            b.for_loop(0, full_blocks, 1, |b, blk| {
-                block_row(b, &n, (&Affine::var(blk), lanes / 4), th, rows)
+            // quads of output channels, in blocks of the lanes' quads
+            b.for_blocks(p.o / 4, lanes / 4, |b, blk, quads| {
+                block_row(b, &n, (blk, quads), th, rows)
             });
-            if last_quads > 0 {
-                let last = Affine::constant(full_blocks);
-                block_row(b, &n, (&last, last_quads), th, rows);
-            }
         })
     };
     let full_rows = (p.oh / m) as i64;
