@@ -30,10 +30,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use smelt_ir::batch::{batch_axes, leading_results, BatchAxis};
-use smelt_ir::{DType, Diagnostic, Tensor, TensorData, TensorType};
+use smelt_ir::{DType, Diagnostic, Tensor, TensorType};
 
 use crate::driver::{compile, Options};
-use crate::onnx::{declared_inputs, InputDim};
+use crate::onnx::{declared_interface, InputDim};
 use crate::runtime::{Elements, ElementsMut, Executable};
 use crate::Error;
 
@@ -102,6 +102,8 @@ pub struct DynamicExecutable {
     path: PathBuf,
     options: Options,
     inputs: Vec<DynamicInput>,
+    /// The results' names.
+    outputs: Vec<String>,
     /// One slot per bucket size, ascending: 1, 2, 4, ... up to `max_bucket`.
     buckets: Vec<Bucket>,
 }
@@ -143,9 +145,9 @@ impl DynamicExecutable {
             memory_budget: options.load.memory_budget,
             ..crate::onnx::ImportOptions::default()
         };
-        let declared = declared_inputs(path, &import)?;
-        let mut inputs = Vec::with_capacity(declared.len());
-        for d in declared {
+        let declared = declared_interface(path, &import)?;
+        let mut inputs = Vec::with_capacity(declared.inputs.len());
+        for d in declared.inputs {
             let dims = match options.load.input_shapes.get(&d.name) {
                 Some(pinned) => pinned.iter().map(|&n| Some(n)).collect(),
                 None => dynamic_dims(&d.name, d.dims.as_deref())?,
@@ -174,6 +176,7 @@ impl DynamicExecutable {
             path: path.to_path_buf(),
             options: options.clone(),
             inputs,
+            outputs: declared.outputs,
             buckets,
         })
     }
@@ -296,35 +299,130 @@ impl DynamicExecutable {
         leading_results(func, &axes)
     }
 
+    /// The names of the results, in order (as the model declares them).
+    pub fn output_names(&self) -> &[String] {
+        &self.outputs
+    }
+
+    /// The types of the results of a run whose inputs have `input_shapes` (checked as
+    /// [`DynamicExecutable::run`] checks them); compiles the buckets the run needs.
+    pub fn output_types(&self, input_shapes: &[&[usize]]) -> Result<Vec<TensorType>, Error> {
+        let n = self.batch_of(input_shapes)?;
+        Ok(self.plan(n)?.results)
+    }
+
     /// Runs on host tensors of any batch: every batched input must have the same leading
     /// size `n ≥ 1` and its other dims as declared. Returns the results at batch `n`.
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
-        let n = self.batch_of(inputs)?;
-        let chunks = self.chunks(n);
-        if let [only] = chunks[..] {
-            return self.compiled(only)?.exe.run(inputs);
-        }
-        // the largest chunk's bucket (2 or more elements) proves the split
-        let largest = self.compiled(chunks[0])?;
-        let separable = largest.batched()?;
-        let mut offset = 0;
-        let mut results: Vec<Tensor> = Vec::new();
-        for size in chunks {
-            let compiled = self.compiled(size)?;
-            let exe = &compiled.exe;
-            if results.is_empty() {
-                // the results at batch n: a batched one's leading dim grows to n
-                results = exe
-                    .outputs()
-                    .zip(separable)
-                    .map(|(o, &batched)| scaled(&o.ty, batched, size, n).map(|t| Tensor::zeros(&t)))
-                    .collect::<Result<_, _>>()?;
+        self.check_types(inputs.iter().map(|t| &t.ty))?;
+        let shapes: Vec<&[usize]> = inputs.iter().map(|t| &t.ty.dims[..]).collect();
+        let n = self.batch_of(&shapes)?;
+        let plan = self.plan(n)?;
+        let mut results: Vec<Tensor> = plan.results.iter().map(Tensor::zeros).collect();
+        let ins: Vec<Elements<'_>> = inputs.iter().map(|t| Elements::of(&t.data)).collect();
+        let mut outs: Vec<ElementsMut<'_>> = results
+            .iter_mut()
+            .map(|t| ElementsMut::of(&mut t.data))
+            .collect();
+        self.run_plan(&plan, n, &ins, &mut outs)?;
+        Ok(results)
+    }
+
+    /// Runs on the caller's buffers: input `i` has shape `input_shapes[i]` (row-major)
+    /// and its elements in `inputs[i]`; `outputs[i]` holds exactly the elements of result
+    /// `i` as [`DynamicExecutable::output_types`] gives it for these shapes. Allocates
+    /// only the scratch of results that do not depend on the batch, when a run is split
+    /// (and compiles the buckets it needs on first use).
+    pub fn run_into(
+        &self,
+        input_shapes: &[&[usize]],
+        inputs: &[Elements<'_>],
+        outputs: &mut [ElementsMut<'_>],
+    ) -> Result<(), Error> {
+        let n = self.batch_of(input_shapes)?;
+        for ((info, e), shape) in self.inputs.iter().zip(inputs).zip(input_shapes) {
+            let want: usize = shape.iter().product();
+            if e.dtype() != info.dtype || e.len() != want {
+                return Err(Error::InvalidArgument(format!(
+                    "input {} of shape {shape:?} needs {want} {} elements, got {} {}",
+                    info.name,
+                    info.dtype,
+                    e.len(),
+                    e.dtype()
+                )));
             }
+        }
+        let plan = self.plan(n)?;
+        if outputs.len() != plan.results.len() {
+            return Err(Error::InvalidArgument(format!(
+                "expected {} outputs, got {}",
+                plan.results.len(),
+                outputs.len()
+            )));
+        }
+        for ((ty, out), name) in plan.results.iter().zip(outputs.iter()).zip(&self.outputs) {
+            if out.dtype() != ty.dtype || out.len() != ty.storage_len() {
+                return Err(Error::InvalidArgument(format!(
+                    "output {name} is {ty} at batch {n}: it needs {} {} elements, got {} {}",
+                    ty.storage_len(),
+                    ty.dtype,
+                    out.len(),
+                    out.dtype()
+                )));
+            }
+        }
+        self.run_plan(&plan, n, inputs, outputs)
+    }
+
+    /// How a run of `n` elements goes: its chunks, compiled, and its results' types.
+    fn plan(&self, n: usize) -> Result<Plan, Error> {
+        let sizes = self.chunks(n);
+        let chunks: Vec<Arc<Compiled>> = sizes
+            .iter()
+            .map(|&size| self.compiled(size))
+            .collect::<Result<_, _>>()?;
+        let (first, size) = (&chunks[0], sizes[0]);
+        let separable = match chunks.len() {
+            // one chunk: the results are the bucket's own
+            1 => vec![false; first.exe.outputs().len()],
+            // the largest chunk's bucket (2 or more elements) proves the split
+            _ => first.batched()?.to_vec(),
+        };
+        let results = first
+            .exe
+            .outputs()
+            .zip(&separable)
+            .map(|(o, &batched)| scaled(&o.ty, batched, size, n))
+            .collect::<Result<_, _>>()?;
+        Ok(Plan {
+            sizes,
+            chunks,
+            separable,
+            results,
+        })
+    }
+
+    /// Runs `plan` on checked buffers: each chunk reads contiguous ranges of the batched
+    /// inputs and writes contiguous ranges of the batched results.
+    fn run_plan(
+        &self,
+        plan: &Plan,
+        n: usize,
+        inputs: &[Elements<'_>],
+        outputs: &mut [ElementsMut<'_>],
+    ) -> Result<(), Error> {
+        if let [only] = &plan.chunks[..] {
+            return only.exe.run_into(inputs, outputs);
+        }
+        let mut offset = 0;
+        for (compiled, &size) in plan.chunks.iter().zip(&plan.sizes) {
+            let exe = &compiled.exe;
             let ins: Vec<Elements<'_>> = inputs
                 .iter()
                 .zip(&self.inputs)
-                .map(|(t, info)| {
-                    chunk_of(&t.data, info.batched(), per_element(&t.ty, n), offset, size)
+                .map(|(&e, info)| match info.batched() {
+                    true => chunk_of(e, e.len() / n, offset, size),
+                    false => Ok(e),
                 })
                 .collect::<Result<_, _>>()?;
             // an unbatched result is the same for every chunk: the first writes it, the
@@ -333,19 +431,18 @@ impl DynamicExecutable {
                 0 => Vec::new(),
                 _ => exe
                     .outputs()
-                    .zip(separable)
+                    .zip(&plan.separable)
                     .filter(|(_, &batched)| !batched)
                     .map(|(o, _)| Tensor::zeros(&o.ty))
                     .collect(),
             };
             let mut scratch = scratch.iter_mut();
-            let mut outs: Vec<ElementsMut<'_>> = Vec::with_capacity(results.len());
-            for (t, &batched) in results.iter_mut().zip(separable) {
-                let per = per_element(&t.ty, n);
-                let whole = ElementsMut::of(&mut t.data);
+            let mut outs: Vec<ElementsMut<'_>> = Vec::with_capacity(outputs.len());
+            for (whole, &batched) in outputs.iter_mut().zip(&plan.separable) {
+                let per = whole.len() / n;
                 let out = match (batched, offset) {
-                    (true, _) => whole.into_range(offset * per..(offset + size) * per),
-                    (false, 0) => Some(whole),
+                    (true, _) => whole.range_mut(offset * per..(offset + size) * per),
+                    (false, 0) => whole.range_mut(0..whole.len()),
                     (false, _) => scratch.next().map(|s| ElementsMut::of(&mut s.data)),
                 };
                 outs.push(out.ok_or_else(|| {
@@ -355,42 +452,63 @@ impl DynamicExecutable {
             exe.run_into(&ins, &mut outs)?;
             offset += size;
         }
-        Ok(results)
+        Ok(())
     }
 
-    /// The batch of a run: the shared leading size of the batched inputs, each input's
-    /// count, element type and other dims checked.
-    fn batch_of(&self, inputs: &[Tensor]) -> Result<usize, Error> {
-        if inputs.len() != self.inputs.len() {
+    /// Checks each input's count, element type, rank and layout.
+    fn check_types<'t>(
+        &self,
+        types: impl ExactSizeIterator<Item = &'t TensorType>,
+    ) -> Result<(), Error> {
+        if types.len() != self.inputs.len() {
             return Err(Error::InvalidArgument(format!(
                 "expected {} inputs, got {}",
                 self.inputs.len(),
-                inputs.len()
+                types.len()
             )));
         }
-        let mut batch: Option<(usize, &str)> = None;
-        for (t, info) in inputs.iter().zip(&self.inputs) {
-            let bad = || {
-                Error::InvalidArgument(format!(
-                    "input {} must be tensor<{}x{}>, got {}",
+        for (ty, info) in types.zip(&self.inputs) {
+            if ty.dtype != info.dtype
+                || ty.dims.len() != info.dims.len()
+                || ty.layout != smelt_ir::Layout::RowMajor
+            {
+                return Err(Error::InvalidArgument(format!(
+                    "input {} must be tensor<{}x{}>, got {ty}",
                     info.name,
                     info.shape_text(),
                     info.dtype,
-                    t.ty
-                ))
-            };
-            if t.ty.dtype != info.dtype
-                || t.ty.dims.len() != info.dims.len()
-                || t.ty.layout != smelt_ir::Layout::RowMajor
-            {
-                return Err(bad());
+                )));
             }
-            for (k, (&got, want)) in t.ty.dims.iter().zip(&info.dims).enumerate() {
+        }
+        Ok(())
+    }
+
+    /// The batch of a run: the shared leading size of the batched inputs, each input's
+    /// count, rank and other dims checked.
+    fn batch_of(&self, shapes: &[&[usize]]) -> Result<usize, Error> {
+        if shapes.len() != self.inputs.len() {
+            return Err(Error::InvalidArgument(format!(
+                "expected {} inputs, got {}",
+                self.inputs.len(),
+                shapes.len()
+            )));
+        }
+        let mut batch: Option<(usize, &str)> = None;
+        for (dims, info) in shapes.iter().zip(&self.inputs) {
+            if dims.len() != info.dims.len() {
+                return Err(Error::InvalidArgument(format!(
+                    "input {} has {} dimensions ({}), got {dims:?}",
+                    info.name,
+                    info.dims.len(),
+                    info.shape_text()
+                )));
+            }
+            for (k, (&got, want)) in dims.iter().zip(&info.dims).enumerate() {
                 match want {
                     Some(w) if *w != got => {
                         return Err(Error::InvalidArgument(format!(
-                            "input {} dimension {k} must be {w}, got {got} (shape {})",
-                            info.name, t.ty
+                            "input {} dimension {k} must be {w}, got {got} (shape {dims:?})",
+                            info.name
                         )))
                     }
                     Some(_) => {}
@@ -416,6 +534,15 @@ impl DynamicExecutable {
             None => Err(Error::InvalidArgument("no batched input".into())),
         }
     }
+}
+
+/// A run's chunks (largest first), their compiled buckets, which results carry the
+/// batch, and the results' types at the run's batch.
+struct Plan {
+    sizes: Vec<usize>,
+    chunks: Vec<Arc<Compiled>>,
+    separable: Vec<bool>,
+    results: Vec<TensorType>,
 }
 
 impl Compiled {
@@ -453,11 +580,6 @@ fn dynamic_dims(name: &str, dims: Option<&[InputDim]>) -> Result<Vec<Option<usiz
         .collect()
 }
 
-/// Elements per batch element of a row-major tensor of batch `n`.
-fn per_element(ty: &TensorType, n: usize) -> usize {
-    ty.storage_len() / n.max(1)
-}
-
 /// `ty` at batch `n` when it is batched (its leading dim `size` becoming `n`).
 fn scaled(ty: &TensorType, batched: bool, size: usize, n: usize) -> Result<TensorType, Error> {
     let mut ty = ty.clone();
@@ -472,19 +594,14 @@ fn scaled(ty: &TensorType, batched: bool, size: usize, n: usize) -> Result<Tenso
     Ok(ty)
 }
 
-/// Elements of `size` batch elements from `offset` of a batched input (the whole input
-/// when it is not batched).
+/// Elements of `size` batch elements from `offset` of a batched input holding `per`
+/// elements per batch element.
 fn chunk_of(
-    data: &TensorData,
-    batched: bool,
+    all: Elements<'_>,
     per: usize,
     offset: usize,
     size: usize,
 ) -> Result<Elements<'_>, Error> {
-    let all = Elements::of(data);
-    if !batched {
-        return Ok(all);
-    }
     all.range(offset * per..(offset + size) * per)
         .ok_or_else(|| Error::InvalidArgument("an input is shorter than its batch".into()))
 }

@@ -1,6 +1,7 @@
 /* Embedding smelt from C: compile a model, run it, check the result independently.
  *
- *     residual_block [MODEL.tir]        (default: residual_block.tir)
+ *     residual_block [MODEL.tir [MODEL.onnx]]
+ *                  (defaults: residual_block.tir, residual_block.onnx)
  *
  * The model is a residual block tail, y = relu(batch_norm(conv3x3(x) + bias) + x). The
  * program
@@ -14,7 +15,13 @@
  *   4. prints the max absolute and relative error (max |got - ref| / max |ref|) and fails
  *      if the relative error is above 1e-4,
  *   5. shows two mistakes the API catches before any native code runs: a wrong buffer
- *      length and a wrong number of outputs (status code plus smelt_last_error()).
+ *      length and a wrong number of outputs (status code plus smelt_last_error()),
+ *   6. opens the same block as an ONNX model whose batch is dynamic (N x C x H x W, made
+ *      from the .tir's weights by make_residual_block_onnx.py) as one dynamic executable,
+ *      runs batches 1, 3 and 8 on it (compiled once per bucket: 1, 2 and 4 with
+ *      max_bucket 4; 3 runs as 2 + 1 and 8 as 4 + 4), checks every batch element against
+ *      the same reference, lists the specializations compiled, and shows a shape the
+ *      model refuses (a wrong channel count).
  * Exit status: 0 when every check passed, 1 otherwise, 2 on a setup problem.
  */
 #include <inttypes.h>
@@ -174,6 +181,100 @@ static void expect_error(SmeltStatus status, SmeltStatus want, const char *what)
     }
 }
 
+/* Compares `n` outputs against the reference of `n` inputs; the relative error. */
+static double compare(const float *got, const double *want, size_t n, size_t *zeros) {
+    double max_abs = 0, max_ref = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        if (!(d <= max_abs)) max_abs = d; /* a NaN makes the error NaN, never 0 */
+        if (fabs(want[i]) > max_ref) max_ref = fabs(want[i]);
+        *zeros += want[i] == 0;
+    }
+    return max_ref > 0 ? max_abs / max_ref : max_abs;
+}
+
+/* Step 6: one dynamic executable, runs of several batch sizes. */
+static void run_dynamic(const char *path) {
+    SmeltDynamicExecutable *dyn = NULL;
+    SmeltStatus status = smelt_dynamic_from_file(path, NULL, 4, &dyn);
+    if (status != SMELT_STATUS_OK) {
+        fprintf(stderr, "dynamic open failed: %s: %s\n", smelt_status_name(status),
+                smelt_last_error());
+        failures++;
+        return;
+    }
+    SmeltDynamicInputInfo info;
+    if (smelt_dynamic_input(dyn, 0, &info) != SMELT_STATUS_OK || info.shape.rank != 4 ||
+        info.shape.dims[0] != (size_t)SMELT_DYNAMIC_DIM) {
+        fprintf(stderr, "unexpected dynamic input: %s\n", smelt_last_error());
+        failures++;
+        smelt_dynamic_destroy(dyn);
+        return;
+    }
+    size_t c = info.shape.dims[1], h = info.shape.dims[2], w = info.shape.dims[3];
+    size_t per = c * h * w;
+    printf("dynamic %s: input %s Nx%zux%zux%zu\n", path, info.name, c, h, w);
+    const size_t batches[] = {1, 3, 8};
+    for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++) {
+        size_t n = batches[b];
+        SmeltTensor in = {NULL, SMELT_ELEMENT_TYPE_F32, {4, {n, c, h, w}}};
+        SmeltTensor out;
+        /* The outputs' shapes at this batch (compiles the buckets it needs). */
+        status = smelt_dynamic_describe_outputs(dyn, &in, 1, &out, 1);
+        if (status != SMELT_STATUS_OK) {
+            fprintf(stderr, "describe failed: %s\n", smelt_last_error());
+            failures++;
+            break;
+        }
+        size_t len = smelt_shape_element_count(&out.shape);
+        float *x = malloc(n * per * sizeof(float));
+        float *y = malloc(len * sizeof(float));
+        double *want = malloc(n * per * sizeof(double));
+        smelt_random_f32(100 + n, n * per, -1.0f, 1.0f, x);
+        memset(y, 0xff, len * sizeof(float));
+        in.data = x;
+        out.data = y;
+        status = smelt_dynamic_run(dyn, &in, 1, &out, 1);
+        if (status != SMELT_STATUS_OK || len != n * per) {
+            fprintf(stderr, "dynamic run failed: %s\n", smelt_last_error());
+            failures++;
+        } else {
+            for (size_t e = 0; e < n; e++) reference(x + e * per, c, h, w, want + e * per);
+            size_t zeros = 0;
+            double rel = compare(y, want, n * per, &zeros);
+            printf("  batch %zu: output %zux%zux%zux%zu, relative error %.3g\n", n,
+                   out.shape.dims[0], out.shape.dims[1], out.shape.dims[2], out.shape.dims[3],
+                   rel);
+            if (!(rel <= TOLERANCE)) {
+                fprintf(stderr, "FAIL: batch %zu relative error %.3g\n", n, rel);
+                failures++;
+            }
+        }
+        free(x);
+        free(y);
+        free(want);
+    }
+    size_t count = 0;
+    smelt_dynamic_specialization_count(dyn, &count);
+    printf("  specializations compiled: %zu (", count);
+    for (size_t i = 0; i < count; i++) {
+        size_t batch;
+        double ms;
+        smelt_dynamic_specialization(dyn, i, &batch, &ms);
+        printf("%sbatch %zu in %.0f ms", i ? ", " : "", batch, ms);
+    }
+    printf(")\n");
+    if (count != 3) {
+        fprintf(stderr, "FAIL: expected buckets 1, 2 and 4 compiled, got %zu\n", count);
+        failures++;
+    }
+    SmeltTensor bad = {NULL, SMELT_ELEMENT_TYPE_F32, {4, {2, c + 1, h, w}}};
+    SmeltTensor out;
+    expect_error(smelt_dynamic_describe_outputs(dyn, &bad, 1, &out, 1),
+                 SMELT_STATUS_INVALID_ARGUMENT, "one channel too many");
+    smelt_dynamic_destroy(dyn);
+}
+
 int main(int argc, char **argv) {
     const char *path = argc > 1 ? argv[1] : "residual_block.tir";
     size_t text_len;
@@ -220,17 +321,15 @@ int main(int argc, char **argv) {
     }
 
     reference(x, c, h, w, want);
-    double max_abs = 0, max_ref = 0;
     size_t zeros = 0;
+    double max_abs = 0;
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)y[i] - want[i]);
-        if (!(d <= max_abs)) max_abs = d; /* a NaN makes the error NaN, never 0 */
-        if (fabs(want[i]) > max_ref) max_ref = fabs(want[i]);
-        zeros += want[i] == 0;
+        if (!(d <= max_abs)) max_abs = d;
     }
-    double rel = max_ref > 0 ? max_abs / max_ref : max_abs;
-    printf("max abs error %.3g, relative error %.3g (max |ref| %.3g, %zu of %zu clipped by relu)\n",
-           max_abs, rel, max_ref, zeros, n);
+    double rel = compare(y, want, n, &zeros);
+    printf("max abs error %.3g, relative error %.3g (%zu of %zu clipped by relu)\n", max_abs, rel,
+           zeros, n);
     if (!(rel <= TOLERANCE)) {
         fprintf(stderr, "FAIL: relative error %.3g is above %g\n", rel, TOLERANCE);
         failures++;
@@ -249,6 +348,7 @@ int main(int argc, char **argv) {
                  SMELT_STATUS_INVALID_ARGUMENT, "no output buffer");
 
     smelt_executable_destroy(exe);
+    run_dynamic(argc > 2 ? argv[2] : "residual_block.onnx");
     free(x);
     free(y);
     free(want);

@@ -127,12 +127,22 @@ pub enum InputDim {
     Dynamic(String),
 }
 
-/// The graph inputs of the model file at `path` as it declares them, in order, without
-/// importing it (`opts.constant_inputs` are left out, as the import makes them constants).
-pub fn declared_inputs(
+/// A model's interface as its graph declares it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeclaredInterface {
+    /// The graph inputs, in order (initializers and constant inputs left out).
+    pub inputs: Vec<DeclaredInput>,
+    /// The graph outputs' names, in order.
+    pub outputs: Vec<String>,
+}
+
+/// The graph inputs and outputs of the model file at `path` as it declares them, in
+/// order, without importing it (`opts.constant_inputs` are left out, as the import makes
+/// them constants).
+pub fn declared_interface(
     path: &Path,
     opts: &ImportOptions,
-) -> Result<Vec<DeclaredInput>, crate::Error> {
+) -> Result<DeclaredInterface, crate::Error> {
     let buf = read_model_file(path, opts)?;
     if buf.len_bytes() == 0 {
         return Err(onnx_error(plain_error(
@@ -196,7 +206,8 @@ pub fn declared_inputs(
             dims,
         });
     }
-    Ok(inputs)
+    let outputs = graph.output.iter().map(|o| o.name().to_string()).collect();
+    Ok(DeclaredInterface { inputs, outputs })
 }
 
 /// Reads a model file into one aligned buffer: a regular file only, its size within the

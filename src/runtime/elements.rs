@@ -198,8 +198,9 @@ impl<'a> ElementsMut<'a> {
         self.len() == 0
     }
 
-    /// Elements `range` of these, mutably, or `None` past the end (a chunk of a batch).
-    pub fn into_range(self, range: std::ops::Range<usize>) -> Option<ElementsMut<'a>> {
+    /// Elements `range` of these, reborrowed mutably, or `None` past the end (one chunk
+    /// of a batch while the whole stays the caller's).
+    pub fn range_mut(&mut self, range: std::ops::Range<usize>) -> Option<ElementsMut<'_>> {
         match self {
             ElementsMut::F32(v) => v.get_mut(range).map(ElementsMut::F32),
             ElementsMut::I64(v) => v.get_mut(range).map(ElementsMut::I64),

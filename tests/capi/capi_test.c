@@ -25,7 +25,7 @@
 
 #include "smelt.h"
 
-/* A test hook of the library, exported but not in the header (src/capi.rs): a call
+/* A test hook of the library, exported but not in the header (src/capi/mod.rs): a call
  * whose body panics inside smelt, as an internal bug would. */
 SmeltStatus smelt_testing_force_internal_error(void);
 

@@ -47,6 +47,9 @@ use smelt_ir::{DType, Module};
 use crate::runtime::{Elements, ElementsMut, Executable, TensorInfo, Workspace};
 use crate::{CompileOptions, Error, Kernels};
 
+mod dynamic;
+pub use dynamic::*;
+
 /// Result of every smelt C function: `SMELT_STATUS_OK` or the kind of failure, one code per
 /// variant of the Rust `smelt::Error`. Details are in `smelt_last_error()`.
 #[repr(i32)]
@@ -248,8 +251,63 @@ pub struct SmeltTensorInfo {
     pub element_type: SmeltElementType,
 }
 
-/// Live handles by token. Handles are looked up here, never dereferenced.
-static LIVE: RwLock<BTreeMap<usize, Arc<SmeltExecutable>>> = RwLock::new(BTreeMap::new());
+/// Live handles of one kind by token. Handles are looked up here, never dereferenced.
+struct Registry<T>(RwLock<BTreeMap<usize, Arc<T>>>);
+
+impl<T> Registry<T> {
+    const fn new() -> Registry<T> {
+        Registry(RwLock::new(BTreeMap::new()))
+    }
+
+    /// Registers `value` under a new token and returns the handle C code gets.
+    fn insert<H>(&self, value: T) -> *mut H {
+        let token = new_token();
+        self.0
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(token, Arc::new(value));
+        // a token, not an address: C code only passes it back
+        std::ptr::without_provenance_mut::<H>(token)
+    }
+
+    /// The value of a live handle; `what` names the handle's kind in the error.
+    fn get<H>(&self, handle: *const H, what: &str) -> Result<Arc<T>, Failure> {
+        if handle.is_null() {
+            return Err(invalid(format!("the {what} handle is NULL")));
+        }
+        let live = self.0.read().unwrap_or_else(|p| p.into_inner());
+        live.get(&handle.addr()).cloned().ok_or_else(|| {
+            invalid(format!(
+                "{handle:p} is not a live smelt {what} (destroyed, or never created)"
+            ))
+        })
+    }
+
+    /// Unregisters a handle (NULL is a no-op); the value is freed when its last run
+    /// returns.
+    fn remove<H>(&self, handle: *mut H, what: &str) -> Result<(), Failure> {
+        if handle.is_null() {
+            return Ok(());
+        }
+        let removed = self
+            .0
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&handle.addr());
+        match removed {
+            Some(value) => {
+                drop(value);
+                Ok(())
+            }
+            None => Err(invalid(format!(
+                "{handle:p} is not a live smelt {what} (destroyed twice, or never created)"
+            ))),
+        }
+    }
+}
+
+/// Live executables by token.
+static LIVE: Registry<SmeltExecutable> = Registry::new();
 
 /// Executables created so far in this process: the source of handle tokens.
 static CREATED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -331,15 +389,7 @@ fn guard(body: impl FnOnce() -> Result<(), Failure>) -> SmeltStatus {
 }
 
 fn lookup(handle: *const SmeltExecutable) -> Result<Arc<SmeltExecutable>, Failure> {
-    if handle.is_null() {
-        return Err(invalid("the executable handle is NULL"));
-    }
-    let live = LIVE.read().unwrap_or_else(|p| p.into_inner());
-    live.get(&handle.addr()).cloned().ok_or_else(|| {
-        invalid(format!(
-            "{handle:p} is not a live smelt executable (destroyed, or never created)"
-        ))
-    })
+    LIVE.get(handle, "executable")
 }
 
 /// Reads the options (NULL means the defaults).
@@ -466,18 +516,12 @@ unsafe fn finish(
     };
     // the shapes were pinned as the model was read, so the driver gets none
     let (exe, _report) = crate::compile(&module, &driver)?;
-    let handle = Arc::new(SmeltExecutable {
+    let ptr = LIVE.insert(SmeltExecutable {
         inputs: exe.inputs().iter().map(InfoStrings::new).collect(),
         outputs: exe.outputs().map(InfoStrings::new).collect(),
         exe,
         pool: Mutex::new(Vec::new()),
     });
-    let token = new_token();
-    LIVE.write()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(token, handle);
-    // a token, not an address: C code only passes it back
-    let ptr = std::ptr::without_provenance_mut::<SmeltExecutable>(token);
     // SAFETY: `out` is valid for a write per this function's contract.
     unsafe { out.write(ptr) };
     Ok(())
@@ -487,7 +531,7 @@ unsafe fn finish(
 ///
 /// # Safety
 /// A non-null, aligned `out` points to writable memory for one pointer.
-unsafe fn prepare_out(out: *mut *mut SmeltExecutable) -> Result<(), Failure> {
+unsafe fn prepare_out<H>(out: *mut *mut H) -> Result<(), Failure> {
     if out.is_null() {
         return Err(invalid("the output handle pointer `out` is NULL"));
     }
@@ -677,24 +721,7 @@ pub unsafe extern "C" fn smelt_executable_from_file(
 /// None beyond passing a handle value; it is never dereferenced.
 #[no_mangle]
 pub extern "C" fn smelt_executable_destroy(exe: *mut SmeltExecutable) -> SmeltStatus {
-    guard(|| {
-        if exe.is_null() {
-            return Ok(());
-        }
-        let removed = LIVE
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&exe.addr());
-        match removed {
-            Some(handle) => {
-                drop(handle);
-                Ok(())
-            }
-            None => Err(invalid(format!(
-                "{exe:p} is not a live smelt executable (destroyed twice, or never created)"
-            ))),
-        }
-    })
+    guard(|| LIVE.remove(exe, "executable"))
 }
 
 /// Checks a pointer argument (an out-pointer, or an array's first element): non-null and
@@ -817,26 +844,44 @@ struct Checked {
     dtype: DType,
 }
 
-/// Checks buffer `i` of a run (`p`, `len` elements of `dtype`) against `info`.
+/// What a buffer of a run must hold: the tensor's name, element type and element count.
+struct Expected<'a> {
+    name: &'a str,
+    dtype: DType,
+    len: usize,
+}
+
+impl InfoStrings {
+    fn expected(&self) -> Expected<'_> {
+        Expected {
+            name: self.name.to_str().unwrap_or("?"),
+            dtype: self.dtype,
+            len: self.len,
+        }
+    }
+}
+
+/// Checks buffer `i` of a run (`p`, `len` elements of `dtype`) against what its tensor
+/// needs.
 fn check_buffer(
     p: *const c_void,
     len: usize,
     dtype: DType,
     i: usize,
-    info: &InfoStrings,
+    want: &Expected<'_>,
     kind: &str,
 ) -> Result<Checked, Failure> {
-    let name = info.name.to_string_lossy();
-    if dtype != info.dtype {
+    let name = want.name;
+    if dtype != want.dtype {
         return Err(invalid(format!(
             "{kind} {i} ({name}) holds {} elements, the caller passed {dtype}",
-            info.dtype
+            want.dtype
         )));
     }
-    if len != info.len {
+    if len != want.len {
         return Err(invalid(format!(
             "{kind} {i} ({name}) needs {} {dtype} elements, got length {len}",
-            info.len
+            want.len
         )));
     }
     let size = dtype.size_bytes();
@@ -869,8 +914,7 @@ fn check_buffer(
     })
 }
 
-/// Runs the executable of `h` on checked buffers: refuses a written buffer that
-/// overlaps another and an `i1` input byte that is neither 0 nor 1, then runs.
+/// Runs the executable of `h` on checked buffers (see [`borrow_checked`]).
 ///
 /// # Safety
 /// Each input buffer is readable, and each output buffer writable, for its checked
@@ -880,6 +924,35 @@ unsafe fn run_checked(
     ins: &[Checked],
     outs: &[Checked],
 ) -> Result<(), Failure> {
+    let name = |list: &[InfoStrings], i: usize| list[i].name.to_string_lossy().into_owned();
+    // SAFETY: forwarded contract of this function.
+    let (inputs, mut outputs) =
+        unsafe { borrow_checked(ins, outs, |i| name(&h.inputs, i), |i| name(&h.outputs, i))? };
+    let mut ws = h
+        .pool
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .pop()
+        .unwrap_or_else(|| h.exe.workspace());
+    let result = h.exe.run_with(&inputs, &mut outputs, &mut ws);
+    h.pool.lock().unwrap_or_else(|p| p.into_inner()).push(ws);
+    result.map_err(Failure::from)
+}
+
+/// Borrows checked buffers as element slices: refuses a written buffer that overlaps
+/// another and a bool input byte that is neither 0 nor 1 (`input_name` and
+/// `output_name` name a buffer by its index in the messages).
+///
+/// # Safety
+/// Each input buffer is readable, and each output buffer writable, for its checked
+/// length, for as long as the returned slices live, and no other thread modifies them
+/// meanwhile.
+unsafe fn borrow_checked<'a>(
+    ins: &[Checked],
+    outs: &[Checked],
+    input_name: impl Fn(usize) -> String,
+    output_name: impl Fn(usize) -> String,
+) -> Result<(Vec<Elements<'a>>, Vec<ElementsMut<'a>>), Failure> {
     // Rust forbids a written buffer aliasing any other borrowed buffer.
     let range = |c: &Checked| (c.at, c.at + c.bytes);
     for (i, a) in outs.iter().enumerate() {
@@ -892,7 +965,7 @@ unsafe fn run_checked(
         if other_out || ins.iter().any(overlaps) {
             return Err(invalid(format!(
                 "output {i} ({}) overlaps another buffer",
-                h.outputs[i].name.to_string_lossy()
+                output_name(i)
             )));
         }
     }
@@ -904,7 +977,7 @@ unsafe fn run_checked(
             if let Some(k) = bytes.iter().position(|&b| b > 1) {
                 return Err(invalid(format!(
                     "input {i} ({}) is bool, but its element {k} is the byte {}",
-                    h.inputs[i].name.to_string_lossy(),
+                    input_name(i),
                     bytes[k]
                 )));
             }
@@ -949,7 +1022,7 @@ unsafe fn run_checked(
             }
         })
         .collect();
-    let mut outputs: Vec<ElementsMut> = outs
+    let outputs: Vec<ElementsMut> = outs
         .iter()
         .map(|c| {
             // SAFETY: for each arm, non-null, aligned, writable for the checked length per
@@ -993,15 +1066,7 @@ unsafe fn run_checked(
             }
         })
         .collect();
-    let mut ws = h
-        .pool
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .pop()
-        .unwrap_or_else(|| h.exe.workspace());
-    let result = h.exe.run_with(&inputs, &mut outputs, &mut ws);
-    h.pool.lock().unwrap_or_else(|p| p.into_inner()).push(ws);
-    result.map_err(Failure::from)
+    Ok((inputs, outputs))
 }
 
 /// Checks the buffer counts of a run against the executable of `h`.
@@ -1069,7 +1134,14 @@ pub unsafe extern "C" fn smelt_executable_run(
             floats_only(info, i, "input")?;
             // SAFETY: the arrays hold `num_inputs` elements (contract), checked above.
             let (p, len) = unsafe { (*inputs.add(i), *input_lens.add(i)) };
-            ins.push(check_buffer(p.cast(), len, DType::F32, i, info, "input")?);
+            ins.push(check_buffer(
+                p.cast(),
+                len,
+                DType::F32,
+                i,
+                &info.expected(),
+                "input",
+            )?);
         }
         let mut outs = Vec::with_capacity(num_outputs);
         for (i, info) in h.outputs.iter().enumerate() {
@@ -1081,7 +1153,7 @@ pub unsafe extern "C" fn smelt_executable_run(
                 len,
                 DType::F32,
                 i,
-                info,
+                &info.expected(),
                 "output",
             )?);
         }
@@ -1136,7 +1208,7 @@ pub unsafe extern "C" fn smelt_executable_run_typed(
                     b.element_count,
                     dtype,
                     i,
-                    info,
+                    &info.expected(),
                     kind,
                 )?);
             }

@@ -1,0 +1,529 @@
+//! The C API of models with a dynamic batch: one handle compiled per bucket on first use
+//! ([`crate::DynamicExecutable`]), runs whose buffers carry their shapes.
+//!
+//! The flow a C host follows: describe the inputs it holds (`SmeltTensor`: element type
+//! and shape), ask `smelt_dynamic_describe_outputs` for the outputs' element types and
+//! shapes at that batch, allocate each output (`smelt_shape_element_count` elements),
+//! then `smelt_dynamic_run`. The library never allocates a caller's buffer; the
+//! describe call compiles the buckets the batch needs, so the run that follows compiles
+//! nothing. The same invariants as the parent module hold: handles are tokens, every
+//! pointer is checked for null and alignment, every buffer's length against its shape.
+
+#![allow(unsafe_code)]
+
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::path::Path;
+
+use smelt_ir::{DType, TensorType};
+
+use super::{
+    borrow_checked, c_string, check_buffer, check_ptr, guard, invalid, prepare_out, read_options,
+    write_count, Checked, Expected, Failure, Registry, SmeltElementType, SmeltOptions, SmeltStatus,
+};
+use crate::{CompileOptions, DynamicExecutable, DynamicOptions};
+
+/// The most dimensions a `SmeltShape` holds.
+pub const SMELT_MAX_RANK: usize = 8;
+
+/// A dimension that varies per run (the batch), as `smelt_dynamic_input` reports it.
+pub const SMELT_DYNAMIC_DIM: usize = !0;
+
+/// A tensor's shape: `rank` dims, outermost first, in `dims[0..rank]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SmeltShape {
+    /// Number of dimensions, at most `SMELT_MAX_RANK`.
+    pub rank: usize,
+    /// The dims; entries past `rank` are ignored.
+    pub dims: [usize; SMELT_MAX_RANK],
+}
+
+/// A row-major tensor of a dynamic run: its elements at `data` (read for inputs, written
+/// for outputs), their type and the shape, whose product is the element count.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SmeltTensor {
+    /// The elements, aligned to the element size (NULL only for a tensor with none).
+    pub data: *mut c_void,
+    /// A raw `SmeltElementType` value (checked, so any integer is safe to pass).
+    pub element_type: i32,
+    /// The shape.
+    pub shape: SmeltShape,
+}
+
+/// An input of a dynamic executable as the model declares it. The name belongs to the
+/// executable and stays valid until it is destroyed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SmeltDynamicInputInfo {
+    /// The input's name (NUL-terminated).
+    pub name: *const c_char,
+    /// Its element type.
+    pub element_type: SmeltElementType,
+    /// Its shape: `SMELT_DYNAMIC_DIM` where the batch goes.
+    pub shape: SmeltShape,
+}
+
+/// A model with a dynamic batch, compiled per bucket (a power of two up to its
+/// `max_bucket`) on first use, a batch of any size split into bucket-sized chunks. Safe
+/// to share across threads. Opaque: create it with `smelt_dynamic_from_file`, free it
+/// with `smelt_dynamic_destroy`.
+pub struct SmeltDynamicExecutable {
+    exe: DynamicExecutable,
+    input_names: Vec<CString>,
+    output_names: Vec<CString>,
+}
+
+/// Live dynamic executables by token.
+static LIVE_DYNAMIC: Registry<SmeltDynamicExecutable> = Registry::new();
+
+fn lookup(
+    handle: *const SmeltDynamicExecutable,
+) -> Result<std::sync::Arc<SmeltDynamicExecutable>, Failure> {
+    LIVE_DYNAMIC.get(handle, "dynamic executable")
+}
+
+impl SmeltShape {
+    /// The dims of a checked shape.
+    fn dims(&self, what: &str) -> Result<&[usize], Failure> {
+        self.dims.get(..self.rank).ok_or_else(|| {
+            invalid(format!(
+                "{what}: rank {} is over SMELT_MAX_RANK ({SMELT_MAX_RANK})",
+                self.rank
+            ))
+        })
+    }
+
+    fn of(dims: &[usize], what: &str) -> Result<SmeltShape, Failure> {
+        let mut shape = SmeltShape {
+            rank: dims.len(),
+            dims: [0; SMELT_MAX_RANK],
+        };
+        shape
+            .dims
+            .get_mut(..dims.len())
+            .ok_or_else(|| {
+                invalid(format!(
+                    "{what} has rank {}, over SMELT_MAX_RANK ({SMELT_MAX_RANK})",
+                    dims.len()
+                ))
+            })?
+            .copy_from_slice(dims);
+        Ok(shape)
+    }
+}
+
+/// Reads `count` elements of a caller's array (none when `count` is 0).
+///
+/// # Safety
+/// A non-null, aligned `list` is readable for `count` elements.
+unsafe fn read_array<'a, T>(list: *const T, count: usize, what: &str) -> Result<&'a [T], Failure> {
+    if count == 0 {
+        return Ok(&[]);
+    }
+    check_ptr(list, what)?;
+    // SAFETY: non-null and aligned (checked), readable for `count` elements (contract).
+    Ok(unsafe { std::slice::from_raw_parts(list, count) })
+}
+
+/// Compiles nothing yet: reads the ONNX model at `path` (NUL-terminated) and prepares
+/// runs of any batch. Every input's dynamic leading dimension is the shared batch; any
+/// other dynamic dimension must be pinned whole through `opts->input_shapes` (that input
+/// is then not batched). `max_bucket` is the largest batch compiled as one executable,
+/// a power of two from 2 to 1024, or 0 for the default (8): at most
+/// `log2(max_bucket) + 1` specializations are ever compiled. Stores the handle in
+/// `*out` (NULL on failure).
+///
+/// # Safety
+/// `path` is a NUL-terminated string; `opts` is NULL or a valid `SmeltOptions`; `out` is
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn smelt_dynamic_from_file(
+    path: *const c_char,
+    opts: *const SmeltOptions,
+    max_bucket: usize,
+    out: *mut *mut SmeltDynamicExecutable,
+) -> SmeltStatus {
+    guard(|| {
+        // SAFETY: forwarded contracts of this function.
+        unsafe {
+            prepare_out(out)?;
+            if path.is_null() {
+                return Err(invalid("the path is NULL"));
+            }
+            let path = CStr::from_ptr(path)
+                .to_str()
+                .map_err(|_| invalid("the path is not UTF-8"))?;
+            let opts = read_options(opts)?;
+            let mut driver = crate::Options::default();
+            driver.load.input_shapes = opts.input_shapes.clone();
+            driver.load.interface = crate::Interface::C;
+            driver.load.allowed_root = opts.allowed_root.clone();
+            driver.load.memory_budget = opts.memory_budget;
+            driver.optimize.fusion.enabled = opts.fuse;
+            driver.compile = CompileOptions {
+                threads: usize::try_from(opts.threads)
+                    .map_err(|_| invalid(format!("threads = {} is too many", opts.threads)))?,
+                kernels: opts.kernels,
+                ..CompileOptions::default()
+            };
+            let dynamic = match max_bucket {
+                0 => DynamicOptions::default(),
+                b => DynamicOptions { max_bucket: b },
+            };
+            let exe = DynamicExecutable::new(Path::new(path), &driver, dynamic)?;
+            let value = SmeltDynamicExecutable {
+                input_names: exe.inputs().iter().map(|i| c_string(&i.name)).collect(),
+                output_names: exe.output_names().iter().map(|n| c_string(n)).collect(),
+                exe,
+            };
+            out.write(LIVE_DYNAMIC.insert(value));
+            Ok(())
+        }
+    })
+}
+
+/// Frees a dynamic executable and every bucket compiled for it. NULL is a no-op; runs in
+/// progress finish first; the handle is invalid afterwards, forever.
+#[no_mangle]
+pub extern "C" fn smelt_dynamic_destroy(exe: *mut SmeltDynamicExecutable) -> SmeltStatus {
+    guard(|| LIVE_DYNAMIC.remove(exe, "dynamic executable"))
+}
+
+/// Stores the number of inputs in `*count`.
+///
+/// # Safety
+/// `count` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn smelt_dynamic_input_count(
+    exe: *const SmeltDynamicExecutable,
+    count: *mut usize,
+) -> SmeltStatus {
+    // SAFETY: forwarded contract of this function.
+    guard(|| unsafe { write_count(lookup(exe)?.input_names.len(), count) })
+}
+
+/// Stores the number of outputs in `*count`.
+///
+/// # Safety
+/// `count` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn smelt_dynamic_output_count(
+    exe: *const SmeltDynamicExecutable,
+    count: *mut usize,
+) -> SmeltStatus {
+    // SAFETY: forwarded contract of this function.
+    guard(|| unsafe { write_count(lookup(exe)?.output_names.len(), count) })
+}
+
+/// Describes input `index` in `*info`: its name, element type and shape, the batch
+/// written `SMELT_DYNAMIC_DIM`.
+///
+/// # Safety
+/// `info` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn smelt_dynamic_input(
+    exe: *const SmeltDynamicExecutable,
+    index: usize,
+    info: *mut SmeltDynamicInputInfo,
+) -> SmeltStatus {
+    guard(|| {
+        let h = lookup(exe)?;
+        check_ptr(info.cast_const(), "`info`")?;
+        let input = h.exe.inputs().get(index).ok_or_else(|| {
+            invalid(format!(
+                "input index {index} is out of range: the executable has {} inputs",
+                h.input_names.len()
+            ))
+        })?;
+        let dims: Vec<usize> = input
+            .dims
+            .iter()
+            .map(|d| d.unwrap_or(SMELT_DYNAMIC_DIM))
+            .collect();
+        let value = SmeltDynamicInputInfo {
+            name: h.input_names[index].as_ptr(),
+            element_type: SmeltElementType::of(input.dtype),
+            shape: SmeltShape::of(&dims, &format!("input {}", input.name))?,
+        };
+        // SAFETY: checked non-null and aligned; writable per the contract.
+        unsafe { info.write(value) };
+        Ok(())
+    })
+}
+
+/// Stores the name of output `index` in `*name` (owned by the executable, valid until
+/// it is destroyed).
+///
+/// # Safety
+/// `name` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn smelt_dynamic_output_name(
+    exe: *const SmeltDynamicExecutable,
+    index: usize,
+    name: *mut *const c_char,
+) -> SmeltStatus {
+    guard(|| {
+        let h = lookup(exe)?;
+        check_ptr(name.cast_const(), "`name`")?;
+        let n = h.output_names.get(index).ok_or_else(|| {
+            invalid(format!(
+                "output index {index} is out of range: the executable has {} outputs",
+                h.output_names.len()
+            ))
+        })?;
+        // SAFETY: checked non-null and aligned; writable per the contract.
+        unsafe { name.write(n.as_ptr()) };
+        Ok(())
+    })
+}
+
+/// The input shapes of `inputs` (their data and element types are not read here).
+fn input_shapes<'a>(
+    inputs: &'a [SmeltTensor],
+    h: &SmeltDynamicExecutable,
+) -> Result<Vec<&'a [usize]>, Failure> {
+    if inputs.len() != h.input_names.len() {
+        return Err(invalid(format!(
+            "expected {} inputs, got num_inputs = {}",
+            h.input_names.len(),
+            inputs.len()
+        )));
+    }
+    inputs
+        .iter()
+        .zip(&h.input_names)
+        .enumerate()
+        .map(|(i, (t, name))| {
+            t.shape
+                .dims(&format!("input {i} ({})", name.to_string_lossy()))
+        })
+        .collect()
+}
+
+/// The output types of a run on `inputs`.
+fn output_types(
+    h: &SmeltDynamicExecutable,
+    inputs: &[SmeltTensor],
+    num_outputs: usize,
+) -> Result<Vec<TensorType>, Failure> {
+    if num_outputs != h.output_names.len() {
+        return Err(invalid(format!(
+            "expected {} outputs, got num_outputs = {num_outputs}",
+            h.output_names.len()
+        )));
+    }
+    Ok(h.exe.output_types(&input_shapes(inputs, h)?)?)
+}
+
+/// Fills the `element_type` and `shape` of each of the `num_outputs` entries of
+/// `outputs` (their `data` is set to NULL) for a run on the `num_inputs` tensors of
+/// `inputs`, whose shapes are checked here (their data is not read). Compiles the buckets
+/// that batch needs, so the following `smelt_dynamic_run` compiles nothing. A shape that
+/// breaks the model's declared dims is `SMELT_STATUS_INVALID_ARGUMENT`, naming the input
+/// and the dimension.
+///
+/// # Safety
+/// `inputs` holds `num_inputs` readable elements; `outputs` holds `num_outputs` writable
+/// ones.
+#[no_mangle]
+pub unsafe extern "C" fn smelt_dynamic_describe_outputs(
+    exe: *const SmeltDynamicExecutable,
+    inputs: *const SmeltTensor,
+    num_inputs: usize,
+    outputs: *mut SmeltTensor,
+    num_outputs: usize,
+) -> SmeltStatus {
+    guard(|| {
+        let h = lookup(exe)?;
+        // SAFETY: the arrays hold the counts given (contract).
+        let ins = unsafe { read_array(inputs, num_inputs, "`inputs`")? };
+        let types = output_types(&h, ins, num_outputs)?;
+        if num_outputs > 0 {
+            check_ptr(outputs.cast_const(), "`outputs`")?;
+        }
+        for (i, (ty, name)) in types.iter().zip(&h.output_names).enumerate() {
+            let what = format!("output {i} ({})", name.to_string_lossy());
+            let value = SmeltTensor {
+                data: std::ptr::null_mut(),
+                element_type: SmeltElementType::of(ty.dtype) as i32,
+                shape: SmeltShape::of(&ty.dims, &what)?,
+            };
+            // SAFETY: non-null and aligned (checked), writable for `num_outputs`
+            // elements (contract), and `i < num_outputs` (the counts were checked).
+            unsafe { outputs.add(i).write(value) };
+        }
+        Ok(())
+    })
+}
+
+/// Runs on tensors of any batch: `inputs` holds `num_inputs` tensors, each with its
+/// shape (the batched ones sharing one leading size), and `outputs` `num_outputs`
+/// tensors whose element types and shapes are those `smelt_dynamic_describe_outputs`
+/// gives for these inputs (checked; a mismatch is `SMELT_STATUS_INVALID_ARGUMENT`).
+/// Output buffers must not overlap any other buffer. The first run of a batch compiles
+/// the buckets it needs (call `smelt_dynamic_describe_outputs` or
+/// `smelt_dynamic_warm_up` first to keep that out of a timed run). Safe to call from
+/// many threads at once on the same executable.
+///
+/// # Safety
+/// `inputs` holds `num_inputs` elements and `outputs` `num_outputs`; each tensor's
+/// `data` is readable (inputs) or writable (outputs) for the element count of its shape
+/// and not modified by another thread during the call.
+#[no_mangle]
+pub unsafe extern "C" fn smelt_dynamic_run(
+    exe: *const SmeltDynamicExecutable,
+    inputs: *const SmeltTensor,
+    num_inputs: usize,
+    outputs: *const SmeltTensor,
+    num_outputs: usize,
+) -> SmeltStatus {
+    guard(|| {
+        let h = lookup(exe)?;
+        // SAFETY: the arrays hold the counts given (contract).
+        let (ins, outs) = unsafe {
+            (
+                read_array(inputs, num_inputs, "`inputs`")?,
+                read_array(outputs, num_outputs, "`outputs`")?,
+            )
+        };
+        let types = output_types(&h, ins, num_outputs)?;
+        let shapes = input_shapes(ins, &h)?;
+        let checked = |list: &[SmeltTensor],
+                       want: &mut dyn Iterator<Item = (DType, usize)>,
+                       names: &[CString],
+                       kind: &str|
+         -> Result<Vec<Checked>, Failure> {
+            list.iter()
+                .zip(want)
+                .zip(names)
+                .enumerate()
+                .map(|(i, ((t, (dtype, len)), name))| {
+                    let name = name.to_string_lossy();
+                    let given = SmeltElementType::from_raw(t.element_type).ok_or_else(|| {
+                        invalid(format!(
+                            "{kind} {i} ({name}): element_type {} is not a SmeltElementType",
+                            t.element_type
+                        ))
+                    })?;
+                    let count = t
+                        .shape
+                        .dims(kind)?
+                        .iter()
+                        .try_fold(1usize, |a, &d| a.checked_mul(d))
+                        .ok_or_else(|| invalid(format!("{kind} {i} ({name}): shape overflows")))?;
+                    let want = Expected {
+                        name: &name,
+                        dtype,
+                        len,
+                    };
+                    check_buffer(t.data.cast_const(), count, given, i, &want, kind)
+                })
+                .collect()
+        };
+        let in_want = shapes
+            .iter()
+            .zip(h.exe.inputs())
+            .map(|(s, info)| (info.dtype, s.iter().product()));
+        let ins_checked = checked(ins, &mut in_want.into_iter(), &h.input_names, "input")?;
+        for (i, (t, ty)) in outs.iter().zip(&types).enumerate() {
+            if t.shape.dims("output")? != &ty.dims[..] {
+                return Err(invalid(format!(
+                    "output {i} ({}) must have shape {:?} for these inputs, got {:?}",
+                    h.output_names[i].to_string_lossy(),
+                    ty.dims,
+                    t.shape.dims("output")?
+                )));
+            }
+        }
+        let out_want = types.iter().map(|t| (t.dtype, t.storage_len()));
+        let outs_checked = checked(outs, &mut out_want.into_iter(), &h.output_names, "output")?;
+        let name = |list: &[CString], i: usize| list[i].to_string_lossy().into_owned();
+        // SAFETY: each buffer is readable or writable for the element count of its
+        // shape (this function's contract), checked against the run's tensors.
+        let (elements, mut results) = unsafe {
+            borrow_checked(
+                &ins_checked,
+                &outs_checked,
+                |i| name(&h.input_names, i),
+                |i| name(&h.output_names, i),
+            )?
+        };
+        h.exe.run_into(&shapes, &elements, &mut results)?;
+        Ok(())
+    })
+}
+
+/// Compiles every bucket a run of `batch` elements needs, so that such runs compile
+/// nothing.
+#[no_mangle]
+pub extern "C" fn smelt_dynamic_warm_up(
+    exe: *const SmeltDynamicExecutable,
+    batch: usize,
+) -> SmeltStatus {
+    guard(|| Ok(lookup(exe)?.exe.warm_up(batch)?))
+}
+
+/// Stores the number of specializations (buckets) compiled so far in `*count`.
+///
+/// # Safety
+/// `count` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn smelt_dynamic_specialization_count(
+    exe: *const SmeltDynamicExecutable,
+    count: *mut usize,
+) -> SmeltStatus {
+    // SAFETY: forwarded contract of this function.
+    guard(|| unsafe { write_count(lookup(exe)?.exe.specializations().len(), count) })
+}
+
+/// Describes specialization `index` (in ascending batch order): the batch it was
+/// compiled for in `*batch` and the milliseconds its compile took in `*compile_ms`.
+///
+/// # Safety
+/// `batch` and `compile_ms` are writable.
+#[no_mangle]
+pub unsafe extern "C" fn smelt_dynamic_specialization(
+    exe: *const SmeltDynamicExecutable,
+    index: usize,
+    batch: *mut usize,
+    compile_ms: *mut f64,
+) -> SmeltStatus {
+    guard(|| {
+        let h = lookup(exe)?;
+        check_ptr(batch.cast_const(), "`batch`")?;
+        check_ptr(compile_ms.cast_const(), "`compile_ms`")?;
+        let all = h.exe.specializations();
+        let s = all.get(index).ok_or_else(|| {
+            invalid(format!(
+                "specialization index {index} is out of range: {} are compiled",
+                all.len()
+            ))
+        })?;
+        // SAFETY: both checked non-null and aligned; writable per the contract.
+        unsafe {
+            batch.write(s.batch);
+            compile_ms.write(s.compile_ms);
+        }
+        Ok(())
+    })
+}
+
+/// The element count of `shape` (the product of its `rank` dims; 1 for rank 0), or 0
+/// when `shape` is NULL, its rank is over `SMELT_MAX_RANK` or the product overflows.
+///
+/// # Safety
+/// `shape` is NULL or readable.
+#[no_mangle]
+pub unsafe extern "C" fn smelt_shape_element_count(shape: *const SmeltShape) -> usize {
+    if shape.is_null() || !shape.is_aligned() {
+        return 0;
+    }
+    // SAFETY: non-null and aligned; readable per the contract; every bit pattern of
+    // its integers is a valid value.
+    let s = unsafe { *shape };
+    s.dims
+        .get(..s.rank)
+        .and_then(|d| d.iter().try_fold(1usize, |a, &x| a.checked_mul(x)))
+        .unwrap_or(0)
+}
