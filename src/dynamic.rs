@@ -85,6 +85,15 @@ impl DynamicInput {
     fn at_batch(&self, n: usize) -> Vec<usize> {
         self.dims.iter().map(|d| d.unwrap_or(n)).collect()
     }
+
+    /// The input's row-major type at batch `n`.
+    pub fn type_at(&self, n: usize) -> TensorType {
+        TensorType {
+            dtype: self.dtype,
+            dims: self.at_batch(n),
+            layout: smelt_ir::Layout::RowMajor,
+        }
+    }
 }
 
 /// A specialization compiled so far.
@@ -94,6 +103,8 @@ pub struct Specialization {
     pub batch: usize,
     /// Milliseconds the compile took (import, passes, code generation).
     pub compile_ms: f64,
+    /// The warnings of its optimization (a fusion limit hit, an unchecked rule run).
+    pub warnings: Vec<Diagnostic>,
 }
 
 /// A model with a dynamic batch, compiled per bucket on first use (see the module doc).
@@ -114,8 +125,11 @@ struct Bucket {
 }
 
 struct Compiled {
-    exe: Executable,
+    exe: Arc<Executable>,
     compile_ms: f64,
+    /// Floating-point operations of one run of the bucket's model as written.
+    flops: u64,
+    warnings: Vec<Diagnostic>,
     /// For a bucket of 2 or more: which results carry the batch on their leading axis,
     /// or why its module cannot be split. `None` for bucket 1.
     separable: Option<Result<Vec<bool>, Diagnostic>>,
@@ -213,6 +227,7 @@ impl DynamicExecutable {
                 slot.as_ref().map(|c| Specialization {
                     batch: b.batch,
                     compile_ms: c.compile_ms,
+                    warnings: c.warnings.clone(),
                 })
             })
             .collect()
@@ -229,6 +244,41 @@ impl DynamicExecutable {
             Some(&largest) if chunks.len() > 1 => self.compiled(largest)?.batched().map(|_| ()),
             _ => Ok(()),
         }
+    }
+
+    /// The model with its batch pinned to `batch` (any size, not only a bucket's), loaded
+    /// and verified but not compiled: the reference a run at that batch is checked against.
+    pub fn module_at(&self, batch: usize) -> Result<smelt_ir::Module, Error> {
+        if batch == 0 {
+            return Err(Error::InvalidArgument(
+                "the batch must be at least 1".into(),
+            ));
+        }
+        let mut load = self.options.load.clone();
+        for input in self.inputs.iter().filter(|i| i.batched()) {
+            load.input_shapes
+                .insert(input.name.clone(), input.at_batch(batch));
+        }
+        crate::load_model(&self.path, &load)
+    }
+
+    /// The executable of the bucket of `size` elements (one of
+    /// [`DynamicExecutable::bucket_sizes`]), compiled on first use: its kernels, arena and
+    /// profile are those of every chunk of that size.
+    pub fn bucket(&self, size: usize) -> Result<Arc<Executable>, Error> {
+        Ok(self.compiled(size)?.exe.clone())
+    }
+
+    /// Floating-point operations of a run of `batch` elements, summed over its chunks:
+    /// as the model writes them and as the kernels execute them (they differ where
+    /// Winograd computes). Compiles the buckets the run needs.
+    pub fn flops(&self, batch: usize) -> Result<(u64, u64), Error> {
+        self.chunks(batch)
+            .into_iter()
+            .try_fold((0, 0), |(written, executed), size| {
+                let c = self.compiled(size)?;
+                Ok((written + c.flops, executed + c.exe.executed_flops()))
+            })
     }
 
     /// The bucket of `batch` elements (a bucket size), compiled on first use.
@@ -259,12 +309,15 @@ impl DynamicExecutable {
         }
         let module = crate::load_model(&self.path, &opts.load)?;
         let separable = (batch >= 2).then(|| self.separable_results(&module, batch));
+        let flops = module.entry().map_or(0, |f| f.flops());
         // the shapes are pinned in `module` now
         opts.load.input_shapes.clear();
-        let (exe, _) = compile(&module, &opts)?;
+        let (exe, cx) = compile(&module, &opts)?;
         let c = Arc::new(Compiled {
-            exe,
+            exe: Arc::new(exe),
             compile_ms: start.elapsed().as_secs_f64() * 1e3,
+            flops,
+            warnings: cx.warnings,
             separable,
         });
         *compiled = Some(c.clone());

@@ -314,3 +314,93 @@ fn demo_takes_a_thread_count_and_reports_it() {
     assert!(out.contains("after warm-up, 2 threads)"), "{out}");
     assert!(out.contains("all stages agree"), "{out}");
 }
+
+/// A model with a dynamic batch needs no `--shape`: `run` takes the batch from its
+/// inputs (or `--batch` for random ones) and splits it over the compiled buckets, its
+/// results equal to a run specialized with `--shape`; `verify` checks the dynamic run
+/// against the interpreter (`jit(dynamic)`); `bench` times it and says how it split.
+#[test]
+fn dynamic_batch_models_run_verify_and_bench_without_shape() {
+    let model = common::root().join("examples/c/residual_block.onnx");
+    let model = model.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let x = Tensor::new([3, 6, 9, 9], random_f32(5, 3 * 486, -1.0, 1.0)).unwrap();
+    let xa = format!("x={}", write_npy(dir.path(), "x", &x).display());
+    let dynamic_dir = dir.path().join("dynamic");
+    let pinned_dir = dir.path().join("pinned");
+    let run = |extra: &[&str], out: &Path| {
+        let mut args = vec!["run", model, "--input", &xa, "--output-dir"];
+        args.push(out.to_str().unwrap());
+        args.extend_from_slice(extra);
+        let o = smelt(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        o
+    };
+    let dynamic = run(&[], &dynamic_dir);
+    assert!(
+        stderr(&dynamic).contains("dynamic batch 3: ran as chunks 2 + 1"),
+        "{}",
+        stderr(&dynamic)
+    );
+    run(&["--shape", "x=3x6x9x9"], &pinned_dir);
+    let got = read_npy(&dynamic_dir.join("y.npy"));
+    let want = read_npy(&pinned_dir.join("y.npy"));
+    assert_eq!(got.dims(), &[3, 6, 9, 9]);
+    let e = ErrorStats::between_tensors(&got, &want).unwrap();
+    assert!(e.relative <= 1e-6, "{e:?}");
+
+    // random inputs at --batch; a batch that disagrees with the given inputs is refused
+    let random_dir = dir.path().join("random");
+    let o = smelt(&[
+        "run",
+        model,
+        "--random-inputs",
+        "1",
+        "--batch",
+        "5",
+        "--output-dir",
+        random_dir.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(read_npy(&random_dir.join("y.npy")).dims(), &[5, 6, 9, 9]);
+    let o = smelt(&[
+        "run",
+        model,
+        "--input",
+        &xa,
+        "--batch",
+        "2",
+        "--output-dir",
+        random_dir.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--batch 2 disagrees"), "{}", stderr(&o));
+
+    let o = smelt(&["verify", model, "--batch", "3", "--input-range", "1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("jit(dynamic) vs interp(unfused)"),
+        "{}",
+        stdout(&o)
+    );
+
+    let o = smelt(&[
+        "bench",
+        model,
+        "--batch",
+        "3",
+        "--warmup",
+        "0",
+        "--iterations",
+        "2",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(report["batch"], 3);
+    assert_eq!(report["chunks"], serde_json::json!([2, 1]));
+    assert!(report["compile_parts"]["bucket_2_ms"].as_f64().unwrap() > 0.0);
+    let o = smelt(&["bench", model, "--profile"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--shape x=1x6x9x9"), "{}", stderr(&o));
+}

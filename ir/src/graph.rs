@@ -128,6 +128,19 @@ impl Func {
         }
     }
 
+    /// Floating-point operations of one run as written (each op's count on its operand
+    /// and result types), so that fused and unfused forms compare on the same work.
+    /// Only call on verified functions.
+    pub fn flops(&self) -> u64 {
+        self.insts
+            .iter()
+            .map(|i| {
+                let operands: Vec<_> = i.operands.iter().map(|v| self.type_of(*v)).collect();
+                i.op.flops(&operands, &i.ty)
+            })
+            .sum()
+    }
+
     /// The use list of every value, indexed by value, in program order.
     pub fn uses(&self) -> Vec<Vec<Use>> {
         let mut uses = vec![Vec::new(); self.num_values()];

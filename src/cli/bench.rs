@@ -14,7 +14,7 @@ use smelt::ir::diag::Location;
 use smelt::ir::{Module, Tensor};
 use smelt::models::{residual_tail, resnet, ResNetConfig, MAX_TAIL_SIZE};
 use smelt::runtime::{Elements, ElementsMut, KernelProfile};
-use smelt::{CompileOptions, ConvAlgorithm, Executable, Layouts};
+use smelt::{CompileOptions, ConvAlgorithm, DynamicExecutable, Executable, Layouts};
 
 use super::out::{errln, out, outln};
 use super::{FusionArgs, Kernels, ModelArgs};
@@ -112,6 +112,10 @@ pub struct BenchArgs {
     /// pointwise convs where they pay) or `row-major` (NCHW everywhere).
     #[arg(long, value_enum, default_value_t = LayoutChoice::Auto)]
     layouts: LayoutChoice,
+    /// For a model whose batch is dynamic (and not pinned by `--shape`): the batch timed
+    /// (default 1). Given inputs set the batch themselves.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    batch: Option<u32>,
     /// Also time every kernel call (separate runs, after the timed ones).
     #[arg(long)]
     profile: bool,
@@ -124,11 +128,10 @@ pub struct BenchArgs {
 
 /// Milliseconds spent compiling, by stage.
 struct CompileBreakdown {
-    load_ms: f64,
-    /// Each pass by name (including the verification after it).
-    passes: Vec<(String, f64)>,
-    lower_ms: f64,
-    codegen_ms: f64,
+    /// Each stage by name, in the order it ran: `load`, each pass (including the
+    /// verification after it), `lower`, `codegen`; for a dynamic batch, `interface` (the
+    /// model's declared inputs read) and each bucket compiled, `bucket_<size>`.
+    parts: Vec<(String, f64)>,
     /// Everything from reading the model to a runnable executable.
     total_ms: f64,
 }
@@ -153,15 +156,20 @@ struct Report {
     arena_bytes: usize,
     samples_ms: Vec<f64>,
     profile: Option<Vec<CallProfile>>,
+    /// For a model whose batch is dynamic: how the timed batch ran.
+    dynamic: Option<DynamicRun>,
+}
+
+/// How a run of a dynamic-batch model was split.
+struct DynamicRun {
+    batch: usize,
+    chunks: Vec<usize>,
+    max_bucket: usize,
 }
 
 /// Runs `smelt bench`.
 pub fn main(a: BenchArgs) -> Result<()> {
     let start = Instant::now();
-    let module = load(&a)?;
-    let load_ms = ms_since(start);
-    let gflop = module_flops(&module)? as f64 / 1e9;
-
     let opts = smelt::Options {
         optimize: a.fusion.options(None)?,
         compile: CompileOptions {
@@ -173,21 +181,33 @@ pub fn main(a: BenchArgs) -> Result<()> {
         },
         ..smelt::Options::default()
     };
+    if let Some(exe) = model_args(&a)
+        .map(|m| m.dynamic(&opts))
+        .transpose()?
+        .flatten()
+    {
+        return bench_dynamic(&a, &exe, start);
+    }
+    if a.batch.is_some() {
+        bail!(
+            "--batch applies to a model whose batch is dynamic; {} has none left unpinned",
+            a.model
+        );
+    }
+    let module = load(&a)?;
+    let load_ms = ms_since(start);
+    let gflop = module_flops(&module)? as f64 / 1e9;
     let (exe, cx) = smelt::compile(&module, &opts)?;
-    let passes = cx
-        .pass_ms
-        .iter()
-        .map(|&(pass, ms)| (pass.to_string(), ms))
-        .collect();
     for w in &cx.warnings {
         errln!("{w}");
     }
     let times = exe.compile_times();
+    let mut parts = vec![("load".to_string(), load_ms)];
+    parts.extend(cx.pass_ms.iter().map(|&(pass, ms)| (pass.to_string(), ms)));
+    parts.push(("lower".into(), times.lower_ms));
+    parts.push(("codegen".into(), times.codegen_ms));
     let compile = CompileBreakdown {
-        load_ms,
-        passes,
-        lower_ms: times.lower_ms,
-        codegen_ms: times.codegen_ms,
+        parts,
         total_ms: ms_since(start),
     };
 
@@ -207,32 +227,105 @@ pub fn main(a: BenchArgs) -> Result<()> {
     } else {
         None
     };
-    let threads = match usize::from(a.threads) {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n,
-    };
     let report = Report {
         model: a.model.clone(),
         gflop,
         executed_gflop: exe.executed_flops() as f64 / 1e9,
-        threads,
-        lanes: a
-            .kernels
-            .choice()
-            .tile_isa()
-            .map_or(4, |isa| isa.fma_lanes() as usize),
+        threads: threads(&a),
+        lanes: lanes(&a),
         compile,
         kernels: exe.kernel_counts(),
         arena_bytes: exe.arena_bytes(),
         samples_ms,
         profile,
+        dynamic: None,
     };
-    if a.json {
-        outln!("{}", report.json(&a)?);
-    } else {
-        out!("{}", report.text(&a));
+    report.print(&a)
+}
+
+/// Benchmarks a model whose batch is dynamic at `--batch` (default 1): the buckets that
+/// batch needs are compiled first (the compile time), then whole runs are timed.
+fn bench_dynamic(a: &BenchArgs, exe: &DynamicExecutable, start: Instant) -> Result<()> {
+    if a.profile {
+        bail!(
+            "--profile times the kernels of one executable: pin the batch with --shape \
+             (e.g. {}) to profile",
+            exe.inputs()
+                .iter()
+                .map(|i| format!("--shape {}={}", i.name, i.shape_text().replace('N', "1")))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
     }
-    Ok(())
+    let interface_ms = ms_since(start);
+    let (n, inputs) = super::dynamic_inputs(
+        exe,
+        super::read_inputs(&a.inputs)?,
+        Some(1),
+        a.batch.map(|b| b as usize),
+    )?;
+    exe.warm_up(n)?;
+    let mut parts = vec![("interface".to_string(), interface_ms)];
+    for s in exe.specializations() {
+        for w in &s.warnings {
+            errln!("{w}");
+        }
+        parts.push((format!("bucket_{}", s.batch), s.compile_ms));
+    }
+    let compile = CompileBreakdown {
+        parts,
+        total_ms: ms_since(start),
+    };
+    let chunks = exe.chunks(n);
+    let largest = exe.bucket(chunks[0])?;
+    let (written, executed) = exe.flops(n)?;
+    let samples_ms = time_dynamic_runs(exe, &inputs, a.warmup as usize, a.iterations as usize)?;
+    let report = Report {
+        model: a.model.clone(),
+        gflop: written as f64 / 1e9,
+        executed_gflop: executed as f64 / 1e9,
+        threads: threads(a),
+        lanes: lanes(a),
+        compile,
+        kernels: largest.kernel_counts(),
+        arena_bytes: largest.arena_bytes(),
+        samples_ms,
+        profile: None,
+        dynamic: Some(DynamicRun {
+            batch: n,
+            chunks,
+            max_bucket: *exe.bucket_sizes().last().unwrap_or(&1),
+        }),
+    };
+    report.print(a)
+}
+
+/// The threads a run uses (0: one per core).
+fn threads(a: &BenchArgs) -> usize {
+    match usize::from(a.threads) {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
+}
+
+/// Lanes of the widest FMA the conv tiles use.
+fn lanes(a: &BenchArgs) -> usize {
+    a.kernels
+        .choice()
+        .tile_isa()
+        .map_or(4, |isa| isa.fma_lanes() as usize)
+}
+
+/// The model file as `ModelArgs`, or `None` for a built-in network.
+fn model_args(a: &BenchArgs) -> Option<ModelArgs> {
+    let builtin =
+        matches!(a.model.as_str(), "resnet18" | "resnet50") || a.model.starts_with("tail:");
+    (!builtin).then(|| ModelArgs {
+        model: PathBuf::from(&a.model),
+        shapes: a.shapes.clone(),
+        allow_root: a.allow_root.clone(),
+        memory_budget: a.memory_budget,
+    })
 }
 
 /// The model named on the command line: a built-in network or a file.
@@ -263,13 +356,9 @@ fn load(a: &BenchArgs) -> Result<Module> {
             })?;
             residual_tail(c, hw, 1).map_err(|d| anyhow!("{d}"))
         }
-        path => ModelArgs {
-            model: PathBuf::from(path),
-            shapes: a.shapes.clone(),
-            allow_root: a.allow_root.clone(),
-            memory_budget: a.memory_budget,
-        }
-        .load(),
+        _ => model_args(a)
+            .ok_or_else(|| anyhow!("{} is a built-in network", a.model))?
+            .load(),
     }
 }
 
@@ -292,14 +381,7 @@ fn module_flops(module: &Module) -> Result<u64> {
     let func = module
         .entry()
         .ok_or_else(|| anyhow!(module.no_entry_reason()))?;
-    Ok(func
-        .insts
-        .iter()
-        .map(|i| {
-            let operands: Vec<_> = i.operands.iter().map(|v| func.type_of(*v)).collect();
-            i.op.flops(&operands, &i.ty)
-        })
-        .sum())
+    Ok(func.flops())
 }
 
 /// `warmup` untimed runs, then the wall time of each of `iterations` runs, on caller-owned
@@ -324,6 +406,37 @@ fn time_runs(
     for _ in 0..iterations {
         let t = Instant::now();
         exe.run_with(&ins, &mut outs, &mut ws)?;
+        samples.push(ms_since(t));
+    }
+    Ok(samples)
+}
+
+/// `warmup` untimed runs of a dynamic-batch model, then the wall time of each of
+/// `iterations` runs on caller-owned buffers (the buckets are compiled before).
+fn time_dynamic_runs(
+    exe: &DynamicExecutable,
+    inputs: &[Tensor],
+    warmup: usize,
+    iterations: usize,
+) -> Result<Vec<f64>> {
+    let shapes: Vec<&[usize]> = inputs.iter().map(|t| &t.ty.dims[..]).collect();
+    let ins: Vec<Elements> = inputs.iter().map(|t| Elements::of(&t.data)).collect();
+    let mut out_bufs: Vec<Tensor> = exe
+        .output_types(&shapes)?
+        .iter()
+        .map(Tensor::zeros)
+        .collect();
+    let mut outs: Vec<ElementsMut> = out_bufs
+        .iter_mut()
+        .map(|t| ElementsMut::of(&mut t.data))
+        .collect();
+    for _ in 0..warmup {
+        exe.run_into(&shapes, &ins, &mut outs)?;
+    }
+    let mut samples = Vec::with_capacity(iterations);
+    for _ in 0..iterations {
+        let t = Instant::now();
+        exe.run_into(&shapes, &ins, &mut outs)?;
         samples.push(ms_since(t));
     }
     Ok(samples)
@@ -418,8 +531,8 @@ impl Report {
     fn text(&self, a: &BenchArgs) -> String {
         let mut s = String::new();
         let c = &self.compile;
-        let passes: Vec<String> = c
-            .passes
+        let parts: Vec<String> = c
+            .parts
             .iter()
             .map(|(p, ms)| format!("{p} {ms:.1}"))
             .collect();
@@ -428,15 +541,17 @@ impl Report {
             "model    {} ({:.3} GFLOP per run)",
             self.model, self.gflop
         );
-        let _ = writeln!(
-            s,
-            "compile  {:.1} ms = load {:.1} + {} + lower {:.1} + codegen {:.1}",
-            c.total_ms,
-            c.load_ms,
-            passes.join(" + "),
-            c.lower_ms,
-            c.codegen_ms
-        );
+        let _ = writeln!(s, "compile  {:.1} ms = {}", c.total_ms, parts.join(" + "));
+        if let Some(d) = &self.dynamic {
+            let chunks: Vec<String> = d.chunks.iter().map(usize::to_string).collect();
+            let _ = writeln!(
+                s,
+                "dynamic  batch {} run as chunks {} (buckets: powers of two up to {})",
+                d.batch,
+                chunks.join(" + "),
+                d.max_bucket
+            );
+        }
         let _ = writeln!(
             s,
             "code     {} kernels, {} calls per run, {:.2} MB scratch",
@@ -479,6 +594,15 @@ impl Report {
         s
     }
 
+    fn print(&self, a: &BenchArgs) -> Result<()> {
+        if a.json {
+            outln!("{}", self.json(a)?);
+        } else {
+            out!("{}", self.text(a));
+        }
+        Ok(())
+    }
+
     fn json(&self, a: &BenchArgs) -> Result<String> {
         let executed_gflops = self.executed_gflops();
         let (peak, peak_source) = self.peak();
@@ -508,6 +632,8 @@ impl Report {
             kernel_calls: self.kernels.1,
             arena_bytes: self.arena_bytes,
             samples_ms: self.samples_ms.iter().map(|&ms| six_digits(ms)).collect(),
+            batch: self.dynamic.as_ref().map(|d| d.batch),
+            chunks: self.dynamic.as_ref().map(|d| d.chunks.clone()),
             profile: self.profile.as_ref().map(|calls| {
                 calls
                     .iter()
@@ -561,6 +687,10 @@ struct BenchJson<'a> {
     arena_bytes: usize,
     samples_ms: Vec<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    batch: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    chunks: Option<Vec<usize>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     profile: Option<Vec<CallJson<'a>>>,
 }
 
@@ -577,21 +707,18 @@ struct CallJson<'a> {
     gbps: f64,
 }
 
-/// The compile time by stage as one object: `load_ms`, then `<pass>_ms` for each pass in
-/// the order it ran, `lower_ms` and `codegen_ms`. Pass names are known only at run time,
-/// so this is a serde map rather than a struct; its entries keep pipeline order.
+/// The compile time by stage as one object, `<stage>_ms` for each stage in the order it
+/// ran (see [`CompileBreakdown::parts`]). Pass names are known only at run time, so this
+/// is a serde map rather than a struct; its entries keep pipeline order.
 struct CompileParts<'a>(&'a CompileBreakdown);
 
 impl Serialize for CompileParts<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let c = self.0;
-        let mut map = serializer.serialize_map(Some(c.passes.len() + 3))?;
-        map.serialize_entry("load_ms", &six_digits(c.load_ms))?;
-        for (pass, ms) in &c.passes {
-            map.serialize_entry(&format!("{pass}_ms"), &six_digits(*ms))?;
+        let mut map = serializer.serialize_map(Some(c.parts.len()))?;
+        for (stage, ms) in &c.parts {
+            map.serialize_entry(&format!("{stage}_ms"), &six_digits(*ms))?;
         }
-        map.serialize_entry("lower_ms", &six_digits(c.lower_ms))?;
-        map.serialize_entry("codegen_ms", &six_digits(c.codegen_ms))?;
         map.end()
     }
 }

@@ -19,7 +19,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, ValueEnum};
 use smelt::ir::{Module, Tensor};
 use smelt::passes::fusion::load_rules;
-use smelt::{LoadOptions, OptimizeOptions};
+use smelt::{DynamicExecutable, DynamicOptions, LoadOptions, OptimizeOptions};
 
 /// A model file and how to read it.
 #[derive(Args, Clone, Debug)]
@@ -68,6 +68,29 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
 impl ModelArgs {
     /// Loads the model; IR diagnostics are rendered with a caret excerpt of the source.
     pub fn load(&self) -> Result<Module> {
+        load(&self.model, &self.load_options()?)
+    }
+
+    /// The model as a [`DynamicExecutable`] (nothing compiled yet) when it is an ONNX
+    /// file whose inputs keep a dynamic leading batch that no `--shape` pins, and no
+    /// other dynamic dimension; `None` for any other model, which then loads as
+    /// [`ModelArgs::load`] does (and fails there, naming the dims to pin, if some other
+    /// dim is dynamic). `opts` are the compile options of every bucket.
+    pub fn dynamic(&self, opts: &smelt::Options) -> Result<Option<DynamicExecutable>> {
+        let is_onnx = self
+            .model
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("onnx"));
+        if !is_onnx {
+            return Ok(None);
+        }
+        let mut opts = opts.clone();
+        opts.load = self.load_options()?;
+        Ok(DynamicExecutable::new(&self.model, &opts, DynamicOptions::default()).ok())
+    }
+
+    /// How to read the model: its pinned shapes and file limits.
+    fn load_options(&self) -> Result<LoadOptions> {
         let mut opts = LoadOptions {
             interface: smelt::Interface::Cli,
             allowed_root: self.allow_root.clone(),
@@ -91,7 +114,7 @@ impl ModelArgs {
                 bail!("--shape gives input '{name}' twice");
             }
         }
-        load(&self.model, &opts)
+        Ok(opts)
     }
 }
 
@@ -249,6 +272,49 @@ pub fn inputs_for<'p>(
         inputs.push(t.to_layout(ty.layout));
     }
     Ok(inputs)
+}
+
+/// The batch of a run of `exe` (a model with a dynamic batch): the leading size of the
+/// given batched inputs, else `batch` (default 1).
+pub fn dynamic_batch(
+    exe: &DynamicExecutable,
+    given: &[(String, Tensor)],
+    batch: Option<usize>,
+) -> Result<usize> {
+    let from_files = exe.inputs().iter().find_map(|i| {
+        let t = &given.iter().find(|(n, _)| *n == i.name)?.1;
+        (i.dims.first() == Some(&None)).then(|| t.ty.dims.first().copied())?
+    });
+    let n = match (from_files, batch) {
+        (Some(f), Some(b)) if f != b => {
+            bail!("--batch {b} disagrees with the batch of the given inputs ({f})")
+        }
+        (Some(f), _) => f,
+        (None, b) => b.unwrap_or(1),
+    };
+    if n == 0 {
+        bail!("the batch must be at least 1");
+    }
+    Ok(n)
+}
+
+/// The inputs of a run of `exe` (a model with a dynamic batch): the batch is the leading
+/// size of the given batched inputs, else `batch` (default 1); the inputs not given are
+/// seeded random values when `random` holds a seed (as [`inputs_for`]).
+pub fn dynamic_inputs(
+    exe: &DynamicExecutable,
+    given: Vec<(String, Tensor)>,
+    random: Option<u64>,
+    batch: Option<usize>,
+) -> Result<(usize, Vec<Tensor>)> {
+    let n = dynamic_batch(exe, &given, batch)?;
+    let types: Vec<_> = exe.inputs().iter().map(|i| i.type_at(n)).collect();
+    let params = exe
+        .inputs()
+        .iter()
+        .zip(&types)
+        .map(|(i, t)| (i.name.as_str(), t));
+    Ok((n, inputs_for(params, given, random, "the model")?))
 }
 
 /// The largest `.npy` input read: a tensor at the tensor limit, as f64, and its header.

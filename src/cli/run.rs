@@ -4,12 +4,12 @@ use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use smelt::ir::interp;
-use smelt::CompileOptions;
+use smelt::ir::{interp, Tensor};
+use smelt::{CompileOptions, DynamicExecutable};
 
 use super::dump::DumpArgs;
 use super::out::{errln, outln};
-use super::{inputs_for, read_inputs, FusionArgs, Kernels, ModelArgs};
+use super::{dynamic_inputs, inputs_for, read_inputs, FusionArgs, Kernels, ModelArgs};
 
 /// Arguments of `smelt run`.
 #[derive(Args)]
@@ -22,6 +22,10 @@ pub struct RunArgs {
     /// Fill inputs not given with seeded random values in [-1, 1].
     #[arg(long, value_name = "SEED")]
     random_inputs: Option<u64>,
+    /// For a model whose batch is dynamic (and not pinned by `--shape`): the batch of the
+    /// random inputs (default 1). Given inputs set the batch themselves.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    batch: Option<u32>,
     /// Folder for the results, one NAME.npy per result.
     #[arg(long, value_name = "DIR")]
     output_dir: PathBuf,
@@ -44,6 +48,26 @@ pub struct RunArgs {
 
 /// Runs `smelt run`.
 pub fn main(a: RunArgs) -> Result<()> {
+    let opts = smelt::Options {
+        optimize: a.fusion.options(None)?,
+        compile: CompileOptions {
+            threads: a.threads.map_or(0, usize::from),
+            kernels: a.kernels.choice(),
+            ..CompileOptions::default()
+        },
+        ..smelt::Options::default()
+    };
+    if !a.interp {
+        if let Some(exe) = a.model.dynamic(&opts)? {
+            return run_dynamic(&a, &exe);
+        }
+    }
+    if a.batch.is_some() {
+        bail!(
+            "--batch applies to a model whose batch is dynamic; {} has none left unpinned",
+            a.model.model.display()
+        );
+    }
     let module = a.model.load()?;
     let func = module
         .entry()
@@ -63,15 +87,6 @@ pub fn main(a: RunArgs) -> Result<()> {
     let outputs = if a.interp {
         interp::run(&module, func, &inputs).map_err(|d| anyhow!("{d}"))?
     } else {
-        let opts = smelt::Options {
-            optimize: a.fusion.options(None)?,
-            compile: CompileOptions {
-                threads: a.threads.map_or(0, usize::from),
-                kernels: a.kernels.choice(),
-                ..CompileOptions::default()
-            },
-            ..smelt::Options::default()
-        };
         let (exe, cx) = smelt::compile(&module, &opts)?;
         for w in &cx.warnings {
             errln!("{w}");
@@ -79,13 +94,50 @@ pub fn main(a: RunArgs) -> Result<()> {
         a.dump.write(&exe)?;
         exe.run(&inputs)?
     };
+    let names: Vec<&str> = func.results.iter().map(|r| r.name.as_str()).collect();
+    write_results(&a, &names, &outputs)
+}
+
+/// Runs a model whose batch is dynamic: compiled per bucket, run at the inputs' batch.
+fn run_dynamic(a: &RunArgs, exe: &DynamicExecutable) -> Result<()> {
+    let (n, inputs) = dynamic_inputs(
+        exe,
+        read_inputs(&a.inputs)?,
+        a.random_inputs,
+        a.batch.map(|b| b as usize),
+    )?;
+    let outputs = exe.run(&inputs)?;
+    for s in exe.specializations() {
+        for w in &s.warnings {
+            errln!("{w}");
+        }
+    }
+    if a.dump.any() {
+        // the code of the largest chunk's bucket (every chunk of its size runs it)
+        a.dump.write(&*exe.bucket(exe.chunks(n)[0])?)?;
+    }
+    let chunks: Vec<String> = exe.chunks(n).iter().map(usize::to_string).collect();
+    errln!(
+        "dynamic batch {n}: ran as chunks {} (buckets compiled: {:?})",
+        chunks.join(" + "),
+        exe.specializations()
+            .iter()
+            .map(|s| s.batch)
+            .collect::<Vec<_>>()
+    );
+    let names: Vec<&str> = exe.output_names().iter().map(String::as_str).collect();
+    write_results(a, &names, &outputs)
+}
+
+/// Writes each result as `NAME.npy` into the output folder.
+fn write_results(a: &RunArgs, names: &[&str], outputs: &[Tensor]) -> Result<()> {
     std::fs::create_dir_all(&a.output_dir)
         .with_context(|| format!("cannot create {}", a.output_dir.display()))?;
-    for (r, t) in func.results.iter().zip(&outputs) {
-        let path = a.output_dir.join(smelt::npy::file_name_for(&r.name));
+    for (name, t) in names.iter().zip(outputs) {
+        let path = a.output_dir.join(smelt::npy::file_name_for(name));
         std::fs::write(&path, smelt::npy::encode(t))
             .with_context(|| format!("cannot write {}", path.display()))?;
-        outln!("{} {} -> {}", r.name, t.ty, path.display());
+        outln!("{name} {} -> {}", t.ty, path.display());
     }
     Ok(())
 }

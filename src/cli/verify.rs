@@ -3,10 +3,10 @@
 
 use anyhow::{bail, Result};
 use clap::Args;
-use smelt::verify::{verify, VerifyOptions, DEFAULT_INPUT_RANGES, DEFAULT_RTOL};
+use smelt::verify::{verify, verify_dynamic, VerifyOptions, DEFAULT_INPUT_RANGES, DEFAULT_RTOL};
 
 use super::out::{out, outln};
-use super::{read_inputs, FusionArgs, ModelArgs};
+use super::{dynamic_batch, read_inputs, FusionArgs, ModelArgs};
 
 /// Arguments of `smelt verify`.
 #[derive(Args)]
@@ -42,6 +42,11 @@ pub struct VerifyArgs {
     /// inputs in [-X, X] for each X (default 20,1000; `--input-range 1` for none extra).
     #[arg(long, value_delimiter = ',', value_name = "X,...")]
     input_range: Option<Vec<f32>>,
+    /// For a model whose batch is dynamic (and not pinned by `--shape`): the batch
+    /// verified (default 1; given inputs set it). The model specialized at that batch is
+    /// checked as always, and the dynamic executable's run too (`jit(dynamic)`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    batch: Option<u32>,
     #[command(flatten)]
     fusion: FusionArgs,
 }
@@ -51,7 +56,6 @@ pub fn main(a: VerifyArgs) -> Result<()> {
     if !(a.rtol.is_finite() && a.rtol >= 0.0) {
         bail!("--rtol must be a finite number >= 0, got {}", a.rtol);
     }
-    let module = a.model.load()?;
     let opts = VerifyOptions {
         optimize: a.fusion.options(None)?,
         inputs: read_inputs(&a.inputs)?,
@@ -68,7 +72,26 @@ pub fn main(a: VerifyArgs) -> Result<()> {
             .filter(|r| *r != 1.0)
             .collect(),
     };
-    let report = verify(&module, &opts)?;
+    let compile = smelt::Options {
+        optimize: opts.optimize.clone(),
+        ..smelt::Options::default()
+    };
+    let report = match a.model.dynamic(&compile)? {
+        Some(exe) if !a.no_jit => {
+            let n = dynamic_batch(&exe, &opts.inputs, a.batch.map(|b| b as usize))?;
+            verify_dynamic(&exe, n, &opts)?
+        }
+        _ => {
+            if a.batch.is_some() {
+                bail!(
+                    "--batch applies to a model whose batch is dynamic (and to the JIT); {} \
+                     has none left unpinned",
+                    a.model.model.display()
+                );
+            }
+            verify(&a.model.load()?, &opts)?
+        }
+    };
     if a.json {
         outln!("{}", report.to_json());
     } else {

@@ -82,7 +82,7 @@ fn probe(
         Error::Unsupported(format!("optimization removed function @{}", func.name))
     })?;
     let got = match oracle {
-        Run::JitFused => jit_run(&fused, &func.name, inputs)?,
+        Run::JitFused | Run::JitDynamic => jit_run(&fused, &func.name, inputs)?,
         Run::InterpFused | Run::InterpUnfused => interp::run(&fused, fused_func, inputs)?,
     };
     let mut worst = 0.0f64;

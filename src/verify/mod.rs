@@ -96,6 +96,9 @@ pub enum Run {
     InterpFused,
     /// Cranelift-compiled code of the optimized module.
     JitFused,
+    /// A dynamic-batch executable ([`crate::DynamicExecutable`]): the batch run as its
+    /// chunks, each on its bucket's compiled code.
+    JitDynamic,
 }
 
 impl Run {
@@ -105,6 +108,7 @@ impl Run {
             Run::InterpUnfused => "interp(unfused)",
             Run::InterpFused => "interp(fused)",
             Run::JitFused => "jit(fused)",
+            Run::JitDynamic => "jit(dynamic)",
         }
     }
 }
@@ -547,6 +551,52 @@ pub fn verify(module: &Module, opts: &VerifyOptions) -> Result<VerifyReport, Err
 
 /// Every output's comparisons: interp(fused) and, when the JIT ran, jit(fused) against
 /// the reference, and jit(fused) against interp(fused).
+/// [`verify`] for a model whose batch is dynamic, at `batch`: the model specialized at
+/// that batch goes through every check of [`verify`], and the dynamic executable's run
+/// of the same inputs (split into its chunks, see [`crate::dynamic`]) is compared with
+/// the reference interpreter too (`jit(dynamic)` against `interp(unfused)` for each
+/// output). Wider input ranges are checked on the specialized module only.
+pub fn verify_dynamic(
+    exe: &crate::DynamicExecutable,
+    batch: usize,
+    opts: &VerifyOptions,
+) -> Result<VerifyReport, Error> {
+    let module = exe.module_at(batch)?;
+    let mut report = verify(&module, opts)?;
+    let func = module
+        .entry()
+        .ok_or_else(|| Error::InvalidArgument(module.no_entry_reason()))?;
+    let (inputs, _) = make_inputs(func, opts)?;
+    let reference = interp::run(&module, func, &inputs)?;
+    match exe.run(&inputs) {
+        Ok(got) => {
+            for ((out, g), (r, want)) in report
+                .outputs
+                .iter_mut()
+                .zip(&got)
+                .zip(func.results.iter().zip(&reference))
+            {
+                out.comparisons.push(compare(
+                    Run::JitDynamic,
+                    Run::InterpUnfused,
+                    g,
+                    want,
+                    opts.rtol,
+                    &r.name,
+                )?);
+            }
+        }
+        Err(e) => {
+            let why = format!("the dynamic executable at batch {batch}: {e}");
+            report.jit_error = Some(match report.jit_error.take() {
+                Some(before) => format!("{before}; {why}"),
+                None => why,
+            });
+        }
+    }
+    Ok(report)
+}
+
 fn compare_outputs(
     func: &Func,
     reference: &[Tensor],
