@@ -21,6 +21,7 @@
 mod aligned;
 mod context;
 mod external;
+mod interface;
 mod narrow;
 mod ops;
 pub mod proto;
@@ -143,22 +144,21 @@ pub fn declared_interface(
     path: &Path,
     opts: &ImportOptions,
 ) -> Result<DeclaredInterface, crate::Error> {
-    let buf = read_model_file(path, opts)?;
-    if buf.len_bytes() == 0 {
+    let (file, len) = smelt_ir::files::open_regular(path, true).map_err(|m| crate::Error::Io {
+        path: path.display().to_string(),
+        source: std::io::Error::other(m),
+    })?;
+    if len == 0 {
         return Err(onnx_error(plain_error(
             "onnx-decode",
             "the model file is empty",
         )));
     }
-    let decoded = aligned::decode(buf).map_err(|e| onnx_error(malformed(e)))?;
-    let graph = decoded
-        .model
-        .graph
-        .as_ref()
-        .ok_or_else(|| onnx_error(plain_error("onnx-bad-model", "the model has no graph")))?;
-    let initializers: BTreeSet<&str> = graph.initializer.iter().map(|t| t.name()).collect();
+    let graph = interface::read(file, len)
+        .map_err(|m| onnx_error(plain_error("onnx-decode", format!("malformed model: {m}"))))?;
+    let initializers: BTreeSet<&str> = graph.initializer_names.iter().map(String::as_str).collect();
     let mut inputs = Vec::new();
-    for input in &graph.input {
+    for input in &graph.inputs {
         let name = input.name();
         if initializers.contains(name) || opts.constant_inputs.contains_key(name) {
             continue;
@@ -206,7 +206,7 @@ pub fn declared_interface(
             dims,
         });
     }
-    let outputs = graph.output.iter().map(|o| o.name().to_string()).collect();
+    let outputs = graph.outputs.iter().map(|o| o.name().to_string()).collect();
     Ok(DeclaredInterface { inputs, outputs })
 }
 
