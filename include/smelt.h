@@ -447,8 +447,10 @@ const char *smelt_version(void);
  * other dynamic dimension must be pinned whole through `opts->input_shapes` (that input
  * is then not batched). `max_bucket` is the largest batch compiled as one executable,
  * a power of two from 2 to 1024, or 0 for the default (8): at most
- * `log2(max_bucket) + 1` specializations are ever compiled. Stores the handle in
- * `*out` (NULL on failure).
+ * `log2(max_bucket) + 1` specializations are ever compiled. A batch runs in chunks no
+ * larger than the largest bucket whose run-time memory fits the CPU's last-level cache
+ * (estimated from bucket 1, compiled first). Stores the handle in `*out` (NULL on
+ * failure).
  *
  * # Safety
  * `path` is a NUL-terminated string; `opts` is NULL or a valid `SmeltOptions`; `out` is
@@ -584,8 +586,10 @@ size_t smelt_shape_element_count(const struct SmeltShape *shape);
  * other dynamic dimension must be pinned whole through `opts->input_shapes` (that input
  * is then not batched). `max_bucket` is the largest batch compiled as one executable,
  * a power of two from 2 to 1024, or 0 for the default (8): at most
- * `log2(max_bucket) + 1` specializations are ever compiled. Stores the handle in
- * `*out` (NULL on failure).
+ * `log2(max_bucket) + 1` specializations are ever compiled. A batch runs in chunks no
+ * larger than the largest bucket whose run-time memory fits the CPU's last-level cache
+ * (estimated from bucket 1, compiled first). Stores the handle in `*out` (NULL on
+ * failure).
  *
  * # Safety
  * `path` is a NUL-terminated string; `opts` is NULL or a valid `SmeltOptions`; `out` is

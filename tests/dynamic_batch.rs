@@ -32,12 +32,15 @@ fn batches_on_and_off_buckets_match_specialized_executables() {
     let dynamic = DynamicExecutable::new(
         &mobilenet(),
         &Options::default(),
-        DynamicOptions { max_bucket: 2 },
+        DynamicOptions {
+            max_bucket: 2,
+            // any real cache holds two elements of MobileNetV3-small (2.3 MB each)
+            cache_bytes: Some(1 << 30),
+        },
     )
     .expect("a dynamic batch");
     assert_eq!(dynamic.inputs()[0].shape_text(), "Nx3x224x224");
     assert_eq!(dynamic.bucket_sizes(), vec![1, 2]);
-    assert_eq!(dynamic.chunks(5), vec![2, 2, 1]);
     assert!(
         dynamic.specializations().is_empty(),
         "nothing compiled before a run"
@@ -60,6 +63,32 @@ fn batches_on_and_off_buckets_match_specialized_executables() {
     }
     let compiled: Vec<usize> = dynamic.specializations().iter().map(|s| s.batch).collect();
     assert_eq!(compiled, vec![1, 2], "batch 3 runs buckets 2 and 1");
+    assert_eq!(dynamic.chunks(5).unwrap(), vec![2, 2, 1]);
+}
+
+/// Chunks are no larger than the cache holds: with a cache smaller than one element's
+/// arena every chunk is 1, bucket 2 is never compiled, and the results are the same.
+#[test]
+fn chunks_stay_within_the_cache() {
+    let dynamic = DynamicExecutable::new(
+        &mobilenet(),
+        &Options::default(),
+        DynamicOptions {
+            max_bucket: 8,
+            cache_bytes: Some(1 << 20),
+        },
+    )
+    .expect("a dynamic batch");
+    assert_eq!(dynamic.largest_chunk().unwrap(), 1);
+    assert_eq!(dynamic.chunks(3).unwrap(), vec![1, 1, 1]);
+    let x = input(3);
+    let got = dynamic.run(std::slice::from_ref(&x)).expect("dynamic run");
+    let want = specialized(3, &x);
+    assert_eq!(got[0].ty, want.ty);
+    let err = smelt::ir::ErrorStats::between_tensors(&got[0], &want).unwrap();
+    assert!(err.relative <= 1e-5, "{err:?}");
+    let compiled: Vec<usize> = dynamic.specializations().iter().map(|s| s.batch).collect();
+    assert_eq!(compiled, vec![1], "only bucket 1 runs");
 }
 
 #[test]

@@ -131,8 +131,10 @@ unsafe fn read_array<'a, T>(list: *const T, count: usize, what: &str) -> Result<
 /// other dynamic dimension must be pinned whole through `opts->input_shapes` (that input
 /// is then not batched). `max_bucket` is the largest batch compiled as one executable,
 /// a power of two from 2 to 1024, or 0 for the default (8): at most
-/// `log2(max_bucket) + 1` specializations are ever compiled. Stores the handle in
-/// `*out` (NULL on failure).
+/// `log2(max_bucket) + 1` specializations are ever compiled. A batch runs in chunks no
+/// larger than the largest bucket whose run-time memory fits the CPU's last-level cache
+/// (estimated from bucket 1, compiled first). Stores the handle in `*out` (NULL on
+/// failure).
 ///
 /// # Safety
 /// `path` is a NUL-terminated string; `opts` is NULL or a valid `SmeltOptions`; `out` is
@@ -169,7 +171,10 @@ pub unsafe extern "C" fn smelt_dynamic_from_file(
             };
             let dynamic = match max_bucket {
                 0 => DynamicOptions::default(),
-                b => DynamicOptions { max_bucket: b },
+                b => DynamicOptions {
+                    max_bucket: b,
+                    ..DynamicOptions::default()
+                },
             };
             let exe = DynamicExecutable::new(Path::new(path), &driver, dynamic)?;
             let value = SmeltDynamicExecutable {

@@ -165,6 +165,7 @@ struct DynamicRun {
     batch: usize,
     chunks: Vec<usize>,
     max_bucket: usize,
+    largest_chunk: usize,
 }
 
 /// Runs `smelt bench`.
@@ -276,7 +277,7 @@ fn bench_dynamic(a: &BenchArgs, exe: &DynamicExecutable, start: Instant) -> Resu
         parts,
         total_ms: ms_since(start),
     };
-    let chunks = exe.chunks(n);
+    let chunks = exe.chunks(n)?;
     let largest = exe.bucket(chunks[0])?;
     let (written, executed) = exe.flops(n)?;
     let samples_ms = time_dynamic_runs(exe, &inputs, a.warmup as usize, a.iterations as usize)?;
@@ -295,6 +296,7 @@ fn bench_dynamic(a: &BenchArgs, exe: &DynamicExecutable, start: Instant) -> Resu
             batch: n,
             chunks,
             max_bucket: *exe.bucket_sizes().last().unwrap_or(&1),
+            largest_chunk: exe.largest_chunk()?,
         }),
     };
     report.print(a)
@@ -546,10 +548,12 @@ impl Report {
             let chunks: Vec<String> = d.chunks.iter().map(usize::to_string).collect();
             let _ = writeln!(
                 s,
-                "dynamic  batch {} run as chunks {} (buckets: powers of two up to {})",
+                "dynamic  batch {} run as chunks {} (buckets: powers of two up to {}; \
+                 chunks of at most {}, whose memory fits the cache)",
                 d.batch,
                 chunks.join(" + "),
-                d.max_bucket
+                d.max_bucket,
+                d.largest_chunk
             );
         }
         let _ = writeln!(
