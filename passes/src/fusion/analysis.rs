@@ -155,13 +155,27 @@ impl FusionAnalysis {
     /// Rewrites provenance keys to their canonical form after unions, merging entries
     /// that became equal.
     pub fn recanonicalize(egraph: &mut FusionGraph) {
-        let old = std::mem::take(&mut egraph.analysis.provenance);
-        let mut new: BTreeMap<TensorNode, Provenance> = BTreeMap::new();
-        for (node, prov) in old {
+        // Only the entries whose children were merged move; the rest (most of them, in
+        // every iteration but the first few) keep their key and are not touched.
+        let stale: Vec<TensorNode> = egraph
+            .analysis
+            .provenance
+            .keys()
+            .filter(|node| node.children().iter().any(|&c| egraph.find(c) != c))
+            .cloned()
+            .collect();
+        for node in stale {
+            let Some(prov) = egraph.analysis.provenance.remove(&node) else {
+                continue;
+            };
             let key = node.map_children(|c| egraph.find(c));
-            new.entry(key).or_default().absorb(&prov);
+            match egraph.analysis.provenance.entry(key) {
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    v.insert(prov);
+                }
+                std::collections::btree_map::Entry::Occupied(mut o) => o.get_mut().absorb(&prov),
+            }
         }
-        egraph.analysis.provenance = new;
     }
 
     /// Records provenance for a node (merging with what is known).
