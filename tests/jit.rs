@@ -322,14 +322,16 @@ fn every_post_op_kind_is_applied_in_registers() {
     }
 }
 
-/// A leading SiLU post-op on a micro-kernel tile runs natively with the bias, over full
-/// blocks (a partial block's tile in Cranelift code): every kernel choice against the
-/// interpreter, with the post-ops after it (a residual add), no bias, a partial block
-/// (24 channels: 16 + 8 on 16 lanes, one partial block on 32) and large magnitudes (the
-/// exponential's clamps); the lowering for a micro-kernel target calls the routine.
+/// A leading SiLU or sigmoid post-op on a micro-kernel tile runs natively with the
+/// bias, over full blocks (a partial block's tile in Cranelift code): every kernel
+/// choice against the interpreter, with the post-ops after it (a residual add), no bias,
+/// a partial block (24 channels: 16 + 8 on 16 lanes, one partial block on 32) and large
+/// magnitudes (the exponential's clamps); the lowering for a micro-kernel target calls
+/// the routine.
 #[test]
-fn a_leading_silu_runs_natively_on_micro_kernel_tiles() {
+fn a_leading_activation_runs_natively_on_micro_kernel_tiles() {
     let silu = PostOp::Unary(UnaryOp::Silu);
+    let sigmoid = PostOp::Unary(UnaryOp::Sigmoid);
     let add = PostOp::Binary {
         op: BinaryOp::Add,
         acc_is_lhs: true,
@@ -348,6 +350,12 @@ fn a_leading_silu_runs_natively_on_micro_kernel_tiles() {
             "silu, 24 channels",
             ConvCase::new(8, 24, [6, 9], 3),
             vec![silu],
+        ),
+        ("sigmoid", ConvCase::new(8, 32, [6, 9], 1), vec![sigmoid]),
+        (
+            "sigmoid add",
+            ConvCase::new(12, 32, [5, 7], 3),
+            vec![sigmoid, add],
         ),
     ];
     for (what, case, post) in cases {
@@ -369,7 +377,12 @@ fn a_leading_silu_runs_natively_on_micro_kernel_tiles() {
             ..Default::default()
         };
         let p = lower::lower_with(&m, &m.funcs[0], &opts).expect("lowers");
-        assert!(p.dump_loops().contains("call silu_rows"), "{what}");
+        let routine = if what.starts_with("sigmoid") {
+            "call sigmoid_rows"
+        } else {
+            "call silu_rows"
+        };
+        assert!(p.dump_loops().contains(routine), "{what}");
     }
 }
 

@@ -203,7 +203,34 @@ fn every_dynamic_dim_form_is_pinned_through_the_cli() {
         assert!(ok.status.success(), "{what}: {}", common::stderr(&ok));
         let y = smelt::npy::decode(&std::fs::read(out.join("y.npy")).unwrap()).unwrap();
         assert_eq!(y.dims(), &[4, 3], "{what}");
-        let unpinned = common::smelt(&["run", p, "--random-inputs", "1", "--output-dir", o]);
+        // a dynamic leading dim is a batch: compiled code runs it without --shape
+        let batched = common::smelt(&[
+            "run",
+            p,
+            "--random-inputs",
+            "1",
+            "--batch",
+            "2",
+            "--output-dir",
+            o,
+        ]);
+        assert!(
+            batched.status.success(),
+            "{what}: {}",
+            common::stderr(&batched)
+        );
+        let y = smelt::npy::decode(&std::fs::read(out.join("y.npy")).unwrap()).unwrap();
+        assert_eq!(y.dims(), &[2, 3], "{what}");
+        // the interpreter runs one shape: it needs the pin
+        let unpinned = common::smelt(&[
+            "run",
+            p,
+            "--interp",
+            "--random-inputs",
+            "1",
+            "--output-dir",
+            o,
+        ]);
         assert_eq!(unpinned.status.code(), Some(1), "{what}");
         let err = common::stderr(&unpinned);
         assert!(

@@ -133,8 +133,11 @@ fn verify_passes_on_every_fusion_case_with_per_layer() {
             report.to_text()
         );
         for s in &layers.skipped {
+            // a fused op that computes part of a chain, or an activation moved before a
+            // reshape or transpose (its value is the unfused one in another shape)
             assert!(
-                s.reason.contains("computes only part of"),
+                s.reason.contains("computes only part of")
+                    || s.reason.contains("differs from the unfused value's"),
                 "{name}: %{} skipped: {}\n{}",
                 s.inst,
                 s.reason,

@@ -403,7 +403,9 @@ fn calls_of(stmts: &[Stmt]) -> Vec<Call> {
                     found.push(Call::Row(RowRoutine::Depthwise, Some(*row)))
                 }
                 Stmt::SoftmaxRow { .. } => found.push(Call::Row(RowRoutine::Softmax, None)),
-                Stmt::SiluRows { .. } => found.push(Call::Row(RowRoutine::Silu, None)),
+                Stmt::ActivationRows { act, .. } => {
+                    found.push(Call::Row(translate::activation_routine(*act), None))
+                }
                 Stmt::Assign { .. } | Stmt::Store { .. } | Stmt::Prefetch { .. } => {}
             }
         }

@@ -15,7 +15,7 @@ use cranelift_codegen::isa::TargetIsa;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use smelt_ir::loops::{
     trip_count, Access, Affine, BinOp, BufId, BufPtr, CmpOp, ConvTile, DepthwiseRow, Expr, Fault,
-    Kernel, LoopVar, ReduceOp, Stmt, UnOp, Width,
+    Kernel, LoopVar, ReduceOp, RowActivation, Stmt, UnOp, Width,
 };
 
 use super::{calls_of, Call, TargetDesc};
@@ -42,6 +42,14 @@ pub(super) const ROW_ROUTINES_ID: usize = PREFETCH_ROWS_ID + 1;
 
 /// The C signature of a row routine (see `crate::microkernels`, the routine's file):
 /// depthwise `(x, w, out, shape: *const DepthwiseRow)`, softmax `(x, out, len)`, SiLU
+/// The native routine of an [`Stmt::ActivationRows`] call.
+pub(super) fn activation_routine(act: RowActivation) -> RowRoutine {
+    match act {
+        RowActivation::Silu => RowRoutine::Silu,
+        RowActivation::Sigmoid => RowRoutine::Sigmoid,
+    }
+}
+
 /// `(buf, bias, rows, lanes)`.
 pub(super) fn row_routine_signature(
     kind: RowRoutine,
@@ -51,7 +59,7 @@ pub(super) fn row_routine_signature(
     let (pointers, counts) = match kind {
         RowRoutine::Depthwise => (4, 0),
         RowRoutine::Softmax => (2, 1),
-        RowRoutine::Silu => (2, 2),
+        RowRoutine::Silu | RowRoutine::Sigmoid => (2, 2),
     };
     for _ in 0..pointers {
         sig.params.push(AbiParam::new(isa.pointer_type()));
@@ -343,7 +351,7 @@ struct Gen<'f, 'k> {
     /// The function reference of each row routine the kernel calls, by its index in
     /// [`ROW_ROUTINES`], imported at its first call, and each kind's signature.
     row_routines: [Option<FuncRef>; ROW_ROUTINES.len()],
-    row_sigs: [(RowRoutine, cranelift_codegen::ir::Signature); 3],
+    row_sigs: [(RowRoutine, cranelift_codegen::ir::Signature); RowRoutine::ALL.len()],
     /// The stack slot holding each call shape's record (written at entry).
     tile_records: HashMap<ConvTile, StackSlot>,
     /// The same for depthwise-row calls.
@@ -411,7 +419,8 @@ impl Gen<'_, '_> {
                     args.push(self.fb.ins().iconst(types::I64, *len));
                     self.call_row(RowRoutine::Softmax, &args);
                 }
-                Stmt::SiluRows {
+                Stmt::ActivationRows {
+                    act,
                     buf,
                     bias,
                     rows,
@@ -426,7 +435,7 @@ impl Gen<'_, '_> {
                         }
                     };
                     let counts = [*rows, *lanes].map(|v| self.fb.ins().iconst(types::I64, v));
-                    self.call_row(RowRoutine::Silu, &[buf, bias, counts[0], counts[1]]);
+                    self.call_row(activation_routine(*act), &[buf, bias, counts[0], counts[1]]);
                 }
                 Stmt::Prefetch {
                     at,
@@ -671,7 +680,7 @@ impl Gen<'_, '_> {
                             out.push((p.buf, &p.index));
                         }
                     }
-                    Stmt::SiluRows { buf, bias, .. } => {
+                    Stmt::ActivationRows { buf, bias, .. } => {
                         for p in std::iter::once(buf).chain(bias) {
                             out.push((p.buf, &p.index));
                         }

@@ -105,8 +105,8 @@ pub use depthwise::{depthwise_row_avx2, depthwise_row_avx512};
 pub use depthwise::{depthwise_row_reference, DepthwiseRowFn};
 pub use peak::{fma_peak, FmaPeak};
 #[cfg(target_arch = "x86_64")]
-pub use silu::{silu_rows_avx2, silu_rows_avx512};
-pub use silu::{silu_rows_reference, SiluRowsFn};
+pub use silu::{sigmoid_rows_avx2, sigmoid_rows_avx512, silu_rows_avx2, silu_rows_avx512};
+pub use silu::{sigmoid_rows_reference, silu_rows_reference, ActivationRowsFn};
 #[cfg(target_arch = "x86_64")]
 pub use softmax::{softmax_row_avx2, softmax_row_avx512};
 pub use softmax::{softmax_row_reference, SoftmaxRowFn};
@@ -251,12 +251,14 @@ pub enum RowRoutine {
     Softmax,
     /// A conv tile's sums plus their bias, through SiLU, in place.
     Silu,
+    /// A conv tile's sums plus their bias, through the sigmoid, in place.
+    Sigmoid,
 }
 
 /// Every row routine, kind by kind and each kind's ISAs in [`RowRoutine::index`]'s
 /// order: a JIT module declares them in this order after [`ROUTINES`] and the prefetch
 /// helper, so a routine's function id follows from its index here.
-pub const ROW_ROUTINES: [(RowRoutine, TileIsa, &str); 6] = [
+pub const ROW_ROUTINES: [(RowRoutine, TileIsa, &str); 8] = [
     (
         RowRoutine::Depthwise,
         TileIsa::Avx2,
@@ -275,11 +277,26 @@ pub const ROW_ROUTINES: [(RowRoutine, TileIsa, &str); 6] = [
     ),
     (RowRoutine::Silu, TileIsa::Avx2, "smelt_silu_rows_avx2"),
     (RowRoutine::Silu, TileIsa::Avx512, "smelt_silu_rows_avx512"),
+    (
+        RowRoutine::Sigmoid,
+        TileIsa::Avx2,
+        "smelt_sigmoid_rows_avx2",
+    ),
+    (
+        RowRoutine::Sigmoid,
+        TileIsa::Avx512,
+        "smelt_sigmoid_rows_avx512",
+    ),
 ];
 
 impl RowRoutine {
     /// Every kind, in [`ROW_ROUTINES`]' order.
-    pub const ALL: [RowRoutine; 3] = [RowRoutine::Depthwise, RowRoutine::Softmax, RowRoutine::Silu];
+    pub const ALL: [RowRoutine; 4] = [
+        RowRoutine::Depthwise,
+        RowRoutine::Softmax,
+        RowRoutine::Silu,
+        RowRoutine::Sigmoid,
+    ];
 
     /// The routine's name in messages.
     pub fn name(self) -> &'static str {
@@ -287,6 +304,7 @@ impl RowRoutine {
             RowRoutine::Depthwise => "depthwise-row",
             RowRoutine::Softmax => "softmax-row",
             RowRoutine::Silu => "silu-rows",
+            RowRoutine::Sigmoid => "sigmoid-rows",
         }
     }
 
@@ -296,6 +314,7 @@ impl RowRoutine {
             RowRoutine::Depthwise => 0,
             RowRoutine::Softmax => 1,
             RowRoutine::Silu => 2,
+            RowRoutine::Sigmoid => 3,
         };
         let isa = match isa {
             TileIsa::Avx2 => 0,
@@ -310,14 +329,30 @@ impl RowRoutine {
     pub fn entry(self, isa: TileIsa) -> *const u8 {
         #[cfg(target_arch = "x86_64")]
         {
-            let (depthwise, softmax, silu): (DepthwiseRowFn, SoftmaxRowFn, SiluRowsFn) = match isa {
-                TileIsa::Avx2 => (depthwise_row_avx2, softmax_row_avx2, silu_rows_avx2),
-                TileIsa::Avx512 => (depthwise_row_avx512, softmax_row_avx512, silu_rows_avx512),
+            let (depthwise, softmax, silu, sigmoid): (
+                DepthwiseRowFn,
+                SoftmaxRowFn,
+                ActivationRowsFn,
+                ActivationRowsFn,
+            ) = match isa {
+                TileIsa::Avx2 => (
+                    depthwise_row_avx2,
+                    softmax_row_avx2,
+                    silu_rows_avx2,
+                    sigmoid_rows_avx2,
+                ),
+                TileIsa::Avx512 => (
+                    depthwise_row_avx512,
+                    softmax_row_avx512,
+                    silu_rows_avx512,
+                    sigmoid_rows_avx512,
+                ),
             };
             match self {
                 RowRoutine::Depthwise => depthwise as *const u8,
                 RowRoutine::Softmax => softmax as *const u8,
                 RowRoutine::Silu => silu as *const u8,
+                RowRoutine::Sigmoid => sigmoid as *const u8,
             }
         }
         #[cfg(not(target_arch = "x86_64"))]

@@ -1,29 +1,33 @@
-//! SiLU-rows routines: a conv tile's sums plus their bias, through SiLU, in place on
-//! AVX-512F (16 lanes) or AVX2 + FMA (8), before the JIT epilogue stores them. The
-//! sigmoid's exponential on Cranelift's f32x4 cost ≈ 1.3 ns per element in the epilogue
-//! (a 64 → 64 1×1 conv at 104²: 0.66 ms with ReLU, 1.55 with SiLU); YOLO-style models
-//! put SiLU after every conv.
+//! Activation-rows routines: a conv tile's sums plus their bias, through SiLU or the
+//! sigmoid, in place on AVX-512F (16 lanes) or AVX2 + FMA (8), before the JIT epilogue
+//! stores them. The exponential on Cranelift's f32x4 cost ≈ 1.3 ns per element in the
+//! epilogue (a 64 → 64 1×1 conv at 104²: 0.66 ms with ReLU, 1.55 with SiLU); YOLO-style
+//! models put SiLU after every conv and a sigmoid after each detection conv.
 //!
 //! # The contract (the safety argument)
 //!
-//! Every routine has the C signature of [`SiluRowsFn`], `(buf, bias, rows, lanes)`. For
-//! `p < rows` and `l < lanes`:
+//! Every routine has the C signature of [`ActivationRowsFn`], `(buf, bias, rows,
+//! lanes)`. For `p < rows` and `l < lanes`:
 //!
 //! ```text
 //! v = buf[p·lanes + l] + (bias ? bias[l] : 0)
-//! buf[p·lanes + l] = v / (1 + e^−v)
+//! buf[p·lanes + l] = v / (1 + e^−v)     (SiLU)
+//! buf[p·lanes + l] = 1 / (1 + e^−v)     (sigmoid)
 //! ```
 //!
 //! reading and writing `buf[0..rows·lanes]` and reading `bias[0..lanes]` (when `bias`
 //! is not null) only. `lanes` must be a positive multiple of 16 and `rows ≥ 0`; any other
 //! record touches nothing. `e^x` is the JIT's expansion (`microkernels::exp`) with its
-//! overflow rule: past ln(f32::MAX) it is `+∞`, so `silu(−∞)` is
-//! `−∞/∞` = NaN and `silu(+∞) = +∞`, as the interpreter computes them; NaN stays NaN.
+//! overflow rule: past ln(f32::MAX) it is `+∞`, so `silu(−∞)` is `−∞/∞` = NaN,
+//! `silu(+∞) = +∞`, `sigmoid(−∞) = 0` and `sigmoid(+∞) = 1`, as the interpreter computes
+//! them; NaN stays NaN.
 
 #![allow(unsafe_code)]
 
-/// The C-ABI type of every SiLU-rows routine (see the module docs for the contract).
-pub type SiluRowsFn = unsafe extern "C" fn(buf: *mut f32, bias: *const f32, rows: i64, lanes: i64);
+/// The C-ABI type of every activation-rows routine (see the module docs for the
+/// contract).
+pub type ActivationRowsFn =
+    unsafe extern "C" fn(buf: *mut f32, bias: *const f32, rows: i64, lanes: i64);
 
 /// The counts of a valid record, or `None` (the contract's "touches nothing").
 fn counts(rows: i64, lanes: i64) -> Option<(usize, usize)> {
@@ -34,7 +38,8 @@ fn counts(rows: i64, lanes: i64) -> Option<(usize, usize)> {
     Some((rows, lanes))
 }
 
-/// The oracle: the contract element by element, the exponential of the standard library.
+/// The oracle of SiLU: the contract element by element, the exponential of the
+/// standard library.
 ///
 /// # Safety
 ///
@@ -46,6 +51,31 @@ pub unsafe extern "C" fn silu_rows_reference(
     rows: i64,
     lanes: i64,
 ) {
+    // SAFETY: forwarded contract.
+    unsafe { reference::<false>(buf, bias, rows, lanes) }
+}
+
+/// The oracle of the sigmoid, as [`silu_rows_reference`].
+///
+/// # Safety
+///
+/// As [`silu_rows_reference`].
+pub unsafe extern "C" fn sigmoid_rows_reference(
+    buf: *mut f32,
+    bias: *const f32,
+    rows: i64,
+    lanes: i64,
+) {
+    // SAFETY: forwarded contract.
+    unsafe { reference::<true>(buf, bias, rows, lanes) }
+}
+
+/// The contract element by element: the sigmoid when `SIGMOID`, else SiLU.
+///
+/// # Safety
+///
+/// As [`silu_rows_reference`].
+unsafe fn reference<const SIGMOID: bool>(buf: *mut f32, bias: *const f32, rows: i64, lanes: i64) {
     let Some((rows, lanes)) = counts(rows, lanes) else {
         return;
     };
@@ -56,14 +86,15 @@ pub unsafe extern "C" fn silu_rows_reference(
                 let b = if bias.is_null() { 0.0 } else { *bias.add(l) };
                 let at = buf.add(p * lanes + l);
                 let v = *at + b;
-                *at = v / (1.0 + (-v).exp());
+                let numerator = if SIGMOID { 1.0 } else { v };
+                *at = numerator / (1.0 + (-v).exp());
             }
         }
     }
 }
 
 #[cfg(target_arch = "x86_64")]
-pub use x86::{silu_rows_avx2, silu_rows_avx512};
+pub use x86::{sigmoid_rows_avx2, sigmoid_rows_avx512, silu_rows_avx2, silu_rows_avx512};
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
@@ -82,7 +113,7 @@ mod x86 {
         _mm512_mask_mov_ps(exp512_clamped(input), over, _mm512_set1_ps(f32::INFINITY))
     }
 
-    /// The AVX-512F routine.
+    /// The AVX-512F SiLU routine.
     ///
     /// # Safety
     ///
@@ -90,6 +121,38 @@ mod x86 {
     /// must lie inside the buffers.
     #[target_feature(enable = "avx512f")]
     pub unsafe extern "C" fn silu_rows_avx512(
+        buf: *mut f32,
+        bias: *const f32,
+        rows: i64,
+        lanes: i64,
+    ) {
+        // SAFETY: forwarded contract.
+        unsafe { rows_avx512::<false>(buf, bias, rows, lanes) }
+    }
+
+    /// The AVX-512F sigmoid routine.
+    ///
+    /// # Safety
+    ///
+    /// As [`silu_rows_avx512`].
+    #[target_feature(enable = "avx512f")]
+    pub unsafe extern "C" fn sigmoid_rows_avx512(
+        buf: *mut f32,
+        bias: *const f32,
+        rows: i64,
+        lanes: i64,
+    ) {
+        // SAFETY: forwarded contract.
+        unsafe { rows_avx512::<true>(buf, bias, rows, lanes) }
+    }
+
+    /// The sigmoid when `SIGMOID`, else SiLU, on 16 lanes.
+    ///
+    /// # Safety
+    ///
+    /// As [`silu_rows_avx512`].
+    #[target_feature(enable = "avx512f")]
+    unsafe fn rows_avx512<const SIGMOID: bool>(
         buf: *mut f32,
         bias: *const f32,
         rows: i64,
@@ -112,7 +175,8 @@ mod x86 {
                     let at = buf.add(p * lanes + l);
                     let v = _mm512_add_ps(_mm512_loadu_ps(at), b);
                     let e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), v));
-                    _mm512_storeu_ps(at, _mm512_div_ps(v, _mm512_add_ps(one, e)));
+                    let numerator = if SIGMOID { one } else { v };
+                    _mm512_storeu_ps(at, _mm512_div_ps(numerator, _mm512_add_ps(one, e)));
                 }
             }
         }
@@ -125,7 +189,7 @@ mod x86 {
         _mm256_blendv_ps(exp256_clamped(input), _mm256_set1_ps(f32::INFINITY), over)
     }
 
-    /// The AVX2 + FMA routine.
+    /// The AVX2 + FMA SiLU routine.
     ///
     /// # Safety
     ///
@@ -133,6 +197,38 @@ mod x86 {
     /// [`super`]) must lie inside the buffers.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe extern "C" fn silu_rows_avx2(
+        buf: *mut f32,
+        bias: *const f32,
+        rows: i64,
+        lanes: i64,
+    ) {
+        // SAFETY: forwarded contract.
+        unsafe { rows_avx2::<false>(buf, bias, rows, lanes) }
+    }
+
+    /// The AVX2 + FMA sigmoid routine.
+    ///
+    /// # Safety
+    ///
+    /// As [`silu_rows_avx2`].
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe extern "C" fn sigmoid_rows_avx2(
+        buf: *mut f32,
+        bias: *const f32,
+        rows: i64,
+        lanes: i64,
+    ) {
+        // SAFETY: forwarded contract.
+        unsafe { rows_avx2::<true>(buf, bias, rows, lanes) }
+    }
+
+    /// The sigmoid when `SIGMOID`, else SiLU, on 8 lanes.
+    ///
+    /// # Safety
+    ///
+    /// As [`silu_rows_avx2`].
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn rows_avx2<const SIGMOID: bool>(
         buf: *mut f32,
         bias: *const f32,
         rows: i64,
@@ -155,7 +251,8 @@ mod x86 {
                     let at = buf.add(p * lanes + l);
                     let v = _mm256_add_ps(_mm256_loadu_ps(at), b);
                     let e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), v));
-                    _mm256_storeu_ps(at, _mm256_div_ps(v, _mm256_add_ps(one, e)));
+                    let numerator = if SIGMOID { one } else { v };
+                    _mm256_storeu_ps(at, _mm256_div_ps(numerator, _mm256_add_ps(one, e)));
                 }
             }
         }

@@ -3,7 +3,7 @@
 
 use super::{
     trip_count, Access, Affine, BufId, BufPtr, ConvTile, DepthwiseRow, Expr, Kernel, KernelArg,
-    LoopVar, Stmt, VarId, Width,
+    LoopVar, RowActivation, Stmt, VarId, Width,
 };
 use crate::types::DType;
 
@@ -94,9 +94,17 @@ impl KernelBuilder {
         self.push(Stmt::SoftmaxRow { x, out, len });
     }
 
-    /// Calls the SiLU-rows routine (see [`Stmt::SiluRows`]).
-    pub fn silu_rows(&mut self, buf: BufPtr, bias: Option<BufPtr>, rows: i64, lanes: i64) {
-        self.push(Stmt::SiluRows {
+    /// Calls the activation-rows routine of `act` (see [`Stmt::ActivationRows`]).
+    pub fn activation_rows(
+        &mut self,
+        act: RowActivation,
+        buf: BufPtr,
+        bias: Option<BufPtr>,
+        rows: i64,
+        lanes: i64,
+    ) {
+        self.push(Stmt::ActivationRows {
+            act,
             buf,
             bias,
             rows,

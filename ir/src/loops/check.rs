@@ -177,11 +177,12 @@ impl CheckCx<'_> {
                     self.call_run(w, 0, ws, false, "depthwise row")?;
                     self.call_run(out, 0, os, true, "depthwise row")?;
                 }
-                Stmt::SiluRows {
+                Stmt::ActivationRows {
                     buf,
                     bias,
                     rows,
                     lanes,
+                    ..
                 } => {
                     if *rows < 0 || *lanes <= 0 || lanes % 16 != 0 {
                         return Err(format!("silu rows call of {rows} rows of {lanes} lanes"));
@@ -523,7 +524,7 @@ mod tests {
 
     use super::super::{
         Access, Affine, BufId, BufPtr, ConvTile, DepthwiseRow, Expr, Kernel, KernelArg, LoopVar,
-        Stmt, VarId, Width, DEPTHWISE_MAX_TAPS,
+        RowActivation, Stmt, VarId, Width, DEPTHWISE_MAX_TAPS,
     };
 
     /// A small deterministic generator (xorshift64*), so every case is reproducible from
@@ -673,7 +674,12 @@ mod tests {
                     row_stride: g.int(0, 12),
                     row_len: g.int(1, 12),
                 },
-                _ if g.chance(15) => Stmt::SiluRows {
+                _ if g.chance(15) => Stmt::ActivationRows {
+                    act: if g.chance(50) {
+                        RowActivation::Silu
+                    } else {
+                        RowActivation::Sigmoid
+                    },
                     buf: BufPtr {
                         buf: buffer(g, k),
                         index: index(g, scope),
@@ -824,11 +830,12 @@ mod tests {
                     let first = self.eval(&at.index) + i128::from(r * row_stride);
                     self.touch(at.buf, first, i128::from(*row_len), false)
                 }),
-                Stmt::SiluRows {
+                Stmt::ActivationRows {
                     buf,
                     bias,
                     rows,
                     lanes,
+                    ..
                 } => {
                     let n = i128::from(*rows) * i128::from(*lanes);
                     *rows >= 0

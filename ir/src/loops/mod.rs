@@ -241,6 +241,25 @@ impl fmt::Display for BufPtr {
     }
 }
 
+/// The activation of a [`Stmt::ActivationRows`] call, each with its own native routine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RowActivation {
+    /// `silu(v) = v / (1 + e^−v)`.
+    Silu,
+    /// `sigmoid(v) = 1 / (1 + e^−v)`.
+    Sigmoid,
+}
+
+impl RowActivation {
+    /// The name in loop-IR dumps (`call silu_rows(...)`).
+    pub fn name(self) -> &'static str {
+        match self {
+            RowActivation::Silu => "silu",
+            RowActivation::Sigmoid => "sigmoid",
+        }
+    }
+}
+
 /// A statement of a kernel body.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Stmt {
@@ -319,12 +338,15 @@ pub enum Stmt {
         /// Elements of the row.
         len: i64,
     },
-    /// A call of the SiLU-rows routine (code generation links the host's routine, of the
-    /// ISA the conv tiles use), in place: `buf[p·lanes + l] = silu(buf[p·lanes + l] +
-    /// bias[l])` for `p < rows`, `l < lanes` (no bias: 0), `silu(v) = v / (1 + e^−v)`;
-    /// `lanes` a positive multiple of 16. A conv tile's sums get their bias and a
-    /// leading SiLU post-op on full-width vectors before the Cranelift epilogue.
-    SiluRows {
+    /// A call of an activation-rows routine (code generation links the host's routine,
+    /// of the ISA the conv tiles use), in place:
+    /// `buf[p·lanes + l] = act(buf[p·lanes + l] + bias[l])` for `p < rows`, `l < lanes`
+    /// (no bias: 0), `act` the [`RowActivation`]; `lanes` a positive multiple of 16. A
+    /// conv tile's sums get their bias and a leading SiLU or sigmoid post-op on
+    /// full-width vectors before the Cranelift epilogue.
+    ActivationRows {
+        /// The activation applied.
+        act: RowActivation,
         /// The rows, read and written.
         buf: BufPtr,
         /// The bias, one per lane.
@@ -431,7 +453,7 @@ impl Kernel {
                 Stmt::ConvTile { .. }
                 | Stmt::DepthwiseRow { .. }
                 | Stmt::SoftmaxRow { .. }
-                | Stmt::SiluRows { .. }
+                | Stmt::ActivationRows { .. }
                 | Stmt::Prefetch { .. } => false,
             })
         }
@@ -511,7 +533,7 @@ impl Kernel {
                     // a max, a subtraction, an exponential (counted one), a sum and a product
                     Stmt::SoftmaxRow { len, .. } => 5 * (*len).max(0) as u64,
                     // an add, a negation, an exponential, an add, a division, a product
-                    Stmt::SiluRows { rows, lanes, .. } => {
+                    Stmt::ActivationRows { rows, lanes, .. } => {
                         6 * ((*rows).max(0) * (*lanes).max(0)) as u64
                     }
                     Stmt::Prefetch { .. } => 0,

@@ -147,7 +147,8 @@ fn print_block(out: &mut String, stmts: &[Stmt], depth: usize) {
                     "{pad}call depthwise_row(x: {x}, w: {w}, out: {o}; {row})"
                 );
             }
-            Stmt::SiluRows {
+            Stmt::ActivationRows {
+                act,
                 buf,
                 bias,
                 rows,
@@ -158,7 +159,8 @@ fn print_block(out: &mut String, stmts: &[Stmt], depth: usize) {
                     .map_or(String::new(), |b| format!(", bias: {b}"));
                 let _ = writeln!(
                     out,
-                    "{pad}call silu_rows(buf: {buf}{bias}; rows={rows}, lanes={lanes})"
+                    "{pad}call {}_rows(buf: {buf}{bias}; rows={rows}, lanes={lanes})",
+                    act.name()
                 );
             }
             Stmt::SoftmaxRow { x, out: o, len } => {

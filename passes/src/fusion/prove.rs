@@ -60,6 +60,12 @@ pub enum Proof {
     /// An absorb rule: true by definition of the fused op (the anchor followed by its
     /// post-ops), so there is nothing to prove.
     ByDefinition,
+    /// Every left-hand side applies a one-operand elementwise op to the result of a pure
+    /// data movement (transpose, reshape) and the right-hand side applies the same
+    /// movement to the op's result: each element of a movement's result is one element
+    /// of its operand, so the op sees the same values either way, for every shape and
+    /// every movement attribute.
+    CommutesWithMovement,
     /// The rule is outside the fragment the prover decides.
     NotAttempted(String),
 }
@@ -525,11 +531,51 @@ pub(super) fn scalar_guard_values(rule: &Rule) -> Result<Vec<(String, Q)>, Proof
     Ok(scalars)
 }
 
+/// Whether `lhs` is `(f (m[a] ?x))` and `rhs` is `(m[a] (f ?x))` for a one-operand
+/// elementwise `f` (with the same attributes on both sides) and a pure data movement `m`
+/// (transpose, reshape) with the same attributes.
+fn commutes_with_movement(lhs: &PatternExpr, rhs: &PatternExpr) -> bool {
+    let PatternExpr::Op {
+        kind: f,
+        attrs: f_attrs,
+        children: f_operands,
+    } = lhs
+    else {
+        return false;
+    };
+    let [PatternExpr::Op {
+        kind: m,
+        attrs: m_attrs,
+        children: m_operands,
+    }] = &f_operands[..]
+    else {
+        return false;
+    };
+    let [x @ PatternExpr::Var(_)] = &m_operands[..] else {
+        return false;
+    };
+    let moved = PatternExpr::Op {
+        kind: *m,
+        attrs: m_attrs.clone(),
+        children: vec![PatternExpr::Op {
+            kind: *f,
+            attrs: f_attrs.clone(),
+            children: vec![x.clone()],
+        }],
+    };
+    super::rules::elementwise_kind(*f)
+        && matches!(m, OpKind::Transpose | OpKind::Reshape)
+        && *rhs == moved
+}
+
 /// Tries to prove `rule` exactly over the reals (see the module docs).
 pub fn prove_rule(rule: &Rule) -> Proof {
     let RuleAction::Rewrite(rhs) = &rule.action else {
         return Proof::ByDefinition;
     };
+    if rule.lhs.iter().all(|lhs| commutes_with_movement(lhs, rhs)) {
+        return Proof::CommutesWithMovement;
+    }
     let scalars = match scalar_guard_values(rule) {
         Ok(s) => s,
         Err(p) => return p,
@@ -701,6 +747,22 @@ mod tests {
                 "{text}: {p:?}"
             );
         }
+        // an elementwise op moved across a transpose or reshape, the same attributes on
+        // both sides; a different movement attribute or a two-operand op is not that law
+        assert_eq!(
+            prove(
+                "rule r\n  lhs (sigmoid (transpose[?p] ?x))\n  rhs (transpose[?p] (sigmoid ?x))\n"
+            ),
+            Proof::CommutesWithMovement
+        );
+        assert_ne!(
+            prove("rule r\n  lhs (sigmoid (transpose[?p] ?x))\n  rhs (transpose[perm=[1, 0]] (sigmoid ?x))\n"),
+            Proof::CommutesWithMovement
+        );
+        assert_ne!(
+            prove("rule r\n  lhs (sigmoid (slice[?p] ?x))\n  rhs (slice[?p] (sigmoid ?x))\n"),
+            Proof::CommutesWithMovement
+        );
         // an absorb rule is true by definition of the fused op: nothing is proved
         assert_eq!(
             prove("rule r\n  lhs (relu ?y)\n  apply absorb ?y\n"),

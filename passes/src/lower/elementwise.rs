@@ -2,7 +2,8 @@
 //! standalone elementwise kernels and by fused ops' epilogues (post-ops on a register tile).
 
 use smelt_ir::loops::{
-    Access, Affine, BinOp, BufId, BufPtr, CmpOp, Expr, KernelBuilder, LoopVar, UnOp, Width,
+    Access, Affine, BinOp, BufId, BufPtr, CmpOp, Expr, KernelBuilder, LoopVar, RowActivation, UnOp,
+    Width,
 };
 use smelt_ir::op::{GeluApproximation, PostOp, GELU_TANH_CUBIC, GELU_TANH_SCALE};
 use smelt_ir::{BinaryOp, Diagnostic, TensorType, UnaryOp, Value};
@@ -563,17 +564,20 @@ impl Epilogue {
         self.operands.iter().map(|o| o.0).collect()
     }
 
-    /// The epilogue past a leading SiLU post-op, when it starts with one (a caller that
-    /// applies that SiLU itself, as a conv tile's native SiLU rows do), with the same
-    /// kernel arguments.
-    pub(crate) fn after_leading_silu(&self) -> Option<Epilogue> {
-        match self.post.first() {
-            Some(PostOp::Unary(UnaryOp::Silu)) => Some(Epilogue {
-                post: self.post[1..].to_vec(),
-                ..self.clone()
-            }),
-            _ => None,
-        }
+    /// The epilogue past a leading SiLU or sigmoid post-op, when it starts with one, and
+    /// that activation (for a caller that applies it itself, as a conv tile's native
+    /// activation rows do), with the same kernel arguments.
+    pub(crate) fn after_leading_activation(&self) -> Option<(RowActivation, Epilogue)> {
+        let act = match self.post.first() {
+            Some(PostOp::Unary(UnaryOp::Silu)) => RowActivation::Silu,
+            Some(PostOp::Unary(UnaryOp::Sigmoid)) => RowActivation::Sigmoid,
+            _ => return None,
+        };
+        let rest = Epilogue {
+            post: self.post[1..].to_vec(),
+            ..self.clone()
+        };
+        Some((act, rest))
     }
 
     /// Prefetches what the post-ops will read for `rows` consecutive indices along result

@@ -457,6 +457,7 @@ impl Planner {
                 attrs,
                 children,
             } => {
+                let attrs_spec = attrs;
                 let attrs = match attrs {
                     AttrSpec::Literal(a) => a.clone(),
                     AttrSpec::Var(v) => match self.attrs.get(v) {
@@ -490,6 +491,9 @@ impl Planner {
                 }
                 let types: Vec<TensorType> = types.into_iter().collect::<Option<_>>()?;
                 let refs: Vec<&TensorType> = types.iter().collect();
+                if let (AttrSpec::Var(v), [operand]) = (attrs_spec, &types[..]) {
+                    self.resolve_dims(*kind, v, operand);
+                }
                 // planning the operands may resolve the attributes (a depthwise conv's
                 // groups become its input's channel count): type the op with them
                 let resolved = match p {
@@ -577,6 +581,11 @@ impl Planner {
             },
             // target shapes, windows, axes, element types and layouts that fit only the
             // shapes they were written for
+            // a transpose's permutation and a reshape's shape depend on the operand:
+            // drawn once it is planned (`resolve_dims`)
+            Attrs::Dims(_) if matches!(kind, OpKind::Transpose | OpKind::Reshape) => {
+                Attrs::Dims(Vec::new())
+            }
             Attrs::Flag(_)
             | Attrs::DType(_)
             | Attrs::Reduce(_)
@@ -588,6 +597,47 @@ impl Planner {
             | Attrs::Layout(_)
             | Attrs::Fused(_) => return None,
         })
+    }
+
+    /// Draws the pending permutation of a transpose or shape of a reshape bound to `v`
+    /// for its planned `operand`: a random permutation of its axes, or its dims with two
+    /// neighbours merged (or a dim split in two when it has a divisor), so every element
+    /// keeps its row-major position.
+    fn resolve_dims(&mut self, kind: OpKind, v: &str, operand: &TensorType) {
+        if !matches!(self.attrs.get(v), Some(Attrs::Dims(d)) if d.is_empty()) {
+            return;
+        }
+        let dims = &operand.dims;
+        let drawn = match kind {
+            OpKind::Transpose => {
+                let mut perm: Vec<usize> = (0..dims.len()).collect();
+                for i in (1..perm.len()).rev() {
+                    let j = (self.rng.next() % (i as u64 + 1)) as usize;
+                    perm.swap(i, j);
+                }
+                perm
+            }
+            OpKind::Reshape if dims.len() >= 2 && self.rng.next().is_multiple_of(2) => {
+                let at = (self.rng.next() % (dims.len() as u64 - 1)) as usize;
+                let mut shape = dims.clone();
+                let merged = shape.remove(at + 1);
+                shape[at] *= merged;
+                shape
+            }
+            OpKind::Reshape => {
+                let mut shape = dims.clone();
+                match shape.iter().position(|&d| d >= 4 && d % 2 == 0) {
+                    Some(at) => {
+                        shape[at] /= 2;
+                        shape.insert(at, 2);
+                    }
+                    None => shape.push(1),
+                }
+                shape
+            }
+            _ => return,
+        };
+        self.attrs.insert(v.to_string(), Attrs::Dims(drawn));
     }
 
     /// A type for a fresh variable at `role`.

@@ -278,7 +278,10 @@ impl RuleCheck {
             (Verdict::Unsound, _) => "refuted",
             (Verdict::Untested, _) => "UNTESTED",
             (Verdict::Cyclic, _) => "cyclic",
-            (Verdict::Sound, Proof::Proved | Proof::ProvedAtPoints { .. }) => "proved",
+            (
+                Verdict::Sound,
+                Proof::Proved | Proof::ProvedAtPoints { .. } | Proof::CommutesWithMovement,
+            ) => "proved",
             (Verdict::Sound, Proof::ProvedWithin { .. }) => "proved within tol",
             (Verdict::Sound, Proof::ByDefinition) => "by definition",
             (Verdict::Sound, Proof::Differs { .. } | Proof::NotAttempted(_)) => "sampled",
@@ -340,6 +343,10 @@ impl RuleCheck {
             }
             (Verdict::Sound | Verdict::Cyclic, Proof::ByDefinition) => line.push_str(
                 "; an absorb rule: the fused op is defined as the anchor followed by its post-ops",
+            ),
+            (Verdict::Sound | Verdict::Cyclic, Proof::CommutesWithMovement) => line.push_str(
+                "; an elementwise op commutes with data movement: each element of a \
+                 transpose's or reshape's result is one element of its operand",
             ),
             (Verdict::Sound | Verdict::Cyclic, Proof::Differs { witness, relative }) => line
                 .push_str(&format!(

@@ -999,14 +999,15 @@ impl PackedConv {
         if self.lane_blocked_output {
             return;
         }
-        // A leading SiLU post-op runs with the bias on the routine's full-width vectors,
-        // natively, over the whole tile (a partial block's padded lanes have no bias to
-        // read: Cranelift code then); the rest of the epilogue as usual.
-        let native_silu = (channels == lanes as usize)
-            .then(|| epi.after_leading_silu())
+        // A leading SiLU or sigmoid post-op runs with the bias on the routine's
+        // full-width vectors, natively, over the whole tile (a partial block's padded
+        // lanes have no bias to read: Cranelift code then); the rest of the epilogue as
+        // usual.
+        let native_activation = (channels == lanes as usize)
+            .then(|| epi.after_leading_activation())
             .flatten();
-        let (epi, bias) = match native_silu {
-            Some(rest) => {
+        let (epi, bias) = match native_activation {
+            Some((act, rest)) => {
                 let bias = bufs.bias.map(|buf| BufPtr {
                     buf,
                     index: at.o0.clone(),
@@ -1015,7 +1016,7 @@ impl PackedConv {
                     buf: sums,
                     index: Affine::constant(0),
                 };
-                b.silu_rows(sums_at, bias, pixels as i64, lanes);
+                b.activation_rows(act, sums_at, bias, pixels as i64, lanes);
                 (rest, None)
             }
             None => (epi.clone(), bufs.bias),

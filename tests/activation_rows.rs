@@ -1,36 +1,70 @@
-//! The native SiLU-rows routines (AVX2, AVX-512) against an f64 SiLU and the scalar
-//! reference: rows of 16 and 32 lanes with and without a bias, values across the
-//! exponential's range and its special cases, guard regions untouched.
+//! The native activation-rows routines (SiLU and sigmoid; AVX2, AVX-512) against the
+//! activation in f64 and the scalar references: rows of 16 and 32 lanes with and
+//! without a bias, values across the exponential's range and its special cases, guard
+//! regions untouched.
 
 use smelt::ir::weights::random_f32;
-use smelt::microkernels::{self, SiluRowsFn};
+use smelt::microkernels::{self, ActivationRowsFn};
+
+/// Which activation a routine applies.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Act {
+    Silu,
+    Sigmoid,
+}
+
+impl Act {
+    fn f64(self, v: f64) -> f64 {
+        let numerator = match self {
+            Act::Silu => v,
+            Act::Sigmoid => 1.0,
+        };
+        numerator / (1.0 + (-v).exp())
+    }
+}
 
 /// The NaN every guard element holds.
 const POISON: u32 = 0x7fc0_5117;
 /// Guard elements before and after every buffer.
 const GUARD: usize = 21;
 
-/// The routines this host runs, the reference first. On x86-64 the AVX2 routine is
-/// required (the test machines have it); AVX-512 runs where the CPU has it.
-fn routines() -> Vec<(&'static str, SiluRowsFn)> {
-    let mut v: Vec<(&'static str, SiluRowsFn)> =
-        vec![("reference", microkernels::silu_rows_reference)];
+/// The routines this host runs for `act`, the reference first. On x86-64 the AVX2
+/// routine is required (the test machines have it); AVX-512 runs where the CPU has it.
+fn routines(act: Act) -> Vec<(&'static str, ActivationRowsFn)> {
+    let reference: ActivationRowsFn = match act {
+        Act::Silu => microkernels::silu_rows_reference,
+        Act::Sigmoid => microkernels::sigmoid_rows_reference,
+    };
+    let mut v: Vec<(&'static str, ActivationRowsFn)> = vec![("reference", reference)];
     #[cfg(target_arch = "x86_64")]
     {
         assert!(
             microkernels::has_avx2_fma(),
             "an x86-64 test machine without AVX2 + FMA"
         );
-        v.push(("avx2", microkernels::silu_rows_avx2));
+        let (avx2, avx512): (ActivationRowsFn, ActivationRowsFn) = match act {
+            Act::Silu => (microkernels::silu_rows_avx2, microkernels::silu_rows_avx512),
+            Act::Sigmoid => (
+                microkernels::sigmoid_rows_avx2,
+                microkernels::sigmoid_rows_avx512,
+            ),
+        };
+        v.push(("avx2", avx2));
         if microkernels::has_avx512f() {
-            v.push(("avx512", microkernels::silu_rows_avx512));
+            v.push(("avx512", avx512));
         }
     }
     v
 }
 
 /// `f` on `values` (rows of `lanes`) with `bias`, the guards checked.
-fn run(name: &str, f: SiluRowsFn, values: &[f32], bias: Option<&[f32]>, lanes: usize) -> Vec<f32> {
+fn run(
+    name: &str,
+    f: ActivationRowsFn,
+    values: &[f32],
+    bias: Option<&[f32]>,
+    lanes: usize,
+) -> Vec<f32> {
     let n = values.len();
     let mut buf = vec![f32::from_bits(POISON); n + 2 * GUARD];
     buf[GUARD..GUARD + n].copy_from_slice(values);
@@ -65,12 +99,14 @@ fn run(name: &str, f: SiluRowsFn, values: &[f32], bias: Option<&[f32]>, lanes: u
     buf[GUARD..GUARD + n].to_vec()
 }
 
-fn silu64(v: f64) -> f64 {
-    v / (1.0 + (-v).exp())
+#[test]
+fn routines_match_the_f64_activation_across_the_range() {
+    for act in [Act::Silu, Act::Sigmoid] {
+        check_range(act);
+    }
 }
 
-#[test]
-fn routines_match_an_f64_silu_across_the_range() {
+fn check_range(act: Act) {
     let mut ran = Vec::new();
     for lanes in [16usize, 32] {
         for rows in [1usize, 3, 28] {
@@ -82,7 +118,7 @@ fn routines_match_an_f64_silu_across_the_range() {
                         .collect();
                 let bias = random_f32(7, lanes, -2.0, 2.0);
                 for with_bias in [false, true] {
-                    for (name, f) in routines() {
+                    for (name, f) in routines(act) {
                         let b = with_bias.then_some(bias.as_slice());
                         let got = run(name, f, &values, b, lanes);
                         for (i, (&g, &v)) in got.iter().zip(&values).enumerate() {
@@ -92,11 +128,11 @@ fn routines_match_an_f64_silu_across_the_range() {
                                 } else {
                                     0.0
                                 };
-                            let want = silu64(x);
+                            let want = act.f64(x);
                             let tol = 2e-6 * want.abs().max(1e-3);
                             assert!(
                                 (g as f64 - want).abs() <= tol,
-                                "{name} lanes {lanes} x {x}: {g}, want {want}"
+                                "{act:?} {name} lanes {lanes} x {x}: {g}, want {want}"
                             );
                         }
                         if !ran.contains(&name) {
@@ -107,7 +143,7 @@ fn routines_match_an_f64_silu_across_the_range() {
             }
         }
     }
-    eprintln!("silu-rows routines checked: {}", ran.join(", "));
+    eprintln!("{act:?}-rows routines checked: {}", ran.join(", "));
     if cfg!(target_arch = "x86_64") {
         assert!(ran.contains(&"avx2"), "the AVX2 routine ran: {ran:?}");
     }
@@ -124,7 +160,16 @@ fn special_values_follow_the_interpreter_and_bad_shapes_touch_nothing() {
         100.0,
         -0.0,
     ]);
-    for (name, f) in routines() {
+    for (name, f) in routines(Act::Sigmoid) {
+        let got = run(name, f, &values, None, 16);
+        assert_eq!(got[0], 0.0, "{name}: sigmoid(-inf) = {}", got[0]);
+        assert_eq!(got[1], 1.0, "{name}");
+        assert!(got[2].is_nan(), "{name}");
+        assert!(got[3].abs() < 1e-30, "{name}: sigmoid(-100) = {}", got[3]);
+        assert_eq!(got[4], 1.0, "{name}");
+        assert_eq!(got[5], 0.5, "{name}");
+    }
+    for (name, f) in routines(Act::Silu) {
         let got = run(name, f, &values, None, 16);
         assert!(got[0].is_nan(), "{name}: silu(-inf) = {}", got[0]);
         assert_eq!(got[1], f32::INFINITY, "{name}");
