@@ -238,6 +238,7 @@ impl Executable {
         let lower_opts = lower::LowerOptions {
             conv: opts.conv,
             micro: tiles.map(TileIsa::target),
+            keep_every_value: opts.keep_intermediates,
         };
         // activation layouts depend on the kernels, so they are chosen here
         let laid_out = match opts.layouts {

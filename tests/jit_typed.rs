@@ -473,3 +473,63 @@ fn the_c_api_reports_element_types_and_checks_them() {
     assert!(last().contains("out of range"), "{}", last());
     assert_eq!(smelt_executable_destroy(exe), SmeltStatus::Ok);
 }
+
+/// A chain of typed maps is one kernel: each producer used once by a typed map of the
+/// same shape is computed in its consumer's loop. The attention guard after a softmax,
+/// `where(not(equal(p, p)), 0, p)` (ONNX IsNaN, Where), becomes one select on f32x4
+/// lanes that replaces exactly the NaNs; a comparison against a broadcast row selects on
+/// vectors too; a mask chain into `and`/`not` stays scalar; a producer read twice keeps
+/// its own kernel. Every form agrees exactly with the interpreter, odd lengths (vector
+/// main loop and scalar tail) included.
+#[test]
+fn typed_chains_run_in_their_consumers_kernel() {
+    let src = "const @zero : tensor<f32> = dense<0.0>
+func @f(%p: tensor<3x7xf32>, %row: tensor<7xf32>, %i: tensor<3x7xi64>) -> (guard: tensor<3x7xf32>, pick: tensor<3x7xf32>, mask: tensor<3x7xi1>, twice: tensor<3x7xi1>) {
+  %z = const @zero : tensor<f32>
+  %e = equal %p, %p : tensor<3x7xi1>
+  %nan = not %e : tensor<3x7xi1>
+  %guard = where %nan, %z, %p : tensor<3x7xf32>
+  %lt = less %p, %row : tensor<3x7xi1>
+  %pick = where %lt, %p, %row : tensor<3x7xf32>
+  %c = cast %p {to = i64} : tensor<3x7xi64>
+  %g = greater %c, %i : tensor<3x7xi1>
+  %k = less_equal %i, %c : tensor<3x7xi1>
+  %both = and %g, %k : tensor<3x7xi1>
+  %mask = not %both : tensor<3x7xi1>
+  %shared = greater_equal %p, %row : tensor<3x7xi1>
+  %twice = xor %shared, %shared : tensor<3x7xi1>
+  return %guard, %pick, %mask, %twice : tensor<3x7xf32>, tensor<3x7xf32>, tensor<3x7xi1>, tensor<3x7xi1>
+}";
+    let mut p: Vec<f32> = (0..21).map(|k| (k as f32 - 10.0) * 0.75).collect();
+    p[2] = f32::NAN;
+    p[8] = f32::NAN;
+    p[20] = f32::NAN;
+    p[5] = f32::NEG_INFINITY;
+    let inputs = [
+        Tensor::new([3, 7], p.clone()).unwrap(),
+        Tensor::new([7], vec![0.0, -3.0, 1.5, 2.0, -0.5, 4.0, 0.25]).unwrap(),
+        Tensor::typed([3, 7], (0..21).map(|k| k as i64 - 8).collect::<Vec<_>>()).unwrap(),
+    ];
+    let got = run_exact("typed chains", src, &inputs);
+    let guard = got[0].f32s();
+    for (k, (&g, &x)) in guard.iter().zip(&p).enumerate() {
+        let want = if x.is_nan() { 0.0 } else { x };
+        assert_eq!(g.to_bits(), want.to_bits(), "guard element {k}");
+    }
+    let m = parse(src);
+    let prog = smelt_passes::lower::lower(&m, &m.funcs[0]).expect("lowers");
+    let loops = prog.dump_loops();
+    for kernel in [
+        "@where_not_equal_3x7",
+        "@where_less_3x7",
+        "@not_and_greater_less_equal_3x7",
+    ] {
+        assert!(loops.contains(kernel), "no {kernel} in:\n{loops}");
+    }
+    // the guard and the broadcast pick select on vectors (3 × 7 = 21: 5 quads and a tail)
+    assert_eq!(loops.matches("store.f32x4").count(), 2, "{loops}");
+    // read twice: their own kernels (the cast feeds two comparisons)
+    for kernel in ["@greater_equal_3x7", "@cast_i64_3x7", "@xor_3x7"] {
+        assert!(loops.contains(kernel), "no {kernel} in:\n{loops}");
+    }
+}

@@ -171,6 +171,10 @@ pub struct LowerOptions {
     /// the portable default). Code generation links the routines of the ISA it compiles
     /// for and refuses a lane count that ISA has no routine for.
     pub micro: Option<TileTarget>,
+    /// Give every value its own buffer: no elementwise producer on integers or `i1` is
+    /// computed inside its one consumer's kernel (see [`typed::inlined_producers`]). Set
+    /// when every intermediate is kept for inspection.
+    pub keep_every_value: bool,
 }
 
 /// Lowers `func` of `module` to a [`Program`] with the default [`LowerOptions`]. Fails
@@ -238,6 +242,11 @@ fn lower_program<'a>(
         cur_loc: Location::Unknown,
         packing,
         weight_bytes: std::cell::OnceCell::new(),
+        inlined: if opts.keep_every_value {
+            vec![false; func.insts.len()]
+        } else {
+            typed::inlined_producers(func)
+        },
     };
     for (i, p) in func.params.iter().enumerate() {
         p.ty.check_size()
@@ -317,6 +326,9 @@ pub(crate) struct Cx<'a> {
     cur_loc: Location,
     /// Bytes of the weights the function reads ([`Cx::weight_bytes`]), once asked.
     weight_bytes: std::cell::OnceCell<usize>,
+    /// By instruction: computed inside its one consumer's kernel, with no buffer of its
+    /// own ([`typed::inlined_producers`]).
+    pub(crate) inlined: Vec<bool>,
 }
 
 /// Work that produces a constant buffer from module data (weight packing, transforms).
@@ -534,6 +546,12 @@ impl<'a> Cx<'a> {
         // Reshape and flatten of a row-major tensor keep the bytes: alias the operand.
         if let Op::Reshape { .. } | Op::Flatten { .. } = inst.op {
             return Ok(self.buf(inst.operands[0]));
+        }
+        // Computed inside its consumer's kernel: no kernel, and a buffer of no bytes,
+        // which nothing reads.
+        if self.inlined.get(i) == Some(&true) {
+            let name = format!("v{}_inlined", self.func.inst_value(i).0);
+            return Ok(self.typed_temp(&name, inst.ty.dtype, 0));
         }
         let name = format!("v{}", self.func.inst_value(i).0);
         let out = self.typed_temp(&name, inst.ty.dtype, inst.ty.storage_len());

@@ -4,14 +4,19 @@
 //! load (an index outside the axis ends the run with an error, never a read outside).
 //!
 //! These tensors are ids, masks and shape values: small next to activations, so the
-//! loops stay scalar and the kernels simple.
+//! loops stay scalar and the kernels simple. A chain of them is one kernel, though: a
+//! producer whose one use is another typed map of the same shape is computed inside its
+//! consumer's loop ([`inlined_producers`]), so a mask such as an attention guard's
+//! `where(not(equal(p, p)), 0, p)` (ONNX's IsNaN and Where after a softmax) reads `p`
+//! and writes the result once instead of passing two `i1` tensors through memory.
 
+use smelt_ir::graph::{Func, Use};
 use smelt_ir::loops::{Access, Affine, BinOp, BufId, CmpOp, Expr, KernelBuilder, UnOp, Width};
 use smelt_ir::op::{Comparison, LogicOp};
-use smelt_ir::{BinaryOp, DType, Diagnostic, TensorType, UnaryOp, Value};
+use smelt_ir::{BinaryOp, DType, Diagnostic, Op, TensorType, UnaryOp, Value};
 
 use super::elementwise::{
-    broadcast_strides, collapse, dims_name, emit_nest, index_of, row_major_strides,
+    broadcast_strides, collapse, dims_name, emit_nest, index_of, load_lanes, row_major_strides,
 };
 use super::{BufferId, Cx};
 
@@ -44,6 +49,26 @@ pub(crate) enum TypedMap {
 }
 
 impl TypedMap {
+    /// The map the lowering computes `op` with (operands of `operand_dtype`, a result of
+    /// `out`), if it is lowered by [`lower_typed_map`].
+    pub(crate) fn of(op: &Op, operand_dtype: Option<DType>, out: DType) -> Option<TypedMap> {
+        let integer = operand_dtype.is_some_and(|d| d != DType::F32);
+        Some(match op {
+            Op::Unary(u) if integer => TypedMap::Unary(*u),
+            Op::Binary(o) if integer => TypedMap::Binary(*o),
+            Op::Cast { to } => TypedMap::Cast(*to),
+            Op::Compare(c) => TypedMap::Compare(*c),
+            Op::Logic(l) => TypedMap::Logic(*l, out),
+            Op::Not => TypedMap::Not(out),
+            Op::Where => TypedMap::Where,
+            Op::Mod { fmod } => TypedMap::Mod {
+                fmod: *fmod,
+                dtype: out,
+            },
+            _ => return None,
+        })
+    }
+
     fn name(self) -> String {
         match self {
             TypedMap::Unary(u) => u.name().to_string(),
@@ -165,6 +190,107 @@ impl TypedMap {
     }
 }
 
+/// The typed map of instruction `i` of `func`, if it is lowered as one.
+fn map_of(func: &Func, i: usize) -> Option<TypedMap> {
+    let inst = &func.insts[i];
+    let operand = inst.operands.first().map(|&v| func.type_of(v).dtype);
+    TypedMap::of(&inst.op, operand, inst.ty.dtype)
+}
+
+/// By instruction: whether it is computed inside its consumer's kernel. An instruction
+/// is, when it is a typed map whose result is used exactly once, as an operand of
+/// another typed map with a result of the same shape (so the producer's elements are
+/// the consumer's, index for index), on row-major tensors, and is no function result.
+pub(crate) fn inlined_producers(func: &Func) -> Vec<bool> {
+    let uses = func.uses();
+    (0..func.insts.len())
+        .map(|i| {
+            let inst = &func.insts[i];
+            let value = func.inst_value(i);
+            let row_major = |t: &TensorType| t.layout == smelt_ir::Layout::RowMajor;
+            let [Use::Operand { inst: consumer, .. }] = uses[value.index()][..] else {
+                return false;
+            };
+            let c = &func.insts[consumer];
+            map_of(func, i).is_some()
+                && map_of(func, consumer).is_some()
+                && c.ty.dims == inst.ty.dims
+                && row_major(&c.ty)
+                && row_major(&inst.ty)
+                && inst.ty.storage_len() > 0
+                && inst.operands.iter().all(|&v| row_major(func.type_of(v)))
+        })
+        .collect()
+}
+
+/// What a typed kernel computes per element: a load of one of its sources, or a map of
+/// the values of its terms (an inlined producer's, or the kernel's own op).
+enum Term {
+    Load(usize),
+    Map(TypedMap, Vec<Term>),
+}
+
+impl Term {
+    /// The element as one comparison and select on `f32` lanes, when the term is a
+    /// `where` whose condition compares two `f32` sources (`not(equal(a, b))` is the
+    /// comparison `≠`, true for NaN as `not` of IEEE equality is) and whose branches are
+    /// `f32` sources: such a kernel runs on vectors. `dtypes` are the sources'.
+    fn float_select(&self, loads: &[Expr], dtypes: &[DType]) -> Option<Expr> {
+        let f32_load = |t: &Term| match t {
+            Term::Load(k) if dtypes[*k] == DType::F32 => Some(loads[*k].clone()),
+            _ => None,
+        };
+        let Term::Map(TypedMap::Where, terms) = self else {
+            return None;
+        };
+        let [cond, if_true, if_false] = &terms[..] else {
+            return None;
+        };
+        let (cmp, operands) = match cond {
+            Term::Map(TypedMap::Compare(c), operands) => {
+                let cmp = match c {
+                    Comparison::Equal => CmpOp::Eq,
+                    Comparison::Less => CmpOp::Lt,
+                    Comparison::LessOrEqual => CmpOp::Le,
+                    Comparison::Greater => CmpOp::Gt,
+                    Comparison::GreaterOrEqual => CmpOp::Ge,
+                };
+                (cmp, operands)
+            }
+            Term::Map(TypedMap::Not(DType::Bool), inner) => match &inner[..] {
+                [Term::Map(TypedMap::Compare(Comparison::Equal), operands)] => {
+                    (CmpOp::Ne, operands)
+                }
+                _ => return None,
+            },
+            _ => return None,
+        };
+        let [a, b] = &operands[..] else {
+            return None;
+        };
+        Some(Expr::select(
+            cmp,
+            f32_load(a)?,
+            f32_load(b)?,
+            f32_load(if_true)?,
+            f32_load(if_false)?,
+        ))
+    }
+
+    fn expr(&self, loads: &[Expr]) -> Result<Expr, String> {
+        match self {
+            Term::Load(k) => Ok(loads[*k].clone()),
+            Term::Map(map, terms) => {
+                let x: Vec<Expr> = terms
+                    .iter()
+                    .map(|t| t.expr(loads))
+                    .collect::<Result<_, _>>()?;
+                map.apply(&x)
+            }
+        }
+    }
+}
+
 /// The kernel argument of buffer `buf`, typed as the buffer.
 fn typed_arg(cx: &Cx, b: &mut KernelBuilder, name: &str, buf: BufferId, access: Access) -> BufId {
     b.typed_arg(name, cx.dtype_of(buf), cx.len_of(buf), access)
@@ -179,11 +305,19 @@ pub(crate) fn lower_typed_map(
     out: BufferId,
 ) -> Result<(), Diagnostic> {
     let out_dims = &out_ty.dims;
-    let mut b = KernelBuilder::new(&format!("{}_{}", map.name(), dims_name(out_dims)));
+    // the operands, with every inlined producer's own operands in its place
+    let mut names = vec![map.name()];
+    let mut sources: Vec<Value> = Vec::new();
+    let terms = operands
+        .iter()
+        .map(|&v| term_of(cx, v, &mut sources, &mut names))
+        .collect();
+    let term = Term::Map(map, terms);
+    let mut b = KernelBuilder::new(&format!("{}_{}", names.join("_"), dims_name(out_dims)));
     let mut args = Vec::new();
     let mut strides = Vec::new();
     let mut srcs = Vec::new();
-    for (i, &v) in operands.iter().enumerate() {
+    for (i, &v) in sources.iter().enumerate() {
         let buf = cx.buf(v);
         srcs.push((
             typed_arg(cx, &mut b, &format!("in{i}"), buf, Access::Read),
@@ -197,6 +331,32 @@ pub(crate) fn lower_typed_map(
     strides.push(row_major_strides(out_dims));
     let (dims, st) = collapse(out_dims, &strides);
     let out_width = Width::scalar(out_ty.dtype);
+    let dtypes: Vec<DType> = srcs.iter().map(|&(_, d)| d).collect();
+    // a select between f32 sources on an f32 comparison runs on f32x4 lanes, every
+    // source consecutive or broadcast along the last dimension
+    let probe: Vec<Expr> = srcs
+        .iter()
+        .map(|&(buf, dtype)| Expr::load(buf, Affine::constant(0), Width::scalar(dtype)))
+        .collect();
+    let vector = out_ty.dtype == DType::F32
+        && term.float_select(&probe, &dtypes).is_some()
+        && st.iter().all(|s| matches!(s.last(), Some(0 | 1)));
+    if vector {
+        emit_nest(&mut b, &dims, true, &mut |b, idx, w| {
+            let loads: Vec<Expr> = srcs
+                .iter()
+                .enumerate()
+                .map(|(k, &(buf, _))| {
+                    let lane_stride = st[k].last().copied().unwrap_or(1);
+                    load_lanes(buf, index_of(&st[k], idx), lane_stride, w)
+                })
+                .collect();
+            if let Some(v) = term.float_select(&loads, &dtypes) {
+                b.store(y, index_of(&st[srcs.len()], idx), v, w);
+            }
+        });
+        return cx.step(b.finish(), args);
+    }
     let mut failure = None;
     emit_nest(&mut b, &dims, false, &mut |b, idx, _| {
         let loads: Vec<Expr> = srcs
@@ -204,7 +364,7 @@ pub(crate) fn lower_typed_map(
             .enumerate()
             .map(|(k, &(buf, dtype))| Expr::load(buf, index_of(&st[k], idx), Width::scalar(dtype)))
             .collect();
-        match map.apply(&loads) {
+        match term.expr(&loads) {
             Ok(v) => b.store(y, index_of(&st[srcs.len()], idx), v, out_width),
             Err(m) => failure = Some(m),
         }
@@ -213,6 +373,38 @@ pub(crate) fn lower_typed_map(
         return Err(cx.unsupported(m));
     }
     cx.step(b.finish(), args)
+}
+
+/// The term of operand `v`: a load of a new source, or the map of an inlined producer
+/// over its own operands' terms (its name added to `names`).
+fn term_of(cx: &Cx, v: Value, sources: &mut Vec<Value>, names: &mut Vec<String>) -> Term {
+    let producer = cx
+        .func
+        .def(v)
+        .and_then(|d| match d {
+            smelt_ir::graph::ValueDef::Inst(i) if cx.inlined.get(i) == Some(&true) => Some(i),
+            _ => None,
+        })
+        .and_then(|i| Some((i, map_of(cx.func, i)?)));
+    match producer {
+        Some((i, map)) => {
+            names.push(map.name());
+            let terms = cx.func.insts[i]
+                .operands
+                .iter()
+                .map(|&o| term_of(cx, o, sources, names))
+                .collect();
+            Term::Map(map, terms)
+        }
+        // one source per value: a value read twice is loaded once per element
+        None => match sources.iter().position(|&s| s == v) {
+            Some(k) => Term::Load(k),
+            None => {
+                sources.push(v);
+                Term::Load(sources.len() - 1)
+            }
+        },
+    }
 }
 
 /// `gather(data, indices)` along `axis`: for each index (checked at run time against the
