@@ -1179,3 +1179,82 @@ fn an_external_data_model_matches_onnxruntime_and_its_inline_twin() {
         "external and inline weights differ"
     );
 }
+
+/// torch's `select`, `x[i]` and the `unbind` of a fused QKV projection export as Gather
+/// of run-time data at one constant index: imported as a `slice` of that position (then
+/// a `reshape` dropping the axis, for a scalar index), a contiguous copy, never a
+/// per-element `gather`. A negative index counts from the end; a one-element index list
+/// keeps the axis; an index out of range is a clear error.
+#[test]
+fn gather_at_one_constant_index_is_a_slice() {
+    let scalar = |name: &str, v: i64| {
+        let mut t = i64_typed(name, &[v]);
+        t.dims.clear();
+        t
+    };
+    let x: Vec<f32> = (0..24).map(|k| k as f32).collect();
+    for (what, index, dims_out, want) in [
+        (
+            "scalar 1",
+            scalar("i", 1),
+            vec![2, 4],
+            vec![4.0f32, 5.0, 6.0, 7.0, 16.0, 17.0, 18.0, 19.0],
+        ),
+        (
+            "scalar -1",
+            scalar("i", -1),
+            vec![2, 4],
+            vec![8.0, 9.0, 10.0, 11.0, 20.0, 21.0, 22.0, 23.0],
+        ),
+        (
+            "list [0]",
+            i64_typed("i", &[0]),
+            vec![2, 1, 4],
+            vec![0.0, 1.0, 2.0, 3.0, 12.0, 13.0, 14.0, 15.0],
+        ),
+    ] {
+        let m = Model::new(13)
+            .input("x", &[2, 3, 4])
+            .init(index)
+            .node(
+                "Gather",
+                "select",
+                &["x", "i"],
+                &["y"],
+                vec![attr_int("axis", 1)],
+            )
+            .output("y")
+            .import()
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let kinds: Vec<&str> = ops(&m).iter().map(|op| op.name()).collect();
+        assert!(
+            kinds.contains(&"slice") && !kinds.contains(&"gather"),
+            "{what}: {kinds:?}"
+        );
+        let (exe, _) = smelt::compile(&m, &smelt::Options::default()).expect("compiles");
+        let y = exe
+            .run(&[Tensor::new([2, 3, 4], x.clone()).unwrap()])
+            .expect("runs")
+            .remove(0);
+        assert_eq!(y.dims(), &dims_out[..], "{what}");
+        assert_eq!(y.f32s(), &want[..], "{what}");
+    }
+    let err = Model::new(13)
+        .input("x", &[2, 3, 4])
+        .init(scalar("i", 3))
+        .node(
+            "Gather",
+            "select",
+            &["x", "i"],
+            &["y"],
+            vec![attr_int("axis", 1)],
+        )
+        .output("y")
+        .import()
+        .expect_err("an index past the axis")
+        .to_string();
+    assert!(
+        err.contains("index 3 is out of range for axis 1 of size 3"),
+        "{err}"
+    );
+}

@@ -334,6 +334,9 @@ pub fn gather(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
     let rank = cx.dims(0)?.len();
     let axis = cx.axis("axis", cx.attr_int_or("axis", 0)?, rank)?;
     let (Some(data), Some(indices)) = (cx.const_input(0)?, cx.const_input(1)?) else {
+        if let Some(sliced) = gather_one_index(cx, axis)? {
+            return Ok(vec![Entry::Value(sliced)]);
+        }
         let data = cx.value(0)?;
         let indices = cx.value(1)?;
         return Ok(vec![Entry::Value(
@@ -344,6 +347,37 @@ pub fn gather(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         .gather(axis, &indices)
         .map_err(|m| cx.err("onnx-bad-model", m))?;
     Ok(vec![Entry::constant(out)])
+}
+
+/// A run-time `data` gathered at one constant index (a scalar, or a one-element list):
+/// the `slice` of that position along `axis`, then for a scalar the axis dropped — a
+/// contiguous copy instead of a `gather`'s per-element index (torch's `select`, `x[i]`,
+/// `unbind` of a fused QKV projection export this way). `None` for any other indices.
+fn gather_one_index(cx: &mut NodeCtx, axis: usize) -> Result<Option<Value>, Diagnostic> {
+    let Some(indices) = cx.const_input(1)? else {
+        return Ok(None);
+    };
+    let (&[i], true) = (indices.i64s().unwrap_or(&[]), indices.dims.len() <= 1) else {
+        return Ok(None);
+    };
+    let dims = cx.dims(0)?;
+    let n = dims[axis] as i64;
+    let at = if i < 0 { i + n } else { i };
+    if !(0..n).contains(&at) {
+        return Err(cx.err(
+            "onnx-bad-model",
+            format!("index {i} is out of range for axis {axis} of size {n}"),
+        ));
+    }
+    let data = cx.value(0)?;
+    let at = at as usize;
+    let sliced = cx.slice_along(data, axis, at, at + 1)?;
+    if !indices.dims.is_empty() {
+        return Ok(Some(sliced));
+    }
+    let mut kept = dims.clone();
+    kept.remove(axis);
+    Ok(Some(cx.reshape(sliced, kept)?))
 }
 
 /// GatherND (versions 11 to 13, `batch_dims` from 12) with indices known at import (the
