@@ -11,15 +11,30 @@ use smelt::microkernels::{self, ActivationRowsFn};
 enum Act {
     Silu,
     Sigmoid,
+    Gelu,
 }
 
 impl Act {
+    /// The activation in f64 (GELU's erf the interpreter's, accurate to f64).
     fn f64(self, v: f64) -> f64 {
-        let numerator = match self {
-            Act::Silu => v,
-            Act::Sigmoid => 1.0,
-        };
-        numerator / (1.0 + (-v).exp())
+        match self {
+            Act::Silu => v / (1.0 + (-v).exp()),
+            Act::Sigmoid => 1.0 / (1.0 + (-v).exp()),
+            Act::Gelu => smelt::ir::UnaryOp::Gelu {
+                approximate: smelt::ir::op::GeluApproximation::None,
+            }
+            .eval(v),
+        }
+    }
+
+    /// How far a routine may be from the f64 activation at `want`, for an input `x`:
+    /// 2e-6 relative for the exponential forms; GELU's erf polynomial is ≈ 1e-6 absolute,
+    /// times |x|/2.
+    fn tolerance(self, x: f64, want: f64) -> f64 {
+        match self {
+            Act::Gelu => 2e-6 * x.abs().max(1.0),
+            Act::Silu | Act::Sigmoid => 2e-6 * want.abs().max(1e-3),
+        }
     }
 }
 
@@ -34,6 +49,7 @@ fn routines(act: Act) -> Vec<(&'static str, ActivationRowsFn)> {
     let reference: ActivationRowsFn = match act {
         Act::Silu => microkernels::silu_rows_reference,
         Act::Sigmoid => microkernels::sigmoid_rows_reference,
+        Act::Gelu => microkernels::gelu_rows_reference,
     };
     let mut v: Vec<(&'static str, ActivationRowsFn)> = vec![("reference", reference)];
     #[cfg(target_arch = "x86_64")]
@@ -48,6 +64,7 @@ fn routines(act: Act) -> Vec<(&'static str, ActivationRowsFn)> {
                 microkernels::sigmoid_rows_avx2,
                 microkernels::sigmoid_rows_avx512,
             ),
+            Act::Gelu => (microkernels::gelu_rows_avx2, microkernels::gelu_rows_avx512),
         };
         v.push(("avx2", avx2));
         if microkernels::has_avx512f() {
@@ -101,7 +118,7 @@ fn run(
 
 #[test]
 fn routines_match_the_f64_activation_across_the_range() {
-    for act in [Act::Silu, Act::Sigmoid] {
+    for act in [Act::Silu, Act::Sigmoid, Act::Gelu] {
         check_range(act);
     }
 }
@@ -129,7 +146,7 @@ fn check_range(act: Act) {
                                     0.0
                                 };
                             let want = act.f64(x);
-                            let tol = 2e-6 * want.abs().max(1e-3);
+                            let tol = act.tolerance(x, want);
                             assert!(
                                 (g as f64 - want).abs() <= tol,
                                 "{act:?} {name} lanes {lanes} x {x}: {g}, want {want}"
@@ -168,6 +185,15 @@ fn special_values_follow_the_interpreter_and_bad_shapes_touch_nothing() {
         assert!(got[3].abs() < 1e-30, "{name}: sigmoid(-100) = {}", got[3]);
         assert_eq!(got[4], 1.0, "{name}");
         assert_eq!(got[5], 0.5, "{name}");
+    }
+    for (name, f) in routines(Act::Gelu) {
+        let got = run(name, f, &values, None, 16);
+        assert!(got[0].is_nan(), "{name}: gelu(-inf) = {}", got[0]);
+        assert_eq!(got[1], f32::INFINITY, "{name}");
+        assert!(got[2].is_nan(), "{name}");
+        assert!(got[3].abs() < 1e-30, "{name}: gelu(-100) = {}", got[3]);
+        assert_eq!(got[4], 100.0, "{name}");
+        assert_eq!(got[5], 0.0, "{name}");
     }
     for (name, f) in routines(Act::Silu) {
         let got = run(name, f, &values, None, 16);

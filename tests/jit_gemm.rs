@@ -335,3 +335,27 @@ fn matmul_of_two_activations() {
         }
     }
 }
+
+/// A bias add and GELU leading a GEMM's epilogue run in the native GELU-rows routine on
+/// full panels (the partial last panel of N = 100 in Cranelift code): the lowering for a
+/// micro-kernel target calls it, and the results are the interpreter's (the cases above
+/// check every shape; this one names the call).
+#[test]
+fn a_leading_bias_and_gelu_run_natively_on_full_panels() {
+    let m = matmul_model(&[1, 9, 64], 100, Epi::BiasGelu);
+    check("bias gelu, N = 100", &m);
+    let opts = smelt_passes::lower::LowerOptions {
+        micro: Some(smelt::microkernels::TileIsa::Avx2.target()),
+        ..Default::default()
+    };
+    let p = smelt_passes::lower::lower_with(&m, &m.funcs[0], &opts).expect("lowers");
+    let loops = p.dump_loops();
+    assert!(loops.contains("call gelu_rows"), "{loops}");
+    // the residual case has no activation: nothing native
+    let m = matmul_model(&[1, 9, 64], 100, Epi::BiasResidual);
+    let p = smelt_passes::lower::lower_with(&m, &m.funcs[0], &opts).expect("lowers");
+    assert!(
+        !p.dump_loops().contains("_rows("),
+        "no activation, no rows call"
+    );
+}

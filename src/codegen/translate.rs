@@ -47,6 +47,7 @@ pub(super) fn activation_routine(act: RowActivation) -> RowRoutine {
     match act {
         RowActivation::Silu => RowRoutine::Silu,
         RowActivation::Sigmoid => RowRoutine::Sigmoid,
+        RowActivation::Gelu => RowRoutine::Gelu,
     }
 }
 
@@ -59,7 +60,7 @@ pub(super) fn row_routine_signature(
     let (pointers, counts) = match kind {
         RowRoutine::Depthwise => (4, 0),
         RowRoutine::Softmax => (2, 1),
-        RowRoutine::Silu | RowRoutine::Sigmoid => (2, 2),
+        RowRoutine::Silu | RowRoutine::Sigmoid | RowRoutine::Gelu => (2, 2),
     };
     for _ in 0..pointers {
         sig.params.push(AbiParam::new(isa.pointer_type()));

@@ -105,8 +105,13 @@ pub use depthwise::{depthwise_row_avx2, depthwise_row_avx512};
 pub use depthwise::{depthwise_row_reference, DepthwiseRowFn};
 pub use peak::{fma_peak, FmaPeak};
 #[cfg(target_arch = "x86_64")]
-pub use silu::{sigmoid_rows_avx2, sigmoid_rows_avx512, silu_rows_avx2, silu_rows_avx512};
-pub use silu::{sigmoid_rows_reference, silu_rows_reference, ActivationRowsFn};
+pub use silu::{
+    gelu_rows_avx2, gelu_rows_avx512, sigmoid_rows_avx2, sigmoid_rows_avx512, silu_rows_avx2,
+    silu_rows_avx512,
+};
+pub use silu::{
+    gelu_rows_reference, sigmoid_rows_reference, silu_rows_reference, ActivationRowsFn,
+};
 #[cfg(target_arch = "x86_64")]
 pub use softmax::{softmax_row_avx2, softmax_row_avx512};
 pub use softmax::{softmax_row_reference, SoftmaxRowFn};
@@ -253,12 +258,14 @@ pub enum RowRoutine {
     Silu,
     /// A conv tile's sums plus their bias, through the sigmoid, in place.
     Sigmoid,
+    /// A conv or GEMM tile's sums plus their bias, through GELU, in place.
+    Gelu,
 }
 
 /// Every row routine, kind by kind and each kind's ISAs in [`RowRoutine::index`]'s
 /// order: a JIT module declares them in this order after [`ROUTINES`] and the prefetch
 /// helper, so a routine's function id follows from its index here.
-pub const ROW_ROUTINES: [(RowRoutine, TileIsa, &str); 8] = [
+pub const ROW_ROUTINES: [(RowRoutine, TileIsa, &str); 10] = [
     (
         RowRoutine::Depthwise,
         TileIsa::Avx2,
@@ -287,15 +294,18 @@ pub const ROW_ROUTINES: [(RowRoutine, TileIsa, &str); 8] = [
         TileIsa::Avx512,
         "smelt_sigmoid_rows_avx512",
     ),
+    (RowRoutine::Gelu, TileIsa::Avx2, "smelt_gelu_rows_avx2"),
+    (RowRoutine::Gelu, TileIsa::Avx512, "smelt_gelu_rows_avx512"),
 ];
 
 impl RowRoutine {
     /// Every kind, in [`ROW_ROUTINES`]' order.
-    pub const ALL: [RowRoutine; 4] = [
+    pub const ALL: [RowRoutine; 5] = [
         RowRoutine::Depthwise,
         RowRoutine::Softmax,
         RowRoutine::Silu,
         RowRoutine::Sigmoid,
+        RowRoutine::Gelu,
     ];
 
     /// The routine's name in messages.
@@ -305,6 +315,7 @@ impl RowRoutine {
             RowRoutine::Softmax => "softmax-row",
             RowRoutine::Silu => "silu-rows",
             RowRoutine::Sigmoid => "sigmoid-rows",
+            RowRoutine::Gelu => "gelu-rows",
         }
     }
 
@@ -315,6 +326,7 @@ impl RowRoutine {
             RowRoutine::Softmax => 1,
             RowRoutine::Silu => 2,
             RowRoutine::Sigmoid => 3,
+            RowRoutine::Gelu => 4,
         };
         let isa = match isa {
             TileIsa::Avx2 => 0,
@@ -329,23 +341,20 @@ impl RowRoutine {
     pub fn entry(self, isa: TileIsa) -> *const u8 {
         #[cfg(target_arch = "x86_64")]
         {
-            let (depthwise, softmax, silu, sigmoid): (
+            let (depthwise, softmax, [silu, sigmoid, gelu]): (
                 DepthwiseRowFn,
                 SoftmaxRowFn,
-                ActivationRowsFn,
-                ActivationRowsFn,
+                [ActivationRowsFn; 3],
             ) = match isa {
                 TileIsa::Avx2 => (
                     depthwise_row_avx2,
                     softmax_row_avx2,
-                    silu_rows_avx2,
-                    sigmoid_rows_avx2,
+                    [silu_rows_avx2, sigmoid_rows_avx2, gelu_rows_avx2],
                 ),
                 TileIsa::Avx512 => (
                     depthwise_row_avx512,
                     softmax_row_avx512,
-                    silu_rows_avx512,
-                    sigmoid_rows_avx512,
+                    [silu_rows_avx512, sigmoid_rows_avx512, gelu_rows_avx512],
                 ),
             };
             match self {
@@ -353,6 +362,7 @@ impl RowRoutine {
                 RowRoutine::Softmax => softmax as *const u8,
                 RowRoutine::Silu => silu as *const u8,
                 RowRoutine::Sigmoid => sigmoid as *const u8,
+                RowRoutine::Gelu => gelu as *const u8,
             }
         }
         #[cfg(not(target_arch = "x86_64"))]

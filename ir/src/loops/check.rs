@@ -675,11 +675,11 @@ mod tests {
                     row_len: g.int(1, 12),
                 },
                 _ if g.chance(15) => Stmt::ActivationRows {
-                    act: if g.chance(50) {
-                        RowActivation::Silu
-                    } else {
-                        RowActivation::Sigmoid
-                    },
+                    act: [
+                        RowActivation::Silu,
+                        RowActivation::Sigmoid,
+                        RowActivation::Gelu,
+                    ][g.int(0, 2) as usize],
                     buf: BufPtr {
                         buf: buffer(g, k),
                         index: index(g, scope),

@@ -248,6 +248,9 @@ pub enum RowActivation {
     Silu,
     /// `sigmoid(v) = 1 / (1 + e^−v)`.
     Sigmoid,
+    /// `gelu(v) = v/2 · (1 + erf(v/√2))`, erf by Abramowitz–Stegun 7.1.28 as the JIT
+    /// epilogue computes it.
+    Gelu,
 }
 
 impl RowActivation {
@@ -256,6 +259,7 @@ impl RowActivation {
         match self {
             RowActivation::Silu => "silu",
             RowActivation::Sigmoid => "sigmoid",
+            RowActivation::Gelu => "gelu",
         }
     }
 }

@@ -440,6 +440,18 @@ pub struct Epilogue {
     args: Vec<BufId>,
 }
 
+/// The native activation-rows routine of a post-op, if it has one.
+fn row_activation(post: &PostOp) -> Option<RowActivation> {
+    match post {
+        PostOp::Unary(UnaryOp::Silu) => Some(RowActivation::Silu),
+        PostOp::Unary(UnaryOp::Sigmoid) => Some(RowActivation::Sigmoid),
+        PostOp::Unary(UnaryOp::Gelu {
+            approximate: GeluApproximation::None,
+        }) => Some(RowActivation::Gelu),
+        _ => None,
+    }
+}
+
 impl Epilogue {
     /// The epilogue for `post` with extra operands `vals`, for a result of shape `out`.
     pub(crate) fn new(cx: &Cx, post: &[PostOp], vals: &[Value], out: &[usize]) -> Epilogue {
@@ -568,16 +580,47 @@ impl Epilogue {
     /// that activation (for a caller that applies it itself, as a conv tile's native
     /// activation rows do), with the same kernel arguments.
     pub(crate) fn after_leading_activation(&self) -> Option<(RowActivation, Epilogue)> {
-        let act = match self.post.first() {
-            Some(PostOp::Unary(UnaryOp::Silu)) => RowActivation::Silu,
-            Some(PostOp::Unary(UnaryOp::Sigmoid)) => RowActivation::Sigmoid,
-            _ => return None,
-        };
+        let act = row_activation(self.post.first()?)?;
         let rest = Epilogue {
             post: self.post[1..].to_vec(),
             ..self.clone()
         };
         Some((act, rest))
+    }
+
+    /// When the epilogue starts with the add of a bias, one value per column of the
+    /// result (broadcast over every other dimension), then a SiLU, sigmoid or GELU: that
+    /// activation, the bias's operand, and the epilogue past both (for a caller that adds
+    /// the bias and applies the activation itself, as a GEMM tile's native activation
+    /// rows do).
+    pub(crate) fn after_leading_bias_activation(&self) -> Option<(RowActivation, usize, Epilogue)> {
+        let [PostOp::Binary {
+            op: BinaryOp::Add, ..
+        }, second, ..] = &self.post[..]
+        else {
+            return None;
+        };
+        let act = row_activation(second)?;
+        let operand = *self.reads.first()?;
+        let strides = &self.operands[operand].2;
+        let (last, rest) = strides.split_last()?;
+        if *last != 1 || rest.iter().any(|&s| s != 0) {
+            return None;
+        }
+        let rest = Epilogue {
+            post: self.post[2..].to_vec(),
+            reads: self.reads[1..].to_vec(),
+            ..self.clone()
+        };
+        Some((act, operand, rest))
+    }
+
+    /// Where extra operand `i` is read for the result element at logical index `idx`.
+    pub(crate) fn operand_at(&self, i: usize, idx: &[Affine]) -> BufPtr {
+        BufPtr {
+            buf: self.args[i],
+            index: index_of(&self.operands[i].2, idx),
+        }
     }
 
     /// Prefetches what the post-ops will read for `rows` consecutive indices along result

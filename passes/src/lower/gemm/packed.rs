@@ -405,10 +405,19 @@ impl PackedGemm {
         let flat = index_of(&row_major_strides(&self.batch), bidx);
         let col0 = at.panel.scale(lanes);
         let out_row0 = flat.scale(rows * n).add(&row0.scale(n));
-        let direct = at.valid == self.lanes()
-            && epi.is_empty()
-            && self.alpha == 1.0
-            && (args.c.is_none() || self.beta == 0.0);
+        let plain = self.alpha == 1.0 && (args.c.is_none() || self.beta == 0.0);
+        let direct = at.valid == self.lanes() && epi.is_empty() && plain;
+        // A leading bias add and SiLU, sigmoid or GELU run natively on the routine's
+        // full-width vectors over a full panel (a transformer's up-projection: GELU in the
+        // Cranelift epilogue was ≈ 30% of the GEMM); the rest of the epilogue as usual.
+        let native =
+            (!direct && plain && at.valid == self.lanes() && self.lanes().is_multiple_of(16))
+                .then(|| epi.after_leading_bias_activation())
+                .flatten();
+        let epi = match &native {
+            Some((_, _, rest)) => rest,
+            None => epi,
+        };
         let a_at = index_of(&self.a_batch, bidx).add(&row0.scale(k));
         let w_at = index_of(&self.b_batch, bidx).add(&at.panel.scale(self.panel_len()));
         let (sums, sums_at, out_pixel_stride) = if direct {
@@ -472,6 +481,17 @@ impl PackedGemm {
         );
         if direct {
             return;
+        }
+        if let Some((act, bias, _)) = &native {
+            let mut idx = bidx.to_vec();
+            idx.extend([row0.clone(), col0.clone()]);
+            let sums = BufPtr {
+                buf: sums,
+                index: Affine::constant(0),
+            };
+            // the rest of the epilogue keeps every operand, the bias's index with it
+            let bias = epi.operand_at(*bias, &idx);
+            kb.activation_rows(*act, sums, Some(bias), pixels as i64, lanes);
         }
         let vecs = at.valid / 4;
         kb.for_loop(0, pixels as i64, 1, |kb, p| {
