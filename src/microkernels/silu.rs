@@ -37,8 +37,9 @@ const SILU: u8 = 0;
 const SIGMOID: u8 = 1;
 const GELU: u8 = 2;
 
-/// GELU's erf coefficients a₁ … a₆ (Abramowitz–Stegun 7.1.28).
-const ERF_A: [f32; 6] = [
+/// GELU's erf coefficients a₁ … a₆ (Abramowitz–Stegun 7.1.28), as the handbook prints
+/// them; every use rounds them to f32, as the JIT's epilogue does.
+const ERF_A: [f64; 6] = [
     0.070_523_078_4,
     0.042_282_012_3,
     0.009_270_527_2,
@@ -111,7 +112,7 @@ fn erf_for_gelu(x: f32) -> f32 {
     let p = ERF_A[..5]
         .iter()
         .rev()
-        .fold(ERF_A[5], |acc, &c| acc * a + c)
+        .fold(ERF_A[5] as f32, |acc, &c| acc * a + c as f32)
         * a
         + 1.0;
     let p2 = p * p;
@@ -223,9 +224,9 @@ mod x86 {
     fn erf512(x: __m512) -> __m512 {
         let one = _mm512_set1_ps(1.0);
         let a = _mm512_abs_ps(x);
-        let mut p = _mm512_set1_ps(ERF_A[5]);
+        let mut p = _mm512_set1_ps(ERF_A[5] as f32);
         for &c in ERF_A[..5].iter().rev() {
-            p = _mm512_fmadd_ps(p, a, _mm512_set1_ps(c));
+            p = _mm512_fmadd_ps(p, a, _mm512_set1_ps(c as f32));
         }
         p = _mm512_fmadd_ps(p, a, one);
         let p2 = _mm512_mul_ps(p, p);
@@ -341,9 +342,9 @@ mod x86 {
         let one = _mm256_set1_ps(1.0);
         let sign_bit = _mm256_set1_ps(-0.0);
         let a = _mm256_andnot_ps(sign_bit, x);
-        let mut p = _mm256_set1_ps(ERF_A[5]);
+        let mut p = _mm256_set1_ps(ERF_A[5] as f32);
         for &c in ERF_A[..5].iter().rev() {
-            p = _mm256_fmadd_ps(p, a, _mm256_set1_ps(c));
+            p = _mm256_fmadd_ps(p, a, _mm256_set1_ps(c as f32));
         }
         p = _mm256_fmadd_ps(p, a, one);
         let p2 = _mm256_mul_ps(p, p);
