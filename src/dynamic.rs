@@ -44,7 +44,7 @@ use smelt_ir::batch::{batch_axes, leading_results, BatchAxis};
 use smelt_ir::{DType, Diagnostic, Tensor, TensorType};
 
 use crate::driver::{compile, Options};
-use crate::onnx::{declared_interface, InputDim};
+use crate::onnx::{declared_interface, decode_file, DecodedModel, ImportOptions, InputDim};
 use crate::runtime::{Elements, ElementsMut, Executable};
 use crate::Error;
 
@@ -168,6 +168,9 @@ pub struct DynamicExecutable {
     cache_bytes: u64,
     /// The batch analysis of the model at batch 2, for splits into chunks of 1 only.
     unit_proof: Mutex<Option<Result<Vec<bool>, Diagnostic>>>,
+    /// The model file decoded once, on the first compile: every bucket imports from it,
+    /// so the file is read once and the buckets share its weights.
+    decoded: Mutex<Option<Arc<DecodedModel>>>,
 }
 
 struct Bucket {
@@ -203,7 +206,7 @@ impl DynamicExecutable {
                 dynamic.max_bucket
             )));
         }
-        let import = crate::onnx::ImportOptions {
+        let import = ImportOptions {
             input_shapes: options.load.input_shapes.clone(),
             interface: options.load.interface,
             allowed_root: options.load.allowed_root.clone(),
@@ -248,6 +251,7 @@ impl DynamicExecutable {
                 .or_else(last_level_cache_bytes)
                 .unwrap_or(DEFAULT_CACHE_BYTES),
             unit_proof: Mutex::new(None),
+            decoded: Mutex::new(None),
         })
     }
 
@@ -354,12 +358,39 @@ impl DynamicExecutable {
                 "the batch must be at least 1".into(),
             ));
         }
-        let mut load = self.options.load.clone();
+        let mut import = self.import_options();
         for input in self.inputs.iter().filter(|i| i.batched()) {
-            load.input_shapes
+            import
+                .input_shapes
                 .insert(input.name.clone(), input.at_batch(batch));
         }
-        crate::load_model(&self.path, &load)
+        self.decoded()?.import(&import)
+    }
+
+    /// The import options of `options.load`.
+    fn import_options(&self) -> ImportOptions {
+        let load = &self.options.load;
+        ImportOptions {
+            input_shapes: load.input_shapes.clone(),
+            interface: load.interface,
+            allowed_root: load.allowed_root.clone(),
+            memory_budget: load.memory_budget,
+            ..ImportOptions::default()
+        }
+    }
+
+    /// The model file, decoded on first use.
+    fn decoded(&self) -> Result<Arc<DecodedModel>, Error> {
+        let mut slot = self
+            .decoded
+            .lock()
+            .map_err(|_| Error::Unsupported("a model decode panicked".into()))?;
+        if let Some(d) = slot.as_ref() {
+            return Ok(d.clone());
+        }
+        let d = Arc::new(decode_file(&self.path, &self.import_options())?);
+        *slot = Some(d.clone());
+        Ok(d)
     }
 
     /// The executable of the bucket of `size` elements (one of
@@ -402,12 +433,7 @@ impl DynamicExecutable {
         }
         let start = Instant::now();
         let mut opts = self.options.clone();
-        for input in self.inputs.iter().filter(|i| i.batched()) {
-            opts.load
-                .input_shapes
-                .insert(input.name.clone(), input.at_batch(batch));
-        }
-        let module = crate::load_model(&self.path, &opts.load)?;
+        let module = self.module_at(batch)?;
         let separable = (batch >= 2).then(|| self.separable_results(&module, batch));
         let flops = module.entry().map_or(0, |f| f.flops());
         // the shapes are pinned in `module` now

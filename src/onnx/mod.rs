@@ -102,9 +102,32 @@ pub fn import_bytes(bytes: Bytes, opts: &ImportOptions) -> Result<Module, crate:
 /// and symlinks): each read is exactly the tensor's size, within the file, straight into
 /// the aligned buffer that becomes the weight.
 pub fn import_file(path: &Path, opts: &ImportOptions) -> Result<Module, crate::Error> {
+    decode_file(path, opts)?.import(opts)
+}
+
+/// An ONNX model file read and decoded once (its external data resolved), to import any
+/// number of times, each import pinning its own input shapes: the large weights of every
+/// module imported from it are windows of the one file buffer, so they are shared, and
+/// the file is neither read nor decoded again. A `DynamicExecutable` compiles its batch
+/// buckets from one.
+pub struct DecodedModel {
+    decoded: aligned::AlignedModel,
+}
+
+impl DecodedModel {
+    /// Imports the model with `opts` (its pinned shapes, interface and budget; the file
+    /// limits were applied when it was decoded).
+    pub fn import(&self, opts: &ImportOptions) -> Result<Module, crate::Error> {
+        import_model(&self.decoded.model, &self.decoded.windows, opts).map_err(onnx_error)
+    }
+}
+
+/// Reads and decodes the ONNX model file at `path` as [`import_file`] does, without
+/// importing it.
+pub fn decode_file(path: &Path, opts: &ImportOptions) -> Result<DecodedModel, crate::Error> {
     let buf = read_model_file(path, opts)?;
     let folder = path.parent().unwrap_or(Path::new("."));
-    import_aligned(buf, Some(folder), opts)
+    decode_aligned(buf, Some(folder), opts).map(|decoded| DecodedModel { decoded })
 }
 
 /// One graph input as the model declares it (initializers and constant inputs left out).
@@ -271,6 +294,17 @@ fn import_aligned(
     folder: Option<&Path>,
     opts: &ImportOptions,
 ) -> Result<Module, crate::Error> {
+    let decoded = decode_aligned(file, folder, opts)?;
+    import_model(&decoded.model, &decoded.windows, opts).map_err(onnx_error)
+}
+
+/// Decodes the model in `file`, its large weights aligned in place, its external data
+/// (from `folder`, when the model has one) resolved.
+fn decode_aligned(
+    file: AlignedBuf,
+    folder: Option<&Path>,
+    opts: &ImportOptions,
+) -> Result<aligned::AlignedModel, crate::Error> {
     if file.len_bytes() == 0 {
         return Err(onnx_error(plain_error(
             "onnx-decode",
@@ -286,7 +320,7 @@ fn import_aligned(
         opts.allowed_root.as_deref(),
     )
     .map_err(onnx_error)?;
-    import_model(&decoded.model, &decoded.windows, opts).map_err(onnx_error)
+    Ok(decoded)
 }
 
 /// Decodes a serialized `TensorProto` (the `input_N.pb` files of ONNX test data) into a
