@@ -11,16 +11,16 @@
 
 #![allow(unsafe_code)]
 
-use std::ffi::{c_char, c_void, CStr, CString};
-use std::path::Path;
+use std::ffi::{c_char, c_void, CString};
 
 use smelt_ir::{DType, TensorType};
 
 use super::{
-    borrow_checked, c_string, check_buffer, check_ptr, guard, invalid, prepare_out, read_options,
-    write_count, Checked, Expected, Failure, Registry, SmeltElementType, SmeltOptions, SmeltStatus,
+    borrow_checked, c_path, c_string, check_buffer, check_ptr, guard, invalid, prepare_out,
+    read_options, write_count, Checked, Expected, Failure, Registry, SmeltElementType,
+    SmeltOptions, SmeltStatus,
 };
-use crate::{CompileOptions, DynamicExecutable, DynamicOptions};
+use crate::{DynamicExecutable, DynamicOptions};
 
 /// The most dimensions a `SmeltShape` holds.
 pub const SMELT_MAX_RANK: usize = 8;
@@ -150,25 +150,10 @@ pub unsafe extern "C" fn smelt_dynamic_from_file(
         // SAFETY: forwarded contracts of this function.
         unsafe {
             prepare_out(out)?;
-            if path.is_null() {
-                return Err(invalid("the path is NULL"));
-            }
-            let path = CStr::from_ptr(path)
-                .to_str()
-                .map_err(|_| invalid("the path is not UTF-8"))?;
+            let path = c_path(path)?;
             let opts = read_options(opts)?;
-            let mut driver = crate::Options::default();
+            let mut driver = opts.driver()?;
             driver.load.input_shapes = opts.input_shapes.clone();
-            driver.load.interface = crate::Interface::C;
-            driver.load.allowed_root = opts.allowed_root.clone();
-            driver.load.memory_budget = opts.memory_budget;
-            driver.optimize.fusion.enabled = opts.fuse;
-            driver.compile = CompileOptions {
-                threads: usize::try_from(opts.threads)
-                    .map_err(|_| invalid(format!("threads = {} is too many", opts.threads)))?,
-                kernels: opts.kernels,
-                ..CompileOptions::default()
-            };
             let dynamic = match max_bucket {
                 0 => DynamicOptions::default(),
                 b => DynamicOptions {
@@ -176,7 +161,7 @@ pub unsafe extern "C" fn smelt_dynamic_from_file(
                     ..DynamicOptions::default()
                 },
             };
-            let exe = DynamicExecutable::new(Path::new(path), &driver, dynamic)?;
+            let exe = DynamicExecutable::new(path, &driver, dynamic)?;
             let value = SmeltDynamicExecutable {
                 input_names: exe.inputs().iter().map(|i| c_string(&i.name)).collect(),
                 output_names: exe.output_names().iter().map(|n| c_string(n)).collect(),

@@ -486,6 +486,23 @@ impl Options {
         }
     }
 
+    /// The driver's options: fusion, threads and kernels, and the file limits (no pinned
+    /// shapes: a caller that imports pins them itself).
+    fn driver(&self) -> Result<crate::Options, Failure> {
+        let mut driver = crate::Options::default();
+        driver.optimize.fusion.enabled = self.fuse;
+        driver.compile = CompileOptions {
+            threads: usize::try_from(self.threads)
+                .map_err(|_| invalid(format!("threads = {} is too many", self.threads)))?,
+            kernels: self.kernels,
+            ..CompileOptions::default()
+        };
+        driver.load.interface = crate::Interface::C;
+        driver.load.allowed_root = self.allowed_root.clone();
+        driver.load.memory_budget = self.memory_budget;
+        Ok(driver)
+    }
+
     fn no_shapes_for_text(&self) -> Result<(), Failure> {
         if self.input_shapes.is_empty() {
             Ok(())
@@ -506,16 +523,8 @@ unsafe fn finish(
     opts: &Options,
     out: *mut *mut SmeltExecutable,
 ) -> Result<(), Failure> {
-    let mut driver = crate::Options::default();
-    driver.optimize.fusion.enabled = opts.fuse;
-    driver.compile = CompileOptions {
-        threads: usize::try_from(opts.threads)
-            .map_err(|_| invalid(format!("threads = {} is too many", opts.threads)))?,
-        kernels: opts.kernels,
-        ..CompileOptions::default()
-    };
     // the shapes were pinned as the model was read, so the driver gets none
-    let (exe, _report) = crate::compile(&module, &driver)?;
+    let (exe, _report) = crate::compile(&module, &opts.driver()?)?;
     let ptr = LIVE.insert(SmeltExecutable {
         inputs: exe.inputs().iter().map(InfoStrings::new).collect(),
         outputs: exe.outputs().map(InfoStrings::new).collect(),
@@ -541,6 +550,24 @@ unsafe fn prepare_out<H>(out: *mut *mut H) -> Result<(), Failure> {
     // SAFETY: non-null and aligned; writable per the contract.
     unsafe { out.write(std::ptr::null_mut()) };
     Ok(())
+}
+
+/// A path argument: a non-null, non-empty, UTF-8, NUL-terminated string.
+///
+/// # Safety
+/// A non-null `path` is NUL-terminated and lives for `'a`.
+unsafe fn c_path<'a>(path: *const c_char) -> Result<&'a Path, Failure> {
+    if path.is_null() {
+        return Err(invalid("the path is NULL"));
+    }
+    // SAFETY: non-null and NUL-terminated per the contract.
+    let path = unsafe { CStr::from_ptr(path) }
+        .to_str()
+        .map_err(|_| invalid("the path is not UTF-8"))?;
+    if path.is_empty() {
+        return Err(invalid("the path is empty"));
+    }
+    Ok(Path::new(path))
 }
 
 /// Checks `(ptr, len)` for a byte buffer and borrows it.
@@ -674,16 +701,7 @@ pub unsafe extern "C" fn smelt_executable_from_file(
         // SAFETY: forwarded contracts of this function.
         unsafe {
             prepare_out(out)?;
-            if path.is_null() {
-                return Err(invalid("the path is NULL"));
-            }
-            let path = CStr::from_ptr(path)
-                .to_str()
-                .map_err(|_| invalid("the path is not UTF-8"))?;
-            if path.is_empty() {
-                return Err(invalid("the path is empty"));
-            }
-            let path = Path::new(path);
+            let path = c_path(path)?;
             let opts = read_options(opts)?;
             let is_onnx = path
                 .extension()

@@ -109,16 +109,7 @@ impl TypedMap {
                 Expr::binary(op, x[0].clone(), x[1].clone())
             }
             TypedMap::Cast(to) => Expr::cast(Width::scalar(to), x[0].clone()),
-            TypedMap::Compare(c) => {
-                let cmp = match c {
-                    Comparison::Equal => CmpOp::Eq,
-                    Comparison::Less => CmpOp::Lt,
-                    Comparison::LessOrEqual => CmpOp::Le,
-                    Comparison::Greater => CmpOp::Gt,
-                    Comparison::GreaterOrEqual => CmpOp::Ge,
-                };
-                Expr::compare(cmp, x[0].clone(), x[1].clone())
-            }
+            TypedMap::Compare(c) => Expr::compare(cmp_op(c), x[0].clone(), x[1].clone()),
             TypedMap::Logic(l, dtype) => {
                 let (a, b) = (x[0].clone(), x[1].clone());
                 let width = Width::scalar(dtype);
@@ -190,6 +181,17 @@ impl TypedMap {
     }
 }
 
+/// The loop IR's comparison of an IR comparison.
+fn cmp_op(c: Comparison) -> CmpOp {
+    match c {
+        Comparison::Equal => CmpOp::Eq,
+        Comparison::Less => CmpOp::Lt,
+        Comparison::LessOrEqual => CmpOp::Le,
+        Comparison::Greater => CmpOp::Gt,
+        Comparison::GreaterOrEqual => CmpOp::Ge,
+    }
+}
+
 /// The typed map of instruction `i` of `func`, if it is lowered as one.
 fn map_of(func: &Func, i: usize) -> Option<TypedMap> {
     let inst = &func.insts[i];
@@ -247,16 +249,7 @@ impl Term {
             return None;
         };
         let (cmp, operands) = match cond {
-            Term::Map(TypedMap::Compare(c), operands) => {
-                let cmp = match c {
-                    Comparison::Equal => CmpOp::Eq,
-                    Comparison::Less => CmpOp::Lt,
-                    Comparison::LessOrEqual => CmpOp::Le,
-                    Comparison::Greater => CmpOp::Gt,
-                    Comparison::GreaterOrEqual => CmpOp::Ge,
-                };
-                (cmp, operands)
-            }
+            Term::Map(TypedMap::Compare(c), operands) => (cmp_op(*c), operands),
             Term::Map(TypedMap::Not(DType::Bool), inner) => match &inner[..] {
                 [Term::Map(TypedMap::Compare(Comparison::Equal), operands)] => {
                     (CmpOp::Ne, operands)
