@@ -1287,3 +1287,51 @@ fn grid_sample_every_mode_padding_and_alignment() {
         }
     }
 }
+
+/// A nearest resize whose taps repeat each element an integer number of times along
+/// every axis (ONNX's `floor`/`asymmetric` upsampling of FPNs and YOLO necks) is one
+/// kernel of affine loops, each element loaded once and stored to its copies (written out
+/// up to 8, looped past); the same factors in another rounding mode, a non-integer
+/// factor and a shrink keep the table kernel. Every case against the interpreter, exactly.
+#[test]
+fn nearest_integer_upsampling_repeats_elements() {
+    use smelt_ir::op::{CoordinateMode, NearestMode, ResizeAttrs, ResizeMode};
+    let cases: [(&[usize], &[usize], NearestMode, bool); 6] = [
+        (&[1, 3, 5, 7], &[1, 3, 10, 14], NearestMode::Floor, true),
+        (&[1, 2, 3, 4], &[1, 2, 9, 32], NearestMode::Floor, true),
+        (&[2, 4, 3], &[2, 8, 48], NearestMode::Floor, true),
+        // round_prefer_ceil with asymmetric reads o/2 rounded: not a repetition
+        (
+            &[1, 3, 5, 7],
+            &[1, 3, 10, 14],
+            NearestMode::RoundPreferCeil,
+            false,
+        ),
+        (&[1, 2, 4, 5], &[1, 2, 6, 5], NearestMode::Floor, false),
+        (&[1, 2, 8, 8], &[1, 2, 4, 4], NearestMode::Floor, false),
+    ];
+    for (input, sizes, nearest, repeats) in cases {
+        let scales = sizes
+            .iter()
+            .zip(input)
+            .map(|(&o, &i)| F32(o as f32 / i as f32))
+            .collect();
+        let attrs = ResizeAttrs {
+            sizes: sizes.to_vec(),
+            scales,
+            mode: ResizeMode::Nearest(nearest),
+            coordinate: CoordinateMode::Asymmetric,
+            ..ResizeAttrs::default()
+        };
+        let m = one_op(Op::Resize(attrs), &[t(input)], &[]);
+        let what = format!("{nearest:?} {input:?} -> {sizes:?}");
+        check_against_interp(&what, &m, &random_inputs(&m, 5), 0.0);
+        let p = smelt_passes::lower::lower(&m, &m.funcs[0]).expect("lowers");
+        assert_eq!(
+            p.dump_loops().contains("resize_repeat"),
+            repeats,
+            "{what}:\n{}",
+            p.dump_loops()
+        );
+    }
+}

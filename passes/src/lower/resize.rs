@@ -51,6 +51,11 @@ pub(crate) fn lower_resize(
     let resized: Vec<usize> = (0..rank).filter(|&k| r.resizes(k, &in_dims)).collect();
     let crops = r.coordinate == CoordinateMode::TfCropAndResize;
     let weighted = crops || !matches!(r.mode, ResizeMode::Nearest(_));
+    if !weighted {
+        if let Some(factors) = replication_factors(r, &in_dims) {
+            return lower_replication(cx, &factors, operands[0], out_ty, out);
+        }
+    }
     let mut b = KernelBuilder::new(&format!("resize_{}", dims_name(&out_ty.dims)));
     let x_buf = cx.buf(operands[0]);
     let dtype = cx.dtype_of(x_buf);
@@ -200,4 +205,106 @@ fn tap_loops(
             taps.pop();
         }),
     }
+}
+
+/// Per axis, the integer factor a nearest resize repeats each input element by, when
+/// its taps are exactly that (output `o` reads input `o / factor` along every axis, as
+/// the tables say: ONNX's ×2 upsampling with `floor` and `asymmetric`, for one); `None`
+/// for any other sampling.
+fn replication_factors(r: &ResizeAttrs, in_dims: &[usize]) -> Option<Vec<usize>> {
+    in_dims
+        .iter()
+        .enumerate()
+        .map(|(k, &len)| {
+            let out = *r.sizes.get(k)?;
+            if len == 0 || out % len != 0 {
+                return None;
+            }
+            let factor = out / len;
+            let taps = r.taps(k, len);
+            let exact = taps.per_output == 1
+                && taps.index.len() == out
+                && taps.index.iter().enumerate().all(|(o, &i)| i == o / factor);
+            exact.then_some(factor)
+        })
+        .collect()
+}
+
+/// The most copies of one element written out in a row (wider factors loop).
+const UNROLLED_COPIES: usize = 8;
+
+/// A nearest resize that repeats every element `factors[k]` times along axis `k`: loops
+/// over the input with affine addresses, each element loaded once and stored to its
+/// copies along the last axis (no tables, no run-time index).
+fn lower_replication(
+    cx: &mut Cx,
+    factors: &[usize],
+    x: Value,
+    out_ty: &TensorType,
+    out: BufferId,
+) -> Result<(), Diagnostic> {
+    let in_dims = cx.func.type_of(x).dims.clone();
+    let strides = row_major_strides(&in_dims);
+    let out_strides = row_major_strides(&out_ty.dims);
+    let mut b = KernelBuilder::new(&format!("resize_repeat_{}", dims_name(&out_ty.dims)));
+    let x_buf = cx.buf(x);
+    let dtype = cx.dtype_of(x_buf);
+    let xa = b.typed_arg("x", dtype, cx.len_of(x_buf), Access::Read);
+    let ya = b.typed_arg("out", out_ty.dtype, cx.len_of(out), Access::Write);
+    let width = Width::scalar(dtype);
+    /// Loops over input axis `k` and its copies, then the inner axes.
+    #[allow(clippy::too_many_arguments)]
+    fn nest(
+        b: &mut KernelBuilder,
+        k: usize,
+        (in_dims, factors): (&[usize], &[usize]),
+        (strides, out_strides): (&[i64], &[i64]),
+        (src, dst): (Affine, Affine),
+        (xa, ya): (BufId, BufId),
+        width: Width,
+    ) {
+        let factor = factors[k];
+        let last = k + 1 == in_dims.len();
+        b.for_loop(0, in_dims[k] as i64, 1, |b, i| {
+            let src = src.add(&Affine::var(i).scale(strides[k]));
+            // output index i·factor + copy along this axis
+            let first = dst.add(&Affine::var(i).scale(factor as i64 * out_strides[k]));
+            if last && factor <= UNROLLED_COPIES {
+                let v = b.let_(Expr::load(xa, src, width), width);
+                for c in 0..factor as i64 {
+                    b.store(ya, first.plus(c * out_strides[k]), v.clone(), width);
+                }
+                return;
+            }
+            b.for_loop(0, factor as i64, 1, |b, c| {
+                let dst = first.add(&Affine::var(c).scale(out_strides[k]));
+                if last {
+                    b.store(ya, dst, Expr::load(xa, src.clone(), width), width);
+                } else {
+                    let tables = (in_dims, factors);
+                    nest(
+                        b,
+                        k + 1,
+                        tables,
+                        (strides, out_strides),
+                        (src.clone(), dst),
+                        (xa, ya),
+                        width,
+                    );
+                }
+            });
+        });
+    }
+    if !in_dims.is_empty() {
+        nest(
+            &mut b,
+            0,
+            (&in_dims, factors),
+            (&strides, &out_strides),
+            (Affine::constant(0), Affine::constant(0)),
+            (xa, ya),
+            width,
+        );
+    }
+    cx.step(b.finish(), vec![x_buf, out])
 }
