@@ -486,8 +486,7 @@ impl DynamicExecutable {
     /// The types of the results of a run whose inputs have `input_shapes` (checked as
     /// [`DynamicExecutable::run`] checks them); compiles the buckets the run needs.
     pub fn output_types(&self, input_shapes: &[&[usize]]) -> Result<Vec<TensorType>, Error> {
-        let n = self.batch_of(input_shapes)?;
-        Ok(self.plan(n)?.results)
+        Ok(self.plan(input_shapes)?.results)
     }
 
     /// Runs on host tensors of any batch: every batched input must have the same leading
@@ -495,15 +494,14 @@ impl DynamicExecutable {
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
         self.check_types(inputs.iter().map(|t| &t.ty))?;
         let shapes: Vec<&[usize]> = inputs.iter().map(|t| &t.ty.dims[..]).collect();
-        let n = self.batch_of(&shapes)?;
-        let plan = self.plan(n)?;
+        let plan = self.plan(&shapes)?;
         let mut results: Vec<Tensor> = plan.results.iter().map(Tensor::zeros).collect();
         let ins: Vec<Elements<'_>> = inputs.iter().map(|t| Elements::of(&t.data)).collect();
         let mut outs: Vec<ElementsMut<'_>> = results
             .iter_mut()
             .map(|t| ElementsMut::of(&mut t.data))
             .collect();
-        self.run_plan(&plan, n, &ins, &mut outs)?;
+        self.run_plan(&plan, &ins, &mut outs)?;
         Ok(results)
     }
 
@@ -518,7 +516,27 @@ impl DynamicExecutable {
         inputs: &[Elements<'_>],
         outputs: &mut [ElementsMut<'_>],
     ) -> Result<(), Error> {
+        let plan = self.plan(input_shapes)?;
+        self.run_planned(&plan, input_shapes, inputs, outputs)
+    }
+
+    /// [`DynamicExecutable::run_into`] with a plan made by [`DynamicExecutable::plan`] for
+    /// these `input_shapes` (checked against it): a caller that sized its outputs from
+    /// the plan's types plans once.
+    pub fn run_planned(
+        &self,
+        plan: &RunPlan,
+        input_shapes: &[&[usize]],
+        inputs: &[Elements<'_>],
+        outputs: &mut [ElementsMut<'_>],
+    ) -> Result<(), Error> {
         let n = self.batch_of(input_shapes)?;
+        if n != plan.batch {
+            return Err(Error::InvalidArgument(format!(
+                "the inputs have batch {n}, the plan was made for batch {}",
+                plan.batch
+            )));
+        }
         for ((info, e), shape) in self.inputs.iter().zip(inputs).zip(input_shapes) {
             let want: usize = shape.iter().product();
             if e.dtype() != info.dtype || e.len() != want {
@@ -531,7 +549,6 @@ impl DynamicExecutable {
                 )));
             }
         }
-        let plan = self.plan(n)?;
         if outputs.len() != plan.results.len() {
             return Err(Error::InvalidArgument(format!(
                 "expected {} outputs, got {}",
@@ -550,11 +567,14 @@ impl DynamicExecutable {
                 )));
             }
         }
-        self.run_plan(&plan, n, inputs, outputs)
+        self.run_plan(plan, inputs, outputs)
     }
 
-    /// How a run of `n` elements goes: its chunks, compiled, and its results' types.
-    fn plan(&self, n: usize) -> Result<Plan, Error> {
+    /// How a run on inputs of `input_shapes` goes (checked as
+    /// [`DynamicExecutable::run`] checks them): its chunks, compiled on first use, and its
+    /// results' types.
+    pub fn plan(&self, input_shapes: &[&[usize]]) -> Result<RunPlan, Error> {
+        let n = self.batch_of(input_shapes)?;
         let sizes = self.chunks(n)?;
         let chunks: Vec<Arc<Compiled>> = sizes
             .iter()
@@ -573,7 +593,8 @@ impl DynamicExecutable {
             .zip(&separable)
             .map(|(o, &batched)| scaled(&o.ty, batched, size, n))
             .collect::<Result<_, _>>()?;
-        Ok(Plan {
+        Ok(RunPlan {
+            batch: n,
             sizes,
             chunks,
             separable,
@@ -585,11 +606,11 @@ impl DynamicExecutable {
     /// inputs and writes contiguous ranges of the batched results.
     fn run_plan(
         &self,
-        plan: &Plan,
-        n: usize,
+        plan: &RunPlan,
         inputs: &[Elements<'_>],
         outputs: &mut [ElementsMut<'_>],
     ) -> Result<(), Error> {
+        let n = plan.batch;
         if let [only] = &plan.chunks[..] {
             return only.exe.run_into(inputs, outputs);
         }
@@ -715,13 +736,27 @@ impl DynamicExecutable {
     }
 }
 
-/// A run's chunks (largest first), their compiled buckets, which results carry the
-/// batch, and the results' types at the run's batch.
-struct Plan {
+/// How a run of one batch goes ([`DynamicExecutable::plan`]): its chunks (largest
+/// first) and their compiled buckets, which results carry the batch, and the results'
+/// types at the run's batch. Made once, it runs any number of times.
+pub struct RunPlan {
+    batch: usize,
     sizes: Vec<usize>,
     chunks: Vec<Arc<Compiled>>,
     separable: Vec<bool>,
     results: Vec<TensorType>,
+}
+
+impl RunPlan {
+    /// The batch it runs.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
+    /// The results' types at that batch: what each output buffer holds.
+    pub fn output_types(&self) -> &[TensorType] {
+        &self.results
+    }
 }
 
 impl Compiled {

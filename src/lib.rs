@@ -102,7 +102,7 @@ pub use driver::{
     Options, MAX_THREADS,
 };
 #[cfg(feature = "onnx")]
-pub use dynamic::{DynamicExecutable, DynamicOptions};
+pub use dynamic::{DynamicExecutable, DynamicOptions, RunPlan};
 pub use runtime::{Executable, TensorInfo, Workspace};
 pub use smelt_ir::{Tensor, TensorType};
 pub use smelt_passes::lower::ConvAlgorithm;

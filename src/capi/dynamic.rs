@@ -13,14 +13,14 @@
 
 use std::ffi::{c_char, c_void, CString};
 
-use smelt_ir::{DType, TensorType};
+use smelt_ir::DType;
 
 use super::{
     borrow_checked, c_path, c_string, check_buffer, check_ptr, guard, invalid, prepare_out,
     read_options, write_count, Checked, Expected, Failure, Registry, SmeltElementType,
     SmeltOptions, SmeltStatus,
 };
-use crate::{DynamicExecutable, DynamicOptions};
+use crate::{DynamicExecutable, DynamicOptions, RunPlan};
 
 /// The most dimensions a `SmeltShape` holds.
 pub const SMELT_MAX_RANK: usize = 8;
@@ -291,19 +291,19 @@ fn input_shapes<'a>(
         .collect()
 }
 
-/// The output types of a run on `inputs`.
-fn output_types(
+/// The plan of a run on `inputs` (its output types among it).
+fn plan(
     h: &SmeltDynamicExecutable,
     inputs: &[SmeltTensor],
     num_outputs: usize,
-) -> Result<Vec<TensorType>, Failure> {
+) -> Result<RunPlan, Failure> {
     if num_outputs != h.output_names.len() {
         return Err(invalid(format!(
             "expected {} outputs, got num_outputs = {num_outputs}",
             h.output_names.len()
         )));
     }
-    Ok(h.exe.output_types(&input_shapes(inputs, h)?)?)
+    Ok(h.exe.plan(&input_shapes(inputs, h)?)?)
 }
 
 /// Fills the `element_type` and `shape` of each of the `num_outputs` entries of
@@ -328,7 +328,8 @@ pub unsafe extern "C" fn smelt_dynamic_describe_outputs(
         let h = lookup(exe)?;
         // SAFETY: the arrays hold the counts given (contract).
         let ins = unsafe { read_array(inputs, num_inputs, "`inputs`")? };
-        let types = output_types(&h, ins, num_outputs)?;
+        let plan = plan(&h, ins, num_outputs)?;
+        let types = plan.output_types();
         if num_outputs > 0 {
             check_ptr(outputs.cast_const(), "`outputs`")?;
         }
@@ -377,7 +378,8 @@ pub unsafe extern "C" fn smelt_dynamic_run(
                 read_array(outputs, num_outputs, "`outputs`")?,
             )
         };
-        let types = output_types(&h, ins, num_outputs)?;
+        let plan = plan(&h, ins, num_outputs)?;
+        let types = plan.output_types();
         let shapes = input_shapes(ins, &h)?;
         let checked = |list: &[SmeltTensor],
                        want: &mut dyn Iterator<Item = (DType, usize)>,
@@ -416,7 +418,7 @@ pub unsafe extern "C" fn smelt_dynamic_run(
             .zip(h.exe.inputs())
             .map(|(s, info)| (info.dtype, s.iter().product()));
         let ins_checked = checked(ins, &mut in_want.into_iter(), &h.input_names, "input")?;
-        for (i, (t, ty)) in outs.iter().zip(&types).enumerate() {
+        for (i, (t, ty)) in outs.iter().zip(types).enumerate() {
             if t.shape.dims("output")? != &ty.dims[..] {
                 return Err(invalid(format!(
                     "output {i} ({}) must have shape {:?} for these inputs, got {:?}",
@@ -439,7 +441,7 @@ pub unsafe extern "C" fn smelt_dynamic_run(
                 |i| name(&h.output_names, i),
             )?
         };
-        h.exe.run_into(&shapes, &elements, &mut results)?;
+        h.exe.run_planned(&plan, &shapes, &elements, &mut results)?;
         Ok(())
     })
 }

@@ -319,6 +319,7 @@ fn lanes(a: &BenchArgs) -> usize {
 }
 
 /// The model file as `ModelArgs`, or `None` for a built-in network.
+/// (The one place that tells a built-in network's name from a file's.)
 fn model_args(a: &BenchArgs) -> Option<ModelArgs> {
     let builtin =
         matches!(a.model.as_str(), "resnet18" | "resnet50") || a.model.starts_with("tail:");
@@ -330,37 +331,28 @@ fn model_args(a: &BenchArgs) -> Option<ModelArgs> {
     })
 }
 
-/// The model named on the command line: a built-in network or a file.
+/// The model named on the command line: a file ([`model_args`]) or a built-in network.
 fn load(a: &BenchArgs) -> Result<Module> {
-    let builtin = |shapes_ok: bool| -> Result<()> {
-        if !shapes_ok && !a.shapes.is_empty() {
-            bail!(
-                "--shape applies to ONNX files, not to the built-in {}",
-                a.model
-            );
-        }
-        Ok(())
-    };
+    if let Some(file) = model_args(a) {
+        return file.load();
+    }
+    if !a.shapes.is_empty() {
+        bail!(
+            "--shape applies to ONNX files, not to the built-in {}",
+            a.model
+        );
+    }
     match a.model.as_str() {
-        "resnet18" => {
-            builtin(false)?;
-            resnet(&ResNetConfig::resnet18()).map_err(|d| anyhow!("{d}"))
-        }
-        "resnet50" => {
-            builtin(false)?;
-            resnet(&ResNetConfig::resnet50()).map_err(|d| anyhow!("{d}"))
-        }
-        name if name.starts_with("tail:") => {
-            builtin(false)?;
-            let (c, hw) = parse_tail(&name["tail:".len()..]).ok_or_else(|| {
+        "resnet18" => resnet(&ResNetConfig::resnet18()).map_err(|d| anyhow!("{d}")),
+        "resnet50" => resnet(&ResNetConfig::resnet50()).map_err(|d| anyhow!("{d}")),
+        name => {
+            let spec = name.strip_prefix("tail:").unwrap_or(name);
+            let (c, hw) = parse_tail(spec).ok_or_else(|| {
                 anyhow!("'{name}': a tail is tail:C,HW with C and HW between 1 and {MAX_TAIL_SIZE}, e.g. tail:64,56"
                 )
             })?;
             residual_tail(c, hw, 1).map_err(|d| anyhow!("{d}"))
         }
-        _ => model_args(a)
-            .ok_or_else(|| anyhow!("{} is a built-in network", a.model))?
-            .load(),
     }
 }
 
@@ -423,22 +415,20 @@ fn time_dynamic_runs(
 ) -> Result<Vec<f64>> {
     let shapes: Vec<&[usize]> = inputs.iter().map(|t| &t.ty.dims[..]).collect();
     let ins: Vec<Elements> = inputs.iter().map(|t| Elements::of(&t.data)).collect();
-    let mut out_bufs: Vec<Tensor> = exe
-        .output_types(&shapes)?
-        .iter()
-        .map(Tensor::zeros)
-        .collect();
+    // planned once, as an embedder running one batch repeatedly would
+    let plan = exe.plan(&shapes)?;
+    let mut out_bufs: Vec<Tensor> = plan.output_types().iter().map(Tensor::zeros).collect();
     let mut outs: Vec<ElementsMut> = out_bufs
         .iter_mut()
         .map(|t| ElementsMut::of(&mut t.data))
         .collect();
     for _ in 0..warmup {
-        exe.run_into(&shapes, &ins, &mut outs)?;
+        exe.run_planned(&plan, &shapes, &ins, &mut outs)?;
     }
     let mut samples = Vec::with_capacity(iterations);
     for _ in 0..iterations {
         let t = Instant::now();
-        exe.run_into(&shapes, &ins, &mut outs)?;
+        exe.run_planned(&plan, &shapes, &ins, &mut outs)?;
         samples.push(ms_since(t));
     }
     Ok(samples)

@@ -112,11 +112,12 @@ fn run_dynamic(a: &RunArgs, exe: &DynamicExecutable) -> Result<()> {
             errln!("{w}");
         }
     }
+    let chunks = exe.chunks(n)?;
     if a.dump.any() {
         // the code of the largest chunk's bucket (every chunk of its size runs it)
-        a.dump.write(&*exe.bucket(exe.chunks(n)?[0])?)?;
+        a.dump.write(&*exe.bucket(chunks[0])?)?;
     }
-    let chunks: Vec<String> = exe.chunks(n)?.iter().map(usize::to_string).collect();
+    let chunks: Vec<String> = chunks.iter().map(usize::to_string).collect();
     errln!(
         "dynamic batch {n}: ran as chunks {} (buckets compiled: {:?})",
         chunks.join(" + "),

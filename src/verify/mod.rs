@@ -387,6 +387,16 @@ fn failing_range(outputs: &[OutputCheck], ranges: &[RangeCheck]) -> f32 {
 /// interpreter failing); a JIT that cannot compile the model is reported in
 /// [`VerifyReport::jit_error`] and fails the report.
 pub fn verify(module: &Module, opts: &VerifyOptions) -> Result<VerifyReport, Error> {
+    verify_with(module, opts, None)
+}
+
+/// [`verify`], and with `dynamic` (the executable and its batch, `module` being the
+/// model at that batch) the dynamic run of the same inputs against the reference too.
+fn verify_with(
+    module: &Module,
+    opts: &VerifyOptions,
+    dynamic: Option<(&crate::DynamicExecutable, usize)>,
+) -> Result<VerifyReport, Error> {
     let func = module
         .entry()
         .ok_or_else(|| Error::InvalidArgument(module.no_entry_reason()))?;
@@ -440,14 +450,41 @@ pub fn verify(module: &Module, opts: &VerifyOptions) -> Result<VerifyReport, Err
             None => (None, None),
         }
     };
-    let (jit_fused, jit_error) = jit(&inputs);
-    let outputs = compare_outputs(
+    let (jit_fused, mut jit_error) = jit(&inputs);
+    let mut outputs = compare_outputs(
         func,
         &reference,
         &interp_fused,
         jit_fused.as_deref(),
         opts.rtol,
     )?;
+    if let Some((exe, batch)) = dynamic {
+        match exe.run(&inputs) {
+            Ok(got) => {
+                for ((out, g), (r, want)) in outputs
+                    .iter_mut()
+                    .zip(&got)
+                    .zip(func.results.iter().zip(&reference))
+                {
+                    out.comparisons.push(compare(
+                        Run::JitDynamic,
+                        Run::InterpUnfused,
+                        g,
+                        want,
+                        opts.rtol,
+                        &r.name,
+                    )?);
+                }
+            }
+            Err(e) => {
+                let why = format!("the dynamic executable at batch {batch}: {e}");
+                jit_error = Some(match jit_error.take() {
+                    Some(before) => format!("{before}; {why}"),
+                    None => why,
+                });
+            }
+        }
+    }
 
     // The same comparison on wider random inputs (only the random ones change).
     let mut ranges = Vec::new();
@@ -561,40 +598,7 @@ pub fn verify_dynamic(
     batch: usize,
     opts: &VerifyOptions,
 ) -> Result<VerifyReport, Error> {
-    let module = exe.module_at(batch)?;
-    let mut report = verify(&module, opts)?;
-    let func = module
-        .entry()
-        .ok_or_else(|| Error::InvalidArgument(module.no_entry_reason()))?;
-    let (inputs, _) = make_inputs(func, opts)?;
-    let reference = interp::run(&module, func, &inputs)?;
-    match exe.run(&inputs) {
-        Ok(got) => {
-            for ((out, g), (r, want)) in report
-                .outputs
-                .iter_mut()
-                .zip(&got)
-                .zip(func.results.iter().zip(&reference))
-            {
-                out.comparisons.push(compare(
-                    Run::JitDynamic,
-                    Run::InterpUnfused,
-                    g,
-                    want,
-                    opts.rtol,
-                    &r.name,
-                )?);
-            }
-        }
-        Err(e) => {
-            let why = format!("the dynamic executable at batch {batch}: {e}");
-            report.jit_error = Some(match report.jit_error.take() {
-                Some(before) => format!("{before}; {why}"),
-                None => why,
-            });
-        }
-    }
-    Ok(report)
+    verify_with(&exe.module_at(batch)?, opts, Some((exe, batch)))
 }
 
 fn compare_outputs(
