@@ -404,7 +404,7 @@ fn calls_of(stmts: &[Stmt]) -> Vec<Call> {
                 }
                 Stmt::SoftmaxRow { .. } => found.push(Call::Row(RowRoutine::Softmax, None)),
                 Stmt::ActivationRows { act, .. } => {
-                    found.push(Call::Row(translate::activation_routine(*act), None))
+                    found.push(Call::Row(RowRoutine::Activation(*act), None))
                 }
                 Stmt::Assign { .. } | Stmt::Store { .. } | Stmt::Prefetch { .. } => {}
             }

@@ -15,7 +15,7 @@ use cranelift_codegen::isa::TargetIsa;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use smelt_ir::loops::{
     trip_count, Access, Affine, BinOp, BufId, BufPtr, CmpOp, ConvTile, DepthwiseRow, Expr, Fault,
-    Kernel, LoopVar, ReduceOp, RowActivation, Stmt, UnOp, Width,
+    Kernel, LoopVar, ReduceOp, Stmt, UnOp, Width,
 };
 
 use super::{calls_of, Call, TargetDesc};
@@ -42,15 +42,6 @@ pub(super) const ROW_ROUTINES_ID: usize = PREFETCH_ROWS_ID + 1;
 
 /// The C signature of a row routine (see `crate::microkernels`, the routine's file):
 /// depthwise `(x, w, out, shape: *const DepthwiseRow)`, softmax `(x, out, len)`, SiLU
-/// The native routine of an [`Stmt::ActivationRows`] call.
-pub(super) fn activation_routine(act: RowActivation) -> RowRoutine {
-    match act {
-        RowActivation::Silu => RowRoutine::Silu,
-        RowActivation::Sigmoid => RowRoutine::Sigmoid,
-        RowActivation::Gelu => RowRoutine::Gelu,
-    }
-}
-
 /// `(buf, bias, rows, lanes)`.
 pub(super) fn row_routine_signature(
     kind: RowRoutine,
@@ -60,7 +51,7 @@ pub(super) fn row_routine_signature(
     let (pointers, counts) = match kind {
         RowRoutine::Depthwise => (4, 0),
         RowRoutine::Softmax => (2, 1),
-        RowRoutine::Silu | RowRoutine::Sigmoid | RowRoutine::Gelu => (2, 2),
+        RowRoutine::Activation(_) => (2, 2),
     };
     for _ in 0..pointers {
         sig.params.push(AbiParam::new(isa.pointer_type()));
@@ -436,7 +427,10 @@ impl Gen<'_, '_> {
                         }
                     };
                     let counts = [*rows, *lanes].map(|v| self.fb.ins().iconst(types::I64, v));
-                    self.call_row(activation_routine(*act), &[buf, bias, counts[0], counts[1]]);
+                    self.call_row(
+                        RowRoutine::Activation(*act),
+                        &[buf, bias, counts[0], counts[1]],
+                    );
                 }
                 Stmt::Prefetch {
                     at,

@@ -91,27 +91,27 @@
 #![allow(unsafe_code)]
 
 pub use smelt_ir::loops::ConvTile;
-use smelt_ir::loops::{TileRoutine, TileTarget};
+use smelt_ir::loops::{RowActivation, TileRoutine, TileTarget};
 
+mod activation;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 mod depthwise;
 pub(crate) mod exp;
 mod peak;
-mod silu;
 mod softmax;
+#[cfg(target_arch = "x86_64")]
+pub use activation::{
+    gelu_rows_avx2, gelu_rows_avx512, sigmoid_rows_avx2, sigmoid_rows_avx512, silu_rows_avx2,
+    silu_rows_avx512,
+};
+pub use activation::{
+    gelu_rows_reference, sigmoid_rows_reference, silu_rows_reference, ActivationRowsFn,
+};
 #[cfg(target_arch = "x86_64")]
 pub use depthwise::{depthwise_row_avx2, depthwise_row_avx512};
 pub use depthwise::{depthwise_row_reference, DepthwiseRowFn};
 pub use peak::{fma_peak, FmaPeak};
-#[cfg(target_arch = "x86_64")]
-pub use silu::{
-    gelu_rows_avx2, gelu_rows_avx512, sigmoid_rows_avx2, sigmoid_rows_avx512, silu_rows_avx2,
-    silu_rows_avx512,
-};
-pub use silu::{
-    gelu_rows_reference, sigmoid_rows_reference, silu_rows_reference, ActivationRowsFn,
-};
 #[cfg(target_arch = "x86_64")]
 pub use softmax::{softmax_row_avx2, softmax_row_avx512};
 pub use softmax::{softmax_row_reference, SoftmaxRowFn};
@@ -246,20 +246,16 @@ impl TileIsa {
 }
 
 /// A native routine of a contract other than the conv tile's, called by one loop-IR
-/// statement each (`Stmt::DepthwiseRow`, `Stmt::SoftmaxRow`, `Stmt::SiluRows`); the
-/// contracts are in `depthwise.rs`, `softmax.rs` and `silu.rs`.
+/// statement each (`Stmt::DepthwiseRow`, `Stmt::SoftmaxRow`, `Stmt::ActivationRows`);
+/// the contracts are in `depthwise.rs`, `softmax.rs` and `activation.rs`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RowRoutine {
     /// One output row of one channel of a depthwise convolution.
     Depthwise,
     /// The softmax of one contiguous row.
     Softmax,
-    /// A conv tile's sums plus their bias, through SiLU, in place.
-    Silu,
-    /// A conv tile's sums plus their bias, through the sigmoid, in place.
-    Sigmoid,
-    /// A conv or GEMM tile's sums plus their bias, through GELU, in place.
-    Gelu,
+    /// A conv or GEMM tile's sums plus their bias, through the activation, in place.
+    Activation(RowActivation),
 }
 
 /// Every row routine, kind by kind and each kind's ISAs in [`RowRoutine::index`]'s
@@ -282,30 +278,26 @@ pub const ROW_ROUTINES: [(RowRoutine, TileIsa, &str); 10] = [
         TileIsa::Avx512,
         "smelt_softmax_row_avx512",
     ),
-    (RowRoutine::Silu, TileIsa::Avx2, "smelt_silu_rows_avx2"),
-    (RowRoutine::Silu, TileIsa::Avx512, "smelt_silu_rows_avx512"),
-    (
-        RowRoutine::Sigmoid,
-        TileIsa::Avx2,
-        "smelt_sigmoid_rows_avx2",
-    ),
-    (
-        RowRoutine::Sigmoid,
-        TileIsa::Avx512,
-        "smelt_sigmoid_rows_avx512",
-    ),
-    (RowRoutine::Gelu, TileIsa::Avx2, "smelt_gelu_rows_avx2"),
-    (RowRoutine::Gelu, TileIsa::Avx512, "smelt_gelu_rows_avx512"),
+    (SILU, TileIsa::Avx2, "smelt_silu_rows_avx2"),
+    (SILU, TileIsa::Avx512, "smelt_silu_rows_avx512"),
+    (SIGMOID, TileIsa::Avx2, "smelt_sigmoid_rows_avx2"),
+    (SIGMOID, TileIsa::Avx512, "smelt_sigmoid_rows_avx512"),
+    (GELU, TileIsa::Avx2, "smelt_gelu_rows_avx2"),
+    (GELU, TileIsa::Avx512, "smelt_gelu_rows_avx512"),
 ];
+
+const SILU: RowRoutine = RowRoutine::Activation(RowActivation::Silu);
+const SIGMOID: RowRoutine = RowRoutine::Activation(RowActivation::Sigmoid);
+const GELU: RowRoutine = RowRoutine::Activation(RowActivation::Gelu);
 
 impl RowRoutine {
     /// Every kind, in [`ROW_ROUTINES`]' order.
     pub const ALL: [RowRoutine; 5] = [
         RowRoutine::Depthwise,
         RowRoutine::Softmax,
-        RowRoutine::Silu,
-        RowRoutine::Sigmoid,
-        RowRoutine::Gelu,
+        SILU,
+        SIGMOID,
+        GELU,
     ];
 
     /// The routine's name in messages.
@@ -313,9 +305,9 @@ impl RowRoutine {
         match self {
             RowRoutine::Depthwise => "depthwise-row",
             RowRoutine::Softmax => "softmax-row",
-            RowRoutine::Silu => "silu-rows",
-            RowRoutine::Sigmoid => "sigmoid-rows",
-            RowRoutine::Gelu => "gelu-rows",
+            RowRoutine::Activation(RowActivation::Silu) => "silu-rows",
+            RowRoutine::Activation(RowActivation::Sigmoid) => "sigmoid-rows",
+            RowRoutine::Activation(RowActivation::Gelu) => "gelu-rows",
         }
     }
 
@@ -324,9 +316,9 @@ impl RowRoutine {
         let kind = match self {
             RowRoutine::Depthwise => 0,
             RowRoutine::Softmax => 1,
-            RowRoutine::Silu => 2,
-            RowRoutine::Sigmoid => 3,
-            RowRoutine::Gelu => 4,
+            RowRoutine::Activation(RowActivation::Silu) => 2,
+            RowRoutine::Activation(RowActivation::Sigmoid) => 3,
+            RowRoutine::Activation(RowActivation::Gelu) => 4,
         };
         let isa = match isa {
             TileIsa::Avx2 => 0,
@@ -360,9 +352,9 @@ impl RowRoutine {
             match self {
                 RowRoutine::Depthwise => depthwise as *const u8,
                 RowRoutine::Softmax => softmax as *const u8,
-                RowRoutine::Silu => silu as *const u8,
-                RowRoutine::Sigmoid => sigmoid as *const u8,
-                RowRoutine::Gelu => gelu as *const u8,
+                RowRoutine::Activation(RowActivation::Silu) => silu as *const u8,
+                RowRoutine::Activation(RowActivation::Sigmoid) => sigmoid as *const u8,
+                RowRoutine::Activation(RowActivation::Gelu) => gelu as *const u8,
             }
         }
         #[cfg(not(target_arch = "x86_64"))]

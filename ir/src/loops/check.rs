@@ -185,16 +185,18 @@ impl CheckCx<'_> {
                     ..
                 } => {
                     if *rows < 0 || *lanes <= 0 || lanes % 16 != 0 {
-                        return Err(format!("silu rows call of {rows} rows of {lanes} lanes"));
+                        return Err(format!(
+                            "activation rows call of {rows} rows of {lanes} lanes"
+                        ));
                     }
                     let span = rows
                         .checked_mul(*lanes)
-                        .ok_or_else(|| format!("silu rows call of {rows} rows of {lanes}"))?;
-                    self.call_run(buf, 0, span, true, "silu rows")?;
+                        .ok_or_else(|| format!("activation rows call of {rows} rows of {lanes}"))?;
+                    self.call_run(buf, 0, span, true, "activation rows")?;
                     if let Some(bias) = bias {
                         // read only when there is a row
                         let read = if span > 0 { *lanes } else { 0 };
-                        self.call_run(bias, 0, read, false, "silu rows")?;
+                        self.call_run(bias, 0, read, false, "activation rows")?;
                     }
                 }
                 Stmt::SoftmaxRow { x, out, len } => {

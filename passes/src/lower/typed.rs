@@ -232,14 +232,28 @@ enum Term {
     Map(TypedMap, Vec<Term>),
 }
 
+/// `where(cmp(a, b), t, f)` over the loads of sources `[a, b, t, f]`.
+struct FloatSelect {
+    cmp: CmpOp,
+    sources: [usize; 4],
+}
+
+impl FloatSelect {
+    fn expr(&self, loads: &[Expr]) -> Expr {
+        let [a, b, t, f] = self.sources.map(|k| loads[k].clone());
+        Expr::select(self.cmp, a, b, t, f)
+    }
+}
+
 impl Term {
     /// The element as one comparison and select on `f32` lanes, when the term is a
     /// `where` whose condition compares two `f32` sources (`not(equal(a, b))` is the
     /// comparison `≠`, true for NaN as `not` of IEEE equality is) and whose branches are
-    /// `f32` sources: such a kernel runs on vectors. `dtypes` are the sources'.
-    fn float_select(&self, loads: &[Expr], dtypes: &[DType]) -> Option<Expr> {
-        let f32_load = |t: &Term| match t {
-            Term::Load(k) if dtypes[*k] == DType::F32 => Some(loads[*k].clone()),
+    /// `f32` sources: such a kernel runs on vectors. The comparison and the sources of
+    /// its operands and branches; `dtypes` are the sources' element types.
+    fn float_select(&self, dtypes: &[DType]) -> Option<FloatSelect> {
+        let f32_source = |t: &Term| match t {
+            Term::Load(k) if dtypes[*k] == DType::F32 => Some(*k),
             _ => None,
         };
         let Term::Map(TypedMap::Where, terms) = self else {
@@ -261,13 +275,15 @@ impl Term {
         let [a, b] = &operands[..] else {
             return None;
         };
-        Some(Expr::select(
+        Some(FloatSelect {
             cmp,
-            f32_load(a)?,
-            f32_load(b)?,
-            f32_load(if_true)?,
-            f32_load(if_false)?,
-        ))
+            sources: [
+                f32_source(a)?,
+                f32_source(b)?,
+                f32_source(if_true)?,
+                f32_source(if_false)?,
+            ],
+        })
     }
 
     fn expr(&self, loads: &[Expr]) -> Result<Expr, String> {
@@ -327,14 +343,11 @@ pub(crate) fn lower_typed_map(
     let dtypes: Vec<DType> = srcs.iter().map(|&(_, d)| d).collect();
     // a select between f32 sources on an f32 comparison runs on f32x4 lanes, every
     // source consecutive or broadcast along the last dimension
-    let probe: Vec<Expr> = srcs
-        .iter()
-        .map(|&(buf, dtype)| Expr::load(buf, Affine::constant(0), Width::scalar(dtype)))
-        .collect();
-    let vector = out_ty.dtype == DType::F32
-        && term.float_select(&probe, &dtypes).is_some()
-        && st.iter().all(|s| matches!(s.last(), Some(0 | 1)));
-    if vector {
+    let select = term
+        .float_select(&dtypes)
+        .filter(|_| out_ty.dtype == DType::F32)
+        .filter(|_| st.iter().all(|s| matches!(s.last(), Some(0 | 1))));
+    if let Some(select) = select {
         emit_nest(&mut b, &dims, true, &mut |b, idx, w| {
             let loads: Vec<Expr> = srcs
                 .iter()
@@ -344,9 +357,7 @@ pub(crate) fn lower_typed_map(
                     load_lanes(buf, index_of(&st[k], idx), lane_stride, w)
                 })
                 .collect();
-            if let Some(v) = term.float_select(&loads, &dtypes) {
-                b.store(y, index_of(&st[srcs.len()], idx), v, w);
-            }
+            b.store(y, index_of(&st[srcs.len()], idx), select.expr(&loads), w);
         });
         return cx.step(b.finish(), args);
     }
