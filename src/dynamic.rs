@@ -35,17 +35,35 @@
 //! says how a batch will run). Compiles of different buckets may run at once on
 //! different threads; two runs needing the same uncompiled bucket wait for one compile.
 //! [`DynamicExecutable::warm_up`] compiles the buckets a batch needs ahead of time.
+//!
+//! ## A sequence length
+//!
+//! A model may also have one symbolic dimension off the leading axis, shared by its
+//! inputs — a BERT's `[batch, sequence]` token ids, attention mask and token types. A
+//! run of length `S` pads its inputs with zeros along that dimension to the smallest
+//! *length bucket* `P ≥ S` (16, 32, 64, 128, 192, 256, 384, 512, 768, ... up to
+//! [`DynamicOptions::max_sequence`]), runs the bucket compiled at `P` and keeps the
+//! first `S` positions of each result along its sequence axes. That is exact when
+//! [`smelt_ir::padding::padding_proof`] proves, on the model imported at `P` and at the
+//! shortest length the bucket serves, that no valid position of a result reads a padded
+//! one (an attention mask makes a padded key weigh 0) and that whatever the importer
+//! folded from the length agrees on the valid prefix; a bucket it refuses is an error
+//! naming the op. A length equal to a bucket runs without copies.
+//!
+//! A sweep over lengths 1 to 384 compiles at most 7 specializations (at batch 1). With a
+//! sequence, a batch runs one element at a time (the proof is made at batch 1).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use smelt_ir::batch::{batch_axes, leading_results, BatchAxis};
+use smelt_ir::padding::padding_proof;
 use smelt_ir::{DType, Diagnostic, Tensor, TensorType};
 
 use crate::driver::{compile, Options};
 use crate::onnx::{declared_interface, decode_file, DecodedModel, ImportOptions, InputDim};
-use crate::runtime::{Elements, ElementsMut, Executable};
+use crate::runtime::{copy_common_box, Elements, ElementsMut, Executable};
 use crate::Error;
 
 /// The largest bucket [`DynamicOptions::max_bucket`] may name.
@@ -62,6 +80,9 @@ pub struct DynamicOptions {
     /// bucket 1's arena, fits it. `None` (default): the size of the CPU's last-level
     /// cache as the OS reports it, 32 MiB where it reports none.
     pub cache_bytes: Option<u64>,
+    /// For a model with a symbolic sequence length: the longest length a run may have
+    /// (default 512); the length buckets are those of [`sequence_buckets`] up to it.
+    pub max_sequence: usize,
 }
 
 impl Default for DynamicOptions {
@@ -69,8 +90,27 @@ impl Default for DynamicOptions {
         DynamicOptions {
             max_bucket: 8,
             cache_bytes: None,
+            max_sequence: 512,
         }
     }
+}
+
+/// The length buckets up to `max` (at least 1): 16, 32, 64, 128, then steps of half the
+/// last power of two (192, 256, 384, 512, 768, 1024, ...), the last one `max` itself.
+/// A run pads at most to twice its length below 128 and to 1.5 times above.
+pub fn sequence_buckets(max: usize) -> Vec<usize> {
+    let mut ladder = Vec::new();
+    let mut next = 16usize;
+    while next < max {
+        ladder.push(next);
+        next = match next {
+            n if n < 128 => n * 2,
+            n if n.is_power_of_two() => n + n / 2,
+            n => n / 3 * 4,
+        };
+    }
+    ladder.push(max.max(1));
+    ladder
 }
 
 /// The last-level cache assumed where the OS reports none.
@@ -101,6 +141,17 @@ fn last_level_cache_bytes() -> Option<u64> {
         .map(|(_, bytes)| bytes)
 }
 
+/// One dimension of an input of a [`DynamicExecutable`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DynamicDim {
+    /// A fixed size.
+    Fixed(usize),
+    /// The batch: a leading dynamic dimension.
+    Batch,
+    /// The sequence length: the one symbolic dimension off the leading axis.
+    Sequence,
+}
+
 /// One input as a [`DynamicExecutable`] takes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DynamicInput {
@@ -108,36 +159,51 @@ pub struct DynamicInput {
     pub name: String,
     /// Its element type.
     pub dtype: DType,
-    /// Its dims: `None` for the batch (the leading dim of a batched input), the size
-    /// otherwise.
-    pub dims: Vec<Option<usize>>,
+    /// Its dims.
+    pub dims: Vec<DynamicDim>,
 }
 
 impl DynamicInput {
-    /// The shape as text, the batch written `N`: `Nx3x224x224`.
+    /// The shape as text, the batch written `N` and the sequence `S`: `Nx3x224x224`.
     pub fn shape_text(&self) -> String {
         let parts: Vec<String> = self
             .dims
             .iter()
-            .map(|d| d.map_or_else(|| "N".to_string(), |n| n.to_string()))
+            .map(|d| match d {
+                DynamicDim::Fixed(n) => n.to_string(),
+                DynamicDim::Batch => "N".to_string(),
+                DynamicDim::Sequence => "S".to_string(),
+            })
             .collect();
         parts.join("x")
     }
 
     fn batched(&self) -> bool {
-        self.dims.first() == Some(&None)
+        self.dims.first() == Some(&DynamicDim::Batch)
     }
 
-    /// The concrete dims at batch `n`.
-    fn at_batch(&self, n: usize) -> Vec<usize> {
-        self.dims.iter().map(|d| d.unwrap_or(n)).collect()
+    fn sequenced(&self) -> bool {
+        self.dims.contains(&DynamicDim::Sequence)
     }
 
-    /// The input's row-major type at batch `n`.
-    pub fn type_at(&self, n: usize) -> TensorType {
+    /// The concrete dims at batch `n` and sequence length `length` (ignored by a model
+    /// without a sequence).
+    pub fn dims_at(&self, n: usize, length: usize) -> Vec<usize> {
+        self.dims
+            .iter()
+            .map(|d| match *d {
+                DynamicDim::Fixed(size) => size,
+                DynamicDim::Batch => n,
+                DynamicDim::Sequence => length,
+            })
+            .collect()
+    }
+
+    /// The input's row-major type at batch `n` and sequence length `length`.
+    pub fn type_at(&self, n: usize, length: usize) -> TensorType {
         TensorType {
             dtype: self.dtype,
-            dims: self.at_batch(n),
+            dims: self.dims_at(n, length),
             layout: smelt_ir::Layout::RowMajor,
         }
     }
@@ -148,6 +214,8 @@ impl DynamicInput {
 pub struct Specialization {
     /// The batch size it was compiled for.
     pub batch: usize,
+    /// The sequence length it was compiled for (a length bucket), for a model with one.
+    pub length: Option<usize>,
     /// Milliseconds the compile took (import, passes, code generation).
     pub compile_ms: f64,
     /// The warnings of its optimization (a fusion limit hit, an unchecked rule run).
@@ -162,8 +230,11 @@ pub struct DynamicExecutable {
     inputs: Vec<DynamicInput>,
     /// The results' names.
     outputs: Vec<String>,
-    /// One slot per bucket size, ascending: 1, 2, 4, ... up to `max_bucket`.
+    /// One slot per bucket: batch sizes ascending (1, 2, 4, ... up to `max_bucket`),
+    /// each with every length bucket for a model with a sequence.
     buckets: Vec<Bucket>,
+    /// The length buckets, ascending, for a model with a sequence; empty otherwise.
+    lengths: Vec<usize>,
     /// The cache a chunk's arena should fit (see [`DynamicOptions::cache_bytes`]).
     cache_bytes: u64,
     /// The batch analysis of the model at batch 2, for splits into chunks of 1 only.
@@ -175,6 +246,7 @@ pub struct DynamicExecutable {
 
 struct Bucket {
     batch: usize,
+    length: Option<usize>,
     compiled: Mutex<Option<Arc<Compiled>>>,
 }
 
@@ -187,6 +259,8 @@ struct Compiled {
     /// For a bucket of 2 or more: which results carry the batch on their leading axis,
     /// or why its module cannot be split. `None` for bucket 1.
     separable: Option<Result<Vec<bool>, Diagnostic>>,
+    /// For a bucket of a sequence length: each result's sequence axes, proved paddable.
+    padded: Option<Vec<Vec<usize>>>,
 }
 
 impl DynamicExecutable {
@@ -215,10 +289,11 @@ impl DynamicExecutable {
         };
         let declared = declared_interface(path, &import)?;
         let mut inputs = Vec::with_capacity(declared.inputs.len());
+        let mut symbol: Option<(String, String)> = None;
         for d in declared.inputs {
             let dims = match options.load.input_shapes.get(&d.name) {
-                Some(pinned) => pinned.iter().map(|&n| Some(n)).collect(),
-                None => dynamic_dims(&d.name, d.dims.as_deref())?,
+                Some(pinned) => pinned.iter().map(|&n| DynamicDim::Fixed(n)).collect(),
+                None => dynamic_dims(&d.name, d.dims.as_deref(), &mut symbol)?,
             };
             inputs.push(DynamicInput {
                 name: d.name,
@@ -226,18 +301,39 @@ impl DynamicExecutable {
                 dims,
             });
         }
-        if !inputs.iter().any(DynamicInput::batched) {
+        if !inputs.iter().any(|i| i.batched() || i.sequenced()) {
             return Err(Error::InvalidArgument(format!(
-                "{}: no input has a dynamic batch (a dynamic leading dimension); compile it \
-                 as an Executable",
+                "{}: no input has a dynamic batch (a dynamic leading dimension) or sequence \
+                 length; compile it as an Executable",
                 path.display()
             )));
         }
+        let lengths = match symbol {
+            Some(_) if dynamic.max_sequence == 0 => {
+                return Err(Error::InvalidArgument(
+                    "max_sequence must be at least 1".into(),
+                ))
+            }
+            Some(_) => sequence_buckets(dynamic.max_sequence),
+            None => Vec::new(),
+        };
+        let length_slots: Vec<Option<usize>> = match lengths.is_empty() {
+            true => vec![None],
+            false => lengths.iter().map(|&l| Some(l)).collect(),
+        };
+        // with a sequence a batch runs one element at a time (see the module doc)
+        let max_batch = match lengths.is_empty() {
+            true => dynamic.max_bucket,
+            false => 1,
+        };
         let buckets = std::iter::successors(Some(1usize), |&b| Some(b * 2))
-            .take_while(|&b| b <= dynamic.max_bucket)
-            .map(|batch| Bucket {
-                batch,
-                compiled: Mutex::new(None),
+            .take_while(|&b| b <= max_batch)
+            .flat_map(|batch| {
+                length_slots.iter().map(move |&length| Bucket {
+                    batch,
+                    length,
+                    compiled: Mutex::new(None),
+                })
             })
             .collect();
         Ok(DynamicExecutable {
@@ -246,6 +342,7 @@ impl DynamicExecutable {
             inputs,
             outputs: declared.outputs,
             buckets,
+            lengths,
             cache_bytes: dynamic
                 .cache_bytes
                 .or_else(last_level_cache_bytes)
@@ -260,9 +357,31 @@ impl DynamicExecutable {
         &self.inputs
     }
 
-    /// The bucket sizes, ascending.
+    /// The batch bucket sizes, ascending.
     pub fn bucket_sizes(&self) -> Vec<usize> {
-        self.buckets.iter().map(|b| b.batch).collect()
+        let mut sizes: Vec<usize> = self.buckets.iter().map(|b| b.batch).collect();
+        sizes.dedup();
+        sizes
+    }
+
+    /// The length buckets, ascending, for a model with a sequence length (empty
+    /// otherwise): a run of length `S` pads to the first at least `S`.
+    pub fn length_buckets(&self) -> &[usize] {
+        &self.lengths
+    }
+
+    /// The length bucket a run of length `length` pads to.
+    fn length_bucket(&self, length: usize) -> Result<Option<usize>, Error> {
+        if self.lengths.is_empty() {
+            return Ok(None);
+        }
+        match self.lengths.iter().find(|&&l| l >= length) {
+            Some(&l) if length > 0 => Ok(Some(l)),
+            _ => Err(Error::InvalidArgument(format!(
+                "sequence length {length} is outside 1..={} (DynamicOptions::max_sequence)",
+                self.lengths.last().copied().unwrap_or(0)
+            ))),
+        }
     }
 
     /// The largest chunk a batch is split into: the largest bucket whose run-time memory,
@@ -273,12 +392,16 @@ impl DynamicExecutable {
     /// activations of every element no longer fit the last-level cache each layer streams
     /// them from memory. ResNet-50 on a 32 MiB L3 (arena 9 MB per element) ran at 31.5 ms
     /// per element as batch 1, 29.9 as batch 2 and 36.6 as batch 8 (one thread).
+    /// A model with a sequence length runs one element at a time: its padding is proved at
+    /// batch 1.
     pub fn largest_chunk(&self) -> Result<usize, Error> {
-        let per_element = self.compiled(1)?.exe.arena_bytes().max(1) as u64;
+        if !self.lengths.is_empty() {
+            return Ok(1);
+        }
+        let per_element = self.compiled(1, None)?.exe.arena_bytes().max(1) as u64;
         Ok(self
-            .buckets
-            .iter()
-            .map(|b| b.batch)
+            .bucket_sizes()
+            .into_iter()
             .take_while(|&b| b == 1 || (b as u64).saturating_mul(per_element) <= self.cache_bytes)
             .last()
             .unwrap_or(1))
@@ -291,10 +414,15 @@ impl DynamicExecutable {
         let largest = self.largest_chunk()?;
         let mut left = batch;
         let mut chunks = Vec::new();
-        for b in self.buckets.iter().rev().filter(|b| b.batch <= largest) {
-            while left >= b.batch {
-                chunks.push(b.batch);
-                left -= b.batch;
+        for b in self
+            .bucket_sizes()
+            .into_iter()
+            .rev()
+            .filter(|&b| b <= largest)
+        {
+            while left >= b {
+                chunks.push(b);
+                left -= b;
             }
         }
         Ok(chunks)
@@ -308,6 +436,7 @@ impl DynamicExecutable {
                 let slot = b.compiled.lock().ok()?;
                 slot.as_ref().map(|c| Specialization {
                     batch: b.batch,
+                    length: b.length,
                     compile_ms: c.compile_ms,
                     warnings: c.warnings.clone(),
                 })
@@ -316,11 +445,13 @@ impl DynamicExecutable {
     }
 
     /// Compiles every bucket a run of `batch` elements needs (and checks it can be split),
-    /// so that the run itself compiles nothing.
-    pub fn warm_up(&self, batch: usize) -> Result<(), Error> {
+    /// so that the run itself compiles nothing; for a model with a sequence, at
+    /// `length` (ignored otherwise).
+    pub fn warm_up(&self, batch: usize, length: usize) -> Result<(), Error> {
         let chunks = self.chunks(batch)?;
+        let bucket = self.length_bucket(length)?;
         for &size in &chunks {
-            self.compiled(size)?;
+            self.compiled(size, bucket)?;
         }
         match chunks.first() {
             Some(&largest) if chunks.len() > 1 => self.split_proof(largest).map(drop),
@@ -333,14 +464,14 @@ impl DynamicExecutable {
     /// (not compiled) at batch 2, once.
     fn split_proof(&self, largest: usize) -> Result<Vec<bool>, Error> {
         if largest >= 2 {
-            return Ok(self.compiled(largest)?.batched()?.to_vec());
+            return Ok(self.compiled(largest, None)?.batched()?.to_vec());
         }
         let mut slot = self
             .unit_proof
             .lock()
             .map_err(|_| Error::Unsupported("a batch analysis panicked".into()))?;
         if slot.is_none() {
-            let module = self.module_at(2)?;
+            let module = self.module_at(2, self.lengths.first().copied().unwrap_or(1))?;
             *slot = Some(self.separable_results(&module, 2));
         }
         match slot.as_ref() {
@@ -350,19 +481,22 @@ impl DynamicExecutable {
         }
     }
 
-    /// The model with its batch pinned to `batch` (any size, not only a bucket's), loaded
-    /// and verified but not compiled: the reference a run at that batch is checked against.
-    pub fn module_at(&self, batch: usize) -> Result<smelt_ir::Module, Error> {
-        if batch == 0 {
+    /// The model with its batch pinned to `batch` and its sequence length (for a model
+    /// with one; ignored otherwise) to `length`, any sizes, not only a bucket's: loaded
+    /// and verified but not compiled, the reference a run of that shape is checked
+    /// against.
+    pub fn module_at(&self, batch: usize, length: usize) -> Result<smelt_ir::Module, Error> {
+        let sequenced = !self.lengths.is_empty();
+        if batch == 0 || (sequenced && length == 0) {
             return Err(Error::InvalidArgument(
-                "the batch must be at least 1".into(),
+                "the batch and the sequence length must be at least 1".into(),
             ));
         }
         let mut import = self.import_options();
-        for input in self.inputs.iter().filter(|i| i.batched()) {
+        for input in self.inputs.iter().filter(|i| i.batched() || i.sequenced()) {
             import
                 .input_shapes
-                .insert(input.name.clone(), input.at_batch(batch));
+                .insert(input.name.clone(), input.dims_at(batch, length));
         }
         self.decoded()?.import(&import)
     }
@@ -394,34 +528,40 @@ impl DynamicExecutable {
     }
 
     /// The executable of the bucket of `size` elements (one of
-    /// [`DynamicExecutable::bucket_sizes`]), compiled on first use: its kernels, arena and
-    /// profile are those of every chunk of that size.
-    pub fn bucket(&self, size: usize) -> Result<Arc<Executable>, Error> {
-        Ok(self.compiled(size)?.exe.clone())
+    /// [`DynamicExecutable::bucket_sizes`]) and, for a model with a sequence length, of
+    /// the length bucket of `length` (ignored otherwise), compiled on first use: its
+    /// kernels, arena and profile are those of every chunk of that size.
+    pub fn bucket(&self, size: usize, length: usize) -> Result<Arc<Executable>, Error> {
+        let bucket = self.length_bucket(length)?;
+        Ok(self.compiled(size, bucket)?.exe.clone())
     }
 
     /// Floating-point operations of a run of `batch` elements, summed over its chunks:
     /// as the model writes them and as the kernels execute them (they differ where
     /// Winograd computes). Compiles the buckets the run needs.
-    pub fn flops(&self, batch: usize) -> Result<(u64, u64), Error> {
+    pub fn flops(&self, batch: usize, length: usize) -> Result<(u64, u64), Error> {
+        let bucket = self.length_bucket(length)?;
         self.chunks(batch)?
             .into_iter()
             .try_fold((0, 0), |(written, executed), size| {
-                let c = self.compiled(size)?;
+                let c = self.compiled(size, bucket)?;
                 Ok((written + c.flops, executed + c.exe.executed_flops()))
             })
     }
 
-    /// The bucket of `batch` elements (a bucket size), compiled on first use.
-    fn compiled(&self, batch: usize) -> Result<Arc<Compiled>, Error> {
+    /// The bucket of `batch` elements (a bucket size) at length bucket `length`,
+    /// compiled on first use.
+    fn compiled(&self, batch: usize, length: Option<usize>) -> Result<Arc<Compiled>, Error> {
         let slot = self
             .buckets
             .iter()
-            .find(|b| b.batch == batch)
+            .find(|b| b.batch == batch && b.length == length)
             .ok_or_else(|| {
                 Error::InvalidArgument(format!(
-                    "no bucket of batch {batch} (buckets: {:?})",
-                    self.bucket_sizes()
+                    "no bucket of batch {batch} and length {length:?} (batches {:?}, \
+                     lengths {:?})",
+                    self.bucket_sizes(),
+                    self.lengths
                 ))
             })?;
         let mut compiled = slot
@@ -433,8 +573,12 @@ impl DynamicExecutable {
         }
         let start = Instant::now();
         let mut opts = self.options.clone();
-        let module = self.module_at(batch)?;
+        let module = self.module_at(batch, length.unwrap_or(1))?;
         let separable = (batch >= 2).then(|| self.separable_results(&module, batch));
+        let padded = match length {
+            Some(padded) => Some(self.padding(&module, batch, padded)?),
+            None => None,
+        };
         let flops = module.entry().map_or(0, |f| f.flops());
         // the shapes are pinned in `module` now
         opts.load.input_shapes.clear();
@@ -445,9 +589,32 @@ impl DynamicExecutable {
             flops,
             warnings: cx.warnings,
             separable,
+            padded,
         });
         *compiled = Some(c.clone());
         Ok(c)
+    }
+
+    /// Proves that `module`, the model at `batch` and length bucket `padded`, may run
+    /// any length the bucket serves padded to it; returns each result's sequence axes.
+    fn padding(
+        &self,
+        module: &smelt_ir::Module,
+        batch: usize,
+        padded: usize,
+    ) -> Result<Vec<Vec<usize>>, Error> {
+        let below = self.lengths.iter().copied().filter(|&l| l < padded).max();
+        let short = below.map_or(1, |l| l + 1);
+        if short >= padded {
+            // the bucket serves only its own length: nothing is ever padded
+            let func = module
+                .entry()
+                .ok_or_else(|| Error::Unsupported(module.no_entry_reason()))?;
+            return Ok(func.results.iter().map(|_| Vec::new()).collect());
+        }
+        let small = self.module_at(batch, short)?;
+        let proof = padding_proof(module, &small, padded, short)?;
+        Ok(proof.results)
     }
 
     /// Which results of `module` (the model at `batch`) carry the batch.
@@ -530,11 +697,13 @@ impl DynamicExecutable {
         inputs: &[Elements<'_>],
         outputs: &mut [ElementsMut<'_>],
     ) -> Result<(), Error> {
-        let n = self.batch_of(input_shapes)?;
-        if n != plan.batch {
+        let (n, length) = self.shape_of(input_shapes)?;
+        if n != plan.batch || length != plan.length() {
             return Err(Error::InvalidArgument(format!(
-                "the inputs have batch {n}, the plan was made for batch {}",
-                plan.batch
+                "the inputs have batch {n} and sequence length {length:?}, the plan was made \
+                 for batch {} and sequence length {:?}",
+                plan.batch,
+                plan.length()
             )));
         }
         for ((info, e), shape) in self.inputs.iter().zip(inputs).zip(input_shapes) {
@@ -574,11 +743,15 @@ impl DynamicExecutable {
     /// [`DynamicExecutable::run`] checks them): its chunks, compiled on first use, and its
     /// results' types.
     pub fn plan(&self, input_shapes: &[&[usize]]) -> Result<RunPlan, Error> {
-        let n = self.batch_of(input_shapes)?;
+        let (n, length) = self.shape_of(input_shapes)?;
+        let bucket = match length {
+            Some(length) => self.length_bucket(length)?,
+            None => None,
+        };
         let sizes = self.chunks(n)?;
         let chunks: Vec<Arc<Compiled>> = sizes
             .iter()
-            .map(|&size| self.compiled(size))
+            .map(|&size| self.compiled(size, bucket))
             .collect::<Result<_, _>>()?;
         let (first, size) = (&chunks[0], sizes[0]);
         let separable = match chunks.len() {
@@ -587,14 +760,22 @@ impl DynamicExecutable {
             // the largest chunk's bucket (2 or more elements) proves the split
             _ => self.split_proof(size)?,
         };
+        let padded = first.padded.clone().unwrap_or_default();
         let results = first
             .exe
             .outputs()
-            .zip(&separable)
-            .map(|(o, &batched)| scaled(&o.ty, batched, size, n))
-            .collect::<Result<_, _>>()?;
+            .enumerate()
+            .map(|(k, o)| {
+                let ty = scaled(&o.ty, separable[k], size, n)?;
+                Ok(match (length, padded.get(k)) {
+                    (Some(length), Some(axes)) => with_length(ty, axes, length),
+                    _ => ty,
+                })
+            })
+            .collect::<Result<_, Error>>()?;
         Ok(RunPlan {
             batch: n,
+            length: length.zip(bucket),
             sizes,
             chunks,
             separable,
@@ -603,7 +784,9 @@ impl DynamicExecutable {
     }
 
     /// Runs `plan` on checked buffers: each chunk reads contiguous ranges of the batched
-    /// inputs and writes contiguous ranges of the batched results.
+    /// inputs and writes contiguous ranges of the batched results; a run shorter than
+    /// its length bucket pads its inputs into zeroed copies and takes its results'
+    /// prefixes from scratch results of the bucket's size.
     fn run_plan(
         &self,
         plan: &RunPlan,
@@ -611,13 +794,14 @@ impl DynamicExecutable {
         outputs: &mut [ElementsMut<'_>],
     ) -> Result<(), Error> {
         let n = plan.batch;
-        if let [only] = &plan.chunks[..] {
+        let padding = plan.length.filter(|&(length, bucket)| length < bucket);
+        if let ([only], None) = (&plan.chunks[..], padding) {
             return only.exe.run_into(inputs, outputs);
         }
         let mut offset = 0;
         for (compiled, &size) in plan.chunks.iter().zip(&plan.sizes) {
             let exe = &compiled.exe;
-            let ins: Vec<Elements<'_>> = inputs
+            let mut ins: Vec<Elements<'_>> = inputs
                 .iter()
                 .zip(&self.inputs)
                 .map(|(&e, info)| match info.batched() {
@@ -625,31 +809,75 @@ impl DynamicExecutable {
                     false => Ok(e),
                 })
                 .collect::<Result<_, _>>()?;
+            let mut padded_inputs: Vec<(usize, Tensor)> = Vec::new();
+            if let Some((length, bucket)) = padding {
+                for (k, info) in self.inputs.iter().enumerate() {
+                    if !info.sequenced() {
+                        continue;
+                    }
+                    let mut whole = Tensor::zeros(&info.type_at(size, bucket));
+                    copy_common_box(
+                        ins[k],
+                        &info.dims_at(size, length),
+                        &mut ElementsMut::of(&mut whole.data),
+                        &info.dims_at(size, bucket),
+                    )
+                    .map_err(|e| Error::InvalidArgument(format!("input {}: {e}", info.name)))?;
+                    padded_inputs.push((k, whole));
+                }
+                for (k, whole) in &padded_inputs {
+                    ins[*k] = Elements::of(&whole.data);
+                }
+            }
             // an unbatched result is the same for every chunk: the first writes it, the
-            // others write scratch copies
-            let mut scratch: Vec<Tensor> = match offset {
-                0 => Vec::new(),
-                _ => exe
-                    .outputs()
-                    .zip(&plan.separable)
-                    .filter(|(_, &batched)| !batched)
-                    .map(|(o, _)| Tensor::zeros(&o.ty))
-                    .collect(),
-            };
-            let mut scratch = scratch.iter_mut();
+            // others write scratch copies; with padding every result is written to
+            // scratch of the bucket's size and its valid prefix copied out
+            let mut scratch: Vec<Option<Tensor>> = exe
+                .outputs()
+                .zip(&plan.separable)
+                .map(|(o, &batched)| {
+                    (padding.is_some() || (!batched && offset > 0)).then(|| Tensor::zeros(&o.ty))
+                })
+                .collect();
+            let bucket_dims: Vec<Vec<usize>> = exe.outputs().map(|o| o.ty.dims.clone()).collect();
             let mut outs: Vec<ElementsMut<'_>> = Vec::with_capacity(outputs.len());
-            for (whole, &batched) in outputs.iter_mut().zip(&plan.separable) {
+            let mut prefixes: Vec<(usize, ElementsMut<'_>, Vec<usize>)> = Vec::new();
+            let results = outputs
+                .iter_mut()
+                .zip(&plan.separable)
+                .zip(scratch.iter_mut());
+            for (k, ((whole, &batched), slot)) in results.enumerate() {
                 let per = whole.len() / n;
                 let out = match (batched, offset) {
                     (true, _) => whole.range_mut(offset * per..(offset + size) * per),
                     (false, 0) => whole.range_mut(0..whole.len()),
-                    (false, _) => scratch.next().map(|s| ElementsMut::of(&mut s.data)),
+                    (false, _) => None,
                 };
-                outs.push(out.ok_or_else(|| {
-                    Error::Unsupported("a chunk's result does not fit the batch's".into())
-                })?);
+                match slot {
+                    None => outs.push(out.ok_or_else(|| {
+                        Error::Unsupported("a chunk's result does not fit the batch's".into())
+                    })?),
+                    Some(full) => {
+                        outs.push(ElementsMut::of(&mut full.data));
+                        if let Some(out) = out {
+                            let mut dims = plan.results[k].dims.clone();
+                            if batched {
+                                dims[0] = size;
+                            }
+                            prefixes.push((k, out, dims));
+                        }
+                    }
+                }
             }
             exe.run_into(&ins, &mut outs)?;
+            drop(outs);
+            for (k, mut out, dims) in prefixes {
+                let full = scratch[k]
+                    .as_ref()
+                    .ok_or_else(|| Error::Unsupported("a chunk's result has no scratch".into()))?;
+                copy_common_box(Elements::of(&full.data), &bucket_dims[k], &mut out, &dims)
+                    .map_err(Error::Unsupported)?;
+            }
             offset += size;
         }
         Ok(())
@@ -683,9 +911,10 @@ impl DynamicExecutable {
         Ok(())
     }
 
-    /// The batch of a run: the shared leading size of the batched inputs, each input's
-    /// count, rank and other dims checked.
-    fn batch_of(&self, shapes: &[&[usize]]) -> Result<usize, Error> {
+    /// The batch and the sequence length (for a model with one) of a run: the shared
+    /// leading size of the batched inputs and the shared size of the sequence axes, each
+    /// input's count, rank and other dims checked.
+    fn shape_of(&self, shapes: &[&[usize]]) -> Result<(usize, Option<usize>), Error> {
         if shapes.len() != self.inputs.len() {
             return Err(Error::InvalidArgument(format!(
                 "expected {} inputs, got {}",
@@ -694,6 +923,7 @@ impl DynamicExecutable {
             )));
         }
         let mut batch: Option<(usize, &str)> = None;
+        let mut length: Option<(usize, &str)> = None;
         for (dims, info) in shapes.iter().zip(&self.inputs) {
             if dims.len() != info.dims.len() {
                 return Err(Error::InvalidArgument(format!(
@@ -704,34 +934,42 @@ impl DynamicExecutable {
                 )));
             }
             for (k, (&got, want)) in dims.iter().zip(&info.dims).enumerate() {
-                match want {
-                    Some(w) if *w != got => {
+                let (seen, what) = match want {
+                    DynamicDim::Fixed(w) if *w != got => {
                         return Err(Error::InvalidArgument(format!(
                             "input {} dimension {k} must be {w}, got {got} (shape {dims:?})",
                             info.name
                         )))
                     }
+                    DynamicDim::Fixed(_) => continue,
+                    DynamicDim::Batch => (&mut batch, "batch"),
+                    DynamicDim::Sequence => (&mut length, "sequence length"),
+                };
+                match seen {
+                    Some((n, first)) if *n != got => {
+                        return Err(Error::InvalidArgument(format!(
+                            "input {} dimension {k} has {what} {got} but input {first} has \
+                             {what} {n}: the inputs share one {what}",
+                            info.name
+                        )))
+                    }
                     Some(_) => {}
-                    None => match batch {
-                        Some((n, first)) if n != got => {
-                            return Err(Error::InvalidArgument(format!(
-                                "input {} has batch {got} but input {first} has batch {n}: \
-                                 the batched inputs share one batch size",
-                                info.name
-                            )))
-                        }
-                        Some(_) => {}
-                        None => batch = Some((got, &info.name)),
-                    },
+                    None => *seen = Some((got, &info.name)),
                 }
             }
         }
-        match batch {
-            Some((0, name)) => Err(Error::InvalidArgument(format!(
-                "input {name} has batch 0; a run takes at least one element"
-            ))),
-            Some((n, _)) => Ok(n),
-            None => Err(Error::InvalidArgument("no batched input".into())),
+        for (what, seen) in [("batch", batch), ("sequence length", length)] {
+            if let Some((0, name)) = seen {
+                return Err(Error::InvalidArgument(format!(
+                    "input {name} has {what} 0; a run takes at least one element"
+                )));
+            }
+        }
+        let length = length.map(|(l, _)| l);
+        match (batch, length) {
+            (Some((n, _)), _) => Ok((n, length)),
+            (None, Some(_)) => Ok((1, length)),
+            (None, None) => Err(Error::InvalidArgument("no batched input".into())),
         }
     }
 }
@@ -741,6 +979,8 @@ impl DynamicExecutable {
 /// types at the run's batch. Made once, it runs any number of times.
 pub struct RunPlan {
     batch: usize,
+    /// The run's sequence length and its length bucket, for a model with one.
+    length: Option<(usize, usize)>,
     sizes: Vec<usize>,
     chunks: Vec<Arc<Compiled>>,
     separable: Vec<bool>,
@@ -751,6 +991,16 @@ impl RunPlan {
     /// The batch it runs.
     pub fn batch(&self) -> usize {
         self.batch
+    }
+
+    /// The sequence length it runs, for a model with one.
+    pub fn length(&self) -> Option<usize> {
+        self.length.map(|(length, _)| length)
+    }
+
+    /// The length bucket it runs padded to, for a model with a sequence.
+    pub fn length_bucket(&self) -> Option<usize> {
+        self.length.map(|(_, bucket)| bucket)
     }
 
     /// The results' types at that batch: what each output buffer holds.
@@ -772,9 +1022,15 @@ impl Compiled {
     }
 }
 
-/// The dims of a declared input: the leading dynamic dim is the batch; any other
-/// dynamic dim must be pinned.
-fn dynamic_dims(name: &str, dims: Option<&[InputDim]>) -> Result<Vec<Option<usize>>, Error> {
+/// The dims of a declared input: a leading dynamic dim is the batch, and one named
+/// symbol off the leading axis, the same in every input that has one, is the sequence
+/// length (`symbol` holds it and the input that named it first). Any other dynamic dim
+/// must be pinned.
+fn dynamic_dims(
+    name: &str,
+    dims: Option<&[InputDim]>,
+    symbol: &mut Option<(String, String)>,
+) -> Result<Vec<DynamicDim>, Error> {
     let dims = dims.ok_or_else(|| {
         Error::InvalidArgument(format!(
             "input '{name}' declares no shape; pin it with its whole shape"
@@ -783,13 +1039,25 @@ fn dynamic_dims(name: &str, dims: Option<&[InputDim]>) -> Result<Vec<Option<usiz
     dims.iter()
         .enumerate()
         .map(|(k, d)| match d {
-            InputDim::Fixed(n) => Ok(Some(*n)),
-            InputDim::Dynamic(_) if k == 0 => Ok(None),
-            InputDim::Dynamic(p) => Err(Error::InvalidArgument(format!(
-                "input '{name}' dimension {k} is dynamic ({}); only a leading batch may stay \
-                 dynamic: pin the input's whole shape",
-                if p.is_empty() { "-1" } else { p }
+            InputDim::Fixed(n) => Ok(DynamicDim::Fixed(*n)),
+            InputDim::Dynamic(_) if k == 0 => Ok(DynamicDim::Batch),
+            InputDim::Dynamic(p) if p.is_empty() => Err(Error::InvalidArgument(format!(
+                "input '{name}' dimension {k} is dynamic without a name (-1): only a leading \
+                 batch and one named sequence length may stay dynamic; pin the input's \
+                 whole shape"
             ))),
+            InputDim::Dynamic(p) => match symbol {
+                Some((s, _)) if s == p => Ok(DynamicDim::Sequence),
+                Some((s, first)) => Err(Error::InvalidArgument(format!(
+                    "input '{name}' dimension {k} is '{p}' but input '{first}' has the \
+                     sequence length '{s}': only one symbol besides the batch may stay \
+                     dynamic; pin the input's whole shape"
+                ))),
+                None => {
+                    *symbol = Some((p.clone(), name.to_string()));
+                    Ok(DynamicDim::Sequence)
+                }
+            },
         })
         .collect()
 }
@@ -806,6 +1074,16 @@ fn scaled(ty: &TensorType, batched: bool, size: usize, n: usize) -> Result<Tenso
         ty.dims[0] = n;
     }
     Ok(ty)
+}
+
+/// `ty` with its sequence axes `axes` at `length`.
+fn with_length(mut ty: TensorType, axes: &[usize], length: usize) -> TensorType {
+    for &axis in axes {
+        if let Some(d) = ty.dims.get_mut(axis) {
+            *d = length;
+        }
+    }
+    ty
 }
 
 /// Elements of `size` batch elements from `offset` of a batched input holding `per`

@@ -36,6 +36,7 @@ fn batches_on_and_off_buckets_match_specialized_executables() {
             max_bucket: 2,
             // any real cache holds two elements of MobileNetV3-small (2.3 MB each)
             cache_bytes: Some(1 << 30),
+            ..DynamicOptions::default()
         },
     )
     .expect("a dynamic batch");
@@ -76,6 +77,7 @@ fn chunks_stay_within_the_cache() {
         DynamicOptions {
             max_bucket: 8,
             cache_bytes: Some(1 << 20),
+            ..DynamicOptions::default()
         },
     )
     .expect("a dynamic batch");

@@ -18,6 +18,7 @@ pub mod half;
 pub mod interp;
 pub mod loops;
 pub mod op;
+pub mod padding;
 pub mod tensor;
 pub mod text;
 pub mod types;

@@ -20,6 +20,7 @@ use super::{
     read_options, write_count, Checked, Expected, Failure, Registry, SmeltElementType,
     SmeltOptions, SmeltStatus,
 };
+use crate::dynamic::DynamicDim;
 use crate::{DynamicExecutable, DynamicOptions, RunPlan};
 
 /// The most dimensions a `SmeltShape` holds.
@@ -60,7 +61,7 @@ pub struct SmeltDynamicInputInfo {
     pub name: *const c_char,
     /// Its element type.
     pub element_type: SmeltElementType,
-    /// Its shape: `SMELT_DYNAMIC_DIM` where the batch goes.
+    /// Its shape: `SMELT_DYNAMIC_DIM` where the batch or the sequence length goes.
     pub shape: SmeltShape,
 }
 
@@ -207,7 +208,7 @@ pub unsafe extern "C" fn smelt_dynamic_output_count(
 }
 
 /// Describes input `index` in `*info`: its name, element type and shape, the batch
-/// written `SMELT_DYNAMIC_DIM`.
+/// and the sequence length written `SMELT_DYNAMIC_DIM`.
 ///
 /// # Safety
 /// `info` is writable.
@@ -229,7 +230,10 @@ pub unsafe extern "C" fn smelt_dynamic_input(
         let dims: Vec<usize> = input
             .dims
             .iter()
-            .map(|d| d.unwrap_or(SMELT_DYNAMIC_DIM))
+            .map(|d| match *d {
+                DynamicDim::Fixed(n) => n,
+                DynamicDim::Batch | DynamicDim::Sequence => SMELT_DYNAMIC_DIM,
+            })
             .collect();
         let value = SmeltDynamicInputInfo {
             name: h.input_names[index].as_ptr(),
@@ -447,13 +451,26 @@ pub unsafe extern "C" fn smelt_dynamic_run(
 }
 
 /// Compiles every bucket a run of `batch` elements needs, so that such runs compile
-/// nothing.
+/// nothing; for a model with a sequence length, the buckets of the shortest lengths
+/// (`smelt_dynamic_warm_up_sequence` names a length).
 #[no_mangle]
 pub extern "C" fn smelt_dynamic_warm_up(
     exe: *const SmeltDynamicExecutable,
     batch: usize,
 ) -> SmeltStatus {
-    guard(|| Ok(lookup(exe)?.exe.warm_up(batch)?))
+    guard(|| Ok(lookup(exe)?.exe.warm_up(batch, 1)?))
+}
+
+/// Compiles every bucket a run of `batch` elements of sequence length `length` needs,
+/// so that such runs compile nothing (`length` is ignored by a model without a
+/// sequence length).
+#[no_mangle]
+pub extern "C" fn smelt_dynamic_warm_up_sequence(
+    exe: *const SmeltDynamicExecutable,
+    batch: usize,
+    length: usize,
+) -> SmeltStatus {
+    guard(|| Ok(lookup(exe)?.exe.warm_up(batch, length)?))
 }
 
 /// Stores the number of specializations (buckets) compiled so far in `*count`.

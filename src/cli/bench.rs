@@ -116,6 +116,11 @@ pub struct BenchArgs {
     /// (default 1). Given inputs set the batch themselves.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     batch: Option<u32>,
+    /// For a model whose sequence length is dynamic (a symbol shared by inputs off their
+    /// leading axis, not pinned by `--shape`): the length of the random inputs (default
+    /// the shortest length bucket, 16). Given inputs set the length themselves.
+    #[arg(long, value_name = "S", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    sequence: Option<u32>,
     /// Also time every kernel call (separate runs, after the timed ones).
     #[arg(long)]
     profile: bool,
@@ -189,9 +194,10 @@ pub fn main(a: BenchArgs) -> Result<()> {
     {
         return bench_dynamic(&a, &exe, start);
     }
-    if a.batch.is_some() {
+    if a.batch.is_some() || a.sequence.is_some() {
         bail!(
-            "--batch applies to a model whose batch is dynamic; {} has none left unpinned",
+            "--batch and --sequence apply to a model whose batch or sequence length is \
+             dynamic; {} has none left unpinned",
             a.model
         );
     }
@@ -253,33 +259,42 @@ fn bench_dynamic(a: &BenchArgs, exe: &DynamicExecutable, start: Instant) -> Resu
              (e.g. {}) to profile",
             exe.inputs()
                 .iter()
-                .map(|i| format!("--shape {}={}", i.name, i.shape_text().replace('N', "1")))
+                .map(|i| format!(
+                    "--shape {}={}",
+                    i.name,
+                    i.shape_text().replace('N', "1").replace('S', "128")
+                ))
                 .collect::<Vec<_>>()
                 .join(" ")
         );
     }
     let interface_ms = ms_since(start);
-    let (n, inputs) = super::dynamic_inputs(
+    let ((n, length), inputs) = super::dynamic_inputs(
         exe,
         super::read_inputs(&a.inputs)?,
         Some(1),
         a.batch.map(|b| b as usize),
+        a.sequence.map(|s| s as usize),
     )?;
-    exe.warm_up(n)?;
+    exe.warm_up(n, length)?;
     let mut parts = vec![("interface".to_string(), interface_ms)];
     for s in exe.specializations() {
         for w in &s.warnings {
             errln!("{w}");
         }
-        parts.push((format!("bucket_{}", s.batch), s.compile_ms));
+        let name = match s.length {
+            Some(l) => format!("bucket_{}x{l}", s.batch),
+            None => format!("bucket_{}", s.batch),
+        };
+        parts.push((name, s.compile_ms));
     }
     let compile = CompileBreakdown {
         parts,
         total_ms: ms_since(start),
     };
     let chunks = exe.chunks(n)?;
-    let largest = exe.bucket(chunks[0])?;
-    let (written, executed) = exe.flops(n)?;
+    let largest = exe.bucket(chunks[0], length)?;
+    let (written, executed) = exe.flops(n, length)?;
     let samples_ms = time_dynamic_runs(exe, &inputs, a.warmup as usize, a.iterations as usize)?;
     let report = Report {
         model: a.model.clone(),

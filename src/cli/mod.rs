@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, ValueEnum};
+use smelt::dynamic::DynamicDim;
 use smelt::ir::{Module, Tensor};
 use smelt::passes::fusion::load_rules;
 use smelt::{DynamicExecutable, DynamicOptions, LoadOptions, OptimizeOptions};
@@ -274,47 +275,69 @@ pub fn inputs_for<'p>(
     Ok(inputs)
 }
 
-/// The batch of a run of `exe` (a model with a dynamic batch): the leading size of the
-/// given batched inputs, else `batch` (default 1).
-pub fn dynamic_batch(
+/// The batch and sequence length of a run of `exe` (a model with a dynamic batch or
+/// sequence length): the sizes of the given inputs, else `batch` (default 1) and
+/// `sequence` (default the shortest length bucket; ignored by a model without one).
+pub fn dynamic_shape(
     exe: &DynamicExecutable,
     given: &[(String, Tensor)],
     batch: Option<usize>,
-) -> Result<usize> {
-    let from_files = exe.inputs().iter().find_map(|i| {
-        let t = &given.iter().find(|(n, _)| *n == i.name)?.1;
-        (i.dims.first() == Some(&None)).then(|| t.ty.dims.first().copied())?
-    });
-    let n = match (from_files, batch) {
-        (Some(f), Some(b)) if f != b => {
-            bail!("--batch {b} disagrees with the batch of the given inputs ({f})")
-        }
-        (Some(f), _) => f,
-        (None, b) => b.unwrap_or(1),
+    sequence: Option<usize>,
+) -> Result<(usize, usize)> {
+    let from_files = |dim: DynamicDim| {
+        exe.inputs().iter().find_map(|i| {
+            let t = &given.iter().find(|(n, _)| *n == i.name)?.1;
+            let k = i.dims.iter().position(|&d| d == dim)?;
+            t.ty.dims.get(k).copied()
+        })
     };
-    if n == 0 {
-        bail!("the batch must be at least 1");
+    let pick = |what: &str, flag: &str, from: Option<usize>, asked: Option<usize>, default| {
+        let n = match (from, asked) {
+            (Some(f), Some(b)) if f != b => {
+                bail!("{flag} {b} disagrees with the {what} of the given inputs ({f})")
+            }
+            (Some(f), _) => f,
+            (None, b) => b.unwrap_or(default),
+        };
+        if n == 0 {
+            bail!("the {what} must be at least 1");
+        }
+        Ok(n)
+    };
+    let sequenced = !exe.length_buckets().is_empty();
+    if sequence.is_some() && !sequenced {
+        bail!("--sequence applies to a model with a dynamic sequence length; this one has none");
     }
-    Ok(n)
+    let n = pick("batch", "--batch", from_files(DynamicDim::Batch), batch, 1)?;
+    let shortest = exe.length_buckets().first().copied().unwrap_or(1);
+    let length = pick(
+        "sequence length",
+        "--sequence",
+        from_files(DynamicDim::Sequence),
+        sequence,
+        shortest,
+    )?;
+    Ok((n, length))
 }
 
-/// The inputs of a run of `exe` (a model with a dynamic batch): the batch is the leading
-/// size of the given batched inputs, else `batch` (default 1); the inputs not given are
-/// seeded random values when `random` holds a seed (as [`inputs_for`]).
+/// The inputs of a run of `exe` (a model with a dynamic batch or sequence length): its
+/// batch and length as [`dynamic_shape`] finds them; the inputs not given are seeded
+/// random values when `random` holds a seed (as [`inputs_for`]).
 pub fn dynamic_inputs(
     exe: &DynamicExecutable,
     given: Vec<(String, Tensor)>,
     random: Option<u64>,
     batch: Option<usize>,
-) -> Result<(usize, Vec<Tensor>)> {
-    let n = dynamic_batch(exe, &given, batch)?;
-    let types: Vec<_> = exe.inputs().iter().map(|i| i.type_at(n)).collect();
+    sequence: Option<usize>,
+) -> Result<((usize, usize), Vec<Tensor>)> {
+    let (n, length) = dynamic_shape(exe, &given, batch, sequence)?;
+    let types: Vec<_> = exe.inputs().iter().map(|i| i.type_at(n, length)).collect();
     let params = exe
         .inputs()
         .iter()
         .zip(&types)
         .map(|(i, t)| (i.name.as_str(), t));
-    Ok((n, inputs_for(params, given, random, "the model")?))
+    Ok(((n, length), inputs_for(params, given, random, "the model")?))
 }
 
 /// The largest `.npy` input read: a tensor at the tensor limit, as f64, and its header.

@@ -26,6 +26,11 @@ pub struct RunArgs {
     /// random inputs (default 1). Given inputs set the batch themselves.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     batch: Option<u32>,
+    /// For a model whose sequence length is dynamic (a symbol shared by inputs off their
+    /// leading axis, not pinned by `--shape`): the length of the random inputs (default
+    /// the shortest length bucket, 16). Given inputs set the length themselves.
+    #[arg(long, value_name = "S", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    sequence: Option<u32>,
     /// Folder for the results, one NAME.npy per result.
     #[arg(long, value_name = "DIR")]
     output_dir: PathBuf,
@@ -62,9 +67,10 @@ pub fn main(a: RunArgs) -> Result<()> {
             return run_dynamic(&a, &exe);
         }
     }
-    if a.batch.is_some() {
+    if a.batch.is_some() || a.sequence.is_some() {
         bail!(
-            "--batch applies to a model whose batch is dynamic; {} has none left unpinned",
+            "--batch and --sequence apply to a model whose batch or sequence length is \
+             dynamic; {} has none left unpinned",
             a.model.model.display()
         );
     }
@@ -100,11 +106,12 @@ pub fn main(a: RunArgs) -> Result<()> {
 
 /// Runs a model whose batch is dynamic: compiled per bucket, run at the inputs' batch.
 fn run_dynamic(a: &RunArgs, exe: &DynamicExecutable) -> Result<()> {
-    let (n, inputs) = dynamic_inputs(
+    let ((n, length), inputs) = dynamic_inputs(
         exe,
         read_inputs(&a.inputs)?,
         a.random_inputs,
         a.batch.map(|b| b as usize),
+        a.sequence.map(|s| s as usize),
     )?;
     let outputs = exe.run(&inputs)?;
     for s in exe.specializations() {
@@ -115,17 +122,30 @@ fn run_dynamic(a: &RunArgs, exe: &DynamicExecutable) -> Result<()> {
     let chunks = exe.chunks(n)?;
     if a.dump.any() {
         // the code of the largest chunk's bucket (every chunk of its size runs it)
-        a.dump.write(&*exe.bucket(chunks[0])?)?;
+        a.dump.write(&*exe.bucket(chunks[0], length)?)?;
     }
     let chunks: Vec<String> = chunks.iter().map(usize::to_string).collect();
-    errln!(
-        "dynamic batch {n}: ran as chunks {} (buckets compiled: {:?})",
-        chunks.join(" + "),
-        exe.specializations()
-            .iter()
-            .map(|s| s.batch)
-            .collect::<Vec<_>>()
-    );
+    let compiled: Vec<String> = exe
+        .specializations()
+        .iter()
+        .map(|s| match s.length {
+            Some(l) => format!("{}x{l}", s.batch),
+            None => s.batch.to_string(),
+        })
+        .collect();
+    match exe.length_buckets().is_empty() {
+        true => errln!(
+            "dynamic batch {n}: ran as chunks {} (buckets compiled: {})",
+            chunks.join(" + "),
+            compiled.join(", ")
+        ),
+        false => errln!(
+            "dynamic batch {n}, sequence length {length}: ran as chunks {} (buckets \
+             compiled, batch x length: {})",
+            chunks.join(" + "),
+            compiled.join(", ")
+        ),
+    }
     let names: Vec<&str> = exe.output_names().iter().map(String::as_str).collect();
     write_results(a, &names, &outputs)
 }

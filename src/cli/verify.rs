@@ -6,7 +6,7 @@ use clap::Args;
 use smelt::verify::{verify, verify_dynamic, VerifyOptions, DEFAULT_INPUT_RANGES, DEFAULT_RTOL};
 
 use super::out::{out, outln};
-use super::{dynamic_batch, read_inputs, FusionArgs, ModelArgs};
+use super::{dynamic_shape, read_inputs, FusionArgs, ModelArgs};
 
 /// Arguments of `smelt verify`.
 #[derive(Args)]
@@ -47,6 +47,11 @@ pub struct VerifyArgs {
     /// checked as always, and the dynamic executable's run too (`jit(dynamic)`).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     batch: Option<u32>,
+    /// For a model whose sequence length is dynamic (a symbol shared by inputs off their
+    /// leading axis, not pinned by `--shape`): the length of the random inputs (default
+    /// the shortest length bucket, 16). Given inputs set the length themselves.
+    #[arg(long, value_name = "S", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    sequence: Option<u32>,
     #[command(flatten)]
     fusion: FusionArgs,
 }
@@ -78,14 +83,19 @@ pub fn main(a: VerifyArgs) -> Result<()> {
     };
     let report = match a.model.dynamic(&compile)? {
         Some(exe) if !a.no_jit => {
-            let n = dynamic_batch(&exe, &opts.inputs, a.batch.map(|b| b as usize))?;
-            verify_dynamic(&exe, n, &opts)?
+            let (n, length) = dynamic_shape(
+                &exe,
+                &opts.inputs,
+                a.batch.map(|b| b as usize),
+                a.sequence.map(|s| s as usize),
+            )?;
+            verify_dynamic(&exe, n, length, &opts)?
         }
         _ => {
-            if a.batch.is_some() {
+            if a.batch.is_some() || a.sequence.is_some() {
                 bail!(
-                    "--batch applies to a model whose batch is dynamic (and to the JIT); {} \
-                     has none left unpinned",
+                    "--batch and --sequence apply to a model whose batch or sequence length \
+                     is dynamic (and to the JIT); {} has none left unpinned",
                     a.model.model.display()
                 );
             }

@@ -264,3 +264,118 @@ impl<'a> From<&'a mut [i64]> for ElementsMut<'a> {
         ElementsMut::I64(v)
     }
 }
+
+/// Copies the box both shapes share, from `src` (row-major, `src_dims`) into `dst`
+/// (row-major, `dst_dims`, same rank and element type): pads a shorter tensor into a
+/// longer one (whose other elements stay as they are) or takes a longer one's prefix.
+pub(crate) fn copy_common_box(
+    src: Elements<'_>,
+    src_dims: &[usize],
+    dst: &mut ElementsMut<'_>,
+    dst_dims: &[usize],
+) -> Result<(), String> {
+    fn copy<T: Copy>(src: &[T], sd: &[usize], dst: &mut [T], dd: &[usize]) -> Result<(), String> {
+        let fits = |v: usize, dims: &[usize]| dims.iter().product::<usize>() == v;
+        if sd.len() != dd.len() || !fits(src.len(), sd) || !fits(dst.len(), dd) {
+            return Err(format!(
+                "cannot copy {} elements of shape {sd:?} into {} of shape {dd:?}",
+                src.len(),
+                dst.len()
+            ));
+        }
+        let Some((&last_s, outer_s)) = sd.split_last() else {
+            dst.copy_from_slice(src);
+            return Ok(());
+        };
+        let last_d = dd[dd.len() - 1];
+        let run = last_s.min(last_d);
+        let common: Vec<usize> = outer_s.iter().zip(dd).map(|(&a, &b)| a.min(b)).collect();
+        if common.contains(&0) || run == 0 {
+            return Ok(());
+        }
+        let mut index = vec![0usize; common.len()];
+        loop {
+            let offset = |dims: &[usize], last: usize| {
+                index.iter().zip(dims).fold(0, |at, (&i, &d)| at * d + i) * last
+            };
+            let (s, d) = (offset(outer_s, last_s), offset(&dd[..dd.len() - 1], last_d));
+            dst[d..d + run].copy_from_slice(&src[s..s + run]);
+            let mut k = common.len();
+            loop {
+                if k == 0 {
+                    return Ok(());
+                }
+                k -= 1;
+                index[k] += 1;
+                if index[k] < common[k] {
+                    break;
+                }
+                index[k] = 0;
+            }
+        }
+    }
+    match (src, dst) {
+        (Elements::F32(s), ElementsMut::F32(d)) => copy(s, src_dims, d, dst_dims),
+        (Elements::I64(s), ElementsMut::I64(d)) => copy(s, src_dims, d, dst_dims),
+        (Elements::I32(s), ElementsMut::I32(d)) => copy(s, src_dims, d, dst_dims),
+        (Elements::Bool(s), ElementsMut::Bool(d)) => copy(s, src_dims, d, dst_dims),
+        (Elements::F16(s), ElementsMut::F16(d))
+        | (Elements::BF16(s), ElementsMut::BF16(d))
+        | (Elements::U16(s), ElementsMut::U16(d)) => copy(s, src_dims, d, dst_dims),
+        (Elements::I8(s), ElementsMut::I8(d)) => copy(s, src_dims, d, dst_dims),
+        (Elements::U8(s), ElementsMut::U8(d)) => copy(s, src_dims, d, dst_dims),
+        (Elements::I16(s), ElementsMut::I16(d)) => copy(s, src_dims, d, dst_dims),
+        (s, d) => Err(format!(
+            "cannot copy {} elements into {} elements",
+            s.dtype(),
+            d.dtype()
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn common_box_pads_and_takes_prefixes() {
+        // [2, 3] into [2, 5]: rows padded on the right
+        let src = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let mut dst = [0.0f32; 10];
+        copy_common_box(
+            Elements::F32(&src),
+            &[2, 3],
+            &mut ElementsMut::F32(&mut dst),
+            &[2, 5],
+        )
+        .unwrap();
+        assert_eq!(dst, [1.0, 2.0, 3.0, 0.0, 0.0, 4.0, 5.0, 6.0, 0.0, 0.0]);
+        // and back: the prefix of each row
+        let mut back = [0.0f32; 6];
+        copy_common_box(
+            Elements::F32(&dst),
+            &[2, 5],
+            &mut ElementsMut::F32(&mut back),
+            &[2, 3],
+        )
+        .unwrap();
+        assert_eq!(back, src);
+        // an outer axis: [3, 2] keeps its first 2 rows in [2, 2]
+        let mut top = [0i64; 4];
+        copy_common_box(
+            Elements::I64(&[1, 2, 3, 4, 5, 6]),
+            &[3, 2],
+            &mut ElementsMut::I64(&mut top),
+            &[2, 2],
+        )
+        .unwrap();
+        assert_eq!(top, [1, 2, 3, 4]);
+        let mismatch = copy_common_box(
+            Elements::I64(&[1]),
+            &[1],
+            &mut ElementsMut::F32(&mut [0.0]),
+            &[1],
+        );
+        assert!(mismatch.is_err());
+    }
+}

@@ -15,6 +15,7 @@ mod elements;
 mod entry;
 mod pool;
 
+pub(crate) use elements::copy_common_box;
 pub use elements::{Elements, ElementsMut};
 
 use std::sync::{Arc, Mutex};

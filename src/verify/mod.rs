@@ -588,17 +588,19 @@ fn verify_with(
 
 /// Every output's comparisons: interp(fused) and, when the JIT ran, jit(fused) against
 /// the reference, and jit(fused) against interp(fused).
-/// [`verify`] for a model whose batch is dynamic, at `batch`: the model specialized at
-/// that batch goes through every check of [`verify`], and the dynamic executable's run
+/// [`verify`] for a model whose batch (or sequence length) is dynamic, at `batch` (and
+/// `length`, ignored by a model without one): the model specialized at that shape goes
+/// through every check of [`verify`], and the dynamic executable's run
 /// of the same inputs (split into its chunks, see [`crate::dynamic`]) is compared with
 /// the reference interpreter too (`jit(dynamic)` against `interp(unfused)` for each
 /// output). Wider input ranges are checked on the specialized module only.
 pub fn verify_dynamic(
     exe: &crate::DynamicExecutable,
     batch: usize,
+    length: usize,
     opts: &VerifyOptions,
 ) -> Result<VerifyReport, Error> {
-    verify_with(&exe.module_at(batch)?, opts, Some((exe, batch)))
+    verify_with(&exe.module_at(batch, length)?, opts, Some((exe, batch)))
 }
 
 fn compare_outputs(

@@ -1,0 +1,147 @@
+//! A BERT encoder exported from PyTorch with a symbolic sequence length, compiled once
+//! (`smelt::DynamicExecutable`) and run at lengths on and off its length buckets, against
+//! executables specialized for exactly that length; and the padding proof refusing a
+//! model whose padded positions would reach valid ones.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use smelt::dynamic::{sequence_buckets, DynamicDim};
+use smelt::ir::{ErrorStats, TensorData};
+use smelt::{DynamicExecutable, DynamicOptions, Options, Tensor, TensorType};
+
+fn bert() -> PathBuf {
+    common::exported_models().join("bert_opset14/model.onnx")
+}
+
+/// Token ids, an attention mask whose last quarter is padding, and token types, for
+/// `batch` sequences of `length`.
+fn bert_inputs(batch: usize, length: usize, seed: u64) -> Vec<Tensor> {
+    let ty = TensorType::new(smelt::ir::DType::I64, vec![batch, length]);
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut ids = Vec::with_capacity(batch * length);
+    for _ in 0..batch * length {
+        // xorshift: token ids over the whole vocabulary
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        ids.push((state % 30522) as i64);
+    }
+    let mask: Vec<i64> = (0..batch * length)
+        .map(|i| i64::from(i % length < length - length / 4))
+        .collect();
+    let types: Vec<i64> = (0..batch * length)
+        .map(|i| i64::from(i % length >= length / 2))
+        .collect();
+    [ids, mask, types]
+        .into_iter()
+        .map(|v| Tensor {
+            ty: ty.clone(),
+            data: TensorData::I64(v),
+        })
+        .collect()
+}
+
+/// The same inputs run by an executable compiled for exactly their shape.
+fn specialized(model: &Path, inputs: &[Tensor]) -> Vec<Tensor> {
+    let mut opts = Options::default();
+    for (name, t) in ["input_ids", "attention_mask", "token_type_ids"]
+        .iter()
+        .zip(inputs)
+    {
+        opts.load
+            .input_shapes
+            .insert(name.to_string(), t.ty.dims.clone());
+    }
+    let (exe, _) = smelt::compile_file(model, &opts).expect("specialized compile");
+    exe.run(inputs).expect("specialized run")
+}
+
+fn assert_close(got: &[Tensor], want: &[Tensor], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: result count");
+    for (g, w) in got.iter().zip(want) {
+        assert_eq!(g.ty, w.ty, "{what}");
+        let err = ErrorStats::between_tensors(g, w).expect("comparable results");
+        assert!(err.relative <= 1e-5, "{what}: {err:?}");
+    }
+}
+
+#[test]
+fn lengths_on_and_off_buckets_match_specialized_executables() {
+    let model = bert();
+    let dynamic = DynamicExecutable::new(&model, &Options::default(), DynamicOptions::default())
+        .expect("a dynamic sequence");
+    assert_eq!(dynamic.inputs()[0].shape_text(), "NxS");
+    assert_eq!(
+        dynamic.inputs()[1].dims,
+        vec![DynamicDim::Batch, DynamicDim::Sequence]
+    );
+    assert_eq!(dynamic.length_buckets(), &sequence_buckets(512)[..]);
+    // 100 pads to 128, 16 is a bucket itself; 17 pads to 32
+    for length in [100, 16, 17] {
+        let inputs = bert_inputs(1, length, length as u64);
+        let got = dynamic.run(&inputs).expect("dynamic run");
+        assert_eq!(got[0].ty.dims, vec![1, length, 384], "length {length}");
+        assert_close(
+            &got,
+            &specialized(&model, &inputs),
+            &format!("length {length}"),
+        );
+    }
+    let compiled: Vec<Option<usize>> = dynamic.specializations().iter().map(|s| s.length).collect();
+    assert_eq!(compiled, vec![Some(16), Some(32), Some(128)]);
+}
+
+#[test]
+fn a_sweep_of_lengths_compiles_a_bounded_number_of_buckets() {
+    // every length 1..=384 pads to one of these: at most 8 specializations per batch
+    let buckets = sequence_buckets(384);
+    assert_eq!(buckets, vec![16, 32, 64, 128, 192, 256, 384]);
+    for length in 1..=384usize {
+        let bucket = buckets.iter().find(|&&b| b >= length).copied();
+        let bucket = bucket.expect("every length has a bucket");
+        // padding costs at most 2x below 128 and 1.5x above
+        assert!(
+            bucket <= 16 || bucket < 2 * length || (length > 128 && 2 * bucket <= 3 * length),
+            "length {length} pads to {bucket}"
+        );
+    }
+    assert_eq!(sequence_buckets(1), vec![1]);
+    assert_eq!(sequence_buckets(100), vec![16, 32, 64, 100]);
+}
+
+#[test]
+fn a_length_past_the_largest_bucket_is_an_error_naming_it() {
+    let dynamic = DynamicExecutable::new(
+        &bert(),
+        &Options::default(),
+        DynamicOptions {
+            max_sequence: 64,
+            ..DynamicOptions::default()
+        },
+    )
+    .expect("a dynamic sequence");
+    let e = dynamic
+        .run(&bert_inputs(1, 65, 1))
+        .expect_err("a length past max_sequence")
+        .to_string();
+    assert!(
+        e.contains("sequence length 65") && e.contains("1..=64"),
+        "{e}"
+    );
+    let mut inputs = bert_inputs(1, 20, 1);
+    inputs[1] = bert_inputs(1, 21, 1).remove(1);
+    let e = dynamic
+        .run(&inputs)
+        .expect_err("inputs of different lengths")
+        .to_string();
+    assert!(
+        e.contains("attention_mask") && e.contains("sequence length"),
+        "{e}"
+    );
+    assert!(
+        dynamic.specializations().is_empty(),
+        "refused runs compile nothing"
+    );
+}
