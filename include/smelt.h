@@ -263,7 +263,7 @@ typedef struct SmeltDynamicInputInfo {
    */
   SmeltElementType element_type;
   /**
-   * Its shape: `SMELT_DYNAMIC_DIM` where the batch goes.
+   * Its shape: `SMELT_DYNAMIC_DIM` where the batch or the sequence length goes.
    */
   struct SmeltShape shape;
 } SmeltDynamicInputInfo;
@@ -485,7 +485,7 @@ SmeltStatus smelt_dynamic_output_count(const struct SmeltDynamicExecutable *exe,
 
 /**
  * Describes input `index` in `*info`: its name, element type and shape, the batch
- * written `SMELT_DYNAMIC_DIM`.
+ * and the sequence length written `SMELT_DYNAMIC_DIM`.
  *
  * # Safety
  * `info` is writable.
@@ -546,9 +546,19 @@ SmeltStatus smelt_dynamic_run(const struct SmeltDynamicExecutable *exe,
 
 /**
  * Compiles every bucket a run of `batch` elements needs, so that such runs compile
- * nothing.
+ * nothing; for a model with a sequence length, the buckets of the shortest lengths
+ * (`smelt_dynamic_warm_up_sequence` names a length).
  */
 SmeltStatus smelt_dynamic_warm_up(const struct SmeltDynamicExecutable *exe, size_t batch);
+
+/**
+ * Compiles every bucket a run of `batch` elements of sequence length `length` needs,
+ * so that such runs compile nothing (`length` is ignored by a model without a
+ * sequence length).
+ */
+SmeltStatus smelt_dynamic_warm_up_sequence(const struct SmeltDynamicExecutable *exe,
+                                           size_t batch,
+                                           size_t length);
 
 /**
  * Stores the number of specializations (buckets) compiled so far in `*count`.
@@ -624,7 +634,7 @@ SmeltStatus smelt_dynamic_output_count(const struct SmeltDynamicExecutable *exe,
 
 /**
  * Describes input `index` in `*info`: its name, element type and shape, the batch
- * written `SMELT_DYNAMIC_DIM`.
+ * and the sequence length written `SMELT_DYNAMIC_DIM`.
  *
  * # Safety
  * `info` is writable.
@@ -685,9 +695,19 @@ SmeltStatus smelt_dynamic_run(const struct SmeltDynamicExecutable *exe,
 
 /**
  * Compiles every bucket a run of `batch` elements needs, so that such runs compile
- * nothing.
+ * nothing; for a model with a sequence length, the buckets of the shortest lengths
+ * (`smelt_dynamic_warm_up_sequence` names a length).
  */
 SmeltStatus smelt_dynamic_warm_up(const struct SmeltDynamicExecutable *exe, size_t batch);
+
+/**
+ * Compiles every bucket a run of `batch` elements of sequence length `length` needs,
+ * so that such runs compile nothing (`length` is ignored by a model without a
+ * sequence length).
+ */
+SmeltStatus smelt_dynamic_warm_up_sequence(const struct SmeltDynamicExecutable *exe,
+                                           size_t batch,
+                                           size_t length);
 
 /**
  * Stores the number of specializations (buckets) compiled so far in `*count`.

@@ -57,7 +57,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use smelt_ir::batch::{batch_axes, leading_results, BatchAxis};
+use smelt_ir::batch::{batch_axes, leading_results, BatchAxis, ElementGather};
 use smelt_ir::padding::padding_proof;
 use smelt_ir::{DType, Diagnostic, Tensor, TensorType};
 
@@ -237,12 +237,17 @@ pub struct DynamicExecutable {
     lengths: Vec<usize>,
     /// The cache a chunk's arena should fit (see [`DynamicOptions::cache_bytes`]).
     cache_bytes: u64,
-    /// The batch analysis of the model at batch 2, for splits into chunks of 1 only.
-    unit_proof: Mutex<Option<Result<Vec<bool>, Diagnostic>>>,
+    /// The batch analysis of the model at batch 2, for splits into chunks of 1 only: one
+    /// per length bucket (`None` for a model without a sequence).
+    unit_proofs: Mutex<Vec<(Option<usize>, Separability)>>,
     /// The model file decoded once, on the first compile: every bucket imports from it,
     /// so the file is read once and the buckets share its weights.
     decoded: Mutex<Option<Arc<DecodedModel>>>,
 }
+
+/// Which results of a bucket's module carry the batch on their leading axis, or why the
+/// module cannot be split.
+type Separability = Result<Vec<bool>, Diagnostic>;
 
 struct Bucket {
     batch: usize,
@@ -258,7 +263,7 @@ struct Compiled {
     warnings: Vec<Diagnostic>,
     /// For a bucket of 2 or more: which results carry the batch on their leading axis,
     /// or why its module cannot be split. `None` for bucket 1.
-    separable: Option<Result<Vec<bool>, Diagnostic>>,
+    separable: Option<Separability>,
     /// For a bucket of a sequence length: each result's sequence axes, proved paddable.
     padded: Option<Vec<Vec<usize>>>,
 }
@@ -347,7 +352,7 @@ impl DynamicExecutable {
                 .cache_bytes
                 .or_else(last_level_cache_bytes)
                 .unwrap_or(DEFAULT_CACHE_BYTES),
-            unit_proof: Mutex::new(None),
+            unit_proofs: Mutex::new(Vec::new()),
             decoded: Mutex::new(None),
         })
     }
@@ -454,7 +459,7 @@ impl DynamicExecutable {
             self.compiled(size, bucket)?;
         }
         match chunks.first() {
-            Some(&largest) if chunks.len() > 1 => self.split_proof(largest).map(drop),
+            Some(&largest) if chunks.len() > 1 => self.split_proof(largest, bucket).map(drop),
             _ => Ok(()),
         }
     }
@@ -462,21 +467,22 @@ impl DynamicExecutable {
     /// Which results carry the batch, proved for a split whose largest chunk is
     /// `largest`: by that bucket's module when it is 2 or more, else by the model loaded
     /// (not compiled) at batch 2, once.
-    fn split_proof(&self, largest: usize) -> Result<Vec<bool>, Error> {
+    fn split_proof(&self, largest: usize, length: Option<usize>) -> Result<Vec<bool>, Error> {
         if largest >= 2 {
-            return Ok(self.compiled(largest, None)?.batched()?.to_vec());
+            return Ok(self.compiled(largest, length)?.batched()?.to_vec());
         }
-        let mut slot = self
-            .unit_proof
+        let mut proofs = self
+            .unit_proofs
             .lock()
             .map_err(|_| Error::Unsupported("a batch analysis panicked".into()))?;
-        if slot.is_none() {
-            let module = self.module_at(2, self.lengths.first().copied().unwrap_or(1))?;
-            *slot = Some(self.separable_results(&module, 2));
+        if !proofs.iter().any(|(l, _)| *l == length) {
+            let module = self.module_at(2, length.unwrap_or(1))?;
+            let proof = self.separable_results(&module, 2, length)?;
+            proofs.push((length, proof));
         }
-        match slot.as_ref() {
-            Some(Ok(batched)) => Ok(batched.clone()),
-            Some(Err(d)) => Err(Error::from(d.clone())),
+        match proofs.iter().find(|(l, _)| *l == length) {
+            Some((_, Ok(batched))) => Ok(batched.clone()),
+            Some((_, Err(d))) => Err(Error::from(d.clone())),
             None => Err(Error::Unsupported("no batch analysis".into())),
         }
     }
@@ -574,7 +580,10 @@ impl DynamicExecutable {
         let start = Instant::now();
         let mut opts = self.options.clone();
         let module = self.module_at(batch, length.unwrap_or(1))?;
-        let separable = (batch >= 2).then(|| self.separable_results(&module, batch));
+        let separable = match batch >= 2 {
+            true => Some(self.separable_results(&module, batch, length)?),
+            false => None,
+        };
         let padded = match length {
             Some(padded) => Some(self.padding(&module, batch, padded)?),
             None => None,
@@ -617,19 +626,22 @@ impl DynamicExecutable {
         Ok(proof.results)
     }
 
-    /// Which results of `module` (the model at `batch`) carry the batch.
+    /// Which results of `module` (the model at `batch` and length bucket `length`) carry
+    /// the batch, or the diagnostic of why it cannot be split; `Err` only for a failure
+    /// to load the model at batch 1, which a gather along the batch is checked against.
     fn separable_results(
         &self,
         module: &smelt_ir::Module,
         batch: usize,
-    ) -> Result<Vec<bool>, Diagnostic> {
-        let func = module.entry().ok_or_else(|| {
-            Diagnostic::error(
+        length: Option<usize>,
+    ) -> Result<Separability, Error> {
+        let Some(func) = module.entry() else {
+            return Ok(Err(Diagnostic::error(
                 "batch-analysis",
                 module.no_entry_reason(),
                 smelt_ir::Location::Unknown,
-            )
-        })?;
+            )));
+        };
         let params: Vec<Option<BatchAxis>> = func
             .params
             .iter()
@@ -641,8 +653,17 @@ impl DynamicExecutable {
                     .map(|_| BatchAxis::LEADING)
             })
             .collect();
-        let axes = batch_axes(func, &params, batch)?;
-        leading_results(func, &axes)
+        let analysis = match batch_axes(func, &module.weights, &params, batch) {
+            Ok(a) => a,
+            Err(d) => return Ok(Err(d)),
+        };
+        if !analysis.element_gathers.is_empty() {
+            let single = self.module_at(1, length.unwrap_or(1))?;
+            if let Err(d) = same_element_gathers(func, &single, &analysis.element_gathers) {
+                return Ok(Err(d));
+            }
+        }
+        Ok(leading_results(func, &analysis.axes))
     }
 
     /// The names of the results, in order (as the model declares them).
@@ -758,7 +779,7 @@ impl DynamicExecutable {
             // one chunk: the results are the bucket's own
             1 => vec![false; first.exe.outputs().len()],
             // the largest chunk's bucket (2 or more elements) proves the split
-            _ => self.split_proof(size)?,
+            _ => self.split_proof(size, bucket)?,
         };
         let padded = first.padded.clone().unwrap_or_default();
         let results = first
@@ -1074,6 +1095,42 @@ fn scaled(ty: &TensorType, batched: bool, size: usize, n: usize) -> Result<Tenso
         ty.dims[0] = n;
     }
     Ok(ty)
+}
+
+/// Checks that `single` (the model at batch 1) gathers at each of `gathers`' element-0
+/// indices, as `func` (the model at a larger batch) does at every element.
+fn same_element_gathers(
+    func: &smelt_ir::Func,
+    single: &smelt_ir::Module,
+    gathers: &[ElementGather],
+) -> Result<(), Diagnostic> {
+    let one = single.entry();
+    for g in gathers {
+        let inst = &func.insts[g.inst];
+        let indices_at_one = one
+            .and_then(|f| {
+                let i = f.insts.get(g.inst)?;
+                let v = *i.operands.get(1)?;
+                match (&i.op, f.inst_of(v).map(|d| &d.op)) {
+                    (smelt_ir::Op::Gather { .. }, Some(smelt_ir::Op::Const(id))) => {
+                        single.weights.get(*id)
+                    }
+                    _ => None,
+                }
+            })
+            .and_then(|w| w.elements()?.to_i64s());
+        if indices_at_one.as_deref() != Some(&g.indices[..]) {
+            return Err(Diagnostic::error(
+                "batch-not-separable",
+                "`gather` selects along the batch axis at positions the model at batch 1 \
+                 does not gather at, so a dynamic batch cannot be split into runs of fewer \
+                 elements; pin the batch size"
+                    .to_string(),
+                inst.loc.clone(),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `ty` with its sequence axes `axes` at `length`.

@@ -145,3 +145,19 @@ fn a_length_past_the_largest_bucket_is_an_error_naming_it() {
         "refused runs compile nothing"
     );
 }
+
+/// A batch of 3 at length 100 runs as three padded elements; the torch.export-based
+/// export (opset 18) reads its mask through a gather along the flattened `[N·S]` mask,
+/// which the batch analysis follows element by element.
+#[test]
+fn a_batch_off_its_buckets_at_a_length_off_its_buckets_matches() {
+    let model = common::exported_models().join("bert_opset18/model.onnx");
+    let dynamic = DynamicExecutable::new(&model, &Options::default(), DynamicOptions::default())
+        .expect("a dynamic batch and sequence");
+    let inputs = bert_inputs(3, 100, 11);
+    let got = dynamic.run(&inputs).expect("dynamic run");
+    assert_eq!(got[0].ty.dims, vec![3, 100, 384]);
+    assert_eq!(got[1].ty.dims, vec![3, 384]);
+    assert_close(&got, &specialized(&model, &inputs), "batch 3, length 100");
+    assert_eq!(dynamic.chunks(3).unwrap(), vec![1, 1, 1]);
+}

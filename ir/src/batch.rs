@@ -13,11 +13,21 @@
 //! Where the batch is: one axis of a value, whose index is `batch · inner + rest` (the
 //! batch the outermost factor of that axis, as when `[N, S, H]` is reshaped to
 //! `[N·S, H]`). A value computed from constants alone has no batch.
+//!
+//! A gather along the batch axis mixes elements in general, but not the one exporters
+//! write to read a padding mask through a flattened `[N·S]` view: constant indices whose
+//! element `n` picks rows `n·S + p` with the same offsets `p` for every `n`. Such a gather
+//! is followed, and reported ([`BatchAnalysis::element_gathers`]) so that the caller can
+//! check that the model at batch 1 gathers at `p` — a constant the importer folded from
+//! the batch is only known per import.
+
+use std::cell::RefCell;
 
 use crate::diag::{Diagnostic, Location};
 use crate::graph::Func;
 use crate::op::{FusedOp, Op, PostOp};
 use crate::types::TensorType;
+use crate::weights::{Weight, WeightStore};
 
 /// Where the batch lives in one value: the axis, and how many positions of that axis
 /// each batch element spans (1 unless axes were merged into it).
@@ -34,16 +44,40 @@ impl BatchAxis {
     pub const LEADING: BatchAxis = BatchAxis { axis: 0, inner: 1 };
 }
 
-/// Where the batch is in every value of `func` (indexed like [`Func::type_of`]'s
-/// values: parameters first, then one per instruction), given where it is in each
-/// parameter and the batch size the function was instantiated with (at least 2, so the
-/// batch is told apart from unit axes). An error names the first instruction through
-/// which the batch cannot be followed, and why.
+/// What [`batch_axes`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchAnalysis {
+    /// Where the batch is in every value of the function (indexed like
+    /// [`Func::type_of`]'s values), `None` in values that do not depend on it.
+    pub axes: Vec<Option<BatchAxis>>,
+    /// The gathers that select along the batch axis at constant positions inside each
+    /// element's own rows (an exporter's padding mask read through a flattened
+    /// `[N·S]` view): the split is exact only if the model at batch 1 gathers at
+    /// [`ElementGather::indices`], which the caller checks on that model.
+    pub element_gathers: Vec<ElementGather>,
+}
+
+/// A gather along the batch axis whose constant indices, at each batch element, pick
+/// that element's own rows, the same ones for every element.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ElementGather {
+    /// The instruction's index in the function body.
+    pub inst: usize,
+    /// The indices of element 0 (row-major, the batch axis of the indices dropped to 1).
+    pub indices: Vec<i64>,
+}
+
+/// Where the batch is in every value of `func`, given where it is in each parameter and
+/// the batch size the function was instantiated with (at least 2, so the batch is told
+/// apart from unit axes); `weights` are its module's (a gather's constant indices are
+/// read). An error names the first instruction through which the batch cannot be
+/// followed, and why.
 pub fn batch_axes(
     func: &Func,
+    weights: &WeightStore,
     params: &[Option<BatchAxis>],
     batch: usize,
-) -> Result<Vec<Option<BatchAxis>>, Diagnostic> {
+) -> Result<BatchAnalysis, Diagnostic> {
     if batch < 2 {
         return Err(Diagnostic::error(
             "batch-analysis",
@@ -71,19 +105,25 @@ pub fn batch_axes(
         axes.push(*at);
     }
     axes.resize(func.params.len(), None);
-    for inst in &func.insts {
+    let mut element_gathers = Vec::new();
+    for (index, inst) in func.insts.iter().enumerate() {
         let operands: Vec<Operand<'_>> = inst
             .operands
             .iter()
             .map(|&v| Operand {
                 ty: func.type_of(v),
                 at: axes[v.index()],
+                constant: match func.inst_of(v).map(|i| &i.op) {
+                    Some(Op::Const(id)) => weights.get(*id),
+                    _ => None,
+                },
             })
             .collect();
         let follow = Follow {
             operands: &operands,
             result: &inst.ty,
             batch,
+            element_indices: RefCell::new(None),
         };
         let at = follow.op(&inst.op).map_err(|why| {
             Diagnostic::error(
@@ -112,15 +152,26 @@ pub fn batch_axes(
                 ));
             }
         }
+        if let Some(indices) = follow.element_indices.into_inner() {
+            element_gathers.push(ElementGather {
+                inst: index,
+                indices,
+            });
+        }
         axes.push(at);
     }
-    Ok(axes)
+    Ok(BatchAnalysis {
+        axes,
+        element_gathers,
+    })
 }
 
-/// One operand as the analysis sees it: its type and where its batch is.
+/// One operand as the analysis sees it: its type, where its batch is, and its weight
+/// when it is a constant.
 struct Operand<'a> {
     ty: &'a TensorType,
     at: Option<BatchAxis>,
+    constant: Option<&'a Weight>,
 }
 
 /// The rules for one instruction. Each returns where the batch is in the result, or
@@ -129,6 +180,9 @@ struct Follow<'a> {
     operands: &'a [Operand<'a>],
     result: &'a TensorType,
     batch: usize,
+    /// Set by a gather along the batch axis at per-element constant positions: element
+    /// 0's indices (see [`ElementGather`]).
+    element_indices: RefCell<Option<Vec<i64>>>,
 }
 
 type Rule = Result<Option<BatchAxis>, String>;
@@ -386,9 +440,7 @@ impl Follow<'_> {
         let (data, indices) = (&self.operands[0], &self.operands[1]);
         match (data.at, indices.at) {
             (Some(_), Some(_)) => Err("indexes batched data with batched indices".into()),
-            (Some(at), None) if at.axis == axis => {
-                Err(format!("selects along the batch axis {axis}"))
-            }
+            (Some(at), None) if at.axis == axis => self.element_gather(at, axis),
             (Some(at), None) if at.axis < axis => Ok(Some(at)),
             (Some(at), None) => Ok(Some(BatchAxis {
                 axis: at.axis - 1 + indices.ty.rank(),
@@ -400,6 +452,51 @@ impl Follow<'_> {
             })),
             (None, None) => Ok(None),
         }
+    }
+
+    /// A gather along the batch axis `axis` of data (`at.inner` positions per element)
+    /// at constant indices: separable when the indices have an axis of one position per
+    /// element along which element `n`'s indices are `n · inner` plus the same offsets
+    /// for every `n`, each inside `0..inner` — each element reads only its own rows.
+    fn element_gather(&self, at: BatchAxis, axis: usize) -> Rule {
+        let (data, indices) = (&self.operands[0], &self.operands[1]);
+        let refuse = || Err(format!("selects along the batch axis {axis}"));
+        let Some(values) = indices.constant.and_then(|w| w.elements()?.to_i64s()) else {
+            return refuse();
+        };
+        let dims = &indices.ty.dims;
+        let size = data.ty.dims[axis] as i64;
+        let inner = at.inner as i64;
+        let element_axis = (0..dims.len()).find(|&j| {
+            dims[j] == self.batch && {
+                let stride: usize = dims[j + 1..].iter().product();
+                let offset = |i: usize, v: i64| {
+                    let v = if v < 0 { v + size } else { v };
+                    v - ((i / stride) % self.batch) as i64 * inner
+                };
+                // element n's offsets equal element 0's, each inside one element's rows
+                values.iter().enumerate().all(|(i, &v)| {
+                    let o = offset(i, v);
+                    let first = i - ((i / stride) % self.batch) * stride;
+                    (0..inner).contains(&o) && o == offset(first, values[first])
+                })
+            }
+        });
+        let Some(j) = element_axis else {
+            return refuse();
+        };
+        let stride: usize = dims[j + 1..].iter().product();
+        let first: Vec<i64> = values
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| (i / stride).is_multiple_of(self.batch))
+            .map(|(_, &v)| if v < 0 { v + size } else { v })
+            .collect();
+        *self.element_indices.borrow_mut() = Some(first);
+        Ok(Some(BatchAxis {
+            axis: axis + j,
+            inner: 1,
+        }))
     }
 
     /// `matmul(A, B)` with numpy batch broadcasting: the batch may be in the leading
@@ -468,6 +565,7 @@ impl Follow<'_> {
             operands: &self.operands[..anchor_arity],
             result: self.result,
             batch: self.batch,
+            element_indices: RefCell::new(None),
         };
         let mut at = anchor.op(&f.anchor)?;
         let mut next = anchor_arity;
@@ -477,16 +575,19 @@ impl Follow<'_> {
                     Operand {
                         ty: self.result,
                         at,
+                        constant: None,
                     },
                     Operand {
                         ty: self.operands[next].ty,
                         at: self.operands[next].at,
+                        constant: self.operands[next].constant,
                     },
                 ];
                 at = Follow {
                     operands: &pair,
                     result: self.result,
                     batch: self.batch,
+                    element_indices: RefCell::new(None),
                 }
                 .broadcast(0..2)?;
                 next += 1;
@@ -517,4 +618,56 @@ pub fn leading_results(func: &Func, axes: &[Option<BatchAxis>]) -> Result<Vec<bo
             )),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::text::parse;
+
+    /// A `[2, 3]` mask flattened to `[6]` and gathered at `table` (shape `[2, 3]`).
+    fn masked(table: &str) -> crate::graph::Module {
+        let src = format!(
+            "const @at : tensor<2x3xi64> = dense<[{table}]>
+func @f(%mask: tensor<2x3xf32>) -> (y: tensor<2x3xf32>) {{
+  %0 = reshape %mask {{shape = [6]}} : tensor<6xf32>
+  %1 = const @at : tensor<2x3xi64>
+  %2 = gather %0, %1 : tensor<2x3xf32>
+  return %2 : tensor<2x3xf32>
+}}"
+        );
+        parse(&src, "mask.tir").expect("parses")
+    }
+
+    fn analyse(m: &crate::graph::Module) -> Result<BatchAnalysis, Diagnostic> {
+        batch_axes(
+            m.entry().unwrap(),
+            &m.weights,
+            &[Some(BatchAxis::LEADING)],
+            2,
+        )
+    }
+
+    #[test]
+    fn a_gather_of_each_elements_own_rows_is_followed() {
+        let m = masked("2, 0, 1, 5, 3, -2");
+        let a = analyse(&m).expect("each element reads its own rows");
+        assert_eq!(a.axes.last().copied().flatten(), Some(BatchAxis::LEADING));
+        assert_eq!(
+            a.element_gathers,
+            vec![ElementGather {
+                inst: 2,
+                indices: vec![2, 0, 1]
+            }]
+        );
+    }
+
+    #[test]
+    fn a_gather_across_elements_is_refused() {
+        // element 1 reads element 0's rows
+        for table in ["0, 1, 2, 0, 1, 2", "0, 1, 2, 4, 3, 5"] {
+            let e = analyse(&masked(table)).expect_err(table).to_string();
+            assert!(e.contains("selects along the batch axis 0"), "{table}: {e}");
+        }
+    }
 }
