@@ -404,3 +404,74 @@ fn dynamic_batch_models_run_verify_and_bench_without_shape() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("--shape x=1x6x9x9"), "{}", stderr(&o));
 }
+
+/// A model with a dynamic sequence length needs no `--shape` either: `run` pads a run of
+/// `--sequence 100` to the 128 bucket and writes results 100 long, `verify` checks the
+/// padded dynamic run against the interpreter, `bench` names the bucket it compiled, and
+/// a length past the largest bucket is refused.
+#[test]
+fn dynamic_sequence_models_run_verify_and_bench_without_shape() {
+    let model = common::exported_models().join("bert_opset14/model.onnx");
+    let model = model.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let o = smelt(&[
+        "run",
+        model,
+        "--random-inputs",
+        "1",
+        "--sequence",
+        "100",
+        "--output-dir",
+        out,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("sequence length 100") && stderr(&o).contains("1x128"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        read_npy(&dir.path().join("last_hidden_state.npy")).dims(),
+        &[1, 100, 384]
+    );
+    let o = smelt(&[
+        "run",
+        model,
+        "--random-inputs",
+        "1",
+        "--sequence",
+        "9999",
+        "--output-dir",
+        out,
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("sequence length 9999"),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = smelt(&["verify", model, "--sequence", "40", "--input-range", "1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("jit(dynamic) vs interp(unfused)"),
+        "{}",
+        stdout(&o)
+    );
+
+    let o = smelt(&[
+        "bench",
+        model,
+        "--sequence",
+        "100",
+        "--warmup",
+        "0",
+        "--iterations",
+        "1",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!(report["compile_parts"]["bucket_1x128_ms"].as_f64().unwrap() > 0.0);
+}

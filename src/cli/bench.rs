@@ -135,7 +135,8 @@ pub struct BenchArgs {
 struct CompileBreakdown {
     /// Each stage by name, in the order it ran: `load`, each pass (including the
     /// verification after it), `lower`, `codegen`; for a dynamic batch, `interface` (the
-    /// model's declared inputs read) and each bucket compiled, `bucket_<size>`.
+    /// model's declared inputs read) and each bucket compiled, `bucket_<size>` (`bucket_<size>x<length>` with a
+    /// sequence length).
     parts: Vec<(String, f64)>,
     /// Everything from reading the model to a runnable executable.
     total_ms: f64,
