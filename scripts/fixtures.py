@@ -45,24 +45,57 @@ def npy_name(name):
     return out + ".npy"
 
 
-def save_with_reference(folder, model, inputs, opts):
+def save_with_reference(folder, model, inputs, opts, exact=False):
     """Checks and saves `model` as folder/model.onnx, each input as NAME.npy and
-    onnxruntime's outputs as want_NAME.npy (NAME as `npy_name` spells it)."""
+    onnxruntime's outputs as want_NAME.npy (NAME as `npy_name` spells it).
+
+    `exact`: the model's outputs are exact integer arithmetic (scaled), which ONNX's own
+    reference evaluator computes too. Where onnxruntime disagrees with it, the reference's
+    outputs are saved instead and folder/oracle.txt says why: on x86-64 hosts without
+    AVX-512 VNNI or AVX-VNNI, onnxruntime's u8s8 kernels sum pairs of products in
+    saturating 16-bit lanes (vpmaddubsw), so a full-range int8 weight times a uint8 input
+    is clipped."""
     onnx.checker.check_model(model, full_check=True)
     os.makedirs(folder)
     onnx.save(model, os.path.join(folder, "model.onnx"))
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     outputs = sess.run(None, inputs)
+    if exact:
+        reference = exact_reference(model, inputs)
+        differs = [o.name for o, a, b in zip(sess.get_outputs(), outputs, reference) if not np.array_equal(a, b)]
+        if differs:
+            outputs = reference
+            with open(os.path.join(folder, "oracle.txt"), "w") as f:
+                f.write(
+                    f"onnx.reference: onnxruntime {ort.__version__} differs on {', '.join(differs)} "
+                    "(its u8s8 kernels saturate 16-bit pair sums on this host)\n"
+                )
     for k, v in inputs.items():
         np.save(os.path.join(folder, npy_name(k)), v)
     for o, v in zip(sess.get_outputs(), outputs):
         np.save(os.path.join(folder, "want_" + npy_name(o.name)), v)
 
 
-def write_models(out, stamp, seed, models):
+def exact_reference(model, inputs):
+    """The outputs of ONNX's reference evaluator on `model`. Its QuantizeLinear and
+    DequantizeLinear start at opset 19, whose semantics include those of 13 for the
+    per-tensor and per-axis forms, so a model of an older opset is evaluated as 21."""
+    from onnx.reference import ReferenceEvaluator
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for o in m.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            o.version = max(o.version, 21)
+    return ReferenceEvaluator(m).run(None, inputs)
+
+
+def write_models(out, stamp, seed, models, exact=()):
     """Builds each model of `models` (name -> build(rng) giving graph, inputs, opset) with
     one generator seeded `seed`, in order, and saves it with onnxruntime's outputs into
-    `out` (written whole or not at all, stamped `stamp`)."""
+    `out` (written whole or not at all, stamped `stamp`); the models named in `exact`
+    compute exact integer arithmetic and are checked against ONNX's reference evaluator
+    (`save_with_reference`)."""
     rng = np.random.default_rng(seed)
     opts = reference_session_options()
     with complete_folder(out, stamp) as tmp:
@@ -70,7 +103,7 @@ def write_models(out, stamp, seed, models):
             graph, inputs, opset = build(rng)
             m = h.make_model(graph, opset_imports=[h.make_opsetid("", opset)])
             m.ir_version = 8
-            save_with_reference(os.path.join(tmp, name), m, inputs, opts)
+            save_with_reference(os.path.join(tmp, name), m, inputs, opts, exact=name in exact)
     print(f"wrote {', '.join(models)} to {out}")
 
 
