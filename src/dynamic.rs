@@ -1,5 +1,6 @@
-//! Executables for models with a dynamic batch: compiled for a few batch sizes on first
-//! use, a run of any batch split into chunks of those sizes.
+//! Executables for models with dynamic sizes: a batch compiled for a few sizes on first
+//! use (a run split into chunks of those), a sequence length padded to buckets, image
+//! sizes compiled exactly per value in a bounded cache.
 //!
 //! An ONNX model whose inputs have a dynamic leading dimension (`batch`, `N`, `-1`) can
 //! be run at any batch without recompiling for each one. [`DynamicExecutable`] keeps the
@@ -52,14 +53,35 @@
 //!
 //! A sweep over lengths 1 to 384 compiles at most 7 specializations (at batch 1). With a
 //! sequence, a batch runs one element at a time (the proof is made at batch 1).
+//!
+//! ## Sizes compiled exactly: image height and width, and lengths padding cannot serve
+//!
+//! Padding is exact only where nothing reads across the padded axis into valid positions.
+//! Convolutions and pools do, along an image's height and width: after the first conv's
+//! bias and activation the padded border holds values that the next conv's windows read
+//! into valid pixels. So a model with two or more named symbols off the leading axis (a
+//! detector's `[1, 3, height, width]`) compiles each distinct set of their values exactly
+//! ([`DynamicExecutable::symbols`], [`DynamicDim::Symbol`]), and so does a model whose one
+//! symbol the padding proof refuses (a text-line recognizer's width, read by its convs):
+//! its first refused bucket turns the length into such a symbol, and every run after that
+//! compiles its length exactly, the refusal kept as a warning of each specialization.
+//! Inputs that share a symbol must agree on its value (an error names both). The batch,
+//! if dynamic too, is still bucketed within each set of sizes.
+//!
+//! Policy: at most [`DynamicOptions::max_shapes`] sets of sizes (default 8) keep their
+//! executables, the least recently run dropped first; a run at a new set compiles on the
+//! spot (DBNet at 640×480: ≈ 95 ms). This is an exact-shape cache, not buckets: a sweep
+//! over many sizes compiles once per size. Bucketed image sizes need padding masked after
+//! every window op (the valid extent changes per run inside a bucket), which the loop IR
+//! cannot express yet: its extents are constants.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use smelt_ir::batch::{batch_axes, leading_results, BatchAxis, ElementGather};
-use smelt_ir::padding::padding_proof;
-use smelt_ir::{DType, Diagnostic, Tensor, TensorType};
+use smelt_ir::padding::{padding_proof, NOT_PADDABLE};
+use smelt_ir::{DType, Diagnostic, Severity, Tensor, TensorType};
 
 use crate::driver::{compile, Options};
 use crate::onnx::{declared_interface, decode_file, DecodedModel, ImportOptions, InputDim};
@@ -68,6 +90,10 @@ use crate::Error;
 
 /// The largest bucket [`DynamicOptions::max_bucket`] may name.
 pub const MAX_BUCKET_LIMIT: usize = 1024;
+
+/// The most sets of sizes [`DynamicOptions::max_shapes`] may keep: each holds compiled
+/// code and packed weights.
+pub const MAX_SHAPES_LIMIT: usize = 256;
 
 /// How a [`DynamicExecutable`] specializes.
 #[derive(Clone, Copy, Debug)]
@@ -83,6 +109,10 @@ pub struct DynamicOptions {
     /// For a model with a symbolic sequence length: the longest length a run may have
     /// (default 512); the length buckets are those of [`sequence_buckets`] up to it.
     pub max_sequence: usize,
+    /// For a model with two or more symbols off the leading axis (an image's height and
+    /// width): how many distinct sets of their values keep their executables (default
+    /// 8); a run of a new one past that drops the oldest set's.
+    pub max_shapes: usize,
 }
 
 impl Default for DynamicOptions {
@@ -91,6 +121,7 @@ impl Default for DynamicOptions {
             max_bucket: 8,
             cache_bytes: None,
             max_sequence: 512,
+            max_shapes: 8,
         }
     }
 }
@@ -150,6 +181,10 @@ pub enum DynamicDim {
     Batch,
     /// The sequence length: the one symbolic dimension off the leading axis.
     Sequence,
+    /// One of two or more named symbols off the leading axis (an image's height and
+    /// width): each distinct set of their values gets executables of its own, compiled
+    /// for exactly those sizes (the index is into [`DynamicExecutable::symbols`]).
+    Symbol(usize),
 }
 
 /// One input as a [`DynamicExecutable`] takes it.
@@ -161,10 +196,14 @@ pub struct DynamicInput {
     pub dtype: DType,
     /// Its dims.
     pub dims: Vec<DynamicDim>,
+    /// The names of the symbols its [`DynamicDim::Symbol`]s index (the executable's
+    /// [`DynamicExecutable::symbols`]; empty when it has none).
+    pub symbol_names: Vec<String>,
 }
 
 impl DynamicInput {
-    /// The shape as text, the batch written `N` and the sequence `S`: `Nx3x224x224`.
+    /// The shape as text, the batch written `N`, the sequence `S` and other symbols by
+    /// name: `Nx3x224x224`, `1x3xheightxwidth`.
     pub fn shape_text(&self) -> String {
         let parts: Vec<String> = self
             .dims
@@ -173,6 +212,11 @@ impl DynamicInput {
                 DynamicDim::Fixed(n) => n.to_string(),
                 DynamicDim::Batch => "N".to_string(),
                 DynamicDim::Sequence => "S".to_string(),
+                DynamicDim::Symbol(k) => self
+                    .symbol_names
+                    .get(*k)
+                    .cloned()
+                    .unwrap_or_else(|| format!("?{k}")),
             })
             .collect();
         parts.join("x")
@@ -186,6 +230,10 @@ impl DynamicInput {
         self.dims.contains(&DynamicDim::Sequence)
     }
 
+    fn symbolic(&self) -> bool {
+        self.dims.iter().any(|d| matches!(d, DynamicDim::Symbol(_)))
+    }
+
     /// The concrete dims at batch `n` and sequence length `length` (ignored by a model
     /// without a sequence).
     pub fn dims_at(&self, n: usize, length: usize) -> Vec<usize> {
@@ -195,6 +243,8 @@ impl DynamicInput {
                 DynamicDim::Fixed(size) => size,
                 DynamicDim::Batch => n,
                 DynamicDim::Sequence => length,
+                // a symbol is fixed per shaped executable; outside one it has no size
+                DynamicDim::Symbol(_) => 0,
             })
             .collect()
     }
@@ -216,6 +266,9 @@ pub struct Specialization {
     pub batch: usize,
     /// The sequence length it was compiled for (a length bucket), for a model with one.
     pub length: Option<usize>,
+    /// The values of the symbols it was compiled for, in the order of
+    /// [`DynamicExecutable::symbols`]; empty for a model without them.
+    pub symbols: Vec<usize>,
     /// Milliseconds the compile took (import, passes, code generation).
     pub compile_ms: f64,
     /// The warnings of its optimization (a fusion limit hit, an unchecked rule run).
@@ -235,6 +288,22 @@ pub struct DynamicExecutable {
     buckets: Vec<Bucket>,
     /// The length buckets, ascending, for a model with a sequence; empty otherwise.
     lengths: Vec<usize>,
+    /// The names of the symbols specialized exactly ([`DynamicDim::Symbol`]); empty for
+    /// a model without them.
+    symbols: Vec<String>,
+    /// For a model with symbols: one executable per set of symbol values run so far,
+    /// the symbols pinned in its inputs, oldest first, at most `max_shapes`.
+    shaped: Mutex<Vec<(Vec<usize>, Arc<DynamicExecutable>)>>,
+    /// The most shaped executables kept (see [`DynamicOptions::max_shapes`]).
+    max_shapes: usize,
+    /// The options it was made with, for its shaped executables.
+    dynamic: DynamicOptions,
+    /// For a model with a sequence length whose padding the proof refused: the same
+    /// model with that length as a symbol compiled exactly per value, which runs every
+    /// plan made after the refusal.
+    exact_lengths: OnceLock<ExactLengths>,
+    /// The name of the sequence length's symbol, for a model with one.
+    sequence_name: Option<String>,
     /// The cache a chunk's arena should fit (see [`DynamicOptions::cache_bytes`]).
     cache_bytes: u64,
     /// The batch analysis of the model at batch 2, for splits into chunks of 1 only: one
@@ -248,6 +317,14 @@ pub struct DynamicExecutable {
 /// Which results of a bucket's module carry the batch on their leading axis, or why the
 /// module cannot be split.
 type Separability = Result<Vec<bool>, Diagnostic>;
+
+/// A sequence length compiled exactly per value, after the padding proof refused it.
+struct ExactLengths {
+    /// Why the length cannot be padded: the proof's refusal, naming the op.
+    refusal: Diagnostic,
+    /// The model with the length as its one symbol ([`DynamicDim::Symbol`]).
+    exe: Arc<DynamicExecutable>,
+}
 
 struct Bucket {
     batch: usize,
@@ -294,33 +371,72 @@ impl DynamicExecutable {
         };
         let declared = declared_interface(path, &import)?;
         let mut inputs = Vec::with_capacity(declared.inputs.len());
-        let mut symbol: Option<(String, String)> = None;
+        let symbols = declared_symbols(
+            declared
+                .inputs
+                .iter()
+                .filter(|d| !options.load.input_shapes.contains_key(&d.name))
+                .filter_map(|d| d.dims.as_deref()),
+        );
         for d in declared.inputs {
             let dims = match options.load.input_shapes.get(&d.name) {
                 Some(pinned) => pinned.iter().map(|&n| DynamicDim::Fixed(n)).collect(),
-                None => dynamic_dims(&d.name, d.dims.as_deref(), &mut symbol)?,
+                None => dynamic_dims(&d.name, d.dims.as_deref(), &symbols)?,
             };
             inputs.push(DynamicInput {
                 name: d.name,
                 dtype: d.dtype,
                 dims,
+                symbol_names: Vec::new(),
             });
         }
-        if !inputs.iter().any(|i| i.batched() || i.sequenced()) {
+        if !inputs
+            .iter()
+            .any(|i| i.batched() || i.sequenced() || i.symbolic())
+        {
             return Err(Error::InvalidArgument(format!(
-                "{}: no input has a dynamic batch (a dynamic leading dimension) or sequence \
-                 length; compile it as an Executable",
+                "{}: no input has a dynamic batch (a dynamic leading dimension), sequence \
+                 length or other symbol; compile it as an Executable",
                 path.display()
             )));
         }
-        let lengths = match symbol {
-            Some(_) if dynamic.max_sequence == 0 => {
+        if !(1..=MAX_SHAPES_LIMIT).contains(&dynamic.max_shapes) {
+            return Err(Error::InvalidArgument(format!(
+                "max_shapes = {} must be from 1 to {MAX_SHAPES_LIMIT}",
+                dynamic.max_shapes
+            )));
+        }
+        let (symbols, sequence_name) = match symbols.len() {
+            1 => (Vec::new(), symbols.into_iter().next()),
+            _ => (symbols, None),
+        };
+        for input in inputs.iter_mut().filter(|i| i.symbolic()) {
+            input.symbol_names = symbols.clone();
+        }
+        let mut exe = Self::assemble(path, options, dynamic, inputs, declared.outputs, symbols)?;
+        exe.sequence_name = sequence_name;
+        Ok(exe)
+    }
+
+    /// The executable of `inputs` (dims as [`DynamicExecutable::new`] found them, or with
+    /// the symbols pinned for a shaped one).
+    fn assemble(
+        path: &Path,
+        options: &Options,
+        dynamic: DynamicOptions,
+        inputs: Vec<DynamicInput>,
+        outputs: Vec<String>,
+        symbols: Vec<String>,
+    ) -> Result<DynamicExecutable, Error> {
+        let sequenced = inputs.iter().any(DynamicInput::sequenced);
+        let lengths = match sequenced {
+            true if dynamic.max_sequence == 0 => {
                 return Err(Error::InvalidArgument(
                     "max_sequence must be at least 1".into(),
                 ))
             }
-            Some(_) => sequence_buckets(dynamic.max_sequence),
-            None => Vec::new(),
+            true => sequence_buckets(dynamic.max_sequence),
+            false => Vec::new(),
         };
         let length_slots: Vec<Option<usize>> = match lengths.is_empty() {
             true => vec![None],
@@ -345,9 +461,15 @@ impl DynamicExecutable {
             path: path.to_path_buf(),
             options: options.clone(),
             inputs,
-            outputs: declared.outputs,
+            outputs,
             buckets,
             lengths,
+            symbols,
+            shaped: Mutex::new(Vec::new()),
+            max_shapes: dynamic.max_shapes,
+            dynamic,
+            exact_lengths: OnceLock::new(),
+            sequence_name: None,
             cache_bytes: dynamic
                 .cache_bytes
                 .or_else(last_level_cache_bytes)
@@ -400,6 +522,7 @@ impl DynamicExecutable {
     /// A model with a sequence length runs one element at a time: its padding is proved at
     /// batch 1.
     pub fn largest_chunk(&self) -> Result<usize, Error> {
+        self.no_symbols("the largest chunk")?;
         if !self.lengths.is_empty() {
             return Ok(1);
         }
@@ -433,35 +556,195 @@ impl DynamicExecutable {
         Ok(chunks)
     }
 
-    /// The specializations compiled so far, by batch.
+    /// The specializations compiled so far, by batch (for a model with symbols, by the
+    /// symbols' values in the order they were first run, then by batch; only those kept).
     pub fn specializations(&self) -> Vec<Specialization> {
-        self.buckets
+        let mut all: Vec<Specialization> = self
+            .buckets
             .iter()
             .filter_map(|b| {
                 let slot = b.compiled.lock().ok()?;
                 slot.as_ref().map(|c| Specialization {
                     batch: b.batch,
                     length: b.length,
+                    symbols: Vec::new(),
                     compile_ms: c.compile_ms,
                     warnings: c.warnings.clone(),
                 })
             })
-            .collect()
+            .collect();
+        if let Ok(shaped) = self.shaped.lock() {
+            for (values, exe) in shaped.iter() {
+                all.extend(exe.specializations().into_iter().map(|s| Specialization {
+                    symbols: values.clone(),
+                    ..s
+                }));
+            }
+        }
+        if let Some(exact) = self.exact_lengths.get() {
+            let note = Diagnostic {
+                severity: Severity::Warning,
+                ..exact.refusal.clone()
+            }
+            .with_note(
+                "so the sequence length is compiled exactly for each length run, not \
+                 padded to a bucket",
+            );
+            all.extend(exact.exe.specializations().into_iter().map(|mut s| {
+                s.warnings.insert(0, note.clone());
+                s
+            }));
+        }
+        all
+    }
+
+    /// The names of the symbols compiled exactly per value (an image's height and
+    /// width), in [`DynamicDim::Symbol`]'s order; empty for a model without them.
+    pub fn symbols(&self) -> &[String] {
+        match self.exact_lengths.get() {
+            Some(exact) => &exact.exe.symbols,
+            None => &self.symbols,
+        }
+    }
+
+    /// Refuses a question whose answer depends on the symbols' values.
+    fn no_symbols(&self, what: &str) -> Result<(), Error> {
+        match self.symbols.is_empty() {
+            true => Ok(()),
+            false => Err(Error::InvalidArgument(format!(
+                "{what} depends on the sizes of the symbols {}: plan a run of given shapes \
+                 (DynamicExecutable::plan, warm_up_shapes)",
+                self.symbols.join(", ")
+            ))),
+        }
+    }
+
+    /// The executable of the symbols' values in inputs of `shapes`, for a model with
+    /// symbols (compiled buckets on first use; the oldest set dropped past
+    /// `max_shapes`); `None` for a model without them.
+    fn shaped_for(&self, shapes: &[&[usize]]) -> Result<Option<Arc<DynamicExecutable>>, Error> {
+        if self.symbols.is_empty() {
+            return Ok(None);
+        }
+        if shapes.len() != self.inputs.len() {
+            return Err(Error::InvalidArgument(format!(
+                "expected {} inputs, got {}",
+                self.inputs.len(),
+                shapes.len()
+            )));
+        }
+        let mut values: Vec<Option<(usize, &str)>> = vec![None; self.symbols.len()];
+        for (dims, info) in shapes.iter().zip(&self.inputs) {
+            if dims.len() != info.dims.len() {
+                return Err(Error::InvalidArgument(format!(
+                    "input {} has rank {}, not {} (shape {dims:?})",
+                    info.name,
+                    dims.len(),
+                    info.dims.len()
+                )));
+            }
+            for (k, (&got, want)) in dims.iter().zip(&info.dims).enumerate() {
+                let DynamicDim::Symbol(s) = *want else {
+                    continue;
+                };
+                let symbol = &self.symbols[s];
+                match values[s] {
+                    _ if got == 0 => {
+                        return Err(Error::InvalidArgument(format!(
+                            "input {} dimension {k} ('{symbol}') is 0",
+                            info.name
+                        )))
+                    }
+                    Some((v, first)) if v != got => {
+                        return Err(Error::InvalidArgument(format!(
+                            "input {} dimension {k} ('{symbol}') is {got} but input {first} \
+                             has '{symbol}' = {v}: the inputs share it",
+                            info.name
+                        )))
+                    }
+                    Some(_) => {}
+                    None => values[s] = Some((got, &info.name)),
+                }
+            }
+        }
+        let values: Vec<usize> = values.iter().map(|v| v.map_or(1, |(v, _)| v)).collect();
+        let mut shaped = self
+            .shaped
+            .lock()
+            .map_err(|_| Error::Unsupported("a shaped compile panicked".into()))?;
+        if let Some(k) = shaped.iter().position(|(v, _)| *v == values) {
+            // most recently used last: the oldest set is the one dropped
+            let entry = shaped.remove(k);
+            let exe = entry.1.clone();
+            shaped.push(entry);
+            return Ok(Some(exe));
+        }
+        let mut options = self.options.clone();
+        let inputs: Vec<DynamicInput> = self
+            .inputs
+            .iter()
+            .map(|i| {
+                let dims: Vec<DynamicDim> = i
+                    .dims
+                    .iter()
+                    .map(|d| match *d {
+                        DynamicDim::Symbol(s) => DynamicDim::Fixed(values[s]),
+                        other => other,
+                    })
+                    .collect();
+                let input = DynamicInput {
+                    dims,
+                    symbol_names: Vec::new(),
+                    ..i.clone()
+                };
+                if i.symbolic() && !input.batched() {
+                    // every dim known now: the import pins it as a whole
+                    options
+                        .load
+                        .input_shapes
+                        .insert(i.name.clone(), input.dims_at(1, 1));
+                }
+                input
+            })
+            .collect();
+        let exe = Self::assemble(
+            &self.path,
+            &options,
+            self.dynamic,
+            inputs,
+            self.outputs.clone(),
+            Vec::new(),
+        )?;
+        // the file is decoded once for every shape
+        if let Ok(mut d) = exe.decoded.lock() {
+            *d = Some(self.decoded()?);
+        }
+        let exe = Arc::new(exe);
+        if shaped.len() >= self.max_shapes {
+            shaped.remove(0);
+        }
+        shaped.push((values, exe.clone()));
+        Ok(Some(exe))
+    }
+
+    /// Compiles everything a run on inputs of `shapes` needs, so that such runs compile
+    /// nothing: for a model with symbols, the executables of their values.
+    pub fn warm_up_shapes(&self, shapes: &[&[usize]]) -> Result<(), Error> {
+        self.plan(shapes).map(drop)
     }
 
     /// Compiles every bucket a run of `batch` elements needs (and checks it can be split),
     /// so that the run itself compiles nothing; for a model with a sequence, at
     /// `length` (ignored otherwise).
     pub fn warm_up(&self, batch: usize, length: usize) -> Result<(), Error> {
-        let chunks = self.chunks(batch)?;
-        let bucket = self.length_bucket(length)?;
-        for &size in &chunks {
-            self.compiled(size, bucket)?;
-        }
-        match chunks.first() {
-            Some(&largest) if chunks.len() > 1 => self.split_proof(largest, bucket).map(drop),
-            _ => Ok(()),
-        }
+        self.no_symbols("warm_up")?;
+        let shapes: Vec<Vec<usize>> = self
+            .inputs
+            .iter()
+            .map(|i| i.dims_at(batch, length))
+            .collect();
+        let shapes: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+        self.plan(&shapes).map(drop)
     }
 
     /// Which results carry the batch, proved for a split whose largest chunk is
@@ -492,6 +775,7 @@ impl DynamicExecutable {
     /// and verified but not compiled, the reference a run of that shape is checked
     /// against.
     pub fn module_at(&self, batch: usize, length: usize) -> Result<smelt_ir::Module, Error> {
+        self.no_symbols("module_at")?;
         let sequenced = !self.lengths.is_empty();
         if batch == 0 || (sequenced && length == 0) {
             return Err(Error::InvalidArgument(
@@ -558,6 +842,7 @@ impl DynamicExecutable {
     /// The bucket of `batch` elements (a bucket size) at length bucket `length`,
     /// compiled on first use.
     fn compiled(&self, batch: usize, length: Option<usize>) -> Result<Arc<Compiled>, Error> {
+        self.no_symbols("a bucket")?;
         let slot = self
             .buckets
             .iter()
@@ -689,7 +974,10 @@ impl DynamicExecutable {
             .iter_mut()
             .map(|t| ElementsMut::of(&mut t.data))
             .collect();
-        self.run_plan(&plan, &ins, &mut outs)?;
+        plan.shaped
+            .as_deref()
+            .unwrap_or(self)
+            .run_plan(&plan, &ins, &mut outs)?;
         Ok(results)
     }
 
@@ -712,6 +1000,23 @@ impl DynamicExecutable {
     /// these `input_shapes` (checked against it): a caller that sized its outputs from
     /// the plan's types plans once.
     pub fn run_planned(
+        &self,
+        plan: &RunPlan,
+        input_shapes: &[&[usize]],
+        inputs: &[Elements<'_>],
+        outputs: &mut [ElementsMut<'_>],
+    ) -> Result<(), Error> {
+        match &plan.shaped {
+            Some(shaped) => shaped.run_planned_here(plan, input_shapes, inputs, outputs),
+            None if !self.symbols.is_empty() => Err(Error::InvalidArgument(
+                "the plan was not made by this executable".into(),
+            )),
+            None => self.run_planned_here(plan, input_shapes, inputs, outputs),
+        }
+    }
+
+    /// [`DynamicExecutable::run_planned`] by the executable that made `plan`'s chunks.
+    fn run_planned_here(
         &self,
         plan: &RunPlan,
         input_shapes: &[&[usize]],
@@ -764,6 +1069,78 @@ impl DynamicExecutable {
     /// [`DynamicExecutable::run`] checks them): its chunks, compiled on first use, and its
     /// results' types.
     pub fn plan(&self, input_shapes: &[&[usize]]) -> Result<RunPlan, Error> {
+        if let Some(exact) = self.exact_lengths.get() {
+            return exact.exe.plan(input_shapes);
+        }
+        if let Some(shaped) = self.shaped_for(input_shapes)? {
+            let mut plan = shaped.plan(input_shapes)?;
+            plan.shaped = Some(shaped);
+            return Ok(plan);
+        }
+        match self.plan_buckets(input_shapes) {
+            Err(e) => match padding_refusal(&e) {
+                Some(refusal) => self.exact_lengths_after(refusal)?.exe.plan(input_shapes),
+                None => Err(e),
+            },
+            plan => plan,
+        }
+    }
+
+    /// The executable that compiles each sequence length exactly, made when the padding
+    /// proof first refuses the model (`refusal`) and kept from then on: a window along
+    /// the sequence (a text-line recognizer's convs over its width) reads padded
+    /// positions into valid ones, so no bucket can serve two lengths.
+    fn exact_lengths_after(&self, refusal: Diagnostic) -> Result<&ExactLengths, Error> {
+        if let Some(exact) = self.exact_lengths.get() {
+            return Ok(exact);
+        }
+        let Some(name) = self.sequence_name.clone() else {
+            return Err(Error::from(refusal));
+        };
+        let inputs = self
+            .inputs
+            .iter()
+            .map(|i| DynamicInput {
+                dims: i
+                    .dims
+                    .iter()
+                    .map(|d| match d {
+                        DynamicDim::Sequence => DynamicDim::Symbol(0),
+                        other => *other,
+                    })
+                    .collect(),
+                symbol_names: match i.sequenced() {
+                    true => vec![name.clone()],
+                    false => Vec::new(),
+                },
+                ..i.clone()
+            })
+            .collect();
+        let exe = Self::assemble(
+            &self.path,
+            &self.options,
+            self.dynamic,
+            inputs,
+            self.outputs.clone(),
+            vec![name],
+        )?;
+        // the file stays decoded once for every length
+        if let Ok(mut d) = exe.decoded.lock() {
+            *d = Some(self.decoded()?);
+        }
+        let exact = ExactLengths {
+            refusal,
+            exe: Arc::new(exe),
+        };
+        // two runs refused at once: the first one's executable is kept
+        let _ = self.exact_lengths.set(exact);
+        self.exact_lengths
+            .get()
+            .ok_or_else(|| Error::Unsupported("the exact-length executable is missing".into()))
+    }
+
+    /// [`DynamicExecutable::plan`] for a model run by its buckets.
+    fn plan_buckets(&self, input_shapes: &[&[usize]]) -> Result<RunPlan, Error> {
         let (n, length) = self.shape_of(input_shapes)?;
         let bucket = match length {
             Some(length) => self.length_bucket(length)?,
@@ -801,6 +1178,7 @@ impl DynamicExecutable {
             chunks,
             separable,
             results,
+            shaped: None,
         })
     }
 
@@ -962,7 +1340,7 @@ impl DynamicExecutable {
                             info.name
                         )))
                     }
-                    DynamicDim::Fixed(_) => continue,
+                    DynamicDim::Fixed(_) | DynamicDim::Symbol(_) => continue,
                     DynamicDim::Batch => (&mut batch, "batch"),
                     DynamicDim::Sequence => (&mut length, "sequence length"),
                 };
@@ -990,7 +1368,8 @@ impl DynamicExecutable {
         match (batch, length) {
             (Some((n, _)), _) => Ok((n, length)),
             (None, Some(_)) => Ok((1, length)),
-            (None, None) => Err(Error::InvalidArgument("no batched input".into())),
+            // a shaped executable whose inputs are all fixed: one element
+            (None, None) => Ok((1, None)),
         }
     }
 }
@@ -1006,6 +1385,8 @@ pub struct RunPlan {
     chunks: Vec<Arc<Compiled>>,
     separable: Vec<bool>,
     results: Vec<TensorType>,
+    /// For a model with symbols: the executable of the run's symbol values, which runs it.
+    shaped: Option<Arc<DynamicExecutable>>,
 }
 
 impl RunPlan {
@@ -1043,14 +1424,38 @@ impl Compiled {
     }
 }
 
-/// The dims of a declared input: a leading dynamic dim is the batch, and one named
-/// symbol off the leading axis, the same in every input that has one, is the sequence
-/// length (`symbol` holds it and the input that named it first). Any other dynamic dim
-/// must be pinned.
+/// The padding proof's refusal inside `e`, when that is what `e` is.
+fn padding_refusal(e: &Error) -> Option<Diagnostic> {
+    match e {
+        Error::Ir(ds) => ds.0.iter().find(|d| d.code == NOT_PADDABLE).cloned(),
+        _ => None,
+    }
+}
+
+/// The named symbols off the leading axis of the declared inputs not pinned, in order
+/// of first appearance.
+fn declared_symbols<'d>(inputs: impl Iterator<Item = &'d [InputDim]>) -> Vec<String> {
+    let mut symbols: Vec<String> = Vec::new();
+    for dims in inputs {
+        for d in dims.iter().skip(1) {
+            if let InputDim::Dynamic(p) = d {
+                if !p.is_empty() && !symbols.contains(p) {
+                    symbols.push(p.clone());
+                }
+            }
+        }
+    }
+    symbols
+}
+
+/// The dims of a declared input: a leading dynamic dim is the batch; a named symbol off
+/// the leading axis is the sequence length when it is the only one (`symbols` holds
+/// one name), else one of the symbols specialized exactly. An unnamed dynamic dim off
+/// the leading axis must be pinned.
 fn dynamic_dims(
     name: &str,
     dims: Option<&[InputDim]>,
-    symbol: &mut Option<(String, String)>,
+    symbols: &[String],
 ) -> Result<Vec<DynamicDim>, Error> {
     let dims = dims.ok_or_else(|| {
         Error::InvalidArgument(format!(
@@ -1062,22 +1467,14 @@ fn dynamic_dims(
         .map(|(k, d)| match d {
             InputDim::Fixed(n) => Ok(DynamicDim::Fixed(*n)),
             InputDim::Dynamic(_) if k == 0 => Ok(DynamicDim::Batch),
-            InputDim::Dynamic(p) if p.is_empty() => Err(Error::InvalidArgument(format!(
-                "input '{name}' dimension {k} is dynamic without a name (-1): only a leading \
-                 batch and one named sequence length may stay dynamic; pin the input's \
-                 whole shape"
-            ))),
-            InputDim::Dynamic(p) => match symbol {
-                Some((s, _)) if s == p => Ok(DynamicDim::Sequence),
-                Some((s, first)) => Err(Error::InvalidArgument(format!(
-                    "input '{name}' dimension {k} is '{p}' but input '{first}' has the \
-                     sequence length '{s}': only one symbol besides the batch may stay \
-                     dynamic; pin the input's whole shape"
+            InputDim::Dynamic(p) => match symbols.iter().position(|s| s == p) {
+                Some(_) if symbols.len() == 1 => Ok(DynamicDim::Sequence),
+                Some(index) => Ok(DynamicDim::Symbol(index)),
+                None => Err(Error::InvalidArgument(format!(
+                    "input '{name}' dimension {k} is dynamic without a name (-1): only a \
+                     leading batch and named symbols may stay dynamic; pin the input's \
+                     whole shape"
                 ))),
-                None => {
-                    *symbol = Some((p.clone(), name.to_string()));
-                    Ok(DynamicDim::Sequence)
-                }
             },
         })
         .collect()

@@ -84,6 +84,10 @@ pub struct PaddingProof {
     pub results: Vec<Vec<usize>>,
 }
 
+/// The code of the diagnostic [`padding_proof`] refuses a model with: callers tell a
+/// model that cannot be padded from other failures by it.
+pub const NOT_PADDABLE: &str = "sequence-not-paddable";
+
 /// Checks that `big` (the model imported at the bucket length `padded`) run on inputs
 /// padded with zeros along their sequence axes gives, on the valid prefix of every
 /// result, the results of the model at any length from `short` to `padded`; `small` is
@@ -96,9 +100,8 @@ pub fn padding_proof(
     padded: usize,
     short: usize,
 ) -> Result<PaddingProof, Diagnostic> {
-    let fail = |loc: &Location, message: String| {
-        Diagnostic::error("sequence-not-paddable", message, loc.clone())
-    };
+    let fail =
+        |loc: &Location, message: String| Diagnostic::error(NOT_PADDABLE, message, loc.clone());
     let (Some(fb), Some(fs)) = (big.entry(), small.entry()) else {
         return Err(fail(&Location::Unknown, big.no_entry_reason()));
     };

@@ -232,7 +232,9 @@ pub unsafe extern "C" fn smelt_dynamic_input(
             .iter()
             .map(|d| match *d {
                 DynamicDim::Fixed(n) => n,
-                DynamicDim::Batch | DynamicDim::Sequence => SMELT_DYNAMIC_DIM,
+                DynamicDim::Batch | DynamicDim::Sequence | DynamicDim::Symbol(_) => {
+                    SMELT_DYNAMIC_DIM
+                }
             })
             .collect();
         let value = SmeltDynamicInputInfo {

@@ -3,7 +3,7 @@
 //! per-kernel profile.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{anyhow, bail, Result};
@@ -188,12 +188,29 @@ pub fn main(a: BenchArgs) -> Result<()> {
         },
         ..smelt::Options::default()
     };
+    let mut a = a;
     if let Some(exe) = model_args(&a)
         .map(|m| m.dynamic(&opts))
         .transpose()?
         .flatten()
     {
-        return bench_dynamic(&a, &exe, start);
+        if exe.symbols().is_empty() {
+            return bench_dynamic(&a, &exe, start);
+        }
+        // a model with symbols besides batch and sequence is timed at its files' shapes
+        super::refuse_sizes_for_symbols(
+            Path::new(&a.model),
+            &exe,
+            a.batch.is_some(),
+            a.sequence.is_some(),
+        )?;
+        let given = super::read_inputs(&a.inputs)?;
+        let pinned = model_args(&a)
+            .map(|m| m.pinned_by_files(&exe, &given))
+            .transpose()?;
+        if let Some(pinned) = pinned {
+            a.shapes = pinned.shapes;
+        }
     }
     if a.batch.is_some() || a.sequence.is_some() {
         bail!(

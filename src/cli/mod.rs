@@ -17,10 +17,44 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, ValueEnum};
-use smelt::dynamic::DynamicDim;
+use smelt::dynamic::{DynamicDim, DynamicInput};
 use smelt::ir::{Module, Tensor};
 use smelt::passes::fusion::load_rules;
 use smelt::{DynamicExecutable, DynamicOptions, LoadOptions, OptimizeOptions};
+
+/// The error for an input with symbols (an image's height and width) that no `--input`
+/// file gives: nothing else sets its sizes.
+pub fn no_file_for_symbols(exe: &DynamicExecutable, info: &DynamicInput) -> anyhow::Error {
+    anyhow!(
+        "input {} is tensor<{}x{}> with the symbols {}: give it with --input {}=FILE.npy, \
+         or pin it with --shape {}=DIMS",
+        info.name,
+        info.shape_text(),
+        info.dtype,
+        exe.symbols().join(", "),
+        info.name,
+        info.name
+    )
+}
+
+/// Refuses `--batch` and `--sequence` for a model with symbols besides the batch and
+/// sequence length: its input files set every size.
+pub fn refuse_sizes_for_symbols(
+    model: &Path,
+    exe: &DynamicExecutable,
+    batch: bool,
+    sequence: bool,
+) -> Result<()> {
+    if batch || sequence {
+        bail!(
+            "{} has the symbols {}: its input files set every size, so --batch and \
+             --sequence do not apply",
+            model.display(),
+            exe.symbols().join(", ")
+        );
+    }
+    Ok(())
+}
 
 /// A model file and how to read it.
 #[derive(Args, Clone, Debug)]
@@ -88,6 +122,31 @@ impl ModelArgs {
         let mut opts = opts.clone();
         opts.load = self.load_options()?;
         Ok(DynamicExecutable::new(&self.model, &opts, DynamicOptions::default()).ok())
+    }
+
+    /// These model arguments with the inputs that have symbols besides the batch and
+    /// sequence length (an image's height and width: [`DynamicExecutable::symbols`])
+    /// pinned to the shapes of their `given` files, for commands that compile one
+    /// executable; an input with symbols and no file is an error naming it.
+    pub fn pinned_by_files(
+        &self,
+        exe: &DynamicExecutable,
+        given: &[(String, Tensor)],
+    ) -> Result<ModelArgs> {
+        let mut pinned = self.clone();
+        for info in exe.inputs() {
+            if !info.dims.iter().any(|d| matches!(d, DynamicDim::Symbol(_))) {
+                continue;
+            }
+            let Some((_, t)) = given.iter().find(|(n, _)| *n == info.name) else {
+                return Err(no_file_for_symbols(exe, info));
+            };
+            let dims: Vec<String> = t.ty.dims.iter().map(usize::to_string).collect();
+            pinned
+                .shapes
+                .push(format!("{}={}", info.name, dims.join("x")));
+        }
+        Ok(pinned)
     }
 
     /// How to read the model: its pinned shapes and file limits.

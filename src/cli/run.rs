@@ -9,7 +9,10 @@ use smelt::{CompileOptions, DynamicExecutable};
 
 use super::dump::DumpArgs;
 use super::out::{errln, outln};
-use super::{dynamic_inputs, inputs_for, read_inputs, FusionArgs, Kernels, ModelArgs};
+use super::{
+    dynamic_inputs, inputs_for, no_file_for_symbols, read_inputs, refuse_sizes_for_symbols,
+    FusionArgs, Kernels, ModelArgs,
+};
 
 /// Arguments of `smelt run`.
 #[derive(Args)]
@@ -106,6 +109,9 @@ pub fn main(a: RunArgs) -> Result<()> {
 
 /// Runs a model whose batch is dynamic: compiled per bucket, run at the inputs' batch.
 fn run_dynamic(a: &RunArgs, exe: &DynamicExecutable) -> Result<()> {
+    if !exe.symbols().is_empty() {
+        return run_shaped(a, exe);
+    }
     let ((n, length), inputs) = dynamic_inputs(
         exe,
         read_inputs(&a.inputs)?,
@@ -161,4 +167,47 @@ fn write_results(a: &RunArgs, names: &[&str], outputs: &[Tensor]) -> Result<()> 
         outln!("{name} {} -> {}", t.ty, path.display());
     }
     Ok(())
+}
+
+/// Runs a model with symbols besides the batch (an image's height and width) at the
+/// sizes of its `--input` files: compiled for exactly those sizes.
+fn run_shaped(a: &RunArgs, exe: &DynamicExecutable) -> Result<()> {
+    refuse_sizes_for_symbols(&a.model.model, exe, a.batch.is_some(), a.sequence.is_some())?;
+    let mut given = read_inputs(&a.inputs)?;
+    let mut inputs = Vec::with_capacity(exe.inputs().len());
+    for info in exe.inputs() {
+        let Some(k) = given.iter().position(|(n, _)| *n == info.name) else {
+            return Err(no_file_for_symbols(exe, info));
+        };
+        inputs.push(given.swap_remove(k).1);
+    }
+    if let Some((extra, _)) = given.first() {
+        bail!("the model has no input named {extra}");
+    }
+    let outputs = exe.run(&inputs)?;
+    for s in exe.specializations() {
+        for w in &s.warnings {
+            errln!("{w}");
+        }
+    }
+    let sizes: Vec<String> = exe
+        .specializations()
+        .iter()
+        .map(|s| {
+            let values: Vec<String> = exe
+                .symbols()
+                .iter()
+                .zip(&s.symbols)
+                .map(|(name, v)| format!("{name}={v}"))
+                .collect();
+            values.join(" ")
+        })
+        .collect();
+    errln!(
+        "symbols {}: compiled for {}",
+        exe.symbols().join(", "),
+        sizes.join("; ")
+    );
+    let names: Vec<&str> = exe.output_names().iter().map(String::as_str).collect();
+    write_results(a, &names, &outputs)
 }

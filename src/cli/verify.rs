@@ -6,7 +6,7 @@ use clap::Args;
 use smelt::verify::{verify, verify_dynamic, VerifyOptions, DEFAULT_INPUT_RANGES, DEFAULT_RTOL};
 
 use super::out::{out, outln};
-use super::{dynamic_shape, read_inputs, FusionArgs, ModelArgs};
+use super::{dynamic_shape, read_inputs, refuse_sizes_for_symbols, FusionArgs, ModelArgs};
 
 /// Arguments of `smelt verify`.
 #[derive(Args)]
@@ -81,7 +81,18 @@ pub fn main(a: VerifyArgs) -> Result<()> {
         optimize: opts.optimize.clone(),
         ..smelt::Options::default()
     };
-    let report = match a.model.dynamic(&compile)? {
+    let dynamic = a.model.dynamic(&compile)?;
+    let report = match dynamic {
+        // a model with symbols besides batch and sequence is verified at its files' shapes
+        Some(exe) if !exe.symbols().is_empty() => {
+            refuse_sizes_for_symbols(
+                &a.model.model,
+                &exe,
+                a.batch.is_some(),
+                a.sequence.is_some(),
+            )?;
+            verify(&a.model.pinned_by_files(&exe, &opts.inputs)?.load()?, &opts)?
+        }
         Some(exe) if !a.no_jit => {
             let (n, length) = dynamic_shape(
                 &exe,

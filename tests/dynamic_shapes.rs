@@ -1,0 +1,158 @@
+//! Models whose image sizes are symbolic, compiled once (`smelt::DynamicExecutable`) and
+//! run at sizes of the caller's choosing against onnxruntime: a DBNet-style detector
+//! (height and width), an any-size segmenter whose two inputs share both symbols, and a
+//! text-line recognizer whose one symbol, its width, cannot be padded.
+//!
+//! Data: `scripts/make_image_size_models.py` writes it to `target/onnx-tests/image_sizes`
+//! (regenerated when its stamp changes; missing data fails, naming the set-up command).
+
+mod common;
+
+use std::path::PathBuf;
+
+use smelt::dynamic::DynamicDim;
+use smelt::ir::padding::NOT_PADDABLE;
+use smelt::ir::ErrorStats;
+use smelt::{DynamicExecutable, DynamicOptions, Options, Tensor};
+
+fn data_dir() -> PathBuf {
+    common::generated_data(
+        "image_sizes",
+        "make_image_size_models.py",
+        "onnx 1.23.2 onnxruntime 1.32.0 image sizes 1",
+    )
+}
+
+fn open(model: &str, dynamic: DynamicOptions) -> DynamicExecutable {
+    let path = data_dir().join(model).join("model.onnx");
+    DynamicExecutable::new(&path, &Options::default(), dynamic)
+        .unwrap_or_else(|e| panic!("{model}: {e}"))
+}
+
+/// The inputs `names` and onnxruntime's result `output` at size `tag` (HEIGHTxWIDTH).
+fn case(model: &str, names: &[&str], output: &str, tag: &str) -> (Vec<Tensor>, Tensor) {
+    let dir = data_dir().join(model);
+    let read = |name: &str| common::read_npy(&dir.join(format!("{name}_{tag}.npy")));
+    let inputs = names.iter().map(|n| read(n)).collect();
+    (inputs, read(&format!("want_{output}")))
+}
+
+fn assert_matches(got: &Tensor, want: &Tensor, what: &str) {
+    let e = ErrorStats::between_tensors(got, want).unwrap_or_else(|e| panic!("{what}: {e}"));
+    println!(
+        "{what}: relative {:.3e} over {} values",
+        e.relative, e.count
+    );
+    assert!(e.relative <= 1e-4, "{what}: relative {:.3e}", e.relative);
+}
+
+/// The sizes each specialization was compiled for, oldest first.
+fn compiled_sizes(exe: &DynamicExecutable) -> Vec<Vec<usize>> {
+    exe.specializations()
+        .into_iter()
+        .map(|s| s.symbols)
+        .collect()
+}
+
+#[test]
+fn dbnet_runs_images_of_three_sizes_within_1e4_of_onnxruntime() {
+    let exe = open("dbnet_fpn", DynamicOptions::default());
+    assert_eq!(exe.symbols(), ["height", "width"]);
+    assert_eq!(
+        exe.inputs()[0].dims,
+        [
+            DynamicDim::Fixed(1),
+            DynamicDim::Fixed(3),
+            DynamicDim::Symbol(0),
+            DynamicDim::Symbol(1)
+        ]
+    );
+    assert!(exe.specializations().is_empty(), "nothing compiled yet");
+    for tag in ["320x320", "640x480", "960x960"] {
+        let (inputs, want) = case("dbnet_fpn", &["x"], "maps", tag);
+        let got = exe.run(&inputs).expect("a run at a new size");
+        assert_matches(&got[0], &want, &format!("dbnet {tag}"));
+    }
+    assert_eq!(
+        compiled_sizes(&exe),
+        [vec![320, 320], vec![640, 480], vec![960, 960]]
+    );
+}
+
+#[test]
+fn dbnet_refuses_641x479_naming_the_add_onnxruntime_refuses() {
+    let refused = std::fs::read_to_string(data_dir().join("dbnet_fpn/refused_641x479.txt"))
+        .expect("onnxruntime's refusal is recorded");
+    assert!(refused.contains("41 by 42"), "{refused}");
+    let exe = open("dbnet_fpn", DynamicOptions::default());
+    let x = Tensor::zeros(&smelt::TensorType::f32(vec![1, 3, 641, 479]));
+    let e = exe
+        .run(&[x])
+        .expect_err("FPN maps of 41 and 42 rows")
+        .to_string();
+    assert!(e.contains("/Add") && e.contains("41 vs 42"), "{e}");
+}
+
+#[test]
+fn a_segmenter_runs_sizes_off_any_multiple_and_keeps_the_newest_shapes() {
+    let exe = open(
+        "segmenter",
+        DynamicOptions {
+            max_shapes: 2,
+            ..DynamicOptions::default()
+        },
+    );
+    assert_eq!(exe.symbols(), ["height", "width"]);
+    for tag in ["641x479", "320x320", "97x203", "641x479"] {
+        let (inputs, want) = case("segmenter", &["x", "m"], "y", tag);
+        let got = exe.run(&inputs).expect("a run");
+        assert_matches(&got[0], &want, &format!("segmenter {tag}"));
+    }
+    // 641x479 was dropped when 97x203 came, and compiled again
+    assert_eq!(compiled_sizes(&exe), [vec![97, 203], vec![641, 479]]);
+}
+
+#[test]
+fn inputs_that_disagree_on_a_shared_symbol_are_refused_by_name() {
+    let exe = open("segmenter", DynamicOptions::default());
+    let x = Tensor::zeros(&smelt::TensorType::f32(vec![1, 3, 64, 64]));
+    let m = Tensor::zeros(&smelt::TensorType::f32(vec![1, 1, 64, 65]));
+    let e = exe.run(&[x, m]).expect_err("widths 64 and 65").to_string();
+    assert!(
+        e.contains("input m dimension 3 ('width') is 65") && e.contains("input x"),
+        "{e}"
+    );
+    let x = Tensor::zeros(&smelt::TensorType::f32(vec![1, 3, 0, 8]));
+    let m = Tensor::zeros(&smelt::TensorType::f32(vec![1, 1, 0, 8]));
+    let e = exe.run(&[x, m]).expect_err("height 0").to_string();
+    assert!(e.contains("('height') is 0"), "{e}");
+    assert!(
+        exe.specializations().is_empty(),
+        "refused runs compile nothing"
+    );
+}
+
+/// A text-line recognizer's width is its one symbol, so it is first tried as a padded
+/// sequence; its convs read across the width, the padding proof refuses, and from then
+/// on each width compiles exactly, the refusal kept as a warning of each specialization.
+#[test]
+fn a_recognizer_whose_width_cannot_be_padded_compiles_each_width_exactly() {
+    let exe = open("recognizer", DynamicOptions::default());
+    assert_eq!(exe.inputs()[0].dims[3], DynamicDim::Sequence);
+    for tag in ["32x100", "32x257", "32x320"] {
+        let (inputs, want) = case("recognizer", &["x"], "probs", tag);
+        let got = exe.run(&inputs).expect("a run");
+        assert_matches(&got[0], &want, &format!("recognizer {tag}"));
+    }
+    assert_eq!(exe.symbols(), ["width"]);
+    let specializations = exe.specializations();
+    let widths: Vec<Vec<usize>> = specializations.iter().map(|s| s.symbols.clone()).collect();
+    assert_eq!(widths, [vec![100], vec![257], vec![320]]);
+    for s in &specializations {
+        assert!(
+            s.warnings.iter().any(|w| w.code == NOT_PADDABLE),
+            "{:?}",
+            s.warnings
+        );
+    }
+}
