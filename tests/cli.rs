@@ -475,3 +475,92 @@ fn dynamic_sequence_models_run_verify_and_bench_without_shape() {
     let report: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert!(report["compile_parts"]["bucket_1x128_ms"].as_f64().unwrap() > 0.0);
 }
+
+/// A model with image sizes (height and width) needs no `--shape`: `run`, `verify` and
+/// `bench` take the sizes of its `--input` files and compile exactly those; without
+/// files, or with `--batch`, the error says what to give. A recognizer whose width
+/// cannot be padded runs and warns why each width compiles exactly.
+#[test]
+fn image_size_models_run_verify_and_bench_at_their_files_shapes() {
+    let data = common::image_size_models();
+    let model = data.join("segmenter/model.onnx");
+    let model = model.to_str().unwrap();
+    let x = format!("x={}", data.join("segmenter/x_97x203.npy").display());
+    let m = format!("m={}", data.join("segmenter/m_97x203.npy").display());
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let o = smelt(&[
+        "run",
+        model,
+        "--input",
+        &x,
+        "--input",
+        &m,
+        "--output-dir",
+        out,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("compiled for height=97 width=203"),
+        "{}",
+        stderr(&o)
+    );
+    let got = read_npy(&dir.path().join("y.npy"));
+    let want = read_npy(&data.join("segmenter/want_y_97x203.npy"));
+    let e = ErrorStats::between_tensors(&got, &want).unwrap();
+    assert!(e.relative <= 1e-4, "{e:?}");
+
+    let o = smelt(&["run", model, "--random-inputs", "1", "--output-dir", out]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("input x is tensor<1x3xheightxwidthxf32>")
+            && stderr(&o).contains("--input x=FILE.npy"),
+        "{}",
+        stderr(&o)
+    );
+    let o = smelt(&["bench", model, "--input", &x, "--batch", "2"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--batch and --sequence do not apply"));
+
+    let o = smelt(&["verify", model, "--input", &x, "--input", &m]);
+    assert!(o.status.success(), "{}", stdout(&o));
+    assert!(stdout(&o).contains("PASS"), "{}", stdout(&o));
+    let o = smelt(&[
+        "bench",
+        model,
+        "--input",
+        &x,
+        "--input",
+        &m,
+        "--warmup",
+        "0",
+        "--iterations",
+        "1",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!(report["median_ms"].as_f64().unwrap() > 0.0, "{report}");
+
+    let recognizer = data.join("recognizer/model.onnx");
+    let x = format!("x={}", data.join("recognizer/x_32x257.npy").display());
+    let o = smelt(&[
+        "run",
+        recognizer.to_str().unwrap(),
+        "--input",
+        &x,
+        "--output-dir",
+        out,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("warning[sequence-not-paddable]")
+            && stderr(&o).contains("compiled exactly"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        read_npy(&dir.path().join("probs.npy")).dims(),
+        &[1, 128, 12]
+    );
+}

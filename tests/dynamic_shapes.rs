@@ -16,11 +16,7 @@ use smelt::ir::ErrorStats;
 use smelt::{DynamicExecutable, DynamicOptions, Options, Tensor};
 
 fn data_dir() -> PathBuf {
-    common::generated_data(
-        "image_sizes",
-        "make_image_size_models.py",
-        "onnx 1.23.2 onnxruntime 1.32.0 image sizes 1",
-    )
+    common::image_size_models()
 }
 
 fn open(model: &str, dynamic: DynamicOptions) -> DynamicExecutable {
