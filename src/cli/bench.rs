@@ -194,8 +194,40 @@ pub fn main(a: BenchArgs) -> Result<()> {
         .transpose()?
         .flatten()
     {
+        let interface_ms = ms_since(start);
         if exe.symbols().is_empty() {
-            return bench_dynamic(&a, &exe, start);
+            let ((n, length), inputs) = super::dynamic_inputs(
+                &exe,
+                super::read_inputs(&a.inputs)?,
+                Some(1),
+                a.batch.map(|b| b as usize),
+                a.sequence.map(|s| s as usize),
+            )?;
+            if a.profile {
+                return Err(profile_needs_one_executable(&exe));
+            }
+            // compiles what the run needs: a sequence the padding proof refuses turns
+            // into a symbol compiled exactly here
+            exe.warm_up(n, length)?;
+            if exe.symbols().is_empty() {
+                let run = DynamicBench {
+                    start,
+                    interface_ms,
+                    batch: n,
+                    length,
+                };
+                return bench_dynamic(&a, &exe, &run, &inputs);
+            }
+            for w in exe.specializations().iter().flat_map(|s| &s.warnings) {
+                errln!("{w}");
+            }
+            // timed as one executable at the inputs' shapes, like a model with image sizes
+            for (info, t) in exe.inputs().iter().zip(&inputs) {
+                let dims: Vec<String> = t.ty.dims.iter().map(usize::to_string).collect();
+                a.shapes.push(format!("{}={}", info.name, dims.join("x")));
+            }
+            a.batch = None;
+            a.sequence = None;
         }
         // a model with symbols besides batch and sequence is timed at its files' shapes
         super::refuse_sizes_for_symbols(
@@ -268,34 +300,25 @@ pub fn main(a: BenchArgs) -> Result<()> {
     report.print(&a)
 }
 
+/// What a dynamic model's bench is of: its batch and length, when it started and how
+/// long reading its interface took.
+struct DynamicBench {
+    start: Instant,
+    interface_ms: f64,
+    batch: usize,
+    length: usize,
+}
+
 /// Benchmarks a model whose batch is dynamic at `--batch` (default 1): the buckets that
 /// batch needs are compiled first (the compile time), then whole runs are timed.
-fn bench_dynamic(a: &BenchArgs, exe: &DynamicExecutable, start: Instant) -> Result<()> {
-    if a.profile {
-        bail!(
-            "--profile times the kernels of one executable: pin the batch with --shape \
-             (e.g. {}) to profile",
-            exe.inputs()
-                .iter()
-                .map(|i| format!(
-                    "--shape {}={}",
-                    i.name,
-                    i.shape_text().replace('N', "1").replace('S', "128")
-                ))
-                .collect::<Vec<_>>()
-                .join(" ")
-        );
-    }
-    let interface_ms = ms_since(start);
-    let ((n, length), inputs) = super::dynamic_inputs(
-        exe,
-        super::read_inputs(&a.inputs)?,
-        Some(1),
-        a.batch.map(|b| b as usize),
-        a.sequence.map(|s| s as usize),
-    )?;
-    exe.warm_up(n, length)?;
-    let mut parts = vec![("interface".to_string(), interface_ms)];
+fn bench_dynamic(
+    a: &BenchArgs,
+    exe: &DynamicExecutable,
+    run: &DynamicBench,
+    inputs: &[Tensor],
+) -> Result<()> {
+    let (n, length, start) = (run.batch, run.length, run.start);
+    let mut parts = vec![("interface".to_string(), run.interface_ms)];
     for s in exe.specializations() {
         for w in &s.warnings {
             errln!("{w}");
@@ -333,6 +356,23 @@ fn bench_dynamic(a: &BenchArgs, exe: &DynamicExecutable, start: Instant) -> Resu
         }),
     };
     report.print(a)
+}
+
+/// The error for `--profile` on a dynamic model: profiles are of one executable.
+fn profile_needs_one_executable(exe: &DynamicExecutable) -> anyhow::Error {
+    anyhow!(
+        "--profile times the kernels of one executable: pin the batch with --shape (e.g. \
+         {}) to profile",
+        exe.inputs()
+            .iter()
+            .map(|i| format!(
+                "--shape {}={}",
+                i.name,
+                i.shape_text().replace('N', "1").replace('S', "128")
+            ))
+            .collect::<Vec<_>>()
+            .join(" ")
+    )
 }
 
 /// The threads a run uses (0: one per core).
