@@ -336,7 +336,7 @@ fn bench_dynamic(
     let chunks = exe.chunks(n)?;
     let largest = exe.bucket(chunks[0], length)?;
     let (written, executed) = exe.flops(n, length)?;
-    let samples_ms = time_dynamic_runs(exe, &inputs, a.warmup as usize, a.iterations as usize)?;
+    let samples_ms = time_dynamic_runs(exe, inputs, a.warmup as usize, a.iterations as usize)?;
     let report = Report {
         model: a.model.clone(),
         gflop: written as f64 / 1e9,
