@@ -37,19 +37,30 @@ pub struct InputFacts {
     pub consumers: Option<usize>,
     /// The index of the earliest input value in the class that the user named.
     pub label: Option<usize>,
+    /// The smallest and largest index of the input values in the class (`None`: no input
+    /// value): a class whose every input value is defined before every one of another
+    /// class's cannot read that class's value (the input function is in SSA order).
+    pub span: Option<(usize, usize)>,
 }
 
 impl InputFacts {
-    /// Both classes' facts together: the larger consumer count, the earlier label.
+    /// Both classes' facts together: the larger consumer count, the earlier label, the
+    /// spans joined.
     pub fn union(self, other: InputFacts) -> InputFacts {
         let earlier = |a: Option<usize>, b: Option<usize>| match (a, b) {
             (Some(x), Some(y)) => Some(x.min(y)),
             (x, None) => x,
             (None, y) => y,
         };
+        let span = match (self.span, other.span) {
+            (Some((a, b)), Some((c, d))) => Some((a.min(c), b.max(d))),
+            (x, None) => x,
+            (None, y) => y,
+        };
         InputFacts {
             consumers: self.consumers.max(other.consumers),
             label: earlier(self.label, other.label),
+            span,
         }
     }
 }

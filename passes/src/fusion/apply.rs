@@ -1,7 +1,7 @@
 //! Turning rules into egg rewrites: pattern compilation, guards, and the appliers that
 //! record provenance and every match's outcome.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, OnceLock};
 
 use egg::{
@@ -96,6 +96,7 @@ impl GuardContext {
             let facts = InputFacts {
                 consumers: Some(*consumers),
                 label: named.then_some(index),
+                span: Some((index, index)),
             };
             let class = egraph.find(*id);
             let data = &mut egraph[class].data;
@@ -755,6 +756,18 @@ impl RuleApplier {
                 ));
             }
         }
+        if let Some(o) = other {
+            if reads_value_of(egraph, o, anchor_class) {
+                return Err((
+                    "reads-anchor".into(),
+                    format!(
+                        "the other operand of '{}' is computed from the anchor's own result, \
+                         which would then be computed twice",
+                        op.name()
+                    ),
+                ));
+            }
+        }
         let root_prov = FusionAnalysis::provenance_of(egraph, &root_concrete);
         let mut changed = Vec::new();
         for (node, anchor_op) in candidates {
@@ -908,6 +921,57 @@ impl Applier<TensorNode, FusionAnalysis> for RuleApplier {
         }
         vars.into_iter().collect()
     }
+}
+
+/// How deep [`reads_value_of`] follows operands before it gives up (and answers no).
+const MAX_READ_DEPTH: usize = 256;
+
+/// Whether every way the e-graph has of computing `class` reads the value of `anchor`:
+/// then an op over both cannot be fused into `anchor`'s op, since `class` must be
+/// computed from that op's plain result first (the anchor would run twice, which
+/// extraction never picks). Absorbing such ops anyway (a layer norm's `x − mean(x)` into
+/// the op computing `x`) only grows post-op chains that saturation then extends along the
+/// whole residual stream of a transformer, one layer per iteration. Answers no where it
+/// cannot tell (a cycle, a class deeper than [`MAX_READ_DEPTH`]), so no fusion is lost.
+fn reads_value_of(egraph: &FusionGraph, class: Id, anchor: Id) -> bool {
+    let anchor = egraph.find(anchor);
+    let mut memo: HashMap<Id, bool> = HashMap::new();
+    reads_value(egraph, egraph.find(class), anchor, &mut memo, 0)
+}
+
+fn reads_value(
+    egraph: &FusionGraph,
+    class: Id,
+    anchor: Id,
+    memo: &mut HashMap<Id, bool>,
+    depth: usize,
+) -> bool {
+    if class == anchor {
+        return true;
+    }
+    if let Some(&known) = memo.get(&class) {
+        return known;
+    }
+    // defined before every input value of the anchor's class: cannot read it
+    let before = match (
+        egraph[class].data.inputs.span,
+        egraph[anchor].data.inputs.span,
+    ) {
+        (Some((_, last)), Some((first, _))) => last < first,
+        _ => false,
+    };
+    if before || depth >= MAX_READ_DEPTH {
+        return false;
+    }
+    // a cycle back to this class proves nothing
+    memo.insert(class, false);
+    let reads = egraph[class].nodes.iter().all(|n| {
+        n.children()
+            .iter()
+            .any(|&c| reads_value(egraph, egraph.find(c), anchor, memo, depth + 1))
+    });
+    memo.insert(class, reads);
+    reads
 }
 
 /// What a right-hand side node stands for while its type is checked.
