@@ -582,6 +582,21 @@ SmeltStatus smelt_dynamic_specialization(const struct SmeltDynamicExecutable *ex
                                          double *compile_ms);
 
 /**
+ * Writes the sizes besides the batch that specialization `index` (as
+ * `smelt_dynamic_specialization` numbers them) was compiled for into `*sizes`: for a model
+ * with image sizes (two or more symbols off the leading axis, or a sequence length the
+ * padding proof refused), the symbols' values in the order the model's inputs first
+ * name them, one dim each; for a sequence length bucket, its length (rank 1); rank 0
+ * for a model whose only dynamic size is its batch.
+ *
+ * # Safety
+ * `sizes` is writable.
+ */
+SmeltStatus smelt_dynamic_specialization_sizes(const struct SmeltDynamicExecutable *exe,
+                                               size_t index,
+                                               struct SmeltShape *sizes);
+
+/**
  * The element count of `shape` (the product of its `rank` dims; 1 for rank 0), or 0
  * when `shape` is NULL, its rank is over `SMELT_MAX_RANK` or the product overflows.
  *
@@ -729,6 +744,21 @@ SmeltStatus smelt_dynamic_specialization(const struct SmeltDynamicExecutable *ex
                                          size_t index,
                                          size_t *batch,
                                          double *compile_ms);
+
+/**
+ * Writes the sizes besides the batch that specialization `index` (as
+ * `smelt_dynamic_specialization` numbers them) was compiled for into `*sizes`: for a model
+ * with image sizes (two or more symbols off the leading axis, or a sequence length the
+ * padding proof refused), the symbols' values in the order the model's inputs first
+ * name them, one dim each; for a sequence length bucket, its length (rank 1); rank 0
+ * for a model whose only dynamic size is its batch.
+ *
+ * # Safety
+ * `sizes` is writable.
+ */
+SmeltStatus smelt_dynamic_specialization_sizes(const struct SmeltDynamicExecutable *exe,
+                                               size_t index,
+                                               struct SmeltShape *sizes);
 
 /**
  * The element count of `shape` (the product of its `rank` dims; 1 for rank 0), or 0

@@ -708,3 +708,90 @@ fn last_error() -> String {
         .to_string_lossy()
         .into_owned()
 }
+
+/// A model with image sizes through the C API: runs at 97×203 and 641×479 match
+/// onnxruntime, `smelt_dynamic_specialization_sizes` lists the two sets of sizes, and
+/// inputs that disagree on a shared symbol are INVALID_ARGUMENT naming it.
+#[test]
+fn image_sizes_run_from_c_and_list_their_specializations() {
+    use smelt::capi::*;
+    let data = common::image_size_models().join("segmenter");
+    let path = std::ffi::CString::new(data.join("model.onnx").to_str().unwrap()).unwrap();
+    let mut exe: *mut SmeltDynamicExecutable = std::ptr::null_mut();
+    // SAFETY: the path is NUL-terminated; `exe` is writable.
+    let status = unsafe { smelt_dynamic_from_file(path.as_ptr(), std::ptr::null(), 0, &mut exe) };
+    assert_eq!(status, SmeltStatus::Ok, "{}", last_error());
+    let tensor = |data: *mut f32, dims: &[usize]| {
+        let mut t = SmeltTensor {
+            data: data.cast(),
+            element_type: SmeltElementType::F32 as i32,
+            shape: SmeltShape {
+                rank: dims.len(),
+                dims: [0; SMELT_MAX_RANK],
+            },
+        };
+        t.shape.dims[..dims.len()].copy_from_slice(dims);
+        t
+    };
+    for tag in ["97x203", "641x479"] {
+        let read = |name: &str| common::read_npy(&data.join(format!("{name}_{tag}.npy")));
+        let (x, m, want) = (read("x"), read("m"), read("want_y"));
+        // the library only reads inputs
+        let input = |t: &Tensor| tensor(t.data.as_f32().unwrap().as_ptr().cast_mut(), &t.ty.dims);
+        let inputs = [input(&x), input(&m)];
+        let mut out = tensor(std::ptr::null_mut(), &[]);
+        // SAFETY: two inputs and one output, as the arrays hold.
+        let status =
+            unsafe { smelt_dynamic_describe_outputs(exe, inputs.as_ptr(), 2, &mut out, 1) };
+        assert_eq!(status, SmeltStatus::Ok, "{tag}: {}", last_error());
+        assert_eq!(
+            &out.shape.dims[..out.shape.rank],
+            &want.ty.dims[..],
+            "{tag}"
+        );
+        // SAFETY: the shape was just written by the library.
+        let mut y = vec![0f32; unsafe { smelt_shape_element_count(&out.shape) }];
+        out.data = y.as_mut_ptr().cast();
+        // SAFETY: the buffers hold their shapes' element counts.
+        let status = unsafe { smelt_dynamic_run(exe, inputs.as_ptr(), 2, &out, 1) };
+        assert_eq!(status, SmeltStatus::Ok, "{tag}: {}", last_error());
+        let got = Tensor {
+            ty: want.ty.clone(),
+            data: smelt::ir::TensorData::F32(y),
+        };
+        let e = smelt::ir::ErrorStats::between_tensors(&got, &want).unwrap();
+        assert!(e.relative <= 1e-4, "{tag}: {e:?}");
+    }
+    let mut count = 0usize;
+    // SAFETY: `count` is writable.
+    assert_eq!(
+        unsafe { smelt_dynamic_specialization_count(exe, &mut count) },
+        SmeltStatus::Ok
+    );
+    let sizes: Vec<Vec<usize>> = (0..count)
+        .map(|i| {
+            let mut s = SmeltShape {
+                rank: 0,
+                dims: [0; SMELT_MAX_RANK],
+            };
+            // SAFETY: `s` is writable.
+            let status = unsafe { smelt_dynamic_specialization_sizes(exe, i, &mut s) };
+            assert_eq!(status, SmeltStatus::Ok, "{}", last_error());
+            s.dims[..s.rank].to_vec()
+        })
+        .collect();
+    assert_eq!(sizes, [vec![97, 203], vec![641, 479]]);
+    // widths 8 and 9: refused by name, nothing run
+    let (mut x, mut m) = (vec![0f32; 3 * 8 * 8], vec![0f32; 8 * 9]);
+    let inputs = [
+        tensor(x.as_mut_ptr(), &[1, 3, 8, 8]),
+        tensor(m.as_mut_ptr(), &[1, 1, 8, 9]),
+    ];
+    let mut out = tensor(std::ptr::null_mut(), &[]);
+    // SAFETY: two inputs and one output, as the arrays hold.
+    let status = unsafe { smelt_dynamic_describe_outputs(exe, inputs.as_ptr(), 2, &mut out, 1) };
+    assert_eq!(status, SmeltStatus::InvalidArgument);
+    assert!(last_error().contains("'width'"), "{}", last_error());
+    // SAFETY: the handle is live and destroyed once.
+    unsafe { smelt_dynamic_destroy(exe) };
+}

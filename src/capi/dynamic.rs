@@ -1,9 +1,10 @@
-//! The C API of models with a dynamic batch: one handle compiled per bucket on first use
+//! The C API of models with dynamic sizes (a batch, a sequence length, image sizes): one
+//! handle compiled per bucket or per set of sizes on first use
 //! ([`crate::DynamicExecutable`]), runs whose buffers carry their shapes.
 //!
 //! The flow a C host follows: describe the inputs it holds (`SmeltTensor`: element type
 //! and shape), ask `smelt_dynamic_describe_outputs` for the outputs' element types and
-//! shapes at that batch, allocate each output (`smelt_shape_element_count` elements),
+//! shapes at those sizes, allocate each output (`smelt_shape_element_count` elements),
 //! then `smelt_dynamic_run`. The library never allocates a caller's buffer; the
 //! describe call compiles the buckets the batch needs, so the run that follows compiles
 //! nothing. The same invariants as the parent module hold: handles are tokens, every
@@ -516,6 +517,52 @@ pub unsafe extern "C" fn smelt_dynamic_specialization(
             batch.write(s.batch);
             compile_ms.write(s.compile_ms);
         }
+        Ok(())
+    })
+}
+
+/// Writes the sizes besides the batch that specialization `index` (as
+/// `smelt_dynamic_specialization` numbers them) was compiled for into `*sizes`: for a model
+/// with image sizes (two or more symbols off the leading axis, or a sequence length the
+/// padding proof refused), the symbols' values in the order the model's inputs first
+/// name them, one dim each; for a sequence length bucket, its length (rank 1); rank 0
+/// for a model whose only dynamic size is its batch.
+///
+/// # Safety
+/// `sizes` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn smelt_dynamic_specialization_sizes(
+    exe: *const SmeltDynamicExecutable,
+    index: usize,
+    sizes: *mut SmeltShape,
+) -> SmeltStatus {
+    guard(|| {
+        let h = lookup(exe)?;
+        check_ptr(sizes.cast_const(), "`sizes`")?;
+        let all = h.exe.specializations();
+        let s = all.get(index).ok_or_else(|| {
+            invalid(format!(
+                "specialization index {index} is out of range: {} are compiled",
+                all.len()
+            ))
+        })?;
+        let values: Vec<usize> = match s.length {
+            Some(length) => vec![length],
+            None => s.symbols.clone(),
+        };
+        if values.len() > SMELT_MAX_RANK {
+            return Err(invalid(format!(
+                "the model has {} symbols, more than SMELT_MAX_RANK ({SMELT_MAX_RANK})",
+                values.len()
+            )));
+        }
+        let mut shape = SmeltShape {
+            rank: values.len(),
+            dims: [0; SMELT_MAX_RANK],
+        };
+        shape.dims[..values.len()].copy_from_slice(&values);
+        // SAFETY: checked non-null and aligned; writable per the contract.
+        unsafe { sizes.write(shape) };
         Ok(())
     })
 }
