@@ -764,10 +764,8 @@ fn image_sizes_run_from_c_and_list_their_specializations() {
     }
     let mut count = 0usize;
     // SAFETY: `count` is writable.
-    assert_eq!(
-        unsafe { smelt_dynamic_specialization_count(exe, &mut count) },
-        SmeltStatus::Ok
-    );
+    let status = unsafe { smelt_dynamic_specialization_count(exe, &mut count) };
+    assert_eq!(status, SmeltStatus::Ok);
     let sizes: Vec<Vec<usize>> = (0..count)
         .map(|i| {
             let mut s = SmeltShape {
@@ -792,6 +790,5 @@ fn image_sizes_run_from_c_and_list_their_specializations() {
     let status = unsafe { smelt_dynamic_describe_outputs(exe, inputs.as_ptr(), 2, &mut out, 1) };
     assert_eq!(status, SmeltStatus::InvalidArgument);
     assert!(last_error().contains("'width'"), "{}", last_error());
-    // SAFETY: the handle is live and destroyed once.
-    unsafe { smelt_dynamic_destroy(exe) };
+    assert_eq!(smelt_dynamic_destroy(exe), SmeltStatus::Ok);
 }
