@@ -34,9 +34,24 @@ fn weight_bandwidth(cx: &Cx) -> f64 {
     }
 }
 
-/// The most bytes of F4's transformed input `V` a Winograd convolution may write: half
-/// of a 32 MiB last-level cache (see [`choose`]).
+/// The most bytes of transformed input `V` that stay in the last-level cache between the
+/// input transform and the product: half of a 32 MiB L3. A larger `V` is written to
+/// memory and read back ([`v_streaming`]).
 const V_BUDGET: usize = 16 << 20;
+
+/// Cycles to write the transformed input `V` of `v_bytes` to memory and read it back,
+/// when it outgrows [`V_BUDGET`]: both passes at the measured memory rate of one core
+/// ([`WEIGHT_BYTES_PER_CYCLE`]). Measured at DBNet's 96 → 24 channels at 160² (F4's `V`
+/// = 22 MB): on Zen 5 with AVX-512 Winograd took 6.8 ms against 6.5 direct; on Zen 3 with
+/// AVX2, whose direct convolution has half the lanes, direct took 15.4 ms against ≈ 9
+/// for Winograd at the same shape. The model gives direct on the first, Winograd on the
+/// second.
+fn v_streaming(v_bytes: usize) -> f64 {
+    if v_bytes <= V_BUDGET {
+        return 0.0;
+    }
+    2.0 * v_bytes as f64 / WEIGHT_BYTES_PER_CYCLE
+}
 
 /// Cycles of one extra kernel call (hand-off and loop setup), a guess that only matters
 /// for tiny convolutions.
@@ -71,7 +86,8 @@ struct Throughput {
 /// register tile has ≥ 8 pixels (tiles) and proportionally less below, or streaming `U`
 /// (α²/9 × the weights), whichever is slower; the transforms at their measured cycles
 /// per tile and channel (vector paths; the scalar path for rows of fewer than 4 tiles
-/// costs ≈ 3×); and three more kernel calls.
+/// costs ≈ 3×); `V`'s round trip through memory when it outgrows the cache
+/// ([`v_streaming`]); and three more kernel calls.
 fn winograd_cost(
     form: Form,
     t: Throughput,
@@ -94,7 +110,8 @@ fn winograd_cost(
     };
     let scalar = if tw < 4 { 3.0 } else { 1.0 };
     let transforms = scalar * tiles * (tin * c as f64 + tout * o as f64);
-    gemm.max(u / t.weight_bytes_per_cycle) + transforms + 3.0 * CALL_CYCLES
+    let v_bytes = a * a * c * (tiles as usize) * std::mem::size_of::<f32>();
+    gemm.max(u / t.weight_bytes_per_cycle) + transforms + v_streaming(v_bytes) + 3.0 * CALL_CYCLES
 }
 
 /// The form the cost model picks, if Winograd applies at all: 3×3, stride 1, dilation 1,
@@ -140,15 +157,6 @@ pub(super) fn choose(
         return None;
     }
     let o = micro_o.unwrap_or(o);
-    // `V` (α² values per tile and input channel) past half the last-level cache streams
-    // from memory between the transforms and the product, which the models below do
-    // not count: measured in DBNet at 96 → 24 channels, 160² (F4's V = 22 MB), Winograd
-    // 6.8 ms against 6.5 direct, while at 80² (5.5 MB) 1.6 against 1.8
-    let f4 = Form::F4;
-    let tiles = n * oh.div_ceil(f4.m()) * ow.div_ceil(f4.m());
-    if f4.alpha() * f4.alpha() * c * tiles * std::mem::size_of::<f32>() > V_BUDGET {
-        return None;
-    }
     let t = Throughput {
         lanes: fma_lanes(cx.opts.micro),
         weight_bytes_per_cycle: weight_bandwidth(cx),
