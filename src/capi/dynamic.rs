@@ -21,7 +21,7 @@ use super::{
     read_options, write_count, Checked, Expected, Failure, Registry, SmeltElementType,
     SmeltOptions, SmeltStatus,
 };
-use crate::dynamic::DynamicDim;
+use crate::dynamic::{DynamicDim, Specialization};
 use crate::{DynamicExecutable, DynamicOptions, RunPlan};
 
 /// The most dimensions a `SmeltShape` holds.
@@ -505,13 +505,7 @@ pub unsafe extern "C" fn smelt_dynamic_specialization(
         let h = lookup(exe)?;
         check_ptr(batch.cast_const(), "`batch`")?;
         check_ptr(compile_ms.cast_const(), "`compile_ms`")?;
-        let all = h.exe.specializations();
-        let s = all.get(index).ok_or_else(|| {
-            invalid(format!(
-                "specialization index {index} is out of range: {} are compiled",
-                all.len()
-            ))
-        })?;
+        let s = specialization(&h.exe, index)?;
         // SAFETY: both checked non-null and aligned; writable per the contract.
         unsafe {
             batch.write(s.batch);
@@ -519,6 +513,18 @@ pub unsafe extern "C" fn smelt_dynamic_specialization(
         }
         Ok(())
     })
+}
+
+/// Specialization `index` of `exe`, as [`DynamicExecutable::specializations`] lists them.
+fn specialization(exe: &DynamicExecutable, index: usize) -> Result<Specialization, Failure> {
+    let mut all = exe.specializations();
+    if index >= all.len() {
+        return Err(invalid(format!(
+            "specialization index {index} is out of range: {} are compiled",
+            all.len()
+        )));
+    }
+    Ok(all.swap_remove(index))
 }
 
 /// Writes the sizes besides the batch that specialization `index` (as
@@ -539,13 +545,7 @@ pub unsafe extern "C" fn smelt_dynamic_specialization_sizes(
     guard(|| {
         let h = lookup(exe)?;
         check_ptr(sizes.cast_const(), "`sizes`")?;
-        let all = h.exe.specializations();
-        let s = all.get(index).ok_or_else(|| {
-            invalid(format!(
-                "specialization index {index} is out of range: {} are compiled",
-                all.len()
-            ))
-        })?;
+        let s = specialization(&h.exe, index)?;
         let values: Vec<usize> = match s.length {
             Some(length) => vec![length],
             None => s.symbols.clone(),
