@@ -510,6 +510,24 @@ fn image_size_models_run_verify_and_bench_at_their_files_shapes() {
     let e = ErrorStats::between_tensors(&got, &want).unwrap();
     assert!(e.relative <= 1e-4, "{e:?}");
 
+    // a dump is of one executable: the error spells the pins at the files' sizes
+    let o = smelt(&[
+        "run",
+        model,
+        "--input",
+        &x,
+        "--input",
+        &m,
+        "--output-dir",
+        out,
+        "--dump-loops",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("--shape x=1x3x97x203 --shape m=1x1x97x203"),
+        "{}",
+        stderr(&o)
+    );
     let o = smelt(&["run", model, "--random-inputs", "1", "--output-dir", out]);
     assert_eq!(o.status.code(), Some(1));
     assert!(

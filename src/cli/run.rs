@@ -120,6 +120,15 @@ fn run_dynamic(a: &RunArgs, exe: &DynamicExecutable) -> Result<()> {
         a.sequence.map(|s| s as usize),
     )?;
     let outputs = exe.run(&inputs)?;
+    if !exe.symbols().is_empty() {
+        // the padding proof refused the sequence: it now compiles each length exactly
+        report_shapes(exe);
+        if a.dump.any() {
+            return Err(dump_needs_pins(exe, &inputs));
+        }
+        let names: Vec<&str> = exe.output_names().iter().map(String::as_str).collect();
+        return write_results(a, &names, &outputs);
+    }
     for s in exe.specializations() {
         for w in &s.warnings {
             errln!("{w}");
@@ -184,7 +193,18 @@ fn run_shaped(a: &RunArgs, exe: &DynamicExecutable) -> Result<()> {
     if let Some((extra, _)) = given.first() {
         bail!("the model has no input named {extra}");
     }
+    if a.dump.any() {
+        return Err(dump_needs_pins(exe, &inputs));
+    }
     let outputs = exe.run(&inputs)?;
+    report_shapes(exe);
+    let names: Vec<&str> = exe.output_names().iter().map(String::as_str).collect();
+    write_results(a, &names, &outputs)
+}
+
+/// Prints the warnings of each specialization of a model with symbols and the sizes
+/// each was compiled for.
+fn report_shapes(exe: &DynamicExecutable) {
     for s in exe.specializations() {
         for w in &s.warnings {
             errln!("{w}");
@@ -208,6 +228,23 @@ fn run_shaped(a: &RunArgs, exe: &DynamicExecutable) -> Result<()> {
         exe.symbols().join(", "),
         sizes.join("; ")
     );
-    let names: Vec<&str> = exe.output_names().iter().map(String::as_str).collect();
-    write_results(a, &names, &outputs)
+}
+
+/// The error for `--dump-*` on a model compiled per set of sizes: a dump is of one
+/// executable, which `--shape` flags at these inputs' sizes compile.
+fn dump_needs_pins(exe: &DynamicExecutable, inputs: &[Tensor]) -> anyhow::Error {
+    let pins: Vec<String> = exe
+        .inputs()
+        .iter()
+        .zip(inputs)
+        .map(|(i, t)| {
+            let dims: Vec<String> = t.ty.dims.iter().map(usize::to_string).collect();
+            format!("--shape {}={}", i.name, dims.join("x"))
+        })
+        .collect();
+    anyhow!(
+        "--dump-* dumps one executable, and this model compiles one per set of sizes: pin \
+         the inputs' sizes ({})",
+        pins.join(" ")
+    )
 }
