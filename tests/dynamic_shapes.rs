@@ -152,3 +152,59 @@ fn a_recognizer_whose_width_cannot_be_padded_compiles_each_width_exactly() {
         );
     }
 }
+
+/// Two threads running new sizes at once each compile their own set of sizes, and a
+/// third running a size another is compiling waits for that compile: every result is
+/// the one a thread alone gets.
+#[test]
+fn threads_running_new_sizes_at_once_agree_with_runs_alone() {
+    let exe = open("segmenter", DynamicOptions::default());
+    let tags = ["97x203", "320x320", "97x203"];
+    let results: Vec<Tensor> = std::thread::scope(|s| {
+        let runs: Vec<_> = tags
+            .iter()
+            .map(|tag| {
+                let exe = &exe;
+                s.spawn(move || {
+                    let (inputs, _) = case("segmenter", &["x", "m"], "y", tag);
+                    exe.run(&inputs).expect("a concurrent run").remove(0)
+                })
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    for (tag, got) in tags.iter().zip(&results) {
+        let (inputs, _) = case("segmenter", &["x", "m"], "y", tag);
+        let alone = open("segmenter", DynamicOptions::default())
+            .run(&inputs)
+            .expect("a run alone")
+            .remove(0);
+        assert_eq!(got, &alone, "{tag}");
+    }
+    let mut sizes = compiled_sizes(&exe);
+    sizes.sort();
+    assert_eq!(
+        sizes,
+        [vec![97, 203], vec![320, 320]],
+        "one compile per size"
+    );
+}
+
+#[test]
+fn a_cache_of_no_shapes_or_of_absurdly_many_is_refused() {
+    let path = data_dir().join("segmenter/model.onnx");
+    for max_shapes in [0, smelt::dynamic::MAX_SHAPES_LIMIT + 1] {
+        let e = DynamicExecutable::new(
+            &path,
+            &Options::default(),
+            DynamicOptions {
+                max_shapes,
+                ..DynamicOptions::default()
+            },
+        )
+        .err()
+        .expect("refused")
+        .to_string();
+        assert!(e.contains("max_shapes"), "{e}");
+    }
+}
