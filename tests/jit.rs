@@ -241,6 +241,16 @@ fn fused_tail_over_conv_geometries() {
     let mut c = ConvCase::new(3, 3, [6, 6], 5);
     c.attrs.groups = 3;
     cases.push(("depthwise 5x5, rows too short for the routine", c));
+    // narrow planes take tiles of several rows (one chain per row): 17 rows in tiles of
+    // 12, the last overlapping the first; a stride-2 plane of 8 rows in one tile
+    let mut c = ConvCase::new(4, 4, [17, 7], 5);
+    c.attrs.groups = 4;
+    c.n = 2;
+    cases.push(("depthwise 5x5, 17 narrow rows in tiles of 12", c));
+    let mut c = ConvCase::new(3, 3, [15, 9], 3);
+    c.attrs.groups = 3;
+    c.attrs.strides = [2, 2];
+    cases.push(("depthwise 3x3 stride 2, 8 narrow rows in one tile", c));
     for (what, case) in &cases {
         check_fused_tail(what, case);
     }
