@@ -111,7 +111,8 @@ pub struct DynamicOptions {
     pub max_sequence: usize,
     /// For a model with two or more symbols off the leading axis (an image's height and
     /// width): how many distinct sets of their values keep their executables (default
-    /// 8); a run of a new one past that drops the oldest set's.
+    /// 8, at most [`MAX_SHAPES_LIMIT`]); a run of a new one past that drops the least
+    /// recently run set's.
     pub max_shapes: usize,
 }
 
@@ -292,11 +293,10 @@ pub struct DynamicExecutable {
     /// a model without them.
     symbols: Vec<String>,
     /// For a model with symbols: one executable per set of symbol values run so far,
-    /// the symbols pinned in its inputs, oldest first, at most `max_shapes`.
+    /// the symbols pinned in its inputs, least recently run first, at most
+    /// [`DynamicOptions::max_shapes`].
     shaped: Mutex<Vec<(Vec<usize>, Arc<DynamicExecutable>)>>,
-    /// The most shaped executables kept (see [`DynamicOptions::max_shapes`]).
-    max_shapes: usize,
-    /// The options it was made with, for its shaped executables.
+    /// The options it was made with, for its shaped executables and their bound.
     dynamic: DynamicOptions,
     /// For a model with a sequence length whose padding the proof refused: the same
     /// model with that length as a symbol compiled exactly per value, which runs every
@@ -466,7 +466,6 @@ impl DynamicExecutable {
             lengths,
             symbols,
             shaped: Mutex::new(Vec::new()),
-            max_shapes: dynamic.max_shapes,
             dynamic,
             exact_lengths: OnceLock::new(),
             sequence_name: None,
@@ -620,7 +619,7 @@ impl DynamicExecutable {
     }
 
     /// The executable of the symbols' values in inputs of `shapes`, for a model with
-    /// symbols (compiled buckets on first use; the oldest set dropped past
+    /// symbols (compiled buckets on first use; the least recently run set dropped past
     /// `max_shapes`); `None` for a model without them.
     fn shaped_for(&self, shapes: &[&[usize]]) -> Result<Option<Arc<DynamicExecutable>>, Error> {
         if self.symbols.is_empty() {
@@ -720,7 +719,7 @@ impl DynamicExecutable {
             *d = Some(self.decoded()?);
         }
         let exe = Arc::new(exe);
-        if shaped.len() >= self.max_shapes {
+        if shaped.len() >= self.dynamic.max_shapes {
             shaped.remove(0);
         }
         shaped.push((values, exe.clone()));
