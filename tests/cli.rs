@@ -489,16 +489,13 @@ fn image_size_models_run_verify_and_bench_at_their_files_shapes() {
     let m = format!("m={}", data.join("segmenter/m_97x203.npy").display());
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().to_str().unwrap();
-    let o = smelt(&[
-        "run",
-        model,
-        "--input",
-        &x,
-        "--input",
-        &m,
-        "--output-dir",
-        out,
-    ]);
+    // `smelt COMMAND model --input x=… --input m=… EXTRA…`
+    let with_files = |command: &str, extra: &[&str]| {
+        let mut args = vec![command, model, "--input", &x, "--input", &m];
+        args.extend_from_slice(extra);
+        smelt(&args)
+    };
+    let o = with_files("run", &["--output-dir", out]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("compiled for height=97 width=203"),
@@ -511,17 +508,7 @@ fn image_size_models_run_verify_and_bench_at_their_files_shapes() {
     assert!(e.relative <= 1e-4, "{e:?}");
 
     // a dump is of one executable: the error spells the pins at the files' sizes
-    let o = smelt(&[
-        "run",
-        model,
-        "--input",
-        &x,
-        "--input",
-        &m,
-        "--output-dir",
-        out,
-        "--dump-loops",
-    ]);
+    let o = with_files("run", &["--output-dir", out, "--dump-loops"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
         stderr(&o).contains("--shape x=1x3x97x203 --shape m=1x1x97x203"),
@@ -540,22 +527,10 @@ fn image_size_models_run_verify_and_bench_at_their_files_shapes() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("--batch and --sequence do not apply"));
 
-    let o = smelt(&["verify", model, "--input", &x, "--input", &m]);
+    let o = with_files("verify", &[]);
     assert!(o.status.success(), "{}", stdout(&o));
     assert!(stdout(&o).contains("PASS"), "{}", stdout(&o));
-    let o = smelt(&[
-        "bench",
-        model,
-        "--input",
-        &x,
-        "--input",
-        &m,
-        "--warmup",
-        "0",
-        "--iterations",
-        "1",
-        "--json",
-    ]);
+    let o = with_files("bench", &["--warmup", "0", "--iterations", "1", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let report: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert!(report["median_ms"].as_f64().unwrap() > 0.0, "{report}");
