@@ -205,47 +205,66 @@ fn tile(
         }
     }
     // One loop over input channels per tap: each body is one FMA per accumulator, so
-    // the chains interleave and only the tap's shared operands are live.
-    for kh in 0..g.kh {
-        for kw in 0..g.kw {
-            let col = kw * g.dil[1];
-            let (phase, shift) = (col % g.phases, col / g.phases);
-            b.for_loop(0, g.cg as i64, 1, |b, c| {
-                let c = Affine::var(c);
-                let cin = at.c0.add(&c);
-                // xs[i][j]: the input vector row i's vector j reads at this tap
-                let xs: Vec<Vec<Expr>> = (0..nr)
-                    .map(|i| {
-                        let row = at
-                            .oh
-                            .plus(i as i64)
-                            .scale(g.stride[0] as i64)
-                            .plus((kh * g.dil[0]) as i64);
-                        (0..nv)
-                            .map(|j| {
-                                let q = q0.plus(j as i64 * lanes + shift as i64);
-                                let idx = g.x_index(&at.n, &cin, &row, phase, &q);
-                                let load = Expr::load(bufs.x, idx, w);
-                                if nt > 1 {
-                                    b.let_(load, w)
-                                } else {
-                                    load
-                                }
-                            })
-                            .collect()
-                    })
-                    .collect();
-                for (t, rows) in accs.iter().enumerate() {
-                    let wi = g.w_index(&at.o0.plus(t as i64), &c, kh, kw);
-                    let wv = Expr::splat_to(Expr::load(bufs.w, wi, Width::Scalar), w);
-                    let wv = if nv * nr > 1 { b.let_(wv, w) } else { wv };
-                    for (row_xs, row_accs) in xs.iter().zip(rows) {
-                        for (x, &acc) in row_xs.iter().zip(row_accs) {
-                            b.assign(acc, Expr::fma(x.clone(), wv.clone(), Expr::Var(acc)));
-                        }
+    // the chains interleave and only the tap's shared operands are live. A tap is kernel
+    // row `kh`, the input column offset `shift` in phase `phase`, and weight `k`.
+    let tap = |b: &mut KernelBuilder, kh: &Affine, phase: usize, shift: &Affine, k: &Affine| {
+        b.for_loop(0, g.cg as i64, 1, |b, c| {
+            let c = Affine::var(c);
+            let cin = at.c0.add(&c);
+            // xs[i][j]: the input vector row i's vector j reads at this tap
+            let xs: Vec<Vec<Expr>> = (0..nr)
+                .map(|i| {
+                    let row = at
+                        .oh
+                        .plus(i as i64)
+                        .scale(g.stride[0] as i64)
+                        .add(&kh.scale(g.dil[0] as i64));
+                    (0..nv)
+                        .map(|j| {
+                            let q = q0.plus(j as i64 * lanes).add(shift);
+                            let idx = g.x_index(&at.n, &cin, &row, phase, &q);
+                            let load = Expr::load(bufs.x, idx, w);
+                            if nt > 1 {
+                                b.let_(load, w)
+                            } else {
+                                load
+                            }
+                        })
+                        .collect()
+                })
+                .collect();
+            for (t, rows) in accs.iter().enumerate() {
+                let wi = g.w_index(&at.o0.plus(t as i64), &c, k);
+                let wv = Expr::splat_to(Expr::load(bufs.w, wi, Width::Scalar), w);
+                let wv = if nv * nr > 1 { b.let_(wv, w) } else { wv };
+                for (row_xs, row_accs) in xs.iter().zip(rows) {
+                    for (x, &acc) in row_xs.iter().zip(row_accs) {
+                        b.assign(acc, Expr::fma(x.clone(), wv.clone(), Expr::Var(acc)));
                     }
                 }
+            }
+        });
+    };
+    if nr > 1 && g.phases == 1 && g.cg == 1 {
+        // a tile of several rows of one channel: the taps as loops, so that each block
+        // holds one tap's loads (written out, the code generator schedules every load
+        // of the tile first and spills most of them)
+        b.for_loop(0, g.kh as i64, 1, |b, kh| {
+            b.for_loop(0, g.kw as i64, 1, |b, kw| {
+                let (kh, kw) = (Affine::var(kh), Affine::var(kw));
+                let k = kh.scale(g.kw as i64).add(&kw);
+                tap(b, &kh, 0, &kw.scale(g.dil[1] as i64), &k);
             });
+        });
+    } else {
+        for kh in 0..g.kh {
+            for kw in 0..g.kw {
+                let col = kw * g.dil[1];
+                let (phase, shift) = (col % g.phases, col / g.phases);
+                let k = Affine::constant((kh * g.kw + kw) as i64);
+                let kh = Affine::constant(kh as i64);
+                tap(b, &kh, phase, &Affine::constant(shift as i64), &k);
+            }
         }
     }
     let out_plane = (g.oh * g.ow) as i64;

@@ -75,10 +75,12 @@ impl Geo {
             .add(&q.plus((phase * self.wq) as i64))
     }
 
-    fn w_index(&self, o: &Affine, c: &Affine, kh: usize, kw: usize) -> Affine {
+    /// The weight of output channel `o`, input channel `c` of its group, and tap `k`
+    /// (`kh · kw_size + kw`).
+    fn w_index(&self, o: &Affine, c: &Affine, k: &Affine) -> Affine {
         o.scale((self.cg * self.kh * self.kw) as i64)
             .add(&c.scale((self.kh * self.kw) as i64))
-            .plus((kh * self.kw + kw) as i64)
+            .add(k)
     }
 }
 
