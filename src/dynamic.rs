@@ -410,24 +410,28 @@ impl DynamicExecutable {
             1 => (Vec::new(), symbols.into_iter().next()),
             _ => (symbols, None),
         };
-        for input in inputs.iter_mut().filter(|i| i.symbolic()) {
-            input.symbol_names = symbols.clone();
-        }
         let mut exe = Self::assemble(path, options, dynamic, inputs, declared.outputs, symbols)?;
         exe.sequence_name = sequence_name;
         Ok(exe)
     }
 
     /// The executable of `inputs` (dims as [`DynamicExecutable::new`] found them, or with
-    /// the symbols pinned for a shaped one).
+    /// the symbols pinned for a shaped one), each input's `symbol_names` set from
+    /// `symbols`.
     fn assemble(
         path: &Path,
         options: &Options,
         dynamic: DynamicOptions,
-        inputs: Vec<DynamicInput>,
+        mut inputs: Vec<DynamicInput>,
         outputs: Vec<String>,
         symbols: Vec<String>,
     ) -> Result<DynamicExecutable, Error> {
+        for input in &mut inputs {
+            input.symbol_names = match input.symbolic() {
+                true => symbols.clone(),
+                false => Vec::new(),
+            };
+        }
         let sequenced = inputs.iter().any(DynamicInput::sequenced);
         let lengths = match sequenced {
             true if dynamic.max_sequence == 0 => {
@@ -691,11 +695,7 @@ impl DynamicExecutable {
                         other => other,
                     })
                     .collect();
-                let input = DynamicInput {
-                    dims,
-                    symbol_names: Vec::new(),
-                    ..i.clone()
-                };
+                let input = DynamicInput { dims, ..i.clone() };
                 if i.symbolic() && !input.batched() {
                     // every dim known now: the import pins it as a whole
                     options
@@ -706,19 +706,7 @@ impl DynamicExecutable {
                 input
             })
             .collect();
-        let exe = Self::assemble(
-            &self.path,
-            &options,
-            self.dynamic,
-            inputs,
-            self.outputs.clone(),
-            Vec::new(),
-        )?;
-        // the file is decoded once for every shape
-        if let Ok(mut d) = exe.decoded.lock() {
-            *d = Some(self.decoded()?);
-        }
-        let exe = Arc::new(exe);
+        let exe = Arc::new(self.sibling(&options, inputs, Vec::new())?);
         if shaped.len() >= self.dynamic.max_shapes {
             shaped.remove(0);
         }
@@ -1108,34 +1096,40 @@ impl DynamicExecutable {
                         other => *other,
                     })
                     .collect(),
-                symbol_names: match i.sequenced() {
-                    true => vec![name.clone()],
-                    false => Vec::new(),
-                },
                 ..i.clone()
             })
             .collect();
-        let exe = Self::assemble(
-            &self.path,
-            &self.options,
-            self.dynamic,
-            inputs,
-            self.outputs.clone(),
-            vec![name],
-        )?;
-        // the file stays decoded once for every length
-        if let Ok(mut d) = exe.decoded.lock() {
-            *d = Some(self.decoded()?);
-        }
         let exact = ExactLengths {
             refusal,
-            exe: Arc::new(exe),
+            exe: Arc::new(self.sibling(&self.options, inputs, vec![name])?),
         };
         // two runs refused at once: the first one's executable is kept
         let _ = self.exact_lengths.set(exact);
         self.exact_lengths
             .get()
             .ok_or_else(|| Error::Unsupported("the exact-length executable is missing".into()))
+    }
+
+    /// This model as another [`DynamicExecutable`] with `inputs` (this one's, some dims
+    /// pinned or made symbols) and `symbols`, which reads the file this one decoded.
+    fn sibling(
+        &self,
+        options: &Options,
+        inputs: Vec<DynamicInput>,
+        symbols: Vec<String>,
+    ) -> Result<DynamicExecutable, Error> {
+        let exe = Self::assemble(
+            &self.path,
+            options,
+            self.dynamic,
+            inputs,
+            self.outputs.clone(),
+            symbols,
+        )?;
+        if let Ok(mut d) = exe.decoded.lock() {
+            *d = Some(self.decoded()?);
+        }
+        Ok(exe)
     }
 
     /// [`DynamicExecutable::plan`] for a model run by its buckets.

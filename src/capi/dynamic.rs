@@ -548,19 +548,9 @@ pub unsafe extern "C" fn smelt_dynamic_specialization_sizes(
         let s = specialization(&h.exe, index)?;
         let values: Vec<usize> = match s.length {
             Some(length) => vec![length],
-            None => s.symbols.clone(),
+            None => s.symbols,
         };
-        if values.len() > SMELT_MAX_RANK {
-            return Err(invalid(format!(
-                "the model has {} symbols, more than SMELT_MAX_RANK ({SMELT_MAX_RANK})",
-                values.len()
-            )));
-        }
-        let mut shape = SmeltShape {
-            rank: values.len(),
-            dims: [0; SMELT_MAX_RANK],
-        };
-        shape.dims[..values.len()].copy_from_slice(&values);
+        let shape = SmeltShape::of(&values, "the model's symbols")?;
         // SAFETY: checked non-null and aligned; writable per the contract.
         unsafe { sizes.write(shape) };
         Ok(())

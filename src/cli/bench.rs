@@ -189,59 +189,20 @@ pub fn main(a: BenchArgs) -> Result<()> {
         ..smelt::Options::default()
     };
     let mut a = a;
+    // the input files, read once whichever way the model is timed
+    let mut given = super::read_inputs(&a.inputs)?;
     if let Some(exe) = model_args(&a)
         .map(|m| m.dynamic(&opts))
         .transpose()?
         .flatten()
     {
-        let interface_ms = ms_since(start);
-        if exe.symbols().is_empty() {
-            let ((n, length), inputs) = super::dynamic_inputs(
-                &exe,
-                super::read_inputs(&a.inputs)?,
-                Some(1),
-                a.batch.map(|b| b as usize),
-                a.sequence.map(|s| s as usize),
-            )?;
-            if a.profile {
-                return Err(profile_needs_one_executable(&exe));
+        match bench_dynamic_or_pin(&a, &exe, given, start)? {
+            None => return Ok(()),
+            Some(pinned) => {
+                a.shapes.extend(pinned.shapes);
+                (a.batch, a.sequence) = (None, None);
+                given = pinned.inputs;
             }
-            // compiles what the run needs: a sequence the padding proof refuses turns
-            // into a symbol compiled exactly here
-            exe.warm_up(n, length)?;
-            if exe.symbols().is_empty() {
-                let run = DynamicBench {
-                    start,
-                    interface_ms,
-                    batch: n,
-                    length,
-                };
-                return bench_dynamic(&a, &exe, &run, &inputs);
-            }
-            for w in exe.specializations().iter().flat_map(|s| &s.warnings) {
-                errln!("{w}");
-            }
-            // timed as one executable at the inputs' shapes, like a model with image sizes
-            for (info, t) in exe.inputs().iter().zip(&inputs) {
-                let dims: Vec<String> = t.ty.dims.iter().map(usize::to_string).collect();
-                a.shapes.push(format!("{}={}", info.name, dims.join("x")));
-            }
-            a.batch = None;
-            a.sequence = None;
-        }
-        // a model with symbols besides batch and sequence is timed at its files' shapes
-        super::refuse_sizes_for_symbols(
-            Path::new(&a.model),
-            &exe,
-            a.batch.is_some(),
-            a.sequence.is_some(),
-        )?;
-        let given = super::read_inputs(&a.inputs)?;
-        let pinned = model_args(&a)
-            .map(|m| m.pinned_by_files(&exe, &given))
-            .transpose()?;
-        if let Some(pinned) = pinned {
-            a.shapes = pinned.shapes;
         }
     }
     if a.batch.is_some() || a.sequence.is_some() {
@@ -270,7 +231,7 @@ pub fn main(a: BenchArgs) -> Result<()> {
 
     let inputs = super::inputs_for(
         exe.inputs().iter().map(|i| (i.name.as_str(), &i.ty)),
-        super::read_inputs(&a.inputs)?,
+        given,
         Some(1),
         "the model",
     )?;
@@ -298,6 +259,78 @@ pub fn main(a: BenchArgs) -> Result<()> {
         dynamic: None,
     };
     report.print(&a)
+}
+
+/// How a model with dynamic sizes is timed as one executable instead: the `--shape` pins
+/// of its inputs and the inputs to time it on.
+struct Pinned {
+    shapes: Vec<String>,
+    inputs: Vec<(String, Tensor)>,
+}
+
+/// Benchmarks a model with dynamic sizes as a [`DynamicExecutable`] (`None`: done), or
+/// says how to time it as one executable: a model with image sizes at its files'
+/// shapes, and a sequence the padding proof refuses (each length compiled exactly) at
+/// its inputs' shapes.
+fn bench_dynamic_or_pin(
+    a: &BenchArgs,
+    exe: &DynamicExecutable,
+    given: Vec<(String, Tensor)>,
+    start: Instant,
+) -> Result<Option<Pinned>> {
+    let interface_ms = ms_since(start);
+    if !exe.symbols().is_empty() {
+        super::refuse_sizes_for_symbols(
+            Path::new(&a.model),
+            exe,
+            a.batch.is_some(),
+            a.sequence.is_some(),
+        )?;
+        let shapes = model_args(a)
+            .map(|m| m.pinned_by_files(exe, &given))
+            .transpose()?
+            .map(|m| m.shapes)
+            .unwrap_or_default();
+        return Ok(Some(Pinned {
+            shapes,
+            inputs: given,
+        }));
+    }
+    let ((n, length), inputs) = super::dynamic_inputs(
+        exe,
+        given,
+        Some(1),
+        a.batch.map(|b| b as usize),
+        a.sequence.map(|s| s as usize),
+    )?;
+    if a.profile {
+        return Err(profile_needs_one_executable(exe));
+    }
+    // compiles what the run needs: a sequence the padding proof refuses turns into a
+    // symbol compiled exactly here
+    exe.warm_up(n, length)?;
+    if exe.symbols().is_empty() {
+        let run = DynamicBench {
+            start,
+            interface_ms,
+            batch: n,
+            length,
+        };
+        bench_dynamic(a, exe, &run, &inputs)?;
+        return Ok(None);
+    }
+    for w in exe.specializations().iter().flat_map(|s| &s.warnings) {
+        errln!("{w}");
+    }
+    let names = exe.inputs().iter().map(|i| i.name.clone());
+    Ok(Some(Pinned {
+        shapes: names
+            .clone()
+            .zip(&inputs)
+            .map(|(name, t)| super::shape_pin(&name, &t.ty.dims))
+            .collect(),
+        inputs: names.zip(inputs).collect(),
+    }))
 }
 
 /// What a dynamic model's bench is of: its batch and length, when it started and how

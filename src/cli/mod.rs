@@ -22,6 +22,12 @@ use smelt::ir::{Module, Tensor};
 use smelt::passes::fusion::load_rules;
 use smelt::{DynamicExecutable, DynamicOptions, LoadOptions, OptimizeOptions};
 
+/// The value of a `--shape` flag pinning input `name` to `dims`: `x=1x3x640x480`.
+pub fn shape_pin(name: &str, dims: &[usize]) -> String {
+    let dims: Vec<String> = dims.iter().map(usize::to_string).collect();
+    format!("{name}={}", dims.join("x"))
+}
+
 /// The error for an input with symbols (an image's height and width) that no `--input`
 /// file gives: nothing else sets its sizes.
 pub fn no_file_for_symbols(exe: &DynamicExecutable, info: &DynamicInput) -> anyhow::Error {
@@ -141,10 +147,7 @@ impl ModelArgs {
             let Some((_, t)) = given.iter().find(|(n, _)| *n == info.name) else {
                 return Err(no_file_for_symbols(exe, info));
             };
-            let dims: Vec<String> = t.ty.dims.iter().map(usize::to_string).collect();
-            pinned
-                .shapes
-                .push(format!("{}={}", info.name, dims.join("x")));
+            pinned.shapes.push(shape_pin(&info.name, &t.ty.dims));
         }
         Ok(pinned)
     }

@@ -11,7 +11,7 @@ use super::dump::DumpArgs;
 use super::out::{errln, outln};
 use super::{
     dynamic_inputs, inputs_for, no_file_for_symbols, read_inputs, refuse_sizes_for_symbols,
-    FusionArgs, Kernels, ModelArgs,
+    shape_pin, FusionArgs, Kernels, ModelArgs,
 };
 
 /// Arguments of `smelt run`.
@@ -205,13 +205,11 @@ fn run_shaped(a: &RunArgs, exe: &DynamicExecutable) -> Result<()> {
 /// Prints the warnings of each specialization of a model with symbols and the sizes
 /// each was compiled for.
 fn report_shapes(exe: &DynamicExecutable) {
-    for s in exe.specializations() {
-        for w in &s.warnings {
-            errln!("{w}");
-        }
+    let specializations = exe.specializations();
+    for w in specializations.iter().flat_map(|s| &s.warnings) {
+        errln!("{w}");
     }
-    let sizes: Vec<String> = exe
-        .specializations()
+    let sizes: Vec<String> = specializations
         .iter()
         .map(|s| {
             let values: Vec<String> = exe
@@ -237,10 +235,7 @@ fn dump_needs_pins(exe: &DynamicExecutable, inputs: &[Tensor]) -> anyhow::Error 
         .inputs()
         .iter()
         .zip(inputs)
-        .map(|(i, t)| {
-            let dims: Vec<String> = t.ty.dims.iter().map(usize::to_string).collect();
-            format!("--shape {}={}", i.name, dims.join("x"))
-        })
+        .map(|(i, t)| format!("--shape {}", shape_pin(&i.name, &t.ty.dims)))
         .collect();
     anyhow!(
         "--dump-* dumps one executable, and this model compiles one per set of sizes: pin \
