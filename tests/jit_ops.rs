@@ -840,6 +840,16 @@ fn data_movement() {
         );
         check(&format!("transpose {perm:?}"), &m);
     }
+    // transposes that move a source-contiguous axis inwards copy 4×4 blocks through
+    // registers: whole blocks, and tails on either axis (YOLO's head is [3, 85, 52²])
+    for (dims, perm) in [
+        (vec![1, 3, 9, 6, 6], vec![0, 1, 3, 4, 2]),
+        (vec![2, 8, 12], vec![0, 2, 1]),
+        (vec![5, 4, 3, 6], vec![2, 3, 1, 0]),
+    ] {
+        let m = one_op(Op::Transpose { perm: perm.clone() }, &[t(&dims)], &[]);
+        check(&format!("transpose {dims:?} by {perm:?}"), &m);
+    }
     for axis in 0..4 {
         let mut other = x.dims.clone();
         other[axis] = 2;

@@ -5,6 +5,7 @@ use smelt_ir::loops::{Access, Affine, BufId, Expr, KernelBuilder, Width};
 use smelt_ir::op::{PadAttrs, PadAxis, PadMode, SliceAttrs};
 use smelt_ir::{DType, Diagnostic, Layout, TensorType, Value};
 
+use super::conv::transpose4;
 use super::elementwise::{
     broadcast_strides, collapse, dims_name, emit_nest, index_of, row_major_strides, Epilogue,
 };
@@ -25,12 +26,123 @@ fn copy_nest(
     }
     let (cd, st) = collapse(dims, &[src_st.to_vec(), dst_st.to_vec()]);
     let vectorize = dtype == DType::F32 && st.iter().all(|s| s.last() == Some(&1));
+    if dtype == DType::F32 && !vectorize {
+        let (src_st, dst_st) = (&st[0], &st[1]);
+        if let Some(j) = transposed_axis(&cd, src_st, dst_st) {
+            let layout = TransposeBlocks {
+                dims: &cd,
+                inner: j,
+                src_st,
+                dst_st,
+            };
+            return layout.emit(b, (src, src_off), (dst, dst_off));
+        }
+    }
     let scalar = Width::scalar(dtype);
     emit_nest(b, &cd, vectorize, &mut |b, idx, w| {
         let w = if w == Width::F32x4 { w } else { scalar };
         let v = Expr::load(src, index_of(&st[0], idx).plus(src_off), w);
         b.store(dst, index_of(&st[1], idx).plus(dst_off), v, w);
     });
+}
+
+/// The axis a copy walks contiguously in its source, when its destination is contiguous
+/// along another — the last one — and both run for at least one vector of 4: a
+/// transpose that moves that axis inwards (YOLO's heads: `[3, 85, 52·52]` to
+/// `[3, 52·52, 85]`).
+fn transposed_axis(dims: &[usize], src_st: &[i64], dst_st: &[i64]) -> Option<usize> {
+    let last = dims.len().checked_sub(1)?;
+    if dst_st[last] != 1 || src_st[last] == 1 || dims[last] < 4 {
+        return None;
+    }
+    (0..last).find(|&j| src_st[j] == 1 && dst_st[j] != 1 && dims[j] >= 4)
+}
+
+/// An f32 copy whose source is contiguous along axis `inner` and whose destination is
+/// contiguous along the last axis, computed in 4×4 blocks: four vector loads along
+/// `inner` (one per destination column), a transpose in registers, four vector stores
+/// along the last axis. Element by element, every load and store was scalar, one
+/// element per ≈ 3 cycles (YOLO's head transposes: 0.56 ms for 0.7 M elements).
+struct TransposeBlocks<'a> {
+    dims: &'a [usize],
+    inner: usize,
+    src_st: &'a [i64],
+    dst_st: &'a [i64],
+}
+
+impl TransposeBlocks<'_> {
+    fn emit(
+        &self,
+        b: &mut KernelBuilder,
+        (src, src_off): (BufId, i64),
+        (dst, dst_off): (BufId, i64),
+    ) {
+        let last = self.dims.len() - 1;
+        let outer: Vec<usize> = (0..last).filter(|&a| a != self.inner).collect();
+        self.outer_loops(b, &outer, &mut Vec::new(), (src, src_off), (dst, dst_off));
+    }
+
+    /// Loops over the `outer` axes, then the blocks of the inner and last axes.
+    fn outer_loops(
+        &self,
+        b: &mut KernelBuilder,
+        outer: &[usize],
+        at: &mut Vec<(usize, Affine)>,
+        (src, src_off): (BufId, i64),
+        (dst, dst_off): (BufId, i64),
+    ) {
+        if let Some((&axis, rest)) = outer.split_first() {
+            b.for_loop(0, self.dims[axis] as i64, 1, |b, i| {
+                at.push((axis, Affine::var(i)));
+                self.outer_loops(b, rest, at, (src, src_off), (dst, dst_off));
+                at.pop();
+            });
+            return;
+        }
+        let base = |st: &[i64], off: i64| {
+            at.iter().fold(Affine::constant(off), |acc, (a, i)| {
+                acc.add(&i.scale(st[*a]))
+            })
+        };
+        let (src_base, dst_base) = (base(self.src_st, src_off), base(self.dst_st, dst_off));
+        let (j, last) = (self.inner, self.dims.len() - 1);
+        let (sj, sl, dj) = (self.src_st[j], self.src_st[last], self.dst_st[j]);
+        let (nj, nl) = (self.dims[j] as i64, self.dims[last] as i64);
+        let (j4, l4) = (nj / 4 * 4, nl / 4 * 4);
+        let (w4, s1) = (Width::F32x4, Width::Scalar);
+        let scalar = |b: &mut KernelBuilder, jj: &Affine, ll: &Affine| {
+            let from = src_base.add(&jj.scale(sj)).add(&ll.scale(sl));
+            let to = dst_base.add(&jj.scale(dj)).add(ll);
+            b.store(dst, to, Expr::load(src, from, s1), s1);
+        };
+        b.for_loop(0, j4, 4, |b, j0| {
+            let j0 = Affine::var(j0);
+            b.for_loop(0, l4, 4, |b, l0| {
+                let l0 = Affine::var(l0);
+                // rows[r]: 4 source elements along `inner` at destination column l0 + r
+                let rows: Vec<Expr> = (0..4)
+                    .map(|r| {
+                        let from = src_base.add(&j0.scale(sj)).add(&l0.plus(r).scale(sl));
+                        b.let_(Expr::load(src, from, w4), w4)
+                    })
+                    .collect();
+                for (k, v) in transpose4(b, &rows).into_iter().enumerate() {
+                    let to = dst_base.add(&j0.plus(k as i64).scale(dj)).add(&l0);
+                    b.store(dst, to, v, w4);
+                }
+            });
+            b.for_loop(l4, nl, 1, |b, l| {
+                let l = Affine::var(l);
+                for k in 0..4 {
+                    scalar(b, &j0.plus(k), &l);
+                }
+            });
+        });
+        b.for_loop(j4, nj, 1, |b, jj| {
+            let jj = Affine::var(jj);
+            b.for_loop(0, nl, 1, |b, l| scalar(b, &jj, &Affine::var(l)));
+        });
+    }
 }
 
 /// The data-movement ops [`lower_copy`] computes, as the lowering dispatch hands them
