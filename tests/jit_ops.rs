@@ -499,9 +499,14 @@ fn pool(kernel: usize, stride: usize, pads: [usize; 4], dil: usize, ceil: bool) 
 #[test]
 fn pools() {
     let small = t(&[2, 3, 9, 11]);
-    // windows of more than 64 taps walk their rows in a loop instead of unrolling
+    // windows of more than 64 taps walk their rows in a loop instead of unrolling; max
+    // pools take each plane's row maxima first where they fit 16 KiB (every case but the
+    // wide plane's)
     let large = t(&[1, 2, 31, 27]);
+    let wide = t(&[1, 1, 80, 80]);
     let cases = [
+        (&wide, pool(9, 1, [4; 4], 1, false)),
+        (&wide, pool(5, 1, [2; 4], 1, false)),
         (&small, pool(3, 2, [1; 4], 1, false)),
         (&small, pool(2, 2, [0; 4], 1, true)),
         (&small, pool(3, 1, [0, 1, 2, 0], 2, false)),
@@ -1005,17 +1010,19 @@ fn max_pool_propagates_nan() {
             &[0, 15, 16, 39, 40, 112, 127, 135, 200, 255][..],
         ),
     ] {
-        max_pool_nan_case(&dims, nans);
+        max_pool_nan_case(&dims, nans, pool(3, 2, [1; 4], 1, false));
     }
+    // SPP's 5×5 stride-1 pools, through the row maxima
+    max_pool_nan_case(
+        &[1, 2, 13, 13],
+        &[0, 12, 84, 168, 200, 337],
+        pool(5, 1, [2; 4], 1, false),
+    );
 }
 
-fn max_pool_nan_case(dims: &[usize], nans: &[usize]) {
+fn max_pool_nan_case(dims: &[usize], nans: &[usize], attrs: Pool2dAttrs) {
     let x = t(dims);
-    let m = one_op(
-        Op::MaxPool2d(pool(3, 2, [1; 4], 1, false)),
-        std::slice::from_ref(&x),
-        &[],
-    );
+    let m = one_op(Op::MaxPool2d(attrs), std::slice::from_ref(&x), &[]);
     let mut inputs = random_inputs(&m, 23);
     for &i in nans {
         inputs[0].f32s_mut()[i] = f32::NAN;

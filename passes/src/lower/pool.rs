@@ -14,6 +14,10 @@ use crate::blocks::{halves_with_3x3_windows, max_pool_on_blocks};
 /// Windows of up to this many taps are unrolled whole; larger ones loop over their rows.
 const MAX_UNROLLED_TAPS: usize = 64;
 
+/// The most bytes of one plane's row maxima a max pool keeps on its stack (a padded
+/// input row's max at every output column): 16 KiB, a 64-row plane 64 wide.
+const ROW_MAXIMA_MAX_BYTES: usize = 16 << 10;
+
 /// The pools [`lower_pool`] computes, as the lowering dispatch hands them over (so its
 /// match is exhaustive).
 #[derive(Clone, Copy, Debug)]
@@ -120,11 +124,23 @@ pub(crate) fn lower_pool(
     args.extend(epi.declare(&mut b));
     let ya = b.arg("out", cx.len_of(out), Access::Write);
     args.push(out);
-    let window = |b: &mut KernelBuilder, np: &Affine, r: &Affine, q: &Affine, wd: Width| {
-        let acc = b.var(wd);
-        b.assign(acc, Expr::constant(fill, wd));
-        // one window row: its taps unrolled (their column phases are compile-time)
-        let taps = |b: &mut KernelBuilder, row: &Affine| {
+    // `acc` takes the max with (or adds) `v`. NaN propagates in a max (as the interpreter
+    // defines): `max(v, acc)` keeps a NaN accumulator, and the select lets a NaN input
+    // (v >= v fails) win.
+    let accumulate = |b: &mut KernelBuilder, acc: VarId, v: Expr, wd: Width| {
+        if is_max {
+            let v = b.let_(v, wd);
+            let m = Expr::binary(BinOp::Max, v.clone(), Expr::Var(acc));
+            let keep = Expr::select(CmpOp::Ge, v.clone(), v.clone(), m, v);
+            b.assign(acc, keep);
+        } else {
+            b.assign(acc, Expr::binary(BinOp::Add, Expr::Var(acc), v));
+        }
+    };
+    // one window row of input row `row` at output column `q` into `acc`: its taps
+    // unrolled (their column phases are compile-time)
+    let row_taps =
+        |b: &mut KernelBuilder, acc: VarId, np: &Affine, row: &Affine, q: &Affine, wd| {
             for kx in 0..kw {
                 let col = kx * dw;
                 let (phase, shift) = (col % sw, col / sw);
@@ -132,41 +148,67 @@ pub(crate) fn lower_pool(
                     .scale((hp * sw * wq) as i64)
                     .add(&row.scale((sw * wq) as i64))
                     .add(&q.plus((phase * wq + shift) as i64));
-                let v = Expr::load(xa, idx, wd);
-                if is_max {
-                    // NaN propagates (as the interpreter defines): `max(v, acc)` keeps a
-                    // NaN accumulator, and the select lets a NaN input (v >= v fails) win.
-                    let v = b.let_(v, wd);
-                    let m = Expr::binary(BinOp::Max, v.clone(), Expr::Var(acc));
-                    let keep = Expr::select(CmpOp::Ge, v.clone(), v.clone(), m, v);
-                    b.assign(acc, keep);
-                } else {
-                    b.assign(acc, Expr::binary(BinOp::Add, Expr::Var(acc), v));
-                }
+                accumulate(b, acc, Expr::load(xa, idx, wd), wd);
             }
         };
+    // A max over a window is the max over its rows of each row's max, so a max pool
+    // whose row maxima of one plane fit a stack buffer takes them first (every input row
+    // at every output column), then combines `kh` of them per output: kh + kw taps per
+    // output instead of kh · kw (the 5×5 pools of YOLO's SPP block: 10 instead of 25).
+    let row_maxima = (is_max && kh > 1 && kw > 1 && hp * ow * 4 <= ROW_MAXIMA_MAX_BYTES)
+        .then(|| b.local(hp * ow));
+    let window = |b: &mut KernelBuilder, np: &Affine, r: &Affine, q: &Affine, wd: Width| {
+        let acc = b.var(wd);
+        b.assign(acc, Expr::constant(fill, wd));
         let top = r.scale(sh as i64);
-        if kh * kw <= MAX_UNROLLED_TAPS {
+        if let Some(rows) = row_maxima {
             for ky in 0..kh {
-                taps(b, &top.plus((ky * dh) as i64));
+                let row = top.plus((ky * dh) as i64);
+                let v = Expr::load(rows, row.scale(ow as i64).add(q), wd);
+                accumulate(b, acc, v, wd);
+            }
+        } else if kh * kw <= MAX_UNROLLED_TAPS {
+            for ky in 0..kh {
+                row_taps(b, acc, np, &top.plus((ky * dh) as i64), q, wd);
             }
         } else {
             // a large window walks its rows in a loop: unrolled, its thousands of taps
             // made one function that took Cranelift many seconds to compile
             b.for_loop(0, kh as i64, 1, |b, ky| {
-                taps(b, &top.add(&Affine::var(ky).scale(dh as i64)));
+                let row = top.add(&Affine::var(ky).scale(dh as i64));
+                row_taps(b, acc, np, &row, q, wd);
             });
         }
         acc
+    };
+    // every output column of a row, as vectors of 4 and a scalar tail
+    let columns = |b: &mut KernelBuilder,
+                   emit: &mut dyn FnMut(&mut KernelBuilder, Affine, Width)| {
+        let vec_end = (ow / 4 * 4) as i64;
+        b.for_loop(0, vec_end, 4, |b, q| emit(b, Affine::var(q), Width::F32x4));
+        b.for_loop(vec_end, ow as i64, 1, |b, q| {
+            emit(b, Affine::var(q), Width::Scalar)
+        });
     };
     // channels outermost: split across threads
     b.set_parallel();
     b.for_loop(0, c as i64, 1, |b, ci| {
         b.for_loop(0, n as i64, 1, |b, ni| {
             let np = Affine::var(ni).scale(c as i64).add(&Affine::var(ci));
+            if let Some(rows) = row_maxima {
+                b.for_loop(0, hp as i64, 1, |b, row| {
+                    let row = Affine::var(row);
+                    columns(b, &mut |b, q, wd| {
+                        let acc = b.var(wd);
+                        b.assign(acc, Expr::constant(fill, wd));
+                        row_taps(b, acc, &np, &row, &q, wd);
+                        b.store(rows, row.scale(ow as i64).add(&q), Expr::Var(acc), wd);
+                    });
+                });
+            }
             b.for_loop(0, oh as i64, 1, |b, r| {
                 let r = Affine::var(r);
-                let emit = |b: &mut KernelBuilder, q: Affine, wd: Width| {
+                columns(b, &mut |b, q, wd| {
                     let acc = window(b, &np, &r, &q, wd);
                     let pos = r.scale(ow as i64).add(&q);
                     let mut v = Expr::Var(acc);
@@ -179,11 +221,6 @@ pub(crate) fn lower_pool(
                     let v = epi.apply(b, v, &idx, wd);
                     let dst = np.scale((oh * ow) as i64).add(&pos);
                     b.store(ya, dst, v, wd);
-                };
-                let vec_end = (ow / 4 * 4) as i64;
-                b.for_loop(0, vec_end, 4, |b, q| emit(b, Affine::var(q), Width::F32x4));
-                b.for_loop(vec_end, ow as i64, 1, |b, q| {
-                    emit(b, Affine::var(q), Width::Scalar)
                 });
             });
         });
