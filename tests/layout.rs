@@ -426,3 +426,103 @@ func @main(%x: tensor<1x16x4x4xf32>) -> (y: tensor<1x16x4x4xf32>, z: tensor<1x16
     let e = Executable::compile(&m, None, &opts()).expect_err("no kernel reads these");
     assert!(e.to_string().contains("no kernel for these layouts"), "{e}");
 }
+
+/// A depthwise `k`×`k` conv of `x` (`c` channels, stride `s`, dilation `d`, padded by
+/// `d·(k/2)`) with bias, fused with `post`.
+#[allow(clippy::too_many_arguments)]
+fn depthwise(
+    b: &mut FuncBuilder,
+    x: Value,
+    c: usize,
+    k: usize,
+    (s, d): (usize, usize),
+    post: &[PostOp],
+    seed: u64,
+) -> Value {
+    let wdims = [c, 1, k, k];
+    let w = b
+        .constant(
+            &format!("w{seed}"),
+            f32t(&wdims),
+            &random_f32(seed, c * k * k, -0.5, 0.5),
+        )
+        .expect("weight");
+    let bias = b
+        .constant(
+            &format!("b{seed}"),
+            f32t(&[c]),
+            &random_f32(seed + 1, c, -0.2, 0.2),
+        )
+        .expect("bias");
+    let attrs = Conv2dAttrs {
+        strides: [s, s],
+        pads: [d * (k / 2); 4],
+        dilations: [d, d],
+        groups: c,
+        ..Conv2dAttrs::default()
+    };
+    let op = Op::Fused(FusedOp {
+        anchor: Box::new(Op::Conv2d(attrs)),
+        post_ops: post.to_vec(),
+    });
+    b.op(op, &[x, w, bias]).expect("depthwise conv type-checks")
+}
+
+/// MobileNet's inverted residual on `n` images of `hw`×`hw`: a 1×1 conv expanding 16
+/// channels to 32 with relu, a depthwise `k`×`k` conv (stride and dilation `sd`) with
+/// relu, a 1×1 projection to 24 channels (not a whole number of blocks).
+fn inverted_residual(n: usize, hw: usize, k: usize, sd: (usize, usize)) -> Module {
+    let mut m = Module::default();
+    let mut b = FuncBuilder::new(&mut m, "main");
+    let x = b.param("x", f32t(&[n, 16, hw, hw]));
+    let e = conv(&mut b, x, (16, 32), 1, 1, &relu(), &[], 400);
+    let dw = depthwise(&mut b, e, 32, k, sd, &relu(), 410);
+    let y = conv(&mut b, dw, (32, 24), 1, 1, &[], &[], 420);
+    b.finish(&[("y", y)]);
+    m
+}
+
+#[test]
+fn depthwise_convs_read_and_write_channel_blocks() {
+    // the expanding conv's result and the depthwise conv's are in blocks: the projection
+    // reads blocks though its 24 output channels are not whole blocks
+    let m = inverted_residual(1, 9, 3, (1, 1));
+    let laid = assign_layouts(&m.funcs[0], Some(TileIsa::Avx2.target())).expect("blocks");
+    let types: Vec<String> = laid.insts.iter().map(|i| i.ty.to_string()).collect();
+    let blocked: Vec<&String> = types.iter().filter(|t| t.contains("nchw16c")).collect();
+    assert_eq!(
+        blocked,
+        [
+            "tensor<1x32x9x9xf32, nchw16c>",
+            "tensor<1x32x9x9xf32, nchw16c>"
+        ],
+        "{types:?}"
+    );
+    // windows, strides and dilations; planes whose every output is a border one (4² with
+    // 5×5 windows), odd and even sizes; batch 2
+    for (n, hw, k, sd) in [
+        (1, 9, 3, (1, 1)),
+        (2, 12, 3, (2, 1)),
+        (1, 13, 5, (1, 1)),
+        (1, 14, 5, (2, 1)),
+        (1, 4, 5, (1, 1)),
+        (1, 11, 3, (1, 2)),
+        (2, 7, 7, (2, 1)),
+    ] {
+        let what = format!("inverted residual {n}×{hw}² k{k} s,d {sd:?}");
+        let m = inverted_residual(n, hw, k, sd);
+        let inputs = random_inputs(&m, 11);
+        check_against_interp(&what, &m, &inputs, 1e-5);
+        for kernels in kernel_choices() {
+            let o = CompileOptions { kernels, ..opts() };
+            let exe = Executable::compile(&m, None, &o).expect("compiles");
+            let loops = exe.dump_loops().to_string();
+            let on_blocks = loops.contains("@conv2d_depthwise_c16_");
+            assert_eq!(
+                on_blocks,
+                kernels != Kernels::Cranelift,
+                "{what} {kernels:?}"
+            );
+        }
+    }
+}

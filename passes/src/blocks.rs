@@ -55,16 +55,53 @@ pub fn writes_blocks_on_micro(a: &Conv2dAttrs, w: &TensorType, micro: Option<Til
 
 /// Whether a conv with attributes `a` and weight type `w` (constant weights assumed)
 /// reads input in channel blocks ([`CHANNEL_BLOCKS`]) on a target with `micro`: a
-/// pointwise one on the micro-kernel ([`pointwise_on_micro`]), any other ungrouped one
-/// with output channels in quads (the packed convolution, whose channels-last copy of
-/// the input then copies 16-channel runs, or Winograd, whose padded copy stays in
-/// blocks).
+/// pointwise one whose tiles call the micro-kernel — any output channel count the
+/// routines compute at a useful fraction of their lanes
+/// ([`pointwise_micro_channels`](crate::lower::conv::pointwise_micro_channels)): its
+/// reduction walks the input's blocks as rows whatever its result's layout — or any
+/// other ungrouped one with output channels in quads (the packed convolution, whose
+/// channels-last copy of the input then copies 16-channel runs, or Winograd, whose
+/// padded copy stays in blocks).
 pub fn reads_blocks_on_micro(a: &Conv2dAttrs, w: &TensorType, micro: Option<TileTarget>) -> bool {
     let pointwise = w.rank() == 4 && w.dims[2..] == [1, 1] && a.pads == [0; 4];
     if pointwise {
-        return pointwise_on_micro(a, w, micro);
+        return a.groups == 1
+            && crate::lower::conv::pointwise_micro_channels(w.dims[0], micro).is_some();
     }
     micro.is_some() && a.groups == 1 && w.rank() == 4 && w.dims[0].is_multiple_of(4)
+}
+
+/// The largest depthwise window computed on channel blocks (7×7: MobileNet-family
+/// models use 3×3 and 5×5; a larger window would unroll its peeled borders into long
+/// code).
+pub const DEPTHWISE_BLOCKS_MAX_WINDOW: usize = 7;
+
+/// Whether a conv with attributes `a`, weight type `w` (constant weights assumed) and
+/// `channels` input channels is a depthwise one that the channel-block kernel computes
+/// from blocks into blocks on a target with `micro`: one input and one output channel per
+/// group, channels in whole blocks, a window of at most
+/// [`DEPTHWISE_BLOCKS_MAX_WINDOW`] on a side. Its vectors run along channels, so its
+/// taps are plain vector loads at any stride, and its borders are the taps it skips.
+/// Blocks exist only between kernels with micro-kernel neighbours, hence `micro`; the
+/// kernel itself is Cranelift code.
+pub fn depthwise_on_blocks(
+    a: &Conv2dAttrs,
+    w: &TensorType,
+    channels: usize,
+    micro: Option<TileTarget>,
+) -> bool {
+    micro.is_some()
+        && w.rank() == 4
+        && a.groups == channels
+        && w.dims[0] == channels
+        && w.dims[1] == 1
+        && channels.is_multiple_of(CHANNEL_BLOCK)
+        && (1..=DEPTHWISE_BLOCKS_MAX_WINDOW).contains(&w.dims[2])
+        && (1..=DEPTHWISE_BLOCKS_MAX_WINDOW).contains(&w.dims[3])
+        && a.pads[0] < w.dims[2]
+        && a.pads[2] < w.dims[2]
+        && a.pads[1] < w.dims[3]
+        && a.pads[3] < w.dims[3]
 }
 
 /// Whether `op` is a max pool that the channel-block kernel computes for input `x` and

@@ -38,8 +38,8 @@ use smelt_ir::op::{Conv2dAttrs, Op};
 use smelt_ir::{Layout, TensorType};
 
 use crate::blocks::{
-    broadcast_walks_channels, max_pool_fits_blocks, reads_blocks_on_micro, writes_blocks_on_micro,
-    CHANNEL_BLOCK, CHANNEL_BLOCKS,
+    broadcast_walks_channels, depthwise_on_blocks, max_pool_fits_blocks, reads_blocks_on_micro,
+    writes_blocks_on_micro, CHANNEL_BLOCK, CHANNEL_BLOCKS,
 };
 use crate::manager::{Pass, PassContext, PassError};
 
@@ -140,12 +140,12 @@ fn computes_on_blocks(func: &Func, i: usize, micro: Option<TileTarget>) -> bool 
 }
 
 /// Whether instruction `i` may write its result in blocks: a conv whose kernel on the
-/// micro-kernel does ([`writes_blocks_on_micro`]), or a max pool whose kernel reads and
-/// writes blocks ([`blocked_max_pool`]), whose broadcast post-op operands walk the
+/// micro-kernel does ([`writes_blocks_on_micro`]), or an op whose kernel reads and
+/// writes blocks ([`blocks_from_blocks`]), whose broadcast post-op operands walk the
 /// channels contiguously or not at all, and whose post-ops run in its register tile.
 fn writes_blocks(func: &Func, i: usize, micro: Option<TileTarget>) -> bool {
     let writer = const_conv(func, i).is_some_and(|(a, w)| writes_blocks_on_micro(a, w, micro))
-        || (micro.is_some() && blocked_max_pool(func, i));
+        || blocks_from_blocks(func, i, micro);
     // a long post-op list runs as a separate row-major pass (MAX_POST_IN_REGISTERS)
     let post_in_registers = match &func.insts[i].op {
         Op::Fused(f) => f.post_ops.len() <= crate::lower::MAX_POST_IN_REGISTERS,
@@ -154,17 +154,22 @@ fn writes_blocks(func: &Func, i: usize, micro: Option<TileTarget>) -> bool {
     writer && post_in_registers && post_operands_walk_channels(func, &func.insts[i])
 }
 
-/// Whether instruction `i` is a max pool (plain or fused) that the channel-block kernel
-/// computes, given its input and result in blocks.
-fn blocked_max_pool(func: &Func, i: usize) -> bool {
+/// Whether instruction `i` is an op (plain or fused) whose channel-block kernel reads
+/// blocks only to write blocks: a halving max pool, or a depthwise conv
+/// ([`depthwise_on_blocks`]). Its input and result are in blocks together or not at all.
+fn blocks_from_blocks(func: &Func, i: usize, micro: Option<TileTarget>) -> bool {
     let inst = &func.insts[i];
     let anchor = match &inst.op {
         Op::Fused(f) => &*f.anchor,
         op => op,
     };
-    inst.operands
-        .first()
-        .is_some_and(|&x| max_pool_fits_blocks(anchor, &func.type_of(x).dims, &inst.ty.dims))
+    let Some(&x) = inst.operands.first() else {
+        return false;
+    };
+    let x_dims = &func.type_of(x).dims;
+    let depthwise = const_conv(func, i)
+        .is_some_and(|(a, w)| x_dims.len() == 4 && depthwise_on_blocks(a, w, x_dims[1], micro));
+    depthwise || (micro.is_some() && max_pool_fits_blocks(anchor, x_dims, &inst.ty.dims))
 }
 
 /// Whether every post-op operand of `inst` has the result's full size or walks its
@@ -218,9 +223,9 @@ fn stays_blocked(
         .iter()
         .filter(|&&p| func.type_of(p).dims == producer.ty.dims)
         .all(|p| blocked[p.index()]);
-    // a max pool writes blocks only from blocks
+    // a max pool or depthwise conv writes blocks only from blocks
     let input_blocked =
-        !blocked_max_pool(func, v - first_inst) || blocked[producer.operands[0].index()];
+        !blocks_from_blocks(func, v - first_inst, micro) || blocked[producer.operands[0].index()];
     residuals_blocked
         && input_blocked
         && uses.iter().all(|u| match *u {
@@ -231,12 +236,13 @@ fn stays_blocked(
                 let first_post = reader.operands.len() - post_operands(reader).len();
                 // a residual only into a result in blocks (the type rule), while a conv
                 // or pool reads blocks as its input whatever its result's layout, and a
-                // max pool only into blocks
+                // max pool or depthwise conv only into blocks
                 let full_residual =
                     operand >= first_post && *dims == reader.ty.dims && blocked[first_inst + inst];
-                let max_pool_input =
-                    operand == 0 && blocked_max_pool(func, inst) && blocked[first_inst + inst];
-                full_residual || max_pool_input || reads_blocks(func, inst, operand, dims[1], micro)
+                let into_blocks = operand == 0
+                    && blocks_from_blocks(func, inst, micro)
+                    && blocked[first_inst + inst];
+                full_residual || into_blocks || reads_blocks(func, inst, operand, dims[1], micro)
             }
         })
 }

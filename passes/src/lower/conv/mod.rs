@@ -25,11 +25,12 @@
 //! store it once. The padding kernels of both are in [`pad`].
 
 mod depthwise;
+mod depthwise_blocks;
 mod general;
 mod packed;
 mod pad;
 
-use smelt_ir::loops::{Access, Affine, BufId, Expr, KernelBuilder, Width};
+use smelt_ir::loops::{Access, Affine, BufId, Expr, KernelBuilder, TileTarget, Width};
 use smelt_ir::op::Conv2dAttrs;
 use smelt_ir::{Diagnostic, Layout, TensorType, Value};
 
@@ -40,8 +41,16 @@ pub(crate) use pad::{nhwc_border_kernel, nhwc_pad_kernel, pad_kernel};
 
 use super::elementwise::Epilogue;
 use super::{BufferId, Cx};
-use crate::blocks::{reads_blocks_on_micro, writes_blocks_on_micro};
+use crate::blocks::{depthwise_on_blocks, reads_blocks_on_micro, writes_blocks_on_micro};
 pub(crate) use crate::blocks::{CHANNEL_BLOCK, CHANNEL_BLOCKS};
+
+/// The channels a pointwise conv of `o` output channels computes on the micro-kernel
+/// routines of `micro` (`o` rounded up to their lanes), or `None` when its tiles are
+/// Cranelift code (no routine, or too few useful lanes): what decides whether it reads
+/// channel blocks.
+pub(crate) fn pointwise_micro_channels(o: usize, micro: Option<TileTarget>) -> Option<usize> {
+    PackedConv::micro_channels(o, micro)
+}
 
 /// Shapes of one convolution, in elements.
 #[derive(Clone)]
@@ -94,7 +103,13 @@ pub(crate) fn lower_conv2d(
 ) -> Result<(), Diagnostic> {
     let x_blocked = cx.func.type_of(operands[0]).layout != Layout::RowMajor;
     let out_blocked = out_ty.layout != Layout::RowMajor;
-    if x_blocked || out_blocked {
+    let channels = cx.func.type_of(operands[0]).dims[1];
+    let blocked_depthwise = x_blocked
+        && out_blocked
+        && depthwise_on_blocks(a, cx.func.type_of(operands[1]), channels, cx.opts.micro)
+        && cx.const_weight(operands[1]).is_some()
+        && epi.runs_along_channels();
+    if (x_blocked || out_blocked) && !blocked_depthwise {
         let wt = cx.func.type_of(operands[1]);
         let micro = cx.opts.micro;
         // (which layouts at all: `blocks::layouts_have_kernels`, checked before any op)
@@ -106,8 +121,10 @@ pub(crate) fn lower_conv2d(
             return Err(cx.unsupported(
                 "channel-blocked (nchw16c) activations need constant weights and a \
                  micro-kernel (--kernels auto, avx2 or avx512); ungrouped convs with output \
-                 channels in quads read them, and ungrouped convs with output channels in \
-                 blocks of 16 and per-channel or full-size post-op operands write them",
+                 channels in quads read them, ungrouped convs with output channels in \
+                 blocks of 16 and per-channel or full-size post-op operands write them, \
+                 and depthwise convs on whole blocks with windows up to 7×7 read and write \
+                 them together",
             ));
         }
     }
@@ -141,6 +158,9 @@ pub(crate) fn lower_conv2d(
         wq: wp.div_ceil(sw),
     };
 
+    if blocked_depthwise {
+        return depthwise_blocks::kernel(cx, &geo, [h, w], [pt, pl], operands, epi, out);
+    }
     let x = cx.buf(operands[0]);
     let og = o / a.groups;
     // Packed tiles: output channels in quads on Cranelift's, any count a micro-kernel

@@ -1,0 +1,260 @@
+//! Depthwise convolutions on channel blocks (`nchw16c` in and out): a vector is 4
+//! channels of one pixel, so every tap is a plain vector load at any stride — no padded
+//! copy, no phase split, no shifted lanes — and an output pixel's 16 channels are 4
+//! independent FMA chains.
+//!
+//! On NCHW planes a depthwise conv needs a padded (and, at stride 2, phase-split) copy of
+//! its input and vectors of 4 output columns whose taps are shifted loads; MobileNetV3's
+//! expanding layers at 112² (batch 2) and DBNet's at 320² spent as long in those copies
+//! as in the convolution, and the 1×1 convs around them wrote and read NCHW planes
+//! through 4×4 transposes. With the depthwise conv on blocks the layout pass keeps the
+//! whole expand → depthwise → project chain in blocks.
+//!
+//! The padding is the taps a border pixel skips: output rows and columns whose window
+//! reaches past the input are peeled off, each with its own (compile-time) range of
+//! valid taps; the interior loops over full windows.
+
+use smelt_ir::loops::{Access, Affine, Expr, KernelBuilder, VarId, Width};
+use smelt_ir::{AlignedBuf, Diagnostic, Value};
+
+use super::Geo;
+use crate::blocks::CHANNEL_BLOCK;
+use crate::lower::elementwise::{dims_name, Epilogue};
+use crate::lower::{BufferId, Cx};
+use crate::scaled_rows::ScaledRows;
+
+/// Output pixels per register tile: 3 pixels × 4 vectors of accumulators, the tap's
+/// weight vector and one input vector are 14 of the 16 vector registers.
+const TILE_PIXELS: usize = 3;
+
+/// Vectors of 4 channels in a block.
+const VECS: usize = CHANNEL_BLOCK / 4;
+
+/// One axis of the window: input size, output size, stride, dilation, kernel size and
+/// leading padding.
+#[derive(Clone, Copy)]
+struct Axis {
+    input: usize,
+    output: usize,
+    stride: usize,
+    dil: usize,
+    kernel: usize,
+    pad: usize,
+}
+
+impl Axis {
+    /// The taps `[k0, k1)` that output position `o` reads inside the input.
+    fn valid_taps(&self, o: usize) -> (usize, usize) {
+        let start = (o * self.stride) as i64 - self.pad as i64;
+        let inside = |k: usize| {
+            let i = start + (k * self.dil) as i64;
+            i >= 0 && i < self.input as i64
+        };
+        let k0 = (0..self.kernel).find(|&k| inside(k)).unwrap_or(self.kernel);
+        let k1 = (k0..self.kernel)
+            .find(|&k| !inside(k))
+            .unwrap_or(self.kernel);
+        (k0, k1.max(k0))
+    }
+
+    /// The outputs `[lo, hi)` whose whole window lies inside the input (empty when none
+    /// does: then every output is a border one).
+    fn interior(&self) -> (usize, usize) {
+        let full = |o: usize| self.valid_taps(o) == (0, self.kernel);
+        let lo = (0..self.output).find(|&o| full(o)).unwrap_or(self.output);
+        let hi = (lo..self.output).find(|&o| !full(o)).unwrap_or(self.output);
+        (lo, hi)
+    }
+}
+
+/// The weights of `c` channels of `taps` taps each (`[c][taps]`, possibly a BN fold's
+/// scaled rows) as `[c / 16][taps][16]`: a tap's 16 channels are four vector loads.
+fn pack(w: &AlignedBuf, c: usize, taps: usize) -> AlignedBuf {
+    let (src, scale) = match ScaledRows::parts(w) {
+        Some((values, scale)) if scale.len() == c => (values, Some(scale)),
+        _ => (w.as_f32(), None),
+    };
+    AlignedBuf::from_f32_with(c * taps, |out| {
+        for (ch, row) in src.chunks_exact(taps).take(c).enumerate() {
+            let (block, lane) = (ch / CHANNEL_BLOCK, ch % CHANNEL_BLOCK);
+            for (t, &x) in row.iter().enumerate() {
+                let v = match scale {
+                    Some(s) => ScaledRows::value(x, s[ch]),
+                    None => x,
+                };
+                out[(block * taps + t) * CHANNEL_BLOCK + lane] = v;
+            }
+        }
+    })
+}
+
+/// The depthwise conv `g` of an input of `[h, w]` pixels padded by `pads` (top, left),
+/// from channel blocks into channel blocks, with constant weights (`operands[1]`), an
+/// optional bias and the epilogue `epi` (whose operands walk the channels, see
+/// [`Epilogue::runs_along_channels`]).
+pub(super) fn kernel(
+    cx: &mut Cx,
+    g: &Geo,
+    [h, w]: [usize; 2],
+    [pt, pl]: [usize; 2],
+    operands: &[Value],
+    mut epi: Epilogue,
+    out: BufferId,
+) -> Result<(), Diagnostic> {
+    let wdata = cx.const_weight(operands[1]).ok_or_else(|| {
+        cx.unsupported("a depthwise conv on channel blocks with weights from the graph")
+    })?;
+    let taps = g.kh * g.kw;
+    let blocks = g.c / CHANNEL_BLOCK;
+    let wbuf = cx.constant_later(
+        "w_blocked",
+        g.c * taps,
+        Box::new({
+            let c = g.c;
+            move || pack(wdata, c, taps)
+        }),
+    );
+    let rows = Axis {
+        input: h,
+        output: g.oh,
+        stride: g.stride[0],
+        dil: g.dil[0],
+        kernel: g.kh,
+        pad: pt,
+    };
+    let cols = Axis {
+        input: w,
+        output: g.ow,
+        stride: g.stride[1],
+        dil: g.dil[1],
+        kernel: g.kw,
+        pad: pl,
+    };
+    let mut b = KernelBuilder::new(&format!(
+        "conv2d_depthwise_c16_{}_k{}x{}_s{}x{}_d{}x{}{}{}",
+        dims_name(&[g.n, g.c, h, w]),
+        g.kh,
+        g.kw,
+        g.stride[0],
+        g.stride[1],
+        g.dil[0],
+        g.dil[1],
+        if operands.len() > 2 { "_bias" } else { "" },
+        if epi.is_empty() { "" } else { "_fused" }
+    ));
+    let x = cx.buf(operands[0]);
+    let xa = b.arg("x", cx.len_of(x), Access::Read);
+    let wa = b.arg("w", cx.len_of(wbuf), Access::Read);
+    let mut args = vec![x, wbuf];
+    let bias = operands.get(2).map(|&v| {
+        let bb = cx.buf(v);
+        args.push(bb);
+        b.arg("bias", cx.len_of(bb), Access::Read)
+    });
+    args.extend(epi.declare(&mut b));
+    let ya = b.arg("out", cx.len_of(out), Access::Write);
+    args.push(out);
+
+    let w4 = Width::F32x4;
+    let lane = CHANNEL_BLOCK as i64;
+    let (h, w) = (h as i64, w as i64);
+    let (oh, ow) = (g.oh as i64, g.ow as i64);
+    let (row_lo, row_hi) = rows.interior();
+    let (col_lo, col_hi) = cols.interior();
+    b.set_parallel();
+    b.for_loop(0, blocks as i64, 1, |b, cb| {
+        let cb = Affine::var(cb);
+        let c0 = cb.scale(lane);
+        b.for_loop(0, g.n as i64, 1, |b, n| {
+            let n = Affine::var(n);
+            let plane = n.scale(blocks as i64).add(&cb);
+            let x_plane = plane.scale(h * w * lane);
+            let y_plane = plane.scale(oh * ow * lane);
+            // `pixels` outputs of row `oy` from column `ox`, over taps [ky0, ky1) ×
+            // [kx0, kx1) (the same for each of them)
+            let tile = |b: &mut KernelBuilder,
+                        oy: &Affine,
+                        ox: &Affine,
+                        pixels: usize,
+                        (ky0, ky1): (usize, usize),
+                        (kx0, kx1): (usize, usize)| {
+                let accs: Vec<[VarId; VECS]> = (0..pixels)
+                    .map(|_| std::array::from_fn(|_| b.var(w4)))
+                    .collect();
+                for p in &accs {
+                    for (v, &acc) in p.iter().enumerate() {
+                        let init = match bias {
+                            Some(bb) => Expr::load(bb, c0.plus(4 * v as i64), w4),
+                            None => Expr::constant(0.0, w4),
+                        };
+                        b.assign(acc, init);
+                    }
+                }
+                let iy0 = oy.scale(rows.stride as i64).plus(-(rows.pad as i64));
+                let ix0 = ox.scale(cols.stride as i64).plus(-(cols.pad as i64));
+                b.for_loop(ky0 as i64, ky1 as i64, 1, |b, ky| {
+                    let iy = iy0.add(&Affine::var(ky).scale(rows.dil as i64));
+                    b.for_loop(kx0 as i64, kx1 as i64, 1, |b, kx| {
+                        let t = Affine::var(ky).scale(g.kw as i64).add(&Affine::var(kx));
+                        let ix = ix0.add(&Affine::var(kx).scale(cols.dil as i64));
+                        let w_at = cb.scale(taps as i64).add(&t).scale(lane);
+                        for v in 0..VECS {
+                            let wv = b.let_(Expr::load(wa, w_at.plus(4 * v as i64), w4), w4);
+                            for (p, acc) in accs.iter().enumerate() {
+                                let at = x_plane
+                                    .add(&iy.scale(w * lane))
+                                    .add(&ix.plus((p * cols.stride) as i64).scale(lane))
+                                    .plus(4 * v as i64);
+                                let xv = Expr::load(xa, at, w4);
+                                let sum = Expr::fma(xv, wv.clone(), Expr::Var(acc[v]));
+                                b.assign(acc[v], sum);
+                            }
+                        }
+                    });
+                });
+                for (p, acc) in accs.iter().enumerate() {
+                    let col = ox.plus(p as i64);
+                    for (v, &a) in acc.iter().enumerate() {
+                        let stored = y_plane
+                            .add(&oy.scale(ow * lane))
+                            .add(&col.scale(lane))
+                            .plus(4 * v as i64);
+                        let idx = [n.clone(), c0.plus(4 * v as i64), oy.clone(), col.clone()];
+                        let y = epi.apply_along_channels(b, Expr::Var(a), &idx, &stored, w4);
+                        b.store(ya, stored, y, w4);
+                    }
+                }
+            };
+            // one output row: the left border columns one by one, the interior in tiles
+            // of TILE_PIXELS (the last one narrower), the right border one by one
+            let row = |b: &mut KernelBuilder, oy: &Affine, ky: (usize, usize)| {
+                for ox in (0..col_lo).chain(col_hi..cols.output) {
+                    let at = Affine::constant(ox as i64);
+                    tile(b, oy, &at, 1, ky, cols.valid_taps(ox));
+                }
+                let span = col_hi - col_lo;
+                let main = span / TILE_PIXELS * TILE_PIXELS;
+                let full = (0, cols.kernel);
+                b.for_loop(
+                    col_lo as i64,
+                    (col_lo + main) as i64,
+                    TILE_PIXELS as i64,
+                    |b, ox| {
+                        tile(b, oy, &Affine::var(ox), TILE_PIXELS, ky, full);
+                    },
+                );
+                if main < span {
+                    let at = Affine::constant((col_lo + main) as i64);
+                    tile(b, oy, &at, span - main, ky, full);
+                }
+            };
+            for oy in (0..row_lo).chain(row_hi..rows.output) {
+                row(b, &Affine::constant(oy as i64), rows.valid_taps(oy));
+            }
+            b.for_loop(row_lo as i64, row_hi as i64, 1, |b, oy| {
+                row(b, &Affine::var(oy), (0, rows.kernel));
+            });
+        });
+    });
+    cx.step(b.finish(), args)
+}
