@@ -192,25 +192,25 @@ pub(super) fn kernel(
                 }
                 let iy0 = oy.scale(rows.stride as i64).plus(-(rows.pad as i64));
                 let ix0 = ox.scale(cols.stride as i64).plus(-(cols.pad as i64));
+                // a loop over the window's rows, each row's taps written out: their
+                // loads are constant offsets from the row's start
                 b.for_loop(ky0 as i64, ky1 as i64, 1, |b, ky| {
                     let iy = iy0.add(&Affine::var(ky).scale(rows.dil as i64));
-                    b.for_loop(kx0 as i64, kx1 as i64, 1, |b, kx| {
-                        let t = Affine::var(ky).scale(g.kw as i64).add(&Affine::var(kx));
-                        let ix = ix0.add(&Affine::var(kx).scale(cols.dil as i64));
-                        let w_at = cb.scale(taps as i64).add(&t).scale(lane);
+                    let x_row = x_plane.add(&iy.scale(w * lane)).add(&ix0.scale(lane));
+                    let w_row = cb.scale(taps as i64).add(&Affine::var(ky).scale(g.kw as i64));
+                    for kx in kx0..kx1 {
+                        let w_at = w_row.plus(kx as i64).scale(lane);
                         for v in 0..VECS {
                             let wv = b.let_(Expr::load(wa, w_at.plus(4 * v as i64), w4), w4);
                             for (p, acc) in accs.iter().enumerate() {
-                                let at = x_plane
-                                    .add(&iy.scale(w * lane))
-                                    .add(&ix.plus((p * cols.stride) as i64).scale(lane))
-                                    .plus(4 * v as i64);
+                                let col = (kx * cols.dil + p * cols.stride) as i64;
+                                let at = x_row.plus(col * lane + 4 * v as i64);
                                 let xv = Expr::load(xa, at, w4);
                                 let sum = Expr::fma(xv, wv.clone(), Expr::Var(acc[v]));
                                 b.assign(acc[v], sum);
                             }
                         }
-                    });
+                    }
                 });
                 for (p, acc) in accs.iter().enumerate() {
                     let col = ox.plus(p as i64);
