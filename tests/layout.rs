@@ -411,7 +411,7 @@ func @main(%x: tensor<1x16x8x8xf32>) -> (y: tensor<1x16x4x4xf32>) {
     let m = text::parse(src, "blocked_pool.tir").expect("parses: the pool's layout attribute");
     let e = Executable::compile(&m, None, &opts()).expect_err("2x2 pools take no blocks");
     assert!(e.to_string().contains("no kernel for these layouts"), "{e}");
-    // a blocked residual into a row-major result, and a blocked input to relu
+    // a blocked residual into a row-major result (the relu beside it reads blocks)
     let src = "const @w : tensor<16x16x1x1xf32> = dense<0.5>
 
 func @main(%x: tensor<1x16x4x4xf32>) -> (y: tensor<1x16x4x4xf32>, z: tensor<1x16x4x4xf32>) {
@@ -520,6 +520,69 @@ fn depthwise_convs_read_and_write_channel_blocks() {
             let on_blocks = loops.contains("@conv2d_depthwise_c16_");
             assert_eq!(
                 on_blocks,
+                kernels != Kernels::Cranelift,
+                "{what} {kernels:?}"
+            );
+        }
+    }
+}
+
+/// [`inverted_residual`] with a squeeze-and-excitation gate after the depthwise conv:
+/// global average pool, 1×1 conv to 8 channels with relu, 1×1 conv back with a
+/// sigmoid, and the depthwise result times the gate (`gate_first`: `mul(gate, x)`, as
+/// torchvision writes it).
+fn inverted_residual_se(n: usize, hw: usize, gate_first: bool) -> Module {
+    let mut m = Module::default();
+    let mut b = FuncBuilder::new(&mut m, "main");
+    let x = b.param("x", f32t(&[n, 16, hw, hw]));
+    let e = conv(&mut b, x, (16, 32), 1, 1, &relu(), &[], 500);
+    let dw = depthwise(&mut b, e, 32, 3, (1, 1), &relu(), 510);
+    let pooled = b.op(Op::GlobalAvgPool, &[dw]).expect("pool type-checks");
+    let squeeze = conv(&mut b, pooled, (32, 8), 1, 1, &relu(), &[], 520);
+    let sigmoid = [PostOp::Unary(UnaryOp::Sigmoid)];
+    let gate = conv(&mut b, squeeze, (8, 32), 1, 1, &sigmoid, &[], 530);
+    let operands = if gate_first { [gate, dw] } else { [dw, gate] };
+    let scaled = b
+        .op(Op::Binary(BinaryOp::Mul), &operands)
+        .expect("mul type-checks");
+    let y = conv(&mut b, scaled, (32, 24), 1, 1, &[], &[], 540);
+    b.finish(&[("y", y)]);
+    m
+}
+
+#[test]
+fn squeeze_and_excitation_gates_read_channel_blocks() {
+    // the depthwise result stays in blocks: the pool and the gating mul read them, the
+    // mul's result is row-major
+    let m = inverted_residual_se(1, 9, true);
+    let laid = assign_layouts(&m.funcs[0], Some(TileIsa::Avx2.target())).expect("blocks");
+    let types: Vec<String> = laid
+        .insts
+        .iter()
+        .filter(|i| i.ty.dims == [1, 32, 9, 9])
+        .map(|i| i.ty.to_string())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "tensor<1x32x9x9xf32, nchw16c>",
+            "tensor<1x32x9x9xf32, nchw16c>",
+            "tensor<1x32x9x9xf32>"
+        ],
+        "the expansion, the depthwise conv, the gated result"
+    );
+    // both operand orders; rows in whole vectors and with a tail of 3, 2 or 1 columns
+    for (n, hw, gate_first) in [(1, 9, true), (2, 8, false), (1, 14, true), (2, 7, false)] {
+        let what = format!("SE block {n}×{hw}², gate first {gate_first}");
+        let m = inverted_residual_se(n, hw, gate_first);
+        check_against_interp(&what, &m, &random_inputs(&m, 13), 1e-5);
+        for kernels in kernel_choices() {
+            let o = CompileOptions { kernels, ..opts() };
+            let exe = Executable::compile(&m, None, &o).expect("compiles");
+            let loops = exe.dump_loops().to_string();
+            let from_blocks = loops.contains("@mul_from_c16_");
+            assert_eq!(
+                from_blocks,
                 kernels != Kernels::Cranelift,
                 "{what} {kernels:?}"
             );

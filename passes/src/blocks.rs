@@ -145,11 +145,30 @@ pub(crate) fn halves_with_3x3_windows(
         && (oh, ow) == (h / 2, w / 2)
 }
 
+/// Whether a standalone unary or binary f32 op reads its operands of `types` into its
+/// row-major `result`: a rank-4 result of whole blocks of channels, each operand of the
+/// result's size row-major or in blocks, the others (broadcast into it, an SE gate's
+/// per-channel scale) row-major. The kernel changes the layout as it computes, so a
+/// depthwise conv feeding an SE block's gating `mul` can stay in blocks.
+pub fn elementwise_reads_blocks(op: &Op, types: &[&TensorType], result: &TensorType) -> bool {
+    matches!(op, Op::Unary(_) | Op::Binary(_))
+        && result.layout == Layout::RowMajor
+        && result.rank() == 4
+        && result.dtype == smelt_ir::DType::F32
+        && result.dims[1].is_multiple_of(CHANNEL_BLOCK)
+        && types.iter().all(|t| {
+            t.dtype == smelt_ir::DType::F32
+                && (t.layout == Layout::RowMajor
+                    || (t.layout == CHANNEL_BLOCKS && t.dims == result.dims))
+        })
+}
+
 /// Whether some kernel computes `op` with operands of `types` into `result` as they are
 /// laid out: every op on row-major tensors; `reorder` between any; convs (plain or
 /// fused) reading and writing channel blocks (their full-size post-op operands laid out
 /// as the result, weights, bias and broadcast operands row-major); global average pools
-/// reading them. The conv and pool lowerings check the finer conditions.
+/// and unary and binary ops ([`elementwise_reads_blocks`]) reading them. The conv and
+/// pool lowerings check the finer conditions.
 pub(crate) fn layouts_have_kernels(op: &Op, types: &[&TensorType], result: &TensorType) -> bool {
     let row_major = |t: &TensorType| t.layout == Layout::RowMajor;
     if types.iter().all(|t| row_major(t)) && row_major(result) {
@@ -178,6 +197,7 @@ pub(crate) fn layouts_have_kernels(op: &Op, types: &[&TensorType], result: &Tens
         }
         Op::GlobalAvgPool => activation(x) && row_major(result) && post_ok,
         Op::MaxPool2d(_) => max_pool_on_blocks(anchor, x, result) && post_ok,
+        Op::Unary(_) | Op::Binary(_) => elementwise_reads_blocks(op, types, result),
         _ => false,
     }
 }

@@ -38,8 +38,8 @@ use smelt_ir::op::{Conv2dAttrs, Op};
 use smelt_ir::{Layout, TensorType};
 
 use crate::blocks::{
-    broadcast_walks_channels, depthwise_on_blocks, max_pool_fits_blocks, reads_blocks_on_micro,
-    writes_blocks_on_micro, CHANNEL_BLOCK, CHANNEL_BLOCKS,
+    broadcast_walks_channels, depthwise_on_blocks, elementwise_reads_blocks, max_pool_fits_blocks,
+    reads_blocks_on_micro, writes_blocks_on_micro, CHANNEL_BLOCK, CHANNEL_BLOCKS,
 };
 use crate::manager::{Pass, PassContext, PassError};
 
@@ -183,8 +183,9 @@ fn post_operands_walk_channels(func: &Func, inst: &Inst) -> bool {
 }
 
 /// Whether operand `operand` of instruction `i`, a rank-4 value of `channels`
-/// channels, may be read in channel blocks: the input of a conv computing on blocks, or
-/// of a global average pool (whose epilogue runs along channels).
+/// channels, may be read in channel blocks: the input of a conv computing on blocks, of
+/// a global average pool (whose epilogue runs along channels), or a full-size operand of
+/// a standalone unary or binary f32 op ([`elementwise_reads_blocks`]).
 fn reads_blocks(
     func: &Func,
     i: usize,
@@ -192,10 +193,18 @@ fn reads_blocks(
     channels: usize,
     micro: Option<TileTarget>,
 ) -> bool {
-    if operand != 0 || !channels.is_multiple_of(CHANNEL_BLOCK) {
+    if !channels.is_multiple_of(CHANNEL_BLOCK) {
         return false;
     }
     let inst = &func.insts[i];
+    if let Op::Unary(_) | Op::Binary(_) = inst.op {
+        let types: Vec<&TensorType> = inst.operands.iter().map(|&v| func.type_of(v)).collect();
+        let full = types[operand].dims == inst.ty.dims;
+        return full && elementwise_reads_blocks(&inst.op, &types, &inst.ty);
+    }
+    if operand != 0 {
+        return false;
+    }
     let pool = match &inst.op {
         Op::GlobalAvgPool => true,
         Op::Fused(f) => matches!(*f.anchor, Op::GlobalAvgPool),

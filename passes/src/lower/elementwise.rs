@@ -6,10 +6,11 @@ use smelt_ir::loops::{
     Width,
 };
 use smelt_ir::op::{GeluApproximation, PostOp, GELU_TANH_CUBIC, GELU_TANH_SCALE};
-use smelt_ir::{BinaryOp, Diagnostic, TensorType, UnaryOp, Value};
+use smelt_ir::{BinaryOp, Diagnostic, Layout, TensorType, UnaryOp, Value};
 use std::collections::HashMap;
 
 use super::{BufferId, Cx};
+use crate::blocks::CHANNEL_BLOCK;
 
 fn c(v: f32, w: Width) -> Expr {
     Expr::constant(v, w)
@@ -856,6 +857,15 @@ pub(crate) fn lower_map(
     out: BufferId,
 ) -> Result<(), Diagnostic> {
     let out_dims = &out_ty.dims;
+    if operands
+        .iter()
+        .any(|&v| cx.func.type_of(v).layout != Layout::RowMajor)
+    {
+        if !epi.is_empty() {
+            return Err(cx.unsupported("post-ops on an elementwise anchor"));
+        }
+        return map_from_blocks(cx, op, operands, out_ty, out);
+    }
     let mut strides: Vec<Vec<i64>> = operands
         .iter()
         .map(|&v| {
@@ -914,6 +924,141 @@ pub(crate) fn lower_map(
         b.store(y, index_of(&out_st, idx), v, w);
     });
     let _ = epi;
+    cx.step(b.finish(), args)
+}
+
+/// A unary or binary op whose full-size operands are in channel blocks
+/// (`[n][c/16][h][w][16]`, see [`crate::blocks::elementwise_reads_blocks`]) and whose
+/// other operands and result are row-major — an SE block's gating `mul`, which reads the
+/// depthwise conv's blocks and hands the projection NCHW planes, the layout change
+/// folded into the op. Per image, block and row, 4 pixels × 4 channels at a time: four
+/// vector loads of a pixel's channels, a transpose in registers, then the op on
+/// vectors of 4 pixels of one channel (a broadcast operand's lanes along W: a splat or
+/// a vector) and a vector store; the columns past the last 4 go one by one.
+fn map_from_blocks(
+    cx: &mut Cx,
+    op: MapOp,
+    operands: &[Value],
+    out_ty: &TensorType,
+    out: BufferId,
+) -> Result<(), Diagnostic> {
+    let dims = &out_ty.dims;
+    let lane = CHANNEL_BLOCK as i64;
+    let blocked: Vec<bool> = operands
+        .iter()
+        .map(|&v| cx.func.type_of(v).layout != Layout::RowMajor)
+        .collect();
+    let (MapOp::Unary(_) | MapOp::Binary(_)) = op else {
+        return Err(cx.unsupported("a batch norm of channel blocks"));
+    };
+    if dims.len() != 4 || !dims[1].is_multiple_of(CHANNEL_BLOCK) {
+        return Err(
+            cx.unsupported("channel blocks of a result that is not [n, c, h, w] in whole blocks")
+        );
+    }
+    let [n, c, h, w] = [dims[0], dims[1], dims[2], dims[3]].map(|d| d as i64);
+    let mut b = KernelBuilder::new(&format!(
+        "{}_from_c16_{}",
+        match op {
+            MapOp::Unary(u) => u.name(),
+            MapOp::Binary(o) => o.name(),
+            MapOp::BatchNorm { .. } => "batch_norm",
+        },
+        dims_name(dims)
+    ));
+    let ins: Vec<BufId> = operands
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| b.arg(&format!("in{i}"), cx.len_of(cx.buf(v)), Access::Read))
+        .collect();
+    let mut args: Vec<BufferId> = operands.iter().map(|&v| cx.buf(v)).collect();
+    let y = b.arg("out", cx.len_of(out), Access::Write);
+    args.push(out);
+    // each row-major operand's strides along [n, c, h, w] (broadcast ones 0)
+    let row_major: Vec<Vec<i64>> = operands
+        .iter()
+        .map(|&v| broadcast_strides(&cx.func.type_of(v).dims, dims))
+        .collect();
+    let out_st = row_major_strides(dims);
+    let blocks = c / lane;
+    let apply = |b: &mut KernelBuilder, x: &[Expr], width: Width| match op {
+        MapOp::Unary(u) => unary(b, u, x[0].clone(), width),
+        MapOp::Binary(o) => binary(b, o, x[0].clone(), x[1].clone(), width),
+        MapOp::BatchNorm { .. } => unreachable!("refused above"),
+    };
+    let w4 = Width::F32x4;
+    let main = w / 4 * 4;
+    // where row-major operand `k` (or the result, with `out_st`) holds channel `ch` of
+    // row `r`, column `col` of image `i`
+    let at = |st: &[i64], i: &Affine, ch: &Affine, r: &Affine, col: &Affine| {
+        i.scale(st[0])
+            .add(&ch.scale(st[1]))
+            .add(&r.scale(st[2]))
+            .add(&col.scale(st[3]))
+    };
+    b.for_loop(0, n, 1, |b, i| {
+        let i = Affine::var(i);
+        b.for_loop(0, blocks, 1, |b, cb| {
+            let cb = Affine::var(cb);
+            // the block's storage: [h][w][16] from here
+            let block_at = i.scale(blocks).add(&cb).scale(h * w * lane);
+            b.for_loop(0, h, 1, |b, r| {
+                let r = Affine::var(r);
+                let pixel = |col: &Affine| block_at.add(&r.scale(w * lane)).add(&col.scale(lane));
+                b.for_loop(0, main, 4, |b, col| {
+                    let col = Affine::var(col);
+                    for l0 in (0..lane).step_by(4) {
+                        let ch0 = cb.scale(lane).plus(l0);
+                        // per blocked operand: vectors of 4 pixels, one per channel
+                        let mut transposed: Vec<Option<Vec<Expr>>> = Vec::new();
+                        for (k, &is_blocked) in blocked.iter().enumerate() {
+                            transposed.push(is_blocked.then(|| {
+                                let rows: Vec<Expr> = (0..4)
+                                    .map(|p| {
+                                        let at = pixel(&col.plus(p)).plus(l0);
+                                        b.let_(Expr::load(ins[k], at, w4), w4)
+                                    })
+                                    .collect();
+                                super::conv::transpose4(b, &rows)
+                            }));
+                        }
+                        for kk in 0..4 {
+                            let ch = ch0.plus(kk);
+                            let xs: Vec<Expr> = (0..operands.len())
+                                .map(|k| match &transposed[k] {
+                                    Some(t) => t[kk as usize].clone(),
+                                    None => {
+                                        let s = &row_major[k];
+                                        load_lanes(ins[k], at(s, &i, &ch, &r, &col), s[3], w4)
+                                    }
+                                })
+                                .collect();
+                            let v = apply(b, &xs, w4);
+                            b.store(y, at(&out_st, &i, &ch, &r, &col), v, w4);
+                        }
+                    }
+                });
+                b.for_loop(main, w, 1, |b, col| {
+                    let col = Affine::var(col);
+                    b.for_loop(0, lane, 1, |b, l| {
+                        let ch = cb.scale(lane).add(&Affine::var(l));
+                        let xs: Vec<Expr> = (0..operands.len())
+                            .map(|k| {
+                                let index = if blocked[k] {
+                                    pixel(&col).add(&Affine::var(l))
+                                } else {
+                                    at(&row_major[k], &i, &ch, &r, &col)
+                                };
+                                Expr::load(ins[k], index, Width::Scalar)
+                            })
+                            .collect();
+                        let v = apply(b, &xs, Width::Scalar);
+                        b.store(y, at(&out_st, &i, &ch, &r, &col), v, Width::Scalar);
+                    });
+                });
+            });
+        });
+    });
     cx.step(b.finish(), args)
 }
 

@@ -539,8 +539,9 @@ impl<'a> Cx<'a> {
         if !crate::blocks::layouts_have_kernels(&inst.op, &types, &inst.ty) {
             return Err(self.unsupported(
                 "no kernel for these layouts: every op computes on row-major tensors, \
-                 except reorder, and pointwise convolutions and global_avg_pool, which \
-                 read (and convolutions write) nchw16c",
+                 except reorder, convolutions, which read and write nchw16c, \
+                 global_avg_pool and unary and binary ops into row-major results, which \
+                 read it, and the halving 3×3 max pool from nchw16c into nchw16c",
             ));
         }
         // Reshape and flatten of a row-major tensor keep the bytes: alias the operand.

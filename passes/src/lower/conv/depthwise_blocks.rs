@@ -197,7 +197,9 @@ pub(super) fn kernel(
                 b.for_loop(ky0 as i64, ky1 as i64, 1, |b, ky| {
                     let iy = iy0.add(&Affine::var(ky).scale(rows.dil as i64));
                     let x_row = x_plane.add(&iy.scale(w * lane)).add(&ix0.scale(lane));
-                    let w_row = cb.scale(taps as i64).add(&Affine::var(ky).scale(g.kw as i64));
+                    let w_row = cb
+                        .scale(taps as i64)
+                        .add(&Affine::var(ky).scale(g.kw as i64));
                     for kx in kx0..kx1 {
                         let w_at = w_row.plus(kx as i64).scale(lane);
                         for v in 0..VECS {
