@@ -14,15 +14,23 @@
 //!
 //! A value is put in blocks when
 //! - it is the result of a conv, plain or fused, that the lowering computes on blocks
-//!   ([`writes_blocks_on_micro`] with constant weights), or of a halving 3×3 max pool
-//!   whose input is in blocks ([`max_pool_fits_blocks`]), and whose broadcast post-op
-//!   operands are per-channel vectors or scalars;
+//!   ([`writes_blocks_on_micro`] with constant weights), or of an op whose kernel reads
+//!   blocks only to write blocks — a halving 3×3 max pool ([`max_pool_fits_blocks`]) or
+//!   a depthwise conv ([`depthwise_on_blocks`]) whose input is in blocks — and whose
+//!   broadcast post-op operands are per-channel vectors or scalars;
 //! - every use reads blocks: the input of a conv that reads them
-//!   ([`reads_blocks_on_micro`]: pointwise, direct or Winograd), of such a max pool whose
-//!   result is in blocks, or of a global average pool, or a
-//!   full-size post-op operand (a residual) of such a conv whose result is in blocks too
-//!   (the fused op's type rule wants it laid out as the result);
+//!   ([`reads_blocks_on_micro`]: pointwise — whatever its output channel count, when its
+//!   tiles call the micro-kernel —, direct or Winograd), of such a max pool or depthwise
+//!   conv whose result is in blocks, of a global average pool, a full-size operand of a
+//!   standalone unary or binary op ([`elementwise_reads_blocks`]: it writes row-major,
+//!   changing the layout as it computes — an SE block's gating `mul`), or a full-size
+//!   post-op operand (a residual) of such a conv whose result is in blocks too (the fused
+//!   op's type rule wants it laid out as the result);
 //! - it is not a function result (callers exchange row-major tensors).
+//!
+//! So a MobileNet inverted residual — expanding 1×1 conv, depthwise conv, SE gate,
+//! projecting 1×1 conv — passes its wide activations in blocks from the expansion to
+//! the gate (or to the projection, without SE) when their channels come in whole blocks.
 //!
 //! Which convs and pools compute on blocks at all is [`crate::blocks`]'s to say, the
 //! same answer the lowering gets; this pass adds the graph conditions.
