@@ -1380,3 +1380,47 @@ fn a_reversed_scan_unrolls_into_a_suffix_sum() {
     assert_eq!(out[0].f32s(), &[10.5]);
     assert_eq!(out[1].f32s(), &[10.5, 9.5, 7.5, 4.5]);
 }
+
+/// ReduceMean over H and W of a rank-4 f32 input, kept as 1×1 (torch dynamo's
+/// adaptive_avg_pool2d in SE blocks), imports as a global average pool, whose kernel
+/// reads channel blocks; other axes, or the axes dropped, stay a reduce_mean. Both
+/// compute the interpreter's means.
+#[test]
+fn reduce_mean_over_the_plane_kept_is_a_global_average_pool() {
+    let x: Vec<f32> = (0..2 * 3 * 4 * 5)
+        .map(|i| (i as f32 * 0.61).sin())
+        .collect();
+    let input = Tensor::new([2, 3, 4, 5], x.clone()).expect("tensor");
+    for (axes, keepdims, pool) in [
+        (vec![2, 3], 1, true),
+        (vec![-1, -2], 1, true),
+        (vec![2, 3], 0, false),
+        (vec![1, 2], 1, false),
+    ] {
+        let m = Model::new(13)
+            .input("x", &[2, 3, 4, 5])
+            .node(
+                "ReduceMean",
+                "mean",
+                &["x"],
+                &["y"],
+                vec![attr_ints("axes", &axes), attr_int("keepdims", keepdims)],
+            )
+            .output("y")
+            .import()
+            .expect("import");
+        let imported = ops(&m);
+        assert_eq!(
+            imported.iter().any(|op| matches!(op, Op::GlobalAvgPool)),
+            pool,
+            "axes {axes:?} keepdims {keepdims}: {imported:?}"
+        );
+        let y = &run(&m, std::slice::from_ref(&input))[0];
+        if pool {
+            for (plane, &got) in x.chunks(20).zip(y.f32s()) {
+                let want = plane.iter().map(|&v| v as f64).sum::<f64>() / 20.0;
+                assert!((got as f64 - want).abs() < 1e-6, "{got} vs {want}");
+            }
+        }
+    }
+}
