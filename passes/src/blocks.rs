@@ -25,18 +25,28 @@ pub const CHANNEL_BLOCKS: Layout = Layout::Blocked {
     block: CHANNEL_BLOCK as u8,
 };
 
+/// Channels in blocks may end in a partial block, its padded lanes zero, when they come
+/// in whole vectors of 4: the kernels that take one (pointwise convs on a micro-kernel,
+/// depthwise convs, global average pools, unary and binary ops) compute or skip whole
+/// vectors. Direct and Winograd convs and the halving max pool read and write whole
+/// blocks only.
+pub fn fits_partial_blocks(channels: usize) -> bool {
+    channels.is_multiple_of(4)
+}
+
 /// Whether a conv with attributes `a` and weight type `w` (constant weights assumed) is
-/// pointwise on a micro-kernel — 1×1, unpadded, ungrouped, output channels in whole
-/// blocks, with `micro` given — the one conv form whose kernel reads its input and
-/// writes its result in channel blocks ([`CHANNEL_BLOCKS`]; the input needs whole blocks
-/// of channels too).
+/// pointwise on a micro-kernel — 1×1, unpadded, ungrouped, its tiles on a routine of
+/// `micro` ([`pointwise_micro_channels`](crate::lower::conv::pointwise_micro_channels)),
+/// output channels in whole vectors of 4 — the conv form whose kernel reads its input
+/// and writes its result in channel blocks ([`CHANNEL_BLOCKS`]), a partial last block
+/// on either side included ([`fits_partial_blocks`]).
 pub fn pointwise_on_micro(a: &Conv2dAttrs, w: &TensorType, micro: Option<TileTarget>) -> bool {
-    micro.is_some()
-        && a.groups == 1
+    a.groups == 1
         && a.pads == [0; 4]
         && w.rank() == 4
         && w.dims[2..] == [1, 1]
-        && w.dims[0].is_multiple_of(CHANNEL_BLOCK)
+        && fits_partial_blocks(w.dims[0])
+        && crate::lower::conv::pointwise_micro_channels(w.dims[0], micro).is_some()
 }
 
 /// Whether a conv with attributes `a` and weight type `w` (constant weights assumed) may
@@ -68,6 +78,7 @@ pub fn reads_blocks_on_micro(a: &Conv2dAttrs, w: &TensorType, micro: Option<Tile
         return a.groups == 1
             && crate::lower::conv::pointwise_micro_channels(w.dims[0], micro).is_some();
     }
+    // (their input channels in whole blocks: the layout pass checks that)
     micro.is_some() && a.groups == 1 && w.rank() == 4 && w.dims[0].is_multiple_of(4)
 }
 
@@ -95,7 +106,7 @@ pub fn depthwise_on_blocks(
         && a.groups == channels
         && w.dims[0] == channels
         && w.dims[1] == 1
-        && channels.is_multiple_of(CHANNEL_BLOCK)
+        && fits_partial_blocks(channels)
         && (1..=DEPTHWISE_BLOCKS_MAX_WINDOW).contains(&w.dims[2])
         && (1..=DEPTHWISE_BLOCKS_MAX_WINDOW).contains(&w.dims[3])
         && a.pads[0] < w.dims[2]
@@ -155,7 +166,7 @@ pub fn elementwise_reads_blocks(op: &Op, types: &[&TensorType], result: &TensorT
         && result.layout == Layout::RowMajor
         && result.rank() == 4
         && result.dtype == smelt_ir::DType::F32
-        && result.dims[1].is_multiple_of(CHANNEL_BLOCK)
+        && fits_partial_blocks(result.dims[1])
         && types.iter().all(|t| {
             t.dtype == smelt_ir::DType::F32
                 && (t.layout == Layout::RowMajor

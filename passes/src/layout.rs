@@ -46,8 +46,9 @@ use smelt_ir::op::{Conv2dAttrs, Op};
 use smelt_ir::{Layout, TensorType};
 
 use crate::blocks::{
-    broadcast_walks_channels, depthwise_on_blocks, elementwise_reads_blocks, max_pool_fits_blocks,
-    reads_blocks_on_micro, writes_blocks_on_micro, CHANNEL_BLOCK, CHANNEL_BLOCKS,
+    broadcast_walks_channels, depthwise_on_blocks, elementwise_reads_blocks, fits_partial_blocks,
+    max_pool_fits_blocks, pointwise_on_micro, reads_blocks_on_micro, writes_blocks_on_micro,
+    CHANNEL_BLOCK, CHANNEL_BLOCKS,
 };
 use crate::manager::{Pass, PassContext, PassError};
 
@@ -201,7 +202,7 @@ fn reads_blocks(
     channels: usize,
     micro: Option<TileTarget>,
 ) -> bool {
-    if !channels.is_multiple_of(CHANNEL_BLOCK) {
+    if !fits_partial_blocks(channels) {
         return false;
     }
     let inst = &func.insts[i];
@@ -219,10 +220,13 @@ fn reads_blocks(
         _ => false,
     };
     if pool {
-        post_operands_walk_channels(func, inst)
-    } else {
-        computes_on_blocks(func, i, micro)
+        return post_operands_walk_channels(func, inst);
     }
+    // a partial last block only into a pointwise conv (direct and Winograd convs copy
+    // whole blocks)
+    let whole_blocks_or_pointwise = channels.is_multiple_of(CHANNEL_BLOCK)
+        || const_conv(func, i).is_some_and(|(a, w)| pointwise_on_micro(a, w, micro));
+    whole_blocks_or_pointwise && computes_on_blocks(func, i, micro)
 }
 
 /// Whether value `v` (in blocks so far) may stay in blocks: its full-size post-op

@@ -951,10 +951,10 @@ fn map_from_blocks(
     let (MapOp::Unary(_) | MapOp::Binary(_)) = op else {
         return Err(cx.unsupported("a batch norm of channel blocks"));
     };
-    if dims.len() != 4 || !dims[1].is_multiple_of(CHANNEL_BLOCK) {
-        return Err(
-            cx.unsupported("channel blocks of a result that is not [n, c, h, w] in whole blocks")
-        );
+    if dims.len() != 4 || !dims[1].is_multiple_of(4) {
+        return Err(cx.unsupported(
+            "channel blocks of a result that is not [n, c, h, w] with whole vectors of 4 channels",
+        ));
     }
     let [n, c, h, w] = [dims[0], dims[1], dims[2], dims[3]].map(|d| d as i64);
     let mut b = KernelBuilder::new(&format!(
@@ -980,7 +980,9 @@ fn map_from_blocks(
         .map(|&v| broadcast_strides(&cx.func.type_of(v).dims, dims))
         .collect();
     let out_st = row_major_strides(dims);
-    let blocks = c / lane;
+    // whole blocks, then a partial last one of `rest` channels (a multiple of 4)
+    let (full, stored) = (c / lane, (c + lane - 1) / lane);
+    let rest = c - full * lane;
     let apply = |b: &mut KernelBuilder, x: &[Expr], width: Width| match op {
         MapOp::Unary(u) => unary(b, u, x[0].clone(), width),
         MapOp::Binary(o) => binary(b, o, x[0].clone(), x[1].clone(), width),
@@ -996,68 +998,73 @@ fn map_from_blocks(
             .add(&r.scale(st[2]))
             .add(&col.scale(st[3]))
     };
-    b.for_loop(0, n, 1, |b, i| {
-        let i = Affine::var(i);
-        b.for_loop(0, blocks, 1, |b, cb| {
-            let cb = Affine::var(cb);
-            // the block's storage: [h][w][16] from here
-            let block_at = i.scale(blocks).add(&cb).scale(h * w * lane);
-            b.for_loop(0, h, 1, |b, r| {
-                let r = Affine::var(r);
-                let pixel = |col: &Affine| block_at.add(&r.scale(w * lane)).add(&col.scale(lane));
-                b.for_loop(0, main, 4, |b, col| {
-                    let col = Affine::var(col);
-                    for l0 in (0..lane).step_by(4) {
-                        let ch0 = cb.scale(lane).plus(l0);
-                        // per blocked operand: vectors of 4 pixels, one per channel
-                        let mut transposed: Vec<Option<Vec<Expr>>> = Vec::new();
-                        for (k, &is_blocked) in blocked.iter().enumerate() {
-                            transposed.push(is_blocked.then(|| {
-                                let rows: Vec<Expr> = (0..4)
-                                    .map(|p| {
-                                        let at = pixel(&col.plus(p)).plus(l0);
-                                        b.let_(Expr::load(ins[k], at, w4), w4)
-                                    })
-                                    .collect();
-                                super::conv::transpose4(b, &rows)
-                            }));
-                        }
-                        for kk in 0..4 {
-                            let ch = ch0.plus(kk);
-                            let xs: Vec<Expr> = (0..operands.len())
-                                .map(|k| match &transposed[k] {
-                                    Some(t) => t[kk as usize].clone(),
-                                    None => {
-                                        let s = &row_major[k];
-                                        load_lanes(ins[k], at(s, &i, &ch, &r, &col), s[3], w4)
-                                    }
+    // one block of image `i`: its first `channels` channels
+    let block = |b: &mut KernelBuilder, i: &Affine, cb: &Affine, channels: i64| {
+        let (i, cb) = (i.clone(), cb.clone());
+        // the block's storage: [h][w][16] from here
+        let block_at = i.scale(stored).add(&cb).scale(h * w * lane);
+        b.for_loop(0, h, 1, |b, r| {
+            let r = Affine::var(r);
+            let pixel = |col: &Affine| block_at.add(&r.scale(w * lane)).add(&col.scale(lane));
+            b.for_loop(0, main, 4, |b, col| {
+                let col = Affine::var(col);
+                for l0 in (0..channels).step_by(4) {
+                    let ch0 = cb.scale(lane).plus(l0);
+                    // per blocked operand: vectors of 4 pixels, one per channel
+                    let mut transposed: Vec<Option<Vec<Expr>>> = Vec::new();
+                    for (k, &is_blocked) in blocked.iter().enumerate() {
+                        transposed.push(is_blocked.then(|| {
+                            let rows: Vec<Expr> = (0..4)
+                                .map(|p| {
+                                    let at = pixel(&col.plus(p)).plus(l0);
+                                    b.let_(Expr::load(ins[k], at, w4), w4)
                                 })
                                 .collect();
-                            let v = apply(b, &xs, w4);
-                            b.store(y, at(&out_st, &i, &ch, &r, &col), v, w4);
-                        }
+                            super::conv::transpose4(b, &rows)
+                        }));
                     }
-                });
-                b.for_loop(main, w, 1, |b, col| {
-                    let col = Affine::var(col);
-                    b.for_loop(0, lane, 1, |b, l| {
-                        let ch = cb.scale(lane).add(&Affine::var(l));
+                    for kk in 0..4 {
+                        let ch = ch0.plus(kk);
                         let xs: Vec<Expr> = (0..operands.len())
-                            .map(|k| {
-                                let index = if blocked[k] {
-                                    pixel(&col).add(&Affine::var(l))
-                                } else {
-                                    at(&row_major[k], &i, &ch, &r, &col)
-                                };
-                                Expr::load(ins[k], index, Width::Scalar)
+                            .map(|k| match &transposed[k] {
+                                Some(t) => t[kk as usize].clone(),
+                                None => {
+                                    let s = &row_major[k];
+                                    load_lanes(ins[k], at(s, &i, &ch, &r, &col), s[3], w4)
+                                }
                             })
                             .collect();
-                        let v = apply(b, &xs, Width::Scalar);
-                        b.store(y, at(&out_st, &i, &ch, &r, &col), v, Width::Scalar);
-                    });
+                        let v = apply(b, &xs, w4);
+                        b.store(y, at(&out_st, &i, &ch, &r, &col), v, w4);
+                    }
+                }
+            });
+            b.for_loop(main, w, 1, |b, col| {
+                let col = Affine::var(col);
+                b.for_loop(0, channels, 1, |b, l| {
+                    let ch = cb.scale(lane).add(&Affine::var(l));
+                    let xs: Vec<Expr> = (0..operands.len())
+                        .map(|k| {
+                            let index = if blocked[k] {
+                                pixel(&col).add(&Affine::var(l))
+                            } else {
+                                at(&row_major[k], &i, &ch, &r, &col)
+                            };
+                            Expr::load(ins[k], index, Width::Scalar)
+                        })
+                        .collect();
+                    let v = apply(b, &xs, Width::Scalar);
+                    b.store(y, at(&out_st, &i, &ch, &r, &col), v, Width::Scalar);
                 });
             });
         });
+    };
+    b.for_loop(0, n, 1, |b, i| {
+        let i = Affine::var(i);
+        b.for_loop(0, full, 1, |b, cb| block(b, &i, &Affine::var(cb), lane));
+        if rest > 0 {
+            block(b, &i, &Affine::constant(full), rest);
+        }
     });
     cx.step(b.finish(), args)
 }

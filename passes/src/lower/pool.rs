@@ -430,32 +430,44 @@ fn global_avg_pool(
     let scale = (1.0f64 / inner as f64) as f32;
     if blocked {
         // [n][c/16][pixel][16]: a vector of 4 channels summed down the pixels, the
-        // result's 4 consecutive channels
+        // result's 4 consecutive channels; a partial last block (channels a multiple of
+        // 4) sums only its real vectors
         let unit = CHANNEL_BLOCK as i64;
         let w4 = Width::F32x4;
-        let blocks = (c / CHANNEL_BLOCK) as i64;
+        if !c.is_multiple_of(4) {
+            return Err(cx.unsupported("channel blocks of a channel count not a multiple of 4"));
+        }
+        let (full, stored) = ((c / CHANNEL_BLOCK) as i64, c.div_ceil(CHANNEL_BLOCK) as i64);
+        let block_means = |b: &mut KernelBuilder, ni: &Affine, cb: &Affine, quads: i64| {
+            let block = ni.scale(stored).add(cb);
+            for quad in (0..4 * quads).step_by(4) {
+                let acc = b.var(w4);
+                b.assign(acc, Expr::constant(0.0, w4));
+                let base = block.scale(unit * inner as i64).plus(quad);
+                b.for_loop(0, inner as i64, 1, |b, p| {
+                    let at = base.add(&Affine::var(p).scale(unit));
+                    let v = Expr::binary(BinOp::Add, Expr::Var(acc), Expr::load(xa, at, w4));
+                    b.assign(acc, v);
+                });
+                let mean = Expr::binary(BinOp::Mul, Expr::Var(acc), Expr::constant(scale, w4));
+                let channel = cb.scale(unit).plus(quad);
+                let mut idx = vec![ni.clone(), channel.clone()];
+                idx.resize(rank, Affine::constant(0));
+                // the result is [n][c] (1×1 planes): element n·c + channel
+                let stored_at = ni.scale(c as i64).add(&channel);
+                let v = epi.apply_along_channels(b, mean, &idx, &stored_at, w4);
+                b.store(ya, stored_at, v, w4);
+            }
+        };
         b.for_loop(0, n as i64, 1, |b, ni| {
-            b.for_loop(0, blocks, 1, |b, cb| {
-                let block = Affine::var(ni).scale(blocks).add(&Affine::var(cb));
-                for quad in (0..unit).step_by(4) {
-                    let acc = b.var(w4);
-                    b.assign(acc, Expr::constant(0.0, w4));
-                    let base = block.scale(unit * inner as i64).plus(quad);
-                    b.for_loop(0, inner as i64, 1, |b, p| {
-                        let at = base.add(&Affine::var(p).scale(unit));
-                        let v = Expr::binary(BinOp::Add, Expr::Var(acc), Expr::load(xa, at, w4));
-                        b.assign(acc, v);
-                    });
-                    let mean = Expr::binary(BinOp::Mul, Expr::Var(acc), Expr::constant(scale, w4));
-                    let channel = Affine::var(cb).scale(unit).plus(quad);
-                    let mut idx = vec![Affine::var(ni), channel];
-                    idx.resize(rank, Affine::constant(0));
-                    // the result is [n][c] (1×1 planes): element n·c + channel
-                    let stored = block.scale(unit).plus(quad);
-                    let v = epi.apply_along_channels(b, mean, &idx, &stored, w4);
-                    b.store(ya, stored, v, w4);
-                }
+            let ni = Affine::var(ni);
+            b.for_loop(0, full, 1, |b, cb| {
+                block_means(b, &ni, &Affine::var(cb), unit / 4)
             });
+            if full < stored {
+                let rest = (c as i64 - full * unit) / 4;
+                block_means(b, &ni, &Affine::constant(full), rest);
+            }
         });
         return cx.step(b.finish(), args);
     }

@@ -68,13 +68,14 @@ impl Axis {
 }
 
 /// The weights of `c` channels of `taps` taps each (`[c][taps]`, possibly a BN fold's
-/// scaled rows) as `[c / 16][taps][16]`: a tap's 16 channels are four vector loads.
-fn pack(w: &AlignedBuf, c: usize, taps: usize) -> AlignedBuf {
+/// scaled rows) as `[stored / 16][taps][16]`: a tap's 16 channels are four vector loads
+/// (a partial last block's padded lanes zero).
+fn pack(w: &AlignedBuf, c: usize, stored: usize, taps: usize) -> AlignedBuf {
     let (src, scale) = match ScaledRows::parts(w) {
         Some((values, scale)) if scale.len() == c => (values, Some(scale)),
         _ => (w.as_f32(), None),
     };
-    AlignedBuf::from_f32_with(c * taps, |out| {
+    AlignedBuf::from_f32_with(stored * taps, |out| {
         for (ch, row) in src.chunks_exact(taps).take(c).enumerate() {
             let (block, lane) = (ch / CHANNEL_BLOCK, ch % CHANNEL_BLOCK);
             for (t, &x) in row.iter().enumerate() {
@@ -91,47 +92,104 @@ fn pack(w: &AlignedBuf, c: usize, taps: usize) -> AlignedBuf {
 /// The depthwise conv `g` of an input of `[h, w]` pixels padded by `pads` (top, left),
 /// from channel blocks into channel blocks, with constant weights (`operands[1]`), an
 /// optional bias and the epilogue `epi` (whose operands walk the channels, see
-/// [`Epilogue::runs_along_channels`]).
+/// [`Epilogue::runs_along_channels`]). A partial last block (channels a multiple of 4)
+/// is a second kernel computing only its real vectors and storing zeros in the padded
+/// ones: its bias and per-channel operands end at the real channels.
 pub(super) fn kernel(
     cx: &mut Cx,
     g: &Geo,
     [h, w]: [usize; 2],
     [pt, pl]: [usize; 2],
     operands: &[Value],
-    mut epi: Epilogue,
+    epi: Epilogue,
     out: BufferId,
 ) -> Result<(), Diagnostic> {
     let wdata = cx.const_weight(operands[1]).ok_or_else(|| {
         cx.unsupported("a depthwise conv on channel blocks with weights from the graph")
     })?;
+    if !g.c.is_multiple_of(4) {
+        return Err(
+            cx.unsupported("a depthwise conv on channel blocks needs whole vectors of 4 channels")
+        );
+    }
     let taps = g.kh * g.kw;
-    let blocks = g.c / CHANNEL_BLOCK;
+    let stored = g.c.next_multiple_of(CHANNEL_BLOCK);
     let wbuf = cx.constant_later(
         "w_blocked",
-        g.c * taps,
+        stored * taps,
         Box::new({
             let c = g.c;
-            move || pack(wdata, c, taps)
+            move || pack(wdata, c, stored, taps)
         }),
     );
-    let rows = Axis {
-        input: h,
-        output: g.oh,
-        stride: g.stride[0],
-        dil: g.dil[0],
-        kernel: g.kh,
-        pad: pt,
+    let window = Window {
+        rows: Axis {
+            input: h,
+            output: g.oh,
+            stride: g.stride[0],
+            dil: g.dil[0],
+            kernel: g.kh,
+            pad: pt,
+        },
+        cols: Axis {
+            input: w,
+            output: g.ow,
+            stride: g.stride[1],
+            dil: g.dil[1],
+            kernel: g.kw,
+            pad: pl,
+        },
     };
-    let cols = Axis {
-        input: w,
-        output: g.ow,
-        stride: g.stride[1],
-        dil: g.dil[1],
-        kernel: g.kw,
-        pad: pl,
-    };
+    let full = g.c / CHANNEL_BLOCK;
+    if full > 0 {
+        let blocks = BlockRange {
+            first: 0,
+            count: full,
+            real_vecs: VECS,
+        };
+        emit(cx, g, &window, blocks, (wbuf, operands), epi.clone(), out)?;
+    }
+    if full * CHANNEL_BLOCK < g.c {
+        let blocks = BlockRange {
+            first: full,
+            count: 1,
+            real_vecs: (g.c - full * CHANNEL_BLOCK) / 4,
+        };
+        emit(cx, g, &window, blocks, (wbuf, operands), epi, out)?;
+    }
+    Ok(())
+}
+
+/// Both axes of the window.
+struct Window {
+    rows: Axis,
+    cols: Axis,
+}
+
+/// Channel blocks `first..first + count`, each with `real_vecs` vectors of 4 real
+/// channels (the rest of its 16 lanes padding).
+#[derive(Clone, Copy)]
+struct BlockRange {
+    first: usize,
+    count: usize,
+    real_vecs: usize,
+}
+
+/// One kernel computing the blocks of `blocks`, parallel over them.
+fn emit(
+    cx: &mut Cx,
+    g: &Geo,
+    &Window { rows, cols }: &Window,
+    blocks: BlockRange,
+    (wbuf, operands): (BufferId, &[Value]),
+    mut epi: Epilogue,
+    out: BufferId,
+) -> Result<(), Diagnostic> {
+    let (h, w) = (rows.input, cols.input);
+    let taps = g.kh * g.kw;
+    let stored_blocks = g.c.div_ceil(CHANNEL_BLOCK) as i64;
     let mut b = KernelBuilder::new(&format!(
-        "conv2d_depthwise_c16_{}_k{}x{}_s{}x{}_d{}x{}{}{}",
+        "conv2d_depthwise_c16_{}_k{}x{}_s{}x{}_d{}x{}{}{}{}",
         dims_name(&[g.n, g.c, h, w]),
         g.kh,
         g.kw,
@@ -139,6 +197,11 @@ pub(super) fn kernel(
         g.stride[1],
         g.dil[0],
         g.dil[1],
+        if blocks.real_vecs < VECS {
+            "_partial"
+        } else {
+            ""
+        },
         if operands.len() > 2 { "_bias" } else { "" },
         if epi.is_empty() { "" } else { "_fused" }
     ));
@@ -161,13 +224,15 @@ pub(super) fn kernel(
     let (oh, ow) = (g.oh as i64, g.ow as i64);
     let (row_lo, row_hi) = rows.interior();
     let (col_lo, col_hi) = cols.interior();
+    let real_vecs = blocks.real_vecs;
     b.set_parallel();
-    b.for_loop(0, blocks as i64, 1, |b, cb| {
+    let (first, end) = (blocks.first as i64, (blocks.first + blocks.count) as i64);
+    b.for_loop(first, end, 1, |b, cb| {
         let cb = Affine::var(cb);
         let c0 = cb.scale(lane);
         b.for_loop(0, g.n as i64, 1, |b, n| {
             let n = Affine::var(n);
-            let plane = n.scale(blocks as i64).add(&cb);
+            let plane = n.scale(stored_blocks).add(&cb);
             let x_plane = plane.scale(h * w * lane);
             let y_plane = plane.scale(oh * ow * lane);
             // `pixels` outputs of row `oy` from column `ox`, over taps [ky0, ky1) ×
@@ -178,8 +243,8 @@ pub(super) fn kernel(
                         pixels: usize,
                         (ky0, ky1): (usize, usize),
                         (kx0, kx1): (usize, usize)| {
-                let accs: Vec<[VarId; VECS]> = (0..pixels)
-                    .map(|_| std::array::from_fn(|_| b.var(w4)))
+                let accs: Vec<Vec<VarId>> = (0..pixels)
+                    .map(|_| (0..real_vecs).map(|_| b.var(w4)).collect())
                     .collect();
                 for p in &accs {
                     for (v, &acc) in p.iter().enumerate() {
@@ -202,7 +267,7 @@ pub(super) fn kernel(
                         .add(&Affine::var(ky).scale(g.kw as i64));
                     for kx in kx0..kx1 {
                         let w_at = w_row.plus(kx as i64).scale(lane);
-                        for v in 0..VECS {
+                        for v in 0..real_vecs {
                             let wv = b.let_(Expr::load(wa, w_at.plus(4 * v as i64), w4), w4);
                             for (p, acc) in accs.iter().enumerate() {
                                 let col = (kx * cols.dil + p * cols.stride) as i64;
@@ -224,6 +289,14 @@ pub(super) fn kernel(
                         let idx = [n.clone(), c0.plus(4 * v as i64), oy.clone(), col.clone()];
                         let y = epi.apply_along_channels(b, Expr::Var(a), &idx, &stored, w4);
                         b.store(ya, stored, y, w4);
+                    }
+                    // a partial block's padding: zeros, finite for its readers
+                    for v in real_vecs..VECS {
+                        let stored = y_plane
+                            .add(&oy.scale(ow * lane))
+                            .add(&col.scale(lane))
+                            .plus(4 * v as i64);
+                        b.store(ya, stored, Expr::constant(0.0, w4), w4);
                     }
                 }
             };

@@ -32,7 +32,7 @@ mod pad;
 
 use smelt_ir::loops::{Access, Affine, BufId, Expr, KernelBuilder, TileTarget, Width};
 use smelt_ir::op::Conv2dAttrs;
-use smelt_ir::{Diagnostic, Layout, TensorType, Value};
+use smelt_ir::{AlignedBuf, Diagnostic, Layout, TensorType, Value};
 
 use general::conv_kernel;
 pub(super) use packed::PackedConv;
@@ -43,6 +43,45 @@ use super::elementwise::Epilogue;
 use super::{BufferId, Cx};
 use crate::blocks::{depthwise_on_blocks, reads_blocks_on_micro, writes_blocks_on_micro};
 pub(crate) use crate::blocks::{CHANNEL_BLOCK, CHANNEL_BLOCKS};
+
+/// A conv's weights for the packer: the module's, or a copy with zero rows for the
+/// padded input channels of a partial channel block.
+enum WeightRows<'a> {
+    AsGiven(&'a AlignedBuf),
+    Padded(AlignedBuf),
+}
+
+impl WeightRows<'_> {
+    fn buf(&self) -> &AlignedBuf {
+        match self {
+            WeightRows::AsGiven(b) => b,
+            WeightRows::Padded(b) => b,
+        }
+    }
+}
+
+/// The `[o][c]` weights of a pointwise conv (a BN fold's scale applied, bit for bit as
+/// the packer would) as `[o][padded]`, the rows past `c` zero.
+fn pad_weight_rows(w: &AlignedBuf, o: usize, c: usize, padded: usize) -> AlignedBuf {
+    let (src, scale) = match crate::scaled_rows::ScaledRows::parts(w) {
+        Some((values, scale)) if scale.len() == o => (values, Some(scale)),
+        _ => (w.as_f32(), None),
+    };
+    AlignedBuf::from_f32_with(o * padded, |out| {
+        for (oc, (row, from)) in out
+            .chunks_exact_mut(padded)
+            .zip(src.chunks_exact(c))
+            .enumerate()
+        {
+            for (d, &x) in row.iter_mut().zip(from) {
+                *d = match scale {
+                    Some(s) => crate::scaled_rows::ScaledRows::value(x, s[oc]),
+                    None => x,
+                };
+            }
+        }
+    })
+}
 
 /// The channels a pointwise conv of `o` output channels computes on the micro-kernel
 /// routines of `micro` (`o` rounded up to their lanes), or `None` when its tiles are
@@ -174,16 +213,29 @@ pub(crate) fn lower_conv2d(
         // channel, which the routine's wide tiles amortize, and the channels-last
         // copy would cost as much time as the product saves.
         let unpadded_1x1 = kh == 1 && kw == 1 && a.pads == [0; 4];
+        let partial_input = x_blocked && !c.is_multiple_of(CHANNEL_BLOCK);
+        if partial_input && !(unpadded_1x1 && probe.micro.is_some() && a.groups == 1) {
+            return Err(cx.unsupported(
+                "input channels in channel blocks with a partial last block are read only \
+                 by pointwise convs on a micro-kernel and depthwise convs",
+            ));
+        }
         if let (true, Some(routine)) = (unpadded_1x1, probe.micro) {
             // A strided 1×1 conv reads every stride-th pixel: copied out first (a
             // fraction of the conv's time), the conv runs at stride 1.
             let x = if a.strides == [1, 1] {
                 x
             } else {
-                let len = n * c * oh * ow;
+                // (in blocks, a partial last block is copied whole)
+                let stored = if x_blocked {
+                    c.next_multiple_of(CHANNEL_BLOCK)
+                } else {
+                    c
+                };
+                let len = n * stored * oh * ow;
                 let xs = cx.temp("subsampled", len);
                 let (planes, unit) = if x_blocked {
-                    (n * c / CHANNEL_BLOCK, CHANNEL_BLOCK)
+                    (n * stored / CHANNEL_BLOCK, CHANNEL_BLOCK)
                 } else {
                     (n * c, 1)
                 };
@@ -192,11 +244,24 @@ pub(crate) fn lower_conv2d(
                 cx.step(k, vec![x, xs])?;
                 xs
             };
+            // Input in blocks with a partial last block: the reduction walks whole blocks,
+            // the padded channels (zeros, as every writer of blocks leaves them) against
+            // weight rows of zeros.
+            // (ungrouped: the layout pass puts no grouped conv's input in blocks)
+            let ([c_read, cg_read], wdata) = if partial_input {
+                let padded = c.next_multiple_of(CHANNEL_BLOCK);
+                let rows = pad_weight_rows(wdata, o, c, padded);
+                ([padded, padded], WeightRows::Padded(rows))
+            } else {
+                ([c, geo.cg], WeightRows::AsGiven(wdata))
+            };
             let mut geo1 = Geo {
                 stride: [1, 1],
                 hp: oh,
                 phases: 1,
                 wq: ow,
+                c: c_read,
+                cg: cg_read,
                 ..geo
             };
             let mut epi = epi;
@@ -231,7 +296,7 @@ pub(crate) fn lower_conv2d(
                 micro.packed_len(&geo1),
                 Box::new({
                     let (pack, g) = (micro.clone(), geo1.clone());
-                    move || pack.pack(&g, wdata)
+                    move || pack.pack(&g, wdata.buf())
                 }),
             );
             return micro.kernel(cx, &geo1, x, wbuf, operands, epi, out);

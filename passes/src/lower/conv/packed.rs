@@ -440,8 +440,10 @@ impl PackedConv {
         out: BufferId,
     ) -> Result<(), Diagnostic> {
         let has_bias = operands.len() > 2;
-        if self.ragged() && self.blocked_output {
-            return Err(cx.unsupported("a partial channel block stored in channel blocks"));
+        if self.ragged() && self.blocked_output && !g.o.is_multiple_of(4) {
+            return Err(cx.unsupported(
+                "a partial channel block stored in channel blocks needs whole vectors of 4 channels",
+            ));
         }
         if self.lane_blocked_output && (has_bias || !epi.is_empty()) {
             return Err(
@@ -938,11 +940,13 @@ impl PackedConv {
             (x, tile)
         };
         // where the result of channel `o0 + o` (`o` < lanes) at pixel `p` of the tile is
-        // stored in channel blocks: `[n][o/16][oh·ow][16]`; `o0` is a multiple of 16
+        // stored in channel blocks: `[n][o/16][oh·ow][16]`, a partial last block padded
+        // to 16; `o0` is a multiple of 16
         let out_plane = (g.oh * g.ow) as i64;
         let unit = CHANNEL_BLOCK as i64;
+        let stored_channels = g.o.next_multiple_of(CHANNEL_BLOCK) as i64;
         let stored_at = |p: &Affine, o: i64| {
-            at.n.scale(g.o as i64 * out_plane)
+            at.n.scale(stored_channels * out_plane)
                 .add(&at.o0.scale(out_plane))
                 .add(&at.oh.scale(g.ow as i64 * unit))
                 .add(&q0.add(p).scale(unit))
@@ -1041,11 +1045,20 @@ impl PackedConv {
             }
         };
         if self.blocked_output {
-            // per pixel, each vector of 4 channels as the routine left it: no transposes
+            // per pixel, each vector of 4 channels as the routine left it: no transposes.
+            // A partial last block's padded lanes get zeros (its readers compute on whole
+            // blocks, against zero weights: the lanes must hold finite values), and a
+            // tile's lanes past that block are not stored at all.
+            let real_vecs = (channels / 4) as i64;
+            let stored_vecs = (channels.next_multiple_of(CHANNEL_BLOCK) / 4) as i64;
             b.for_loop(0, pixels as i64, 1, |b, p| {
                 let p = Affine::var(p);
                 let col = q0.add(&p);
-                for v in 0..self.vecs as i64 {
+                for v in real_vecs..stored_vecs.min(self.vecs as i64) {
+                    let zero = Expr::constant(0.0, w4);
+                    b.store(bufs.out, stored_at(&p, 4 * v), zero, w4);
+                }
+                for v in 0..real_vecs {
                     let s = sum(b, &p, &Affine::constant(v));
                     let o = at.o0.plus(4 * v);
                     let idx = [at.n.clone(), o, at.oh.clone(), col.clone()];
