@@ -847,6 +847,33 @@ pub(crate) enum MapOp {
     },
 }
 
+impl MapOp {
+    /// The op's name, for kernel names.
+    fn name(self) -> &'static str {
+        match self {
+            MapOp::Unary(u) => u.name(),
+            MapOp::Binary(o) => o.name(),
+            MapOp::BatchNorm { .. } => "batch_norm",
+        }
+    }
+}
+
+/// Declares `operands` as the kernel's read-only arguments `in0`, `in1`, …; returns
+/// them and the buffers a step passes for them.
+fn declare_inputs(
+    b: &mut KernelBuilder,
+    cx: &Cx,
+    operands: &[Value],
+) -> (Vec<BufId>, Vec<BufferId>) {
+    let bufs: Vec<BufferId> = operands.iter().map(|&v| cx.buf(v)).collect();
+    let args = bufs
+        .iter()
+        .enumerate()
+        .map(|(i, &buf)| b.arg(&format!("in{i}"), cx.len_of(buf), Access::Read))
+        .collect();
+    (args, bufs)
+}
+
 /// Lowers a standalone elementwise op (unary, binary with broadcasting, batch_norm).
 pub(crate) fn lower_map(
     cx: &mut Cx,
@@ -887,18 +914,8 @@ pub(crate) fn lower_map(
     let (dims, st) = collapse(out_dims, &strides);
     let vectorize = st.iter().all(|s| matches!(s.last(), Some(0 | 1)));
 
-    let name = match op {
-        MapOp::Unary(u) => u.name(),
-        MapOp::Binary(o) => o.name(),
-        MapOp::BatchNorm { .. } => "batch_norm",
-    };
-    let mut b = KernelBuilder::new(&format!("{name}_{}", dims_name(out_dims)));
-    let ins: Vec<BufId> = operands
-        .iter()
-        .enumerate()
-        .map(|(i, &v)| b.arg(&format!("in{i}"), cx.len_of(cx.buf(v)), Access::Read))
-        .collect();
-    let mut args: Vec<BufferId> = operands.iter().map(|&v| cx.buf(v)).collect();
+    let mut b = KernelBuilder::new(&format!("{}_{}", op.name(), dims_name(out_dims)));
+    let (ins, mut args) = declare_inputs(&mut b, cx, operands);
     args.extend(epi.declare(&mut b));
     let y = b.arg("out", cx.len_of(out), Access::Write);
     args.push(out);
@@ -957,21 +974,8 @@ fn map_from_blocks(
         ));
     }
     let [n, c, h, w] = [dims[0], dims[1], dims[2], dims[3]].map(|d| d as i64);
-    let mut b = KernelBuilder::new(&format!(
-        "{}_from_c16_{}",
-        match op {
-            MapOp::Unary(u) => u.name(),
-            MapOp::Binary(o) => o.name(),
-            MapOp::BatchNorm { .. } => "batch_norm",
-        },
-        dims_name(dims)
-    ));
-    let ins: Vec<BufId> = operands
-        .iter()
-        .enumerate()
-        .map(|(i, &v)| b.arg(&format!("in{i}"), cx.len_of(cx.buf(v)), Access::Read))
-        .collect();
-    let mut args: Vec<BufferId> = operands.iter().map(|&v| cx.buf(v)).collect();
+    let mut b = KernelBuilder::new(&format!("{}_from_c16_{}", op.name(), dims_name(dims)));
+    let (ins, mut args) = declare_inputs(&mut b, cx, operands);
     let y = b.arg("out", cx.len_of(out), Access::Write);
     args.push(out);
     // each row-major operand's strides along [n, c, h, w] (broadcast ones 0)

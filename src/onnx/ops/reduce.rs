@@ -108,13 +108,12 @@ pub fn reduce(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         let y = cx.emit(Op::Binary(BinaryOp::Add), &[m_out, l])?;
         return Ok(vec![Entry::Value(y)]);
     }
-    if op == "ReduceMean" && rank == 4 && axes == [2, 3] && keep_dims {
-        if cx.type_of(x).dtype == DType::F32 {
-            // the mean of each channel's plane, kept as 1×1, is a global average pool —
-            // as torch's dynamo exporter writes SE blocks' adaptive_avg_pool2d — whose
-            // kernel reads channel blocks
-            return Ok(vec![Entry::Value(cx.emit(Op::GlobalAvgPool, &[x])?)]);
-        }
+    let f32_input = cx.type_of(x).dtype == DType::F32;
+    if op == "ReduceMean" && rank == 4 && axes == [2, 3] && keep_dims && f32_input {
+        // the mean of each channel's plane, kept as 1×1, is a global average pool — as
+        // torch's dynamo exporter writes SE blocks' adaptive_avg_pool2d — whose kernel
+        // reads channel blocks
+        return Ok(vec![Entry::Value(cx.emit(Op::GlobalAvgPool, &[x])?)]);
     }
     let summed = match op {
         "ReduceSumSquare" | "ReduceL2" => cx.emit(Op::Binary(BinaryOp::Mul), &[x, x])?,

@@ -156,14 +156,9 @@ pub(super) fn rows_kernel(
     out: BufferId,
 ) -> Result<(), Diagnostic> {
     let mut b = KernelBuilder::new(&format!(
-        "conv2d_depthwise_rows_{}_k{}x{}_s{}x{}_d{}x{}{}{}",
+        "conv2d_depthwise_rows_{}_{}{}{}",
         dims_name(&[g.n, g.c, g.hp, g.phases * g.wq]),
-        g.kh,
-        g.kw,
-        g.stride[0],
-        g.stride[1],
-        g.dil[0],
-        g.dil[1],
+        g.window_name(),
         if operands.len() > 2 { "_bias" } else { "" },
         if epi.is_empty() { "" } else { "_fused" }
     ));

@@ -14,10 +14,10 @@
 //! reaches past the input are peeled off, each with its own (compile-time) range of
 //! valid taps; the interior loops over full windows.
 
-use smelt_ir::loops::{Access, Affine, Expr, KernelBuilder, VarId, Width};
+use smelt_ir::loops::{Affine, Expr, KernelBuilder, VarId, Width};
 use smelt_ir::{AlignedBuf, Diagnostic, Value};
 
-use super::Geo;
+use super::{Geo, TileBufs};
 use crate::blocks::CHANNEL_BLOCK;
 use crate::lower::elementwise::{dims_name, Epilogue};
 use crate::lower::{BufferId, Cx};
@@ -122,24 +122,7 @@ pub(super) fn kernel(
             move || pack(wdata, c, stored, taps)
         }),
     );
-    let window = Window {
-        rows: Axis {
-            input: h,
-            output: g.oh,
-            stride: g.stride[0],
-            dil: g.dil[0],
-            kernel: g.kh,
-            pad: pt,
-        },
-        cols: Axis {
-            input: w,
-            output: g.ow,
-            stride: g.stride[1],
-            dil: g.dil[1],
-            kernel: g.kw,
-            pad: pl,
-        },
-    };
+    let window = Window::of(g, [h, w], [pt, pl]);
     let full = g.c / CHANNEL_BLOCK;
     if full > 0 {
         let blocks = BlockRange {
@@ -166,6 +149,24 @@ struct Window {
     cols: Axis,
 }
 
+impl Window {
+    /// The window of conv `g` over an input of `[h, w]` pixels padded by `[top, left]`.
+    fn of(g: &Geo, [h, w]: [usize; 2], [top, left]: [usize; 2]) -> Window {
+        let axis = |input, output, i: usize, kernel, pad| Axis {
+            input,
+            output,
+            stride: g.stride[i],
+            dil: g.dil[i],
+            kernel,
+            pad,
+        };
+        Window {
+            rows: axis(h, g.oh, 0, g.kh, top),
+            cols: axis(w, g.ow, 1, g.kw, left),
+        }
+    }
+}
+
 /// Channel blocks `first..first + count`, each with `real_vecs` vectors of 4 real
 /// channels (the rest of its 16 lanes padding).
 #[derive(Clone, Copy)]
@@ -189,14 +190,9 @@ fn emit(
     let taps = g.kh * g.kw;
     let stored_blocks = g.c.div_ceil(CHANNEL_BLOCK) as i64;
     let mut b = KernelBuilder::new(&format!(
-        "conv2d_depthwise_c16_{}_k{}x{}_s{}x{}_d{}x{}{}{}{}",
+        "conv2d_depthwise_c16_{}_{}{}{}{}",
         dims_name(&[g.n, g.c, h, w]),
-        g.kh,
-        g.kw,
-        g.stride[0],
-        g.stride[1],
-        g.dil[0],
-        g.dil[1],
+        g.window_name(),
         if blocks.real_vecs < VECS {
             "_partial"
         } else {
@@ -206,17 +202,8 @@ fn emit(
         if epi.is_empty() { "" } else { "_fused" }
     ));
     let x = cx.buf(operands[0]);
-    let xa = b.arg("x", cx.len_of(x), Access::Read);
-    let wa = b.arg("w", cx.len_of(wbuf), Access::Read);
-    let mut args = vec![x, wbuf];
-    let bias = operands.get(2).map(|&v| {
-        let bb = cx.buf(v);
-        args.push(bb);
-        b.arg("bias", cx.len_of(bb), Access::Read)
-    });
-    args.extend(epi.declare(&mut b));
-    let ya = b.arg("out", cx.len_of(out), Access::Write);
-    args.push(out);
+    let (bufs, args) = TileBufs::declare(&mut b, cx, x, ("w", wbuf), operands, &mut epi, out);
+    let (xa, wa, bias, ya) = (bufs.x, bufs.w, bufs.bias, bufs.out);
 
     let w4 = Width::F32x4;
     let lane = CHANNEL_BLOCK as i64;

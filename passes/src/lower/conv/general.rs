@@ -54,14 +54,9 @@ pub(super) fn conv_kernel(
 ) -> Result<(), Diagnostic> {
     let has_bias = operands.len() > 2;
     let mut b = KernelBuilder::new(&format!(
-        "conv2d_{}_k{}x{}_s{}x{}_d{}x{}_g{}{}{}",
+        "conv2d_{}_{}_g{}{}{}",
         dims_name(&[g.n, g.c, g.hp, g.phases * g.wq]),
-        g.kh,
-        g.kw,
-        g.stride[0],
-        g.stride[1],
-        g.dil[0],
-        g.dil[1],
+        g.window_name(),
         g.groups,
         if has_bias { "_bias" } else { "" },
         if epi.is_empty() { "" } else { "_fused" }

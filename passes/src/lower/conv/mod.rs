@@ -114,6 +114,14 @@ pub(super) struct Geo {
 }
 
 impl Geo {
+    /// The window as kernel names spell it: `k3x3_s2x2_d1x1`.
+    fn window_name(&self) -> String {
+        format!(
+            "k{}x{}_s{}x{}_d{}x{}",
+            self.kh, self.kw, self.stride[0], self.stride[1], self.dil[0], self.dil[1]
+        )
+    }
+
     /// Element index in the padded, phase-split input.
     fn x_index(&self, n: &Affine, c: &Affine, row: &Affine, phase: usize, q: &Affine) -> Affine {
         let plane = (self.hp * self.phases * self.wq) as i64;

@@ -451,15 +451,10 @@ impl PackedConv {
             );
         }
         let mut b = KernelBuilder::new(&format!(
-            "conv2d_packed_{}{}_k{}x{}_s{}x{}_d{}x{}_g{}_o{}x{}p{}{}{}{}{}",
+            "conv2d_packed_{}{}_{}_g{}_o{}x{}p{}{}{}{}{}",
             dims_name(&[g.n, g.c, g.hp, g.wq]),
             if self.blocked_input { "c16" } else { "" },
-            g.kh,
-            g.kw,
-            g.stride[0],
-            g.stride[1],
-            g.dil[0],
-            g.dil[1],
+            g.window_name(),
             g.groups,
             g.o,
             self.lanes(),
