@@ -222,14 +222,24 @@ fn emit(
             let plane = n.scale(stored_blocks).add(&cb);
             let x_plane = plane.scale(h * w * lane);
             let y_plane = plane.scale(oh * ow * lane);
+            // where vector `v` of output pixel (`oy`, `col`) is stored
+            let stored_at = |oy: &Affine, col: &Affine, v: usize| {
+                y_plane
+                    .add(&oy.scale(ow * lane))
+                    .add(&col.scale(lane))
+                    .plus(4 * v as i64)
+            };
             // `pixels` outputs of row `oy` from column `ox`, over taps [ky0, ky1) ×
-            // [kx0, kx1) (the same for each of them)
+            // [kx0, kx1) (the same for each of them); a window row's taps written out
+            // (`written_out`: their loads are constant offsets from the row's start) or
+            // a loop
             let tile = |b: &mut KernelBuilder,
                         oy: &Affine,
                         ox: &Affine,
                         pixels: usize,
                         (ky0, ky1): (usize, usize),
-                        (kx0, kx1): (usize, usize)| {
+                        (kx0, kx1): (usize, usize),
+                        written_out: bool| {
                 let accs: Vec<Vec<VarId>> = (0..pixels)
                     .map(|_| (0..real_vecs).map(|_| b.var(w4)).collect())
                     .collect();
@@ -244,55 +254,77 @@ fn emit(
                 }
                 let iy0 = oy.scale(rows.stride as i64).plus(-(rows.pad as i64));
                 let ix0 = ox.scale(cols.stride as i64).plus(-(cols.pad as i64));
-                // a loop over the window's rows, each row's taps written out: their
-                // loads are constant offsets from the row's start
                 b.for_loop(ky0 as i64, ky1 as i64, 1, |b, ky| {
                     let iy = iy0.add(&Affine::var(ky).scale(rows.dil as i64));
                     let x_row = x_plane.add(&iy.scale(w * lane)).add(&ix0.scale(lane));
                     let w_row = cb
                         .scale(taps as i64)
                         .add(&Affine::var(ky).scale(g.kw as i64));
-                    for kx in kx0..kx1 {
-                        let w_at = w_row.plus(kx as i64).scale(lane);
+                    // the tap in column `kx` of the window row
+                    let tap = |b: &mut KernelBuilder, kx: &Affine| {
+                        let w_at = w_row.add(kx).scale(lane);
+                        let x_at = x_row.add(&kx.scale((cols.dil as i64) * lane));
                         for v in 0..real_vecs {
                             let wv = b.let_(Expr::load(wa, w_at.plus(4 * v as i64), w4), w4);
                             for (p, acc) in accs.iter().enumerate() {
-                                let col = (kx * cols.dil + p * cols.stride) as i64;
-                                let at = x_row.plus(col * lane + 4 * v as i64);
+                                let col = (p * cols.stride) as i64;
+                                let at = x_at.plus(col * lane + 4 * v as i64);
                                 let xv = Expr::load(xa, at, w4);
                                 let sum = Expr::fma(xv, wv.clone(), Expr::Var(acc[v]));
                                 b.assign(acc[v], sum);
                             }
                         }
+                    };
+                    if written_out {
+                        for kx in kx0..kx1 {
+                            tap(b, &Affine::constant(kx as i64));
+                        }
+                    } else {
+                        b.for_loop(kx0 as i64, kx1 as i64, 1, |b, kx| tap(b, &Affine::var(kx)));
                     }
                 });
+                // the sums (bias included); the row's post-ops run once it is complete
                 for (p, acc) in accs.iter().enumerate() {
                     let col = ox.plus(p as i64);
                     for (v, &a) in acc.iter().enumerate() {
-                        let stored = y_plane
-                            .add(&oy.scale(ow * lane))
-                            .add(&col.scale(lane))
-                            .plus(4 * v as i64);
-                        let idx = [n.clone(), c0.plus(4 * v as i64), oy.clone(), col.clone()];
-                        let y = epi.apply_along_channels(b, Expr::Var(a), &idx, &stored, w4);
-                        b.store(ya, stored, y, w4);
-                    }
-                    // a partial block's padding: zeros, finite for its readers
-                    for v in real_vecs..VECS {
-                        let stored = y_plane
-                            .add(&oy.scale(ow * lane))
-                            .add(&col.scale(lane))
-                            .plus(4 * v as i64);
-                        b.store(ya, stored, Expr::constant(0.0, w4), w4);
+                        b.store(ya, stored_at(oy, &col, v), Expr::Var(a), w4);
                     }
                 }
             };
+            // the post-ops over the finished row `oy`, in place — one copy of the
+            // epilogue per kind of row rather than per tile, which kept the kernels'
+            // code (and so code generation) small — and a partial block's padding:
+            // zeros, finite for its readers
+            let finish_row = |b: &mut KernelBuilder, oy: &Affine| {
+                if epi.is_empty() && real_vecs == VECS {
+                    return;
+                }
+                b.for_loop(0, ow, 1, |b, col| {
+                    let col = Affine::var(col);
+                    if !epi.is_empty() {
+                        for v in 0..real_vecs {
+                            let stored = stored_at(oy, &col, v);
+                            let sum = Expr::load(ya, stored.clone(), w4);
+                            let idx = [n.clone(), c0.plus(4 * v as i64), oy.clone(), col.clone()];
+                            let y = epi.apply_along_channels(b, sum, &idx, &stored, w4);
+                            b.store(ya, stored, y, w4);
+                        }
+                    }
+                    for v in real_vecs..VECS {
+                        b.store(ya, stored_at(oy, &col, v), Expr::constant(0.0, w4), w4);
+                    }
+                });
+            };
             // one output row: the left border columns one by one, the interior in tiles
-            // of TILE_PIXELS (the last one narrower), the right border one by one
-            let row = |b: &mut KernelBuilder, oy: &Affine, ky: (usize, usize)| {
+            // of TILE_PIXELS (the last one narrower), the right border one by one. Only
+            // the interior tiles of interior rows — nearly all the work — write their
+            // taps out: the border code, a fifth of it for a 5×5 window, stays small
+            // (written out, the border tiles made the kernels 10–21 KB of machine code
+            // and doubled MobileNetV3's code generation time).
+            let row = |b: &mut KernelBuilder, oy: &Affine, ky: (usize, usize), interior: bool| {
                 for ox in (0..col_lo).chain(col_hi..cols.output) {
                     let at = Affine::constant(ox as i64);
-                    tile(b, oy, &at, 1, ky, cols.valid_taps(ox));
+                    tile(b, oy, &at, 1, ky, cols.valid_taps(ox), false);
                 }
                 let span = col_hi - col_lo;
                 let main = span / TILE_PIXELS * TILE_PIXELS;
@@ -302,19 +334,20 @@ fn emit(
                     (col_lo + main) as i64,
                     TILE_PIXELS as i64,
                     |b, ox| {
-                        tile(b, oy, &Affine::var(ox), TILE_PIXELS, ky, full);
+                        tile(b, oy, &Affine::var(ox), TILE_PIXELS, ky, full, interior);
                     },
                 );
                 if main < span {
                     let at = Affine::constant((col_lo + main) as i64);
-                    tile(b, oy, &at, span - main, ky, full);
+                    tile(b, oy, &at, span - main, ky, full, false);
                 }
+                finish_row(b, oy);
             };
             for oy in (0..row_lo).chain(row_hi..rows.output) {
-                row(b, &Affine::constant(oy as i64), rows.valid_taps(oy));
+                row(b, &Affine::constant(oy as i64), rows.valid_taps(oy), false);
             }
             b.for_loop(row_lo as i64, row_hi as i64, 1, |b, oy| {
-                row(b, &Affine::var(oy), (0, rows.kernel));
+                row(b, &Affine::var(oy), (0, rows.kernel), true);
             });
         });
     });
