@@ -10,10 +10,12 @@ use smelt::microkernels::TileIsa;
 use smelt::{CompileOptions, Executable, Kernels, Layouts};
 use smelt_ir::builder::FuncBuilder;
 use smelt_ir::loops::TileTarget;
-use smelt_ir::op::{Conv2dAttrs, FusedOp, Pool2dAttrs, PostOp};
+use smelt_ir::op::{
+    Conv2dAttrs, CoordinateMode, FusedOp, NearestMode, Pool2dAttrs, PostOp, ResizeAttrs, ResizeMode,
+};
 use smelt_ir::text::{self, PrintOptions};
 use smelt_ir::weights::random_f32;
-use smelt_ir::{BinaryOp, Layout, Module, Op, UnaryOp, Value};
+use smelt_ir::{BinaryOp, Layout, Module, Op, UnaryOp, Value, F32};
 use smelt_passes::layout::assign_layouts;
 
 const BLOCKS: Layout = Layout::Blocked { axis: 1, block: 16 };
@@ -597,6 +599,78 @@ fn squeeze_and_excitation_gates_read_channel_blocks() {
                 kernels != Kernels::Cranelift,
                 "{what} {kernels:?}"
             );
+        }
+    }
+}
+
+/// An FPN merge on `n` images: a coarse 1×1 lateral conv of `c` channels at `hw`², upsampled
+/// ×2 (nearest, floor, asymmetric: each pixel repeated), added to the fine lateral conv
+/// at `2·hw`², then a 3×3 conv of the sum.
+fn fpn_merge(n: usize, hw: usize, c: usize) -> Module {
+    let mut m = Module::default();
+    let mut b = FuncBuilder::new(&mut m, "main");
+    let coarse = b.param("coarse", f32t(&[n, 32, hw, hw]));
+    let fine = b.param("fine", f32t(&[n, 16, 2 * hw, 2 * hw]));
+    let lat = conv(&mut b, coarse, (32, c), 1, 1, &[], &[], 600);
+    let up = ResizeAttrs {
+        sizes: vec![n, c, 2 * hw, 2 * hw],
+        scales: vec![F32(1.0), F32(1.0), F32(2.0), F32(2.0)],
+        mode: ResizeMode::Nearest(NearestMode::Floor),
+        coordinate: CoordinateMode::Asymmetric,
+        ..ResizeAttrs::default()
+    };
+    let up = b.op(Op::Resize(up), &[lat]).expect("resize type-checks");
+    let add = [PostOp::Binary {
+        op: BinaryOp::Add,
+        acc_is_lhs: true,
+    }];
+    let merged = conv(&mut b, fine, (16, c), 1, 1, &add, &[up], 610);
+    let y = conv(&mut b, merged, (c, 16), 3, 1, &relu(), &[], 620);
+    b.finish(&[("y", y)]);
+    m
+}
+
+#[test]
+fn nearest_upsampling_repeats_channel_blocks() {
+    // the lateral result, its upsampling and the merged sum are in blocks (the sum's
+    // residual must be laid out as the sum)
+    let m = fpn_merge(1, 5, 32);
+    let laid = assign_layouts(&m.funcs[0], Some(TileIsa::Avx2.target())).expect("blocks");
+    // the resize's layout attribute verifies, prints and parses back
+    let mut laid_module = m.clone();
+    laid_module.funcs[0] = laid.clone();
+    smelt_ir::verify::verify_module(&laid_module).expect("the laid-out module verifies");
+    let full = text::print(&laid_module, &PrintOptions::default());
+    assert!(full.contains("asymmetric, layout = nchw16c}"), "{full}");
+    let back = text::parse(&full, "fpn.tir").expect("the printed module parses");
+    assert_eq!(text::print(&back, &PrintOptions::default()), full);
+    let blocked: Vec<String> = laid
+        .insts
+        .iter()
+        .filter(|i| i.ty.layout == BLOCKS)
+        .map(|i| i.ty.to_string())
+        .collect();
+    assert_eq!(
+        blocked,
+        [
+            "tensor<1x32x5x5xf32, nchw16c>",
+            "tensor<1x32x10x10xf32, nchw16c>",
+            "tensor<1x32x10x10xf32, nchw16c>"
+        ]
+    );
+    // whole blocks; with 24 channels (a partial last block) the sum's 3×3 conv reads
+    // whole blocks only, so the sum, its residual and the upsampling stay NCHW
+    for (n, hw, c) in [(1, 5, 32), (2, 4, 48), (1, 6, 24)] {
+        let what = format!("FPN merge {n}×{hw}², {c} channels");
+        let m = fpn_merge(n, hw, c);
+        let inputs = random_inputs(&m, 17);
+        check_against_interp(&what, &m, &inputs, 1e-5);
+        for kernels in kernel_choices() {
+            let (loops, blocked, plain) = blocked_and_row_major(&m, &inputs, kernels);
+            let repeats_blocks = loops.contains("@resize_repeat_c16_");
+            let want = kernels != Kernels::Cranelift && c % 16 == 0;
+            assert_eq!(repeats_blocks, want, "{what} {kernels:?}");
+            assert_eq!(blocked, plain, "{what} {kernels:?}");
         }
     }
 }

@@ -9,7 +9,7 @@
 //! Cranelift code only, which computes on no blocks.
 
 use smelt_ir::loops::TileTarget;
-use smelt_ir::op::{Conv2dAttrs, Pool2dAttrs};
+use smelt_ir::op::{Conv2dAttrs, Pool2dAttrs, ResizeAttrs};
 use smelt_ir::{Layout, Op, TensorType};
 
 use crate::lower::elementwise::broadcast_strides;
@@ -115,6 +115,16 @@ pub fn depthwise_on_blocks(
         && a.pads[3] < w.dims[3]
 }
 
+/// The factors by which a nearest resize of an input of `x` dims repeats each pixel,
+/// when it is one the channel-block kernel computes: rank 4, channels in whole vectors
+/// of 4, every output reading input `o / factor` along H and W and the same N and C —
+/// a pixel's 16 channels are copied as they are (FPN upsampling: ×2 with `floor` and
+/// `asymmetric`).
+pub fn resize_repeats_pixels(r: &ResizeAttrs, x: &[usize]) -> Option<Vec<usize>> {
+    let factors = crate::lower::resize::replication_factors(r, x)?;
+    (x.len() == 4 && factors[..2] == [1, 1] && fits_partial_blocks(x[1])).then_some(factors)
+}
+
 /// Whether `op` is a max pool that the channel-block kernel computes for input `x` and
 /// result `out` (the halving max-pool kernel, on blocks): [`max_pool_fits_blocks`], with input and
 /// result both in blocks.
@@ -208,6 +218,11 @@ pub(crate) fn layouts_have_kernels(op: &Op, types: &[&TensorType], result: &Tens
         }
         Op::GlobalAvgPool => activation(x) && row_major(result) && post_ok,
         Op::MaxPool2d(_) => max_pool_on_blocks(anchor, x, result) && post_ok,
+        Op::Resize(r) => {
+            x.layout == CHANNEL_BLOCKS
+                && result.layout == CHANNEL_BLOCKS
+                && resize_repeats_pixels(r, &x.dims).is_some()
+        }
         Op::Unary(_) | Op::Binary(_) => elementwise_reads_blocks(op, types, result),
         _ => false,
     }

@@ -15,13 +15,14 @@
 //! A value is put in blocks when
 //! - it is the result of a conv, plain or fused, that the lowering computes on blocks
 //!   ([`writes_blocks_on_micro`] with constant weights), or of an op whose kernel reads
-//!   blocks only to write blocks — a halving 3×3 max pool ([`max_pool_fits_blocks`]) or
-//!   a depthwise conv ([`depthwise_on_blocks`]) whose input is in blocks — and whose
+//!   blocks only to write blocks — a halving 3×3 max pool ([`max_pool_fits_blocks`]), a
+//!   depthwise conv ([`depthwise_on_blocks`]) or a nearest resize repeating whole pixels
+//!   ([`resize_repeats_pixels`]: an FPN's upsampling) whose input is in blocks — and whose
 //!   broadcast post-op operands are per-channel vectors or scalars;
 //! - every use reads blocks: the input of a conv that reads them
 //!   ([`reads_blocks_on_micro`]: pointwise — whatever its output channel count, when its
-//!   tiles call the micro-kernel —, direct or Winograd), of such a max pool or depthwise
-//!   conv whose result is in blocks, of a global average pool, a full-size operand of a
+//!   tiles call the micro-kernel —, direct or Winograd), of such a max pool, depthwise
+//!   conv or resize whose result is in blocks, of a global average pool, a full-size operand of a
 //!   standalone unary or binary op ([`elementwise_reads_blocks`]: it writes row-major,
 //!   changing the layout as it computes — an SE block's gating `mul`), or a full-size
 //!   post-op operand (a residual) of such a conv whose result is in blocks too (the fused
@@ -47,8 +48,8 @@ use smelt_ir::{Layout, TensorType};
 
 use crate::blocks::{
     broadcast_walks_channels, depthwise_on_blocks, elementwise_reads_blocks, fits_partial_blocks,
-    max_pool_fits_blocks, pointwise_on_micro, reads_blocks_on_micro, writes_blocks_on_micro,
-    CHANNEL_BLOCK, CHANNEL_BLOCKS,
+    max_pool_fits_blocks, pointwise_on_micro, reads_blocks_on_micro, resize_repeats_pixels,
+    writes_blocks_on_micro, CHANNEL_BLOCK, CHANNEL_BLOCKS,
 };
 use crate::manager::{Pass, PassContext, PassError};
 
@@ -178,7 +179,12 @@ fn blocks_from_blocks(func: &Func, i: usize, micro: Option<TileTarget>) -> bool 
     let x_dims = &func.type_of(x).dims;
     let depthwise = const_conv(func, i)
         .is_some_and(|(a, w)| x_dims.len() == 4 && depthwise_on_blocks(a, w, x_dims[1], micro));
-    depthwise || (micro.is_some() && max_pool_fits_blocks(anchor, x_dims, &inst.ty.dims))
+    let resize = match anchor {
+        Op::Resize(r) => resize_repeats_pixels(r, x_dims).is_some(),
+        _ => false,
+    };
+    depthwise
+        || (micro.is_some() && (resize || max_pool_fits_blocks(anchor, x_dims, &inst.ty.dims)))
 }
 
 /// Whether every post-op operand of `inst` has the result's full size or walks its
@@ -297,6 +303,7 @@ fn result_layout_mut(op: &mut Op) -> Option<&mut Layout> {
     match anchor {
         Op::Conv2d(a) => Some(&mut a.layout),
         Op::MaxPool2d(p) => Some(&mut p.layout),
+        Op::Resize(r) => Some(&mut r.layout),
         _ => None,
     }
 }

@@ -6,7 +6,7 @@
 use super::dim::{Dim, Shape};
 use super::rules::{all_f32, OperandTypes};
 use crate::text::{AttrDict, AttrError, AttrSchema, Printed};
-use crate::types::{DType, TensorType, F32};
+use crate::types::{DType, Layout, TensorType, F32};
 
 macro_rules! resize_ops {
     ([$($variants:tt)*] [$($rows:tt)*] $next:ident $(, $more:ident)*) => { $next! {
@@ -79,7 +79,15 @@ pub(super) fn resize_shape(r: &ResizeAttrs, o: &OperandTypes<'_>) -> Result<Shap
             return Err(format!("resize cubic coefficient {} must be finite", a.0));
         }
     }
-    Ok(Dim::all(&r.sizes).into())
+    if let Layout::Blocked { axis, block } = r.layout {
+        if axis != 1 || block == 0 || r.sizes.len() != 4 {
+            return Err(format!(
+                "resize result layout {:?} does not fit {:?}",
+                r.layout, r.sizes
+            ));
+        }
+    }
+    Ok(Shape::row_major(Dim::all(&r.sizes)).with_layout(r.layout))
 }
 
 /// Nearest only copies; linear and cubic take a multiply and an add per tap (the taps of
@@ -128,6 +136,7 @@ impl AttrSchema for ResizeAttrs {
             exclude_outside: d.bool("exclude_outside")?.unwrap_or(false),
             roi: d.f32s("roi")?.unwrap_or_default(),
             extrapolation: d.f32("extrapolation")?.unwrap_or_default(),
+            layout: d.layout("layout")?.unwrap_or(Layout::RowMajor),
         })
     }
 
@@ -156,6 +165,7 @@ impl AttrSchema for ResizeAttrs {
             out.always("roi", &self.roi, rank);
         }
         out.unless("extrapolation", &self.extrapolation, &F32(0.0), rank);
+        out.unless("layout", &self.layout, &Layout::RowMajor, rank);
     }
 }
 
@@ -288,6 +298,10 @@ pub struct ResizeAttrs {
     pub roi: Vec<F32>,
     /// For `tf_crop_and_resize`: the value of an output whose coordinate falls outside.
     pub extrapolation: F32,
+    /// Layout of the result: row-major, or channels in blocks (`nchw16c`) where the
+    /// layout pass chose it for a nearest resize that repeats each pixel a whole number
+    /// of times, reading blocks (text attribute `layout`).
+    pub layout: Layout,
 }
 
 /// How one axis is sampled: each output index reads [`AxisTaps::per_output`] input

@@ -79,7 +79,7 @@
 //! | `cast` | x (any type) | `to` (required: `f32`, `i64`, `i32`, `i1`, `f16`, `bf16`, `i8`, `ui8`, `i16`, `ui16`) |
 //! | `gather` | data (any type), indices (i64 or i32; negative counts from the end, out of range is a run-time error) | `axis` (0) |
 //! | `reduce_sum` `reduce_mean` `reduce_max` `reduce_min` | x (f32) | `axes` (required, sorted), `keep_dims` (false) |
-//! | `resize` | x (any type for nearest, f32 for linear) | `sizes`, `scales` (required), `mode` (`nearest`, `linear`), `nearest` (round_prefer_floor), `coordinate` (half_pixel) |
+//! | `resize` | x (any type for nearest, f32 for linear) | `sizes`, `scales` (required), `mode` (`nearest`, `linear`, `cubic`), `nearest` (round_prefer_floor), `coordinate` (half_pixel), `layout` (row_major: the result's layout) |
 //! | `grid_sample` | x (f32, `[N, C, D1 .. Dr]`), grid (f32, `[N, H1 .. Hk, r]`, the last axis's coordinate first) | `mode` (`linear`, `nearest`, `cubic`), `padding` (`zeros`, `border`, `reflection`), `align_corners` (false) |
 //! | `layer_norm` | x, scale, bias? | `axis` (required), `epsilon` (1e-5) |
 //! | `max_pool2d` | x | `kernel` (required), `strides` ([1, 1]), `pads` ([0, 0, 0, 0]), `dilations` ([1, 1]), `ceil_mode` (false), `layout` (row_major: the result's layout) |

@@ -22,7 +22,7 @@ mod memory;
 mod norm;
 pub(crate) mod pool;
 mod reduce;
-mod resize;
+pub(crate) mod resize;
 mod typed;
 mod winograd;
 

@@ -9,7 +9,7 @@
 
 use smelt_ir::loops::{Access, Affine, BinOp, BufId, CmpOp, Expr, KernelBuilder, LoopVar, Width};
 use smelt_ir::op::{CoordinateMode, ResizeAttrs, ResizeMode};
-use smelt_ir::{DType, Diagnostic, TensorData, TensorType, Value};
+use smelt_ir::{DType, Diagnostic, Layout, TensorData, TensorType, Value};
 
 use super::elementwise::{dims_name, loop_nest, row_major_strides, Epilogue};
 use super::{BufferId, Cx};
@@ -45,6 +45,19 @@ pub(crate) fn lower_resize(
         return Err(cx.unsupported("post-ops on a resize"));
     }
     let in_dims = cx.func.type_of(operands[0]).dims.clone();
+    let blocked = cx.func.type_of(operands[0]).layout != Layout::RowMajor
+        || out_ty.layout != Layout::RowMajor;
+    if blocked {
+        return match crate::blocks::resize_repeats_pixels(r, &in_dims) {
+            Some(factors) if cx.func.type_of(operands[0]).layout == out_ty.layout => {
+                lower_replication(cx, &factors, operands[0], out_ty, out)
+            }
+            _ => Err(cx.unsupported(
+                "a resize on channel blocks repeats whole pixels: nearest, by whole factors \
+                 along H and W, from blocks into blocks",
+            )),
+        };
+    }
     let rank = in_dims.len();
     let strides = row_major_strides(&in_dims);
     let out_strides = row_major_strides(&out_ty.dims);
@@ -211,7 +224,7 @@ fn tap_loops(
 /// its taps are exactly that (output `o` reads input `o / factor` along every axis, as
 /// the tables say: ONNX's ×2 upsampling with `floor` and `asymmetric`, for one); `None`
 /// for any other sampling.
-fn replication_factors(r: &ResizeAttrs, in_dims: &[usize]) -> Option<Vec<usize>> {
+pub(crate) fn replication_factors(r: &ResizeAttrs, in_dims: &[usize]) -> Option<Vec<usize>> {
     in_dims
         .iter()
         .enumerate()
@@ -235,7 +248,9 @@ const UNROLLED_COPIES: usize = 8;
 
 /// A nearest resize that repeats every element `factors[k]` times along axis `k`: loops
 /// over the input with affine addresses, each element loaded once and stored to its
-/// copies along the last axis (no tables, no run-time index).
+/// copies along the last axis (no tables, no run-time index). In channel blocks
+/// (`[n][c/16][h][w][16]`, factors 1 along N and C) the element is a pixel's 16 channels,
+/// copied as 4 vectors.
 fn lower_replication(
     cx: &mut Cx,
     factors: &[usize],
@@ -243,15 +258,39 @@ fn lower_replication(
     out_ty: &TensorType,
     out: BufferId,
 ) -> Result<(), Diagnostic> {
-    let in_dims = cx.func.type_of(x).dims.clone();
-    let strides = row_major_strides(&in_dims);
-    let out_strides = row_major_strides(&out_ty.dims);
-    let mut b = KernelBuilder::new(&format!("resize_repeat_{}", dims_name(&out_ty.dims)));
+    let x_ty = cx.func.type_of(x).clone();
     let x_buf = cx.buf(x);
     let dtype = cx.dtype_of(x_buf);
+    // the storage walked: blocked tensors as [n, c/16, h, w, 4 vectors of 4]
+    let (in_dims, out_dims, factors, width, unit) = match x_ty.layout {
+        Layout::Blocked { block, .. } => {
+            let block = block as usize;
+            let vectors = block / 4;
+            let blocked = |d: &[usize]| vec![d[0], d[1].div_ceil(block), d[2], d[3], vectors];
+            let mut f = factors.to_vec();
+            f.push(1);
+            let dims = (blocked(&x_ty.dims), blocked(&out_ty.dims));
+            (dims.0, dims.1, f, Width::F32x4, 4)
+        }
+        Layout::RowMajor => (
+            x_ty.dims.clone(),
+            out_ty.dims.clone(),
+            factors.to_vec(),
+            Width::scalar(dtype),
+            1,
+        ),
+    };
+    let scaled =
+        |d: &[usize]| -> Vec<i64> { row_major_strides(d).iter().map(|s| s * unit).collect() };
+    let (strides, out_strides) = (scaled(&in_dims), scaled(&out_dims));
+    let factors = &factors[..];
+    let blocked_name = if unit > 1 { "c16_" } else { "" };
+    let mut b = KernelBuilder::new(&format!(
+        "resize_repeat_{blocked_name}{}",
+        dims_name(&out_ty.dims)
+    ));
     let xa = b.typed_arg("x", dtype, cx.len_of(x_buf), Access::Read);
     let ya = b.typed_arg("out", out_ty.dtype, cx.len_of(out), Access::Write);
-    let width = Width::scalar(dtype);
     /// Loops over input axis `k` and its copies, then the inner axes.
     #[allow(clippy::too_many_arguments)]
     fn nest(

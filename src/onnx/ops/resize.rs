@@ -6,7 +6,7 @@
 //! Resize-10's sampling: asymmetric coordinates, nearest rounding down.
 
 use smelt_ir::op::{CoordinateMode, NearestMode, Op, ResizeAttrs, ResizeMode};
-use smelt_ir::{Diagnostic, F32};
+use smelt_ir::{Diagnostic, Layout, F32};
 
 use super::OpRule;
 use crate::onnx::context::{Entry, NodeCtx};
@@ -230,6 +230,7 @@ pub fn resize(cx: &mut NodeCtx) -> Result<Vec<Entry>, Diagnostic> {
         exclude_outside,
         roi,
         extrapolation,
+        layout: Layout::RowMajor,
     };
     Ok(vec![Entry::Value(cx.emit(Op::Resize(attrs), &[x])?)])
 }
