@@ -64,22 +64,32 @@ pub fn writes_blocks_on_micro(a: &Conv2dAttrs, w: &TensorType, micro: Option<Til
 }
 
 /// Whether a conv with attributes `a` and weight type `w` (constant weights assumed)
-/// reads input in channel blocks ([`CHANNEL_BLOCKS`]) on a target with `micro`: a
-/// pointwise one whose tiles call the micro-kernel — any output channel count the
-/// routines compute at a useful fraction of their lanes
-/// ([`pointwise_micro_channels`](crate::lower::conv::pointwise_micro_channels)): its
-/// reduction walks the input's blocks as rows whatever its result's layout — or any
-/// other ungrouped one with output channels in quads (the packed convolution, whose
-/// channels-last copy of the input then copies 16-channel runs, or Winograd, whose
+/// reads an input of `channels` channels in channel blocks ([`CHANNEL_BLOCKS`]) on a
+/// target with `micro`: a pointwise one whose tiles call the micro-kernel — any output
+/// channel count the routines compute at a useful fraction of their lanes
+/// ([`pointwise_micro_channels`](crate::lower::conv::pointwise_micro_channels)), its
+/// reduction walking the input's blocks as rows whatever its result's layout, a partial
+/// last block included ([`fits_partial_blocks`]) — or any other ungrouped one with
+/// output channels in quads and input channels in whole blocks (the packed convolution,
+/// whose channels-last copy of the input copies 16-channel runs, or Winograd, whose
 /// padded copy stays in blocks).
-pub fn reads_blocks_on_micro(a: &Conv2dAttrs, w: &TensorType, micro: Option<TileTarget>) -> bool {
+pub fn reads_blocks_on_micro(
+    a: &Conv2dAttrs,
+    w: &TensorType,
+    channels: usize,
+    micro: Option<TileTarget>,
+) -> bool {
     let pointwise = w.rank() == 4 && w.dims[2..] == [1, 1] && a.pads == [0; 4];
     if pointwise {
         return a.groups == 1
+            && fits_partial_blocks(channels)
             && crate::lower::conv::pointwise_micro_channels(w.dims[0], micro).is_some();
     }
-    // (their input channels in whole blocks: the layout pass checks that)
-    micro.is_some() && a.groups == 1 && w.rank() == 4 && w.dims[0].is_multiple_of(4)
+    micro.is_some()
+        && a.groups == 1
+        && w.rank() == 4
+        && w.dims[0].is_multiple_of(4)
+        && channels.is_multiple_of(CHANNEL_BLOCK)
 }
 
 /// The largest depthwise window computed on channel blocks (7×7: MobileNet-family
@@ -90,7 +100,7 @@ pub const DEPTHWISE_BLOCKS_MAX_WINDOW: usize = 7;
 /// Whether a conv with attributes `a`, weight type `w` (constant weights assumed) and
 /// `channels` input channels is a depthwise one that the channel-block kernel computes
 /// from blocks into blocks on a target with `micro`: one input and one output channel per
-/// group, channels in whole blocks, a window of at most
+/// group, channels in whole vectors of 4 ([`fits_partial_blocks`]), a window of at most
 /// [`DEPTHWISE_BLOCKS_MAX_WINDOW`] on a side. Its vectors run along channels, so its
 /// taps are plain vector loads at any stride, and its borders are the taps it skips.
 /// Blocks exist only between kernels with micro-kernel neighbours, hence `micro`; the
@@ -167,7 +177,7 @@ pub(crate) fn halves_with_3x3_windows(
 }
 
 /// Whether a standalone unary or binary f32 op reads its operands of `types` into its
-/// row-major `result`: a rank-4 result of whole blocks of channels, each operand of the
+/// row-major `result`: a rank-4 result of channels in whole vectors of 4, each operand of the
 /// result's size row-major or in blocks, the others (broadcast into it, an SE gate's
 /// per-channel scale) row-major. The kernel changes the layout as it computes, so a
 /// depthwise conv feeding an SE block's gating `mul` can stay in blocks.

@@ -48,8 +48,8 @@ use smelt_ir::{Layout, TensorType};
 
 use crate::blocks::{
     broadcast_walks_channels, depthwise_on_blocks, elementwise_reads_blocks, fits_partial_blocks,
-    max_pool_fits_blocks, pointwise_on_micro, reads_blocks_on_micro, resize_repeats_pixels,
-    writes_blocks_on_micro, CHANNEL_BLOCK, CHANNEL_BLOCKS,
+    max_pool_fits_blocks, reads_blocks_on_micro, resize_repeats_pixels, writes_blocks_on_micro,
+    CHANNEL_BLOCKS,
 };
 use crate::manager::{Pass, PassContext, PassError};
 
@@ -144,9 +144,10 @@ fn const_conv(func: &Func, i: usize) -> Option<(&Conv2dAttrs, &TensorType)> {
     matches!(func.inst_of(w)?.op, Op::Const(_)).then(|| (a, func.type_of(w)))
 }
 
-/// Whether the instruction `i` is a conv that reads its input in channel blocks.
-fn computes_on_blocks(func: &Func, i: usize, micro: Option<TileTarget>) -> bool {
-    const_conv(func, i).is_some_and(|(a, w)| reads_blocks_on_micro(a, w, micro))
+/// Whether the instruction `i` is a conv that reads its input, of `channels` channels,
+/// in channel blocks.
+fn computes_on_blocks(func: &Func, i: usize, channels: usize, micro: Option<TileTarget>) -> bool {
+    const_conv(func, i).is_some_and(|(a, w)| reads_blocks_on_micro(a, w, channels, micro))
 }
 
 /// Whether instruction `i` may write its result in blocks: a conv whose kernel on the
@@ -228,11 +229,7 @@ fn reads_blocks(
     if pool {
         return post_operands_walk_channels(func, inst);
     }
-    // a partial last block only into a pointwise conv (direct and Winograd convs copy
-    // whole blocks)
-    let whole_blocks_or_pointwise = channels.is_multiple_of(CHANNEL_BLOCK)
-        || const_conv(func, i).is_some_and(|(a, w)| pointwise_on_micro(a, w, micro));
-    whole_blocks_or_pointwise && computes_on_blocks(func, i, micro)
+    computes_on_blocks(func, i, channels, micro)
 }
 
 /// Whether value `v` (in blocks so far) may stay in blocks: its full-size post-op

@@ -40,6 +40,16 @@ impl ScaledRows {
             .map(|s| (s.source.as_f32(), s.scale.as_slice()))
     }
 
+    /// A packer's view of a weight of `rows` rows: for scaled rows with one factor per
+    /// row, the source values and the factors (the packer folds them in as it reads, so
+    /// the folded copy is never written); otherwise the buffer's values and no factors.
+    pub fn rows_of(buf: &AlignedBuf, rows: usize) -> (&[f32], Option<&[f64]>) {
+        match ScaledRows::parts(buf) {
+            Some((values, scale)) if scale.len() == rows => (values, Some(scale)),
+            _ => (buf.as_f32(), None),
+        }
+    }
+
     /// One element: `x` in a row scaled by `alpha`, bit-identical to what reading the
     /// buffer gives. (Inlined: packers call it once per weight element.)
     #[inline]

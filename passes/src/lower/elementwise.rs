@@ -973,7 +973,7 @@ fn map_from_blocks(
             "channel blocks of a result that is not [n, c, h, w] with whole vectors of 4 channels",
         ));
     }
-    let [n, c, h, w] = [dims[0], dims[1], dims[2], dims[3]].map(|d| d as i64);
+    let [n, h, w] = [dims[0], dims[2], dims[3]].map(|d| d as i64);
     let mut b = KernelBuilder::new(&format!("{}_from_c16_{}", op.name(), dims_name(dims)));
     let (ins, mut args) = declare_inputs(&mut b, cx, operands);
     let y = b.arg("out", cx.len_of(out), Access::Write);
@@ -984,9 +984,7 @@ fn map_from_blocks(
         .map(|&v| broadcast_strides(&cx.func.type_of(v).dims, dims))
         .collect();
     let out_st = row_major_strides(dims);
-    // whole blocks, then a partial last one of `rest` channels (a multiple of 4)
-    let (full, stored) = (c / lane, (c + lane - 1) / lane);
-    let rest = c - full * lane;
+    let stored = dims[1].div_ceil(CHANNEL_BLOCK) as i64;
     let apply = |b: &mut KernelBuilder, x: &[Expr], width: Width| match op {
         MapOp::Unary(u) => unary(b, u, x[0].clone(), width),
         MapOp::Binary(o) => binary(b, o, x[0].clone(), x[1].clone(), width),
@@ -1002,9 +1000,9 @@ fn map_from_blocks(
             .add(&r.scale(st[2]))
             .add(&col.scale(st[3]))
     };
-    // one block of image `i`: its first `channels` channels
-    let block = |b: &mut KernelBuilder, i: &Affine, cb: &Affine, channels: i64| {
-        let (i, cb) = (i.clone(), cb.clone());
+    // the first `channels` channels (whole vectors of 4) of block `cb` of image `i`
+    let block = |b: &mut KernelBuilder, i: &Affine, cb: &Affine, channels: usize| {
+        let (i, cb, channels) = (i.clone(), cb.clone(), channels as i64);
         // the block's storage: [h][w][16] from here
         let block_at = i.scale(stored).add(&cb).scale(h * w * lane);
         b.for_loop(0, h, 1, |b, r| {
@@ -1065,10 +1063,9 @@ fn map_from_blocks(
     };
     b.for_loop(0, n, 1, |b, i| {
         let i = Affine::var(i);
-        b.for_loop(0, full, 1, |b, cb| block(b, &i, &Affine::var(cb), lane));
-        if rest > 0 {
-            block(b, &i, &Affine::constant(full), rest);
-        }
+        b.for_blocks(dims[1], CHANNEL_BLOCK, |b, cb, channels| {
+            block(b, &i, cb, channels)
+        });
     });
     cx.step(b.finish(), args)
 }

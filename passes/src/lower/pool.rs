@@ -437,10 +437,11 @@ fn global_avg_pool(
         if !c.is_multiple_of(4) {
             return Err(cx.unsupported("channel blocks of a channel count not a multiple of 4"));
         }
-        let (full, stored) = ((c / CHANNEL_BLOCK) as i64, c.div_ceil(CHANNEL_BLOCK) as i64);
-        let block_means = |b: &mut KernelBuilder, ni: &Affine, cb: &Affine, quads: i64| {
+        let stored = c.div_ceil(CHANNEL_BLOCK) as i64;
+        // the means of the first `channels` channels of block `cb` of image `ni`
+        let block_means = |b: &mut KernelBuilder, ni: &Affine, cb: &Affine, channels: usize| {
             let block = ni.scale(stored).add(cb);
-            for quad in (0..4 * quads).step_by(4) {
+            for quad in (0..channels as i64).step_by(4) {
                 let acc = b.var(w4);
                 b.assign(acc, Expr::constant(0.0, w4));
                 let base = block.scale(unit * inner as i64).plus(quad);
@@ -461,13 +462,9 @@ fn global_avg_pool(
         };
         b.for_loop(0, n as i64, 1, |b, ni| {
             let ni = Affine::var(ni);
-            b.for_loop(0, full, 1, |b, cb| {
-                block_means(b, &ni, &Affine::var(cb), unit / 4)
+            b.for_blocks(c, CHANNEL_BLOCK, |b, cb, channels| {
+                block_means(b, &ni, cb, channels)
             });
-            if full < stored {
-                let rest = (c as i64 - full * unit) / 4;
-                block_means(b, &ni, &Affine::constant(full), rest);
-            }
         });
         return cx.step(b.finish(), args);
     }

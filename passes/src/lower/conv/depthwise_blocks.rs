@@ -71,10 +71,7 @@ impl Axis {
 /// scaled rows) as `[stored / 16][taps][16]`: a tap's 16 channels are four vector loads
 /// (a partial last block's padded lanes zero).
 fn pack(w: &AlignedBuf, c: usize, stored: usize, taps: usize) -> AlignedBuf {
-    let (src, scale) = match ScaledRows::parts(w) {
-        Some((values, scale)) if scale.len() == c => (values, Some(scale)),
-        _ => (w.as_f32(), None),
-    };
+    let (src, scale) = ScaledRows::rows_of(w, c);
     AlignedBuf::from_f32_with(stored * taps, |out| {
         for (ch, row) in src.chunks_exact(taps).take(c).enumerate() {
             let (block, lane) = (ch / CHANNEL_BLOCK, ch % CHANNEL_BLOCK);

@@ -32,7 +32,7 @@ mod pad;
 
 use smelt_ir::loops::{Access, Affine, BufId, Expr, KernelBuilder, TileTarget, Width};
 use smelt_ir::op::Conv2dAttrs;
-use smelt_ir::{AlignedBuf, Diagnostic, Layout, TensorType, Value};
+use smelt_ir::{Diagnostic, Layout, TensorType, Value};
 
 use general::conv_kernel;
 pub(super) use packed::PackedConv;
@@ -43,45 +43,6 @@ use super::elementwise::Epilogue;
 use super::{BufferId, Cx};
 use crate::blocks::{depthwise_on_blocks, reads_blocks_on_micro, writes_blocks_on_micro};
 pub(crate) use crate::blocks::{CHANNEL_BLOCK, CHANNEL_BLOCKS};
-
-/// A conv's weights for the packer: the module's, or a copy with zero rows for the
-/// padded input channels of a partial channel block.
-enum WeightRows<'a> {
-    AsGiven(&'a AlignedBuf),
-    Padded(AlignedBuf),
-}
-
-impl WeightRows<'_> {
-    fn buf(&self) -> &AlignedBuf {
-        match self {
-            WeightRows::AsGiven(b) => b,
-            WeightRows::Padded(b) => b,
-        }
-    }
-}
-
-/// The `[o][c]` weights of a pointwise conv (a BN fold's scale applied, bit for bit as
-/// the packer would) as `[o][padded]`, the rows past `c` zero.
-fn pad_weight_rows(w: &AlignedBuf, o: usize, c: usize, padded: usize) -> AlignedBuf {
-    let (src, scale) = match crate::scaled_rows::ScaledRows::parts(w) {
-        Some((values, scale)) if scale.len() == o => (values, Some(scale)),
-        _ => (w.as_f32(), None),
-    };
-    AlignedBuf::from_f32_with(o * padded, |out| {
-        for (oc, (row, from)) in out
-            .chunks_exact_mut(padded)
-            .zip(src.chunks_exact(c))
-            .enumerate()
-        {
-            for (d, &x) in row.iter_mut().zip(from) {
-                *d = match scale {
-                    Some(s) => crate::scaled_rows::ScaledRows::value(x, s[oc]),
-                    None => x,
-                };
-            }
-        }
-    })
-}
 
 /// The channels a pointwise conv of `o` output channels computes on the micro-kernel
 /// routines of `micro` (`o` rounded up to their lanes), or `None` when its tiles are
@@ -160,7 +121,7 @@ pub(crate) fn lower_conv2d(
         let wt = cx.func.type_of(operands[1]);
         let micro = cx.opts.micro;
         // (which layouts at all: `blocks::layouts_have_kernels`, checked before any op)
-        let supported = (!x_blocked || reads_blocks_on_micro(a, wt, micro))
+        let supported = (!x_blocked || reads_blocks_on_micro(a, wt, channels, micro))
             && (!out_blocked || writes_blocks_on_micro(a, wt, micro))
             && cx.const_weight(operands[1]).is_some()
             && (!out_blocked || epi.runs_along_channels());
@@ -168,10 +129,11 @@ pub(crate) fn lower_conv2d(
             return Err(cx.unsupported(
                 "channel-blocked (nchw16c) activations need constant weights and a \
                  micro-kernel (--kernels auto, avx2 or avx512); ungrouped convs with output \
-                 channels in quads read them, ungrouped convs with output channels in \
+                 channels in quads and input channels in whole blocks read them (pointwise \
+                 ones a partial last block too), ungrouped convs with output channels in \
                  blocks of 16 and per-channel or full-size post-op operands write them, \
-                 and depthwise convs on whole blocks with windows up to 7×7 read and write \
-                 them together",
+                 and depthwise convs on whole vectors of 4 channels with windows up to 7×7 \
+                 read and write them together",
             ));
         }
     }
@@ -221,13 +183,9 @@ pub(crate) fn lower_conv2d(
         // channel, which the routine's wide tiles amortize, and the channels-last
         // copy would cost as much time as the product saves.
         let unpadded_1x1 = kh == 1 && kw == 1 && a.pads == [0; 4];
+        // (`reads_blocks_on_micro` let a partial last block through to pointwise convs
+        // on a micro-kernel only)
         let partial_input = x_blocked && !c.is_multiple_of(CHANNEL_BLOCK);
-        if partial_input && !(unpadded_1x1 && probe.micro.is_some() && a.groups == 1) {
-            return Err(cx.unsupported(
-                "input channels in channel blocks with a partial last block are read only \
-                 by pointwise convs on a micro-kernel and depthwise convs",
-            ));
-        }
         if let (true, Some(routine)) = (unpadded_1x1, probe.micro) {
             // A strided 1×1 conv reads every stride-th pixel: copied out first (a
             // fraction of the conv's time), the conv runs at stride 1.
@@ -254,14 +212,13 @@ pub(crate) fn lower_conv2d(
             };
             // Input in blocks with a partial last block: the reduction walks whole blocks,
             // the padded channels (zeros, as every writer of blocks leaves them) against
-            // weight rows of zeros.
-            // (ungrouped: the layout pass puts no grouped conv's input in blocks)
-            let ([c_read, cg_read], wdata) = if partial_input {
-                let padded = c.next_multiple_of(CHANNEL_BLOCK);
-                let rows = pad_weight_rows(wdata, o, c, padded);
-                ([padded, padded], WeightRows::Padded(rows))
+            // weights the packer pads with zeros. (Ungrouped: the layout pass puts no
+            // grouped conv's input in blocks.)
+            let source_cg = geo.cg;
+            let [c_read, cg_read] = if partial_input {
+                [c.next_multiple_of(CHANNEL_BLOCK); 2]
             } else {
-                ([c, geo.cg], WeightRows::AsGiven(wdata))
+                [c, geo.cg]
             };
             let mut geo1 = Geo {
                 stride: [1, 1],
@@ -304,7 +261,7 @@ pub(crate) fn lower_conv2d(
                 micro.packed_len(&geo1),
                 Box::new({
                     let (pack, g) = (micro.clone(), geo1.clone());
-                    move || pack.pack(&g, wdata.buf())
+                    move || pack.pack_from(&g, wdata, source_cg)
                 }),
             );
             return micro.kernel(cx, &geo1, x, wbuf, operands, epi, out);

@@ -380,13 +380,18 @@ impl PackedConv {
     /// ([`ScaledRows::parts`](crate::scaled_rows::ScaledRows::parts)) is folded here, one factor per output channel,
     /// bit-identical to packing its folded values, which are then never written out.
     pub(crate) fn pack(&self, g: &Geo, w: &AlignedBuf) -> AlignedBuf {
+        self.pack_from(g, w, g.cg)
+    }
+
+    /// [`PackedConv::pack`] of weights with `source_cg` input channels per group when
+    /// the tiles reduce over `g.cg` ≥ `source_cg`: the channels past the source's are
+    /// zero (a partial channel block's padding, read as whole blocks).
+    pub(crate) fn pack_from(&self, g: &Geo, w: &AlignedBuf, source_cg: usize) -> AlignedBuf {
         let lanes = self.lanes();
         let taps = g.kh * g.kw;
         let filter = g.cg * taps;
-        let (src, scale) = match crate::scaled_rows::ScaledRows::parts(w) {
-            Some((values, scale)) if scale.len() == g.o => (values, Some(scale)),
-            _ => (w.as_f32(), None),
-        };
+        let source_filter = source_cg.min(g.cg) * taps;
+        let (src, scale) = crate::scaled_rows::ScaledRows::rows_of(w, g.o);
         AlignedBuf::from_f32_with(self.packed_len(g), |out| {
             if filter == 0 || lanes == 0 {
                 return;
@@ -401,8 +406,10 @@ impl PackedConv {
                 let o0 = b / self.blocks * g.og + b % self.blocks * lanes;
                 for (l, row) in rows.chunks_exact_mut(filter).enumerate() {
                     let o = o0 + l;
+                    let (row, padding) = row.split_at_mut(source_filter);
+                    padding.fill(0.0);
                     match src
-                        .get(o * filter..(o + 1) * filter)
+                        .get(o * source_filter..(o + 1) * source_filter)
                         .filter(|_| o < group_end)
                     {
                         Some(from) => match scale.and_then(|s| s.get(o)) {

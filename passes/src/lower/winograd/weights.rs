@@ -24,10 +24,7 @@ pub(super) fn transform_weights(
     w: &AlignedBuf,
     lanes: usize,
 ) -> AlignedBuf {
-    let (w, scale) = match crate::scaled_rows::ScaledRows::parts(w) {
-        Some((values, scale)) if scale.len() == o => (values, Some(scale)),
-        _ => (w.as_f32(), None),
-    };
+    let (w, scale) = crate::scaled_rows::ScaledRows::rows_of(w, o);
     match form {
         Form::F2 => transform_with::<4>(o, c, w, scale, lanes, g_f2),
         Form::F4 => transform_with::<6>(o, c, w, scale, lanes, g_f4),
