@@ -226,6 +226,11 @@ impl Executable {
                 )
             })?,
         };
+        if func.is_symbolic() {
+            return Err(Error::InvalidArgument(
+                smelt_ir::symbolic::needs_known_sizes("compiling", func),
+            ));
+        }
         if opts.threads > MAX_THREADS {
             return Err(Error::InvalidArgument(format!(
                 "threads = {} is more than smelt's limit of {MAX_THREADS}",

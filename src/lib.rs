@@ -124,7 +124,9 @@ pub enum Interface {
 /// How to read a model file.
 #[derive(Clone, Debug, Default)]
 pub struct LoadOptions {
-    /// Shapes pinning the dynamic dimensions of graph inputs, by input name (ONNX).
+    /// Shapes pinning the dynamic dimensions of graph inputs, by input name: an ONNX
+    /// model's dynamic dims, or the symbolic sizes of a `.tir` model (its entry function
+    /// specialized at them, [`smelt_ir::symbolic::specialize`]).
     pub input_shapes: std::collections::BTreeMap<String, Vec<usize>>,
     /// Who is asking, for the spelling of options in error messages (the CLI and the C
     /// API set it; Rust callers keep the default).
@@ -163,14 +165,15 @@ pub fn load_model(path: &Path, opts: &LoadOptions) -> Result<Module, Error> {
             path.display()
         )));
     }
-    if !opts.input_shapes.is_empty() {
-        return Err(Error::InvalidArgument(
-            "input shapes can only be pinned for ONNX models; .tir shapes are static".into(),
-        ));
-    }
     let parse = smelt_ir::text::ParseOptions {
         allowed_root: opts.allowed_root.clone(),
         memory_budget: opts.memory_budget,
     };
-    Ok(smelt_ir::text::parse_file_with(path, &parse)?)
+    let module = smelt_ir::text::parse_file_with(path, &parse)?;
+    if opts.input_shapes.is_empty() {
+        return Ok(module);
+    }
+    // a .tir model's symbolic sizes (`tensor<Nx3xHxWxf32>`) are bound by the pinned
+    // shapes; a pin of a known size must match it
+    Ok(smelt_ir::symbolic::specialize(&module, &opts.input_shapes)?)
 }

@@ -100,9 +100,21 @@ fn pinned_shapes_are_used_by_compile_file_and_never_silently_dropped() {
     text::write_module(&model, &path, &PrintOptions::default()).unwrap();
     let (exe, _) = smelt::compile_file(&path, &Options::default()).expect("compiles the file");
     assert_eq!(exe.inputs().len(), 2);
-    // .tir shapes are static: load_model's error, through the driver
-    assert!(matches!(
-        smelt::compile_file(&path, &shaped),
-        Err(Error::InvalidArgument(_))
-    ));
+    // a .tir model's pinned shapes bind its symbolic sizes; a pin of a known size must
+    // match it: load_model's error, through the driver
+    let x = &model.funcs[0].params[0];
+    let mut wrong = x.ty.dims.clone();
+    wrong[3] += 1;
+    let mut mismatched = Options::default();
+    mismatched.load.input_shapes.insert(x.name.clone(), wrong);
+    match smelt::compile_file(&path, &mismatched) {
+        Err(Error::Ir(d)) => {
+            let msg = d.to_string();
+            assert!(
+                msg.contains(&format!("input %{} dimension 3", x.name)),
+                "{msg}"
+            );
+        }
+        other => panic!("expected the pin's mismatch, got {:?}", other.map(|_| ())),
+    }
 }

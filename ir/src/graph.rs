@@ -95,6 +95,17 @@ impl Func {
         self.params.len() + self.insts.len()
     }
 
+    /// The symbols its parameters' sizes read, by name (every symbolic size in the body
+    /// is computed from them: weights have known sizes).
+    pub fn symbols(&self) -> std::collections::BTreeSet<std::sync::Arc<str>> {
+        self.params.iter().flat_map(|p| p.ty.symbols()).collect()
+    }
+
+    /// Whether a parameter has a symbolic size ([`crate::symbolic`]).
+    pub fn is_symbolic(&self) -> bool {
+        self.params.iter().any(|p| p.ty.is_symbolic())
+    }
+
     /// Where `v` is defined, or `None` if it is out of range.
     pub fn def(&self, v: Value) -> Option<ValueDef> {
         let i = v.index();
@@ -173,6 +184,11 @@ pub struct Module {
 }
 
 impl Module {
+    /// The first function with symbolic sizes, if any.
+    pub fn symbolic_func(&self) -> Option<&Func> {
+        self.funcs.iter().find(|f| f.is_symbolic())
+    }
+
     /// The function named `name`.
     pub fn func(&self, name: &str) -> Option<&Func> {
         self.funcs.iter().find(|f| f.name == name)

@@ -19,6 +19,7 @@ pub mod interp;
 pub mod loops;
 pub mod op;
 pub mod padding;
+pub mod symbolic;
 pub mod tensor;
 pub mod text;
 pub mod types;

@@ -1,5 +1,6 @@
 //! Element types, shapes, memory layouts and tensor types.
 
+use crate::op::Dim;
 use std::fmt;
 
 /// Largest tensor, in bytes, that smelt accepts anywhere (declared types, weights,
@@ -241,6 +242,17 @@ impl TensorType {
         self.dims.len()
     }
 
+    /// Whether a dim is symbolic ([`crate::symbolic`]): only the type rules, the text
+    /// form, the verifier and specialization read such a type.
+    pub fn is_symbolic(&self) -> bool {
+        self.dims.iter().any(|&d| Dim::from_stored(d).is_symbolic())
+    }
+
+    /// The symbols its dims read, by name.
+    pub fn symbols(&self) -> std::collections::BTreeSet<std::sync::Arc<str>> {
+        crate::symbolic::symbols_of(&self.dims)
+    }
+
     /// Number of logical elements, or `None` if the product overflows `usize`.
     pub fn checked_num_elements(&self) -> Option<usize> {
         self.dims
@@ -267,7 +279,33 @@ impl TensorType {
     /// An empty dim counts as 1: an empty tensor's other dims are bounded as if it held
     /// one slice, so its strides (and every index computed from them) stay within the
     /// limit, whichever axis is the empty one.
+    ///
+    /// A symbolic dim counts as 1 too (its size is checked once it is bound), and an
+    /// unrepresentable one fails.
     pub fn check_size(&self) -> Result<(), String> {
+        if self.is_symbolic() {
+            if self
+                .dims
+                .iter()
+                .any(|&d| Dim::from_stored(d).is_unrepresentable())
+            {
+                return Err(format!(
+                    "tensor type {self} has a symbolic size too complex to represent \
+                     (more than {} terms or {} nested divisions)",
+                    crate::symbolic::MAX_TERMS,
+                    crate::symbolic::MAX_DEPTH
+                ));
+            }
+            let known = self
+                .dims
+                .iter()
+                .map(|&d| Dim::from_stored(d).known_size().unwrap_or(1));
+            return TensorType {
+                dims: known.collect(),
+                ..self.clone()
+            }
+            .check_size();
+        }
         let storage = self.layout.storage_dims(&self.dims);
         let bytes = storage
             .iter()
@@ -287,8 +325,13 @@ impl fmt::Display for TensorType {
     /// Prints the text form, e.g. `tensor<1x64x56x56xf32, nchw8c>`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("tensor<")?;
-        for d in &self.dims {
-            write!(f, "{d}x")?;
+        for &d in &self.dims {
+            let d = Dim::from_stored(d);
+            if d.is_simple() {
+                write!(f, "{d}x")?;
+            } else {
+                write!(f, "({d})x")?;
+            }
         }
         f.write_str(self.dtype.name())?;
         if let Some(l) = self.layout.name(self.rank()) {

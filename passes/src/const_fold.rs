@@ -32,6 +32,12 @@ impl Pass for ConstFoldPass {
         "const_fold"
     }
 
+    /// It evaluates instructions whose operands are all constants, and constants have
+    /// known sizes.
+    fn takes_symbolic_sizes(&self) -> bool {
+        true
+    }
+
     fn run(&self, module: &mut Module, cx: &mut PassContext) -> Result<(), PassError> {
         for i in 0..module.funcs.len() {
             let mut func = std::mem::replace(

@@ -18,6 +18,11 @@ impl Pass for DcePass {
         "dce"
     }
 
+    /// Liveness reads no size.
+    fn takes_symbolic_sizes(&self) -> bool {
+        true
+    }
+
     fn run(&self, module: &mut Module, cx: &mut PassContext) -> Result<(), PassError> {
         let mut removed_insts = 0;
         for f in &mut module.funcs {

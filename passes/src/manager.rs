@@ -21,6 +21,9 @@ pub enum PassError {
         /// The known names, comma-separated.
         known: String,
     },
+    /// A pass that computes with sizes was given a module with symbolic ones.
+    #[error("{0}")]
+    SymbolicSizes(String),
     /// Fusion options name a rule that does not exist.
     #[error("unknown fusion rule '{0}'")]
     UnknownRule(String),
@@ -85,6 +88,11 @@ pub trait Pass {
     fn name(&self) -> &'static str;
     /// Transforms `module`, reporting into `cx`.
     fn run(&self, module: &mut Module, cx: &mut PassContext) -> Result<(), PassError>;
+    /// Whether it may run on a function with symbolic sizes (issue #23): only passes
+    /// that read no size say so; the others refuse such a module before running.
+    fn takes_symbolic_sizes(&self) -> bool {
+        false
+    }
 }
 
 /// Names of every registered pass.
@@ -190,6 +198,11 @@ impl<'a> PassManager<'a> {
         let first_report = cx.fusion_reports.len();
         for pass in &self.passes {
             let start = std::time::Instant::now();
+            if let (false, Some(f)) = (pass.takes_symbolic_sizes(), module.symbolic_func()) {
+                return Err(PassError::SymbolicSizes(
+                    smelt_ir::symbolic::needs_known_sizes(&format!("the {} pass", pass.name()), f),
+                ));
+            }
             pass.run(module, cx)?;
             if let Some(verify) = self.verifier {
                 verify(module).map_err(|diagnostics| PassError::Verify {

@@ -146,6 +146,13 @@ fn execute(
     inputs: &[Tensor],
     keep: Keep,
 ) -> Result<Vec<Tensor>, Diagnostic> {
+    if func.is_symbolic() {
+        return Err(Diagnostic::error(
+            "symbolic-sizes",
+            crate::symbolic::needs_known_sizes("the interpreter", func),
+            func.loc.clone(),
+        ));
+    }
     check_inputs(func, inputs)?;
     let uses = func.uses();
     let num_params = func.params.len();

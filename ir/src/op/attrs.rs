@@ -279,9 +279,15 @@ impl PadAttrs {
                 self.pads.len()
             ));
         }
-        let mut out = Vec::with_capacity(rank);
-        for (k, &dim) in dims.iter().enumerate() {
-            let (begin, end) = (self.pads[k], self.pads[k + rank]);
+        dims.iter()
+            .enumerate()
+            .map(|(k, &dim)| self.axis(k, dim, self.pads[k], self.pads[k + rank]))
+            .collect()
+    }
+
+    /// Axis `k` of `dim` elements with pads `begin` and `end` resolved.
+    fn axis(&self, k: usize, dim: usize, begin: i64, end: i64) -> Result<PadAxis, String> {
+        {
             // i128: pads come from models and may be anything an i64 holds
             let crop = |p: i64| (-(p as i128)).max(0);
             let kept = dim as i128 - crop(begin) - crop(end);
@@ -318,9 +324,8 @@ impl PadAttrs {
                     self.mode.name()
                 ));
             }
-            out.push(axis);
+            Ok(axis)
         }
-        Ok(out)
     }
 
     /// The result dims for an input of `dims`, or what is wrong with the attributes.

@@ -1,7 +1,7 @@
 //! The convolution family: `conv2d`'s and `conv_transpose2d`'s variants, rows, type rules,
 //! flops and text schemas.
 
-use super::dim::{Dim, Shape};
+use super::dim::{dims_text, Dim, Shape};
 use super::rules::{expect_rank, expect_vector, OperandTypes};
 use super::{Conv2dAttrs, ConvTranspose2dAttrs};
 use crate::text::{AttrDict, AttrError, AttrSchema, Printed};
@@ -68,8 +68,8 @@ pub(super) fn conv2d_shape(a: &Conv2dAttrs, o: &OperandTypes<'_>) -> Result<Shap
             if let Layout::Blocked { axis, block } = a.layout {
                 if axis >= 4 || block == 0 {
                     return Err(format!(
-                        "conv2d result layout {a:?} does not fit {:?}",
-                        Dim::sizes(&result.dims)
+                        "conv2d result layout {a:?} does not fit {}",
+                        dims_text(&result.dims)
                     ));
                 }
             }
@@ -143,8 +143,13 @@ pub(super) fn conv_transpose2d_shape(
     if let Some(b) = o.get(2) {
         expect_vector(b, out_c, "conv_transpose2d bias", "output channel count")?;
     }
-    let out =
-        |i: usize, input: Dim, k: Dim| a.output_size(i, input.size(), k.size()).map(Dim::known);
+    // (input - 1)·stride + (k - 1)·dilation + 1 + output padding - pads, positive
+    let out = |i: usize, input: Dim, k: Dim| -> Option<Dim> {
+        let span = k.checked_sub(Dim::ONE)? * a.dilations[i] + 1;
+        let full = input.checked_sub(Dim::ONE)? * a.strides[i] + span + a.output_padding[i];
+        let out = full.checked_sub(Dim::known(a.pads[i]) + a.pads[i + 2])?;
+        (!out.is(0)).then_some(out)
+    };
     match (out(0, h, kh), out(1, wd, kw)) {
         (Some(oh), Some(ow)) => Ok(Shape::row_major(vec![n, out_c, oh, ow])),
         _ => Err(format!(

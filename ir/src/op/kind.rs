@@ -270,7 +270,7 @@ macro_rules! op_table {
                     $($($op)+ => {
                         let dtype = dtype_rule($dtype)(o)?;
                         let shape = shape_rule($shape)(o)?;
-                        Ok(TensorType::new(dtype, Dim::sizes(&shape.dims)).with_layout(shape.layout))
+                        Ok(TensorType::new(dtype, Dim::stored_all(&shape.dims)).with_layout(shape.layout))
                     })*
                 }
             }

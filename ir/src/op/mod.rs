@@ -38,7 +38,7 @@ pub use attrs::{
     Conv2dAttrs, ConvTranspose2dAttrs, GemmAttrs, PadAttrs, PadAxis, PadMode, Pool2dAttrs,
     ReduceAttrs, SliceAttrs,
 };
-pub use dim::{Dim, Shape};
+pub use dim::{dims_text, Dim, Shape};
 pub use elementwise::{
     erf, BinaryOp, GeluApproximation, UnaryOp, GELU_TANH_CUBIC, GELU_TANH_SCALE,
 };

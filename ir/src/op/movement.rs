@@ -166,15 +166,33 @@ pub(super) fn transpose_shape(perm: &[usize], o: &OperandTypes<'_>) -> Result<Sh
 }
 
 /// The window's dims (empty along an axis whose range selects nothing, as in ONNX).
-/// Slicing compares starts and ends with the dims, so it reads their sizes.
+/// Slicing compares starts and ends with the dims, so it needs their sizes known.
 pub(super) fn slice_shape(s: &SliceAttrs, o: &OperandTypes<'_>) -> Result<Shape, String> {
-    let dims = s.result_dims(&Dim::sizes(&o.dims(0)))?;
+    let dims = s.result_dims(&Dim::concrete_all(&o.dims(0), "slice")?)?;
     Ok(Dim::all(&dims).into())
 }
 
-/// The padded dims; a fill operand only in constant mode, one element.
+/// The padded dims; a fill operand only in constant mode, one element. A symbolic axis
+/// takes no pads, or non-negative ones in constant mode (crops, reflections and
+/// repeats depend on its size).
 pub(super) fn pad_shape(p: &PadAttrs, o: &OperandTypes<'_>) -> Result<Shape, String> {
-    let dims = p.result_dims(&Dim::sizes(&o.dims(0)))?;
+    let input = o.dims(0);
+    let rank = input.len();
+    let known: Vec<usize> = input.iter().map(|d| d.known_size().unwrap_or(0)).collect();
+    let mut dims = Dim::all(&p.result_dims(&known)?);
+    for (k, d) in input.iter().enumerate() {
+        if d.is_symbolic() {
+            let (begin, end) = (p.pads[k], p.pads[k + rank]);
+            let padded = begin != 0 || end != 0;
+            if begin < 0 || end < 0 || (padded && p.mode != PadMode::Constant) {
+                return Err(format!(
+                    "pad of axis {k} of symbolic size {d} by {begin} and {end} in {} mode needs a known size",
+                    p.mode.name()
+                ));
+            }
+            dims[k] = *d + begin as usize + end as usize;
+        }
+    }
     if let Some(v) = o.get(1) {
         if p.mode != PadMode::Constant {
             return Err(format!(
@@ -186,7 +204,7 @@ pub(super) fn pad_shape(p: &PadAttrs, o: &OperandTypes<'_>) -> Result<Shape, Str
             return Err(format!("pad fill value {v} must hold exactly one element"));
         }
     }
-    Ok(Dim::all(&dims).into())
+    Ok(dims.into())
 }
 
 /// `shape`, which the input broadcasts to.

@@ -1,7 +1,7 @@
 //! The pooling family: `max_pool2d`, `avg_pool2d` and `global_avg_pool` — variants,
 //! rows, type rules, flops and the window attributes' text schema.
 
-use super::dim::{Dim, Shape};
+use super::dim::{dims_text, Dim, Shape};
 use super::rules::{expect_rank, OperandTypes};
 use super::Pool2dAttrs;
 use crate::text::{AttrDict, AttrError, AttrSchema, Printed};
@@ -45,8 +45,13 @@ macro_rules! pool_ops {
 pub(super) use pool_ops;
 
 impl Pool2dAttrs {
-    /// Output spatial size along axis `i` (0 = H, 1 = W) for an input of `input`.
+    /// Output spatial size along axis `i` (0 = H, 1 = W) for an input of `input`; `None`
+    /// when no window fits, or in ceil mode for a symbolic input (whether the last window
+    /// starts in the end pad depends on its value).
     pub fn output_dim(&self, i: usize, input: Dim) -> Option<Dim> {
+        if self.ceil_mode && input.is_symbolic() {
+            return None;
+        }
         let span = Dim::known(self.kernel[i]).checked_sub(Dim::ONE)? * self.dilations[i] + 1;
         let padded = input + self.pads[i] + self.pads[i + 2];
         let room = padded.checked_sub(span)?;
@@ -66,7 +71,8 @@ impl Pool2dAttrs {
 
     /// [`Pool2dAttrs::output_dim`] for a known size.
     pub fn output_size(&self, i: usize, input: usize) -> Option<usize> {
-        self.output_dim(i, Dim::known(input)).map(Dim::size)
+        self.output_dim(i, Dim::known(input))
+            .and_then(Dim::known_size)
     }
 }
 
@@ -86,6 +92,9 @@ pub(super) fn pool_shape(p: &Pool2dAttrs, o: &OperandTypes<'_>) -> Result<Shape,
             p.pads, p.kernel
         ));
     }
+    if p.ceil_mode {
+        Dim::concrete_all(&x[2..], "a ceil-mode pool")?;
+    }
     let result = match (p.output_dim(0, x[2]), p.output_dim(1, x[3])) {
         (Some(oh), Some(ow)) if !oh.is(0) && !ow.is(0) => {
             Shape::row_major(vec![x[0], x[1], oh, ow]).with_layout(p.layout)
@@ -101,9 +110,9 @@ pub(super) fn pool_shape(p: &Pool2dAttrs, o: &OperandTypes<'_>) -> Result<Shape,
     if let Layout::Blocked { axis, block } = p.layout {
         if axis != 1 || block == 0 || !result.dims[1].divisible_by(block as usize) {
             return Err(format!(
-                "pool result layout {:?} does not fit {:?}",
+                "pool result layout {:?} does not fit {}",
                 p.layout,
-                Dim::sizes(&result.dims)
+                dims_text(&result.dims)
             ));
         }
     }

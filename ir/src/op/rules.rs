@@ -186,5 +186,5 @@ impl Op {
 
 /// Numpy broadcasting of two shapes of known sizes (for callers outside the type rules).
 pub fn broadcast(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
-    super::dim::broadcast_dims(&Dim::all(a), &Dim::all(b)).map(|d| Dim::sizes(&d))
+    super::dim::broadcast_dims(&Dim::all(a), &Dim::all(b)).map(|d| Dim::stored_all(&d))
 }

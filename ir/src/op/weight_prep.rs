@@ -135,10 +135,13 @@ pub(super) fn conv_shift_bias_shape(o: &OperandTypes<'_>) -> Result<Shape, Strin
     let w = expect_rank(o.ty(0), 4, "conv_shift_bias weight")?;
     let (out_c, cg) = (w[0], w[1]);
     let c = Dim::product(&o.dims(1)).unwrap_or(Dim::known(0));
-    let groups_fit = !cg.is(0)
-        && c >= cg
-        && c.divisible_by(cg.size())
-        && out_c.divisible_by(c.floor_div(cg.size()).size());
+    // weights are constants: their dims are known
+    let (c, cg, out_c) = (
+        c.concrete("conv_shift_bias")?,
+        cg.concrete("conv_shift_bias")?,
+        out_c.concrete("conv_shift_bias")?,
+    );
+    let groups_fit = cg != 0 && c >= cg && c.is_multiple_of(cg) && out_c.is_multiple_of(c / cg);
     if !groups_fit {
         return Err(format!(
             "conv_shift_bias: {} has no whole number of groups of the {cg} input channels of weight {}",
@@ -146,5 +149,5 @@ pub(super) fn conv_shift_bias_shape(o: &OperandTypes<'_>) -> Result<Shape, Strin
             o.ty(0)
         ));
     }
-    Ok(vec![out_c].into())
+    Ok(vec![Dim::known(out_c)].into())
 }

@@ -254,11 +254,13 @@ impl fmt::Display for AttrValue {
             AttrValue::Bool(b) => write!(f, "{b}"),
             AttrValue::Ints(v) => {
                 f.write_str("[")?;
-                for (i, n) in v.iter().enumerate() {
+                for (i, &n) in v.iter().enumerate() {
                     if i > 0 {
                         f.write_str(", ")?;
                     }
-                    write!(f, "{n}")?;
+                    // a reshape target built through the API may hold a symbolic size:
+                    // shown as its expression (the text form reads numbers only here)
+                    write!(f, "{}", crate::op::Dim::from_stored(n))?;
                 }
                 f.write_str("]")
             }

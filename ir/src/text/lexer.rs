@@ -31,6 +31,8 @@ pub(crate) enum Tok {
     Eq,
     Arrow,
     Minus,
+    /// `?`, `+`, `*` and `/`: only inside a tensor type's symbolic dims.
+    DimPunct(char),
     /// End of input.
     Eof,
 }
@@ -57,6 +59,7 @@ impl Tok {
             Tok::Eq => "'='".into(),
             Tok::Arrow => "'->'".into(),
             Tok::Minus => "'-'".into(),
+            Tok::DimPunct(c) => format!("'{c}'"),
             Tok::Eof => "end of file".into(),
         }
     }
@@ -141,6 +144,11 @@ impl<'a> SourceMap<'a> {
     }
 
     /// The file location of a byte offset.
+    /// The source text.
+    pub(crate) fn src(&self) -> &'a str {
+        self.src
+    }
+
     pub(crate) fn loc(&self, offset: usize) -> Location {
         let (line, col) = self.line_col(offset);
         Location::File {
@@ -199,6 +207,7 @@ pub(crate) fn lex(map: &SourceMap) -> Result<Vec<Token>, Diagnostic> {
             b',' => Some(Tok::Comma),
             b':' => Some(Tok::Colon),
             b'=' => Some(Tok::Eq),
+            b'?' | b'+' | b'*' | b'/' => Some(Tok::DimPunct(c as char)),
             _ => None,
         };
         let (tok, end) = if let Some(t) = punct {
@@ -276,7 +285,7 @@ fn lex_number(src: &str, start: usize) -> (Tok, usize) {
 }
 
 /// A `"..."` string starting at `start`; the inverse of [`crate::diag::quote`].
-fn lex_string(map: &SourceMap, start: usize) -> Result<(String, usize), Diagnostic> {
+pub(crate) fn lex_string(map: &SourceMap, start: usize) -> Result<(String, usize), Diagnostic> {
     let src = map.src;
     let mut out = String::new();
     let mut chars = src[start + 1..].char_indices();

@@ -31,13 +31,24 @@ impl Default for CostModel {
     }
 }
 
+/// The size every symbol takes in the cost of a symbolic type.
+pub const SYMBOL_COST_SIZE: usize = 64;
+
 fn bytes(t: &TensorType) -> f64 {
     (t.storage_len() * t.dtype.size_bytes()) as f64
 }
 
 impl CostModel {
-    /// Seconds one kernel of `op` takes on operands and a result of these types.
+    /// Seconds one kernel of `op` takes on operands and a result of these types. Symbolic
+    /// sizes are costed at [`SYMBOL_COST_SIZE`]: the choice among equivalent graphs is
+    /// made once, for every value of the symbols.
     pub fn kernel_cost(&self, op: &Op, operands: &[&TensorType], result: &TensorType) -> f64 {
+        if result.is_symbolic() || operands.iter().any(|t| t.is_symbolic()) {
+            let at = |t: &TensorType| smelt_ir::symbolic::representative(t, SYMBOL_COST_SIZE);
+            let operands: Vec<TensorType> = operands.iter().map(|t| at(t)).collect();
+            let refs: Vec<&TensorType> = operands.iter().collect();
+            return self.kernel_cost(op, &refs, &at(result));
+        }
         let flops = op.flops(operands, result) as f64;
         let traffic: f64 = operands.iter().map(|t| bytes(t)).sum::<f64>() + bytes(result);
         (flops / self.peak_flops).max(traffic / self.bandwidth) + self.kernel_overhead

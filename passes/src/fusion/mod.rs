@@ -556,6 +556,12 @@ impl Pass for FusionPass {
         "fusion"
     }
 
+    /// Its guards compare sizes for equality (which symbolic sizes answer for every value
+    /// of their symbols) and its cost model takes each symbol at `SYMBOL_COST_SIZE`.
+    fn takes_symbolic_sizes(&self) -> bool {
+        true
+    }
+
     fn run(&self, module: &mut Module, cx: &mut PassContext) -> Result<(), PassError> {
         if self.options.enabled {
             cx.warnings.extend(check_user_rules(&self.options)?);

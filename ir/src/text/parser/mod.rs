@@ -15,6 +15,7 @@ use crate::graph::{Module, Value};
 use crate::op::Op;
 
 mod attr_values;
+mod dims;
 mod func;
 mod inst;
 mod types;
@@ -59,6 +60,8 @@ struct Parser<'a> {
     /// Uses of undefined names in the current function: (name, index into `errors`), so
     /// a later definition of the name can add "defined later" to the diagnostic.
     undefined_uses: Vec<(String, usize)>,
+    /// Fresh symbols (`?` in a type) named so far: the next is `?{fresh_dims + 1}`.
+    fresh_dims: usize,
 }
 
 /// Parses and verifies a module. `base_dir` is where `external<...>` sidecars are read
@@ -84,6 +87,7 @@ pub(crate) fn parse_module(
         sidecars: BTreeMap::new(),
         failed_weights: BTreeSet::new(),
         undefined_uses: Vec::new(),
+        fresh_dims: 0,
     };
     if let Err(e) = p.items() {
         p.errors.push(e);
@@ -115,6 +119,7 @@ pub(crate) fn op_from_attributes(name: &str, text: &str) -> Result<Op, (String, 
         sidecars: BTreeMap::new(),
         failed_weights: BTreeSet::new(),
         undefined_uses: Vec::new(),
+        fresh_dims: 0,
     };
     let entries = p
         .attr_entries(Tok::RBrace, "bad-attribute")

@@ -1,4 +1,4 @@
-//! Tensor types: `tensor<D0xD1x...xDTYPE, LAYOUT>`, their dimensions and layouts.
+//! Tensor types: `tensor<D0xD1x...xDTYPE, LAYOUT>` and their layouts (the dims: `dims`).
 
 use super::{PResult, Parser};
 use crate::text::lexer::Tok;
@@ -56,14 +56,6 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn dim(&self, text: &str, at: usize) -> PResult<usize> {
-        match text.parse::<u64>() {
-            Ok(n) => usize::try_from(n)
-                .map_err(|_| self.diag("too-large", format!("dimension {text} is too large"), at)),
-            Err(_) => Err(self.diag("too-large", format!("dimension {text} is too large"), at)),
-        }
-    }
-
     /// `tensor<D0xD1x...xDTYPE[, LAYOUT]>`; `tensor<f32>` is a scalar.
     pub(super) fn parse_type(&mut self) -> PResult<(TensorType, usize)> {
         let at = self.at();
@@ -72,55 +64,7 @@ impl<'a> Parser<'a> {
         }
         self.bump();
         self.expect(Tok::Lt, "'<' after 'tensor'")?;
-        let mut dims = Vec::new();
-        let dtype_word = match self.peek().clone() {
-            Tok::Ident(word) => {
-                let t = self.bump();
-                (word, t.start)
-            }
-            Tok::Int(first) => {
-                let t = self.bump();
-                dims.push(self.dim(&first, t.start)?);
-                let next = self.toks[self.pos].clone();
-                match &next.tok {
-                    Tok::Ident(rest) if next.start == t.end && rest.starts_with('x') => {
-                        self.bump();
-                        // `x64x56xf32`: dimensions, then the element type, split on 'x'.
-                        let pieces: Vec<&str> = rest[1..].split('x').collect();
-                        let mut off = next.start + 1;
-                        let last = pieces.len() - 1;
-                        for (i, piece) in pieces.iter().enumerate() {
-                            if i == last {
-                                break;
-                            }
-                            if piece.is_empty() || !piece.bytes().all(|b| b.is_ascii_digit()) {
-                                return Err(self.diag(
-                                    "bad-type",
-                                    format!("bad dimension '{piece}': expected a non-negative integer"),
-                                    off,
-                                ));
-                            }
-                            dims.push(self.dim(piece, off)?);
-                            off += piece.len() + 1;
-                        }
-                        (pieces[last].to_string(), off)
-                    }
-                    _ => {
-                        return Err(self.map.error(
-                            next.start,
-                            format!(
-                                "expected 'x' and the next dimension or the element type right after {first}, as in tensor<1x3xf32>"
-                            ),
-                        ))
-                    }
-                }
-            }
-            _ => {
-                return Err(self.unexpected(
-                    "dimensions and an element type, as in tensor<1x3xf32> or tensor<f32>",
-                ))
-            }
-        };
+        let (dims, dtype_word) = self.parse_dims()?;
         let dtype = DType::from_name(&dtype_word.0).ok_or_else(|| {
             self.diag(
                 "bad-type",
