@@ -131,6 +131,10 @@ pub struct LoadOptions {
     /// Who is asking, for the spelling of options in error messages (the CLI and the C
     /// API set it; Rust callers keep the default).
     pub interface: Interface,
+    /// Keep an ONNX model's dynamic dimensions that `input_shapes` leaves unpinned as
+    /// symbols ([`onnx::import_file_symbolic`]) instead of refusing them. The module can
+    /// be printed and optimized; it is specialized before it is compiled.
+    pub symbolic: bool,
     /// One more folder the files a model names (`.tir` `external<...>` sidecars, ONNX
     /// external data) may be read from, besides the model file's own folder (after
     /// resolving symlinks). `None` (the default): only the model's folder.
@@ -157,7 +161,11 @@ pub fn load_model(path: &Path, opts: &LoadOptions) -> Result<Module, Error> {
                 memory_budget: opts.memory_budget,
                 ..onnx::ImportOptions::default()
             };
-            return onnx::import_file(path, &import);
+            return if opts.symbolic {
+                onnx::import_file_symbolic(path, &import)
+            } else {
+                onnx::import_file(path, &import)
+            };
         }
         #[cfg(not(feature = "onnx"))]
         return Err(Error::Unsupported(format!(

@@ -19,7 +19,6 @@ use std::collections::BTreeSet;
 use smelt::{CompileOptions, Options};
 use smelt_ir::builder::FuncBuilder;
 use smelt_ir::op::{Attrs, OpKind};
-use smelt_ir::symbolic;
 use smelt_ir::text::{self, PrintOptions};
 use smelt_ir::weights::random_f32;
 use smelt_ir::{interp, verify, DType, ErrorStats, Func, Module, Op, Tensor, TensorType};
@@ -369,16 +368,8 @@ fn every_op_kind_agrees_on_zero_size_shapes() {
         .map(|path| {
             let name = common::case_name(path);
             let m = text::parse_file(path).unwrap_or_else(|d| panic!("{name}: {d}"));
-            if !m.funcs[0].is_symbolic() {
-                return (name, m);
-            }
             // a case with symbolic sizes is taken with every symbol at 6
-            let shapes = m.funcs[0]
-                .params
-                .iter()
-                .map(|p| (p.name.clone(), symbolic::representative(&p.ty, 6).dims))
-                .collect();
-            let m = symbolic::specialize(&m, &shapes).unwrap_or_else(|d| panic!("{name}: {d}"));
+            let m = common::at_every_symbol(&m, 6);
             (name, m)
         })
         .collect();

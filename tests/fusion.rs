@@ -17,7 +17,6 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use smelt_ir::symbolic;
 use smelt_ir::text::{parse_with, print, PrintOptions};
 use smelt_ir::weights::random_f32;
 use smelt_ir::{interp, ErrorStats, Module, Tensor};
@@ -84,15 +83,11 @@ fn check_numerics(name: &str, before: &Module, after: &Module) {
     if before.entry().is_some_and(|f| f.is_symbolic()) {
         // fused once for every size: both specialized at a few sizes, then compared
         for size in [1, 5, 12] {
-            let shapes = before.entry().expect("entry").params.iter();
-            let shapes = shapes
-                .map(|p| (p.name.clone(), symbolic::representative(&p.ty, size).dims))
-                .collect();
-            let at = |m: &Module| {
-                symbolic::specialize(m, &shapes)
-                    .unwrap_or_else(|d| panic!("{name}: specialize at {size}: {d}"))
-            };
-            check_numerics(&format!("{name} at {size}"), &at(before), &at(after));
+            let (b, a) = (
+                common::at_every_symbol(before, size),
+                common::at_every_symbol(after, size),
+            );
+            check_numerics(&format!("{name} at {size}"), &b, &a);
         }
         return;
     }

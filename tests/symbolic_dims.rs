@@ -252,3 +252,20 @@ fn printing_does_not_depend_on_the_interning_order() {
     assert_eq!(a, b);
     assert_eq!(symbolic::Name("W").to_string(), "W");
 }
+
+#[test]
+fn numbers_in_the_range_of_symbolic_handles_are_too_large_never_symbols() {
+    // intern some symbols first, so low handles exist in this process
+    let _ = case();
+    let huge = 1usize << 63;
+    let e = smelt_ir::Tensor::new(vec![huge, 2], vec![]).unwrap_err();
+    assert!(e.contains("too large"), "{e}");
+    let t = smelt_ir::TensorType::f32(vec![huge]);
+    assert!(t.check_known_size().is_err());
+    let pins = shapes(&[("x", &[huge, 3, 8, 8]), ("gate", &[huge, 8, 1, 1])]);
+    let e = symbolic::bind_symbols(&case().funcs[0], &pins).unwrap_err();
+    assert!(e.contains("too large to be a size"), "{e}");
+    let src = "func @f(%a: tensor<9223372036854775808xf32>) -> tensor<1xf32> {\n  return %a : tensor<1xf32>\n}\n";
+    let d = text::parse(src, "huge.tir").unwrap_err();
+    assert_eq!(d.0[0].code, "too-large");
+}

@@ -98,6 +98,8 @@ fn verify_passes_on_every_fusion_case_with_per_layer() {
     for path in common::case_files("fusion") {
         let name = common::case_name(&path);
         let (_, module) = load_case(&path);
+        // a case with symbolic sizes is verified with every symbol at 5
+        let module = common::at_every_symbol(&module, 5);
         let opts = VerifyOptions {
             per_layer: true,
             ..VerifyOptions::default()

@@ -471,7 +471,7 @@ impl Tensor {
     ) -> Result<Tensor, String> {
         let data = data.into();
         let ty = TensorType::new(data.dtype(), dims);
-        ty.check_size()?;
+        ty.check_known_size()?;
         if data.len() != ty.num_elements() {
             return Err(format!(
                 "{ty} needs {} elements, got {}",

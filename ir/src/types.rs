@@ -275,15 +275,37 @@ impl TensorType {
         self.storage_dims().iter().product()
     }
 
+    /// [`TensorType::check_size`] for dims given as numbers from outside (a pinned shape,
+    /// an API call): one in the range of symbolic handles is too large, never a symbol.
+    pub fn check_known_size(&self) -> Result<(), String> {
+        if self.is_symbolic() {
+            return Err(format!(
+                "a tensor of dims {:?} is too large: more than {MAX_TENSOR_BYTES} bytes",
+                self.dims
+            ));
+        }
+        self.check_size()
+    }
+
     /// Checks that the storage of this type fits in [`MAX_TENSOR_BYTES`] without overflow.
     /// An empty dim counts as 1: an empty tensor's other dims are bounded as if it held
     /// one slice, so its strides (and every index computed from them) stay within the
     /// limit, whichever axis is the empty one.
     ///
     /// A symbolic dim counts as 1 too (its size is checked once it is bound), and an
-    /// unrepresentable one fails.
+    /// unrepresentable one fails, and so does a number too large to be a size (the
+    /// storage's symbolic handles start at 2^63).
     pub fn check_size(&self) -> Result<(), String> {
         if self.is_symbolic() {
+            let not_interned = |&d: &usize| {
+                let d = Dim::from_stored(d);
+                d.is_symbolic() && !d.is_unrepresentable() && d.symbolic().is_none()
+            };
+            if self.dims.iter().any(not_interned) {
+                return Err(format!(
+                    "tensor type {self} is too large: more than {MAX_TENSOR_BYTES} bytes"
+                ));
+            }
             if self
                 .dims
                 .iter()

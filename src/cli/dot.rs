@@ -27,7 +27,7 @@ pub struct DotArgs {
 
 /// Runs `smelt dot`.
 pub fn main(a: DotArgs) -> Result<()> {
-    let mut module = a.model.load()?;
+    let mut module = a.model.load_symbolic()?;
     if a.fused {
         let opts = a.fusion.options(None)?;
         let cx = smelt::optimize(&mut module, &opts, None)?;

@@ -23,7 +23,7 @@ pub struct ExplainArgs {
 
 /// Runs `smelt explain`: the default pipeline on the model, then its fusion reports.
 pub fn main(a: ExplainArgs) -> Result<()> {
-    let mut module = a.model.load()?;
+    let mut module = a.model.load_symbolic()?;
     let opts = a.fusion.options(None)?;
     let cx = smelt::optimize(&mut module, &opts, None)?;
     for w in &cx.warnings {

@@ -27,7 +27,7 @@ pub struct ImportArgs {
 
 /// Runs `smelt import`.
 pub fn main(a: ImportArgs) -> Result<()> {
-    let module = a.model.load()?;
+    let module = a.model.load_symbolic()?;
     let opts = PrintOptions {
         print_loc: a.print_loc,
         elide_weights: a.elide_weights,

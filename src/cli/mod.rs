@@ -112,6 +112,16 @@ impl ModelArgs {
         load(&self.model, &self.load_options()?)
     }
 
+    /// Loads the model with the dynamic dimensions of an ONNX model that no `--shape`
+    /// pins kept as symbols (for the commands that print or optimize it).
+    pub fn load_symbolic(&self) -> Result<Module> {
+        let opts = LoadOptions {
+            symbolic: true,
+            ..self.load_options()?
+        };
+        load(&self.model, &opts)
+    }
+
     /// The model as a [`DynamicExecutable`] (nothing compiled yet) when it is an ONNX
     /// file whose inputs keep a dynamic leading batch that no `--shape` pins, and no
     /// other dynamic dimension; `None` for any other model, which then loads as

@@ -43,7 +43,7 @@ pub struct OptArgs {
 
 /// Runs `smelt opt`.
 pub fn main(a: OptArgs) -> Result<()> {
-    let mut module = a.model.load()?;
+    let mut module = a.model.load_symbolic()?;
     let opts = a.fusion.options(a.passes.clone())?;
     let print_opts = PrintOptions {
         print_loc: a.print_loc,

@@ -25,6 +25,7 @@ mod interface;
 mod narrow;
 mod ops;
 pub mod proto;
+mod symbolic;
 pub mod tensor;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -39,6 +40,7 @@ use smelt_ir::{AlignedBuf, DType, Diagnostic, Diagnostics, Location, Module, Ten
 use context::{node_display_name, plain_error, Entry, Importer, NodeCtx};
 pub use ops::MAX_OPSET;
 use proto::{tensor_shape_proto::dimension, type_proto, GraphProto, ModelProto, NodeProto};
+pub use symbolic::import_file_symbolic;
 use tensor::{dtype, ConstData, ConstTensor};
 
 pub use crate::Interface;
@@ -732,7 +734,7 @@ fn input_type(
 
 fn checked_type(name: &str, dtype: DType, dims: Vec<usize>) -> Result<TensorType, Diagnostic> {
     let ty = TensorType::new(dtype, dims);
-    ty.check_size()
+    ty.check_known_size()
         .map_err(|m| plain_error("onnx-bad-model", format!("input '{name}': {m}")))?;
     Ok(ty)
 }

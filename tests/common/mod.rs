@@ -174,3 +174,21 @@ pub fn run_matches_onnxruntime(dir: &Path, output: &str, max_relative: f64) {
         stdout(&v)
     );
 }
+
+/// `m` with its entry function's symbols all at `size` (`m` itself when it has none): how
+/// the tests that walk every case file take a case written with symbolic sizes.
+pub fn at_every_symbol(m: &smelt_ir::Module, size: usize) -> smelt_ir::Module {
+    let Some(entry) = m.entry().filter(|f| f.is_symbolic()) else {
+        return m.clone();
+    };
+    let shapes = entry
+        .params
+        .iter()
+        .map(|p| {
+            let dims = smelt_ir::symbolic::representative(&p.ty, size).dims;
+            (p.name.clone(), dims)
+        })
+        .collect();
+    smelt_ir::symbolic::specialize(m, &shapes)
+        .unwrap_or_else(|d| panic!("@{} at every symbol {size}: {d}", entry.name))
+}

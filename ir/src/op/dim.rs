@@ -245,7 +245,9 @@ impl fmt::Display for Dim {
         match (self.known_size(), self.symbolic()) {
             (Some(n), _) => write!(f, "{n}"),
             (None, Some(e)) => write!(f, "{e}"),
-            (None, None) => f.write_str("<unrepresentable>"),
+            (None, None) if self.is_unrepresentable() => f.write_str("<unrepresentable>"),
+            // a number in the handles' range that no expression was interned as
+            (None, None) => write!(f, "{}", self.0),
         }
     }
 }

@@ -61,6 +61,12 @@ pub fn bind_symbols(f: &Func, shapes: &BTreeMap<String, Vec<usize>>) -> Result<B
             ));
         }
         for (axis, (&stored, &size)) in p.ty.dims.iter().zip(shape).enumerate() {
+            if Dim::known(size).is_symbolic() {
+                return Err(format!(
+                    "input %{} dimension {axis} is {size}: too large to be a size",
+                    p.name
+                ));
+            }
             let d = Dim::from_stored(stored);
             if let Some(n) = d.known_size() {
                 if n != size {

@@ -42,6 +42,31 @@
 //! of N) and the general `blocked<axis,block>`; rank-4 tensors print the letter forms.
 //! Types larger than 4 GiB are rejected before anything is allocated.
 //!
+//! ### Symbolic dimensions
+//!
+//! A dimension may be a symbol or an expression over symbols (issue #23):
+//! `tensor<Nx3xHxWxf32>`, `tensor<Bx?x384xf32>`, `tensor<Nx64x((H + 1) / 2)xf32>`.
+//!
+//! ```text
+//! dim   := INT | NAME | STRING | '?' | '?' INT | '(' expr ')'
+//! expr  := term (('+' | '-') term)*
+//! term  := unary ('*' unary | '/' INT)*
+//! unary := '-' unary | INT | NAME | STRING | '?' INT | '(' expr ')'
+//! ```
+//!
+//! A bare name between the `x`s is letters, digits and `_`, without an `x` (the
+//! separator); other names are quoted (`"max_len"`). A bare `?` is a fresh symbol, named
+//! `?1`, `?2`, ... in the order the file writes them, and prints by that name. `/` is the
+//! floor division of a size by a positive integer, as conv and pool windows count. Every
+//! expression prints in one canonical form (terms sorted, constants last, whatever a
+//! divisor divides taken out of the division, stride after stride one division), so
+//! `(H - 1) / 2 + 1` prints `(H + 1) / 2` and two types are equal exactly when they are
+//! for every value of their symbols. A symbolic size is a sum of at most 64 terms with at
+//! most 16 nested divisions. Weights have known sizes; every symbolic size in a body is
+//! computed from the parameters' by the type rules, and a rule that needs a known size (a
+//! slice along a symbolic axis, a ceil-mode pool, a crop or reflection) says so.
+//! `smelt_ir::symbolic::specialize` binds the symbols from the inputs' shapes.
+//!
 //! ## Names
 //!
 //! `%name` is a value, `@name` a weight or function. Bare names use letters, digits and

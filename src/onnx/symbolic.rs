@@ -1,0 +1,309 @@
+//! Importing a model with its dynamic dimensions kept as symbols (issue #23): a graph
+//! input's `dim_param` becomes a symbol of that name, and a `-1`, an empty `dim_param` or
+//! an unset dimension a fresh one (`?1`, `?2`, ... in input order).
+//!
+//! The importer computes with known sizes: it folds shape programs, resolves `-1` in
+//! reshape targets and picks ops by shape. So the model is imported at two sets of
+//! sizes for its symbols, and the two modules must be the same but for their types:
+//! the same instructions and attributes, the same constants. Then nothing the importer
+//! decided depended on those sizes, and the symbolic module is the first one with its
+//! parameters' types symbolic and every type inferred again by the type rules. A third
+//! import, with a batch of 1 and smaller images, is checked to be that module specialized
+//! there. A model whose import depends on a size (a reshape to the batch times the
+//! features, a constant folded from `Shape`) is an error naming the first node that
+//! differs: it imports with its shapes pinned, as before.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use smelt_ir::op::Dim;
+use smelt_ir::symbolic::{specialize, Name};
+use smelt_ir::{Diagnostic, Diagnostics, Func, Inst, Module, Param, TensorType};
+
+use super::{declared_interface, decode_file, ImportOptions, InputDim};
+
+/// One dynamic dimension of a graph input and the symbol it is.
+struct SymbolicDim {
+    input: String,
+    axis: usize,
+    symbol: Arc<str>,
+}
+
+/// The sizes a symbol takes in the three imports: a batch (a symbol only ever on the
+/// leading axis) small, anything else (image sides, sequence lengths) a multiple of 32,
+/// so strided stages divide it, with every symbol of one import at a different size.
+fn sizes_of(symbol_index: usize, leading_only: bool) -> [usize; 3] {
+    if leading_only {
+        [3 + 4 * symbol_index, 5 + 4 * symbol_index, 1]
+    } else {
+        let step = 64 * symbol_index;
+        [224 + step, 288 + step, 160 + step]
+    }
+}
+
+fn symbolic_error(message: String) -> crate::Error {
+    crate::Error::Onnx(Diagnostics(vec![Diagnostic::error(
+        "onnx-symbolic",
+        message,
+        smelt_ir::Location::Unknown,
+    )]))
+}
+
+/// Imports the model at `path` with its dynamic dimensions as symbols (the inputs
+/// `opts.input_shapes` pins keep their sizes). A model without dynamic dimensions
+/// imports as [`super::import_file`] does.
+pub fn import_file_symbolic(path: &Path, opts: &ImportOptions) -> Result<Module, crate::Error> {
+    let interface = declared_interface(path, opts)?;
+    let mut dims = Vec::new();
+    let mut names: Vec<Arc<str>> = Vec::new();
+    let mut fresh = 0;
+    for input in &interface.inputs {
+        if opts.input_shapes.contains_key(&input.name) {
+            continue;
+        }
+        for (axis, d) in input.dims.iter().flatten().enumerate() {
+            if let InputDim::Dynamic(param) = d {
+                let symbol: Arc<str> = if param.is_empty() {
+                    fresh += 1;
+                    format!("?{fresh}").into()
+                } else {
+                    param.as_str().into()
+                };
+                if !names.contains(&symbol) {
+                    names.push(symbol.clone());
+                }
+                dims.push(SymbolicDim {
+                    input: input.name.clone(),
+                    axis,
+                    symbol,
+                });
+            }
+        }
+    }
+    let decoded = decode_file(path, opts)?;
+    if dims.is_empty() {
+        return decoded.import(opts);
+    }
+    let values: BTreeMap<Arc<str>, [usize; 3]> = names
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let leading_only = dims.iter().all(|d| &d.symbol != s || d.axis == 0);
+            (s.clone(), sizes_of(i, leading_only))
+        })
+        .collect();
+    // each import's pins: the caller's, and every dynamic input at that import's sizes
+    let pins = |which: usize| -> BTreeMap<String, Vec<usize>> {
+        let mut out = opts.input_shapes.clone();
+        for input in &interface.inputs {
+            let Some(declared) = &input.dims else {
+                continue;
+            };
+            if out.contains_key(&input.name) {
+                continue;
+            }
+            let shape = declared
+                .iter()
+                .enumerate()
+                .map(|(axis, d)| match d {
+                    InputDim::Fixed(n) => *n,
+                    InputDim::Dynamic(_) => {
+                        let slot = dims
+                            .iter()
+                            .find(|s| s.input == input.name && s.axis == axis);
+                        slot.map_or(1, |s| values[&s.symbol][which])
+                    }
+                })
+                .collect();
+            out.insert(input.name.clone(), shape);
+        }
+        out
+    };
+    let at = |which: usize| -> String {
+        let parts: Vec<String> = values
+            .iter()
+            .map(|(s, v)| format!("{} = {}", Name(s), v[which]))
+            .collect();
+        parts.join(", ")
+    };
+    let import_at = |which: usize| {
+        decoded.import(&ImportOptions {
+            input_shapes: pins(which),
+            ..opts.clone()
+        })
+    };
+    let symbolic = (|| {
+        let first = import_at(0)?;
+        let second = import_at(1)?;
+        let symbolic = unify(&first, &second, &dims, &(at(0), at(1)))?;
+        // a third import, at a batch of 1 and smaller sizes, is that module specialized
+        // there
+        let third = import_at(2)?;
+        let specialized = specialize(&symbolic, &pins(2)).map_err(|d| {
+            symbolic_error(format!(
+                "the model imported with symbolic sizes does not specialize at {}: {d}",
+                at(2)
+            ))
+        })?;
+        compare_structure(&specialized, &third, &at(2))?;
+        Ok(symbolic)
+    })();
+    symbolic.map_err(|why| {
+        // the import with the sizes left dynamic names them and the option that pins
+        // them; why they cannot stay symbolic is its note
+        let reason = match &why {
+            crate::Error::Onnx(Diagnostics(d)) if !d.is_empty() => d[0].message.clone(),
+            other => other.to_string(),
+        };
+        match decoded.import(opts) {
+            Err(crate::Error::Onnx(Diagnostics(mut diags))) if !diags.is_empty() => {
+                diags[0]
+                    .notes
+                    .push(format!("they cannot stay symbolic: {reason}"));
+                crate::Error::Onnx(Diagnostics(diags))
+            }
+            _ => why,
+        }
+    })
+}
+
+/// The symbolic module of two imports that differ only in their sizes.
+fn unify(
+    a: &Module,
+    b: &Module,
+    dims: &[SymbolicDim],
+    (at_a, at_b): &(String, String),
+) -> Result<Module, crate::Error> {
+    let (fa, fb) = match (a.entry(), b.entry()) {
+        (Some(fa), Some(fb)) => (fa, fb),
+        _ => {
+            return Err(symbolic_error(
+                "the imported model has no entry function".into(),
+            ))
+        }
+    };
+    let differs = |what: String| {
+        symbolic_error(format!(
+            "{what} at {at_a} and at {at_b}: the import depends on those sizes, so the model \
+             imports with its input shapes pinned only"
+        ))
+    };
+    if fa.insts.len() != fb.insts.len() || fa.params.len() != fb.params.len() {
+        return Err(differs(format!(
+            "the model imports as {} instructions and as {}",
+            fa.insts.len(),
+            fb.insts.len()
+        )));
+    }
+    let params: Vec<Param> = fa
+        .params
+        .iter()
+        .map(|p| {
+            let mut stored = p.ty.dims.clone();
+            for d in dims.iter().filter(|d| d.input == p.name) {
+                stored[d.axis] = Dim::symbol(&d.symbol).stored();
+            }
+            Param {
+                name: p.name.clone(),
+                ty: TensorType {
+                    dims: stored,
+                    ..p.ty.clone()
+                },
+            }
+        })
+        .collect();
+    let mut types: Vec<TensorType> = params.iter().map(|p| p.ty.clone()).collect();
+    let mut insts = Vec::with_capacity(fa.insts.len());
+    for (ia, ib) in fa.insts.iter().zip(&fb.insts) {
+        let node = &ia.loc;
+        if ia.op != ib.op || ia.operands != ib.operands {
+            return Err(differs(format!(
+                "node {node} imports as '{}' {{{}}} and as '{}' {{{}}}",
+                ia.op.name(),
+                smelt_ir::text::attributes_text(&ia.op),
+                ib.op.name(),
+                smelt_ir::text::attributes_text(&ib.op)
+            )));
+        }
+        if let smelt_ir::Op::Const(w) = ia.op {
+            let same = match (a.weights.get(w), b.weights.get(w)) {
+                (Some(x), Some(y)) => x.ty == y.ty && x.data.as_bytes() == y.data.as_bytes(),
+                _ => false,
+            };
+            if !same {
+                return Err(differs(format!(
+                    "node {node} folds to a constant of other values or shape"
+                )));
+            }
+        }
+        let operand_types: Vec<&TensorType> =
+            ia.operands.iter().map(|v| &types[v.index()]).collect();
+        let ty = ia
+            .op
+            .infer_type(&operand_types, &|id| a.weights.type_of(id))
+            .map_err(|why| {
+                symbolic_error(format!(
+                    "node {node}: '{}' does not take the symbolic sizes: {why}",
+                    ia.op.name()
+                ))
+            })?;
+        types.push(ty.clone());
+        insts.push(Inst {
+            op: ia.op.clone(),
+            operands: ia.operands.clone(),
+            ty,
+            loc: ia.loc.clone(),
+        });
+    }
+    let func = Func {
+        name: fa.name.clone(),
+        params,
+        insts,
+        results: fa.results.clone(),
+        loc: fa.loc.clone(),
+    };
+    let mut out = a.clone();
+    out.funcs = vec![func];
+    smelt_ir::verify::verify_module(&out).map_err(crate::Error::Onnx)?;
+    Ok(out)
+}
+
+/// `Ok` when `specialized` has `imported`'s instructions and types.
+fn compare_structure(
+    specialized: &Module,
+    imported: &Module,
+    at: &str,
+) -> Result<(), crate::Error> {
+    let (fs, fi) = match (specialized.entry(), imported.entry()) {
+        (Some(fs), Some(fi)) => (fs, fi),
+        _ => {
+            return Err(symbolic_error(
+                "the imported model has no entry function".into(),
+            ))
+        }
+    };
+    let same_len = fs.insts.len() == fi.insts.len();
+    let first_difference = fs
+        .insts
+        .iter()
+        .zip(&fi.insts)
+        .find(|(s, i)| s.op != i.op || s.operands != i.operands || s.ty != i.ty);
+    match (same_len, first_difference) {
+        (true, None) => Ok(()),
+        (_, Some((s, i))) => Err(symbolic_error(format!(
+            "at {at}, node {} imports as '{}' of type {} but the symbolic module gives \
+             '{}' of type {}: the import depends on the sizes",
+            i.loc,
+            i.op.name(),
+            i.ty,
+            s.op.name(),
+            s.ty
+        ))),
+        (false, None) => Err(symbolic_error(format!(
+            "at {at} the model imports as {} instructions, the symbolic module has {}",
+            fi.insts.len(),
+            fs.insts.len()
+        ))),
+    }
+}

@@ -1,0 +1,118 @@
+//! ONNX models imported with their dynamic dimensions kept as symbols (issue #23): a
+//! `dim_param` becomes a symbol of that name, the module is fused once for every size,
+//! then specialized at the sizes of each input file and run through the JIT against
+//! onnxruntime's outputs. A model whose import depends on a size is refused with the
+//! usual "pin it" error, and a note naming the node that depends on it.
+
+mod common;
+
+use std::path::Path;
+
+use smelt::ir::symbolic::specialize;
+use smelt::ir::text::{self, PrintOptions};
+use smelt::ir::{ErrorStats, Module};
+use smelt::onnx::{import_file_symbolic, ImportOptions};
+use smelt::{Error, Options, Tensor};
+
+fn import(path: &Path) -> Module {
+    import_file_symbolic(path, &ImportOptions::default())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn signature(m: &Module) -> String {
+    let printed = text::print(m, &PrintOptions::default());
+    let line = printed
+        .lines()
+        .find(|l| l.starts_with("func "))
+        .unwrap_or("");
+    line.to_string()
+}
+
+/// Specializes the fused symbolic module at the inputs' shapes, compiles and runs it,
+/// and compares with onnxruntime's output.
+fn run_at(fused: &Module, inputs: &[(&str, Tensor)], want: &Tensor, what: &str) {
+    let shapes = inputs
+        .iter()
+        .map(|(n, t)| (n.to_string(), t.ty.dims.clone()))
+        .collect();
+    let m = specialize(fused, &shapes).unwrap_or_else(|d| panic!("{what}: {d}"));
+    let (exe, _) =
+        smelt::compile(&m, &Options::default()).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let tensors: Vec<Tensor> = inputs.iter().map(|(_, t)| t.clone()).collect();
+    let got = exe.run(&tensors).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let e = ErrorStats::between_tensors(&got[0], want).unwrap_or_else(|e| panic!("{what}: {e}"));
+    println!(
+        "{what}: relative {:.3e} over {} values",
+        e.relative, e.count
+    );
+    assert!(e.relative <= 1e-4, "{what}: relative {:.3e}", e.relative);
+}
+
+#[test]
+fn a_recognizer_imports_with_a_symbolic_width_and_runs_every_width_from_one_fused_module() {
+    let dir = common::image_size_models().join("recognizer");
+    let m = import(&dir.join("model.onnx"));
+    let sig = signature(&m);
+    assert!(sig.contains("%x: tensor<1x3x32xwidthxf32>"), "{sig}");
+    assert!(sig.contains("tensor<1x(width / 2)x12xf32>"), "{sig}");
+    let mut fused = m.clone();
+    smelt::optimize(&mut fused, &Default::default(), None).expect("fusion runs on symbols");
+    assert!(fused.funcs[0].is_symbolic());
+    for tag in ["32x100", "32x257", "32x320"] {
+        let x = common::read_npy(&dir.join(format!("x_{tag}.npy")));
+        let want = common::read_npy(&dir.join(format!("want_probs_{tag}.npy")));
+        run_at(&fused, &[("x", x)], &want, &format!("recognizer {tag}"));
+    }
+}
+
+#[test]
+fn mobilenet_v3_imports_with_a_symbolic_batch() {
+    let dir = common::exported_models().join("mobilenet_v3_large");
+    let m = import(&dir.join("model.onnx"));
+    let sig = signature(&m);
+    assert!(sig.contains("%input: tensor<batchx3x224x224xf32>"), "{sig}");
+    assert!(sig.contains("(logits: tensor<batchx1000xf32>)"), "{sig}");
+    let mut fused = m.clone();
+    smelt::optimize(&mut fused, &Default::default(), None).expect("fusion runs on symbols");
+    let input = common::read_npy(&dir.join("input.npy"));
+    let want = common::read_npy(&dir.join("want_logits.npy"));
+    assert_eq!(input.ty.dims[0], 2, "the manifest's batch");
+    run_at(
+        &fused,
+        &[("input", input)],
+        &want,
+        "mobilenet_v3_large batch 2",
+    );
+}
+
+#[test]
+fn a_model_whose_import_depends_on_a_size_is_refused_naming_the_node() {
+    // DBNet's FPN upsamples to sizes read from Shape: its resize attributes are sizes
+    let path = common::image_size_models().join("dbnet_fpn/model.onnx");
+    match import_file_symbolic(&path, &ImportOptions::default()) {
+        Err(Error::Onnx(d)) => {
+            let text = d.to_string();
+            assert_eq!(d.0[0].code, "onnx-dynamic-shape", "{text}");
+            assert!(text.contains("cannot stay symbolic"), "{text}");
+            assert!(text.contains("node \"/Resize\""), "{text}");
+        }
+        other => panic!("expected the refusal, got {:?}", other.map(|_| ())),
+    }
+    // pinned, it imports as before
+    let pinned = ImportOptions {
+        input_shapes: [("x".to_string(), vec![1, 3, 320, 320])].into(),
+        ..ImportOptions::default()
+    };
+    let m = import_file_symbolic(&path, &pinned).expect("imports pinned");
+    assert!(!m.funcs[0].is_symbolic());
+}
+
+#[test]
+fn smelt_opt_prints_the_fused_symbolic_module() {
+    let path = common::image_size_models().join("recognizer/model.onnx");
+    let out = common::smelt(&["opt", path.to_str().unwrap(), "--elide-weights"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let text = common::stdout(&out);
+    assert!(text.contains("tensor<1x3x32xwidthxf32>"), "{text}");
+    assert!(text.contains("fused conv2d"), "{text}");
+}
