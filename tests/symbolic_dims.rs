@@ -269,3 +269,35 @@ fn numbers_in_the_range_of_symbolic_handles_are_too_large_never_symbols() {
     let d = text::parse(src, "huge.tir").unwrap_err();
     assert_eq!(d.0[0].code, "too-large");
 }
+
+#[test]
+fn symbolic_size_attributes_specialize_and_a_resize_derives_its_scale() {
+    let path = common::root().join("tests/cases/parse/symbolic_size_attributes.tir");
+    let m = text::parse_file(&path).expect("parses");
+    for (n, h, w) in [(2, 5, 7), (1, 3, 3)] {
+        let pins = shapes(&[("x", &[n, 8, h, w]), ("up", &[n, 8, 2 * h, 2 * w])]);
+        let s = specialize(&m, &pins).expect("specializes");
+        let f = &s.funcs[0];
+        assert_eq!(
+            f.insts[0].op,
+            smelt_ir::Op::Reshape {
+                shape: vec![n, 8 * h * w]
+            }
+        );
+        match &f.insts[3].op {
+            smelt_ir::Op::Resize(r) => {
+                assert_eq!(r.sizes, [n, 8, 2 * h, 2 * w]);
+                let scales: Vec<f32> = r.scales.iter().map(|s| s.0).collect();
+                assert_eq!(scales, [1.0, 1.0, 2.0, 2.0]);
+            }
+            other => panic!("expected the resize, got {other:?}"),
+        }
+        let inputs = random_inputs(&s, 11);
+        check_against_interp(
+            &format!("size attributes at {n}x{h}x{w}"),
+            &s,
+            &inputs,
+            1e-5,
+        );
+    }
+}

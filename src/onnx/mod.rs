@@ -117,6 +117,19 @@ pub struct DecodedModel {
 }
 
 impl DecodedModel {
+    /// The display names of the top graph's Resize nodes given a `sizes` input (rather
+    /// than `scales`): their result's size is that input's, not the scaled input's.
+    pub(crate) fn resizes_to_sizes(&self) -> BTreeSet<String> {
+        let graph = self.decoded.model.graph.as_ref();
+        graph
+            .map(|g| &g.node[..])
+            .unwrap_or_default()
+            .iter()
+            .filter(|n| n.op_type() == "Resize" && n.input.get(3).is_some_and(|s| !s.is_empty()))
+            .map(node_display_name)
+            .collect()
+    }
+
     /// Imports the model with `opts` (its pinned shapes, interface and budget; the file
     /// limits were applied when it was decoded).
     pub fn import(&self, opts: &ImportOptions) -> Result<Module, crate::Error> {

@@ -8,18 +8,19 @@
 //! the same instructions and attributes, the same constants. Then nothing the importer
 //! decided depended on those sizes, and the symbolic module is the first one with its
 //! parameters' types symbolic and every type inferred again by the type rules. A third
-//! import, with a batch of 1 and smaller images, is checked to be that module specialized
-//! there. A model whose import depends on a size (a reshape to the batch times the
+//! import, with a batch of 1 and odd image sides, is checked to be that module specialized
+//! there (odd sizes, where rounding shows). A model whose import depends on a size (a reshape to the batch times the
 //! features, a constant folded from `Shape`) is an error naming the first node that
 //! differs: it imports with its shapes pinned, as before.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 
 use smelt_ir::op::Dim;
-use smelt_ir::symbolic::{specialize, Name};
-use smelt_ir::{Diagnostic, Diagnostics, Func, Inst, Module, Param, TensorType};
+use smelt_ir::op::ResizeAttrs;
+use smelt_ir::symbolic::{specialize, Bindings, Name};
+use smelt_ir::{Diagnostic, Diagnostics, Func, Inst, Module, Op, Param, TensorType};
 
 use super::{declared_interface, decode_file, ImportOptions, InputDim};
 
@@ -31,14 +32,17 @@ struct SymbolicDim {
 }
 
 /// The sizes a symbol takes in the three imports: a batch (a symbol only ever on the
-/// leading axis) small, anything else (image sides, sequence lengths) a multiple of 32,
-/// so strided stages divide it, with every symbol of one import at a different size.
+/// leading axis) small, anything else (image sides, sequence lengths) a multiple of 32
+/// in the two that are unified, so strided stages divide it, with every symbol of one
+/// import at a different size. The checking import takes a batch of 1 and odd sizes:
+/// what depends on rounding (a strided stage's `(H + 1) / 2` against `H / 2`, a resize's
+/// scale of its size over its input's) shows there.
 fn sizes_of(symbol_index: usize, leading_only: bool) -> [usize; 3] {
     if leading_only {
         [3 + 4 * symbol_index, 5 + 4 * symbol_index, 1]
     } else {
         let step = 64 * symbol_index;
-        [224 + step, 288 + step, 160 + step]
+        [224 + step, 288 + step, 161 + step]
     }
 }
 
@@ -136,8 +140,17 @@ pub fn import_file_symbolic(path: &Path, opts: &ImportOptions) -> Result<Module,
     let symbolic = (|| {
         let first = import_at(0)?;
         let second = import_at(1)?;
-        let symbolic = unify(&first, &second, &dims, &(at(0), at(1)))?;
-        // a third import, at a batch of 1 and smaller sizes, is that module specialized
+        let bindings = |which: usize| -> Bindings {
+            values.iter().map(|(s, v)| (s.clone(), v[which])).collect()
+        };
+        let symbolic = unify(
+            &first,
+            &second,
+            &dims,
+            &[(at(0), bindings(0)), (at(1), bindings(1))],
+            &decoded.resizes_to_sizes(),
+        )?;
+        // a third import, at a batch of 1 and odd sizes, is that module specialized
         // there
         let third = import_at(2)?;
         let specialized = specialize(&symbolic, &pins(2)).map_err(|d| {
@@ -173,7 +186,8 @@ fn unify(
     a: &Module,
     b: &Module,
     dims: &[SymbolicDim],
-    (at_a, at_b): &(String, String),
+    [(at_a, bind_a), (at_b, bind_b)]: &[(String, Bindings); 2],
+    resizes_to_sizes: &BTreeSet<String>,
 ) -> Result<Module, crate::Error> {
     let (fa, fb) = match (a.entry(), b.entry()) {
         (Some(fa), Some(fb)) => (fa, fb),
@@ -217,7 +231,17 @@ fn unify(
     let mut insts = Vec::with_capacity(fa.insts.len());
     for (ia, ib) in fa.insts.iter().zip(&fb.insts) {
         let node = &ia.loc;
-        if ia.op != ib.op || ia.operands != ib.operands {
+        let op = if ia.op == ib.op {
+            Some(ia.op.clone())
+        } else {
+            let operand = ia.operands.first().map(|v| &types[v.index()]);
+            let to_sizes = match &ia.loc {
+                smelt_ir::Location::Name(n) => resizes_to_sizes.contains(&**n),
+                _ => false,
+            };
+            explain_sizes(&ia.op, &ib.op, &types, operand, to_sizes, [bind_a, bind_b])
+        };
+        let Some(op) = op.filter(|_| ia.operands == ib.operands) else {
             return Err(differs(format!(
                 "node {node} imports as '{}' {{{}}} and as '{}' {{{}}}",
                 ia.op.name(),
@@ -225,7 +249,7 @@ fn unify(
                 ib.op.name(),
                 smelt_ir::text::attributes_text(&ib.op)
             )));
-        }
+        };
         if let smelt_ir::Op::Const(w) = ia.op {
             let same = match (a.weights.get(w), b.weights.get(w)) {
                 (Some(x), Some(y)) => x.ty == y.ty && x.data.as_bytes() == y.data.as_bytes(),
@@ -239,8 +263,7 @@ fn unify(
         }
         let operand_types: Vec<&TensorType> =
             ia.operands.iter().map(|v| &types[v.index()]).collect();
-        let ty = ia
-            .op
+        let ty = op
             .infer_type(&operand_types, &|id| a.weights.type_of(id))
             .map_err(|why| {
                 symbolic_error(format!(
@@ -250,7 +273,7 @@ fn unify(
             })?;
         types.push(ty.clone());
         insts.push(Inst {
-            op: ia.op.clone(),
+            op,
             operands: ia.operands.clone(),
             ty,
             loc: ia.loc.clone(),
@@ -267,6 +290,166 @@ fn unify(
     out.funcs = vec![func];
     smelt_ir::verify::verify_module(&out).map_err(crate::Error::Onnx)?;
     Ok(out)
+}
+
+/// The value of `d` at `bindings`, if it has one.
+fn value_at(d: Dim, bindings: &Bindings) -> Option<usize> {
+    let v = d
+        .expr()?
+        .eval(&|s| bindings.get(s).map(|&v| v as i64))
+        .ok()?;
+    usize::try_from(v).ok()
+}
+
+/// `a` (an op imported at the first sizes) with the size attributes in which it differs
+/// from `b` (the same op at the second sizes) as symbolic sizes, when each is explained.
+/// A resize by `scales` has ONNX's `floor(input · scale)`; a reshape's, an expand's or
+/// (`to_sizes`) a resize's by a `sizes` input is a size some earlier value has (in
+/// definition order: a resize to another tensor's size, a reshape keeping the batch),
+/// the product of a run of the operand's dims (a reshape merging them), or, for one entry
+/// of a reshape, what the others leave of the element count. `None` when the ops differ
+/// otherwise or a size is not explained.
+fn explain_sizes(
+    a: &Op,
+    b: &Op,
+    types: &[TensorType],
+    operand: Option<&TensorType>,
+    to_sizes: bool,
+    [bind_a, bind_b]: [&Bindings; 2],
+) -> Option<Op> {
+    if let (Op::Resize(r), false, Some(x)) = (a, to_sizes, operand) {
+        // sizes = floor(input · scale), the scale a ratio of small integers
+        let sizes = r
+            .scales
+            .iter()
+            .zip(&x.dims)
+            .map(|(s, &d)| {
+                let q = (1..=64u32).find(|&q| {
+                    let p = s.0 as f64 * q as f64;
+                    (p - p.round()).abs() < 1e-6
+                })?;
+                let p = (s.0 as f64 * q as f64).round() as usize;
+                let d = (Dim::from_stored(d) * p).floor_div(q as usize);
+                Some(d.stored())
+            })
+            .collect::<Option<Vec<usize>>>()?;
+        let op = Op::Resize(ResizeAttrs { sizes, ..r.clone() });
+        let at = |bind: &Bindings, op: &Op| match op {
+            Op::Resize(r) => r
+                .sizes
+                .iter()
+                .map(|&d| value_at(Dim::from_stored(d), bind))
+                .collect::<Option<Vec<usize>>>(),
+            _ => None,
+        };
+        let imported = |op: &Op| match op {
+            Op::Resize(r) => Some(r.sizes.clone()),
+            _ => None,
+        };
+        let agrees = at(bind_a, &op) == imported(a) && at(bind_b, &op) == imported(b);
+        return agrees.then_some(op);
+    }
+    let (sizes_a, sizes_b) = match (a, b) {
+        (Op::Reshape { shape: x }, Op::Reshape { shape: y })
+        | (Op::Expand { shape: x }, Op::Expand { shape: y }) => (x, y),
+        (Op::Resize(x), Op::Resize(y))
+            if ResizeAttrs {
+                sizes: Vec::new(),
+                ..x.clone()
+            } == ResizeAttrs {
+                sizes: Vec::new(),
+                ..y.clone()
+            } =>
+        {
+            (&x.sizes, &y.sizes)
+        }
+        _ => return None,
+    };
+    if sizes_a.len() != sizes_b.len() {
+        return None;
+    }
+    // candidates: every symbolic size so far in definition order, then products of runs
+    // of the operand's dims
+    let mut candidates: Vec<Dim> = Vec::new();
+    for t in types {
+        for &d in &t.dims {
+            let d = Dim::from_stored(d);
+            if d.is_symbolic() && !candidates.contains(&d) {
+                candidates.push(d);
+            }
+        }
+    }
+    if let Some(x) = operand {
+        let dims = Dim::all(&x.dims);
+        for start in 0..dims.len() {
+            for end in start + 2..=dims.len() {
+                if let Some(p) = Dim::product(&dims[start..end]) {
+                    candidates.push(p);
+                }
+            }
+        }
+    }
+    let mut out: Vec<Option<Dim>> = sizes_a
+        .iter()
+        .zip(sizes_b)
+        .map(|(&x, &y)| {
+            if x == y {
+                return Some(Dim::known(x));
+            }
+            candidates
+                .iter()
+                .copied()
+                .find(|&d| value_at(d, bind_a) == Some(x) && value_at(d, bind_b) == Some(y))
+        })
+        .collect();
+    let unexplained: Vec<usize> = (0..out.len()).filter(|&k| out[k].is_none()).collect();
+    if let ([k], Op::Reshape { .. }, Some(x)) = (unexplained.as_slice(), a, operand) {
+        // the entry a reshape's -1 resolved: the element count over the other entries
+        let others = out
+            .iter()
+            .flatten()
+            .try_fold(1usize, |p, d| p.checked_mul(d.known_size()?))?;
+        let total = Dim::product(&Dim::all(&x.dims))?;
+        if others > 0 && total.divisible_by(others) {
+            let d = total.floor_div(others);
+            if value_at(d, bind_a) == Some(sizes_a[*k]) && value_at(d, bind_b) == Some(sizes_b[*k])
+            {
+                out[*k] = Some(d);
+            }
+        }
+    }
+    let sizes: Vec<usize> = out
+        .into_iter()
+        .map(|d| d.map(Dim::stored))
+        .collect::<Option<_>>()?;
+    Some(match a {
+        Op::Reshape { .. } => Op::Reshape { shape: sizes },
+        Op::Expand { .. } => Op::Expand { shape: sizes },
+        Op::Resize(r) => {
+            // a resize to sizes scales by the size over the input's (the `stretch`
+            // policy): 0 says so where either is symbolic, and the imported scale must be
+            // that ratio
+            let x = operand?;
+            let mut scales = r.scales.clone();
+            for (k, s) in scales.iter_mut().enumerate() {
+                let (size, input) = (Dim::from_stored(sizes[k]), Dim::from_stored(x.dims[k]));
+                if !size.is_symbolic() && !input.is_symbolic() {
+                    continue;
+                }
+                let ratio = (sizes_a[k] as f64 / value_at(input, bind_a)? as f64) as f32;
+                if ratio != s.0 {
+                    return None;
+                }
+                *s = smelt_ir::F32(0.0);
+            }
+            Op::Resize(ResizeAttrs {
+                sizes,
+                scales,
+                ..r.clone()
+            })
+        }
+        _ => return None,
+    })
 }
 
 /// `Ok` when `specialized` has `imported`'s instructions and types.

@@ -56,8 +56,21 @@ pub(super) fn resize_shape(r: &ResizeAttrs, o: &OperandTypes<'_>) -> Result<Shap
             r.sizes
         ));
     }
-    if let Some(s) = r.scales.iter().find(|s| !(s.0.is_finite() && s.0 > 0.0)) {
-        return Err(format!("resize scale {} must be positive and finite", s.0));
+    // a scale of 0 stands for the result's size over the input's, on an axis whose sizes
+    // are symbolic (a resize to sizes read from a shape): specialization computes it
+    let derived = |k: usize| {
+        r.scales[k].0 == 0.0
+            && (Dim::from_stored(r.sizes[k]).is_symbolic() || o.dims(0)[k].is_symbolic())
+    };
+    if let Some(k) = (0..x.rank()).find(|&k| {
+        let positive = r.scales[k].0.is_finite() && r.scales[k].0 > 0.0;
+        !positive && !derived(k)
+    }) {
+        let s = r.scales[k].0;
+        return Err(format!(
+            "resize scale {s} must be positive and finite (0, the size over the input's, \
+             only where a size is symbolic)"
+        ));
     }
     let cropping = r.coordinate == CoordinateMode::TfCropAndResize;
     if cropping && r.roi.len() != 2 * x.rank() {
@@ -122,7 +135,7 @@ impl AttrSchema for ResizeAttrs {
             _ => ResizeMode::Nearest(nearest.unwrap_or_default()),
         };
         Ok(ResizeAttrs {
-            sizes: d.need("sizes", AttrDict::usizes)?,
+            sizes: d.need("sizes", AttrDict::sizes)?,
             scales: d.need("scales", AttrDict::f32s)?,
             mode,
             coordinate: d
@@ -281,7 +294,9 @@ pub struct ResizeAttrs {
     /// The result dims (one per axis; an axis of equal size and scale 1 is copied).
     pub sizes: Vec<usize>,
     /// The scale of each axis the coordinate transform divides by (`out / in` when the
-    /// model gave sizes; the model's own scale when it gave scales).
+    /// model gave sizes; the model's own scale when it gave scales). In a symbolic module
+    /// 0 stands for `out / in` on an axis whose sizes are symbolic, computed (as the
+    /// importer does, `(out as f64 / in as f64) as f32`) when it is specialized.
     pub scales: Vec<F32>,
     /// Nearest, linear or cubic.
     pub mode: ResizeMode,

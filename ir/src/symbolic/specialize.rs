@@ -189,9 +189,10 @@ pub fn representative(t: &TensorType, size: usize) -> TensorType {
     TensorType { dims, ..t.clone() }
 }
 
-/// `op` with the sizes its attributes hold (a reshape's or expand's target shape) at
-/// `bindings`.
-fn op_at(op: &Op, bindings: &Bindings) -> Result<Op, String> {
+/// `op` with the sizes its attributes hold (a reshape's or expand's target shape, a
+/// resize's sizes, and the scales a resize derives from them) at `bindings`; `input` is
+/// its first operand's type, specialized.
+fn op_at(op: &Op, bindings: &Bindings, input: Option<&TensorType>) -> Result<Op, String> {
     let sizes = |dims: &[usize]| -> Result<Vec<usize>, String> {
         dims.iter().map(|&d| size_at(d, bindings)).collect()
     };
@@ -202,6 +203,28 @@ fn op_at(op: &Op, bindings: &Bindings) -> Result<Op, String> {
         Op::Expand { shape } => Op::Expand {
             shape: sizes(shape)?,
         },
+        Op::Resize(r) => {
+            let out = sizes(&r.sizes)?;
+            // a scale of 0 is the size over the input's, as the importer computes it
+            let scales = r
+                .scales
+                .iter()
+                .enumerate()
+                .map(
+                    |(k, s)| match (s.0 == 0.0, input.and_then(|t| t.dims.get(k))) {
+                        (true, Some(&n)) if n > 0 => {
+                            crate::types::F32((out[k] as f64 / n as f64) as f32)
+                        }
+                        _ => *s,
+                    },
+                )
+                .collect();
+            Op::Resize(crate::op::ResizeAttrs {
+                sizes: out,
+                scales,
+                ..r.clone()
+            })
+        }
         other => other.clone(),
     })
 }
@@ -231,9 +254,10 @@ pub fn specialize_func(m: &Module, f: &Func, bindings: &Bindings) -> Result<Func
     let mut types: Vec<TensorType> = params.iter().map(|p| p.ty.clone()).collect();
     let mut insts = Vec::with_capacity(f.insts.len());
     for inst in &f.insts {
-        let op = op_at(&inst.op, bindings).map_err(|why| fail(why, &inst.loc))?;
         let operand_types: Vec<&TensorType> =
             inst.operands.iter().map(|v| &types[v.index()]).collect();
+        let op = op_at(&inst.op, bindings, operand_types.first().copied())
+            .map_err(|why| fail(why, &inst.loc))?;
         let ty = op
             .infer_type(&operand_types, &|id| m.weights.type_of(id))
             .map_err(|why| fail(format!("'{}': {why}", inst.op.name()), &inst.loc))?;

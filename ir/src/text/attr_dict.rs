@@ -7,6 +7,10 @@
 use crate::op::PadMode;
 use crate::types::{DType, Layout, F32};
 
+/// The integer-list attributes that are sizes of a result, so may hold symbolic sizes
+/// (issue #23): a reshape's and an expand's `shape` (a resize's `sizes` reads them too).
+pub const SIZE_KEYS: &[&str] = &["shape"];
+
 /// Largest integer accepted in an attribute: big enough for any real model, small enough
 /// that the type rules' sums and products of attributes cannot overflow.
 pub const MAX_ATTR_INT: u64 = i32::MAX as u64;
@@ -28,6 +32,9 @@ pub(crate) enum AttrLit {
     Layout(Layout),
     /// Any other identifier.
     Word(String),
+    /// A symbolic size written `?1`, `"name"` or `(expression)`, as a dim stores it
+    /// (only the attributes that are sizes take one: [`AttrDict::sizes`]).
+    Size(usize),
     /// `[a, b, ...]`, each element with its byte offset.
     List(Vec<(AttrLit, usize)>),
 }
@@ -40,6 +47,7 @@ impl AttrLit {
             AttrLit::Bool(_) => "a boolean",
             AttrLit::Layout(_) => "a layout",
             AttrLit::Word(_) => "a name",
+            AttrLit::Size(_) => "a symbolic size",
             AttrLit::List(_) => "a list",
         }
     }
@@ -201,6 +209,18 @@ impl AttrDict {
     /// A list of integers of any length.
     pub(crate) fn usizes(&mut self, key: &'static str) -> Result<Option<Vec<usize>>, AttrError> {
         self.list(key, "[1, 2]", to_usize)
+    }
+
+    /// A list of sizes, each a non-negative integer of at most [`MAX_ATTR_INT`] or a
+    /// symbolic size — a symbol's name, `?1`, `"name"` or `(expression)` — in its stored
+    /// form: the attributes that are a result's sizes (a reshape's or expand's `shape`, a
+    /// resize's `sizes`, [`SIZE_KEYS`]).
+    pub(crate) fn sizes(&mut self, key: &'static str) -> Result<Option<Vec<usize>>, AttrError> {
+        self.list(key, "[N, 2]", |k, v, at| match v {
+            AttrLit::Word(name) => Ok(crate::op::Dim::symbol(name).stored()),
+            AttrLit::Size(stored) => Ok(*stored),
+            other => to_usize(k, other, at),
+        })
     }
 
     /// A list of signed integers of any length, each of magnitude at most [`MAX_ATTR_INT`].

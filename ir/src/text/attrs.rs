@@ -61,7 +61,11 @@ impl AttrType for bool {
 
 impl AttrType for Vec<usize> {
     fn read(d: &mut AttrDict, key: &'static str) -> Result<Option<Self>, AttrError> {
-        d.usizes(key)
+        if crate::text::attr_dict::SIZE_KEYS.contains(&key) {
+            d.sizes(key)
+        } else {
+            d.usizes(key)
+        }
     }
     fn value(&self, _: usize) -> AttrValue {
         AttrValue::Ints(self.clone())
@@ -258,9 +262,13 @@ impl fmt::Display for AttrValue {
                     if i > 0 {
                         f.write_str(", ")?;
                     }
-                    // a reshape target built through the API may hold a symbolic size:
-                    // shown as its expression (the text form reads numbers only here)
-                    write!(f, "{}", crate::op::Dim::from_stored(n))?;
+                    // a size attribute may hold a symbolic size (`AttrDict::sizes`)
+                    let d = crate::op::Dim::from_stored(n);
+                    if d.is_simple() {
+                        write!(f, "{d}")?;
+                    } else {
+                        write!(f, "({d})")?;
+                    }
                 }
                 f.write_str("]")
             }

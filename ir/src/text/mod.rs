@@ -67,6 +67,12 @@
 //! slice along a symbolic axis, a ceil-mode pool, a crop or reflection) says so.
 //! `smelt_ir::symbolic::specialize` binds the symbols from the inputs' shapes.
 //!
+//! The attributes that are a result's sizes may hold symbolic sizes too, written as in a
+//! type (a bare name, `?1`, `"name"`, or a parenthesized expression): a reshape's and an
+//! expand's `shape = [N, (8*H*W)]`, a resize's `sizes = [N, 8, (2*H), (2*W)]`. A resize
+//! to sizes read from a shape scales by its size over its input's: its `scales` entry is
+//! 0 where a size is symbolic, computed when the module is specialized.
+//!
 //! ## Names
 //!
 //! `%name` is a value, `@name` a weight or function. Bare names use letters, digits and

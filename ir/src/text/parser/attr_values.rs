@@ -77,6 +77,7 @@ impl<'a> Parser<'a> {
                 self.bump();
                 Ok((AttrLit::Word(w), at))
             }
+            Tok::LParen | Tok::DimPunct('?') | Tok::Str(_) => self.size_attr(),
             Tok::LBracket => Err(self.map.error(at, "nested lists are not attribute values")),
             _ => Err(self.unexpected("an attribute value (number, true/false, [list] or layout)")),
         }

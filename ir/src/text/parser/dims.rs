@@ -16,9 +16,10 @@
 //! names, numbers, strings and `DimPunct` tokens), so the dims are read from the text
 //! and the token position then moves past them.
 
-use super::{PResult, Parser};
+use super::{PResult, Parser, MAX_NESTING};
 use crate::op::Dim;
 use crate::symbolic::DimExpr;
+use crate::text::attr_dict::AttrLit;
 use crate::text::lexer::lex_string;
 
 /// A position in the dims text, the diagnostic's code and what went wrong there.
@@ -28,6 +29,9 @@ type DimError = (usize, &'static str, String);
 struct Cursor<'s> {
     src: &'s str,
     pos: usize,
+    /// Parentheses and signs open around the position: bounded by [`MAX_NESTING`], so
+    /// the recursive descent's stack is too.
+    depth: usize,
 }
 
 impl<'s> Cursor<'s> {
@@ -76,6 +80,7 @@ impl Parser<'_> {
         let mut c = Cursor {
             src,
             pos: self.at(),
+            depth: 0,
         };
         let read = self.read_dims(&mut c);
         // move the tokens past what was read (a token never straddles the `,` or `>`)
@@ -155,6 +160,32 @@ impl Parser<'_> {
         }
     }
 
+    /// A symbolic size in an attribute list (`?1`, `"name"`, `(expression)`), as
+    /// [`AttrLit::Size`]; the token position moves past it.
+    pub(super) fn size_attr(&mut self) -> PResult<(AttrLit, usize)> {
+        let at = self.at();
+        let mut c = Cursor {
+            src: self.map.src(),
+            pos: at,
+            depth: 0,
+        };
+        let read = self.unary(&mut c);
+        while self.pos + 1 < self.toks.len() && self.toks[self.pos].start < c.pos {
+            self.pos += 1;
+        }
+        let e = read.map_err(|(at, code, message)| self.diag(code, message, at))?;
+        let negative = e.as_constant().is_some_and(|n| n < 0);
+        let d = Dim::from_expr(e);
+        if negative || d.is_unrepresentable() {
+            return Err(self.diag(
+                "bad-attribute",
+                "a size must be a non-negative size no more complex than a type's",
+                at,
+            ));
+        }
+        Ok((AttrLit::Size(d.stored()), at))
+    }
+
     /// `?`, `?N` or a quoted name.
     fn symbol_atom(&mut self, c: &mut Cursor) -> Result<DimExpr, DimError> {
         let at = c.pos;
@@ -213,6 +244,25 @@ impl Parser<'_> {
     fn unary(&mut self, c: &mut Cursor) -> Result<DimExpr, DimError> {
         c.skip_spaces();
         let at = c.pos;
+        if matches!(c.peek(), Some(b'-' | b'(')) {
+            c.depth += 1;
+            if c.depth > MAX_NESTING {
+                return Err((
+                    at,
+                    "too-deep",
+                    format!("a size nests more than {MAX_NESTING} deep"),
+                ));
+            }
+        }
+        let e = self.unary_at(c, at);
+        c.depth = c.depth.saturating_sub(usize::from(matches!(
+            c.src.as_bytes().get(at),
+            Some(b'-' | b'(')
+        )));
+        e
+    }
+
+    fn unary_at(&mut self, c: &mut Cursor, at: usize) -> Result<DimExpr, DimError> {
         match c.peek() {
             Some(b'-') => {
                 c.pos += 1;
