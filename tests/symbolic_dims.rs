@@ -232,12 +232,45 @@ fn the_cli_specializes_a_symbolic_model_at_its_pinned_shapes() {
         "{}",
         common::stdout(&out)
     );
+    // at the shapes of its input files
+    let dir = tempfile::tempdir().unwrap();
+    let s = specialize(&case(), &case_shapes(1, 9, 6, 4)).expect("specializes");
+    let mut args = vec!["run".to_string(), path.to_string()];
+    for (p, t) in s.funcs[0].params.iter().zip(random_inputs(&s, 5)) {
+        let file = dir.path().join(format!("{}.npy", p.name));
+        std::fs::write(&file, smelt::npy::encode(&t)).unwrap();
+        args.extend(["--input".into(), format!("{}={}", p.name, file.display())]);
+    }
+    args.extend([
+        "--output-dir".into(),
+        dir.path().join("out").display().to_string(),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = common::smelt(&args);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert!(
+        common::stdout(&out).contains("y tensor<1x8x3x2xf32>"),
+        "{}",
+        common::stdout(&out)
+    );
+    // a file missing for an input with symbolic sizes is named with both remedies
+    let n = args.len();
+    let only_x = [args[0], args[1], args[2], args[3], args[n - 2], args[n - 1]];
+    let out = common::smelt(&only_x);
+    assert!(!out.status.success());
+    let err = common::stderr(&out);
+    assert!(
+        err.contains("--input gate=FILE.npy") && err.contains("--shape gate="),
+        "{err}"
+    );
     // without pins, the error names the symbols and says what to do
     let out = common::smelt(&["verify", path]);
     assert!(!out.status.success());
     let err = common::stderr(&out);
     assert!(
-        err.contains("symbolic sizes ?1, H, N, W, \"max_len\""),
+        err.contains("input 'x'")
+            && err.contains("--input x=FILE.npy")
+            && err.contains("--shape x="),
         "{err}"
     );
 }

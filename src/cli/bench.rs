@@ -212,7 +212,10 @@ pub fn main(a: BenchArgs) -> Result<()> {
             a.model
         );
     }
-    let module = load(&a)?;
+    let module = match model_args(&a) {
+        Some(file) => file.load_at(&given)?,
+        None => load(&a)?,
+    };
     let load_ms = ms_since(start);
     let gflop = module_flops(&module)? as f64 / 1e9;
     let (exe, cx) = smelt::compile(&module, &opts)?;

@@ -112,6 +112,33 @@ impl ModelArgs {
         load(&self.model, &self.load_options()?)
     }
 
+    /// Loads the model, a `.tir` model with symbolic sizes specialized at the shapes of
+    /// its `--input` files (`given`); without a file for such an input, the error names
+    /// it and the two ways to give its shape.
+    pub fn load_at(&self, given: &[(String, Tensor)]) -> Result<Module> {
+        let module = self.load()?;
+        let Some(entry) = module.entry().filter(|f| f.is_symbolic()) else {
+            return Ok(module);
+        };
+        let mut shapes = std::collections::BTreeMap::new();
+        for p in entry.params.iter().filter(|p| p.ty.is_symbolic()) {
+            let Some((_, t)) = given.iter().find(|(n, _)| *n == p.name) else {
+                bail!(
+                    "input '{}' of {} has symbolic sizes ({}): give it with --input {}=FILE.npy \
+                     or pin its shape with --shape {}=...",
+                    p.name,
+                    self.model.display(),
+                    p.ty,
+                    p.name,
+                    p.name
+                );
+            };
+            shapes.insert(p.name.clone(), t.ty.dims.clone());
+        }
+        smelt::ir::symbolic::specialize(&module, &shapes)
+            .map_err(|d| anyhow!("{}: {}", self.model.display(), d.to_string().trim_end()))
+    }
+
     /// Loads the model with the dynamic dimensions of an ONNX model that no `--shape`
     /// pins kept as symbols (for the commands that print or optimize it).
     pub fn load_symbolic(&self) -> Result<Module> {

@@ -77,13 +77,14 @@ pub fn main(a: RunArgs) -> Result<()> {
             a.model.model.display()
         );
     }
-    let module = a.model.load()?;
+    let given = read_inputs(&a.inputs)?;
+    let module = a.model.load_at(&given)?;
     let func = module
         .entry()
         .ok_or_else(|| anyhow!("{}: {}", a.model.model.display(), module.no_entry_reason()))?;
     let inputs = inputs_for(
         func.params.iter().map(|p| (p.name.as_str(), &p.ty)),
-        read_inputs(&a.inputs)?,
+        given,
         a.random_inputs,
         &format!("@{}", func.name),
     )?;

@@ -110,7 +110,7 @@ pub fn main(a: VerifyArgs) -> Result<()> {
                     a.model.model.display()
                 );
             }
-            verify(&a.model.load()?, &opts)?
+            verify(&a.model.load_at(&opts.inputs)?, &opts)?
         }
     };
     if a.json {
