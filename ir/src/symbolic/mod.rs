@@ -533,6 +533,76 @@ mod tests {
         assert!(sym("Q").eval(&value).unwrap_err().contains("Q"));
     }
 
+    /// Random chains of the arithmetic the type rules use, each kept beside its value at
+    /// several bindings: the canonical form must evaluate to the same value, and its text
+    /// must not depend on the order terms were added in.
+    #[test]
+    fn canonical_forms_evaluate_like_the_arithmetic_they_stand_for() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        let names = ["H", "W", "N"];
+        let bindings: [[i64; 3]; 4] = [[1, 1, 1], [7, 3, 2], [224, 161, 5], [33, 64, 8]];
+        for _ in 0..400 {
+            let mut e = sym(names[next(3) as usize]);
+            let mut values: Vec<i64> = bindings
+                .iter()
+                .map(|b| {
+                    b[names
+                        .iter()
+                        .position(|n| e.as_symbol().is_some_and(|s| &**s == *n))
+                        .unwrap()]
+                })
+                .collect();
+            for _ in 0..6 {
+                let k = next(5) as i64 + 1;
+                let other = names[next(3) as usize];
+                let o = names.iter().position(|n| *n == other).unwrap();
+                match next(5) {
+                    0 => {
+                        e = e.add(&c(k)).unwrap();
+                        values.iter_mut().for_each(|v| *v += k);
+                    }
+                    1 => {
+                        e = e.add(&sym(other)).unwrap();
+                        values
+                            .iter_mut()
+                            .zip(&bindings)
+                            .for_each(|(v, b)| *v += b[o]);
+                    }
+                    2 => {
+                        e = e.scale(k).unwrap();
+                        values.iter_mut().for_each(|v| *v *= k);
+                    }
+                    3 => {
+                        e = e.floor_div(k as u64 + 1).unwrap();
+                        values.iter_mut().for_each(|v| *v = v.div_euclid(k + 1));
+                    }
+                    _ => {
+                        e = e.mul(&sym(other)).unwrap();
+                        values
+                            .iter_mut()
+                            .zip(&bindings)
+                            .for_each(|(v, b)| *v *= b[o]);
+                    }
+                }
+            }
+            for (b, want) in bindings.iter().zip(&values) {
+                let got = e.eval(&|s| names.iter().position(|n| *n == s).map(|i| b[i]));
+                assert_eq!(got, Ok(*want), "{e} at {b:?}");
+            }
+        }
+        // the same sum built in two orders has one form
+        let a = sym("H").add(&sym("W")).unwrap().add(&c(3)).unwrap();
+        let b = c(3).add(&sym("W")).unwrap().add(&sym("H")).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.to_string(), b.to_string());
+    }
+
     #[test]
     fn names_print_bare_or_quoted() {
         assert_eq!(Name("batch").to_string(), "batch");
