@@ -334,3 +334,49 @@ fn symbolic_size_attributes_specialize_and_a_resize_derives_its_scale() {
         );
     }
 }
+
+/// Hostile text: the symbolic case with bytes inside its types replaced by the
+/// characters the dims grammar gives meaning to. Every mutant parses or fails with a
+/// diagnostic (never a panic), and one that parses prints text that parses back to the
+/// same print.
+#[test]
+fn mutated_symbolic_types_parse_or_fail_with_a_diagnostic() {
+    let path = common::root().join("tests/cases/parse/symbolic_dims.tir");
+    let src = std::fs::read_to_string(&path).unwrap();
+    let spans: Vec<(usize, usize)> = src
+        .match_indices("tensor<")
+        .map(|(i, _)| (i + 7, i + 7 + src[i + 7..].find('>').unwrap()))
+        .collect();
+    let alphabet = b"()?*/-+x\"0123456789NHW_ ,";
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n as u64) as usize
+    };
+    let (mut parsed, mut refused) = (0, 0);
+    for _ in 0..3000 {
+        let mut bytes = src.clone().into_bytes();
+        for _ in 0..1 + next(3) {
+            let (a, b) = spans[next(spans.len())];
+            bytes[a + next(b - a)] = alphabet[next(alphabet.len())];
+        }
+        let text = String::from_utf8(bytes).unwrap();
+        match text::parse(&text, "mutant.tir") {
+            Ok(m) => {
+                parsed += 1;
+                let printed = text::print(&m, &PrintOptions::default());
+                let again = text::parse(&printed, "printed.tir")
+                    .unwrap_or_else(|d| panic!("{printed}\ndoes not parse back: {d}"));
+                assert_eq!(text::print(&again, &PrintOptions::default()), printed);
+            }
+            Err(d) => {
+                refused += 1;
+                assert!(!d.0.is_empty());
+            }
+        }
+    }
+    // both outcomes happen: the mutations reach the grammar, not only its errors
+    assert!(parsed > 0 && refused > 0, "parsed {parsed}, refused {refused}");
+}
