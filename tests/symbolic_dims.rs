@@ -139,13 +139,25 @@ fn an_input_declared_by_an_expression_is_checked_once_its_symbols_are_bound() {
         e.contains("input %b dimension 0 is 6, but 2*N + 1 = 7"),
         "{e}"
     );
-    // an expression alone does not bind its symbol
-    let alone = "func @f(%b: tensor<(2*N)x4xf32>) -> (c: tensor<(2*N)x4xf32>) {\n  %0 = relu %b : tensor<(2*N)x4xf32>\n  return %0 : tensor<(2*N)x4xf32>\n}\n";
+    // an expression of one symbol no other input gives binds it when it is linear
+    let alone = "func @f(%b: tensor<(2*N + 1)x4xf32>) -> (c: tensor<(2*N + 1)x4xf32>) {\n  %0 = relu %b : tensor<(2*N + 1)x4xf32>\n  return %0 : tensor<(2*N + 1)x4xf32>\n}\n";
     let m = text::parse(alone, "alone.tir").expect("parses");
+    let bound = symbolic::bind_symbols(&m.funcs[0], &shapes(&[("b", &[7, 4])])).expect("N = 3");
+    assert_eq!(bound.get("N"), Some(&3));
     let e = specialize(&m, &shapes(&[("b", &[6, 4])]))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("no input gives alone") && e.contains("N"), "{e}");
+    assert!(
+        e.contains("input %b dimension 0 is 6") && e.contains("no size of N gives 6"),
+        "{e}"
+    );
+    // two symbols in one dimension wait for another input, and none gives them
+    let two = "func @f(%b: tensor<(N*M)x4xf32>) -> (c: tensor<(N*M)x4xf32>) {\n  %0 = relu %b : tensor<(N*M)x4xf32>\n  return %0 : tensor<(N*M)x4xf32>\n}\n";
+    let m = text::parse(two, "two.tir").expect("parses");
+    let e = specialize(&m, &shapes(&[("b", &[6, 4])]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no input gives alone"), "{e}");
 }
 
 #[test]
@@ -378,5 +390,8 @@ fn mutated_symbolic_types_parse_or_fail_with_a_diagnostic() {
         }
     }
     // both outcomes happen: the mutations reach the grammar, not only its errors
-    assert!(parsed > 0 && refused > 0, "parsed {parsed}, refused {refused}");
+    assert!(
+        parsed > 0 && refused > 0,
+        "parsed {parsed}, refused {refused}"
+    );
 }

@@ -98,7 +98,8 @@ pub fn import_file_symbolic(path: &Path, opts: &ImportOptions) -> Result<Module,
         })
         .collect();
     // each import's pins: the caller's, and every dynamic input at that import's sizes
-    let pins = |which: usize| -> BTreeMap<String, Vec<usize>> {
+    type Values = BTreeMap<Arc<str>, [usize; 3]>;
+    let pins = |values: &Values, which: usize| -> BTreeMap<String, Vec<usize>> {
         let mut out = opts.input_shapes.clone();
         for input in &interface.inputs {
             let Some(declared) = &input.dims else {
@@ -124,42 +125,81 @@ pub fn import_file_symbolic(path: &Path, opts: &ImportOptions) -> Result<Module,
         }
         out
     };
-    let at = |which: usize| -> String {
+    let at = |values: &Values, which: usize| -> String {
         let parts: Vec<String> = values
             .iter()
             .map(|(s, v)| format!("{} = {}", Name(s), v[which]))
             .collect();
         parts.join(", ")
     };
-    let import_at = |which: usize| {
+    let import_at = |values: &Values, which: usize| {
         decoded.import(&ImportOptions {
-            input_shapes: pins(which),
+            input_shapes: pins(values, which),
             ..opts.clone()
         })
     };
     let symbolic = (|| {
-        let first = import_at(0)?;
-        let second = import_at(1)?;
-        let bindings = |which: usize| -> Bindings {
-            values.iter().map(|(s, v)| (s.clone(), v[which])).collect()
+        let first = import_at(&values, 0)?;
+        let second = import_at(&values, 1)?;
+        let resizes_to_sizes = decoded.resizes_to_sizes();
+        let batch_like = |s: &Arc<str>| dims.iter().all(|d| &d.symbol != s || d.axis == 0);
+        // each symbol's multiple: 1, or the power of two a type rule needed it to be
+        let mut multiples: BTreeMap<Arc<str>, usize> = BTreeMap::new();
+        let symbolic = loop {
+            let stand_for = |s: &Arc<str>| SymbolIn::new(s, multiples.get(s).copied().unwrap_or(1));
+            let dims_of: BTreeMap<Arc<str>, SymbolIn> =
+                values.keys().map(|s| (s.clone(), stand_for(s))).collect();
+            let bindings = |which: usize| -> Bindings {
+                values
+                    .iter()
+                    .map(|(s, v)| (dims_of[s].name.clone(), v[which] / dims_of[s].multiple))
+                    .collect()
+            };
+            match unify(
+                &first,
+                &second,
+                &dims,
+                &dims_of,
+                &[(at(&values, 0), bindings(0)), (at(&values, 1), bindings(1))],
+                &resizes_to_sizes,
+            ) {
+                Ok(m) => break m,
+                Err(Unify::Sizes(symbols, e)) => {
+                    // sizes that agree at both imports but not for every value of their
+                    // symbols (an FPN's upsampled `2*((H + 31) / 32)` against its lateral's
+                    // `(H + 15) / 16`): take the symbols as multiples of twice as much,
+                    // up to 32, which the imports' sizes are
+                    let mut refined = false;
+                    for s in symbols.iter().filter(|s| !batch_like(s)) {
+                        let m = multiples.entry(s.clone()).or_insert(1);
+                        if *m < 32 {
+                            *m *= 2;
+                            refined = true;
+                        }
+                    }
+                    if !refined {
+                        return Err(e);
+                    }
+                }
+                Err(Unify::Other(e)) => return Err(e),
+            }
         };
-        let symbolic = unify(
-            &first,
-            &second,
-            &dims,
-            &[(at(0), bindings(0)), (at(1), bindings(1))],
-            &decoded.resizes_to_sizes(),
-        )?;
-        // a third import, at a batch of 1 and odd sizes, is that module specialized
-        // there
-        let third = import_at(2)?;
-        let specialized = specialize(&symbolic, &pins(2)).map_err(|d| {
+        // a third import, at a batch of 1 and odd sizes (odd multiples), is that module
+        // specialized there
+        let mut values = values.clone();
+        for (s, m) in &multiples {
+            if let Some(v) = values.get_mut(s) {
+                v[2] = m * (v[2] / m | 1);
+            }
+        }
+        let third = import_at(&values, 2)?;
+        let specialized = specialize(&symbolic, &pins(&values, 2)).map_err(|d| {
             symbolic_error(format!(
                 "the model imported with symbolic sizes does not specialize at {}: {d}",
-                at(2)
+                at(&values, 2)
             ))
         })?;
-        compare_structure(&specialized, &third, &at(2))?;
+        compare_structure(&specialized, &third, &at(&values, 2))?;
         Ok(symbolic)
     })();
     symbolic.map_err(|why| {
@@ -181,27 +221,64 @@ pub fn import_file_symbolic(path: &Path, opts: &ImportOptions) -> Result<Module,
     })
 }
 
-/// The symbolic module of two imports that differ only in their sizes.
+/// How a model's symbol stands in the module: itself, or a multiple of a symbol named
+/// for it (`"height/32"`, when the type rules need `height` a multiple of 32).
+struct SymbolIn {
+    name: Arc<str>,
+    multiple: usize,
+}
+
+impl SymbolIn {
+    fn new(symbol: &Arc<str>, multiple: usize) -> SymbolIn {
+        let name = match multiple {
+            1 => symbol.clone(),
+            m => format!("{symbol}/{m}").into(),
+        };
+        SymbolIn { name, multiple }
+    }
+
+    /// The input dimension it declares: `symbol` or `multiple*name`.
+    fn dim(&self) -> Dim {
+        Dim::symbol(&self.name) * self.multiple
+    }
+}
+
+/// Why two imports did not unify: a type rule refused sizes over these (model) symbols,
+/// or anything else.
+enum Unify {
+    Sizes(BTreeSet<Arc<str>>, crate::Error),
+    Other(crate::Error),
+}
+
+impl From<crate::Error> for Unify {
+    fn from(e: crate::Error) -> Unify {
+        Unify::Other(e)
+    }
+}
+
+/// The symbolic module of two imports that differ only in their sizes, each model
+/// symbol standing as `dims_of` says.
 fn unify(
     a: &Module,
     b: &Module,
     dims: &[SymbolicDim],
+    dims_of: &BTreeMap<Arc<str>, SymbolIn>,
     [(at_a, bind_a), (at_b, bind_b)]: &[(String, Bindings); 2],
     resizes_to_sizes: &BTreeSet<String>,
-) -> Result<Module, crate::Error> {
+) -> Result<Module, Unify> {
     let (fa, fb) = match (a.entry(), b.entry()) {
         (Some(fa), Some(fb)) => (fa, fb),
         _ => {
-            return Err(symbolic_error(
+            return Err(Unify::Other(symbolic_error(
                 "the imported model has no entry function".into(),
-            ))
+            )))
         }
     };
     let differs = |what: String| {
-        symbolic_error(format!(
+        Unify::Other(symbolic_error(format!(
             "{what} at {at_a} and at {at_b}: the import depends on those sizes, so the model \
              imports with its input shapes pinned only"
-        ))
+        )))
     };
     if fa.insts.len() != fb.insts.len() || fa.params.len() != fb.params.len() {
         return Err(differs(format!(
@@ -216,7 +293,7 @@ fn unify(
         .map(|p| {
             let mut stored = p.ty.dims.clone();
             for d in dims.iter().filter(|d| d.input == p.name) {
-                stored[d.axis] = Dim::symbol(&d.symbol).stored();
+                stored[d.axis] = dims_of[&d.symbol].dim().stored();
             }
             Param {
                 name: p.name.clone(),
@@ -266,10 +343,21 @@ fn unify(
         let ty = op
             .infer_type(&operand_types, &|id| a.weights.type_of(id))
             .map_err(|why| {
-                symbolic_error(format!(
-                    "node {node}: '{}' does not take the symbolic sizes: {why}",
-                    ia.op.name()
-                ))
+                // the model symbols the operands' sizes read
+                let read: BTreeSet<Arc<str>> =
+                    operand_types.iter().flat_map(|t| t.symbols()).collect();
+                let symbols = dims_of
+                    .iter()
+                    .filter(|(_, s)| read.contains(&s.name))
+                    .map(|(symbol, _)| symbol.clone())
+                    .collect();
+                Unify::Sizes(
+                    symbols,
+                    symbolic_error(format!(
+                        "node {node}: '{}' does not take the symbolic sizes: {why}",
+                        ia.op.name()
+                    )),
+                )
             })?;
         types.push(ty.clone());
         insts.push(Inst {
@@ -288,7 +376,7 @@ fn unify(
     };
     let mut out = a.clone();
     out.funcs = vec![func];
-    smelt_ir::verify::verify_module(&out).map_err(crate::Error::Onnx)?;
+    smelt_ir::verify::verify_module(&out).map_err(|d| Unify::Other(crate::Error::Onnx(d)))?;
     Ok(out)
 }
 

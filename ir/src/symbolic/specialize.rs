@@ -113,22 +113,75 @@ pub fn bind_symbols(f: &Func, shapes: &BTreeMap<String, Vec<usize>>) -> Result<B
             }
         }
     }
-    for (p, axis, size, e) in deferred {
-        let value = e
-            .eval(&|s| bindings.get(s).map(|&v| v as i64))
-            .map_err(|why| {
-                format!(
-                    "input %{} dimension {axis} is {e}, which no input gives alone: {why}",
-                    p.name
-                )
-            })?;
-        if value != size as i64 {
+    // a dimension that is an expression of one symbol no other input gives binds it when
+    // the expression is linear in it (`32*"height/32"` takes multiples of 32); others wait
+    // for the symbols the rest bind
+    let mut waiting = deferred;
+    while !waiting.is_empty() {
+        let before = waiting.len();
+        let mut still = Vec::new();
+        for (p, axis, size, e) in waiting {
+            let mut symbols = std::collections::BTreeSet::new();
+            e.symbols_into(&mut symbols);
+            let unbound: Vec<Arc<str>> = symbols
+                .into_iter()
+                .filter(|s| !bindings.contains_key(s))
+                .collect();
+            match unbound.as_slice() {
+                [] => {
+                    let value = e.eval(&|s| bindings.get(s).map(|&v| v as i64))?;
+                    if value != size as i64 {
+                        return Err(format!(
+                            "input %{} dimension {axis} is {size}, but {e} = {value} at {}",
+                            p.name,
+                            bindings_text(&bindings)
+                        ));
+                    }
+                }
+                [symbol] => {
+                    let at = |t: i64| {
+                        e.eval(&|s| match bindings.get(s) {
+                            Some(&v) => Some(v as i64),
+                            None => (s == &**symbol).then_some(t),
+                        })
+                    };
+                    let (b, a) = (at(0)?, at(1)? - at(0)?);
+                    let t = (a > 0 && (size as i64 - b) % a == 0)
+                        .then(|| (size as i64 - b) / a)
+                        .filter(|&t| t >= 0);
+                    match t {
+                        Some(t) if at(t)? == size as i64 => {
+                            bindings.insert(symbol.clone(), t as usize);
+                            sources.insert(
+                                symbol.clone(),
+                                Source {
+                                    input: &p.name,
+                                    axis,
+                                },
+                            );
+                        }
+                        _ => {
+                            return Err(format!(
+                                "input %{} dimension {axis} is {size}, but @{} takes {e} there: \
+                                 no size of {} gives {size}",
+                                p.name,
+                                f.name,
+                                super::Name(symbol)
+                            ))
+                        }
+                    }
+                }
+                _ => still.push((p, axis, size, e)),
+            }
+        }
+        if still.len() == before {
+            let (p, axis, _, e) = &still[0];
             return Err(format!(
-                "input %{} dimension {axis} is {size}, but {e} = {value} at {}",
-                p.name,
-                bindings_text(&bindings)
+                "input %{} dimension {axis} is {e}, which no input gives alone",
+                p.name
             ));
         }
+        waiting = still;
     }
     Ok(bindings)
 }
