@@ -189,7 +189,8 @@ pub fn import_file_symbolic(path: &Path, opts: &ImportOptions) -> Result<Module,
         let mut values = values.clone();
         for (s, m) in &multiples {
             if let Some(v) = values.get_mut(s) {
-                v[2] = m * (v[2] / m | 1);
+                // an odd multiple
+                v[2] = m * ((v[2] / m) | 1);
             }
         }
         let third = import_at(&values, 2)?;
