@@ -4,14 +4,19 @@
 //!
 //! The importer computes with known sizes: it folds shape programs, resolves `-1` in
 //! reshape targets and picks ops by shape. So the model is imported at two sets of
-//! sizes for its symbols, and the two modules must be the same but for their types:
-//! the same instructions and attributes, the same constants. Then nothing the importer
-//! decided depended on those sizes, and the symbolic module is the first one with its
-//! parameters' types symbolic and every type inferred again by the type rules. A third
-//! import, with a batch of 1 and odd image sides, is checked to be that module specialized
-//! there (odd sizes, where rounding shows). A model whose import depends on a size (a reshape to the batch times the
-//! features, a constant folded from `Shape`) is an error naming the first node that
-//! differs: it imports with its shapes pinned, as before.
+//! sizes for its symbols, and the two modules must be the same but for their types and
+//! their size attributes: the same instructions, the same constants. A size attribute
+//! that differs is explained as a symbolic size (a size the module already has, a
+//! product of the operand's dims, what a reshape's other entries leave, a resize by
+//! scales as `floor(input · scale)`). Then nothing the importer decided depended on
+//! those sizes, and the symbolic module is the first one with its parameters' types
+//! symbolic and every type inferred again by the type rules. Where a rule refuses two
+//! sizes that agree at both imports (an FPN's upsampling against its lateral), their
+//! symbols are taken as multiples of 2, 4, ... 32, named for it (`32*"height/32"`). A
+//! third import, with a batch of 1 and odd sizes (odd multiples), where rounding shows,
+//! is checked to be that module specialized there. A model whose import depends on a
+//! size otherwise (a constant folded from the sequence length) is the usual pin-it error
+//! with a note naming the first node that differs.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
