@@ -157,10 +157,11 @@ typedef struct SmeltOptions {
    */
   uint32_t threads;
   /**
-   * ONNX only: shapes pinning dynamic input dimensions (`-1`, a `dim_param` or an
-   * unset dimension), as a NUL-terminated string `"NAME=1x3x224x224;OTHER=1x16"`, or
-   * NULL for none. Each input at most once; a pin must agree with the model's static
-   * dimensions and name one of its inputs.
+   * Shapes pinning an ONNX model's dynamic input dimensions (`-1`, a `dim_param` or an
+   * unset dimension) or binding a `.tir` model's symbolic sizes (`tensor<Nx3xHxWxf32>`),
+   * as a NUL-terminated string `"NAME=1x3x224x224;OTHER=1x16"`, or NULL for none. Each
+   * input at most once; a pin must agree with the model's static dimensions and name
+   * one of its inputs; inputs sharing a symbol must agree on it.
    */
   const char *input_shapes;
   /**

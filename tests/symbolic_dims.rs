@@ -395,3 +395,49 @@ fn mutated_symbolic_types_parse_or_fail_with_a_diagnostic() {
         "parsed {parsed}, refused {refused}"
     );
 }
+
+/// The C API binds a `.tir` model's symbolic sizes from `SmeltOptions.input_shapes`, and
+/// names the input and dimension of a pin that breaks them.
+#[test]
+fn the_c_api_specializes_symbolic_text_at_its_input_shapes() {
+    use smelt::capi::{
+        smelt_executable_destroy, smelt_executable_from_text, smelt_executable_input,
+        smelt_last_error, smelt_options_default, SmeltElementType, SmeltStatus, SmeltTensorInfo,
+    };
+    let src = std::fs::read_to_string(common::root().join("tests/cases/parse/symbolic_dims.tir"))
+        .unwrap();
+    let compile = |pins: &str| {
+        let pins = std::ffi::CString::new(pins).unwrap();
+        let mut opts = smelt_options_default();
+        opts.input_shapes = pins.as_ptr();
+        let mut exe = std::ptr::null_mut();
+        // SAFETY: the text is readable for its length, `opts` and `pins` live across the
+        // call, `exe` is writable.
+        let status =
+            unsafe { smelt_executable_from_text(src.as_ptr().cast(), src.len(), &opts, &mut exe) };
+        (status, exe)
+    };
+    let (status, exe) = compile("x=2x3x11x9;gate=2x8x1x1;t=3x5x16;m=16x4");
+    assert_eq!(status, SmeltStatus::Ok);
+    let mut info = SmeltTensorInfo {
+        name: std::ptr::null(),
+        rank: 0,
+        dims: std::ptr::null(),
+        element_count: 0,
+        layout: std::ptr::null(),
+        element_type: SmeltElementType::Bool,
+    };
+    // SAFETY: `exe` is live and `info` writable.
+    let status = unsafe { smelt_executable_input(exe, 0, &mut info) };
+    assert_eq!(status, SmeltStatus::Ok);
+    // SAFETY: the library's dims outlive the executable's use here.
+    let dims = unsafe { std::slice::from_raw_parts(info.dims, info.rank) };
+    assert_eq!(dims, [2, 3, 11, 9]);
+    assert_eq!(smelt_executable_destroy(exe), SmeltStatus::Ok);
+    let (status, exe) = compile("x=2x3x11x9;gate=3x8x1x1;t=3x5x16;m=16x4");
+    assert_eq!(status, SmeltStatus::Ir);
+    assert!(exe.is_null());
+    // SAFETY: the last error is a NUL-terminated string of this thread.
+    let e = unsafe { std::ffi::CStr::from_ptr(smelt_last_error()) }.to_string_lossy();
+    assert!(e.contains("input %gate dimension 0 is 3"), "{e}");
+}

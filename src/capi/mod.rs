@@ -162,10 +162,11 @@ pub struct SmeltOptions {
     /// busy runs on its calling thread alone. Above 1024 (`MAX_THREADS`) creating the
     /// executable fails with `SMELT_STATUS_INVALID_ARGUMENT`.
     pub threads: u32,
-    /// ONNX only: shapes pinning dynamic input dimensions (`-1`, a `dim_param` or an
-    /// unset dimension), as a NUL-terminated string `"NAME=1x3x224x224;OTHER=1x16"`, or
-    /// NULL for none. Each input at most once; a pin must agree with the model's static
-    /// dimensions and name one of its inputs.
+    /// Shapes pinning an ONNX model's dynamic input dimensions (`-1`, a `dim_param` or an
+    /// unset dimension) or binding a `.tir` model's symbolic sizes (`tensor<Nx3xHxWxf32>`),
+    /// as a NUL-terminated string `"NAME=1x3x224x224;OTHER=1x16"`, or NULL for none. Each
+    /// input at most once; a pin must agree with the model's static dimensions and name
+    /// one of its inputs; inputs sharing a symbol must agree on it.
     pub input_shapes: *const c_char,
     /// The code of conv tiles: 0 the widest micro-kernel the CPU runs (default), 1
     /// Cranelift code only (portable), 2 the AVX2 micro-kernel, 3 the AVX-512 one (2 and
@@ -502,16 +503,6 @@ impl Options {
         driver.load.memory_budget = self.memory_budget;
         Ok(driver)
     }
-
-    fn no_shapes_for_text(&self) -> Result<(), Failure> {
-        if self.input_shapes.is_empty() {
-            Ok(())
-        } else {
-            Err(invalid(
-                "input_shapes applies to ONNX models only; .tir shapes are static",
-            ))
-        }
-    }
 }
 
 /// Optimizes and compiles `module`, registers the executable and stores its handle.
@@ -607,13 +598,20 @@ pub unsafe extern "C" fn smelt_executable_from_text(
             prepare_out(out)?;
             let src = bytes(text as *const u8, len, "the model text")?;
             let opts = read_options(opts)?;
-            opts.no_shapes_for_text()?;
+            let render = |d: smelt_ir::Diagnostics| {
+                let rendered = d.render(std::str::from_utf8(src).ok());
+                Failure(SmeltStatus::Ir, rendered.trim_end().to_string())
+            };
             let module =
                 smelt_ir::text::parse_bytes_with(src, "<text>", None, &opts.parse_options())
-                    .map_err(|d| {
-                        let rendered = d.render(std::str::from_utf8(src).ok());
-                        Failure(SmeltStatus::Ir, rendered.trim_end().to_string())
-                    })?;
+                    .map_err(render)?;
+            // symbolic sizes are bound by the pinned shapes
+            let module = match opts.input_shapes.is_empty() {
+                true => module,
+                false => {
+                    smelt_ir::symbolic::specialize(&module, &opts.input_shapes).map_err(render)?
+                }
+            };
             finish(module, &opts, out)
         }
     })
@@ -709,7 +707,6 @@ pub unsafe extern "C" fn smelt_executable_from_file(
             let module = if is_onnx {
                 import_onnx_file(path, &opts)?
             } else {
-                opts.no_shapes_for_text()?;
                 // a regular file of bounded size, like every file smelt reads
                 let data = smelt_ir::files::read_regular(path, smelt_ir::text::MAX_TEXT_BYTES)
                     .map_err(|m| Error::Io {
@@ -718,12 +715,18 @@ pub unsafe extern "C" fn smelt_executable_from_file(
                     })?;
                 let name = path.display().to_string();
                 let parse = opts.parse_options();
-                smelt_ir::text::parse_bytes_with(&data, &name, path.parent(), &parse).map_err(
-                    |d| {
-                        let rendered = d.render(std::str::from_utf8(&data).ok());
-                        Failure(SmeltStatus::Ir, rendered.trim_end().to_string())
-                    },
-                )?
+                let render = |d: smelt_ir::Diagnostics| {
+                    let rendered = d.render(std::str::from_utf8(&data).ok());
+                    Failure(SmeltStatus::Ir, rendered.trim_end().to_string())
+                };
+                let module = smelt_ir::text::parse_bytes_with(&data, &name, path.parent(), &parse)
+                    .map_err(render)?;
+                // symbolic sizes are bound by the pinned shapes
+                match opts.input_shapes.is_empty() {
+                    true => module,
+                    false => smelt_ir::symbolic::specialize(&module, &opts.input_shapes)
+                        .map_err(render)?,
+                }
             };
             finish(module, &opts, out)
         }
