@@ -402,7 +402,7 @@ fn mutated_symbolic_types_parse_or_fail_with_a_diagnostic() {
 fn the_c_api_specializes_symbolic_text_at_its_input_shapes() {
     use smelt::capi::{
         smelt_executable_destroy, smelt_executable_from_text, smelt_executable_input,
-        smelt_last_error, smelt_options_default, SmeltElementType, SmeltStatus, SmeltTensorInfo,
+        smelt_last_error, smelt_options_default, SmeltStatus,
     };
     let src = std::fs::read_to_string(common::root().join("tests/cases/parse/symbolic_dims.tir"))
         .unwrap();
@@ -419,14 +419,7 @@ fn the_c_api_specializes_symbolic_text_at_its_input_shapes() {
     };
     let (status, exe) = compile("x=2x3x11x9;gate=2x8x1x1;t=3x5x16;m=16x4");
     assert_eq!(status, SmeltStatus::Ok);
-    let mut info = SmeltTensorInfo {
-        name: std::ptr::null(),
-        rank: 0,
-        dims: std::ptr::null(),
-        element_count: 0,
-        layout: std::ptr::null(),
-        element_type: SmeltElementType::Bool,
-    };
+    let mut info = jit_util::blank_tensor_info();
     // SAFETY: `exe` is live and `info` writable.
     let status = unsafe { smelt_executable_input(exe, 0, &mut info) };
     assert_eq!(status, SmeltStatus::Ok);

@@ -117,6 +117,18 @@ pub struct DecodedModel {
 }
 
 impl DecodedModel {
+    /// The graph inputs it declares, as [`declared_interface`] reads them from a file.
+    pub(crate) fn declared_inputs(
+        &self,
+        opts: &ImportOptions,
+    ) -> Result<Vec<DeclaredInput>, crate::Error> {
+        let Some(graph) = self.decoded.model.graph.as_ref() else {
+            return Ok(Vec::new());
+        };
+        let initializers: BTreeSet<&str> = graph.initializer.iter().map(|t| t.name()).collect();
+        declared_inputs(&graph.input, &initializers, opts)
+    }
+
     /// The display names of the top graph's Resize nodes given a `sizes` input (rather
     /// than `scales`): their result's size is that input's, not the scaled input's.
     pub(crate) fn resizes_to_sizes(&self) -> BTreeSet<String> {
@@ -195,8 +207,19 @@ pub fn declared_interface(
     let graph = interface::read(file, len)
         .map_err(|m| onnx_error(plain_error("onnx-decode", format!("malformed model: {m}"))))?;
     let initializers: BTreeSet<&str> = graph.initializer_names.iter().map(String::as_str).collect();
+    let inputs = declared_inputs(&graph.inputs, &initializers, opts)?;
+    let outputs = graph.outputs.iter().map(|o| o.name().to_string()).collect();
+    Ok(DeclaredInterface { inputs, outputs })
+}
+
+/// The inputs `graph_inputs` declare, initializers and `opts.constant_inputs` left out.
+fn declared_inputs(
+    graph_inputs: &[proto::ValueInfoProto],
+    initializers: &BTreeSet<&str>,
+    opts: &ImportOptions,
+) -> Result<Vec<DeclaredInput>, crate::Error> {
     let mut inputs = Vec::new();
-    for input in &graph.inputs {
+    for input in graph_inputs {
         let name = input.name();
         if initializers.contains(name) || opts.constant_inputs.contains_key(name) {
             continue;
@@ -244,8 +267,7 @@ pub fn declared_interface(
             dims,
         });
     }
-    let outputs = graph.outputs.iter().map(|o| o.name().to_string()).collect();
-    Ok(DeclaredInterface { inputs, outputs })
+    Ok(inputs)
 }
 
 /// Reads a model file into one aligned buffer: a regular file only, its size within the

@@ -23,11 +23,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use smelt_ir::op::Dim;
-use smelt_ir::op::ResizeAttrs;
 use smelt_ir::symbolic::{specialize, Bindings, Name};
 use smelt_ir::{Diagnostic, Diagnostics, Func, Inst, Module, Op, Param, TensorType};
 
-use super::{declared_interface, decode_file, ImportOptions, InputDim};
+use super::{decode_file, ImportOptions, InputDim};
 
 /// One dynamic dimension of a graph input and the symbol it is.
 struct SymbolicDim {
@@ -63,11 +62,12 @@ fn symbolic_error(message: String) -> crate::Error {
 /// `opts.input_shapes` pins keep their sizes). A model without dynamic dimensions
 /// imports as [`super::import_file`] does.
 pub fn import_file_symbolic(path: &Path, opts: &ImportOptions) -> Result<Module, crate::Error> {
-    let interface = declared_interface(path, opts)?;
+    let decoded = decode_file(path, opts)?;
+    let declared = decoded.declared_inputs(opts)?;
     let mut dims = Vec::new();
     let mut names: Vec<Arc<str>> = Vec::new();
     let mut fresh = 0;
-    for input in &interface.inputs {
+    for input in &declared {
         if opts.input_shapes.contains_key(&input.name) {
             continue;
         }
@@ -90,7 +90,6 @@ pub fn import_file_symbolic(path: &Path, opts: &ImportOptions) -> Result<Module,
             }
         }
     }
-    let decoded = decode_file(path, opts)?;
     if dims.is_empty() {
         return decoded.import(opts);
     }
@@ -106,7 +105,7 @@ pub fn import_file_symbolic(path: &Path, opts: &ImportOptions) -> Result<Module,
     type Values = BTreeMap<Arc<str>, [usize; 3]>;
     let pins = |values: &Values, which: usize| -> BTreeMap<String, Vec<usize>> {
         let mut out = opts.input_shapes.clone();
-        for input in &interface.inputs {
+        for input in &declared {
             let Some(declared) = &input.dims else {
                 continue;
             };
@@ -311,6 +310,12 @@ fn unify(
         })
         .collect();
     let mut types: Vec<TensorType> = params.iter().map(|p| p.ty.clone()).collect();
+    // the distinct symbolic sizes so far, in definition order: what a size attribute
+    // that differs between the imports is first matched against
+    let mut known: Vec<Dim> = Vec::new();
+    for t in &types {
+        note_symbolic_sizes(&mut known, t);
+    }
     let mut insts = Vec::with_capacity(fa.insts.len());
     for (ia, ib) in fa.insts.iter().zip(&fb.insts) {
         let node = &ia.loc;
@@ -322,7 +327,7 @@ fn unify(
                 smelt_ir::Location::Name(n) => resizes_to_sizes.contains(&**n),
                 _ => false,
             };
-            explain_sizes(&ia.op, &ib.op, &types, operand, to_sizes, [bind_a, bind_b])
+            explain_sizes(&ia.op, &ib.op, &known, operand, to_sizes, [bind_a, bind_b])
         };
         let Some(op) = op.filter(|_| ia.operands == ib.operands) else {
             return Err(differs(format!(
@@ -365,6 +370,7 @@ fn unify(
                     )),
                 )
             })?;
+        note_symbolic_sizes(&mut known, &ty);
         types.push(ty.clone());
         insts.push(Inst {
             op,
@@ -386,6 +392,15 @@ fn unify(
     Ok(out)
 }
 
+/// Adds `t`'s symbolic sizes not in `known` yet to it.
+fn note_symbolic_sizes(known: &mut Vec<Dim>, t: &TensorType) {
+    for d in Dim::all(&t.dims) {
+        if d.is_symbolic() && !known.contains(&d) {
+            known.push(d);
+        }
+    }
+}
+
 /// The value of `d` at `bindings`, if it has one.
 fn value_at(d: Dim, bindings: &Bindings) -> Option<usize> {
     let v = d
@@ -395,155 +410,104 @@ fn value_at(d: Dim, bindings: &Bindings) -> Option<usize> {
     usize::try_from(v).ok()
 }
 
-/// `a` (an op imported at the first sizes) with the size attributes in which it differs
-/// from `b` (the same op at the second sizes) as symbolic sizes, when each is explained.
-/// A resize by `scales` has ONNX's `floor(input · scale)`; a reshape's, an expand's or
-/// (`to_sizes`) a resize's by a `sizes` input is a size some earlier value has (in
-/// definition order: a resize to another tensor's size, a reshape keeping the batch),
-/// the product of a run of the operand's dims (a reshape merging them), or, for one entry
-/// of a reshape, what the others leave of the element count. `None` when the ops differ
-/// otherwise or a size is not explained.
+/// `a` (an op imported at the first sizes) with the result sizes in which it differs
+/// from `b` (the same op at the second sizes, [`Op::result_sizes`]) as symbolic sizes,
+/// when each is explained. A resize by `scales` has ONNX's `floor(input · scale)`; a
+/// reshape's, an expand's or (`to_sizes`) a resize's by a `sizes` input is one of
+/// `known` (the symbolic sizes so far, in definition order: a resize to another
+/// tensor's size, a reshape keeping the batch), the product of a run of the operand's
+/// dims (a reshape merging them), or, for one entry of a reshape, what the others leave
+/// of the element count. `None` when the ops differ otherwise or a size is not
+/// explained.
 fn explain_sizes(
     a: &Op,
     b: &Op,
-    types: &[TensorType],
+    known: &[Dim],
     operand: Option<&TensorType>,
     to_sizes: bool,
     [bind_a, bind_b]: [&Bindings; 2],
 ) -> Option<Op> {
-    if let (Op::Resize(r), false, Some(x)) = (a, to_sizes, operand) {
-        // sizes = floor(input · scale), the scale a ratio of small integers
-        let sizes = r
-            .scales
-            .iter()
-            .zip(&x.dims)
-            .map(|(s, &d)| {
-                let q = (1..=64u32).find(|&q| {
-                    let p = s.0 as f64 * q as f64;
-                    (p - p.round()).abs() < 1e-6
-                })?;
-                let p = (s.0 as f64 * q as f64).round() as usize;
-                let d = (Dim::from_stored(d) * p).floor_div(q as usize);
-                Some(d.stored())
-            })
-            .collect::<Option<Vec<usize>>>()?;
-        let op = Op::Resize(ResizeAttrs { sizes, ..r.clone() });
-        let at = |bind: &Bindings, op: &Op| match op {
-            Op::Resize(r) => r
-                .sizes
-                .iter()
-                .map(|&d| value_at(Dim::from_stored(d), bind))
-                .collect::<Option<Vec<usize>>>(),
-            _ => None,
-        };
-        let imported = |op: &Op| match op {
-            Op::Resize(r) => Some(r.sizes.clone()),
-            _ => None,
-        };
-        let agrees = at(bind_a, &op) == imported(a) && at(bind_b, &op) == imported(b);
-        return agrees.then_some(op);
-    }
-    let (sizes_a, sizes_b) = match (a, b) {
-        (Op::Reshape { shape: x }, Op::Reshape { shape: y })
-        | (Op::Expand { shape: x }, Op::Expand { shape: y }) => (x, y),
-        (Op::Resize(x), Op::Resize(y))
-            if ResizeAttrs {
-                sizes: Vec::new(),
-                ..x.clone()
-            } == ResizeAttrs {
-                sizes: Vec::new(),
-                ..y.clone()
-            } =>
-        {
-            (&x.sizes, &y.sizes)
-        }
-        _ => return None,
-    };
-    if sizes_a.len() != sizes_b.len() {
+    let (sizes_a, sizes_b) = (a.result_sizes()?, b.result_sizes()?);
+    if sizes_a.len() != sizes_b.len()
+        || a.with_result_sizes(Vec::new()) != b.with_result_sizes(Vec::new())
+    {
         return None;
     }
-    // candidates: every symbolic size so far in definition order, then products of runs
-    // of the operand's dims
-    let mut candidates: Vec<Dim> = Vec::new();
-    for t in types {
-        for &d in &t.dims {
-            let d = Dim::from_stored(d);
-            if d.is_symbolic() && !candidates.contains(&d) {
-                candidates.push(d);
-            }
-        }
-    }
-    if let Some(x) = operand {
-        let dims = Dim::all(&x.dims);
-        for start in 0..dims.len() {
-            for end in start + 2..=dims.len() {
-                if let Some(p) = Dim::product(&dims[start..end]) {
-                    candidates.push(p);
+    let explains = |k: usize, d: Dim| {
+        value_at(d, bind_a) == Some(sizes_a[k]) && value_at(d, bind_b) == Some(sizes_b[k])
+    };
+    let sizes: Vec<Dim> = match (a, to_sizes) {
+        (Op::Resize(r), false) => scaled_sizes(&r.scales, operand?)?,
+        _ => {
+            let runs = operand
+                .map(|x| run_products(&Dim::all(&x.dims)))
+                .unwrap_or_default();
+            let mut out: Vec<Option<Dim>> = (0..sizes_a.len())
+                .map(|k| match sizes_a[k] == sizes_b[k] {
+                    true => Some(Dim::known(sizes_a[k])),
+                    false => known.iter().chain(&runs).copied().find(|&d| explains(k, d)),
+                })
+                .collect();
+            let unexplained: Vec<usize> = (0..out.len()).filter(|&k| out[k].is_none()).collect();
+            if let ([k], Op::Reshape { .. }, Some(x)) = (unexplained.as_slice(), a, operand) {
+                // the entry a reshape's -1 resolved: the element count over the others
+                let others = out
+                    .iter()
+                    .flatten()
+                    .try_fold(1usize, |p, d| p.checked_mul(d.known_size()?))?;
+                let total = Dim::product(&Dim::all(&x.dims))?;
+                if others > 0 && total.divisible_by(others) {
+                    out[*k] = Some(total.floor_div(others));
                 }
             }
+            out.into_iter().collect::<Option<_>>()?
+        }
+    };
+    if !(0..sizes.len()).all(|k| explains(k, sizes[k])) {
+        return None;
+    }
+    let mut op = a.with_result_sizes(Dim::stored_all(&sizes))?;
+    if let (Op::Resize(r), true, Some(x)) = (&mut op, to_sizes, operand) {
+        // a resize to sizes scales by the size over the input's (the `stretch` policy):
+        // 0 says so where either is symbolic, and the imported scale must be that ratio
+        for (k, s) in r.scales.iter_mut().enumerate() {
+            let input = Dim::from_stored(x.dims[k]);
+            if !sizes[k].is_symbolic() && !input.is_symbolic() {
+                continue;
+            }
+            let ratio = (sizes_a[k] as f64 / value_at(input, bind_a)? as f64) as f32;
+            if ratio != s.0 {
+                return None;
+            }
+            *s = smelt_ir::F32(0.0);
         }
     }
-    let mut out: Vec<Option<Dim>> = sizes_a
+    Some(op)
+}
+
+/// A resize's sizes by its scales, `floor(input · scale)`, each scale a ratio of small
+/// integers.
+fn scaled_sizes(scales: &[smelt_ir::F32], x: &TensorType) -> Option<Vec<Dim>> {
+    scales
         .iter()
-        .zip(sizes_b)
-        .map(|(&x, &y)| {
-            if x == y {
-                return Some(Dim::known(x));
-            }
-            candidates
-                .iter()
-                .copied()
-                .find(|&d| value_at(d, bind_a) == Some(x) && value_at(d, bind_b) == Some(y))
+        .zip(&x.dims)
+        .map(|(s, &d)| {
+            let q = (1..=64u32).find(|&q| {
+                let p = s.0 as f64 * q as f64;
+                (p - p.round()).abs() < 1e-6
+            })?;
+            let p = (s.0 as f64 * q as f64).round() as usize;
+            Some((Dim::from_stored(d) * p).floor_div(q as usize))
         })
-        .collect();
-    let unexplained: Vec<usize> = (0..out.len()).filter(|&k| out[k].is_none()).collect();
-    if let ([k], Op::Reshape { .. }, Some(x)) = (unexplained.as_slice(), a, operand) {
-        // the entry a reshape's -1 resolved: the element count over the other entries
-        let others = out
-            .iter()
-            .flatten()
-            .try_fold(1usize, |p, d| p.checked_mul(d.known_size()?))?;
-        let total = Dim::product(&Dim::all(&x.dims))?;
-        if others > 0 && total.divisible_by(others) {
-            let d = total.floor_div(others);
-            if value_at(d, bind_a) == Some(sizes_a[*k]) && value_at(d, bind_b) == Some(sizes_b[*k])
-            {
-                out[*k] = Some(d);
-            }
-        }
-    }
-    let sizes: Vec<usize> = out
-        .into_iter()
-        .map(|d| d.map(Dim::stored))
-        .collect::<Option<_>>()?;
-    Some(match a {
-        Op::Reshape { .. } => Op::Reshape { shape: sizes },
-        Op::Expand { .. } => Op::Expand { shape: sizes },
-        Op::Resize(r) => {
-            // a resize to sizes scales by the size over the input's (the `stretch`
-            // policy): 0 says so where either is symbolic, and the imported scale must be
-            // that ratio
-            let x = operand?;
-            let mut scales = r.scales.clone();
-            for (k, s) in scales.iter_mut().enumerate() {
-                let (size, input) = (Dim::from_stored(sizes[k]), Dim::from_stored(x.dims[k]));
-                if !size.is_symbolic() && !input.is_symbolic() {
-                    continue;
-                }
-                let ratio = (sizes_a[k] as f64 / value_at(input, bind_a)? as f64) as f32;
-                if ratio != s.0 {
-                    return None;
-                }
-                *s = smelt_ir::F32(0.0);
-            }
-            Op::Resize(ResizeAttrs {
-                sizes,
-                scales,
-                ..r.clone()
-            })
-        }
-        _ => return None,
-    })
+        .collect()
+}
+
+/// The products of every run of two or more consecutive `dims`.
+fn run_products(dims: &[Dim]) -> Vec<Dim> {
+    (0..dims.len())
+        .flat_map(|start| (start + 2..=dims.len()).map(move |end| (start, end)))
+        .filter_map(|(start, end)| Dim::product(&dims[start..end]))
+        .collect()
 }
 
 /// `Ok` when `specialized` has `imported`'s instructions and types.

@@ -123,6 +123,18 @@ pub fn add_relu() -> Vec<PostOp> {
     ]
 }
 
+/// A `SmeltTensorInfo` for the C API to fill in.
+pub fn blank_tensor_info() -> smelt::capi::SmeltTensorInfo {
+    smelt::capi::SmeltTensorInfo {
+        name: std::ptr::null(),
+        rank: 0,
+        dims: std::ptr::null(),
+        element_count: 0,
+        layout: std::ptr::null(),
+        element_type: smelt::capi::SmeltElementType::Bool,
+    }
+}
+
 /// An executable compiled from IR text through the C API (which must succeed), with what
 /// the C API reports of its first input and first output.
 pub fn capi_from_text(
@@ -133,8 +145,7 @@ pub fn capi_from_text(
     smelt::capi::SmeltTensorInfo,
 ) {
     use smelt::capi::{
-        smelt_executable_from_text, smelt_executable_input, smelt_executable_output,
-        SmeltElementType, SmeltStatus, SmeltTensorInfo,
+        smelt_executable_from_text, smelt_executable_input, smelt_executable_output, SmeltStatus,
     };
     let mut exe = std::ptr::null_mut();
     // SAFETY: the text is readable for its length; `exe` is writable.
@@ -142,15 +153,7 @@ pub fn capi_from_text(
         smelt_executable_from_text(src.as_ptr().cast(), src.len(), std::ptr::null(), &mut exe)
     };
     assert_eq!(s, SmeltStatus::Ok);
-    let blank = || SmeltTensorInfo {
-        name: std::ptr::null(),
-        rank: 0,
-        dims: std::ptr::null(),
-        element_count: 0,
-        layout: std::ptr::null(),
-        element_type: SmeltElementType::Bool,
-    };
-    let (mut input, mut output) = (blank(), blank());
+    let (mut input, mut output) = (blank_tensor_info(), blank_tensor_info());
     // SAFETY: `exe` is live and `input` writable.
     let s = unsafe { smelt_executable_input(exe, 0, &mut input) };
     assert_eq!(s, SmeltStatus::Ok);

@@ -86,6 +86,28 @@ impl std::fmt::Display for Arity {
 }
 
 impl Op {
+    /// The sizes of its result it holds as an attribute — a reshape's or an expand's
+    /// `shape`, a resize's `sizes` —, the attributes that may hold symbolic sizes
+    /// ([`crate::symbolic`]); `None` for every other op.
+    pub fn result_sizes(&self) -> Option<&[usize]> {
+        match self {
+            Op::Reshape { shape } | Op::Expand { shape } => Some(shape),
+            Op::Resize(r) => Some(&r.sizes),
+            _ => None,
+        }
+    }
+
+    /// The op with its [`Op::result_sizes`] replaced by `sizes`; `None` for an op
+    /// without them.
+    pub fn with_result_sizes(&self, sizes: Vec<usize>) -> Option<Op> {
+        Some(match self {
+            Op::Reshape { .. } => Op::Reshape { shape: sizes },
+            Op::Expand { .. } => Op::Expand { shape: sizes },
+            Op::Resize(r) => Op::Resize(ResizeAttrs { sizes, ..r.clone() }),
+            _ => return None,
+        })
+    }
+
     /// Text mnemonic (from the op table).
     pub fn name(&self) -> &'static str {
         self.kind().map_or("const", OpKind::name)

@@ -336,6 +336,19 @@ pub struct AxisTaps {
 }
 
 impl ResizeAttrs {
+    /// Each scale of 0 (in a symbolic module: the size over the input's) computed for an
+    /// input of `input` dims, as the importer computes the scale of a resize to sizes:
+    /// `(out as f64 / in as f64) as f32`.
+    pub fn derive_scales(&mut self, input: &[usize]) {
+        for (k, s) in self.scales.iter_mut().enumerate() {
+            if let (0.0, Some(&n), Some(&out)) = (s.0, input.get(k), self.sizes.get(k)) {
+                if n > 0 {
+                    *s = F32((out as f64 / n as f64) as f32);
+                }
+            }
+        }
+    }
+
     /// Whether axis `k` of an input of `dims` is resampled (not a plain copy).
     pub fn resizes(&self, k: usize, dims: &[usize]) -> bool {
         self.resizes_axis(k, dims[k])

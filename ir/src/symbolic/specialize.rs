@@ -246,40 +246,18 @@ pub fn representative(t: &TensorType, size: usize) -> TensorType {
 /// resize's sizes, and the scales a resize derives from them) at `bindings`; `input` is
 /// its first operand's type, specialized.
 fn op_at(op: &Op, bindings: &Bindings, input: Option<&TensorType>) -> Result<Op, String> {
-    let sizes = |dims: &[usize]| -> Result<Vec<usize>, String> {
-        dims.iter().map(|&d| size_at(d, bindings)).collect()
+    let Some(sizes) = op.result_sizes() else {
+        return Ok(op.clone());
     };
-    Ok(match op {
-        Op::Reshape { shape } => Op::Reshape {
-            shape: sizes(shape)?,
-        },
-        Op::Expand { shape } => Op::Expand {
-            shape: sizes(shape)?,
-        },
-        Op::Resize(r) => {
-            let out = sizes(&r.sizes)?;
-            // a scale of 0 is the size over the input's, as the importer computes it
-            let scales = r
-                .scales
-                .iter()
-                .enumerate()
-                .map(
-                    |(k, s)| match (s.0 == 0.0, input.and_then(|t| t.dims.get(k))) {
-                        (true, Some(&n)) if n > 0 => {
-                            crate::types::F32((out[k] as f64 / n as f64) as f32)
-                        }
-                        _ => *s,
-                    },
-                )
-                .collect();
-            Op::Resize(crate::op::ResizeAttrs {
-                sizes: out,
-                scales,
-                ..r.clone()
-            })
-        }
-        other => other.clone(),
-    })
+    let sizes = sizes
+        .iter()
+        .map(|&d| size_at(d, bindings))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut op = op.with_result_sizes(sizes).unwrap_or_else(|| op.clone());
+    if let (Op::Resize(r), Some(x)) = (&mut op, input) {
+        r.derive_scales(&x.dims);
+    }
+    Ok(op)
 }
 
 /// `f` of `m` at `bindings`: parameter types with the symbols' values, every

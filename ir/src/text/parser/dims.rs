@@ -116,6 +116,7 @@ impl Parser<'_> {
                     }
                     DimExpr::symbol(word)
                 }
+                // the dimension's own parentheses: nesting counts inside them
                 Some(b'(') => {
                     c.pos += 1;
                     let e = self.expr(c)?;
@@ -244,7 +245,8 @@ impl Parser<'_> {
     fn unary(&mut self, c: &mut Cursor) -> Result<DimExpr, DimError> {
         c.skip_spaces();
         let at = c.pos;
-        if matches!(c.peek(), Some(b'-' | b'(')) {
+        let nests = matches!(c.peek(), Some(b'-' | b'('));
+        if nests {
             c.depth += 1;
             if c.depth > MAX_NESTING {
                 return Err((
@@ -255,10 +257,7 @@ impl Parser<'_> {
             }
         }
         let e = self.unary_at(c, at);
-        c.depth = c.depth.saturating_sub(usize::from(matches!(
-            c.src.as_bytes().get(at),
-            Some(b'-' | b'(')
-        )));
+        c.depth -= usize::from(nests);
         e
     }
 
