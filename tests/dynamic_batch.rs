@@ -5,6 +5,7 @@ mod common;
 
 use std::path::PathBuf;
 
+use smelt::dynamic::SharedModule;
 use smelt::{DynamicExecutable, DynamicOptions, Options, Tensor, TensorType};
 
 fn mobilenet() -> PathBuf {
@@ -46,6 +47,7 @@ fn batches_on_and_off_buckets_match_specialized_executables() {
         dynamic.specializations().is_empty(),
         "nothing compiled before a run"
     );
+    assert_eq!(dynamic.shared_module(), SharedModule::Pending);
     for batch in [3, 1] {
         let x = input(batch);
         let got = dynamic
@@ -65,6 +67,12 @@ fn batches_on_and_off_buckets_match_specialized_executables() {
     let compiled: Vec<usize> = dynamic.specializations().iter().map(|s| s.batch).collect();
     assert_eq!(compiled, vec![1, 2], "batch 3 runs buckets 2 and 1");
     assert_eq!(dynamic.chunks(5).unwrap(), vec![2, 2, 1]);
+    // both buckets specialized the one module fused with a symbolic batch
+    assert!(
+        matches!(dynamic.shared_module(), SharedModule::Symbolic { ms } if ms > 0.0),
+        "{:?}",
+        dynamic.shared_module()
+    );
 }
 
 /// Chunks are no larger than the cache holds: with a cache smaller than one element's

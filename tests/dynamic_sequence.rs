@@ -7,7 +7,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use smelt::dynamic::{sequence_buckets, DynamicDim};
+use smelt::dynamic::{sequence_buckets, DynamicDim, SharedModule};
 use smelt::ir::{ErrorStats, TensorData};
 use smelt::{DynamicExecutable, DynamicOptions, Options, Tensor, TensorType};
 
@@ -91,6 +91,14 @@ fn lengths_on_and_off_buckets_match_specialized_executables() {
     }
     let compiled: Vec<Option<usize>> = dynamic.specializations().iter().map(|s| s.length).collect();
     assert_eq!(compiled, vec![Some(16), Some(32), Some(128)]);
+    // BERT's position ids are a constant the importer folds from the length (the add of
+    // the position embeddings): each bucket imports and fuses the model at its length
+    match dynamic.shared_module() {
+        SharedModule::PerBucket { reason, .. } => {
+            assert!(reason.contains("/bert/embeddings/Add_1"), "{reason}")
+        }
+        other => panic!("BERT cannot keep its length symbolic, yet {other:?}"),
+    }
 }
 
 #[test]

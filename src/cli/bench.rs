@@ -10,6 +10,7 @@ use anyhow::{anyhow, bail, Result};
 use clap::{Args, ValueEnum};
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
+use smelt::dynamic::SharedModule;
 use smelt::ir::diag::Location;
 use smelt::ir::{Module, Tensor};
 use smelt::models::{residual_tail, resnet, ResNetConfig, MAX_TAIL_SIZE};
@@ -336,6 +337,16 @@ fn bench_dynamic_or_pin(
     }))
 }
 
+/// The compile breakdown's part for the model's symbolic import and passes, made once
+/// for every bucket (named `symbolic`), or for trying them (`symbolic_refused`).
+fn shared_module_part(exe: &DynamicExecutable) -> Option<(&'static str, f64)> {
+    match exe.shared_module() {
+        SharedModule::Pending => None,
+        SharedModule::Symbolic { ms } => Some(("symbolic", ms)),
+        SharedModule::PerBucket { ms, .. } => Some(("symbolic_refused", ms)),
+    }
+}
+
 /// What a dynamic model's bench is of: its batch and length, when it started and how
 /// long reading its interface took.
 struct DynamicBench {
@@ -355,6 +366,9 @@ fn bench_dynamic(
 ) -> Result<()> {
     let (n, length, start) = (run.batch, run.length, run.start);
     let mut parts = vec![("interface".to_string(), run.interface_ms)];
+    if let Some((name, ms)) = shared_module_part(exe) {
+        parts.push((name.to_string(), ms));
+    }
     for s in exe.specializations() {
         for w in &s.warnings {
             errln!("{w}");

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
+use smelt::dynamic::SharedModule;
 use smelt::ir::{interp, Tensor};
 use smelt::{CompileOptions, DynamicExecutable};
 
@@ -162,8 +163,23 @@ fn run_dynamic(a: &RunArgs, exe: &DynamicExecutable) -> Result<()> {
             compiled.join(", ")
         ),
     }
+    report_shared_module(exe);
     let names: Vec<&str> = exe.output_names().iter().map(String::as_str).collect();
     write_results(a, &names, &outputs)
+}
+
+/// Says where the buckets' modules came from: the model fused once with symbolic sizes,
+/// or an import and fusion per bucket, and why.
+fn report_shared_module(exe: &DynamicExecutable) {
+    match exe.shared_module() {
+        SharedModule::Pending => {}
+        SharedModule::Symbolic { ms } => errln!(
+            "fused once with symbolic sizes ({ms:.1} ms); each bucket specialized that module"
+        ),
+        SharedModule::PerBucket { reason, .. } => {
+            errln!("each bucket was imported and fused at its own sizes: {reason}")
+        }
+    }
 }
 
 /// Writes each result as `NAME.npy` into the output folder.
@@ -199,6 +215,7 @@ fn run_shaped(a: &RunArgs, exe: &DynamicExecutable) -> Result<()> {
     }
     let outputs = exe.run(&inputs)?;
     report_shapes(exe);
+    report_shared_module(exe);
     let names: Vec<&str> = exe.output_names().iter().map(String::as_str).collect();
     write_results(a, &names, &outputs)
 }

@@ -41,6 +41,7 @@ use context::{node_display_name, plain_error, Entry, Importer, NodeCtx};
 pub use ops::MAX_OPSET;
 use proto::{tensor_shape_proto::dimension, type_proto, GraphProto, ModelProto, NodeProto};
 pub use symbolic::import_file_symbolic;
+pub(crate) use symbolic::try_import_symbolic;
 use tensor::{dtype, ConstData, ConstTensor};
 
 pub use crate::Interface;

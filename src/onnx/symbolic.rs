@@ -26,7 +26,7 @@ use smelt_ir::op::Dim;
 use smelt_ir::symbolic::{specialize, Bindings, Name};
 use smelt_ir::{Diagnostic, Diagnostics, Func, Inst, Module, Op, Param, TensorType};
 
-use super::{decode_file, ImportOptions, InputDim};
+use super::{decode_file, DecodedModel, ImportOptions, InputDim};
 
 /// One dynamic dimension of a graph input and the symbol it is.
 struct SymbolicDim {
@@ -62,7 +62,39 @@ fn symbolic_error(message: String) -> crate::Error {
 /// `opts.input_shapes` pins keep their sizes). A model without dynamic dimensions
 /// imports as [`super::import_file`] does.
 pub fn import_file_symbolic(path: &Path, opts: &ImportOptions) -> Result<Module, crate::Error> {
-    let decoded = decode_file(path, opts)?;
+    import_symbolic(&decode_file(path, opts)?, opts)
+}
+
+/// [`import_file_symbolic`] of a model already decoded (a [`DynamicExecutable`]'s, which
+/// imports it again at each bucket's sizes where the symbolic import fails).
+///
+/// [`DynamicExecutable`]: crate::dynamic::DynamicExecutable
+fn import_symbolic(decoded: &DecodedModel, opts: &ImportOptions) -> Result<Module, crate::Error> {
+    try_import_symbolic(decoded, opts).map_err(|why| {
+        // the import with the sizes left dynamic names them and the option that pins
+        // them; why they cannot stay symbolic is its note
+        let reason = match &why {
+            crate::Error::Onnx(Diagnostics(d)) if !d.is_empty() => d[0].message.clone(),
+            other => other.to_string(),
+        };
+        match decoded.import(opts) {
+            Err(crate::Error::Onnx(Diagnostics(mut diags))) if !diags.is_empty() => {
+                diags[0]
+                    .notes
+                    .push(format!("they cannot stay symbolic: {reason}"));
+                crate::Error::Onnx(Diagnostics(diags))
+            }
+            _ => why,
+        }
+    })
+}
+
+/// [`import_symbolic`], its error why the sizes cannot stay symbolic (a difference
+/// between the imports, a type rule's refusal), not what pinning them takes.
+pub(crate) fn try_import_symbolic(
+    decoded: &DecodedModel,
+    opts: &ImportOptions,
+) -> Result<Module, crate::Error> {
     let declared = decoded.declared_inputs(opts)?;
     let mut dims = Vec::new();
     let mut names: Vec<Arc<str>> = Vec::new();
@@ -142,7 +174,7 @@ pub fn import_file_symbolic(path: &Path, opts: &ImportOptions) -> Result<Module,
             ..opts.clone()
         })
     };
-    let symbolic = (|| {
+    {
         let first = import_at(&values, 0)?;
         let second = import_at(&values, 1)?;
         let resizes_to_sizes = decoded.resizes_to_sizes();
@@ -206,24 +238,7 @@ pub fn import_file_symbolic(path: &Path, opts: &ImportOptions) -> Result<Module,
         })?;
         compare_structure(&specialized, &third, &at(&values, 2))?;
         Ok(symbolic)
-    })();
-    symbolic.map_err(|why| {
-        // the import with the sizes left dynamic names them and the option that pins
-        // them; why they cannot stay symbolic is its note
-        let reason = match &why {
-            crate::Error::Onnx(Diagnostics(d)) if !d.is_empty() => d[0].message.clone(),
-            other => other.to_string(),
-        };
-        match decoded.import(opts) {
-            Err(crate::Error::Onnx(Diagnostics(mut diags))) if !diags.is_empty() => {
-                diags[0]
-                    .notes
-                    .push(format!("they cannot stay symbolic: {reason}"));
-                crate::Error::Onnx(Diagnostics(diags))
-            }
-            _ => why,
-        }
-    })
+    }
 }
 
 /// How a model's symbol stands in the module: itself, or a multiple of a symbol named
