@@ -674,3 +674,80 @@ fn nearest_upsampling_repeats_channel_blocks() {
         }
     }
 }
+
+/// A 16 → 32 → 16 bottleneck whose 1×1 convs end in `first` and `last` (`last` may read
+/// the bottleneck's input, a 1×1 conv's result, as a residual), each before a depthwise
+/// conv so that it writes channel blocks.
+fn pointwise_pair(n: usize, hw: usize, first: &[PostOp], last: &[PostOp]) -> Module {
+    let mut m = Module::default();
+    let mut b = FuncBuilder::new(&mut m, "main");
+    let x = b.param("x", f32t(&[n, 16, hw, hw]));
+    let r = conv(&mut b, x, (16, 16), 1, 1, &relu(), &[], 690);
+    let e = conv(&mut b, r, (16, 32), 1, 1, first, &[], 700);
+    let dw = depthwise(&mut b, e, 32, 3, (1, 1), &relu(), 710);
+    let extra: &[Value] = match last.first() {
+        Some(PostOp::Binary { .. }) => &[r],
+        _ => &[],
+    };
+    let p = conv(&mut b, dw, (32, 16), 1, 1, last, extra, 720);
+    let d = depthwise(&mut b, p, 16, 3, (1, 1), &relu(), 730);
+    let y = conv(&mut b, d, (16, 32), 1, 1, &[], &[], 740);
+    b.finish(&[("y", y)]);
+    m
+}
+
+#[test]
+fn whole_block_tiles_store_through_the_native_routine_bit_for_bit() {
+    let add = PostOp::Binary {
+        op: BinaryOp::Add,
+        acc_is_lhs: false,
+    };
+    let silu = PostOp::Unary(UnaryOp::Silu);
+    let hard_swish = PostOp::Unary(UnaryOp::HardSwish);
+    // the epilogues the store routine applies (none, ReLU, a residual, both), one after
+    // a native SiLU, and one it does not (hard-swish: the Cranelift epilogue)
+    let cases: [(&[PostOp], &[PostOp], &[&str]); 5] = [
+        (&[], &[], &["call store_rows"]),
+        (
+            &relu(),
+            &[add],
+            &["call store_relu_rows", "call store_rows"],
+        ),
+        // (the SiLU takes the bias, and nothing is left for a store pass)
+        (
+            &[silu],
+            &add_relu(),
+            &["call silu_rows", "call store_relu_rows"],
+        ),
+        (
+            &relu(),
+            &[add, PostOp::Unary(UnaryOp::Relu)],
+            &["call store_relu_rows"],
+        ),
+        (&[hard_swish], &[], &["call store_rows"]),
+    ];
+    let mut native = 0;
+    for (k, (first, last, routines)) in cases.into_iter().enumerate() {
+        for (n, hw) in [(1, 9), (2, 12)] {
+            let what = format!("case {k}, {n}×{hw}²");
+            let m = pointwise_pair(n, hw, first, last);
+            let inputs = random_inputs(&m, 13);
+            check_against_interp(&what, &m, &inputs, 1e-5);
+            for kernels in kernel_choices() {
+                let (loops, blocked, plain) = blocked_and_row_major(&m, &inputs, kernels);
+                // the stack's sums and the Cranelift epilogue give the same floats
+                assert_eq!(blocked, plain, "{what} {kernels:?}");
+                // AVX2's 16-lane tiles are one block each (AVX-512's may span two)
+                if kernels == Kernels::Avx2 {
+                    for r in routines {
+                        assert!(loops.contains(r), "{what}: no `{r}`\n{loops}");
+                    }
+                    native += 1;
+                }
+            }
+        }
+    }
+    if cfg!(target_arch = "x86_64") {
+        assert_eq!(native, 10, "every case ran with AVX2 tiles");
+    }
+}

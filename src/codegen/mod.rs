@@ -406,6 +406,7 @@ fn calls_of(stmts: &[Stmt]) -> Vec<Call> {
                 Stmt::ActivationRows { act, .. } => {
                     found.push(Call::Row(RowRoutine::Activation(*act), None))
                 }
+                Stmt::StoreRows { act, .. } => found.push(Call::Row(RowRoutine::Store(*act), None)),
                 Stmt::Assign { .. } | Stmt::Store { .. } | Stmt::Prefetch { .. } => {}
             }
         }

@@ -42,7 +42,7 @@ pub(super) const ROW_ROUTINES_ID: usize = PREFETCH_ROWS_ID + 1;
 
 /// The C signature of a row routine (see `crate::microkernels`, the routine's file):
 /// depthwise `(x, w, out, shape: *const DepthwiseRow)`, softmax `(x, out, len)`, SiLU
-/// `(buf, bias, rows, lanes)`.
+/// `(buf, bias, rows, lanes)`, store `(sums, bias, residual, out, rows, lanes)`.
 pub(super) fn row_routine_signature(
     kind: RowRoutine,
     isa: &dyn TargetIsa,
@@ -52,6 +52,7 @@ pub(super) fn row_routine_signature(
         RowRoutine::Depthwise => (4, 0),
         RowRoutine::Softmax => (2, 1),
         RowRoutine::Activation(_) => (2, 2),
+        RowRoutine::Store(_) => (4, 2),
     };
     for _ in 0..pointers {
         sig.params.push(AbiParam::new(isa.pointer_type()));
@@ -432,6 +433,29 @@ impl Gen<'_, '_> {
                         &[buf, bias, counts[0], counts[1]],
                     );
                 }
+                Stmt::StoreRows {
+                    act,
+                    sums,
+                    bias,
+                    residual,
+                    out,
+                    rows,
+                    lanes,
+                } => {
+                    let sums = self.call_pointer(sums);
+                    let null = {
+                        let ptr = self.fb.func.dfg.value_type(sums);
+                        self.fb.ins().iconst(ptr, 0)
+                    };
+                    let bias = bias.as_ref().map_or(null, |b| self.call_pointer(b));
+                    let residual = residual.as_ref().map_or(null, |r| self.call_pointer(r));
+                    let out = self.call_pointer(out);
+                    let counts = [*rows, *lanes].map(|v| self.fb.ins().iconst(types::I64, v));
+                    self.call_row(
+                        RowRoutine::Store(*act),
+                        &[sums, bias, residual, out, counts[0], counts[1]],
+                    );
+                }
                 Stmt::Prefetch {
                     at,
                     rows,
@@ -677,6 +701,17 @@ impl Gen<'_, '_> {
                     }
                     Stmt::ActivationRows { buf, bias, .. } => {
                         for p in std::iter::once(buf).chain(bias) {
+                            out.push((p.buf, &p.index));
+                        }
+                    }
+                    Stmt::StoreRows {
+                        sums,
+                        bias,
+                        residual,
+                        out: o,
+                        ..
+                    } => {
+                        for p in [sums, o].into_iter().chain(bias).chain(residual) {
                             out.push((p.buf, &p.index));
                         }
                     }

@@ -91,7 +91,7 @@
 #![allow(unsafe_code)]
 
 pub use smelt_ir::loops::ConvTile;
-use smelt_ir::loops::{RowActivation, TileRoutine, TileTarget};
+use smelt_ir::loops::{RowActivation, StoreActivation, TileRoutine, TileTarget};
 
 mod activation;
 #[cfg(target_arch = "x86_64")]
@@ -100,6 +100,7 @@ mod depthwise;
 pub(crate) mod exp;
 mod peak;
 mod softmax;
+mod store;
 #[cfg(target_arch = "x86_64")]
 pub use activation::{
     gelu_rows_avx2, gelu_rows_avx512, sigmoid_rows_avx2, sigmoid_rows_avx512, silu_rows_avx2,
@@ -115,6 +116,9 @@ pub use peak::{fma_peak, FmaPeak};
 #[cfg(target_arch = "x86_64")]
 pub use softmax::{softmax_row_avx2, softmax_row_avx512};
 pub use softmax::{softmax_row_reference, SoftmaxRowFn};
+#[cfg(target_arch = "x86_64")]
+pub use store::{store_relu_rows_avx2, store_rows_avx2};
+pub use store::{store_relu_rows_reference, store_rows_reference, StoreRowsFn};
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 
@@ -246,8 +250,9 @@ impl TileIsa {
 }
 
 /// A native routine of a contract other than the conv tile's, called by one loop-IR
-/// statement each (`Stmt::DepthwiseRow`, `Stmt::SoftmaxRow`, `Stmt::ActivationRows`);
-/// the contracts are in `depthwise.rs`, `softmax.rs` and `activation.rs`.
+/// statement each (`Stmt::DepthwiseRow`, `Stmt::SoftmaxRow`, `Stmt::ActivationRows`,
+/// `Stmt::StoreRows`); the contracts are in `depthwise.rs`, `softmax.rs`,
+/// `activation.rs` and `store.rs`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RowRoutine {
     /// One output row of one channel of a depthwise convolution.
@@ -256,12 +261,15 @@ pub enum RowRoutine {
     Softmax,
     /// A conv or GEMM tile's sums plus their bias, through the activation, in place.
     Activation(RowActivation),
+    /// A conv tile's sums plus their bias and a residual, through the activation, into
+    /// the result.
+    Store(StoreActivation),
 }
 
 /// Every row routine, kind by kind and each kind's ISAs in [`RowRoutine::index`]'s
 /// order: a JIT module declares them in this order after [`ROUTINES`] and the prefetch
 /// helper, so a routine's function id follows from its index here.
-pub const ROW_ROUTINES: [(RowRoutine, TileIsa, &str); 10] = [
+pub const ROW_ROUTINES: [(RowRoutine, TileIsa, &str); 14] = [
     (
         RowRoutine::Depthwise,
         TileIsa::Avx2,
@@ -284,20 +292,28 @@ pub const ROW_ROUTINES: [(RowRoutine, TileIsa, &str); 10] = [
     (SIGMOID, TileIsa::Avx512, "smelt_sigmoid_rows_avx512"),
     (GELU, TileIsa::Avx2, "smelt_gelu_rows_avx2"),
     (GELU, TileIsa::Avx512, "smelt_gelu_rows_avx512"),
+    (STORE, TileIsa::Avx2, "smelt_store_rows_avx2"),
+    (STORE, TileIsa::Avx512, "smelt_store_rows_avx512"),
+    (STORE_RELU, TileIsa::Avx2, "smelt_store_relu_rows_avx2"),
+    (STORE_RELU, TileIsa::Avx512, "smelt_store_relu_rows_avx512"),
 ];
 
 const SILU: RowRoutine = RowRoutine::Activation(RowActivation::Silu);
 const SIGMOID: RowRoutine = RowRoutine::Activation(RowActivation::Sigmoid);
 const GELU: RowRoutine = RowRoutine::Activation(RowActivation::Gelu);
+const STORE: RowRoutine = RowRoutine::Store(StoreActivation::Identity);
+const STORE_RELU: RowRoutine = RowRoutine::Store(StoreActivation::Relu);
 
 impl RowRoutine {
     /// Every kind, in [`ROW_ROUTINES`]' order.
-    pub const ALL: [RowRoutine; 5] = [
+    pub const ALL: [RowRoutine; 7] = [
         RowRoutine::Depthwise,
         RowRoutine::Softmax,
         SILU,
         SIGMOID,
         GELU,
+        STORE,
+        STORE_RELU,
     ];
 
     /// The routine's name in messages.
@@ -308,6 +324,8 @@ impl RowRoutine {
             RowRoutine::Activation(RowActivation::Silu) => "silu-rows",
             RowRoutine::Activation(RowActivation::Sigmoid) => "sigmoid-rows",
             RowRoutine::Activation(RowActivation::Gelu) => "gelu-rows",
+            RowRoutine::Store(StoreActivation::Identity) => "store-rows",
+            RowRoutine::Store(StoreActivation::Relu) => "store-relu-rows",
         }
     }
 
@@ -319,6 +337,8 @@ impl RowRoutine {
             RowRoutine::Activation(RowActivation::Silu) => 2,
             RowRoutine::Activation(RowActivation::Sigmoid) => 3,
             RowRoutine::Activation(RowActivation::Gelu) => 4,
+            RowRoutine::Store(StoreActivation::Identity) => 5,
+            RowRoutine::Store(StoreActivation::Relu) => 6,
         };
         let isa = match isa {
             TileIsa::Avx2 => 0,
@@ -349,12 +369,16 @@ impl RowRoutine {
                     [silu_rows_avx512, sigmoid_rows_avx512, gelu_rows_avx512],
                 ),
             };
+            // the AVX2 store routines serve AVX-512 hosts too (see `store.rs`)
+            let [store, store_relu]: [StoreRowsFn; 2] = [store_rows_avx2, store_relu_rows_avx2];
             match self {
                 RowRoutine::Depthwise => depthwise as *const u8,
                 RowRoutine::Softmax => softmax as *const u8,
                 RowRoutine::Activation(RowActivation::Silu) => silu as *const u8,
                 RowRoutine::Activation(RowActivation::Sigmoid) => sigmoid as *const u8,
                 RowRoutine::Activation(RowActivation::Gelu) => gelu as *const u8,
+                RowRoutine::Store(StoreActivation::Identity) => store as *const u8,
+                RowRoutine::Store(StoreActivation::Relu) => store_relu as *const u8,
             }
         }
         #[cfg(not(target_arch = "x86_64"))]

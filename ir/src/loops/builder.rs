@@ -3,7 +3,7 @@
 
 use super::{
     trip_count, Access, Affine, BufId, BufPtr, ConvTile, DepthwiseRow, Expr, Kernel, KernelArg,
-    LoopVar, RowActivation, Stmt, VarId, Width,
+    LoopVar, RowActivation, Stmt, StoreActivation, VarId, Width,
 };
 use crate::types::DType;
 
@@ -107,6 +107,29 @@ impl KernelBuilder {
             act,
             buf,
             bias,
+            rows,
+            lanes,
+        });
+    }
+
+    /// Calls the store-rows routine of `act` (see [`Stmt::StoreRows`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn store_rows(
+        &mut self,
+        act: StoreActivation,
+        sums: BufPtr,
+        bias: Option<BufPtr>,
+        residual: Option<BufPtr>,
+        out: BufPtr,
+        rows: i64,
+        lanes: i64,
+    ) {
+        self.push(Stmt::StoreRows {
+            act,
+            sums,
+            bias,
+            residual,
+            out,
             rows,
             lanes,
         });

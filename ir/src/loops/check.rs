@@ -199,6 +199,32 @@ impl CheckCx<'_> {
                         self.call_run(bias, 0, read, false, "activation rows")?;
                     }
                 }
+                Stmt::StoreRows {
+                    sums,
+                    bias,
+                    residual,
+                    out,
+                    rows,
+                    lanes,
+                    ..
+                } => {
+                    if *rows < 0 || *lanes <= 0 || lanes % 16 != 0 {
+                        return Err(format!("store rows call of {rows} rows of {lanes} lanes"));
+                    }
+                    let span = rows
+                        .checked_mul(*lanes)
+                        .ok_or_else(|| format!("store rows call of {rows} rows of {lanes}"))?;
+                    self.call_run(sums, 0, span, false, "store rows")?;
+                    if let Some(residual) = residual {
+                        self.call_run(residual, 0, span, false, "store rows")?;
+                    }
+                    self.call_run(out, 0, span, true, "store rows")?;
+                    if let Some(bias) = bias {
+                        // read only when there is a row
+                        let read = if span > 0 { *lanes } else { 0 };
+                        self.call_run(bias, 0, read, false, "store rows")?;
+                    }
+                }
                 Stmt::SoftmaxRow { x, out, len } => {
                     if *len < 0 {
                         return Err(format!("softmax row call of {len} elements"));
@@ -526,7 +552,7 @@ mod tests {
 
     use super::super::{
         Access, Affine, BufId, BufPtr, ConvTile, DepthwiseRow, Expr, Kernel, KernelArg, LoopVar,
-        RowActivation, Stmt, VarId, Width, DEPTHWISE_MAX_TAPS,
+        RowActivation, Stmt, StoreActivation, VarId, Width, DEPTHWISE_MAX_TAPS,
     };
 
     /// A small deterministic generator (xorshift64*), so every case is reproducible from
@@ -676,6 +702,25 @@ mod tests {
                     row_stride: g.int(0, 12),
                     row_len: g.int(1, 12),
                 },
+                _ if g.chance(15) => {
+                    let ptr = |g: &mut Gen| BufPtr {
+                        buf: buffer(g, k),
+                        index: index(g, scope),
+                    };
+                    let (sums, out) = (ptr(g), ptr(g));
+                    let bias = g.chance(50).then(|| ptr(g));
+                    let residual = g.chance(50).then(|| ptr(g));
+                    Stmt::StoreRows {
+                        act: [StoreActivation::Identity, StoreActivation::Relu]
+                            [g.int(0, 1) as usize],
+                        sums,
+                        bias,
+                        residual,
+                        out,
+                        rows: g.int(-1, 3),
+                        lanes: [16, 32, 12][g.int(0, 2) as usize],
+                    }
+                }
                 _ if g.chance(15) => Stmt::ActivationRows {
                     act: [
                         RowActivation::Silu,
@@ -832,6 +877,29 @@ mod tests {
                     let first = self.eval(&at.index) + i128::from(r * row_stride);
                     self.touch(at.buf, first, i128::from(*row_len), false)
                 }),
+                Stmt::StoreRows {
+                    sums,
+                    bias,
+                    residual,
+                    out,
+                    rows,
+                    lanes,
+                    ..
+                } => {
+                    let n = i128::from(*rows) * i128::from(*lanes);
+                    *rows >= 0
+                        && *lanes > 0
+                        && lanes % 16 == 0
+                        && self.touch(sums.buf, self.eval(&sums.index), n, false)
+                        && residual
+                            .as_ref()
+                            .is_none_or(|r| self.touch(r.buf, self.eval(&r.index), n, false))
+                        && self.touch(out.buf, self.eval(&out.index), n, true)
+                        && bias.as_ref().is_none_or(|b| {
+                            n == 0
+                                || self.touch(b.buf, self.eval(&b.index), i128::from(*lanes), false)
+                        })
+                }
                 Stmt::ActivationRows {
                     buf,
                     bias,

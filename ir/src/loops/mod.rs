@@ -264,6 +264,25 @@ impl RowActivation {
     }
 }
 
+/// The activation of a [`Stmt::StoreRows`] call, each with its own native routine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StoreActivation {
+    /// None: the value as summed.
+    Identity,
+    /// `max(v, 0)`, a NaN kept (as the JIT's `max` keeps one).
+    Relu,
+}
+
+impl StoreActivation {
+    /// The name in loop-IR dumps (`call store_relu_rows(...)`).
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreActivation::Identity => "store",
+            StoreActivation::Relu => "store_relu",
+        }
+    }
+}
+
 /// A statement of a kernel body.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Stmt {
@@ -355,6 +374,29 @@ pub enum Stmt {
         buf: BufPtr,
         /// The bias, one per lane.
         bias: Option<BufPtr>,
+        /// Rows.
+        rows: i64,
+        /// Elements per row.
+        lanes: i64,
+    },
+    /// A call of a store-rows routine (code generation links the host's routine, of the
+    /// ISA the conv tiles use): for `i < rows·lanes`,
+    /// `out[i] = act(sums[i] + bias[i mod lanes] + residual[i])` (no bias, no residual:
+    /// 0), added in that order, `act` the [`StoreActivation`]; `lanes` a positive
+    /// multiple of 16. A conv tile's epilogue when its result is stored in channel
+    /// blocks of 16, one block per tile: the sums leave the stack on full-width vectors,
+    /// not Cranelift's f32x4.
+    StoreRows {
+        /// The activation applied last.
+        act: StoreActivation,
+        /// The sums, read.
+        sums: BufPtr,
+        /// The bias, one per lane.
+        bias: Option<BufPtr>,
+        /// A residual of the result's layout, read.
+        residual: Option<BufPtr>,
+        /// Where the results are written.
+        out: BufPtr,
         /// Rows.
         rows: i64,
         /// Elements per row.
@@ -458,6 +500,7 @@ impl Kernel {
                 | Stmt::DepthwiseRow { .. }
                 | Stmt::SoftmaxRow { .. }
                 | Stmt::ActivationRows { .. }
+                | Stmt::StoreRows { .. }
                 | Stmt::Prefetch { .. } => false,
             })
         }
@@ -539,6 +582,17 @@ impl Kernel {
                     // an add, a negation, an exponential, an add, a division, a product
                     Stmt::ActivationRows { rows, lanes, .. } => {
                         6 * ((*rows).max(0) * (*lanes).max(0)) as u64
+                    }
+                    // the bias and residual adds; the activation's compare is not counted
+                    Stmt::StoreRows {
+                        rows,
+                        lanes,
+                        bias,
+                        residual,
+                        ..
+                    } => {
+                        let adds = bias.is_some() as u64 + residual.is_some() as u64;
+                        adds * ((*rows).max(0) * (*lanes).max(0)) as u64
                     }
                     Stmt::Prefetch { .. } => 0,
                 })

@@ -163,6 +163,27 @@ fn print_block(out: &mut String, stmts: &[Stmt], depth: usize) {
                     act.name()
                 );
             }
+            Stmt::StoreRows {
+                act,
+                sums,
+                bias,
+                residual,
+                out: o,
+                rows,
+                lanes,
+            } => {
+                let bias = bias
+                    .as_ref()
+                    .map_or(String::new(), |b| format!(", bias: {b}"));
+                let residual = residual
+                    .as_ref()
+                    .map_or(String::new(), |r| format!(", residual: {r}"));
+                let _ = writeln!(
+                    out,
+                    "{pad}call {}_rows(sums: {sums}{bias}{residual}, out: {o}; rows={rows}, lanes={lanes})",
+                    act.name()
+                );
+            }
             Stmt::SoftmaxRow { x, out: o, len } => {
                 let _ = writeln!(out, "{pad}call softmax_row(x: {x}, out: {o}; len={len})");
             }

@@ -2,8 +2,8 @@
 //! standalone elementwise kernels and by fused ops' epilogues (post-ops on a register tile).
 
 use smelt_ir::loops::{
-    Access, Affine, BinOp, BufId, BufPtr, CmpOp, Expr, KernelBuilder, LoopVar, RowActivation, UnOp,
-    Width,
+    Access, Affine, BinOp, BufId, BufPtr, CmpOp, Expr, KernelBuilder, LoopVar, RowActivation,
+    StoreActivation, UnOp, Width,
 };
 use smelt_ir::op::{GeluApproximation, PostOp, GELU_TANH_CUBIC, GELU_TANH_SCALE};
 use smelt_ir::{BinaryOp, Diagnostic, Layout, TensorType, UnaryOp, Value};
@@ -614,6 +614,34 @@ impl Epilogue {
             ..self.clone()
         };
         Some((act, operand, rest))
+    }
+
+    /// When the post-ops are what a store-rows routine applies after the bias (nothing,
+    /// a ReLU, the add of an operand of the result's whole shape — a residual, read at
+    /// the result's own index —, or that add then a ReLU): the residual's kernel
+    /// argument, if there is one, and the activation. Call after [`Epilogue::declare`].
+    pub(crate) fn as_store_rows(&self) -> Option<(Option<BufId>, StoreActivation)> {
+        let relu = |p: &PostOp| matches!(p, PostOp::Unary(UnaryOp::Relu));
+        let residual = || {
+            let i = *self.reads.first()?;
+            self.full[i].then(|| self.args.get(i).copied()).flatten()
+        };
+        let add = |p: &PostOp| {
+            matches!(
+                p,
+                PostOp::Binary {
+                    op: BinaryOp::Add,
+                    ..
+                }
+            )
+        };
+        match &self.post[..] {
+            [] => Some((None, StoreActivation::Identity)),
+            [r] if relu(r) => Some((None, StoreActivation::Relu)),
+            [a] if add(a) => Some((Some(residual()?), StoreActivation::Identity)),
+            [a, r] if add(a) && relu(r) => Some((Some(residual()?), StoreActivation::Relu)),
+            _ => None,
+        }
     }
 
     /// Where extra operand `i` is read for the result element at logical index `idx`.

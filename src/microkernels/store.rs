@@ -1,0 +1,211 @@
+//! Store-rows routines: a conv tile's sums, left on the stack by the tile routine, plus
+//! their bias and a residual, through ReLU or nothing, stored into a result laid out in
+//! channel blocks of 16 (`[pixel][16]`: one tile's rows are one contiguous run). The
+//! Cranelift epilogue this replaces runs on f32x4 with a load, an add and a store per 4
+//! lanes: a third of a 1×1 conv's time when its reduction is only 16 or 24 channels
+//! long (MobileNetV3's 16→64 at 112², 0.40 of 1.10 ms at batch 2).
+//!
+//! # The contract (the safety argument)
+//!
+//! Every routine has the C signature of [`StoreRowsFn`], `(sums, bias, residual, out,
+//! rows, lanes)`. For `i < rows·lanes`:
+//!
+//! ```text
+//! v = sums[i] + (bias ? bias[i mod lanes] : 0)      (skipped without a bias)
+//! v = v + (residual ? residual[i] : 0)              (skipped without a residual)
+//! out[i] = v                                         (identity)
+//! out[i] = v < 0 ? 0 : v                             (ReLU: a NaN kept, −0 kept)
+//! ```
+//!
+//! reading `sums[0..rows·lanes]`, `residual[0..rows·lanes]` (when not null) and
+//! `bias[0..lanes]` (when not null and there is a row), and writing `out[0..rows·lanes]`
+//! only. `out` may be `sums` or `residual` (each element is read before it is written),
+//! never overlap them otherwise. `lanes` must be a positive multiple of 16 and `rows ≥ 0`;
+//! any other record touches nothing. The adds are the Cranelift epilogue's, in its order,
+//! and ReLU is its `max` (`a < 0 ? 0 : a`), so the result is bit for bit the same.
+//!
+//! The AVX2 routine serves AVX-512 hosts too: the loop is bound by its loads and stores,
+//! which 512-bit vectors do not make wider on Zen 4.
+
+#![allow(unsafe_code)]
+
+/// The C-ABI type of every store-rows routine (see the module docs for the contract).
+pub type StoreRowsFn = unsafe extern "C" fn(
+    sums: *const f32,
+    bias: *const f32,
+    residual: *const f32,
+    out: *mut f32,
+    rows: i64,
+    lanes: i64,
+);
+
+/// The activations, as the const parameter of the shared loops.
+const IDENTITY: u8 = 0;
+const RELU: u8 = 1;
+
+/// The counts of a valid record, or `None` (the contract's "touches nothing").
+fn counts(rows: i64, lanes: i64) -> Option<(usize, usize)> {
+    let rows = usize::try_from(rows).ok()?;
+    let lanes = usize::try_from(lanes)
+        .ok()
+        .filter(|&l| l > 0 && l % 16 == 0)?;
+    Some((rows, lanes))
+}
+
+/// The oracle of the identity: the contract element by element.
+///
+/// # Safety
+///
+/// The contract's runs must be readable (`sums`, `residual` and `bias` unless null) and
+/// writable (`out`).
+pub unsafe extern "C" fn store_rows_reference(
+    sums: *const f32,
+    bias: *const f32,
+    residual: *const f32,
+    out: *mut f32,
+    rows: i64,
+    lanes: i64,
+) {
+    // SAFETY: forwarded contract.
+    unsafe { reference::<IDENTITY>(sums, bias, residual, out, rows, lanes) }
+}
+
+/// The oracle of ReLU, as [`store_rows_reference`].
+///
+/// # Safety
+///
+/// As [`store_rows_reference`].
+pub unsafe extern "C" fn store_relu_rows_reference(
+    sums: *const f32,
+    bias: *const f32,
+    residual: *const f32,
+    out: *mut f32,
+    rows: i64,
+    lanes: i64,
+) {
+    // SAFETY: forwarded contract.
+    unsafe { reference::<RELU>(sums, bias, residual, out, rows, lanes) }
+}
+
+/// The contract element by element for activation `ACT`.
+///
+/// # Safety
+///
+/// As [`store_rows_reference`].
+unsafe fn reference<const ACT: u8>(
+    sums: *const f32,
+    bias: *const f32,
+    residual: *const f32,
+    out: *mut f32,
+    rows: i64,
+    lanes: i64,
+) {
+    let Some((rows, lanes)) = counts(rows, lanes) else {
+        return;
+    };
+    for i in 0..rows * lanes {
+        // SAFETY: indices of the contract.
+        unsafe {
+            let mut v = *sums.add(i);
+            if !bias.is_null() {
+                v += *bias.add(i % lanes);
+            }
+            if !residual.is_null() {
+                v += *residual.add(i);
+            }
+            *out.add(i) = match ACT {
+                RELU if v < 0.0 => 0.0,
+                _ => v,
+            };
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub use x86::{store_relu_rows_avx2, store_rows_avx2};
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{counts, IDENTITY, RELU};
+
+    /// The identity on AVX2 (the contract is the module docs').
+    ///
+    /// # Safety
+    ///
+    /// AVX2 on the host; the contract's runs readable and writable.
+    #[target_feature(enable = "avx2")]
+    pub unsafe extern "C" fn store_rows_avx2(
+        sums: *const f32,
+        bias: *const f32,
+        residual: *const f32,
+        out: *mut f32,
+        rows: i64,
+        lanes: i64,
+    ) {
+        // SAFETY: forwarded contract.
+        unsafe { rows_avx2::<IDENTITY>(sums, bias, residual, out, rows, lanes) }
+    }
+
+    /// ReLU on AVX2, as [`store_rows_avx2`].
+    ///
+    /// # Safety
+    ///
+    /// As [`store_rows_avx2`].
+    #[target_feature(enable = "avx2")]
+    pub unsafe extern "C" fn store_relu_rows_avx2(
+        sums: *const f32,
+        bias: *const f32,
+        residual: *const f32,
+        out: *mut f32,
+        rows: i64,
+        lanes: i64,
+    ) {
+        // SAFETY: forwarded contract.
+        unsafe { rows_avx2::<RELU>(sums, bias, residual, out, rows, lanes) }
+    }
+
+    /// The loop: 8 lanes at a time (`lanes` is a multiple of 16), the bias vector of
+    /// each 8 lanes reloaded per row (it stays in L1).
+    ///
+    /// # Safety
+    ///
+    /// As [`store_rows_avx2`].
+    #[target_feature(enable = "avx2")]
+    unsafe fn rows_avx2<const ACT: u8>(
+        sums: *const f32,
+        bias: *const f32,
+        residual: *const f32,
+        out: *mut f32,
+        rows: i64,
+        lanes: i64,
+    ) {
+        let Some((rows, lanes)) = counts(rows, lanes) else {
+            return;
+        };
+        let zero = _mm256_setzero_ps();
+        // SAFETY: every offset is below rows·lanes (sums, residual, out) or lanes (bias),
+        // the contract's runs; each vector's lanes are read before they are written.
+        unsafe {
+            for p in 0..rows {
+                for l in (0..lanes).step_by(8) {
+                    let i = p * lanes + l;
+                    let mut v = _mm256_loadu_ps(sums.add(i));
+                    if !bias.is_null() {
+                        v = _mm256_add_ps(v, _mm256_loadu_ps(bias.add(l)));
+                    }
+                    if !residual.is_null() {
+                        v = _mm256_add_ps(v, _mm256_loadu_ps(residual.add(i)));
+                    }
+                    if ACT == RELU {
+                        // `v < 0 ? 0 : v`: keeps a NaN (the compare is false) and −0
+                        let negative = _mm256_cmp_ps::<_CMP_LT_OQ>(v, zero);
+                        v = _mm256_blendv_ps(v, zero, negative);
+                    }
+                    _mm256_storeu_ps(out.add(i), v);
+                }
+            }
+        }
+    }
+}
