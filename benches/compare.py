@@ -24,7 +24,9 @@ reports the compile time (file to executable, as a user sees it) and the flop co
 1 s after ORT's runs so that its spinning workers park (ORT keeps its default spinning).
 
 Models come from benches/make_bench_models.py (written to target/bench-models if missing),
-with dynamic input dimensions pinned to 1 and seeded uniform [-1, 1] float inputs. A name
+with dynamic input dimensions pinned to 1 and seeded uniform [-1, 1] float inputs, or,
+for a model written with a `NAME.inputs/` folder (bert_base: token ids), those inputs and
+its dynamic dimensions pinned to their shapes. A name
 `exported/KIND` is a real exporter's model of tests/models/exported/manifest.json:
 target/onnx-tests/exported/KIND/model.onnx (written with its inputs by
 scripts/make_exported_models.py if missing), its dynamic inputs pinned as the manifest's
@@ -165,6 +167,14 @@ def model_inputs(name: str, model: onnx.ModelProto) -> tuple[dict[str, np.ndarra
                                    f"says {spec['dtype']} {spec['shape']}")
             arrays[n] = a
         pins = [f"{n}={'x'.join(map(str, d))}" for n, d in sorted(entry["pins"].items())]
+        return arrays, pins
+    given = os.path.join(MODEL_DIR, f"{name}.inputs")
+    if os.path.isdir(given):
+        # a bench model that needs real inputs (a BERT's token ids) comes with them
+        arrays = {inp.name: np.load(os.path.join(given, npy_name(inp.name)))
+                  for inp in model.graph.input
+                  if inp.name not in {i.name for i in model.graph.initializer}}
+        pins = [f"{n}={'x'.join(map(str, arrays[n].shape))}" for n in sorted(dynamic_inputs(model))]
         return arrays, pins
     rng = np.random.default_rng(1)
     shapes = input_shapes(model)

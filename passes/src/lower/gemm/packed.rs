@@ -183,6 +183,19 @@ impl PackedGemm {
     fn pack(&self, data: &[f32], b_k: usize, b_n: usize) -> AlignedBuf {
         let (k, n, lanes) = (self.k, self.n, self.lanes());
         AlignedBuf::from_f32_with(self.panels() * k * lanes, |out| {
+            if b_n == 1 && b_k >= n && data.len() >= (k - 1) * b_k + n {
+                // row-major B (a MatMul's weights): each panel row is a run of its row,
+                // copied whole (BERT-base's 85 M weights: 0.3 s element by element)
+                for (panel, block) in out.chunks_exact_mut(k * lanes).enumerate() {
+                    let first = panel * lanes;
+                    let width = lanes.min(n - first);
+                    for (kk, row) in block.chunks_exact_mut(lanes).enumerate() {
+                        let at = kk * b_k + first;
+                        row[..width].copy_from_slice(&data[at..at + width]);
+                    }
+                }
+                return;
+            }
             for (panel, block) in out.chunks_exact_mut(k * lanes).enumerate() {
                 for (kk, row) in block.chunks_exact_mut(lanes).enumerate() {
                     for (l, d) in row.iter_mut().enumerate() {
