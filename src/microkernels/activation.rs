@@ -27,6 +27,8 @@
 
 #![allow(unsafe_code)]
 
+use super::row_counts as counts;
+
 /// The C-ABI type of every activation-rows routine (see the module docs for the
 /// contract).
 pub type ActivationRowsFn =
@@ -47,15 +49,6 @@ const ERF_A: [f64; 6] = [
     0.000_276_567_2,
     0.000_043_063_8,
 ];
-
-/// The counts of a valid record, or `None` (the contract's "touches nothing").
-fn counts(rows: i64, lanes: i64) -> Option<(usize, usize)> {
-    let rows = usize::try_from(rows).ok()?;
-    let lanes = usize::try_from(lanes)
-        .ok()
-        .filter(|&l| l > 0 && l % 16 == 0)?;
-    Some((rows, lanes))
-}
 
 /// The oracle of SiLU: the contract element by element, the exponential of the
 /// standard library.

@@ -127,6 +127,17 @@ pub use avx2::conv_tile_avx2;
 #[cfg(target_arch = "x86_64")]
 pub use avx512::{conv_tile_avx512, conv_tile_avx512_x32};
 
+/// The counts of a valid rows-routine record (`rows ≥ 0` rows of `lanes`, a positive
+/// multiple of 16), or `None`: the contracts of `activation.rs` and `store.rs` say such a
+/// record touches nothing.
+fn row_counts(rows: i64, lanes: i64) -> Option<(usize, usize)> {
+    let rows = usize::try_from(rows).ok()?;
+    let lanes = usize::try_from(lanes)
+        .ok()
+        .filter(|&l| l > 0 && l % 16 == 0)?;
+    Some((rows, lanes))
+}
+
 /// The C-ABI type shared by every conv-tile kernel (see the module docs for the contract).
 pub type ConvTileFn = unsafe extern "C" fn(
     x: *const f32,

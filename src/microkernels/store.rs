@@ -29,6 +29,8 @@
 
 #![allow(unsafe_code)]
 
+use super::row_counts as counts;
+
 /// The C-ABI type of every store-rows routine (see the module docs for the contract).
 pub type StoreRowsFn = unsafe extern "C" fn(
     sums: *const f32,
@@ -42,15 +44,6 @@ pub type StoreRowsFn = unsafe extern "C" fn(
 /// The activations, as the const parameter of the shared loops.
 const IDENTITY: u8 = 0;
 const RELU: u8 = 1;
-
-/// The counts of a valid record, or `None` (the contract's "touches nothing").
-fn counts(rows: i64, lanes: i64) -> Option<(usize, usize)> {
-    let rows = usize::try_from(rows).ok()?;
-    let lanes = usize::try_from(lanes)
-        .ok()
-        .filter(|&l| l > 0 && l % 16 == 0)?;
-    Some((rows, lanes))
-}
 
 /// The oracle of the identity: the contract element by element.
 ///

@@ -184,20 +184,9 @@ impl CheckCx<'_> {
                     lanes,
                     ..
                 } => {
-                    if *rows < 0 || *lanes <= 0 || lanes % 16 != 0 {
-                        return Err(format!(
-                            "activation rows call of {rows} rows of {lanes} lanes"
-                        ));
-                    }
-                    let span = rows
-                        .checked_mul(*lanes)
-                        .ok_or_else(|| format!("activation rows call of {rows} rows of {lanes}"))?;
-                    self.call_run(buf, 0, span, true, "activation rows")?;
-                    if let Some(bias) = bias {
-                        // read only when there is a row
-                        let read = if span > 0 { *lanes } else { 0 };
-                        self.call_run(bias, 0, read, false, "activation rows")?;
-                    }
+                    let what = "activation rows";
+                    let span = self.rows_call(*rows, *lanes, bias.as_ref(), what)?;
+                    self.call_run(buf, 0, span, true, what)?;
                 }
                 Stmt::StoreRows {
                     sums,
@@ -208,22 +197,13 @@ impl CheckCx<'_> {
                     lanes,
                     ..
                 } => {
-                    if *rows < 0 || *lanes <= 0 || lanes % 16 != 0 {
-                        return Err(format!("store rows call of {rows} rows of {lanes} lanes"));
-                    }
-                    let span = rows
-                        .checked_mul(*lanes)
-                        .ok_or_else(|| format!("store rows call of {rows} rows of {lanes}"))?;
-                    self.call_run(sums, 0, span, false, "store rows")?;
+                    let what = "store rows";
+                    let span = self.rows_call(*rows, *lanes, bias.as_ref(), what)?;
+                    self.call_run(sums, 0, span, false, what)?;
                     if let Some(residual) = residual {
-                        self.call_run(residual, 0, span, false, "store rows")?;
+                        self.call_run(residual, 0, span, false, what)?;
                     }
-                    self.call_run(out, 0, span, true, "store rows")?;
-                    if let Some(bias) = bias {
-                        // read only when there is a row
-                        let read = if span > 0 { *lanes } else { 0 };
-                        self.call_run(bias, 0, read, false, "store rows")?;
-                    }
+                    self.call_run(out, 0, span, true, what)?;
                 }
                 Stmt::SoftmaxRow { x, out, len } => {
                     if *len < 0 {
@@ -271,6 +251,29 @@ impl CheckCx<'_> {
     /// Proves the run of `span` f32 elements a native routine touches from `ptr +
     /// first` inside `ptr`'s buffer for every iteration in scope (nothing when `span`
     /// is 0), and the buffer writable when `write`; `what` names the call in messages.
+    /// The checks a rows routine's call shares (`rows` rows of `lanes`, a positive
+    /// multiple of 16, and the bias's `lanes` elements, read when there is a row):
+    /// returns the elements of its rows.
+    fn rows_call(
+        &self,
+        rows: i64,
+        lanes: i64,
+        bias: Option<&BufPtr>,
+        what: &str,
+    ) -> Result<i64, String> {
+        if rows < 0 || lanes <= 0 || lanes % 16 != 0 {
+            return Err(format!("{what} call of {rows} rows of {lanes} lanes"));
+        }
+        let span = rows
+            .checked_mul(lanes)
+            .ok_or_else(|| format!("{what} call of {rows} rows of {lanes}"))?;
+        if let Some(bias) = bias {
+            let read = if span > 0 { lanes } else { 0 };
+            self.call_run(bias, 0, read, false, what)?;
+        }
+        Ok(span)
+    }
+
     fn call_run(
         &self,
         ptr: &BufPtr,
