@@ -583,6 +583,21 @@ SmeltStatus smelt_dynamic_specialization(const struct SmeltDynamicExecutable *ex
                                          double *compile_ms);
 
 /**
+ * Says where the buckets' modules come from, in `*state`: 0 when nothing has been
+ * compiled yet; 1 when the model was imported with its dynamic sizes as symbols and
+ * optimized once, every bucket then specializing that module (`*ms`: the milliseconds
+ * that took); 2 when the model could not stay symbolic (a constant its import folds from
+ * a size, such as a BERT's position ids) and each bucket imports and optimizes it at its
+ * own sizes (`*ms`: the milliseconds trying took). `*ms` is 0 in state 0.
+ *
+ * # Safety
+ * `state` and `ms` are writable.
+ */
+SmeltStatus smelt_dynamic_shared_module(const struct SmeltDynamicExecutable *exe,
+                                        int32_t *state,
+                                        double *ms);
+
+/**
  * Writes the sizes besides the batch that specialization `index` (as
  * `smelt_dynamic_specialization` numbers them) was compiled for into `*sizes`: for a model
  * with image sizes (two or more symbols off the leading axis, or a sequence length the
@@ -745,6 +760,21 @@ SmeltStatus smelt_dynamic_specialization(const struct SmeltDynamicExecutable *ex
                                          size_t index,
                                          size_t *batch,
                                          double *compile_ms);
+
+/**
+ * Says where the buckets' modules come from, in `*state`: 0 when nothing has been
+ * compiled yet; 1 when the model was imported with its dynamic sizes as symbols and
+ * optimized once, every bucket then specializing that module (`*ms`: the milliseconds
+ * that took); 2 when the model could not stay symbolic (a constant its import folds from
+ * a size, such as a BERT's position ids) and each bucket imports and optimizes it at its
+ * own sizes (`*ms`: the milliseconds trying took). `*ms` is 0 in state 0.
+ *
+ * # Safety
+ * `state` and `ms` are writable.
+ */
+SmeltStatus smelt_dynamic_shared_module(const struct SmeltDynamicExecutable *exe,
+                                        int32_t *state,
+                                        double *ms);
 
 /**
  * Writes the sizes besides the batch that specialization `index` (as

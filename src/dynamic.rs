@@ -292,7 +292,10 @@ pub struct Specialization {
     /// The values of the symbols it was compiled for, in the order of
     /// [`DynamicExecutable::symbols`]; empty for a model without them.
     pub symbols: Vec<usize>,
-    /// Milliseconds the compile took (import, passes, code generation).
+    /// Milliseconds the compile took: the model at its sizes (the shared module
+    /// specialized, or imported and optimized where there is none, see
+    /// [`DynamicExecutable::shared_module`]), lowering and code generation. The shared
+    /// module's own time is [`SharedModule::Symbolic`]'s `ms`.
     pub compile_ms: f64,
     /// The warnings of its optimization (a fusion limit hit, an unchecked rule run).
     pub warnings: Vec<Diagnostic>,

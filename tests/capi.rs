@@ -779,6 +779,16 @@ fn image_sizes_run_from_c_and_list_their_specializations() {
         })
         .collect();
     assert_eq!(sizes, [vec![97, 203], vec![641, 479]]);
+    // both sizes specialized the one module fused with symbolic sizes
+    let (mut state, mut ms) = (-1i32, -1.0f64);
+    // SAFETY: both are writable.
+    let status = unsafe { smelt_dynamic_shared_module(exe, &mut state, &mut ms) };
+    assert_eq!(status, SmeltStatus::Ok, "{}", last_error());
+    assert_eq!(state, 1);
+    assert!(ms > 0.0, "{ms}");
+    // SAFETY: a null `state` is refused, not written.
+    let status = unsafe { smelt_dynamic_shared_module(exe, std::ptr::null_mut(), &mut ms) };
+    assert_eq!(status, SmeltStatus::InvalidArgument);
     // widths 8 and 9: refused by name, nothing run
     let (mut x, mut m) = (vec![0f32; 3 * 8 * 8], vec![0f32; 8 * 9]);
     let inputs = [

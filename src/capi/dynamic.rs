@@ -21,7 +21,7 @@ use super::{
     read_options, write_count, Checked, Expected, Failure, Registry, SmeltElementType,
     SmeltOptions, SmeltStatus,
 };
-use crate::dynamic::{DynamicDim, Specialization};
+use crate::dynamic::{DynamicDim, SharedModule, Specialization};
 use crate::{DynamicExecutable, DynamicOptions, RunPlan};
 
 /// The most dimensions a `SmeltShape` holds.
@@ -510,6 +510,39 @@ pub unsafe extern "C" fn smelt_dynamic_specialization(
         unsafe {
             batch.write(s.batch);
             compile_ms.write(s.compile_ms);
+        }
+        Ok(())
+    })
+}
+
+/// Says where the buckets' modules come from, in `*state`: 0 when nothing has been
+/// compiled yet; 1 when the model was imported with its dynamic sizes as symbols and
+/// optimized once, every bucket then specializing that module (`*ms`: the milliseconds
+/// that took); 2 when the model could not stay symbolic (a constant its import folds from
+/// a size, such as a BERT's position ids) and each bucket imports and optimizes it at its
+/// own sizes (`*ms`: the milliseconds trying took). `*ms` is 0 in state 0.
+///
+/// # Safety
+/// `state` and `ms` are writable.
+#[no_mangle]
+pub unsafe extern "C" fn smelt_dynamic_shared_module(
+    exe: *const SmeltDynamicExecutable,
+    state: *mut i32,
+    ms: *mut f64,
+) -> SmeltStatus {
+    guard(|| {
+        let h = lookup(exe)?;
+        check_ptr(state.cast_const(), "`state`")?;
+        check_ptr(ms.cast_const(), "`ms`")?;
+        let (code, took) = match h.exe.shared_module() {
+            SharedModule::Pending => (0, 0.0),
+            SharedModule::Symbolic { ms } => (1, ms),
+            SharedModule::PerBucket { ms, .. } => (2, ms),
+        };
+        // SAFETY: both checked non-null and aligned; writable per the contract.
+        unsafe {
+            state.write(code);
+            ms.write(took);
         }
         Ok(())
     })
