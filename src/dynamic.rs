@@ -846,12 +846,21 @@ impl DynamicExecutable {
             ));
         }
         let shapes = self.shapes_at(batch, length);
-        match &self.template()?.modules {
-            Ok(template) => Ok(specialize(&template.imported, &shapes)?),
-            Err(_) => self.decoded()?.import(&ImportOptions {
+        let import = |shapes| {
+            self.decoded()?.import(&ImportOptions {
                 input_shapes: shapes,
                 ..self.import_options()
-            }),
+            })
+        };
+        match &self.template()?.modules {
+            Ok(template) => match specialize(&template.imported, &shapes) {
+                Ok(module) => Ok(module),
+                // sizes the symbolic module cannot take (its symbols were refined to
+                // multiples the third import checked) may still import as they are; if
+                // they do not either, the symbolic refusal names the input and dimension
+                Err(refusal) => import(shapes).map_err(|_| Error::from(refusal)),
+            },
+            Err(_) => import(shapes),
         }
     }
 
@@ -1002,14 +1011,20 @@ impl DynamicExecutable {
             None => None,
         };
         let flops = module.entry().map_or(0, |f| f.flops());
-        let (exe, warnings) = match &template.modules {
-            Ok(template) => {
-                let shapes = self.shapes_at(batch, length.unwrap_or(1));
-                let optimized = specialize(&template.optimized, &shapes)?;
-                let exe = Executable::compile(&optimized, None, &self.options.compile)?;
-                (exe, template.warnings.clone())
-            }
-            Err(_) => {
+        let shapes = self.shapes_at(batch, length.unwrap_or(1));
+        let shared = match &template.modules {
+            Ok(t) => specialize(&t.optimized, &shapes)
+                .ok()
+                .map(|optimized| (optimized, t.warnings.clone())),
+            Err(_) => None,
+        };
+        let (exe, warnings) = match shared {
+            Some((optimized, warnings)) => (
+                Executable::compile(&optimized, None, &self.options.compile)?,
+                warnings,
+            ),
+            // no shared module, or sizes it cannot take that import as they are
+            None => {
                 // the shapes are pinned in `module` now
                 let mut opts = self.options.clone();
                 opts.load.input_shapes.clear();
