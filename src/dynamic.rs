@@ -28,7 +28,9 @@
 //! specializes that module at its sizes and only lowers and generates code, and its
 //! proofs (below) read the symbolic import specialized the same way. Fusion's decisions
 //! hold for every value of the symbols (its guards compare sizes symbolically), and an
-//! input that no value of a symbol fits is refused naming the input and the dimension.
+//! input that no value of a symbol fits is refused naming the input and the dimension
+//! (unless the model imports at exactly those sizes after all: that bucket then imports
+//! and fuses on its own).
 //! A model whose import depends on a size otherwise (a constant the importer folds from
 //! the sequence length, as in a BERT's position ids), or a pipeline with a pass that
 //! needs known sizes, imports and optimizes each bucket at its own sizes instead.
