@@ -91,9 +91,11 @@
 //! Policy: at most [`DynamicOptions::max_shapes`] sets of sizes (default 8) keep their
 //! executables, the least recently run dropped first; a run at a new set compiles on the
 //! spot (DBNet at 640×480: ≈ 95 ms). This is an exact-shape cache, not buckets: a sweep
-//! over many sizes compiles once per size. Bucketed image sizes need padding masked after
-//! every window op (the valid extent changes per run inside a bucket), which the loop IR
-//! cannot express yet: its extents are constants.
+//! over many sizes compiles once per size. Bucketed image sizes need the padding masked
+//! before every window op at the run's real extent: [`smelt_ir::symbolic::pad_images`]
+//! makes the masks inputs of the function (and rescales global average pools), so the
+//! loop IR's constant extents suffice, and DBNet padded that way agrees with its exact
+//! compile (`tests/image_padding.rs`); this executable does not bucket with it yet.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -30,9 +30,13 @@
 //! takes a module whose types are all known: [`specialize`] binds the symbols from the
 //! inputs' shapes and infers every type again.
 
+mod padded;
 mod specialize;
 
-pub use specialize::{bind_symbols, representative, specialize, specialize_func, Bindings};
+pub use padded::{pad_images, PaddedFunc, NOT_IMAGE_PADDABLE};
+pub use specialize::{
+    bind_symbols, representative, size_at, specialize, specialize_func, Bindings,
+};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;

@@ -195,8 +195,9 @@ pub(crate) fn bindings_text(b: &Bindings) -> String {
     parts.join(", ")
 }
 
-/// The size of `d` at `bindings`, or a message saying why it has none.
-fn size_at(d: usize, bindings: &Bindings) -> Result<usize, String> {
+/// The stored size `d` (known or symbolic) at `bindings`, or a message saying why it has
+/// none (negative there, or unrepresentable).
+pub fn size_at(d: usize, bindings: &Bindings) -> Result<usize, String> {
     let d = Dim::from_stored(d);
     if let Some(n) = d.known_size() {
         return Ok(n);

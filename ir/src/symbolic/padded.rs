@@ -1,0 +1,284 @@
+//! Running a function whose image sizes are symbols at a larger *bucket* of sizes (issue
+//! #23): the inputs padded with zeros to the bucket, the results cropped to the sizes
+//! their symbolic types give at the real sizes. That is exact when every value that an
+//! op reads across its spatial border holds zeros past its real extent, the way the op's
+//! own zero padding would: [`pad_images`] multiplies each such value by a *mask* input
+//! (1 on the real extent, 0 past it), and rescales each global average pool of a padded
+//! value by a *scale* input (the bucket's area over the real one).
+//!
+//! A value is *padded* when it has rank 4 and a symbolic height or width. Its readers:
+//!
+//! - **pointwise** ops (unary, binary, comparisons, logic, `where`, casts, batch norm, a
+//!   concat along the channels) compute each position from the same positions of their
+//!   operands: what they leave past the real extent is never read unmasked;
+//! - **window** ops read across the border: a conv or transposed conv (zero padding:
+//!   exact once its input is masked), a max pool without padding and floor rounding (its
+//!   real outputs read only real inputs), an average pool without padding or counting its
+//!   padding, a zero `pad`, a global average pool (a sum over the masked plane, then the
+//!   scale). Their operands are masked;
+//! - a **nearest resize by a whole factor** (`2*"height/32"` from `"height/32"`) reads
+//!   `floor(o / k)`, inside the real extent for every real output: no mask;
+//! - anything else (a reshape or transpose that moves H or W, a reduction or softmax over
+//!   them, a bilinear resize or one to sizes read from another value, a max pool whose
+//!   padding is −∞, a crop) is refused, naming the instruction.
+//!
+//! The assumption is the padding proof's: the function computes finite values at padded
+//! positions (they are multiplied by 0).
+
+use std::collections::HashMap;
+
+use crate::diag::Diagnostic;
+use crate::graph::{Func, FuncResult, Inst, Param, Value};
+use crate::op::{BinaryOp, CoordinateMode, Dim, Op, PadMode, ResizeMode};
+use crate::types::{DType, TensorType};
+
+/// The diagnostic code of a function [`pad_images`] refuses.
+pub const NOT_IMAGE_PADDABLE: &str = "not-image-paddable";
+
+/// A function prepared to run at a bucket's sizes (see the module doc).
+#[derive(Clone, Debug)]
+pub struct PaddedFunc {
+    /// The function: the original's parameters, then one `[1, 1, h, w]` f32 mask per
+    /// entry of `masks`, then one `[1]` f32 scale per entry of `scales`; its results are
+    /// the original's, to be cropped.
+    pub func: Func,
+    /// The symbolic `[h, w]` of each mask parameter, in parameter order: at a run it
+    /// holds 1 where both indices are below these sizes at the real symbols, else 0.
+    pub masks: Vec<[Dim; 2]>,
+    /// The symbolic `[h, w]` each scale parameter corrects: at a run it holds
+    /// `(h·w at the bucket) / (h·w at the real symbols)`.
+    pub scales: Vec<[Dim; 2]>,
+}
+
+/// The symbolic `[h, w]` of a padded value's type, or `None`.
+fn spatial(t: &TensorType) -> Option<[Dim; 2]> {
+    if t.rank() != 4 || !t.is_symbolic() {
+        return None;
+    }
+    let [h, w] = [Dim::from_stored(t.dims[2]), Dim::from_stored(t.dims[3])];
+    (h.known_size().is_none() || w.known_size().is_none()).then_some([h, w])
+}
+
+/// How an op reads a padded operand.
+enum Reads {
+    /// Position by position.
+    Pointwise,
+    /// Across the border: the operand is masked first.
+    Window,
+    /// A global average pool: masked, and its result rescaled.
+    GlobalAverage,
+    /// Inside the real extent only.
+    Inside,
+}
+
+/// How `inst` reads its operand `k` of type `t`, a padded value; `Err` names why it
+/// cannot run padded.
+fn reads(inst: &Inst, k: usize, t: &TensorType) -> Result<Reads, String> {
+    let (op, out) = (&inst.op, &inst.ty);
+    let name = op.name();
+    Ok(match op {
+        Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Compare(_)
+        | Op::Logic(_)
+        | Op::Not
+        | Op::Where
+        | Op::Cast { .. }
+        | Op::Mod { .. }
+        | Op::BatchNorm { .. } => Reads::Pointwise,
+        Op::Concat { axis } if *axis < 2 => Reads::Pointwise,
+        Op::Conv2d(_) | Op::ConvTranspose2d(_) if k == 0 => Reads::Window,
+        Op::MaxPool2d(p) if p.pads == [0; 4] && !p.ceil_mode => Reads::Window,
+        Op::AvgPool2d {
+            pool,
+            count_include_pad,
+        } if !pool.ceil_mode && (*count_include_pad || pool.pads == [0; 4]) => Reads::Window,
+        Op::GlobalAvgPool => Reads::GlobalAverage,
+        // zeros only (a fill operand may be another value), and no crop
+        Op::Pad(p)
+            if p.mode == PadMode::Constant
+                && inst.operands.len() == 1
+                && p.pads.iter().all(|&n| n >= 0) =>
+        {
+            Reads::Window
+        }
+        // the source of a real output is inside the real extent, and the same at every
+        // size, when the factor is whole and the transform does not depend on the sizes
+        Op::Resize(r)
+            if matches!(r.mode, ResizeMode::Nearest(_))
+                && matches!(
+                    r.coordinate,
+                    CoordinateMode::Asymmetric
+                        | CoordinateMode::HalfPixel
+                        | CoordinateMode::PytorchHalfPixel
+                )
+                && whole_factors(t, out) =>
+        {
+            Reads::Inside
+        }
+        Op::MaxPool2d(_) => {
+            return Err(format!(
+                "'{name}' with padding or ceil rounding pads with -inf, not the zeros a \
+                 padded run holds"
+            ))
+        }
+        Op::AvgPool2d { .. } => {
+            return Err(format!(
+                "'{name}' that leaves its padding out of the count divides by the real \
+                 window"
+            ))
+        }
+        Op::Resize(_) => {
+            return Err(format!(
+                "'{name}' other than a nearest one by a whole factor reads the real edge \
+                 at the border"
+            ))
+        }
+        _ => return Err(format!("'{name}' reads across the height or width")),
+    })
+}
+
+/// Whether every axis of `out` is its axis of `t` times a whole factor (1 to 16).
+fn whole_factors(t: &TensorType, out: &TensorType) -> bool {
+    t.rank() == out.rank()
+        && t.dims.iter().zip(&out.dims).all(|(&a, &b)| {
+            let (a, b) = (Dim::from_stored(a), Dim::from_stored(b));
+            (1..=16).any(|k| a * k == b)
+        })
+}
+
+/// `f` prepared to run padded to a bucket's sizes, or a diagnostic naming the first
+/// instruction that cannot (see the module doc). A function without padded values gets
+/// no masks.
+pub fn pad_images(f: &Func) -> Result<PaddedFunc, Diagnostic> {
+    let refuse = |why: String, loc: &crate::diag::Location| {
+        Diagnostic::error(NOT_IMAGE_PADDABLE, why, loc.clone())
+    };
+    // which values are masked, and which pools rescaled
+    let mut masked = vec![false; f.params.len() + f.insts.len()];
+    let mut rescaled = vec![false; f.insts.len()];
+    for (i, inst) in f.insts.iter().enumerate() {
+        for (k, &v) in inst.operands.iter().enumerate() {
+            let t = f.type_of(v);
+            if spatial(t).is_none() {
+                continue;
+            }
+            match reads(inst, k, t).map_err(|why| refuse(why, &inst.loc))? {
+                Reads::Pointwise | Reads::Inside => {}
+                Reads::Window => masked[v.index()] = true,
+                Reads::GlobalAverage => {
+                    masked[v.index()] = true;
+                    rescaled[i] = true;
+                }
+            }
+            if t.dtype != DType::F32 && masked[v.index()] {
+                return Err(refuse(
+                    format!("a padded {} value is read across its border", t.dtype),
+                    &inst.loc,
+                ));
+            }
+        }
+    }
+    // the inputs are padded with zeros by the caller: they need no mask
+    for m in masked.iter_mut().take(f.params.len()) {
+        *m = false;
+    }
+    let mut masks: Vec<[Dim; 2]> = Vec::new();
+    let mut scales: Vec<[Dim; 2]> = Vec::new();
+    let slot = |list: &mut Vec<[Dim; 2]>, s: [Dim; 2]| match list.iter().position(|&x| x == s) {
+        Some(k) => k,
+        None => {
+            list.push(s);
+            list.len() - 1
+        }
+    };
+    let mut mask_of = HashMap::new();
+    let mut scale_of = HashMap::new();
+    for (v, &m) in masked.iter().enumerate() {
+        if m {
+            let t = f.type_of(Value(v as u32));
+            if let Some(s) = spatial(t) {
+                mask_of.insert(v, slot(&mut masks, s));
+            }
+        }
+    }
+    for (i, &r) in rescaled.iter().enumerate() {
+        if r {
+            let input = f.type_of(f.insts[i].operands[0]);
+            if let Some(s) = spatial(input) {
+                scale_of.insert(i, slot(&mut scales, s));
+            }
+        }
+    }
+    let mut params = f.params.clone();
+    let unique = |base: &str, k: usize| {
+        let mut name = format!("{base}{k}");
+        while f.params.iter().any(|p| p.name == name) {
+            name.push('_');
+        }
+        name
+    };
+    for (k, s) in masks.iter().enumerate() {
+        params.push(Param {
+            name: unique("image_mask", k),
+            ty: TensorType::new(
+                DType::F32,
+                Dim::stored_all(&[Dim::known(1), Dim::known(1), s[0], s[1]]),
+            ),
+        });
+    }
+    for (k, _) in scales.iter().enumerate() {
+        params.push(Param {
+            name: unique("image_scale", k),
+            ty: TensorType::f32(vec![1]),
+        });
+    }
+    let first_mask = f.params.len();
+    let first_scale = first_mask + masks.len();
+    // old value -> new value; each instruction, then its mask or scale
+    let mut new_of: Vec<Value> = (0..f.params.len()).map(|p| Value(p as u32)).collect();
+    let mut insts: Vec<Inst> = Vec::with_capacity(f.insts.len());
+    let value_at = |insts: &Vec<Inst>| Value((params.len() + insts.len()) as u32);
+    for (i, inst) in f.insts.iter().enumerate() {
+        let mut copy = inst.clone();
+        copy.operands = inst.operands.iter().map(|v| new_of[v.index()]).collect();
+        let mut result = value_at(&insts);
+        insts.push(copy);
+        let old = f.params.len() + i;
+        let by = match (mask_of.get(&old), scale_of.get(&i)) {
+            (Some(&k), _) => Some((first_mask + k, &inst.ty)),
+            (None, Some(&k)) => Some((first_scale + k, &inst.ty)),
+            (None, None) => None,
+        };
+        if let Some((param, ty)) = by {
+            let operand = Value(param as u32);
+            insts.push(Inst {
+                op: Op::Binary(BinaryOp::Mul),
+                operands: vec![result, operand],
+                ty: ty.clone(),
+                loc: inst.loc.clone(),
+            });
+            result = Value(value_at(&insts).0 - 1);
+        }
+        new_of.push(result);
+    }
+    let results = f
+        .results
+        .iter()
+        .map(|r| FuncResult {
+            name: r.name.clone(),
+            value: new_of[r.value.index()],
+        })
+        .collect();
+    Ok(PaddedFunc {
+        func: Func {
+            name: f.name.clone(),
+            params,
+            insts,
+            results,
+            loc: f.loc.clone(),
+        },
+        masks,
+        scales,
+    })
+}
