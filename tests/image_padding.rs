@@ -91,6 +91,34 @@ fn extra_inputs(
     inputs
 }
 
+/// `m` with its entry replaced by `p`'s padded form, specialized at `bucket`, and that
+/// module's inputs: the image `x` padded with zeros, the masks and scales of a run at
+/// `real` (a run whose "real" size is the bucket gets masks of ones and scales of 1).
+fn at_bucket(
+    m: &Module,
+    p: &PaddedFunc,
+    x: &Tensor,
+    real: (usize, usize),
+    bucket: (usize, usize),
+) -> (Module, Vec<Tensor>) {
+    let f = m.entry().expect("an entry function");
+    let mut masked = m.clone();
+    masked.funcs[0] = p.func.clone();
+    let real_b = bind_symbols(f, &image(real.0, real.1)).unwrap();
+    let bucket_b = bind_symbols(f, &image(bucket.0, bucket.1)).unwrap();
+    let mut inputs = vec![padded(x, &[1, 3, bucket.0, bucket.1])];
+    inputs.extend(extra_inputs(p, &real_b, &bucket_b));
+    let shapes: BTreeMap<String, Vec<usize>> = p
+        .func
+        .params
+        .iter()
+        .zip(&inputs)
+        .map(|(param, t)| (param.name.clone(), t.ty.dims.clone()))
+        .collect();
+    let module = specialize(&masked, &shapes).expect("specializes at the bucket");
+    (module, inputs)
+}
+
 /// The largest relative error between the function run at `real` and its padded form
 /// run at `bucket` and cropped, over every result.
 fn padded_against_exact(m: &Module, real: (usize, usize), bucket: (usize, usize)) -> f64 {
@@ -100,21 +128,8 @@ fn padded_against_exact(m: &Module, real: (usize, usize), bucket: (usize, usize)
     let want = interp::run(&exact, exact.entry().unwrap(), std::slice::from_ref(&x))
         .expect("the exact run");
     let p = pad_images(f).expect("the detector runs padded");
-    let mut masked = m.clone();
-    masked.funcs[0] = p.func.clone();
-    let real_b = bind_symbols(f, &image(real.0, real.1)).unwrap();
-    let bucket_b = bind_symbols(f, &image(bucket.0, bucket.1)).unwrap();
-    let mut inputs = vec![padded(&x, &[1, 3, bucket.0, bucket.1])];
-    inputs.extend(extra_inputs(&p, &real_b, &bucket_b));
-    let shapes: BTreeMap<String, Vec<usize>> = p
-        .func
-        .params
-        .iter()
-        .zip(&inputs)
-        .map(|(param, t)| (param.name.clone(), t.ty.dims.clone()))
-        .collect();
-    let at_bucket = specialize(&masked, &shapes).expect("specializes at the bucket");
-    let got = interp::run(&at_bucket, at_bucket.entry().unwrap(), &inputs).expect("runs");
+    let (module, inputs) = at_bucket(m, &p, &x, real, bucket);
+    let got = interp::run(&module, module.entry().unwrap(), &inputs).expect("runs");
     got.iter()
         .zip(&want)
         .map(|(g, w)| {
@@ -154,21 +169,9 @@ fn without_masks_the_padded_border_leaks_into_the_results() {
     let exact = specialize(&m, &image(21, 26)).unwrap();
     let want = interp::run(&exact, exact.entry().unwrap(), std::slice::from_ref(&x)).unwrap();
     let p = pad_images(f).unwrap();
-    let mut masked = m.clone();
-    masked.funcs[0] = p.func.clone();
-    let bucket_b = bind_symbols(f, &image(32, 32)).unwrap();
-    let mut inputs = vec![padded(&x, &[1, 3, 32, 32])];
     // "real" = the bucket: masks of ones, scales of 1
-    inputs.extend(extra_inputs(&p, &bucket_b, &bucket_b));
-    let shapes: BTreeMap<String, Vec<usize>> = p
-        .func
-        .params
-        .iter()
-        .zip(&inputs)
-        .map(|(param, t)| (param.name.clone(), t.ty.dims.clone()))
-        .collect();
-    let at_bucket = specialize(&masked, &shapes).unwrap();
-    let got = interp::run(&at_bucket, at_bucket.entry().unwrap(), &inputs).unwrap();
+    let (module, inputs) = at_bucket(&m, &p, &x, (32, 32), (32, 32));
+    let got = interp::run(&module, module.entry().unwrap(), &inputs).unwrap();
     let g = cropped(&got[0], &want[0].ty.dims);
     let e = ErrorStats::between(g.f32s(), want[0].f32s()).relative;
     assert!(e > 1e-3, "the border did not reach the results: {e:.3e}");
@@ -227,21 +230,8 @@ fn dbnet_from_onnx_runs_padded_through_the_whole_compiler() {
     let exact = specialize(&m, &image(real.0, real.1)).unwrap();
     let (exe, _) = smelt::compile(&exact, &opts).expect("compiles at the real size");
     let want = exe.run(std::slice::from_ref(&x)).unwrap();
-    let mut masked = m.clone();
-    masked.funcs[0] = p.func.clone();
-    let real_b = bind_symbols(f, &image(real.0, real.1)).unwrap();
-    let bucket_b = bind_symbols(f, &image(bucket.0, bucket.1)).unwrap();
-    let mut inputs = vec![padded(&x, &[1, 3, bucket.0, bucket.1])];
-    inputs.extend(extra_inputs(&p, &real_b, &bucket_b));
-    let shapes: BTreeMap<String, Vec<usize>> = p
-        .func
-        .params
-        .iter()
-        .zip(&inputs)
-        .map(|(param, t)| (param.name.clone(), t.ty.dims.clone()))
-        .collect();
-    let at_bucket = specialize(&masked, &shapes).unwrap();
-    let (exe, _) = smelt::compile(&at_bucket, &opts).expect("compiles at the bucket");
+    let (module, inputs) = at_bucket(&m, &p, &x, real, bucket);
+    let (exe, _) = smelt::compile(&module, &opts).expect("compiles at the bucket");
     let got = exe.run(&inputs).unwrap();
     let g = cropped(&got[0], &want[0].ty.dims);
     let e = ErrorStats::between(g.f32s(), want[0].f32s()).relative;
