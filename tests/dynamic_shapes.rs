@@ -67,13 +67,70 @@ fn dbnet_runs_images_of_three_sizes_within_1e4_of_onnxruntime() {
     for tag in ["320x320", "640x480", "960x960"] {
         let (inputs, want) = case("dbnet_fpn", &["x"], "maps", tag);
         let got = exe.run(&inputs).expect("a run at a new size");
+        assert_eq!(got[0].ty, want.ty, "the result is cropped to {tag}");
         assert_matches(&got[0], &want, &format!("dbnet {tag}"));
     }
+    // each size ran padded to its image bucket (a side of 480 to 512, 960 to 1024)
     assert_eq!(
         compiled_sizes(&exe),
-        [vec![320, 320], vec![640, 480], vec![960, 960]]
+        [vec![320, 320], vec![640, 512], vec![1024, 1024]]
     );
     assert_fused_once(&exe);
+    // compiled exactly instead, each size is its own specialization
+    let exact = open(
+        "dbnet_fpn",
+        DynamicOptions {
+            image_buckets: false,
+            ..DynamicOptions::default()
+        },
+    );
+    for tag in ["320x320", "640x480", "960x960"] {
+        let (inputs, want) = case("dbnet_fpn", &["x"], "maps", tag);
+        let got = exact.run(&inputs).expect("an exact run");
+        assert_matches(&got[0], &want, &format!("dbnet {tag}, exact"));
+    }
+    assert_eq!(
+        compiled_sizes(&exact),
+        [vec![320, 320], vec![640, 480], vec![960, 960]]
+    );
+}
+
+/// Sizes off every bucket share one: 608×480 and 640×512 both run DBNet's 640×512 bucket,
+/// and each agrees with the executable compiled for exactly its size; the plan of one
+/// size refuses the inputs of another.
+#[test]
+fn dbnet_sizes_inside_one_bucket_share_its_code_and_stay_exact() {
+    let padded = open("dbnet_fpn", DynamicOptions::default());
+    let exact = open(
+        "dbnet_fpn",
+        DynamicOptions {
+            image_buckets: false,
+            ..DynamicOptions::default()
+        },
+    );
+    for (k, (h, w)) in [(608, 480), (640, 512), (608, 480)].into_iter().enumerate() {
+        let x = Tensor::random(&smelt::TensorType::f32(vec![1, 3, h, w]), 20 + k as u64);
+        let got = padded.run(std::slice::from_ref(&x)).expect("a padded run");
+        let want = exact.run(std::slice::from_ref(&x)).expect("an exact run");
+        assert_eq!(got[0].ty.dims, [1, 1, h, w]);
+        assert_matches(&got[0], &want[0], &format!("dbnet {h}x{w} padded"));
+    }
+    assert_eq!(compiled_sizes(&padded), [vec![640, 512]]);
+    // a plan's masks are its sizes': other inputs are refused, not run with them
+    let shape: &[usize] = &[1, 3, 608, 480];
+    let plan = padded.plan(&[shape]).expect("a plan");
+    let x = vec![0f32; 3 * 640 * 512];
+    let mut y = vec![0f32; 640 * 512];
+    let other: &[usize] = &[1, 3, 640, 512];
+    let e = padded
+        .run_planned(
+            &plan,
+            &[other],
+            &[smelt::runtime::Elements::F32(&x)],
+            &mut [smelt::runtime::ElementsMut::F32(&mut y)],
+        )
+        .expect_err("inputs of another size than the plan's");
+    assert!(e.to_string().contains("the plan was made for"), "{e}");
 }
 
 /// Every size specialized the one module imported and fused with symbolic sizes.

@@ -8,9 +8,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use smelt_ir::symbolic::{
-    bind_symbols, pad_images, size_at, specialize, PaddedFunc, NOT_IMAGE_PADDABLE,
-};
+use smelt_ir::symbolic::{bind_symbols, pad_images, specialize, PaddedFunc, NOT_IMAGE_PADDABLE};
 use smelt_ir::text;
 use smelt_ir::{interp, ErrorStats, Module, Tensor, TensorData, TensorType};
 
@@ -62,35 +60,6 @@ fn cropped(t: &Tensor, dims: &[usize]) -> Tensor {
     }
 }
 
-/// The padded function's extra inputs for a run at `real` inside `bucket` (symbol
-/// bindings): each mask 1 on its real extent, each scale the bucket's area over the real.
-fn extra_inputs(
-    p: &PaddedFunc,
-    real: &smelt_ir::symbolic::Bindings,
-    bucket: &smelt_ir::symbolic::Bindings,
-) -> Vec<Tensor> {
-    let at = |d: smelt_ir::op::Dim, b| size_at(d.stored(), b).expect("a size");
-    let mut inputs = Vec::new();
-    for &[h, w] in &p.masks {
-        let (hb, wb, hr, wr) = (at(h, bucket), at(w, bucket), at(h, real), at(w, real));
-        let data = (0..hb * wb)
-            .map(|i| f32::from(u8::from(i / wb < hr && i % wb < wr)))
-            .collect();
-        inputs.push(Tensor {
-            ty: TensorType::f32(vec![1, 1, hb, wb]),
-            data: TensorData::F32(data),
-        });
-    }
-    for &[h, w] in &p.scales {
-        let area = |b| (at(h, b) * at(w, b)) as f32;
-        inputs.push(Tensor {
-            ty: TensorType::f32(vec![1]),
-            data: TensorData::F32(vec![area(bucket) / area(real)]),
-        });
-    }
-    inputs
-}
-
 /// `m` with its entry replaced by `p`'s padded form, specialized at `bucket`, and that
 /// module's inputs: the image `x` padded with zeros, the masks and scales of a run at
 /// `real` (a run whose "real" size is the bucket gets masks of ones and scales of 1).
@@ -107,7 +76,10 @@ fn at_bucket(
     let real_b = bind_symbols(f, &image(real.0, real.1)).unwrap();
     let bucket_b = bind_symbols(f, &image(bucket.0, bucket.1)).unwrap();
     let mut inputs = vec![padded(x, &[1, 3, bucket.0, bucket.1])];
-    inputs.extend(extra_inputs(p, &real_b, &bucket_b));
+    inputs.extend(
+        p.extra_inputs(&real_b, &bucket_b)
+            .expect("masks and scales"),
+    );
     let shapes: BTreeMap<String, Vec<usize>> = p
         .func
         .params

@@ -145,6 +145,20 @@ impl TensorData {
         }
     }
 
+    /// Sets every element to zero (`false` for `i1`), keeping the memory.
+    pub fn fill_zero(&mut self) {
+        match self {
+            TensorData::F32(v) => v.fill(0.0),
+            TensorData::I64(v) => v.fill(0),
+            TensorData::I32(v) => v.fill(0),
+            TensorData::Bool(v) => v.fill(false),
+            TensorData::F16(v) | TensorData::BF16(v) | TensorData::U16(v) => v.fill(0),
+            TensorData::I8(v) => v.fill(0),
+            TensorData::U8(v) => v.fill(0),
+            TensorData::I16(v) => v.fill(0),
+        }
+    }
+
     /// The element type.
     pub fn dtype(&self) -> DType {
         match self {

@@ -239,9 +239,10 @@ pub(crate) fn layouts_have_kernels(op: &Op, types: &[&TensorType], result: &Tens
 }
 
 /// Whether a broadcast post-op operand of shape `dims` walks the channels of a rank-4
-/// result of shape `out` contiguously or not at all (a per-channel vector, a scalar):
-/// what an epilogue with vector lanes along channels reads.
+/// result of shape `out` contiguously or not at all: a per-channel vector, a scalar, or
+/// one value per pixel (an image mask, `[1, 1, H, W]`, splat across a vector's
+/// channels) — what an epilogue with vector lanes along channels reads.
 pub fn broadcast_walks_channels(dims: &[usize], out: &[usize]) -> bool {
     let s = broadcast_strides(dims, out);
-    s.len() == 4 && s[0] == 0 && s[2] == 0 && s[3] == 0 && s[1] <= 1
+    s.len() == 4 && (s[1] == 0 || (s[0] == 0 && s[2] == 0 && s[3] == 0 && s[1] == 1))
 }

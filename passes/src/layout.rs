@@ -18,7 +18,8 @@
 //!   blocks only to write blocks — a halving 3×3 max pool ([`max_pool_fits_blocks`]), a
 //!   depthwise conv ([`depthwise_on_blocks`]) or a nearest resize repeating whole pixels
 //!   ([`resize_repeats_pixels`]: an FPN's upsampling) whose input is in blocks — and whose
-//!   broadcast post-op operands are per-channel vectors or scalars;
+//!   broadcast post-op operands are per-channel vectors, scalars or one value per pixel
+//!   (an image mask, splat across a vector's channels);
 //! - every use reads blocks: the input of a conv that reads them
 //!   ([`reads_blocks_on_micro`]: pointwise — whatever its output channel count, when its
 //!   tiles call the micro-kernel —, direct or Winograd), of such a max pool, depthwise
@@ -189,8 +190,8 @@ fn blocks_from_blocks(func: &Func, i: usize, micro: Option<TileTarget>) -> bool 
 }
 
 /// Whether every post-op operand of `inst` has the result's full size or walks its
-/// channels contiguously or not at all (a per-channel vector, a scalar): what an
-/// epilogue with vector lanes along channels reads.
+/// channels contiguously or not at all (a per-channel vector, a scalar, a per-pixel
+/// mask): what an epilogue with vector lanes along channels reads.
 fn post_operands_walk_channels(func: &Func, inst: &Inst) -> bool {
     post_operands(inst).iter().all(|&p| {
         let t = func.type_of(p);

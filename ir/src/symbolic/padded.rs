@@ -17,7 +17,8 @@
 //!   padding, a zero `pad`, a global average pool (a sum over the masked plane, then the
 //!   scale). Their operands are masked;
 //! - a **nearest resize by a whole factor** (`2*"height/32"` from `"height/32"`) reads
-//!   `floor(o / k)`, inside the real extent for every real output: no mask;
+//!   `floor(o / k)`, and a **1×1 conv without padding** reads `o·s`: inside the real
+//!   extent for every real output, so no mask;
 //! - anything else (a reshape or transpose that moves H or W, a reduction or softmax over
 //!   them, a bilinear resize or one to sizes read from another value, a max pool whose
 //!   padding is −∞, a crop) is refused, naming the instruction.
@@ -50,6 +51,43 @@ pub struct PaddedFunc {
     pub scales: Vec<[Dim; 2]>,
 }
 
+impl PaddedFunc {
+    /// The mask and scale inputs of a run at the symbols' values `real` padded to
+    /// `bucket` (each mask `[1, 1, h, w]` at the bucket's sizes, 1 where both indices are
+    /// below the real sizes; each scale the bucket's area over the real one), in
+    /// parameter order; an error names a size the bindings cannot give.
+    pub fn extra_inputs(
+        &self,
+        real: &super::Bindings,
+        bucket: &super::Bindings,
+    ) -> Result<Vec<crate::Tensor>, String> {
+        let at = |d: Dim, b| super::size_at(d.stored(), b);
+        let mut inputs = Vec::with_capacity(self.masks.len() + self.scales.len());
+        for &[h, w] in &self.masks {
+            let (hb, wb, hr, wr) = (at(h, bucket)?, at(w, bucket)?, at(h, real)?, at(w, real)?);
+            let data = (0..hb * wb)
+                .map(|i| f32::from(u8::from(i / wb < hr && i % wb < wr)))
+                .collect();
+            inputs.push(crate::Tensor {
+                ty: TensorType::f32(vec![1, 1, hb, wb]),
+                data: crate::TensorData::F32(data),
+            });
+        }
+        for &[h, w] in &self.scales {
+            let area = |b| -> Result<f32, String> { Ok((at(h, b)? * at(w, b)?) as f32) };
+            let (real_area, bucket_area) = (area(real)?, area(bucket)?);
+            if real_area == 0.0 {
+                return Err(format!("an image plane of {h}x{w} is empty at these sizes"));
+            }
+            inputs.push(crate::Tensor {
+                ty: TensorType::f32(vec![1]),
+                data: crate::TensorData::F32(vec![bucket_area / real_area]),
+            });
+        }
+        Ok(inputs)
+    }
+}
+
 /// The symbolic `[h, w]` of a padded value's type, or `None`.
 fn spatial(t: &TensorType) -> Option<[Dim; 2]> {
     if t.rank() != 4 || !t.is_symbolic() {
@@ -71,11 +109,20 @@ enum Reads {
     Inside,
 }
 
-/// How `inst` reads its operand `k` of type `t`, a padded value; `Err` names why it
-/// cannot run padded.
-fn reads(inst: &Inst, k: usize, t: &TensorType) -> Result<Reads, String> {
+/// How `inst` (of `f`) reads its operand `k` of type `t`, a padded value; `Err` names
+/// why it cannot run padded.
+fn reads(f: &Func, inst: &Inst, k: usize, t: &TensorType) -> Result<Reads, String> {
     let (op, out) = (&inst.op, &inst.ty);
     let name = op.name();
+    // a 1×1 window without padding reads its own pixel (`o·s`, inside the real extent
+    // for every real output)
+    let one_by_one = |pads: &[usize; 4]| {
+        *pads == [0; 4]
+            && inst
+                .operands
+                .get(1)
+                .is_some_and(|&w| f.type_of(w).dims.get(2..) == Some(&[1, 1][..]))
+    };
     Ok(match op {
         Op::Unary(_)
         | Op::Binary(_)
@@ -87,6 +134,7 @@ fn reads(inst: &Inst, k: usize, t: &TensorType) -> Result<Reads, String> {
         | Op::Mod { .. }
         | Op::BatchNorm { .. } => Reads::Pointwise,
         Op::Concat { axis } if *axis < 2 => Reads::Pointwise,
+        Op::Conv2d(a) if k == 0 && one_by_one(&a.pads) => Reads::Inside,
         Op::Conv2d(_) | Op::ConvTranspose2d(_) if k == 0 => Reads::Window,
         Op::MaxPool2d(p) if p.pads == [0; 4] && !p.ceil_mode => Reads::Window,
         Op::AvgPool2d {
@@ -163,7 +211,7 @@ pub fn pad_images(f: &Func) -> Result<PaddedFunc, Diagnostic> {
             if spatial(t).is_none() {
                 continue;
             }
-            match reads(inst, k, t).map_err(|why| refuse(why, &inst.loc))? {
+            match reads(f, inst, k, t).map_err(|why| refuse(why, &inst.loc))? {
                 Reads::Pointwise | Reads::Inside => {}
                 Reads::Window => masked[v.index()] = true,
                 Reads::GlobalAverage => {

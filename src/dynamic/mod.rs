@@ -74,28 +74,42 @@
 //! A sweep over lengths 1 to 384 compiles at most 7 specializations (at batch 1). With a
 //! sequence, a batch runs one element at a time (the proof is made at batch 1).
 //!
-//! ## Sizes compiled exactly: image height and width, and lengths padding cannot serve
+//! ## Image sizes: padded to buckets, or compiled exactly
 //!
-//! Padding is exact only where nothing reads across the padded axis into valid positions.
-//! Convolutions and pools do, along an image's height and width: after the first conv's
-//! bias and activation the padded border holds values that the next conv's windows read
-//! into valid pixels. So a model with two or more named symbols off the leading axis (a
-//! detector's `[1, 3, height, width]`) compiles each distinct set of their values exactly
-//! ([`DynamicExecutable::symbols`], [`DynamicDim::Symbol`]), and so does a model whose one
-//! symbol the padding proof refuses (a text-line recognizer's width, read by its convs):
+//! Padding as for a sequence is not exact along an image's height and width: convs and
+//! pools read across the border, and after the first conv's bias and activation the
+//! padded border holds values the next conv's windows read into valid pixels. So a model
+//! with two or more named symbols off the leading axis (a detector's
+//! `[1, 3, height, width]`; [`DynamicExecutable::symbols`], [`DynamicDim::Symbol`]) and
+//! no batch or sequence runs each size padded to an *image bucket* (each side rounded up
+//! on the ladder of [`image_bucket`], `m·2^e` for `m` in 4..=7: less than a quarter more
+//! per side), the model prepared once by [`smelt_ir::symbolic::pad_images`]: every value
+//! a window op reads across its border is multiplied by a mask input (1 on the run's
+//! real extent, 0 past it) and every global average pool of one rescaled, so each window
+//! reads the zeros its own padding would. The results are cropped to the real sizes.
+//! One compile serves every size of a bucket: DBNet at 608×480 and 640×480 both run its
+//! 640×512 bucket, the second size's first run ≈ 50 ms (no compile) against ≈ 160 ms for
+//! an exact compile, each run ≈ 5–8% slower than an exact executable (the extra rows),
+//! within 2e-7 of it. The buckets' inputs and results are kept between runs (fresh
+//! memory costs page clearing per run). See `images.rs` for the policy.
+//!
+//! Sizes compile exactly instead — each distinct set of values its own executable — for
+//! a model `pad_images` refuses (a bilinear resize to the input's size, a max pool with
+//! padding), for sizes no bucket of the ladder can take, with
+//! [`DynamicOptions::image_buckets`] `false`, and for a model whose one symbol the
+//! sequence padding proof refuses (a text-line recognizer's width, read by its convs):
 //! its first refused bucket turns the length into such a symbol, and every run after that
 //! compiles its length exactly, the refusal kept as a warning of each specialization.
 //! Inputs that share a symbol must agree on its value (an error names both). The batch,
 //! if dynamic too, is still bucketed within each set of sizes.
 //!
-//! Policy: at most [`DynamicOptions::max_shapes`] sets of sizes (default 8) keep their
-//! executables, the least recently run dropped first; a run at a new set compiles on the
-//! spot (DBNet at 640×480: ≈ 95 ms). This is an exact-shape cache, not buckets: a sweep
-//! over many sizes compiles once per size. Bucketed image sizes need the padding masked
-//! before every window op at the run's real extent: [`smelt_ir::symbolic::pad_images`]
-//! makes the masks inputs of the function (and rescales global average pools), so the
-//! loop IR's constant extents suffice, and DBNet padded that way agrees with its exact
-//! compile (`tests/image_padding.rs`); this executable does not bucket with it yet.
+//! Policy: at most [`DynamicOptions::max_shapes`] image buckets and, apart, as many sets
+//! of exact sizes (default 8 each) keep their executables, the least recently run dropped
+//! first; a run at a new one compiles on the spot (DBNet at 640×480: ≈ 95 ms).
+
+mod images;
+
+pub use images::image_bucket;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -136,10 +150,15 @@ pub struct DynamicOptions {
     /// (default 512); the length buckets are those of [`sequence_buckets`] up to it.
     pub max_sequence: usize,
     /// For a model with two or more symbols off the leading axis (an image's height and
-    /// width): how many distinct sets of their values keep their executables (default
-    /// 8, at most [`MAX_SHAPES_LIMIT`]); a run of a new one past that drops the least
-    /// recently run set's.
+    /// width): how many image buckets, and how many distinct sets of values compiled
+    /// exactly, keep their executables (default 8 each, at most [`MAX_SHAPES_LIMIT`]); a
+    /// run of a new one past that drops the least recently run one's.
     pub max_shapes: usize,
+    /// For a model with image sizes (two or more symbols off the leading axis, no batch
+    /// or sequence): run each size padded to an image bucket ([`image_bucket`]'s ladder)
+    /// where the model allows it, one compile per bucket (default `true`); `false`
+    /// compiles each set of sizes exactly.
+    pub image_buckets: bool,
 }
 
 impl Default for DynamicOptions {
@@ -149,6 +168,7 @@ impl Default for DynamicOptions {
             cache_bytes: None,
             max_sequence: 512,
             max_shapes: 8,
+            image_buckets: true,
         }
     }
 }
@@ -349,6 +369,12 @@ pub struct DynamicExecutable {
     /// [`DynamicExecutable::new`] made): what the template is imported with, where the
     /// executables made from this one pin more.
     root_pins: BTreeMap<String, Vec<usize>>,
+    /// Whether sizes are padded to image buckets: a model whose every dynamic size is an
+    /// image side, made by [`DynamicExecutable::new`] with
+    /// [`DynamicOptions::image_buckets`].
+    pads_images: bool,
+    /// The model prepared for padded runs, made on the first run when `pads_images`.
+    image_padding: Mutex<Option<Arc<images::ImagePadding>>>,
 }
 
 /// The model imported once with its dynamic sizes as symbols and run through the pass
@@ -490,6 +516,9 @@ impl DynamicExecutable {
         };
         let mut exe = Self::assemble(path, options, dynamic, inputs, declared.outputs, symbols)?;
         exe.sequence_name = sequence_name;
+        exe.pads_images = dynamic.image_buckets
+            && exe.symbols.len() >= 2
+            && !exe.inputs.iter().any(|i| i.batched() || i.sequenced());
         Ok(exe)
     }
 
@@ -559,6 +588,8 @@ impl DynamicExecutable {
             decoded: Mutex::new(None),
             template: Arc::new(Mutex::new(None)),
             root_pins: options.load.input_shapes.clone(),
+            pads_images: false,
+            image_padding: Mutex::new(None),
         })
     }
 
@@ -656,6 +687,11 @@ impl DynamicExecutable {
                 })
             })
             .collect();
+        if let Ok(Some(padding)) = self.image_padding.lock().as_deref().cloned() {
+            if let Ok(model) = &padding.model {
+                all.extend(model.specializations());
+            }
+        }
         if let Ok(shaped) = self.shaped.lock() {
             for (values, exe) in shaped.iter() {
                 all.extend(exe.specializations().into_iter().map(|s| Specialization {
@@ -709,6 +745,13 @@ impl DynamicExecutable {
         if self.symbols.is_empty() {
             return Ok(None);
         }
+        let values = self.symbol_values(shapes)?;
+        self.shaped_at(values).map(Some)
+    }
+
+    /// The symbols' values in inputs of `shapes` (a model with symbols): each input's
+    /// rank checked, no symbol 0, inputs that share a symbol agreeing.
+    fn symbol_values(&self, shapes: &[&[usize]]) -> Result<Vec<usize>, Error> {
         if shapes.len() != self.inputs.len() {
             return Err(Error::InvalidArgument(format!(
                 "expected {} inputs, got {}",
@@ -750,7 +793,12 @@ impl DynamicExecutable {
                 }
             }
         }
-        let values: Vec<usize> = values.iter().map(|v| v.map_or(1, |(v, _)| v)).collect();
+        Ok(values.iter().map(|v| v.map_or(1, |(v, _)| v)).collect())
+    }
+
+    /// The executable of these symbol values (compiled buckets on first use; the least
+    /// recently run set dropped past `max_shapes`).
+    fn shaped_at(&self, values: Vec<usize>) -> Result<Arc<DynamicExecutable>, Error> {
         let mut shaped = self
             .shaped
             .lock()
@@ -760,7 +808,7 @@ impl DynamicExecutable {
             let entry = shaped.remove(k);
             let exe = entry.1.clone();
             shaped.push(entry);
-            return Ok(Some(exe));
+            return Ok(exe);
         }
         let mut options = self.options.clone();
         let inputs: Vec<DynamicInput> = self
@@ -791,7 +839,7 @@ impl DynamicExecutable {
             shaped.remove(0);
         }
         shaped.push((values, exe.clone()));
-        Ok(Some(exe))
+        Ok(exe)
     }
 
     /// Compiles everything a run on inputs of `shapes` needs, so that such runs compile
@@ -1133,10 +1181,14 @@ impl DynamicExecutable {
             .iter_mut()
             .map(|t| ElementsMut::of(&mut t.data))
             .collect();
-        plan.shaped
-            .as_deref()
-            .unwrap_or(self)
-            .run_plan(&plan, &ins, &mut outs)?;
+        match &plan.padded {
+            Some(padded) => self.run_padded(padded, &plan.results, &shapes, &ins, &mut outs)?,
+            None => plan
+                .shaped
+                .as_deref()
+                .unwrap_or(self)
+                .run_plan(&plan, &ins, &mut outs)?,
+        }
         Ok(results)
     }
 
@@ -1165,6 +1217,9 @@ impl DynamicExecutable {
         inputs: &[Elements<'_>],
         outputs: &mut [ElementsMut<'_>],
     ) -> Result<(), Error> {
+        if let Some(padded) = &plan.padded {
+            return self.run_padded(padded, &plan.results, input_shapes, inputs, outputs);
+        }
         match &plan.shaped {
             Some(shaped) => shaped.run_planned_here(plan, input_shapes, inputs, outputs),
             None if !self.symbols.is_empty() => Err(Error::InvalidArgument(
@@ -1230,6 +1285,9 @@ impl DynamicExecutable {
     pub fn plan(&self, input_shapes: &[&[usize]]) -> Result<RunPlan, Error> {
         if let Some(exact) = self.exact_lengths.get() {
             return exact.exe.plan(input_shapes);
+        }
+        if let Some(plan) = self.plan_padded(input_shapes)? {
+            return Ok(plan);
         }
         if let Some(shaped) = self.shaped_for(input_shapes)? {
             let mut plan = shaped.plan(input_shapes)?;
@@ -1348,6 +1406,7 @@ impl DynamicExecutable {
             separable,
             results,
             shaped: None,
+            padded: None,
         })
     }
 
@@ -1556,6 +1615,8 @@ pub struct RunPlan {
     results: Vec<TensorType>,
     /// For a model with symbols: the executable of the run's symbol values, which runs it.
     shaped: Option<Arc<DynamicExecutable>>,
+    /// For image sizes padded to a bucket: the bucket's executable, masks and dims.
+    padded: Option<Arc<images::PaddedRun>>,
 }
 
 impl RunPlan {
