@@ -113,13 +113,14 @@ impl DynamicExecutable {
         if !self.pads_images {
             return Ok(None);
         }
-        let mut slot = self
-            .image_padding
-            .lock()
-            .map_err(|_| Error::Unsupported("an image padding panicked".into()))?;
-        if let Some(p) = slot.as_ref() {
-            return Ok(Some(p.clone()));
-        }
+        super::made_once(&self.image_padding, "an image padding", || {
+            self.prepare_padding()
+        })
+        .map(Some)
+    }
+
+    /// [`DynamicExecutable::image_padding`]'s make.
+    fn prepare_padding(&self) -> Result<ImagePadding, Error> {
         let template = self.template()?;
         let model = match &template.modules {
             Err(why) => Err(why.clone()),
@@ -147,9 +148,7 @@ impl DynamicExecutable {
                 })
             })(),
         };
-        let p = Arc::new(ImagePadding { model });
-        *slot = Some(p.clone());
-        Ok(Some(p))
+        Ok(ImagePadding { model })
     }
 
     /// The plan of a padded run of inputs of `shapes`, or `None` when this model or these

@@ -418,6 +418,25 @@ pub enum SharedModule {
     },
 }
 
+/// The value in `slot`, made by `make` on first use. The lock is held while it is made,
+/// so concurrent callers wait for one make; `what` names the make in the error of a lock
+/// a make panicked under.
+fn made_once<T>(
+    slot: &Mutex<Option<Arc<T>>>,
+    what: &str,
+    make: impl FnOnce() -> Result<T, Error>,
+) -> Result<Arc<T>, Error> {
+    let mut slot = slot
+        .lock()
+        .map_err(|_| Error::Unsupported(format!("{what} panicked")))?;
+    if let Some(made) = slot.as_ref() {
+        return Ok(made.clone());
+    }
+    let made = Arc::new(make()?);
+    *slot = Some(made.clone());
+    Ok(made)
+}
+
 /// Which results of a bucket's module carry the batch on their leading axis, or why the
 /// module cannot be split.
 type Separability = Result<Vec<bool>, Diagnostic>;
@@ -948,13 +967,11 @@ impl DynamicExecutable {
     /// The template, made on first use: the model imported with symbolic sizes (the
     /// caller's pins kept) and optimized by `options.optimize`, or why it cannot be.
     fn template(&self) -> Result<Arc<Template>, Error> {
-        let mut slot = self
-            .template
-            .lock()
-            .map_err(|_| Error::Unsupported("a symbolic import panicked".into()))?;
-        if let Some(t) = slot.as_ref() {
-            return Ok(t.clone());
-        }
+        made_once(&self.template, "a symbolic import", || self.make_template())
+    }
+
+    /// [`DynamicExecutable::template`]'s make.
+    fn make_template(&self) -> Result<Template, Error> {
         let decoded = self.decoded()?;
         let start = Instant::now();
         let root = ImportOptions {
@@ -971,12 +988,10 @@ impl DynamicExecutable {
                 warnings: cx.warnings,
             })
         })();
-        let template = Arc::new(Template {
+        Ok(Template {
             ms: start.elapsed().as_secs_f64() * 1e3,
             modules: modules.map_err(|e| e.to_string()),
-        });
-        *slot = Some(template.clone());
-        Ok(template)
+        })
     }
 
     /// The import options of `options.load`.
@@ -993,16 +1008,9 @@ impl DynamicExecutable {
 
     /// The model file, decoded on first use.
     fn decoded(&self) -> Result<Arc<DecodedModel>, Error> {
-        let mut slot = self
-            .decoded
-            .lock()
-            .map_err(|_| Error::Unsupported("a model decode panicked".into()))?;
-        if let Some(d) = slot.as_ref() {
-            return Ok(d.clone());
-        }
-        let d = Arc::new(decode_file(&self.path, &self.import_options())?);
-        *slot = Some(d.clone());
-        Ok(d)
+        made_once(&self.decoded, "a model decode", || {
+            decode_file(&self.path, &self.import_options())
+        })
     }
 
     /// The executable of the bucket of `size` elements (one of
@@ -1043,13 +1051,13 @@ impl DynamicExecutable {
                     self.lengths
                 ))
             })?;
-        let mut compiled = slot
-            .compiled
-            .lock()
-            .map_err(|_| Error::Unsupported("a bucket's compile panicked".into()))?;
-        if let Some(c) = compiled.as_ref() {
-            return Ok(c.clone());
-        }
+        made_once(&slot.compiled, "a bucket's compile", || {
+            self.compile_bucket(batch, length)
+        })
+    }
+
+    /// The bucket of `batch` elements at length bucket `length`, compiled.
+    fn compile_bucket(&self, batch: usize, length: Option<usize>) -> Result<Compiled, Error> {
         // made once for every bucket: not this bucket's compile time
         let template = self.template()?;
         let start = Instant::now();
@@ -1084,16 +1092,14 @@ impl DynamicExecutable {
                 (exe, cx.warnings)
             }
         };
-        let c = Arc::new(Compiled {
+        Ok(Compiled {
             exe: Arc::new(exe),
             compile_ms: start.elapsed().as_secs_f64() * 1e3,
             flops,
             warnings,
             separable,
             padded,
-        });
-        *compiled = Some(c.clone());
-        Ok(c)
+        })
     }
 
     /// Proves that `module`, the model at `batch` and length bucket `padded`, may run
