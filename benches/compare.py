@@ -113,10 +113,12 @@ def model_path(name: str) -> str:
 
 def ensure_models(names: list[str]) -> None:
     missing = [n for n in names if not os.path.exists(model_path(n))]
-    if any(not n.startswith("exported/") for n in missing):
-        print(f"writing models ({', '.join(missing)} missing)", file=sys.stderr)
+    made_here = [n for n in missing if not n.startswith("exported/")]
+    if made_here:
+        print(f"writing models ({', '.join(made_here)} missing)", file=sys.stderr)
         subprocess.run(
-            [sys.executable, os.path.join(ROOT, "benches", "make_bench_models.py"), MODEL_DIR],
+            [sys.executable, os.path.join(ROOT, "benches", "make_bench_models.py"), MODEL_DIR,
+             *made_here],
             check=True,
             stdout=subprocess.DEVNULL,
         )

@@ -2,7 +2,9 @@
 """Writes the ONNX models of the benchmark (issue 6) into a folder, default
 target/bench-models:
 
-    .venv/bin/python benches/make_bench_models.py [OUT_DIR]
+    .venv/bin/python benches/make_bench_models.py [OUT_DIR [NAME ...]]
+
+(every model, or only those named)
 
 - resnet18.onnx, resnet50.onnx: the networks of scripts/make_models.py (same builder,
   same seeds; resnet50 has a dynamic batch dimension "N", pinned to 1 by benches/compare.py);
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Callable
 
 import numpy as np
 import onnx
@@ -167,36 +170,51 @@ def bert_base() -> onnx.ModelProto:
     return m
 
 
-def models() -> list[tuple[str, onnx.ModelProto]]:
-    out = [("resnet18", make_models.resnet(18)), ("resnet50", make_models.resnet(50))]
+def models() -> list[tuple[str, Callable[[], onnx.ModelProto]]]:
+    """Every model by name, each built only when called (bert_base alone is 440 MB)."""
+    out: list[tuple[str, Callable[[], onnx.ModelProto]]] = [
+        ("resnet18", lambda: make_models.resnet(18)),
+        ("resnet50", lambda: make_models.resnet(50)),
+    ]
     for i, (c, hw) in enumerate(TAILS_3X3):
-        out.append((f"tail3x3_{c}_{hw}", tail("tail3x3", c, c, hw, 3, False, seed=100 + i)))
+        out.append((f"tail3x3_{c}_{hw}",
+                    lambda c=c, hw=hw, i=i: tail("tail3x3", c, c, hw, 3, False, seed=100 + i)))
     for i, (cin, cout, hw) in enumerate(TAILS_1X1):
-        out.append((f"tail1x1_{cin}to{cout}_{hw}", tail("tail1x1", cin, cout, hw, 1, False, seed=200 + i)))
+        out.append((f"tail1x1_{cin}to{cout}_{hw}",
+                    lambda cin=cin, cout=cout, hw=hw, i=i:
+                    tail("tail1x1", cin, cout, hw, 1, False, seed=200 + i)))
     for i, (c, hw) in enumerate(DEPTHWISE):
-        out.append((f"dwtail_{c}_{hw}", tail("dwtail", c, c, hw, 3, True, seed=300 + i)))
-    out.append(("bert_base", bert_base()))
+        out.append((f"dwtail_{c}_{hw}",
+                    lambda c=c, hw=hw, i=i: tail("dwtail", c, c, hw, 3, True, seed=300 + i)))
+    out.append(("bert_base", bert_base))
     return out
 
 
 def main() -> None:
-    if len(sys.argv) > 2:
-        sys.exit(__doc__)
-    out = sys.argv[1] if len(sys.argv) == 2 else os.path.join(ROOT, "target", "bench-models")
+    args = sys.argv[1:]
+    out = args[0] if args else os.path.join(ROOT, "target", "bench-models")
+    known = dict(models())
+    wanted = args[1:] or list(known)
+    unknown = [n for n in wanted if n not in known]
+    if unknown:
+        sys.exit(f"unknown models {unknown}\n{__doc__}")
     os.makedirs(out, exist_ok=True)
-    for name, model in models():
+    for name in wanted:
+        model = known[name]()
         onnx.checker.check_model(model)
         path = os.path.join(out, f"{name}.onnx")
         tmp = f"{path}.tmp{os.getpid()}"
         onnx.save_model(model, tmp)
         os.replace(tmp, path)
         print(f"wrote {path}")
-    # the BERT's inputs: the fixture's token ids, mask and token types
-    fixture = os.path.join(ROOT, "target", "onnx-tests", "exported", "bert_opset14")
-    inputs = os.path.join(out, "bert_base.inputs")
-    os.makedirs(inputs, exist_ok=True)
-    for name in ["input_ids", "attention_mask", "token_type_ids"]:
-        np.save(os.path.join(inputs, npy_name(name)), np.load(os.path.join(fixture, npy_name(name))))
+    if "bert_base" in wanted:
+        # the BERT's inputs: the fixture's token ids, mask and token types
+        fixture = os.path.join(ROOT, "target", "onnx-tests", "exported", "bert_opset14")
+        inputs = os.path.join(out, "bert_base.inputs")
+        os.makedirs(inputs, exist_ok=True)
+        for name in ["input_ids", "attention_mask", "token_type_ids"]:
+            np.save(os.path.join(inputs, npy_name(name)),
+                    np.load(os.path.join(fixture, npy_name(name))))
 
 
 if __name__ == "__main__":

@@ -56,35 +56,66 @@ pub(super) struct PaddedModel {
     /// `padded` in the model, after the pass pipeline.
     optimized: Module,
     warnings: Vec<Diagnostic>,
-    /// The buckets run so far, least recently run first.
-    buckets: Mutex<Vec<PaddedBucket>>,
+    /// The buckets run so far, least recently run first; each compiles under its own
+    /// lock, so runs of other buckets go on meanwhile.
+    buckets: Mutex<Vec<(Vec<usize>, Arc<PaddedBucket>)>>,
 }
 
-/// One bucket's executable.
+/// One bucket (kept by its symbols' values, in [`DynamicExecutable::symbols`] order):
+/// its executable once compiled, and the masks and scales of the real sizes run in it
+/// lately.
+#[derive(Default)]
 pub(super) struct PaddedBucket {
-    /// The symbols' values it was compiled for, in [`DynamicExecutable::symbols`] order.
-    pub(super) values: Vec<usize>,
-    exe: Arc<Executable>,
-    /// Bucket-sized inputs and results of runs done, for the next runs to reuse: fresh
-    /// memory costs page clearing on every run (≈ 5 MB for DBNet at 640×512).
-    scratch: Scratch,
-    pub(super) compile_ms: f64,
-    pub(super) warnings: Vec<Diagnostic>,
+    compiled: Mutex<Option<Arc<CompiledBucket>>>,
+    /// Masks and scales by the real symbol values they are for, newest last (at most
+    /// [`EXTRAS_KEPT`]): a run at a size seen lately builds none.
+    extras: Mutex<Vec<(Vec<usize>, Extras)>>,
 }
 
-/// Sets of a bucket's inputs and results, each a `Vec` of the inputs then the results.
-type Scratch = Arc<Mutex<Vec<Vec<Tensor>>>>;
+/// A run's masks and scales, in parameter order.
+type Extras = Arc<Vec<Tensor>>;
+
+/// How many sets of masks and scales a bucket keeps.
+const EXTRAS_KEPT: usize = 4;
+
+/// A bucket's executable.
+pub(super) struct CompiledBucket {
+    exe: Executable,
+    /// Bucket-sized inputs and results of runs done, each a `Vec` of the inputs then the
+    /// results, for the next runs to reuse: fresh memory costs page clearing on every
+    /// run (≈ 5 MB for DBNet at 640×512).
+    scratch: Mutex<Vec<Vec<Tensor>>>,
+    compile_ms: f64,
+    warnings: Vec<Diagnostic>,
+}
 
 /// A padded run's bucket: its executable, the inputs' and results' dims there, and the
 /// masks and scales of the run's real sizes.
 pub struct PaddedRun {
-    exe: Arc<Executable>,
-    scratch: Scratch,
+    bucket: Arc<CompiledBucket>,
     /// The inputs' real dims the plan was made for (its masks are theirs).
     real_inputs: Vec<Vec<usize>>,
     input_dims: Vec<Vec<usize>>,
     result_dims: Vec<Vec<usize>>,
-    extras: Vec<Tensor>,
+    extras: Extras,
+}
+
+impl PaddedBucket {
+    /// The masks and scales of a run at the real symbol values `real`, made by `make`
+    /// unless one of the last few runs had them.
+    fn extras_for(
+        &self,
+        real: &[usize],
+        make: impl FnOnce() -> Result<Vec<Tensor>, String>,
+    ) -> Result<Extras, Error> {
+        let mut kept = self
+            .extras
+            .lock()
+            .map_err(|_| Error::Unsupported("a mask build panicked".into()))?;
+        super::recently_used(&mut kept, &real.to_vec(), EXTRAS_KEPT, || {
+            Ok(Arc::new(make().map_err(Error::InvalidArgument)?))
+        })
+    }
 }
 
 impl PaddedModel {
@@ -95,12 +126,15 @@ impl PaddedModel {
         };
         buckets
             .iter()
-            .map(|b| super::Specialization {
-                batch: 1,
-                length: None,
-                symbols: b.values.clone(),
-                compile_ms: b.compile_ms,
-                warnings: b.warnings.clone(),
+            .filter_map(|(values, b)| {
+                let compiled = b.compiled.lock().ok()?.clone()?;
+                Some(super::Specialization {
+                    batch: 1,
+                    length: None,
+                    symbols: values.clone(),
+                    compile_ms: compiled.compile_ms,
+                    warnings: compiled.warnings.clone(),
+                })
             })
             .collect()
     }
@@ -198,11 +232,11 @@ impl DynamicExecutable {
         let Some((bucket, input_dims, bucket_shapes, bound)) = found else {
             return Ok(None);
         };
-        let extras = model
-            .padded
-            .extra_inputs(&real, &bound)
-            .map_err(Error::InvalidArgument)?;
-        let (exe, scratch) = self.padded_bucket(model, &bucket, &bucket_shapes, &extras)?;
+        let slot = self.bucket_slot(model, &bucket)?;
+        let extras = slot.extras_for(&values, || model.padded.extra_inputs(&real, &bound))?;
+        let compiled = super::made_once(&slot.compiled, "a bucket's compile", || {
+            self.compile_padded(model, &bucket_shapes, &extras)
+        })?;
         let dims_at = |b: &Bindings| -> Result<Vec<Vec<usize>>, Error> {
             model
                 .entry
@@ -226,8 +260,7 @@ impl DynamicExecutable {
             .map(|(r, dims)| TensorType::new(model.entry.type_of(r.value).dtype, dims.clone()))
             .collect();
         let run = PaddedRun {
-            exe,
-            scratch,
+            bucket: compiled,
             real_inputs: shapes.iter().map(|s| s.to_vec()).collect(),
             input_dims,
             result_dims: dims_at(&bound)?,
@@ -245,25 +278,33 @@ impl DynamicExecutable {
         }))
     }
 
-    /// The executable of `bucket` (symbol values; inputs of `shapes`, then `extras`),
-    /// compiled on first use and kept among the newest `max_shapes`.
-    fn padded_bucket(
+    /// The slot of `bucket` (symbol values), made on first use and kept among the
+    /// newest `max_shapes`.
+    fn bucket_slot(
         &self,
         model: &PaddedModel,
         bucket: &[usize],
-        shapes: &BTreeMap<String, Vec<usize>>,
-        extras: &[Tensor],
-    ) -> Result<(Arc<Executable>, Scratch), Error> {
+    ) -> Result<Arc<PaddedBucket>, Error> {
         let mut buckets = model
             .buckets
             .lock()
             .map_err(|_| Error::Unsupported("a bucket's compile panicked".into()))?;
-        if let Some(k) = buckets.iter().position(|b| b.values == bucket) {
-            let entry = buckets.remove(k);
-            let found = (entry.exe.clone(), entry.scratch.clone());
-            buckets.push(entry);
-            return Ok(found);
-        }
+        super::recently_used(
+            &mut buckets,
+            &bucket.to_vec(),
+            self.dynamic.max_shapes,
+            || Ok(Arc::default()),
+        )
+    }
+
+    /// The bucket's executable: the padded model specialized at the inputs' `shapes`
+    /// and the `extras`' dims, compiled.
+    fn compile_padded(
+        &self,
+        model: &PaddedModel,
+        shapes: &BTreeMap<String, Vec<usize>>,
+        extras: &[Tensor],
+    ) -> Result<CompiledBucket, Error> {
         let start = Instant::now();
         let mut all = shapes.clone();
         let first_extra = model.entry.params.len();
@@ -271,19 +312,13 @@ impl DynamicExecutable {
             all.insert(param.name.clone(), t.ty.dims.clone());
         }
         let module = specialize(&model.optimized, &all)?;
-        let exe = Arc::new(Executable::compile(&module, None, &self.options.compile)?);
-        if buckets.len() >= self.dynamic.max_shapes {
-            buckets.remove(0);
-        }
-        let scratch = Scratch::default();
-        buckets.push(PaddedBucket {
-            values: bucket.to_vec(),
-            exe: exe.clone(),
-            scratch: scratch.clone(),
+        let exe = Executable::compile(&module, None, &self.options.compile)?;
+        Ok(CompiledBucket {
+            exe,
+            scratch: Mutex::new(Vec::new()),
             compile_ms: start.elapsed().as_secs_f64() * 1e3,
             warnings: model.warnings.clone(),
-        });
-        Ok((exe, scratch))
+        })
     }
 
     /// Runs a padded plan: each input copied into zeros of its bucket's dims, the masks
@@ -315,7 +350,12 @@ impl DynamicExecutable {
                 outputs.len()
             )));
         }
-        let reused = run.scratch.lock().ok().and_then(|mut pool| pool.pop());
+        let reused = run
+            .bucket
+            .scratch
+            .lock()
+            .ok()
+            .and_then(|mut pool| pool.pop());
         let mut set = match reused {
             // the padding past a smaller image of an earlier run must be zeros again
             Some(mut set) => {
@@ -350,19 +390,19 @@ impl DynamicExecutable {
         }
         let ins: Vec<Elements<'_>> = padded
             .iter()
-            .chain(&run.extras)
+            .chain(run.extras.iter())
             .map(|t| Elements::of(&t.data))
             .collect();
         let mut outs: Vec<ElementsMut<'_>> = scratch
             .iter_mut()
             .map(|t| ElementsMut::of(&mut t.data))
             .collect();
-        run.exe.run_into(&ins, &mut outs)?;
+        run.bucket.exe.run_into(&ins, &mut outs)?;
         for ((full, ty), out) in scratch.iter().zip(results).zip(outputs.iter_mut()) {
             copy_common_box(Elements::of(&full.data), &full.ty.dims, out, &ty.dims)
                 .map_err(Error::Unsupported)?;
         }
-        if let Ok(mut pool) = run.scratch.lock() {
+        if let Ok(mut pool) = run.bucket.scratch.lock() {
             // as many sets as runs at once, at most one per thread a run may use
             if pool.len() < 4 {
                 pool.push(set);

@@ -418,6 +418,26 @@ pub enum SharedModule {
     },
 }
 
+/// The value of `key` in `list` (least recently used first), moved last; or, on a miss,
+/// the one `make` gives, added last, the oldest entry dropped past `cap` entries.
+fn recently_used<K: PartialEq + Clone, V: Clone>(
+    list: &mut Vec<(K, V)>,
+    key: &K,
+    cap: usize,
+    make: impl FnOnce() -> Result<V, Error>,
+) -> Result<V, Error> {
+    let entry = match list.iter().position(|(k, _)| k == key) {
+        Some(at) => list.remove(at),
+        None => (key.clone(), make()?),
+    };
+    if list.len() >= cap.max(1) {
+        list.remove(0);
+    }
+    let value = entry.1.clone();
+    list.push(entry);
+    Ok(value)
+}
+
 /// The value in `slot`, made by `make` on first use. The lock is held while it is made,
 /// so concurrent callers wait for one make; `what` names the make in the error of a lock
 /// a make panicked under.
@@ -822,13 +842,13 @@ impl DynamicExecutable {
             .shaped
             .lock()
             .map_err(|_| Error::Unsupported("a shaped compile panicked".into()))?;
-        if let Some(k) = shaped.iter().position(|(v, _)| *v == values) {
-            // most recently used last: the oldest set is the one dropped
-            let entry = shaped.remove(k);
-            let exe = entry.1.clone();
-            shaped.push(entry);
-            return Ok(exe);
-        }
+        recently_used(&mut shaped, &values, self.dynamic.max_shapes, || {
+            self.shaped_exe(&values)
+        })
+    }
+
+    /// A new executable of these symbol values: this one with them pinned.
+    fn shaped_exe(&self, values: &[usize]) -> Result<Arc<DynamicExecutable>, Error> {
         let mut options = self.options.clone();
         let inputs: Vec<DynamicInput> = self
             .inputs
@@ -853,12 +873,7 @@ impl DynamicExecutable {
                 input
             })
             .collect();
-        let exe = Arc::new(self.sibling(&options, inputs, Vec::new())?);
-        if shaped.len() >= self.dynamic.max_shapes {
-            shaped.remove(0);
-        }
-        shaped.push((values, exe.clone()));
-        Ok(exe)
+        Ok(Arc::new(self.sibling(&options, inputs, Vec::new())?))
     }
 
     /// Compiles everything a run on inputs of `shapes` needs, so that such runs compile
@@ -1187,14 +1202,7 @@ impl DynamicExecutable {
             .iter_mut()
             .map(|t| ElementsMut::of(&mut t.data))
             .collect();
-        match &plan.padded {
-            Some(padded) => self.run_padded(padded, &plan.results, &shapes, &ins, &mut outs)?,
-            None => plan
-                .shaped
-                .as_deref()
-                .unwrap_or(self)
-                .run_plan(&plan, &ins, &mut outs)?,
-        }
+        self.run_planned(&plan, &shapes, &ins, &mut outs)?;
         Ok(results)
     }
 

@@ -26,10 +26,8 @@
 //! The assumption is the padding proof's: the function computes finite values at padded
 //! positions (they are multiplied by 0).
 
-use std::collections::HashMap;
-
 use crate::diag::Diagnostic;
-use crate::graph::{Func, FuncResult, Inst, Param, Value};
+use crate::graph::{Func, FuncResult, Inst, Param, Value, ValueDef};
 use crate::op::{BinaryOp, CoordinateMode, Dim, Op, PadMode, ResizeMode};
 use crate::types::{DType, TensorType};
 
@@ -202,37 +200,36 @@ pub fn pad_images(f: &Func) -> Result<PaddedFunc, Diagnostic> {
     let refuse = |why: String, loc: &crate::diag::Location| {
         Diagnostic::error(NOT_IMAGE_PADDABLE, why, loc.clone())
     };
-    // which values are masked, and which pools rescaled
-    let mut masked = vec![false; f.params.len() + f.insts.len()];
-    let mut rescaled = vec![false; f.insts.len()];
+    // what each instruction's result is multiplied by: a mask of its own spatial sizes
+    // (a window reads it; the inputs need none, the caller pads them with zeros), or the
+    // scale of a global average pool's input sizes
+    let mut factor: Vec<Option<Factor>> = vec![None; f.insts.len()];
     for (i, inst) in f.insts.iter().enumerate() {
         for (k, &v) in inst.operands.iter().enumerate() {
             let t = f.type_of(v);
-            if spatial(t).is_none() {
+            let Some(sizes) = spatial(t) else {
+                continue;
+            };
+            let read = reads(f, inst, k, t).map_err(|why| refuse(why, &inst.loc))?;
+            if matches!(read, Reads::Pointwise | Reads::Inside) {
                 continue;
             }
-            match reads(f, inst, k, t).map_err(|why| refuse(why, &inst.loc))? {
-                Reads::Pointwise | Reads::Inside => {}
-                Reads::Window => masked[v.index()] = true,
-                Reads::GlobalAverage => {
-                    masked[v.index()] = true;
-                    rescaled[i] = true;
-                }
-            }
-            if t.dtype != DType::F32 && masked[v.index()] {
+            if t.dtype != DType::F32 {
                 return Err(refuse(
                     format!("a padded {} value is read across its border", t.dtype),
                     &inst.loc,
                 ));
             }
+            if let Some(ValueDef::Inst(j)) = f.def(v) {
+                factor[j] = Some(Factor::Mask(sizes));
+            }
+            if let Reads::GlobalAverage = read {
+                factor[i] = Some(Factor::Scale(sizes));
+            }
         }
     }
-    // the inputs are padded with zeros by the caller: they need no mask
-    for m in masked.iter_mut().take(f.params.len()) {
-        *m = false;
-    }
-    let mut masks: Vec<[Dim; 2]> = Vec::new();
-    let mut scales: Vec<[Dim; 2]> = Vec::new();
+    // one parameter per distinct size of each kind, in definition order
+    let (mut masks, mut scales): (Vec<[Dim; 2]>, Vec<[Dim; 2]>) = (Vec::new(), Vec::new());
     let slot = |list: &mut Vec<[Dim; 2]>, s: [Dim; 2]| match list.iter().position(|&x| x == s) {
         Some(k) => k,
         None => {
@@ -240,25 +237,14 @@ pub fn pad_images(f: &Func) -> Result<PaddedFunc, Diagnostic> {
             list.len() - 1
         }
     };
-    let mut mask_of = HashMap::new();
-    let mut scale_of = HashMap::new();
-    for (v, &m) in masked.iter().enumerate() {
-        if m {
-            let t = f.type_of(Value(v as u32));
-            if let Some(s) = spatial(t) {
-                mask_of.insert(v, slot(&mut masks, s));
-            }
-        }
-    }
-    for (i, &r) in rescaled.iter().enumerate() {
-        if r {
-            let input = f.type_of(f.insts[i].operands[0]);
-            if let Some(s) = spatial(input) {
-                scale_of.insert(i, slot(&mut scales, s));
-            }
-        }
-    }
-    let mut params = f.params.clone();
+    let slots: Vec<Option<Factor<usize>>> = factor
+        .iter()
+        .map(|fa| match *fa {
+            Some(Factor::Mask(s)) => Some(Factor::Mask(slot(&mut masks, s))),
+            Some(Factor::Scale(s)) => Some(Factor::Scale(slot(&mut scales, s))),
+            None => None,
+        })
+        .collect();
     let unique = |base: &str, k: usize| {
         let mut name = format!("{base}{k}");
         while f.params.iter().any(|p| p.name == name) {
@@ -266,6 +252,7 @@ pub fn pad_images(f: &Func) -> Result<PaddedFunc, Diagnostic> {
         }
         name
     };
+    let mut params = f.params.clone();
     for (k, s) in masks.iter().enumerate() {
         params.push(Param {
             name: unique("image_mask", k),
@@ -275,38 +262,36 @@ pub fn pad_images(f: &Func) -> Result<PaddedFunc, Diagnostic> {
             ),
         });
     }
-    for (k, _) in scales.iter().enumerate() {
+    for k in 0..scales.len() {
         params.push(Param {
             name: unique("image_scale", k),
             ty: TensorType::f32(vec![1]),
         });
     }
-    let first_mask = f.params.len();
-    let first_scale = first_mask + masks.len();
-    // old value -> new value; each instruction, then its mask or scale
+    let (first_mask, first_scale) = (f.params.len(), f.params.len() + masks.len());
+    // old value -> new value: each instruction, then the mul by its factor
     let mut new_of: Vec<Value> = (0..f.params.len()).map(|p| Value(p as u32)).collect();
     let mut insts: Vec<Inst> = Vec::with_capacity(f.insts.len());
-    let value_at = |insts: &Vec<Inst>| Value((params.len() + insts.len()) as u32);
-    for (i, inst) in f.insts.iter().enumerate() {
+    let next = |insts: &Vec<Inst>| Value((params.len() + insts.len()) as u32);
+    for (inst, slot) in f.insts.iter().zip(&slots) {
         let mut copy = inst.clone();
         copy.operands = inst.operands.iter().map(|v| new_of[v.index()]).collect();
-        let mut result = value_at(&insts);
+        let mut result = next(&insts);
         insts.push(copy);
-        let old = f.params.len() + i;
-        let by = match (mask_of.get(&old), scale_of.get(&i)) {
-            (Some(&k), _) => Some((first_mask + k, &inst.ty)),
-            (None, Some(&k)) => Some((first_scale + k, &inst.ty)),
-            (None, None) => None,
+        let param = match *slot {
+            Some(Factor::Mask(k)) => Some(first_mask + k),
+            Some(Factor::Scale(k)) => Some(first_scale + k),
+            None => None,
         };
-        if let Some((param, ty)) = by {
-            let operand = Value(param as u32);
+        if let Some(param) = param {
+            let product = next(&insts);
             insts.push(Inst {
                 op: Op::Binary(BinaryOp::Mul),
-                operands: vec![result, operand],
-                ty: ty.clone(),
+                operands: vec![result, Value(param as u32)],
+                ty: inst.ty.clone(),
                 loc: inst.loc.clone(),
             });
-            result = Value(value_at(&insts).0 - 1);
+            result = product;
         }
         new_of.push(result);
     }
@@ -329,4 +314,12 @@ pub fn pad_images(f: &Func) -> Result<PaddedFunc, Diagnostic> {
         masks,
         scales,
     })
+}
+
+/// What a result is multiplied by: a mask or a scale, of spatial sizes `T` (then of a
+/// parameter slot).
+#[derive(Clone, Copy)]
+enum Factor<T = [Dim; 2]> {
+    Mask(T),
+    Scale(T),
 }

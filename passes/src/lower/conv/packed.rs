@@ -1041,40 +1041,32 @@ impl PackedConv {
             None => (epi.clone(), bufs.bias),
         };
         let epi = &epi;
-        // a tile of one whole channel block is one run of `[pixel][16]` of the result:
-        // the bias, a residual and a ReLU on the store routine's full-width vectors,
-        // from the stack or in place
-        if one_block {
-            if let Some((residual, act)) = epi.as_store_rows() {
-                let nothing_to_apply =
-                    bias.is_none() && residual.is_none() && act == StoreActivation::Identity;
-                if direct && nothing_to_apply {
-                    return;
-                }
-                let first = stored_at(&Affine::constant(0), 0);
-                b.store_rows(
-                    act,
-                    BufPtr {
-                        buf: sums,
-                        index: sums_at,
-                    },
-                    bias.map(|buf| BufPtr {
-                        buf,
-                        index: at.o0.clone(),
-                    }),
-                    residual.map(|buf| BufPtr {
-                        buf,
-                        index: first.clone(),
-                    }),
-                    BufPtr {
-                        buf: bufs.out,
-                        index: first,
-                    },
-                    pixels as i64,
-                    lanes,
-                );
+        // a tile written straight into its block of the result: the bias, a residual and
+        // a ReLU in place there, on the store routine's full-width vectors
+        if let (true, Some((residual, act))) = (direct, epi.as_store_rows()) {
+            if bias.is_none() && residual.is_none() && act == StoreActivation::Identity {
                 return;
             }
+            let run = BufPtr {
+                buf: bufs.out,
+                index: sums_at,
+            };
+            b.store_rows(
+                act,
+                run.clone(),
+                bias.map(|buf| BufPtr {
+                    buf,
+                    index: at.o0.clone(),
+                }),
+                residual.map(|buf| BufPtr {
+                    buf,
+                    index: run.index.clone(),
+                }),
+                run,
+                pixels as i64,
+                lanes,
+            );
+            return;
         }
         let out_index = |o: &Affine, col: &Affine| {
             at.n.scale(g.o as i64 * out_plane)

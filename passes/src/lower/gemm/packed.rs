@@ -183,7 +183,11 @@ impl PackedGemm {
     fn pack(&self, data: &[f32], b_k: usize, b_n: usize) -> AlignedBuf {
         let (k, n, lanes) = (self.k, self.n, self.lanes());
         AlignedBuf::from_f32_with(self.panels() * k * lanes, |out| {
-            if b_n == 1 && b_k >= n && data.len() >= (k - 1) * b_k + n {
+            let rows_fit = k
+                .checked_sub(1)
+                .and_then(|last| last.checked_mul(b_k)?.checked_add(n))
+                .is_some_and(|end| data.len() >= end);
+            if b_n == 1 && b_k >= n && rows_fit {
                 // row-major B (a MatMul's weights): each panel row is a run of its row,
                 // copied whole (BERT-base's 85 M weights: 0.3 s element by element)
                 for (panel, block) in out.chunks_exact_mut(k * lanes).enumerate() {
