@@ -523,6 +523,10 @@ fn depthwise_convs_read_and_write_channel_blocks() {
             let on_blocks = loops.contains("@conv2d_depthwise_c16_");
             let want = kernels != Kernels::Cranelift && mid >= 16;
             assert_eq!(on_blocks, want, "{what} {kernels:?}");
+            // on blocks, the native routine computes every row (AVX-512 hosts use the
+            // AVX2 one)
+            let native = loops.contains("call blocked_depthwise_row(");
+            assert_eq!(native, on_blocks, "{what} {kernels:?}\n{loops}");
             // bias first, then the taps in order, as the row-major Cranelift kernels sum
             // (the native row routine of 5×5 and wider windows adds the bias last)
             if k == 3 {

@@ -22,7 +22,7 @@ use cranelift_codegen::settings::{self, Configurable};
 use cranelift_frontend::FunctionBuilderContext;
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{Linkage, Module as _};
-use smelt_ir::loops::{ConvTile, DepthwiseRow, Kernel, Stmt};
+use smelt_ir::loops::{BlockedDepthwiseRow, ConvTile, DepthwiseRow, Kernel, Stmt};
 
 mod code_memory;
 mod translate;
@@ -378,8 +378,31 @@ fn check_calls(k: &Kernel, target: &TargetDesc) -> Result<(), Error> {
 enum Call {
     /// A conv-tile routine.
     Tile(ConvTile),
-    /// A row routine, with its record when it takes one (the depthwise row's shape).
-    Row(RowRoutine, Option<DepthwiseRow>),
+    /// A row routine, with its record when it takes one (a depthwise row's shape).
+    Row(RowRoutine, Option<RowRecord>),
+}
+
+/// The shape record a row routine reads through a pointer: a `repr(C)` struct of `i64`
+/// words, written to a stack slot once at function entry per distinct shape.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum RowRecord {
+    /// A depthwise row's.
+    Depthwise(DepthwiseRow),
+    /// A blocked depthwise row's.
+    Blocked(BlockedDepthwiseRow),
+}
+
+impl RowRecord {
+    /// The record's words in memory order.
+    fn words(&self) -> Vec<i64> {
+        match self {
+            RowRecord::Depthwise(r) => [r.cols, r.rows, r.row_stride, r.taps]
+                .into_iter()
+                .chain(r.tap_offsets)
+                .collect(),
+            RowRecord::Blocked(r) => r.words().to_vec(),
+        }
+    }
 }
 
 impl Call {
@@ -399,9 +422,14 @@ fn calls_of(stmts: &[Stmt]) -> Vec<Call> {
             match s {
                 Stmt::Loop { body, .. } => walk(body, found),
                 Stmt::ConvTile { tile, .. } => found.push(Call::Tile(*tile)),
-                Stmt::DepthwiseRow { row, .. } => {
-                    found.push(Call::Row(RowRoutine::Depthwise, Some(*row)))
-                }
+                Stmt::DepthwiseRow { row, .. } => found.push(Call::Row(
+                    RowRoutine::Depthwise,
+                    Some(RowRecord::Depthwise(*row)),
+                )),
+                Stmt::BlockedDepthwiseRow { row, .. } => found.push(Call::Row(
+                    RowRoutine::BlockedDepthwise,
+                    Some(RowRecord::Blocked(*row)),
+                )),
                 Stmt::SoftmaxRow { .. } => found.push(Call::Row(RowRoutine::Softmax, None)),
                 Stmt::ActivationRows { act, .. } => {
                     found.push(Call::Row(RowRoutine::Activation(*act), None))

@@ -14,11 +14,11 @@ use cranelift_codegen::ir::{
 use cranelift_codegen::isa::TargetIsa;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use smelt_ir::loops::{
-    trip_count, Access, Affine, BinOp, BufId, BufPtr, CmpOp, ConvTile, DepthwiseRow, Expr, Fault,
-    Kernel, LoopVar, ReduceOp, Stmt, UnOp, Width,
+    trip_count, Access, Affine, BinOp, BufId, BufPtr, CmpOp, ConvTile, Expr, Fault, Kernel,
+    LoopVar, ReduceOp, Stmt, UnOp, Width,
 };
 
-use super::{calls_of, Call, TargetDesc};
+use super::{calls_of, Call, RowRecord, TargetDesc};
 use crate::microkernels::{RowRoutine, TileIsa, ROUTINES, ROW_ROUTINES};
 
 mod math;
@@ -42,7 +42,8 @@ pub(super) const ROW_ROUTINES_ID: usize = PREFETCH_ROWS_ID + 1;
 
 /// The C signature of a row routine (see `crate::microkernels`, the routine's file):
 /// depthwise `(x, w, out, shape: *const DepthwiseRow)`, softmax `(x, out, len)`, SiLU
-/// `(buf, bias, rows, lanes)`, store `(sums, bias, residual, out, rows, lanes)`.
+/// `(buf, bias, rows, lanes)`, store `(sums, bias, residual, out, rows, lanes)`, blocked
+/// depthwise `(x, w, bias, out, shape: *const BlockedDepthwiseRow)`.
 pub(super) fn row_routine_signature(
     kind: RowRoutine,
     isa: &dyn TargetIsa,
@@ -53,6 +54,7 @@ pub(super) fn row_routine_signature(
         RowRoutine::Softmax => (2, 1),
         RowRoutine::Activation(_) => (2, 2),
         RowRoutine::Store(_) => (4, 2),
+        RowRoutine::BlockedDepthwise => (5, 0),
     };
     for _ in 0..pointers {
         sig.params.push(AbiParam::new(isa.pointer_type()));
@@ -63,27 +65,15 @@ pub(super) fn row_routine_signature(
     sig
 }
 
-/// Writes `row` into a new stack slot, in `DepthwiseRow`'s `repr(C)` layout (nine `i64`
-/// after the four counts: all words), once at function entry per call shape.
-fn depthwise_row_record(fb: &mut FunctionBuilder, ptr: Type, row: &DepthwiseRow) -> StackSlot {
-    use std::mem::{offset_of, size_of};
-    let size = u32::try_from(size_of::<DepthwiseRow>()).unwrap_or(u32::MAX);
+/// Writes `record` into a new stack slot (its `repr(C)` layout: all `i64` words), once
+/// at function entry per call shape.
+fn row_record_slot(fb: &mut FunctionBuilder, ptr: Type, record: &RowRecord) -> StackSlot {
+    let words = record.words();
+    let size = u32::try_from(words.len() * 8).unwrap_or(u32::MAX);
     let slot = fb.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, size, 3));
-    let counts = [
-        (offset_of!(DepthwiseRow, cols), row.cols),
-        (offset_of!(DepthwiseRow, rows), row.rows),
-        (offset_of!(DepthwiseRow, row_stride), row.row_stride),
-        (offset_of!(DepthwiseRow, taps), row.taps),
-    ];
-    let offsets = row.tap_offsets.iter().enumerate().map(|(i, &o)| {
-        (
-            offset_of!(DepthwiseRow, tap_offsets) + i * size_of::<i64>(),
-            o,
-        )
-    });
-    for (at, v) in counts.into_iter().chain(offsets) {
+    for (i, v) in words.into_iter().enumerate() {
         let v = fb.ins().iconst(types::I64, v);
-        fb.ins().stack_store(ptr, v, slot, at as i32);
+        fb.ins().stack_store(ptr, v, slot, (8 * i) as i32);
     }
     slot
 }
@@ -188,7 +178,7 @@ pub(super) fn build_function(
             }
             Call::Row(_, Some(row)) => {
                 if let std::collections::hash_map::Entry::Vacant(e) = row_records.entry(row) {
-                    e.insert(depthwise_row_record(&mut fb, ptr, &row));
+                    e.insert(row_record_slot(&mut fb, ptr, &row));
                 }
             }
             // the other row routines' arguments are all registers
@@ -347,8 +337,8 @@ struct Gen<'f, 'k> {
     row_sigs: [(RowRoutine, cranelift_codegen::ir::Signature); RowRoutine::ALL.len()],
     /// The stack slot holding each call shape's record (written at entry).
     tile_records: HashMap<ConvTile, StackSlot>,
-    /// The same for depthwise-row calls.
-    row_records: HashMap<DepthwiseRow, StackSlot>,
+    /// The same for row routines that take a record.
+    row_records: HashMap<RowRecord, StackSlot>,
     vars: Vec<Variable>,
     loop_vars: Vec<Variable>,
     /// Values of loop variables of single-trip loops, folded into addresses.
@@ -400,12 +390,32 @@ impl Gen<'_, '_> {
                 Stmt::DepthwiseRow { x, w, out, row } => {
                     let mut args = [x, w, out].map(|p| self.call_pointer(p)).to_vec();
                     // every call's shape was written at entry (`calls_of` walks this body)
-                    let Some(&record) = self.row_records.get(row) else {
+                    let Some(&record) = self.row_records.get(&RowRecord::Depthwise(*row)) else {
                         unreachable!("depthwise row {row} has no record");
                     };
                     let ptr = self.fb.func.dfg.value_type(args[0]);
                     args.push(self.fb.ins().stack_addr(ptr, record, 0));
                     self.call_row(RowRoutine::Depthwise, &args);
+                }
+                Stmt::BlockedDepthwiseRow {
+                    x,
+                    w,
+                    bias,
+                    out,
+                    row,
+                } => {
+                    let [x, w, out] = [x, w, out].map(|p| self.call_pointer(p));
+                    let ptr = self.fb.func.dfg.value_type(x);
+                    let bias = match bias {
+                        Some(b) => self.call_pointer(b),
+                        None => self.fb.ins().iconst(ptr, 0),
+                    };
+                    // every call's shape was written at entry (`calls_of` walks this body)
+                    let Some(&record) = self.row_records.get(&RowRecord::Blocked(*row)) else {
+                        unreachable!("blocked depthwise row {row} has no record");
+                    };
+                    let shape = self.fb.ins().stack_addr(ptr, record, 0);
+                    self.call_row(RowRoutine::BlockedDepthwise, &[x, w, bias, out, shape]);
                 }
                 Stmt::SoftmaxRow { x, out, len } => {
                     let mut args = [x, out].map(|p| self.call_pointer(p)).to_vec();
@@ -691,6 +701,13 @@ impl Gen<'_, '_> {
                     }
                     Stmt::DepthwiseRow { x, w, out: o, .. } => {
                         for p in [x, w, o] {
+                            out.push((p.buf, &p.index));
+                        }
+                    }
+                    Stmt::BlockedDepthwiseRow {
+                        x, w, bias, out: o, ..
+                    } => {
+                        for p in [x, w, o].into_iter().chain(bias) {
                             out.push((p.buf, &p.index));
                         }
                     }

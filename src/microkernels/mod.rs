@@ -97,6 +97,7 @@ mod activation;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 mod depthwise;
+mod depthwise_blocks;
 pub(crate) mod exp;
 mod peak;
 mod softmax;
@@ -112,6 +113,9 @@ pub use activation::{
 #[cfg(target_arch = "x86_64")]
 pub use depthwise::{depthwise_row_avx2, depthwise_row_avx512};
 pub use depthwise::{depthwise_row_reference, DepthwiseRowFn};
+#[cfg(target_arch = "x86_64")]
+pub use depthwise_blocks::blocked_depthwise_row_avx2;
+pub use depthwise_blocks::{blocked_depthwise_row_reference, BlockedDepthwiseRowFn};
 pub use peak::{fma_peak, FmaPeak};
 #[cfg(target_arch = "x86_64")]
 pub use softmax::{softmax_row_avx2, softmax_row_avx512};
@@ -262,8 +266,8 @@ impl TileIsa {
 
 /// A native routine of a contract other than the conv tile's, called by one loop-IR
 /// statement each (`Stmt::DepthwiseRow`, `Stmt::SoftmaxRow`, `Stmt::ActivationRows`,
-/// `Stmt::StoreRows`); the contracts are in `depthwise.rs`, `softmax.rs`,
-/// `activation.rs` and `store.rs`.
+/// `Stmt::StoreRows`, `Stmt::BlockedDepthwiseRow`); the contracts are in `depthwise.rs`,
+/// `softmax.rs`, `activation.rs`, `store.rs` and `depthwise_blocks.rs`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RowRoutine {
     /// One output row of one channel of a depthwise convolution.
@@ -275,12 +279,14 @@ pub enum RowRoutine {
     /// A conv tile's sums plus their bias and a residual, through the activation, into
     /// the result.
     Store(StoreActivation),
+    /// One output row of one channel block of a depthwise convolution on channel blocks.
+    BlockedDepthwise,
 }
 
 /// Every row routine, kind by kind and each kind's ISAs in [`RowRoutine::index`]'s
 /// order: a JIT module declares them in this order after [`ROUTINES`] and the prefetch
 /// helper, so a routine's function id follows from its index here.
-pub const ROW_ROUTINES: [(RowRoutine, TileIsa, &str); 14] = [
+pub const ROW_ROUTINES: [(RowRoutine, TileIsa, &str); 16] = [
     (
         RowRoutine::Depthwise,
         TileIsa::Avx2,
@@ -307,6 +313,16 @@ pub const ROW_ROUTINES: [(RowRoutine, TileIsa, &str); 14] = [
     (STORE, TileIsa::Avx512, "smelt_store_rows_avx512"),
     (STORE_RELU, TileIsa::Avx2, "smelt_store_relu_rows_avx2"),
     (STORE_RELU, TileIsa::Avx512, "smelt_store_relu_rows_avx512"),
+    (
+        RowRoutine::BlockedDepthwise,
+        TileIsa::Avx2,
+        "smelt_blocked_depthwise_row_avx2",
+    ),
+    (
+        RowRoutine::BlockedDepthwise,
+        TileIsa::Avx512,
+        "smelt_blocked_depthwise_row_avx512",
+    ),
 ];
 
 const SILU: RowRoutine = RowRoutine::Activation(RowActivation::Silu);
@@ -317,7 +333,7 @@ const STORE_RELU: RowRoutine = RowRoutine::Store(StoreActivation::Relu);
 
 impl RowRoutine {
     /// Every kind, in [`ROW_ROUTINES`]' order.
-    pub const ALL: [RowRoutine; 7] = [
+    pub const ALL: [RowRoutine; 8] = [
         RowRoutine::Depthwise,
         RowRoutine::Softmax,
         SILU,
@@ -325,6 +341,7 @@ impl RowRoutine {
         GELU,
         STORE,
         STORE_RELU,
+        RowRoutine::BlockedDepthwise,
     ];
 
     /// The routine's name in messages.
@@ -337,6 +354,7 @@ impl RowRoutine {
             RowRoutine::Activation(RowActivation::Gelu) => "gelu-rows",
             RowRoutine::Store(StoreActivation::Identity) => "store-rows",
             RowRoutine::Store(StoreActivation::Relu) => "store-relu-rows",
+            RowRoutine::BlockedDepthwise => "blocked-depthwise-row",
         }
     }
 
@@ -350,6 +368,7 @@ impl RowRoutine {
             RowRoutine::Activation(RowActivation::Gelu) => 4,
             RowRoutine::Store(StoreActivation::Identity) => 5,
             RowRoutine::Store(StoreActivation::Relu) => 6,
+            RowRoutine::BlockedDepthwise => 7,
         };
         let isa = match isa {
             TileIsa::Avx2 => 0,
@@ -380,8 +399,10 @@ impl RowRoutine {
                     [silu_rows_avx512, sigmoid_rows_avx512, gelu_rows_avx512],
                 ),
             };
-            // the AVX2 store routines serve AVX-512 hosts too (see `store.rs`)
+            // the AVX2 store and blocked depthwise routines serve AVX-512 hosts too (see
+            // `store.rs`, `depthwise_blocks.rs`)
             let [store, store_relu]: [StoreRowsFn; 2] = [store_rows_avx2, store_relu_rows_avx2];
+            let blocked_depthwise: BlockedDepthwiseRowFn = blocked_depthwise_row_avx2;
             match self {
                 RowRoutine::Depthwise => depthwise as *const u8,
                 RowRoutine::Softmax => softmax as *const u8,
@@ -390,6 +411,7 @@ impl RowRoutine {
                 RowRoutine::Activation(RowActivation::Gelu) => gelu as *const u8,
                 RowRoutine::Store(StoreActivation::Identity) => store as *const u8,
                 RowRoutine::Store(StoreActivation::Relu) => store_relu as *const u8,
+                RowRoutine::BlockedDepthwise => blocked_depthwise as *const u8,
             }
         }
         #[cfg(not(target_arch = "x86_64"))]

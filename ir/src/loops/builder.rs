@@ -2,8 +2,8 @@
 //! variables and loop variables, so lowering code reads like the loop nest it makes.
 
 use super::{
-    trip_count, Access, Affine, BufId, BufPtr, ConvTile, DepthwiseRow, Expr, Kernel, KernelArg,
-    LoopVar, RowActivation, Stmt, StoreActivation, VarId, Width,
+    trip_count, Access, Affine, BlockedDepthwiseRow, BufId, BufPtr, ConvTile, DepthwiseRow, Expr,
+    Kernel, KernelArg, LoopVar, RowActivation, Stmt, StoreActivation, VarId, Width,
 };
 use crate::types::DType;
 
@@ -87,6 +87,24 @@ impl KernelBuilder {
     /// Calls the depthwise-row routine (see [`Stmt::DepthwiseRow`]).
     pub fn depthwise_row(&mut self, x: BufPtr, w: BufPtr, out: BufPtr, row: DepthwiseRow) {
         self.push(Stmt::DepthwiseRow { x, w, out, row });
+    }
+
+    /// Calls the blocked-depthwise-row routine (see [`Stmt::BlockedDepthwiseRow`]).
+    pub fn blocked_depthwise_row(
+        &mut self,
+        x: BufPtr,
+        w: BufPtr,
+        bias: Option<BufPtr>,
+        out: BufPtr,
+        row: BlockedDepthwiseRow,
+    ) {
+        self.push(Stmt::BlockedDepthwiseRow {
+            x,
+            w,
+            bias,
+            out,
+            row,
+        });
     }
 
     /// Calls the softmax-row routine (see [`Stmt::SoftmaxRow`]).

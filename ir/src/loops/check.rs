@@ -177,6 +177,24 @@ impl CheckCx<'_> {
                     self.call_run(w, 0, ws, false, "depthwise row")?;
                     self.call_run(out, 0, os, true, "depthwise row")?;
                 }
+                Stmt::BlockedDepthwiseRow {
+                    x,
+                    w,
+                    bias,
+                    out,
+                    row,
+                } => {
+                    let what = "blocked depthwise row";
+                    let [xs, ws, bs, os] = row.footprints().ok_or_else(|| {
+                        format!("{what} call with a negative count or stride, a zero stride or dilation, lanes other than 4, 8, 12 or 16, or an overflowing footprint: {row}")
+                    })?;
+                    self.call_run(x, 0, xs, false, what)?;
+                    self.call_run(w, 0, ws, false, what)?;
+                    if let Some(bias) = bias {
+                        self.call_run(bias, 0, bs, false, what)?;
+                    }
+                    self.call_run(out, 0, os, true, what)?;
+                }
                 Stmt::ActivationRows {
                     buf,
                     bias,
@@ -554,8 +572,8 @@ mod tests {
     //! the kernels whose every touched element is inside a buffer it may touch that way.
 
     use super::super::{
-        Access, Affine, BufId, BufPtr, ConvTile, DepthwiseRow, Expr, Kernel, KernelArg, LoopVar,
-        RowActivation, Stmt, StoreActivation, VarId, Width, DEPTHWISE_MAX_TAPS,
+        Access, Affine, BlockedDepthwiseRow, BufId, BufPtr, ConvTile, DepthwiseRow, Expr, Kernel,
+        KernelArg, LoopVar, RowActivation, Stmt, StoreActivation, VarId, Width, DEPTHWISE_MAX_TAPS,
     };
 
     /// A small deterministic generator (xorshift64*), so every case is reproducible from
@@ -741,6 +759,33 @@ mod tests {
                     rows: g.int(0, 2),
                     lanes: 16,
                 },
+                _ if g.chance(15) => {
+                    let ptr = |g: &mut Gen| BufPtr {
+                        buf: buffer(g, k),
+                        index: index(g, scope),
+                    };
+                    let (x, w, out) = (ptr(g), ptr(g), ptr(g));
+                    let bias = g.chance(50).then(|| ptr(g));
+                    let row = BlockedDepthwiseRow {
+                        pixels: g.int(-1, 2),
+                        lanes: [4, 8, 12, 16, 6][g.int(0, 4) as usize],
+                        cols: g.int(0, 2),
+                        stride: g.int(0, 2),
+                        dil: g.int(1, 2),
+                        pad: g.int(0, 2),
+                        taps: g.int(0, 2),
+                        rows: g.int(0, 2),
+                        x_row_stride: g.int(0, 40),
+                        w_row_stride: g.int(0, 40),
+                    };
+                    Stmt::BlockedDepthwiseRow {
+                        x,
+                        w,
+                        bias,
+                        out,
+                        row,
+                    }
+                }
                 _ if g.chance(20) => Stmt::SoftmaxRow {
                     x: BufPtr {
                         buf: buffer(g, k),
@@ -924,6 +969,48 @@ mod tests {
                     let (xs, os) = (self.eval(&x.index), self.eval(&out.index));
                     let n = i128::from(*len);
                     *len >= 0 && self.touch(x.buf, xs, n, false) && self.touch(out.buf, os, n, true)
+                }
+                Stmt::BlockedDepthwiseRow {
+                    x,
+                    w,
+                    bias,
+                    out,
+                    row,
+                } => {
+                    // every element the contract lets the routine touch, one by one:
+                    // lanes below `lanes` of every column of each kernel row read
+                    if !row.is_valid() {
+                        return false;
+                    }
+                    let (xs, ws, os) = (
+                        self.eval(&x.index),
+                        self.eval(&w.index),
+                        self.eval(&out.index),
+                    );
+                    let block = BlockedDepthwiseRow::BLOCK;
+                    let sums = row.pixels > 0 && row.cols > 0;
+                    let inputs = |r: i64, c: i64| {
+                        (0..row.cols).all(|col| {
+                            let xi = r * row.x_row_stride + col * block + c;
+                            self.touch(x.buf, xs + i128::from(xi), 1, false)
+                        }) && (0..row.taps).all(|t| {
+                            let wi = r * row.w_row_stride + t * block + c;
+                            self.touch(w.buf, ws + i128::from(wi), 1, false)
+                        })
+                    };
+                    (0..row.pixels * block)
+                        .all(|o| self.touch(out.buf, os + i128::from(o), 1, true))
+                        && (0..row.lanes).all(|c| {
+                            bias.as_ref().is_none_or(|b| {
+                                row.pixels == 0
+                                    || self.touch(
+                                        b.buf,
+                                        self.eval(&b.index) + i128::from(c),
+                                        1,
+                                        false,
+                                    )
+                            }) && (!sums || row.taps == 0 || (0..row.rows).all(|r| inputs(r, c)))
+                        })
                 }
                 Stmt::DepthwiseRow { x, w, out, row } => {
                     // every element the contract's formula names, one by one

@@ -34,7 +34,9 @@ mod tile;
 
 pub use builder::KernelBuilder;
 pub use expr::{Affine, BinOp, CmpOp, Expr, ReduceOp, UnOp};
-pub use tile::{ConvTile, DepthwiseRow, TileRoutine, TileTarget, DEPTHWISE_MAX_TAPS};
+pub use tile::{
+    BlockedDepthwiseRow, ConvTile, DepthwiseRow, TileRoutine, TileTarget, DEPTHWISE_MAX_TAPS,
+};
 
 /// A buffer a kernel accesses: a kernel argument (a pointer the caller passes, by index)
 /// or a local scratch buffer of the call's own (on the stack, so every concurrent call
@@ -349,6 +351,21 @@ pub enum Stmt {
         /// The row's shape.
         row: DepthwiseRow,
     },
+    /// A call of the blocked-depthwise-row routine (the contract is
+    /// [`BlockedDepthwiseRow`]; code generation links the host's routine): reads `x`,
+    /// `w` and `bias`, writes `out`.
+    BlockedDepthwiseRow {
+        /// The input pointer: column 0 of the first kernel row read.
+        x: BufPtr,
+        /// The weights pointer: tap 0 of the first kernel row read.
+        w: BufPtr,
+        /// The block's bias, if any.
+        bias: Option<BufPtr>,
+        /// The output pointer: the row's first pixel.
+        out: BufPtr,
+        /// The row's shape.
+        row: BlockedDepthwiseRow,
+    },
     /// A call of the softmax-row routine (code generation links the host's routine, of
     /// the ISA the conv tiles use): `out[i] = e^(x[i] − m) / Σ_j e^(x[j] − m)` for
     /// `i < len`, `m` the row's max (NaN in the row makes it all NaN); reads `x[0..len]`,
@@ -498,6 +515,7 @@ impl Kernel {
                 Stmt::Assign { value, .. } | Stmt::Store { value, .. } => value.can_fault(vars),
                 Stmt::ConvTile { .. }
                 | Stmt::DepthwiseRow { .. }
+                | Stmt::BlockedDepthwiseRow { .. }
                 | Stmt::SoftmaxRow { .. }
                 | Stmt::ActivationRows { .. }
                 | Stmt::StoreRows { .. }
@@ -577,6 +595,7 @@ impl Kernel {
                     Stmt::Assign { value, .. } | Stmt::Store { value, .. } => expr(value, vars),
                     Stmt::ConvTile { tile, .. } => tile.flops(),
                     Stmt::DepthwiseRow { row, .. } => row.flops(),
+                    Stmt::BlockedDepthwiseRow { row, .. } => row.flops(),
                     // a max, a subtraction, an exponential (counted one), a sum and a product
                     Stmt::SoftmaxRow { len, .. } => 5 * (*len).max(0) as u64,
                     // an add, a negation, an exponential, an add, a division, a product

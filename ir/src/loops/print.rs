@@ -147,6 +147,21 @@ fn print_block(out: &mut String, stmts: &[Stmt], depth: usize) {
                     "{pad}call depthwise_row(x: {x}, w: {w}, out: {o}; {row})"
                 );
             }
+            Stmt::BlockedDepthwiseRow {
+                x,
+                w,
+                bias,
+                out: o,
+                row,
+            } => {
+                let bias = bias
+                    .as_ref()
+                    .map_or(String::new(), |b| format!(", bias: {b}"));
+                let _ = writeln!(
+                    out,
+                    "{pad}call blocked_depthwise_row(x: {x}, w: {w}{bias}, out: {o}; {row})"
+                );
+            }
             Stmt::ActivationRows {
                 act,
                 buf,

@@ -287,3 +287,136 @@ impl fmt::Display for DepthwiseRow {
         )
     }
 }
+
+/// The shape of one blocked-depthwise-row call: one output row of one channel block of
+/// a depthwise convolution on channel blocks of 16 (`nchw16c`: a pixel's 16 channels are
+/// consecutive), its column padding handled inside. Output pixel `p`'s tap `t` reads
+/// input column `col(p, t) = p·stride + t·dil − pad`; taps whose column falls outside
+/// `0..cols` are skipped. For `p < pixels` and lane `c < 16`:
+///
+/// ```text
+/// out[p·16 + c] = (bias ? bias[c] : 0)
+///               + Σ_{r<rows, t<taps, 0 ≤ col(p,t) < cols}
+///                     x[r·x_row_stride + col(p,t)·16 + c] · w[r·w_row_stride + t·16 + c]
+///                                                               for c < lanes
+/// out[p·16 + c] = 0                                            for lanes ≤ c < 16
+/// ```
+///
+/// summed from the bias in `r, t` order with fused multiply-adds — the order of the
+/// Cranelift kernel it replaces, so both give the same bits. Only lanes below `lanes`
+/// of `x`, `w` and `bias` are read (a partial last block's padding is never touched).
+/// Counts and strides are non-negative, `stride` and `dil` positive, `lanes` one of 4,
+/// 8, 12 or 16; [`Kernel::check`](super::Kernel::check) verifies it and proves the
+/// footprints inside their buffers.
+///
+/// It is also the record a routine reads its shape from, hence `repr(C)`: ten `i64`s.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(C)]
+pub struct BlockedDepthwiseRow {
+    /// Output pixels of the row.
+    pub pixels: i64,
+    /// Real channels of the block (4, 8, 12 or 16); the lanes past them are written 0.
+    pub lanes: i64,
+    /// Input columns of the row.
+    pub cols: i64,
+    /// Input columns between two output pixels' windows.
+    pub stride: i64,
+    /// Input columns between two taps of a kernel row.
+    pub dil: i64,
+    /// Padding columns left of the input.
+    pub pad: i64,
+    /// Taps per kernel row.
+    pub taps: i64,
+    /// Kernel rows.
+    pub rows: i64,
+    /// Input elements between kernel rows.
+    pub x_row_stride: i64,
+    /// Weight elements between kernel rows.
+    pub w_row_stride: i64,
+}
+
+impl BlockedDepthwiseRow {
+    /// Elements per pixel of `x` and `out` (one channel block).
+    pub const BLOCK: i64 = 16;
+
+    /// The record's words in memory order (`repr(C)`), as code generation writes them.
+    pub fn words(&self) -> [i64; 10] {
+        [
+            self.pixels,
+            self.lanes,
+            self.cols,
+            self.stride,
+            self.dil,
+            self.pad,
+            self.taps,
+            self.rows,
+            self.x_row_stride,
+            self.w_row_stride,
+        ]
+    }
+
+    /// Whether the record is one the contract allows.
+    pub fn is_valid(&self) -> bool {
+        self.words().iter().all(|&v| v >= 0)
+            && self.stride > 0
+            && self.dil > 0
+            && matches!(self.lanes, 4 | 8 | 12 | 16)
+    }
+
+    /// Elements of `x`, `w`, `bias` and `out` from each pointer that the call may touch
+    /// (`None` for a record the contract does not allow, or a product that overflows).
+    /// `x` is bounded by whole input rows: every column of each kernel row may be read.
+    pub fn footprints(&self) -> Option<[i64; 4]> {
+        if !self.is_valid() {
+            return None;
+        }
+        let out = self.pixels.checked_mul(Self::BLOCK)?;
+        if self.pixels == 0 {
+            return Some([0, 0, 0, 0]);
+        }
+        if self.rows == 0 || self.taps == 0 || self.cols == 0 {
+            // nothing summed: the bias (or zeros) stored
+            return Some([0, 0, self.lanes, out]);
+        }
+        let last_row = |stride: i64, run: i64| -> Option<i64> {
+            (self.rows - 1)
+                .checked_mul(stride)?
+                .checked_add(run.checked_sub(1)?.checked_mul(Self::BLOCK)?)?
+                .checked_add(self.lanes)
+        };
+        Some([
+            last_row(self.x_row_stride, self.cols)?,
+            last_row(self.w_row_stride, self.taps)?,
+            self.lanes,
+            out,
+        ])
+    }
+
+    /// Floating-point operations of one call, over every tap (an FMA counts two; the
+    /// taps a border pixel skips are counted too).
+    pub fn flops(&self) -> u64 {
+        [self.pixels, self.rows, self.taps, self.lanes, 2]
+            .iter()
+            .map(|&v| v.max(0) as u64)
+            .product()
+    }
+}
+
+impl fmt::Display for BlockedDepthwiseRow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "pixels={}, lanes={}, cols={}, stride={}, dil={}, pad={}, taps={}, rows={}x{}, w_rows={}",
+            self.pixels,
+            self.lanes,
+            self.cols,
+            self.stride,
+            self.dil,
+            self.pad,
+            self.taps,
+            self.rows,
+            self.x_row_stride,
+            self.w_row_stride
+        )
+    }
+}
