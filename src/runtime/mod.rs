@@ -261,9 +261,11 @@ impl Executable {
                     constants.push(data.clone());
                     Source::Constant(constants.len() - 1)
                 }
-                BufferKind::Temp => Source::Arena(plan.offsets[i].ok_or_else(|| {
-                    Error::Unsupported(format!("temporary {} has no place in memory", b.name))
-                })?),
+                BufferKind::Temp | BufferKind::Within { .. } => {
+                    Source::Arena(plan.offsets[i].ok_or_else(|| {
+                        Error::Unsupported(format!("temporary {} has no place in memory", b.name))
+                    })?)
+                }
             };
             // Constants must hold at least the bytes the kernels were proven against.
             if let Source::Constant(c) = src {
@@ -279,8 +281,16 @@ impl Executable {
             sources.push(src);
         }
         // A result computed into a temporary of its own (not returned twice, not kept
-        // for `run_keeping`) is written straight into the caller's output slice.
+        // for `run_keeping`, neither placed inside another temporary nor holding one) is
+        // written straight into the caller's output slice.
         if keep.is_none() {
+            let mut shares_space = vec![false; program.buffers.len()];
+            for (i, b) in program.buffers.iter().enumerate() {
+                if let BufferKind::Within { parent, .. } = b.kind {
+                    shares_space[i] = true;
+                    shares_space[parent.0 as usize] = true;
+                }
+            }
             for (i, p) in program.outputs.iter().enumerate() {
                 let b = p.buffer.0 as usize;
                 let once = program
@@ -289,7 +299,7 @@ impl Executable {
                     .filter(|q| q.buffer == p.buffer)
                     .count()
                     == 1;
-                if once && matches!(sources[b], Source::Arena(_)) {
+                if once && !shares_space[b] && matches!(sources[b], Source::Arena(_)) {
                     if program.buffers[b].len > p.ty.storage_len() {
                         return Err(Error::Unsupported(format!(
                             "result {} needs {} elements, its buffer {}",

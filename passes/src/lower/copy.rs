@@ -312,6 +312,63 @@ pub(crate) fn lower_copy(
     cx.step(b.finish(), args)
 }
 
+/// Concatenation without a copy: where every operand's elements are one contiguous run
+/// of the result (nothing but size-1 axes before `axis`: batch 1 along channels, say),
+/// each operand's buffer is placed inside the result's at its run
+/// ([`BufferKind::Within`](super::BufferKind::Within)), so the kernels computing the
+/// operands write the result directly and no kernel runs for the concatenation. YOLO's
+/// and DBNet's feature-pyramid concatenations copied 0.5–1.5 ms per run.
+///
+/// Returns false, changing nothing, unless every operand is a row-major temporary of the
+/// result's element type, distinct, not yet placed inside another concatenation's
+/// result, whose run starts on a cache line (kernels may count on buffers' 64-byte
+/// alignment).
+pub(crate) fn concat_in_place(
+    cx: &mut Cx,
+    axis: usize,
+    operands: &[Value],
+    out_ty: &TensorType,
+    out: BufferId,
+) -> bool {
+    let row_major = |t: &TensorType| t.layout == Layout::RowMajor;
+    if !row_major(out_ty)
+        || out_ty.dims[..axis.min(out_ty.dims.len())]
+            .iter()
+            .any(|&d| d != 1)
+    {
+        return false;
+    }
+    let size = out_ty.dtype.size_bytes();
+    let mut runs = Vec::with_capacity(operands.len());
+    let mut offset = 0usize;
+    for &v in operands {
+        let (ty, buf) = (cx.func.type_of(v), cx.buf(v));
+        let b = &cx.prog.buffers[buf.0 as usize];
+        let fits = row_major(ty)
+            && ty.dtype == out_ty.dtype
+            && b.dtype == out_ty.dtype
+            && b.len == ty.storage_len()
+            && matches!(b.kind, super::BufferKind::Temp)
+            && (offset * size).is_multiple_of(64)
+            && !runs.iter().any(|&(other, _)| other == buf);
+        if !fits {
+            return false;
+        }
+        runs.push((buf, offset));
+        offset += b.len;
+    }
+    if offset != cx.len_of(out) {
+        return false;
+    }
+    for (buf, offset) in runs {
+        cx.prog.buffers[buf.0 as usize].kind = super::BufferKind::Within {
+            parent: out,
+            offset,
+        };
+    }
+    true
+}
+
 /// Most boxes a non-constant `pad` may copy: their count is the product over axes of
 /// each axis's pieces (3 but for `wrap` around a short axis), and each is a loop nest.
 const MAX_PAD_BOXES: usize = 4096;

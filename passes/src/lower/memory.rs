@@ -19,20 +19,24 @@ const ALIGN: usize = 16;
 /// Plans the arena for `prog`. With `keep_intermediates`, no two temporaries share space
 /// (for verification and profiling); otherwise a temporary reuses space freed by
 /// temporaries whose last use is before its first use. Program outputs stay live to the end.
+/// A buffer placed inside another ([`BufferKind::Within`]) lives at its offset in the
+/// temporary it ultimately lies in, which is live over every use of either.
 pub fn plan_memory(prog: &Program, keep_intermediates: bool) -> MemoryPlan {
     let n = prog.buffers.len();
     let end = prog.steps.len();
+    // the temporary each buffer lies in, and where (in elements of the buffer's type)
+    let root: Vec<(usize, usize)> = (0..n).map(|i| placed_in(prog, i)).collect();
     let mut first = vec![usize::MAX; n];
     let mut last = vec![0usize; n];
     for (s, step) in prog.steps.iter().enumerate() {
         for b in &step.args {
-            let i = b.0 as usize;
+            let i = root[b.0 as usize].0;
             first[i] = first[i].min(s);
             last[i] = last[i].max(s);
         }
     }
     for o in &prog.outputs {
-        last[o.buffer.0 as usize] = end;
+        last[root[o.buffer.0 as usize].0] = end;
     }
     let mut order: Vec<usize> = (0..n)
         .filter(|&i| matches!(prog.buffers[i].kind, BufferKind::Temp))
@@ -66,5 +70,29 @@ pub fn plan_memory(prog: &Program, keep_intermediates: bool) -> MemoryPlan {
         offsets[i] = Some(at);
         arena_len = arena_len.max(at + len);
     }
+    for (i, &(r, at)) in root.iter().enumerate() {
+        if r != i {
+            let bytes = at * prog.buffers[i].dtype.size_bytes();
+            offsets[i] = offsets[r].map(|o| o + bytes / 4);
+        }
+    }
     MemoryPlan { offsets, arena_len }
+}
+
+/// The buffer `i` lies in at the end of its chain of [`BufferKind::Within`] parents
+/// (itself when it is none), with `i`'s first element's position there. Lowering makes
+/// every parent a temporary created before its children's concatenation ends, so the
+/// chain is short and ends; a chain longer than the buffers (never made) stops.
+fn placed_in(prog: &Program, mut i: usize) -> (usize, usize) {
+    let mut at = 0;
+    for _ in 0..prog.buffers.len() {
+        match prog.buffers[i].kind {
+            BufferKind::Within { parent, offset } => {
+                at += offset;
+                i = parent.0 as usize;
+            }
+            _ => break,
+        }
+    }
+    (i, at)
 }

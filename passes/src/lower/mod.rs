@@ -61,6 +61,16 @@ pub enum BufferKind {
     Constant(Arc<AlignedBuf>),
     /// An intermediate value or a kernel's scratch space, placed by the memory plan.
     Temp,
+    /// An intermediate value computed straight into its place in another temporary: an
+    /// operand of a concatenation inside the concatenation's result, at element
+    /// `offset` (see `copy::concat_in_place`). The memory plan places it with its parent
+    /// (a `Temp`, or itself `Within` another) and keeps the parent live over its uses.
+    Within {
+        /// The buffer it lies in.
+        parent: BufferId,
+        /// Its first element's position in the parent.
+        offset: usize,
+    },
 }
 
 /// One buffer of `len` elements of type `dtype`.
@@ -146,6 +156,21 @@ impl Program {
                 args.join(", "),
                 s.op
             ));
+        }
+        let placed: Vec<String> = self
+            .buffers
+            .iter()
+            .filter_map(|b| match b.kind {
+                BufferKind::Within { parent, offset } => Some(format!(
+                    "  {} in {} at {offset}\n",
+                    b.name, self.buffers[parent.0 as usize].name
+                )),
+                _ => None,
+            })
+            .collect();
+        if !placed.is_empty() {
+            out.push_str("computed in place:\n");
+            out.push_str(&placed.concat());
         }
         out
     }
@@ -480,7 +505,10 @@ impl<'a> Cx<'a> {
                 ));
             }
             if a.access == Access::Write
-                && !matches!(self.prog.buffers[b.0 as usize].kind, BufferKind::Temp)
+                && !matches!(
+                    self.prog.buffers[b.0 as usize].kind,
+                    BufferKind::Temp | BufferKind::Within { .. }
+                )
             {
                 return Err(Diagnostic::error(
                     "lowering-bug",
@@ -714,14 +742,19 @@ impl<'a> Cx<'a> {
                 epi,
                 out,
             ),
-            Op::Concat { axis } => copy::lower_copy(
-                self,
-                copy::CopyOp::Concat(*axis),
-                operands,
-                out_ty,
-                epi,
-                out,
-            ),
+            Op::Concat { axis } => {
+                if epi.is_empty() && copy::concat_in_place(self, *axis, operands, out_ty, out) {
+                    return Ok(());
+                }
+                copy::lower_copy(
+                    self,
+                    copy::CopyOp::Concat(*axis),
+                    operands,
+                    out_ty,
+                    epi,
+                    out,
+                )
+            }
             Op::Reorder { layout } => copy::lower_copy(
                 self,
                 copy::CopyOp::Reorder(*layout),
