@@ -234,8 +234,23 @@ pub(crate) fn layouts_have_kernels(op: &Op, types: &[&TensorType], result: &Tens
                 && resize_repeats_pixels(r, &x.dims).is_some()
         }
         Op::Unary(_) | Op::Binary(_) => elementwise_reads_blocks(op, types, result),
+        // (the type rule keeps blocks only for whole blocks along the blocked axis)
+        Op::Concat { .. } => {
+            types.iter().all(|t| t.layout == CHANNEL_BLOCKS) && result.layout == CHANNEL_BLOCKS
+        }
         _ => false,
     }
+}
+
+/// Whether `op` on operands of `dims` is a concatenation the layout pass may keep in
+/// channel blocks: along the channels of rank-4 values, every operand in whole blocks
+/// (so the result's blocks are the operands' blocks, and a kernel copies runs of them
+/// or none runs at all, see `lower::copy::concat_in_place`).
+pub fn concat_of_blocks(op: &Op, dims: &[&[usize]]) -> bool {
+    matches!(op, Op::Concat { axis: 1 })
+        && dims
+            .iter()
+            .all(|d| d.len() == 4 && d[1].is_multiple_of(CHANNEL_BLOCK))
 }
 
 /// Whether a broadcast post-op operand of shape `dims` walks the channels of a rank-4

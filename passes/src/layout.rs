@@ -17,13 +17,16 @@
 //!   ([`writes_blocks_on_micro`] with constant weights), or of an op whose kernel reads
 //!   blocks only to write blocks — a halving 3×3 max pool ([`max_pool_fits_blocks`]), a
 //!   depthwise conv ([`depthwise_on_blocks`]) or a nearest resize repeating whole pixels
-//!   ([`resize_repeats_pixels`]: an FPN's upsampling) whose input is in blocks — and whose
+//!   ([`resize_repeats_pixels`]: an FPN's upsampling) whose input is in blocks, or a
+//!   concatenation along the channels of operands in whole blocks
+//!   ([`concat_of_blocks`]: a CSP block's) whose operands are all in blocks — and whose
 //!   broadcast post-op operands are per-channel vectors, scalars or one value per pixel
 //!   (an image mask, splat across a vector's channels);
 //! - every use reads blocks: the input of a conv that reads them
 //!   ([`reads_blocks_on_micro`]: pointwise — whatever its output channel count, when its
 //!   tiles call the micro-kernel —, direct or Winograd), of such a max pool, depthwise
-//!   conv or resize whose result is in blocks, of a global average pool, a full-size operand of a
+//!   conv or resize whose result is in blocks, an operand of such a concatenation whose
+//!   result is in blocks, the input of a global average pool, a full-size operand of a
 //!   standalone unary or binary op ([`elementwise_reads_blocks`]: it writes row-major,
 //!   changing the layout as it computes — an SE block's gating `mul`), or a full-size
 //!   post-op operand (a residual) of such a conv whose result is in blocks too (the fused
@@ -48,9 +51,9 @@ use smelt_ir::op::{Conv2dAttrs, Op};
 use smelt_ir::{Layout, TensorType};
 
 use crate::blocks::{
-    broadcast_walks_channels, depthwise_on_blocks, elementwise_reads_blocks, fits_partial_blocks,
-    max_pool_fits_blocks, reads_blocks_on_micro, resize_repeats_pixels, writes_blocks_on_micro,
-    CHANNEL_BLOCKS,
+    broadcast_walks_channels, concat_of_blocks, depthwise_on_blocks, elementwise_reads_blocks,
+    fits_partial_blocks, max_pool_fits_blocks, reads_blocks_on_micro, resize_repeats_pixels,
+    writes_blocks_on_micro, CHANNEL_BLOCKS,
 };
 use crate::manager::{Pass, PassContext, PassError};
 
@@ -157,7 +160,8 @@ fn computes_on_blocks(func: &Func, i: usize, channels: usize, micro: Option<Tile
 /// channels contiguously or not at all, and whose post-ops run in its register tile.
 fn writes_blocks(func: &Func, i: usize, micro: Option<TileTarget>) -> bool {
     let writer = const_conv(func, i).is_some_and(|(a, w)| writes_blocks_on_micro(a, w, micro))
-        || blocks_from_blocks(func, i, micro);
+        || blocks_from_blocks(func, i, micro)
+        || block_concat(func, i, micro);
     // a long post-op list runs as a separate row-major pass (MAX_POST_IN_REGISTERS)
     let post_in_registers = match &func.insts[i].op {
         Op::Fused(f) => f.post_ops.len() <= crate::lower::MAX_POST_IN_REGISTERS,
@@ -187,6 +191,19 @@ fn blocks_from_blocks(func: &Func, i: usize, micro: Option<TileTarget>) -> bool 
     };
     depthwise
         || (micro.is_some() && (resize || max_pool_fits_blocks(anchor, x_dims, &inst.ty.dims)))
+}
+
+/// Whether instruction `i` is a concatenation that may stay in blocks
+/// ([`concat_of_blocks`]): its operands and its result are in blocks together or not at
+/// all.
+fn block_concat(func: &Func, i: usize, micro: Option<TileTarget>) -> bool {
+    let inst = &func.insts[i];
+    let dims: Vec<&[usize]> = inst
+        .operands
+        .iter()
+        .map(|&v| &func.type_of(v).dims[..])
+        .collect();
+    micro.is_some() && concat_of_blocks(&inst.op, &dims)
 }
 
 /// Whether every post-op operand of `inst` has the result's full size or walks its
@@ -248,9 +265,12 @@ fn stays_blocked(
         .iter()
         .filter(|&&p| func.type_of(p).dims == producer.ty.dims)
         .all(|p| blocked[p.index()]);
-    // a max pool or depthwise conv writes blocks only from blocks
-    let input_blocked =
-        !blocks_from_blocks(func, v - first_inst, micro) || blocked[producer.operands[0].index()];
+    // a max pool or depthwise conv writes blocks only from blocks, a concatenation only
+    // from operands all in blocks
+    let input_blocked = (!blocks_from_blocks(func, v - first_inst, micro)
+        || blocked[producer.operands[0].index()])
+        && (!block_concat(func, v - first_inst, micro)
+            || producer.operands.iter().all(|p| blocked[p.index()]));
     residuals_blocked
         && input_blocked
         && uses.iter().all(|u| match *u {
@@ -264,8 +284,8 @@ fn stays_blocked(
                 // max pool or depthwise conv only into blocks
                 let full_residual =
                     operand >= first_post && *dims == reader.ty.dims && blocked[first_inst + inst];
-                let into_blocks = operand == 0
-                    && blocks_from_blocks(func, inst, micro)
+                let into_blocks = ((operand == 0 && blocks_from_blocks(func, inst, micro))
+                    || block_concat(func, inst, micro))
                     && blocked[first_inst + inst];
                 full_residual || into_blocks || reads_blocks(func, inst, operand, dims[1], micro)
             }

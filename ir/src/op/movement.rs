@@ -261,6 +261,22 @@ pub(super) fn concat_shape(axis: usize, o: &OperandTypes<'_>) -> Result<Shape, S
         }
         dims[axis] = dims[axis] + other[axis];
     }
+    // Operands all in channel blocks along `axis`, each in whole blocks, concatenate as
+    // their blocks do: the result keeps the layout (every block of the result is one
+    // operand's). Otherwise the result is row-major, whatever the operands' layouts.
+    let layout = first.layout;
+    let keeps_blocks = match layout {
+        Layout::Blocked { axis: a, block } => {
+            a as usize == axis
+                && (0..o.len()).all(|i| {
+                    o.ty(i).layout == layout && o.dims(i)[axis].divisible_by(block as usize)
+                })
+        }
+        Layout::RowMajor => false,
+    };
+    if keeps_blocks {
+        return Ok(Shape::row_major(dims).with_layout(layout));
+    }
     Ok(dims.into())
 }
 

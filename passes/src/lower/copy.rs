@@ -286,6 +286,26 @@ pub(crate) fn lower_copy(
                 (ya, &dst_st, 0),
             );
         }
+        CopyOp::Concat(axis) if out_ty.layout != Layout::RowMajor => {
+            // in channel blocks, whole blocks along the blocked axis (the type rule):
+            // each operand's storage is, per index of the axes before `axis`, one run
+            // of the result's — a concatenation of 2-D views [outer, run]
+            let outer: usize = out_dims[..axis].iter().product();
+            let out_run = (cx.len_of(out) / outer.max(1)) as i64;
+            let mut offset = 0i64;
+            for (i, &v) in operands.iter().enumerate() {
+                let run = (cx.len_of(cx.buf(v)) / outer.max(1)) as i64;
+                let d = [outer, run as usize];
+                copy_nest(
+                    &mut b,
+                    dtype,
+                    &d,
+                    (srcs[i], &[run, 1], 0),
+                    (ya, &[out_run, 1], offset),
+                );
+                offset += run;
+            }
+        }
         CopyOp::Concat(axis) => {
             let mut offset = 0i64;
             for (i, &v) in operands.iter().enumerate() {
@@ -313,16 +333,17 @@ pub(crate) fn lower_copy(
 }
 
 /// Concatenation without a copy: where every operand's elements are one contiguous run
-/// of the result (nothing but size-1 axes before `axis`: batch 1 along channels, say),
+/// of the result (nothing but size-1 axes before `axis`: batch 1 along channels, say;
+/// row-major, or in channel blocks of whole blocks),
 /// each operand's buffer is placed inside the result's at its run
 /// ([`BufferKind::Within`](super::BufferKind::Within)), so the kernels computing the
 /// operands write the result directly and no kernel runs for the concatenation. YOLO's
 /// and DBNet's feature-pyramid concatenations copied 0.5–1.5 ms per run.
 ///
-/// Returns false, changing nothing, unless every operand is a row-major temporary of the
-/// result's element type, distinct, not yet placed inside another concatenation's
-/// result, whose run starts on a cache line (kernels may count on buffers' 64-byte
-/// alignment).
+/// Returns false, changing nothing, unless every operand is a temporary of the result's
+/// layout and element type, distinct, not yet placed inside another concatenation's
+/// result, whose run starts on a 4-byte word (the memory plan's unit; no kernel or
+/// routine assumes more alignment: every data access is an unaligned one).
 pub(crate) fn concat_in_place(
     cx: &mut Cx,
     axis: usize,
@@ -330,8 +351,12 @@ pub(crate) fn concat_in_place(
     out_ty: &TensorType,
     out: BufferId,
 ) -> bool {
-    let row_major = |t: &TensorType| t.layout == Layout::RowMajor;
-    if !row_major(out_ty)
+    // row-major, or in blocks along `axis` (whole blocks, the type rule says)
+    let laid_out = match out_ty.layout {
+        Layout::RowMajor => true,
+        Layout::Blocked { axis: a, .. } => a as usize == axis,
+    };
+    if !laid_out
         || out_ty.dims[..axis.min(out_ty.dims.len())]
             .iter()
             .any(|&d| d != 1)
@@ -344,12 +369,12 @@ pub(crate) fn concat_in_place(
     for &v in operands {
         let (ty, buf) = (cx.func.type_of(v), cx.buf(v));
         let b = &cx.prog.buffers[buf.0 as usize];
-        let fits = row_major(ty)
+        let fits = ty.layout == out_ty.layout
             && ty.dtype == out_ty.dtype
             && b.dtype == out_ty.dtype
             && b.len == ty.storage_len()
             && matches!(b.kind, super::BufferKind::Temp)
-            && (offset * size).is_multiple_of(64)
+            && (offset * size).is_multiple_of(4)
             && !runs.iter().any(|&(other, _)| other == buf);
         if !fits {
             return false;
