@@ -181,8 +181,165 @@ struct BlockRange {
     real_vecs: usize,
 }
 
-/// One kernel computing the blocks of `blocks`, parallel over them.
+/// The kernels computing the blocks of `blocks`: on the native routine where the
+/// target has it ([`emit_rows`]), else one Cranelift kernel, parallel over the blocks.
 fn emit(
+    cx: &mut Cx,
+    g: &Geo,
+    window: &Window,
+    blocks: BlockRange,
+    (wbuf, operands): (BufferId, &[Value]),
+    epi: Epilogue,
+    out: BufferId,
+) -> Result<(), Diagnostic> {
+    if cx.opts.micro.is_some() {
+        return emit_rows(cx, g, window, blocks, (wbuf, operands), epi, out);
+    }
+    emit_cranelift(cx, g, window, blocks, (wbuf, operands), epi, out)
+}
+
+/// Which rows a kernel of [`emit_rows`] computes, and what threads split.
+#[derive(Clone, Copy, PartialEq)]
+enum RowKernel {
+    /// Every row, parallel over the blocks.
+    All,
+    /// The interior rows, parallel over them.
+    Interior,
+    /// The border rows, parallel over the blocks.
+    Border,
+}
+
+/// The kernels of [`emit`] on the blocked-depthwise-row routine: per block, image and
+/// output row, one call, which skips the border columns' taps itself; border rows call
+/// it with their valid kernel rows. Threads split a kernel's top-level loop: the blocks
+/// when there are enough of them, else the interior rows (MobileNetV3's 16-channel conv
+/// at 112² is one block: one trip, one thread), the border rows then a kernel of their
+/// own.
+fn emit_rows(
+    cx: &mut Cx,
+    g: &Geo,
+    &Window { rows, cols }: &Window,
+    blocks: BlockRange,
+    (wbuf, operands): (BufferId, &[Value]),
+    epi: Epilogue,
+    out: BufferId,
+) -> Result<(), Diagnostic> {
+    let (row_lo, row_hi) = rows.interior();
+    let borders = row_lo + (rows.output - row_hi);
+    let kernels: &[RowKernel] = if blocks.count * g.n < 4 && row_hi - row_lo >= 4 {
+        if borders > 0 {
+            &[RowKernel::Interior, RowKernel::Border]
+        } else {
+            &[RowKernel::Interior]
+        }
+    } else {
+        &[RowKernel::All]
+    };
+    let taps = (g.kh * g.kw) as i64;
+    let stored_blocks = g.c.div_ceil(CHANNEL_BLOCK) as i64;
+    let lane = CHANNEL_BLOCK as i64;
+    let (h, w) = (rows.input as i64, cols.input as i64);
+    let (oh, ow) = (g.oh as i64, g.ow as i64);
+    let real_vecs = blocks.real_vecs;
+    let (first, end) = (blocks.first as i64, (blocks.first + blocks.count) as i64);
+    for &kind in kernels {
+        let mut b = KernelBuilder::new(&format!(
+            "conv2d_depthwise_c16_rows_{}_{}{}{}{}{}",
+            dims_name(&[g.n, g.c, rows.input, cols.input]),
+            g.window_name(),
+            if real_vecs < VECS { "_partial" } else { "" },
+            if operands.len() > 2 { "_bias" } else { "" },
+            if epi.is_empty() { "" } else { "_fused" },
+            match kind {
+                RowKernel::All => "",
+                RowKernel::Interior => "_interior",
+                RowKernel::Border => "_border",
+            }
+        ));
+        let x = cx.buf(operands[0]);
+        let mut epi = epi.clone();
+        let (bufs, args) = TileBufs::declare(&mut b, cx, x, ("w", wbuf), operands, &mut epi, out);
+        let (xa, wa, bias, ya) = (bufs.x, bufs.w, bufs.bias, bufs.out);
+        // output row `oy` of block `cb` of image `n`, over kernel rows [ky0, ky1): the
+        // call, then the post-ops over the row in place
+        let row = |b: &mut KernelBuilder, cb: &Affine, n: &Affine, oy: &Affine, (ky0, ky1)| {
+            let plane = n.scale(stored_blocks).add(cb);
+            let x_plane = plane.scale(h * w * lane);
+            let y_row = plane.scale(oh * ow * lane).add(&oy.scale(ow * lane));
+            let iy0 = oy
+                .scale(rows.stride as i64)
+                .plus((ky0 * rows.dil) as i64 - rows.pad as i64);
+            let record = BlockedDepthwiseRow {
+                pixels: ow,
+                lanes: (4 * real_vecs) as i64,
+                cols: w,
+                stride: cols.stride as i64,
+                dil: cols.dil as i64,
+                pad: cols.pad as i64,
+                taps: g.kw as i64,
+                rows: (ky1 - ky0) as i64,
+                x_row_stride: (rows.dil as i64) * w * lane,
+                w_row_stride: g.kw as i64 * lane,
+            };
+            let c0 = cb.scale(lane);
+            let ptr = |buf, index| BufPtr { buf, index };
+            b.blocked_depthwise_row(
+                ptr(xa, x_plane.add(&iy0.scale(w * lane))),
+                ptr(wa, cb.scale(taps).plus((ky0 * g.kw) as i64).scale(lane)),
+                bias.map(|bb| ptr(bb, c0.clone())),
+                ptr(ya, y_row.clone()),
+                record,
+            );
+            if epi.is_empty() {
+                return;
+            }
+            b.for_loop(0, ow, 1, |b, col| {
+                let col = Affine::var(col);
+                for v in 0..real_vecs {
+                    let stored = y_row.add(&col.scale(lane)).plus(4 * v as i64);
+                    let sum = Expr::load(ya, stored.clone(), Width::F32x4);
+                    let idx = [n.clone(), c0.plus(4 * v as i64), oy.clone(), col.clone()];
+                    let y = epi.apply_along_channels(b, sum, &idx, &stored, Width::F32x4);
+                    b.store(ya, stored, y, Width::F32x4);
+                }
+            });
+        };
+        // the rows of `kind` of block `cb`, image `n` (the interior kernel's rows are its
+        // parallel loop, outside)
+        let block_rows = |b: &mut KernelBuilder, cb: &Affine, n: &Affine| {
+            for oy in (0..row_lo).chain(row_hi..rows.output) {
+                row(b, cb, n, &Affine::constant(oy as i64), rows.valid_taps(oy));
+            }
+            if kind == RowKernel::All {
+                b.for_loop(row_lo as i64, row_hi as i64, 1, |b, oy| {
+                    row(b, cb, n, &Affine::var(oy), (0, rows.kernel));
+                });
+            }
+        };
+        b.set_parallel();
+        if kind == RowKernel::Interior {
+            b.for_loop(row_lo as i64, row_hi as i64, 1, |b, oy| {
+                b.for_loop(first, end, 1, |b, cb| {
+                    b.for_loop(0, g.n as i64, 1, |b, n| {
+                        let (cb, n) = (Affine::var(cb), Affine::var(n));
+                        row(b, &cb, &n, &Affine::var(oy), (0, rows.kernel));
+                    })
+                })
+            });
+        } else {
+            b.for_loop(first, end, 1, |b, cb| {
+                b.for_loop(0, g.n as i64, 1, |b, n| {
+                    block_rows(b, &Affine::var(cb), &Affine::var(n))
+                })
+            });
+        }
+        cx.step(b.finish(), args)?;
+    }
+    Ok(())
+}
+
+/// One Cranelift kernel computing the blocks of `blocks`, parallel over them.
+fn emit_cranelift(
     cx: &mut Cx,
     g: &Geo,
     &Window { rows, cols }: &Window,
@@ -217,8 +374,6 @@ fn emit(
     let (row_lo, row_hi) = rows.interior();
     let (col_lo, col_hi) = cols.interior();
     let real_vecs = blocks.real_vecs;
-    // the blocked-depthwise-row routine (AVX2; where the target has native routines)
-    let native = cx.opts.micro.is_some();
     b.set_parallel();
     let (first, end) = (blocks.first as i64, (blocks.first + blocks.count) as i64);
     b.for_loop(first, end, 1, |b, cb| {
@@ -350,54 +505,11 @@ fn emit(
                 }
                 finish_row(b, oy);
             };
-            // the same row by one call of the native routine, which handles the column
-            // borders itself: the kernel is a few calls and the epilogue
-            let native_row = |b: &mut KernelBuilder, oy: &Affine, (ky0, ky1): (usize, usize)| {
-                let iy0 = oy
-                    .scale(rows.stride as i64)
-                    .plus((ky0 * rows.dil) as i64 - rows.pad as i64);
-                let record = BlockedDepthwiseRow {
-                    pixels: ow,
-                    lanes: (4 * real_vecs) as i64,
-                    cols: w,
-                    stride: cols.stride as i64,
-                    dil: cols.dil as i64,
-                    pad: cols.pad as i64,
-                    taps: g.kw as i64,
-                    rows: (ky1 - ky0) as i64,
-                    x_row_stride: (rows.dil as i64) * w * lane,
-                    w_row_stride: g.kw as i64 * lane,
-                };
-                let ptr = |buf, index| BufPtr { buf, index };
-                b.blocked_depthwise_row(
-                    ptr(xa, x_plane.add(&iy0.scale(w * lane))),
-                    ptr(
-                        wa,
-                        cb.scale(taps as i64).plus((ky0 * g.kw) as i64).scale(lane),
-                    ),
-                    bias.map(|bb| ptr(bb, c0.clone())),
-                    ptr(ya, stored_at(oy, &Affine::constant(0), 0)),
-                    record,
-                );
-                if !epi.is_empty() {
-                    finish_row(b, oy);
-                }
-            };
             for oy in (0..row_lo).chain(row_hi..rows.output) {
-                let (oy, ky) = (Affine::constant(oy as i64), rows.valid_taps(oy));
-                if native {
-                    native_row(b, &oy, ky);
-                } else {
-                    row(b, &oy, ky, false);
-                }
+                row(b, &Affine::constant(oy as i64), rows.valid_taps(oy), false);
             }
             b.for_loop(row_lo as i64, row_hi as i64, 1, |b, oy| {
-                let (oy, ky) = (Affine::var(oy), (0, rows.kernel));
-                if native {
-                    native_row(b, &oy, ky);
-                } else {
-                    row(b, &oy, ky, true);
-                }
+                row(b, &Affine::var(oy), (0, rows.kernel), true);
             });
         });
     });
