@@ -168,15 +168,15 @@ fn output_transform_rows(
             None => e,
         };
         if let Some(block) = stored {
+            // the sums with their bias; the post-ops run over the finished tile row
+            // (`finish_row`), one copy of them per kernel rather than one per output
+            // pixel of a step: YOLO's SiLU epilogues were most of these kernels' code
             for r in 0..rows {
                 let row = th.scale(m as i64).plus(r as i64);
                 let pixels = ys.iter().flat_map(|y| y[r].iter().cloned());
                 for (j, v) in pixels.enumerate().take(cols) {
                     let col = tw0.scale(m as i64).plus(j as i64);
-                    let idx = [n.clone(), o0.clone(), row.clone(), col.clone()];
-                    let at = stored_at(n, block, &row, &col);
-                    let val = epi.apply_along_channels(b, bias(v), &idx, &at, w4);
-                    b.store(ya, at, val, w4);
+                    b.store(ya, stored_at(n, block, &row, &col), bias(v), w4);
                 }
             }
             return;
@@ -233,6 +233,32 @@ fn output_transform_rows(
             })
         })
     };
+    // in channel blocks, the post-ops over the `rows` output rows of tile row `th` of
+    // block `blk` (its sums and bias stored), in place while they are in L1
+    let finish_row = |b: &mut KernelBuilder, n: &Affine, blk: &Affine, th: &Affine, rows: usize| {
+        if !p.out_blocked || epi.is_empty() {
+            return;
+        }
+        b.for_loop(0, rows as i64, 1, |b, r| {
+            let row = th.scale(m as i64).add(&Affine::var(r));
+            b.for_loop(0, p.ow as i64, 1, |b, col| {
+                let col = Affine::var(col);
+                b.for_loop(0, (lanes / CHANNEL_BLOCK) as i64, 1, |b, half| {
+                    b.for_loop(0, 4, 1, |b, qq| {
+                        let (half, qq) = (Affine::var(half), Affine::var(qq));
+                        let block = blk.scale((lanes / CHANNEL_BLOCK) as i64).add(&half);
+                        let within = qq.scale(4);
+                        let o0 = block.scale(unit).add(&within);
+                        let at = stored_at(n, [&block, &within], &row, &col);
+                        let sum = Expr::load(ya, at.clone(), w4);
+                        let idx = [n.clone(), o0, row.clone(), col.clone()];
+                        let val = epi.apply_along_channels(b, sum, &idx, &at, w4);
+                        b.store(ya, at, val, w4);
+                    })
+                })
+            })
+        });
+    };
     // the tiles of tile row `th` (`rows` output rows of them inside the image) in one
     // block of `M`
     let block_row =
@@ -249,6 +275,7 @@ fn output_transform_rows(
                 let tw0 = Affine::constant(whole as i64);
                 step(b, blk, n, th, &tw0, rows, p.ow - whole * m);
             }
+            finish_row(b, n, blk.0, th, rows);
         };
     let tile_row = |b: &mut KernelBuilder, th: &Affine, rows: usize| {
         b.for_loop(0, p.n as i64, 1, |b, n| {
