@@ -261,10 +261,31 @@ impl Executable {
                     constants.push(data.clone());
                     Source::Constant(constants.len() - 1)
                 }
-                BufferKind::Temp | BufferKind::Within { .. } => {
-                    Source::Arena(plan.offsets[i].ok_or_else(|| {
-                        Error::Unsupported(format!("temporary {} has no place in memory", b.name))
-                    })?)
+                BufferKind::Temp => Source::Arena(plan.offsets[i].ok_or_else(|| {
+                    Error::Unsupported(format!("temporary {} has no place in memory", b.name))
+                })?),
+                BufferKind::Within { parent, .. } => {
+                    // the kernels writing it were proven against its length only: it must
+                    // lie inside its parent (which lies inside its own, or the arena)
+                    let placed = |k: usize| {
+                        let words = program.buffers.get(k)?.bytes().div_ceil(4);
+                        plan.offsets
+                            .get(k)
+                            .copied()
+                            .flatten()
+                            .map(|o| (o, o + words))
+                    };
+                    match (placed(i), placed(parent.0 as usize)) {
+                        (Some((lo, hi)), Some((plo, phi))) if plo <= lo && hi <= phi => {
+                            Source::Arena(lo)
+                        }
+                        _ => {
+                            return Err(Error::Unsupported(format!(
+                                "temporary {} is not placed inside its parent",
+                                b.name
+                            )))
+                        }
+                    }
                 }
             };
             // Constants must hold at least the bytes the kernels were proven against.
