@@ -270,7 +270,9 @@ fn lower_program<'a>(
         inlined: if opts.keep_every_value {
             vec![false; func.insts.len()]
         } else {
-            typed::inlined_producers(func)
+            let typed = typed::inlined_producers(func);
+            let sliced = copy::sliced_slices(func);
+            typed.iter().zip(&sliced).map(|(a, b)| *a || *b).collect()
         },
     };
     for (i, p) in func.params.iter().enumerate() {
@@ -764,7 +766,9 @@ impl<'a> Cx<'a> {
                 out,
             ),
             Op::Slice(sl) => {
-                copy::lower_copy(self, copy::CopyOp::Slice(sl), operands, out_ty, epi, out)
+                // a slice of slices computed inside it: one slice of their source
+                let (source, sl) = copy::composed_slice(self, operands[0], sl);
+                copy::lower_copy(self, copy::CopyOp::Slice(&sl), &[source], out_ty, epi, out)
             }
             Op::Pad(p) => copy::lower_copy(self, copy::CopyOp::Pad(p), operands, out_ty, epi, out),
             Op::Expand { .. } => {
