@@ -404,19 +404,22 @@ impl BlockedDepthwiseRow {
 
 impl fmt::Display for BlockedDepthwiseRow {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "pixels={}, lanes={}, cols={}, stride={}, dil={}, pad={}, taps={}, rows={}x{}, w_rows={}",
-            self.pixels,
-            self.lanes,
-            self.cols,
-            self.stride,
-            self.dil,
-            self.pad,
-            self.taps,
-            self.rows,
-            self.x_row_stride,
-            self.w_row_stride
-        )
+        // the words' names, in `words` order
+        const NAMES: [&str; 10] = [
+            "pixels",
+            "lanes",
+            "cols",
+            "stride",
+            "dil",
+            "pad",
+            "taps",
+            "rows",
+            "x_row_stride",
+            "w_row_stride",
+        ];
+        for (i, (name, value)) in NAMES.iter().zip(self.words()).enumerate() {
+            write!(f, "{}{name}={value}", if i > 0 { ", " } else { "" })?;
+        }
+        Ok(())
     }
 }
