@@ -246,11 +246,9 @@ pub(crate) fn layouts_have_kernels(op: &Op, types: &[&TensorType], result: &Tens
 /// channel blocks: along the channels of rank-4 values, every operand in whole blocks
 /// (so the result's blocks are the operands' blocks, and a kernel copies runs of them
 /// or none runs at all, see `lower::copy::concat_in_place`).
-pub fn concat_of_blocks(op: &Op, dims: &[&[usize]]) -> bool {
+pub fn concat_of_blocks<'d>(op: &Op, mut dims: impl Iterator<Item = &'d [usize]>) -> bool {
     matches!(op, Op::Concat { axis: 1 })
-        && dims
-            .iter()
-            .all(|d| d.len() == 4 && d[1].is_multiple_of(CHANNEL_BLOCK))
+        && dims.all(|d| d.len() == 4 && d[1].is_multiple_of(CHANNEL_BLOCK))
 }
 
 /// Whether a broadcast post-op operand of shape `dims` walks the channels of a rank-4

@@ -198,12 +198,8 @@ fn blocks_from_blocks(func: &Func, i: usize, micro: Option<TileTarget>) -> bool 
 /// all.
 fn block_concat(func: &Func, i: usize, micro: Option<TileTarget>) -> bool {
     let inst = &func.insts[i];
-    let dims: Vec<&[usize]> = inst
-        .operands
-        .iter()
-        .map(|&v| &func.type_of(v).dims[..])
-        .collect();
-    micro.is_some() && concat_of_blocks(&inst.op, &dims)
+    let dims = inst.operands.iter().map(|&v| &func.type_of(v).dims[..]);
+    micro.is_some() && concat_of_blocks(&inst.op, dims)
 }
 
 /// Whether every post-op operand of `inst` has the result's full size or walks its

@@ -396,10 +396,7 @@ impl RowRecord {
     /// The record's words in memory order.
     fn words(&self) -> Vec<i64> {
         match self {
-            RowRecord::Depthwise(r) => [r.cols, r.rows, r.row_stride, r.taps]
-                .into_iter()
-                .chain(r.tap_offsets)
-                .collect(),
+            RowRecord::Depthwise(r) => r.words().to_vec(),
             RowRecord::Blocked(r) => r.words().to_vec(),
         }
     }

@@ -43,8 +43,8 @@ pub type BlockedDepthwiseRowFn = unsafe extern "C" fn(
     shape: *const BlockedDepthwiseRow,
 );
 
-/// Elements of a pixel: one channel block.
-const BLOCK: usize = 16;
+/// Elements of a pixel: one channel block (the record's).
+const BLOCK: usize = BlockedDepthwiseRow::BLOCK as usize;
 
 /// The routine's view of a valid record, counts as `usize`.
 #[derive(Clone, Copy)]

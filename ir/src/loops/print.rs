@@ -3,7 +3,7 @@
 
 use std::fmt::{self, Write as _};
 
-use super::{Access, Affine, CmpOp, Expr, Kernel, ReduceOp, Stmt, Width};
+use super::{Access, Affine, BufPtr, CmpOp, Expr, Kernel, ReduceOp, Stmt, Width};
 
 impl fmt::Display for Affine {
     /// `4*i0 + 58*i1 + 7`; `0` when empty.
@@ -133,9 +133,7 @@ fn print_block(out: &mut String, stmts: &[Stmt], depth: usize) {
                 next,
                 tile,
             } => {
-                let next = next
-                    .as_ref()
-                    .map_or(String::new(), |at| format!(", next: {at}"));
+                let next = optional_arg("next", next.as_ref());
                 let _ = writeln!(
                     out,
                     "{pad}call conv_tile(x: {x}, w: {w}, out: {o}{next}; {tile})"
@@ -154,9 +152,7 @@ fn print_block(out: &mut String, stmts: &[Stmt], depth: usize) {
                 out: o,
                 row,
             } => {
-                let bias = bias
-                    .as_ref()
-                    .map_or(String::new(), |b| format!(", bias: {b}"));
+                let bias = optional_arg("bias", bias.as_ref());
                 let _ = writeln!(
                     out,
                     "{pad}call blocked_depthwise_row(x: {x}, w: {w}{bias}, out: {o}; {row})"
@@ -169,9 +165,7 @@ fn print_block(out: &mut String, stmts: &[Stmt], depth: usize) {
                 rows,
                 lanes,
             } => {
-                let bias = bias
-                    .as_ref()
-                    .map_or(String::new(), |b| format!(", bias: {b}"));
+                let bias = optional_arg("bias", bias.as_ref());
                 let _ = writeln!(
                     out,
                     "{pad}call {}_rows(buf: {buf}{bias}; rows={rows}, lanes={lanes})",
@@ -187,12 +181,8 @@ fn print_block(out: &mut String, stmts: &[Stmt], depth: usize) {
                 rows,
                 lanes,
             } => {
-                let bias = bias
-                    .as_ref()
-                    .map_or(String::new(), |b| format!(", bias: {b}"));
-                let residual = residual
-                    .as_ref()
-                    .map_or(String::new(), |r| format!(", residual: {r}"));
+                let bias = optional_arg("bias", bias.as_ref());
+                let residual = optional_arg("residual", residual.as_ref());
                 let _ = writeln!(
                     out,
                     "{pad}call {}_rows(sums: {sums}{bias}{residual}, out: {o}; rows={rows}, lanes={lanes})",
@@ -254,4 +244,9 @@ impl fmt::Display for Kernel {
         out.push_str("}\n");
         f.write_str(&out)
     }
+}
+
+/// `, NAME: PTR` for a call's optional pointer argument, nothing when it is absent.
+fn optional_arg(name: &str, ptr: Option<&BufPtr>) -> String {
+    ptr.map_or(String::new(), |p| format!(", {name}: {p}"))
 }

@@ -223,6 +223,16 @@ pub struct DepthwiseRow {
 }
 
 impl DepthwiseRow {
+    /// The record's words in memory order (`repr(C)`: the four counts, then the tap
+    /// offsets), as code generation writes them; a compile-time check at the end of this
+    /// file holds the order.
+    pub fn words(&self) -> [i64; 4 + DEPTHWISE_MAX_TAPS] {
+        let mut words = [0; 4 + DEPTHWISE_MAX_TAPS];
+        words[..4].copy_from_slice(&[self.cols, self.rows, self.row_stride, self.taps]);
+        words[4..].copy_from_slice(&self.tap_offsets);
+        words
+    }
+
     /// Elements of `x`, `w` and `out` from each pointer that the call may touch (`None`
     /// when a count, stride or used offset is negative, there are too many taps, or a
     /// product overflows).
@@ -339,7 +349,8 @@ impl BlockedDepthwiseRow {
     /// Elements per pixel of `x` and `out` (one channel block).
     pub const BLOCK: i64 = 16;
 
-    /// The record's words in memory order (`repr(C)`), as code generation writes them.
+    /// The record's words in memory order (`repr(C)`), as code generation writes them;
+    /// a compile-time check at the end of this file holds the order.
     pub fn words(&self) -> [i64; 10] {
         [
             self.pixels,
@@ -423,3 +434,27 @@ impl fmt::Display for BlockedDepthwiseRow {
         Ok(())
     }
 }
+
+/// The records routines read through a pointer are `repr(C)` structs of `i64` words, and
+/// code generation writes them word by word from `words()`: the field order there must
+/// be the memory order, which this checks at compile time.
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<DepthwiseRow>() == 8 * (4 + DEPTHWISE_MAX_TAPS));
+    assert!(offset_of!(DepthwiseRow, cols) == 0);
+    assert!(offset_of!(DepthwiseRow, rows) == 8);
+    assert!(offset_of!(DepthwiseRow, row_stride) == 16);
+    assert!(offset_of!(DepthwiseRow, taps) == 24);
+    assert!(offset_of!(DepthwiseRow, tap_offsets) == 32);
+    assert!(size_of::<BlockedDepthwiseRow>() == 8 * 10);
+    assert!(offset_of!(BlockedDepthwiseRow, pixels) == 0);
+    assert!(offset_of!(BlockedDepthwiseRow, lanes) == 8);
+    assert!(offset_of!(BlockedDepthwiseRow, cols) == 16);
+    assert!(offset_of!(BlockedDepthwiseRow, stride) == 24);
+    assert!(offset_of!(BlockedDepthwiseRow, dil) == 32);
+    assert!(offset_of!(BlockedDepthwiseRow, pad) == 40);
+    assert!(offset_of!(BlockedDepthwiseRow, taps) == 48);
+    assert!(offset_of!(BlockedDepthwiseRow, rows) == 56);
+    assert!(offset_of!(BlockedDepthwiseRow, x_row_stride) == 64);
+    assert!(offset_of!(BlockedDepthwiseRow, w_row_stride) == 72);
+};

@@ -333,35 +333,29 @@ pub(crate) fn lower_copy(
     cx.step(b.finish(), args)
 }
 
-/// By instruction: a slice computed inside the slices that read it, with no kernel and
-/// no buffer of its own ([`composed_slice`]): a plain row-major slice read only by plain
-/// slices (and no function result). YOLO's stem takes the four pixel phases of the image
-/// as two slices of rows, each read by two slices of columns: 6 kernels and 2
-/// intermediate images where 4 strided reads of the image do.
-pub(crate) fn sliced_slices(func: &Func) -> Vec<bool> {
-    let uses = func.uses();
-    (0..func.insts.len())
-        .map(|i| {
-            let inst = &func.insts[i];
-            let value_uses = &uses[func.inst_value(i).index()];
-            let read_by_slices = !value_uses.is_empty()
-                && value_uses.iter().all(|u| match *u {
-                    Use::Operand { inst: reader, .. } => {
-                        matches!(func.insts[reader].op, Op::Slice(_))
-                    }
-                    Use::Result(_) => false,
-                });
-            let row_major = |t: &TensorType| t.layout == Layout::RowMajor;
-            matches!(inst.op, Op::Slice(_))
-                && read_by_slices
-                && row_major(&inst.ty)
-                && inst.operands.iter().all(|&v| row_major(func.type_of(v)))
-        })
-        .collect()
+/// Whether instruction `i` is a slice computed inside the slices that read it, with no
+/// kernel and no buffer of its own ([`composed_slice`]; `uses`: the function's use
+/// lists): a plain row-major slice read only by plain slices (and no function result).
+/// YOLO's stem takes the four pixel phases of the image as two slices of rows, each
+/// read by two slices of columns: 6 kernels and 2 intermediate images where 4 strided
+/// reads of the image do.
+pub(crate) fn inlined_into_slices(func: &Func, uses: &[Vec<Use>], i: usize) -> bool {
+    let inst = &func.insts[i];
+    let value_uses = &uses[func.inst_value(i).index()];
+    let read_by_slices = !value_uses.is_empty()
+        && value_uses.iter().all(|u| match *u {
+            Use::Operand { inst: reader, .. } => matches!(func.insts[reader].op, Op::Slice(_)),
+            Use::Result(_) => false,
+        });
+    let row_major = |t: &TensorType| t.layout == Layout::RowMajor;
+    matches!(inst.op, Op::Slice(_))
+        && read_by_slices
+        && row_major(&inst.ty)
+        && inst.operands.iter().all(|&v| row_major(func.type_of(v)))
 }
 
 /// The source and attributes of slice `sl` of `x` read through every slice computed
-/// inside it ([`sliced_slices`]): along each axis, index `i` of a slice of a slice of
+/// inside it ([`inlined_into_slices`]): along each axis, index `i` of a slice of a slice of
 /// `source` reads `source[s₁ + (s₂ + i·t₂)·t₁]`, a start of `s₁ + s₂·t₁` and a step of
 /// `t₁·t₂`. The result's dims are the outer slice's; only starts and steps are read.
 pub(crate) fn composed_slice(cx: &Cx, x: Value, sl: &SliceAttrs) -> (Value, SliceAttrs) {

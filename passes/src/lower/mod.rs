@@ -197,7 +197,7 @@ pub struct LowerOptions {
     /// for and refuses a lane count that ISA has no routine for.
     pub micro: Option<TileTarget>,
     /// Give every value its own buffer: no elementwise producer on integers or `i1` is
-    /// computed inside its one consumer's kernel (see [`typed::inlined_producers`]). Set
+    /// computed inside its one consumer's kernel (see [`typed::inlined_into_consumer`]). Set
     /// when every intermediate is kept for inspection.
     pub keep_every_value: bool,
 }
@@ -270,9 +270,13 @@ fn lower_program<'a>(
         inlined: if opts.keep_every_value {
             vec![false; func.insts.len()]
         } else {
-            let typed = typed::inlined_producers(func);
-            let sliced = copy::sliced_slices(func);
-            typed.iter().zip(&sliced).map(|(a, b)| *a || *b).collect()
+            let uses = func.uses();
+            (0..func.insts.len())
+                .map(|i| {
+                    typed::inlined_into_consumer(func, &uses, i)
+                        || copy::inlined_into_slices(func, &uses, i)
+                })
+                .collect()
         },
     };
     for (i, p) in func.params.iter().enumerate() {
@@ -354,7 +358,7 @@ pub(crate) struct Cx<'a> {
     /// Bytes of the weights the function reads ([`Cx::weight_bytes`]), once asked.
     weight_bytes: std::cell::OnceCell<usize>,
     /// By instruction: computed inside its one consumer's kernel, with no buffer of its
-    /// own ([`typed::inlined_producers`]).
+    /// own ([`typed::inlined_into_consumer`]).
     pub(crate) inlined: Vec<bool>,
 }
 

@@ -6,7 +6,7 @@
 //! These tensors are ids, masks and shape values: small next to activations, so the
 //! loops stay scalar and the kernels simple. A chain of them is one kernel, though: a
 //! producer whose one use is another typed map of the same shape is computed inside its
-//! consumer's loop ([`inlined_producers`]), so a mask such as an attention guard's
+//! consumer's loop ([`inlined_into_consumer`]), so a mask such as an attention guard's
 //! `where(not(equal(p, p)), 0, p)` (ONNX's IsNaN and Where after a softmax) reads `p`
 //! and writes the result once instead of passing two `i1` tensors through memory.
 
@@ -199,30 +199,26 @@ fn map_of(func: &Func, i: usize) -> Option<TypedMap> {
     TypedMap::of(&inst.op, operand, inst.ty.dtype)
 }
 
-/// By instruction: whether it is computed inside its consumer's kernel. An instruction
-/// is, when it is a typed map whose result is used exactly once, as an operand of
-/// another typed map with a result of the same shape (so the producer's elements are
-/// the consumer's, index for index), on row-major tensors, and is no function result.
-pub(crate) fn inlined_producers(func: &Func) -> Vec<bool> {
-    let uses = func.uses();
-    (0..func.insts.len())
-        .map(|i| {
-            let inst = &func.insts[i];
-            let value = func.inst_value(i);
-            let row_major = |t: &TensorType| t.layout == smelt_ir::Layout::RowMajor;
-            let [Use::Operand { inst: consumer, .. }] = uses[value.index()][..] else {
-                return false;
-            };
-            let c = &func.insts[consumer];
-            map_of(func, i).is_some()
-                && map_of(func, consumer).is_some()
-                && c.ty.dims == inst.ty.dims
-                && row_major(&c.ty)
-                && row_major(&inst.ty)
-                && inst.ty.storage_len() > 0
-                && inst.operands.iter().all(|&v| row_major(func.type_of(v)))
-        })
-        .collect()
+/// Whether instruction `i` is computed inside its consumer's kernel (`uses`: the
+/// function's use lists). An instruction is, when it is a typed map whose result is
+/// used exactly once, as an operand of another typed map with a result of the same shape
+/// (so the producer's elements are the consumer's, index for index), on row-major
+/// tensors, and is no function result.
+pub(crate) fn inlined_into_consumer(func: &Func, uses: &[Vec<Use>], i: usize) -> bool {
+    let inst = &func.insts[i];
+    let value = func.inst_value(i);
+    let row_major = |t: &TensorType| t.layout == smelt_ir::Layout::RowMajor;
+    let [Use::Operand { inst: consumer, .. }] = uses[value.index()][..] else {
+        return false;
+    };
+    let c = &func.insts[consumer];
+    map_of(func, i).is_some()
+        && map_of(func, consumer).is_some()
+        && c.ty.dims == inst.ty.dims
+        && row_major(&c.ty)
+        && row_major(&inst.ty)
+        && inst.ty.storage_len() > 0
+        && inst.operands.iter().all(|&v| row_major(func.type_of(v)))
 }
 
 /// What a typed kernel computes per element: a load of one of its sources, or a map of
