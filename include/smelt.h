@@ -125,9 +125,10 @@ typedef int32_t SmeltElementType;
 #endif // __cplusplus
 
 /**
- * A model with a dynamic batch, compiled per bucket (a power of two up to its
- * `max_bucket`) on first use, a batch of any size split into bucket-sized chunks. Safe
- * to share across threads. Opaque: create it with `smelt_dynamic_from_file`, free it
+ * A model with a dynamic batch, compiled at batch 1 on first use: a batch of any size
+ * runs as copies of it (each kernel once per element) where the model computes each
+ * element on its own, else per bucket (a power of two up to its `max_bucket`), split
+ * into bucket-sized chunks. Safe to share across threads. Opaque: create it with `smelt_dynamic_from_file`, free it
  * with `smelt_dynamic_destroy`.
  */
 typedef struct SmeltDynamicExecutable SmeltDynamicExecutable;
@@ -446,11 +447,13 @@ const char *smelt_version(void);
  * Compiles nothing yet: reads the ONNX model at `path` (NUL-terminated) and prepares
  * runs of any batch. Every input's dynamic leading dimension is the shared batch; any
  * other dynamic dimension must be pinned whole through `opts->input_shapes` (that input
- * is then not batched). `max_bucket` is the largest batch compiled as one executable,
- * a power of two from 2 to 1024, or 0 for the default (8): at most
- * `log2(max_bucket) + 1` specializations are ever compiled. A batch runs in chunks no
- * larger than the largest bucket whose run-time memory fits the CPU's last-level cache
- * (estimated from bucket 1, compiled first). Stores the handle in `*out` (NULL on
+ * is then not batched). Batch 1 is compiled first; where the model computes each
+ * element of the batch on its own (proved from the model), every batch runs as copies
+ * of that one executable, so nothing else is ever compiled. Otherwise `max_bucket` is
+ * the largest batch compiled as one executable, a power of two from 2 to 1024, or 0 for
+ * the default (8): at most `log2(max_bucket) + 1` specializations are ever compiled. A
+ * batch runs in chunks no larger than the largest bucket whose run-time memory fits the
+ * CPU's last-level cache (estimated from bucket 1). Stores the handle in `*out` (NULL on
  * failure).
  *
  * # Safety
@@ -625,11 +628,13 @@ size_t smelt_shape_element_count(const struct SmeltShape *shape);
  * Compiles nothing yet: reads the ONNX model at `path` (NUL-terminated) and prepares
  * runs of any batch. Every input's dynamic leading dimension is the shared batch; any
  * other dynamic dimension must be pinned whole through `opts->input_shapes` (that input
- * is then not batched). `max_bucket` is the largest batch compiled as one executable,
- * a power of two from 2 to 1024, or 0 for the default (8): at most
- * `log2(max_bucket) + 1` specializations are ever compiled. A batch runs in chunks no
- * larger than the largest bucket whose run-time memory fits the CPU's last-level cache
- * (estimated from bucket 1, compiled first). Stores the handle in `*out` (NULL on
+ * is then not batched). Batch 1 is compiled first; where the model computes each
+ * element of the batch on its own (proved from the model), every batch runs as copies
+ * of that one executable, so nothing else is ever compiled. Otherwise `max_bucket` is
+ * the largest batch compiled as one executable, a power of two from 2 to 1024, or 0 for
+ * the default (8): at most `log2(max_bucket) + 1` specializations are ever compiled. A
+ * batch runs in chunks no larger than the largest bucket whose run-time memory fits the
+ * CPU's last-level cache (estimated from bucket 1). Stores the handle in `*out` (NULL on
  * failure).
  *
  * # Safety

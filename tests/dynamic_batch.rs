@@ -28,8 +28,16 @@ fn specialized(batch: usize, x: &Tensor) -> Tensor {
         .remove(0)
 }
 
+/// Batch copies (the default: every batch runs as copies of bucket 1) and buckets (a
+/// compile per power of two) give a specialized executable's results.
 #[test]
 fn batches_on_and_off_buckets_match_specialized_executables() {
+    for batch_copies in [true, false] {
+        batches_match_specialized_executables(batch_copies);
+    }
+}
+
+fn batches_match_specialized_executables(batch_copies: bool) {
     let dynamic = DynamicExecutable::new(
         &mobilenet(),
         &Options::default(),
@@ -37,6 +45,7 @@ fn batches_on_and_off_buckets_match_specialized_executables() {
             max_bucket: 2,
             // any real cache holds two elements of MobileNetV3-small (2.3 MB each)
             cache_bytes: Some(1 << 30),
+            batch_copies,
             ..DynamicOptions::default()
         },
     )
@@ -65,8 +74,19 @@ fn batches_on_and_off_buckets_match_specialized_executables() {
         assert!(err.relative <= 1e-5, "batch {batch}: {err:?}");
     }
     let compiled: Vec<usize> = dynamic.specializations().iter().map(|s| s.batch).collect();
-    assert_eq!(compiled, vec![1, 2], "batch 3 runs buckets 2 and 1");
     assert_eq!(dynamic.chunks(5).unwrap(), vec![2, 2, 1]);
+    if batch_copies {
+        assert_eq!(
+            compiled,
+            vec![1],
+            "batch 3 runs as 2 + 1 copies of bucket 1"
+        );
+        assert_eq!(dynamic.chunk_buckets(5).unwrap(), vec![1, 1, 1]);
+        assert_eq!(dynamic.specializations()[0].copies, Some(Ok(())));
+    } else {
+        assert_eq!(compiled, vec![1, 2], "batch 3 runs buckets 2 and 1");
+        assert_eq!(dynamic.chunk_buckets(5).unwrap(), vec![2, 2, 1]);
+    }
     // both buckets specialized the one module fused with a symbolic batch
     assert!(
         matches!(dynamic.shared_module(), SharedModule::Symbolic { ms } if ms > 0.0),

@@ -93,6 +93,10 @@ pub struct BenchArgs {
     /// The memory budget, e.g. `32G` (see `smelt run --help`).
     #[arg(long, value_name = "BYTES", value_parser = super::parse_bytes)]
     memory_budget: Option<u64>,
+    /// For a model with a dynamic batch: a bucket per power of two instead of copies of
+    /// the batch-1 executable (see `smelt run --help`).
+    #[arg(long)]
+    batch_buckets: bool,
     /// Threads per run, the calling thread included (0: one per core).
     #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=1024))]
     threads: u16,
@@ -451,6 +455,7 @@ fn model_args(a: &BenchArgs) -> Option<ModelArgs> {
         shapes: a.shapes.clone(),
         allow_root: a.allow_root.clone(),
         memory_budget: a.memory_budget,
+        batch_buckets: a.batch_buckets,
     })
 }
 

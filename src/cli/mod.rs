@@ -79,6 +79,10 @@ pub struct ModelArgs {
     /// Default: half the machine's memory (and half of `ulimit -v`, if set).
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     pub memory_budget: Option<u64>,
+    /// For a model with a dynamic batch: compile a bucket per power of two the batch
+    /// needs, instead of running every batch as copies of the batch-1 executable.
+    #[arg(long)]
+    pub batch_buckets: bool,
 }
 
 /// Parses a byte count with an optional binary suffix: `4096`, `512M`, `32G`.
@@ -164,7 +168,11 @@ impl ModelArgs {
         }
         let mut opts = opts.clone();
         opts.load = self.load_options()?;
-        Ok(DynamicExecutable::new(&self.model, &opts, DynamicOptions::default()).ok())
+        let dynamic = DynamicOptions {
+            batch_copies: !self.batch_buckets,
+            ..DynamicOptions::default()
+        };
+        Ok(DynamicExecutable::new(&self.model, &opts, dynamic).ok())
     }
 
     /// These model arguments with the inputs that have symbols besides the batch and

@@ -141,7 +141,15 @@ fn run_dynamic(a: &RunArgs, exe: &DynamicExecutable) -> Result<()> {
         // the code of the largest chunk's bucket (every chunk of its size runs it)
         a.dump.write(&*exe.bucket(chunks[0], length)?)?;
     }
-    let chunks: Vec<String> = chunks.iter().map(usize::to_string).collect();
+    let buckets = exe.chunk_buckets(n)?;
+    let chunks: Vec<String> = chunks
+        .iter()
+        .zip(&buckets)
+        .map(|(size, bucket)| match size == bucket {
+            true => size.to_string(),
+            false => format!("{size} (copies of bucket {bucket})"),
+        })
+        .collect();
     let compiled: Vec<String> = exe
         .specializations()
         .iter()
@@ -162,6 +170,14 @@ fn run_dynamic(a: &RunArgs, exe: &DynamicExecutable) -> Result<()> {
             chunks.join(" + "),
             compiled.join(", ")
         ),
+    }
+    for s in exe.specializations() {
+        if let Some(Err(why)) = &s.copies {
+            errln!(
+                "bucket {} does not run batches as copies of itself: {why}",
+                s.batch
+            );
+        }
     }
     report_shared_module(exe);
     let names: Vec<&str> = exe.output_names().iter().map(String::as_str).collect();
@@ -215,6 +231,14 @@ fn run_shaped(a: &RunArgs, exe: &DynamicExecutable) -> Result<()> {
     }
     let outputs = exe.run(&inputs)?;
     report_shapes(exe);
+    for s in exe.specializations() {
+        if let Some(Err(why)) = &s.copies {
+            errln!(
+                "bucket {} does not run batches as copies of itself: {why}",
+                s.batch
+            );
+        }
+    }
     report_shared_module(exe);
     let names: Vec<&str> = exe.output_names().iter().map(String::as_str).collect();
     write_results(a, &names, &outputs)

@@ -134,6 +134,7 @@ impl PaddedModel {
                     symbols: values.clone(),
                     compile_ms: compiled.compile_ms,
                     warnings: compiled.warnings.clone(),
+                    copies: None,
                 })
             })
             .collect()

@@ -159,6 +159,12 @@ pub struct DynamicOptions {
     /// where the model allows it, one compile per bucket (default `true`); `false`
     /// compiles each set of sizes exactly.
     pub image_buckets: bool,
+    /// For a model with a batch and no sequence: run every batch as copies of bucket 1,
+    /// each kernel touching the batch called once per element with its batched buffers
+    /// moved one element on (default `true`) — one compile for every batch size, the
+    /// batch a run-time extent — where the model computes each element on its own;
+    /// `false` compiles a bucket per power of two as the batch needs them.
+    pub batch_copies: bool,
 }
 
 impl Default for DynamicOptions {
@@ -169,6 +175,7 @@ impl Default for DynamicOptions {
             max_sequence: 512,
             max_shapes: 8,
             image_buckets: true,
+            batch_copies: true,
         }
     }
 }
@@ -323,6 +330,12 @@ pub struct Specialization {
     pub compile_ms: f64,
     /// The warnings of its optimization (a fusion limit hit, an unchecked rule run).
     pub warnings: Vec<Diagnostic>,
+    /// For bucket 1 of a model without a sequence, once a batch of 2 or more was
+    /// planned: whether it runs any batch as that many copies of itself (every kernel
+    /// touching the batch once per element, the batch a run-time extent: see
+    /// [`DynamicOptions::batch_copies`]), or why not (the op that mixes elements of the
+    /// batch). `None` otherwise.
+    pub copies: Option<Result<(), String>>,
 }
 
 /// A model with a dynamic batch, compiled per bucket on first use (see the module doc).
@@ -375,6 +388,9 @@ pub struct DynamicExecutable {
     pads_images: bool,
     /// The model prepared for padded runs, made on the first run when `pads_images`.
     image_padding: Mutex<Option<Arc<images::ImagePadding>>>,
+    /// Whether batches run as copies of bucket 1, or why not: decided by the first run
+    /// of a batch of 2 or more ([`DynamicExecutable::runs_copies`]).
+    copies: OnceLock<Result<(), String>>,
 }
 
 /// The model imported once with its dynamic sizes as symbols and run through the pass
@@ -486,6 +502,9 @@ struct Compiled {
     separable: Option<Separability>,
     /// For a bucket of a sequence length: each result's sequence axes, proved paddable.
     padded: Option<Vec<Vec<usize>>>,
+    /// For bucket 1 of a model without a sequence: whether it runs any batch as copies
+    /// of itself, or why not. `None` for other buckets.
+    copies: Option<Result<(), String>>,
 }
 
 impl DynamicExecutable {
@@ -629,6 +648,7 @@ impl DynamicExecutable {
             root_pins: options.load.input_shapes.clone(),
             pads_images: false,
             image_padding: Mutex::new(None),
+            copies: OnceLock::new(),
         })
     }
 
@@ -689,12 +709,41 @@ impl DynamicExecutable {
     }
 
     /// The chunks a run of `batch` elements is split into, largest first: as many of the
-    /// largest chunk ([`DynamicExecutable::largest_chunk`]) as fit, then the binary
-    /// digits of the rest (a batch of 7 with largest chunk 8 runs 4, 2 and 1).
+    /// largest chunk ([`DynamicExecutable::largest_chunk`]) as fit, then the rest — as
+    /// one chunk when bucket 1 runs copies of itself ([`DynamicOptions::batch_copies`]),
+    /// else as its binary digits (a batch of 7 with largest chunk 8 runs as one chunk
+    /// of 7, or as 4, 2 and 1).
     pub fn chunks(&self, batch: usize) -> Result<Vec<usize>, Error> {
+        Ok(self
+            .chunk_runs(batch)?
+            .into_iter()
+            .map(|(size, _)| size)
+            .collect())
+    }
+
+    /// The bucket each chunk of [`DynamicExecutable::chunks`] runs on: its own size, or
+    /// 1 for a chunk run as copies of bucket 1. Compiles bucket 1 (the answer depends on
+    /// its arena and whether it runs copies).
+    pub fn chunk_buckets(&self, batch: usize) -> Result<Vec<usize>, Error> {
+        Ok(self
+            .chunk_runs(batch)?
+            .into_iter()
+            .map(|(_, b)| b)
+            .collect())
+    }
+
+    /// Each chunk's size and the bucket that runs it (see [`DynamicExecutable::chunks`]).
+    fn chunk_runs(&self, batch: usize) -> Result<Vec<(usize, usize)>, Error> {
         let largest = self.largest_chunk()?;
-        let mut left = batch;
+        if batch >= 2 && self.runs_copies()? {
+            let mut chunks = vec![(largest, 1); batch / largest];
+            if !batch.is_multiple_of(largest) {
+                chunks.push((batch % largest, 1));
+            }
+            return Ok(chunks);
+        }
         let mut chunks = Vec::new();
+        let mut left = batch;
         for b in self
             .bucket_sizes()
             .into_iter()
@@ -702,11 +751,33 @@ impl DynamicExecutable {
             .filter(|&b| b <= largest)
         {
             while left >= b {
-                chunks.push(b);
+                chunks.push((b, b));
                 left -= b;
             }
         }
         Ok(chunks)
+    }
+
+    /// Whether bucket 1 runs any batch as copies of itself (compiling it): allowed by
+    /// the options, by its executable, and by the model's computing each element of
+    /// the batch on its own (the batch proof of a split into chunks of 1).
+    fn runs_copies(&self) -> Result<bool, Error> {
+        if !self.dynamic.batch_copies || !self.lengths.is_empty() {
+            return Ok(false);
+        }
+        if let Some(verdict) = self.copies.get() {
+            return Ok(verdict.is_ok());
+        }
+        let exe = self.compiled(1, None)?.copies.clone();
+        let verdict = match exe {
+            Some(Ok(())) => self
+                .split_proof(1, None)
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            Some(Err(why)) => Err(why),
+            None => Err("bucket 1 has no batch".into()),
+        };
+        Ok(self.copies.get_or_init(|| verdict).is_ok())
     }
 
     /// The specializations compiled so far, by batch (for a model with symbols, by the
@@ -723,6 +794,10 @@ impl DynamicExecutable {
                     symbols: Vec::new(),
                     compile_ms: c.compile_ms,
                     warnings: c.warnings.clone(),
+                    copies: match b.batch {
+                        1 => self.copies.get().cloned(),
+                        _ => None,
+                    },
                 })
             })
             .collect();
@@ -1039,15 +1114,22 @@ impl DynamicExecutable {
 
     /// Floating-point operations of a run of `batch` elements, summed over its chunks:
     /// as the model writes them and as the kernels execute them (they differ where
-    /// Winograd computes). Compiles the buckets the run needs.
+    /// Winograd computes); a chunk run as copies of bucket 1 counts each copy. Compiles
+    /// the buckets the run needs.
     pub fn flops(&self, batch: usize, length: usize) -> Result<(u64, u64), Error> {
         let bucket = self.length_bucket(length)?;
-        self.chunks(batch)?
-            .into_iter()
-            .try_fold((0, 0), |(written, executed), size| {
-                let c = self.compiled(size, bucket)?;
-                Ok((written + c.flops, executed + c.exe.executed_flops()))
-            })
+        self.chunk_runs(batch)?.into_iter().try_fold(
+            (0, 0),
+            |(written, executed), (size, runs_on)| {
+                let c = self.compiled(runs_on, bucket)?;
+                // a chunk run as copies of a bucket computes that many times its flops
+                let share = |flops: u64| flops / runs_on as u64 * size as u64;
+                Ok((
+                    written + share(c.flops),
+                    executed + share(c.exe.executed_flops()),
+                ))
+            },
+        )
     }
 
     /// The bucket of `batch` elements (a bucket size) at length bucket `length`,
@@ -1093,7 +1175,7 @@ impl DynamicExecutable {
                 .map(|optimized| (optimized, t.warnings.clone())),
             Err(_) => None,
         };
-        let (exe, warnings) = match shared {
+        let (mut exe, warnings) = match shared {
             Some((optimized, warnings)) => (
                 Executable::compile(&optimized, None, &self.options.compile)?,
                 warnings,
@@ -1107,6 +1189,14 @@ impl DynamicExecutable {
                 (exe, cx.warnings)
             }
         };
+        let copies = (batch == 1 && length.is_none()).then(|| {
+            let batched: Vec<bool> = exe
+                .inputs()
+                .iter()
+                .map(|i| self.inputs.iter().any(|d| d.name == i.name && d.batched()))
+                .collect();
+            exe.allow_batch_copies(&batched)
+        });
         Ok(Compiled {
             exe: Arc::new(exe),
             compile_ms: start.elapsed().as_secs_f64() * 1e3,
@@ -1114,6 +1204,7 @@ impl DynamicExecutable {
             warnings,
             separable,
             padded,
+            copies,
         })
     }
 
@@ -1387,17 +1478,32 @@ impl DynamicExecutable {
             Some(length) => self.length_bucket(length)?,
             None => None,
         };
-        let sizes = self.chunks(n)?;
-        let chunks: Vec<Arc<Compiled>> = sizes
+        let runs = self.chunk_runs(n)?;
+        let sizes: Vec<usize> = runs.iter().map(|&(size, _)| size).collect();
+        let chunks: Vec<Arc<Compiled>> = runs
             .iter()
-            .map(|&size| self.compiled(size, bucket))
+            .map(|&(_, runs_on)| self.compiled(runs_on, bucket))
             .collect::<Result<_, _>>()?;
-        let (first, size) = (&chunks[0], sizes[0]);
-        let separable = match chunks.len() {
-            // one chunk: the results are the bucket's own
-            1 => vec![false; first.exe.outputs().len()],
-            // the largest chunk's bucket (2 or more elements) proves the split
-            _ => self.split_proof(size, bucket)?,
+        let (first, size) = (&chunks[0], runs[0].1);
+        let separable = match &runs[..] {
+            // one chunk of the bucket's size: the results are the bucket's own
+            [(size, runs_on)] if size == runs_on => vec![false; first.exe.outputs().len()],
+            // the largest chunk's bucket (2 or more elements) proves the split, and bucket
+            // 1 the split into copies of itself
+            _ => {
+                let batched = self.split_proof(size, bucket)?;
+                let copied = chunks.iter().zip(&runs).filter(|(_, r)| r.0 != r.1);
+                for (c, _) in copied {
+                    if c.exe.batch_copies().map(|(_, r)| r) != Some(&batched[..]) {
+                        return Err(Error::Unsupported(
+                            "the batch proof and the executable disagree on which results \
+                             hold the batch"
+                                .into(),
+                        ));
+                    }
+                }
+                batched
+            }
         };
         let padded = first.padded.clone().unwrap_or_default();
         let results = first
@@ -1436,8 +1542,18 @@ impl DynamicExecutable {
     ) -> Result<(), Error> {
         let n = plan.batch;
         let padding = plan.length.filter(|&(length, bucket)| length < bucket);
-        if let ([only], None) = (&plan.chunks[..], padding) {
-            return only.exe.run_into(inputs, outputs);
+        // a chunk larger than its bucket runs as copies of it
+        let run = |exe: &Executable,
+                   size: usize,
+                   ins: &[Elements<'_>],
+                   outs: &mut [ElementsMut<'_>]| {
+            match exe.batch_copies() {
+                Some((batch, _)) if size > batch => exe.run_copies_into(size / batch, ins, outs),
+                _ => exe.run_into(ins, outs),
+            }
+        };
+        if let ([only], [size], None) = (&plan.chunks[..], &plan.sizes[..], padding) {
+            return run(&only.exe, *size, inputs, outputs);
         }
         let mut offset = 0;
         for (compiled, &size) in plan.chunks.iter().zip(&plan.sizes) {
@@ -1510,7 +1626,7 @@ impl DynamicExecutable {
                     }
                 }
             }
-            exe.run_into(&ins, &mut outs)?;
+            run(exe, size, &ins, &mut outs)?;
             drop(outs);
             for (k, mut out, dims) in prefixes {
                 let full = scratch[k]

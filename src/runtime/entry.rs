@@ -21,7 +21,8 @@ use smelt_ir::diag::Location;
 use smelt_ir::loops::Fault;
 use smelt_ir::DType;
 
-use super::{Elements, ElementsMut, Executable, Source, Workspace};
+use super::pool::Split;
+use super::{Elements, ElementsMut, Executable, Source, Workspace, MIN_SPLIT_WORK};
 use crate::Error;
 
 impl Executable {
@@ -30,8 +31,40 @@ impl Executable {
         inputs: &[Elements<'_>],
         outputs: &mut [ElementsMut<'_>],
         ws: &mut Workspace,
+        times: Option<&mut Vec<u64>>,
+    ) -> Result<(), Error> {
+        self.run_steps_of(1, inputs, outputs, ws, times)
+    }
+
+    /// [`Executable::run_steps`] of a batch of `copies` times the compiled one (more
+    /// than 1 only where [`Executable::allow_batch_copies`] allowed it): each step
+    /// touching the batch runs once per copy.
+    pub(super) fn run_steps_of(
+        &self,
+        copies: usize,
+        inputs: &[Elements<'_>],
+        outputs: &mut [ElementsMut<'_>],
+        ws: &mut Workspace,
         mut times: Option<&mut Vec<u64>>,
     ) -> Result<(), Error> {
+        let plan = match (copies, &self.copies) {
+            (1, _) => None,
+            (0, _) => {
+                return Err(Error::InvalidArgument(
+                    "a run of 0 copies of the batch".into(),
+                ))
+            }
+            (_, Some(plan)) => Some(plan),
+            (_, None) => {
+                return Err(Error::InvalidArgument(
+                    "this executable runs only the batch it was compiled for".into(),
+                ))
+            }
+        };
+        // how many copies of its compiled length a buffer holds in this run
+        let times_of = |batched: bool| if batched { copies } else { 1 };
+        let input_copies = |i: usize| times_of(plan.is_some_and(|p| p.inputs[i]));
+        let output_copies = |i: usize| times_of(plan.is_some_and(|p| p.outputs[i]));
         if inputs.len() != self.inputs.len() {
             return Err(Error::InvalidArgument(format!(
                 "expected {} inputs, got {}",
@@ -46,39 +79,38 @@ impl Executable {
                 outputs.len()
             )));
         }
-        for (s, info) in inputs.iter().zip(&self.inputs) {
-            if s.dtype() != info.ty.dtype || s.len() != info.len() {
+        for (i, (s, info)) in inputs.iter().zip(&self.inputs).enumerate() {
+            let want = info.len().saturating_mul(input_copies(i));
+            if s.dtype() != info.ty.dtype || s.len() != want {
                 return Err(Error::InvalidArgument(format!(
                     "input %{} of type {} needs {} {} elements, got {} {}",
                     info.name,
                     info.ty,
-                    info.len(),
+                    want,
                     info.ty.dtype,
                     s.len(),
                     s.dtype()
                 )));
             }
         }
-        for (s, (info, _)) in outputs.iter().zip(&self.outputs) {
-            if s.dtype() != info.ty.dtype || s.len() != info.len() {
+        for (i, (s, (info, _))) in outputs.iter().zip(&self.outputs).enumerate() {
+            let want = info.len().saturating_mul(output_copies(i));
+            if s.dtype() != info.ty.dtype || s.len() != want {
                 return Err(Error::InvalidArgument(format!(
                     "output {} of type {} needs {} {} elements, got {} {}",
                     info.name,
                     info.ty,
-                    info.len(),
+                    want,
                     info.ty.dtype,
                     s.len(),
                     s.dtype()
                 )));
             }
         }
-        if ws.arena_len() < self.arena_len
-            || ws.ptrs.len() < self.max_args
-            || ws.outs.len() < self.outputs.len()
-        {
-            return Err(Error::InvalidArgument(
-                "the workspace belongs to a smaller executable; make one with workspace()".into(),
-            ));
+        if !ws.holds(self, copies) {
+            return Err(Error::InvalidArgument(format!(
+                "the workspace is too small for this executable at {copies} copies of its batch"
+            )));
         }
         for (slot, o) in ws.outs.iter_mut().zip(outputs.iter_mut()) {
             let (at, bytes) = o.bytes_mut();
@@ -94,11 +126,32 @@ impl Executable {
                 Source::Output(i) => outs[i].0,
             }
         };
+        // bytes from a batched buffer's copy to the next: its compiled length in the
+        // caller's slices, one whole arena in the workspace
+        let copy_stride = |src: Source| -> usize {
+            match src {
+                Source::Input(i) => self.inputs[i].len() * self.inputs[i].ty.dtype.size_bytes(),
+                Source::Output(i) => {
+                    let info = &self.outputs[i].0;
+                    info.len() * info.ty.dtype.size_bytes()
+                }
+                Source::Arena(_) => self.arena_len * 4,
+                // never batched: nothing writes a constant
+                Source::Constant(_) => 0,
+            }
+        };
         for (n, step) in self.steps.iter().enumerate() {
+            let start = times.as_ref().map(|_| Instant::now());
+            if let Some(moves) = plan.and_then(|p| p.steps[n].as_deref()) {
+                self.run_copies_of_step(n, copies, moves, &address, &copy_stride, &mut ws.ptrs)?;
+                if let (Some(t), Some(start)) = (times.as_deref_mut(), start) {
+                    t.push(start.elapsed().as_nanos() as u64);
+                }
+                continue;
+            }
             for (slot, &src) in ws.ptrs.iter_mut().zip(&step.args) {
                 *slot = address(src);
             }
-            let start = times.as_ref().map(|_| Instant::now());
             let args = ws.ptrs.as_ptr() as *const *mut u8;
             // Why the calls below are sound (this is the only place native code runs; the
             // invariant is the module doc's). The kernel's every load and store was proven
@@ -135,17 +188,7 @@ impl Executable {
                 _ => unsafe { (step.kernel)(args, 0, step.trips) },
             };
             if status != 0 {
-                let info = &self.step_info[step.info];
-                let what = Fault::from_status(status).map_or("an unknown fault", Fault::describe);
-                return Err(Error::InvalidArgument(format!(
-                    "run stopped at step {n} ({}, kernel {}{}): {what} in the input data",
-                    info.op,
-                    info.kernel,
-                    match &info.loc {
-                        Location::Unknown => String::new(),
-                        loc => format!(", at {loc}"),
-                    }
-                )));
+                return Err(self.fault(n, status, None));
             }
             if let (Some(t), Some(start)) = (times.as_deref_mut(), start) {
                 t.push(start.elapsed().as_nanos() as u64);
@@ -163,6 +206,28 @@ impl Executable {
                     std::slice::from_raw_parts(at, bytes)
                 },
                 Source::Constant(c) => self.constants[c].as_bytes(),
+                Source::Arena(off) if output_copies(o) > 1 => {
+                    // copy `r` of the result is in copy `r` of the arena
+                    let each = n / output_copies(o);
+                    for r in 0..output_copies(o) {
+                        let at = (off + r * self.arena_len) * 4;
+                        let from = arena_bytes.get(at..at + each).ok_or_else(|| {
+                            Error::Unsupported(format!(
+                                "output {} copy {r} lies outside the workspace",
+                                info.name
+                            ))
+                        })?;
+                        check_i1(info, from)?;
+                        // SAFETY: `dst` is the caller's output slice of exactly `n` bytes
+                        // (checked above), `r · each + each <= n`, borrowed mutably for
+                        // this call and distinct from the arena; an `i1` output gets only
+                        // bytes 0 and 1 (checked just above).
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(from.as_ptr(), dst.add(r * each), each)
+                        };
+                    }
+                    continue;
+                }
                 Source::Arena(off) => &arena_bytes[(off * 4).min(arena_bytes.len())..],
                 // computed in place
                 Source::Output(_) => continue,
@@ -174,12 +239,7 @@ impl Executable {
                     from.len()
                 )));
             };
-            if info.ty.dtype == DType::Bool && from.iter().any(|&b| b > 1) {
-                return Err(Error::Unsupported(format!(
-                    "output {} holds a byte that is not an i1",
-                    info.name
-                )));
-            }
+            check_i1(info, from)?;
             // SAFETY: `dst` is the caller's output slice of exactly `n` bytes (checked
             // above), borrowed mutably for this call and distinct from `from` (inputs,
             // constants and the arena are other memory); for an `i1` output every byte
@@ -188,4 +248,99 @@ impl Executable {
         }
         Ok(())
     }
+
+    /// Runs step `n`, which touches the batch, once per copy of the batch: copy `r`'s
+    /// pointers are the step's buffers moved `r` copies further where `moves` says so
+    /// (`copy_stride` bytes per copy), held in `ptrs` one argument array per copy. A
+    /// kernel that can fault runs its copies one by one on this thread (the first fault
+    /// stops the run, naming the copy); any other on the pool when there is one and the
+    /// copies together are worth it.
+    fn run_copies_of_step(
+        &self,
+        n: usize,
+        copies: usize,
+        moves: &[bool],
+        address: &dyn Fn(Source) -> usize,
+        copy_stride: &dyn Fn(Source) -> usize,
+        ptrs: &mut [usize],
+    ) -> Result<(), Error> {
+        let step = &self.steps[n];
+        let width = self.max_args;
+        for r in 0..copies {
+            let slots = &mut ptrs[r * width..r * width + step.args.len()];
+            for ((slot, &src), &moved) in slots.iter_mut().zip(&step.args).zip(moves) {
+                let offset = if moved { r * copy_stride(src) } else { 0 };
+                *slot = address(src).wrapping_add(offset);
+            }
+        }
+        let args = ptrs.as_ptr() as *const *mut u8;
+        let stride = width * std::mem::size_of::<usize>();
+        // Why the calls below are sound: `run_steps_of`'s argument for one call, for each
+        // copy. Copy `r` of a batched buffer is a buffer of the length the kernel was
+        // proven against: in the caller's input and result slices (holding `copies`
+        // compiled lengths, checked there) at `r` lengths from the start, in the
+        // workspace (holding `copies` arenas, checked there) at the buffer's offset in
+        // arena `r`, where the memory plan's layout repeats, so written buffers of one
+        // copy alias nothing another argument of that copy names. Copies write disjoint
+        // memory: each writes only batched buffers (whatever a step touching the batch
+        // writes holds the batch), each in its own copy; buffers without the batch are
+        // read-only inputs, constants, or temporaries no step touching the batch writes.
+        let pooled = match (step.can_fault, self.threads) {
+            (false, Some((pool, threads))) => {
+                let worth = step.split.is_some()
+                    || step.work.saturating_mul(copies as u64) >= MIN_SPLIT_WORK;
+                worth.then_some((pool, threads))
+            }
+            _ => None,
+        };
+        if let Some((pool, threads)) = pooled {
+            let split = match step.split {
+                Some(trips) => Split::Trips(trips),
+                None => Split::Whole(step.trips),
+            };
+            // SAFETY: as argued above; the kernel cannot fault, the pool runs every
+            // copy's trips once, disjoint ranges of one copy at once at most.
+            unsafe { pool.run_copies(step.kernel, args, stride, copies as i64, split, threads) };
+            return Ok(());
+        }
+        for r in 0..copies {
+            // SAFETY: as argued above, copy `r`'s whole range on this thread.
+            let status = unsafe { (step.kernel)(args.add(r * width), 0, step.trips) };
+            if status != 0 {
+                return Err(self.fault(n, status, Some(r)));
+            }
+        }
+        Ok(())
+    }
+
+    /// The error of step `n` ending with fault `status` (in copy `copy` of the batch).
+    fn fault(&self, n: usize, status: i32, copy: Option<usize>) -> Error {
+        let info = &self.step_info[self.steps[n].info];
+        let what = Fault::from_status(status).map_or("an unknown fault", Fault::describe);
+        Error::InvalidArgument(format!(
+            "run stopped at step {n} ({}, kernel {}{}{}): {what} in the input data",
+            info.op,
+            info.kernel,
+            match &info.loc {
+                Location::Unknown => String::new(),
+                loc => format!(", at {loc}"),
+            },
+            match copy {
+                Some(r) => format!(", copy {r} of the batch"),
+                None => String::new(),
+            }
+        ))
+    }
+}
+
+/// Refuses a result of element type `i1` holding a byte other than 0 and 1 (the caller's
+/// `[bool]` would not be valid).
+fn check_i1(info: &super::TensorInfo, bytes: &[u8]) -> Result<(), Error> {
+    if info.ty.dtype == DType::Bool && bytes.iter().any(|&b| b > 1) {
+        return Err(Error::Unsupported(format!(
+            "output {} holds a byte that is not an i1",
+            info.name
+        )));
+    }
+    Ok(())
 }

@@ -11,6 +11,7 @@
 //! threads without locking around the computation. Intra-op threads come from a
 //! process-wide pool ([`pool`]) that splits parallel kernels over output tiles only.
 
+mod batch;
 mod elements;
 mod entry;
 mod pool;
@@ -119,6 +120,10 @@ struct ExecStep {
     split: Option<i64>,
     /// Trips of the top-level loop of a parallel kernel (called whole as `0..trips`).
     trips: i64,
+    /// Whether a call may end with a fault status (then its copies run one by one).
+    can_fault: bool,
+    /// Flops and bytes of one call, for deciding whether copies go to the pool.
+    work: u64,
     /// Index into `Executable::step_info`.
     info: usize,
 }
@@ -134,7 +139,7 @@ struct StepInfo {
 
 /// Kernels doing less work than this (flops + bytes) run on the calling thread alone:
 /// waking helpers costs a few microseconds.
-const MIN_SPLIT_WORK: u64 = 1 << 18;
+pub(super) const MIN_SPLIT_WORK: u64 = 1 << 18;
 
 /// Milliseconds spent compiling, by stage.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -176,6 +181,13 @@ impl Workspace {
     fn arena_len(&self) -> usize {
         self.arena.len() * 16
     }
+
+    /// Whether it is big enough for runs of `copies` copies of `exe`'s batch.
+    fn holds(&self, exe: &Executable, copies: usize) -> bool {
+        self.arena_len() >= exe.arena_len.saturating_mul(copies)
+            && self.ptrs.len() >= exe.max_args.saturating_mul(copies)
+            && self.outs.len() >= exe.outputs.len()
+    }
 }
 
 /// A compiled function, ready to run many times from many threads.
@@ -199,6 +211,11 @@ pub struct Executable {
     /// Every computed value and its memory, when compiled with `keep_intermediates`
     /// (otherwise buffers are reused and a value may be overwritten before the run ends).
     kept: Option<Vec<KeptValue>>,
+    /// What deciding whether a batch may run in copies reads of the program.
+    flow: batch::BatchFlow,
+    /// Which inputs, results and steps hold the batch, once runs of several copies of
+    /// the compiled batch are allowed ([`Executable::allow_batch_copies`]).
+    copies: Option<batch::BatchCopies>,
     /// Dropped last: the code the step function pointers point into.
     code: CompiledKernels,
 }
@@ -348,6 +365,8 @@ impl Executable {
                     args: s.args.iter().map(|b| sources[b.0 as usize]).collect(),
                     split: (trips > 1 && work >= MIN_SPLIT_WORK).then_some(trips),
                     trips,
+                    can_fault: k.can_fault(),
+                    work,
                     info: 0,
                 })
             })
@@ -370,6 +389,7 @@ impl Executable {
             None => None,
             Some(func) => Some(kept_values(func, program, &sources)?),
         };
+        let flow = batch::BatchFlow::of(program, keep.is_some());
         let info = |p: &lower::Port| TensorInfo {
             name: p.name.clone(),
             ty: p.ty.clone(),
@@ -393,8 +413,72 @@ impl Executable {
             kernels: program.kernels.clone(),
             tiles,
             kept,
+            flow,
+            copies: None,
             code,
         })
+    }
+
+    /// Lets runs of this executable take any multiple of the batch it was compiled for
+    /// (see [`batch`](self::batch)): input `i` holds the batch along its leading axis
+    /// exactly when `batched_inputs[i]`. The caller vouches that the model computes each
+    /// element of the batch on its own. The error says why copies cannot run.
+    pub(crate) fn allow_batch_copies(&mut self, batched_inputs: &[bool]) -> Result<(), String> {
+        if batched_inputs.len() != self.inputs.len() {
+            return Err(format!(
+                "{} inputs, {} batch flags",
+                self.inputs.len(),
+                batched_inputs.len()
+            ));
+        }
+        let leading = |info: &TensorInfo| info.ty.dims.first().copied();
+        let batched = self.inputs.iter().zip(batched_inputs).filter(|(_, &b)| b);
+        let mut sizes = batched.map(|(info, _)| leading(info));
+        let batch = match sizes.next() {
+            Some(Some(size)) if size > 0 => size,
+            _ => return Err("no input holds a batch along its leading axis".into()),
+        };
+        if sizes.any(|s| s != Some(batch)) {
+            return Err("the batched inputs differ in their leading size".into());
+        }
+        let copies = self.flow.copies(&self.kernels, batch, batched_inputs)?;
+        let results = self
+            .outputs
+            .iter()
+            .map(|(info, _)| info)
+            .zip(&copies.outputs);
+        for (info, _) in results.filter(|(_, &b)| b) {
+            if leading(info) != Some(batch) || info.ty.layout != Layout::RowMajor {
+                return Err(format!(
+                    "result {} is {}, not a row-major batch of {batch}",
+                    info.name, info.ty
+                ));
+            }
+        }
+        self.copies = Some(copies);
+        Ok(())
+    }
+
+    /// The batch this executable was compiled for and which results hold it, when runs
+    /// of any multiple of it are allowed ([`Executable::allow_batch_copies`]).
+    pub(crate) fn batch_copies(&self) -> Option<(usize, &[bool])> {
+        self.copies.as_ref().map(|c| (c.batch, &c.outputs[..]))
+    }
+
+    /// Runs a batch of `copies` times the batch this executable was compiled for
+    /// (allowed by [`Executable::allow_batch_copies`]): each batched input and result
+    /// holds `copies` of its compiled length, one after another, the others their own
+    /// length. A workspace for that many copies is borrowed from the pool.
+    pub(crate) fn run_copies_into(
+        &self,
+        copies: usize,
+        inputs: &[Elements<'_>],
+        outputs: &mut [ElementsMut<'_>],
+    ) -> Result<(), Error> {
+        let mut ws = self.pooled_workspace(copies)?;
+        let result = self.run_steps_of(copies, inputs, outputs, &mut ws, None);
+        self.return_workspace(ws);
+        result
     }
 
     /// Records how long compiling took (the driver measures; the executable reports).
@@ -456,14 +540,18 @@ impl Executable {
         &self.loops_text
     }
 
-    /// A workspace from the pool, or a new one when every pooled one is in use.
-    fn pooled_workspace(&self) -> Result<Workspace, Error> {
-        Ok(self
+    /// A workspace for runs of `copies` copies of the batch from the pool, or a new one
+    /// when every pooled one is in use or too small.
+    fn pooled_workspace(&self, copies: usize) -> Result<Workspace, Error> {
+        let pooled = self
             .pool
             .lock()
             .map_err(|_| Error::Unsupported("workspace pool poisoned".into()))?
-            .pop()
-            .unwrap_or_else(|| self.workspace()))
+            .pop();
+        Ok(match pooled {
+            Some(ws) if ws.holds(self, copies) => ws,
+            _ => self.workspace_for(copies),
+        })
     }
 
     /// Gives a workspace back to the pool for the next run.
@@ -475,7 +563,18 @@ impl Executable {
 
     /// A fresh workspace for [`Executable::run_with`].
     pub fn workspace(&self) -> Workspace {
-        Workspace::new(self.arena_len, self.max_args, self.outputs.len())
+        self.workspace_for(1)
+    }
+
+    /// A fresh workspace for runs of `copies` copies of the batch the executable was
+    /// compiled for: an arena and an argument array per copy.
+    pub(crate) fn workspace_for(&self, copies: usize) -> Workspace {
+        let copies = copies.max(1);
+        Workspace::new(
+            self.arena_len.saturating_mul(copies),
+            self.max_args.saturating_mul(copies),
+            self.outputs.len(),
+        )
     }
 
     /// Runs on host tensors; checks each input's count, shape and layout. Borrows a
@@ -544,23 +643,27 @@ impl Executable {
                 inputs.len()
             )));
         }
-        for (t, info) in inputs.iter().zip(&self.inputs) {
-            if t.ty != info.ty {
-                return Err(Error::InvalidArgument(format!(
-                    "input %{} must be {}, got {}",
-                    info.name, info.ty, t.ty
-                )));
-            }
-        }
-        let mut outs: Vec<Tensor> = self.outputs().map(|o| Tensor::zeros(&o.ty)).collect();
+        let copies = self.copies_of(inputs)?;
+        let mut outs: Vec<Tensor> = self
+            .outputs
+            .iter()
+            .enumerate()
+            .map(|(k, (o, _))| {
+                let mut ty = o.ty.clone();
+                if self.copies.as_ref().is_some_and(|c| c.outputs[k]) {
+                    ty.dims[0] *= copies;
+                }
+                Tensor::zeros(&ty)
+            })
+            .collect();
         let ins: Vec<Elements> = inputs.iter().map(|t| Elements::of(&t.data)).collect();
-        let mut ws = self.pooled_workspace()?;
+        let mut ws = self.pooled_workspace(copies)?;
         let result = {
             let mut out_slices: Vec<ElementsMut> = outs
                 .iter_mut()
                 .map(|t| ElementsMut::of(&mut t.data))
                 .collect();
-            self.run_steps(&ins, &mut out_slices, &mut ws, times)
+            self.run_steps_of(copies, &ins, &mut out_slices, &mut ws, times)
         };
         // Read the kept values before the workspace goes back to the pool.
         let kept_values: Result<(), Error> = match (&result, keeping, &self.kept) {
@@ -612,6 +715,55 @@ impl Executable {
         Ok(outs)
     }
 
+    /// How many copies of the compiled batch `inputs` hold: 1 when each input has its
+    /// declared type; `n` when runs in copies are allowed and every batched input holds
+    /// `n` times its compiled batch along its leading axis (the rest of its type as
+    /// declared) and every other input has its declared type.
+    fn copies_of(&self, inputs: &[Tensor]) -> Result<usize, Error> {
+        let mut copies = None;
+        for (i, (t, info)) in inputs.iter().zip(&self.inputs).enumerate() {
+            if t.ty == info.ty {
+                if self.copies.as_ref().is_some_and(|c| c.inputs[i]) {
+                    copies.get_or_insert(1);
+                }
+                continue;
+            }
+            let batch = self
+                .copies
+                .as_ref()
+                .filter(|c| c.inputs[i])
+                .map(|c| c.batch);
+            let fits = batch.and_then(|batch| {
+                let (lead, rest) = t.ty.dims.split_first()?;
+                let same_rest = rest == &info.ty.dims[1..]
+                    && t.ty.dtype == info.ty.dtype
+                    && t.ty.layout == info.ty.layout;
+                (same_rest && *lead > 0 && lead % batch == 0).then_some(lead / batch)
+            });
+            match (fits, copies) {
+                (Some(n), None) => copies = Some(n),
+                (Some(n), Some(m)) if n == m => {}
+                (Some(_), Some(_)) => {
+                    return Err(Error::InvalidArgument(format!(
+                        "input %{} has batch {}, another batched input a different one",
+                        info.name, t.ty.dims[0]
+                    )))
+                }
+                (None, _) => {
+                    let what = match batch {
+                        Some(b) => format!(" (or a multiple of {b} along dimension 0)"),
+                        None => String::new(),
+                    };
+                    return Err(Error::InvalidArgument(format!(
+                        "input %{} must be {}{what}, got {}",
+                        info.name, info.ty, t.ty
+                    )));
+                }
+            }
+        }
+        Ok(copies.unwrap_or(1))
+    }
+
     /// Runs on caller-owned buffers without allocating: `inputs[i]` and `outputs[i]` hold
     /// exactly the element type and storage length of the i-th input and output
     /// ([`TensorInfo::len`]); `ws` comes from [`Executable::workspace`] (of this
@@ -633,7 +785,7 @@ impl Executable {
         inputs: &[Elements<'_>],
         outputs: &mut [ElementsMut<'_>],
     ) -> Result<(), Error> {
-        let mut ws = self.pooled_workspace()?;
+        let mut ws = self.pooled_workspace(1)?;
         let result = self.run_steps(inputs, outputs, &mut ws, None);
         self.return_workspace(ws);
         result

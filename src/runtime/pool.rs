@@ -29,30 +29,54 @@ use std::time::{Duration, Instant};
 
 use crate::codegen::KernelFn;
 
-/// One kernel call to split: `kernel(args, lo, hi)` for chunks `lo..hi` of `trips`.
+/// One kernel call to split, or one per copy of a batch: `kernel(args_r, lo, hi)` for
+/// chunks of the `copies × units` units, copy-major, `args_r` copy `r`'s argument array.
 #[derive(Clone, Copy)]
 struct Job {
     kernel: KernelFn,
-    /// The argument pointer array, as an address (valid until the job completes).
+    /// Copy 0's argument pointer array, as an address (valid until the job completes).
     args: usize,
-    trips: i64,
+    /// Bytes from one copy's argument array to the next.
+    args_stride: usize,
+    /// Copies of the call (1 for a kernel called once).
+    copies: i64,
+    /// Units per copy: trips of the kernel's top-level loop, or 1 when `whole` is set.
+    units: i64,
+    /// When positive, each unit is one whole call `0..whole` (a kernel whose trips are
+    /// not split).
+    whole: i64,
     chunks: u64,
     /// Workers that may join the caller (the executable's thread count less one).
     helpers: usize,
 }
 
 impl Job {
-    /// Runs chunk `i` of the job.
+    /// Runs chunk `i` of the job: its range of the copy-major units, one call per copy it
+    /// covers.
     fn run_chunk(&self, i: u64) {
-        let lo = (self.trips as i128 * i as i128 / self.chunks as i128) as i64;
-        let hi = (self.trips as i128 * (i as i128 + 1) / self.chunks as i128) as i64;
-        // SAFETY: the caller of `ThreadPool::run` vouched for `kernel` and `args` (see
-        // `Executable::run_with`) and does not return, nor touch the argument array,
-        // until every chunk has completed. Trips `lo..hi` lie inside `0..trips`, and
-        // a parallel kernel's trips write disjoint elements, so chunks running at once
-        // never write the same memory. A parallel kernel cannot fault (`Kernel::check`
-        // refuses one that could), so its status is always 0.
-        unsafe { (self.kernel)(self.args as *const *mut u8, lo, hi) };
+        let total = i128::from(self.copies) * i128::from(self.units);
+        let lo = (total * i as i128 / self.chunks as i128) as i64;
+        let hi = (total * (i as i128 + 1) / self.chunks as i128) as i64;
+        let mut at = lo;
+        while at < hi {
+            let copy = at / self.units;
+            let end = hi.min((copy + 1) * self.units);
+            let (first, last) = match self.whole {
+                0 => (at - copy * self.units, end - copy * self.units),
+                whole => (0, whole),
+            };
+            let args = self.args + copy as usize * self.args_stride;
+            // SAFETY: the caller of `ThreadPool::run_copies` vouched for `kernel` and
+            // every copy's argument array (see `Executable::run_with`) and does not
+            // return, nor touch the arrays, until every chunk has completed. Each unit
+            // runs once: trips `first..last` of one copy lie inside `0..units`, and a
+            // parallel kernel's trips write disjoint elements; copies write disjoint
+            // memory (each its own image's buffers). A kernel the pool runs cannot fault
+            // (`Kernel::check` refuses a parallel one that could, and the runtime runs a
+            // faulting kernel's copies itself), so its status is always 0.
+            unsafe { (self.kernel)(args as *const *mut u8, first, last) };
+            at = end;
+        }
     }
 }
 
@@ -77,6 +101,16 @@ pub(crate) struct ThreadPool {
     claim: AtomicU64,
     /// Chunks of the current job completed.
     done: AtomicUsize,
+}
+
+/// How [`ThreadPool::run_copies`] splits each copy's call.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Split {
+    /// Into sub-ranges of the top-level loop's trips (a parallel kernel).
+    Trips(i64),
+    /// Not at all: each copy is one call of trips `0..n` (a kernel that is not
+    /// parallel passes 1 and runs whole).
+    Whole(i64),
 }
 
 /// How long an idle worker polls for the next job before sleeping: kernel calls of one
@@ -144,12 +178,42 @@ impl ThreadPool {
         trips: i64,
         threads: usize,
     ) {
+        // SAFETY: one copy, as the caller vouched.
+        unsafe { self.run_copies(kernel, args, 0, 1, Split::Trips(trips), threads) }
+    }
+
+    /// Runs `copies` calls of `kernel`, copy `r` with the argument array `args + r ·
+    /// args_stride` bytes, each split as `split` says, on this thread and the pool's
+    /// workers; returns when every call has completed.
+    ///
+    /// # Safety
+    /// For every copy, `kernel` must be safe to call with its argument array for any
+    /// sub-range of its trips (or whole, for [`Split::Whole`]) from any thread,
+    /// concurrently with the other copies and on disjoint sub-ranges, while this call
+    /// lasts; and it must not fault.
+    pub(crate) unsafe fn run_copies(
+        &self,
+        kernel: KernelFn,
+        args: *const *mut u8,
+        args_stride: usize,
+        copies: i64,
+        split: Split,
+        threads: usize,
+    ) {
         let helpers = threads.saturating_sub(1).min(self.workers);
-        let chunks = trips.clamp(1, 4 * (helpers as i64 + 1)) as u64;
+        let (units, whole) = match split {
+            Split::Trips(trips) => (trips.max(1), 0),
+            Split::Whole(trips) => (1, trips.max(1)),
+        };
+        let total = copies.max(1).saturating_mul(units);
+        let chunks = total.clamp(1, 4 * (helpers as i64 + 1)) as u64;
         let job = Job {
             kernel,
             args: args as usize,
-            trips,
+            args_stride,
+            copies: copies.max(1),
+            units,
+            whole,
             chunks,
             helpers,
         };
