@@ -13,13 +13,16 @@
 //!
 //! The pool calls native kernels on several threads at once. The invariant: a job's
 //! chunks are claimed one by one from a counter tagged with the job's generation, so
-//! each chunk index runs exactly once, and chunk `i` runs trips
-//! `[trips·i/chunks, trips·(i+1)/chunks)`: disjoint ranges inside `0..trips`. A parallel
-//! kernel's trips write disjoint elements and read nothing another trip writes (what
-//! lowering's `parallel` flag means), so concurrent chunks never race; and the caller of
-//! [`ThreadPool::run`] (the JIT entry, `runtime::entry`) vouches that the kernel may be
-//! called with its argument array for any such range, and does not return until every
-//! chunk has completed, so the array and the buffers outlive every call.
+//! each chunk index runs exactly once, and chunk `i` runs units
+//! `[total·i/chunks, total·(i+1)/chunks)` of the job's `copies × units` (copy-major):
+//! disjoint ranges, each cut at copy boundaries into one call per copy over its own
+//! trips. A parallel kernel's trips write disjoint elements and read nothing another
+//! trip writes (what lowering's `parallel` flag means), and copies of a batch write
+//! disjoint memory (each element's own buffers), so concurrent chunks never race; and the
+//! caller of [`ThreadPool::run_copies`] (the JIT entry, `runtime::entry`) vouches that
+//! the kernel may be called with each copy's argument array for any such range, and
+//! does not return until every chunk has completed, so the arrays and the buffers
+//! outlive every call.
 
 #![allow(unsafe_code)]
 
