@@ -338,16 +338,27 @@ fn dynamic_batch_models_run_verify_and_bench_without_shape() {
     };
     let dynamic = run(&[], &dynamic_dir);
     assert!(
-        stderr(&dynamic).contains("dynamic batch 3: ran as chunks 2 + 1"),
+        stderr(&dynamic).contains(
+            "dynamic batch 3: ran as chunks 3 (copies of bucket 1) (buckets compiled: 1)"
+        ),
         "{}",
         stderr(&dynamic)
     );
+    let buckets_dir = dir.path().join("buckets");
+    let buckets = run(&["--batch-buckets"], &buckets_dir);
+    assert!(
+        stderr(&buckets).contains("dynamic batch 3: ran as chunks 2 + 1 (buckets compiled: 1, 2)"),
+        "{}",
+        stderr(&buckets)
+    );
     run(&["--shape", "x=3x6x9x9"], &pinned_dir);
-    let got = read_npy(&dynamic_dir.join("y.npy"));
     let want = read_npy(&pinned_dir.join("y.npy"));
-    assert_eq!(got.dims(), &[3, 6, 9, 9]);
-    let e = ErrorStats::between_tensors(&got, &want).unwrap();
-    assert!(e.relative <= 1e-6, "{e:?}");
+    for out in [&dynamic_dir, &buckets_dir] {
+        let got = read_npy(&out.join("y.npy"));
+        assert_eq!(got.dims(), &[3, 6, 9, 9]);
+        let e = ErrorStats::between_tensors(&got, &want).unwrap();
+        assert!(e.relative <= 1e-6, "{}: {e:?}", out.display());
+    }
 
     // random inputs at --batch; a batch that disagrees with the given inputs is refused
     let random_dir = dir.path().join("random");
@@ -398,8 +409,8 @@ fn dynamic_batch_models_run_verify_and_bench_without_shape() {
     assert!(o.status.success(), "{}", stderr(&o));
     let report: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(report["batch"], 3);
-    assert_eq!(report["chunks"], serde_json::json!([2, 1]));
-    assert!(report["compile_parts"]["bucket_2_ms"].as_f64().unwrap() > 0.0);
+    assert_eq!(report["chunks"], serde_json::json!([3]));
+    assert!(report["compile_parts"]["bucket_1_ms"].as_f64().unwrap() > 0.0);
     let o = smelt(&["bench", model, "--profile"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("--shape x=1x6x9x9"), "{}", stderr(&o));

@@ -388,7 +388,10 @@ fn bench_dynamic(
         total_ms: ms_since(start),
     };
     let chunks = exe.chunks(n)?;
-    let largest = exe.bucket(chunks[0], length)?;
+    let runs_on = exe.chunk_buckets(n)?[0];
+    let largest = exe.bucket(runs_on, length)?;
+    // a chunk run as copies of its bucket holds one arena per copy
+    let copies = chunks[0] / runs_on.max(1);
     let (written, executed) = exe.flops(n, length)?;
     let samples_ms = time_dynamic_runs(exe, inputs, a.warmup as usize, a.iterations as usize)?;
     let report = Report {
@@ -399,7 +402,7 @@ fn bench_dynamic(
         lanes: lanes(a),
         compile,
         kernels: largest.kernel_counts(),
-        arena_bytes: largest.arena_bytes(),
+        arena_bytes: largest.arena_bytes() * copies,
         samples_ms,
         profile: None,
         dynamic: Some(DynamicRun {

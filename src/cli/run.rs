@@ -139,7 +139,8 @@ fn run_dynamic(a: &RunArgs, exe: &DynamicExecutable) -> Result<()> {
     let chunks = exe.chunks(n)?;
     if a.dump.any() {
         // the code of the largest chunk's bucket (every chunk of its size runs it)
-        a.dump.write(&*exe.bucket(chunks[0], length)?)?;
+        a.dump
+            .write(&*exe.bucket(exe.chunk_buckets(n)?[0], length)?)?;
     }
     let buckets = exe.chunk_buckets(n)?;
     let chunks: Vec<String> = chunks
