@@ -154,9 +154,10 @@ fn a_length_past_the_largest_bucket_is_an_error_naming_it() {
     );
 }
 
-/// A batch of 3 at length 100 runs as three padded elements; the torch.export-based
-/// export (opset 18) reads its mask through a gather along the flattened `[N·S]` mask,
-/// which the batch analysis follows element by element.
+/// A batch of 3 at length 100 runs as three padded copies of the length bucket's batch-1
+/// executable; the torch.export-based export (opset 18) reads its mask through a gather
+/// along the flattened `[N·S]` mask, which the batch analysis follows element by element.
+/// With `batch_copies` off it runs as three padded elements one after another.
 #[test]
 fn a_batch_off_its_buckets_at_a_length_off_its_buckets_matches() {
     let model = common::exported_models().join("bert_opset18/model.onnx");
@@ -166,6 +167,34 @@ fn a_batch_off_its_buckets_at_a_length_off_its_buckets_matches() {
     let got = dynamic.run(&inputs).expect("dynamic run");
     assert_eq!(got[0].ty.dims, vec![3, 100, 384]);
     assert_eq!(got[1].ty.dims, vec![3, 384]);
-    assert_close(&got, &specialized(&model, &inputs), "batch 3, length 100");
-    assert_eq!(dynamic.chunks(3).unwrap(), vec![1, 1, 1]);
+    let want = specialized(&model, &inputs);
+    assert_close(&got, &want, "batch 3, length 100");
+    assert_eq!(dynamic.chunks(3).unwrap(), vec![3]);
+    assert_eq!(dynamic.chunk_buckets(3).unwrap(), vec![1]);
+    let compiled: Vec<(usize, Option<usize>)> = dynamic
+        .specializations()
+        .iter()
+        .map(|s| (s.batch, s.length))
+        .collect();
+    assert!(compiled.contains(&(1, Some(128))), "{compiled:?}");
+    assert!(compiled.iter().all(|&(b, _)| b == 1), "{compiled:?}");
+    let at_128 = dynamic
+        .specializations()
+        .into_iter()
+        .find(|s| s.length == Some(128))
+        .expect("the bucket of length 100");
+    assert_eq!(at_128.copies, Some(Ok(())));
+
+    let one_by_one = DynamicExecutable::new(
+        &model,
+        &Options::default(),
+        DynamicOptions {
+            batch_copies: false,
+            ..DynamicOptions::default()
+        },
+    )
+    .expect("a dynamic batch and sequence");
+    let got = one_by_one.run(&inputs).expect("dynamic run, one by one");
+    assert_close(&got, &want, "batch 3, length 100, one by one");
+    assert_eq!(one_by_one.chunks(3).unwrap(), vec![1, 1, 1]);
 }

@@ -99,7 +99,9 @@
 //! naming the op. A length equal to a bucket runs without copies.
 //!
 //! A sweep over lengths 1 to 384 compiles at most 7 specializations (at batch 1). With a
-//! sequence, a batch runs one element at a time (the proof is made at batch 1).
+//! sequence, a batch runs as copies of the length bucket's batch-1 executable (each copy
+//! padded as a batch-1 run is, so the proof made at batch 1 holds for each), or one
+//! element at a time with `batch_copies` off.
 //!
 //! ## Image sizes: padded to buckets, or compiled exactly
 //!
@@ -415,9 +417,10 @@ pub struct DynamicExecutable {
     pads_images: bool,
     /// The model prepared for padded runs, made on the first run when `pads_images`.
     image_padding: Mutex<Option<Arc<images::ImagePadding>>>,
-    /// Whether batches run as copies of bucket 1, or why not: decided by the first run
-    /// of a batch of 2 or more ([`DynamicExecutable::runs_copies`]).
-    copies: OnceLock<Result<(), String>>,
+    /// Whether batches run as copies of bucket 1 (per length bucket, for a model with a
+    /// sequence), or why not: decided by the first run of a batch of 2 or more there
+    /// ([`DynamicExecutable::runs_copies`]).
+    copies: Mutex<BTreeMap<Option<usize>, Result<(), String>>>,
 }
 
 /// The model imported once with its dynamic sizes as symbols and run through the pass
@@ -638,7 +641,8 @@ impl DynamicExecutable {
             true => vec![None],
             false => lengths.iter().map(|&l| Some(l)).collect(),
         };
-        // with a sequence a batch runs one element at a time (see the module doc)
+        // with a sequence a batch runs as copies of batch 1, or one element at a time (see
+        // the module doc): only batch 1 is ever compiled
         let max_batch = match lengths.is_empty() {
             true => dynamic.max_bucket,
             false => 1,
@@ -675,7 +679,7 @@ impl DynamicExecutable {
             root_pins: options.load.input_shapes.clone(),
             pads_images: false,
             image_padding: Mutex::new(None),
-            copies: OnceLock::new(),
+            copies: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -719,8 +723,9 @@ impl DynamicExecutable {
     /// activations of every element no longer fit the last-level cache each layer streams
     /// them from memory. ResNet-50 on a 32 MiB L3 (arena 9 MB per element) ran at 31.5 ms
     /// per element as batch 1, 29.9 as batch 2 and 36.6 as batch 8 (one thread).
-    /// A model with a sequence length runs one element at a time: its padding is proved at
-    /// batch 1.
+    /// A model with a sequence length runs buckets one element at a time (its padding is
+    /// proved at batch 1), copies of bucket 1 in runs its length bucket's arena bounds
+    /// the same way.
     pub fn largest_chunk(&self) -> Result<usize, Error> {
         self.no_symbols("the largest chunk")?;
         if !self.lengths.is_empty() {
@@ -739,10 +744,11 @@ impl DynamicExecutable {
     /// largest chunk ([`DynamicExecutable::largest_chunk`]) as fit, then the rest — as
     /// one chunk when bucket 1 runs copies of itself ([`DynamicOptions::batch_copies`]),
     /// else as its binary digits (a batch of 7 with largest chunk 8 runs as one chunk
-    /// of 7, or as 4, 2 and 1).
+    /// of 7, or as 4, 2 and 1). For a model with a sequence, at its shortest length
+    /// bucket (a run's own length bucket decides its chunks the same way).
     pub fn chunks(&self, batch: usize) -> Result<Vec<usize>, Error> {
         Ok(self
-            .chunk_runs(batch)?
+            .chunk_runs(batch, self.lengths.first().copied())?
             .into_iter()
             .map(|(size, _)| size)
             .collect())
@@ -753,22 +759,38 @@ impl DynamicExecutable {
     /// its arena and whether it runs copies).
     pub fn chunk_buckets(&self, batch: usize) -> Result<Vec<usize>, Error> {
         Ok(self
-            .chunk_runs(batch)?
+            .chunk_runs(batch, self.lengths.first().copied())?
             .into_iter()
             .map(|(_, b)| b)
             .collect())
     }
 
-    /// Each chunk's size and the bucket that runs it (see [`DynamicExecutable::chunks`]).
-    fn chunk_runs(&self, batch: usize) -> Result<Vec<(usize, usize)>, Error> {
-        let largest = self.largest_chunk()?;
-        if batch >= 2 && self.runs_copies()? {
+    /// Each chunk's size and the bucket that runs it (see [`DynamicExecutable::chunks`]),
+    /// at length bucket `length` for a model with a sequence.
+    fn chunk_runs(
+        &self,
+        batch: usize,
+        length: Option<usize>,
+    ) -> Result<Vec<(usize, usize)>, Error> {
+        if batch >= 2 && self.runs_copies(length)? {
+            // copies run at batch 1, so a sequence's padding proof holds for each; the
+            // cache bounds a run's arenas as it bounds a bucket's
+            let per_element = self.compiled(1, length)?.exe.arena_bytes().max(1) as u64;
+            let largest = std::iter::successors(Some(1usize), |&b| b.checked_mul(2))
+                .take_while(|&b| {
+                    b == 1
+                        || (b <= self.dynamic.max_bucket
+                            && (b as u64).saturating_mul(per_element) <= self.cache_bytes)
+                })
+                .last()
+                .unwrap_or(1);
             let mut chunks = vec![(largest, 1); batch / largest];
             if !batch.is_multiple_of(largest) {
                 chunks.push((batch % largest, 1));
             }
             return Ok(chunks);
         }
+        let largest = self.largest_chunk()?;
         let mut chunks = Vec::new();
         let mut left = batch;
         for b in self
@@ -785,26 +807,31 @@ impl DynamicExecutable {
         Ok(chunks)
     }
 
-    /// Whether bucket 1 runs any batch as copies of itself (compiling it): allowed by
-    /// the options, by its executable, and by the model's computing each element of
-    /// the batch on its own (the batch proof of a split into chunks of 1).
-    fn runs_copies(&self) -> Result<bool, Error> {
-        if !self.dynamic.batch_copies || !self.lengths.is_empty() {
+    /// Whether bucket 1 (at length bucket `length`, for a model with a sequence) runs
+    /// any batch as copies of itself (compiling it): allowed by the options, by its
+    /// executable, and by the model's computing each element of the batch on its own
+    /// (the batch proof of a split into chunks of 1 at that length).
+    fn runs_copies(&self, length: Option<usize>) -> Result<bool, Error> {
+        if !self.dynamic.batch_copies {
             return Ok(false);
         }
-        if let Some(verdict) = self.copies.get() {
-            return Ok(verdict.is_ok());
+        let decided = |copies: &BTreeMap<Option<usize>, Result<(), String>>| {
+            copies.get(&length).map(Result::is_ok)
+        };
+        if let Some(verdict) = decided(&*lock(&self.copies)?) {
+            return Ok(verdict);
         }
-        let exe = self.compiled(1, None)?.copies.clone();
-        let verdict = match exe {
+        let verdict = match self.compiled(1, length)?.copies.clone() {
             Some(Ok(())) => self
-                .split_proof(1, None)
+                .split_proof(1, length)
                 .map(|_| ())
                 .map_err(|e| e.to_string()),
             Some(Err(why)) => Err(why),
             None => Err("bucket 1 has no batch".into()),
         };
-        Ok(self.copies.get_or_init(|| verdict).is_ok())
+        let ok = verdict.is_ok();
+        lock(&self.copies)?.entry(length).or_insert(verdict);
+        Ok(ok)
     }
 
     /// The specializations compiled so far, by batch (for a model with symbols, by the
@@ -822,7 +849,11 @@ impl DynamicExecutable {
                     compile_ms: c.compile_ms,
                     warnings: c.warnings.clone(),
                     copies: match b.batch {
-                        1 => self.copies.get().cloned(),
+                        1 => self
+                            .copies
+                            .lock()
+                            .ok()
+                            .and_then(|c| c.get(&b.length).cloned()),
                         _ => None,
                     },
                 })
@@ -1145,7 +1176,7 @@ impl DynamicExecutable {
     /// the buckets the run needs.
     pub fn flops(&self, batch: usize, length: usize) -> Result<(u64, u64), Error> {
         let bucket = self.length_bucket(length)?;
-        self.chunk_runs(batch)?.into_iter().try_fold(
+        self.chunk_runs(batch, bucket)?.into_iter().try_fold(
             (0, 0),
             |(written, executed), (size, runs_on)| {
                 let c = self.compiled(runs_on, bucket)?;
@@ -1216,7 +1247,7 @@ impl DynamicExecutable {
                 (exe, cx.warnings)
             }
         };
-        let copies = (batch == 1 && length.is_none()).then(|| {
+        let copies = (batch == 1).then(|| {
             let batched: Vec<bool> = exe
                 .inputs()
                 .iter()
@@ -1505,7 +1536,7 @@ impl DynamicExecutable {
             Some(length) => self.length_bucket(length)?,
             None => None,
         };
-        let runs = self.chunk_runs(n)?;
+        let runs = self.chunk_runs(n, bucket)?;
         let sizes: Vec<usize> = runs.iter().map(|&(size, _)| size).collect();
         let chunks: Vec<Arc<Compiled>> = runs
             .iter()
@@ -1616,14 +1647,30 @@ impl DynamicExecutable {
             // an unbatched result is the same for every chunk: the first writes it, the
             // others write scratch copies; with padding every result is written to
             // scratch of the bucket's size and its valid prefix copied out
-            let mut scratch: Vec<Option<Tensor>> = exe
+            // a chunk run as copies of its bucket holds that many of its batched results
+            let copies = match exe.batch_copies() {
+                Some((batch, _)) if size > batch => size / batch,
+                _ => 1,
+            };
+            let chunk_types: Vec<TensorType> = exe
                 .outputs()
                 .zip(&plan.separable)
                 .map(|(o, &batched)| {
-                    (padding.is_some() || (!batched && offset > 0)).then(|| Tensor::zeros(&o.ty))
+                    let mut ty = o.ty.clone();
+                    if batched && copies > 1 {
+                        ty.dims[0] *= copies;
+                    }
+                    ty
                 })
                 .collect();
-            let bucket_dims: Vec<Vec<usize>> = exe.outputs().map(|o| o.ty.dims.clone()).collect();
+            let mut scratch: Vec<Option<Tensor>> = chunk_types
+                .iter()
+                .zip(&plan.separable)
+                .map(|(ty, &batched)| {
+                    (padding.is_some() || (!batched && offset > 0)).then(|| Tensor::zeros(ty))
+                })
+                .collect();
+            let bucket_dims: Vec<Vec<usize>> = chunk_types.iter().map(|t| t.dims.clone()).collect();
             let mut outs: Vec<ElementsMut<'_>> = Vec::with_capacity(outputs.len());
             let mut prefixes: Vec<(usize, ElementsMut<'_>, Vec<usize>)> = Vec::new();
             let results = outputs
@@ -1937,4 +1984,10 @@ fn chunk_of(
 ) -> Result<Elements<'_>, Error> {
     all.range(offset * per..(offset + size) * per)
         .ok_or_else(|| Error::InvalidArgument("an input is shorter than its batch".into()))
+}
+
+/// Locks `m`; a poisoned lock (a panic inside smelt while it was held) is an error.
+fn lock<T>(m: &Mutex<T>) -> Result<std::sync::MutexGuard<'_, T>, Error> {
+    m.lock()
+        .map_err(|_| Error::Unsupported("a lock of the dynamic executable was poisoned".into()))
 }
