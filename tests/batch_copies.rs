@@ -83,7 +83,7 @@ fn a_batch_runs_as_copies_of_one_compile_and_matches_onnxruntime() {
                 "ids passed through at batch {n}"
             );
             assert_close(&got[3], &want[3], "table_sum");
-            assert_eq!(exe.chunk_buckets(n).unwrap(), vec![1], "batch {n}");
+            assert_eq!(exe.chunk_buckets(n, 1).unwrap(), vec![1], "batch {n}");
         }
         let compiled = exe.specializations();
         let batches: Vec<usize> = compiled.iter().map(|s| s.batch).collect();
@@ -93,7 +93,7 @@ fn a_batch_runs_as_copies_of_one_compile_and_matches_onnxruntime() {
             "{threads} threads: bucket 1 serves every batch"
         );
         assert_eq!(compiled[0].copies, Some(Ok(())));
-        assert_eq!(exe.chunks(5).unwrap(), vec![5]);
+        assert_eq!(exe.chunks(5, 1).unwrap(), vec![5]);
     }
 }
 
@@ -108,7 +108,7 @@ fn convolutions_in_copies_match_onnxruntime_and_the_buckets_they_replace() {
         assert_close(&got[0], &want, "copies");
         let by_buckets = buckets.run(std::slice::from_ref(&image)).expect("buckets");
         assert_close(&by_buckets[0], &want, "buckets");
-        assert_eq!(buckets.chunks(5).unwrap(), vec![4, 1]);
+        assert_eq!(buckets.chunks(5, 1).unwrap(), vec![4, 1]);
         let compiled: Vec<usize> = buckets.specializations().iter().map(|s| s.batch).collect();
         assert_eq!(compiled, vec![1, 4], "the buckets compile two sizes");
         assert_eq!(copies.specializations().len(), 1, "copies compile one");
@@ -144,7 +144,7 @@ fn elements_that_read_each_other_never_run_as_copies() {
     // batch 4 is a bucket: it runs whole, compiled for 4
     let got = exe.run(std::slice::from_ref(&x)).expect("a bucket's batch");
     assert_close(&got[0], &npy("batch_mixer", "want_centered.npy"), "batch 4");
-    assert_eq!(exe.chunk_buckets(4).unwrap(), vec![4]);
+    assert_eq!(exe.chunk_buckets(4, 1).unwrap(), vec![4]);
     let bucket1 = exe
         .specializations()
         .into_iter()

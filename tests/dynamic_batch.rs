@@ -74,18 +74,18 @@ fn batches_match_specialized_executables(batch_copies: bool) {
         assert!(err.relative <= 1e-5, "batch {batch}: {err:?}");
     }
     let compiled: Vec<usize> = dynamic.specializations().iter().map(|s| s.batch).collect();
-    assert_eq!(dynamic.chunks(5).unwrap(), vec![2, 2, 1]);
+    assert_eq!(dynamic.chunks(5, 1).unwrap(), vec![2, 2, 1]);
     if batch_copies {
         assert_eq!(
             compiled,
             vec![1],
             "batch 3 runs as 2 + 1 copies of bucket 1"
         );
-        assert_eq!(dynamic.chunk_buckets(5).unwrap(), vec![1, 1, 1]);
+        assert_eq!(dynamic.chunk_buckets(5, 1).unwrap(), vec![1, 1, 1]);
         assert_eq!(dynamic.specializations()[0].copies, Some(Ok(())));
     } else {
         assert_eq!(compiled, vec![1, 2], "batch 3 runs buckets 2 and 1");
-        assert_eq!(dynamic.chunk_buckets(5).unwrap(), vec![2, 2, 1]);
+        assert_eq!(dynamic.chunk_buckets(5, 1).unwrap(), vec![2, 2, 1]);
     }
     // both buckets specialized the one module fused with a symbolic batch
     assert!(
@@ -110,7 +110,7 @@ fn chunks_stay_within_the_cache() {
     )
     .expect("a dynamic batch");
     assert_eq!(dynamic.largest_chunk().unwrap(), 1);
-    assert_eq!(dynamic.chunks(3).unwrap(), vec![1, 1, 1]);
+    assert_eq!(dynamic.chunks(3, 1).unwrap(), vec![1, 1, 1]);
     let x = input(3);
     let got = dynamic.run(std::slice::from_ref(&x)).expect("dynamic run");
     let want = specialized(3, &x);

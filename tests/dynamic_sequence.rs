@@ -169,8 +169,8 @@ fn a_batch_off_its_buckets_at_a_length_off_its_buckets_matches() {
     assert_eq!(got[1].ty.dims, vec![3, 384]);
     let want = specialized(&model, &inputs);
     assert_close(&got, &want, "batch 3, length 100");
-    assert_eq!(dynamic.chunks(3).unwrap(), vec![3]);
-    assert_eq!(dynamic.chunk_buckets(3).unwrap(), vec![1]);
+    assert_eq!(dynamic.chunks(3, 100).unwrap(), vec![3]);
+    assert_eq!(dynamic.chunk_buckets(3, 100).unwrap(), vec![1]);
     let compiled: Vec<(usize, Option<usize>)> = dynamic
         .specializations()
         .iter()
@@ -196,5 +196,5 @@ fn a_batch_off_its_buckets_at_a_length_off_its_buckets_matches() {
     .expect("a dynamic batch and sequence");
     let got = one_by_one.run(&inputs).expect("dynamic run, one by one");
     assert_close(&got, &want, "batch 3, length 100, one by one");
-    assert_eq!(one_by_one.chunks(3).unwrap(), vec![1, 1, 1]);
+    assert_eq!(one_by_one.chunks(3, 100).unwrap(), vec![1, 1, 1]);
 }

@@ -387,8 +387,8 @@ fn bench_dynamic(
         parts,
         total_ms: ms_since(start),
     };
-    let chunks = exe.chunks(n)?;
-    let runs_on = exe.chunk_buckets(n)?[0];
+    let chunks = exe.chunks(n, length)?;
+    let runs_on = exe.chunk_buckets(n, length)?[0];
     let largest = exe.bucket(runs_on, length)?;
     // a chunk run as copies of its bucket holds one arena per copy
     let copies = chunks[0] / runs_on.max(1);

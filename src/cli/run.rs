@@ -136,13 +136,13 @@ fn run_dynamic(a: &RunArgs, exe: &DynamicExecutable) -> Result<()> {
             errln!("{w}");
         }
     }
-    let chunks = exe.chunks(n)?;
+    let chunks = exe.chunks(n, length)?;
     if a.dump.any() {
         // the code of the largest chunk's bucket (every chunk of its size runs it)
         a.dump
-            .write(&*exe.bucket(exe.chunk_buckets(n)?[0], length)?)?;
+            .write(&*exe.bucket(exe.chunk_buckets(n, length)?[0], length)?)?;
     }
-    let buckets = exe.chunk_buckets(n)?;
+    let buckets = exe.chunk_buckets(n, length)?;
     let chunks: Vec<String> = chunks
         .iter()
         .zip(&buckets)

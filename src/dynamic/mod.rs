@@ -744,22 +744,25 @@ impl DynamicExecutable {
     /// largest chunk ([`DynamicExecutable::largest_chunk`]) as fit, then the rest — as
     /// one chunk when bucket 1 runs copies of itself ([`DynamicOptions::batch_copies`]),
     /// else as its binary digits (a batch of 7 with largest chunk 8 runs as one chunk
-    /// of 7, or as 4, 2 and 1). For a model with a sequence, at its shortest length
-    /// bucket (a run's own length bucket decides its chunks the same way).
-    pub fn chunks(&self, batch: usize) -> Result<Vec<usize>, Error> {
+    /// of 7, or as 4, 2 and 1). For a model with a sequence, at sequence length
+    /// `length` (ignored otherwise): its length bucket's arena bounds the chunks.
+    pub fn chunks(&self, batch: usize, length: usize) -> Result<Vec<usize>, Error> {
+        let bucket = self.length_bucket(length)?;
         Ok(self
-            .chunk_runs(batch, self.lengths.first().copied())?
+            .chunk_runs(batch, bucket)?
             .into_iter()
             .map(|(size, _)| size)
             .collect())
     }
 
     /// The bucket each chunk of [`DynamicExecutable::chunks`] runs on: its own size, or
-    /// 1 for a chunk run as copies of bucket 1. Compiles bucket 1 (the answer depends on
-    /// its arena and whether it runs copies).
-    pub fn chunk_buckets(&self, batch: usize) -> Result<Vec<usize>, Error> {
+    /// 1 for a chunk run as copies of bucket 1 (at `length`, as for
+    /// [`DynamicExecutable::chunks`]). Compiles bucket 1 (the answer depends on its arena
+    /// and whether it runs copies).
+    pub fn chunk_buckets(&self, batch: usize, length: usize) -> Result<Vec<usize>, Error> {
+        let bucket = self.length_bucket(length)?;
         Ok(self
-            .chunk_runs(batch, self.lengths.first().copied())?
+            .chunk_runs(batch, bucket)?
             .into_iter()
             .map(|(_, b)| b)
             .collect())
