@@ -162,3 +162,29 @@ fn elements_that_read_each_other_never_run_as_copies() {
         .to_string();
     assert!(e.contains("ReduceMean") || e.contains("reduce"), "{e}");
 }
+
+#[test]
+fn copies_past_the_memory_budget_are_an_error_not_an_allocation() {
+    let image = npy("conv_pool", "image.npy");
+    let one = open("conv_pool", 1, true);
+    let arena = one.bucket(1, 1).expect("bucket 1").arena_bytes() as u64;
+    assert!(arena > 0);
+    // bucket 1 fits (its weights and one arena), five arenas do not
+    let mut options = Options::default();
+    options.load.memory_budget = Some(3 * arena);
+    let tight = DynamicExecutable::new(
+        &data("conv_pool").join("model.onnx"),
+        &options,
+        DynamicOptions::default(),
+    )
+    .expect("a model with a dynamic batch");
+    tight
+        .run(&[first(&image, 1)])
+        .expect("batch 1 fits the budget");
+    let e = tight
+        .run(std::slice::from_ref(&image))
+        .expect_err("five arenas past the budget")
+        .to_string();
+    assert!(e.contains("run-time arenas of 5 copies"), "{e}");
+    assert!(e.contains("budget"), "{e}");
+}

@@ -216,6 +216,9 @@ pub struct Executable {
     /// Which inputs, results and steps hold the batch, once runs of several copies of
     /// the compiled batch are allowed ([`Executable::allow_batch_copies`]).
     copies: Option<batch::BatchCopies>,
+    /// The memory budget the module was compiled under and the bytes its weights hold:
+    /// a run of many copies needs an arena per copy, checked against it.
+    budget: (u64, u64),
     /// Dropped last: the code the step function pointers point into.
     code: CompiledKernels,
 }
@@ -415,6 +418,7 @@ impl Executable {
             kept,
             flow,
             copies: None,
+            budget: (module.weights.memory_budget(), module.weights.bytes()),
             code,
         })
     }
@@ -442,6 +446,21 @@ impl Executable {
             return Err("the batched inputs differ in their leading size".into());
         }
         let copies = self.flow.copies(&self.kernels, batch, batched_inputs)?;
+        // each copy of a batched buffer is memory of its own; a constant has one copy
+        // (nothing writes a constant, so none holds the batch: checked, since copies
+        // sharing a buffer they write would race)
+        for (step, moves) in self.steps.iter().zip(&copies.steps) {
+            let moved = step.args.iter().zip(moves.iter().flatten());
+            if moved
+                .filter(|(_, &m)| m)
+                .any(|(src, _)| matches!(src, Source::Constant(_)))
+            {
+                return Err(format!(
+                    "step {} moves a constant from copy to copy",
+                    self.step_info[step.info].kernel
+                ));
+            }
+        }
         let results = self
             .outputs
             .iter()
@@ -543,6 +562,13 @@ impl Executable {
     /// A workspace for runs of `copies` copies of the batch from the pool, or a new one
     /// when every pooled one is in use or too small.
     fn pooled_workspace(&self, copies: usize) -> Result<Workspace, Error> {
+        if copies > 1 {
+            let (budget, weights) = self.budget;
+            let bytes = (self.arena_bytes() as u64).saturating_mul(copies as u64);
+            let what = format!("the run-time arenas of {copies} copies of the batch");
+            smelt_ir::budget::check(&what, bytes, weights, budget)
+                .map_err(Error::InvalidArgument)?;
+        }
         let pooled = self
             .pool
             .lock()
