@@ -731,13 +731,21 @@ impl DynamicExecutable {
         if !self.lengths.is_empty() {
             return Ok(1);
         }
-        let per_element = self.compiled(1, None)?.exe.arena_bytes().max(1) as u64;
-        Ok(self
-            .bucket_sizes()
-            .into_iter()
-            .take_while(|&b| b == 1 || (b as u64).saturating_mul(per_element) <= self.cache_bytes)
+        Ok(self.fitting_cache(self.compiled(1, None)?.exe.arena_bytes()))
+    }
+
+    /// The largest power of two up to [`DynamicOptions::max_bucket`] whose multiple of
+    /// `per_element` arena bytes fits the cache; at least 1.
+    fn fitting_cache(&self, per_element: usize) -> usize {
+        let per_element = per_element.max(1) as u64;
+        std::iter::successors(Some(1usize), |&b| b.checked_mul(2))
+            .take_while(|&b| {
+                b == 1
+                    || (b <= self.dynamic.max_bucket
+                        && (b as u64).saturating_mul(per_element) <= self.cache_bytes)
+            })
             .last()
-            .unwrap_or(1))
+            .unwrap_or(1)
     }
 
     /// The chunks a run of `batch` elements is split into, largest first: as many of the
@@ -778,15 +786,7 @@ impl DynamicExecutable {
         if batch >= 2 && self.runs_copies(length)? {
             // copies run at batch 1, so a sequence's padding proof holds for each; the
             // cache bounds a run's arenas as it bounds a bucket's
-            let per_element = self.compiled(1, length)?.exe.arena_bytes().max(1) as u64;
-            let largest = std::iter::successors(Some(1usize), |&b| b.checked_mul(2))
-                .take_while(|&b| {
-                    b == 1
-                        || (b <= self.dynamic.max_bucket
-                            && (b as u64).saturating_mul(per_element) <= self.cache_bytes)
-                })
-                .last()
-                .unwrap_or(1);
+            let largest = self.fitting_cache(self.compiled(1, length)?.exe.arena_bytes());
             let mut chunks = vec![(largest, 1); batch / largest];
             if !batch.is_multiple_of(largest) {
                 chunks.push((batch % largest, 1));
