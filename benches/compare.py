@@ -185,27 +185,6 @@ def model_inputs(name: str, model: onnx.ModelProto) -> tuple[dict[str, np.ndarra
     return arrays, pins
 
 
-def batched_inputs(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
-                   batch: int) -> dict[str, np.ndarray]:
-    """`inputs` at `batch` (`--batch`): each input whose leading dimension is dynamic gets
-    `batch` elements, drawn as its batch-1 array was (seeded uniform floats), or its
-    saved array repeated."""
-    dynamic = {
-        inp.name for inp in model.graph.input
-        if inp.type.tensor_type.shape.dim and not inp.type.tensor_type.shape.dim[0].HasField("dim_value")
-    }
-    rng = np.random.default_rng(2)
-    out = {}
-    for n, a in inputs.items():
-        if n not in dynamic:
-            out[n] = a
-        elif a.dtype == np.float32:
-            out[n] = rng.uniform(-1, 1, [batch] + list(a.shape[1:])).astype(np.float32)
-        else:
-            out[n] = np.concatenate([a[:1]] * batch)
-    return out
-
-
 def relative_error(got: np.ndarray, want: np.ndarray) -> float:
     """max|got - want| / max|want| in f64 (max|got - want| when want is all zeros)."""
     got, want = got.astype(np.float64), want.astype(np.float64)
@@ -321,24 +300,6 @@ class SmeltTensorInfo(ctypes.Structure):
     ]
 
 
-SMELT_MAX_RANK = 8
-
-
-class SmeltShape(ctypes.Structure):
-    _fields_ = [
-        ("rank", ctypes.c_size_t),
-        ("dims", ctypes.c_size_t * SMELT_MAX_RANK),
-    ]
-
-
-class SmeltTensor(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("element_type", ctypes.c_int32),
-        ("shape", SmeltShape),
-    ]
-
-
 class SmeltBuffer(ctypes.Structure):
     _fields_ = [
         ("data", ctypes.c_void_p),
@@ -364,12 +325,12 @@ def check_mirrors(header: str) -> None:
     """Fails unless the ctypes structs list the C header's fields in its order (a struct
     passed with another layout would be read as garbage, not rejected)."""
     text = open(header).read()
-    for struct in (SmeltOptions, SmeltTensorInfo, SmeltBuffer, SmeltShape, SmeltTensor):
+    for struct in (SmeltOptions, SmeltTensorInfo, SmeltBuffer):
         name = struct.__name__
         body = re.search(r"typedef struct " + name + r" \{(.*?)\} " + name + ";", text, re.S)
         if body is None:
             sys.exit(f"{header}: no struct {name}")
-        fields = re.findall(r"^\s*[\w\s\*]*?\b(\w+)(?:\[\w*\])?;", re.sub(r"/\*.*?\*/", "", body.group(1), flags=re.S), re.M)
+        fields = re.findall(r"^\s*[\w\s\*]*?\b(\w+);", re.sub(r"/\*.*?\*/", "", body.group(1), flags=re.S), re.M)
         mirrored = [f[0] for f in struct._fields_]
         if fields != mirrored:
             sys.exit(f"compare.py's {name} {mirrored} does not match {header}: {fields}")
@@ -390,16 +351,6 @@ def load_smelt(path: str) -> ctypes.CDLL:
     buffers = ctypes.POINTER(SmeltBuffer)
     lib.smelt_executable_run_typed.argtypes = [
         ctypes.c_void_p, buffers, ctypes.c_size_t, buffers, ctypes.c_size_t]
-    lib.smelt_dynamic_from_file.argtypes = [
-        ctypes.c_char_p, ctypes.POINTER(SmeltOptions), ctypes.c_size_t,
-        ctypes.POINTER(ctypes.c_void_p)]
-    lib.smelt_dynamic_destroy.argtypes = [ctypes.c_void_p]
-    lib.smelt_dynamic_output_count.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
-    lib.smelt_dynamic_output_name.argtypes = [ctypes.c_void_p, ctypes.c_size_t,
-                                              ctypes.POINTER(ctypes.c_char_p)]
-    tensors = ctypes.POINTER(SmeltTensor)
-    for f in (lib.smelt_dynamic_describe_outputs, lib.smelt_dynamic_run):
-        f.argtypes = [ctypes.c_void_p, tensors, ctypes.c_size_t, tensors, ctypes.c_size_t]
     return lib
 
 
@@ -477,66 +428,6 @@ class SmeltRunner:
         self.lib.smelt_executable_destroy(self.exe)
 
 
-class DynamicRunner:
-    """A model with a dynamic batch run through the C API's dynamic executable (`--batch`):
-    the library decides how the batch runs (copies of the batch-1 executable where the
-    model allows it); buffers allocated once, the output shapes described by the library."""
-
-    def __init__(self, lib: ctypes.CDLL, path: str, threads: int, kernels: str, fuse: bool,
-                 inputs: dict[str, np.ndarray]) -> None:
-        self.lib = lib
-        opts = lib.smelt_options_default()
-        opts.fuse = int(fuse)
-        opts.threads = threads
-        opts.kernels = SmeltRunner.KERNELS[kernels]
-        self.exe = ctypes.c_void_p()
-        self.check(lib.smelt_dynamic_from_file(path.encode(), ctypes.byref(opts), 0,
-                                               ctypes.byref(self.exe)))
-        types = {v: k for k, v in ELEMENT_TYPES.items()}
-
-        def tensor(a: np.ndarray | None, dtype=0, rank=0) -> SmeltTensor:
-            t = SmeltTensor()
-            if a is not None:
-                t.data, t.element_type = a.ctypes.data, types[a.dtype.type]
-                t.shape.rank = a.ndim
-                for d, n in enumerate(a.shape):
-                    t.shape.dims[d] = n
-            return t
-
-        # the model's input order is the C API's
-        self.inputs = [np.ascontiguousarray(a) for a in inputs.values()]
-        self.in_tensors = (SmeltTensor * len(self.inputs))(*[tensor(a) for a in self.inputs])
-        count = ctypes.c_size_t()
-        self.check(lib.smelt_dynamic_output_count(self.exe, ctypes.byref(count)))
-        described = (SmeltTensor * count.value)()
-        self.check(lib.smelt_dynamic_describe_outputs(self.exe, self.in_tensors,
-                                                      len(self.inputs), described, count.value))
-        self.outputs = []
-        for t in described:
-            dims = [t.shape.dims[d] for d in range(t.shape.rank)]
-            self.outputs.append(np.zeros(dims, ELEMENT_TYPES[t.element_type]))
-        self.out_tensors = (SmeltTensor * len(self.outputs))(*[tensor(a) for a in self.outputs])
-        self.output_names = []
-        for i in range(count.value):
-            name = ctypes.c_char_p()
-            self.check(lib.smelt_dynamic_output_name(self.exe, i, ctypes.byref(name)))
-            self.output_names.append(name.value.decode())
-
-    def check(self, status: int) -> None:
-        if status != 0:
-            raise RuntimeError(self.lib.smelt_last_error().decode())
-
-    def run(self) -> None:
-        self.check(self.lib.smelt_dynamic_run(self.exe, self.in_tensors, len(self.inputs),
-                                              self.out_tensors, len(self.outputs)))
-
-    def results(self) -> dict[str, np.ndarray]:
-        return {name: a.copy() for name, a in zip(self.output_names, self.outputs)}
-
-    def close(self) -> None:
-        self.lib.smelt_dynamic_destroy(self.exe)
-
-
 def smelt_bench(args: argparse.Namespace, path: str, shapes: list[str], threads: int,
                 iterations: int | None = None, warmup: int | None = None) -> dict:
     cmd = [
@@ -548,8 +439,6 @@ def smelt_bench(args: argparse.Namespace, path: str, shapes: list[str], threads:
     ]
     for s in shapes:
         cmd += ["--shape", s]
-    if args.batch:
-        cmd += ["--batch", str(args.batch)]
     if args.no_fuse:
         cmd.append("--no-fuse")
     done = subprocess.run(cmd, capture_output=True, text=True)
@@ -573,16 +462,11 @@ def compare_interleaved(args: argparse.Namespace, lib: ctypes.CDLL, name: str,
            "rel_err": None}
     smelt = None
     try:
-        model = onnx.load(path, load_external_data=False)
-        inputs, shapes = model_inputs(name, model)
-        if args.batch:
-            inputs, shapes = batched_inputs(model, inputs, args.batch), []
+        inputs, shapes = model_inputs(name, onnx.load(path, load_external_data=False))
         # the compile time a user sees (file to executable) and the flop count
         once = smelt_bench(args, path, shapes, threads, iterations=1, warmup=0)
         row["smelt_compile_ms"], row["gflop"] = once["compile_ms"], once["gflop"]
-        smelt = (DynamicRunner(lib, path, threads, args.kernels, not args.no_fuse, inputs)
-                 if args.batch else
-                 SmeltRunner(lib, path, threads, args.kernels, not args.no_fuse, shapes, inputs))
+        smelt = SmeltRunner(lib, path, threads, args.kernels, not args.no_fuse, shapes, inputs)
         runner = OrtRunner(path, threads, inputs, spinning=threads <= 1)
         row["ort_session_ms"] = runner.session_ms
         for _ in range(args.warmup):
@@ -668,14 +552,9 @@ def main() -> None:
     p.add_argument("--processes", action="store_true",
                    help="alternate smelt bench processes with rounds of ORT runs instead")
     p.add_argument("--markdown", action="store_true", help="print the table as Markdown rows")
-    p.add_argument("--batch", type=int, default=0,
-                   help="run each model at this batch (its dynamic leading dims): smelt through "
-                        "its dynamic executable (no --shape pins), ORT on the same arrays")
     p.add_argument("--ort-ops", action="store_true",
                    help="print the op types of ORT's optimized graph of each model")
     args = p.parse_args()
-    if args.batch and args.processes:
-        sys.exit("--batch runs in one process (smelt's dynamic executable through the C API)")
     if not os.access(args.smelt, os.X_OK):
         sys.exit(f"{args.smelt} is missing: run `cargo build --release` first")
     lib = None
