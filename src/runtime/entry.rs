@@ -116,7 +116,11 @@ impl Executable {
             let (at, bytes) = o.bytes_mut();
             *slot = (at as usize, bytes);
         }
-        let arena = ws.arena.as_mut_ptr() as *mut f32;
+        let arena = ws
+            .arena
+            .as_bytes_mut()
+            .ok_or_else(|| Error::Unsupported("the workspace's arena is shared".into()))?
+            .as_mut_ptr() as *mut f32;
         let outs = &ws.outs;
         let address = |src: Source| -> usize {
             match src {
@@ -194,7 +198,7 @@ impl Executable {
                 t.push(start.elapsed().as_nanos() as u64);
             }
         }
-        let arena_bytes: &[u8] = bytemuck::cast_slice(&ws.arena);
+        let arena_bytes: &[u8] = ws.arena.as_bytes();
         for (o, (info, src)) in self.outputs.iter().enumerate() {
             let (dst, n) = ws.outs[o];
             let dst = dst as *mut u8;
