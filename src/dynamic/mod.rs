@@ -167,8 +167,9 @@ pub const MAX_SHAPES_LIMIT: usize = 256;
 /// How a [`DynamicExecutable`] specializes.
 #[derive(Clone, Copy, Debug)]
 pub struct DynamicOptions {
-    /// The largest batch compiled as one executable, a power of two of at least 2
-    /// (default 8); larger batches run as several chunks.
+    /// The largest batch compiled as one executable (buckets) or run as one run of
+    /// copies of bucket 1 ([`DynamicOptions::batch_copies`]), a power of two of at least
+    /// 2 (default 8); larger batches run as several chunks.
     pub max_bucket: usize,
     /// The cache a chunk's run-time memory should fit, in bytes: a batch is split into
     /// chunks no larger than the largest bucket whose arena, estimated as its size times
