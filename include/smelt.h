@@ -238,6 +238,44 @@ typedef struct SmeltBuffer {
 } SmeltBuffer;
 
 /**
+ * How a dynamic executable specializes (Rust's `DynamicOptions`): fill one with
+ * `smelt_dynamic_options_default()` and change what differs.
+ */
+typedef struct SmeltDynamicOptions {
+  /**
+   * The largest batch compiled as one executable (buckets) or run as one run of
+   * copies of batch 1, a power of two from 2 to 1024 (default 8).
+   */
+  size_t max_bucket;
+  /**
+   * Non-zero (default): every batch runs as copies of the batch-1 executable (each
+   * kernel touching the batch once per element) where the model computes each element
+   * on its own, one compile for every batch size; zero: a bucket per power of two.
+   */
+  int32_t batch_copies;
+  /**
+   * The cache in bytes a run's memory should fit (runs are chunked to it); 0
+   * (default): the CPU's last-level cache.
+   */
+  uint64_t cache_bytes;
+  /**
+   * For a model with a sequence length: the longest length a run may have (default
+   * 512).
+   */
+  size_t max_sequence;
+  /**
+   * For a model with image sizes: how many image buckets, and apart how many sets of
+   * exact sizes, keep their executables (default 8 each, at most 256).
+   */
+  size_t max_shapes;
+  /**
+   * For a model with image sizes: non-zero (default) pads each size to an image
+   * bucket, one compile per bucket; zero compiles each set of sizes exactly.
+   */
+  int32_t image_buckets;
+} SmeltDynamicOptions;
+
+/**
  * A tensor's shape: `rank` dims, outermost first, in `dims[0..rank]`.
  */
 typedef struct SmeltShape {
@@ -444,6 +482,12 @@ const char *smelt_status_name(int32_t status);
 const char *smelt_version(void);
 
 /**
+ * The default dynamic options (those `smelt_dynamic_from_file` uses with a
+ * `max_bucket` of 0).
+ */
+struct SmeltDynamicOptions smelt_dynamic_options_default(void);
+
+/**
  * Compiles nothing yet: reads the ONNX model at `path` (NUL-terminated) and prepares
  * runs of any batch. Every input's dynamic leading dimension is the shared batch; any
  * other dynamic dimension must be pinned whole through `opts->input_shapes` (that input
@@ -464,6 +508,21 @@ SmeltStatus smelt_dynamic_from_file(const char *path,
                                     const struct SmeltOptions *opts,
                                     size_t max_bucket,
                                     struct SmeltDynamicExecutable **out);
+
+/**
+ * `smelt_dynamic_from_file` with every dynamic option (`dynamic`: NULL for the
+ * defaults of `smelt_dynamic_options_default()`). Options out of range (a `max_bucket`
+ * that is no power of two from 2 to 1024, more than 256 shapes) are
+ * `SMELT_STATUS_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * `path` is a NUL-terminated string; `opts` is NULL or a valid `SmeltOptions`;
+ * `dynamic` is NULL or a valid `SmeltDynamicOptions`; `out` is writable.
+ */
+SmeltStatus smelt_dynamic_from_file_with(const char *path,
+                                         const struct SmeltOptions *opts,
+                                         const struct SmeltDynamicOptions *dynamic,
+                                         struct SmeltDynamicExecutable **out);
 
 /**
  * Frees a dynamic executable and every bucket compiled for it. NULL is a no-op; runs in
@@ -625,6 +684,12 @@ SmeltStatus smelt_dynamic_specialization_sizes(const struct SmeltDynamicExecutab
 size_t smelt_shape_element_count(const struct SmeltShape *shape);
 
 /**
+ * The default dynamic options (those `smelt_dynamic_from_file` uses with a
+ * `max_bucket` of 0).
+ */
+struct SmeltDynamicOptions smelt_dynamic_options_default(void);
+
+/**
  * Compiles nothing yet: reads the ONNX model at `path` (NUL-terminated) and prepares
  * runs of any batch. Every input's dynamic leading dimension is the shared batch; any
  * other dynamic dimension must be pinned whole through `opts->input_shapes` (that input
@@ -645,6 +710,21 @@ SmeltStatus smelt_dynamic_from_file(const char *path,
                                     const struct SmeltOptions *opts,
                                     size_t max_bucket,
                                     struct SmeltDynamicExecutable **out);
+
+/**
+ * `smelt_dynamic_from_file` with every dynamic option (`dynamic`: NULL for the
+ * defaults of `smelt_dynamic_options_default()`). Options out of range (a `max_bucket`
+ * that is no power of two from 2 to 1024, more than 256 shapes) are
+ * `SMELT_STATUS_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * `path` is a NUL-terminated string; `opts` is NULL or a valid `SmeltOptions`;
+ * `dynamic` is NULL or a valid `SmeltDynamicOptions`; `out` is writable.
+ */
+SmeltStatus smelt_dynamic_from_file_with(const char *path,
+                                         const struct SmeltOptions *opts,
+                                         const struct SmeltDynamicOptions *dynamic,
+                                         struct SmeltDynamicExecutable **out);
 
 /**
  * Frees a dynamic executable and every bucket compiled for it. NULL is a no-op; runs in

@@ -703,6 +703,56 @@ fn dynamic_batch_runs_from_threads_and_refuses_misuse() {
     assert_eq!(smelt_dynamic_destroy(exe), SmeltStatus::InvalidArgument);
     assert_eq!(smelt_dynamic_warm_up(exe, 2), SmeltStatus::InvalidArgument);
     assert!(last_error().contains("not a live smelt dynamic executable"));
+
+    // every dynamic option from C: buckets instead of copies compile 1 and 2 for batch 3
+    let open_with = |dynamic: Option<&SmeltDynamicOptions>| {
+        let mut exe: *mut SmeltDynamicExecutable = std::ptr::null_mut();
+        let dynamic = dynamic.map_or(std::ptr::null(), |d| d as *const SmeltDynamicOptions);
+        // SAFETY: the path is NUL-terminated; the options are NULL or valid; `exe` is
+        // writable.
+        let status = unsafe {
+            smelt_dynamic_from_file_with(path.as_ptr(), std::ptr::null(), dynamic, &mut exe)
+        };
+        (status, exe)
+    };
+    let defaults = smelt_dynamic_options_default();
+    assert_eq!((defaults.max_bucket, defaults.batch_copies), (8, 1));
+    let buckets = SmeltDynamicOptions {
+        max_bucket: 2,
+        batch_copies: 0,
+        ..defaults
+    };
+    let (status, exe) = open_with(Some(&buckets));
+    assert_eq!(status, SmeltStatus::Ok, "{}", last_error());
+    let mut x = random_f32(9, 3 * per, -1.0, 1.0);
+    let mut y = vec![0f32; 3 * per];
+    let input = tensor(x.as_mut_ptr(), &[3, 6, 9, 9]);
+    let output = tensor(y.as_mut_ptr(), &[3, 6, 9, 9]);
+    let mut count = 0usize;
+    // SAFETY: one input and one output of batch 3, as the buffers hold; `count` writable.
+    unsafe {
+        assert_eq!(smelt_dynamic_warm_up(exe, 3), SmeltStatus::Ok);
+        assert_eq!(
+            smelt_dynamic_run(exe, &input, 1, &output, 1),
+            SmeltStatus::Ok
+        );
+        smelt_dynamic_specialization_count(exe, &mut count);
+    }
+    assert_eq!(count, 2, "buckets 1 and 2 for batch 3 (2 + 1)");
+    assert_eq!(smelt_dynamic_destroy(exe), SmeltStatus::Ok);
+    let (status, exe) = open_with(None);
+    assert_eq!(status, SmeltStatus::Ok, "NULL options are the defaults");
+    assert_eq!(smelt_dynamic_destroy(exe), SmeltStatus::Ok);
+    let odd = SmeltDynamicOptions {
+        max_bucket: 3,
+        ..defaults
+    };
+    let (status, bad) = open_with(Some(&odd));
+    assert_eq!(
+        (status, bad.is_null()),
+        (SmeltStatus::InvalidArgument, true)
+    );
+    assert!(last_error().contains("max_bucket"), "{}", last_error());
 }
 
 fn last_error() -> String {

@@ -66,6 +66,61 @@ pub struct SmeltDynamicInputInfo {
     pub shape: SmeltShape,
 }
 
+/// How a dynamic executable specializes (Rust's `DynamicOptions`): fill one with
+/// `smelt_dynamic_options_default()` and change what differs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SmeltDynamicOptions {
+    /// The largest batch compiled as one executable (buckets) or run as one run of
+    /// copies of batch 1, a power of two from 2 to 1024 (default 8).
+    pub max_bucket: usize,
+    /// Non-zero (default): every batch runs as copies of the batch-1 executable (each
+    /// kernel touching the batch once per element) where the model computes each element
+    /// on its own, one compile for every batch size; zero: a bucket per power of two.
+    pub batch_copies: i32,
+    /// The cache in bytes a run's memory should fit (runs are chunked to it); 0
+    /// (default): the CPU's last-level cache.
+    pub cache_bytes: u64,
+    /// For a model with a sequence length: the longest length a run may have (default
+    /// 512).
+    pub max_sequence: usize,
+    /// For a model with image sizes: how many image buckets, and apart how many sets of
+    /// exact sizes, keep their executables (default 8 each, at most 256).
+    pub max_shapes: usize,
+    /// For a model with image sizes: non-zero (default) pads each size to an image
+    /// bucket, one compile per bucket; zero compiles each set of sizes exactly.
+    pub image_buckets: i32,
+}
+
+impl SmeltDynamicOptions {
+    /// The Rust options these say.
+    fn options(&self) -> DynamicOptions {
+        DynamicOptions {
+            max_bucket: self.max_bucket,
+            batch_copies: self.batch_copies != 0,
+            cache_bytes: (self.cache_bytes > 0).then_some(self.cache_bytes),
+            max_sequence: self.max_sequence,
+            max_shapes: self.max_shapes,
+            image_buckets: self.image_buckets != 0,
+        }
+    }
+}
+
+/// The default dynamic options (those `smelt_dynamic_from_file` uses with a
+/// `max_bucket` of 0).
+#[no_mangle]
+pub extern "C" fn smelt_dynamic_options_default() -> SmeltDynamicOptions {
+    let d = DynamicOptions::default();
+    SmeltDynamicOptions {
+        max_bucket: d.max_bucket,
+        batch_copies: d.batch_copies.into(),
+        cache_bytes: d.cache_bytes.unwrap_or(0),
+        max_sequence: d.max_sequence,
+        max_shapes: d.max_shapes,
+        image_buckets: d.image_buckets.into(),
+    }
+}
+
 /// A model with a dynamic batch, compiled at batch 1 on first use: a batch of any size
 /// runs as copies of it (each kernel once per element) where the model computes each
 /// element on its own, else per bucket (a power of two up to its `max_bucket`), split
@@ -151,31 +206,75 @@ pub unsafe extern "C" fn smelt_dynamic_from_file(
     max_bucket: usize,
     out: *mut *mut SmeltDynamicExecutable,
 ) -> SmeltStatus {
+    let dynamic = match max_bucket {
+        0 => DynamicOptions::default(),
+        b => DynamicOptions {
+            max_bucket: b,
+            ..DynamicOptions::default()
+        },
+    };
+    // SAFETY: forwarded contracts of this function.
+    guard(|| unsafe { open_dynamic(path, opts, dynamic, out) })
+}
+
+/// `smelt_dynamic_from_file` with every dynamic option (`dynamic`: NULL for the
+/// defaults of `smelt_dynamic_options_default()`). Options out of range (a `max_bucket`
+/// that is no power of two from 2 to 1024, more than 256 shapes) are
+/// `SMELT_STATUS_INVALID_ARGUMENT`.
+///
+/// # Safety
+/// `path` is a NUL-terminated string; `opts` is NULL or a valid `SmeltOptions`;
+/// `dynamic` is NULL or a valid `SmeltDynamicOptions`; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn smelt_dynamic_from_file_with(
+    path: *const c_char,
+    opts: *const SmeltOptions,
+    dynamic: *const SmeltDynamicOptions,
+    out: *mut *mut SmeltDynamicExecutable,
+) -> SmeltStatus {
     guard(|| {
         // SAFETY: forwarded contracts of this function.
         unsafe {
             prepare_out(out)?;
-            let path = c_path(path)?;
-            let opts = read_options(opts)?;
-            let mut driver = opts.driver()?;
-            driver.load.input_shapes = opts.input_shapes.clone();
-            let dynamic = match max_bucket {
-                0 => DynamicOptions::default(),
-                b => DynamicOptions {
-                    max_bucket: b,
-                    ..DynamicOptions::default()
-                },
+            let dynamic = match dynamic.is_null() {
+                true => DynamicOptions::default(),
+                false => {
+                    check_ptr(dynamic, "dynamic options")?;
+                    dynamic.read().options()
+                }
             };
-            let exe = DynamicExecutable::new(path, &driver, dynamic)?;
-            let value = SmeltDynamicExecutable {
-                input_names: exe.inputs().iter().map(|i| c_string(&i.name)).collect(),
-                output_names: exe.output_names().iter().map(|n| c_string(n)).collect(),
-                exe,
-            };
-            out.write(LIVE_DYNAMIC.insert(value));
-            Ok(())
+            open_dynamic(path, opts, dynamic, out)
         }
     })
+}
+
+/// Opens the model at `path` as a dynamic executable with `dynamic`, its handle in
+/// `*out`.
+///
+/// # Safety
+/// As `smelt_dynamic_from_file_with`'s `path`, `opts` and `out`.
+unsafe fn open_dynamic(
+    path: *const c_char,
+    opts: *const SmeltOptions,
+    dynamic: DynamicOptions,
+    out: *mut *mut SmeltDynamicExecutable,
+) -> Result<(), Failure> {
+    // SAFETY: forwarded contracts of this function.
+    unsafe {
+        prepare_out(out)?;
+        let path = c_path(path)?;
+        let opts = read_options(opts)?;
+        let mut driver = opts.driver()?;
+        driver.load.input_shapes = opts.input_shapes.clone();
+        let exe = DynamicExecutable::new(path, &driver, dynamic)?;
+        let value = SmeltDynamicExecutable {
+            input_names: exe.inputs().iter().map(|i| c_string(&i.name)).collect(),
+            output_names: exe.output_names().iter().map(|n| c_string(n)).collect(),
+            exe,
+        };
+        out.write(LIVE_DYNAMIC.insert(value));
+        Ok(())
+    }
 }
 
 /// Frees a dynamic executable and every bucket compiled for it. NULL is a no-op; runs in
