@@ -387,11 +387,11 @@ fn bench_dynamic(
         parts,
         total_ms: ms_since(start),
     };
-    let chunks = exe.chunks(n, length)?;
-    let runs_on = exe.chunk_buckets(n, length)?[0];
-    let largest = exe.bucket(runs_on, length)?;
+    let plan = exe.chunk_plan(n, length)?;
+    let chunks: Vec<usize> = plan.iter().map(|c| c.size).collect();
+    let largest = exe.bucket(plan[0].bucket, length)?;
     // a chunk run as copies of its bucket holds one arena per copy
-    let copies = chunks[0] / runs_on.max(1);
+    let copies = plan[0].size / plan[0].bucket.max(1);
     let (written, executed) = exe.flops(n, length)?;
     let samples_ms = time_dynamic_runs(exe, inputs, a.warmup as usize, a.iterations as usize)?;
     let report = Report {

@@ -136,19 +136,16 @@ fn run_dynamic(a: &RunArgs, exe: &DynamicExecutable) -> Result<()> {
             errln!("{w}");
         }
     }
-    let chunks = exe.chunks(n, length)?;
+    let plan = exe.chunk_plan(n, length)?;
     if a.dump.any() {
         // the code of the largest chunk's bucket (every chunk of its size runs it)
-        a.dump
-            .write(&*exe.bucket(exe.chunk_buckets(n, length)?[0], length)?)?;
+        a.dump.write(&*exe.bucket(plan[0].bucket, length)?)?;
     }
-    let buckets = exe.chunk_buckets(n, length)?;
-    let chunks: Vec<String> = chunks
+    let chunks: Vec<String> = plan
         .iter()
-        .zip(&buckets)
-        .map(|(size, bucket)| match size == bucket {
-            true => size.to_string(),
-            false => format!("{size} (copies of bucket {bucket})"),
+        .map(|c| match c.copies() {
+            false => c.size.to_string(),
+            true => format!("{} (copies of bucket {})", c.size, c.bucket),
         })
         .collect();
     let compiled: Vec<String> = exe

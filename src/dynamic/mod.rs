@@ -79,7 +79,7 @@
 //! the default `max_bucket` of 8), and none above the largest chunk; each is compiled on
 //! the first run that needs it and kept for the executable's life
 //! ([`DynamicExecutable::specializations`] lists them and whether bucket 1 runs copies,
-//! [`DynamicExecutable::chunks`] and [`DynamicExecutable::chunk_buckets`] say how a batch
+//! [`DynamicExecutable::chunk_plan`] says how a batch
 //! will run). Compiles of different buckets may run at once on
 //! different threads; two runs needing the same uncompiled bucket wait for one compile.
 //! [`DynamicExecutable::warm_up`] compiles the buckets a batch needs ahead of time.
@@ -340,6 +340,23 @@ impl DynamicInput {
             dims: self.dims_at(n, length),
             layout: smelt_ir::Layout::RowMajor,
         }
+    }
+}
+
+/// One chunk of a run ([`DynamicExecutable::chunk_plan`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chunk {
+    /// The batch elements it runs.
+    pub size: usize,
+    /// The batch of the bucket that runs it: `size`, or 1 for a chunk run as copies of
+    /// bucket 1.
+    pub bucket: usize,
+}
+
+impl Chunk {
+    /// Whether it runs as copies of a smaller bucket.
+    pub fn copies(&self) -> bool {
+        self.size != self.bucket
     }
 }
 
@@ -756,41 +773,31 @@ impl DynamicExecutable {
     /// of 7, or as 4, 2 and 1). For a model with a sequence, at sequence length
     /// `length` (ignored otherwise): its length bucket's arena bounds the chunks.
     pub fn chunks(&self, batch: usize, length: usize) -> Result<Vec<usize>, Error> {
-        let bucket = self.length_bucket(length)?;
         Ok(self
-            .chunk_runs(batch, bucket)?
-            .into_iter()
-            .map(|(size, _)| size)
+            .chunk_plan(batch, length)?
+            .iter()
+            .map(|c| c.size)
             .collect())
     }
 
-    /// The bucket each chunk of [`DynamicExecutable::chunks`] runs on: its own size, or
-    /// 1 for a chunk run as copies of bucket 1 (at `length`, as for
-    /// [`DynamicExecutable::chunks`]). Compiles bucket 1 (the answer depends on its arena
-    /// and whether it runs copies).
-    pub fn chunk_buckets(&self, batch: usize, length: usize) -> Result<Vec<usize>, Error> {
-        let bucket = self.length_bucket(length)?;
-        Ok(self
-            .chunk_runs(batch, bucket)?
-            .into_iter()
-            .map(|(_, b)| b)
-            .collect())
+    /// The chunks of [`DynamicExecutable::chunks`] with the bucket each runs on: its own
+    /// size, or 1 for a chunk run as copies of bucket 1 (at `length`, as there).
+    /// Compiles bucket 1 (the answer depends on its arena and whether it runs copies).
+    pub fn chunk_plan(&self, batch: usize, length: usize) -> Result<Vec<Chunk>, Error> {
+        self.chunk_runs(batch, self.length_bucket(length)?)
     }
 
-    /// Each chunk's size and the bucket that runs it (see [`DynamicExecutable::chunks`]),
-    /// at length bucket `length` for a model with a sequence.
-    fn chunk_runs(
-        &self,
-        batch: usize,
-        length: Option<usize>,
-    ) -> Result<Vec<(usize, usize)>, Error> {
+    /// [`DynamicExecutable::chunk_plan`] at length bucket `length` for a model with a
+    /// sequence.
+    fn chunk_runs(&self, batch: usize, length: Option<usize>) -> Result<Vec<Chunk>, Error> {
         if batch >= 2 && self.runs_copies(length)? {
             // copies run at batch 1, so a sequence's padding proof holds for each; the
             // cache bounds a run's arenas as it bounds a bucket's
             let largest = self.fitting_cache(self.compiled(1, length)?.exe.arena_bytes());
-            let mut chunks = vec![(largest, 1); batch / largest];
+            let copies = |size| Chunk { size, bucket: 1 };
+            let mut chunks = vec![copies(largest); batch / largest];
             if !batch.is_multiple_of(largest) {
-                chunks.push((batch % largest, 1));
+                chunks.push(copies(batch % largest));
             }
             return Ok(chunks);
         }
@@ -804,7 +811,7 @@ impl DynamicExecutable {
             .filter(|&b| b <= largest)
         {
             while left >= b {
-                chunks.push((b, b));
+                chunks.push(Chunk { size: b, bucket: b });
                 left -= b;
             }
         }
@@ -1182,10 +1189,10 @@ impl DynamicExecutable {
         let bucket = self.length_bucket(length)?;
         self.chunk_runs(batch, bucket)?.into_iter().try_fold(
             (0, 0),
-            |(written, executed), (size, runs_on)| {
-                let c = self.compiled(runs_on, bucket)?;
+            |(written, executed), chunk| {
+                let c = self.compiled(chunk.bucket, bucket)?;
                 // a chunk run as copies of a bucket computes that many times its flops
-                let share = |flops: u64| flops / runs_on as u64 * size as u64;
+                let share = |flops: u64| flops / chunk.bucket as u64 * chunk.size as u64;
                 Ok((
                     written + share(c.flops),
                     executed + share(c.exe.executed_flops()),
@@ -1541,20 +1548,20 @@ impl DynamicExecutable {
             None => None,
         };
         let runs = self.chunk_runs(n, bucket)?;
-        let sizes: Vec<usize> = runs.iter().map(|&(size, _)| size).collect();
+        let sizes: Vec<usize> = runs.iter().map(|c| c.size).collect();
         let chunks: Vec<Arc<Compiled>> = runs
             .iter()
-            .map(|&(_, runs_on)| self.compiled(runs_on, bucket))
+            .map(|c| self.compiled(c.bucket, bucket))
             .collect::<Result<_, _>>()?;
-        let (first, size) = (&chunks[0], runs[0].1);
+        let (first, size) = (&chunks[0], runs[0].bucket);
         let separable = match &runs[..] {
             // one chunk of the bucket's size: the results are the bucket's own
-            [(size, runs_on)] if size == runs_on => vec![false; first.exe.outputs().len()],
+            [only] if !only.copies() => vec![false; first.exe.outputs().len()],
             // the largest chunk's bucket (2 or more elements) proves the split, and bucket
             // 1 the split into copies of itself
             _ => {
                 let batched = self.split_proof(size, bucket)?;
-                let copied = chunks.iter().zip(&runs).filter(|(_, r)| r.0 != r.1);
+                let copied = chunks.iter().zip(&runs).filter(|(_, c)| c.copies());
                 for (c, _) in copied {
                     if c.exe.batch_copies().map(|(_, r)| r) != Some(&batched[..]) {
                         return Err(Error::Unsupported(
@@ -1652,21 +1659,12 @@ impl DynamicExecutable {
             // others write scratch copies; with padding every result is written to
             // scratch of the bucket's size and its valid prefix copied out
             // a chunk run as copies of its bucket holds that many of its batched results
+            // (the plan checked the bucket's batched results are the proof's)
             let copies = match exe.batch_copies() {
                 Some((batch, _)) if size > batch => size / batch,
                 _ => 1,
             };
-            let chunk_types: Vec<TensorType> = exe
-                .outputs()
-                .zip(&plan.separable)
-                .map(|(o, &batched)| {
-                    let mut ty = o.ty.clone();
-                    if batched && copies > 1 {
-                        ty.dims[0] *= copies;
-                    }
-                    ty
-                })
-                .collect();
+            let chunk_types = exe.output_types(copies);
             let mut scratch: Vec<Option<Tensor>> = chunk_types
                 .iter()
                 .zip(&plan.separable)

@@ -291,8 +291,10 @@ impl Executable {
         // read-only inputs, constants, or temporaries no step touching the batch writes.
         let pooled = match (step.can_fault, self.threads) {
             (false, Some((pool, threads))) => {
-                let worth = step.split.is_some()
-                    || step.work.saturating_mul(copies as u64) >= MIN_SPLIT_WORK;
+                let info = &self.step_info[step.info];
+                let work = info.flops.saturating_add(info.bytes);
+                let worth =
+                    step.split.is_some() || work.saturating_mul(copies as u64) >= MIN_SPLIT_WORK;
                 worth.then_some((pool, threads))
             }
             _ => None,

@@ -122,8 +122,6 @@ struct ExecStep {
     trips: i64,
     /// Whether a call may end with a fault status (then its copies run one by one).
     can_fault: bool,
-    /// Flops and bytes of one call, for deciding whether copies go to the pool.
-    work: u64,
     /// Index into `Executable::step_info`.
     info: usize,
 }
@@ -368,7 +366,6 @@ impl Executable {
                     split: (trips > 1 && work >= MIN_SPLIT_WORK).then_some(trips),
                     trips,
                     can_fault: k.can_fault(),
-                    work,
                     info: 0,
                 })
             })
@@ -481,6 +478,23 @@ impl Executable {
     /// of any multiple of it are allowed ([`Executable::allow_batch_copies`]).
     pub(crate) fn batch_copies(&self) -> Option<(usize, &[bool])> {
         self.copies.as_ref().map(|c| (c.batch, &c.outputs[..]))
+    }
+
+    /// The results' types in a run of `copies` copies of the compiled batch (allowed by
+    /// [`Executable::allow_batch_copies`] when more than 1): a batched result's leading
+    /// size `copies` times its compiled one.
+    pub(crate) fn output_types(&self, copies: usize) -> Vec<TensorType> {
+        self.outputs
+            .iter()
+            .enumerate()
+            .map(|(k, (o, _))| {
+                let mut ty = o.ty.clone();
+                if copies > 1 && self.copies.as_ref().is_some_and(|c| c.outputs[k]) {
+                    ty.dims[0] *= copies;
+                }
+                ty
+            })
+            .collect()
     }
 
     /// Runs a batch of `copies` times the batch this executable was compiled for
@@ -670,16 +684,9 @@ impl Executable {
         }
         let copies = self.copies_of(inputs)?;
         let mut outs: Vec<Tensor> = self
-            .outputs
+            .output_types(copies)
             .iter()
-            .enumerate()
-            .map(|(k, (o, _))| {
-                let mut ty = o.ty.clone();
-                if self.copies.as_ref().is_some_and(|c| c.outputs[k]) {
-                    ty.dims[0] *= copies;
-                }
-                Tensor::zeros(&ty)
-            })
+            .map(Tensor::zeros)
             .collect();
         let ins: Vec<Elements> = inputs.iter().map(|t| Elements::of(&t.data)).collect();
         let mut ws = self.pooled_workspace(copies)?;
