@@ -202,53 +202,44 @@ impl Executable {
         for (o, (info, src)) in self.outputs.iter().enumerate() {
             let (dst, n) = ws.outs[o];
             let dst = dst as *mut u8;
-            let from: &[u8] = match *src {
-                // SAFETY: input `i` is a live slice of that many bytes (its length was
-                // checked above); it outlives this function.
-                Source::Input(i) => unsafe {
-                    let (at, bytes) = inputs[i].bytes();
-                    std::slice::from_raw_parts(at, bytes)
-                },
-                Source::Constant(c) => self.constants[c].as_bytes(),
-                Source::Arena(off) if output_copies(o) > 1 => {
-                    // copy `r` of the result is in copy `r` of the arena
-                    let each = n / output_copies(o);
-                    for r in 0..output_copies(o) {
+            // a batched result computed in the arena has a part in each copy of it, the
+            // caller's slice holding them one after another; any other comes whole
+            let parts = match src {
+                Source::Arena(_) => output_copies(o),
+                _ => 1,
+            };
+            let each = n / parts;
+            for r in 0..parts {
+                let from: &[u8] = match *src {
+                    // SAFETY: input `i` is a live slice of that many bytes (its length was
+                    // checked above); it outlives this function.
+                    Source::Input(i) => unsafe {
+                        let (at, bytes) = inputs[i].bytes();
+                        std::slice::from_raw_parts(at, bytes)
+                    },
+                    Source::Constant(c) => self.constants[c].as_bytes(),
+                    Source::Arena(off) => {
                         let at = (off + r * self.arena_len) * 4;
-                        let from = arena_bytes.get(at..at + each).ok_or_else(|| {
-                            Error::Unsupported(format!(
-                                "output {} copy {r} lies outside the workspace",
-                                info.name
-                            ))
-                        })?;
-                        check_i1(info, from)?;
-                        // SAFETY: `dst` is the caller's output slice of exactly `n` bytes
-                        // (checked above), `r · each + each <= n`, borrowed mutably for
-                        // this call and distinct from the arena; an `i1` output gets only
-                        // bytes 0 and 1 (checked just above).
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(from.as_ptr(), dst.add(r * each), each)
-                        };
+                        &arena_bytes[at.min(arena_bytes.len())..]
                     }
-                    continue;
-                }
-                Source::Arena(off) => &arena_bytes[(off * 4).min(arena_bytes.len())..],
-                // computed in place
-                Source::Output(_) => continue,
-            };
-            let Some(from) = from.get(..n) else {
-                return Err(Error::Unsupported(format!(
-                    "output {} has {} bytes to copy from, needs {n}",
-                    info.name,
-                    from.len()
-                )));
-            };
-            check_i1(info, from)?;
-            // SAFETY: `dst` is the caller's output slice of exactly `n` bytes (checked
-            // above), borrowed mutably for this call and distinct from `from` (inputs,
-            // constants and the arena are other memory); for an `i1` output every byte
-            // is 0 or 1 (checked just above), so the `[bool]` stays valid.
-            unsafe { std::ptr::copy_nonoverlapping(from.as_ptr(), dst, n) };
+                    // computed in place
+                    Source::Output(_) => continue,
+                };
+                let Some(from) = from.get(..each) else {
+                    return Err(Error::Unsupported(format!(
+                        "output {} has {} bytes to copy from, needs {each}",
+                        info.name,
+                        from.len()
+                    )));
+                };
+                check_i1(info, from)?;
+                // SAFETY: `dst` is the caller's output slice of exactly `n` bytes (checked
+                // above) and `r · each + each <= n`, borrowed mutably for this call and
+                // distinct from `from` (inputs, constants and the arena are other memory);
+                // for an `i1` output every byte is 0 or 1 (checked just above), so the
+                // `[bool]` stays valid.
+                unsafe { std::ptr::copy_nonoverlapping(from.as_ptr(), dst.add(r * each), each) };
+            }
         }
         Ok(())
     }
