@@ -83,15 +83,7 @@ fn a_batch_runs_as_copies_of_one_compile_and_matches_onnxruntime() {
                 "ids passed through at batch {n}"
             );
             assert_close(&got[3], &want[3], "table_sum");
-            assert_eq!(
-                exe.chunk_plan(n, 1)
-                    .unwrap()
-                    .iter()
-                    .map(|c| c.bucket)
-                    .collect::<Vec<_>>(),
-                vec![1],
-                "batch {n}"
-            );
+            assert_eq!(common::chunk_buckets(&exe, n, 1), vec![1], "batch {n}");
         }
         let compiled = exe.specializations();
         let batches: Vec<usize> = compiled.iter().map(|s| s.batch).collect();
@@ -152,14 +144,7 @@ fn elements_that_read_each_other_never_run_as_copies() {
     // batch 4 is a bucket: it runs whole, compiled for 4
     let got = exe.run(std::slice::from_ref(&x)).expect("a bucket's batch");
     assert_close(&got[0], &npy("batch_mixer", "want_centered.npy"), "batch 4");
-    assert_eq!(
-        exe.chunk_plan(4, 1)
-            .unwrap()
-            .iter()
-            .map(|c| c.bucket)
-            .collect::<Vec<_>>(),
-        vec![4]
-    );
+    assert_eq!(common::chunk_buckets(&exe, 4, 1), vec![4]);
     let bucket1 = exe
         .specializations()
         .into_iter()

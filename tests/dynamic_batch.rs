@@ -81,27 +81,11 @@ fn batches_match_specialized_executables(batch_copies: bool) {
             vec![1],
             "batch 3 runs as 2 + 1 copies of bucket 1"
         );
-        assert_eq!(
-            dynamic
-                .chunk_plan(5, 1)
-                .unwrap()
-                .iter()
-                .map(|c| c.bucket)
-                .collect::<Vec<_>>(),
-            vec![1, 1, 1]
-        );
+        assert_eq!(common::chunk_buckets(&dynamic, 5, 1), vec![1, 1, 1]);
         assert_eq!(dynamic.specializations()[0].copies, Some(Ok(())));
     } else {
         assert_eq!(compiled, vec![1, 2], "batch 3 runs buckets 2 and 1");
-        assert_eq!(
-            dynamic
-                .chunk_plan(5, 1)
-                .unwrap()
-                .iter()
-                .map(|c| c.bucket)
-                .collect::<Vec<_>>(),
-            vec![2, 2, 1]
-        );
+        assert_eq!(common::chunk_buckets(&dynamic, 5, 1), vec![2, 2, 1]);
     }
     // both buckets specialized the one module fused with a symbolic batch
     assert!(

@@ -170,15 +170,7 @@ fn a_batch_off_its_buckets_at_a_length_off_its_buckets_matches() {
     let want = specialized(&model, &inputs);
     assert_close(&got, &want, "batch 3, length 100");
     assert_eq!(dynamic.chunks(3, 100).unwrap(), vec![3]);
-    assert_eq!(
-        dynamic
-            .chunk_plan(3, 100)
-            .unwrap()
-            .iter()
-            .map(|c| c.bucket)
-            .collect::<Vec<_>>(),
-        vec![1]
-    );
+    assert_eq!(common::chunk_buckets(&dynamic, 3, 100), vec![1]);
     let compiled: Vec<(usize, Option<usize>)> = dynamic
         .specializations()
         .iter()

@@ -192,3 +192,13 @@ pub fn at_every_symbol(m: &smelt_ir::Module, size: usize) -> smelt_ir::Module {
     smelt_ir::symbolic::specialize(m, &shapes)
         .unwrap_or_else(|d| panic!("@{} at every symbol {size}: {d}", entry.name))
 }
+
+/// The bucket each chunk of a run of `batch` elements (at sequence length `length`) runs
+/// on (`DynamicExecutable::chunk_plan`).
+pub fn chunk_buckets(exe: &smelt::DynamicExecutable, batch: usize, length: usize) -> Vec<usize> {
+    exe.chunk_plan(batch, length)
+        .expect("a chunk plan")
+        .iter()
+        .map(|c| c.bucket)
+        .collect()
+}
