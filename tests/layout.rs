@@ -474,14 +474,34 @@ fn depthwise(
 /// channels to `mid` with relu, a depthwise `k`×`k` conv (stride and dilation `sd`) with
 /// relu, a 1×1 projection to 24 channels (not a whole number of blocks).
 fn inverted_residual(n: usize, hw: usize, k: usize, sd: (usize, usize), mid: usize) -> Module {
+    inverted_residual_with(n, hw, k, sd, mid, &relu())
+}
+
+/// [`inverted_residual`] with `post` after the depthwise conv instead of relu.
+fn inverted_residual_with(
+    n: usize,
+    hw: usize,
+    k: usize,
+    sd: (usize, usize),
+    mid: usize,
+    post: &[PostOp],
+) -> Module {
     let mut m = Module::default();
     let mut b = FuncBuilder::new(&mut m, "main");
     let x = b.param("x", f32t(&[n, 16, hw, hw]));
     let e = conv(&mut b, x, (16, mid), 1, 1, &relu(), &[], 400);
-    let dw = depthwise(&mut b, e, mid, k, sd, &relu(), 410);
+    let dw = depthwise(&mut b, e, mid, k, sd, post, 410);
     let y = conv(&mut b, dw, (mid, 24), 1, 1, &[], &[], 420);
     b.finish(&[("y", y)]);
     m
+}
+
+/// Whether a depthwise kernel on channel blocks in the loop-IR dump `loops` has `call`.
+fn depthwise_kernels_call(loops: &str, call: &str) -> bool {
+    loops
+        .split("kernel @")
+        .filter(|k| k.starts_with("conv2d_depthwise_c16_"))
+        .any(|k| k.contains(call))
 }
 
 #[test]
@@ -534,12 +554,40 @@ fn depthwise_convs_read_and_write_channel_blocks() {
                     assert!(loops.contains(part), "{what}: no {part} kernel\n{loops}");
                 }
             }
+            // the rows of whole blocks get their relu from the store routine, in place (a
+            // partial block's from the Cranelift epilogue)
+            let stored = depthwise_kernels_call(&loops, "call store_relu_rows(");
+            assert_eq!(stored, native && mid >= 16, "{what} {kernels:?}\n{loops}");
             // bias first, then the taps in order, as the row-major Cranelift kernels sum
             // (the native row routine of 5×5 and wider windows adds the bias last)
             if k == 3 {
                 assert_eq!(blocked, plain, "{what} {kernels:?}");
             }
         }
+    }
+    // MobileNetV3's hard-swish after the depthwise conv: the store routine's on whole
+    // blocks, bit for bit the Cranelift epilogue's; a partial block keeps the latter
+    let hard_swish = [PostOp::Unary(UnaryOp::HardSwish)];
+    let mut native_hard_swish = 0;
+    for (n, hw, mid) in [(1, 9, 32), (2, 8, 48), (1, 7, 24)] {
+        let what = format!("inverted residual {n}×{hw}², hard-swish, {mid} channels");
+        let m = inverted_residual_with(n, hw, 3, (1, 1), mid, &hard_swish);
+        let inputs = random_inputs(&m, 19);
+        check_against_interp(&what, &m, &inputs, 1e-5);
+        for kernels in kernel_choices() {
+            let (loops, blocked, plain) = blocked_and_row_major(&m, &inputs, kernels);
+            let native = loops.contains("call blocked_depthwise_row(");
+            let stored = depthwise_kernels_call(&loops, "call store_hardswish_rows(");
+            assert_eq!(stored, native && mid >= 16, "{what} {kernels:?}\n{loops}");
+            native_hard_swish += usize::from(stored);
+            assert_eq!(blocked, plain, "{what} {kernels:?}");
+        }
+    }
+    if cfg!(target_arch = "x86_64") {
+        assert!(
+            native_hard_swish >= 2,
+            "no hard-swish ran through the store routine"
+        );
     }
 }
 
@@ -715,9 +763,9 @@ fn whole_block_tiles_store_through_the_native_routine_bit_for_bit() {
     };
     let silu = PostOp::Unary(UnaryOp::Silu);
     let hard_swish = PostOp::Unary(UnaryOp::HardSwish);
-    // the epilogues the store routine applies (none, ReLU, a residual, both), one after
-    // a native SiLU, and one it does not (hard-swish: the Cranelift epilogue)
-    let cases: [(&[PostOp], &[PostOp], &[&str]); 5] = [
+    // the epilogues the store routines apply (none, ReLU, a residual, both; hard-swish
+    // alone and after a residual), and one after a native SiLU
+    let cases: [(&[PostOp], &[PostOp], &[&str]); 6] = [
         (&[], &[], &["call store_rows"]),
         (
             &relu(),
@@ -735,7 +783,12 @@ fn whole_block_tiles_store_through_the_native_routine_bit_for_bit() {
             &[add, PostOp::Unary(UnaryOp::Relu)],
             &["call store_relu_rows"],
         ),
-        (&[hard_swish], &[], &["call store_rows"]),
+        (
+            &[hard_swish],
+            &[],
+            &["call store_hardswish_rows", "call store_rows"],
+        ),
+        (&relu(), &[add, hard_swish], &["call store_hardswish_rows"]),
     ];
     let mut native = 0;
     for (k, (first, last, routines)) in cases.into_iter().enumerate() {
@@ -759,6 +812,10 @@ fn whole_block_tiles_store_through_the_native_routine_bit_for_bit() {
         }
     }
     if cfg!(target_arch = "x86_64") {
-        assert_eq!(native, 10, "every case ran with AVX2 tiles");
+        assert_eq!(
+            native,
+            2 * 6,
+            "every case ran with AVX2 tiles (2 shapes × 6 cases)"
+        );
     }
 }

@@ -1,5 +1,5 @@
-//! The native store-rows routines (identity and ReLU; the AVX2 routine, which AVX-512
-//! hosts use too) against the contract computed here and the scalar references: rows
+//! The native store-rows routines (identity, ReLU and hard-swish; the AVX2 routine,
+//! which AVX-512 hosts use too) against the contract computed here and the scalar references: rows
 //! of 16, 32 and 64 lanes with and without a bias and a residual, written elsewhere or
 //! in place, NaN, ±0 and ±∞ among the values, guard regions untouched, and records the
 //! contract refuses touching nothing.
@@ -12,12 +12,23 @@ const POISON: u32 = 0x7fc0_5707;
 /// Guard elements before and after every buffer.
 const GUARD: usize = 19;
 
-/// The routines this host runs, the reference first, for ReLU or the identity. On
-/// x86-64 the AVX2 routine is required (the test machines have it).
-fn routines(relu: bool) -> Vec<(&'static str, StoreRowsFn)> {
-    let reference: StoreRowsFn = match relu {
-        true => microkernels::store_relu_rows_reference,
-        false => microkernels::store_rows_reference,
+/// The activation a routine applies.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Act {
+    Identity,
+    Relu,
+    HardSwish,
+}
+
+const ACTS: [Act; 3] = [Act::Identity, Act::Relu, Act::HardSwish];
+
+/// The routines this host runs, the reference first, for `act`. On x86-64 the AVX2
+/// routine is required (the test machines have it).
+fn routines(act: Act) -> Vec<(&'static str, StoreRowsFn)> {
+    let reference: StoreRowsFn = match act {
+        Act::Identity => microkernels::store_rows_reference,
+        Act::Relu => microkernels::store_relu_rows_reference,
+        Act::HardSwish => microkernels::store_hardswish_rows_reference,
     };
     let mut v: Vec<(&'static str, StoreRowsFn)> = vec![("reference", reference)];
     #[cfg(target_arch = "x86_64")]
@@ -26,9 +37,10 @@ fn routines(relu: bool) -> Vec<(&'static str, StoreRowsFn)> {
             microkernels::has_avx2_fma(),
             "an x86-64 test machine without AVX2 + FMA"
         );
-        let avx2: StoreRowsFn = match relu {
-            true => microkernels::store_relu_rows_avx2,
-            false => microkernels::store_rows_avx2,
+        let avx2: StoreRowsFn = match act {
+            Act::Identity => microkernels::store_rows_avx2,
+            Act::Relu => microkernels::store_relu_rows_avx2,
+            Act::HardSwish => microkernels::store_hardswish_rows_avx2,
         };
         v.push(("avx2", avx2));
     }
@@ -67,7 +79,7 @@ fn guards_intact(buf: &[f32]) -> bool {
 }
 
 /// The contract, element by element, in this file's own words.
-fn expected(sums: &[f32], bias: Option<&[f32]>, residual: Option<&[f32]>, relu: bool) -> Vec<f32> {
+fn expected(sums: &[f32], bias: Option<&[f32]>, residual: Option<&[f32]>, act: Act) -> Vec<f32> {
     let lanes = bias.map_or(1, <[f32]>::len);
     (0..sums.len())
         .map(|i| {
@@ -78,10 +90,17 @@ fn expected(sums: &[f32], bias: Option<&[f32]>, residual: Option<&[f32]>, relu: 
             if let Some(r) = residual {
                 v += r[i];
             }
-            if relu && v < 0.0 {
-                0.0
-            } else {
-                v
+            match act {
+                Act::Identity => v,
+                Act::Relu if v < 0.0 => 0.0,
+                Act::Relu => v,
+                // the JIT's hard-swish: one fused multiply-add, clamps keeping a NaN
+                Act::HardSwish => {
+                    let gate = v.mul_add(1.0 / 6.0, 0.5);
+                    let gate = if gate < 0.0 { 0.0 } else { gate };
+                    let gate = if 1.0 < gate { 1.0 } else { gate };
+                    v * gate
+                }
             }
         })
         .collect()
@@ -102,8 +121,8 @@ enum Target {
 #[test]
 fn routines_equal_the_contract_bit_for_bit_and_stay_inside() {
     let mut calls = 0;
-    for relu in [false, true] {
-        for (name, f) in routines(relu) {
+    for act in ACTS {
+        for (name, f) in routines(act) {
             for (rows, lanes) in [(0, 16), (1, 16), (7, 16), (3, 32), (5, 64)] {
                 let n = rows * lanes;
                 for with_bias in [false, true] {
@@ -113,7 +132,7 @@ fn routines_equal_the_contract_bit_for_bit_and_stay_inside() {
                                 continue;
                             }
                             let what = format!(
-                                "{name} relu={relu} {rows}x{lanes} bias={with_bias} \
+                                "{name} {act:?} {rows}x{lanes} bias={with_bias} \
                                  residual={with_residual} {target:?}"
                             );
                             let sums = values(n, 1 + n as u64);
@@ -123,7 +142,7 @@ fn routines_equal_the_contract_bit_for_bit_and_stay_inside() {
                                 &sums,
                                 with_bias.then_some(&bias[..]),
                                 with_residual.then_some(&residual[..]),
-                                relu,
+                                act,
                             );
                             let mut sums_buf = guarded(&sums);
                             let bias_buf = guarded(&bias);
@@ -171,16 +190,16 @@ fn routines_equal_the_contract_bit_for_bit_and_stay_inside() {
             }
         }
     }
-    // two activations × (reference + AVX2 on x86-64) × 5 shapes × 10 combinations
+    // three activations × (reference + AVX2 on x86-64) × 5 shapes × 10 combinations
     let per_routine = 5 * 10;
     assert_eq!(calls % per_routine, 0);
-    assert!(calls >= 2 * per_routine, "only {calls} calls ran");
+    assert!(calls >= ACTS.len() * per_routine, "only {calls} calls ran");
 }
 
 #[test]
 fn records_the_contract_refuses_touch_nothing() {
-    for relu in [false, true] {
-        for (name, f) in routines(relu) {
+    for act in ACTS {
+        for (name, f) in routines(act) {
             for (rows, lanes) in [(-1, 16), (1, 0), (1, 12), (1, -16), (2, 8)] {
                 let sums = guarded(&[1.5; 64]);
                 let mut out = guarded(&[7.0; 64]);
@@ -198,7 +217,7 @@ fn records_the_contract_refuses_touch_nothing() {
                 };
                 assert!(
                     out[GUARD..GUARD + 64].iter().all(|&v| v == 7.0) && guards_intact(&out),
-                    "{name} relu={relu}: {rows} rows of {lanes} wrote"
+                    "{name} {act:?}: {rows} rows of {lanes} wrote"
                 );
             }
         }

@@ -121,8 +121,10 @@ pub use peak::{fma_peak, FmaPeak};
 pub use softmax::{softmax_row_avx2, softmax_row_avx512};
 pub use softmax::{softmax_row_reference, SoftmaxRowFn};
 #[cfg(target_arch = "x86_64")]
-pub use store::{store_relu_rows_avx2, store_rows_avx2};
-pub use store::{store_relu_rows_reference, store_rows_reference, StoreRowsFn};
+pub use store::{store_hardswish_rows_avx2, store_relu_rows_avx2, store_rows_avx2};
+pub use store::{
+    store_hardswish_rows_reference, store_relu_rows_reference, store_rows_reference, StoreRowsFn,
+};
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 
@@ -286,7 +288,7 @@ pub enum RowRoutine {
 /// Every row routine, kind by kind and each kind's ISAs in [`RowRoutine::index`]'s
 /// order: a JIT module declares them in this order after [`ROUTINES`] and the prefetch
 /// helper, so a routine's function id follows from its index here.
-pub const ROW_ROUTINES: [(RowRoutine, TileIsa, &str); 16] = [
+pub const ROW_ROUTINES: [(RowRoutine, TileIsa, &str); 18] = [
     (
         RowRoutine::Depthwise,
         TileIsa::Avx2,
@@ -323,6 +325,16 @@ pub const ROW_ROUTINES: [(RowRoutine, TileIsa, &str); 16] = [
         TileIsa::Avx512,
         "smelt_blocked_depthwise_row_avx512",
     ),
+    (
+        STORE_HARDSWISH,
+        TileIsa::Avx2,
+        "smelt_store_hardswish_rows_avx2",
+    ),
+    (
+        STORE_HARDSWISH,
+        TileIsa::Avx512,
+        "smelt_store_hardswish_rows_avx512",
+    ),
 ];
 
 const SILU: RowRoutine = RowRoutine::Activation(RowActivation::Silu);
@@ -330,10 +342,11 @@ const SIGMOID: RowRoutine = RowRoutine::Activation(RowActivation::Sigmoid);
 const GELU: RowRoutine = RowRoutine::Activation(RowActivation::Gelu);
 const STORE: RowRoutine = RowRoutine::Store(StoreActivation::Identity);
 const STORE_RELU: RowRoutine = RowRoutine::Store(StoreActivation::Relu);
+const STORE_HARDSWISH: RowRoutine = RowRoutine::Store(StoreActivation::HardSwish);
 
 impl RowRoutine {
     /// Every kind, in [`ROW_ROUTINES`]' order.
-    pub const ALL: [RowRoutine; 8] = [
+    pub const ALL: [RowRoutine; 9] = [
         RowRoutine::Depthwise,
         RowRoutine::Softmax,
         SILU,
@@ -342,6 +355,7 @@ impl RowRoutine {
         STORE,
         STORE_RELU,
         RowRoutine::BlockedDepthwise,
+        STORE_HARDSWISH,
     ];
 
     /// The routine's name in messages.
@@ -354,6 +368,7 @@ impl RowRoutine {
             RowRoutine::Activation(RowActivation::Gelu) => "gelu-rows",
             RowRoutine::Store(StoreActivation::Identity) => "store-rows",
             RowRoutine::Store(StoreActivation::Relu) => "store-relu-rows",
+            RowRoutine::Store(StoreActivation::HardSwish) => "store-hardswish-rows",
             RowRoutine::BlockedDepthwise => "blocked-depthwise-row",
         }
     }
@@ -369,6 +384,7 @@ impl RowRoutine {
             RowRoutine::Store(StoreActivation::Identity) => 5,
             RowRoutine::Store(StoreActivation::Relu) => 6,
             RowRoutine::BlockedDepthwise => 7,
+            RowRoutine::Store(StoreActivation::HardSwish) => 8,
         };
         let isa = match isa {
             TileIsa::Avx2 => 0,
@@ -401,7 +417,11 @@ impl RowRoutine {
             };
             // the AVX2 store and blocked depthwise routines serve AVX-512 hosts too (see
             // `store.rs`, `depthwise_blocks.rs`)
-            let [store, store_relu]: [StoreRowsFn; 2] = [store_rows_avx2, store_relu_rows_avx2];
+            let [store, store_relu, store_hardswish]: [StoreRowsFn; 3] = [
+                store_rows_avx2,
+                store_relu_rows_avx2,
+                store_hardswish_rows_avx2,
+            ];
             let blocked_depthwise: BlockedDepthwiseRowFn = blocked_depthwise_row_avx2;
             match self {
                 RowRoutine::Depthwise => depthwise as *const u8,
@@ -411,6 +431,7 @@ impl RowRoutine {
                 RowRoutine::Activation(RowActivation::Gelu) => gelu as *const u8,
                 RowRoutine::Store(StoreActivation::Identity) => store as *const u8,
                 RowRoutine::Store(StoreActivation::Relu) => store_relu as *const u8,
+                RowRoutine::Store(StoreActivation::HardSwish) => store_hardswish as *const u8,
                 RowRoutine::BlockedDepthwise => blocked_depthwise as *const u8,
             }
         }

@@ -1,5 +1,5 @@
 //! Store-rows routines: a conv tile's sums, left on the stack by the tile routine, plus
-//! their bias and a residual, through ReLU or nothing, stored into a result laid out in
+//! their bias and a residual, through ReLU, hard-swish or nothing, stored into a result laid out in
 //! channel blocks of 16 (`[pixel][16]`: one tile's rows are one contiguous run). The
 //! Cranelift epilogue this replaces runs on f32x4 with a load, an add and a store per 4
 //! lanes: a third of a 1×1 conv's time when its reduction is only 16 or 24 channels
@@ -15,6 +15,8 @@
 //! v = v + (residual ? residual[i] : 0)              (skipped without a residual)
 //! out[i] = v                                         (identity)
 //! out[i] = v < 0 ? 0 : v                             (ReLU: a NaN kept, −0 kept)
+//! t = fma(v, 1/6, 1/2); t = t < 0 ? 0 : t; t = 1 < t ? 1 : t
+//! out[i] = v · t                                     (hard-swish: one rounding in fma)
 //! ```
 //!
 //! reading `sums[0..rows·lanes]`, `residual[0..rows·lanes]` (when not null) and
@@ -22,7 +24,8 @@
 //! only. `out` may be `sums` or `residual` (each element is read before it is written),
 //! never overlap them otherwise. `lanes` must be a positive multiple of 16 and `rows ≥ 0`;
 //! any other record touches nothing. The adds are the Cranelift epilogue's, in its order,
-//! and ReLU is its `max` (`a < 0 ? 0 : a`), so the result is bit for bit the same.
+//! ReLU is its `max` (`a < 0 ? 0 : a`) and hard-swish its expression on a host with FMA
+//! (which the routines need), so the result is bit for bit the same.
 //!
 //! The AVX2 routine serves AVX-512 hosts too: the loop is bound by its loads and stores,
 //! which 512-bit vectors do not make wider on Zen 4.
@@ -44,6 +47,7 @@ pub type StoreRowsFn = unsafe extern "C" fn(
 /// The activations, as the const parameter of the shared loops.
 const IDENTITY: u8 = 0;
 const RELU: u8 = 1;
+const HARDSWISH: u8 = 2;
 
 /// The oracle of the identity: the contract element by element.
 ///
@@ -80,6 +84,31 @@ pub unsafe extern "C" fn store_relu_rows_reference(
     unsafe { reference::<RELU>(sums, bias, residual, out, rows, lanes) }
 }
 
+/// The oracle of hard-swish, as [`store_rows_reference`].
+///
+/// # Safety
+///
+/// As [`store_rows_reference`].
+pub unsafe extern "C" fn store_hardswish_rows_reference(
+    sums: *const f32,
+    bias: *const f32,
+    residual: *const f32,
+    out: *mut f32,
+    rows: i64,
+    lanes: i64,
+) {
+    // SAFETY: forwarded contract.
+    unsafe { reference::<HARDSWISH>(sums, bias, residual, out, rows, lanes) }
+}
+
+/// Hard-swish as the JIT's epilogue computes it (see the module docs).
+fn hard_swish(v: f32) -> f32 {
+    let t = v.mul_add(1.0 / 6.0, 0.5);
+    let t = if t < 0.0 { 0.0 } else { t };
+    let t = if 1.0 < t { 1.0 } else { t };
+    v * t
+}
+
 /// The contract element by element for activation `ACT`.
 ///
 /// # Safety
@@ -108,6 +137,7 @@ unsafe fn reference<const ACT: u8>(
             }
             *out.add(i) = match ACT {
                 RELU if v < 0.0 => 0.0,
+                HARDSWISH => hard_swish(v),
                 _ => v,
             };
         }
@@ -115,20 +145,21 @@ unsafe fn reference<const ACT: u8>(
 }
 
 #[cfg(target_arch = "x86_64")]
-pub use x86::{store_relu_rows_avx2, store_rows_avx2};
+pub use x86::{store_hardswish_rows_avx2, store_relu_rows_avx2, store_rows_avx2};
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{counts, IDENTITY, RELU};
+    use super::{counts, HARDSWISH, IDENTITY, RELU};
 
     /// The identity on AVX2 (the contract is the module docs').
     ///
     /// # Safety
     ///
-    /// AVX2 on the host; the contract's runs readable and writable.
-    #[target_feature(enable = "avx2")]
+    /// AVX2 and FMA on the host (the AVX2 tiles' ISA; the shared loop is compiled for
+    /// both); the contract's runs readable and writable.
+    #[target_feature(enable = "avx2,fma")]
     pub unsafe extern "C" fn store_rows_avx2(
         sums: *const f32,
         bias: *const f32,
@@ -146,7 +177,7 @@ mod x86 {
     /// # Safety
     ///
     /// As [`store_rows_avx2`].
-    #[target_feature(enable = "avx2")]
+    #[target_feature(enable = "avx2,fma")]
     pub unsafe extern "C" fn store_relu_rows_avx2(
         sums: *const f32,
         bias: *const f32,
@@ -159,13 +190,31 @@ mod x86 {
         unsafe { rows_avx2::<RELU>(sums, bias, residual, out, rows, lanes) }
     }
 
+    /// Hard-swish on AVX2 and FMA, as [`store_rows_avx2`].
+    ///
+    /// # Safety
+    ///
+    /// As [`store_rows_avx2`].
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe extern "C" fn store_hardswish_rows_avx2(
+        sums: *const f32,
+        bias: *const f32,
+        residual: *const f32,
+        out: *mut f32,
+        rows: i64,
+        lanes: i64,
+    ) {
+        // SAFETY: forwarded contract.
+        unsafe { rows_avx2::<HARDSWISH>(sums, bias, residual, out, rows, lanes) }
+    }
+
     /// The loop: 8 lanes at a time (`lanes` is a multiple of 16), the bias vector of
     /// each 8 lanes reloaded per row (it stays in L1).
     ///
     /// # Safety
     ///
     /// As [`store_rows_avx2`].
-    #[target_feature(enable = "avx2")]
+    #[target_feature(enable = "avx2,fma")]
     unsafe fn rows_avx2<const ACT: u8>(
         sums: *const f32,
         bias: *const f32,
@@ -178,6 +227,11 @@ mod x86 {
             return;
         };
         let zero = _mm256_setzero_ps();
+        let (sixth, half, one) = (
+            _mm256_set1_ps(1.0 / 6.0),
+            _mm256_set1_ps(0.5),
+            _mm256_set1_ps(1.0),
+        );
         // SAFETY: every offset is below rows·lanes (sums, residual, out) or lanes (bias),
         // the contract's runs; each vector's lanes are read before they are written.
         unsafe {
@@ -195,6 +249,14 @@ mod x86 {
                         // `v < 0 ? 0 : v`: keeps a NaN (the compare is false) and −0
                         let negative = _mm256_cmp_ps::<_CMP_LT_OQ>(v, zero);
                         v = _mm256_blendv_ps(v, zero, negative);
+                    }
+                    if ACT == HARDSWISH {
+                        // `max(a, b)` is `a > b ? a : b` and `min(a, b)` is `a < b ? a :
+                        // b`: with the constant first, `t < 0 ? 0 : t` and `1 < t ? 1 :
+                        // t`, which keep a NaN `t` as the JIT's clamps do
+                        let t = _mm256_fmadd_ps(v, sixth, half);
+                        let t = _mm256_min_ps(one, _mm256_max_ps(zero, t));
+                        v = _mm256_mul_ps(v, t);
                     }
                     _mm256_storeu_ps(out.add(i), v);
                 }

@@ -732,8 +732,11 @@ mod tests {
                     let bias = g.chance(50).then(|| ptr(g));
                     let residual = g.chance(50).then(|| ptr(g));
                     Stmt::StoreRows {
-                        act: [StoreActivation::Identity, StoreActivation::Relu]
-                            [g.int(0, 1) as usize],
+                        act: [
+                            StoreActivation::Identity,
+                            StoreActivation::Relu,
+                            StoreActivation::HardSwish,
+                        ][g.int(0, 2) as usize],
                         sums,
                         bias,
                         residual,

@@ -273,6 +273,9 @@ pub enum StoreActivation {
     Identity,
     /// `max(v, 0)`, a NaN kept (as the JIT's `max` keeps one).
     Relu,
+    /// Hard-swish, `v · min(max(fma(v, 1/6, 1/2), 0), 1)`: the JIT's expression, its
+    /// `max` and `min` keeping a NaN and `v/6 + 1/2` one fused multiply-add.
+    HardSwish,
 }
 
 impl StoreActivation {
@@ -281,6 +284,7 @@ impl StoreActivation {
         match self {
             StoreActivation::Identity => "store",
             StoreActivation::Relu => "store_relu",
+            StoreActivation::HardSwish => "store_hardswish",
         }
     }
 }

@@ -617,11 +617,16 @@ impl Epilogue {
     }
 
     /// When the post-ops are what a store-rows routine applies after the bias (nothing,
-    /// a ReLU, the add of an operand of the result's whole shape — a residual, read at
-    /// the result's own index —, or that add then a ReLU): the residual's kernel
+    /// a ReLU or a hard-swish, the add of an operand of the result's whole shape — a
+    /// residual, read at the result's own index —, or that add then one of those
+    /// activations): the residual's kernel
     /// argument, if there is one, and the activation. Call after [`Epilogue::declare`].
     pub(crate) fn as_store_rows(&self) -> Option<(Option<BufId>, StoreActivation)> {
-        let relu = |p: &PostOp| matches!(p, PostOp::Unary(UnaryOp::Relu));
+        let act = |p: &PostOp| match p {
+            PostOp::Unary(UnaryOp::Relu) => Some(StoreActivation::Relu),
+            PostOp::Unary(UnaryOp::HardSwish) => Some(StoreActivation::HardSwish),
+            _ => None,
+        };
         let residual = || {
             let i = *self.reads.first()?;
             self.full[i].then(|| self.args.get(i).copied()).flatten()
@@ -637,9 +642,9 @@ impl Epilogue {
         };
         match &self.post[..] {
             [] => Some((None, StoreActivation::Identity)),
-            [r] if relu(r) => Some((None, StoreActivation::Relu)),
             [a] if add(a) => Some((Some(residual()?), StoreActivation::Identity)),
-            [a, r] if add(a) && relu(r) => Some((Some(residual()?), StoreActivation::Relu)),
+            [r] => Some((None, act(r)?)),
+            [a, r] if add(a) => Some((Some(residual()?), act(r)?)),
             _ => None,
         }
     }

@@ -17,7 +17,9 @@
 //! Where the target has native routines, each output row is one call of the
 //! blocked-depthwise-row routine (`Stmt::BlockedDepthwiseRow`, AVX2: a block is two
 //! 8-lane vectors), which skips the border columns' taps itself; the kernel keeps only
-//! the border rows' tap ranges and the epilogue. MobileNetV3-small's depthwise kernels
+//! the border rows' tap ranges and the epilogue — itself a call of a store-rows routine,
+//! in place, when the row is of whole blocks and its post-ops are what one applies (a
+//! ReLU, a hard-swish, a residual: MobileNetV3's). MobileNetV3-small's depthwise kernels
 //! were 2,000–2,500 Cranelift instructions each with every border tile written out, and
 //! half of its code generation time. The Cranelift kernel below stays for
 //! `--kernels cranelift`.
@@ -291,6 +293,13 @@ fn emit_rows(
                 record,
             );
             if epi.is_empty() {
+                return;
+            }
+            // the routine added the bias; the rest on the store routine's 8-lane vectors
+            if let Some((residual, act)) = epi.as_store_rows().filter(|_| real_vecs == VECS) {
+                let run = ptr(ya, y_row.clone());
+                let residual = residual.map(|r| ptr(r, y_row.clone()));
+                b.store_rows(act, run.clone(), None, residual, run, ow, lane);
                 return;
             }
             b.for_loop(0, ow, 1, |b, col| {
