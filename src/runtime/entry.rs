@@ -11,7 +11,9 @@
 //! before the first call (the input and output slices' lengths, the workspace's size),
 //! and the rest holds by construction (the memory plan, `assemble`'s checks of the
 //! constants); its SAFETY comment gives the argument case by case. A parallel kernel's
-//! split calls run on the pool's threads (`pool`, whose module doc states its part).
+//! split calls run on the pool's threads (`pool`, whose module doc states its part), and
+//! so do whole copies of a batch (`run_whole_copies`: every step of one copy on one
+//! thread, when every step touches the batch, so copies share nothing they write).
 
 #![allow(unsafe_code)]
 
@@ -144,7 +146,34 @@ impl Executable {
                 Source::Constant(_) => 0,
             }
         };
+        // every step touching the batch: each copy's whole run on one thread, the copies
+        // shared between the threads (no barrier between steps, one image's working set
+        // per core) — unless the run is profiled step by step
+        let whole = match (plan, self.threads, &times) {
+            (Some(p), Some((pool, threads)), None)
+                if threads >= 2
+                    && p.steps.iter().all(Option::is_some)
+                    && ws.ptrs.len() >= self.whole_copy_slots(copies) =>
+            {
+                Some((p, pool, threads))
+            }
+            _ => None,
+        };
+        if let Some((p, pool, threads)) = whole {
+            self.run_whole_copies(
+                p,
+                copies,
+                &address,
+                &copy_stride,
+                &mut ws.ptrs,
+                pool,
+                threads,
+            )?;
+        }
         for (n, step) in self.steps.iter().enumerate() {
+            if whole.is_some() {
+                break;
+            }
             let start = times.as_ref().map(|_| Instant::now());
             if let Some(moves) = plan.and_then(|p| p.steps[n].as_deref()) {
                 self.run_copies_of_step(n, copies, moves, &address, &copy_stride, &mut ws.ptrs)?;
@@ -310,6 +339,85 @@ impl Executable {
         Ok(())
     }
 
+    /// Pointer slots a run of `copies` whole copies in parallel needs: one argument array
+    /// per step and copy.
+    pub(super) fn whole_copy_slots(&self, copies: usize) -> usize {
+        self.steps
+            .len()
+            .saturating_mul(copies)
+            .saturating_mul(self.max_args)
+    }
+
+    /// Runs `copies` copies of the batch when every step touches it (`plan`), each copy's
+    /// steps in order on one thread and the copies spread over the pool's `threads`:
+    /// `ptrs` gets every step's argument array for every copy first (step `n`, copy `r`
+    /// at `(n · copies + r) · max_args`), then one job runs copy `r`'s arrays in order. A
+    /// fault stops its copy; the first faulting copy's error is returned.
+    #[allow(clippy::too_many_arguments)]
+    fn run_whole_copies(
+        &self,
+        plan: &super::batch::BatchCopies,
+        copies: usize,
+        address: &dyn Fn(Source) -> usize,
+        copy_stride: &dyn Fn(Source) -> usize,
+        ptrs: &mut [usize],
+        pool: &super::pool::ThreadPool,
+        threads: usize,
+    ) -> Result<(), Error> {
+        let width = self.max_args;
+        for (n, step) in self.steps.iter().enumerate() {
+            let moves = plan.steps[n].as_deref().unwrap_or(&[]);
+            for r in 0..copies {
+                let at = (n * copies + r) * width;
+                let slots = &mut ptrs[at..at + step.args.len()];
+                for (k, (slot, &src)) in slots.iter_mut().zip(&step.args).enumerate() {
+                    let moved = moves.get(k).copied().unwrap_or(false);
+                    let offset = if moved { r * copy_stride(src) } else { 0 };
+                    *slot = address(src).wrapping_add(offset);
+                }
+            }
+        }
+        let faults: Vec<CopyFault> = (0..copies).map(|_| CopyFault::default()).collect();
+        let jobs: Vec<CopyJob> = (0..copies)
+            .map(|r| CopyJob {
+                exe: self,
+                ptrs: ptrs.as_ptr(),
+                copies,
+                copy: r,
+                fault: &faults[r],
+            })
+            .collect();
+        // Why this is sound: every argument array is `run_steps_of`'s for one call of
+        // one copy (`run_copies_of_step`'s argument: copy `r` of a batched buffer is a
+        // buffer of the proven length, copies write disjoint memory). With every step
+        // touching the batch, a buffer without the batch is a read-only input or a
+        // constant, so copy `r`'s steps read and write only copy `r`'s buffers and those:
+        // running each copy's steps in order on one thread, copies at once on different
+        // threads, keeps every dependence. A job's kernels run whole on its thread
+        // (`0..trips`: a parallel kernel's whole range), and faults are recorded in the
+        // job's own slot, so the trampoline returns 0 as the pool requires. `ptrs`,
+        // `faults` and `jobs` outlive the pool call, which returns when all jobs are done.
+        // SAFETY: as argued above; each job record is live and its arrays sound.
+        unsafe {
+            pool.run_copies(
+                run_copy_job,
+                jobs.as_ptr() as *const *mut u8,
+                std::mem::size_of::<CopyJob>(),
+                copies as i64,
+                Split::Whole(1),
+                threads,
+            )
+        };
+        for (r, f) in faults.iter().enumerate() {
+            let status = f.status.load(std::sync::atomic::Ordering::Acquire);
+            if status != 0 {
+                let n = f.step.load(std::sync::atomic::Ordering::Acquire);
+                return Err(self.fault(n, status, Some(r)));
+            }
+        }
+        Ok(())
+    }
+
     /// The error of step `n` ending with fault `status` (in copy `copy` of the batch).
     fn fault(&self, n: usize, status: i32, copy: Option<usize>) -> Error {
         let info = &self.step_info[self.steps[n].info];
@@ -332,6 +440,50 @@ impl Executable {
 
 /// Refuses a result of element type `i1` holding a byte other than 0 and 1 (the caller's
 /// `[bool]` would not be valid).
+/// Where a copy run in parallel records the fault that stopped it: its step and status.
+#[derive(Default)]
+struct CopyFault {
+    step: std::sync::atomic::AtomicUsize,
+    status: std::sync::atomic::AtomicI32,
+}
+
+/// One copy's whole run, the record [`run_copy_job`] reads.
+struct CopyJob<'a> {
+    exe: &'a Executable,
+    /// Every step's argument arrays (see [`Executable::run_whole_copies`]).
+    ptrs: *const usize,
+    copies: usize,
+    copy: usize,
+    fault: &'a CopyFault,
+}
+
+/// Runs the copy of the [`CopyJob`] at `job`: its steps in order, each whole, stopping
+/// at a fault, which it records. Always returns 0.
+///
+/// # Safety
+/// `job` points at a live `CopyJob` whose argument arrays are sound for each step's
+/// kernel (see [`Executable::run_whole_copies`]).
+unsafe extern "C" fn run_copy_job(job: *const *mut u8, _lo: i64, _hi: i64) -> i32 {
+    // SAFETY: the caller's: a live job record.
+    let job = unsafe { &*(job as *const CopyJob<'_>) };
+    let width = job.exe.max_args;
+    for (n, step) in job.exe.steps.iter().enumerate() {
+        let at = (n * job.copies + job.copy) * width;
+        // SAFETY: the caller's: copy `r`'s argument array for step `n`, at `at`.
+        let status = unsafe { (step.kernel)(job.ptrs.add(at) as *const *mut u8, 0, step.trips) };
+        if status != 0 {
+            job.fault
+                .step
+                .store(n, std::sync::atomic::Ordering::Release);
+            job.fault
+                .status
+                .store(status, std::sync::atomic::Ordering::Release);
+            break;
+        }
+    }
+    0
+}
+
 fn check_i1(info: &super::TensorInfo, bytes: &[u8]) -> Result<(), Error> {
     if info.ty.dtype == DType::Bool && bytes.iter().any(|&b| b > 1) {
         return Err(Error::Unsupported(format!(

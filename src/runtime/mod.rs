@@ -609,9 +609,15 @@ impl Executable {
     /// compiled for: an arena and an argument array per copy.
     pub(crate) fn workspace_for(&self, copies: usize) -> Workspace {
         let copies = copies.max(1);
+        // runs of several copies may run each copy whole on its own thread: every
+        // step's argument arrays are filled first
+        let slots = match copies {
+            1 => self.max_args,
+            _ => self.whole_copy_slots(copies),
+        };
         Workspace::new(
             self.arena_len.saturating_mul(copies),
-            self.max_args.saturating_mul(copies),
+            slots,
             self.outputs.len(),
         )
     }
