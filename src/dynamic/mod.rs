@@ -20,8 +20,11 @@
 //! is an extent chosen at run time, the bounds proof of each kernel holds for each copy
 //! by translation, and no other size is ever compiled: a new batch size costs no compile
 //! at all. The copies of one kernel run back to back, so its weights stay in cache from
-//! one element to the next, and with threads one pool job spreads every copy's trips
-//! over them (the batch as one more parallel dimension). Measured on this VM (same
+//! one element to the next. With threads, when every step touches the batch (a CNN's
+//! do), each copy runs whole on one thread and the copies are shared between the
+//! threads (no barrier between steps, one element's data per core); otherwise one pool
+//! job per kernel spreads every copy's trips over them (the batch as one more parallel
+//! dimension). Measured on this VM (same
 //! process, alternating, 1 thread): MobileNetV3-small 0.96–1.04× the buckets' time at
 //! batches 2 to 8, ResNet-50 1.00–1.06× the chunked buckets and 0.78–0.90× an
 //! executable specialized for batch 8 (which outgrows the cache).
