@@ -4,6 +4,7 @@
 //! in place, NaN, ±0 and ±∞ among the values, guard regions untouched, and records the
 //! contract refuses touching nothing.
 
+use smelt::ir::loops::StoreActivation as Act;
 use smelt::ir::weights::random_f32;
 use smelt::microkernels::{self, StoreRowsFn};
 
@@ -12,37 +13,21 @@ const POISON: u32 = 0x7fc0_5707;
 /// Guard elements before and after every buffer.
 const GUARD: usize = 19;
 
-/// The activation a routine applies.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Act {
-    Identity,
-    Relu,
-    HardSwish,
-}
-
+/// Every activation a store routine applies.
 const ACTS: [Act; 3] = [Act::Identity, Act::Relu, Act::HardSwish];
 
 /// The routines this host runs, the reference first, for `act`. On x86-64 the AVX2
 /// routine is required (the test machines have it).
 fn routines(act: Act) -> Vec<(&'static str, StoreRowsFn)> {
-    let reference: StoreRowsFn = match act {
-        Act::Identity => microkernels::store_rows_reference,
-        Act::Relu => microkernels::store_relu_rows_reference,
-        Act::HardSwish => microkernels::store_hardswish_rows_reference,
-    };
-    let mut v: Vec<(&'static str, StoreRowsFn)> = vec![("reference", reference)];
+    let mut v: Vec<(&'static str, StoreRowsFn)> =
+        vec![("reference", microkernels::store_rows_reference(act))];
     #[cfg(target_arch = "x86_64")]
     {
         assert!(
             microkernels::has_avx2_fma(),
             "an x86-64 test machine without AVX2 + FMA"
         );
-        let avx2: StoreRowsFn = match act {
-            Act::Identity => microkernels::store_rows_avx2,
-            Act::Relu => microkernels::store_relu_rows_avx2,
-            Act::HardSwish => microkernels::store_hardswish_rows_avx2,
-        };
-        v.push(("avx2", avx2));
+        v.push(("avx2", microkernels::store_rows_avx2(act)));
     }
     v
 }

@@ -121,10 +121,8 @@ pub use peak::{fma_peak, FmaPeak};
 pub use softmax::{softmax_row_avx2, softmax_row_avx512};
 pub use softmax::{softmax_row_reference, SoftmaxRowFn};
 #[cfg(target_arch = "x86_64")]
-pub use store::{store_hardswish_rows_avx2, store_relu_rows_avx2, store_rows_avx2};
-pub use store::{
-    store_hardswish_rows_reference, store_relu_rows_reference, store_rows_reference, StoreRowsFn,
-};
+pub use store::store_rows_avx2;
+pub use store::{store_rows_reference, StoreRowsFn};
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 
@@ -417,11 +415,6 @@ impl RowRoutine {
             };
             // the AVX2 store and blocked depthwise routines serve AVX-512 hosts too (see
             // `store.rs`, `depthwise_blocks.rs`)
-            let [store, store_relu, store_hardswish]: [StoreRowsFn; 3] = [
-                store_rows_avx2,
-                store_relu_rows_avx2,
-                store_hardswish_rows_avx2,
-            ];
             let blocked_depthwise: BlockedDepthwiseRowFn = blocked_depthwise_row_avx2;
             match self {
                 RowRoutine::Depthwise => depthwise as *const u8,
@@ -429,9 +422,7 @@ impl RowRoutine {
                 RowRoutine::Activation(RowActivation::Silu) => silu as *const u8,
                 RowRoutine::Activation(RowActivation::Sigmoid) => sigmoid as *const u8,
                 RowRoutine::Activation(RowActivation::Gelu) => gelu as *const u8,
-                RowRoutine::Store(StoreActivation::Identity) => store as *const u8,
-                RowRoutine::Store(StoreActivation::Relu) => store_relu as *const u8,
-                RowRoutine::Store(StoreActivation::HardSwish) => store_hardswish as *const u8,
+                RowRoutine::Store(act) => store_rows_avx2(act) as *const u8,
                 RowRoutine::BlockedDepthwise => blocked_depthwise as *const u8,
             }
         }

@@ -32,6 +32,8 @@
 
 #![allow(unsafe_code)]
 
+use smelt_ir::loops::StoreActivation;
+
 use super::row_counts as counts;
 
 /// The C-ABI type of every store-rows routine (see the module docs for the contract).
@@ -49,56 +51,22 @@ const IDENTITY: u8 = 0;
 const RELU: u8 = 1;
 const HARDSWISH: u8 = 2;
 
-/// The oracle of the identity: the contract element by element.
-///
-/// # Safety
-///
-/// The contract's runs must be readable (`sums`, `residual` and `bias` unless null) and
-/// writable (`out`).
-pub unsafe extern "C" fn store_rows_reference(
-    sums: *const f32,
-    bias: *const f32,
-    residual: *const f32,
-    out: *mut f32,
-    rows: i64,
-    lanes: i64,
-) {
-    // SAFETY: forwarded contract.
-    unsafe { reference::<IDENTITY>(sums, bias, residual, out, rows, lanes) }
+/// The const parameter of `act`.
+const fn code(act: StoreActivation) -> u8 {
+    match act {
+        StoreActivation::Identity => IDENTITY,
+        StoreActivation::Relu => RELU,
+        StoreActivation::HardSwish => HARDSWISH,
+    }
 }
 
-/// The oracle of ReLU, as [`store_rows_reference`].
-///
-/// # Safety
-///
-/// As [`store_rows_reference`].
-pub unsafe extern "C" fn store_relu_rows_reference(
-    sums: *const f32,
-    bias: *const f32,
-    residual: *const f32,
-    out: *mut f32,
-    rows: i64,
-    lanes: i64,
-) {
-    // SAFETY: forwarded contract.
-    unsafe { reference::<RELU>(sums, bias, residual, out, rows, lanes) }
-}
-
-/// The oracle of hard-swish, as [`store_rows_reference`].
-///
-/// # Safety
-///
-/// As [`store_rows_reference`].
-pub unsafe extern "C" fn store_hardswish_rows_reference(
-    sums: *const f32,
-    bias: *const f32,
-    residual: *const f32,
-    out: *mut f32,
-    rows: i64,
-    lanes: i64,
-) {
-    // SAFETY: forwarded contract.
-    unsafe { reference::<HARDSWISH>(sums, bias, residual, out, rows, lanes) }
+/// The oracle of `act`'s routine: the contract element by element, on any host.
+pub fn store_rows_reference(act: StoreActivation) -> StoreRowsFn {
+    match code(act) {
+        RELU => reference::<RELU>,
+        HARDSWISH => reference::<HARDSWISH>,
+        _ => reference::<IDENTITY>,
+    }
 }
 
 /// Hard-swish as the JIT's epilogue computes it (see the module docs).
@@ -113,8 +81,9 @@ fn hard_swish(v: f32) -> f32 {
 ///
 /// # Safety
 ///
-/// As [`store_rows_reference`].
-unsafe fn reference<const ACT: u8>(
+/// The contract's runs must be readable (`sums`, `residual` and `bias` unless null) and
+/// writable (`out`).
+unsafe extern "C" fn reference<const ACT: u8>(
     sums: *const f32,
     bias: *const f32,
     residual: *const f32,
@@ -145,67 +114,22 @@ unsafe fn reference<const ACT: u8>(
 }
 
 #[cfg(target_arch = "x86_64")]
-pub use x86::{store_hardswish_rows_avx2, store_relu_rows_avx2, store_rows_avx2};
+pub use x86::store_rows_avx2;
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{counts, HARDSWISH, IDENTITY, RELU};
+    use super::{code, counts, StoreActivation, StoreRowsFn, HARDSWISH, IDENTITY, RELU};
 
-    /// The identity on AVX2 (the contract is the module docs').
-    ///
-    /// # Safety
-    ///
-    /// AVX2 and FMA on the host (the AVX2 tiles' ISA; the shared loop is compiled for
-    /// both); the contract's runs readable and writable.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe extern "C" fn store_rows_avx2(
-        sums: *const f32,
-        bias: *const f32,
-        residual: *const f32,
-        out: *mut f32,
-        rows: i64,
-        lanes: i64,
-    ) {
-        // SAFETY: forwarded contract.
-        unsafe { rows_avx2::<IDENTITY>(sums, bias, residual, out, rows, lanes) }
-    }
-
-    /// ReLU on AVX2, as [`store_rows_avx2`].
-    ///
-    /// # Safety
-    ///
-    /// As [`store_rows_avx2`].
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe extern "C" fn store_relu_rows_avx2(
-        sums: *const f32,
-        bias: *const f32,
-        residual: *const f32,
-        out: *mut f32,
-        rows: i64,
-        lanes: i64,
-    ) {
-        // SAFETY: forwarded contract.
-        unsafe { rows_avx2::<RELU>(sums, bias, residual, out, rows, lanes) }
-    }
-
-    /// Hard-swish on AVX2 and FMA, as [`store_rows_avx2`].
-    ///
-    /// # Safety
-    ///
-    /// As [`store_rows_avx2`].
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe extern "C" fn store_hardswish_rows_avx2(
-        sums: *const f32,
-        bias: *const f32,
-        residual: *const f32,
-        out: *mut f32,
-        rows: i64,
-        lanes: i64,
-    ) {
-        // SAFETY: forwarded contract.
-        unsafe { rows_avx2::<HARDSWISH>(sums, bias, residual, out, rows, lanes) }
+    /// `act`'s routine on AVX2 (the contract is the module docs'), which AVX-512 hosts
+    /// use too; call it only on a host with AVX2 and FMA (the AVX2 tiles' ISA).
+    pub fn store_rows_avx2(act: StoreActivation) -> StoreRowsFn {
+        match code(act) {
+            RELU => rows_avx2::<RELU>,
+            HARDSWISH => rows_avx2::<HARDSWISH>,
+            _ => rows_avx2::<IDENTITY>,
+        }
     }
 
     /// The loop: 8 lanes at a time (`lanes` is a multiple of 16), the bias vector of
@@ -213,9 +137,9 @@ mod x86 {
     ///
     /// # Safety
     ///
-    /// As [`store_rows_avx2`].
+    /// AVX2 and FMA on the host; the contract's runs readable and writable.
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn rows_avx2<const ACT: u8>(
+    unsafe extern "C" fn rows_avx2<const ACT: u8>(
         sums: *const f32,
         bias: *const f32,
         residual: *const f32,
