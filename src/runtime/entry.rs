@@ -169,62 +169,67 @@ impl Executable {
                 pool,
                 threads,
             )?;
-        }
-        for (n, step) in self.steps.iter().enumerate() {
-            if whole.is_some() {
-                break;
-            }
-            let start = times.as_ref().map(|_| Instant::now());
-            if let Some(moves) = plan.and_then(|p| p.steps[n].as_deref()) {
-                self.run_copies_of_step(n, copies, moves, &address, &copy_stride, &mut ws.ptrs)?;
+        } else {
+            for (n, step) in self.steps.iter().enumerate() {
+                let start = times.as_ref().map(|_| Instant::now());
+                if let Some(moves) = plan.and_then(|p| p.steps[n].as_deref()) {
+                    self.run_copies_of_step(
+                        n,
+                        copies,
+                        moves,
+                        &address,
+                        &copy_stride,
+                        &mut ws.ptrs,
+                    )?;
+                    if let (Some(t), Some(start)) = (times.as_deref_mut(), start) {
+                        t.push(start.elapsed().as_nanos() as u64);
+                    }
+                    continue;
+                }
+                for (slot, &src) in ws.ptrs.iter_mut().zip(&step.args) {
+                    *slot = address(src);
+                }
+                let args = ws.ptrs.as_ptr() as *const *mut u8;
+                // Why the calls below are sound (this is the only place native code runs; the
+                // invariant is the module doc's). The kernel's every load and store was proven
+                // (`Kernel::check`, at lowering and again before codegen) to stay within the
+                // declared length of each argument — a load at a run-time index after the
+                // generated code has tested the index against the bound the proof covers —
+                // and lowering checked that each step passes buffers of exactly those lengths
+                // and element types. Here: inputs have exactly their declared element types
+                // and lengths (checked above); constants hold at least theirs (checked in
+                // `assemble`); arena buffers lie at `offset + len <= arena_len <=
+                // ws.arena_len()` (memory plan, checked above); a result written in place is
+                // the caller's output slice of exactly its type and length (checked above).
+                // The kernel writes only its `Write` arguments, which lowering restricts to
+                // temporaries: arena buffers, which the memory plan never overlaps while live
+                // in the same step, and output slices, which are distinct `&mut` borrows (one
+                // per result, each result buffer at most one slice), so no written buffer
+                // aliases another argument, and the read-only inputs and constants are never
+                // written. An `i1` output is a `[bool]` and receives only the bytes 0 and 1,
+                // the only `i1` values the loop IR computes. All slices outlive the call;
+                // `ws.ptrs` holds one pointer per argument (max_args checked above) and is
+                // not touched during the call.
+                // A split call runs disjoint trip ranges of a parallel kernel's top-level
+                // loop (whose iterations write disjoint elements, proven independent by
+                // lowering) on pool threads and returns only when all are done; every range
+                // lies inside the trips the bounds proof covers (the kernel clamps too).
+                let status = match (step.split, self.threads) {
+                    // a parallel kernel cannot fault, so there is no status to read
+                    (Some(trips), Some((pool, threads))) => {
+                        // SAFETY: as argued above; the pool runs disjoint ranges of the trips.
+                        unsafe { pool.run(step.kernel, args, trips, threads) };
+                        0
+                    }
+                    // SAFETY: as argued above, the whole range on this thread.
+                    _ => unsafe { (step.kernel)(args, 0, step.trips) },
+                };
+                if status != 0 {
+                    return Err(self.fault(n, status, None));
+                }
                 if let (Some(t), Some(start)) = (times.as_deref_mut(), start) {
                     t.push(start.elapsed().as_nanos() as u64);
                 }
-                continue;
-            }
-            for (slot, &src) in ws.ptrs.iter_mut().zip(&step.args) {
-                *slot = address(src);
-            }
-            let args = ws.ptrs.as_ptr() as *const *mut u8;
-            // Why the calls below are sound (this is the only place native code runs; the
-            // invariant is the module doc's). The kernel's every load and store was proven
-            // (`Kernel::check`, at lowering and again before codegen) to stay within the
-            // declared length of each argument — a load at a run-time index after the
-            // generated code has tested the index against the bound the proof covers —
-            // and lowering checked that each step passes buffers of exactly those lengths
-            // and element types. Here: inputs have exactly their declared element types
-            // and lengths (checked above); constants hold at least theirs (checked in
-            // `assemble`); arena buffers lie at `offset + len <= arena_len <=
-            // ws.arena_len()` (memory plan, checked above); a result written in place is
-            // the caller's output slice of exactly its type and length (checked above).
-            // The kernel writes only its `Write` arguments, which lowering restricts to
-            // temporaries: arena buffers, which the memory plan never overlaps while live
-            // in the same step, and output slices, which are distinct `&mut` borrows (one
-            // per result, each result buffer at most one slice), so no written buffer
-            // aliases another argument, and the read-only inputs and constants are never
-            // written. An `i1` output is a `[bool]` and receives only the bytes 0 and 1,
-            // the only `i1` values the loop IR computes. All slices outlive the call;
-            // `ws.ptrs` holds one pointer per argument (max_args checked above) and is
-            // not touched during the call.
-            // A split call runs disjoint trip ranges of a parallel kernel's top-level
-            // loop (whose iterations write disjoint elements, proven independent by
-            // lowering) on pool threads and returns only when all are done; every range
-            // lies inside the trips the bounds proof covers (the kernel clamps too).
-            let status = match (step.split, self.threads) {
-                // a parallel kernel cannot fault, so there is no status to read
-                (Some(trips), Some((pool, threads))) => {
-                    // SAFETY: as argued above; the pool runs disjoint ranges of the trips.
-                    unsafe { pool.run(step.kernel, args, trips, threads) };
-                    0
-                }
-                // SAFETY: as argued above, the whole range on this thread.
-                _ => unsafe { (step.kernel)(args, 0, step.trips) },
-            };
-            if status != 0 {
-                return Err(self.fault(n, status, None));
-            }
-            if let (Some(t), Some(start)) = (times.as_deref_mut(), start) {
-                t.push(start.elapsed().as_nanos() as u64);
             }
         }
         let arena_bytes: &[u8] = ws.arena.as_bytes();
