@@ -17,6 +17,7 @@
 
 #![allow(unsafe_code)]
 
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use smelt_ir::diag::Location;
@@ -24,7 +25,7 @@ use smelt_ir::loops::Fault;
 use smelt_ir::DType;
 
 use super::pool::Split;
-use super::{Elements, ElementsMut, Executable, Source, Workspace, MIN_SPLIT_WORK};
+use super::{Elements, ElementsMut, ExecStep, Executable, Source, Workspace, MIN_SPLIT_WORK};
 use crate::Error;
 
 impl Executable {
@@ -151,9 +152,7 @@ impl Executable {
         // per core) — unless the run is profiled step by step
         let whole = match (plan, self.threads, &times) {
             (Some(p), Some((pool, threads)), None)
-                if threads >= 2
-                    && p.steps.iter().all(Option::is_some)
-                    && ws.ptrs.len() >= self.whole_copy_slots(copies) =>
+                if threads >= 2 && p.steps.iter().all(Option::is_some) =>
             {
                 Some((p, pool, threads))
             }
@@ -296,11 +295,7 @@ impl Executable {
         let step = &self.steps[n];
         let width = self.max_args;
         for r in 0..copies {
-            let slots = &mut ptrs[r * width..r * width + step.args.len()];
-            for ((slot, &src), &moved) in slots.iter_mut().zip(&step.args).zip(moves) {
-                let offset = if moved { r * copy_stride(src) } else { 0 };
-                *slot = address(src).wrapping_add(offset);
-            }
+            copy_args(step, moves, r, address, copy_stride, &mut ptrs[r * width..]);
         }
         let args = ptrs.as_ptr() as *const *mut u8;
         let stride = width * std::mem::size_of::<usize>();
@@ -344,15 +339,6 @@ impl Executable {
         Ok(())
     }
 
-    /// Pointer slots a run of `copies` whole copies in parallel needs: one argument array
-    /// per step and copy.
-    pub(super) fn whole_copy_slots(&self, copies: usize) -> usize {
-        self.steps
-            .len()
-            .saturating_mul(copies)
-            .saturating_mul(self.max_args)
-    }
-
     /// Runs `copies` copies of the batch when every step touches it (`plan`), each copy's
     /// steps in order on one thread and the copies spread over the pool's `threads`:
     /// `ptrs` gets every step's argument array for every copy first (step `n`, copy `r`
@@ -374,22 +360,17 @@ impl Executable {
             let moves = plan.steps[n].as_deref().unwrap_or(&[]);
             for r in 0..copies {
                 let at = (n * copies + r) * width;
-                let slots = &mut ptrs[at..at + step.args.len()];
-                for (k, (slot, &src)) in slots.iter_mut().zip(&step.args).enumerate() {
-                    let moved = moves.get(k).copied().unwrap_or(false);
-                    let offset = if moved { r * copy_stride(src) } else { 0 };
-                    *slot = address(src).wrapping_add(offset);
-                }
+                copy_args(step, moves, r, address, copy_stride, &mut ptrs[at..]);
             }
         }
-        let faults: Vec<CopyFault> = (0..copies).map(|_| CopyFault::default()).collect();
         let jobs: Vec<CopyJob> = (0..copies)
             .map(|r| CopyJob {
                 exe: self,
                 ptrs: ptrs.as_ptr(),
                 copies,
                 copy: r,
-                fault: &faults[r],
+                fault_step: AtomicUsize::new(0),
+                fault_status: AtomicI32::new(0),
             })
             .collect();
         // Why this is sound: every argument array is `run_steps_of`'s for one call of
@@ -400,8 +381,8 @@ impl Executable {
         // running each copy's steps in order on one thread, copies at once on different
         // threads, keeps every dependence. A job's kernels run whole on its thread
         // (`0..trips`: a parallel kernel's whole range), and faults are recorded in the
-        // job's own slot, so the trampoline returns 0 as the pool requires. `ptrs`,
-        // `faults` and `jobs` outlive the pool call, which returns when all jobs are done.
+        // job's own record, so the trampoline returns 0 as the pool requires. `ptrs` and
+        // `jobs` outlive the pool call, which returns when all jobs are done.
         // SAFETY: as argued above; each job record is live and its arrays sound.
         unsafe {
             pool.run_copies(
@@ -413,10 +394,10 @@ impl Executable {
                 threads,
             )
         };
-        for (r, f) in faults.iter().enumerate() {
-            let status = f.status.load(std::sync::atomic::Ordering::Acquire);
+        for (r, job) in jobs.iter().enumerate() {
+            let status = job.fault_status.load(Ordering::Acquire);
             if status != 0 {
-                let n = f.step.load(std::sync::atomic::Ordering::Acquire);
+                let n = job.fault_step.load(Ordering::Acquire);
                 return Err(self.fault(n, status, Some(r)));
             }
         }
@@ -443,23 +424,33 @@ impl Executable {
     }
 }
 
-/// Refuses a result of element type `i1` holding a byte other than 0 and 1 (the caller's
-/// `[bool]` would not be valid).
-/// Where a copy run in parallel records the fault that stopped it: its step and status.
-#[derive(Default)]
-struct CopyFault {
-    step: std::sync::atomic::AtomicUsize,
-    status: std::sync::atomic::AtomicI32,
+/// Writes step `step`'s argument array for copy `r` of the batch into `slots`: each
+/// argument's address (`address`), moved `r` copies on (`copy_stride` bytes each) where
+/// `moves` says it holds the batch.
+fn copy_args(
+    step: &ExecStep,
+    moves: &[bool],
+    r: usize,
+    address: &dyn Fn(Source) -> usize,
+    copy_stride: &dyn Fn(Source) -> usize,
+    slots: &mut [usize],
+) {
+    for ((slot, &src), &moved) in slots.iter_mut().zip(&step.args).zip(moves) {
+        let offset = if moved { r * copy_stride(src) } else { 0 };
+        *slot = address(src).wrapping_add(offset);
+    }
 }
 
-/// One copy's whole run, the record [`run_copy_job`] reads.
+/// One copy's whole run, the record [`run_copy_job`] reads, and the fault that stopped
+/// it (status 0: none).
 struct CopyJob<'a> {
     exe: &'a Executable,
     /// Every step's argument arrays (see [`Executable::run_whole_copies`]).
     ptrs: *const usize,
     copies: usize,
     copy: usize,
-    fault: &'a CopyFault,
+    fault_step: AtomicUsize,
+    fault_status: AtomicI32,
 }
 
 /// Runs the copy of the [`CopyJob`] at `job`: its steps in order, each whole, stopping
@@ -477,18 +468,16 @@ unsafe extern "C" fn run_copy_job(job: *const *mut u8, _lo: i64, _hi: i64) -> i3
         // SAFETY: the caller's: copy `r`'s argument array for step `n`, at `at`.
         let status = unsafe { (step.kernel)(job.ptrs.add(at) as *const *mut u8, 0, step.trips) };
         if status != 0 {
-            job.fault
-                .step
-                .store(n, std::sync::atomic::Ordering::Release);
-            job.fault
-                .status
-                .store(status, std::sync::atomic::Ordering::Release);
+            job.fault_step.store(n, Ordering::Release);
+            job.fault_status.store(status, Ordering::Release);
             break;
         }
     }
     0
 }
 
+/// Refuses a result of element type `i1` holding a byte other than 0 and 1 (the caller's
+/// `[bool]` would not be valid).
 fn check_i1(info: &super::TensorInfo, bytes: &[u8]) -> Result<(), Error> {
     if info.ty.dtype == DType::Bool && bytes.iter().any(|&b| b > 1) {
         return Err(Error::Unsupported(format!(

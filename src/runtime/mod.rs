@@ -182,7 +182,7 @@ impl Workspace {
     /// Whether it is big enough for runs of `copies` copies of `exe`'s batch.
     fn holds(&self, exe: &Executable, copies: usize) -> bool {
         self.arena_len() >= exe.arena_len.saturating_mul(copies)
-            && self.ptrs.len() >= exe.max_args.saturating_mul(copies)
+            && self.ptrs.len() >= exe.arg_slots(copies)
             && self.outs.len() >= exe.outputs.len()
     }
 }
@@ -609,17 +609,25 @@ impl Executable {
     /// compiled for: an arena and an argument array per copy.
     pub(crate) fn workspace_for(&self, copies: usize) -> Workspace {
         let copies = copies.max(1);
-        // runs of several copies may run each copy whole on its own thread: every
-        // step's argument arrays are filled first
-        let slots = match copies {
-            1 => self.max_args,
-            _ => self.whole_copy_slots(copies),
-        };
         Workspace::new(
             self.arena_len.saturating_mul(copies),
-            slots,
+            self.arg_slots(copies),
             self.outputs.len(),
         )
+    }
+
+    /// Argument slots a workspace for runs of `copies` copies holds: one array for a
+    /// single copy; for several, one per step and copy, since such a run may fill every
+    /// step's arrays first and run each copy whole on its own thread.
+    fn arg_slots(&self, copies: usize) -> usize {
+        match copies {
+            0 | 1 => self.max_args,
+            _ => self
+                .steps
+                .len()
+                .saturating_mul(copies)
+                .saturating_mul(self.max_args),
+        }
     }
 
     /// Runs on host tensors; checks each input's count, shape and layout. Borrows a
