@@ -170,21 +170,34 @@ fn copies_past_the_memory_budget_are_an_error_not_an_allocation() {
     let arena = one.bucket(1, 1).expect("bucket 1").arena_bytes() as u64;
     assert!(arena > 0);
     // bucket 1 fits (its weights and one arena), five arenas do not
-    let mut options = Options::default();
-    options.load.memory_budget = Some(3 * arena);
-    let tight = DynamicExecutable::new(
-        &data("conv_pool").join("model.onnx"),
-        &options,
-        DynamicOptions::default(),
-    )
-    .expect("a model with a dynamic batch");
-    tight
+    let tight = |threads: usize| {
+        let mut options = Options::default();
+        options.load.memory_budget = Some(3 * arena);
+        options.compile.threads = threads;
+        DynamicExecutable::new(
+            &data("conv_pool").join("model.onnx"),
+            &options,
+            DynamicOptions::default(),
+        )
+        .expect("a model with a dynamic batch")
+    };
+    // one thread runs the copies step by step, each in its own arena
+    let serial = tight(1);
+    serial
         .run(&[first(&image, 1)])
         .expect("batch 1 fits the budget");
-    let e = tight
+    let e = serial
         .run(std::slice::from_ref(&image))
         .expect_err("five arenas past the budget")
         .to_string();
     assert!(e.contains("run-time arenas of 5 copies"), "{e}");
     assert!(e.contains("budget"), "{e}");
+    // two threads run each copy whole, in one arena per thread: five copies fit
+    let shared = tight(2);
+    let bucket = shared.bucket(1, 1).expect("bucket 1");
+    assert_eq!(bucket.copies_arena_bytes(5) as u64, 2 * arena);
+    let got = shared
+        .run(std::slice::from_ref(&image))
+        .expect("five copies in two arenas fit the budget");
+    assert_close(&got[0], &npy("conv_pool", "want_logits.npy"), "two arenas");
 }

@@ -37,10 +37,18 @@ fn batches_on_and_off_buckets_match_specialized_executables() {
     }
 }
 
+/// Options of one thread: its runs of copies go step by step, each copy in its own
+/// arena, and so are split into chunks the cache holds.
+fn one_thread() -> Options {
+    let mut options = Options::default();
+    options.compile.threads = 1;
+    options
+}
+
 fn batches_match_specialized_executables(batch_copies: bool) {
     let dynamic = DynamicExecutable::new(
         &mobilenet(),
-        &Options::default(),
+        &one_thread(),
         DynamicOptions {
             max_bucket: 2,
             // any real cache holds two elements of MobileNetV3-small (2.3 MB each)
@@ -96,29 +104,35 @@ fn batches_match_specialized_executables(batch_copies: bool) {
 }
 
 /// Chunks are no larger than the cache holds: with a cache smaller than one element's
-/// arena every chunk is 1, bucket 2 is never compiled, and the results are the same.
+/// arena every chunk is 1, bucket 2 is never compiled, and the results are the same —
+/// unless the copies run whole, one arena per thread (two threads): then the whole
+/// batch is one run, whatever the cache.
 #[test]
 fn chunks_stay_within_the_cache() {
-    let dynamic = DynamicExecutable::new(
-        &mobilenet(),
-        &Options::default(),
-        DynamicOptions {
-            max_bucket: 8,
-            cache_bytes: Some(1 << 20),
-            ..DynamicOptions::default()
-        },
-    )
-    .expect("a dynamic batch");
-    assert_eq!(dynamic.largest_chunk().unwrap(), 1);
-    assert_eq!(dynamic.chunks(3, 1).unwrap(), vec![1, 1, 1]);
     let x = input(3);
-    let got = dynamic.run(std::slice::from_ref(&x)).expect("dynamic run");
     let want = specialized(3, &x);
-    assert_eq!(got[0].ty, want.ty);
-    let err = smelt::ir::ErrorStats::between_tensors(&got[0], &want).unwrap();
-    assert!(err.relative <= 1e-5, "{err:?}");
-    let compiled: Vec<usize> = dynamic.specializations().iter().map(|s| s.batch).collect();
-    assert_eq!(compiled, vec![1], "only bucket 1 runs");
+    for (threads, chunks) in [(1, vec![1, 1, 1]), (2, vec![3])] {
+        let mut options = Options::default();
+        options.compile.threads = threads;
+        let dynamic = DynamicExecutable::new(
+            &mobilenet(),
+            &options,
+            DynamicOptions {
+                max_bucket: 8,
+                cache_bytes: Some(1 << 20),
+                ..DynamicOptions::default()
+            },
+        )
+        .expect("a dynamic batch");
+        assert_eq!(dynamic.largest_chunk().unwrap(), 1);
+        assert_eq!(dynamic.chunks(3, 1).unwrap(), chunks, "{threads} threads");
+        let got = dynamic.run(std::slice::from_ref(&x)).expect("dynamic run");
+        assert_eq!(got[0].ty, want.ty);
+        let err = smelt::ir::ErrorStats::between_tensors(&got[0], &want).unwrap();
+        assert!(err.relative <= 1e-5, "{threads} threads: {err:?}");
+        let compiled: Vec<usize> = dynamic.specializations().iter().map(|s| s.batch).collect();
+        assert_eq!(compiled, vec![1], "only bucket 1 runs");
+    }
 }
 
 #[test]

@@ -390,7 +390,7 @@ fn bench_dynamic(
     let plan = exe.chunk_plan(n, length)?;
     let chunks: Vec<usize> = plan.iter().map(|c| c.size).collect();
     let largest = exe.bucket(plan[0].bucket, length)?;
-    // a chunk run as copies of its bucket holds one arena per copy
+    // a chunk run as copies of its bucket holds an arena per copy or per thread
     let copies = plan[0].size / plan[0].bucket.max(1);
     let (written, executed) = exe.flops(n, length)?;
     let samples_ms = time_dynamic_runs(exe, inputs, a.warmup as usize, a.iterations as usize)?;
@@ -402,7 +402,7 @@ fn bench_dynamic(
         lanes: lanes(a),
         compile,
         kernels: largest.kernel_counts(),
-        arena_bytes: largest.arena_bytes() * copies,
+        arena_bytes: largest.copies_arena_bytes(copies),
         samples_ms,
         profile: None,
         dynamic: Some(DynamicRun {

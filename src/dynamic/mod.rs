@@ -22,7 +22,9 @@
 //! at all. The copies of one kernel run back to back, so its weights stay in cache from
 //! one element to the next. With threads, when every step touches the batch (a CNN's
 //! do), each copy runs whole on one thread and the copies are shared between the
-//! threads (no barrier between steps, one element's data per core); otherwise one pool
+//! threads as they finish (no barrier between steps, one element's data per core, and
+//! where every batched result is written in place one arena per thread, each reused by
+//! that thread's next copy, so the whole batch is one run); otherwise one pool
 //! job per kernel spreads every copy's trips over them (the batch as one more parallel
 //! dimension). Measured on this VM (same
 //! process, alternating, 1 thread): MobileNetV3-small 0.96–1.04× the buckets' time at
@@ -46,7 +48,8 @@
 //! bucket 1's, fits the cache ([`DynamicOptions::cache_bytes`], by default the CPU's
 //! last-level cache): ResNet-50 at 224² (9 MB per element) runs in chunks of 2 on a
 //! 32 MiB L3, MobileNetV3 (2.3 MB) in chunks of 8. Bucket 1 is compiled first, since
-//! its arena decides. Runs of copies are chunked the same way.
+//! its arena decides. Runs of copies are chunked the same way, unless they run whole in
+//! one arena per thread (above): those touch the same memory whatever their length.
 //!
 //! ## Fused once
 //!
@@ -795,8 +798,14 @@ impl DynamicExecutable {
     fn chunk_runs(&self, batch: usize, length: Option<usize>) -> Result<Vec<Chunk>, Error> {
         if batch >= 2 && self.runs_copies(length)? {
             // copies run at batch 1, so a sequence's padding proof holds for each; the
-            // cache bounds a run's arenas as it bounds a bucket's
-            let largest = self.fitting_cache(self.compiled(1, length)?.exe.arena_bytes());
+            // cache bounds a run's arenas as it bounds a bucket's — unless the copies run
+            // whole, one per thread at a time, in one arena per thread: then one run
+            // of the whole batch shares the copies out between the threads to the end
+            let one = &self.compiled(1, length)?.exe;
+            let largest = match one.copies_share_arenas() {
+                true => batch,
+                false => self.fitting_cache(one.arena_bytes()),
+            };
             let copies = |size| Chunk { size, bucket: 1 };
             let mut chunks = vec![copies(largest); batch / largest];
             if !batch.is_multiple_of(largest) {

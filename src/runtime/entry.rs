@@ -25,7 +25,9 @@ use smelt_ir::loops::Fault;
 use smelt_ir::DType;
 
 use super::pool::Split;
-use super::{Elements, ElementsMut, ExecStep, Executable, Source, Workspace, MIN_SPLIT_WORK};
+use super::{
+    CopiesRun, Elements, ElementsMut, ExecStep, Executable, Source, Workspace, MIN_SPLIT_WORK,
+};
 use crate::Error;
 
 impl Executable {
@@ -110,7 +112,8 @@ impl Executable {
                 )));
             }
         }
-        if !ws.holds(self, copies) {
+        let run = self.copies_run(copies, times.is_some());
+        if !ws.holds(self, run) {
             return Err(Error::InvalidArgument(format!(
                 "the workspace is too small for this executable at {copies} copies of its batch"
             )));
@@ -150,20 +153,21 @@ impl Executable {
         // every step touching the batch: each copy's whole run on one thread, the copies
         // shared between the threads (no barrier between steps, one image's working set
         // per core) — unless the run is profiled step by step
-        let whole = match (plan, self.threads, &times) {
-            (Some(p), Some((pool, threads)), None)
-                if threads >= 2 && p.steps.iter().all(Option::is_some) =>
-            {
-                Some((p, pool, threads))
+        let whole = match (run, plan, self.threads) {
+            (CopiesRun::Whole { arenas, .. }, Some(p), Some((pool, threads))) => {
+                Some((p, arenas, pool, threads))
             }
             _ => None,
         };
-        if let Some((p, pool, threads)) = whole {
+        if let Some((p, arenas, pool, threads)) = whole {
             self.run_whole_copies(
-                p,
-                copies,
-                &address,
-                &copy_stride,
+                WholeCopies {
+                    plan: p,
+                    copies,
+                    arenas,
+                    address: &address,
+                    copy_stride: &copy_stride,
+                },
                 &mut ws.ptrs,
                 pool,
                 threads,
@@ -339,49 +343,69 @@ impl Executable {
         Ok(())
     }
 
-    /// Runs `copies` copies of the batch when every step touches it (`plan`), each copy's
-    /// steps in order on one thread and the copies spread over the pool's `threads`:
-    /// `ptrs` gets every step's argument array for every copy first (step `n`, copy `r`
-    /// at `(n · copies + r) · max_args`), then one job runs copy `r`'s arrays in order. A
-    /// fault stops its copy; the first faulting copy's error is returned.
-    #[allow(clippy::too_many_arguments)]
+    /// Runs the copies of the batch when every step touches it (`run.plan`), each copy's
+    /// steps in order on one thread and the copies spread over the pool's `threads`. In
+    /// `ptrs` (see [`Executable::arg_slots`]) go first every step's argument addresses
+    /// for copy 0 in arena 0 and how many bytes each moves per copy and per arena; then
+    /// one job per copy takes a free arena (its own, `r`, when there are as many arenas
+    /// as copies), writes that arena's argument arrays for its copy and runs them in
+    /// order. A fault stops its copy; the first faulting copy's error is returned.
     fn run_whole_copies(
         &self,
-        plan: &super::batch::BatchCopies,
-        copies: usize,
-        address: &dyn Fn(Source) -> usize,
-        copy_stride: &dyn Fn(Source) -> usize,
+        run: WholeCopies<'_>,
         ptrs: &mut [usize],
         pool: &super::pool::ThreadPool,
         threads: usize,
     ) -> Result<(), Error> {
-        let width = self.max_args;
+        let table = self.steps.len() * self.max_args;
+        let (bases, rest) = ptrs.split_at_mut(table);
+        let (per_copy, rest) = rest.split_at_mut(table);
+        let (per_arena, _) = rest.split_at_mut(table);
         for (n, step) in self.steps.iter().enumerate() {
-            let moves = plan.steps[n].as_deref().unwrap_or(&[]);
-            for r in 0..copies {
-                let at = (n * copies + r) * width;
-                copy_args(step, moves, r, address, copy_stride, &mut ptrs[at..]);
+            let moves = run.plan.steps[n].as_deref().unwrap_or(&[]);
+            let at = n * self.max_args;
+            for (k, (src, base, stride)) in
+                moving_args(step, moves, run.address, run.copy_stride).enumerate()
+            {
+                bases[at + k] = base;
+                // copy `r` in arena `a`: its own part of the caller's batched slices,
+                // and arena `a` of the workspace
+                (per_copy[at + k], per_arena[at + k]) = match src {
+                    Source::Arena(_) => (0, stride),
+                    _ => (stride, 0),
+                };
             }
         }
-        let jobs: Vec<CopyJob> = (0..copies)
+        let free = (run.arenas < run.copies)
+            .then(|| std::sync::Mutex::new((0..run.arenas).rev().collect::<Vec<usize>>()));
+        let ptrs = ptrs.as_mut_ptr();
+        let jobs: Vec<CopyJob> = (0..run.copies)
             .map(|r| CopyJob {
                 exe: self,
-                ptrs: ptrs.as_ptr(),
-                copies,
+                ptrs,
+                free_arenas: free.as_ref(),
                 copy: r,
                 fault_step: AtomicUsize::new(0),
                 fault_status: AtomicI32::new(0),
             })
             .collect();
-        // Why this is sound: every argument array is `run_steps_of`'s for one call of
-        // one copy (`run_copies_of_step`'s argument: copy `r` of a batched buffer is a
-        // buffer of the proven length, copies write disjoint memory). With every step
-        // touching the batch, a buffer without the batch is a read-only input or a
-        // constant, so copy `r`'s steps read and write only copy `r`'s buffers and those:
-        // running each copy's steps in order on one thread, copies at once on different
-        // threads, keeps every dependence. A job's kernels run whole on its thread
-        // (`0..trips`: a parallel kernel's whole range), and faults are recorded in the
-        // job's own record, so the trampoline returns 0 as the pool requires. `ptrs` and
+        // Why this is sound: every argument array a job writes is `run_steps_of`'s for one
+        // call of one copy (`run_copies_of_step`'s argument: copy `r` of a batched buffer
+        // is a buffer of the proven length in the caller's slices, and a buffer of the
+        // arena moved to arena `a`, which the workspace holds — `holds(run)` was checked —
+        // where the memory plan's layout repeats). With every step touching the batch, a
+        // buffer without the batch is a read-only input or a constant, so copy `r`'s
+        // steps read and write only copy `r`'s parts of the caller's slices and the arena
+        // it holds: running each copy's steps in order on one thread, copies at once on
+        // different threads in different arenas, keeps every dependence. An arena is
+        // held by one job at a time (taken from and given back to the free list under its
+        // lock; with one arena per copy, copy `r` holds arena `r`), and only its holder
+        // writes that arena's argument arrays; the first three tables are only read
+        // during the pool call. At most `threads` jobs run at once (the caller and at
+        // most `threads - 1` helpers), and there are `min(threads, copies)` arenas, so a
+        // job always finds one free. A job's kernels run whole on its thread (`0..trips`:
+        // a parallel kernel's whole range), and faults are recorded in the job's own
+        // record, so the trampoline returns 0 as the pool requires. `ptrs`, `free` and
         // `jobs` outlive the pool call, which returns when all jobs are done.
         // SAFETY: as argued above; each job record is live and its arrays sound.
         unsafe {
@@ -389,16 +413,24 @@ impl Executable {
                 run_copy_job,
                 jobs.as_ptr() as *const *mut u8,
                 std::mem::size_of::<CopyJob>(),
-                copies as i64,
+                run.copies as i64,
                 Split::Whole(1),
                 threads,
             )
         };
         for (r, job) in jobs.iter().enumerate() {
-            let status = job.fault_status.load(Ordering::Acquire);
-            if status != 0 {
-                let n = job.fault_step.load(Ordering::Acquire);
-                return Err(self.fault(n, status, Some(r)));
+            match job.fault_status.load(Ordering::Acquire) {
+                0 => {}
+                NO_FREE_ARENA => {
+                    return Err(Error::Unsupported(format!(
+                        "copy {r} of the batch found no free arena of the run's {}",
+                        run.arenas
+                    )))
+                }
+                status => {
+                    let n = job.fault_step.load(Ordering::Acquire);
+                    return Err(self.fault(n, status, Some(r)));
+                }
             }
         }
         Ok(())
@@ -424,9 +456,36 @@ impl Executable {
     }
 }
 
-/// Writes step `step`'s argument array for copy `r` of the batch into `slots`: each
-/// argument's address (`address`), moved `r` copies on (`copy_stride` bytes each) where
-/// `moves` says it holds the batch.
+/// A run of whole copies of the batch ([`Executable::run_whole_copies`]).
+struct WholeCopies<'a> {
+    /// Which buffers of each step hold the batch.
+    plan: &'a super::batch::BatchCopies,
+    copies: usize,
+    /// Arenas the workspace holds for the run ([`CopiesRun::Whole`]).
+    arenas: usize,
+    /// A buffer's address for copy 0 in arena 0.
+    address: &'a dyn Fn(Source) -> usize,
+    /// Bytes from a batched buffer's copy to the next.
+    copy_stride: &'a dyn Fn(Source) -> usize,
+}
+
+/// Each argument of `step`: where it is, its address (`address`), and the bytes it
+/// moves from one copy of the batch to the next — `copy_stride` where `moves` says it
+/// holds the batch, else 0.
+fn moving_args<'s>(
+    step: &'s ExecStep,
+    moves: &'s [bool],
+    address: &'s dyn Fn(Source) -> usize,
+    copy_stride: &'s dyn Fn(Source) -> usize,
+) -> impl Iterator<Item = (Source, usize, usize)> + 's {
+    step.args.iter().enumerate().map(move |(k, &src)| {
+        let moved = moves.get(k).copied().unwrap_or(false);
+        (src, address(src), if moved { copy_stride(src) } else { 0 })
+    })
+}
+
+/// Writes step `step`'s argument array for copy `r` of the batch into `slots` (see
+/// [`moving_args`]).
 fn copy_args(
     step: &ExecStep,
     moves: &[bool],
@@ -435,9 +494,12 @@ fn copy_args(
     copy_stride: &dyn Fn(Source) -> usize,
     slots: &mut [usize],
 ) {
-    for ((slot, &src), &moved) in slots.iter_mut().zip(&step.args).zip(moves) {
-        let offset = if moved { r * copy_stride(src) } else { 0 };
-        *slot = address(src).wrapping_add(offset);
+    for (slot, (_, base, stride)) in
+        slots
+            .iter_mut()
+            .zip(moving_args(step, moves, address, copy_stride))
+    {
+        *slot = base.wrapping_add(r * stride);
     }
 }
 
@@ -445,33 +507,77 @@ fn copy_args(
 /// it (status 0: none).
 struct CopyJob<'a> {
     exe: &'a Executable,
-    /// Every step's argument arrays (see [`Executable::run_whole_copies`]).
-    ptrs: *const usize,
-    copies: usize,
+    /// The run's argument tables and arrays (see [`Executable::run_whole_copies`]).
+    ptrs: *mut usize,
+    /// The arenas no job holds, when there are fewer arenas than copies (else copy `r`
+    /// runs in arena `r`).
+    free_arenas: Option<&'a std::sync::Mutex<Vec<usize>>>,
     copy: usize,
     fault_step: AtomicUsize,
     fault_status: AtomicI32,
 }
 
-/// Runs the copy of the [`CopyJob`] at `job`: its steps in order, each whole, stopping
-/// at a fault, which it records. Always returns 0.
+/// The status a [`CopyJob`] records when it finds no free arena (no fault's status: those
+/// are positive).
+const NO_FREE_ARENA: i32 = -1;
+
+/// Runs the copy of the [`CopyJob`] at `job`: takes an arena, writes its argument arrays
+/// for the copy, runs the steps in order, each whole, stopping at a fault, which it
+/// records; gives the arena back. Always returns 0.
 ///
 /// # Safety
-/// `job` points at a live `CopyJob` whose argument arrays are sound for each step's
-/// kernel (see [`Executable::run_whole_copies`]).
+/// `job` points at a live `CopyJob` whose tables are sound for each step's kernel and
+/// whose arena arrays only the arena's holder writes (see
+/// [`Executable::run_whole_copies`]).
 unsafe extern "C" fn run_copy_job(job: *const *mut u8, _lo: i64, _hi: i64) -> i32 {
     // SAFETY: the caller's: a live job record.
     let job = unsafe { &*(job as *const CopyJob<'_>) };
+    fn lock(free: &std::sync::Mutex<Vec<usize>>) -> std::sync::MutexGuard<'_, Vec<usize>> {
+        // the list is consistent whatever a panicking holder did: push and pop are whole
+        free.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+    let arena = match job.free_arenas {
+        None => Some(job.copy),
+        Some(free) => lock(free).pop(),
+    };
+    let Some(arena) = arena else {
+        job.fault_status.store(NO_FREE_ARENA, Ordering::Release);
+        return 0;
+    };
+    let table = job.exe.steps.len() * job.exe.max_args;
+    // SAFETY: the caller's: the three tables are read-only during the run, and the
+    // arrays of the arena this job holds are written by it alone.
+    let (bases, per_copy, per_arena, arrays) = unsafe {
+        (
+            std::slice::from_raw_parts(job.ptrs, table),
+            std::slice::from_raw_parts(job.ptrs.add(table), table),
+            std::slice::from_raw_parts(job.ptrs.add(2 * table), table),
+            std::slice::from_raw_parts_mut(job.ptrs.add((3 + arena) * table), table),
+        )
+    };
+    for (i, slot) in arrays.iter_mut().enumerate() {
+        *slot = bases[i]
+            .wrapping_add(job.copy.wrapping_mul(per_copy[i]))
+            .wrapping_add(arena.wrapping_mul(per_arena[i]));
+    }
     let width = job.exe.max_args;
     for (n, step) in job.exe.steps.iter().enumerate() {
-        let at = (n * job.copies + job.copy) * width;
-        // SAFETY: the caller's: copy `r`'s argument array for step `n`, at `at`.
-        let status = unsafe { (step.kernel)(job.ptrs.add(at) as *const *mut u8, 0, step.trips) };
+        // SAFETY: the caller's: this copy's argument array for step `n` in its arena.
+        let status = unsafe {
+            (step.kernel)(
+                arrays.as_ptr().add(n * width) as *const *mut u8,
+                0,
+                step.trips,
+            )
+        };
         if status != 0 {
             job.fault_step.store(n, Ordering::Release);
             job.fault_status.store(status, Ordering::Release);
             break;
         }
+    }
+    if let Some(free) = job.free_arenas {
+        lock(free).push(arena);
     }
     0
 }

@@ -179,11 +179,47 @@ impl Workspace {
         self.arena.len_bytes() / 4
     }
 
-    /// Whether it is big enough for runs of `copies` copies of `exe`'s batch.
-    fn holds(&self, exe: &Executable, copies: usize) -> bool {
-        self.arena_len() >= exe.arena_len.saturating_mul(copies)
-            && self.ptrs.len() >= exe.arg_slots(copies)
+    /// Whether it is big enough for runs of `exe` in the way `run` says.
+    fn holds(&self, exe: &Executable, run: CopiesRun) -> bool {
+        self.arena_len() >= exe.arena_len.saturating_mul(run.arenas())
+            && self.ptrs.len() >= exe.arg_slots(run)
             && self.outs.len() >= exe.outputs.len()
+    }
+}
+
+/// How a run of one or more copies of an executable's batch goes, which decides the
+/// workspace it needs ([`Executable::copies_run`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CopiesRun {
+    /// One copy: each step's argument array written in turn into one array.
+    Single,
+    /// Step by step, each step once per copy (split over the threads within the step),
+    /// every copy in its own arena.
+    ByStep {
+        /// Copies of the batch.
+        copies: usize,
+    },
+    /// Each copy's whole step sequence on one thread, the copies shared between the
+    /// threads; a copy runs in one of `arenas` arenas: one per thread at once when every
+    /// batched result is written in place (a thread's next copy reuses its arena, warm
+    /// in its cache), else one per copy (copy `r` in arena `r`, where the results
+    /// computed in the arena are copied out after the run).
+    Whole {
+        /// Copies of the batch.
+        copies: usize,
+        /// Arenas the copies run in.
+        arenas: usize,
+    },
+}
+
+impl CopiesRun {
+    /// Arenas the run's workspace holds.
+    pub(crate) fn arenas(self) -> usize {
+        match self {
+            CopiesRun::Single => 1,
+            CopiesRun::ByStep { copies } => copies,
+            CopiesRun::Whole { arenas, .. } => arenas,
+        }
     }
 }
 
@@ -214,7 +250,7 @@ pub struct Executable {
     /// the compiled batch are allowed ([`Executable::allow_batch_copies`]).
     copies: Option<batch::BatchCopies>,
     /// The memory budget the module was compiled under and the bytes its weights hold:
-    /// a run of many copies needs an arena per copy, checked against it.
+    /// a run of copies needs an arena per copy or per thread, checked against it.
     budget: (u64, u64),
     /// Dropped last: the code the step function pointers point into.
     code: CompiledKernels,
@@ -507,7 +543,7 @@ impl Executable {
         inputs: &[Elements<'_>],
         outputs: &mut [ElementsMut<'_>],
     ) -> Result<(), Error> {
-        let mut ws = self.pooled_workspace(copies)?;
+        let mut ws = self.pooled_workspace(self.copies_run(copies, false))?;
         let result = self.run_steps_of(copies, inputs, outputs, &mut ws, None);
         self.return_workspace(ws);
         result
@@ -561,6 +597,14 @@ impl Executable {
         self.arena_len * 4
     }
 
+    /// Bytes of scratch memory a run of `copies` copies of the compiled batch uses (in a
+    /// dynamic executable's chunks; not timed step by step): an arena per copy, or per
+    /// thread where the copies run whole in one arena per thread.
+    pub fn copies_arena_bytes(&self, copies: usize) -> usize {
+        self.arena_bytes()
+            .saturating_mul(self.copies_run(copies, false).arenas())
+    }
+
     /// Bytes of constant data the executable holds: the weights its kernels read as
     /// stored, and what lowering computed (packed weights, transformed weights, tables).
     pub fn constant_bytes(&self) -> usize {
@@ -572,13 +616,56 @@ impl Executable {
         &self.loops_text
     }
 
-    /// A workspace for runs of `copies` copies of the batch from the pool, or a new one
-    /// when every pooled one is in use or too small.
-    fn pooled_workspace(&self, copies: usize) -> Result<Workspace, Error> {
-        if copies > 1 {
+    /// How a run of `copies` copies of the batch goes (timed step by step when
+    /// `profiled`): with two or more threads, when every step touches the batch and no
+    /// step is timed, each copy runs whole on one thread (see [`CopiesRun::Whole`]);
+    /// otherwise step by step.
+    pub(crate) fn copies_run(&self, copies: usize, profiled: bool) -> CopiesRun {
+        match (copies, &self.copies, self.threads) {
+            (0 | 1, _, _) => CopiesRun::Single,
+            (_, Some(plan), Some((_, threads)))
+                if threads >= 2 && !profiled && plan.steps.iter().all(Option::is_some) =>
+            {
+                CopiesRun::Whole {
+                    copies,
+                    arenas: match self.results_in_place(plan) {
+                        true => threads.min(copies),
+                        false => copies,
+                    },
+                }
+            }
+            _ => CopiesRun::ByStep { copies },
+        }
+    }
+
+    /// Whether every result holding the batch is written in place by its kernel (none
+    /// is copied out of the arena after the run).
+    fn results_in_place(&self, plan: &batch::BatchCopies) -> bool {
+        self.outputs
+            .iter()
+            .zip(&plan.outputs)
+            .all(|((_, src), &batched)| !batched || matches!(src, Source::Output(_)))
+    }
+
+    /// Whether a run of any number of copies of the batch (not timed) holds one arena
+    /// per thread, not one per copy: its memory and its cache footprint do not grow
+    /// with the copies, so a batch need not be split into runs that fit the cache.
+    pub(crate) fn copies_share_arenas(&self) -> bool {
+        matches!(self.copies_run(2, false), CopiesRun::Whole { .. })
+            && self
+                .copies
+                .as_ref()
+                .is_some_and(|p| self.results_in_place(p))
+    }
+
+    /// A workspace for runs going as `run` says from the pool, or a new one when every
+    /// pooled one is in use or too small.
+    fn pooled_workspace(&self, run: CopiesRun) -> Result<Workspace, Error> {
+        let arenas = run.arenas();
+        if arenas > 1 {
             let (budget, weights) = self.budget;
-            let bytes = (self.arena_bytes() as u64).saturating_mul(copies as u64);
-            let what = format!("the run-time arenas of {copies} copies of the batch");
+            let bytes = (self.arena_bytes() as u64).saturating_mul(arenas as u64);
+            let what = format!("the run-time arenas of {arenas} copies of the batch");
             smelt_ir::budget::check(&what, bytes, weights, budget)
                 .map_err(Error::InvalidArgument)?;
         }
@@ -588,8 +675,8 @@ impl Executable {
             .map_err(|_| Error::Unsupported("workspace pool poisoned".into()))?
             .pop();
         Ok(match pooled {
-            Some(ws) if ws.holds(self, copies) => ws,
-            _ => self.workspace_for(copies),
+            Some(ws) if ws.holds(self, run) => ws,
+            _ => self.workspace_for(run),
         })
     }
 
@@ -602,31 +689,29 @@ impl Executable {
 
     /// A fresh workspace for [`Executable::run_with`].
     pub fn workspace(&self) -> Workspace {
-        self.workspace_for(1)
+        self.workspace_for(CopiesRun::Single)
     }
 
-    /// A fresh workspace for runs of `copies` copies of the batch the executable was
-    /// compiled for: an arena and an argument array per copy.
-    pub(crate) fn workspace_for(&self, copies: usize) -> Workspace {
-        let copies = copies.max(1);
+    /// A fresh workspace for runs going as `run` says: its arenas and argument slots.
+    fn workspace_for(&self, run: CopiesRun) -> Workspace {
         Workspace::new(
-            self.arena_len.saturating_mul(copies),
-            self.arg_slots(copies),
+            self.arena_len.saturating_mul(run.arenas()),
+            self.arg_slots(run),
             self.outputs.len(),
         )
     }
 
-    /// Argument slots a workspace for runs of `copies` copies holds: one array for a
-    /// single copy; for several, one per step and copy, since such a run may fill every
-    /// step's arrays first and run each copy whole on its own thread.
-    fn arg_slots(&self, copies: usize) -> usize {
-        match copies {
-            0 | 1 => self.max_args,
-            _ => self
-                .steps
-                .len()
-                .saturating_mul(copies)
-                .saturating_mul(self.max_args),
+    /// Argument slots a workspace for runs going as `run` says holds: one array for a
+    /// single copy; one per copy for a run step by step; for whole copies, every step's
+    /// array three times over (the addresses of copy 0 in arena 0, and the bytes each
+    /// argument moves per copy and per arena) and once more per arena (the arrays of the
+    /// copy running in it).
+    fn arg_slots(&self, run: CopiesRun) -> usize {
+        let steps = self.steps.len().saturating_mul(self.max_args);
+        match run {
+            CopiesRun::Single => self.max_args,
+            CopiesRun::ByStep { copies } => copies.saturating_mul(self.max_args),
+            CopiesRun::Whole { arenas, .. } => steps.saturating_mul(arenas.saturating_add(3)),
         }
     }
 
@@ -703,7 +788,7 @@ impl Executable {
             .map(Tensor::zeros)
             .collect();
         let ins: Vec<Elements> = inputs.iter().map(|t| Elements::of(&t.data)).collect();
-        let mut ws = self.pooled_workspace(copies)?;
+        let mut ws = self.pooled_workspace(self.copies_run(copies, times.is_some()))?;
         let result = {
             let mut out_slices: Vec<ElementsMut> = outs
                 .iter_mut()
@@ -831,7 +916,7 @@ impl Executable {
         inputs: &[Elements<'_>],
         outputs: &mut [ElementsMut<'_>],
     ) -> Result<(), Error> {
-        let mut ws = self.pooled_workspace(1)?;
+        let mut ws = self.pooled_workspace(CopiesRun::Single)?;
         let result = self.run_steps(inputs, outputs, &mut ws, None);
         self.return_workspace(ws);
         result
