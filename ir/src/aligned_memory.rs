@@ -2,11 +2,14 @@
 //! smelt-ir, kept apart from the data model ([`crate::weights`]) that builds on it.
 //!
 //! The invariant that makes it sound: a [`Lines`] exclusively owns `count` initialized
-//! (zeroed, then possibly written) cache lines at `ptr`, obtained either from the global
-//! allocator with `Layout::array::<Line>(count)` or, on Linux, from one private
-//! anonymous `mmap` of `count * 64` bytes (`mapped`); `drop` returns them the same way.
-//! Shared access only reads, and mutation needs `&mut`, so `Send` and `Sync` hold as
-//! for a `Vec<Line>`.
+//! (zeroed, then possibly written) cache lines at `ptr`, obtained from the global
+//! allocator with `Layout::array::<Line>(count)`, or, on Linux, from one private
+//! anonymous `mmap` of `count * 64` bytes (`Owner::Mapped`), or as one piece of a
+//! [`Mapping`] shared with other pieces (`Owner::Piece`, carved by [`Chunks`]: pieces of
+//! one mapping are disjoint ranges, handed out once each under a lock, and the mapping
+//! lives until its last piece is dropped); `drop` returns them the same way. Shared
+//! access only reads, and mutation needs `&mut`, so `Send` and `Sync` hold as for a
+//! `Vec<Line>`.
 //!
 //! Why not a `Vec`: the system allocator zero-fills over-aligned memory with a memset
 //! (only `calloc`'s ≤ 16-byte alignment gets fresh zero pages), which faults in every
@@ -31,7 +34,148 @@ pub(crate) const MAPPED_MIN_BYTES: usize = 4 << 20;
 pub(crate) struct Lines {
     ptr: std::ptr::NonNull<Line>,
     count: usize,
-    mapped: bool,
+    owner: Owner,
+}
+
+/// Where a [`Lines`]' memory came from, and so how it goes back.
+enum Owner {
+    /// The global allocator (or nothing, for no lines).
+    Heap,
+    /// A mapping of its own.
+    Mapped,
+    /// A piece of a mapping other pieces share, kept alive while the piece lives.
+    Piece { _mapping: std::sync::Arc<Mapping> },
+}
+
+/// A private anonymous mapping of `count` zeroed lines, advised to use 2 MiB pages;
+/// unmapped on drop.
+pub(crate) struct Mapping {
+    ptr: std::ptr::NonNull<Line>,
+    count: usize,
+}
+
+// SAFETY: the mapping is plain memory; the pieces that write it own disjoint ranges.
+unsafe impl Send for Mapping {}
+// SAFETY: as for `Send`: a `Mapping` itself never reads or writes its memory.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// A fresh mapping of `count` lines (at least one), or `None` where the kernel
+    /// refuses or the host is not Linux.
+    fn new(count: usize) -> Option<Mapping> {
+        let bytes = count.checked_mul(64).filter(|&b| b > 0)?;
+        #[cfg(target_os = "linux")]
+        // SAFETY: a fresh private anonymous mapping, owned by the result and unmapped in
+        // `drop`; madvise only hints how to back its pages.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            if p == libc::MAP_FAILED {
+                return None;
+            }
+            libc::madvise(p, bytes, libc::MADV_HUGEPAGE);
+            return std::ptr::NonNull::new(p.cast::<Line>()).map(|ptr| Mapping { ptr, count });
+        }
+        #[allow(unreachable_code)]
+        {
+            let _ = bytes;
+            None
+        }
+    }
+}
+
+/// `lines` rounded up to whole 2 MiB pages.
+fn huge_pages_of(lines: usize) -> usize {
+    const PAGE_LINES: usize = (2 << 20) / 64;
+    lines.div_ceil(PAGE_LINES).saturating_mul(PAGE_LINES)
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        #[cfg(target_os = "linux")]
+        // SAFETY: the mapping was made in `new` with exactly this length, and no piece
+        // of it is left (each holds an `Arc` of it).
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.count * 64);
+        }
+    }
+}
+
+/// Carves many buffers out of a few large mappings advised to use 2 MiB pages: a
+/// buffer's first writes then fault once per 2 MiB rather than once per 4 KiB page,
+/// which on a VM costs several microseconds each (see the module doc). Each piece keeps
+/// its mapping alive, so the pieces should live about as long as each other (the
+/// packed weights of one executable do). A buffer of a quarter of a chunk or more gets
+/// a mapping of its own, so at most a quarter of a chunk is left unused at its end.
+/// Mappings are whole 2 MiB pages long (Linux places such anonymous mappings on a
+/// 2 MiB boundary, so every page of them can be a huge one).
+pub(crate) struct Chunks {
+    /// Lines per mapping; 0 carves nothing (every buffer gets memory of its own).
+    chunk_lines: usize,
+    /// The mapping being carved and the lines of it handed out.
+    current: std::sync::Mutex<Option<(std::sync::Arc<Mapping>, usize)>>,
+}
+
+impl Chunks {
+    /// Chunks of `chunk_bytes` (rounded up to whole 2 MiB pages; 0 carves nothing).
+    pub(crate) fn new(chunk_bytes: usize) -> Chunks {
+        Chunks {
+            chunk_lines: huge_pages_of(chunk_bytes.div_ceil(64)),
+            current: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// `count` zeroed lines: a piece of the current mapping, of a new one when it is
+    /// full, or memory of their own when they are large or no mapping can be made.
+    pub(crate) fn zeroed(&self, count: usize) -> Lines {
+        if count == 0 || self.chunk_lines == 0 {
+            return Lines::zeroed(count);
+        }
+        if count.saturating_mul(4) >= self.chunk_lines {
+            return match Mapping::new(huge_pages_of(count)) {
+                Some(mapping) => Lines {
+                    ptr: mapping.ptr,
+                    count,
+                    owner: Owner::Piece {
+                        _mapping: std::sync::Arc::new(mapping),
+                    },
+                },
+                None => Lines::zeroed(count),
+            };
+        }
+        // the state is consistent whatever a panicking holder did: it is replaced whole
+        let mut current = self
+            .current
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let fits = |c: &Option<(std::sync::Arc<Mapping>, usize)>| {
+            c.as_ref().is_some_and(|(m, used)| m.count - used >= count)
+        };
+        if !fits(&current) {
+            *current = Mapping::new(self.chunk_lines).map(|m| (std::sync::Arc::new(m), 0));
+        }
+        let Some((mapping, used)) = current.as_mut() else {
+            return Lines::zeroed(count);
+        };
+        // SAFETY: lines `used..used + count` lie inside the mapping (checked by `fits`
+        // or by a fresh mapping of `chunk_lines >= 4 · count`) and were never handed out:
+        // `used` only grows, under the lock.
+        let ptr = unsafe { std::ptr::NonNull::new_unchecked(mapping.ptr.as_ptr().add(*used)) };
+        *used += count;
+        Lines {
+            ptr,
+            count,
+            owner: Owner::Piece {
+                _mapping: mapping.clone(),
+            },
+        }
+    }
 }
 
 // SAFETY: `Lines` owns its memory exclusively, like a `Vec<Line>`; `Line` is plain bytes.
@@ -48,36 +192,22 @@ impl Lines {
             // the same response as any other allocation of an impossible size
             std::alloc::handle_alloc_error(std::alloc::Layout::new::<Line>())
         };
-        #[cfg(target_os = "linux")]
         if bytes >= MAPPED_MIN_BYTES {
-            // SAFETY: a fresh private anonymous mapping, owned by the result and unmapped
-            // in `drop`; madvise only hints how to back its pages.
-            unsafe {
-                let p = libc::mmap(
-                    std::ptr::null_mut(),
-                    bytes,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                );
-                if p != libc::MAP_FAILED {
-                    libc::madvise(p, bytes, libc::MADV_HUGEPAGE);
-                    if let Some(ptr) = std::ptr::NonNull::new(p.cast::<Line>()) {
-                        return Lines {
-                            ptr,
-                            count,
-                            mapped: true,
-                        };
-                    }
-                }
+            if let Some(mapping) = Mapping::new(count) {
+                // the lines take over the mapping: unmapped when they are dropped
+                let mapping = std::mem::ManuallyDrop::new(mapping);
+                return Lines {
+                    ptr: mapping.ptr,
+                    count,
+                    owner: Owner::Mapped,
+                };
             }
         }
         if count == 0 {
             return Lines {
                 ptr: std::ptr::NonNull::dangling(),
                 count,
-                mapped: false,
+                owner: Owner::Heap,
             };
         }
         let Ok(layout) = std::alloc::Layout::array::<Line>(count) else {
@@ -91,7 +221,7 @@ impl Lines {
         Lines {
             ptr,
             count,
-            mapped: false,
+            owner: Owner::Heap,
         }
     }
 
@@ -124,18 +254,22 @@ impl Clone for Lines {
 
 impl Drop for Lines {
     fn drop(&mut self) {
-        if self.mapped {
-            #[cfg(target_os = "linux")]
-            // SAFETY: the mapping was made in `zeroed` with exactly this length and is
-            // not referenced after drop.
-            unsafe {
-                libc::munmap(self.ptr.as_ptr().cast(), self.count * 64);
+        match self.owner {
+            // the mapping was made in `zeroed` with exactly these lines; dropping it
+            // unmaps them, and nothing refers to them after drop
+            Owner::Mapped => drop(Mapping {
+                ptr: self.ptr,
+                count: self.count,
+            }),
+            // the shared mapping goes with its last piece
+            Owner::Piece { .. } => {}
+            Owner::Heap if self.count > 0 => {
+                if let Ok(layout) = std::alloc::Layout::array::<Line>(self.count) {
+                    // SAFETY: allocated in `zeroed` with this layout.
+                    unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast(), layout) }
+                }
             }
-        } else if self.count > 0 {
-            if let Ok(layout) = std::alloc::Layout::array::<Line>(self.count) {
-                // SAFETY: allocated in `zeroed` with this layout.
-                unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast(), layout) }
-            }
+            Owner::Heap => {}
         }
     }
 }
@@ -161,5 +295,54 @@ mod tests {
                 assert_eq!(b.as_slice()[0].0[0], 7, "a clone is a copy");
             }
         }
+    }
+
+    /// Pieces of chunks: zeroed, aligned, disjoint (each keeps what it was written),
+    /// carved from one mapping while they fit, a large one in a mapping of its own, and
+    /// alive after the others and the carver are gone.
+    #[test]
+    fn chunk_pieces_are_zeroed_disjoint_and_outlive_their_carver() {
+        let chunks = Chunks::new(4 << 20);
+        assert_eq!(chunks.chunk_lines, (4 << 20) / 64);
+        // small pieces until two chunks are in use, then one of a quarter chunk
+        let mut pieces: Vec<Lines> = (0..70).map(|i| chunks.zeroed(1000 + i)).collect();
+        pieces.push(chunks.zeroed(chunks.chunk_lines / 4));
+        let mappings = |p: &[Lines]| -> usize {
+            let mut seen: Vec<*const Mapping> = p
+                .iter()
+                .filter_map(|l| match &l.owner {
+                    Owner::Piece { _mapping } => Some(std::sync::Arc::as_ptr(_mapping)),
+                    _ => None,
+                })
+                .collect();
+            seen.sort();
+            seen.dedup();
+            seen.len()
+        };
+        assert_eq!(mappings(&pieces), 3, "two chunks and the large piece's own");
+        for (i, p) in pieces.iter_mut().enumerate() {
+            assert_eq!(p.as_slice().as_ptr() as usize % 64, 0);
+            assert!(
+                p.as_slice().iter().all(|l| l.0 == [0; 64]),
+                "piece {i} zeroed"
+            );
+            for line in p.as_mut_slice() {
+                line.0 = [i as u8; 64];
+            }
+        }
+        drop(chunks);
+        let last = pieces.split_off(35);
+        drop(pieces);
+        for (i, p) in last.iter().enumerate() {
+            let want = (35 + i) as u8;
+            assert!(
+                p.as_slice().iter().all(|l| l.0 == [want; 64]),
+                "piece {}",
+                35 + i
+            );
+        }
+        // a carver of nothing gives every buffer memory of its own
+        let none = Chunks::new(0);
+        assert!(matches!(none.zeroed(10).owner, Owner::Heap));
     }
 }

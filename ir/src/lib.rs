@@ -31,4 +31,6 @@ pub use graph::{Func, FuncResult, Inst, Module, Param, Value};
 pub use op::{BinaryOp, FusedOp, Op, PostOp, UnaryOp};
 pub use tensor::{ErrorStats, Tensor, TensorData};
 pub use types::{DType, Layout, TensorType, F32};
-pub use weights::{AlignedBuf, Derivation, Weight, WeightId, WeightOrigin, WeightStore};
+pub use weights::{
+    AlignedBuf, ConstantSlab, Derivation, Weight, WeightId, WeightOrigin, WeightStore,
+};

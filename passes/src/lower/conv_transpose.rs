@@ -34,7 +34,7 @@ use smelt_ir::loops::{
     Width,
 };
 use smelt_ir::op::ConvTranspose2dAttrs;
-use smelt_ir::AlignedBuf;
+use smelt_ir::{AlignedBuf, ConstantSlab};
 use smelt_ir::{Diagnostic, Layout, TensorType, Value};
 
 use super::elementwise::{dims_name, Epilogue};
@@ -216,9 +216,15 @@ fn product_routine(
 /// Packs the product's `[C][O·KH·KW]` matrix (the weight tensor as it is, rows of
 /// input channels) into blocks of `lanes` columns, `[block][c][lane]`, the last block
 /// zero-padded: the layout a 1×1 convolution's micro-kernel tiles read.
-fn pack_product(w: &[f32], c: usize, columns: usize, lanes: usize) -> AlignedBuf {
+fn pack_product(
+    w: &[f32],
+    c: usize,
+    columns: usize,
+    lanes: usize,
+    slab: &ConstantSlab,
+) -> AlignedBuf {
     let blocks = columns.div_ceil(lanes);
-    AlignedBuf::from_f32_with(blocks * c * lanes, |out| {
+    slab.f32_with(blocks * c * lanes, |out| {
         for (i, d) in out.iter_mut().enumerate() {
             let (block, ci, lane) = (i / (c * lanes), i / lanes % c, i % lanes);
             let column = block * lanes + lane;
@@ -256,7 +262,7 @@ fn lower_as_product(
     let wbuf = cx.constant_later(
         "w_product",
         blocks * c * lanes,
-        Box::new(move || pack_product(wdata.as_f32(), c, columns, lanes)),
+        Box::new(move |slab| pack_product(wdata.as_f32(), c, columns, lanes, slab)),
     );
     let (x, bias) = (cx.buf(operands[0]), operands.get(2).map(|&v| cx.buf(v)));
     let pixels = g.w.clamp(1, routine.max_pixels as usize);

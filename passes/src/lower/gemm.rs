@@ -94,8 +94,8 @@ pub(crate) fn lower_gemm(
             let (bk, bn) = (geo.b_k as usize, geo.b_n as usize);
             // deferred with the weight packing, and in 64×64 blocks: ResNet-50's FC
             // weight read down its columns took 13 ms (rows 8 KB apart share cache sets)
-            let transpose = move || {
-                smelt_ir::AlignedBuf::from_f32_with(k * n, |t| {
+            let transpose = move |slab: &smelt_ir::ConstantSlab| {
+                slab.f32_with(k * n, |t| {
                     for k0 in (0..k).step_by(64) {
                         for n0 in (0..n).step_by(64) {
                             for kk in k0..(k0 + 64).min(k) {

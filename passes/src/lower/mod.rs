@@ -33,7 +33,8 @@ use smelt_ir::diag::Location;
 use smelt_ir::loops::{Access, Kernel, TileTarget};
 use smelt_ir::op::PostOp;
 use smelt_ir::{
-    AlignedBuf, DType, Diagnostic, Func, Layout, Module, Op, TensorType, Value, WeightId,
+    AlignedBuf, ConstantSlab, DType, Diagnostic, Func, Layout, Module, Op, TensorType, Value,
+    WeightId,
 };
 
 pub use memory::{plan_memory, MemoryPlan};
@@ -267,6 +268,7 @@ fn lower_program<'a>(
         cur_loc: Location::Unknown,
         packing,
         weight_bytes: std::cell::OnceCell::new(),
+        slab: Arc::new(ConstantSlab::new(weights_read(module, func))),
         inlined: if opts.keep_every_value {
             vec![false; func.insts.len()]
         } else {
@@ -343,6 +345,17 @@ fn op_label(op: &Op) -> String {
     }
 }
 
+/// Bytes of the module weights `func` reads (its `const` ops).
+fn weights_read(module: &Module, func: &Func) -> usize {
+    func.insts
+        .iter()
+        .filter_map(|i| match i.op {
+            Op::Const(id) => module.weights.get(id).map(|w| w.data.len_bytes()),
+            _ => None,
+        })
+        .sum()
+}
+
 /// Lowering state: the program so far and the buffer of every value lowered so far.
 pub(crate) struct Cx<'a> {
     pub(crate) module: &'a Module,
@@ -357,27 +370,25 @@ pub(crate) struct Cx<'a> {
     cur_loc: Location,
     /// Bytes of the weights the function reads ([`Cx::weight_bytes`]), once asked.
     weight_bytes: std::cell::OnceCell<usize>,
+    /// Where deferred constants are written ([`Cx::constant_later`]): chunks about the
+    /// size of the weights the function reads.
+    slab: Arc<ConstantSlab>,
     /// By instruction: computed inside its one consumer's kernel, with no buffer of its
     /// own ([`typed::inlined_into_consumer`]).
     pub(crate) inlined: Vec<bool>,
 }
 
 /// Work that produces a constant buffer from module data (weight packing, transforms).
-pub(crate) type PackJob<'a> = Box<dyn FnOnce() -> AlignedBuf + Send + 'a>;
+/// It writes its result into memory from the lowering's slab (the executable's packed
+/// weights live together, so they share a few large mappings).
+pub(crate) type PackJob<'a> = Box<dyn FnOnce(&ConstantSlab) -> AlignedBuf + Send + 'a>;
 
 impl<'a> Cx<'a> {
     /// Bytes of the module weights the function reads (its `const` ops), computed once.
     pub(crate) fn weight_bytes(&self) -> usize {
-        *self.weight_bytes.get_or_init(|| {
-            self.func
-                .insts
-                .iter()
-                .filter_map(|i| match i.op {
-                    Op::Const(id) => self.module.weights.get(id).map(|w| w.data.len_bytes()),
-                    _ => None,
-                })
-                .sum()
-        })
+        *self
+            .weight_bytes
+            .get_or_init(|| weights_read(self.module, self.func))
     }
 
     /// A constant buffer of `len` f32 elements whose data `job` computes on another
@@ -387,7 +398,8 @@ impl<'a> Cx<'a> {
     pub(crate) fn constant_later(&mut self, name: &str, len: usize, job: PackJob<'a>) -> BufferId {
         let placeholder = Arc::new(AlignedBuf::zeroed(0));
         let id = self.buffer(name, DType::F32, len, BufferKind::Constant(placeholder));
-        self.packing.submit(len, Box::new(move || (id, job())));
+        let slab = self.slab.clone();
+        self.packing.submit(len, Box::new(move || (id, job(&slab))));
         id
     }
 

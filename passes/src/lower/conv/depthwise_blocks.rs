@@ -25,7 +25,7 @@
 //! `--kernels cranelift`.
 
 use smelt_ir::loops::{Affine, BlockedDepthwiseRow, BufPtr, Expr, KernelBuilder, VarId, Width};
-use smelt_ir::{AlignedBuf, Diagnostic, Value};
+use smelt_ir::{AlignedBuf, ConstantSlab, Diagnostic, Value};
 
 use super::{Geo, TileBufs};
 use crate::blocks::CHANNEL_BLOCK;
@@ -80,9 +80,9 @@ impl Axis {
 /// The weights of `c` channels of `taps` taps each (`[c][taps]`, possibly a BN fold's
 /// scaled rows) as `[stored / 16][taps][16]`: a tap's 16 channels are four vector loads
 /// (a partial last block's padded lanes zero).
-fn pack(w: &AlignedBuf, c: usize, stored: usize, taps: usize) -> AlignedBuf {
+fn pack(w: &AlignedBuf, c: usize, stored: usize, taps: usize, slab: &ConstantSlab) -> AlignedBuf {
     let (src, scale) = ScaledRows::rows_of(w, c);
-    AlignedBuf::from_f32_with(stored * taps, |out| {
+    slab.f32_with(stored * taps, |out| {
         for (ch, row) in src.chunks_exact(taps).take(c).enumerate() {
             let (block, lane) = (ch / CHANNEL_BLOCK, ch % CHANNEL_BLOCK);
             for (t, &x) in row.iter().enumerate() {
@@ -126,7 +126,7 @@ pub(super) fn kernel(
         stored * taps,
         Box::new({
             let c = g.c;
-            move || pack(wdata, c, stored, taps)
+            move |slab| pack(wdata, c, stored, taps, slab)
         }),
     );
     let window = Window::of(g, [h, w], [pt, pl]);

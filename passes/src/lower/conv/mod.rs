@@ -261,7 +261,7 @@ pub(crate) fn lower_conv2d(
                 micro.packed_len(&geo1),
                 Box::new({
                     let (pack, g) = (micro.clone(), geo1.clone());
-                    move || pack.pack_from(&g, wdata, source_cg)
+                    move |slab| pack.pack_from(&g, wdata, source_cg, slab)
                 }),
             );
             return micro.kernel(cx, &geo1, x, wbuf, operands, epi, out);
@@ -273,7 +273,7 @@ pub(crate) fn lower_conv2d(
         let wbuf = cx.constant_later(
             "w_packed",
             packed.packed_len(&geo),
-            Box::new(move || pack.pack(&pack_geo, wdata)),
+            Box::new(move |slab| pack.pack(&pack_geo, wdata, slab)),
         );
         let wp1 = w + pl + pr;
         // The packed kernel reads channels-last (NHWC) input: the input channels of

@@ -6,7 +6,7 @@ use smelt_ir::loops::{
     Access, Affine, BinOp, BufPtr, ConvTile, Expr, KernelBuilder, StoreActivation, TileRoutine,
     TileTarget, VarId, Width,
 };
-use smelt_ir::{AlignedBuf, Diagnostic, Value};
+use smelt_ir::{AlignedBuf, ConstantSlab, Diagnostic, Value};
 
 use super::{transpose4, Geo, TileAt, TileBufs, CHANNEL_BLOCK};
 use crate::lower::elementwise::{dims_name, Epilogue};
@@ -379,20 +379,26 @@ impl PackedConv {
     /// Packs OIHW weights into the blocked form. A BN-folded weight
     /// ([`ScaledRows::parts`](crate::scaled_rows::ScaledRows::parts)) is folded here, one factor per output channel,
     /// bit-identical to packing its folded values, which are then never written out.
-    pub(crate) fn pack(&self, g: &Geo, w: &AlignedBuf) -> AlignedBuf {
-        self.pack_from(g, w, g.cg)
+    pub(crate) fn pack(&self, g: &Geo, w: &AlignedBuf, slab: &ConstantSlab) -> AlignedBuf {
+        self.pack_from(g, w, g.cg, slab)
     }
 
     /// [`PackedConv::pack`] of weights with `source_cg` input channels per group when
     /// the tiles reduce over `g.cg` ≥ `source_cg`: the channels past the source's are
     /// zero (a partial channel block's padding, read as whole blocks).
-    pub(crate) fn pack_from(&self, g: &Geo, w: &AlignedBuf, source_cg: usize) -> AlignedBuf {
+    pub(crate) fn pack_from(
+        &self,
+        g: &Geo,
+        w: &AlignedBuf,
+        source_cg: usize,
+        slab: &ConstantSlab,
+    ) -> AlignedBuf {
         let lanes = self.lanes();
         let taps = g.kh * g.kw;
         let filter = g.cg * taps;
         let source_filter = source_cg.min(g.cg) * taps;
         let (src, scale) = crate::scaled_rows::ScaledRows::rows_of(w, g.o);
-        AlignedBuf::from_f32_with(self.packed_len(g), |out| {
+        slab.f32_with(self.packed_len(g), |out| {
             if filter == 0 || lanes == 0 {
                 return;
             }

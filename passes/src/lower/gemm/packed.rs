@@ -25,7 +25,7 @@
 use smelt_ir::loops::{
     Access, Affine, BinOp, BufId, BufPtr, ConvTile, Expr, KernelBuilder, TileRoutine, Width,
 };
-use smelt_ir::{AlignedBuf, Diagnostic, Value};
+use smelt_ir::{AlignedBuf, ConstantSlab, Diagnostic, Value};
 
 use super::GemmGeo;
 use crate::lower::elementwise::{
@@ -180,9 +180,9 @@ impl PackedGemm {
     }
 
     /// Packs `B` (element `(k, n)` at `k·b_k + n·b_n` of `data`) into the panels.
-    fn pack(&self, data: &[f32], b_k: usize, b_n: usize) -> AlignedBuf {
+    fn pack(&self, data: &[f32], b_k: usize, b_n: usize, slab: &ConstantSlab) -> AlignedBuf {
         let (k, n, lanes) = (self.k, self.n, self.lanes());
-        AlignedBuf::from_f32_with(self.panels() * k * lanes, |out| {
+        slab.f32_with(self.panels() * k * lanes, |out| {
             let rows_fit = k
                 .checked_sub(1)
                 .and_then(|last| last.checked_mul(b_k)?.checked_add(n))
@@ -234,7 +234,7 @@ impl PackedGemm {
             BSource::Constant(data) => {
                 let (b_k, b_n) = (geo.b_k as usize, geo.b_n as usize);
                 let pack = self.clone();
-                let job = Box::new(move || pack.pack(data, b_k, b_n));
+                let job = Box::new(move |slab: &ConstantSlab| pack.pack(data, b_k, b_n, slab));
                 cx.constant_later("b_packed", len, job)
             }
             BSource::Runtime(v) => {

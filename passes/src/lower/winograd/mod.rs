@@ -323,7 +323,7 @@ pub(super) fn lower(
     let ubuf = cx.constant_later(
         "wino_u",
         a2 * padded_o * c,
-        Box::new(move || transform_weights(form, o, c, wdata, lanes)),
+        Box::new(move |slab| transform_weights(form, o, c, wdata, lanes, slab)),
     );
     if p.out_blocked && (!lanes.is_multiple_of(CHANNEL_BLOCK) || packed.ragged()) {
         return Err(cx.unsupported("winograd into nchw16c needs a micro-kernel's whole tiles"));

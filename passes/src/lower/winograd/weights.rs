@@ -1,7 +1,7 @@
 //! The weight transform `U = G·g·Gᵀ`, computed at compile time in f64 into the layout the
 //! batched product reads.
 
-use smelt_ir::AlignedBuf;
+use smelt_ir::{AlignedBuf, ConstantSlab};
 
 use super::Form;
 
@@ -23,11 +23,12 @@ pub(super) fn transform_weights(
     c: usize,
     w: &AlignedBuf,
     lanes: usize,
+    slab: &ConstantSlab,
 ) -> AlignedBuf {
     let (w, scale) = crate::scaled_rows::ScaledRows::rows_of(w, o);
     match form {
-        Form::F2 => transform_with::<4>(o, c, w, scale, lanes, g_f2),
-        Form::F4 => transform_with::<6>(o, c, w, scale, lanes, g_f4),
+        Form::F2 => transform_with::<4>(o, c, w, scale, lanes, g_f2, slab),
+        Form::F4 => transform_with::<6>(o, c, w, scale, lanes, g_f4, slab),
     }
 }
 
@@ -94,10 +95,11 @@ fn transform_with<const A: usize>(
     scale: Option<&[f64]>,
     lanes: usize,
     g: impl Fn([V4; 3]) -> [V4; A],
+    slab: &ConstantSlab,
 ) -> AlignedBuf {
     // whole blocks of `lanes` output channels, a partial last one zero-padded
     let plane = o.div_ceil(lanes.max(1)) * lanes * c;
-    AlignedBuf::from_f32_with(A * A * plane, |u| {
+    slab.f32_with(A * A * plane, |u| {
         if lanes == 0 || w.len() < o * c * 9 {
             return;
         }
@@ -175,14 +177,16 @@ mod tests {
     #[test]
     fn folding_while_packing_is_bit_identical() {
         let bits = |b: &AlignedBuf| b.as_f32().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        // carved out of a slab's chunks, as lowering packs them
+        let slab = ConstantSlab::new(8 << 20);
         let (o, c) = (16, 19);
         let (lazy, values) = folded(o, c * 9);
         assert!(crate::scaled_rows::ScaledRows::parts(&lazy).is_some());
         for form in [Form::F2, Form::F4] {
             for lanes in [4, 8] {
                 assert_eq!(
-                    bits(&transform_weights(form, o, c, &lazy, lanes)),
-                    bits(&transform_weights(form, o, c, &values, lanes)),
+                    bits(&transform_weights(form, o, c, &lazy, lanes, &slab)),
+                    bits(&transform_weights(form, o, c, &values, lanes, &slab)),
                     "{form:?} lanes {lanes}"
                 );
             }
@@ -209,8 +213,8 @@ mod tests {
             let (lazy, values) = folded(o, cg * kh * kh);
             let packed = PackedConv::new(&g, og, true, None);
             assert_eq!(
-                bits(&packed.pack(&g, &lazy)),
-                bits(&packed.pack(&g, &values)),
+                bits(&packed.pack(&g, &lazy, &slab)),
+                bits(&packed.pack(&g, &values, &slab)),
                 "k{kh} groups {groups}"
             );
         }
@@ -224,7 +228,8 @@ mod tests {
             for lanes in [4, 8] {
                 let (o, c, a) = (16, 37, form.alpha());
                 let w = smelt_ir::weights::random_f32(9, o * c * 9, -2.0, 2.0);
-                let got = transform_weights(form, o, c, &AlignedBuf::from_f32(&w), lanes);
+                let buf = AlignedBuf::from_f32(&w);
+                let got = transform_weights(form, o, c, &buf, lanes, &ConstantSlab::new(0));
                 let g = form.g();
                 for oi in 0..o {
                     for ci in 0..c {
