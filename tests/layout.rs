@@ -819,3 +819,45 @@ fn whole_block_tiles_store_through_the_native_routine_bit_for_bit() {
         );
     }
 }
+
+/// A 1×1 conv (16 → 24 channels, a partial second block) whose result is the function's,
+/// laid out by channel planes, with `post` applied.
+fn planar_result(n: usize, hw: usize, post: &[PostOp]) -> Module {
+    let mut m = Module::default();
+    let mut b = FuncBuilder::new(&mut m, "main");
+    let x = b.param("x", f32t(&[n, 16, hw, hw]));
+    let y = conv(&mut b, x, (16, 24), 1, 1, post, &[], 760);
+    b.finish(&[("y", y)]);
+    m
+}
+
+#[test]
+fn tiles_of_a_planar_result_store_through_the_native_routine() {
+    let hard_swish = PostOp::Unary(UnaryOp::HardSwish);
+    let cases: [(&[PostOp], &str); 3] = [
+        (&[], "call store_planes("),
+        (&relu(), "call store_relu_planes("),
+        (&[hard_swish], "call store_hardswish_planes("),
+    ];
+    let mut native = 0;
+    for (post, routine) in cases {
+        // whole 8×8 blocks of the routine, and pixels past them
+        for (n, hw) in [(1, 8), (2, 11)] {
+            let what = format!("{routine} {n}×{hw}²");
+            let m = planar_result(n, hw, post);
+            let inputs = random_inputs(&m, 17);
+            check_against_interp(&what, &m, &inputs, 1e-5);
+            for kernels in kernel_choices() {
+                let (loops, blocked, plain) = blocked_and_row_major(&m, &inputs, kernels);
+                assert_eq!(blocked, plain, "{what} {kernels:?}");
+                if kernels == Kernels::Avx2 {
+                    assert!(loops.contains(routine), "{what}: no `{routine}`\n{loops}");
+                    native += 1;
+                }
+            }
+        }
+    }
+    if cfg!(target_arch = "x86_64") {
+        assert_eq!(native, 3 * 2, "every case ran with AVX2 tiles (3 cases × 2 shapes)");
+    }
+}

@@ -208,3 +208,83 @@ fn records_the_contract_refuses_touch_nothing() {
         }
     }
 }
+
+/// The store-planes routines this host runs, the reference first, for `act`.
+fn plane_routines(act: Act) -> Vec<(&'static str, microkernels::StorePlanesFn)> {
+    let mut v: Vec<(&'static str, microkernels::StorePlanesFn)> =
+        vec![("reference", microkernels::store_planes_reference(act))];
+    #[cfg(target_arch = "x86_64")]
+    {
+        assert!(
+            microkernels::has_avx2_fma(),
+            "an x86-64 test machine without AVX2 + FMA"
+        );
+        v.push(("avx2", microkernels::store_planes_avx2(act)));
+    }
+    v
+}
+
+/// The store-planes routines against the contract: whole 8×8 blocks and the pixels and
+/// channels past them, partial channel counts, planes longer than the run, with and
+/// without a bias, special values among the sums; every element of `out` the contract
+/// does not name (between the runs, and the guards) keeps its value.
+#[test]
+fn plane_routines_equal_the_contract_bit_for_bit_and_stay_inside() {
+    let mut calls = 0;
+    for act in ACTS {
+        for (name, f) in plane_routines(act) {
+            for (pixels, channels, lanes, plane) in [
+                (0, 16, 16, 4),
+                (1, 16, 16, 1),
+                (8, 16, 16, 8),
+                (13, 16, 16, 20),
+                (60, 15, 16, 2704),
+                (7, 3, 16, 9),
+                (17, 32, 32, 17),
+                (9, 0, 16, 9),
+            ] {
+                for with_bias in [false, true] {
+                    let what = format!(
+                        "{name} {act:?} {pixels} pixels {channels}/{lanes} channels, \
+                         plane {plane}, bias={with_bias}"
+                    );
+                    let sums = values(pixels * lanes, 5 + pixels as u64);
+                    let bias = values(channels, 6);
+                    let sums_buf = guarded(&sums);
+                    let bias_buf = guarded(&bias);
+                    let area = channels.max(1) * plane;
+                    let mut out_buf = guarded(&vec![7.0; area]);
+                    // SAFETY: the contract's elements lie inside the buffers, past their
+                    // guards; `out` is apart from the sums; the routine runs on this host.
+                    unsafe {
+                        f(
+                            sums_buf.as_ptr().add(GUARD),
+                            match with_bias {
+                                true => bias_buf.as_ptr().add(GUARD),
+                                false => std::ptr::null(),
+                            },
+                            out_buf.as_mut_ptr().add(GUARD),
+                            pixels as i64,
+                            channels as i64,
+                            lanes as i64,
+                            plane as i64,
+                        )
+                    };
+                    let mut want = vec![7.0f32; area];
+                    for c in 0..channels {
+                        let row: Vec<f32> = (0..pixels).map(|p| sums[p * lanes + c]).collect();
+                        let b = with_bias.then(|| vec![bias[c]]);
+                        let got = expected(&row, b.as_deref(), None, act);
+                        want[c * plane..c * plane + pixels].copy_from_slice(&got);
+                    }
+                    assert_eq!(bits(&out_buf[GUARD..GUARD + area]), bits(&want), "{what}");
+                    for buf in [&sums_buf, &bias_buf, &out_buf] {
+                        assert!(guards_intact(buf), "{what}: a guard was written");
+                    }
+                    calls += 1;
+                }
+            }
+        }
+    }
+    assert!(calls >= ACTS.len() * 8 * 2, "only {calls} calls ran");
+}

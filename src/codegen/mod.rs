@@ -432,6 +432,9 @@ fn calls_of(stmts: &[Stmt]) -> Vec<Call> {
                     found.push(Call::Row(RowRoutine::Activation(*act), None))
                 }
                 Stmt::StoreRows { act, .. } => found.push(Call::Row(RowRoutine::Store(*act), None)),
+                Stmt::StorePlanes { act, .. } => {
+                    found.push(Call::Row(RowRoutine::Planes(*act), None))
+                }
                 Stmt::Assign { .. } | Stmt::Store { .. } | Stmt::Prefetch { .. } => {}
             }
         }

@@ -54,6 +54,7 @@ pub(super) fn row_routine_signature(
         RowRoutine::Softmax => (2, 1),
         RowRoutine::Activation(_) => (2, 2),
         RowRoutine::Store(_) => (4, 2),
+        RowRoutine::Planes(_) => (3, 4),
         RowRoutine::BlockedDepthwise => (5, 0),
     };
     for _ in 0..pointers {
@@ -466,6 +467,32 @@ impl Gen<'_, '_> {
                         &[sums, bias, residual, out, counts[0], counts[1]],
                     );
                 }
+                Stmt::StorePlanes {
+                    act,
+                    sums,
+                    bias,
+                    out,
+                    pixels,
+                    channels,
+                    lanes,
+                    plane,
+                } => {
+                    let sums = self.call_pointer(sums);
+                    let bias = match bias {
+                        Some(b) => self.call_pointer(b),
+                        None => {
+                            let ptr = self.fb.func.dfg.value_type(sums);
+                            self.fb.ins().iconst(ptr, 0)
+                        }
+                    };
+                    let out = self.call_pointer(out);
+                    let counts = [*pixels, *channels, *lanes, *plane]
+                        .map(|v| self.fb.ins().iconst(types::I64, v));
+                    self.call_row(
+                        RowRoutine::Planes(*act),
+                        &[sums, bias, out, counts[0], counts[1], counts[2], counts[3]],
+                    );
+                }
                 Stmt::Prefetch {
                     at,
                     rows,
@@ -729,6 +756,13 @@ impl Gen<'_, '_> {
                         ..
                     } => {
                         for p in [sums, o].into_iter().chain(bias).chain(residual) {
+                            out.push((p.buf, &p.index));
+                        }
+                    }
+                    Stmt::StorePlanes {
+                        sums, bias, out: o, ..
+                    } => {
+                        for p in [sums, o].into_iter().chain(bias) {
                             out.push((p.buf, &p.index));
                         }
                     }

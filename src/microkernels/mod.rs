@@ -121,8 +121,8 @@ pub use peak::{fma_peak, FmaPeak};
 pub use softmax::{softmax_row_avx2, softmax_row_avx512};
 pub use softmax::{softmax_row_reference, SoftmaxRowFn};
 #[cfg(target_arch = "x86_64")]
-pub use store::store_rows_avx2;
-pub use store::{store_rows_reference, StoreRowsFn};
+pub use store::{store_planes_avx2, store_rows_avx2};
+pub use store::{store_planes_reference, store_rows_reference, StorePlanesFn, StoreRowsFn};
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 
@@ -266,8 +266,9 @@ impl TileIsa {
 
 /// A native routine of a contract other than the conv tile's, called by one loop-IR
 /// statement each (`Stmt::DepthwiseRow`, `Stmt::SoftmaxRow`, `Stmt::ActivationRows`,
-/// `Stmt::StoreRows`, `Stmt::BlockedDepthwiseRow`); the contracts are in `depthwise.rs`,
-/// `softmax.rs`, `activation.rs`, `store.rs` and `depthwise_blocks.rs`.
+/// `Stmt::StoreRows`, `Stmt::StorePlanes`, `Stmt::BlockedDepthwiseRow`); the contracts
+/// are in `depthwise.rs`, `softmax.rs`, `activation.rs`, `store.rs` and
+/// `depthwise_blocks.rs`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RowRoutine {
     /// One output row of one channel of a depthwise convolution.
@@ -281,12 +282,15 @@ pub enum RowRoutine {
     Store(StoreActivation),
     /// One output row of one channel block of a depthwise convolution on channel blocks.
     BlockedDepthwise,
+    /// A conv tile's sums plus their bias, through the activation, into the planes of a
+    /// result laid out by channel planes.
+    Planes(StoreActivation),
 }
 
 /// Every row routine, kind by kind and each kind's ISAs in [`RowRoutine::index`]'s
 /// order: a JIT module declares them in this order after [`ROUTINES`] and the prefetch
 /// helper, so a routine's function id follows from its index here.
-pub const ROW_ROUTINES: [(RowRoutine, TileIsa, &str); 18] = [
+pub const ROW_ROUTINES: [(RowRoutine, TileIsa, &str); 24] = [
     (
         RowRoutine::Depthwise,
         TileIsa::Avx2,
@@ -333,6 +337,24 @@ pub const ROW_ROUTINES: [(RowRoutine, TileIsa, &str); 18] = [
         TileIsa::Avx512,
         "smelt_store_hardswish_rows_avx512",
     ),
+    (PLANES, TileIsa::Avx2, "smelt_store_planes_avx2"),
+    (PLANES, TileIsa::Avx512, "smelt_store_planes_avx512"),
+    (PLANES_RELU, TileIsa::Avx2, "smelt_store_relu_planes_avx2"),
+    (
+        PLANES_RELU,
+        TileIsa::Avx512,
+        "smelt_store_relu_planes_avx512",
+    ),
+    (
+        PLANES_HARDSWISH,
+        TileIsa::Avx2,
+        "smelt_store_hardswish_planes_avx2",
+    ),
+    (
+        PLANES_HARDSWISH,
+        TileIsa::Avx512,
+        "smelt_store_hardswish_planes_avx512",
+    ),
 ];
 
 const SILU: RowRoutine = RowRoutine::Activation(RowActivation::Silu);
@@ -341,10 +363,13 @@ const GELU: RowRoutine = RowRoutine::Activation(RowActivation::Gelu);
 const STORE: RowRoutine = RowRoutine::Store(StoreActivation::Identity);
 const STORE_RELU: RowRoutine = RowRoutine::Store(StoreActivation::Relu);
 const STORE_HARDSWISH: RowRoutine = RowRoutine::Store(StoreActivation::HardSwish);
+const PLANES: RowRoutine = RowRoutine::Planes(StoreActivation::Identity);
+const PLANES_RELU: RowRoutine = RowRoutine::Planes(StoreActivation::Relu);
+const PLANES_HARDSWISH: RowRoutine = RowRoutine::Planes(StoreActivation::HardSwish);
 
 impl RowRoutine {
     /// Every kind, in [`ROW_ROUTINES`]' order.
-    pub const ALL: [RowRoutine; 9] = [
+    pub const ALL: [RowRoutine; 12] = [
         RowRoutine::Depthwise,
         RowRoutine::Softmax,
         SILU,
@@ -354,6 +379,9 @@ impl RowRoutine {
         STORE_RELU,
         RowRoutine::BlockedDepthwise,
         STORE_HARDSWISH,
+        PLANES,
+        PLANES_RELU,
+        PLANES_HARDSWISH,
     ];
 
     /// The routine's name in messages.
@@ -368,6 +396,9 @@ impl RowRoutine {
             RowRoutine::Store(StoreActivation::Relu) => "store-relu-rows",
             RowRoutine::Store(StoreActivation::HardSwish) => "store-hardswish-rows",
             RowRoutine::BlockedDepthwise => "blocked-depthwise-row",
+            RowRoutine::Planes(StoreActivation::Identity) => "store-planes",
+            RowRoutine::Planes(StoreActivation::Relu) => "store-relu-planes",
+            RowRoutine::Planes(StoreActivation::HardSwish) => "store-hardswish-planes",
         }
     }
 
@@ -383,6 +414,9 @@ impl RowRoutine {
             RowRoutine::Store(StoreActivation::Relu) => 6,
             RowRoutine::BlockedDepthwise => 7,
             RowRoutine::Store(StoreActivation::HardSwish) => 8,
+            RowRoutine::Planes(StoreActivation::Identity) => 9,
+            RowRoutine::Planes(StoreActivation::Relu) => 10,
+            RowRoutine::Planes(StoreActivation::HardSwish) => 11,
         };
         let isa = match isa {
             TileIsa::Avx2 => 0,
@@ -423,6 +457,7 @@ impl RowRoutine {
                 RowRoutine::Activation(RowActivation::Sigmoid) => sigmoid as *const u8,
                 RowRoutine::Activation(RowActivation::Gelu) => gelu as *const u8,
                 RowRoutine::Store(act) => store_rows_avx2(act) as *const u8,
+                RowRoutine::Planes(act) => store_planes_avx2(act) as *const u8,
                 RowRoutine::BlockedDepthwise => blocked_depthwise as *const u8,
             }
         }

@@ -153,6 +153,31 @@ impl KernelBuilder {
         });
     }
 
+    /// Calls the store-planes routine of `act` (see [`Stmt::StorePlanes`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn store_planes(
+        &mut self,
+        act: StoreActivation,
+        sums: BufPtr,
+        bias: Option<BufPtr>,
+        out: BufPtr,
+        pixels: i64,
+        channels: i64,
+        lanes: i64,
+        plane: i64,
+    ) {
+        self.push(Stmt::StorePlanes {
+            act,
+            sums,
+            bias,
+            out,
+            pixels,
+            channels,
+            lanes,
+            plane,
+        });
+    }
+
     /// A fresh register variable.
     pub fn var(&mut self, width: Width) -> VarId {
         self.kernel.vars.push(width);

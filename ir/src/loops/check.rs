@@ -223,6 +223,37 @@ impl CheckCx<'_> {
                     }
                     self.call_run(out, 0, span, true, what)?;
                 }
+                Stmt::StorePlanes {
+                    sums,
+                    bias,
+                    out,
+                    pixels,
+                    channels,
+                    lanes,
+                    plane,
+                    ..
+                } => {
+                    let what = "store planes";
+                    let (p, c, l, pl) = (*pixels, *channels, *lanes, *plane);
+                    if p < 0 || l <= 0 || l % 16 != 0 || !(0..=l).contains(&c) || pl < p {
+                        return Err(format!(
+                            "{what} call of {p} pixels of {c} of {l} lanes, planes {pl} apart"
+                        ));
+                    }
+                    if sums.buf == out.buf {
+                        return Err(format!("{what} call stores into its own sums {}", out.buf));
+                    }
+                    if p > 0 && c > 0 {
+                        let overflow = || format!("{what} call of {p} pixels, {c} channels");
+                        let read = (p - 1).checked_mul(l).and_then(|r| r.checked_add(c));
+                        let written = (c - 1).checked_mul(pl).and_then(|w| w.checked_add(p));
+                        self.call_run(sums, 0, read.ok_or_else(overflow)?, false, what)?;
+                        if let Some(bias) = bias {
+                            self.call_run(bias, 0, c, false, what)?;
+                        }
+                        self.call_run(out, 0, written.ok_or_else(overflow)?, true, what)?;
+                    }
+                }
                 Stmt::SoftmaxRow { x, out, len } => {
                     if *len < 0 {
                         return Err(format!("softmax row call of {len} elements"));
@@ -745,6 +776,28 @@ mod tests {
                         lanes: [16, 32, 12][g.int(0, 2) as usize],
                     }
                 }
+                _ if g.chance(15) => {
+                    let ptr = |g: &mut Gen| BufPtr {
+                        buf: buffer(g, k),
+                        index: index(g, scope),
+                    };
+                    let (sums, out) = (ptr(g), ptr(g));
+                    let bias = g.chance(50).then(|| ptr(g));
+                    Stmt::StorePlanes {
+                        act: [
+                            StoreActivation::Identity,
+                            StoreActivation::Relu,
+                            StoreActivation::HardSwish,
+                        ][g.int(0, 2) as usize],
+                        sums,
+                        bias,
+                        out,
+                        pixels: g.int(-1, 3),
+                        channels: g.int(-1, 17),
+                        lanes: [16, 32, 12][g.int(0, 2) as usize],
+                        plane: g.int(0, 5),
+                    }
+                }
                 _ if g.chance(15) => Stmt::ActivationRows {
                     act: [
                         RowActivation::Silu,
@@ -949,6 +1002,43 @@ mod tests {
                         && bias.as_ref().is_none_or(|b| {
                             n == 0
                                 || self.touch(b.buf, self.eval(&b.index), i128::from(*lanes), false)
+                        })
+                }
+                Stmt::StorePlanes {
+                    sums,
+                    bias,
+                    out,
+                    pixels,
+                    channels,
+                    lanes,
+                    plane,
+                    ..
+                } => {
+                    // every element the contract lets the routine touch, one by one
+                    let (p, c, l, pl) = (*pixels, *channels, *lanes, *plane);
+                    let (ss, os) = (self.eval(&sums.index), self.eval(&out.index));
+                    p >= 0
+                        && l > 0
+                        && l % 16 == 0
+                        && (0..=l).contains(&c)
+                        && pl >= p
+                        && sums.buf != out.buf
+                        && (0..p).all(|pi| {
+                            (0..c).all(|ci| {
+                                self.touch(sums.buf, ss + i128::from(pi * l + ci), 1, false)
+                                    && self.touch(out.buf, os + i128::from(ci * pl + pi), 1, true)
+                            })
+                        })
+                        && bias.as_ref().is_none_or(|b| {
+                            p == 0
+                                || (0..c).all(|ci| {
+                                    self.touch(
+                                        b.buf,
+                                        self.eval(&b.index) + i128::from(ci),
+                                        1,
+                                        false,
+                                    )
+                                })
                         })
                 }
                 Stmt::ActivationRows {

@@ -423,6 +423,30 @@ pub enum Stmt {
         /// Elements per row.
         lanes: i64,
     },
+    /// A call of a store-planes routine (linked like [`Stmt::StoreRows`]'): for `p <
+    /// pixels` and `c < channels`, `out[c·plane + p] = act(sums[p·lanes + c] + bias[c])`
+    /// (no bias: 0); `0 ≤ channels ≤ lanes`, `lanes` a positive multiple of 16, `plane ≥
+    /// pixels`. A conv tile's epilogue when its result is laid out by channel planes: the
+    /// tile's `[pixel][lanes]` sums stored transposed by a native routine instead of
+    /// Cranelift code per 4×4 block.
+    StorePlanes {
+        /// The activation applied last.
+        act: StoreActivation,
+        /// The sums, read.
+        sums: BufPtr,
+        /// The bias, one per channel.
+        bias: Option<BufPtr>,
+        /// Where channel 0's run of pixels is written.
+        out: BufPtr,
+        /// Pixels (rows of the sums).
+        pixels: i64,
+        /// Channels stored (the first of each row of the sums).
+        channels: i64,
+        /// Elements per row of the sums.
+        lanes: i64,
+        /// Elements from one channel's plane to the next in `out`.
+        plane: i64,
+    },
     /// A hint that `rows` runs of `row_len` elements, `row_stride` apart from `at`, will
     /// be read soon: a native helper issues one cache-line prefetch per line (Cranelift
     /// has no prefetch instruction). Prefetches change no value and never fault; the
@@ -523,6 +547,7 @@ impl Kernel {
                 | Stmt::SoftmaxRow { .. }
                 | Stmt::ActivationRows { .. }
                 | Stmt::StoreRows { .. }
+                | Stmt::StorePlanes { .. }
                 | Stmt::Prefetch { .. } => false,
             })
         }
@@ -617,6 +642,13 @@ impl Kernel {
                         let adds = bias.is_some() as u64 + residual.is_some() as u64;
                         adds * ((*rows).max(0) * (*lanes).max(0)) as u64
                     }
+                    // the bias add
+                    Stmt::StorePlanes {
+                        pixels,
+                        channels,
+                        bias,
+                        ..
+                    } => bias.is_some() as u64 * ((*pixels).max(0) * (*channels).max(0)) as u64,
                     Stmt::Prefetch { .. } => 0,
                 })
                 .sum()

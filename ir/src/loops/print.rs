@@ -189,6 +189,23 @@ fn print_block(out: &mut String, stmts: &[Stmt], depth: usize) {
                     act.name()
                 );
             }
+            Stmt::StorePlanes {
+                act,
+                sums,
+                bias,
+                out: o,
+                pixels,
+                channels,
+                lanes,
+                plane,
+            } => {
+                let bias = optional_arg("bias", bias.as_ref());
+                let _ = writeln!(
+                    out,
+                    "{pad}call {}_planes(sums: {sums}{bias}, out: {o}; pixels={pixels}, channels={channels}, lanes={lanes}, plane={plane})",
+                    act.name()
+                );
+            }
             Stmt::SoftmaxRow { x, out: o, len } => {
                 let _ = writeln!(out, "{pad}call softmax_row(x: {x}, out: {o}; len={len})");
             }
