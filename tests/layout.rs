@@ -595,7 +595,16 @@ fn depthwise_convs_read_and_write_channel_blocks() {
 /// global average pool, 1×1 conv to 8 channels with relu, 1×1 conv back with a
 /// sigmoid, and the depthwise result times the gate (`gate_first`: `mul(gate, x)`, as
 /// torchvision writes it).
-fn inverted_residual_se(n: usize, hw: usize, gate_first: bool, mid: usize) -> Module {
+/// An inverted residual block with an SE gate on `n` images of `hw`², `mid` channels
+/// wide; the gated activations are a function result too when `gated_is_result` (so
+/// they must be row-major).
+fn inverted_residual_se(
+    n: usize,
+    hw: usize,
+    gate_first: bool,
+    mid: usize,
+    gated_is_result: bool,
+) -> Module {
     let mut m = Module::default();
     let mut b = FuncBuilder::new(&mut m, "main");
     let x = b.param("x", f32t(&[n, 16, hw, hw]));
@@ -610,53 +619,65 @@ fn inverted_residual_se(n: usize, hw: usize, gate_first: bool, mid: usize) -> Mo
         .op(Op::Binary(BinaryOp::Mul), &operands)
         .expect("mul type-checks");
     let y = conv(&mut b, scaled, (mid, 24), 1, 1, &[], &[], 540);
-    b.finish(&[("y", y)]);
+    match gated_is_result {
+        true => b.finish(&[("y", y), ("gated", scaled)]),
+        false => b.finish(&[("y", y)]),
+    }
     m
 }
 
 #[test]
 fn squeeze_and_excitation_gates_read_channel_blocks() {
-    // the depthwise result stays in blocks: the pool and the gating mul read them, the
-    // mul's result is row-major
-    let m = inverted_residual_se(1, 9, true, 32);
-    let laid = assign_layouts(&m.funcs[0], Some(TileIsa::Avx2.target())).expect("blocks");
-    let types: Vec<String> = laid
-        .insts
-        .iter()
-        .filter(|i| i.ty.dims == [1, 32, 9, 9])
-        .map(|i| i.ty.to_string())
-        .collect();
-    assert_eq!(
-        types,
-        [
-            "tensor<1x32x9x9xf32, nchw16c>",
-            "tensor<1x32x9x9xf32, nchw16c>",
-            "tensor<1x32x9x9xf32>"
-        ],
-        "the expansion, the depthwise conv, the gated result"
-    );
+    // the depthwise result stays in blocks: the pool and the gating mul read them; the
+    // mul's result is in blocks too (the projection reads them), unless it is a function
+    // result as well
+    let blocked = "tensor<1x32x9x9xf32, nchw16c>";
+    for (gated_is_result, gated) in [(false, blocked), (true, "tensor<1x32x9x9xf32>")] {
+        let m = inverted_residual_se(1, 9, true, 32, gated_is_result);
+        let laid = assign_layouts(&m.funcs[0], Some(TileIsa::Avx2.target())).expect("blocks");
+        let types: Vec<String> = laid
+            .insts
+            .iter()
+            .filter(|i| i.ty.dims == [1, 32, 9, 9])
+            .map(|i| i.ty.to_string())
+            .collect();
+        assert_eq!(
+            types,
+            [blocked, blocked, gated],
+            "the expansion, the depthwise conv, the gated result (also a result: \
+             {gated_is_result})"
+        );
+    }
     // both operand orders; rows in whole vectors and with a tail of 3, 2 or 1 columns;
     // whole and partial last blocks
-    for (n, hw, gate_first, mid) in [
-        (1, 9, true, 32),
-        (2, 8, false, 32),
-        (1, 14, true, 32),
-        (2, 7, false, 32),
-        (1, 9, true, 72),
-        (2, 6, false, 120),
+    // (the gated value also a result: the mul changes the layout as it computes)
+    for (n, hw, gate_first, mid, gated_is_result) in [
+        (1, 9, true, 32, false),
+        (2, 8, false, 32, true),
+        (1, 14, true, 32, true),
+        (2, 7, false, 32, false),
+        (1, 9, true, 72, false),
+        (2, 6, false, 120, true),
+        (2, 6, false, 120, false),
     ] {
-        let what = format!("SE block {n}×{hw}², gate first {gate_first}, {mid} channels");
-        let m = inverted_residual_se(n, hw, gate_first, mid);
+        let what = format!(
+            "SE block {n}×{hw}², gate first {gate_first}, {mid} channels, gated result \
+             {gated_is_result}"
+        );
+        let m = inverted_residual_se(n, hw, gate_first, mid, gated_is_result);
         check_against_interp(&what, &m, &random_inputs(&m, 13), 1e-5);
         for kernels in kernel_choices() {
             let o = CompileOptions { kernels, ..opts() };
             let exe = Executable::compile(&m, None, &o).expect("compiles");
             let loops = exe.dump_loops().to_string();
-            let from_blocks = loops.contains("@mul_from_c16_");
+            let kernel = match gated_is_result {
+                true => "@mul_from_c16_",
+                false => "@mul_c16_",
+            };
             assert_eq!(
-                from_blocks,
+                loops.contains(kernel),
                 kernels != Kernels::Cranelift,
-                "{what} {kernels:?}"
+                "{what} {kernels:?}: {kernel}"
             );
         }
     }
@@ -858,6 +879,10 @@ fn tiles_of_a_planar_result_store_through_the_native_routine() {
         }
     }
     if cfg!(target_arch = "x86_64") {
-        assert_eq!(native, 3 * 2, "every case ran with AVX2 tiles (3 cases × 2 shapes)");
+        assert_eq!(
+            native,
+            3 * 2,
+            "every case ran with AVX2 tiles (3 cases × 2 shapes)"
+        );
     }
 }

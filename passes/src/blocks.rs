@@ -194,6 +194,39 @@ pub fn elementwise_reads_blocks(op: &Op, types: &[&TensorType], result: &TensorT
         })
 }
 
+/// Whether a standalone unary or binary f32 op computes its result of `result` type in
+/// channel blocks from operands of `types`: a rank-4 result of channels in whole vectors
+/// of 4, each operand of the result's size in blocks, the others row-major and broadcast
+/// along the channels contiguously or not at all (an SE gate's per-image, per-channel
+/// scale, a scalar, a per-pixel mask). Its kernel walks the blocks as they are: no
+/// transposes, vectors of 4 channels.
+pub fn elementwise_on_blocks(op: &Op, types: &[&TensorType], result: &TensorType) -> bool {
+    matches!(op, Op::Unary(_) | Op::Binary(_))
+        && result.layout == CHANNEL_BLOCKS
+        && elementwise_operands_fit_blocks(types, &result.dims)
+        && types
+            .iter()
+            .all(|t| t.dims != result.dims || t.layout == CHANNEL_BLOCKS)
+}
+
+/// Whether operands of `types` fit [`elementwise_on_blocks`] for a result of shape `out`,
+/// whatever the layout of those of its size (the layout pass asks before it decides):
+/// rank 4, f32, channels in whole vectors of 4, every operand of that size or row-major
+/// and broadcast along the channels contiguously or not at all.
+pub fn elementwise_operands_fit_blocks(types: &[&TensorType], out: &[usize]) -> bool {
+    out.len() == 4
+        && fits_partial_blocks(out[1])
+        && types.iter().all(|t| {
+            let strides = broadcast_strides(&t.dims, out);
+            t.dtype == smelt_ir::DType::F32
+                && t.rank() <= 4
+                && match t.dims == out {
+                    true => t.layout == CHANNEL_BLOCKS || t.layout == Layout::RowMajor,
+                    false => t.layout == Layout::RowMajor && matches!(strides[1], 0 | 1),
+                }
+        })
+}
+
 /// Whether some kernel computes `op` with operands of `types` into `result` as they are
 /// laid out: every op on row-major tensors; `reorder` between any; convs (plain or
 /// fused) reading and writing channel blocks (their full-size post-op operands laid out
@@ -233,7 +266,9 @@ pub(crate) fn layouts_have_kernels(op: &Op, types: &[&TensorType], result: &Tens
                 && result.layout == CHANNEL_BLOCKS
                 && resize_repeats_pixels(r, &x.dims).is_some()
         }
-        Op::Unary(_) | Op::Binary(_) => elementwise_reads_blocks(op, types, result),
+        Op::Unary(_) | Op::Binary(_) => {
+            elementwise_reads_blocks(op, types, result) || elementwise_on_blocks(op, types, result)
+        }
         // (the type rule keeps blocks only for whole blocks along the blocked axis)
         Op::Concat { .. } => {
             types.iter().all(|t| t.layout == CHANNEL_BLOCKS) && result.layout == CHANNEL_BLOCKS

@@ -917,12 +917,16 @@ pub(crate) fn lower_map(
     out: BufferId,
 ) -> Result<(), Diagnostic> {
     let out_dims = &out_ty.dims;
-    if operands
-        .iter()
-        .any(|&v| cx.func.type_of(v).layout != Layout::RowMajor)
+    if out_ty.layout != Layout::RowMajor
+        || operands
+            .iter()
+            .any(|&v| cx.func.type_of(v).layout != Layout::RowMajor)
     {
         if !epi.is_empty() {
             return Err(cx.unsupported("post-ops on an elementwise anchor"));
+        }
+        if out_ty.layout != Layout::RowMajor {
+            return map_on_blocks(cx, op, operands, out_ty, out);
         }
         return map_from_blocks(cx, op, operands, out_ty, out);
     }
@@ -974,6 +978,91 @@ pub(crate) fn lower_map(
         b.store(y, index_of(&out_st, idx), v, w);
     });
     let _ = epi;
+    cx.step(b.finish(), args)
+}
+
+/// A unary or binary op computed in channel blocks (`[n][c/16][h][w][16]`, see
+/// [`crate::blocks::elementwise_on_blocks`]): its full-size operands and its result in
+/// blocks, the others row-major and broadcast along the channels contiguously (a vector
+/// of 4 channels, an SE gate's scale) or not at all (a splat). Per image, block and
+/// pixel, each vector of 4 channels as it is stored; a partial block's padded lanes get
+/// zeros (its readers compute on whole blocks, against zero weights: the lanes must hold
+/// finite values).
+fn map_on_blocks(
+    cx: &mut Cx,
+    op: MapOp,
+    operands: &[Value],
+    out_ty: &TensorType,
+    out: BufferId,
+) -> Result<(), Diagnostic> {
+    let dims = &out_ty.dims;
+    let types: Vec<&TensorType> = operands.iter().map(|&v| cx.func.type_of(v)).collect();
+    let fits = out_ty.layout == crate::blocks::CHANNEL_BLOCKS
+        && crate::blocks::elementwise_operands_fit_blocks(&types, dims)
+        && types
+            .iter()
+            .all(|t| t.dims != *dims || t.layout == out_ty.layout);
+    if !fits {
+        return Err(cx.unsupported(
+            "a unary or binary op in channel blocks needs its full-size operands in blocks \
+             and the others broadcast along the channels",
+        ));
+    }
+    let (MapOp::Unary(_) | MapOp::Binary(_)) = op else {
+        return Err(cx.unsupported("a batch norm of channel blocks"));
+    };
+    let blocked: Vec<bool> = types.iter().map(|t| t.dims == *dims).collect();
+    let lane = CHANNEL_BLOCK as i64;
+    let [n, h, w] = [dims[0], dims[2], dims[3]].map(|d| d as i64);
+    let stored = dims[1].div_ceil(CHANNEL_BLOCK) as i64;
+    let mut b = KernelBuilder::new(&format!("{}_c16_{}", op.name(), dims_name(dims)));
+    let (ins, mut args) = declare_inputs(&mut b, cx, operands);
+    let y = b.arg("out", cx.len_of(out), Access::Write);
+    args.push(out);
+    let row_major: Vec<Vec<i64>> = types
+        .iter()
+        .map(|t| broadcast_strides(&t.dims, dims))
+        .collect();
+    let w4 = Width::F32x4;
+    b.for_loop(0, n, 1, |b, i| {
+        let i = Affine::var(i);
+        b.for_blocks(dims[1], CHANNEL_BLOCK, |b, cb, channels| {
+            let block_at = i.scale(stored).add(cb).scale(h * w * lane);
+            b.for_loop(0, h, 1, |b, r| {
+                let r = Affine::var(r);
+                b.for_loop(0, w, 1, |b, col| {
+                    let col = Affine::var(col);
+                    let pixel = block_at.add(&r.scale(w * lane)).add(&col.scale(lane));
+                    for l0 in (0..channels as i64).step_by(4) {
+                        let ch = cb.scale(lane).plus(l0);
+                        let xs: Vec<Expr> = (0..operands.len())
+                            .map(|k| {
+                                if blocked[k] {
+                                    return Expr::load(ins[k], pixel.plus(l0), w4);
+                                }
+                                let s = &row_major[k];
+                                let at = i
+                                    .scale(s[0])
+                                    .add(&ch.scale(s[1]))
+                                    .add(&r.scale(s[2]))
+                                    .add(&col.scale(s[3]));
+                                load_lanes(ins[k], at, s[1], w4)
+                            })
+                            .collect();
+                        let v = match op {
+                            MapOp::Unary(u) => unary(b, u, xs[0].clone(), w4),
+                            MapOp::Binary(o) => binary(b, o, xs[0].clone(), xs[1].clone(), w4),
+                            MapOp::BatchNorm { .. } => unreachable!("refused above"),
+                        };
+                        b.store(y, pixel.plus(l0), v, w4);
+                    }
+                    for l0 in (channels as i64..lane).step_by(4) {
+                        b.store(y, pixel.plus(l0), Expr::constant(0.0, w4), w4);
+                    }
+                });
+            });
+        });
+    });
     cx.step(b.finish(), args)
 }
 
