@@ -981,6 +981,32 @@ pub(crate) fn lower_map(
     cx.step(b.finish(), args)
 }
 
+/// The ops the channel-block kernels compute: a [`MapOp`] but batch norm.
+#[derive(Clone, Copy)]
+enum BlockOp {
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+}
+
+impl BlockOp {
+    /// `op` unless it is a batch norm.
+    fn of(op: MapOp) -> Option<BlockOp> {
+        match op {
+            MapOp::Unary(u) => Some(BlockOp::Unary(u)),
+            MapOp::Binary(o) => Some(BlockOp::Binary(o)),
+            MapOp::BatchNorm { .. } => None,
+        }
+    }
+
+    /// The op of operands `x` (a unary op reads `x[0]`, a binary one `x[0]` and `x[1]`).
+    fn apply(self, b: &mut KernelBuilder, x: &[Expr], width: Width) -> Expr {
+        match self {
+            BlockOp::Unary(u) => unary(b, u, x[0].clone(), width),
+            BlockOp::Binary(o) => binary(b, o, x[0].clone(), x[1].clone(), width),
+        }
+    }
+}
+
 /// A unary or binary op computed in channel blocks (`[n][c/16][h][w][16]`, see
 /// [`crate::blocks::elementwise_on_blocks`]): its full-size operands and its result in
 /// blocks, the others row-major and broadcast along the channels contiguously (a vector
@@ -1008,7 +1034,7 @@ fn map_on_blocks(
              and the others broadcast along the channels",
         ));
     }
-    let (MapOp::Unary(_) | MapOp::Binary(_)) = op else {
+    let Some(compute) = BlockOp::of(op) else {
         return Err(cx.unsupported("a batch norm of channel blocks"));
     };
     let blocked: Vec<bool> = types.iter().map(|t| t.dims == *dims).collect();
@@ -1049,11 +1075,7 @@ fn map_on_blocks(
                                 load_lanes(ins[k], at, s[1], w4)
                             })
                             .collect();
-                        let v = match op {
-                            MapOp::Unary(u) => unary(b, u, xs[0].clone(), w4),
-                            MapOp::Binary(o) => binary(b, o, xs[0].clone(), xs[1].clone(), w4),
-                            MapOp::BatchNorm { .. } => unreachable!("refused above"),
-                        };
+                        let v = compute.apply(b, &xs, w4);
                         b.store(y, pixel.plus(l0), v, w4);
                     }
                     for l0 in (channels as i64..lane).step_by(4) {
@@ -1087,7 +1109,7 @@ fn map_from_blocks(
         .iter()
         .map(|&v| cx.func.type_of(v).layout != Layout::RowMajor)
         .collect();
-    let (MapOp::Unary(_) | MapOp::Binary(_)) = op else {
+    let Some(compute) = BlockOp::of(op) else {
         return Err(cx.unsupported("a batch norm of channel blocks"));
     };
     if dims.len() != 4 || !dims[1].is_multiple_of(4) {
@@ -1107,11 +1129,6 @@ fn map_from_blocks(
         .collect();
     let out_st = row_major_strides(dims);
     let stored = dims[1].div_ceil(CHANNEL_BLOCK) as i64;
-    let apply = |b: &mut KernelBuilder, x: &[Expr], width: Width| match op {
-        MapOp::Unary(u) => unary(b, u, x[0].clone(), width),
-        MapOp::Binary(o) => binary(b, o, x[0].clone(), x[1].clone(), width),
-        MapOp::BatchNorm { .. } => unreachable!("refused above"),
-    };
     let w4 = Width::F32x4;
     let main = w / 4 * 4;
     // where row-major operand `k` (or the result, with `out_st`) holds channel `ch` of
@@ -1158,7 +1175,7 @@ fn map_from_blocks(
                                 }
                             })
                             .collect();
-                        let v = apply(b, &xs, w4);
+                        let v = compute.apply(b, &xs, w4);
                         b.store(y, at(&out_st, &i, &ch, &r, &col), v, w4);
                     }
                 }
@@ -1177,7 +1194,7 @@ fn map_from_blocks(
                             Expr::load(ins[k], index, Width::Scalar)
                         })
                         .collect();
-                    let v = apply(b, &xs, Width::Scalar);
+                    let v = compute.apply(b, &xs, Width::Scalar);
                     b.store(y, at(&out_st, &i, &ch, &r, &col), v, Width::Scalar);
                 });
             });
