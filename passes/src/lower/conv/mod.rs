@@ -328,6 +328,9 @@ struct TileBufs {
     x: BufId,
     w: BufId,
     bias: Option<BufId>,
+    /// Whether every tile may read a whole tile's lanes of bias: there is none, or it is
+    /// padded to whole tiles (a partial last block then reads its padding too).
+    bias_whole_tiles: bool,
     out: BufId,
     /// Partial sums between input-channel parts (`[n][o/4][oh][ow][4]`), when split.
     partial: Option<BufId>,
@@ -342,16 +345,31 @@ impl TileBufs {
         b: &mut KernelBuilder,
         cx: &Cx,
         xp: BufferId,
-        (w_name, wbuf): (&str, BufferId),
+        w: (&str, BufferId),
         operands: &[Value],
+        epi: &mut Epilogue,
+        out: BufferId,
+    ) -> (TileBufs, Vec<BufferId>) {
+        let bias = operands.get(2).map(|&v| cx.buf(v));
+        TileBufs::declare_with_bias(b, cx, xp, w, bias, epi, out)
+    }
+
+    /// [`TileBufs::declare`] with the bias read from `bias` (a padded copy of the
+    /// operand's, say).
+    #[allow(clippy::too_many_arguments)]
+    fn declare_with_bias(
+        b: &mut KernelBuilder,
+        cx: &Cx,
+        xp: BufferId,
+        (w_name, wbuf): (&str, BufferId),
+        bias: Option<BufferId>,
         epi: &mut Epilogue,
         out: BufferId,
     ) -> (TileBufs, Vec<BufferId>) {
         let x = b.arg("x", cx.len_of(xp), Access::Read);
         let w = b.arg(w_name, cx.len_of(wbuf), Access::Read);
         let mut args = vec![xp, wbuf];
-        let bias = operands.get(2).map(|&v| {
-            let bb = cx.buf(v);
+        let bias = bias.map(|bb| {
             args.push(bb);
             b.arg("bias", cx.len_of(bb), Access::Read)
         });
@@ -361,6 +379,7 @@ impl TileBufs {
         let bufs = TileBufs {
             x,
             w,
+            bias_whole_tiles: bias.is_none(),
             bias,
             out: out_arg,
             partial: None,

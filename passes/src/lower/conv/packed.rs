@@ -477,8 +477,29 @@ impl PackedConv {
             if self.lane_blocked_output { "_lb" } else { "" },
             if self.blocked_output { "_out16c" } else { "" }
         ));
+        // A leading SiLU, sigmoid or GELU runs natively on a tile's whole lanes with the
+        // bias (below), which a partial last block reads past the operand's end: a
+        // constant bias gets a copy padded with zeros to whole tiles (YOLO's 255-channel
+        // heads; the padded lanes' sums are never stored).
+        let lanes = self.lanes();
+        let padded_bias = match operands.get(2) {
+            Some(&bias)
+                if g.groups == 1
+                    && !g.o.is_multiple_of(lanes)
+                    && epi.after_leading_activation().is_some() =>
+            {
+                cx.const_data(bias).map(|values| {
+                    let mut padded = values.to_vec();
+                    padded.resize(g.o.next_multiple_of(lanes), 0.0);
+                    cx.constant_buf("bias_padded", AlignedBuf::from_f32(&padded))
+                })
+            }
+            _ => None,
+        };
+        let bias = padded_bias.or_else(|| operands.get(2).map(|&v| cx.buf(v)));
         let (mut bufs, mut args) =
-            TileBufs::declare(&mut b, cx, xp, ("w_packed", wbuf), operands, &mut epi, out);
+            TileBufs::declare_with_bias(&mut b, cx, xp, ("w_packed", wbuf), bias, &mut epi, out);
+        bufs.bias_whole_tiles |= padded_bias.is_some();
         let split = self.channel_split(g);
         if split.is_some() {
             let len = g.n * g.o * g.oh * g.ow;
@@ -875,7 +896,7 @@ impl PackedConv {
         // full-width vectors, natively, over the whole tile (a partial block's padded
         // lanes have no bias to read: Cranelift code then); the rest of the epilogue as
         // usual.
-        let native_activation = (channels == lanes as usize)
+        let native_activation = (channels == lanes as usize || bufs.bias_whole_tiles)
             .then(|| epi.after_leading_activation())
             .flatten();
         // A tile of one whole channel block whose epilogue a store-rows routine applies
