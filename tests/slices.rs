@@ -72,3 +72,31 @@ func @main(%x: tensor<4x6xf32>) -> (y: tensor<2x3xf32>, z: tensor<2x6xf32>) {
     assert_eq!(steps.len(), 2, "{steps:?}");
     assert!(steps[1].starts_with("@slice_2x3(v"), "{steps:?}");
 }
+
+/// Every second column of rows long enough for vectors (9, 13 and 16 columns taken, so
+/// the whole vectors end before the last one or two taken, and the odd phase's last read
+/// is the source's last element): vectors of 4 from two loads and an even-lanes shuffle,
+/// and the same values as the interpreter.
+#[test]
+fn every_second_column_is_copied_in_vectors() {
+    for (cols, phase) in [(18usize, 0usize), (18, 1), (26, 1), (32, 0), (32, 1)] {
+        let taken = (cols - phase).div_ceil(2);
+        let src = format!(
+            "
+func @main(%x: tensor<2x3x{cols}xf32>) -> (y: tensor<2x3x{taken}xf32>) {{
+  %y = slice %x {{starts = [0, 0, {phase}], ends = [2, 3, {cols}], steps = [1, 1, 2]}} : tensor<2x3x{taken}xf32>
+  return %y : tensor<2x3x{taken}xf32>
+}}
+"
+        );
+        let what = format!("{cols} columns from {phase}");
+        let m = text::parse(&src, &what).unwrap_or_else(|d| panic!("{what}: {d}"));
+        check_against_interp(&what, &m, &random_inputs(&m, 7), 0.0);
+        let exe = Executable::compile(&m, None, &opts()).expect("compiles");
+        assert!(
+            exe.dump_loops().contains("[0, 2, 4, 6])"),
+            "{what}: no even-lanes shuffle\n{}",
+            exe.dump_loops()
+        );
+    }
+}
