@@ -4,7 +4,7 @@
 //! The invariant that makes it sound: a [`Lines`] exclusively owns `count` initialized
 //! (zeroed, then possibly written) cache lines at `ptr`, obtained from the global
 //! allocator with `Layout::array::<Line>(count)`, or, on Linux, from one private
-//! anonymous `mmap` of `count * 64` bytes (`Owner::Mapped`), or as one piece of a
+//! anonymous `mmap` of at least `count * 64` bytes (`Owner::Mapped`), or as one piece of a
 //! [`Mapping`] shared with other pieces (`Owner::Piece`, carved by [`Chunks`]: pieces of
 //! one mapping are disjoint ranges, handed out once each under a lock, and the mapping
 //! lives until its last piece is dropped); `drop` returns them the same way. Shared
@@ -41,8 +41,9 @@ pub(crate) struct Lines {
 enum Owner {
     /// The global allocator (or nothing, for no lines).
     Heap,
-    /// A mapping of its own.
-    Mapped,
+    /// A mapping of its own (unmapped when the lines are dropped; it may hold more
+    /// lines than they use).
+    Mapped { _mapping: Mapping },
     /// A piece of a mapping other pieces share, kept alive while the piece lives.
     Piece { _mapping: std::sync::Arc<Mapping> },
 }
@@ -139,13 +140,7 @@ impl Chunks {
         }
         if count.saturating_mul(4) >= self.chunk_lines {
             return match Mapping::new(huge_pages_of(count)) {
-                Some(mapping) => Lines {
-                    ptr: mapping.ptr,
-                    count,
-                    owner: Owner::Piece {
-                        _mapping: std::sync::Arc::new(mapping),
-                    },
-                },
+                Some(mapping) => Lines::of_mapping(mapping, count),
                 None => Lines::zeroed(count),
             };
         }
@@ -194,13 +189,7 @@ impl Lines {
         };
         if bytes >= MAPPED_MIN_BYTES {
             if let Some(mapping) = Mapping::new(count) {
-                // the lines take over the mapping: unmapped when they are dropped
-                let mapping = std::mem::ManuallyDrop::new(mapping);
-                return Lines {
-                    ptr: mapping.ptr,
-                    count,
-                    owner: Owner::Mapped,
-                };
+                return Lines::of_mapping(mapping, count);
             }
         }
         if count == 0 {
@@ -222,6 +211,15 @@ impl Lines {
             ptr,
             count,
             owner: Owner::Heap,
+        }
+    }
+
+    /// The first `count` lines of `mapping` (at most its length), which they own.
+    fn of_mapping(mapping: Mapping, count: usize) -> Lines {
+        Lines {
+            ptr: mapping.ptr,
+            count: count.min(mapping.count),
+            owner: Owner::Mapped { _mapping: mapping },
         }
     }
 
@@ -255,14 +253,9 @@ impl Clone for Lines {
 impl Drop for Lines {
     fn drop(&mut self) {
         match self.owner {
-            // the mapping was made in `zeroed` with exactly these lines; dropping it
-            // unmaps them, and nothing refers to them after drop
-            Owner::Mapped => drop(Mapping {
-                ptr: self.ptr,
-                count: self.count,
-            }),
-            // the shared mapping goes with its last piece
-            Owner::Piece { .. } => {}
+            // a mapping goes with its lines (its own `drop`), a shared one with its
+            // last piece
+            Owner::Mapped { .. } | Owner::Piece { .. } => {}
             Owner::Heap if self.count > 0 => {
                 if let Ok(layout) = std::alloc::Layout::array::<Line>(self.count) {
                     // SAFETY: allocated in `zeroed` with this layout.
@@ -312,7 +305,8 @@ mod tests {
                 .iter()
                 .filter_map(|l| match &l.owner {
                     Owner::Piece { _mapping } => Some(std::sync::Arc::as_ptr(_mapping)),
-                    _ => None,
+                    Owner::Mapped { _mapping } => Some(_mapping as *const Mapping),
+                    Owner::Heap => None,
                 })
                 .collect();
             seen.sort();

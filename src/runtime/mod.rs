@@ -651,11 +651,12 @@ impl Executable {
     /// per thread, not one per copy: its memory and its cache footprint do not grow
     /// with the copies, so a batch need not be split into runs that fit the cache.
     pub(crate) fn copies_share_arenas(&self) -> bool {
-        matches!(self.copies_run(2, false), CopiesRun::Whole { .. })
-            && self
-                .copies
-                .as_ref()
-                .is_some_and(|p| self.results_in_place(p))
+        // asked for more copies than any run has threads: fewer arenas than copies means
+        // one per thread (`copies_run` is the one place that decides)
+        matches!(
+            self.copies_run(usize::MAX, false),
+            CopiesRun::Whole { copies, arenas } if arenas < copies
+        )
     }
 
     /// A workspace for runs going as `run` says from the pool, or a new one when every

@@ -250,6 +250,7 @@ fn lower_program<'a>(
     opts: &LowerOptions,
     packing: crate::parallel::Overlap<'a, (BufferId, AlignedBuf)>,
 ) -> Result<Program, Diagnostic> {
+    let weight_bytes = weights_read(module, func);
     let mut cx = Cx {
         module,
         func,
@@ -267,8 +268,8 @@ fn lower_program<'a>(
         cur_op: String::new(),
         cur_loc: Location::Unknown,
         packing,
-        weight_bytes: std::cell::OnceCell::new(),
-        slab: Arc::new(ConstantSlab::new(weights_read(module, func))),
+        weight_bytes,
+        slab: Arc::new(ConstantSlab::new(weight_bytes)),
         inlined: if opts.keep_every_value {
             vec![false; func.insts.len()]
         } else {
@@ -368,8 +369,8 @@ pub(crate) struct Cx<'a> {
     dedupe: HashMap<Kernel, usize>,
     cur_op: String,
     cur_loc: Location,
-    /// Bytes of the weights the function reads ([`Cx::weight_bytes`]), once asked.
-    weight_bytes: std::cell::OnceCell<usize>,
+    /// Bytes of the weights the function reads ([`Cx::weight_bytes`]).
+    weight_bytes: usize,
     /// Where deferred constants are written ([`Cx::constant_later`]): chunks about the
     /// size of the weights the function reads.
     slab: Arc<ConstantSlab>,
@@ -384,11 +385,9 @@ pub(crate) struct Cx<'a> {
 pub(crate) type PackJob<'a> = Box<dyn FnOnce(&ConstantSlab) -> AlignedBuf + Send + 'a>;
 
 impl<'a> Cx<'a> {
-    /// Bytes of the module weights the function reads (its `const` ops), computed once.
+    /// Bytes of the module weights the function reads (its `const` ops).
     pub(crate) fn weight_bytes(&self) -> usize {
-        *self
-            .weight_bytes
-            .get_or_init(|| weights_read(self.module, self.func))
+        self.weight_bytes
     }
 
     /// A constant buffer of `len` f32 elements whose data `job` computes on another
