@@ -822,8 +822,9 @@ fn whole_block_tiles_store_through_the_native_routine_bit_for_bit() {
                 let (loops, blocked, plain) = blocked_and_row_major(&m, &inputs, kernels);
                 // the stack's sums and the Cranelift epilogue give the same floats
                 assert_eq!(blocked, plain, "{what} {kernels:?}");
-                // AVX2's 16-lane tiles are one block each (AVX-512's may span two)
-                if kernels == Kernels::Avx2 {
+                // AVX2's 16-lane tiles are one block each, AVX-512's 32-lane ones two
+                // (each block a call of the store routine)
+                if kernels != Kernels::Cranelift {
                     for r in routines {
                         assert!(loops.contains(r), "{what}: no `{r}`\n{loops}");
                     }
@@ -833,11 +834,94 @@ fn whole_block_tiles_store_through_the_native_routine_bit_for_bit() {
         }
     }
     if cfg!(target_arch = "x86_64") {
+        // AVX2 always; AVX-512 too where the host has it
+        let isas = if smelt::microkernels::has_avx512f() {
+            2
+        } else {
+            1
+        };
         assert_eq!(
             native,
-            2 * 6,
-            "every case ran with AVX2 tiles (2 shapes × 6 cases)"
+            2 * 6 * isas,
+            "every case ran with each native tile ISA (2 shapes × 6 cases)"
         );
+    }
+}
+
+/// A 1×1 conv of 16 → `mid` channels ending in `post`, its result read by a depthwise
+/// conv (so it is written in channel blocks) and then projected back to 16 channels.
+fn expansion(n: usize, hw: usize, mid: usize, post: &[PostOp]) -> Module {
+    let mut m = Module::default();
+    let mut b = FuncBuilder::new(&mut m, "main");
+    let x = b.param("x", f32t(&[n, 16, hw, hw]));
+    let e = conv(&mut b, x, (16, mid), 1, 1, post, &[], 900);
+    let dw = depthwise(&mut b, e, mid, 3, (1, 1), &relu(), 910);
+    let y = conv(&mut b, dw, (mid, 16), 1, 1, &[], &[], 920);
+    b.finish(&[("y", y)]);
+    m
+}
+
+/// The text of the kernels whose names start with `prefix`.
+fn kernels_named<'a>(loops: &'a str, prefix: &'a str) -> impl Iterator<Item = &'a str> {
+    loops
+        .split("kernel @")
+        .filter(move |k| k.starts_with(prefix))
+}
+
+#[test]
+fn partial_last_tiles_write_their_blocks_directly() {
+    // A partial last tile whose lanes are all stored — 24 channels on AVX-512's 32
+    // lanes, 8 (of 40) on 16 — sums straight into the result and runs the store routine
+    // there (no stack buffer, no Cranelift epilogue) when its zero-padded lanes stay
+    // zero through the epilogue; a sigmoid (σ(0) = ½) keeps the stack and the Cranelift
+    // epilogue that stores zeros.
+    let silu = PostOp::Unary(UnaryOp::Silu);
+    let sigmoid = PostOp::Unary(UnaryOp::Sigmoid);
+    let hard_swish = PostOp::Unary(UnaryOp::HardSwish);
+    let cases: [(&[PostOp], bool); 4] = [
+        (&relu(), true),
+        (&[hard_swish], true),
+        (&[silu], true),
+        (&[sigmoid], false),
+    ];
+    let mut direct = 0;
+    for mid in [24, 40] {
+        for (post, zero_to_zero) in cases {
+            let what = format!("16 → {mid} then {post:?}");
+            let m = expansion(1, 10, mid, post);
+            let inputs = random_inputs(&m, 21);
+            check_against_interp(&what, &m, &inputs, 1e-5);
+            for kernels in kernel_choices() {
+                if kernels == Kernels::Cranelift {
+                    continue;
+                }
+                let (loops, blocked, plain) = blocked_and_row_major(&m, &inputs, kernels);
+                assert_eq!(blocked, plain, "{what} {kernels:?}");
+                let expansion = format!("_g1_o{mid}x");
+                let texts: Vec<&str> = kernels_named(&loops, "conv2d_packed_1x16x")
+                    .filter(|k| k.contains(&expansion))
+                    .collect();
+                assert_eq!(
+                    texts.len(),
+                    1,
+                    "{what} {kernels:?}: one expansion kernel\n{loops}"
+                );
+                let on_stack = texts[0].contains("%local");
+                assert_eq!(on_stack, !zero_to_zero, "{what} {kernels:?}\n{}", texts[0]);
+                if zero_to_zero {
+                    assert!(
+                        texts[0].contains("_rows("),
+                        "{what}: a store routine\n{}",
+                        texts[0]
+                    );
+                    direct += 1;
+                }
+            }
+        }
+    }
+    if cfg!(target_arch = "x86_64") {
+        // AVX2 always, AVX-512 where the host has it
+        assert!(direct >= 2 * 3, "direct partial tiles ran {direct} times");
     }
 }
 

@@ -59,7 +59,10 @@ impl Contract for Call {
         for p in 0..self.pixels {
             for l in 0..self.lanes {
                 v.push(
-                    (p * self.out_pixel_stride + (l / 4) * self.out_vec_stride + l % 4) as usize,
+                    (p * self.out_pixel_stride
+                        + (l / 16) * self.out_block_stride
+                        + (l % 16 / 4) * self.out_vec_stride
+                        + l % 4) as usize,
                 );
             }
         }
@@ -291,7 +294,15 @@ fn kernels_match_reference_on_many_shapes() {
                 for (chan_stride, pixel_stride, tap_stride, row_stride) in
                     x_layouts(pixels, taps, chans)
                 {
-                    for (out_pixel_stride, out_vec_stride) in [(lanes, 4), (4, 4 * pixels + 5)] {
+                    // [p][lanes]; the partial-sum layout; with 32 lanes, two blocks of a
+                    // channel-blocked result, a block (and a gap) apart
+                    let layouts = [
+                        (lanes, 4, 16),
+                        (4, 4 * pixels + 5, 4 * (4 * pixels + 5)),
+                        (16, 4, 16 * pixels + 7),
+                    ];
+                    let used = if lanes > 16 { 3 } else { 2 };
+                    for &(out_pixel_stride, out_vec_stride, out_block_stride) in &layouts[..used] {
                         for accumulate in [false, true] {
                             // packed weights, or a gap (poisoned) between taps
                             let w_tap_stride = chans * lanes + if seed % 3 == 0 { 32 } else { 0 };
@@ -308,6 +319,7 @@ fn kernels_match_reference_on_many_shapes() {
                                 w_tap_stride,
                                 out_pixel_stride,
                                 out_vec_stride,
+                                out_block_stride,
                                 next_len: 0,
                                 accumulate,
                             };
@@ -320,7 +332,8 @@ fn kernels_match_reference_on_many_shapes() {
             }
         }
     }
-    assert_eq!(cases, 2 * 13 * 3 * 4 * 6 * 2 * 2);
+    // 16 lanes in two out layouts, 32 lanes in three
+    assert_eq!(cases, 13 * 3 * 4 * 6 * 2 * (2 + 3));
     cov.finish("kernels_match_reference_on_many_shapes");
 }
 
@@ -342,6 +355,7 @@ fn typical_calls_match_reference() {
             w_tap_stride: 128 * lanes,
             out_pixel_stride: lanes,
             out_vec_stride: 4,
+            out_block_stride: 16,
             next_len: 0,
             accumulate: false,
         };
@@ -370,6 +384,7 @@ fn typical_calls_match_reference() {
                 w_tap_stride: 256 * lanes,
                 out_pixel_stride: 4,
                 out_vec_stride: 56 * 4,
+                out_block_stride: 4 * 56 * 4,
                 next_len: 0,
                 accumulate: true,
                 ..base
@@ -405,6 +420,7 @@ fn every_pixel_stride_path_matches_reference() {
                         w_tap_stride: 20 * lanes,
                         out_pixel_stride: lanes,
                         out_vec_stride: 4,
+                        out_block_stride: 16,
                         next_len: 0,
                         accumulate: seed % 2 == 0,
                     };
@@ -437,6 +453,7 @@ fn empty_reductions_give_the_initial_value_and_read_nothing() {
                     w_tap_stride: 128,
                     out_pixel_stride: lanes,
                     out_vec_stride: 4,
+                    out_block_stride: 16,
                     next_len: 0,
                     accumulate,
                 };
@@ -488,6 +505,7 @@ fn zero_pixels_touch_nothing() {
             w_tap_stride: 1024,
             out_pixel_stride: lanes,
             out_vec_stride: 4,
+            out_block_stride: 16,
             next_len: 0,
             accumulate: true,
         };
@@ -590,6 +608,7 @@ fn routine_speed_probe() {
         w_tap_stride: chans * lanes,
         out_pixel_stride: if quads { 4 } else { lanes },
         out_vec_stride: if quads { 4 * pixels } else { 4 },
+        out_block_stride: if quads { 16 * pixels } else { 16 },
         next_len: 0,
         accumulate: false,
     };

@@ -112,6 +112,10 @@ fn conv_tile_record(fb: &mut FunctionBuilder, ptr: Type, tile: &ConvTile) -> Sta
             tile.out_pixel_stride,
         ),
         (offset_of!(ConvTile, out_vec_stride), tile.out_vec_stride),
+        (
+            offset_of!(ConvTile, out_block_stride),
+            tile.out_block_stride,
+        ),
         (offset_of!(ConvTile, next_len), tile.next_len),
     ];
     for (at, v) in words {

@@ -221,23 +221,23 @@ unsafe fn block<
 ) {
     const { assert!(NA == NP * V) };
     let ps = if PS == 0 { g.pixel_stride } else { PS as isize };
-    let ovs = g.out_vec_stride;
+    let (ovs, obs) = (g.out_vec_stride, g.out_block_stride);
     // floats per weight row (one input channel)
     let row = 16 * V as isize;
     // acc[p*V + j]: pixel p, lanes 16j..16j+16
     let mut acc = [_mm512_setzero_ps(); NA];
     // SAFETY: for the whole body, every pointer dereferenced or prefetched is a contract index:
-    // out groups p*out_pixel_stride + {0..4V}*out_vec_stride (4 floats each), weight rows
+    // out groups p*out_pixel_stride + j*out_block_stride + {0..4}*out_vec_stride (j < V,
+    // 4 floats each), weight rows
     // (r*taps+t)*w_tap_stride + c*16V (16V floats), single x floats of channels c < chans.
     unsafe {
         if g.accumulate {
             for (i, a) in acc.iter_mut().enumerate() {
                 let (p, j) = (i / V, i % V);
-                let o = out.offset(p as isize * g.out_pixel_stride);
+                let o = out.offset(p as isize * g.out_pixel_stride + j as isize * obs);
                 *a = if ovs == 4 {
-                    _mm512_loadu_ps(o.add(16 * j))
+                    _mm512_loadu_ps(o)
                 } else {
-                    let o = o.offset(4 * j as isize * ovs);
                     let v = _mm512_castps128_ps512(_mm_loadu_ps(o));
                     let v = _mm512_insertf32x4::<1>(v, _mm_loadu_ps(o.offset(ovs)));
                     let v = _mm512_insertf32x4::<2>(v, _mm_loadu_ps(o.offset(2 * ovs)));
@@ -253,11 +253,10 @@ unsafe fn block<
         );
         for (i, a) in acc.iter().enumerate() {
             let (p, j) = (i / V, i % V);
-            let o = out.offset(p as isize * g.out_pixel_stride);
+            let o = out.offset(p as isize * g.out_pixel_stride + j as isize * obs);
             if ovs == 4 {
-                _mm512_storeu_ps(o.add(16 * j), *a);
+                _mm512_storeu_ps(o, *a);
             } else {
-                let o = o.offset(4 * j as isize * ovs);
                 _mm_storeu_ps(o, _mm512_extractf32x4_ps::<0>(*a));
                 _mm_storeu_ps(o.offset(ovs), _mm512_extractf32x4_ps::<1>(*a));
                 _mm_storeu_ps(o.offset(2 * ovs), _mm512_extractf32x4_ps::<2>(*a));

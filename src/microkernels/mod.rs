@@ -61,7 +61,8 @@
 //! `l < 32`,
 //!
 //! ```text
-//! o    = p*out_pixel_stride + (l/4)*out_vec_stride + (l%4)        // out groups 0..8
+//! o    = p*out_pixel_stride + (l/16)*out_block_stride              // out groups 0..8
+//!        + (l%16/4)*out_vec_stride + (l%4)
 //! s    = if accumulate { out[o] } else { 0.0 }
 //! s   += Σ_{r,t,c} x[r*row_stride + t*tap_stride + c*chan_stride + p*pixel_stride]
 //!                * w[(r*taps + t)*w_tap_stride + c*32 + l]
@@ -73,7 +74,10 @@
 //! vectors when `out_vec_stride == 4`), and weight prefetches name both halves of a row of a
 //! channel `c < chans`. Everything else (summation order, determinism, x accesses, empty
 //! cases, no alignment) is as above. Its `out` layouts: `[p][32]` (`out_pixel_stride = 32`,
-//! `out_vec_stride = 4`) and the partial-sum layout. [`conv_tile_reference`] is the oracle
+//! `out_vec_stride = 4`, `out_block_stride = 16`), two blocks `[p][16]` of a channel-blocked
+//! result (`out_pixel_stride = 16`, `out_vec_stride = 4`, `out_block_stride` the result's
+//! block size) and the partial-sum layout (`out_block_stride = 4·out_vec_stride`). The
+//! 16-lane contract is this one with `l < 16`: `out_block_stride` is not used. [`conv_tile_reference`] is the oracle
 //! of every lane count.
 //!
 //! # Speed
@@ -546,6 +550,7 @@ struct Geom {
     w_tap_stride: isize,
     out_pixel_stride: isize,
     out_vec_stride: isize,
+    out_block_stride: isize,
     accumulate: bool,
     /// The next line of the `next` run to prefetch.
     next: std::cell::Cell<*const f32>,
@@ -585,6 +590,7 @@ impl Geom {
             w_tap_stride: shape.w_tap_stride as isize,
             out_pixel_stride: shape.out_pixel_stride as isize,
             out_vec_stride: shape.out_vec_stride as isize,
+            out_block_stride: shape.out_block_stride as isize,
             accumulate: shape.accumulate,
             next: std::cell::Cell::new(next),
             next_end: next.wrapping_offset(16 * lines),
@@ -733,7 +739,10 @@ unsafe fn empty_reduction(out: *mut f32, pixels: isize, g: &Geom, lanes: isize) 
     }
     for p in 0..pixels {
         for l in 0..lanes {
-            let o = p * g.out_pixel_stride + (l / 4) * g.out_vec_stride + l % 4;
+            let o = p * g.out_pixel_stride
+                + (l / 16) * g.out_block_stride
+                + (l % 16 / 4) * g.out_vec_stride
+                + l % 4;
             // SAFETY: an out index of the contract.
             unsafe { *out.offset(o) = 0.0 };
         }
@@ -783,7 +792,10 @@ pub unsafe extern "C" fn conv_tile_reference(
     let lanes = t.lanes;
     for p in 0..t.pixels {
         for l in 0..lanes {
-            let o = (p * t.out_pixel_stride + (l / 4) * t.out_vec_stride + l % 4) as isize;
+            let o = (p * t.out_pixel_stride
+                + (l / 16) * t.out_block_stride
+                + (l % 16 / 4) * t.out_vec_stride
+                + l % 4) as isize;
             let mut s = if t.accumulate {
                 // SAFETY: o is an out index of the contract; the caller proved it in bounds.
                 unsafe { *out.offset(o) }

@@ -882,7 +882,7 @@ mod tests {
                     let next_len = if g.chance(30) { g.int(1, 40) } else { 0 };
                     let next = (next_len > 0).then(|| ptr(g));
                     let tile = ConvTile {
-                        lanes: 4 * g.int(1, 2),
+                        lanes: [4, 8, 32][g.int(0, 2) as usize],
                         pixels: g.int(0, 3),
                         rows: g.int(0, 2),
                         row_stride: g.int(0, 6),
@@ -894,6 +894,7 @@ mod tests {
                         w_tap_stride: g.int(0, 20),
                         out_pixel_stride: g.int(0, 9),
                         out_vec_stride: g.int(0, 5),
+                        out_block_stride: g.int(0, 20),
                         next_len,
                         accumulate: g.chance(50),
                     };
@@ -1145,7 +1146,10 @@ mod tests {
                     );
                     for p in 0..t.pixels {
                         for l in 0..t.lanes {
-                            let o = p * t.out_pixel_stride + (l / 4) * t.out_vec_stride + l % 4;
+                            let o = p * t.out_pixel_stride
+                                + (l / 16) * t.out_block_stride
+                                + (l % 16 / 4) * t.out_vec_stride
+                                + l % 4;
                             if !self.touch(out.buf, os + i128::from(o), 1, true) {
                                 return false;
                             }

@@ -781,6 +781,7 @@ mod tests {
             w_tap_stride: 128,
             out_pixel_stride: 16,
             out_vec_stride: 4,
+            out_block_stride: 16,
             next_len: 0,
             accumulate: false,
         }

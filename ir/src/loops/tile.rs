@@ -50,10 +50,14 @@ impl TileTarget {
 /// `l < lanes`,
 ///
 /// ```text
-/// out[p·out_pixel_stride + (l/4)·out_vec_stride + l%4]  (+)=
+/// out[p·out_pixel_stride + (l/16)·out_block_stride + (l%16/4)·out_vec_stride + l%4]  (+)=
 ///     Σ_{r<rows, t<taps, c<chans} x[r·row_stride + t·tap_stride + c·chan_stride + p·pixel_stride]
 ///                                · w[(r·taps + t)·w_tap_stride + lanes·c + l]
 /// ```
+///
+/// (`out_block_stride` places a 32-lane call's second block of 16 channels: `4 ·
+/// out_vec_stride` when its sums follow the first block's, a channel block of the result
+/// apart when the routine writes two blocks of a channel-blocked result at once.)
 ///
 /// starting from the old `out` when `accumulate`, else from zero. All counts and strides
 /// are non-negative ([`Kernel::check`](super::Kernel::check) verifies it and proves the footprints, which bound
@@ -86,8 +90,10 @@ pub struct ConvTile {
     pub w_tap_stride: i64,
     /// Output elements between pixels.
     pub out_pixel_stride: i64,
-    /// Output elements between groups of 4 channels.
+    /// Output elements between groups of 4 channels within a block of 16.
     pub out_vec_stride: i64,
+    /// Output elements between blocks of 16 channels (lanes 16.. of a 32-lane call).
+    pub out_block_stride: i64,
     /// Elements of the call's `next` run (see [`Stmt::ConvTile`](super::Stmt::ConvTile)) that the routine
     /// prefetches, spread over its reduction; 0 for none.
     pub next_len: i64,
@@ -120,13 +126,17 @@ impl ConvTile {
             t.w_tap_stride,
             t.out_pixel_stride,
             t.out_vec_stride,
+            t.out_block_stride,
         ];
         if fields.iter().any(|&f| f < 0) {
             return None;
         }
+        // the largest index over the lanes: the last block's offset plus the last quad's
+        // within a block (an upper bound when a last block is partial)
         let out = (t.pixels.max(1) - 1)
             .checked_mul(t.out_pixel_stride)?
-            .checked_add((t.lanes / 4 - 1).checked_mul(t.out_vec_stride)?)?
+            .checked_add(((t.lanes - 1) / 16).checked_mul(t.out_block_stride)?)?
+            .checked_add((t.lanes.min(16) / 4 - 1).checked_mul(t.out_vec_stride)?)?
             .checked_add(4)?;
         if t.is_empty() {
             // nothing read; `out` is still written (zeroed) unless there are no pixels
@@ -166,7 +176,7 @@ impl fmt::Display for ConvTile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "lanes={}, pixels={}, rows={}x{}, taps={}x{}, chans={}x{}, pixel_stride={}, w_tap_stride={}, out_strides=({}, {}){}{}",
+            "lanes={}, pixels={}, rows={}x{}, taps={}x{}, chans={}x{}, pixel_stride={}, w_tap_stride={}, out_strides=({}, {}){}{}{}",
             self.lanes,
             self.pixels,
             self.rows,
@@ -179,6 +189,12 @@ impl fmt::Display for ConvTile {
             self.w_tap_stride,
             self.out_pixel_stride,
             self.out_vec_stride,
+            // printed only where it is not the sums' natural run on
+            if self.lanes > 16 && self.out_block_stride != 4 * self.out_vec_stride {
+                format!(", out_block_stride={}", self.out_block_stride)
+            } else {
+                String::new()
+            },
             if self.next_len > 0 {
                 format!(", next_len={}", self.next_len)
             } else {

@@ -317,6 +317,7 @@ fn lower_as_product(
                         w_tap_stride: (c * lanes) as i64,
                         out_pixel_stride: lanes as i64,
                         out_vec_stride: 4,
+                        out_block_stride: 16,
                         next_len: 0,
                         accumulate: false,
                     };

@@ -3,8 +3,8 @@
 //! loop-order model and the input-channel split.
 
 use smelt_ir::loops::{
-    Access, Affine, BinOp, BufPtr, ConvTile, Expr, KernelBuilder, StoreActivation, TileRoutine,
-    TileTarget, VarId, Width,
+    Access, Affine, BinOp, BufPtr, ConvTile, Expr, KernelBuilder, RowActivation, StoreActivation,
+    TileRoutine, TileTarget, VarId, Width,
 };
 use smelt_ir::{AlignedBuf, ConstantSlab, Diagnostic, Value};
 
@@ -478,15 +478,16 @@ impl PackedConv {
             if self.blocked_output { "_out16c" } else { "" }
         ));
         // A leading SiLU, sigmoid or GELU runs natively on a tile's whole lanes with the
-        // bias (below), which a partial last block reads past the operand's end: a
+        // bias (below), and so does a store routine on a partial last block of a
+        // channel-blocked result: both read the bias past the operand's end, so a
         // constant bias gets a copy padded with zeros to whole tiles (YOLO's 255-channel
-        // heads; the padded lanes' sums are never stored).
+        // heads, MobileNetV3's 72- and 120-channel expansions).
         let lanes = self.lanes();
         let padded_bias = match operands.get(2) {
             Some(&bias)
                 if g.groups == 1
                     && !g.o.is_multiple_of(lanes)
-                    && epi.after_leading_activation().is_some() =>
+                    && (epi.after_leading_activation().is_some() || self.blocked_output) =>
             {
                 cx.const_data(bias).map(|values| {
                     let mut padded = values.to_vec();
@@ -899,26 +900,43 @@ impl PackedConv {
         let native_activation = (channels == lanes as usize || bufs.bias_whole_tiles)
             .then(|| epi.after_leading_activation())
             .flatten();
-        // A tile of one whole channel block whose epilogue a store-rows routine applies
-        // (a bias, a residual, a ReLU) is `[pixel][16]`, one run of the result: the
-        // routine writes its sums there, among its FMAs, rather than to the stack for a
-        // separate pass to copy (MobileNetV3's 16→64 at 112²: 1.08 → 0.92 ms), and the
-        // epilogue runs on them in place.
-        let one_block = self.blocked_output && lanes == unit && channels == CHANNEL_BLOCK;
-        let direct = one_block
+        // A tile of whole stored channel blocks (16 lanes, or 32: two blocks) whose
+        // epilogue a store-rows routine applies (a bias, a residual, a ReLU) is one run
+        // `[pixel][16]` of the result per block: the routine writes its sums there, among
+        // its FMAs, rather than to the stack for a separate pass to copy (MobileNetV3's
+        // 16→64 at 112²: 1.08 → 0.92 ms with 16 lanes on AVX2; 0.35 → 0.31 ms with 32 on
+        // AVX-512), and the epilogue runs on them in place, block by block. A partial last
+        // tile whose lanes are all stored (24 channels on 32 lanes, 8 on 16) qualifies
+        // when its padded lanes come out zero as the layout requires: their weights and
+        // bias are zero, a residual's padded lanes are, and every activation on the way
+        // maps zero to zero (not a sigmoid). (A non-finite input makes them NaN rather
+        // than zero — where the pixel's real lanes are already non-finite.)
+        let zero_to_zero = match &native_activation {
+            Some((act, _)) => *act != RowActivation::Sigmoid,
+            None => true,
+        };
+        let stored_lanes = channels.next_multiple_of(CHANNEL_BLOCK) == lanes as usize;
+        let whole_blocks = self.blocked_output
+            && lanes % unit == 0
+            && (channels == lanes as usize
+                || (stored_lanes && zero_to_zero && bufs.bias_whole_tiles));
+        let direct = whole_blocks
             && match &native_activation {
                 Some((_, rest)) => rest.as_store_rows().is_some(),
                 None => epi.as_store_rows().is_some(),
             };
-        let (sums, sums_at, out_pixel_stride, out_vec_stride) = if self.lane_blocked_output {
-            let at = self.lane_blocked_index(g, at, block_index, q0);
-            (bufs.out, at, lanes, 4)
-        } else if direct {
-            (bufs.out, stored_at(&Affine::constant(0), 0), lanes, 4)
-        } else {
-            let local = b.local(pixels * lanes as usize);
-            (local, Affine::constant(0), lanes, 4)
-        };
+        let block_run = unit * out_plane;
+        let (sums, sums_at, out_pixel_stride, out_vec_stride, out_block_stride) =
+            if self.lane_blocked_output {
+                let at = self.lane_blocked_index(g, at, block_index, q0);
+                (bufs.out, at, lanes, 4, 16)
+            } else if direct {
+                let at = stored_at(&Affine::constant(0), 0);
+                (bufs.out, at, unit, 4, block_run)
+            } else {
+                let local = b.local(pixels * lanes as usize);
+                (local, Affine::constant(0), lanes, 4, 16)
+            };
         let row = at.oh.scale(g.stride[0] as i64);
         let (ci, plane) = (g.c as i64, (g.hp * g.wq) as i64);
         let flat = self.channels_last && g.dil[1] == 1 && g.groups == 1;
@@ -945,6 +963,7 @@ impl PackedConv {
                 w_tap_stride: unit * lanes,
                 out_pixel_stride,
                 out_vec_stride,
+                out_block_stride,
                 next_len: 0,
                 accumulate: false,
             };
@@ -973,6 +992,7 @@ impl PackedConv {
                 w_tap_stride: (chans as i64) * lanes,
                 out_pixel_stride,
                 out_vec_stride,
+                out_block_stride,
                 next_len: 0,
                 accumulate: false,
             };
@@ -996,6 +1016,7 @@ impl PackedConv {
                 w_tap_stride: g.cg as i64 * lanes,
                 out_pixel_stride,
                 out_vec_stride,
+                out_block_stride,
                 next_len: 0,
                 accumulate: false,
             };
@@ -1052,17 +1073,25 @@ impl PackedConv {
         if self.lane_blocked_output {
             return;
         }
+        // a direct tile's sums are runs of 16 lanes a block apart, the others' one run
+        let (runs, run_lanes, run_stride) = if direct {
+            (lanes / unit, unit, block_run)
+        } else {
+            (1, lanes, 0)
+        };
         let (epi, bias) = match native_activation {
             Some((act, rest)) => {
-                let bias = bufs.bias.map(|buf| BufPtr {
-                    buf,
-                    index: at.o0.clone(),
-                });
-                let sums_at = BufPtr {
-                    buf: sums,
-                    index: sums_at.clone(),
-                };
-                b.activation_rows(act, sums_at, bias, pixels as i64, lanes);
+                for r in 0..runs {
+                    let bias = bufs.bias.map(|buf| BufPtr {
+                        buf,
+                        index: at.o0.plus(r * unit),
+                    });
+                    let sums_at = BufPtr {
+                        buf: sums,
+                        index: sums_at.plus(r * run_stride),
+                    };
+                    b.activation_rows(act, sums_at, bias, pixels as i64, run_lanes);
+                }
                 (rest, None)
             }
             None => (epi.clone(), bufs.bias),
@@ -1074,25 +1103,27 @@ impl PackedConv {
             if bias.is_none() && residual.is_none() && act == StoreActivation::Identity {
                 return;
             }
-            let run = BufPtr {
-                buf: bufs.out,
-                index: sums_at,
-            };
-            b.store_rows(
-                act,
-                run.clone(),
-                bias.map(|buf| BufPtr {
-                    buf,
-                    index: at.o0.clone(),
-                }),
-                residual.map(|buf| BufPtr {
-                    buf,
-                    index: run.index.clone(),
-                }),
-                run,
-                pixels as i64,
-                lanes,
-            );
+            for r in 0..runs {
+                let run = BufPtr {
+                    buf: bufs.out,
+                    index: sums_at.plus(r * run_stride),
+                };
+                b.store_rows(
+                    act,
+                    run.clone(),
+                    bias.map(|buf| BufPtr {
+                        buf,
+                        index: at.o0.plus(r * unit),
+                    }),
+                    residual.map(|buf| BufPtr {
+                        buf,
+                        index: run.index.clone(),
+                    }),
+                    run,
+                    pixels as i64,
+                    run_lanes,
+                );
+            }
             return;
         }
         let out_index = |o: &Affine, col: &Affine| {

@@ -477,6 +477,7 @@ impl PackedGemm {
             w_tap_stride: panel_len,
             out_pixel_stride,
             out_vec_stride: 4,
+            out_block_stride: 16,
             next_len,
             accumulate: false,
         };
