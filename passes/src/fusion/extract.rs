@@ -9,6 +9,12 @@
 //! keep the cheaper. Ties break by node order (deterministic: node ids come from the
 //! input in order). Every candidate is checked acyclic.
 //!
+//! A candidate change is priced incrementally ([`Reached`]): only the classes it makes
+//! reachable or unreachable are walked, and its cycle check stops at classes that finish
+//! before the changed one in the current graph's walk (they cannot reach it). Only a
+//! change that wins is scored by a walk of the whole graph — the score kept, so the
+//! search's scores are the same sums as a full walk gives.
+//!
 //! Anchors (conv, gemm, matmul, norms, pools) are never computed twice: a graph that
 //! computes the same anchor on the same operands in two classes (a conv fused into two
 //! consumers with different post-ops) loses to any graph with fewer such duplicates,
@@ -239,6 +245,8 @@ struct Walk {
     stack: Vec<(usize, usize)>,
     /// Per anchor computation: whether a reached class already computes it.
     anchor_seen: Vec<bool>,
+    /// The reached classes in the order the walk finished them (children first).
+    finished: Vec<usize>,
 }
 
 impl Dense {
@@ -296,6 +304,7 @@ impl Dense {
         walk.state.clear();
         walk.state.resize(self.kids.len(), 0);
         walk.stack.clear();
+        walk.finished.clear();
         walk.anchor_seen.clear();
         walk.anchor_seen.resize(self.num_anchors, false);
         let mut total = 0.0;
@@ -336,6 +345,7 @@ impl Dense {
                         walk.anchor_seen[anchor] = true;
                     }
                     walk.state[class] = 2;
+                    walk.finished.push(class);
                     walk.stack.pop();
                 }
             }
@@ -344,6 +354,242 @@ impl Dense {
             repeated_anchors,
             cost: total,
         })
+    }
+}
+
+/// The graph of the current choice, kept to price a single-class change without walking
+/// the whole graph: how many chosen nodes (and roots) reference each class, where the
+/// full walk finished each reached class, how many reached classes compute each anchor.
+struct Reached {
+    /// References to each class from the chosen nodes of reached classes, and from the
+    /// roots; a class is reached when it has any.
+    refs: Vec<u32>,
+    /// Position of each reached class in the full walk's finishing order; `usize::MAX`
+    /// for the others. A class can only reach classes that finished before it.
+    finished_at: Vec<usize>,
+    /// Reached classes computing each anchor.
+    anchor_count: Vec<u32>,
+    /// The current graph's score.
+    score: Score,
+    /// Scratch of the cycle check: 0 = unseen, 1 = on the stack, 2 = done; the classes
+    /// it marked (to clear).
+    seen: Vec<u8>,
+    marked: Vec<usize>,
+    stack: Vec<(usize, usize)>,
+}
+
+impl Reached {
+    /// The graph `walk` just walked for `choice` (its score `score`).
+    fn new(dense: &Dense, choice: &[usize], roots: &[usize], walk: &Walk, score: Score) -> Reached {
+        let n = dense.kids.len();
+        let mut refs = vec![0u32; n];
+        let mut finished_at = vec![usize::MAX; n];
+        let mut anchor_count = vec![0u32; dense.num_anchors];
+        for &r in roots {
+            refs[r] += 1;
+        }
+        for (at, &c) in walk.finished.iter().enumerate() {
+            finished_at[c] = at;
+            let node = choice[c];
+            for &k in &dense.kids[c][node] {
+                refs[k] += 1;
+            }
+            let anchor = dense.anchors[c][node];
+            if anchor != NO_ANCHOR {
+                anchor_count[anchor] += 1;
+            }
+        }
+        Reached {
+            refs,
+            finished_at,
+            anchor_count,
+            score,
+            seen: vec![0; n],
+            marked: Vec::new(),
+            stack: Vec::new(),
+        }
+    }
+
+    fn is_reached(&self, c: usize) -> bool {
+        self.refs[c] > 0
+    }
+
+    /// The score of the graph with reached class `c` switched to its node `node`, or
+    /// `None` when that graph is cyclic or incomplete (as [`Dense::score`] would find);
+    /// the graph itself is left as it was. Its cost is summed in another order than a
+    /// whole walk's, so it may differ from that walk's in the last bits.
+    fn score_switch(
+        &mut self,
+        dense: &Dense,
+        choice: &[usize],
+        c: usize,
+        node: usize,
+    ) -> Option<Score> {
+        if !self.acyclic_below(dense, choice, c, node) {
+            return None;
+        }
+        let old = choice[c];
+        let (before_anchors, before) = (self.anchor_count_repeats(), self.score);
+        let mut sums = [0.0f64; 2];
+        let mut repeats = before.repeated_anchors as i64;
+        // the new node first, so classes both nodes reach are never dropped on the way
+        self.count_anchor(dense.anchors[c][node], 1, &mut repeats);
+        self.count_anchor(dense.anchors[c][old], -1, &mut repeats);
+        for &k in &dense.kids[c][node] {
+            self.add_ref(dense, choice, k, &mut sums[0], &mut repeats);
+        }
+        for &k in &dense.kids[c][old] {
+            self.drop_ref(dense, choice, k, &mut sums[1], &mut repeats);
+        }
+        let cost = before.cost + dense.costs[c][node] - dense.costs[c][old] + sums[0] - sums[1];
+        let switched = Score {
+            repeated_anchors: repeats.max(0) as usize,
+            cost,
+        };
+        // and back: the same counts, undone
+        let mut scratch = [0.0f64; 2];
+        let mut back = repeats;
+        for &k in &dense.kids[c][old] {
+            self.add_ref(dense, choice, k, &mut scratch[0], &mut back);
+        }
+        for &k in &dense.kids[c][node] {
+            self.drop_ref(dense, choice, k, &mut scratch[1], &mut back);
+        }
+        self.count_anchor(dense.anchors[c][old], 1, &mut back);
+        self.count_anchor(dense.anchors[c][node], -1, &mut back);
+        debug_assert_eq!(self.anchor_count_repeats(), before_anchors);
+        Some(switched)
+    }
+
+    /// Repeated anchors counted from scratch (debug builds check the undo with it).
+    fn anchor_count_repeats(&self) -> usize {
+        self.anchor_count
+            .iter()
+            .map(|&n| n.saturating_sub(1) as usize)
+            .sum()
+    }
+
+    /// One more (`delta` 1) or one fewer (-1) reached class computing `anchor`.
+    fn count_anchor(&mut self, anchor: usize, delta: i32, repeats: &mut i64) {
+        if anchor == NO_ANCHOR {
+            return;
+        }
+        if delta > 0 {
+            if self.anchor_count[anchor] > 0 {
+                *repeats += 1;
+            }
+            self.anchor_count[anchor] += 1;
+        } else {
+            self.anchor_count[anchor] -= 1;
+            if self.anchor_count[anchor] > 0 {
+                *repeats -= 1;
+            }
+        }
+    }
+
+    /// A new reference to `k`: a class it makes reachable adds its node's cost to `sum`
+    /// and references its children in turn.
+    fn add_ref(
+        &mut self,
+        dense: &Dense,
+        choice: &[usize],
+        k: usize,
+        sum: &mut f64,
+        repeats: &mut i64,
+    ) {
+        let mut todo = vec![k];
+        while let Some(k) = todo.pop() {
+            self.refs[k] += 1;
+            if self.refs[k] == 1 {
+                let node = choice[k];
+                *sum += dense.costs[k][node];
+                self.count_anchor(dense.anchors[k][node], 1, repeats);
+                todo.extend_from_slice(&dense.kids[k][node]);
+            }
+        }
+    }
+
+    /// One reference to `k` fewer: a class it leaves unreachable subtracts (adds to
+    /// `sum`) its node's cost and drops its references to its children in turn.
+    fn drop_ref(
+        &mut self,
+        dense: &Dense,
+        choice: &[usize],
+        k: usize,
+        sum: &mut f64,
+        repeats: &mut i64,
+    ) {
+        let mut todo = vec![k];
+        while let Some(k) = todo.pop() {
+            self.refs[k] -= 1;
+            if self.refs[k] == 0 {
+                let node = choice[k];
+                *sum += dense.costs[k][node];
+                self.count_anchor(dense.anchors[k][node], -1, repeats);
+                todo.extend_from_slice(&dense.kids[k][node]);
+            }
+        }
+    }
+
+    /// Whether the graph with class `c` switched to `node` is acyclic and complete below
+    /// `c`: no class the node reaches reaches `c`, and every class it newly reaches has a
+    /// choice and no missing child. The walk stops at reached classes that finished
+    /// before `c` (they cannot reach it, and the current graph has no cycle).
+    fn acyclic_below(&mut self, dense: &Dense, choice: &[usize], c: usize, node: usize) -> bool {
+        let limit = self.finished_at[c];
+        let mut ok = true;
+        'roots: for &k in &dense.kids[c][node] {
+            if k == MISSING {
+                ok = false;
+                break;
+            }
+            self.stack.clear();
+            self.stack.push((k, 0));
+            while let Some(&(x, next)) = self.stack.last() {
+                if next == 0 {
+                    if x == c {
+                        ok = false;
+                        break 'roots;
+                    }
+                    let done = self.seen[x] == 2
+                        || (self.finished_at[x] != usize::MAX && self.finished_at[x] < limit);
+                    if done {
+                        self.stack.pop();
+                        continue;
+                    }
+                    if self.seen[x] == 1 || choice[x] == MISSING {
+                        ok = false;
+                        break 'roots;
+                    }
+                    self.seen[x] = 1;
+                    self.marked.push(x);
+                }
+                let kids = &dense.kids[x][choice[x]];
+                match kids.get(next) {
+                    Some(&child) => {
+                        if child == MISSING {
+                            ok = false;
+                            break 'roots;
+                        }
+                        if let Some(top) = self.stack.last_mut() {
+                            top.1 += 1;
+                        }
+                        if self.seen[child] != 2 {
+                            self.stack.push((child, 0));
+                        }
+                    }
+                    None => {
+                        self.seen[x] = 2;
+                        self.stack.pop();
+                    }
+                }
+            }
+        }
+        for &x in &self.marked {
+            self.seen[x] = 0;
+        }
+        self.marked.clear();
+        ok
     }
 }
 
@@ -364,7 +610,7 @@ fn improve(table: &CostTable, choice: Choice, roots: &[Id]) -> Option<(Choice, S
         .collect();
     let mut walk = Walk::default();
     let mut score = dense.score(&current, &roots, &mut walk)?;
-    let mut reached: Vec<bool> = walk.state.iter().map(|s| *s == 2).collect();
+    let mut graph = Reached::new(&dense, &current, &roots, &walk, score);
     let candidates: Vec<usize> = (0..dense.kids.len())
         .filter(|c| dense.kids[*c].len() > 1)
         .collect();
@@ -372,26 +618,29 @@ fn improve(table: &CostTable, choice: Choice, roots: &[Id]) -> Option<(Choice, S
         let mut improved = false;
         for &c in &candidates {
             let chosen = current[c];
-            if chosen == MISSING || !reached[c] {
+            if chosen == MISSING || !graph.is_reached(c) {
                 continue;
             }
             for i in 0..dense.kids[c].len() {
                 if i == chosen {
                     continue;
                 }
+                let wins = graph
+                    .score_switch(&dense, &current, c, i)
+                    .is_some_and(|s| s.beats(score));
+                if !wins {
+                    continue;
+                }
+                // the winner's score by a whole walk, the sum every score here is
                 current[c] = i;
                 match dense.score(&current, &roots, &mut walk) {
                     Some(new) if new.beats(score) => {
                         score = new;
+                        graph = Reached::new(&dense, &current, &roots, &walk, score);
                         improved = true;
-                        for (r, s) in reached.iter_mut().zip(&walk.state) {
-                            *r = *s == 2;
-                        }
                         break;
                     }
-                    _ => {
-                        current[c] = chosen;
-                    }
+                    _ => current[c] = chosen,
                 }
             }
         }
@@ -458,4 +707,113 @@ pub fn extract(
         cost: score.cost,
         input_cost,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small deterministic generator (xorshift64*).
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n
+        }
+    }
+
+    /// Random classes of 1–3 nodes, each with up to 3 children among the classes after
+    /// it (and now and then before it, or missing, so that some switches close cycles or
+    /// reach a class without a table entry), costs in 0..4, a few shared anchors.
+    fn random_dense(rng: &mut Rng, n: usize) -> Dense {
+        let (mut kids, mut costs, mut anchors) = (Vec::new(), Vec::new(), Vec::new());
+        for c in 0..n {
+            let nodes = 1 + rng.below(3);
+            kids.push(
+                (0..nodes)
+                    .map(|_| {
+                        (0..rng.below(4))
+                            .map(|_| match rng.below(12) {
+                                0 => MISSING,
+                                1 | 2 => rng.below(n),
+                                _ if c + 1 < n => c + 1 + rng.below(n - c - 1),
+                                _ => rng.below(n),
+                            })
+                            .collect()
+                    })
+                    .collect(),
+            );
+            costs.push((0..nodes).map(|_| rng.below(400) as f64 / 100.0).collect());
+            anchors.push(
+                (0..nodes)
+                    .map(|_| match rng.below(3) {
+                        0 => rng.below(4),
+                        _ => NO_ANCHOR,
+                    })
+                    .collect(),
+            );
+        }
+        Dense {
+            index: HashMap::new(),
+            kids,
+            costs,
+            anchors,
+            num_anchors: 4,
+        }
+    }
+
+    #[test]
+    fn switches_are_priced_as_a_whole_walk_prices_them() {
+        let mut rng = Rng(0x5eed_1234_abcd_0001);
+        let (mut compared, mut refused) = (0, 0);
+        for _graph in 0..1000 {
+            let n = 2 + rng.below(14);
+            let dense = random_dense(&mut rng, n);
+            let roots = vec![0, rng.below(n)];
+            let mut choice: Vec<usize> = dense.kids.iter().map(|k| rng.below(k.len())).collect();
+            let mut walk = Walk::default();
+            let Some(score) = dense.score(&choice, &roots, &mut walk) else {
+                continue;
+            };
+            let mut graph = Reached::new(&dense, &choice, &roots, &walk, score);
+            for c in 0..n {
+                if !graph.is_reached(c) {
+                    continue;
+                }
+                for node in 0..dense.kids[c].len() {
+                    if node == choice[c] {
+                        continue;
+                    }
+                    let priced = graph.score_switch(&dense, &choice, c, node);
+                    let old = choice[c];
+                    choice[c] = node;
+                    let walked = dense.score(&choice, &roots, &mut Walk::default());
+                    choice[c] = old;
+                    match (priced, walked) {
+                        (None, None) => refused += 1,
+                        (Some(p), Some(w)) => {
+                            assert_eq!(
+                                p.repeated_anchors, w.repeated_anchors,
+                                "class {c} → {node}"
+                            );
+                            assert!((p.cost - w.cost).abs() <= 1e-9 * w.cost.abs().max(1.0));
+                            compared += 1;
+                        }
+                        (p, w) => panic!("class {c} → node {node}: priced {p:?}, walked {w:?}"),
+                    }
+                    // the graph is left as it was
+                    let fresh = Reached::new(&dense, &choice, &roots, &walk, score);
+                    assert_eq!(graph.refs, fresh.refs);
+                    assert_eq!(graph.anchor_count, fresh.anchor_count);
+                }
+            }
+        }
+        assert!(
+            compared > 200 && refused > 50,
+            "compared {compared}, refused {refused}"
+        );
+    }
 }
