@@ -925,6 +925,78 @@ fn partial_last_tiles_write_their_blocks_directly() {
     }
 }
 
+/// A 3×3 conv of 32 → 64 channels on `hw`×`hw` images (Winograd's size) ending in `post`
+/// (whose add reads a 1×1 conv of the input), read by a 1×1 conv so that it writes
+/// channel blocks.
+fn winograd_in_blocks(n: usize, hw: usize, post: &[PostOp]) -> Module {
+    let mut m = Module::default();
+    let mut b = FuncBuilder::new(&mut m, "main");
+    let x = b.param("x", f32t(&[n, 32, hw, hw]));
+    let r = conv(&mut b, x, (32, 32), 1, 1, &relu(), &[], 950);
+    let extra: Vec<Value> = match post.first() {
+        Some(PostOp::Binary { .. }) => vec![conv(&mut b, x, (32, 64), 1, 1, &[], &[], 960)],
+        _ => Vec::new(),
+    };
+    let w = conv(&mut b, r, (32, 64), 3, 1, post, &extra, 970);
+    let y = conv(&mut b, w, (64, 16), 1, 1, &[], &[], 980);
+    b.finish(&[("y", y)]);
+    m
+}
+
+#[test]
+fn winograd_results_in_blocks_run_the_native_output_routine() {
+    // The output transform of a Winograd conv writing channel blocks, with every
+    // epilogue the store routines apply (the bias alone, a ReLU, a residual add and
+    // ReLU, a SiLU first), on exact and ragged tiles (the last tile row and column
+    // partial), one and two images: the native routine and the store routines give the
+    // Cranelift transform's bits and match the interpreter.
+    let add = PostOp::Binary {
+        op: BinaryOp::Add,
+        acc_is_lhs: false,
+    };
+    let silu = PostOp::Unary(UnaryOp::Silu);
+    let posts: [&[PostOp]; 4] = [&[], &relu(), &[add, PostOp::Unary(UnaryOp::Relu)], &[silu]];
+    let mut native = 0;
+    for post in posts {
+        for (n, hw) in [(1, 20), (2, 18), (1, 10)] {
+            let what = format!("{post:?} on {n}×{hw}²");
+            let m = winograd_in_blocks(n, hw, post);
+            let inputs = random_inputs(&m, 31);
+            check_against_interp(&what, &m, &inputs, 1e-4);
+            for kernels in kernel_choices() {
+                let (loops, blocked, plain) = blocked_and_row_major(&m, &inputs, kernels);
+                assert_eq!(blocked, plain, "{what} {kernels:?}");
+                let output: Vec<&str> = loops
+                    .split("kernel @")
+                    .filter(|k| k.starts_with("winograd") && k.contains("_output_"))
+                    .collect();
+                assert!(
+                    !output.is_empty(),
+                    "{what}: no Winograd output kernel\n{loops}"
+                );
+                for k in output {
+                    // (Cranelift's product computes on row-major values, not blocks)
+                    let in_blocks = k.contains("_out16c");
+                    assert_eq!(in_blocks, kernels != Kernels::Cranelift, "{what}\n{k}");
+                    let routine = k.contains("call winograd_output_row(");
+                    assert_eq!(
+                        routine,
+                        kernels != Kernels::Cranelift,
+                        "{what} {kernels:?}\n{k}"
+                    );
+                    native += usize::from(routine);
+                }
+            }
+        }
+    }
+    if cfg!(target_arch = "x86_64") {
+        assert!(
+            native >= 4 * 3,
+            "the native output routine ran {native} times"
+        );
+    }
+}
+
 /// A 1×1 conv (16 → 24 channels, a partial second block) whose result is the function's,
 /// laid out by channel planes, with `post` applied.
 fn planar_result(n: usize, hw: usize, post: &[PostOp]) -> Module {

@@ -435,6 +435,9 @@ fn calls_of(stmts: &[Stmt]) -> Vec<Call> {
                 Stmt::StorePlanes { act, .. } => {
                     found.push(Call::Row(RowRoutine::Planes(*act), None))
                 }
+                Stmt::WinogradOutputRow { .. } => {
+                    found.push(Call::Row(RowRoutine::WinogradOutput, None))
+                }
                 Stmt::Assign { .. } | Stmt::Store { .. } | Stmt::Prefetch { .. } => {}
             }
         }

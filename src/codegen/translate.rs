@@ -55,6 +55,7 @@ pub(super) fn row_routine_signature(
         RowRoutine::Activation(_) => (2, 2),
         RowRoutine::Store(_) => (4, 2),
         RowRoutine::Planes(_) => (3, 4),
+        RowRoutine::WinogradOutput => (2, 7),
         RowRoutine::BlockedDepthwise => (5, 0),
     };
     for _ in 0..pointers {
@@ -497,6 +498,23 @@ impl Gen<'_, '_> {
                         &[sums, bias, out, counts[0], counts[1], counts[2], counts[3]],
                     );
                 }
+                Stmt::WinogradOutputRow { m, out, row } => {
+                    let m = self.call_pointer(m);
+                    let out = self.call_pointer(out);
+                    let counts = [
+                        row.alpha,
+                        row.tiles,
+                        row.m_plane,
+                        row.m_tile,
+                        row.rows,
+                        row.cols,
+                        row.out_row,
+                    ]
+                    .map(|v| self.fb.ins().iconst(types::I64, v));
+                    let mut args = vec![m, out];
+                    args.extend(counts);
+                    self.call_row(RowRoutine::WinogradOutput, &args);
+                }
                 Stmt::Prefetch {
                     at,
                     rows,
@@ -767,6 +785,11 @@ impl Gen<'_, '_> {
                         sums, bias, out: o, ..
                     } => {
                         for p in [sums, o].into_iter().chain(bias) {
+                            out.push((p.buf, &p.index));
+                        }
+                    }
+                    Stmt::WinogradOutputRow { m, out: o, .. } => {
+                        for p in [m, o] {
                             out.push((p.buf, &p.index));
                         }
                     }

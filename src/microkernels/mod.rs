@@ -106,6 +106,7 @@ pub(crate) mod exp;
 mod peak;
 mod softmax;
 mod store;
+mod winograd;
 #[cfg(target_arch = "x86_64")]
 pub use activation::{
     gelu_rows_avx2, gelu_rows_avx512, sigmoid_rows_avx2, sigmoid_rows_avx512, silu_rows_avx2,
@@ -127,6 +128,9 @@ pub use softmax::{softmax_row_reference, SoftmaxRowFn};
 #[cfg(target_arch = "x86_64")]
 pub use store::{store_planes_avx2, store_rows_avx2};
 pub use store::{store_planes_reference, store_rows_reference, StorePlanesFn, StoreRowsFn};
+#[cfg(target_arch = "x86_64")]
+pub use winograd::{winograd_output_row_avx2, winograd_output_row_avx512};
+pub use winograd::{winograd_output_row_reference, WinogradOutputRowFn};
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 
@@ -270,9 +274,9 @@ impl TileIsa {
 
 /// A native routine of a contract other than the conv tile's, called by one loop-IR
 /// statement each (`Stmt::DepthwiseRow`, `Stmt::SoftmaxRow`, `Stmt::ActivationRows`,
-/// `Stmt::StoreRows`, `Stmt::StorePlanes`, `Stmt::BlockedDepthwiseRow`); the contracts
-/// are in `depthwise.rs`, `softmax.rs`, `activation.rs`, `store.rs` and
-/// `depthwise_blocks.rs`.
+/// `Stmt::StoreRows`, `Stmt::StorePlanes`, `Stmt::BlockedDepthwiseRow`,
+/// `Stmt::WinogradOutputRow`); the contracts are in `depthwise.rs`, `softmax.rs`,
+/// `activation.rs`, `store.rs`, `depthwise_blocks.rs` and `winograd.rs`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RowRoutine {
     /// One output row of one channel of a depthwise convolution.
@@ -289,12 +293,15 @@ pub enum RowRoutine {
     /// A conv tile's sums plus their bias, through the activation, into the planes of a
     /// result laid out by channel planes.
     Planes(StoreActivation),
+    /// One tile row of one channel block of a Winograd product, transformed back into
+    /// channel blocks.
+    WinogradOutput,
 }
 
 /// Every row routine, kind by kind and each kind's ISAs in [`RowRoutine::index`]'s
 /// order: a JIT module declares them in this order after [`ROUTINES`] and the prefetch
 /// helper, so a routine's function id follows from its index here.
-pub const ROW_ROUTINES: [(RowRoutine, TileIsa, &str); 24] = [
+pub const ROW_ROUTINES: [(RowRoutine, TileIsa, &str); 26] = [
     (
         RowRoutine::Depthwise,
         TileIsa::Avx2,
@@ -359,6 +366,16 @@ pub const ROW_ROUTINES: [(RowRoutine, TileIsa, &str); 24] = [
         TileIsa::Avx512,
         "smelt_store_hardswish_planes_avx512",
     ),
+    (
+        RowRoutine::WinogradOutput,
+        TileIsa::Avx2,
+        "smelt_winograd_output_row_avx2",
+    ),
+    (
+        RowRoutine::WinogradOutput,
+        TileIsa::Avx512,
+        "smelt_winograd_output_row_avx512",
+    ),
 ];
 
 const SILU: RowRoutine = RowRoutine::Activation(RowActivation::Silu);
@@ -373,7 +390,7 @@ const PLANES_HARDSWISH: RowRoutine = RowRoutine::Planes(StoreActivation::HardSwi
 
 impl RowRoutine {
     /// Every kind, in [`ROW_ROUTINES`]' order.
-    pub const ALL: [RowRoutine; 12] = [
+    pub const ALL: [RowRoutine; 13] = [
         RowRoutine::Depthwise,
         RowRoutine::Softmax,
         SILU,
@@ -386,6 +403,7 @@ impl RowRoutine {
         PLANES,
         PLANES_RELU,
         PLANES_HARDSWISH,
+        RowRoutine::WinogradOutput,
     ];
 
     /// The routine's name in messages.
@@ -403,6 +421,7 @@ impl RowRoutine {
             RowRoutine::Planes(StoreActivation::Identity) => "store-planes",
             RowRoutine::Planes(StoreActivation::Relu) => "store-relu-planes",
             RowRoutine::Planes(StoreActivation::HardSwish) => "store-hardswish-planes",
+            RowRoutine::WinogradOutput => "winograd-output-row",
         }
     }
 
@@ -421,6 +440,7 @@ impl RowRoutine {
             RowRoutine::Planes(StoreActivation::Identity) => 9,
             RowRoutine::Planes(StoreActivation::Relu) => 10,
             RowRoutine::Planes(StoreActivation::HardSwish) => 11,
+            RowRoutine::WinogradOutput => 12,
         };
         let isa = match isa {
             TileIsa::Avx2 => 0,
@@ -454,6 +474,10 @@ impl RowRoutine {
             // the AVX2 store and blocked depthwise routines serve AVX-512 hosts too (see
             // `store.rs`, `depthwise_blocks.rs`)
             let blocked_depthwise: BlockedDepthwiseRowFn = blocked_depthwise_row_avx2;
+            let winograd_output: WinogradOutputRowFn = match isa {
+                TileIsa::Avx2 => winograd_output_row_avx2,
+                TileIsa::Avx512 => winograd_output_row_avx512,
+            };
             match self {
                 RowRoutine::Depthwise => depthwise as *const u8,
                 RowRoutine::Softmax => softmax as *const u8,
@@ -463,6 +487,7 @@ impl RowRoutine {
                 RowRoutine::Store(act) => store_rows_avx2(act) as *const u8,
                 RowRoutine::Planes(act) => store_planes_avx2(act) as *const u8,
                 RowRoutine::BlockedDepthwise => blocked_depthwise as *const u8,
+                RowRoutine::WinogradOutput => winograd_output as *const u8,
             }
         }
         #[cfg(not(target_arch = "x86_64"))]

@@ -1,6 +1,7 @@
 //! [`KernelBuilder`]: builds a kernel statement by statement, handing out fresh
 //! variables and loop variables, so lowering code reads like the loop nest it makes.
 
+use super::winograd::WinogradOutputRow;
 use super::{
     trip_count, Access, Affine, BlockedDepthwiseRow, BufId, BufPtr, ConvTile, DepthwiseRow, Expr,
     Kernel, KernelArg, LoopVar, RowActivation, Stmt, StoreActivation, VarId, Width,
@@ -151,6 +152,11 @@ impl KernelBuilder {
             rows,
             lanes,
         });
+    }
+
+    /// Calls the Winograd output row routine (see [`Stmt::WinogradOutputRow`]).
+    pub fn winograd_output_row(&mut self, m: BufPtr, out: BufPtr, row: WinogradOutputRow) {
+        self.push(Stmt::WinogradOutputRow { m, out, row });
     }
 
     /// Calls the store-planes routine of `act` (see [`Stmt::StorePlanes`]).

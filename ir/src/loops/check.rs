@@ -254,6 +254,17 @@ impl CheckCx<'_> {
                         self.call_run(out, 0, written.ok_or_else(overflow)?, true, what)?;
                     }
                 }
+                Stmt::WinogradOutputRow { m, out, row } => {
+                    let what = "winograd output row";
+                    let [read, written] = row.footprints().ok_or_else(|| {
+                        format!("{what} call of a shape the routine refuses: {row:?}")
+                    })?;
+                    if m.buf == out.buf {
+                        return Err(format!("{what} call stores into its own input {}", out.buf));
+                    }
+                    self.call_run(m, 0, read, false, what)?;
+                    self.call_run(out, 0, written, true, what)?;
+                }
                 Stmt::SoftmaxRow { x, out, len } => {
                     if *len < 0 {
                         return Err(format!("softmax row call of {len} elements"));
@@ -602,6 +613,7 @@ mod tests {
     //! enumerates each element every statement touches. The checker must accept exactly
     //! the kernels whose every touched element is inside a buffer it may touch that way.
 
+    use super::super::winograd::WinogradOutputRow;
     use super::super::{
         Access, Affine, BlockedDepthwiseRow, BufId, BufPtr, ConvTile, DepthwiseRow, Expr, Kernel,
         KernelArg, LoopVar, RowActivation, Stmt, StoreActivation, VarId, Width, DEPTHWISE_MAX_TAPS,
@@ -774,6 +786,26 @@ mod tests {
                         out,
                         rows: g.int(-1, 3),
                         lanes: [16, 32, 12][g.int(0, 2) as usize],
+                    }
+                }
+                _ if g.chance(10) => {
+                    let ptr = |g: &mut Gen| BufPtr {
+                        buf: buffer(g, k),
+                        index: index(g, scope),
+                    };
+                    let (m, out) = (ptr(g), ptr(g));
+                    Stmt::WinogradOutputRow {
+                        m,
+                        out,
+                        row: WinogradOutputRow {
+                            alpha: [4, 6, 5][g.int(0, 2) as usize],
+                            tiles: g.int(-1, 2),
+                            m_plane: g.int(0, 2),
+                            m_tile: g.int(0, 20),
+                            rows: g.int(-1, 3),
+                            cols: g.int(-1, 5),
+                            out_row: g.int(0, 40),
+                        },
                     }
                 }
                 _ if g.chance(15) => {
@@ -973,6 +1005,27 @@ mod tests {
                 Stmt::Store {
                     buf, index, width, ..
                 } => self.touch(*buf, self.eval(index), width.lanes() as i128, true),
+                Stmt::WinogradOutputRow { m, out, row } => {
+                    // every element the contract lets the routine touch, one by one
+                    let r = *row;
+                    let (ms, os) = (self.eval(&m.index), self.eval(&out.index));
+                    let lanes = WinogradOutputRow::LANES;
+                    let mu = r.outputs();
+                    r.is_valid()
+                        && m.buf != out.buf
+                        && (0..r.tiles).all(|t| {
+                            (0..r.alpha * r.alpha).all(|xi| {
+                                let at = xi * r.m_plane + t * r.m_tile;
+                                self.touch(m.buf, ms + i128::from(at), i128::from(lanes), false)
+                            })
+                        })
+                        && (0..r.rows).all(|y| {
+                            (0..r.cols.min(r.tiles * mu)).all(|x| {
+                                let at = y * r.out_row + x * lanes;
+                                self.touch(out.buf, os + i128::from(at), i128::from(lanes), true)
+                            })
+                        })
+                }
                 Stmt::Prefetch {
                     at,
                     rows,

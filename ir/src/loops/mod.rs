@@ -31,6 +31,7 @@ pub mod check;
 mod expr;
 mod print;
 mod tile;
+pub mod winograd;
 
 pub use builder::KernelBuilder;
 pub use expr::{Affine, BinOp, CmpOp, Expr, ReduceOp, UnOp};
@@ -447,6 +448,18 @@ pub enum Stmt {
         /// Elements from one channel's plane to the next in `out`.
         plane: i64,
     },
+    /// A call of the Winograd output row routine (the contract is
+    /// [`winograd::WinogradOutputRow`]): one tile row of one block of 16 channels of
+    /// the transformed product `m`, transformed back and stored in channel blocks at
+    /// `out`, sums only.
+    WinogradOutputRow {
+        /// The transformed product, read.
+        m: BufPtr,
+        /// Output row 0, column 0 of the block, written.
+        out: BufPtr,
+        /// The call's shape.
+        row: winograd::WinogradOutputRow,
+    },
     /// A hint that `rows` runs of `row_len` elements, `row_stride` apart from `at`, will
     /// be read soon: a native helper issues one cache-line prefetch per line (Cranelift
     /// has no prefetch instruction). Prefetches change no value and never fault; the
@@ -548,6 +561,7 @@ impl Kernel {
                 | Stmt::ActivationRows { .. }
                 | Stmt::StoreRows { .. }
                 | Stmt::StorePlanes { .. }
+                | Stmt::WinogradOutputRow { .. }
                 | Stmt::Prefetch { .. } => false,
             })
         }
@@ -649,6 +663,7 @@ impl Kernel {
                         bias,
                         ..
                     } => bias.is_some() as u64 * ((*pixels).max(0) * (*channels).max(0)) as u64,
+                    Stmt::WinogradOutputRow { row, .. } => row.flops(),
                     Stmt::Prefetch { .. } => 0,
                 })
                 .sum()

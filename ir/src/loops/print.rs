@@ -3,6 +3,7 @@
 
 use std::fmt::{self, Write as _};
 
+use super::winograd::WinogradOutputRow;
 use super::{Access, Affine, BufPtr, CmpOp, Expr, Kernel, ReduceOp, Stmt, Width};
 
 impl fmt::Display for Affine {
@@ -204,6 +205,21 @@ fn print_block(out: &mut String, stmts: &[Stmt], depth: usize) {
                     out,
                     "{pad}call {}_planes(sums: {sums}{bias}, out: {o}; pixels={pixels}, channels={channels}, lanes={lanes}, plane={plane})",
                     act.name()
+                );
+            }
+            Stmt::WinogradOutputRow { m, out: o, row } => {
+                let WinogradOutputRow {
+                    alpha,
+                    tiles,
+                    m_plane,
+                    m_tile,
+                    rows,
+                    cols,
+                    out_row,
+                } = row;
+                let _ = writeln!(
+                    out,
+                    "{pad}call winograd_output_row(m: {m}, out: {o}; alpha={alpha}, tiles={tiles}, m_strides=({m_plane}, {m_tile}), rows={rows}, cols={cols}, out_row={out_row})"
                 );
             }
             Stmt::SoftmaxRow { x, out: o, len } => {

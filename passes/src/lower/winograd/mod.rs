@@ -34,6 +34,7 @@ mod input;
 mod output;
 mod weights;
 
+use smelt_ir::loops::winograd::{AT_F2, AT_F4};
 use smelt_ir::loops::{BinOp, Expr, KernelBuilder, Width};
 use smelt_ir::op::Conv2dAttrs;
 use smelt_ir::{Diagnostic, TensorType, Value};
@@ -114,14 +115,15 @@ impl Form {
 
     /// Aᵀ (m×α): transformed product → output tile, along each axis.
     fn at(self) -> Vec<Vec<f64>> {
+        // the native output routines' matrices, so both compute the same sums
+        fn rows<const A: usize>(at: &[[f32; A]]) -> Vec<Vec<f64>> {
+            at.iter()
+                .map(|r| r.iter().map(|&v| f64::from(v)).collect())
+                .collect()
+        }
         match self {
-            Form::F2 => vec![vec![1.0, 1.0, 1.0, 0.0], vec![0.0, 1.0, -1.0, -1.0]],
-            Form::F4 => vec![
-                vec![1.0, 1.0, 1.0, 1.0, 1.0, 0.0],
-                vec![0.0, 1.0, -1.0, 2.0, -2.0, 0.0],
-                vec![0.0, 1.0, 1.0, 4.0, 4.0, 0.0],
-                vec![0.0, 1.0, -1.0, 8.0, -8.0, 1.0],
-            ],
+            Form::F2 => rows(&AT_F2),
+            Form::F4 => rows(&AT_F4),
         }
     }
 }

@@ -1,7 +1,10 @@
 //! The output transform `Y = Aᵀ·M·A` with bias and the fused post-ops, from `M` in blocks
 //! of the product tile's lanes into NCHW or channel blocks.
 
-use smelt_ir::loops::{Access, Affine, BinOp, BufId, Expr, KernelBuilder, Width};
+use smelt_ir::loops::winograd::WinogradOutputRow;
+use smelt_ir::loops::{
+    Access, Affine, BinOp, BufId, BufPtr, Expr, KernelBuilder, StoreActivation, Width,
+};
 use smelt_ir::Diagnostic;
 
 use super::{combine, Form, Plan};
@@ -259,10 +262,77 @@ fn output_transform_rows(
             })
         });
     };
+    // In channel blocks with an epilogue the store routines apply (a bias, a residual, a
+    // ReLU or hard-swish, after a SiLU, sigmoid or GELU): a native routine writes the
+    // tile row's sums for each block of 16 of the lanes, and the routines finish each
+    // output row in place — no Cranelift transform or epilogue at all (YOLO's
+    // transforms were a quarter of its code generation).
+    let native_act = epi.after_leading_activation();
+    let native_store = match &native_act {
+        Some((_, rest)) => rest.as_store_rows(),
+        None => epi.as_store_rows(),
+    };
+    let native = p.out_blocked && native_store.is_some();
+    let halves = (lanes / CHANNEL_BLOCK) as i64;
+    let native_row = |b: &mut KernelBuilder, n: &Affine, blk: &Affine, th: &Affine, rows: usize| {
+        let Some((residual, act)) = native_store else {
+            return;
+        };
+        let t0 = n.scale((p.th * p.tw) as i64).add(&th.scale(p.tw as i64));
+        let zero = Affine::constant(0);
+        let pixels = p.ow as i64;
+        for half in 0..halves {
+            let block = blk.scale(halves).plus(half);
+            let out0 = stored_at(n, [&block, &zero], &th.scale(m as i64), &zero);
+            b.winograd_output_row(
+                BufPtr {
+                    buf: ma,
+                    index: m_at(0, blk, &Affine::constant(4 * half), &t0),
+                },
+                BufPtr {
+                    buf: ya,
+                    index: out0.clone(),
+                },
+                WinogradOutputRow {
+                    alpha: form.alpha() as i64,
+                    tiles: p.tw as i64,
+                    m_plane: blocks * tiles * lanes as i64,
+                    m_tile: lanes as i64,
+                    rows: rows as i64,
+                    cols: pixels,
+                    out_row: pixels * unit,
+                },
+            );
+            // the tile row's output rows are one run of the block: finished in one pass
+            let run = BufPtr {
+                buf: ya,
+                index: out0,
+            };
+            let run_pixels = rows as i64 * pixels;
+            let mut bias = ba.map(|buf| BufPtr {
+                buf,
+                index: block.scale(unit),
+            });
+            if let Some((leading, _)) = &native_act {
+                b.activation_rows(*leading, run.clone(), bias.take(), run_pixels, unit);
+            }
+            if bias.is_none() && residual.is_none() && act == StoreActivation::Identity {
+                continue;
+            }
+            let residual = residual.map(|buf| BufPtr {
+                buf,
+                index: run.index.clone(),
+            });
+            b.store_rows(act, run.clone(), bias, residual, run, run_pixels, unit);
+        }
+    };
     // the tiles of tile row `th` (`rows` output rows of them inside the image) in one
     // block of `M`
     let block_row =
         |b: &mut KernelBuilder, n: &Affine, blk: (&Affine, usize), th: &Affine, rows| {
+            if native {
+                return native_row(b, n, blk.0, th, rows);
+            }
             // tiles whose 4 columns (F2: pairs of tiles) are all inside the image
             let whole = p.ow / 4 * 4 / m;
             b.for_loop(0, whole as i64, per_step as i64, |b, tw| {

@@ -1,0 +1,132 @@
+//! The Winograd output transform's matrices and the shape of its native row routine,
+//! shared by the lowering (which builds Cranelift transforms from the same matrices) and
+//! the routines, so both compute the same sums in the same order.
+
+/// Aᵀ of F(2×2, 3×3) (2 × 4): a transformed tile's row of 4 → 2 outputs.
+pub const AT_F2: [[f32; 4]; 2] = [[1.0, 1.0, 1.0, 0.0], [0.0, 1.0, -1.0, -1.0]];
+
+/// Aᵀ of F(4×4, 3×3) (4 × 6): a transformed tile's row of 6 → 4 outputs.
+pub const AT_F4: [[f32; 6]; 4] = [
+    [1.0, 1.0, 1.0, 1.0, 1.0, 0.0],
+    [0.0, 1.0, -1.0, 2.0, -2.0, 0.0],
+    [0.0, 1.0, 1.0, 4.0, 4.0, 0.0],
+    [0.0, 1.0, -1.0, 8.0, -8.0, 1.0],
+];
+
+/// Floating-point operations of `Σ k[i]·x[i]` as the transforms compute it (see
+/// [`WinogradOutputRow`]): nothing for the first term when its coefficient is 1 (else
+/// a multiply), an add or subtract for each further ±1, a fused multiply-add (two) for
+/// each other non-zero.
+pub fn combine_flops(k: &[f32]) -> u64 {
+    let first = k
+        .iter()
+        .position(|&v| v == 1.0)
+        .or_else(|| k.iter().position(|&v| v != 0.0));
+    let Some(first) = first else { return 0 };
+    let lead = u64::from(k[first] != 1.0);
+    let rest: u64 = k
+        .iter()
+        .enumerate()
+        .filter(|&(i, &v)| i != first && v != 0.0)
+        .map(|(_, &v)| if v == 1.0 || v == -1.0 { 1 } else { 2 })
+        .sum();
+    lead + rest
+}
+
+/// The shape of one call of the Winograd output row routine: one tile row of one block
+/// of 16 output channels. For tile `t < tiles`, with `M[ξ] = m[ξ·m_plane + t·m_tile +
+/// lane]` (`ξ < α²`, `lane < 16`) and `Y = Aᵀ·M·A` (`α = alpha`, `μ = α − 2` outputs
+/// per tile and axis), it stores for output row `r < rows` and column `j < μ` with
+/// `t·μ + j < cols`
+///
+/// ```text
+/// out[r·out_row + (t·μ + j)·16 + lane] = Y[r][j]
+/// ```
+///
+/// the sums alone (a bias and post-ops follow as store routines on the stored rows).
+/// `Y` is computed as the Cranelift transform computes it: column by column
+/// `S[r][l] = Σ_k Aᵀ[r][k]·M[k·α + l]`, then `Y[r][j] = Σ_l Aᵀ[j][l]·S[r][l]`, each sum in the order
+/// of [`combine_flops`] (first a +1 term, then the others in index order as adds,
+/// subtracts and fused multiply-adds), so both give the same bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WinogradOutputRow {
+    /// The transformed tile's size: 4 (F2) or 6 (F4).
+    pub alpha: i64,
+    /// Tiles of the row.
+    pub tiles: i64,
+    /// Elements of `m` between ξ planes.
+    pub m_plane: i64,
+    /// Elements of `m` between tiles.
+    pub m_tile: i64,
+    /// Output rows stored (at most `alpha − 2`).
+    pub rows: i64,
+    /// Output columns stored (at most `tiles · (alpha − 2)`).
+    pub cols: i64,
+    /// Elements of `out` between output rows.
+    pub out_row: i64,
+}
+
+impl WinogradOutputRow {
+    /// Lanes of a call: one channel block.
+    pub const LANES: i64 = 16;
+
+    /// Outputs per tile and axis (`alpha − 2`).
+    pub fn outputs(&self) -> i64 {
+        self.alpha - 2
+    }
+
+    /// Whether the contract allows the shape: `alpha` 4 or 6, counts within their
+    /// bounds, strides non-negative, output rows apart by at least a row of columns.
+    pub fn is_valid(&self) -> bool {
+        let mu = self.outputs();
+        matches!(self.alpha, 4 | 6)
+            && self.tiles >= 0
+            && self.m_plane >= 0
+            && self.m_tile >= 0
+            && (0..=mu).contains(&self.rows)
+            && self.cols >= 0
+            && self.tiles.checked_mul(mu).is_some_and(|c| self.cols <= c)
+            && self
+                .cols
+                .checked_mul(Self::LANES)
+                .is_some_and(|w| self.out_row >= w)
+    }
+
+    /// Elements from `m` and from `out` the call may touch (0 for none), or `None` for
+    /// a shape the contract refuses or whose extent overflows.
+    pub fn footprints(&self) -> Option<[i64; 2]> {
+        if !self.is_valid() {
+            return None;
+        }
+        let read = if self.tiles == 0 {
+            0
+        } else {
+            (self.alpha * self.alpha - 1)
+                .checked_mul(self.m_plane)?
+                .checked_add((self.tiles - 1).checked_mul(self.m_tile)?)?
+                .checked_add(Self::LANES)?
+        };
+        let written = if self.rows == 0 || self.cols == 0 {
+            0
+        } else {
+            (self.rows - 1)
+                .checked_mul(self.out_row)?
+                .checked_add((self.cols - 1).checked_mul(Self::LANES)?)?
+                .checked_add(Self::LANES)?
+        };
+        Some([read, written])
+    }
+
+    /// Floating-point operations of one call (every tile transformed).
+    pub fn flops(&self) -> u64 {
+        let (alpha, tiles) = (self.alpha.max(0) as u64, self.tiles.max(0) as u64);
+        let per_lane: u64 = match self.alpha {
+            4 => AT_F2.iter().map(|k| combine_flops(k)).sum(),
+            6 => AT_F4.iter().map(|k| combine_flops(k)).sum(),
+            _ => 0,
+        };
+        // the column pass (α columns) and the row pass (μ rows), per lane
+        let mu = alpha.saturating_sub(2);
+        per_lane * (alpha + mu) * tiles * Self::LANES as u64
+    }
+}
