@@ -944,7 +944,7 @@ fn winograd_in_blocks(n: usize, hw: usize, post: &[PostOp]) -> Module {
 }
 
 #[test]
-fn winograd_results_in_blocks_run_the_native_output_routine() {
+fn winograd_transforms_in_blocks_run_the_native_routines() {
     // The output transform of a Winograd conv writing channel blocks, with every
     // epilogue the store routines apply (the bias alone, a ReLU, a residual add and
     // ReLU, a SiLU first), on exact and ragged tiles (the last tile row and column
@@ -974,6 +974,17 @@ fn winograd_results_in_blocks_run_the_native_output_routine() {
                     !output.is_empty(),
                     "{what}: no Winograd output kernel\n{loops}"
                 );
+                // the input transform reads the blocks the first conv wrote
+                if kernels != Kernels::Cranelift {
+                    let input = loops
+                        .split("kernel @")
+                        .find(|k| k.starts_with("winograd") && k.contains("_input_"))
+                        .unwrap_or_else(|| panic!("{what}: no Winograd input kernel\n{loops}"));
+                    assert!(
+                        input.contains("call winograd_input_row("),
+                        "{what}\n{input}"
+                    );
+                }
                 for k in output {
                     // (Cranelift's product computes on row-major values, not blocks)
                     let in_blocks = k.contains("_out16c");

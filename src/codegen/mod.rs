@@ -438,6 +438,9 @@ fn calls_of(stmts: &[Stmt]) -> Vec<Call> {
                 Stmt::WinogradOutputRow { .. } => {
                     found.push(Call::Row(RowRoutine::WinogradOutput, None))
                 }
+                Stmt::WinogradInputRow { .. } => {
+                    found.push(Call::Row(RowRoutine::WinogradInput, None))
+                }
                 Stmt::Assign { .. } | Stmt::Store { .. } | Stmt::Prefetch { .. } => {}
             }
         }

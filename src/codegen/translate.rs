@@ -56,6 +56,7 @@ pub(super) fn row_routine_signature(
         RowRoutine::Store(_) => (4, 2),
         RowRoutine::Planes(_) => (3, 4),
         RowRoutine::WinogradOutput => (2, 7),
+        RowRoutine::WinogradInput => (2, 6),
         RowRoutine::BlockedDepthwise => (5, 0),
     };
     for _ in 0..pointers {
@@ -498,6 +499,22 @@ impl Gen<'_, '_> {
                         &[sums, bias, out, counts[0], counts[1], counts[2], counts[3]],
                     );
                 }
+                Stmt::WinogradInputRow { x, v, row } => {
+                    let x = self.call_pointer(x);
+                    let v = self.call_pointer(v);
+                    let counts = [
+                        row.alpha,
+                        row.tiles,
+                        row.x_row,
+                        row.x_tile,
+                        row.v_plane,
+                        row.v_tile,
+                    ]
+                    .map(|c| self.fb.ins().iconst(types::I64, c));
+                    let mut args = vec![x, v];
+                    args.extend(counts);
+                    self.call_row(RowRoutine::WinogradInput, &args);
+                }
                 Stmt::WinogradOutputRow { m, out, row } => {
                     let m = self.call_pointer(m);
                     let out = self.call_pointer(out);
@@ -790,6 +807,11 @@ impl Gen<'_, '_> {
                     }
                     Stmt::WinogradOutputRow { m, out: o, .. } => {
                         for p in [m, o] {
+                            out.push((p.buf, &p.index));
+                        }
+                    }
+                    Stmt::WinogradInputRow { x, v, .. } => {
+                        for p in [x, v] {
                             out.push((p.buf, &p.index));
                         }
                     }

@@ -129,8 +129,14 @@ pub use softmax::{softmax_row_reference, SoftmaxRowFn};
 pub use store::{store_planes_avx2, store_rows_avx2};
 pub use store::{store_planes_reference, store_rows_reference, StorePlanesFn, StoreRowsFn};
 #[cfg(target_arch = "x86_64")]
-pub use winograd::{winograd_output_row_avx2, winograd_output_row_avx512};
-pub use winograd::{winograd_output_row_reference, WinogradOutputRowFn};
+pub use winograd::{
+    winograd_input_row_avx2, winograd_input_row_avx512, winograd_output_row_avx2,
+    winograd_output_row_avx512,
+};
+pub use winograd::{
+    winograd_input_row_reference, winograd_output_row_reference, WinogradInputRowFn,
+    WinogradOutputRowFn,
+};
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 
@@ -296,12 +302,15 @@ pub enum RowRoutine {
     /// One tile row of one channel block of a Winograd product, transformed back into
     /// channel blocks.
     WinogradOutput,
+    /// One tile row of one channel block of a Winograd input in channel blocks,
+    /// transformed.
+    WinogradInput,
 }
 
 /// Every row routine, kind by kind and each kind's ISAs in [`RowRoutine::index`]'s
 /// order: a JIT module declares them in this order after [`ROUTINES`] and the prefetch
 /// helper, so a routine's function id follows from its index here.
-pub const ROW_ROUTINES: [(RowRoutine, TileIsa, &str); 26] = [
+pub const ROW_ROUTINES: [(RowRoutine, TileIsa, &str); 28] = [
     (
         RowRoutine::Depthwise,
         TileIsa::Avx2,
@@ -376,6 +385,16 @@ pub const ROW_ROUTINES: [(RowRoutine, TileIsa, &str); 26] = [
         TileIsa::Avx512,
         "smelt_winograd_output_row_avx512",
     ),
+    (
+        RowRoutine::WinogradInput,
+        TileIsa::Avx2,
+        "smelt_winograd_input_row_avx2",
+    ),
+    (
+        RowRoutine::WinogradInput,
+        TileIsa::Avx512,
+        "smelt_winograd_input_row_avx512",
+    ),
 ];
 
 const SILU: RowRoutine = RowRoutine::Activation(RowActivation::Silu);
@@ -390,7 +409,7 @@ const PLANES_HARDSWISH: RowRoutine = RowRoutine::Planes(StoreActivation::HardSwi
 
 impl RowRoutine {
     /// Every kind, in [`ROW_ROUTINES`]' order.
-    pub const ALL: [RowRoutine; 13] = [
+    pub const ALL: [RowRoutine; 14] = [
         RowRoutine::Depthwise,
         RowRoutine::Softmax,
         SILU,
@@ -404,6 +423,7 @@ impl RowRoutine {
         PLANES_RELU,
         PLANES_HARDSWISH,
         RowRoutine::WinogradOutput,
+        RowRoutine::WinogradInput,
     ];
 
     /// The routine's name in messages.
@@ -422,6 +442,7 @@ impl RowRoutine {
             RowRoutine::Planes(StoreActivation::Relu) => "store-relu-planes",
             RowRoutine::Planes(StoreActivation::HardSwish) => "store-hardswish-planes",
             RowRoutine::WinogradOutput => "winograd-output-row",
+            RowRoutine::WinogradInput => "winograd-input-row",
         }
     }
 
@@ -441,6 +462,7 @@ impl RowRoutine {
             RowRoutine::Planes(StoreActivation::Relu) => 10,
             RowRoutine::Planes(StoreActivation::HardSwish) => 11,
             RowRoutine::WinogradOutput => 12,
+            RowRoutine::WinogradInput => 13,
         };
         let isa = match isa {
             TileIsa::Avx2 => 0,
@@ -474,10 +496,11 @@ impl RowRoutine {
             // the AVX2 store and blocked depthwise routines serve AVX-512 hosts too (see
             // `store.rs`, `depthwise_blocks.rs`)
             let blocked_depthwise: BlockedDepthwiseRowFn = blocked_depthwise_row_avx2;
-            let winograd_output: WinogradOutputRowFn = match isa {
-                TileIsa::Avx2 => winograd_output_row_avx2,
-                TileIsa::Avx512 => winograd_output_row_avx512,
-            };
+            let (winograd_output, winograd_input): (WinogradOutputRowFn, WinogradInputRowFn) =
+                match isa {
+                    TileIsa::Avx2 => (winograd_output_row_avx2, winograd_input_row_avx2),
+                    TileIsa::Avx512 => (winograd_output_row_avx512, winograd_input_row_avx512),
+                };
             match self {
                 RowRoutine::Depthwise => depthwise as *const u8,
                 RowRoutine::Softmax => softmax as *const u8,
@@ -488,6 +511,7 @@ impl RowRoutine {
                 RowRoutine::Planes(act) => store_planes_avx2(act) as *const u8,
                 RowRoutine::BlockedDepthwise => blocked_depthwise as *const u8,
                 RowRoutine::WinogradOutput => winograd_output as *const u8,
+                RowRoutine::WinogradInput => winograd_input as *const u8,
             }
         }
         #[cfg(not(target_arch = "x86_64"))]

@@ -1,8 +1,15 @@
-//! Winograd output row routines: one tile row of one block of 16 output channels of the
-//! transformed product, `Y = Aᵀ·M·A` per tile, stored in channel blocks (sums only; the
-//! bias and post-ops follow as store routines on the stored rows). They replace the
-//! Cranelift transforms on f32x4, 3,000–5,500 bytes of machine code per kernel and the
-//! largest family of YOLO's code generation after the convolutions.
+//! Winograd row routines. The output row: one tile row of one block of 16 output
+//! channels of the transformed product, `Y = Aᵀ·M·A` per tile, stored in channel blocks
+//! (sums only; the bias and post-ops follow as store routines on the stored rows). The
+//! input row: one tile row of one block of 16 input channels in channel blocks, `V =
+//! Bᵀ·d·B` per tile, into the transformed input. They replace the Cranelift transforms
+//! on f32x4, 3,000–5,500 bytes of machine code per kernel and the largest family of
+//! YOLO's code generation after the convolutions.
+//!
+//! The input row's contract is the output row's with [`WinogradInputRowFn`], `(x, v,
+//! alpha, tiles, x_row, x_tile, v_plane, v_tile)`, the formula and index sets of
+//! `smelt_ir::loops::winograd::WinogradInputRow` (`footprints` bounds both); `v` must
+//! not overlap `x`.
 //!
 //! # The contract (the safety argument)
 //!
@@ -22,7 +29,7 @@
 
 #![allow(unsafe_code)]
 
-use smelt_ir::loops::winograd::{WinogradOutputRow, AT_F2, AT_F4};
+use smelt_ir::loops::winograd::{WinogradInputRow, WinogradOutputRow, AT_F2, AT_F4, BT_F2, BT_F4};
 
 /// The C-ABI type of every Winograd output row routine (see the module docs).
 pub type WinogradOutputRowFn = unsafe extern "C" fn(
@@ -37,8 +44,108 @@ pub type WinogradOutputRowFn = unsafe extern "C" fn(
     out_row: i64,
 );
 
+/// The C-ABI type of every Winograd input row routine (see the module docs).
+pub type WinogradInputRowFn = unsafe extern "C" fn(
+    x: *const f32,
+    v: *mut f32,
+    alpha: i64,
+    tiles: i64,
+    x_row: i64,
+    x_tile: i64,
+    v_plane: i64,
+    v_tile: i64,
+);
+
 /// Lanes of a call: one channel block.
 const LANES: usize = WinogradOutputRow::LANES as usize;
+
+/// An input row's arguments as counts, or `None` for a shape the contract refuses.
+#[derive(Clone, Copy)]
+struct InputShape {
+    alpha: usize,
+    tiles: usize,
+    x_row: usize,
+    x_tile: usize,
+    v_plane: usize,
+    v_tile: usize,
+}
+
+impl InputShape {
+    fn of(
+        alpha: i64,
+        tiles: i64,
+        x_row: i64,
+        x_tile: i64,
+        v_plane: i64,
+        v_tile: i64,
+    ) -> Option<Self> {
+        let row = WinogradInputRow {
+            alpha,
+            tiles,
+            x_row,
+            x_tile,
+            v_plane,
+            v_tile,
+        };
+        row.is_valid().then_some(InputShape {
+            alpha: alpha as usize,
+            tiles: tiles as usize,
+            x_row: x_row as usize,
+            x_tile: x_tile as usize,
+            v_plane: v_plane as usize,
+            v_tile: v_tile as usize,
+        })
+    }
+}
+
+/// The input row's scalar oracle: the contract one lane at a time.
+///
+/// # Safety
+///
+/// Every index of the contract must lie inside the buffers behind `x` and `v`, which
+/// must not overlap.
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn winograd_input_row_reference(
+    x: *const f32,
+    v: *mut f32,
+    alpha: i64,
+    tiles: i64,
+    x_row: i64,
+    x_tile: i64,
+    v_plane: i64,
+    v_tile: i64,
+) {
+    let Some(s) = InputShape::of(alpha, tiles, x_row, x_tile, v_plane, v_tile) else {
+        return;
+    };
+    let bt: Vec<&[f32]> = match s.alpha {
+        4 => BT_F2.iter().map(|r| &r[..]).collect(),
+        _ => BT_F4.iter().map(|r| &r[..]).collect(),
+    };
+    let a = s.alpha;
+    for t in 0..s.tiles {
+        for lane in 0..LANES {
+            // t_rows[i][l] = Σ_j Bᵀ[l][j]·d[i][j], row by row
+            let t_rows: Vec<Vec<f32>> = (0..a)
+                .map(|i| {
+                    // SAFETY: the contract's reads (row i < α, tile t, column j < α).
+                    let d: Vec<f32> = (0..a)
+                        .map(|j| unsafe { *x.add(i * s.x_row + t * s.x_tile + j * LANES + lane) })
+                        .collect();
+                    bt.iter().map(|btl| combine_scalar(btl, &d)).collect()
+                })
+                .collect();
+            for l in 0..a {
+                let col: Vec<f32> = t_rows.iter().map(|r| r[l]).collect();
+                for (k, btk) in bt.iter().enumerate() {
+                    let at = (k * a + l) * s.v_plane + t * s.v_tile + lane;
+                    // SAFETY: ξ = k·α + l < α², tile t, lane < 16: a contract write.
+                    unsafe { *v.add(at) = combine_scalar(btk, &col) };
+                }
+            }
+        }
+    }
+}
 
 /// The arguments as counts, or `None` for a shape the contract refuses.
 #[derive(Clone, Copy)]
@@ -171,13 +278,16 @@ pub unsafe extern "C" fn winograd_output_row_reference(
 }
 
 #[cfg(target_arch = "x86_64")]
-pub use x86::{winograd_output_row_avx2, winograd_output_row_avx512};
+pub use x86::{
+    winograd_input_row_avx2, winograd_input_row_avx512, winograd_output_row_avx2,
+    winograd_output_row_avx512,
+};
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{Shape, LANES};
+    use super::{InputShape, Shape, LANES};
 
     /// Generates one ISA's routine from its vector type and operations: `$load`,
     /// `$store`, `$add`, `$sub`, `$mul` (by a splat), `$fma` (`x·k + acc`, fused),
@@ -300,6 +410,152 @@ mod x86 {
             }
         };
     }
+
+    /// Generates one ISA's input row routine (the operations as for [`output_row`]).
+    macro_rules! input_row {
+        ($name:ident, $feature:literal, $v:ty, $lanes:expr, $load:ident, $store:ident,
+         $add:ident, $sub:ident, $fma:ident, $splat:ident, $zero:ident) => {
+            /// The input row routine of this ISA (the contract is the module docs').
+            ///
+            /// # Safety
+            ///
+            /// The CPU must have the ISA; every index of the contract must lie inside the
+            /// buffers behind `x` and `v`, which must not overlap.
+            #[target_feature(enable = $feature)]
+            #[allow(clippy::too_many_arguments)]
+            pub unsafe extern "C" fn $name(
+                x: *const f32,
+                v: *mut f32,
+                alpha: i64,
+                tiles: i64,
+                x_row: i64,
+                x_tile: i64,
+                v_plane: i64,
+                v_tile: i64,
+            ) {
+                let Some(s) = InputShape::of(alpha, tiles, x_row, x_tile, v_plane, v_tile) else {
+                    return;
+                };
+                for part in 0..LANES / $lanes {
+                    let lane0 = part * $lanes;
+                    // SAFETY: forwarded contract, lanes lane0..lane0 + $lanes of each run.
+                    unsafe {
+                        match s.alpha {
+                            4 => tiles_of::<4>(&s, x.add(lane0), v.add(lane0)),
+                            _ => tiles_of::<6>(&s, x.add(lane0), v.add(lane0)),
+                        }
+                    }
+                }
+
+                /// `Bᵀ·x` of F(4×4, 3×3) for one row or column `x` of 6, each sum as
+                /// `combine` forms it from `BT_F4` (checked against it by the tests).
+                #[target_feature(enable = $feature)]
+                #[inline]
+                fn bt_f4(x: &[$v; 6]) -> [$v; 6] {
+                    let (four, two) = ($splat(4.0), $splat(2.0));
+                    let (m5, m4, m2) = ($splat(-5.0), $splat(-4.0), $splat(-2.0));
+                    [
+                        $fma(x[2], m5, $fma(x[0], four, x[4])),
+                        $add($fma(x[2], m4, $fma(x[1], m4, x[3])), x[4]),
+                        $sub($fma(x[2], m4, $fma(x[1], four, x[4])), x[3]),
+                        $fma(x[3], two, $sub($fma(x[1], m2, x[4]), x[2])),
+                        $fma(x[3], m2, $sub($fma(x[1], two, x[4]), x[2])),
+                        $fma(x[3], m5, $fma(x[1], four, x[5])),
+                    ]
+                }
+
+                /// `Bᵀ·x` of F(2×2, 3×3) for one row or column `x` of 4 (see [`bt_f4`]).
+                #[target_feature(enable = $feature)]
+                #[inline]
+                fn bt_f2(x: &[$v; 4]) -> [$v; 4] {
+                    [
+                        $sub(x[0], x[2]),
+                        $add(x[1], x[2]),
+                        $sub(x[2], x[1]),
+                        $sub(x[1], x[3]),
+                    ]
+                }
+
+                /// `Bᵀ·x` of the form of `A` values.
+                #[target_feature(enable = $feature)]
+                #[inline]
+                fn bt_of<const A: usize>(x: &[$v; A]) -> [$v; A] {
+                    let mut y = [$zero(); A];
+                    if A == 6 {
+                        let mut x6 = [$zero(); 6];
+                        x6.copy_from_slice(&x[..6]);
+                        y.copy_from_slice(&bt_f4(&x6)[..A]);
+                    } else {
+                        let mut x4 = [$zero(); 4];
+                        x4.copy_from_slice(&x[..4]);
+                        y.copy_from_slice(&bt_f2(&x4)[..A]);
+                    }
+                    y
+                }
+
+                /// Every tile of the row, `$lanes` lanes from `x` and `v`.
+                ///
+                /// # Safety
+                ///
+                /// As the routine's, for these lanes.
+                #[target_feature(enable = $feature)]
+                unsafe fn tiles_of<const A: usize>(s: &InputShape, x: *const f32, v: *mut f32) {
+                    for t in 0..s.tiles {
+                        // rows[i][l] = Σ_j Bᵀ[l][j]·d[i][j], row by row
+                        let mut rows = [[$zero(); A]; A];
+                        for (i, ri) in rows.iter_mut().enumerate() {
+                            let mut d = [$zero(); A];
+                            for (j, dj) in d.iter_mut().enumerate() {
+                                let at = i * s.x_row + t * s.x_tile + j * LANES;
+                                // SAFETY: a contract read: row i, tile t, column j.
+                                *dj = unsafe { $load(x.add(at)) };
+                            }
+                            *ri = bt_of::<A>(&d);
+                        }
+                        for l in 0..A {
+                            let mut col = [$zero(); A];
+                            for (i, c) in col.iter_mut().enumerate() {
+                                *c = rows[i][l];
+                            }
+                            for (k, &value) in bt_of::<A>(&col).iter().enumerate() {
+                                let at = (k * A + l) * s.v_plane + t * s.v_tile;
+                                // SAFETY: ξ = k·α + l < α², tile t: a contract write.
+                                unsafe { $store(v.add(at), value) };
+                            }
+                        }
+                    }
+                }
+            }
+        };
+    }
+
+    input_row!(
+        winograd_input_row_avx512,
+        "avx512f",
+        __m512,
+        16,
+        _mm512_loadu_ps,
+        _mm512_storeu_ps,
+        _mm512_add_ps,
+        _mm512_sub_ps,
+        _mm512_fmadd_ps,
+        _mm512_set1_ps,
+        _mm512_setzero_ps
+    );
+
+    input_row!(
+        winograd_input_row_avx2,
+        "avx2,fma",
+        __m256,
+        8,
+        _mm256_loadu_ps,
+        _mm256_storeu_ps,
+        _mm256_add_ps,
+        _mm256_sub_ps,
+        _mm256_fmadd_ps,
+        _mm256_set1_ps,
+        _mm256_setzero_ps
+    );
 
     output_row!(
         winograd_output_row_avx512,

@@ -1,7 +1,7 @@
 //! [`KernelBuilder`]: builds a kernel statement by statement, handing out fresh
 //! variables and loop variables, so lowering code reads like the loop nest it makes.
 
-use super::winograd::WinogradOutputRow;
+use super::winograd::{WinogradInputRow, WinogradOutputRow};
 use super::{
     trip_count, Access, Affine, BlockedDepthwiseRow, BufId, BufPtr, ConvTile, DepthwiseRow, Expr,
     Kernel, KernelArg, LoopVar, RowActivation, Stmt, StoreActivation, VarId, Width,
@@ -152,6 +152,11 @@ impl KernelBuilder {
             rows,
             lanes,
         });
+    }
+
+    /// Calls the Winograd input row routine (see [`Stmt::WinogradInputRow`]).
+    pub fn winograd_input_row(&mut self, x: BufPtr, v: BufPtr, row: WinogradInputRow) {
+        self.push(Stmt::WinogradInputRow { x, v, row });
     }
 
     /// Calls the Winograd output row routine (see [`Stmt::WinogradOutputRow`]).

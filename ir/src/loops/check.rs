@@ -254,6 +254,17 @@ impl CheckCx<'_> {
                         self.call_run(out, 0, written.ok_or_else(overflow)?, true, what)?;
                     }
                 }
+                Stmt::WinogradInputRow { x, v, row } => {
+                    let what = "winograd input row";
+                    let [read, written] = row.footprints().ok_or_else(|| {
+                        format!("{what} call of a shape the routine refuses: {row:?}")
+                    })?;
+                    if x.buf == v.buf {
+                        return Err(format!("{what} call stores into its own input {}", v.buf));
+                    }
+                    self.call_run(x, 0, read, false, what)?;
+                    self.call_run(v, 0, written, true, what)?;
+                }
                 Stmt::WinogradOutputRow { m, out, row } => {
                     let what = "winograd output row";
                     let [read, written] = row.footprints().ok_or_else(|| {
@@ -613,7 +624,7 @@ mod tests {
     //! enumerates each element every statement touches. The checker must accept exactly
     //! the kernels whose every touched element is inside a buffer it may touch that way.
 
-    use super::super::winograd::WinogradOutputRow;
+    use super::super::winograd::{WinogradInputRow, WinogradOutputRow};
     use super::super::{
         Access, Affine, BlockedDepthwiseRow, BufId, BufPtr, ConvTile, DepthwiseRow, Expr, Kernel,
         KernelArg, LoopVar, RowActivation, Stmt, StoreActivation, VarId, Width, DEPTHWISE_MAX_TAPS,
@@ -786,6 +797,25 @@ mod tests {
                         out,
                         rows: g.int(-1, 3),
                         lanes: [16, 32, 12][g.int(0, 2) as usize],
+                    }
+                }
+                _ if g.chance(8) => {
+                    let ptr = |g: &mut Gen| BufPtr {
+                        buf: buffer(g, k),
+                        index: index(g, scope),
+                    };
+                    let (x, v) = (ptr(g), ptr(g));
+                    Stmt::WinogradInputRow {
+                        x,
+                        v,
+                        row: WinogradInputRow {
+                            alpha: [4, 6, 5][g.int(0, 2) as usize],
+                            tiles: g.int(-1, 2),
+                            x_row: g.int(0, 30),
+                            x_tile: g.int(0, 40),
+                            v_plane: g.int(0, 2),
+                            v_tile: g.int(0, 20),
+                        },
                     }
                 }
                 _ if g.chance(10) => {
@@ -1005,6 +1035,25 @@ mod tests {
                 Stmt::Store {
                     buf, index, width, ..
                 } => self.touch(*buf, self.eval(index), width.lanes() as i128, true),
+                Stmt::WinogradInputRow { x, v, row } => {
+                    // every element the contract lets the routine touch, one by one
+                    let r = *row;
+                    let (xs, vs) = (self.eval(&x.index), self.eval(&v.index));
+                    let lanes = WinogradInputRow::LANES;
+                    r.is_valid()
+                        && x.buf != v.buf
+                        && (0..r.tiles).all(|t| {
+                            (0..r.alpha).all(|i| {
+                                (0..r.alpha).all(|j| {
+                                    let at = i * r.x_row + t * r.x_tile + j * lanes;
+                                    self.touch(x.buf, xs + i128::from(at), i128::from(lanes), false)
+                                })
+                            }) && (0..r.alpha * r.alpha).all(|xi| {
+                                let at = xi * r.v_plane + t * r.v_tile;
+                                self.touch(v.buf, vs + i128::from(at), i128::from(lanes), true)
+                            })
+                        })
+                }
                 Stmt::WinogradOutputRow { m, out, row } => {
                     // every element the contract lets the routine touch, one by one
                     let r = *row;

@@ -448,6 +448,17 @@ pub enum Stmt {
         /// Elements from one channel's plane to the next in `out`.
         plane: i64,
     },
+    /// A call of the Winograd input row routine (the contract is
+    /// [`winograd::WinogradInputRow`]): one tile row of one block of 16 channels of a
+    /// padded input in channel blocks, transformed into `v`.
+    WinogradInputRow {
+        /// The tile row's first input row, read.
+        x: BufPtr,
+        /// Plane 0, tile 0 of the block in the transformed input, written.
+        v: BufPtr,
+        /// The call's shape.
+        row: winograd::WinogradInputRow,
+    },
     /// A call of the Winograd output row routine (the contract is
     /// [`winograd::WinogradOutputRow`]): one tile row of one block of 16 channels of
     /// the transformed product `m`, transformed back and stored in channel blocks at
@@ -562,6 +573,7 @@ impl Kernel {
                 | Stmt::StoreRows { .. }
                 | Stmt::StorePlanes { .. }
                 | Stmt::WinogradOutputRow { .. }
+                | Stmt::WinogradInputRow { .. }
                 | Stmt::Prefetch { .. } => false,
             })
         }
@@ -664,6 +676,7 @@ impl Kernel {
                         ..
                     } => bias.is_some() as u64 * ((*pixels).max(0) * (*channels).max(0)) as u64,
                     Stmt::WinogradOutputRow { row, .. } => row.flops(),
+                    Stmt::WinogradInputRow { row, .. } => row.flops(),
                     Stmt::Prefetch { .. } => 0,
                 })
                 .sum()

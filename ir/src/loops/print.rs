@@ -3,7 +3,7 @@
 
 use std::fmt::{self, Write as _};
 
-use super::winograd::WinogradOutputRow;
+use super::winograd::{WinogradInputRow, WinogradOutputRow};
 use super::{Access, Affine, BufPtr, CmpOp, Expr, Kernel, ReduceOp, Stmt, Width};
 
 impl fmt::Display for Affine {
@@ -205,6 +205,20 @@ fn print_block(out: &mut String, stmts: &[Stmt], depth: usize) {
                     out,
                     "{pad}call {}_planes(sums: {sums}{bias}, out: {o}; pixels={pixels}, channels={channels}, lanes={lanes}, plane={plane})",
                     act.name()
+                );
+            }
+            Stmt::WinogradInputRow { x, v, row } => {
+                let WinogradInputRow {
+                    alpha,
+                    tiles,
+                    x_row,
+                    x_tile,
+                    v_plane,
+                    v_tile,
+                } = row;
+                let _ = writeln!(
+                    out,
+                    "{pad}call winograd_input_row(x: {x}, v: {v}; alpha={alpha}, tiles={tiles}, x_strides=({x_row}, {x_tile}), v_strides=({v_plane}, {v_tile}))"
                 );
             }
             Stmt::WinogradOutputRow { m, out: o, row } => {

@@ -1,6 +1,24 @@
-//! The Winograd output transform's matrices and the shape of its native row routine,
+//! The Winograd transforms' matrices and the shapes of their native row routines,
 //! shared by the lowering (which builds Cranelift transforms from the same matrices) and
 //! the routines, so both compute the same sums in the same order.
+
+/// Bᵀ of F(2×2, 3×3) (4 × 4): an input tile's row of 4 → 4 transformed values.
+pub const BT_F2: [[f32; 4]; 4] = [
+    [1.0, 0.0, -1.0, 0.0],
+    [0.0, 1.0, 1.0, 0.0],
+    [0.0, -1.0, 1.0, 0.0],
+    [0.0, 1.0, 0.0, -1.0],
+];
+
+/// Bᵀ of F(4×4, 3×3) (6 × 6): an input tile's row of 6 → 6 transformed values.
+pub const BT_F4: [[f32; 6]; 6] = [
+    [4.0, 0.0, -5.0, 0.0, 1.0, 0.0],
+    [0.0, -4.0, -4.0, 1.0, 1.0, 0.0],
+    [0.0, 4.0, -4.0, -1.0, 1.0, 0.0],
+    [0.0, -2.0, -1.0, 2.0, 1.0, 0.0],
+    [0.0, 2.0, -1.0, -2.0, 1.0, 0.0],
+    [0.0, 4.0, 0.0, -5.0, 0.0, 1.0],
+];
 
 /// Aᵀ of F(2×2, 3×3) (2 × 4): a transformed tile's row of 4 → 2 outputs.
 pub const AT_F2: [[f32; 4]; 2] = [[1.0, 1.0, 1.0, 0.0], [0.0, 1.0, -1.0, -1.0]];
@@ -128,5 +146,82 @@ impl WinogradOutputRow {
         // the column pass (α columns) and the row pass (μ rows), per lane
         let mu = alpha.saturating_sub(2);
         per_lane * (alpha + mu) * tiles * Self::LANES as u64
+    }
+}
+
+/// The shape of one call of the Winograd input row routine: one tile row of one block of
+/// 16 input channels in channel blocks. For tile `t < tiles`, with `d[i][j] =
+/// x[i·x_row + t·x_tile + j·16 + lane]` (`i, j < α`, `lane < 16`), it stores `V = Bᵀ·d·B`
+///
+/// ```text
+/// v[(k·α + l)·v_plane + t·v_tile + lane] = V[k][l]
+/// ```
+///
+/// computed as the Cranelift transform computes it: row by row `T[i][l] = Σ_j
+/// Bᵀ[l][j]·d[i][j]`, then `V[k][l] = Σ_i Bᵀ[k][i]·T[i][l]`, each sum in the order of
+/// [`combine_flops`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WinogradInputRow {
+    /// The tile's size: 4 (F2) or 6 (F4).
+    pub alpha: i64,
+    /// Tiles of the row.
+    pub tiles: i64,
+    /// Elements of `x` between input rows.
+    pub x_row: i64,
+    /// Elements of `x` between tiles (`(alpha − 2) · 16` for overlapping tiles).
+    pub x_tile: i64,
+    /// Elements of `v` between ξ planes.
+    pub v_plane: i64,
+    /// Elements of `v` between tiles.
+    pub v_tile: i64,
+}
+
+impl WinogradInputRow {
+    /// Lanes of a call: one channel block.
+    pub const LANES: i64 = 16;
+
+    /// Whether the contract allows the shape: `alpha` 4 or 6, counts and strides
+    /// non-negative.
+    pub fn is_valid(&self) -> bool {
+        matches!(self.alpha, 4 | 6)
+            && self.tiles >= 0
+            && self.x_row >= 0
+            && self.x_tile >= 0
+            && self.v_plane >= 0
+            && self.v_tile >= 0
+    }
+
+    /// Elements from `x` and from `v` the call may touch (0 for none), or `None` for a
+    /// shape the contract refuses or whose extent overflows.
+    pub fn footprints(&self) -> Option<[i64; 2]> {
+        if !self.is_valid() {
+            return None;
+        }
+        if self.tiles == 0 {
+            return Some([0, 0]);
+        }
+        let a = self.alpha - 1;
+        let read = a
+            .checked_mul(self.x_row)?
+            .checked_add((self.tiles - 1).checked_mul(self.x_tile)?)?
+            .checked_add(a.checked_mul(Self::LANES)?)?
+            .checked_add(Self::LANES)?;
+        let written = (self.alpha * self.alpha - 1)
+            .checked_mul(self.v_plane)?
+            .checked_add((self.tiles - 1).checked_mul(self.v_tile)?)?
+            .checked_add(Self::LANES)?;
+        Some([read, written])
+    }
+
+    /// Floating-point operations of one call.
+    pub fn flops(&self) -> u64 {
+        let (alpha, tiles) = (self.alpha.max(0) as u64, self.tiles.max(0) as u64);
+        let per_lane: u64 = match self.alpha {
+            4 => BT_F2.iter().map(|k| combine_flops(k)).sum(),
+            6 => BT_F4.iter().map(|k| combine_flops(k)).sum(),
+            _ => 0,
+        };
+        // the row pass and the column pass, α vectors each
+        per_lane * 2 * alpha * tiles * Self::LANES as u64
     }
 }

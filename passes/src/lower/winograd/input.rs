@@ -1,7 +1,8 @@
-//! The input transform `V = Bᵀ·d·B`: padded NCHW (4 tiles per vector) or channel blocks
-//! (4 channels of one tile per vector) into `V`.
+//! The input transform `V = Bᵀ·d·B`: padded NCHW (4 tiles per vector, Cranelift code) or
+//! channel blocks (a native routine per tile row) into `V`.
 
-use smelt_ir::loops::{Access, Affine, Expr, KernelBuilder, Width};
+use smelt_ir::loops::winograd::WinogradInputRow;
+use smelt_ir::loops::{Access, Affine, BufPtr, Expr, KernelBuilder, Width};
 use smelt_ir::Diagnostic;
 
 use super::{combine, Form, Plan};
@@ -133,10 +134,10 @@ pub(super) fn input_transform(
 }
 
 /// Input in channel blocks (`[n][c/16][hp][wp][16]`, padded) → `V` in channel blocks,
-/// `V[ξ][c/16][t][16]` (for the product, input channel `ξ·C + c` of tile `t`): each tile,
-/// each quad of its 16 channels, is transformed on vectors of those 4 channels, loaded
-/// and stored whole (no transposes, one loop body for every tile count). Parallel over
-/// channel blocks.
+/// `V[ξ][c/16][t][16]` (for the product, input channel `ξ·C + c` of tile `t`): a native
+/// routine per tile row and channel block (`Stmt::WinogradInputRow`; an input in blocks
+/// exists only on a micro-kernel, so the routines are there). Parallel over channel
+/// blocks.
 pub(super) fn input_transform_blocked(
     cx: &mut Cx,
     p: &Plan,
@@ -155,7 +156,14 @@ pub(super) fn input_transform_blocked(
     ));
     let xa = b.arg("padded", cx.len_of(xp), Access::Read);
     let va = b.arg("v", cx.len_of(v), Access::Write);
-    let w4 = Width::F32x4;
+    let row = WinogradInputRow {
+        alpha: form.alpha() as i64,
+        tiles: p.tw as i64,
+        x_row: wp as i64 * unit,
+        x_tile: m as i64 * unit,
+        v_plane: blocks * tiles * unit,
+        v_tile: unit,
+    };
     b.set_parallel();
     b.for_loop(0, blocks, 1, |b, cb| {
         let cb = Affine::var(cb);
@@ -164,32 +172,14 @@ pub(super) fn input_transform_blocked(
             let plane = n.scale(blocks).add(&cb).scale((hp * wp) as i64 * unit);
             b.for_loop(0, p.th as i64, 1, |b, th| {
                 let th = Affine::var(th);
-                b.for_loop(0, p.tw as i64, 1, |b, tw| {
-                    let tw = Affine::var(tw);
-                    let t = n
-                        .scale((p.th * p.tw) as i64)
-                        .add(&th.scale(p.tw as i64))
-                        .add(&tw);
-                    b.for_loop(0, unit, 4, |b, q| {
-                        let q = Affine::var(q);
-                        let mut row = |_: &mut KernelBuilder, i: usize| -> Vec<Expr> {
-                            let r = th.scale(m as i64).plus(i as i64);
-                            let base = plane
-                                .add(&r.scale(wp as i64 * unit))
-                                .add(&tw.scale(m as i64 * unit))
-                                .add(&q);
-                            (0..form.alpha())
-                                .map(|j| Expr::load(xa, base.plus(j as i64 * unit), w4))
-                                .collect()
-                        };
-                        let mut store = |b: &mut KernelBuilder, xi: usize, val: Expr| {
-                            let block = cb.plus(xi as i64 * blocks);
-                            let at = block.scale(tiles).add(&t).scale(unit).add(&q);
-                            b.store(va, at, val, w4);
-                        };
-                        input_tile(b, form, w4, &mut row, &mut store);
-                    });
-                });
+                let first = n.scale((p.th * p.tw) as i64).add(&th.scale(p.tw as i64));
+                let x = plane.add(&th.scale(m as i64 * wp as i64 * unit));
+                let at = cb.scale(tiles).add(&first).scale(unit);
+                b.winograd_input_row(
+                    BufPtr { buf: xa, index: x },
+                    BufPtr { buf: va, index: at },
+                    row,
+                );
             });
         });
     });

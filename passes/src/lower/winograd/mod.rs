@@ -34,7 +34,7 @@ mod input;
 mod output;
 mod weights;
 
-use smelt_ir::loops::winograd::{AT_F2, AT_F4};
+use smelt_ir::loops::winograd::{AT_F2, AT_F4, BT_F2, BT_F4};
 use smelt_ir::loops::{BinOp, Expr, KernelBuilder, Width};
 use smelt_ir::op::Conv2dAttrs;
 use smelt_ir::{Diagnostic, TensorType, Value};
@@ -73,21 +73,10 @@ impl Form {
 
     /// Bᵀ (α×α): input tile → transformed tile, along each axis.
     fn bt(self) -> Vec<Vec<f64>> {
+        // the native input routines' matrices, so both compute the same sums
         match self {
-            Form::F2 => vec![
-                vec![1.0, 0.0, -1.0, 0.0],
-                vec![0.0, 1.0, 1.0, 0.0],
-                vec![0.0, -1.0, 1.0, 0.0],
-                vec![0.0, 1.0, 0.0, -1.0],
-            ],
-            Form::F4 => vec![
-                vec![4.0, 0.0, -5.0, 0.0, 1.0, 0.0],
-                vec![0.0, -4.0, -4.0, 1.0, 1.0, 0.0],
-                vec![0.0, 4.0, -4.0, -1.0, 1.0, 0.0],
-                vec![0.0, -2.0, -1.0, 2.0, 1.0, 0.0],
-                vec![0.0, 2.0, -1.0, -2.0, 1.0, 0.0],
-                vec![0.0, 4.0, 0.0, -5.0, 0.0, 1.0],
-            ],
+            Form::F2 => rows(&BT_F2),
+            Form::F4 => rows(&BT_F4),
         }
     }
 
@@ -116,16 +105,19 @@ impl Form {
     /// Aᵀ (m×α): transformed product → output tile, along each axis.
     fn at(self) -> Vec<Vec<f64>> {
         // the native output routines' matrices, so both compute the same sums
-        fn rows<const A: usize>(at: &[[f32; A]]) -> Vec<Vec<f64>> {
-            at.iter()
-                .map(|r| r.iter().map(|&v| f64::from(v)).collect())
-                .collect()
-        }
         match self {
             Form::F2 => rows(&AT_F2),
             Form::F4 => rows(&AT_F4),
         }
     }
+}
+
+/// A matrix of `f32` rows as `f64` rows.
+fn rows<const A: usize>(matrix: &[[f32; A]]) -> Vec<Vec<f64>> {
+    matrix
+        .iter()
+        .map(|r| r.iter().map(|&v| f64::from(v)).collect())
+        .collect()
 }
 
 /// The plan for one convolution: its form and shapes.
