@@ -19,23 +19,34 @@ const GUARD: usize = 29;
 /// Lanes of a call.
 const LANES: usize = 16;
 
-/// The routines this host runs, the reference first. On x86-64 the AVX2 routine is
-/// required (the test machines have it).
-fn routines() -> Vec<(&'static str, WinogradOutputRowFn)> {
-    let mut v: Vec<(&'static str, WinogradOutputRowFn)> =
-        vec![("reference", microkernels::winograd_output_row_reference)];
-    #[cfg(target_arch = "x86_64")]
-    {
-        assert!(
-            microkernels::has_avx2_fma(),
-            "an x86-64 test machine without AVX2 + FMA"
-        );
-        v.push(("avx2", microkernels::winograd_output_row_avx2));
-        if microkernels::has_avx512f() {
-            v.push(("avx512", microkernels::winograd_output_row_avx512));
-        }
+/// The reference and the native routines of one kind this host runs, the reference
+/// first; on x86-64 the AVX2 routine is required (the test machines have it).
+#[cfg(target_arch = "x86_64")]
+fn runnable<F>(reference: F, avx2: F, avx512: F) -> Vec<(&'static str, F)> {
+    assert!(
+        microkernels::has_avx2_fma(),
+        "an x86-64 test machine without AVX2 + FMA"
+    );
+    let mut v = vec![("reference", reference), ("avx2", avx2)];
+    if microkernels::has_avx512f() {
+        v.push(("avx512", avx512));
     }
     v
+}
+
+/// The output row routines this host runs.
+fn routines() -> Vec<(&'static str, WinogradOutputRowFn)> {
+    #[cfg(target_arch = "x86_64")]
+    return runnable(
+        microkernels::winograd_output_row_reference,
+        microkernels::winograd_output_row_avx2,
+        microkernels::winograd_output_row_avx512,
+    );
+    #[cfg(not(target_arch = "x86_64"))]
+    vec![(
+        "reference",
+        microkernels::winograd_output_row_reference as _,
+    )]
 }
 
 fn poison() -> f32 {
@@ -225,18 +236,16 @@ fn shapes_the_contract_refuses_touch_nothing() {
     }
 }
 
-/// The input routines this host runs, the reference first (see [`routines`]).
+/// The input row routines this host runs.
 fn input_routines() -> Vec<(&'static str, WinogradInputRowFn)> {
-    let mut v: Vec<(&'static str, WinogradInputRowFn)> =
-        vec![("reference", microkernels::winograd_input_row_reference)];
     #[cfg(target_arch = "x86_64")]
-    {
-        v.push(("avx2", microkernels::winograd_input_row_avx2));
-        if microkernels::has_avx512f() {
-            v.push(("avx512", microkernels::winograd_input_row_avx512));
-        }
-    }
-    v
+    return runnable(
+        microkernels::winograd_input_row_reference,
+        microkernels::winograd_input_row_avx2,
+        microkernels::winograd_input_row_avx512,
+    );
+    #[cfg(not(target_arch = "x86_64"))]
+    vec![("reference", microkernels::winograd_input_row_reference as _)]
 }
 
 /// `Bᵀ` of the form with `alpha` inputs, as f64 rows.

@@ -289,13 +289,12 @@ mod x86 {
 
     use super::{InputShape, Shape, LANES};
 
-    /// Generates one ISA's routine from its vector type and operations: `$load`,
-    /// `$store`, `$add`, `$sub`, `$mul` (by a splat), `$fma` (`x·k + acc`, fused),
-    /// `$splat`, `$zero`, over `$lanes` lanes per vector (a call's 16 lanes in
-    /// `16 / $lanes` passes).
+    /// Generates one ISA's output row routine from its vector type and operations:
+    /// `$load`, `$store`, `$add`, `$sub`, `$fma` (`x·k + acc`, fused), `$splat`, `$zero`,
+    /// over `$lanes` lanes per vector (a call's 16 lanes in `16 / $lanes` passes).
     macro_rules! output_row {
         ($name:ident, $feature:literal, $v:ty, $lanes:expr, $load:ident, $store:ident,
-         $add:ident, $sub:ident, $mul:ident, $fma:ident, $splat:ident, $zero:ident) => {
+         $add:ident, $sub:ident, $fma:ident, $splat:ident, $zero:ident) => {
             /// The routine of this ISA (the contract is the module docs').
             ///
             /// # Safety
@@ -529,35 +528,16 @@ mod x86 {
         };
     }
 
-    input_row!(
+    /// Both routines of one ISA, from one list of its vector type and operations.
+    macro_rules! isa_routines {
+        ($input:ident, $output:ident, $($isa:tt)*) => {
+            input_row!($input, $($isa)*);
+            output_row!($output, $($isa)*);
+        };
+    }
+
+    isa_routines!(
         winograd_input_row_avx512,
-        "avx512f",
-        __m512,
-        16,
-        _mm512_loadu_ps,
-        _mm512_storeu_ps,
-        _mm512_add_ps,
-        _mm512_sub_ps,
-        _mm512_fmadd_ps,
-        _mm512_set1_ps,
-        _mm512_setzero_ps
-    );
-
-    input_row!(
-        winograd_input_row_avx2,
-        "avx2,fma",
-        __m256,
-        8,
-        _mm256_loadu_ps,
-        _mm256_storeu_ps,
-        _mm256_add_ps,
-        _mm256_sub_ps,
-        _mm256_fmadd_ps,
-        _mm256_set1_ps,
-        _mm256_setzero_ps
-    );
-
-    output_row!(
         winograd_output_row_avx512,
         "avx512f",
         __m512,
@@ -566,13 +546,13 @@ mod x86 {
         _mm512_storeu_ps,
         _mm512_add_ps,
         _mm512_sub_ps,
-        _mm512_mul_ps,
         _mm512_fmadd_ps,
         _mm512_set1_ps,
         _mm512_setzero_ps
     );
 
-    output_row!(
+    isa_routines!(
+        winograd_input_row_avx2,
         winograd_output_row_avx2,
         "avx2,fma",
         __m256,
@@ -581,7 +561,6 @@ mod x86 {
         _mm256_storeu_ps,
         _mm256_add_ps,
         _mm256_sub_ps,
-        _mm256_mul_ps,
         _mm256_fmadd_ps,
         _mm256_set1_ps,
         _mm256_setzero_ps
