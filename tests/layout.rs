@@ -554,10 +554,17 @@ fn depthwise_convs_read_and_write_channel_blocks() {
                     assert!(loops.contains(part), "{what}: no {part} kernel\n{loops}");
                 }
             }
-            // the rows of whole blocks get their relu from the store routine, in place (a
-            // partial block's from the Cranelift epilogue)
+            // the rows get their relu from the store routine, in place; a partial block
+            // (72 channels: four whole blocks and 8 lanes) is computed as a whole one, its
+            // padded lanes zero, by the same kernels
             let stored = depthwise_kernels_call(&loops, "call store_relu_rows(");
             assert_eq!(stored, native && mid >= 16, "{what} {kernels:?}\n{loops}");
+            if native {
+                assert!(
+                    !loops.contains("_partial"),
+                    "{what}: a partial kernel\n{loops}"
+                );
+            }
             // bias first, then the taps in order, as the row-major Cranelift kernels sum
             // (the native row routine of 5×5 and wider windows adds the bias last)
             if k == 3 {
@@ -565,8 +572,8 @@ fn depthwise_convs_read_and_write_channel_blocks() {
             }
         }
     }
-    // MobileNetV3's hard-swish after the depthwise conv: the store routine's on whole
-    // blocks, bit for bit the Cranelift epilogue's; a partial block keeps the latter
+    // MobileNetV3's hard-swish after the depthwise conv: the store routine's, bit for bit
+    // the Cranelift epilogue's, on whole blocks and on a partial one computed whole
     let hard_swish = [PostOp::Unary(UnaryOp::HardSwish)];
     let mut native_hard_swish = 0;
     for (n, hw, mid) in [(1, 9, 32), (2, 8, 48), (1, 7, 24)] {

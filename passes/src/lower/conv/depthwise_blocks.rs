@@ -100,8 +100,12 @@ fn pack(w: &AlignedBuf, c: usize, stored: usize, taps: usize, slab: &ConstantSla
 /// from channel blocks into channel blocks, with constant weights (`operands[1]`), an
 /// optional bias and the epilogue `epi` (whose operands walk the channels, see
 /// [`Epilogue::runs_along_channels`]). A partial last block (channels a multiple of 4)
-/// is a second kernel computing only its real vectors and storing zeros in the padded
-/// ones: its bias and per-channel operands end at the real channels.
+/// is computed as a whole one where its padded lanes come out zero by themselves — on
+/// the native routine, zero in the input and the packed weights, with a bias padded by
+/// zeros and an epilogue the store routines apply (each maps 0 to 0) — so one kernel
+/// computes every block (MobileNetV3-large: 71 kernels → 61); otherwise it is a second
+/// kernel computing only its real vectors and storing zeros in the padded ones, since
+/// its bias and per-channel operands end at the real channels.
 pub(super) fn kernel(
     cx: &mut Cx,
     g: &Geo,
@@ -131,19 +135,44 @@ pub(super) fn kernel(
     );
     let window = Window::of(g, [h, w], [pt, pl]);
     let full = g.c / CHANNEL_BLOCK;
+    let partial = full * CHANNEL_BLOCK < g.c;
+    let zero_preserving = epi.is_empty() || epi.as_store_rows().is_some();
+    if partial && cx.opts.micro.is_some() && zero_preserving {
+        // the bias padded with zeros (a bias from the graph: the partial block apart)
+        let padded_bias = match operands.get(2) {
+            None => Some(None),
+            Some(&bias) => cx.const_data(bias).map(|values| {
+                let mut padded = values.to_vec();
+                padded.resize(stored, 0.0);
+                Some(cx.constant_buf("bias_padded", AlignedBuf::from_f32(&padded)))
+            }),
+        };
+        if let Some(bias) = padded_bias {
+            let blocks = BlockRange {
+                first: 0,
+                count: full + 1,
+                real_vecs: VECS,
+                bias,
+            };
+            return emit(cx, g, &window, blocks, (wbuf, operands), epi, out);
+        }
+    }
+    let bias = operands.get(2).map(|&v| cx.buf(v));
     if full > 0 {
         let blocks = BlockRange {
             first: 0,
             count: full,
             real_vecs: VECS,
+            bias,
         };
         emit(cx, g, &window, blocks, (wbuf, operands), epi.clone(), out)?;
     }
-    if full * CHANNEL_BLOCK < g.c {
+    if partial {
         let blocks = BlockRange {
             first: full,
             count: 1,
             real_vecs: (g.c - full * CHANNEL_BLOCK) / 4,
+            bias,
         };
         emit(cx, g, &window, blocks, (wbuf, operands), epi, out)?;
     }
@@ -181,6 +210,8 @@ struct BlockRange {
     first: usize,
     count: usize,
     real_vecs: usize,
+    /// The bias the blocks read (the operand's, or a copy padded to whole blocks).
+    bias: Option<BufferId>,
 }
 
 /// The kernels computing the blocks of `blocks`: on the native routine where the
@@ -260,7 +291,8 @@ fn emit_rows(
         ));
         let x = cx.buf(operands[0]);
         let mut epi = epi.clone();
-        let (bufs, args) = TileBufs::declare(&mut b, cx, x, ("w", wbuf), operands, &mut epi, out);
+        let (bufs, args) =
+            TileBufs::declare_with_bias(&mut b, cx, x, ("w", wbuf), blocks.bias, &mut epi, out);
         let (xa, wa, bias, ya) = (bufs.x, bufs.w, bufs.bias, bufs.out);
         // output row `oy` of block `cb` of image `n`, over kernel rows [ky0, ky1): the
         // call, then the post-ops over the row in place
@@ -373,7 +405,8 @@ fn emit_cranelift(
         if epi.is_empty() { "" } else { "_fused" }
     ));
     let x = cx.buf(operands[0]);
-    let (bufs, args) = TileBufs::declare(&mut b, cx, x, ("w", wbuf), operands, &mut epi, out);
+    let (bufs, args) =
+        TileBufs::declare_with_bias(&mut b, cx, x, ("w", wbuf), blocks.bias, &mut epi, out);
     let (xa, wa, bias, ya) = (bufs.x, bufs.w, bufs.bias, bufs.out);
 
     let w4 = Width::F32x4;
