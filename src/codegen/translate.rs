@@ -425,9 +425,7 @@ impl Gen<'_, '_> {
                     self.call_row(RowRoutine::BlockedDepthwise, &[x, w, bias, out, shape]);
                 }
                 Stmt::SoftmaxRow { x, out, len } => {
-                    let mut args = [x, out].map(|p| self.call_pointer(p)).to_vec();
-                    args.push(self.fb.ins().iconst(types::I64, *len));
-                    self.call_row(RowRoutine::Softmax, &args);
+                    self.call_row_with_counts(RowRoutine::Softmax, [x, out], &[*len])
                 }
                 Stmt::ActivationRows {
                     act,
@@ -500,37 +498,10 @@ impl Gen<'_, '_> {
                     );
                 }
                 Stmt::WinogradInputRow { x, v, row } => {
-                    let x = self.call_pointer(x);
-                    let v = self.call_pointer(v);
-                    let counts = [
-                        row.alpha,
-                        row.tiles,
-                        row.x_row,
-                        row.x_tile,
-                        row.v_plane,
-                        row.v_tile,
-                    ]
-                    .map(|c| self.fb.ins().iconst(types::I64, c));
-                    let mut args = vec![x, v];
-                    args.extend(counts);
-                    self.call_row(RowRoutine::WinogradInput, &args);
+                    self.call_row_with_counts(RowRoutine::WinogradInput, [x, v], &row.words())
                 }
                 Stmt::WinogradOutputRow { m, out, row } => {
-                    let m = self.call_pointer(m);
-                    let out = self.call_pointer(out);
-                    let counts = [
-                        row.alpha,
-                        row.tiles,
-                        row.m_plane,
-                        row.m_tile,
-                        row.rows,
-                        row.cols,
-                        row.out_row,
-                    ]
-                    .map(|v| self.fb.ins().iconst(types::I64, v));
-                    let mut args = vec![m, out];
-                    args.extend(counts);
-                    self.call_row(RowRoutine::WinogradOutput, &args);
+                    self.call_row_with_counts(RowRoutine::WinogradOutput, [m, out], &row.words())
                 }
                 Stmt::Prefetch {
                     at,
@@ -631,6 +602,19 @@ impl Gen<'_, '_> {
 
     /// Calls the tile ISA's `kind` row routine with `args` (in its signature's order),
     /// importing it at its first call.
+    /// A call of a row routine taking the buffer pointers `pointers`, then `counts` as
+    /// `i64` constants.
+    fn call_row_with_counts<const P: usize>(
+        &mut self,
+        kind: RowRoutine,
+        pointers: [&BufPtr; P],
+        counts: &[i64],
+    ) {
+        let mut args: Vec<ClifValue> = pointers.iter().map(|p| self.call_pointer(p)).collect();
+        args.extend(counts.iter().map(|&c| self.fb.ins().iconst(types::I64, c)));
+        self.call_row(kind, &args);
+    }
+
     fn call_row(&mut self, kind: RowRoutine, args: &[ClifValue]) {
         let Some(isa) = self.tiles else {
             unreachable!(

@@ -29,7 +29,9 @@
 
 #![allow(unsafe_code)]
 
-use smelt_ir::loops::winograd::{WinogradInputRow, WinogradOutputRow, AT_F2, AT_F4, BT_F2, BT_F4};
+use smelt_ir::loops::winograd::{
+    combine_lead, WinogradInputRow, WinogradOutputRow, AT_F2, AT_F4, BT_F2, BT_F4,
+};
 
 /// The C-ABI type of every Winograd output row routine (see the module docs).
 pub type WinogradOutputRowFn = unsafe extern "C" fn(
@@ -71,29 +73,15 @@ struct InputShape {
 }
 
 impl InputShape {
-    fn of(
-        alpha: i64,
-        tiles: i64,
-        x_row: i64,
-        x_tile: i64,
-        v_plane: i64,
-        v_tile: i64,
-    ) -> Option<Self> {
-        let row = WinogradInputRow {
+    fn of(row: WinogradInputRow) -> Option<Self> {
+        let [alpha, tiles, x_row, x_tile, v_plane, v_tile] = row.words().map(|v| v as usize);
+        row.is_valid().then_some(InputShape {
             alpha,
             tiles,
             x_row,
             x_tile,
             v_plane,
             v_tile,
-        };
-        row.is_valid().then_some(InputShape {
-            alpha: alpha as usize,
-            tiles: tiles as usize,
-            x_row: x_row as usize,
-            x_tile: x_tile as usize,
-            v_plane: v_plane as usize,
-            v_tile: v_tile as usize,
         })
     }
 }
@@ -115,7 +103,14 @@ pub unsafe extern "C" fn winograd_input_row_reference(
     v_plane: i64,
     v_tile: i64,
 ) {
-    let Some(s) = InputShape::of(alpha, tiles, x_row, x_tile, v_plane, v_tile) else {
+    let Some(s) = InputShape::of(WinogradInputRow {
+        alpha,
+        tiles,
+        x_row,
+        x_tile,
+        v_plane,
+        v_tile,
+    }) else {
         return;
     };
     let bt: Vec<&[f32]> = match s.alpha {
@@ -160,17 +155,9 @@ struct Shape {
 }
 
 impl Shape {
-    #[allow(clippy::too_many_arguments)]
-    fn of(
-        alpha: i64,
-        tiles: i64,
-        m_plane: i64,
-        m_tile: i64,
-        rows: i64,
-        cols: i64,
-        out_row: i64,
-    ) -> Option<Shape> {
-        let row = WinogradOutputRow {
+    fn of(row: WinogradOutputRow) -> Option<Shape> {
+        let [alpha, tiles, m_plane, m_tile, rows, cols, out_row] = row.words().map(|v| v as usize);
+        row.is_valid().then_some(Shape {
             alpha,
             tiles,
             m_plane,
@@ -178,30 +165,15 @@ impl Shape {
             rows,
             cols,
             out_row,
-        };
-        row.is_valid().then_some(Shape {
-            alpha: alpha as usize,
-            tiles: tiles as usize,
-            m_plane: m_plane as usize,
-            m_tile: m_tile as usize,
-            rows: rows as usize,
-            cols: cols as usize,
-            out_row: out_row as usize,
         })
     }
 }
 
-/// Where the first `+1` term of `k` is (else its first non-zero), as `combine` starts.
-#[inline(always)]
-fn lead(k: &[f32]) -> Option<usize> {
-    k.iter()
-        .position(|&v| v == 1.0)
-        .or_else(|| k.iter().position(|&v| v != 0.0))
-}
-
 /// `Σ k[i]·x[i]` for one lane, in `combine`'s order.
 fn combine_scalar(k: &[f32], xs: &[f32]) -> f32 {
-    let Some(first) = lead(k) else { return 0.0 };
+    let Some(first) = combine_lead(k) else {
+        return 0.0;
+    };
     let mut acc = if k[first] == 1.0 {
         xs[first]
     } else {
@@ -240,7 +212,15 @@ pub unsafe extern "C" fn winograd_output_row_reference(
     cols: i64,
     out_row: i64,
 ) {
-    let Some(s) = Shape::of(alpha, tiles, m_plane, m_tile, rows, cols, out_row) else {
+    let Some(s) = Shape::of(WinogradOutputRow {
+        alpha,
+        tiles,
+        m_plane,
+        m_tile,
+        rows,
+        cols,
+        out_row,
+    }) else {
         return;
     };
     let at: Vec<&[f32]> = match s.alpha {
@@ -288,6 +268,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{InputShape, Shape, LANES};
+    use smelt_ir::loops::winograd::{WinogradInputRow, WinogradOutputRow};
 
     /// Generates one ISA's output row routine from its vector type and operations:
     /// `$load`, `$store`, `$add`, `$sub`, `$fma` (`x·k + acc`, fused), `$splat`, `$zero`,
@@ -314,7 +295,15 @@ mod x86 {
                 cols: i64,
                 out_row: i64,
             ) {
-                let Some(s) = Shape::of(alpha, tiles, m_plane, m_tile, rows, cols, out_row) else {
+                let Some(s) = Shape::of(WinogradOutputRow {
+                    alpha,
+                    tiles,
+                    m_plane,
+                    m_tile,
+                    rows,
+                    cols,
+                    out_row,
+                }) else {
                     return;
                 };
                 for part in 0..LANES / $lanes {
@@ -432,7 +421,14 @@ mod x86 {
                 v_plane: i64,
                 v_tile: i64,
             ) {
-                let Some(s) = InputShape::of(alpha, tiles, x_row, x_tile, v_plane, v_tile) else {
+                let Some(s) = InputShape::of(WinogradInputRow {
+                    alpha,
+                    tiles,
+                    x_row,
+                    x_tile,
+                    v_plane,
+                    v_tile,
+                }) else {
                     return;
                 };
                 for part in 0..LANES / $lanes {

@@ -31,16 +31,22 @@ pub const AT_F4: [[f32; 6]; 4] = [
     [0.0, 1.0, -1.0, 8.0, -8.0, 1.0],
 ];
 
+/// The term `Σ k[i]·x[i]` starts from, as the transforms form it: the first whose
+/// coefficient is 1 (no multiply), else the first non-zero one; `None` when all are 0.
+pub fn combine_lead(k: &[f32]) -> Option<usize> {
+    k.iter()
+        .position(|&v| v == 1.0)
+        .or_else(|| k.iter().position(|&v| v != 0.0))
+}
+
 /// Floating-point operations of `Σ k[i]·x[i]` as the transforms compute it (see
 /// [`WinogradOutputRow`]): nothing for the first term when its coefficient is 1 (else
 /// a multiply), an add or subtract for each further ±1, a fused multiply-add (two) for
 /// each other non-zero.
 pub fn combine_flops(k: &[f32]) -> u64 {
-    let first = k
-        .iter()
-        .position(|&v| v == 1.0)
-        .or_else(|| k.iter().position(|&v| v != 0.0));
-    let Some(first) = first else { return 0 };
+    let Some(first) = combine_lead(k) else {
+        return 0;
+    };
     let lead = u64::from(k[first] != 1.0);
     let rest: u64 = k
         .iter()
@@ -87,6 +93,20 @@ pub struct WinogradOutputRow {
 impl WinogradOutputRow {
     /// Lanes of a call: one channel block.
     pub const LANES: i64 = 16;
+
+    /// The fields in declaration order: the routine's count arguments after its two
+    /// pointers.
+    pub fn words(&self) -> [i64; 7] {
+        [
+            self.alpha,
+            self.tiles,
+            self.m_plane,
+            self.m_tile,
+            self.rows,
+            self.cols,
+            self.out_row,
+        ]
+    }
 
     /// Outputs per tile and axis (`alpha − 2`).
     pub fn outputs(&self) -> i64 {
@@ -179,6 +199,19 @@ pub struct WinogradInputRow {
 impl WinogradInputRow {
     /// Lanes of a call: one channel block.
     pub const LANES: i64 = 16;
+
+    /// The fields in declaration order: the routine's count arguments after its two
+    /// pointers.
+    pub fn words(&self) -> [i64; 6] {
+        [
+            self.alpha,
+            self.tiles,
+            self.x_row,
+            self.x_tile,
+            self.v_plane,
+            self.v_tile,
+        ]
+    }
 
     /// Whether the contract allows the shape: `alpha` 4 or 6, counts and strides
     /// non-negative.

@@ -376,6 +376,16 @@ struct Reached {
     seen: Vec<u8>,
     marked: Vec<usize>,
     stack: Vec<(usize, usize)>,
+    /// Scratch of [`Reached::shift_ref`]: the classes whose reference changes next.
+    todo: Vec<usize>,
+}
+
+/// What a single-class change adds up to while it is priced: the costs of the classes
+/// it makes reachable and unreachable, and the repeated anchors it leaves.
+struct Tally {
+    added: f64,
+    removed: f64,
+    repeats: i64,
 }
 
 impl Reached {
@@ -407,6 +417,7 @@ impl Reached {
             seen: vec![0; n],
             marked: Vec::new(),
             stack: Vec::new(),
+            todo: Vec::new(),
         }
     }
 
@@ -429,52 +440,46 @@ impl Reached {
             return None;
         }
         let old = choice[c];
-        let (before_anchors, before) = (self.anchor_count_repeats(), self.score);
-        let mut sums = [0.0f64; 2];
-        let mut repeats = before.repeated_anchors as i64;
+        let before = self.score;
+        let mut tally = Tally {
+            added: 0.0,
+            removed: 0.0,
+            repeats: before.repeated_anchors as i64,
+        };
         // the new node first, so classes both nodes reach are never dropped on the way
-        self.count_anchor(dense.anchors[c][node], 1, &mut repeats);
-        self.count_anchor(dense.anchors[c][old], -1, &mut repeats);
+        self.count_anchor(dense.anchors[c][node], true, &mut tally.repeats);
+        self.count_anchor(dense.anchors[c][old], false, &mut tally.repeats);
         for &k in &dense.kids[c][node] {
-            self.add_ref(dense, choice, k, &mut sums[0], &mut repeats);
+            self.shift_ref(dense, choice, k, true, &mut tally);
         }
         for &k in &dense.kids[c][old] {
-            self.drop_ref(dense, choice, k, &mut sums[1], &mut repeats);
+            self.shift_ref(dense, choice, k, false, &mut tally);
         }
-        let cost = before.cost + dense.costs[c][node] - dense.costs[c][old] + sums[0] - sums[1];
+        let cost =
+            before.cost + dense.costs[c][node] - dense.costs[c][old] + tally.added - tally.removed;
         let switched = Score {
-            repeated_anchors: repeats.max(0) as usize,
+            repeated_anchors: tally.repeats.max(0) as usize,
             cost,
         };
         // and back: the same counts, undone
-        let mut scratch = [0.0f64; 2];
-        let mut back = repeats;
         for &k in &dense.kids[c][old] {
-            self.add_ref(dense, choice, k, &mut scratch[0], &mut back);
+            self.shift_ref(dense, choice, k, true, &mut tally);
         }
         for &k in &dense.kids[c][node] {
-            self.drop_ref(dense, choice, k, &mut scratch[1], &mut back);
+            self.shift_ref(dense, choice, k, false, &mut tally);
         }
-        self.count_anchor(dense.anchors[c][old], 1, &mut back);
-        self.count_anchor(dense.anchors[c][node], -1, &mut back);
-        debug_assert_eq!(self.anchor_count_repeats(), before_anchors);
+        self.count_anchor(dense.anchors[c][old], true, &mut tally.repeats);
+        self.count_anchor(dense.anchors[c][node], false, &mut tally.repeats);
+        debug_assert_eq!(tally.repeats as usize, before.repeated_anchors);
         Some(switched)
     }
 
-    /// Repeated anchors counted from scratch (debug builds check the undo with it).
-    fn anchor_count_repeats(&self) -> usize {
-        self.anchor_count
-            .iter()
-            .map(|&n| n.saturating_sub(1) as usize)
-            .sum()
-    }
-
-    /// One more (`delta` 1) or one fewer (-1) reached class computing `anchor`.
-    fn count_anchor(&mut self, anchor: usize, delta: i32, repeats: &mut i64) {
+    /// One more (`up`) or one fewer reached class computing `anchor`.
+    fn count_anchor(&mut self, anchor: usize, up: bool, repeats: &mut i64) {
         if anchor == NO_ANCHOR {
             return;
         }
-        if delta > 0 {
+        if up {
             if self.anchor_count[anchor] > 0 {
                 *repeats += 1;
             }
@@ -487,46 +492,37 @@ impl Reached {
         }
     }
 
-    /// A new reference to `k`: a class it makes reachable adds its node's cost to `sum`
-    /// and references its children in turn.
-    fn add_ref(
+    /// One reference more (`up`) or fewer to class `k`: a class this makes reachable
+    /// adds its node's cost to `tally.added` and references its children in turn; one it
+    /// leaves unreachable adds its cost to `tally.removed` and drops its references.
+    fn shift_ref(
         &mut self,
         dense: &Dense,
         choice: &[usize],
         k: usize,
-        sum: &mut f64,
-        repeats: &mut i64,
+        up: bool,
+        tally: &mut Tally,
     ) {
-        let mut todo = vec![k];
-        while let Some(k) = todo.pop() {
-            self.refs[k] += 1;
-            if self.refs[k] == 1 {
+        self.todo.clear();
+        self.todo.push(k);
+        while let Some(k) = self.todo.pop() {
+            let flipped = if up {
+                self.refs[k] += 1;
+                self.refs[k] == 1
+            } else {
+                self.refs[k] -= 1;
+                self.refs[k] == 0
+            };
+            if flipped {
                 let node = choice[k];
+                let sum = if up {
+                    &mut tally.added
+                } else {
+                    &mut tally.removed
+                };
                 *sum += dense.costs[k][node];
-                self.count_anchor(dense.anchors[k][node], 1, repeats);
-                todo.extend_from_slice(&dense.kids[k][node]);
-            }
-        }
-    }
-
-    /// One reference to `k` fewer: a class it leaves unreachable subtracts (adds to
-    /// `sum`) its node's cost and drops its references to its children in turn.
-    fn drop_ref(
-        &mut self,
-        dense: &Dense,
-        choice: &[usize],
-        k: usize,
-        sum: &mut f64,
-        repeats: &mut i64,
-    ) {
-        let mut todo = vec![k];
-        while let Some(k) = todo.pop() {
-            self.refs[k] -= 1;
-            if self.refs[k] == 0 {
-                let node = choice[k];
-                *sum += dense.costs[k][node];
-                self.count_anchor(dense.anchors[k][node], -1, repeats);
-                todo.extend_from_slice(&dense.kids[k][node]);
+                self.count_anchor(dense.anchors[k][node], up, &mut tally.repeats);
+                self.todo.extend_from_slice(&dense.kids[k][node]);
             }
         }
     }

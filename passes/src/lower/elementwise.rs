@@ -453,6 +453,49 @@ fn row_activation(post: &PostOp) -> Option<RowActivation> {
     }
 }
 
+/// An epilogue as native routines apply it to a run of sums in place
+/// ([`Epilogue::native_finish`]): the activation routine's leading activation with the
+/// bias, then the store routine's residual and activation (with the bias when no leading
+/// activation took it).
+#[derive(Clone, Copy)]
+pub(crate) struct NativeFinish {
+    leading: Option<RowActivation>,
+    residual: Option<BufId>,
+    act: StoreActivation,
+}
+
+impl NativeFinish {
+    /// Whether zero sums with a zero bias and residual stay zero (every activation
+    /// but the sigmoid maps 0 to 0): what a padded lane finished with the real ones
+    /// needs.
+    pub(crate) fn keeps_zero(&self) -> bool {
+        self.leading != Some(RowActivation::Sigmoid)
+    }
+
+    /// The calls finishing `rows` rows of `lanes` sums at `run` in place, their bias at
+    /// `bias`; a residual is read at the run's own index.
+    pub(crate) fn emit(
+        &self,
+        b: &mut KernelBuilder,
+        run: BufPtr,
+        mut bias: Option<BufPtr>,
+        rows: i64,
+        lanes: i64,
+    ) {
+        if let Some(act) = self.leading {
+            b.activation_rows(act, run.clone(), bias.take(), rows, lanes);
+        }
+        if bias.is_none() && self.residual.is_none() && self.act == StoreActivation::Identity {
+            return;
+        }
+        let residual = self.residual.map(|buf| BufPtr {
+            buf,
+            index: run.index.clone(),
+        });
+        b.store_rows(self.act, run.clone(), bias, residual, run, rows, lanes);
+    }
+}
+
 impl Epilogue {
     /// The epilogue for `post` with extra operands `vals`, for a result of shape `out`.
     pub(crate) fn new(cx: &Cx, post: &[PostOp], vals: &[Value], out: &[usize]) -> Epilogue {
@@ -614,6 +657,22 @@ impl Epilogue {
             ..self.clone()
         };
         Some((act, operand, rest))
+    }
+
+    /// How the native routines finish a run of this epilogue's sums in place, when they
+    /// can: a leading SiLU, sigmoid or GELU on the activation routine, then what a
+    /// store-rows routine applies ([`Epilogue::as_store_rows`]). Call after
+    /// [`Epilogue::declare`].
+    pub(crate) fn native_finish(&self) -> Option<NativeFinish> {
+        let (leading, (residual, act)) = match self.after_leading_activation() {
+            Some((leading, rest)) => (Some(leading), rest.as_store_rows()?),
+            None => (None, self.as_store_rows()?),
+        };
+        Some(NativeFinish {
+            leading,
+            residual,
+            act,
+        })
     }
 
     /// When the post-ops are what a store-rows routine applies after the bias (nothing,

@@ -481,6 +481,16 @@ impl<'a> Cx<'a> {
         }
     }
 
+    /// A copy of constant `v`'s data padded with zeros to `len` elements (a bias read by
+    /// whole tiles or channel blocks past its last channel), or `None` when `v` is not a
+    /// module weight.
+    pub(crate) fn padded_constant(&mut self, name: &str, v: Value, len: usize) -> Option<BufferId> {
+        let values = self.const_data(v)?;
+        let mut padded = values.to_vec();
+        padded.resize(len.max(values.len()), 0.0);
+        Some(self.constant_buf(name, AlignedBuf::from_f32(&padded)))
+    }
+
     /// An error about the op being lowered.
     pub(crate) fn unsupported(&self, what: impl Into<String>) -> Diagnostic {
         Diagnostic::error(

@@ -136,16 +136,12 @@ pub(super) fn kernel(
     let window = Window::of(g, [h, w], [pt, pl]);
     let full = g.c / CHANNEL_BLOCK;
     let partial = full * CHANNEL_BLOCK < g.c;
-    let zero_preserving = epi.is_empty() || epi.as_store_rows().is_some();
-    if partial && cx.opts.micro.is_some() && zero_preserving {
+    // (an empty epilogue is one the store routine applies too: the identity)
+    if partial && cx.opts.micro.is_some() && epi.as_store_rows().is_some() {
         // the bias padded with zeros (a bias from the graph: the partial block apart)
         let padded_bias = match operands.get(2) {
             None => Some(None),
-            Some(&bias) => cx.const_data(bias).map(|values| {
-                let mut padded = values.to_vec();
-                padded.resize(stored, 0.0);
-                Some(cx.constant_buf("bias_padded", AlignedBuf::from_f32(&padded)))
-            }),
+            Some(&bias) => cx.padded_constant("bias_padded", bias, stored).map(Some),
         };
         if let Some(bias) = padded_bias {
             let blocks = BlockRange {

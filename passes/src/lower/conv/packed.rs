@@ -3,8 +3,8 @@
 //! loop-order model and the input-channel split.
 
 use smelt_ir::loops::{
-    Access, Affine, BinOp, BufPtr, ConvTile, Expr, KernelBuilder, RowActivation, StoreActivation,
-    TileRoutine, TileTarget, VarId, Width,
+    Access, Affine, BinOp, BufPtr, ConvTile, Expr, KernelBuilder, TileRoutine, TileTarget, VarId,
+    Width,
 };
 use smelt_ir::{AlignedBuf, ConstantSlab, Diagnostic, Value};
 
@@ -489,11 +489,7 @@ impl PackedConv {
                     && !g.o.is_multiple_of(lanes)
                     && (epi.after_leading_activation().is_some() || self.blocked_output) =>
             {
-                cx.const_data(bias).map(|values| {
-                    let mut padded = values.to_vec();
-                    padded.resize(g.o.next_multiple_of(lanes), 0.0);
-                    cx.constant_buf("bias_padded", AlignedBuf::from_f32(&padded))
-                })
+                cx.padded_constant("bias_padded", bias, g.o.next_multiple_of(lanes))
             }
             _ => None,
         };
@@ -911,20 +907,14 @@ impl PackedConv {
         // bias are zero, a residual's padded lanes are, and every activation on the way
         // maps zero to zero (not a sigmoid). (A non-finite input makes them NaN rather
         // than zero — where the pixel's real lanes are already non-finite.)
-        let zero_to_zero = match &native_activation {
-            Some((act, _)) => *act != RowActivation::Sigmoid,
-            None => true,
-        };
         let stored_lanes = channels.next_multiple_of(CHANNEL_BLOCK) == lanes as usize;
-        let whole_blocks = self.blocked_output
-            && lanes % unit == 0
-            && (channels == lanes as usize
-                || (stored_lanes && zero_to_zero && bufs.bias_whole_tiles));
-        let direct = whole_blocks
-            && match &native_activation {
-                Some((_, rest)) => rest.as_store_rows().is_some(),
-                None => epi.as_store_rows().is_some(),
-            };
+        let direct_finish = epi.native_finish().filter(|finish| {
+            self.blocked_output
+                && lanes % unit == 0
+                && (channels == lanes as usize
+                    || (stored_lanes && finish.keeps_zero() && bufs.bias_whole_tiles))
+        });
+        let direct = direct_finish.is_some();
         let block_run = unit * out_plane;
         let (sums, sums_at, out_pixel_stride, out_vec_stride, out_block_stride) =
             if self.lane_blocked_output {
@@ -1073,59 +1063,38 @@ impl PackedConv {
         if self.lane_blocked_output {
             return;
         }
-        // a direct tile's sums are runs of 16 lanes a block apart, the others' one run
-        let (runs, run_lanes, run_stride) = if direct {
-            (lanes / unit, unit, block_run)
-        } else {
-            (1, lanes, 0)
-        };
+        // a tile written straight into its blocks of the result: the epilogue in place
+        // there, a block's run at a time, on the routines' full-width vectors
+        if let Some(finish) = direct_finish {
+            for r in 0..lanes / unit {
+                let run = BufPtr {
+                    buf: bufs.out,
+                    index: sums_at.plus(r * block_run),
+                };
+                let bias = bufs.bias.map(|buf| BufPtr {
+                    buf,
+                    index: at.o0.plus(r * unit),
+                });
+                finish.emit(b, run, bias, pixels as i64, unit);
+            }
+            return;
+        }
         let (epi, bias) = match native_activation {
             Some((act, rest)) => {
-                for r in 0..runs {
-                    let bias = bufs.bias.map(|buf| BufPtr {
-                        buf,
-                        index: at.o0.plus(r * unit),
-                    });
-                    let sums_at = BufPtr {
-                        buf: sums,
-                        index: sums_at.plus(r * run_stride),
-                    };
-                    b.activation_rows(act, sums_at, bias, pixels as i64, run_lanes);
-                }
+                let bias = bufs.bias.map(|buf| BufPtr {
+                    buf,
+                    index: at.o0.clone(),
+                });
+                let sums_at = BufPtr {
+                    buf: sums,
+                    index: sums_at.clone(),
+                };
+                b.activation_rows(act, sums_at, bias, pixels as i64, lanes);
                 (rest, None)
             }
             None => (epi.clone(), bufs.bias),
         };
         let epi = &epi;
-        // a tile written straight into its block of the result: the bias, a residual and
-        // a ReLU in place there, on the store routine's full-width vectors
-        if let (true, Some((residual, act))) = (direct, epi.as_store_rows()) {
-            if bias.is_none() && residual.is_none() && act == StoreActivation::Identity {
-                return;
-            }
-            for r in 0..runs {
-                let run = BufPtr {
-                    buf: bufs.out,
-                    index: sums_at.plus(r * run_stride),
-                };
-                b.store_rows(
-                    act,
-                    run.clone(),
-                    bias.map(|buf| BufPtr {
-                        buf,
-                        index: at.o0.plus(r * unit),
-                    }),
-                    residual.map(|buf| BufPtr {
-                        buf,
-                        index: run.index.clone(),
-                    }),
-                    run,
-                    pixels as i64,
-                    run_lanes,
-                );
-            }
-            return;
-        }
         let out_index = |o: &Affine, col: &Affine| {
             at.n.scale(g.o as i64 * out_plane)
                 .add(&o.scale(out_plane))

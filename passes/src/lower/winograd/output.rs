@@ -2,9 +2,7 @@
 //! of the product tile's lanes into NCHW or channel blocks.
 
 use smelt_ir::loops::winograd::WinogradOutputRow;
-use smelt_ir::loops::{
-    Access, Affine, BinOp, BufId, BufPtr, Expr, KernelBuilder, StoreActivation, Width,
-};
+use smelt_ir::loops::{Access, Affine, BinOp, BufId, BufPtr, Expr, KernelBuilder, Width};
 use smelt_ir::Diagnostic;
 
 use super::{combine, Form, Plan};
@@ -267,15 +265,10 @@ fn output_transform_rows(
     // tile row's sums for each block of 16 of the lanes, and the routines finish each
     // output row in place — no Cranelift transform or epilogue at all (YOLO's
     // transforms were a quarter of its code generation).
-    let native_act = epi.after_leading_activation();
-    let native_store = match &native_act {
-        Some((_, rest)) => rest.as_store_rows(),
-        None => epi.as_store_rows(),
-    };
-    let native = p.out_blocked && native_store.is_some();
+    let finish = epi.native_finish().filter(|_| p.out_blocked);
     let halves = (lanes / CHANNEL_BLOCK) as i64;
     let native_row = |b: &mut KernelBuilder, n: &Affine, blk: &Affine, th: &Affine, rows: usize| {
-        let Some((residual, act)) = native_store else {
+        let Some(finish) = finish else {
             return;
         };
         let t0 = n.scale((p.th * p.tw) as i64).add(&th.scale(p.tw as i64));
@@ -308,29 +301,18 @@ fn output_transform_rows(
                 buf: ya,
                 index: out0,
             };
-            let run_pixels = rows as i64 * pixels;
-            let mut bias = ba.map(|buf| BufPtr {
+            let bias = ba.map(|buf| BufPtr {
                 buf,
                 index: block.scale(unit),
             });
-            if let Some((leading, _)) = &native_act {
-                b.activation_rows(*leading, run.clone(), bias.take(), run_pixels, unit);
-            }
-            if bias.is_none() && residual.is_none() && act == StoreActivation::Identity {
-                continue;
-            }
-            let residual = residual.map(|buf| BufPtr {
-                buf,
-                index: run.index.clone(),
-            });
-            b.store_rows(act, run.clone(), bias, residual, run, run_pixels, unit);
+            finish.emit(b, run, bias, rows as i64 * pixels, unit);
         }
     };
     // the tiles of tile row `th` (`rows` output rows of them inside the image) in one
     // block of `M`
     let block_row =
         |b: &mut KernelBuilder, n: &Affine, blk: (&Affine, usize), th: &Affine, rows| {
-            if native {
+            if finish.is_some() {
                 return native_row(b, n, blk.0, th, rows);
             }
             // tiles whose 4 columns (F2: pairs of tiles) are all inside the image
