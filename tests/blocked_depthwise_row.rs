@@ -19,7 +19,8 @@ const GUARD: usize = 37;
 const BLOCK: usize = 16;
 
 /// The routines this host runs, the reference first. On x86-64 the AVX2 routine is
-/// required (the test machines have it).
+/// required (the test machines have it); the AVX-512 one runs where the CPU has
+/// AVX-512F (a host without it covers one routine fewer: the count below says so).
 fn routines() -> Vec<(&'static str, BlockedDepthwiseRowFn)> {
     let mut v: Vec<(&'static str, BlockedDepthwiseRowFn)> =
         vec![("reference", microkernels::blocked_depthwise_row_reference)];
@@ -30,6 +31,9 @@ fn routines() -> Vec<(&'static str, BlockedDepthwiseRowFn)> {
             "an x86-64 test machine without AVX2 + FMA"
         );
         v.push(("avx2", microkernels::blocked_depthwise_row_avx2));
+        if microkernels::has_avx512f() {
+            v.push(("avx512", microkernels::blocked_depthwise_row_avx512));
+        }
     }
     v
 }
@@ -113,8 +117,14 @@ fn record(
 #[test]
 fn routines_equal_the_contract_bit_for_bit_and_read_only_their_lanes() {
     // (taps, stride, dil, pad) and the row widths each runs at
-    let windows: [(Window, &[i64]); 7] = [
+    // (stride 3 runs on the routine's run-time stride path; pad 0 has no left border;
+    // pad 4 on 3 taps leaves pixels with no valid tap at all)
+    let windows: [(Window, &[i64]); 11] = [
         ((3, 1, 1, 1), &[1, 2, 7, 14, 29]),
+        ((3, 3, 1, 1), &[7, 10, 20]),
+        ((3, 1, 1, 0), &[3, 5, 9]),
+        ((2, 2, 1, 0), &[8, 9]),
+        ((3, 1, 1, 4), &[1, 3, 12]),
         ((5, 1, 1, 2), &[3, 7, 14, 28]),
         ((5, 2, 1, 2), &[7, 14, 15]),
         ((3, 2, 1, 1), &[2, 15, 56]),
@@ -185,12 +195,18 @@ fn routines_equal_the_contract_bit_for_bit_and_read_only_their_lanes() {
             }
         }
     }
-    // 20 rows of 4 lane counts × 3 kernel-row counts × 2 biases per routine
-    let per_routine = 20 * 4 * 3 * 2;
+    // 31 rows of 4 lane counts × 3 kernel-row counts × 2 biases per routine
+    let per_routine = 31 * 4 * 3 * 2;
     assert_eq!(calls % per_routine, 0);
     assert!(calls >= per_routine, "only {calls} calls ran");
     #[cfg(target_arch = "x86_64")]
-    assert_eq!(calls, 2 * per_routine, "the AVX2 routine did not run");
+    assert_eq!(
+        calls,
+        routines().len() * per_routine,
+        "the AVX2 (and, on an AVX-512 host, the AVX-512) routine did not run"
+    );
+    #[cfg(target_arch = "x86_64")]
+    assert!(routines().len() >= 2, "the AVX2 routine did not run");
 }
 
 #[test]

@@ -119,7 +119,7 @@ pub use activation::{
 pub use depthwise::{depthwise_row_avx2, depthwise_row_avx512};
 pub use depthwise::{depthwise_row_reference, DepthwiseRowFn};
 #[cfg(target_arch = "x86_64")]
-pub use depthwise_blocks::blocked_depthwise_row_avx2;
+pub use depthwise_blocks::{blocked_depthwise_row_avx2, blocked_depthwise_row_avx512};
 pub use depthwise_blocks::{blocked_depthwise_row_reference, BlockedDepthwiseRowFn};
 pub use peak::{fma_peak, FmaPeak};
 #[cfg(target_arch = "x86_64")]
@@ -493,9 +493,11 @@ impl RowRoutine {
                     [silu_rows_avx512, sigmoid_rows_avx512, gelu_rows_avx512],
                 ),
             };
-            // the AVX2 store and blocked depthwise routines serve AVX-512 hosts too (see
-            // `store.rs`, `depthwise_blocks.rs`)
-            let blocked_depthwise: BlockedDepthwiseRowFn = blocked_depthwise_row_avx2;
+            // the AVX2 store routines serve AVX-512 hosts too (see `store.rs`)
+            let blocked_depthwise: BlockedDepthwiseRowFn = match isa {
+                TileIsa::Avx2 => blocked_depthwise_row_avx2,
+                TileIsa::Avx512 => blocked_depthwise_row_avx512,
+            };
             let (winograd_output, winograd_input): (WinogradOutputRowFn, WinogradInputRowFn) =
                 match isa {
                     TileIsa::Avx2 => (winograd_output_row_avx2, winograd_input_row_avx2),
