@@ -2,6 +2,7 @@
 //! many shapes, with poisoned gaps and guard regions to catch any access outside the
 //! contract's index sets.
 
+use smelt::ir::loops::StoreActivation;
 use smelt::ir::weights::random_f32;
 use smelt::microkernels::{self, ConvTile as Call, ConvTileFn, LANES, LANES_X32};
 
@@ -82,6 +83,8 @@ impl Contract for Call {
                 out.as_mut_ptr().add(GUARD),
                 self,
                 w.as_ptr().add(GUARD),
+                std::ptr::null(),
+                std::ptr::null(),
             )
         }
     }
@@ -321,6 +324,7 @@ fn kernels_match_reference_on_many_shapes() {
                                 out_vec_stride,
                                 out_block_stride,
                                 next_len: 0,
+                                finish: 0,
                                 accumulate,
                             };
                             check(&call, seed, &mut cov);
@@ -335,6 +339,168 @@ fn kernels_match_reference_on_many_shapes() {
     // 16 lanes in two out layouts, 32 lanes in three
     assert_eq!(cases, 13 * 3 * 4 * 6 * 2 * (2 + 3));
     cov.finish("kernels_match_reference_on_many_shapes");
+}
+
+/// The store routines' finish of one sum (their contract): the bias, the residual, the
+/// activation, each operation as they round it.
+fn store_finish(act: StoreActivation, v: f32, bias: Option<f32>, residual: Option<f32>) -> f32 {
+    let v = bias.map_or(v, |b| v + b);
+    let v = residual.map_or(v, |r| v + r);
+    match act {
+        StoreActivation::Identity => v,
+        StoreActivation::Relu => {
+            if v < 0.0 {
+                0.0
+            } else {
+                v
+            }
+        }
+        StoreActivation::HardSwish => {
+            let t = v.mul_add(1.0 / 6.0, 0.5);
+            let t = if t < 0.0 { 0.0 } else { t };
+            v * if 1.0 < t { 1.0 } else { t }
+        }
+    }
+}
+
+/// A tile that finishes its sums (bias, residual, activation in registers) stores, bit
+/// for bit, what the same tile without a finish followed by the store routine's formula
+/// gives, for every kernel and the reference; it reads its bias only at the lanes and
+/// its residual only at the out indices (both poisoned elsewhere), and writes nothing
+/// else. Accumulating tiles finish the accumulated sum; an empty reduction finishes its
+/// initial value.
+#[test]
+fn finished_tiles_store_what_the_store_routines_would() {
+    let mut cov = Coverage::default();
+    let mut cases = 0;
+    for lanes in ALL_LANES {
+        for (chans, pixels) in [(16, 56), (3, 13), (0, 5)] {
+            // [p][lanes]; with 32 lanes, two blocks of a channel-blocked result
+            let layouts: &[(i64, i64)] = if lanes > 16 {
+                &[(lanes, 16), (16, 16 * pixels + 7)]
+            } else {
+                &[(16, 16)]
+            };
+            for &(out_pixel_stride, out_block_stride) in layouts {
+                for act in [
+                    StoreActivation::Identity,
+                    StoreActivation::Relu,
+                    StoreActivation::HardSwish,
+                ] {
+                    for (with_bias, with_residual, accumulate) in [
+                        (true, false, false),
+                        (false, true, false),
+                        (true, true, false),
+                        (true, true, true),
+                        (false, false, false),
+                    ] {
+                        let plain = Call {
+                            lanes,
+                            pixels,
+                            rows: 1,
+                            row_stride: 0,
+                            taps: 1,
+                            tap_stride: 0,
+                            chans,
+                            chan_stride: 1,
+                            pixel_stride: 16,
+                            w_tap_stride: chans * lanes,
+                            out_pixel_stride,
+                            out_vec_stride: 4,
+                            out_block_stride,
+                            next_len: 0,
+                            finish: 0,
+                            accumulate,
+                        };
+                        let call = Call {
+                            finish: Call::finish_code(act),
+                            ..plain
+                        };
+                        let seed = 100 + cases as u64;
+                        let x = poisoned(&call.x_indices(), seed);
+                        let w = poisoned(&call.w_indices(), seed ^ 0x5555);
+                        let out_idx = call.out_indices();
+                        let mut init = poisoned(&out_idx, seed ^ 0xaaaa);
+                        if !accumulate {
+                            for &i in &out_idx {
+                                init[GUARD + i] = f32::from_bits(POISON);
+                            }
+                        }
+                        // sums around zero, so the activations' both sides are taken
+                        let bias = poisoned(&(0..lanes as usize).collect::<Vec<_>>(), seed ^ 7);
+                        let residual = poisoned(&out_idx, seed ^ 9);
+                        let (b, r) = (
+                            with_bias.then(|| bias.as_ptr().wrapping_add(GUARD)),
+                            with_residual.then(|| residual.as_ptr().wrapping_add(GUARD)),
+                        );
+                        let run = |f: ConvTileFn, c: &Call, out: &mut Vec<f32>| {
+                            // SAFETY: the buffers hold every index of the contract (built
+                            // from its index sets plus guards); the bias holds `lanes`
+                            // elements and the residual the out indices; no overlap.
+                            unsafe {
+                                f(
+                                    x.as_ptr().add(GUARD),
+                                    w.as_ptr().add(GUARD),
+                                    out.as_mut_ptr().add(GUARD),
+                                    c,
+                                    std::ptr::null(),
+                                    b.unwrap_or(std::ptr::null()),
+                                    r.unwrap_or(std::ptr::null()),
+                                )
+                            }
+                        };
+                        let in_set: std::collections::HashSet<usize> =
+                            out_idx.iter().map(|i| i + GUARD).collect();
+                        let kernels = cov.kernels(lanes).into_iter().chain([(
+                            "reference",
+                            microkernels::conv_tile_reference as ConvTileFn,
+                        )]);
+                        for (name, f) in kernels {
+                            let mut want = init.clone();
+                            run(f, &plain, &mut want);
+                            for p in 0..pixels {
+                                for l in 0..lanes {
+                                    let o = (p * out_pixel_stride
+                                        + (l / 16) * out_block_stride
+                                        + (l % 16 / 4) * 4
+                                        + l % 4)
+                                        as usize;
+                                    want[GUARD + o] = store_finish(
+                                        act,
+                                        want[GUARD + o],
+                                        with_bias.then(|| bias[GUARD + l as usize]),
+                                        with_residual.then(|| residual[GUARD + o]),
+                                    );
+                                }
+                            }
+                            let mut got = init.clone();
+                            run(f, &call, &mut got);
+                            for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                                if in_set.contains(&i) {
+                                    assert_eq!(
+                                        g.to_bits(),
+                                        w.to_bits(),
+                                        "{name} {call:?} bias={with_bias} residual={with_residual}: out[{}]",
+                                        i - GUARD
+                                    );
+                                    assert!(g.is_finite(), "{name} {call:?}: read poison");
+                                } else {
+                                    assert_eq!(
+                                        g.to_bits(),
+                                        POISON,
+                                        "{name} {call:?}: wrote out[{i}]"
+                                    );
+                                }
+                            }
+                            cases += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(cases > 0);
+    cov.finish("finished_tiles_store_what_the_store_routines_would");
 }
 
 #[test]
@@ -357,6 +523,7 @@ fn typical_calls_match_reference() {
             out_vec_stride: 4,
             out_block_stride: 16,
             next_len: 0,
+            finish: 0,
             accumulate: false,
         };
         check(&base, 7 + lanes as u64, &mut cov);
@@ -386,6 +553,7 @@ fn typical_calls_match_reference() {
                 out_vec_stride: 56 * 4,
                 out_block_stride: 4 * 56 * 4,
                 next_len: 0,
+                finish: 0,
                 accumulate: true,
                 ..base
             },
@@ -422,6 +590,7 @@ fn every_pixel_stride_path_matches_reference() {
                         out_vec_stride: 4,
                         out_block_stride: 16,
                         next_len: 0,
+                        finish: 0,
                         accumulate: seed % 2 == 0,
                     };
                     check(&call, seed, &mut cov);
@@ -455,6 +624,7 @@ fn empty_reductions_give_the_initial_value_and_read_nothing() {
                     out_vec_stride: 4,
                     out_block_stride: 16,
                     next_len: 0,
+                    finish: 0,
                     accumulate,
                 };
                 let init = random_f32(3, len, -1.0, 1.0);
@@ -472,6 +642,8 @@ fn empty_reductions_give_the_initial_value_and_read_nothing() {
                             std::ptr::null(),
                             out.as_mut_ptr(),
                             &call,
+                            std::ptr::null(),
+                            std::ptr::null(),
                             std::ptr::null(),
                         )
                     };
@@ -507,6 +679,7 @@ fn zero_pixels_touch_nothing() {
             out_vec_stride: 4,
             out_block_stride: 16,
             next_len: 0,
+            finish: 0,
             accumulate: true,
         };
         for (_, f) in cov.kernels(lanes) {
@@ -518,6 +691,8 @@ fn zero_pixels_touch_nothing() {
                     std::ptr::null(),
                     std::ptr::null_mut(),
                     &call,
+                    std::ptr::null(),
+                    std::ptr::null(),
                     std::ptr::null(),
                 )
             };
@@ -610,6 +785,7 @@ fn routine_speed_probe() {
         out_vec_stride: if quads { 4 * pixels } else { 4 },
         out_block_stride: if quads { 16 * pixels } else { 16 },
         next_len: 0,
+        finish: 0,
         accumulate: false,
     };
     let x_len = (out_rows - 1) * x_row_step
@@ -649,6 +825,8 @@ fn routine_speed_probe() {
                         out.as_mut_ptr(),
                         &call,
                         w.as_ptr().add(from),
+                        std::ptr::null(),
+                        std::ptr::null(),
                     )
                 }
             }

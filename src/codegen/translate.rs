@@ -23,11 +23,11 @@ use crate::microkernels::{RowRoutine, TileIsa, ROUTINES, ROW_ROUTINES};
 
 mod math;
 
-/// `extern "C" fn(x, w, out: *f32, shape: *const ConvTile, next: *const f32)`: see
-/// `crate::microkernels`.
+/// `extern "C" fn(x, w, out: *f32, shape: *const ConvTile, next, bias, residual: *const
+/// f32)`: see `crate::microkernels`.
 pub(super) fn conv_tile_signature(isa: &dyn TargetIsa) -> cranelift_codegen::ir::Signature {
     let mut sig = cranelift_codegen::ir::Signature::new(isa.default_call_conv());
-    for _ in 0..5 {
+    for _ in 0..7 {
         sig.params.push(AbiParam::new(isa.pointer_type()));
     }
     sig
@@ -119,6 +119,7 @@ fn conv_tile_record(fb: &mut FunctionBuilder, ptr: Type, tile: &ConvTile) -> Sta
             tile.out_block_stride,
         ),
         (offset_of!(ConvTile, next_len), tile.next_len),
+        (offset_of!(ConvTile, finish), tile.finish),
     ];
     for (at, v) in words {
         let v = fb.ins().iconst(types::I64, v);
@@ -392,8 +393,10 @@ impl Gen<'_, '_> {
                     w,
                     out,
                     next,
+                    bias,
+                    residual,
                     tile,
-                } => self.conv_tile([x, w, out], next.as_ref(), tile),
+                } => self.conv_tile([x, w, out], next.as_ref(), [bias, residual], tile),
                 Stmt::DepthwiseRow { x, w, out, row } => {
                     let mut args = [x, w, out].map(|p| self.call_pointer(p)).to_vec();
                     // every call's shape was written at entry (`calls_of` walks this body)
@@ -557,7 +560,13 @@ impl Gen<'_, '_> {
     }
 
     /// Calls a conv-tile routine (arguments in `conv_tile_signature` order).
-    fn conv_tile(&mut self, ptrs: [&BufPtr; 3], next: Option<&BufPtr>, t: &ConvTile) {
+    fn conv_tile(
+        &mut self,
+        ptrs: [&BufPtr; 3],
+        next: Option<&BufPtr>,
+        finish: [&Option<BufPtr>; 2],
+        t: &ConvTile,
+    ) {
         let Some((i, _)) = self.tiles.and_then(|isa| isa.routine(t.lanes)) else {
             unreachable!("check_calls proved a routine for every call");
         };
@@ -591,6 +600,13 @@ impl Gen<'_, '_> {
             None => self.fb.ins().iconst(ptr, 0),
         };
         args.push(next);
+        for p in finish {
+            let v = match p {
+                Some(p) => self.call_pointer(p),
+                None => self.fb.ins().iconst(ptr, 0),
+            };
+            args.push(v);
+        }
         self.fb.ins().call(callee, &args);
     }
 
@@ -740,11 +756,19 @@ impl Gen<'_, '_> {
                         expr(value, out);
                     }
                     Stmt::ConvTile {
-                        x, w, out: o, next, ..
+                        x,
+                        w,
+                        out: o,
+                        next,
+                        bias,
+                        residual,
+                        ..
                     } => {
                         for p in [Some(x), Some(w), Some(o), next.as_ref()]
                             .into_iter()
                             .flatten()
+                            .chain(bias)
+                            .chain(residual)
                         {
                             out.push((p.buf, &p.index));
                         }

@@ -8,6 +8,9 @@
 
 use std::arch::x86_64::*;
 
+use smelt_ir::loops::StoreActivation;
+
+use super::store::{activate8, HARDSWISH, IDENTITY, RELU};
 use super::{empty_reduction, for_each_channel, ConvTile, Geom, LANES};
 
 /// Pixels per full register block.
@@ -24,7 +27,8 @@ const W_PREFETCH_DISTANCE: isize = 32;
 /// # Safety
 ///
 /// The CPU must support AVX2 and FMA ([`super::has_avx2_fma`]); every index of the contract
-/// must lie inside the buffers `x`, `w` and `out` point to; `out` must not overlap `x` or `w`.
+/// must lie inside the buffers `x`, `w` and `out` point to (and, with a finish, `bias` and
+/// `residual` unless null); `out` must not overlap `x`, `w` or `bias`.
 #[target_feature(enable = "avx2,fma")]
 pub unsafe extern "C" fn conv_tile_avx2(
     x: *const f32,
@@ -32,10 +36,13 @@ pub unsafe extern "C" fn conv_tile_avx2(
     out: *mut f32,
     shape: *const ConvTile,
     next: *const f32,
+    bias: *const f32,
+    residual: *const f32,
 ) {
     // SAFETY: readable per the contract.
     let shape = unsafe { &*shape };
-    let (g, pixels) = (Geom::new(w, shape, next), shape.pixels);
+    let g = Geom::new(w, shape, next, [out, bias, residual]);
+    let pixels = shape.pixels;
     let pixels = pixels as isize;
     if pixels <= 0 {
         return;
@@ -146,6 +153,15 @@ unsafe fn block<const NP: usize, const PS: usize, const PF: bool>(
             16,
             |xc, wc| channel(&mut acc, xc, wc, ps),
         );
+        // the contract's finish (out_vec_stride is 4), one unrolled pass per activation
+        match g.finish {
+            Some(StoreActivation::Identity) => return finish_store::<NP, IDENTITY>(g, &acc, out),
+            Some(StoreActivation::Relu) => return finish_store::<NP, RELU>(g, &acc, out),
+            Some(StoreActivation::HardSwish) => {
+                return finish_store::<NP, HARDSWISH>(g, &acc, out);
+            }
+            None => {}
+        }
         for (p, a) in acc.iter().enumerate() {
             let o = out.offset(p as isize * g.out_pixel_stride);
             if ovs == 4 {
@@ -154,6 +170,44 @@ unsafe fn block<const NP: usize, const PS: usize, const PF: bool>(
             } else {
                 _mm256_storeu2_m128(o.offset(ovs), o, a[0]);
                 _mm256_storeu2_m128(o.offset(3 * ovs), o.offset(2 * ovs), a[1]);
+            }
+        }
+    }
+}
+
+/// Stores a block's sums finished with activation `ACT` (the contract's finish), as the
+/// store routines compute it: the same bits.
+///
+/// # Safety
+///
+/// As [`block`], with a finish: `out_vec_stride` is 4, and the bias lanes and the
+/// residual at the out indices (when not null) readable.
+#[inline(always)]
+unsafe fn finish_store<const NP: usize, const ACT: u8>(
+    g: &Geom,
+    acc: &[[__m256; 2]; NP],
+    out: *mut f32,
+) {
+    // SAFETY: bias lanes 0..16 and, for each pixel, the residual and out runs of 16 at
+    // the contract's out index.
+    unsafe {
+        let residual = g.residual_at(out);
+        let bias = if g.bias.is_null() {
+            [_mm256_setzero_ps(); 2]
+        } else {
+            [_mm256_loadu_ps(g.bias), _mm256_loadu_ps(g.bias.add(8))]
+        };
+        for (p, a) in acc.iter().enumerate() {
+            for (j, &sum) in a.iter().enumerate() {
+                let at = p as isize * g.out_pixel_stride + 8 * j as isize;
+                let mut v = sum;
+                if !g.bias.is_null() {
+                    v = _mm256_add_ps(v, bias[j]);
+                }
+                if !residual.is_null() {
+                    v = _mm256_add_ps(v, _mm256_loadu_ps(residual.offset(at)));
+                }
+                _mm256_storeu_ps(out.offset(at), activate8::<ACT>(v));
             }
         }
     }

@@ -22,6 +22,9 @@
 
 use std::arch::x86_64::*;
 
+use smelt_ir::loops::StoreActivation;
+
+use super::store::{activate16, HARDSWISH, IDENTITY, RELU};
 use super::{empty_reduction, for_each_channel, ConvTile, Geom};
 
 /// Pixels per full register block, 16 channels.
@@ -58,7 +61,8 @@ macro_rules! rest {
 /// # Safety
 ///
 /// The CPU must support AVX-512F ([`super::has_avx512f`]); every index of the contract
-/// must lie inside the buffers `x`, `w` and `out` point to; `out` must not overlap `x` or `w`.
+/// must lie inside the buffers `x`, `w` and `out` point to (and, with a finish, `bias` and
+/// `residual` unless null); `out` must not overlap `x`, `w` or `bias`.
 #[target_feature(enable = "avx512f")]
 pub unsafe extern "C" fn conv_tile_avx512(
     x: *const f32,
@@ -66,10 +70,13 @@ pub unsafe extern "C" fn conv_tile_avx512(
     out: *mut f32,
     shape: *const ConvTile,
     next: *const f32,
+    bias: *const f32,
+    residual: *const f32,
 ) {
     // SAFETY: readable per the contract.
     let shape = unsafe { &*shape };
-    let (g, pixels) = (Geom::new(w, shape, next), shape.pixels);
+    let g = Geom::new(w, shape, next, [out, bias, residual]);
+    let pixels = shape.pixels;
     // SAFETY: the caller's contract; the remainder's pixels are pixels of the call.
     unsafe {
         if let Some((n, xp, op)) = full_blocks_of::<1, BLOCK, BLOCK>(&g, x, out, pixels as isize) {
@@ -94,10 +101,13 @@ pub unsafe extern "C" fn conv_tile_avx512_x32(
     out: *mut f32,
     shape: *const ConvTile,
     next: *const f32,
+    bias: *const f32,
+    residual: *const f32,
 ) {
     // SAFETY: readable per the contract.
     let shape = unsafe { &*shape };
-    let (g, pixels) = (Geom::new(w, shape, next), shape.pixels);
+    let g = Geom::new(w, shape, next, [out, bias, residual]);
+    let pixels = shape.pixels;
     // SAFETY: the caller's contract; the remainder's pixels are pixels of the call.
     unsafe {
         if let Some((n, xp, op)) =
@@ -251,6 +261,17 @@ unsafe fn block<
             row,
             |xc, wc| channel::<NP, V, NA>(&mut acc, xc, wc, ps),
         );
+        // the contract's finish (out_vec_stride is 4), one unrolled pass per activation
+        match g.finish {
+            Some(StoreActivation::Identity) => {
+                return finish_store::<NP, V, NA, IDENTITY>(g, &acc, out);
+            }
+            Some(StoreActivation::Relu) => return finish_store::<NP, V, NA, RELU>(g, &acc, out),
+            Some(StoreActivation::HardSwish) => {
+                return finish_store::<NP, V, NA, HARDSWISH>(g, &acc, out);
+            }
+            None => {}
+        }
         for (i, a) in acc.iter().enumerate() {
             let (p, j) = (i / V, i % V);
             let o = out.offset(p as isize * g.out_pixel_stride + j as isize * obs);
@@ -261,6 +282,47 @@ unsafe fn block<
                 _mm_storeu_ps(o.offset(ovs), _mm512_extractf32x4_ps::<1>(*a));
                 _mm_storeu_ps(o.offset(2 * ovs), _mm512_extractf32x4_ps::<2>(*a));
                 _mm_storeu_ps(o.offset(3 * ovs), _mm512_extractf32x4_ps::<3>(*a));
+            }
+        }
+    }
+}
+
+/// Stores a block's sums finished with activation `ACT` (the contract's finish): each
+/// vector plus its bias, plus its residual, through the activation, as the store
+/// routines compute it — the same bits, without the sums' round trip through memory.
+///
+/// # Safety
+///
+/// As [`block`], with a finish: `out_vec_stride` is 4, and the bias lanes and the
+/// residual at the out indices (when not null) readable.
+#[inline(always)]
+unsafe fn finish_store<const NP: usize, const V: usize, const NA: usize, const ACT: u8>(
+    g: &Geom,
+    acc: &[__m512; NA],
+    out: *mut f32,
+) {
+    let (ops, obs) = (g.out_pixel_stride, g.out_block_stride);
+    // SAFETY: bias lanes 16j..16j+16 (j < V) and, for each (pixel, vector), the residual
+    // and out vectors at the contract's out index.
+    unsafe {
+        let residual = g.residual_at(out);
+        let mut bias = [_mm512_setzero_ps(); V];
+        if !g.bias.is_null() {
+            for (j, b) in bias.iter_mut().enumerate() {
+                *b = _mm512_loadu_ps(g.bias.add(16 * j));
+            }
+        }
+        for p in 0..NP {
+            for j in 0..V {
+                let at = p as isize * ops + j as isize * obs;
+                let mut v = acc[p * V + j];
+                if !g.bias.is_null() {
+                    v = _mm512_add_ps(v, bias[j]);
+                }
+                if !residual.is_null() {
+                    v = _mm512_add_ps(v, _mm512_loadu_ps(residual.offset(at)));
+                }
+                _mm512_storeu_ps(out.offset(at), activate16::<ACT>(v));
             }
         }
     }

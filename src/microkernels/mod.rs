@@ -7,14 +7,15 @@
 //!
 //! # The contract (the safety argument)
 //!
-//! Every kernel has the C signature of [`ConvTileFn`], `(x, w, out, shape, next)`: three
-//! buffer pointers, the call's [`ConvTile`] (the loop IR's own record of the call,
-//! `repr(C)`), read once at entry, and the start of a run to prefetch:
+//! Every kernel has the C signature of [`ConvTileFn`], `(x, w, out, shape, next, bias,
+//! residual)`: three buffer pointers, the call's [`ConvTile`] (the loop IR's own record of
+//! the call, `repr(C)`), read once at entry, the start of a run to prefetch, and the
+//! finish's bias and residual (either may be null):
 //!
 //! ```text
 //! shape = { lanes, pixels, rows, row_stride, taps, tap_stride, chans, chan_stride,
-//!           pixel_stride, w_tap_stride, out_pixel_stride, out_vec_stride, next_len,
-//!           accumulate }
+//!           pixel_stride, w_tap_stride, out_pixel_stride, out_vec_stride,
+//!           out_block_stride, next_len, finish, accumulate }
 //! ```
 //!
 //! `shape.lanes` must be the kernel's lane count (16, or 32 for [`conv_tile_avx512_x32`]).
@@ -27,8 +28,15 @@
 //! s   += Σ_{r<rows} Σ_{t<taps} Σ_{c<chans}
 //!          x[r*row_stride + t*tap_stride + c*chan_stride + p*pixel_stride]
 //!        * w[(r*taps + t)*w_tap_stride + c*16 + l]
+//! if finish != 0:                                   // the store-rows formula, in registers
+//!     s = s + bias[l]        (bias not null)
+//!     s = s + residual[o]    (residual not null)
+//!     s = act(s)             (act: ConvTile::finish_act, as the store routines apply it)
 //! out[o] = s
 //! ```
+//!
+//! A finish needs `out_vec_stride == 4`; `bias[0..lanes]` and `residual` at the out
+//! indices are read only with one (and only for pixels that exist).
 //!
 //! Accumulation is in f32. The summation order is fixed by the arguments alone (no
 //! data-dependent paths), so the same call gives bit-identical results every time; the
@@ -163,6 +171,8 @@ pub type ConvTileFn = unsafe extern "C" fn(
     out: *mut f32,
     shape: *const ConvTile,
     next: *const f32,
+    bias: *const f32,
+    residual: *const f32,
 );
 
 /// An instruction set this module has conv-tile routines for. The loop IR names only the
@@ -603,6 +613,14 @@ struct Geom {
     out_vec_stride: isize,
     out_block_stride: isize,
     accumulate: bool,
+    /// The finish's activation, if the sums are finished (see the contract).
+    finish: Option<StoreActivation>,
+    /// The finish's bias (lane 0), or null.
+    bias: *const f32,
+    /// The call's `out`, from which a block's offset is also its residual's.
+    out: *mut f32,
+    /// The finish's residual at the call's `out`, or null.
+    residual: *const f32,
     /// The next line of the `next` run to prefetch.
     next: std::cell::Cell<*const f32>,
     /// The end of the `next` run.
@@ -619,7 +637,12 @@ impl Geom {
     /// The kernel's view of `shape` (counts and strides as pointer offsets) with the
     /// weights at `w`, prefetching the `next` run.
     #[inline(always)]
-    fn new(w: *const f32, shape: &ConvTile, next: *const f32) -> Geom {
+    fn new(
+        w: *const f32,
+        shape: &ConvTile,
+        next: *const f32,
+        [out, bias, residual]: [*const f32; 3],
+    ) -> Geom {
         let lines = (shape.next_len.max(0) as usize).div_ceil(16) as isize;
         let steps = [shape.pixels, shape.rows, shape.taps, shape.chans]
             .iter()
@@ -643,6 +666,10 @@ impl Geom {
             out_vec_stride: shape.out_vec_stride as isize,
             out_block_stride: shape.out_block_stride as isize,
             accumulate: shape.accumulate,
+            finish: shape.finish_act(),
+            bias,
+            out: out.cast_mut(),
+            residual,
             next: std::cell::Cell::new(next),
             next_end: next.wrapping_offset(16 * lines),
             next_every,
@@ -653,6 +680,30 @@ impl Geom {
     fn is_empty(&self) -> bool {
         self.rows <= 0 || self.taps <= 0 || self.chans <= 0
     }
+
+    /// The residual of a block whose output starts at `out` (null without a residual).
+    ///
+    /// # Safety
+    ///
+    /// `out` must point into the call's `out` buffer.
+    #[inline(always)]
+    unsafe fn residual_at(&self, out: *const f32) -> *const f32 {
+        if self.residual.is_null() {
+            return self.residual;
+        }
+        // SAFETY: both point into the call's `out` buffer (the caller's contract); the
+        // residual is read at the same offsets from its own pointer.
+        self.residual
+            .wrapping_offset(unsafe { out.offset_from(self.out) })
+    }
+}
+
+/// One element finished as the store routines finish it (see the contract): the bias,
+/// the residual, the activation.
+fn finish_one(act: StoreActivation, v: f32, bias: Option<f32>, residual: Option<f32>) -> f32 {
+    let v = bias.map_or(v, |b| v + b);
+    let v = residual.map_or(v, |r| v + r);
+    store::activate_one(act, v)
 }
 
 /// Walks a non-empty reduction in the contract's order — rows, taps, input channels —
@@ -785,7 +836,7 @@ unsafe fn prefetch_pixels<const NP: usize, const PS: usize>(x: *const f32) {
 /// `out`'s buffer.
 #[cfg(target_arch = "x86_64")]
 unsafe fn empty_reduction(out: *mut f32, pixels: isize, g: &Geom, lanes: isize) {
-    if g.accumulate {
+    if g.accumulate && g.finish.is_none() {
         return;
     }
     for p in 0..pixels {
@@ -794,8 +845,20 @@ unsafe fn empty_reduction(out: *mut f32, pixels: isize, g: &Geom, lanes: isize) 
                 + (l / 16) * g.out_block_stride
                 + (l % 16 / 4) * g.out_vec_stride
                 + l % 4;
-            // SAFETY: an out index of the contract.
-            unsafe { *out.offset(o) = 0.0 };
+            // SAFETY: an out index of the contract, and (with a finish) its bias lane and
+            // residual element.
+            unsafe {
+                let s = if g.accumulate { *out.offset(o) } else { 0.0 };
+                *out.offset(o) = match g.finish {
+                    Some(act) => finish_one(
+                        act,
+                        s,
+                        (!g.bias.is_null()).then(|| *g.bias.offset(l)),
+                        (!g.residual.is_null()).then(|| *g.residual_at(out).offset(o)),
+                    ),
+                    None => s,
+                };
+            }
         }
     }
 }
@@ -837,9 +900,12 @@ pub unsafe extern "C" fn conv_tile_reference(
     out: *mut f32,
     shape: *const ConvTile,
     _next: *const f32,
+    bias: *const f32,
+    residual: *const f32,
 ) {
     // SAFETY: readable per the contract.
     let t = unsafe { *shape };
+    let finish = t.finish_act();
     let lanes = t.lanes;
     for p in 0..t.pixels {
         for l in 0..lanes {
@@ -865,6 +931,18 @@ pub unsafe extern "C" fn conv_tile_reference(
                         s += unsafe { *x.offset(xi as isize) * *w.offset(wi as isize) };
                     }
                 }
+            }
+            if let Some(act) = finish {
+                // SAFETY: with a finish, bias lane l and the residual at o are indices of
+                // the contract.
+                s = unsafe {
+                    finish_one(
+                        act,
+                        s,
+                        (!bias.is_null()).then(|| *bias.offset(l as isize)),
+                        (!residual.is_null()).then(|| *residual.offset(o)),
+                    )
+                };
             }
             // SAFETY: as above.
             unsafe { *out.offset(o) = s };

@@ -91,10 +91,11 @@ fn plane_counts(
     Some((pixels, channels, lanes, plane))
 }
 
-/// The activations, as the const parameter of the shared loops.
-const IDENTITY: u8 = 0;
-const RELU: u8 = 1;
-const HARDSWISH: u8 = 2;
+/// The activations, as the const parameter of the shared loops (and of the conv
+/// tiles' finish).
+pub(crate) const IDENTITY: u8 = 0;
+pub(crate) const RELU: u8 = 1;
+pub(crate) const HARDSWISH: u8 = 2;
 
 /// The oracle of `act`'s routine: the contract element by element, on any host.
 pub fn store_rows_reference(act: StoreActivation) -> StoreRowsFn {
@@ -120,6 +121,15 @@ fn hard_swish(v: f32) -> f32 {
     let t = if t < 0.0 { 0.0 } else { t };
     let t = if 1.0 < t { 1.0 } else { t };
     v * t
+}
+
+/// `act` of one element, as the contract states it (also the conv tiles' finish).
+pub(crate) fn activate_one(act: StoreActivation, v: f32) -> f32 {
+    match act {
+        StoreActivation::Identity => activate::<IDENTITY>(v),
+        StoreActivation::Relu => activate::<RELU>(v),
+        StoreActivation::HardSwish => activate::<HARDSWISH>(v),
+    }
 }
 
 /// Activation `ACT` of one element, as the contract states it.
@@ -197,6 +207,8 @@ unsafe extern "C" fn reference<const ACT: u8>(
 }
 
 #[cfg(target_arch = "x86_64")]
+pub(crate) use x86::{activate16, activate8};
+#[cfg(target_arch = "x86_64")]
 pub use x86::{store_planes_avx2, store_rows_avx2};
 
 #[cfg(target_arch = "x86_64")]
@@ -255,9 +267,33 @@ mod x86 {
         }
     }
 
-    /// Activation `ACT` of 8 lanes, as the contract states it.
+    /// Activation `ACT` of 16 lanes with the same operations as [`activate8`] (the
+    /// AVX-512 conv tiles' finish): the same bits.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    pub(crate) fn activate16<const ACT: u8>(v: __m512) -> __m512 {
+        let zero = _mm512_setzero_ps();
+        match ACT {
+            RELU => {
+                // `v < 0 ? 0 : v`: keeps a NaN (the compare is false) and −0
+                let negative = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(v, zero);
+                _mm512_mask_blend_ps(negative, v, zero)
+            }
+            HARDSWISH => {
+                // the constants first, as in `activate8`: a NaN `t` is kept
+                let t = _mm512_fmadd_ps(v, _mm512_set1_ps(1.0 / 6.0), _mm512_set1_ps(0.5));
+                let t = _mm512_min_ps(_mm512_set1_ps(1.0), _mm512_max_ps(zero, t));
+                _mm512_mul_ps(v, t)
+            }
+            _ => v,
+        }
+    }
+
+    /// Activation `ACT` of 8 lanes, as the contract states it (also the AVX2 conv
+    /// tile's finish).
     #[target_feature(enable = "avx2,fma")]
-    fn activate8<const ACT: u8>(v: __m256) -> __m256 {
+    #[inline]
+    pub(crate) fn activate8<const ACT: u8>(v: __m256) -> __m256 {
         let zero = _mm256_setzero_ps();
         match ACT {
             RELU => {

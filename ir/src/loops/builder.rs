@@ -76,11 +76,29 @@ impl KernelBuilder {
         next: Option<BufPtr>,
         tile: ConvTile,
     ) {
+        self.conv_tile_finished(x, w, out, next, None, None, tile);
+    }
+
+    /// [`KernelBuilder::conv_tile`] for a tile that finishes its sums (`tile.finish`)
+    /// with this bias and residual.
+    #[allow(clippy::too_many_arguments)]
+    pub fn conv_tile_finished(
+        &mut self,
+        x: BufPtr,
+        w: BufPtr,
+        out: BufPtr,
+        next: Option<BufPtr>,
+        bias: Option<BufPtr>,
+        residual: Option<BufPtr>,
+        tile: ConvTile,
+    ) {
         self.push(Stmt::ConvTile {
             x,
             w,
             out,
             next,
+            bias,
+            residual,
             tile,
         });
     }

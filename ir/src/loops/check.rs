@@ -149,8 +149,15 @@ impl CheckCx<'_> {
                     w,
                     out,
                     next,
+                    bias,
+                    residual,
                     tile,
                 } => {
+                    if tile.finish == 0 && (bias.is_some() || residual.is_some()) {
+                        return Err(format!(
+                            "conv tile call: a bias or residual needs a finish ({tile})"
+                        ));
+                    }
                     match (next, tile.next_len) {
                         (None, 0) => {}
                         (Some(at), len) if len > 0 => self.clamped_run(at, len)?,
@@ -166,6 +173,13 @@ impl CheckCx<'_> {
                     self.call_run(x, 0, xs, false, "conv tile")?;
                     self.call_run(w, 0, ws, false, "conv tile")?;
                     self.call_run(out, 0, os, true, "conv tile")?;
+                    if let Some(bias) = bias {
+                        let lanes = if tile.pixels > 0 { tile.lanes } else { 0 };
+                        self.call_run(bias, 0, lanes, false, "conv tile")?;
+                    }
+                    if let Some(residual) = residual {
+                        self.call_run(residual, 0, os, false, "conv tile")?;
+                    }
                 }
                 Stmt::DepthwiseRow { x, w, out, row } => {
                     let [xs, ws, os] = row.footprints().ok_or_else(|| {
@@ -958,13 +972,19 @@ mod tests {
                         out_vec_stride: g.int(0, 5),
                         out_block_stride: g.int(0, 20),
                         next_len,
+                        // mostly valid finishes, sometimes a word no activation has
+                        finish: if g.chance(40) { g.int(0, 4) } else { 0 },
                         accumulate: g.chance(50),
                     };
+                    let bias = (tile.finish != 0 && g.chance(60)).then(|| ptr(g));
+                    let residual = (tile.finish != 0 && g.chance(60)).then(|| ptr(g));
                     Stmt::ConvTile {
                         x,
                         w,
                         out,
                         next,
+                        bias,
+                        residual,
                         tile,
                     }
                 }
@@ -1237,8 +1257,16 @@ mod tests {
                     w,
                     out,
                     next,
+                    bias,
+                    residual,
                     tile: t,
                 } => {
+                    // the contract's preconditions the formula itself does not show
+                    let finish_ok =
+                        t.finish == 0 || (t.finish_act().is_some() && t.out_vec_stride == 4);
+                    if !finish_ok || (t.finish == 0 && (bias.is_some() || residual.is_some())) {
+                        return false;
+                    }
                     // every element the contract's formula names, one by one
                     let reads = t.rows > 0 && t.taps > 0 && t.chans > 0;
                     let (xs, ws, os) = (
@@ -1246,6 +1274,8 @@ mod tests {
                         self.eval(&w.index),
                         self.eval(&out.index),
                     );
+                    let bs = bias.as_ref().map(|b| (b.buf, self.eval(&b.index)));
+                    let rs = residual.as_ref().map(|r| (r.buf, self.eval(&r.index)));
                     for p in 0..t.pixels {
                         for l in 0..t.lanes {
                             let o = p * t.out_pixel_stride
@@ -1253,6 +1283,14 @@ mod tests {
                                 + (l % 16 / 4) * t.out_vec_stride
                                 + l % 4;
                             if !self.touch(out.buf, os + i128::from(o), 1, true) {
+                                return false;
+                            }
+                            if bs
+                                .is_some_and(|(b, at)| !self.touch(b, at + i128::from(l), 1, false))
+                                || rs.is_some_and(|(r, at)| {
+                                    !self.touch(r, at + i128::from(o), 1, false)
+                                })
+                            {
                                 return false;
                             }
                         }

@@ -340,6 +340,10 @@ pub enum Stmt {
         /// Where the prefetched run starts, before the clamp to the buffer's end; present
         /// exactly when `tile.next_len > 0`.
         next: Option<BufPtr>,
+        /// The finish's bias (`tile.lanes` elements), only with a `tile.finish`.
+        bias: Option<BufPtr>,
+        /// The finish's residual (read like `out`), only with a `tile.finish`.
+        residual: Option<BufPtr>,
         /// The tile's shape.
         tile: ConvTile,
     },
@@ -811,8 +815,81 @@ mod tests {
             out_vec_stride: 4,
             out_block_stride: 16,
             next_len: 0,
+            finish: 0,
             accumulate: false,
         }
+    }
+
+    /// A kernel calling `tile` (16 lanes) with a finish: its bias (`bias_len` elements)
+    /// and residual (`residual_len`), each when given.
+    fn finished_tile_kernel(
+        tile: ConvTile,
+        bias_len: Option<usize>,
+        residual_len: Option<usize>,
+    ) -> Kernel {
+        let mut b = KernelBuilder::new("finished");
+        let x = b.arg("x", 32, Access::Read);
+        let w = b.arg("w", 16 * 8, Access::Read);
+        let bias = bias_len.map(|n| b.arg("bias", n, Access::Read));
+        let residual = residual_len.map(|n| b.arg("residual", n, Access::Read));
+        let out = b.arg("out", 16 * 4, Access::Write);
+        let at = |buf| BufPtr {
+            buf,
+            index: Affine::constant(0),
+        };
+        b.conv_tile_finished(
+            at(x),
+            at(w),
+            at(out),
+            None,
+            bias.map(at),
+            residual.map(at),
+            tile,
+        );
+        b.finish()
+    }
+
+    /// A finish reads its bias over the lanes and its residual over the output's
+    /// footprint; it needs a known activation and vector-wide output groups, and a bias
+    /// or residual without one is refused.
+    #[test]
+    fn finished_tiles_prove_their_bias_and_residual() {
+        let relu = ConvTile {
+            finish: ConvTile::finish_code(StoreActivation::Relu),
+            ..four_pixels()
+        };
+        assert_eq!(relu.finish_act(), Some(StoreActivation::Relu));
+        assert!(finished_tile_kernel(relu, Some(16), Some(64))
+            .check()
+            .is_ok());
+        let text = finished_tile_kernel(relu, Some(16), Some(64)).to_string();
+        assert!(
+            text.contains("bias: &%2[0], residual: &%3[0]; lanes=16")
+                && text.contains("finish=relu"),
+            "{text}"
+        );
+        let err = finished_tile_kernel(relu, Some(15), None)
+            .check()
+            .unwrap_err();
+        assert!(err.contains("(bias)"), "{err}");
+        let err = finished_tile_kernel(relu, None, Some(63))
+            .check()
+            .unwrap_err();
+        assert!(err.contains("(residual)"), "{err}");
+        let unknown = ConvTile {
+            finish: 9,
+            ..four_pixels()
+        };
+        assert_eq!(unknown.footprints(), None);
+        let quads = ConvTile {
+            out_vec_stride: 8,
+            ..relu
+        };
+        assert_eq!(quads.footprints(), None);
+        let err = finished_tile_kernel(four_pixels(), Some(16), None)
+            .check()
+            .unwrap_err();
+        assert!(err.contains("needs a finish"), "{err}");
     }
 
     #[test]

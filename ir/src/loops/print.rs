@@ -132,12 +132,16 @@ fn print_block(out: &mut String, stmts: &[Stmt], depth: usize) {
                 w,
                 out: o,
                 next,
+                bias,
+                residual,
                 tile,
             } => {
                 let next = optional_arg("next", next.as_ref());
+                let bias = optional_arg("bias", bias.as_ref());
+                let residual = optional_arg("residual", residual.as_ref());
                 let _ = writeln!(
                     out,
-                    "{pad}call conv_tile(x: {x}, w: {w}, out: {o}{next}; {tile})"
+                    "{pad}call conv_tile(x: {x}, w: {w}, out: {o}{next}{bias}{residual}; {tile})"
                 );
             }
             Stmt::DepthwiseRow { x, w, out: o, row } => {

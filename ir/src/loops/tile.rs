@@ -8,6 +8,8 @@
 
 use std::fmt;
 
+use super::StoreActivation;
+
 /// One routine of a target: it computes [`ConvTile`]s of `lanes` output channels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TileRoutine {
@@ -59,7 +61,21 @@ impl TileTarget {
 /// out_vec_stride` when its sums follow the first block's, a channel block of the result
 /// apart when the routine writes two blocks of a channel-blocked result at once.)
 ///
-/// starting from the old `out` when `accumulate`, else from zero. All counts and strides
+/// starting from the old `out` when `accumulate`, else from zero. With a `finish` (not
+/// 0), each sum `v` is then finished as a store-rows routine would finish it
+/// ([`Stmt::StoreRows`](super::Stmt::StoreRows)), in registers before its one store:
+///
+/// ```text
+/// v = v + bias[l]        (when the call has a bias)
+/// v = v + residual[o]    (when it has a residual: `o` the out index above, from its pointer)
+/// out[o] = act(v)        (act: the finish's StoreActivation)
+/// ```
+///
+/// so a conv whose epilogue a store routine applies writes each result once instead of
+/// storing its sums and having the routine read them back. A finish needs
+/// `out_vec_stride = 4` (the sums' blocks of 16 contiguous: one vector each).
+///
+/// All counts and strides
 /// are non-negative ([`Kernel::check`](super::Kernel::check) verifies it and proves the footprints, which bound
 /// every index above, inside their buffers).
 ///
@@ -97,21 +113,50 @@ pub struct ConvTile {
     /// Elements of the call's `next` run (see [`Stmt::ConvTile`](super::Stmt::ConvTile)) that the routine
     /// prefetches, spread over its reduction; 0 for none.
     pub next_len: i64,
+    /// How the sums are finished before they are stored: 0 not at all, else
+    /// [`ConvTile::finish_code`] of the activation (see the formula above).
+    pub finish: i64,
     /// Add to the old output instead of overwriting it.
     pub accumulate: bool,
 }
 
 impl ConvTile {
+    /// The `finish` word of a call finishing its sums with `act`.
+    pub const fn finish_code(act: StoreActivation) -> i64 {
+        match act {
+            StoreActivation::Identity => 1,
+            StoreActivation::Relu => 2,
+            StoreActivation::HardSwish => 3,
+        }
+    }
+
+    /// The activation the call finishes its sums with, `None` without a finish (or for
+    /// a `finish` word no activation has: [`ConvTile::footprints`] refuses those).
+    pub fn finish_act(&self) -> Option<StoreActivation> {
+        [
+            StoreActivation::Identity,
+            StoreActivation::Relu,
+            StoreActivation::HardSwish,
+        ]
+        .into_iter()
+        .find(|&a| ConvTile::finish_code(a) == self.finish)
+    }
+
     fn is_empty(&self) -> bool {
         self.pixels == 0 || self.rows == 0 || self.taps == 0 || self.chans == 0
     }
 
     /// Elements of `x`, `w` and `out` from each pointer that the call may touch
     /// (`None` when a count or stride is negative, the lanes are not a positive multiple
-    /// of 4, or a product overflows).
+    /// of 4, a product overflows, or the `finish` word is neither 0 nor an activation's
+    /// or comes with `out_vec_stride ≠ 4`). A finish's residual is read over `out`'s
+    /// footprint, its bias over the lanes.
     pub fn footprints(&self) -> Option<[i64; 3]> {
         let t = self;
         if t.lanes <= 0 || t.lanes % 4 != 0 {
+            return None;
+        }
+        if t.finish != 0 && (t.finish_act().is_none() || t.out_vec_stride != 4) {
             return None;
         }
         let fields = [
@@ -201,7 +246,19 @@ impl fmt::Display for ConvTile {
                 String::new()
             },
             if self.accumulate { ", accumulate" } else { "" }
-        )
+        )?;
+        match self.finish_act() {
+            Some(act) => {
+                let name = match act {
+                    StoreActivation::Identity => "identity",
+                    StoreActivation::Relu => "relu",
+                    StoreActivation::HardSwish => "hardswish",
+                };
+                write!(f, ", finish={name}")
+            }
+            None if self.finish != 0 => write!(f, ", finish={}", self.finish),
+            None => Ok(()),
+        }
     }
 }
 

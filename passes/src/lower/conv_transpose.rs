@@ -319,6 +319,7 @@ fn lower_as_product(
                         out_vec_stride: 4,
                         out_block_stride: 16,
                         next_len: 0,
+                        finish: 0,
                         accumulate: false,
                     };
                     let x_at = n.scale(c as i64 * plane).add(&y.scale(g.w as i64)).add(q0);

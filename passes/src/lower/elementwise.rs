@@ -472,6 +472,14 @@ impl NativeFinish {
         self.leading != Some(RowActivation::Sigmoid)
     }
 
+    /// What a conv tile finishing its sums in registers applies
+    /// ([`ConvTile::finish`](smelt_ir::loops::ConvTile::finish)): the residual and the
+    /// activation, when the epilogue has no leading activation (the tile has no
+    /// sigmoid, SiLU or GELU).
+    pub(crate) fn in_tile(&self) -> Option<(Option<BufId>, StoreActivation)> {
+        self.leading.is_none().then_some((self.residual, self.act))
+    }
+
     /// The calls finishing `rows` rows of `lanes` sums at `run` in place, their bias at
     /// `bias`; a residual is read at the run's own index.
     pub(crate) fn emit(

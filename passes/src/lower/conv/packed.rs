@@ -955,6 +955,7 @@ impl PackedConv {
                 out_vec_stride,
                 out_block_stride,
                 next_len: 0,
+                finish: 0,
                 accumulate: false,
             };
             (x, tile)
@@ -984,6 +985,7 @@ impl PackedConv {
                 out_vec_stride,
                 out_block_stride,
                 next_len: 0,
+                finish: 0,
                 accumulate: false,
             };
             (x, tile)
@@ -1008,6 +1010,7 @@ impl PackedConv {
                 out_vec_stride,
                 out_block_stride,
                 next_len: 0,
+                finish: 0,
                 accumulate: false,
             };
             (x, tile)
@@ -1021,6 +1024,28 @@ impl PackedConv {
             let tile_at = [at.n.clone(), at.o0.clone(), at.oh.clone(), q0.clone()];
             epi.prefetch(b, &tile_at, 1, channels, pixels);
         }
+        // A direct tile whose epilogue is the store routine's (a bias, a residual, ReLU or
+        // hard-swish) finishes its sums in registers before its one store: the result is
+        // written once, not stored, read back and stored again by the routine
+        // (MobileNetV3-large's 16 → 64 expansion at 112²: 0.27–0.29 → 0.23–0.24 ms).
+        let in_tile = direct_finish.and_then(|f| f.in_tile());
+        let (tile, tile_bias, tile_residual) = match in_tile {
+            Some((residual, act)) => (
+                ConvTile {
+                    finish: ConvTile::finish_code(act),
+                    ..tile
+                },
+                bufs.bias.map(|buf| BufPtr {
+                    buf,
+                    index: at.o0.clone(),
+                }),
+                residual.map(|buf| BufPtr {
+                    buf,
+                    index: sums_at.clone(),
+                }),
+            ),
+            None => (tile, None, None),
+        };
         let block_len = self.block_len(g);
         // this call's share of the next block's weights: the run past the last block is
         // moved back into the buffer (`Stmt::ConvTile`), a harmless re-fetch
@@ -1044,7 +1069,7 @@ impl PackedConv {
             }
             None => (tile, None),
         };
-        b.conv_tile(
+        b.conv_tile_finished(
             BufPtr {
                 buf: bufs.x,
                 index: x,
@@ -1058,9 +1083,11 @@ impl PackedConv {
                 index: sums_at.clone(),
             },
             next,
+            tile_bias,
+            tile_residual,
             tile,
         );
-        if self.lane_blocked_output {
+        if self.lane_blocked_output || in_tile.is_some() {
             return;
         }
         // a tile written straight into its blocks of the result: the epilogue in place

@@ -479,6 +479,7 @@ impl PackedGemm {
             out_vec_stride: 4,
             out_block_stride: 16,
             next_len,
+            finish: 0,
             accumulate: false,
         };
         kb.conv_tile(
