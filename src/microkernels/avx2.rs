@@ -10,7 +10,7 @@ use std::arch::x86_64::*;
 
 use smelt_ir::loops::StoreActivation;
 
-use super::store::{activate8, HARDSWISH, IDENTITY, RELU};
+use super::store::{activate8, HARDSWISH, IDENTITY, NO_FINISH, RELU};
 use super::{empty_reduction, for_each_channel, ConvTile, Geom, LANES};
 
 /// Pixels per full register block.
@@ -56,24 +56,11 @@ pub unsafe extern "C" fn conv_tile_avx2(
     // SAFETY: for all blocks, pixels p..p+n are pixels of the call and the reduction is
     // non-empty, so x + p*pixel_stride and out + p*out_pixel_stride are contract indices.
     unsafe {
-        // Common pixel strides are compile-time constants in the full blocks, so every
-        // pixel's x address is the base plus an immediate: with a run-time stride the
-        // addresses take integer adds that compete with the FMAs for ports. Planar inputs
-        // (a channel at least a cache line from the next) are prefetched.
-        match (g.pixel_stride, g.chan_stride >= 16) {
-            (1, true) => full_blocks::<1, true>(&g, x, out, full),
-            (2, true) => full_blocks::<2, true>(&g, x, out, full),
-            (1, false) => full_blocks::<1, false>(&g, x, out, full),
-            (2, false) => full_blocks::<2, false>(&g, x, out, full),
-            (3, _) => full_blocks::<3, false>(&g, x, out, full),
-            (6, _) => full_blocks::<6, false>(&g, x, out, full),
-            (16, _) => full_blocks::<16, false>(&g, x, out, full),
-            (64, _) => full_blocks::<64, false>(&g, x, out, full),
-            (128, _) => full_blocks::<128, false>(&g, x, out, full),
-            (256, _) => full_blocks::<256, false>(&g, x, out, full),
-            (512, _) => full_blocks::<512, false>(&g, x, out, full),
-            (1024, _) => full_blocks::<1024, false>(&g, x, out, full),
-            _ => full_blocks::<0, false>(&g, x, out, full),
+        match g.finish {
+            None => all_full_blocks::<NO_FINISH>(&g, x, out, full),
+            Some(StoreActivation::Identity) => all_full_blocks::<IDENTITY>(&g, x, out, full),
+            Some(StoreActivation::Relu) => all_full_blocks::<RELU>(&g, x, out, full),
+            Some(StoreActivation::HardSwish) => all_full_blocks::<HARDSWISH>(&g, x, out, full),
         }
         let p = full * BLOCK as isize;
         if p == pixels {
@@ -84,12 +71,82 @@ pub unsafe extern "C" fn conv_tile_avx2(
             out.offset(p * g.out_pixel_stride),
         );
         match pixels - p {
-            1 => block::<1, 0, false>(&g, xp, op),
-            2 => block::<2, 0, false>(&g, xp, op),
-            3 => block::<3, 0, false>(&g, xp, op),
-            4 => block::<4, 0, false>(&g, xp, op),
-            5 => block::<5, 0, false>(&g, xp, op),
+            1 => block::<1, 0, false, NO_FINISH>(&g, xp, op),
+            2 => block::<2, 0, false, NO_FINISH>(&g, xp, op),
+            3 => block::<3, 0, false, NO_FINISH>(&g, xp, op),
+            4 => block::<4, 0, false, NO_FINISH>(&g, xp, op),
+            5 => block::<5, 0, false, NO_FINISH>(&g, xp, op),
             _ => {}
+        }
+        // the remainder's finish, over its stored sums (one block: still in L1)
+        finish_run(&g, op, pixels - p);
+    }
+}
+
+/// The `full` blocks of a call, each finished with `FIN` (see [`block`]).
+///
+/// # Safety
+///
+/// As [`full_blocks`], with the finish's operands when `FIN` is one.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn all_full_blocks<const FIN: u8>(g: &Geom, x: *const f32, out: *mut f32, full: isize) {
+    // SAFETY: the caller's.
+    unsafe {
+        // Common pixel strides are compile-time constants in the full blocks, so every
+        // pixel's x address is the base plus an immediate: with a run-time stride the
+        // addresses take integer adds that compete with the FMAs for ports. Planar inputs
+        // (a channel at least a cache line from the next) are prefetched.
+        match (g.pixel_stride, g.chan_stride >= 16) {
+            (1, true) => full_blocks::<1, true, FIN>(g, x, out, full),
+            (2, true) => full_blocks::<2, true, FIN>(g, x, out, full),
+            (1, false) => full_blocks::<1, false, FIN>(g, x, out, full),
+            (2, false) => full_blocks::<2, false, FIN>(g, x, out, full),
+            (3, _) => full_blocks::<3, false, FIN>(g, x, out, full),
+            (6, _) => full_blocks::<6, false, FIN>(g, x, out, full),
+            (16, _) => full_blocks::<16, false, FIN>(g, x, out, full),
+            (64, _) => full_blocks::<64, false, FIN>(g, x, out, full),
+            (128, _) => full_blocks::<128, false, FIN>(g, x, out, full),
+            (256, _) => full_blocks::<256, false, FIN>(g, x, out, full),
+            (512, _) => full_blocks::<512, false, FIN>(g, x, out, full),
+            (1024, _) => full_blocks::<1024, false, FIN>(g, x, out, full),
+            _ => full_blocks::<0, false, FIN>(g, x, out, full),
+        }
+    }
+}
+
+/// The contract's finish over `pixels` pixels of stored sums from `out` (16 lanes each),
+/// in place: a call's remainder block. Nothing without a finish.
+///
+/// # Safety
+///
+/// As [`block`] for these pixels (their sums stored), with the finish's operands.
+#[inline(never)]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn finish_run(g: &Geom, out: *mut f32, pixels: isize) {
+    let Some(act) = g.finish else {
+        return;
+    };
+    // SAFETY: bias lanes 0..16 and the residual and out runs of 16 at the contract's out
+    // indices of these pixels.
+    unsafe {
+        let residual = g.residual_at(out);
+        for p in 0..pixels {
+            for j in 0..2 {
+                let at = p * g.out_pixel_stride + 8 * j;
+                let mut x = _mm256_loadu_ps(out.offset(at));
+                if !g.bias.is_null() {
+                    x = _mm256_add_ps(x, _mm256_loadu_ps(g.bias.offset(8 * j)));
+                }
+                if !residual.is_null() {
+                    x = _mm256_add_ps(x, _mm256_loadu_ps(residual.offset(at)));
+                }
+                let y = match act {
+                    StoreActivation::Identity => x,
+                    StoreActivation::Relu => activate8::<RELU>(x),
+                    StoreActivation::HardSwish => activate8::<HARDSWISH>(x),
+                };
+                _mm256_storeu_ps(out.offset(at), y);
+            }
         }
     }
 }
@@ -100,7 +157,7 @@ pub unsafe extern "C" fn conv_tile_avx2(
 ///
 /// As [`block`], for all `full * BLOCK` pixels.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn full_blocks<const PS: usize, const PF: bool>(
+unsafe fn full_blocks<const PS: usize, const PF: bool, const FIN: u8>(
     g: &Geom,
     x: *const f32,
     out: *mut f32,
@@ -110,7 +167,7 @@ unsafe fn full_blocks<const PS: usize, const PF: bool>(
         let p = b * BLOCK as isize;
         // SAFETY: the caller's.
         unsafe {
-            block::<BLOCK, PS, PF>(
+            block::<BLOCK, PS, PF, FIN>(
                 g,
                 x.offset(p * g.pixel_stride),
                 out.offset(p * g.out_pixel_stride),
@@ -128,7 +185,7 @@ unsafe fn full_blocks<const PS: usize, const PF: bool>(
 ///
 /// AVX2+FMA; a non-empty reduction; the contract's indices for these `NP` pixels in bounds.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn block<const NP: usize, const PS: usize, const PF: bool>(
+unsafe fn block<const NP: usize, const PS: usize, const PF: bool, const FIN: u8>(
     g: &Geom,
     x: *const f32,
     out: *mut f32,
@@ -153,14 +210,10 @@ unsafe fn block<const NP: usize, const PS: usize, const PF: bool>(
             16,
             |xc, wc| channel(&mut acc, xc, wc, ps),
         );
-        // the contract's finish (out_vec_stride is 4), one unrolled pass per activation
-        match g.finish {
-            Some(StoreActivation::Identity) => return finish_store::<NP, IDENTITY>(g, &acc, out),
-            Some(StoreActivation::Relu) => return finish_store::<NP, RELU>(g, &acc, out),
-            Some(StoreActivation::HardSwish) => {
-                return finish_store::<NP, HARDSWISH>(g, &acc, out);
-            }
-            None => {}
+        // the contract's finish (out_vec_stride is 4) in registers, the activation a
+        // constant: a block without one is exactly the code it was before finishes
+        if FIN != NO_FINISH {
+            return finish_store::<NP, FIN>(g, &acc, out);
         }
         for (p, a) in acc.iter().enumerate() {
             let o = out.offset(p as isize * g.out_pixel_stride);

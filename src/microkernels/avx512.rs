@@ -24,7 +24,7 @@ use std::arch::x86_64::*;
 
 use smelt_ir::loops::StoreActivation;
 
-use super::store::{activate16, HARDSWISH, IDENTITY, RELU};
+use super::store::{activate16, HARDSWISH, IDENTITY, NO_FINISH, RELU};
 use super::{empty_reduction, for_each_channel, ConvTile, Geom};
 
 /// Pixels per full register block, 16 channels.
@@ -47,11 +47,15 @@ macro_rules! rest {
         let g: &Geom = $g;
         let planar = g.pixel_stride == 1 && g.chan_stride >= 16;
         match $n {
-            $($np if planar => block::<$np, $v, { $np * $v }, 1, true>(g, $x, $out),
-              $np if g.pixel_stride == 1 => block::<$np, $v, { $np * $v }, 1, false>(g, $x, $out),
-              $np => block::<$np, $v, { $np * $v }, 0, false>(g, $x, $out),)*
+            $($np if planar => block::<$np, $v, { $np * $v }, 1, true, NO_FINISH>(g, $x, $out),
+              $np if g.pixel_stride == 1 => {
+                  block::<$np, $v, { $np * $v }, 1, false, NO_FINISH>(g, $x, $out)
+              }
+              $np => block::<$np, $v, { $np * $v }, 0, false, NO_FINISH>(g, $x, $out),)*
             _ => {}
         }
+        // the remainder's finish, over its stored sums (one block: still in L1)
+        finish_run(g, $out, $n, $v);
     }};
 }
 
@@ -79,7 +83,19 @@ pub unsafe extern "C" fn conv_tile_avx512(
     let pixels = shape.pixels;
     // SAFETY: the caller's contract; the remainder's pixels are pixels of the call.
     unsafe {
-        if let Some((n, xp, op)) = full_blocks_of::<1, BLOCK, BLOCK>(&g, x, out, pixels as isize) {
+        let rest = match g.finish {
+            None => full_blocks_of::<1, BLOCK, BLOCK, NO_FINISH>(&g, x, out, pixels as isize),
+            Some(StoreActivation::Identity) => {
+                full_blocks_of::<1, BLOCK, BLOCK, IDENTITY>(&g, x, out, pixels as isize)
+            }
+            Some(StoreActivation::Relu) => {
+                full_blocks_of::<1, BLOCK, BLOCK, RELU>(&g, x, out, pixels as isize)
+            }
+            Some(StoreActivation::HardSwish) => {
+                full_blocks_of::<1, BLOCK, BLOCK, HARDSWISH>(&g, x, out, pixels as isize)
+            }
+        };
+        if let Some((n, xp, op)) = rest {
             rest!(1, &g, xp, op, n;
                   1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27);
         }
@@ -110,9 +126,21 @@ pub unsafe extern "C" fn conv_tile_avx512_x32(
     let pixels = shape.pixels;
     // SAFETY: the caller's contract; the remainder's pixels are pixels of the call.
     unsafe {
-        if let Some((n, xp, op)) =
-            full_blocks_of::<2, BLOCK_X32, { 2 * BLOCK_X32 }>(&g, x, out, pixels as isize)
-        {
+        const NA: usize = 2 * BLOCK_X32;
+        let pixels = pixels as isize;
+        let rest = match g.finish {
+            None => full_blocks_of::<2, BLOCK_X32, NA, NO_FINISH>(&g, x, out, pixels),
+            Some(StoreActivation::Identity) => {
+                full_blocks_of::<2, BLOCK_X32, NA, IDENTITY>(&g, x, out, pixels)
+            }
+            Some(StoreActivation::Relu) => {
+                full_blocks_of::<2, BLOCK_X32, NA, RELU>(&g, x, out, pixels)
+            }
+            Some(StoreActivation::HardSwish) => {
+                full_blocks_of::<2, BLOCK_X32, NA, HARDSWISH>(&g, x, out, pixels)
+            }
+        };
+        if let Some((n, xp, op)) = rest {
             rest!(2, &g, xp, op, n; 1 2 3 4 5 6 7 8 9 10 11 12 13);
         }
     }
@@ -127,7 +155,7 @@ pub unsafe extern "C" fn conv_tile_avx512_x32(
 ///
 /// AVX-512F; the contract's indices for `pixels` pixels with 16·`V` lanes in bounds.
 #[target_feature(enable = "avx512f")]
-unsafe fn full_blocks_of<const V: usize, const NB: usize, const NA: usize>(
+unsafe fn full_blocks_of<const V: usize, const NB: usize, const NA: usize, const FIN: u8>(
     g: &Geom,
     x: *const f32,
     out: *mut f32,
@@ -150,19 +178,19 @@ unsafe fn full_blocks_of<const V: usize, const NB: usize, const NA: usize>(
         // addresses take integer adds that compete with the FMAs for ports. Planar inputs
         // (a channel at least a cache line from the next) are prefetched.
         match (g.pixel_stride, g.chan_stride >= 16) {
-            (1, true) => full_blocks::<NB, V, NA, 1, true>(g, x, out, full),
-            (2, true) => full_blocks::<NB, V, NA, 2, true>(g, x, out, full),
-            (1, false) => full_blocks::<NB, V, NA, 1, false>(g, x, out, full),
-            (2, false) => full_blocks::<NB, V, NA, 2, false>(g, x, out, full),
-            (3, _) => full_blocks::<NB, V, NA, 3, false>(g, x, out, full),
-            (6, _) => full_blocks::<NB, V, NA, 6, false>(g, x, out, full),
-            (16, _) => full_blocks::<NB, V, NA, 16, false>(g, x, out, full),
-            (64, _) => full_blocks::<NB, V, NA, 64, false>(g, x, out, full),
-            (128, _) => full_blocks::<NB, V, NA, 128, false>(g, x, out, full),
-            (256, _) => full_blocks::<NB, V, NA, 256, false>(g, x, out, full),
-            (512, _) => full_blocks::<NB, V, NA, 512, false>(g, x, out, full),
-            (1024, _) => full_blocks::<NB, V, NA, 1024, false>(g, x, out, full),
-            _ => full_blocks::<NB, V, NA, 0, false>(g, x, out, full),
+            (1, true) => full_blocks::<NB, V, NA, 1, true, FIN>(g, x, out, full),
+            (2, true) => full_blocks::<NB, V, NA, 2, true, FIN>(g, x, out, full),
+            (1, false) => full_blocks::<NB, V, NA, 1, false, FIN>(g, x, out, full),
+            (2, false) => full_blocks::<NB, V, NA, 2, false, FIN>(g, x, out, full),
+            (3, _) => full_blocks::<NB, V, NA, 3, false, FIN>(g, x, out, full),
+            (6, _) => full_blocks::<NB, V, NA, 6, false, FIN>(g, x, out, full),
+            (16, _) => full_blocks::<NB, V, NA, 16, false, FIN>(g, x, out, full),
+            (64, _) => full_blocks::<NB, V, NA, 64, false, FIN>(g, x, out, full),
+            (128, _) => full_blocks::<NB, V, NA, 128, false, FIN>(g, x, out, full),
+            (256, _) => full_blocks::<NB, V, NA, 256, false, FIN>(g, x, out, full),
+            (512, _) => full_blocks::<NB, V, NA, 512, false, FIN>(g, x, out, full),
+            (1024, _) => full_blocks::<NB, V, NA, 1024, false, FIN>(g, x, out, full),
+            _ => full_blocks::<NB, V, NA, 0, false, FIN>(g, x, out, full),
         }
         let p = full * NB as isize;
         (p < pixels).then(|| {
@@ -187,6 +215,7 @@ unsafe fn full_blocks<
     const NA: usize,
     const PS: usize,
     const PF: bool,
+    const FIN: u8,
 >(
     g: &Geom,
     x: *const f32,
@@ -197,7 +226,7 @@ unsafe fn full_blocks<
         let p = b * NP as isize;
         // SAFETY: the caller's.
         unsafe {
-            block::<NP, V, NA, PS, PF>(
+            block::<NP, V, NA, PS, PF, FIN>(
                 g,
                 x.offset(p * g.pixel_stride),
                 out.offset(p * g.out_pixel_stride),
@@ -224,6 +253,7 @@ unsafe fn block<
     const NA: usize,
     const PS: usize,
     const PF: bool,
+    const FIN: u8,
 >(
     g: &Geom,
     x: *const f32,
@@ -261,16 +291,10 @@ unsafe fn block<
             row,
             |xc, wc| channel::<NP, V, NA>(&mut acc, xc, wc, ps),
         );
-        // the contract's finish (out_vec_stride is 4), one unrolled pass per activation
-        match g.finish {
-            Some(StoreActivation::Identity) => {
-                return finish_store::<NP, V, NA, IDENTITY>(g, &acc, out);
-            }
-            Some(StoreActivation::Relu) => return finish_store::<NP, V, NA, RELU>(g, &acc, out),
-            Some(StoreActivation::HardSwish) => {
-                return finish_store::<NP, V, NA, HARDSWISH>(g, &acc, out);
-            }
-            None => {}
+        // the contract's finish (out_vec_stride is 4) in registers, the activation a
+        // constant: a block without one is exactly the code it was before finishes
+        if FIN != NO_FINISH {
+            return finish_store::<NP, V, NA, FIN>(g, &acc, out);
         }
         for (i, a) in acc.iter().enumerate() {
             let (p, j) = (i / V, i % V);
@@ -323,6 +347,45 @@ unsafe fn finish_store<const NP: usize, const V: usize, const NA: usize, const A
                     v = _mm512_add_ps(v, _mm512_loadu_ps(residual.offset(at)));
                 }
                 _mm512_storeu_ps(out.offset(at), activate16::<ACT>(v));
+            }
+        }
+    }
+}
+
+/// The contract's finish over `pixels` pixels of stored sums from `out` (16·`V` lanes
+/// each), in place: a call's remainder block, finished after its sums are stored so that
+/// the 1–27 remainder shapes need no copy per activation. Nothing without a finish.
+///
+/// # Safety
+///
+/// As [`block`] for these pixels (their sums stored), with the finish's operands.
+#[inline(never)]
+#[target_feature(enable = "avx512f")]
+unsafe fn finish_run(g: &Geom, out: *mut f32, pixels: isize, v: usize) {
+    let Some(act) = g.finish else {
+        return;
+    };
+    let (ops, obs) = (g.out_pixel_stride, g.out_block_stride);
+    // SAFETY: bias lanes 16j..16j+16 (j < v) and the residual and out vectors at the
+    // contract's out indices of these pixels.
+    unsafe {
+        let residual = g.residual_at(out);
+        for p in 0..pixels {
+            for j in 0..v {
+                let at = p * ops + j as isize * obs;
+                let mut x = _mm512_loadu_ps(out.offset(at));
+                if !g.bias.is_null() {
+                    x = _mm512_add_ps(x, _mm512_loadu_ps(g.bias.add(16 * j)));
+                }
+                if !residual.is_null() {
+                    x = _mm512_add_ps(x, _mm512_loadu_ps(residual.offset(at)));
+                }
+                let y = match act {
+                    StoreActivation::Identity => x,
+                    StoreActivation::Relu => activate16::<RELU>(x),
+                    StoreActivation::HardSwish => activate16::<HARDSWISH>(x),
+                };
+                _mm512_storeu_ps(out.offset(at), y);
             }
         }
     }

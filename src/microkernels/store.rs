@@ -96,6 +96,8 @@ fn plane_counts(
 pub(crate) const IDENTITY: u8 = 0;
 pub(crate) const RELU: u8 = 1;
 pub(crate) const HARDSWISH: u8 = 2;
+/// No activation at all, for the conv tiles: the sums are stored as they are.
+pub(crate) const NO_FINISH: u8 = u8::MAX;
 
 /// The oracle of `act`'s routine: the contract element by element, on any host.
 pub fn store_rows_reference(act: StoreActivation) -> StoreRowsFn {
