@@ -7,7 +7,7 @@
 //! multiply-adds in the same order) and guards stay unwritten. Records the contract
 //! refuses touch nothing.
 
-use smelt::ir::loops::BlockedDepthwiseRow;
+use smelt::ir::loops::{BlockedDepthwiseRow, StoreActivation};
 use smelt::ir::weights::random_f32;
 use smelt::microkernels::{self, BlockedDepthwiseRowFn};
 
@@ -82,11 +82,37 @@ fn expected(r: &BlockedDepthwiseRow, x: &[f32], w: &[f32], bias: Option<&[f32]>)
                     }
                 }
             }
-            out[p as usize * BLOCK + c as usize] = acc;
+            out[p as usize * BLOCK + c as usize] = activate(r.activation(), acc);
         }
     }
     out.iter().map(|v| v.to_bits()).collect()
 }
+
+/// The record's activation as the store routines' contract states it.
+fn activate(act: Option<StoreActivation>, v: f32) -> f32 {
+    match act.expect("a valid record") {
+        StoreActivation::Identity => v,
+        StoreActivation::Relu => {
+            if v < 0.0 {
+                0.0
+            } else {
+                v
+            }
+        }
+        StoreActivation::HardSwish => {
+            let t = v.mul_add(1.0 / 6.0, 0.5);
+            let t = if t < 0.0 { 0.0 } else { t };
+            v * if 1.0 < t { 1.0 } else { t }
+        }
+    }
+}
+
+/// The activations the calls take in turn.
+const ACTS: [StoreActivation; 3] = [
+    StoreActivation::Identity,
+    StoreActivation::Relu,
+    StoreActivation::HardSwish,
+];
 
 /// A window along a row: taps, stride, dilation, padding.
 type Window = (i64, i64, i64, i64);
@@ -111,6 +137,7 @@ fn record(
         rows,
         x_row_stride: cols * BLOCK as i64 + 2 * BLOCK as i64,
         w_row_stride: taps * BLOCK as i64 + BLOCK as i64,
+        act: 0,
     }
 }
 
@@ -139,7 +166,13 @@ fn routines_equal_the_contract_bit_for_bit_and_read_only_their_lanes() {
                 for lanes in [16, 12, 8, 4] {
                     for rows in [0, 1, 3] {
                         for with_bias in [false, true] {
-                            let r = record(lanes, cols, window, rows);
+                            // each call the next activation: every routine sees each on
+                            // every window
+                            let act = ACTS[calls % ACTS.len()];
+                            let r = BlockedDepthwiseRow {
+                                act: BlockedDepthwiseRow::act_code(act),
+                                ..record(lanes, cols, window, rows)
+                            };
                             let what = format!("{name} {r} bias={with_bias}");
                             let [xs, ws, _, os] = r.footprints().expect("a valid record");
                             let lanes = lanes as usize;
@@ -222,6 +255,7 @@ fn records_the_contract_refuses_touch_nothing() {
             ..valid
         },
         BlockedDepthwiseRow { pad: -1, ..valid },
+        BlockedDepthwiseRow { act: 3, ..valid },
         BlockedDepthwiseRow {
             x_row_stride: -16,
             ..valid

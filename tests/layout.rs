@@ -554,11 +554,15 @@ fn depthwise_convs_read_and_write_channel_blocks() {
                     assert!(loops.contains(part), "{what}: no {part} kernel\n{loops}");
                 }
             }
-            // the rows get their relu from the store routine, in place; a partial block
-            // (72 channels: four whole blocks and 8 lanes) is computed as a whole one, its
-            // padded lanes zero, by the same kernels
-            let stored = depthwise_kernels_call(&loops, "call store_relu_rows(");
-            assert_eq!(stored, native && mid >= 16, "{what} {kernels:?}\n{loops}");
+            // the row routine applies the relu before it stores, no pass after it; a
+            // partial block (72 channels: four whole blocks and 8 lanes) is computed as a
+            // whole one, its padded lanes zero, by the same kernels
+            let in_row = depthwise_kernels_call(&loops, "act=relu)");
+            assert_eq!(in_row, native && mid >= 16, "{what} {kernels:?}\n{loops}");
+            assert!(
+                !depthwise_kernels_call(&loops, "call store_relu_rows("),
+                "{what} {kernels:?}: a store pass\n{loops}"
+            );
             if native {
                 assert!(
                     !loops.contains("_partial"),
@@ -572,7 +576,7 @@ fn depthwise_convs_read_and_write_channel_blocks() {
             }
         }
     }
-    // MobileNetV3's hard-swish after the depthwise conv: the store routine's, bit for bit
+    // MobileNetV3's hard-swish after the depthwise conv: the row routine's, bit for bit
     // the Cranelift epilogue's, on whole blocks and on a partial one computed whole
     let hard_swish = [PostOp::Unary(UnaryOp::HardSwish)];
     let mut native_hard_swish = 0;
@@ -584,16 +588,16 @@ fn depthwise_convs_read_and_write_channel_blocks() {
         for kernels in kernel_choices() {
             let (loops, blocked, plain) = blocked_and_row_major(&m, &inputs, kernels);
             let native = loops.contains("call blocked_depthwise_row(");
-            let stored = depthwise_kernels_call(&loops, "call store_hardswish_rows(");
-            assert_eq!(stored, native && mid >= 16, "{what} {kernels:?}\n{loops}");
-            native_hard_swish += usize::from(stored);
+            let in_row = depthwise_kernels_call(&loops, "act=hardswish)");
+            assert_eq!(in_row, native && mid >= 16, "{what} {kernels:?}\n{loops}");
+            native_hard_swish += usize::from(in_row);
             assert_eq!(blocked, plain, "{what} {kernels:?}");
         }
     }
     if cfg!(target_arch = "x86_64") {
         assert!(
             native_hard_swish >= 2,
-            "no hard-swish ran through the store routine"
+            "no hard-swish ran through the row routine"
         );
     }
 }
@@ -805,7 +809,7 @@ fn whole_block_tiles_store_through_the_native_routine_bit_for_bit() {
         (
             &[silu],
             &add_relu(),
-            &["call silu_rows", "call store_relu_rows"],
+            &["call silu_rows", "finish=relu", "residual: "],
         ),
         (
             &relu(),

@@ -13,7 +13,8 @@
 //! [`BlockedDepthwiseRow`] record, read once at entry. The formula is the record's
 //! (`smelt_ir::loops::BlockedDepthwiseRow`): for output pixel `p < pixels`, lane
 //! `c < lanes`, the bias plus the taps whose input column `p·stride + t·dil − pad` lies
-//! in `0..cols`, summed in kernel-row then tap order with fused multiply-adds; lanes
+//! in `0..cols`, summed in kernel-row then tap order with fused multiply-adds, then the
+//! record's activation (identity, ReLU, hard-swish: the store routines' operations); lanes
 //! `lanes..16` of each output pixel are written 0. The routines read only lanes below
 //! `lanes` of columns `0..cols` of each kernel row of `x` (`r·x_row_stride + col·16 +
 //! c`), of each row's taps of `w` (`r·w_row_stride + t·16 + c`) and of `bias`, and write
@@ -39,7 +40,7 @@
 
 #![allow(unsafe_code)]
 
-use smelt_ir::loops::BlockedDepthwiseRow;
+use smelt_ir::loops::{BlockedDepthwiseRow, StoreActivation};
 
 /// The C-ABI type of every blocked-depthwise-row routine (see the module docs).
 pub type BlockedDepthwiseRowFn = unsafe extern "C" fn(
@@ -66,6 +67,7 @@ struct Shape {
     rows: usize,
     x_row_stride: usize,
     w_row_stride: usize,
+    act: StoreActivation,
 }
 
 impl Shape {
@@ -74,7 +76,8 @@ impl Shape {
         if !s.is_valid() {
             return None;
         }
-        let [pixels, lanes, cols, stride, dil, pad, taps, rows, x_row_stride, w_row_stride] =
+        let act = s.activation()?;
+        let [pixels, lanes, cols, stride, dil, pad, taps, rows, x_row_stride, w_row_stride, _] =
             s.words().map(|v| v as usize);
         Some(Shape {
             pixels,
@@ -87,6 +90,7 @@ impl Shape {
             rows,
             x_row_stride,
             w_row_stride,
+            act,
         })
     }
 
@@ -162,7 +166,7 @@ pub unsafe extern "C" fn blocked_depthwise_row_reference(
                             acc = xv.mul_add(wv, acc);
                         }
                     }
-                    acc
+                    super::store::activate_one(s.act, acc)
                 }
             } else {
                 0.0
@@ -180,8 +184,10 @@ pub use x86::{blocked_depthwise_row_avx2, blocked_depthwise_row_avx512};
 mod x86 {
     use std::arch::x86_64::*;
 
+    use super::super::store::{activate16, activate8, HARDSWISH, IDENTITY, RELU};
     use super::{Shape, BLOCK};
     use smelt_ir::loops::BlockedDepthwiseRow;
+    use smelt_ir::loops::StoreActivation;
 
     /// Pixels per interior tile (see the module docs' register count).
     const TILE: usize = 6;
@@ -206,11 +212,34 @@ mod x86 {
         };
         // SAFETY: forwarded contract.
         unsafe {
+            match s.act {
+                StoreActivation::Identity => lanes_avx2::<IDENTITY>(&s, x, w, bias, out),
+                StoreActivation::Relu => lanes_avx2::<RELU>(&s, x, w, bias, out),
+                StoreActivation::HardSwish => lanes_avx2::<HARDSWISH>(&s, x, w, bias, out),
+            }
+        }
+    }
+
+    /// [`row`] for the record's lanes, activation `ACT`.
+    ///
+    /// # Safety
+    ///
+    /// As [`blocked_depthwise_row_avx2`]; `ACT` is the record's activation.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn lanes_avx2<const ACT: u8>(
+        s: &Shape,
+        x: *const f32,
+        w: *const f32,
+        bias: *const f32,
+        out: *mut f32,
+    ) {
+        // SAFETY: forwarded.
+        unsafe {
             match s.lanes {
-                16 => row::<FULL, FULL>(&s, x, w, bias, out),
-                12 => row::<FULL, QUARTER>(&s, x, w, bias, out),
-                8 => row::<FULL, OFF>(&s, x, w, bias, out),
-                _ => row::<QUARTER, OFF>(&s, x, w, bias, out),
+                16 => row::<FULL, FULL, ACT>(s, x, w, bias, out),
+                12 => row::<FULL, QUARTER, ACT>(s, x, w, bias, out),
+                8 => row::<FULL, OFF, ACT>(s, x, w, bias, out),
+                _ => row::<QUARTER, OFF, ACT>(s, x, w, bias, out),
             }
         }
     }
@@ -241,13 +270,40 @@ mod x86 {
         let Some(s) = Shape::of(unsafe { &*shape }) else {
             return;
         };
-        // SAFETY: forwarded contract (AVX-512F implies AVX2 and FMA).
+        if s.lanes != 16 {
+            // SAFETY: forwarded contract (AVX-512F implies AVX2 and FMA).
+            return unsafe { blocked_depthwise_row_avx2(x, w, bias, out, shape) };
+        }
+        // SAFETY: forwarded contract.
         unsafe {
-            match (s.lanes, s.stride) {
-                (16, 1) => row_512::<1>(&s, x, w, bias, out),
-                (16, 2) => row_512::<2>(&s, x, w, bias, out),
-                (16, _) => row_512::<0>(&s, x, w, bias, out),
-                _ => blocked_depthwise_row_avx2(x, w, bias, out, shape),
+            match s.act {
+                StoreActivation::Identity => strides_512::<IDENTITY>(&s, x, w, bias, out),
+                StoreActivation::Relu => strides_512::<RELU>(&s, x, w, bias, out),
+                StoreActivation::HardSwish => strides_512::<HARDSWISH>(&s, x, w, bias, out),
+            }
+        }
+    }
+
+    /// [`row_512`] for the record's stride, activation `ACT`.
+    ///
+    /// # Safety
+    ///
+    /// As [`blocked_depthwise_row_avx512`] with 16 lanes; `ACT` is the record's
+    /// activation.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn strides_512<const ACT: u8>(
+        s: &Shape,
+        x: *const f32,
+        w: *const f32,
+        bias: *const f32,
+        out: *mut f32,
+    ) {
+        // SAFETY: forwarded.
+        unsafe {
+            match s.stride {
+                1 => row_512::<1, ACT>(s, x, w, bias, out),
+                2 => row_512::<2, ACT>(s, x, w, bias, out),
+                _ => row_512::<0, ACT>(s, x, w, bias, out),
             }
         }
     }
@@ -258,7 +314,7 @@ mod x86 {
     ///
     /// As [`blocked_depthwise_row_avx512`] with 16 lanes; `S` is 0 or the stride.
     #[target_feature(enable = "avx512f")]
-    unsafe fn row_512<const S: usize>(
+    unsafe fn row_512<const S: usize, const ACT: u8>(
         s: &Shape,
         x: *const f32,
         w: *const f32,
@@ -277,26 +333,26 @@ mod x86 {
         // (lo..hi) over every tap.
         unsafe {
             for p in (0..lo).chain(hi..s.pixels) {
-                tile_512::<1, S>(s, [x, w], init, out, p, s.valid_taps(p));
+                tile_512::<1, S, ACT>(s, [x, w], init, out, p, s.valid_taps(p));
             }
             let mut p = lo;
             while p + TILE_512 <= hi {
-                tile_512::<TILE_512, S>(s, [x, w], init, out, p, full);
+                tile_512::<TILE_512, S, ACT>(s, [x, w], init, out, p, full);
                 p += TILE_512;
             }
             let a = ([x, w], init, out, p, full);
             match hi - p {
-                11 => tile_512::<11, S>(s, a.0, a.1, a.2, a.3, a.4),
-                10 => tile_512::<10, S>(s, a.0, a.1, a.2, a.3, a.4),
-                9 => tile_512::<9, S>(s, a.0, a.1, a.2, a.3, a.4),
-                8 => tile_512::<8, S>(s, a.0, a.1, a.2, a.3, a.4),
-                7 => tile_512::<7, S>(s, a.0, a.1, a.2, a.3, a.4),
-                6 => tile_512::<6, S>(s, a.0, a.1, a.2, a.3, a.4),
-                5 => tile_512::<5, S>(s, a.0, a.1, a.2, a.3, a.4),
-                4 => tile_512::<4, S>(s, a.0, a.1, a.2, a.3, a.4),
-                3 => tile_512::<3, S>(s, a.0, a.1, a.2, a.3, a.4),
-                2 => tile_512::<2, S>(s, a.0, a.1, a.2, a.3, a.4),
-                1 => tile_512::<1, S>(s, a.0, a.1, a.2, a.3, a.4),
+                11 => tile_512::<11, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
+                10 => tile_512::<10, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
+                9 => tile_512::<9, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
+                8 => tile_512::<8, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
+                7 => tile_512::<7, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
+                6 => tile_512::<6, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
+                5 => tile_512::<5, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
+                4 => tile_512::<4, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
+                3 => tile_512::<3, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
+                2 => tile_512::<2, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
+                1 => tile_512::<1, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
                 _ => {}
             }
         }
@@ -308,7 +364,7 @@ mod x86 {
     ///
     /// As [`row_512`], with `t0..t1` valid taps of every pixel of the tile.
     #[target_feature(enable = "avx512f")]
-    unsafe fn tile_512<const P: usize, const S: usize>(
+    unsafe fn tile_512<const P: usize, const S: usize, const ACT: u8>(
         s: &Shape,
         [x, w]: [*const f32; 2],
         init: __m512,
@@ -332,7 +388,7 @@ mod x86 {
         }
         for (j, a) in acc.iter().enumerate() {
             // SAFETY: pixel p0 + j < pixels of `out`, all 16 lanes.
-            unsafe { _mm512_storeu_ps(out.add((p0 + j) * BLOCK), *a) };
+            unsafe { _mm512_storeu_ps(out.add((p0 + j) * BLOCK), activate16::<ACT>(*a)) };
         }
     }
 
@@ -368,7 +424,7 @@ mod x86 {
     /// As [`blocked_depthwise_row_avx2`], with halves of kinds `H0`, `H1` covering
     /// `lanes`.
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn row<const H0: u8, const H1: u8>(
+    unsafe fn row<const H0: u8, const H1: u8, const ACT: u8>(
         s: &Shape,
         x: *const f32,
         w: *const f32,
@@ -378,9 +434,9 @@ mod x86 {
         // SAFETY: forwarded.
         unsafe {
             match s.stride {
-                1 => row_strided::<H0, H1, 1>(s, x, w, bias, out),
-                2 => row_strided::<H0, H1, 2>(s, x, w, bias, out),
-                _ => row_strided::<H0, H1, 0>(s, x, w, bias, out),
+                1 => row_strided::<H0, H1, 1, ACT>(s, x, w, bias, out),
+                2 => row_strided::<H0, H1, 2, ACT>(s, x, w, bias, out),
+                _ => row_strided::<H0, H1, 0, ACT>(s, x, w, bias, out),
             }
         }
     }
@@ -391,7 +447,7 @@ mod x86 {
     ///
     /// As [`row`]; `S` is 0 or the record's stride.
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn row_strided<const H0: u8, const H1: u8, const S: usize>(
+    unsafe fn row_strided<const H0: u8, const H1: u8, const S: usize, const ACT: u8>(
         s: &Shape,
         x: *const f32,
         w: *const f32,
@@ -410,20 +466,20 @@ mod x86 {
         // (lo..hi) over every tap.
         unsafe {
             for p in (0..lo).chain(hi..s.pixels) {
-                tile::<1, H0, H1, S>(s, [x, w], init, out, p, s.valid_taps(p));
+                tile::<1, H0, H1, S, ACT>(s, [x, w], init, out, p, s.valid_taps(p));
             }
             let mut p = lo;
             while p + TILE <= hi {
-                tile::<TILE, H0, H1, S>(s, [x, w], init, out, p, full);
+                tile::<TILE, H0, H1, S, ACT>(s, [x, w], init, out, p, full);
                 p += TILE;
             }
             let a = ([x, w], init, out, p, full);
             match hi - p {
-                5 => tile::<5, H0, H1, S>(s, a.0, a.1, a.2, a.3, a.4),
-                4 => tile::<4, H0, H1, S>(s, a.0, a.1, a.2, a.3, a.4),
-                3 => tile::<3, H0, H1, S>(s, a.0, a.1, a.2, a.3, a.4),
-                2 => tile::<2, H0, H1, S>(s, a.0, a.1, a.2, a.3, a.4),
-                1 => tile::<1, H0, H1, S>(s, a.0, a.1, a.2, a.3, a.4),
+                5 => tile::<5, H0, H1, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
+                4 => tile::<4, H0, H1, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
+                3 => tile::<3, H0, H1, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
+                2 => tile::<2, H0, H1, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
+                1 => tile::<1, H0, H1, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
                 _ => {}
             }
         }
@@ -436,7 +492,7 @@ mod x86 {
     ///
     /// As [`row`], with `t0..t1` valid taps of every pixel of the tile.
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn tile<const P: usize, const H0: u8, const H1: u8, const S: usize>(
+    unsafe fn tile<const P: usize, const H0: u8, const H1: u8, const S: usize, const ACT: u8>(
         s: &Shape,
         [x, w]: [*const f32; 2],
         init: [__m256; 2],
@@ -470,8 +526,9 @@ mod x86 {
             // SAFETY: pixel p0 + j < pixels of `out`, all 16 lanes.
             unsafe {
                 let o = out.add((p0 + j) * BLOCK);
-                _mm256_storeu_ps(o, a[0]);
-                _mm256_storeu_ps(o.add(8), a[1]);
+                // (a padded lane's zero stays zero through ReLU and hard-swish)
+                _mm256_storeu_ps(o, activate8::<ACT>(a[0]));
+                _mm256_storeu_ps(o.add(8), activate8::<ACT>(a[1]));
             }
         }
     }

@@ -200,7 +200,7 @@ impl CheckCx<'_> {
                 } => {
                     let what = "blocked depthwise row";
                     let [xs, ws, bs, os] = row.footprints().ok_or_else(|| {
-                        format!("{what} call with a negative count or stride, a zero stride or dilation, lanes other than 4, 8, 12 or 16, or an overflowing footprint: {row}")
+                        format!("{what} call with a negative count or stride, a zero stride or dilation, lanes other than 4, 8, 12 or 16, an unknown activation, or an overflowing footprint: {row}")
                     })?;
                     self.call_run(x, 0, xs, false, what)?;
                     self.call_run(w, 0, ws, false, what)?;
@@ -909,6 +909,8 @@ mod tests {
                         rows: g.int(0, 2),
                         x_row_stride: g.int(0, 40),
                         w_row_stride: g.int(0, 40),
+                        // mostly valid activations, sometimes a word none has
+                        act: g.int(0, 3),
                     };
                     Stmt::BlockedDepthwiseRow {
                         x,

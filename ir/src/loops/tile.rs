@@ -378,21 +378,23 @@ impl fmt::Display for DepthwiseRow {
 /// `0..cols` are skipped. For `p < pixels` and lane `c < 16`:
 ///
 /// ```text
-/// out[p·16 + c] = (bias ? bias[c] : 0)
+/// s             = (bias ? bias[c] : 0)
 ///               + Σ_{r<rows, t<taps, 0 ≤ col(p,t) < cols}
 ///                     x[r·x_row_stride + col(p,t)·16 + c] · w[r·w_row_stride + t·16 + c]
-///                                                               for c < lanes
+/// out[p·16 + c] = act(s)                                       for c < lanes
 /// out[p·16 + c] = 0                                            for lanes ≤ c < 16
 /// ```
 ///
 /// summed from the bias in `r, t` order with fused multiply-adds — the order of the
-/// Cranelift kernel it replaces, so both give the same bits. Only lanes below `lanes`
+/// Cranelift kernel it replaces, so both give the same bits — and `act` the record's
+/// activation ([`BlockedDepthwiseRow::activation`]) as the store routines apply it, so
+/// a depthwise conv ending in ReLU or hard-swish needs no store pass over its row. Only lanes below `lanes`
 /// of `x`, `w` and `bias` are read (a partial last block's padding is never touched).
 /// Counts and strides are non-negative, `stride` and `dil` positive, `lanes` one of 4,
 /// 8, 12 or 16; [`Kernel::check`](super::Kernel::check) verifies it and proves the
 /// footprints inside their buffers.
 ///
-/// It is also the record a routine reads its shape from, hence `repr(C)`: ten `i64`s.
+/// It is also the record a routine reads its shape from, hence `repr(C)`: eleven `i64`s.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(C)]
 pub struct BlockedDepthwiseRow {
@@ -416,15 +418,38 @@ pub struct BlockedDepthwiseRow {
     pub x_row_stride: i64,
     /// Weight elements between kernel rows.
     pub w_row_stride: i64,
+    /// The activation of the sums: [`BlockedDepthwiseRow::act_code`] of one.
+    pub act: i64,
 }
 
 impl BlockedDepthwiseRow {
     /// Elements per pixel of `x` and `out` (one channel block).
     pub const BLOCK: i64 = 16;
 
+    /// The `act` word of a row applying `act` to its sums.
+    pub const fn act_code(act: StoreActivation) -> i64 {
+        match act {
+            StoreActivation::Identity => 0,
+            StoreActivation::Relu => 1,
+            StoreActivation::HardSwish => 2,
+        }
+    }
+
+    /// The activation the `act` word names (`None` for a word none has: not a valid
+    /// record).
+    pub fn activation(&self) -> Option<StoreActivation> {
+        [
+            StoreActivation::Identity,
+            StoreActivation::Relu,
+            StoreActivation::HardSwish,
+        ]
+        .into_iter()
+        .find(|&a| Self::act_code(a) == self.act)
+    }
+
     /// The record's words in memory order (`repr(C)`), as code generation writes them;
     /// a compile-time check at the end of this file holds the order.
-    pub fn words(&self) -> [i64; 10] {
+    pub fn words(&self) -> [i64; 11] {
         [
             self.pixels,
             self.lanes,
@@ -436,6 +461,7 @@ impl BlockedDepthwiseRow {
             self.rows,
             self.x_row_stride,
             self.w_row_stride,
+            self.act,
         ]
     }
 
@@ -445,6 +471,7 @@ impl BlockedDepthwiseRow {
             && self.stride > 0
             && self.dil > 0
             && matches!(self.lanes, 4 | 8 | 12 | 16)
+            && self.activation().is_some()
     }
 
     /// Elements of `x`, `w`, `bias` and `out` from each pointer that the call may touch
@@ -504,7 +531,13 @@ impl fmt::Display for BlockedDepthwiseRow {
         for (i, (name, value)) in NAMES.iter().zip(self.words()).enumerate() {
             write!(f, "{}{name}={value}", if i > 0 { ", " } else { "" })?;
         }
-        Ok(())
+        // the activation only where there is one (the dumps of plain rows unchanged)
+        match self.activation() {
+            Some(StoreActivation::Identity) => Ok(()),
+            Some(StoreActivation::Relu) => write!(f, ", act=relu"),
+            Some(StoreActivation::HardSwish) => write!(f, ", act=hardswish"),
+            None => write!(f, ", act={}", self.act),
+        }
     }
 }
 
@@ -519,7 +552,7 @@ const _: () = {
     assert!(offset_of!(DepthwiseRow, row_stride) == 16);
     assert!(offset_of!(DepthwiseRow, taps) == 24);
     assert!(offset_of!(DepthwiseRow, tap_offsets) == 32);
-    assert!(size_of::<BlockedDepthwiseRow>() == 8 * 10);
+    assert!(size_of::<BlockedDepthwiseRow>() == 8 * 11);
     assert!(offset_of!(BlockedDepthwiseRow, pixels) == 0);
     assert!(offset_of!(BlockedDepthwiseRow, lanes) == 8);
     assert!(offset_of!(BlockedDepthwiseRow, cols) == 16);
@@ -530,4 +563,5 @@ const _: () = {
     assert!(offset_of!(BlockedDepthwiseRow, rows) == 56);
     assert!(offset_of!(BlockedDepthwiseRow, x_row_stride) == 64);
     assert!(offset_of!(BlockedDepthwiseRow, w_row_stride) == 72);
+    assert!(offset_of!(BlockedDepthwiseRow, act) == 80);
 };

@@ -24,7 +24,9 @@
 //! half of its code generation time. The Cranelift kernel below stays for
 //! `--kernels cranelift`.
 
-use smelt_ir::loops::{Affine, BlockedDepthwiseRow, BufPtr, Expr, KernelBuilder, VarId, Width};
+use smelt_ir::loops::{
+    Affine, BlockedDepthwiseRow, BufPtr, Expr, KernelBuilder, StoreActivation, VarId, Width,
+};
 use smelt_ir::{AlignedBuf, ConstantSlab, Diagnostic, Value};
 
 use super::{Geo, TileBufs};
@@ -290,6 +292,13 @@ fn emit_rows(
         let (bufs, args) =
             TileBufs::declare_with_bias(&mut b, cx, x, ("w", wbuf), blocks.bias, &mut epi, out);
         let (xa, wa, bias, ya) = (bufs.x, bufs.w, bufs.bias, bufs.out);
+        // A ReLU or hard-swish alone (no residual) the routine applies to its sums before
+        // it stores them: no pass over the row after it (a partial block's padded lanes
+        // stay zero through either).
+        let row_act = epi
+            .as_store_rows()
+            .filter(|(residual, act)| residual.is_none() && *act != StoreActivation::Identity)
+            .map(|(_, act)| act);
         // output row `oy` of block `cb` of image `n`, over kernel rows [ky0, ky1): the
         // call, then the post-ops over the row in place
         let row = |b: &mut KernelBuilder, cb: &Affine, n: &Affine, oy: &Affine, (ky0, ky1)| {
@@ -310,6 +319,7 @@ fn emit_rows(
                 rows: (ky1 - ky0) as i64,
                 x_row_stride: (rows.dil as i64) * w * lane,
                 w_row_stride: g.kw as i64 * lane,
+                act: BlockedDepthwiseRow::act_code(row_act.unwrap_or(StoreActivation::Identity)),
             };
             let c0 = cb.scale(lane);
             let ptr = |buf, index| BufPtr { buf, index };
@@ -320,7 +330,7 @@ fn emit_rows(
                 ptr(ya, y_row.clone()),
                 record,
             );
-            if epi.is_empty() {
+            if epi.is_empty() || row_act.is_some() {
                 return;
             }
             // the routine added the bias; the rest on the store routine's 8-lane vectors
