@@ -1,11 +1,13 @@
-//! The native blocked-depthwise-row routine (AVX2, which AVX-512 hosts use too) and its
-//! scalar reference against the contract computed here: 3×3, 5×5 and 7-wide windows at
-//! strides 1 and 2, dilation 2, windows wider than the row, partial blocks of 4, 8 and
-//! 12 lanes, with and without a bias. Every element a routine may not read (guard regions
+//! The native blocked-depthwise-row routines (AVX2; AVX-512 where the host has it) and
+//! their scalar reference against the contract computed here: 3×3, 5×5 and 7-wide
+//! windows at strides 1, 2 and 3, dilation 2, windows wider than the row, partial blocks
+//! of 4, 8 and 12 lanes, with and without a bias, each activation. Every element a routine may not read (guard regions
 //! around each buffer, the gaps between kernel rows, a partial block's padded lanes) is
 //! a NaN that would reach the results; results must match bit for bit (the same fused
 //! multiply-adds in the same order) and guards stay unwritten. Records the contract
 //! refuses touch nothing.
+
+mod common;
 
 use smelt::ir::loops::{BlockedDepthwiseRow, StoreActivation};
 use smelt::ir::weights::random_f32;
@@ -82,37 +84,12 @@ fn expected(r: &BlockedDepthwiseRow, x: &[f32], w: &[f32], bias: Option<&[f32]>)
                     }
                 }
             }
-            out[p as usize * BLOCK + c as usize] = activate(r.activation(), acc);
+            let act = r.activation().expect("a valid record");
+            out[p as usize * BLOCK + c as usize] = common::store_activation(act, acc);
         }
     }
     out.iter().map(|v| v.to_bits()).collect()
 }
-
-/// The record's activation as the store routines' contract states it.
-fn activate(act: Option<StoreActivation>, v: f32) -> f32 {
-    match act.expect("a valid record") {
-        StoreActivation::Identity => v,
-        StoreActivation::Relu => {
-            if v < 0.0 {
-                0.0
-            } else {
-                v
-            }
-        }
-        StoreActivation::HardSwish => {
-            let t = v.mul_add(1.0 / 6.0, 0.5);
-            let t = if t < 0.0 { 0.0 } else { t };
-            v * if 1.0 < t { 1.0 } else { t }
-        }
-    }
-}
-
-/// The activations the calls take in turn.
-const ACTS: [StoreActivation; 3] = [
-    StoreActivation::Identity,
-    StoreActivation::Relu,
-    StoreActivation::HardSwish,
-];
 
 /// A window along a row: taps, stride, dilation, padding.
 type Window = (i64, i64, i64, i64);
@@ -168,7 +145,7 @@ fn routines_equal_the_contract_bit_for_bit_and_read_only_their_lanes() {
                         for with_bias in [false, true] {
                             // each call the next activation: every routine sees each on
                             // every window
-                            let act = ACTS[calls % ACTS.len()];
+                            let act = StoreActivation::ALL[calls % StoreActivation::ALL.len()];
                             let r = BlockedDepthwiseRow {
                                 act: BlockedDepthwiseRow::act_code(act),
                                 ..record(lanes, cols, window, rows)

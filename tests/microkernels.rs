@@ -2,6 +2,8 @@
 //! many shapes, with poisoned gaps and guard regions to catch any access outside the
 //! contract's index sets.
 
+mod common;
+
 use smelt::ir::loops::StoreActivation;
 use smelt::ir::weights::random_f32;
 use smelt::microkernels::{self, ConvTile as Call, ConvTileFn, LANES, LANES_X32};
@@ -346,21 +348,7 @@ fn kernels_match_reference_on_many_shapes() {
 fn store_finish(act: StoreActivation, v: f32, bias: Option<f32>, residual: Option<f32>) -> f32 {
     let v = bias.map_or(v, |b| v + b);
     let v = residual.map_or(v, |r| v + r);
-    match act {
-        StoreActivation::Identity => v,
-        StoreActivation::Relu => {
-            if v < 0.0 {
-                0.0
-            } else {
-                v
-            }
-        }
-        StoreActivation::HardSwish => {
-            let t = v.mul_add(1.0 / 6.0, 0.5);
-            let t = if t < 0.0 { 0.0 } else { t };
-            v * if 1.0 < t { 1.0 } else { t }
-        }
-    }
+    common::store_activation(act, v)
 }
 
 /// A tile that finishes its sums (bias, residual, activation in registers) stores, bit
@@ -382,11 +370,7 @@ fn finished_tiles_store_what_the_store_routines_would() {
                 &[(16, 16)]
             };
             for &(out_pixel_stride, out_block_stride) in layouts {
-                for act in [
-                    StoreActivation::Identity,
-                    StoreActivation::Relu,
-                    StoreActivation::HardSwish,
-                ] {
+                for act in StoreActivation::ALL {
                     for (with_bias, with_residual, accumulate) in [
                         (true, false, false),
                         (false, true, false),

@@ -4,6 +4,8 @@
 //! in place, NaN, ±0 and ±∞ among the values, guard regions untouched, and records the
 //! contract refuses touching nothing.
 
+mod common;
+
 use smelt::ir::loops::StoreActivation as Act;
 use smelt::ir::weights::random_f32;
 use smelt::microkernels::{self, StoreRowsFn};
@@ -12,9 +14,6 @@ use smelt::microkernels::{self, StoreRowsFn};
 const POISON: u32 = 0x7fc0_5707;
 /// Guard elements before and after every buffer.
 const GUARD: usize = 19;
-
-/// Every activation a store routine applies.
-const ACTS: [Act; 3] = [Act::Identity, Act::Relu, Act::HardSwish];
 
 /// The routines this host runs, the reference first, for `act`. On x86-64 the AVX2
 /// routine is required (the test machines have it).
@@ -75,18 +74,8 @@ fn expected(sums: &[f32], bias: Option<&[f32]>, residual: Option<&[f32]>, act: A
             if let Some(r) = residual {
                 v += r[i];
             }
-            match act {
-                Act::Identity => v,
-                Act::Relu if v < 0.0 => 0.0,
-                Act::Relu => v,
-                // the JIT's hard-swish: one fused multiply-add, clamps keeping a NaN
-                Act::HardSwish => {
-                    let gate = v.mul_add(1.0 / 6.0, 0.5);
-                    let gate = if gate < 0.0 { 0.0 } else { gate };
-                    let gate = if 1.0 < gate { 1.0 } else { gate };
-                    v * gate
-                }
-            }
+            // the JIT's hard-swish: one fused multiply-add, clamps keeping a NaN
+            common::store_activation(act, v)
         })
         .collect()
 }
@@ -106,7 +95,7 @@ enum Target {
 #[test]
 fn routines_equal_the_contract_bit_for_bit_and_stay_inside() {
     let mut calls = 0;
-    for act in ACTS {
+    for act in Act::ALL {
         for (name, f) in routines(act) {
             for (rows, lanes) in [(0, 16), (1, 16), (7, 16), (3, 32), (5, 64)] {
                 let n = rows * lanes;
@@ -178,12 +167,15 @@ fn routines_equal_the_contract_bit_for_bit_and_stay_inside() {
     // three activations × (reference + AVX2 on x86-64) × 5 shapes × 10 combinations
     let per_routine = 5 * 10;
     assert_eq!(calls % per_routine, 0);
-    assert!(calls >= ACTS.len() * per_routine, "only {calls} calls ran");
+    assert!(
+        calls >= Act::ALL.len() * per_routine,
+        "only {calls} calls ran"
+    );
 }
 
 #[test]
 fn records_the_contract_refuses_touch_nothing() {
-    for act in ACTS {
+    for act in Act::ALL {
         for (name, f) in routines(act) {
             for (rows, lanes) in [(-1, 16), (1, 0), (1, 12), (1, -16), (2, 8)] {
                 let sums = guarded(&[1.5; 64]);
@@ -231,7 +223,7 @@ fn plane_routines(act: Act) -> Vec<(&'static str, microkernels::StorePlanesFn)> 
 #[test]
 fn plane_routines_equal_the_contract_bit_for_bit_and_stay_inside() {
     let mut calls = 0;
-    for act in ACTS {
+    for act in Act::ALL {
         for (name, f) in plane_routines(act) {
             for (pixels, channels, lanes, plane) in [
                 (0, 16, 16, 4),
@@ -286,5 +278,5 @@ fn plane_routines_equal_the_contract_bit_for_bit_and_stay_inside() {
             }
         }
     }
-    assert!(calls >= ACTS.len() * 8 * 2, "only {calls} calls ran");
+    assert!(calls >= Act::ALL.len() * 8 * 2, "only {calls} calls ran");
 }

@@ -10,7 +10,7 @@ use std::arch::x86_64::*;
 
 use smelt_ir::loops::StoreActivation;
 
-use super::store::{activate8, HARDSWISH, IDENTITY, NO_FINISH, RELU};
+use super::store::{activate8, with_activation, HARDSWISH, NO_FINISH, RELU};
 use super::{empty_reduction, for_each_channel, ConvTile, Geom, LANES};
 
 /// Pixels per full register block.
@@ -58,9 +58,7 @@ pub unsafe extern "C" fn conv_tile_avx2(
     unsafe {
         match g.finish {
             None => all_full_blocks::<NO_FINISH>(&g, x, out, full),
-            Some(StoreActivation::Identity) => all_full_blocks::<IDENTITY>(&g, x, out, full),
-            Some(StoreActivation::Relu) => all_full_blocks::<RELU>(&g, x, out, full),
-            Some(StoreActivation::HardSwish) => all_full_blocks::<HARDSWISH>(&g, x, out, full),
+            Some(act) => with_activation!(act, FIN => all_full_blocks::<FIN>(&g, x, out, full)),
         }
         let p = full * BLOCK as isize;
         if p == pixels {

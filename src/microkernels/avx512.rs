@@ -24,7 +24,7 @@ use std::arch::x86_64::*;
 
 use smelt_ir::loops::StoreActivation;
 
-use super::store::{activate16, HARDSWISH, IDENTITY, NO_FINISH, RELU};
+use super::store::{activate16, with_activation, HARDSWISH, NO_FINISH, RELU};
 use super::{empty_reduction, for_each_channel, ConvTile, Geom};
 
 /// Pixels per full register block, 16 channels.
@@ -83,17 +83,12 @@ pub unsafe extern "C" fn conv_tile_avx512(
     let pixels = shape.pixels;
     // SAFETY: the caller's contract; the remainder's pixels are pixels of the call.
     unsafe {
+        let pixels = pixels as isize;
         let rest = match g.finish {
-            None => full_blocks_of::<1, BLOCK, BLOCK, NO_FINISH>(&g, x, out, pixels as isize),
-            Some(StoreActivation::Identity) => {
-                full_blocks_of::<1, BLOCK, BLOCK, IDENTITY>(&g, x, out, pixels as isize)
-            }
-            Some(StoreActivation::Relu) => {
-                full_blocks_of::<1, BLOCK, BLOCK, RELU>(&g, x, out, pixels as isize)
-            }
-            Some(StoreActivation::HardSwish) => {
-                full_blocks_of::<1, BLOCK, BLOCK, HARDSWISH>(&g, x, out, pixels as isize)
-            }
+            None => full_blocks_of::<1, BLOCK, BLOCK, NO_FINISH>(&g, x, out, pixels),
+            Some(act) => with_activation!(act, FIN => {
+                full_blocks_of::<1, BLOCK, BLOCK, FIN>(&g, x, out, pixels)
+            }),
         };
         if let Some((n, xp, op)) = rest {
             rest!(1, &g, xp, op, n;
@@ -130,15 +125,9 @@ pub unsafe extern "C" fn conv_tile_avx512_x32(
         let pixels = pixels as isize;
         let rest = match g.finish {
             None => full_blocks_of::<2, BLOCK_X32, NA, NO_FINISH>(&g, x, out, pixels),
-            Some(StoreActivation::Identity) => {
-                full_blocks_of::<2, BLOCK_X32, NA, IDENTITY>(&g, x, out, pixels)
-            }
-            Some(StoreActivation::Relu) => {
-                full_blocks_of::<2, BLOCK_X32, NA, RELU>(&g, x, out, pixels)
-            }
-            Some(StoreActivation::HardSwish) => {
-                full_blocks_of::<2, BLOCK_X32, NA, HARDSWISH>(&g, x, out, pixels)
-            }
+            Some(act) => with_activation!(act, FIN => {
+                full_blocks_of::<2, BLOCK_X32, NA, FIN>(&g, x, out, pixels)
+            }),
         };
         if let Some((n, xp, op)) = rest {
             rest!(2, &g, xp, op, n; 1 2 3 4 5 6 7 8 9 10 11 12 13);

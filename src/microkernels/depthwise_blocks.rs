@@ -184,10 +184,43 @@ pub use x86::{blocked_depthwise_row_avx2, blocked_depthwise_row_avx512};
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::super::store::{activate16, activate8, HARDSWISH, IDENTITY, RELU};
+    use super::super::store::{activate16, activate8, with_activation};
     use super::{Shape, BLOCK};
     use smelt_ir::loops::BlockedDepthwiseRow;
     use smelt_ir::loops::StoreActivation;
+
+    /// The walk of a row both routines share: its border pixels one at a time over their
+    /// valid taps, its interior (`Shape::interior`, every tap valid) in tiles of `$tile`
+    /// pixels and one narrower tile of one of the `$width`s; `$call` runs the tile of
+    /// `$n` pixels from pixel `$p` over the taps `$taps`. Each call's pixels and taps are
+    /// the contract's, which is what the tiles need.
+    macro_rules! walk_row {
+        ($s:expr, $tile:expr, |$n:ident, $p:ident, $taps:ident| $call:expr; $($width:literal)*) => {{
+            let s: &Shape = $s;
+            let full = (0, s.taps);
+            let (lo, hi) = s.interior();
+            for p in (0..lo).chain(hi..s.pixels) {
+                const $n: usize = 1;
+                let ($p, $taps) = (p, s.valid_taps(p));
+                $call
+            }
+            let mut p = lo;
+            while p + $tile <= hi {
+                const $n: usize = $tile;
+                let ($p, $taps) = (p, full);
+                $call;
+                p += $tile;
+            }
+            match hi - p {
+                $($width => {
+                    const $n: usize = $width;
+                    let ($p, $taps) = (p, full);
+                    $call
+                })*
+                _ => {}
+            }
+        }};
+    }
 
     /// Pixels per interior tile (see the module docs' register count).
     const TILE: usize = 6;
@@ -211,13 +244,7 @@ mod x86 {
             return;
         };
         // SAFETY: forwarded contract.
-        unsafe {
-            match s.act {
-                StoreActivation::Identity => lanes_avx2::<IDENTITY>(&s, x, w, bias, out),
-                StoreActivation::Relu => lanes_avx2::<RELU>(&s, x, w, bias, out),
-                StoreActivation::HardSwish => lanes_avx2::<HARDSWISH>(&s, x, w, bias, out),
-            }
-        }
+        unsafe { with_activation!(s.act, ACT => lanes_avx2::<ACT>(&s, x, w, bias, out)) }
     }
 
     /// [`row`] for the record's lanes, activation `ACT`.
@@ -275,13 +302,7 @@ mod x86 {
             return unsafe { blocked_depthwise_row_avx2(x, w, bias, out, shape) };
         }
         // SAFETY: forwarded contract.
-        unsafe {
-            match s.act {
-                StoreActivation::Identity => strides_512::<IDENTITY>(&s, x, w, bias, out),
-                StoreActivation::Relu => strides_512::<RELU>(&s, x, w, bias, out),
-                StoreActivation::HardSwish => strides_512::<HARDSWISH>(&s, x, w, bias, out),
-            }
-        }
+        unsafe { with_activation!(s.act, ACT => strides_512::<ACT>(&s, x, w, bias, out)) }
     }
 
     /// [`row_512`] for the record's stride, activation `ACT`.
@@ -327,34 +348,11 @@ mod x86 {
             // SAFETY: the bias's 16 lanes.
             unsafe { _mm512_loadu_ps(bias) }
         };
-        let full = (0, s.taps);
-        let (lo, hi) = s.interior();
-        // SAFETY: forwarded: border pixels over their valid taps, interior pixels
-        // (lo..hi) over every tap.
+        // SAFETY: forwarded (see `walk_row!`).
         unsafe {
-            for p in (0..lo).chain(hi..s.pixels) {
-                tile_512::<1, S, ACT>(s, [x, w], init, out, p, s.valid_taps(p));
-            }
-            let mut p = lo;
-            while p + TILE_512 <= hi {
-                tile_512::<TILE_512, S, ACT>(s, [x, w], init, out, p, full);
-                p += TILE_512;
-            }
-            let a = ([x, w], init, out, p, full);
-            match hi - p {
-                11 => tile_512::<11, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
-                10 => tile_512::<10, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
-                9 => tile_512::<9, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
-                8 => tile_512::<8, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
-                7 => tile_512::<7, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
-                6 => tile_512::<6, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
-                5 => tile_512::<5, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
-                4 => tile_512::<4, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
-                3 => tile_512::<3, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
-                2 => tile_512::<2, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
-                1 => tile_512::<1, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
-                _ => {}
-            }
+            walk_row!(s, TILE_512, |N, p, taps| {
+                tile_512::<N, S, ACT>(s, [x, w], init, out, p, taps)
+            }; 11 10 9 8 7 6 5 4 3 2 1);
         }
     }
 
@@ -460,28 +458,11 @@ mod x86 {
             // SAFETY: the bias's lanes below `lanes`.
             unsafe { [load::<H0>(bias), load::<H1>(bias.add(8))] }
         };
-        let full = (0, s.taps);
-        let (lo, hi) = s.interior();
-        // SAFETY: forwarded: border pixels over their valid taps, interior pixels
-        // (lo..hi) over every tap.
+        // SAFETY: forwarded (see `walk_row!`).
         unsafe {
-            for p in (0..lo).chain(hi..s.pixels) {
-                tile::<1, H0, H1, S, ACT>(s, [x, w], init, out, p, s.valid_taps(p));
-            }
-            let mut p = lo;
-            while p + TILE <= hi {
-                tile::<TILE, H0, H1, S, ACT>(s, [x, w], init, out, p, full);
-                p += TILE;
-            }
-            let a = ([x, w], init, out, p, full);
-            match hi - p {
-                5 => tile::<5, H0, H1, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
-                4 => tile::<4, H0, H1, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
-                3 => tile::<3, H0, H1, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
-                2 => tile::<2, H0, H1, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
-                1 => tile::<1, H0, H1, S, ACT>(s, a.0, a.1, a.2, a.3, a.4),
-                _ => {}
-            }
+            walk_row!(s, TILE, |N, p, taps| {
+                tile::<N, H0, H1, S, ACT>(s, [x, w], init, out, p, taps)
+            }; 5 4 3 2 1);
         }
     }
 

@@ -3,7 +3,8 @@
 //! Cranelift emits f32x4 only; the register-blocked inner tile of a convolution or GEMM is
 //! where wider vectors pay, so that one tile is written here with `std::arch`, selected at
 //! run time by CPU detection ([`has_avx2_fma`], [`has_avx512f`]), and called by symbol from
-//! JIT code, which applies the fused epilogue afterwards while the tile is hot.
+//! JIT code. A tile finishes its sums itself where the epilogue is a bias, a residual and
+//! ReLU or hard-swish (`finish`, below); other epilogues run afterwards while it is hot.
 //!
 //! # The contract (the safety argument)
 //!

@@ -99,6 +99,29 @@ pub(crate) const HARDSWISH: u8 = 2;
 /// No activation at all, for the conv tiles: the sums are stored as they are.
 pub(crate) const NO_FINISH: u8 = u8::MAX;
 
+/// Evaluates `$call` with `$c` a `const u8` naming the activation `$act` (a
+/// [`StoreActivation`]): how the routines that apply one turn a record's activation
+/// into the constant parameter of their loops, dispatched once per call.
+macro_rules! with_activation {
+    ($act:expr, $c:ident => $call:expr) => {
+        match $act {
+            StoreActivation::Identity => {
+                const $c: u8 = $crate::microkernels::store::IDENTITY;
+                $call
+            }
+            StoreActivation::Relu => {
+                const $c: u8 = $crate::microkernels::store::RELU;
+                $call
+            }
+            StoreActivation::HardSwish => {
+                const $c: u8 = $crate::microkernels::store::HARDSWISH;
+                $call
+            }
+        }
+    };
+}
+pub(crate) use with_activation;
+
 /// The oracle of `act`'s routine: the contract element by element, on any host.
 pub fn store_rows_reference(act: StoreActivation) -> StoreRowsFn {
     match act {

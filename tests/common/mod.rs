@@ -202,3 +202,22 @@ pub fn chunk_buckets(exe: &smelt::DynamicExecutable, batch: usize, length: usize
         .map(|c| c.bucket)
         .collect()
 }
+
+/// The store routines' activation of one element, as their contract states it (the
+/// oracle of the store rows, the conv tiles' finish and the depthwise rows' activation):
+/// ReLU `v < 0 ? 0 : v` (a NaN and −0 kept), hard-swish `v · clamp(fma(v, 1/6, 1/2))`
+/// with clamps that keep a NaN.
+pub fn store_activation(act: smelt::ir::loops::StoreActivation, v: f32) -> f32 {
+    use smelt::ir::loops::StoreActivation;
+    match act {
+        StoreActivation::Identity => v,
+        StoreActivation::Relu if v < 0.0 => 0.0,
+        StoreActivation::Relu => v,
+        StoreActivation::HardSwish => {
+            let gate = v.mul_add(1.0 / 6.0, 0.5);
+            let gate = if gate < 0.0 { 0.0 } else { gate };
+            let gate = if 1.0 < gate { 1.0 } else { gate };
+            v * gate
+        }
+    }
+}

@@ -280,6 +280,30 @@ pub enum StoreActivation {
 }
 
 impl StoreActivation {
+    /// Every activation, in [`StoreActivation::index`] order.
+    pub const ALL: [StoreActivation; 3] = [
+        StoreActivation::Identity,
+        StoreActivation::Relu,
+        StoreActivation::HardSwish,
+    ];
+
+    /// The activation's number in the records routines read (0 identity, 1 ReLU, 2
+    /// hard-swish).
+    pub const fn index(self) -> i64 {
+        match self {
+            StoreActivation::Identity => 0,
+            StoreActivation::Relu => 1,
+            StoreActivation::HardSwish => 2,
+        }
+    }
+
+    /// The activation numbered `index`, if any.
+    pub fn from_index(index: i64) -> Option<StoreActivation> {
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| StoreActivation::ALL.get(i).copied())
+    }
+
     /// The name in loop-IR dumps (`call store_relu_rows(...)`).
     pub fn name(self) -> &'static str {
         match self {

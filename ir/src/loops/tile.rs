@@ -121,25 +121,16 @@ pub struct ConvTile {
 }
 
 impl ConvTile {
-    /// The `finish` word of a call finishing its sums with `act`.
+    /// The `finish` word of a call finishing its sums with `act`: one past its
+    /// [`StoreActivation::index`] (0 is no finish).
     pub const fn finish_code(act: StoreActivation) -> i64 {
-        match act {
-            StoreActivation::Identity => 1,
-            StoreActivation::Relu => 2,
-            StoreActivation::HardSwish => 3,
-        }
+        1 + act.index()
     }
 
     /// The activation the call finishes its sums with, `None` without a finish (or for
     /// a `finish` word no activation has: [`ConvTile::footprints`] refuses those).
     pub fn finish_act(&self) -> Option<StoreActivation> {
-        [
-            StoreActivation::Identity,
-            StoreActivation::Relu,
-            StoreActivation::HardSwish,
-        ]
-        .into_iter()
-        .find(|&a| ConvTile::finish_code(a) == self.finish)
+        StoreActivation::from_index(self.finish - 1)
     }
 
     fn is_empty(&self) -> bool {
@@ -426,25 +417,16 @@ impl BlockedDepthwiseRow {
     /// Elements per pixel of `x` and `out` (one channel block).
     pub const BLOCK: i64 = 16;
 
-    /// The `act` word of a row applying `act` to its sums.
+    /// The `act` word of a row applying `act` to its sums: its
+    /// [`StoreActivation::index`].
     pub const fn act_code(act: StoreActivation) -> i64 {
-        match act {
-            StoreActivation::Identity => 0,
-            StoreActivation::Relu => 1,
-            StoreActivation::HardSwish => 2,
-        }
+        act.index()
     }
 
     /// The activation the `act` word names (`None` for a word none has: not a valid
     /// record).
     pub fn activation(&self) -> Option<StoreActivation> {
-        [
-            StoreActivation::Identity,
-            StoreActivation::Relu,
-            StoreActivation::HardSwish,
-        ]
-        .into_iter()
-        .find(|&a| Self::act_code(a) == self.act)
+        StoreActivation::from_index(self.act)
     }
 
     /// The record's words in memory order (`repr(C)`), as code generation writes them;
