@@ -147,7 +147,7 @@ fn routines_equal_the_contract_bit_for_bit_and_read_only_their_lanes() {
                             // every window
                             let act = StoreActivation::ALL[calls % StoreActivation::ALL.len()];
                             let r = BlockedDepthwiseRow {
-                                act: BlockedDepthwiseRow::act_code(act),
+                                act: act.index(),
                                 ..record(lanes, cols, window, rows)
                             };
                             let what = format!("{name} {r} bias={with_bias}");

@@ -41,7 +41,7 @@ pub unsafe extern "C" fn conv_tile_avx2(
 ) {
     // SAFETY: readable per the contract.
     let shape = unsafe { &*shape };
-    let g = Geom::new(w, shape, next, [out, bias, residual]);
+    let g = Geom::new(w, shape, next, out, bias, residual);
     let pixels = shape.pixels;
     let pixels = pixels as isize;
     if pixels <= 0 {

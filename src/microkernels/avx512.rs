@@ -79,7 +79,7 @@ pub unsafe extern "C" fn conv_tile_avx512(
 ) {
     // SAFETY: readable per the contract.
     let shape = unsafe { &*shape };
-    let g = Geom::new(w, shape, next, [out, bias, residual]);
+    let g = Geom::new(w, shape, next, out, bias, residual);
     let pixels = shape.pixels;
     // SAFETY: the caller's contract; the remainder's pixels are pixels of the call.
     unsafe {
@@ -117,7 +117,7 @@ pub unsafe extern "C" fn conv_tile_avx512_x32(
 ) {
     // SAFETY: readable per the contract.
     let shape = unsafe { &*shape };
-    let g = Geom::new(w, shape, next, [out, bias, residual]);
+    let g = Geom::new(w, shape, next, out, bias, residual);
     let pixels = shape.pixels;
     // SAFETY: the caller's contract; the remainder's pixels are pixels of the call.
     unsafe {

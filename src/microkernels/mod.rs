@@ -636,13 +636,16 @@ struct Geom {
 #[cfg(target_arch = "x86_64")]
 impl Geom {
     /// The kernel's view of `shape` (counts and strides as pointer offsets) with the
-    /// weights at `w`, prefetching the `next` run.
+    /// weights at `w`, prefetching the `next` run, its finish reading `bias` and
+    /// `residual` (at `out`'s offsets).
     #[inline(always)]
     fn new(
         w: *const f32,
         shape: &ConvTile,
         next: *const f32,
-        [out, bias, residual]: [*const f32; 3],
+        out: *mut f32,
+        bias: *const f32,
+        residual: *const f32,
     ) -> Geom {
         let lines = (shape.next_len.max(0) as usize).div_ceil(16) as isize;
         let steps = [shape.pixels, shape.rows, shape.taps, shape.chans]
@@ -669,7 +672,7 @@ impl Geom {
             accumulate: shape.accumulate,
             finish: shape.finish_act(),
             bias,
-            out: out.cast_mut(),
+            out,
             residual,
             next: std::cell::Cell::new(next),
             next_end: next.wrapping_offset(16 * lines),

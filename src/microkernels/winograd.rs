@@ -73,8 +73,10 @@ struct InputShape {
 }
 
 impl InputShape {
-    fn of(row: WinogradInputRow) -> Option<Self> {
-        let [alpha, tiles, x_row, x_tile, v_plane, v_tile] = row.words().map(|v| v as usize);
+    /// The shape of a routine's count arguments (`WinogradInputRow::words` order).
+    fn of(words: [i64; 6]) -> Option<Self> {
+        let row = WinogradInputRow::from_words(words);
+        let [alpha, tiles, x_row, x_tile, v_plane, v_tile] = words.map(|v| v as usize);
         row.is_valid().then_some(InputShape {
             alpha,
             tiles,
@@ -103,14 +105,7 @@ pub unsafe extern "C" fn winograd_input_row_reference(
     v_plane: i64,
     v_tile: i64,
 ) {
-    let Some(s) = InputShape::of(WinogradInputRow {
-        alpha,
-        tiles,
-        x_row,
-        x_tile,
-        v_plane,
-        v_tile,
-    }) else {
+    let Some(s) = InputShape::of([alpha, tiles, x_row, x_tile, v_plane, v_tile]) else {
         return;
     };
     let bt: Vec<&[f32]> = match s.alpha {
@@ -155,8 +150,10 @@ struct Shape {
 }
 
 impl Shape {
-    fn of(row: WinogradOutputRow) -> Option<Shape> {
-        let [alpha, tiles, m_plane, m_tile, rows, cols, out_row] = row.words().map(|v| v as usize);
+    /// The shape of a routine's count arguments (`WinogradOutputRow::words` order).
+    fn of(words: [i64; 7]) -> Option<Shape> {
+        let row = WinogradOutputRow::from_words(words);
+        let [alpha, tiles, m_plane, m_tile, rows, cols, out_row] = words.map(|v| v as usize);
         row.is_valid().then_some(Shape {
             alpha,
             tiles,
@@ -212,15 +209,7 @@ pub unsafe extern "C" fn winograd_output_row_reference(
     cols: i64,
     out_row: i64,
 ) {
-    let Some(s) = Shape::of(WinogradOutputRow {
-        alpha,
-        tiles,
-        m_plane,
-        m_tile,
-        rows,
-        cols,
-        out_row,
-    }) else {
+    let Some(s) = Shape::of([alpha, tiles, m_plane, m_tile, rows, cols, out_row]) else {
         return;
     };
     let at: Vec<&[f32]> = match s.alpha {
@@ -268,7 +257,6 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{InputShape, Shape, LANES};
-    use smelt_ir::loops::winograd::{WinogradInputRow, WinogradOutputRow};
 
     /// Generates one ISA's output row routine from its vector type and operations:
     /// `$load`, `$store`, `$add`, `$sub`, `$fma` (`x·k + acc`, fused), `$splat`, `$zero`,
@@ -295,15 +283,8 @@ mod x86 {
                 cols: i64,
                 out_row: i64,
             ) {
-                let Some(s) = Shape::of(WinogradOutputRow {
-                    alpha,
-                    tiles,
-                    m_plane,
-                    m_tile,
-                    rows,
-                    cols,
-                    out_row,
-                }) else {
+                let Some(s) = Shape::of([alpha, tiles, m_plane, m_tile, rows, cols, out_row])
+                else {
                     return;
                 };
                 for part in 0..LANES / $lanes {
@@ -421,14 +402,7 @@ mod x86 {
                 v_plane: i64,
                 v_tile: i64,
             ) {
-                let Some(s) = InputShape::of(WinogradInputRow {
-                    alpha,
-                    tiles,
-                    x_row,
-                    x_tile,
-                    v_plane,
-                    v_tile,
-                }) else {
+                let Some(s) = InputShape::of([alpha, tiles, x_row, x_tile, v_plane, v_tile]) else {
                     return;
                 };
                 for part in 0..LANES / $lanes {

@@ -133,6 +133,12 @@ impl ConvTile {
         StoreActivation::from_index(self.finish - 1)
     }
 
+    /// Whether the `finish` word is one the contract allows: none, or an activation's
+    /// with `out_vec_stride = 4`.
+    pub fn finish_is_valid(&self) -> bool {
+        self.finish == 0 || (self.finish_act().is_some() && self.out_vec_stride == 4)
+    }
+
     fn is_empty(&self) -> bool {
         self.pixels == 0 || self.rows == 0 || self.taps == 0 || self.chans == 0
     }
@@ -147,7 +153,7 @@ impl ConvTile {
         if t.lanes <= 0 || t.lanes % 4 != 0 {
             return None;
         }
-        if t.finish != 0 && (t.finish_act().is_none() || t.out_vec_stride != 4) {
+        if !t.finish_is_valid() {
             return None;
         }
         let fields = [
@@ -409,19 +415,13 @@ pub struct BlockedDepthwiseRow {
     pub x_row_stride: i64,
     /// Weight elements between kernel rows.
     pub w_row_stride: i64,
-    /// The activation of the sums: [`BlockedDepthwiseRow::act_code`] of one.
+    /// The activation of the sums: a [`StoreActivation::index`].
     pub act: i64,
 }
 
 impl BlockedDepthwiseRow {
     /// Elements per pixel of `x` and `out` (one channel block).
     pub const BLOCK: i64 = 16;
-
-    /// The `act` word of a row applying `act` to its sums: its
-    /// [`StoreActivation::index`].
-    pub const fn act_code(act: StoreActivation) -> i64 {
-        act.index()
-    }
 
     /// The activation the `act` word names (`None` for a word none has: not a valid
     /// record).

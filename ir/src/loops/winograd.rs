@@ -108,6 +108,21 @@ impl WinogradOutputRow {
         ]
     }
 
+    /// The shape of `words` (in [`WinogradOutputRow::words`] order): what a routine
+    /// receives as its count arguments.
+    pub fn from_words(words: [i64; 7]) -> WinogradOutputRow {
+        let [alpha, tiles, m_plane, m_tile, rows, cols, out_row] = words;
+        WinogradOutputRow {
+            alpha,
+            tiles,
+            m_plane,
+            m_tile,
+            rows,
+            cols,
+            out_row,
+        }
+    }
+
     /// Outputs per tile and axis (`alpha − 2`).
     pub fn outputs(&self) -> i64 {
         self.alpha - 2
@@ -213,6 +228,20 @@ impl WinogradInputRow {
         ]
     }
 
+    /// The shape of `words` (in [`WinogradInputRow::words`] order): what a routine
+    /// receives as its count arguments.
+    pub fn from_words(words: [i64; 6]) -> WinogradInputRow {
+        let [alpha, tiles, x_row, x_tile, v_plane, v_tile] = words;
+        WinogradInputRow {
+            alpha,
+            tiles,
+            x_row,
+            x_tile,
+            v_plane,
+            v_tile,
+        }
+    }
+
     /// Whether the contract allows the shape: `alpha` 4 or 6, counts and strides
     /// non-negative.
     pub fn is_valid(&self) -> bool {
@@ -256,5 +285,22 @@ impl WinogradInputRow {
         };
         // the row pass and the column pass, α vectors each
         per_lane * 2 * alpha * tiles * Self::LANES as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A routine rebuilds the record from its count arguments: `from_words` inverts
+    /// `words` field for field (distinct values, so a swapped pair would show).
+    #[test]
+    fn records_round_trip_through_their_words() {
+        let out = WinogradOutputRow::from_words([6, 2, 3, 4, 5, 7, 8]);
+        assert_eq!((out.alpha, out.m_tile, out.out_row), (6, 4, 8));
+        assert_eq!(WinogradOutputRow::from_words(out.words()), out);
+        let input = WinogradInputRow::from_words([4, 2, 3, 5, 7, 9]);
+        assert_eq!((input.alpha, input.x_tile, input.v_tile), (4, 5, 9));
+        assert_eq!(WinogradInputRow::from_words(input.words()), input);
     }
 }

@@ -319,7 +319,7 @@ fn emit_rows(
                 rows: (ky1 - ky0) as i64,
                 x_row_stride: (rows.dil as i64) * w * lane,
                 w_row_stride: g.kw as i64 * lane,
-                act: BlockedDepthwiseRow::act_code(row_act.unwrap_or(StoreActivation::Identity)),
+                act: row_act.unwrap_or(StoreActivation::Identity).index(),
             };
             let c0 = cb.scale(lane);
             let ptr = |buf, index| BufPtr { buf, index };
