@@ -299,8 +299,11 @@ fn one_and_two_threads_are_bit_identical() {
 }
 
 /// `x · y` of two activations (attention's `Q·Kᵀ` and `P·V` per head, and a B that
-/// broadcasts over a batch dim): B is packed by a kernel at run time, then the same
-/// tiles run; checked at 1 and 2 threads (the packing kernel splits over B's matrices).
+/// broadcasts over a batch dim): B is packed by a kernel at run time, then one kernel
+/// split over the largest batch dim (the heads) computes every panel of each matrix,
+/// the whole panels on the widest routine and the rest of N on the narrowest that
+/// covers it (N = 197 on AVX-512: six 32-lane panels and one of 16); checked at 1 and 2
+/// threads (the packing kernel splits over B's matrices).
 #[test]
 fn matmul_of_two_activations() {
     let cases: [(&[usize], &[usize]); 5] = [
@@ -318,7 +321,22 @@ fn matmul_of_two_activations() {
         let y = fb.param("y", f32t(b));
         let z = fb.op(Op::MatMul, &[x, y]).expect("matmul type-checks");
         fb.finish(&[("z", z)]);
-        assert_packed_path(&what, &m);
+        for kernels in assert_packed_path(&what, &m) {
+            let o = CompileOptions {
+                kernels,
+                ..jit_util::opts()
+            };
+            let exe = Executable::compile(&m, None, &o).expect("compiles");
+            let names: Vec<&str> = exe.kernels().iter().map(|k| k.name.as_str()).collect();
+            let by_batch = names.iter().any(|n| n.contains("_by_batch"));
+            assert_eq!(by_batch, a.len() > 2, "{what} ({kernels:?}): {names:?}");
+            if kernels == Kernels::Avx512 && b.ends_with(&[197]) {
+                assert!(
+                    names.iter().any(|n| n.contains("_l32_t16_by_batch")),
+                    "{what}: no 32-lane kernel with a 16-lane tail among {names:?}"
+                );
+            }
+        }
         check(&what, &m);
         let inputs = random_inputs(&m, 43);
         for kernels in kernel_choices() {

@@ -3,9 +3,10 @@
 //! A product `A[M, K] · B[K, N]` with row-major A is a 1×1 convolution on channels-last
 //! input: A's rows are the pixels (pixel stride K), K is the input channels (channel
 //! stride 1), N the output channels. So it needs no contract of its own: B is packed at
-//! compile time into panels of the routine's lanes, `[N / lanes][K][lanes]` (the packed
-//! conv's layout with one tap; the last panel zero-padded when the lanes do not divide
-//! N), and each call of the routine sums up to `max_pixels` rows × one panel. The sums go
+//! compile time into panels of the widest routine's lanes, `[N / lanes][K][lanes]` (the
+//! packed conv's layout with one tap), then, when those lanes do not divide N, one tail
+//! panel `[K][tail lanes]` for the narrowest routine that covers the rest (zero-padded),
+//! and each call of a routine sums up to `max_pixels` rows × one panel. The sums go
 //! straight into the result when nothing follows them (the routine stores each row's
 //! lanes as whole vectors, which is the row-major result), else into a stack buffer that
 //! a JIT epilogue finishes as the conv epilogues do: `alpha`, `beta · C`, the absorbed
@@ -13,7 +14,8 @@
 //!
 //! A B that is an activation (attention's `Q·Kᵀ` and `P·V`) is packed the same way by a
 //! kernel just before the product, one set of panels per matrix of B, and its batch dims
-//! are loops, each call reading its own matrix's panels.
+//! are loops, each call reading its own matrix's panels; the largest of them (the heads)
+//! is the one split over threads, so that each thread computes whole matrices.
 //!
 //! Batched leading dims of A (a rank-3 activation `[1, S, K]` by a 2-D weight) flatten
 //! into M when every post-op operand allows it ([`Epilogue::with_merged_rows`]); else
@@ -36,7 +38,12 @@ use crate::lower::{BufferId, Cx};
 /// A product by a constant B planned onto the micro-kernel routine `routine`.
 #[derive(Clone)]
 pub(super) struct PackedGemm {
+    /// The routine of every whole panel (the target's widest).
     routine: TileRoutine,
+    /// The routine of the last panel when the widest's lanes do not divide N: the
+    /// narrowest that covers the remaining columns (a 197-column `Q·Kᵀ` runs six
+    /// 32-lane panels and one of 16, not thirteen of 16).
+    tail: Option<TileRoutine>,
     /// Batch dims still looped over (empty when they are flattened into `rows`).
     batch: Vec<usize>,
     /// A's elements between consecutive indices of each looped batch dim (0 where A
@@ -106,14 +113,23 @@ impl PackedGemm {
         if !plain {
             return None;
         }
-        // the routine that pads N least, the widest on a tie
-        let routine = target
-            .routines()
-            .filter(|r| r.lanes > 0)
-            .min_by_key(|r| geo.n.div_ceil(r.lanes as usize) * r.lanes as usize)?;
-        let lanes = routine.lanes as usize;
-        let panels = geo.n.div_ceil(lanes);
-        if panels * lanes > 2 * geo.n {
+        // whole panels of the widest routine (its tiles do one load of B per two FMAs
+        // per pixel, the 16-lane tiles one per FMA), the rest on the narrowest that
+        // covers it
+        let routine = target.widest;
+        let lanes = usize::try_from(routine.lanes).ok().filter(|&l| l > 0)?;
+        let rest = geo.n % lanes;
+        let tail = match rest {
+            0 => None,
+            _ => Some(
+                target
+                    .routines()
+                    .filter(|r| r.lanes as usize >= rest)
+                    .min_by_key(|r| r.lanes)?,
+            ),
+        };
+        let padded = geo.n / lanes * lanes + tail.map_or(0, |t| t.lanes as usize);
+        if padded > 2 * geo.n {
             return None;
         }
         // B's matrices, from its strides: the largest batch stride reaches the last one
@@ -133,9 +149,10 @@ impl PackedGemm {
             true => None,
             false => epi.with_merged_rows(&geo.out_dims, lead),
         };
-        let packed_matrix = (panels * geo.k * lanes) as i64;
+        let packed_matrix = (padded * geo.k) as i64;
         let plan = |batch, rows, a_batch, b_batch| PackedGemm {
             routine,
+            tail,
             batch,
             a_batch,
             b_batch,
@@ -165,50 +182,66 @@ impl PackedGemm {
         })
     }
 
+    /// Lanes of the whole panels.
     fn lanes(&self) -> usize {
         self.routine.lanes as usize
     }
 
-    /// Panels of `lanes` columns, the last one padded.
-    fn panels(&self) -> usize {
-        self.n.div_ceil(self.lanes())
+    /// Panels of the widest routine's lanes, all of them whole.
+    fn full_panels(&self) -> usize {
+        self.n / self.lanes()
     }
 
-    /// Packed elements of one panel.
+    /// Each panel's first column and lanes: the whole panels, then the tail (its
+    /// columns past N padded).
+    fn panel_list(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let lanes = self.lanes();
+        let tail = self
+            .tail
+            .map(|t| (self.full_panels() * lanes, t.lanes as usize));
+        (0..self.full_panels())
+            .map(move |p| (p * lanes, lanes))
+            .chain(tail)
+    }
+
+    /// Packed elements of one whole panel (the tail, if any, starts after the last).
     fn panel_len(&self) -> i64 {
         (self.k * self.lanes()) as i64
     }
 
+    /// Packed elements of one matrix of B: its whole panels and its tail.
+    fn matrix_len(&self) -> usize {
+        self.panel_list().map(|(_, lanes)| self.k * lanes).sum()
+    }
+
     /// Packs `B` (element `(k, n)` at `k·b_k + n·b_n` of `data`) into the panels.
     fn pack(&self, data: &[f32], b_k: usize, b_n: usize, slab: &ConstantSlab) -> AlignedBuf {
-        let (k, n, lanes) = (self.k, self.n, self.lanes());
-        slab.f32_with(self.panels() * k * lanes, |out| {
+        let (k, n) = (self.k, self.n);
+        slab.f32_with(self.matrix_len(), |out| {
             let rows_fit = k
                 .checked_sub(1)
                 .and_then(|last| last.checked_mul(b_k)?.checked_add(n))
                 .is_some_and(|end| data.len() >= end);
-            if b_n == 1 && b_k >= n && rows_fit {
-                // row-major B (a MatMul's weights): each panel row is a run of its row,
-                // copied whole (BERT-base's 85 M weights: 0.3 s element by element)
-                for (panel, block) in out.chunks_exact_mut(k * lanes).enumerate() {
-                    let first = panel * lanes;
-                    let width = lanes.min(n - first);
-                    for (kk, row) in block.chunks_exact_mut(lanes).enumerate() {
+            let row_major = b_n == 1 && b_k >= n && rows_fit;
+            let mut rest = out;
+            for (first, lanes) in self.panel_list() {
+                let (block, after) = rest.split_at_mut(k * lanes);
+                rest = after;
+                let width = lanes.min(n - first);
+                for (kk, row) in block.chunks_exact_mut(lanes).enumerate() {
+                    if row_major {
+                        // row-major B (a MatMul's weights): each panel row is a run of its
+                        // row, copied whole (BERT-base's 85 M weights: 0.3 s element by
+                        // element)
                         let at = kk * b_k + first;
                         row[..width].copy_from_slice(&data[at..at + width]);
+                        continue;
                     }
-                }
-                return;
-            }
-            for (panel, block) in out.chunks_exact_mut(k * lanes).enumerate() {
-                for (kk, row) in block.chunks_exact_mut(lanes).enumerate() {
-                    for (l, d) in row.iter_mut().enumerate() {
-                        let col = panel * lanes + l;
-                        *d = if col < n {
-                            data.get(kk * b_k + col * b_n).copied().unwrap_or(0.0)
-                        } else {
-                            0.0
-                        };
+                    for (l, d) in row[..width].iter_mut().enumerate() {
+                        *d = data
+                            .get(kk * b_k + (first + l) * b_n)
+                            .copied()
+                            .unwrap_or(0.0);
                     }
                 }
             }
@@ -229,7 +262,7 @@ impl PackedGemm {
         epi: Epilogue,
         out: BufferId,
     ) -> Result<(), Diagnostic> {
-        let len = self.b_matrices * self.panels() * self.k * self.lanes();
+        let len = self.b_matrices * self.matrix_len();
         let w = match b {
             BSource::Constant(data) => {
                 let (b_k, b_n) = (geo.b_k as usize, geo.b_n as usize);
@@ -246,15 +279,98 @@ impl PackedGemm {
             }
         };
         let a = cx.buf(a_val);
-        let full = self.n / self.lanes();
-        if full > 0 {
-            self.kernel(cx, (a, w, c_val, out), epi.clone(), 0..full, self.lanes())?;
+        let bufs = (a, w, c_val, out);
+        if let Some(dim) = self.parallel_batch_dim() {
+            return self.batch_kernel(cx, bufs, epi, dim);
         }
-        let rest = self.n - full * self.lanes();
-        if rest > 0 {
-            self.kernel(cx, (a, w, c_val, out), epi, full..full + 1, rest)?;
+        let full = self.full_panels();
+        if full > 0 {
+            self.kernel(cx, bufs, epi.clone(), 0..full, self.routine, self.lanes())?;
+        }
+        if let Some(tail) = self.tail {
+            let rest = self.n - full * self.lanes();
+            self.kernel(cx, bufs, epi, full..full + 1, tail, rest)?;
         }
         Ok(())
+    }
+
+    /// The batch dim a product of activations splits over threads, when it has one of
+    /// two or more: the largest (the heads of attention's `Q·Kᵀ` and `P·V`). Each thread
+    /// then computes whole matrices, every panel of them, from its own matrices of A and
+    /// packed B, and writes whole rows of the result, which the next kernel (a softmax
+    /// over the rows) reads; split over panels, both threads wrote every row and
+    /// exchanged its cache lines on every run (ViT's 197 × 197 × 64 `Q·Kᵀ` ran 1.2×
+    /// faster on two threads than on one, against ONNX Runtime's 1.9×).
+    fn parallel_batch_dim(&self) -> Option<usize> {
+        if !self.runtime_b {
+            return None;
+        }
+        let (dim, &extent) = self
+            .batch
+            .iter()
+            .enumerate()
+            .rev()
+            .max_by_key(|&(_, &d)| d)?;
+        (extent >= 2).then_some(dim)
+    }
+
+    /// One kernel for the whole product, parallel over batch dim `dim`: for each of its
+    /// matrices, the whole panels, then the tail.
+    fn batch_kernel(
+        &self,
+        cx: &mut Cx,
+        (a, w, c_val, out): (BufferId, BufferId, Option<Value>, BufferId),
+        mut epi: Epilogue,
+        dim: usize,
+    ) -> Result<(), Diagnostic> {
+        let name = format!(
+            "gemm_packed_{}x{}x{}_b{}_l{}{}_by_batch{}",
+            self.rows,
+            self.n,
+            self.k,
+            dims_name(&self.batch),
+            self.lanes(),
+            self.tail
+                .map_or(String::new(), |t| format!("_t{}", t.lanes)),
+            if epi.is_empty() { "" } else { "_fused" },
+        );
+        let (mut kb, args, steps) = self.kernel_args(cx, &name, (a, w, c_val, out), &mut epi);
+        let others: Vec<usize> = (0..self.batch.len()).filter(|&d| d != dim).collect();
+        let extents: Vec<usize> = others.iter().map(|&d| self.batch[d]).collect();
+        kb.set_parallel();
+        kb.for_loop(0, self.batch[dim] as i64, 1, |kb, i| {
+            for_batches(kb, &extents, &mut Vec::new(), &mut |kb, inner| {
+                let mut bidx = vec![Affine::constant(0); self.batch.len()];
+                bidx[dim] = Affine::var(i);
+                for (&d, at) in others.iter().zip(inner) {
+                    bidx[d] = at.clone();
+                }
+                let full = self.full_panels() as i64;
+                let whole = |p: Affine| PanelAt {
+                    panel: p,
+                    routine: self.routine,
+                    valid: self.lanes(),
+                    unit: None,
+                };
+                match full {
+                    0 => {}
+                    1 => self.rows_of(kb, &args, &epi, &whole(Affine::constant(0)), &bidx),
+                    _ => kb.for_loop(0, full, 1, |kb, p| {
+                        self.rows_of(kb, &args, &epi, &whole(Affine::var(p)), &bidx)
+                    }),
+                }
+                if let Some(tail) = self.tail {
+                    let at = PanelAt {
+                        panel: Affine::constant(full),
+                        routine: tail,
+                        valid: self.n - self.full_panels() * self.lanes(),
+                        unit: None,
+                    };
+                    self.rows_of(kb, &args, &epi, &at, &bidx);
+                }
+            });
+        });
+        cx.step(kb.finish(), steps)
     }
 
     /// The kernel that packs a row-major B of `b_matrices` matrices `[K, N]` (`b_len`
@@ -266,10 +382,16 @@ impl PackedGemm {
         let (k, n, lanes) = (self.k as i64, self.n as i64, self.lanes() as i64);
         let full = n / lanes;
         let valid = n - full * lanes;
-        let panels = self.panels() as i64;
+        let tail_lanes = self.tail.map_or(0, |t| t.lanes);
+        let matrix = self.matrix_len() as i64;
         let mut kb = KernelBuilder::new(&format!(
-            "gemm_pack_b_{}x{}x{}_l{}",
-            self.b_matrices, self.k, self.n, lanes
+            "gemm_pack_b_{}x{}x{}_l{}{}",
+            self.b_matrices,
+            self.k,
+            self.n,
+            lanes,
+            self.tail
+                .map_or(String::new(), |t| format!("_t{}", t.lanes))
         ));
         let b = kb.arg("b", b_len, Access::Read);
         let w = kb.arg("b_packed", len, Access::Write);
@@ -279,7 +401,7 @@ impl PackedGemm {
         }
         kb.for_loop(0, self.b_matrices as i64, 1, |kb, m| {
             let src = Affine::var(m).scale(k * n);
-            let dst = Affine::var(m).scale(panels * k * lanes);
+            let dst = Affine::var(m).scale(matrix);
             kb.for_loop(0, full, 1, |kb, p| {
                 let p = Affine::var(p);
                 kb.for_loop(0, k, 1, |kb, kk| {
@@ -296,14 +418,19 @@ impl PackedGemm {
                 kb.for_loop(0, k, 1, |kb, kk| {
                     let kk = Affine::var(kk);
                     let from = src.add(&kk.scale(n)).plus(full * lanes);
-                    let to = dst.plus(full * k * lanes).add(&kk.scale(lanes));
-                    for l in 0..lanes {
-                        let x = if l < valid {
-                            Expr::load(b, from.plus(l), Width::Scalar)
+                    let to = dst.plus(full * k * lanes).add(&kk.scale(tail_lanes));
+                    let mut l = 0;
+                    while l < tail_lanes {
+                        let (x, width, step) = if l + 4 <= valid {
+                            (Expr::load(b, from.plus(l), w4), w4, 4)
+                        } else if l < valid {
+                            let x = Expr::load(b, from.plus(l), Width::Scalar);
+                            (x, Width::Scalar, 1)
                         } else {
-                            Expr::constant(0.0, Width::Scalar)
+                            (Expr::constant(0.0, Width::Scalar), Width::Scalar, 1)
                         };
-                        kb.store(w, to.plus(l), x, Width::Scalar);
+                        kb.store(w, to.plus(l), x, width);
+                        l += step;
                     }
                 });
             }
@@ -320,10 +447,11 @@ impl PackedGemm {
         (a, w, c_val, out): (BufferId, BufferId, Option<Value>, BufferId),
         mut epi: Epilogue,
         panels: std::ops::Range<usize>,
+        routine: TileRoutine,
         valid: usize,
     ) -> Result<(), Diagnostic> {
-        let lanes = self.lanes();
-        let mut kb = KernelBuilder::new(&format!(
+        let lanes = routine.lanes as usize;
+        let name = format!(
             "gemm_packed_{}x{}x{}_b{}_l{}_p{}{}{}{}",
             self.rows,
             self.n,
@@ -334,7 +462,35 @@ impl PackedGemm {
             if valid < lanes { "_partial" } else { "" },
             if c_val.is_some() { "_c" } else { "" },
             if epi.is_empty() { "" } else { "_fused" },
-        ));
+        );
+        let (mut kb, args, steps) = self.kernel_args(cx, &name, (a, w, c_val, out), &mut epi);
+        let count = panels.len();
+        let first = panels.start as i64;
+        if count > 1 {
+            kb.set_parallel();
+            kb.for_loop(0, count as i64, 1, |kb, p| {
+                let at = Affine::var(p).plus(first);
+                // a weight arrives cold from memory; a B packed just before is in cache
+                self.panel(kb, &args, &epi, &at, routine, valid, !self.runtime_b)
+            });
+        } else {
+            let at = Affine::constant(first);
+            self.panel(&mut kb, &args, &epi, &at, routine, valid, false);
+        }
+        cx.step(kb.finish(), steps)
+    }
+
+    /// A kernel named `name` with the product's arguments: A, packed B, C (if any), the
+    /// epilogue's operands and the result; returns it with the arguments' ids and the
+    /// buffers of its step.
+    fn kernel_args(
+        &self,
+        cx: &mut Cx,
+        name: &str,
+        (a, w, c_val, out): (BufferId, BufferId, Option<Value>, BufferId),
+        epi: &mut Epilogue,
+    ) -> (KernelBuilder, Args, Vec<BufferId>) {
+        let mut kb = KernelBuilder::new(name);
         let mut steps = vec![a, w];
         let aa = kb.arg("a", cx.len_of(a), Access::Read);
         let wa = kb.arg("b_packed", cx.len_of(w), Access::Read);
@@ -354,53 +510,57 @@ impl PackedGemm {
             c,
             out: oa,
         };
-        let count = panels.len();
-        let first = panels.start as i64;
-        if count > 1 {
-            kb.set_parallel();
-            kb.for_loop(0, count as i64, 1, |kb, p| {
-                let at = Affine::var(p).plus(first);
-                // a weight arrives cold from memory; a B packed just before is in cache
-                self.panel(kb, &args, &epi, &at, valid, !self.runtime_b)
-            });
-        } else {
-            self.panel(&mut kb, &args, &epi, &Affine::constant(first), valid, false);
-        }
-        cx.step(kb.finish(), steps)
+        (kb, args, steps)
     }
 
     /// Every row of one panel: the batch loops (if any), then calls of up to
     /// `max_pixels` rows; with `prefetch_next`, each call prefetches its share of the
     /// next panel (the rows of the sweep share it evenly).
+    #[allow(clippy::too_many_arguments)]
     fn panel(
         &self,
         kb: &mut KernelBuilder,
         args: &Args,
         epi: &Epilogue,
         panel: &Affine,
+        routine: TileRoutine,
         valid: usize,
         prefetch_next: bool,
     ) {
-        let per_call = (self.routine.max_pixels as usize).max(1);
-        let full_calls = self.rows / per_call;
-        let rest = self.rows % per_call;
         let sweep_rows = (self.rows * self.batch.iter().product::<usize>()) as i64;
         let unit = prefetch_next.then(|| (self.panel_len() + sweep_rows - 1) / sweep_rows.max(1));
         let at = PanelAt {
             panel: panel.clone(),
+            routine,
             valid,
             unit,
         };
         for_batches(kb, &self.batch, &mut Vec::new(), &mut |kb, bidx| {
-            kb.for_loop(0, full_calls as i64, 1, |kb, c| {
-                let row0 = Affine::var(c).scale(per_call as i64);
-                self.call(kb, args, epi, &at, bidx, &row0, per_call)
-            });
-            if rest > 0 {
-                let row0 = Affine::constant((full_calls * per_call) as i64);
-                self.call(kb, args, epi, &at, bidx, &row0, rest);
-            }
+            self.rows_of(kb, args, epi, &at, bidx)
         });
+    }
+
+    /// Every row of one panel of batch index `bidx`: calls of up to the routine's
+    /// `max_pixels` rows.
+    fn rows_of(
+        &self,
+        kb: &mut KernelBuilder,
+        args: &Args,
+        epi: &Epilogue,
+        at: &PanelAt,
+        bidx: &[Affine],
+    ) {
+        let per_call = (at.routine.max_pixels as usize).max(1);
+        let full_calls = self.rows / per_call;
+        let rest = self.rows % per_call;
+        kb.for_loop(0, full_calls as i64, 1, |kb, c| {
+            let row0 = Affine::var(c).scale(per_call as i64);
+            self.call(kb, args, epi, at, bidx, &row0, per_call)
+        });
+        if rest > 0 {
+            let row0 = Affine::constant((full_calls * per_call) as i64);
+            self.call(kb, args, epi, at, bidx, &row0, rest);
+        }
     }
 
     /// One routine call: rows `row0..row0 + pixels` (of batch index `bidx`) × the panel,
@@ -416,21 +576,21 @@ impl PackedGemm {
         row0: &Affine,
         pixels: usize,
     ) {
-        let (k, n, lanes) = (self.k as i64, self.n as i64, self.lanes() as i64);
+        let (k, n) = (self.k as i64, self.n as i64);
+        let lanes = at.routine.lanes;
         let rows = self.rows as i64;
         // the batch index as one number (row-major over the batch dims)
         let flat = index_of(&row_major_strides(&self.batch), bidx);
-        let col0 = at.panel.scale(lanes);
+        let col0 = at.panel.scale(self.lanes() as i64);
         let out_row0 = flat.scale(rows * n).add(&row0.scale(n));
         let plain = self.alpha == 1.0 && (args.c.is_none() || self.beta == 0.0);
-        let direct = at.valid == self.lanes() && epi.is_empty() && plain;
+        let direct = at.valid == lanes as usize && epi.is_empty() && plain;
         // A leading bias add and SiLU, sigmoid or GELU run natively on the routine's
         // full-width vectors over a full panel (a transformer's up-projection: GELU in the
         // Cranelift epilogue was ≈ 30% of the GEMM); the rest of the epilogue as usual.
-        let native =
-            (!direct && plain && at.valid == self.lanes() && self.lanes().is_multiple_of(16))
-                .then(|| epi.after_leading_bias_activation())
-                .flatten();
+        let native = (!direct && plain && at.valid == lanes as usize && lanes % 16 == 0)
+            .then(|| epi.after_leading_bias_activation())
+            .flatten();
         let epi = match &native {
             Some((_, _, rest)) => rest,
             None => epi,
@@ -440,7 +600,11 @@ impl PackedGemm {
         let (sums, sums_at, out_pixel_stride) = if direct {
             (args.out, out_row0.add(&col0), n)
         } else {
-            (kb.local(pixels * self.lanes()), Affine::constant(0), lanes)
+            (
+                kb.local(pixels * lanes as usize),
+                Affine::constant(0),
+                lanes,
+            )
         };
         if !direct {
             // a residual's rows stream in while the routine computes
@@ -572,6 +736,8 @@ impl PackedGemm {
 /// the next panel each row prefetches (`None`: no prefetch).
 struct PanelAt {
     panel: Affine,
+    /// The routine computing it (the tail's may be narrower than the whole panels').
+    routine: TileRoutine,
     valid: usize,
     unit: Option<i64>,
 }
