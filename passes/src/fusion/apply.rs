@@ -538,6 +538,26 @@ impl RuleApplier {
                         ));
                     }
                 }
+                GuardKind::SingleValue => {
+                    let v = g.vars[0];
+                    let class = subst[v];
+                    let data = &egraph[class].data;
+                    let one = data
+                        .ty
+                        .as_ref()
+                        .is_some_and(|t| t.dims.iter().all(|&d| d == 1));
+                    if data.weight.is_none() || !one {
+                        let what = match (data.weight.is_some(), &data.ty) {
+                            (false, _) => "not a constant".to_string(),
+                            (true, Some(t)) => format!("a constant of shape {:?}", t.dims),
+                            (true, None) => "a constant of unknown shape".to_string(),
+                        };
+                        return refuse(format!(
+                            "{v} ({}) is {what}, not a single value",
+                            self.context.describe(egraph, class)
+                        ));
+                    }
+                }
                 GuardKind::SingleConsumer => {
                     let v = subst[g.vars[0]];
                     if let Some(n) = self.context.consumers(egraph, v) {

@@ -341,6 +341,67 @@ fn product(a: &Exact, b: &Exact, trans_a: bool, trans_b: bool) -> Result<Exact, 
     })
 }
 
+/// numpy's matmul of `a` `[..., M, K]` and `b` `[..., K, N]` (rank 2 or more each): one
+/// [`product`] per index of their batch dims, broadcast against each other as numpy
+/// broadcasts them (aligned from the right, a 1 stretching).
+fn batched_product(a: &Exact, b: &Exact) -> Result<Exact, String> {
+    if a.dims.len() == 2 && b.dims.len() == 2 {
+        return product(a, b, false, false);
+    }
+    let (ra, rb) = (a.dims.len(), b.dims.len());
+    if ra < 2 || rb < 2 {
+        return Err("a matmul of a vector".into());
+    }
+    let (a_batch, b_batch) = (&a.dims[..ra - 2], &b.dims[..rb - 2]);
+    let rank = a_batch.len().max(b_batch.len());
+    let dim =
+        |batch: &[usize], d: usize| (d + batch.len()).checked_sub(rank).map_or(1, |j| batch[j]);
+    let mut batch = Vec::with_capacity(rank);
+    for d in 0..rank {
+        let (x, y) = (dim(a_batch, d), dim(b_batch, d));
+        if x != y && x != 1 && y != 1 {
+            return Err("a matmul whose batch dims do not broadcast".into());
+        }
+        batch.push(x.max(y));
+    }
+    let matrix = |e: &Exact, batch_of: &[usize], index: &[usize]| {
+        let (r, c) = (e.dims[e.dims.len() - 2], e.dims[e.dims.len() - 1]);
+        // the operand's own batch index: the result's, where its dim is not 1
+        let mut flat = 0;
+        for d in 0..batch_of.len() {
+            let i = index[d + rank - batch_of.len()];
+            flat = flat * batch_of[d] + if batch_of[d] == 1 { 0 } else { i };
+        }
+        Exact {
+            dims: vec![r, c],
+            data: e.data[flat * r * c..(flat + 1) * r * c].to_vec(),
+        }
+    };
+    let count: usize = batch.iter().product();
+    let mut index = vec![0usize; rank];
+    let mut data = Vec::new();
+    let mut last = Vec::new();
+    for _ in 0..count {
+        let p = product(
+            &matrix(a, a_batch, &index),
+            &matrix(b, b_batch, &index),
+            false,
+            false,
+        )?;
+        data.extend(p.data);
+        last = p.dims;
+        for d in (0..rank).rev() {
+            index[d] += 1;
+            if index[d] < batch[d] {
+                break;
+            }
+            index[d] = 0;
+        }
+    }
+    batch.extend(last);
+    Ok(Exact { dims: batch, data })
+}
+
 /// `reduce_sum` or `reduce_mean` of `x` over `attrs.axes`: each result element the sum
 /// of its elements (divided by their count for the mean); `out` is the result's dims,
 /// with or without the reduced axes kept as 1s.
@@ -467,7 +528,7 @@ fn eval(
             }
             Ok(shaped(data))
         }
-        Op::MatMul => product(a(0)?, a(1)?, false, false),
+        Op::MatMul => batched_product(a(0)?, a(1)?),
         Op::Gemm(g) => {
             let p = product(a(0)?, a(1)?, g.trans_a, g.trans_b)?;
             let scaled = p.scaled(exact_f32(g.alpha.0)?)?;

@@ -93,6 +93,7 @@ impl Instance {
         let mut constants: HashMap<String, Values> = HashMap::new();
         let mut per_channel: BTreeSet<String> = BTreeSet::new();
         let mut ranks: HashMap<String, usize> = HashMap::new();
+        let mut one_value: BTreeSet<String> = BTreeSet::new();
         for g in &rule.guards {
             let first = g.args.iter().find_map(|a| match a {
                 GuardArg::Var(v) => Some(v.clone()),
@@ -137,6 +138,13 @@ impl Instance {
                         constants.insert(v, Values::Magnitudes);
                     }
                 }
+                // a constant of one element: the planner draws it as `[1]`
+                GuardKind::SingleValue => {
+                    if let Some(v) = first {
+                        constants.entry(v.clone()).or_insert(Values::Any);
+                        one_value.insert(v);
+                    }
+                }
                 GuardKind::SingleConsumer | GuardKind::Unpadded | GuardKind::NotAfter => {}
             }
         }
@@ -150,6 +158,7 @@ impl Instance {
                 RuleAction::Rewrite(rhs) => template_holes(rhs),
                 RuleAction::Absorb { .. } => BTreeSet::new(),
             },
+            one_value,
             vars: Vec::new(),
             attrs: BTreeMap::new(),
         };
@@ -400,6 +409,8 @@ pub(super) struct Planner {
     /// applier takes only a constant of one value, so they get one element (any other
     /// shape would only be refused).
     pub(super) attribute_values: BTreeSet<String>,
+    /// Constants a `single-value` guard makes one element.
+    pub(super) one_value: BTreeSet<String>,
     pub(super) vars: Vec<(String, VarSpec)>,
     pub(super) attrs: BTreeMap<String, Attrs>,
 }
@@ -729,7 +740,8 @@ impl Planner {
     pub(super) fn broadcast_partner(&mut self, v: &str, s: &TensorType) -> TensorType {
         let mut options: Vec<Vec<usize>> = Vec::new();
         let scalar = matches!(self.constants.get(v), Some(Values::Splat(_)))
-            || self.attribute_values.contains(v);
+            || self.attribute_values.contains(v)
+            || self.one_value.contains(v);
         if scalar {
             return TensorType::f32([1]);
         }

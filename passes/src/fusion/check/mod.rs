@@ -711,7 +711,11 @@ fn constant_first(rule: &Rule, lhs: &PatternExpr) -> Option<&'static str> {
         PatternExpr::Var(v) => rule.guards.iter().any(|g| {
             matches!(
                 g.kind,
-                GuardKind::Const | GuardKind::Scalar | GuardKind::PerChannel | GuardKind::Positive
+                GuardKind::Const
+                    | GuardKind::Scalar
+                    | GuardKind::PerChannel
+                    | GuardKind::Positive
+                    | GuardKind::SingleValue
             ) && g.args.first() == Some(&GuardArg::Var(v.clone()))
                 || g.kind == GuardKind::Const && g.args.contains(&GuardArg::Var(v.clone()))
         }),

@@ -431,9 +431,10 @@ fn parse_guard(rest: &str, loc: Location) -> Result<Guard, Diagnostic> {
         GuardKind::Const => vars >= 1 && nums == 0 && ops == 0,
         GuardKind::Scalar => vars == 1 && (1..=2).contains(&nums) && ops == 0,
         GuardKind::PerChannel => (1..=2).contains(&vars) && nums == 0 && ops == 0,
-        GuardKind::SingleConsumer | GuardKind::Unpadded | GuardKind::Positive => {
-            vars == 1 && nums == 0 && ops == 0
-        }
+        GuardKind::SingleConsumer
+        | GuardKind::Unpadded
+        | GuardKind::Positive
+        | GuardKind::SingleValue => vars == 1 && nums == 0 && ops == 0,
         GuardKind::Rank => vars == 1 && nums == 1 && ops == 0,
         GuardKind::NotAfter => vars == 1 && nums == 0 && ops == 1,
     };
@@ -447,8 +448,10 @@ fn parse_guard(rest: &str, loc: Location) -> Result<Guard, Diagnostic> {
                     GuardKind::Scalar => "a ?variable, a value and an optional tolerance",
                     GuardKind::PerChannel =>
                         "one or two ?variables (the constant, the tensor; default the result)",
-                    GuardKind::SingleConsumer | GuardKind::Unpadded | GuardKind::Positive =>
-                        "one ?variable",
+                    GuardKind::SingleConsumer
+                    | GuardKind::Unpadded
+                    | GuardKind::Positive
+                    | GuardKind::SingleValue => "one ?variable",
                     GuardKind::Rank => "a ?variable and a rank",
                     GuardKind::NotAfter => "a ?variable and an op name",
                 }

@@ -211,6 +211,9 @@ pub enum GuardKind {
     /// only a constant's values are known; a computed value is refused). The provers
     /// assume it: the sampler draws `?v` positive, the exact provers over `?v > 0`.
     Positive,
+    /// `single-value ?s`: `?s` is a constant of one element (a scalar of any rank whose
+    /// dims are all 1), whatever its value; the checker draws it as `[1]`.
+    SingleValue,
 }
 
 impl GuardKind {
@@ -225,11 +228,12 @@ impl GuardKind {
             GuardKind::Unpadded => "unpadded",
             GuardKind::NotAfter => "not-after",
             GuardKind::Positive => "positive",
+            GuardKind::SingleValue => "single-value",
         }
     }
 
     /// Every guard.
-    pub const ALL: [GuardKind; 8] = [
+    pub const ALL: [GuardKind; 9] = [
         GuardKind::Const,
         GuardKind::Scalar,
         GuardKind::PerChannel,
@@ -238,6 +242,7 @@ impl GuardKind {
         GuardKind::Unpadded,
         GuardKind::NotAfter,
         GuardKind::Positive,
+        GuardKind::SingleValue,
     ];
 
     fn from_name(name: &str) -> Option<GuardKind> {
