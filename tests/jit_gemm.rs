@@ -377,3 +377,114 @@ fn a_leading_bias_and_gelu_run_natively_on_full_panels() {
         "no activation, no rows call"
     );
 }
+
+/// Attention's heads split off a fused Q/K/V projection the way PyTorch exports it (a
+/// reshape to `[1, S, 3, H, dh]`, one transpose, a slice and a reshape per matrix, Kᵀ by
+/// another transpose, Q and Kᵀ scaled by √scale each). After fusion (the scales become
+/// the product's, `scale-after-matmul`) the products read Q, K and V straight from the
+/// projection through strides, and the scale goes into packed Kᵀ: no slice, transpose or
+/// mul kernel is left but the final head merge. Returning Kᵀ as well makes its chain a
+/// value of its own (computed, read by the product plainly) while Q and V stay views.
+/// Checked against the interpreter of the unfused model, on every kernel choice.
+#[test]
+fn attention_heads_are_read_through_views() {
+    use smelt_ir::op::SliceAttrs;
+    let (s, h, dh) = (37usize, 3usize, 16usize);
+    let d = h * dh;
+    for also_kt in [false, true] {
+        let what = format!("attention heads (Kᵀ returned: {also_kt})");
+        let mut m = Module::default();
+        let mut fb = FuncBuilder::new(&mut m, "f");
+        let x = fb.param("qkv", f32t(&[1, s, 3 * d]));
+        let op = |fb: &mut FuncBuilder, op: Op, args: &[Value]| fb.op(op, args).expect("types");
+        let r = op(
+            &mut fb,
+            Op::Reshape {
+                shape: vec![1, s, 3, h, dh],
+            },
+            &[x],
+        );
+        let t = op(
+            &mut fb,
+            Op::Transpose {
+                perm: vec![2, 0, 3, 1, 4],
+            },
+            &[r],
+        );
+        let mut heads = Vec::new();
+        for i in 0..3i64 {
+            let sl = SliceAttrs {
+                starts: vec![i, 0, 0, 0, 0],
+                ends: vec![i + 1, 1, h as i64, s as i64, dh as i64],
+                steps: vec![1; 5],
+            };
+            let piece = op(&mut fb, Op::Slice(sl), &[t]);
+            let shape = vec![1, h, s, dh];
+            heads.push(op(&mut fb, Op::Reshape { shape }, &[piece]));
+        }
+        let kt = op(
+            &mut fb,
+            Op::Transpose {
+                perm: vec![0, 1, 3, 2],
+            },
+            &[heads[1]],
+        );
+        let scale = constant(&mut fb, "scale", &[1], 7);
+        let qs = op(&mut fb, Op::Binary(BinaryOp::Mul), &[heads[0], scale]);
+        let ks = op(&mut fb, Op::Binary(BinaryOp::Mul), &[kt, scale]);
+        let scores = op(&mut fb, Op::MatMul, &[qs, ks]);
+        let p = op(&mut fb, Op::Softmax { axis: 3 }, &[scores]);
+        let o = op(&mut fb, Op::MatMul, &[p, heads[2]]);
+        let merged = op(
+            &mut fb,
+            Op::Transpose {
+                perm: vec![0, 2, 1, 3],
+            },
+            &[o],
+        );
+        let out = op(
+            &mut fb,
+            Op::Reshape {
+                shape: vec![1, s, d],
+            },
+            &[merged],
+        );
+        let mut results = vec![("out", out)];
+        if also_kt {
+            results.push(("kt", kt));
+        }
+        fb.finish(&results);
+        let inputs = random_inputs(&m, 29);
+        let want = smelt_ir::interp::run(&m, &m.funcs[0], &inputs).expect("interprets");
+        let mut fused = m.clone();
+        smelt::optimize(&mut fused, &Default::default(), None).expect("optimizes");
+        let got = check_against_interp(&what, &fused, &inputs, TOL);
+        for (g, w) in got.iter().zip(&want) {
+            let stats = smelt_ir::ErrorStats::between_tensors(g, w).expect("same shape");
+            assert!(
+                stats.relative <= TOL,
+                "{what}: {} against the unfused model",
+                stats.relative
+            );
+        }
+        for kernels in assert_packed_path(&what, &fused) {
+            let o = CompileOptions {
+                kernels,
+                ..jit_util::opts()
+            };
+            let exe = Executable::compile(&fused, None, &o).expect("compiles");
+            let names: Vec<&str> = exe.kernels().iter().map(|k| k.name.as_str()).collect();
+            let count = |prefix: &str| names.iter().filter(|n| n.starts_with(prefix)).count();
+            // the head merge; when Kᵀ is returned, its slice and transpose and the
+            // split they share with Q and V (which the products then read through)
+            let (slices, transposes) = if also_kt { (1, 3) } else { (0, 1) };
+            assert_eq!(count("slice"), slices, "{what} ({kernels:?}): {names:?}");
+            assert_eq!(
+                count("transpose"),
+                transposes,
+                "{what} ({kernels:?}): {names:?}"
+            );
+            assert_eq!(count("mul"), 0, "{what} ({kernels:?}): {names:?}");
+        }
+    }
+}

@@ -438,6 +438,8 @@ pub struct Epilogue {
     /// Whether each extra operand has the result's whole shape (no broadcast), and so
     /// the result's layout (the fused op's type rule).
     full: Vec<bool>,
+    /// Each extra operand's value when it is a constant of one element.
+    single: Vec<Option<f32>>,
     args: Vec<BufId>,
 }
 
@@ -534,13 +536,51 @@ impl Epilogue {
             .iter()
             .map(|&v| cx.func.type_of(v).dims == out)
             .collect();
+        let single = vals
+            .iter()
+            .map(|&v| match cx.const_data(v) {
+                Some(&[x]) => Some(x),
+                _ => None,
+            })
+            .collect();
         Epilogue {
             post: post.to_vec(),
             operands,
             reads,
             full,
+            single,
             args: Vec::new(),
         }
+    }
+
+    /// The product of the leading post-ops that multiply by a constant of one value
+    /// (the √scale of Q and of Kᵀ a matmul absorbed), and the epilogue after them;
+    /// `None` when it does not start with one. A matrix product folds the factor into
+    /// its packed B, which is linear in it. Call before [`Epilogue::declare`].
+    pub(crate) fn leading_scale(&self) -> Option<(f32, Epilogue)> {
+        let mut factor = 1.0f32;
+        let mut taken = 0;
+        for p in &self.post {
+            let PostOp::Binary {
+                op: BinaryOp::Mul, ..
+            } = p
+            else {
+                break;
+            };
+            let Some(x) = self.reads.get(taken).and_then(|&o| self.single[o]) else {
+                break;
+            };
+            factor *= x;
+            taken += 1;
+        }
+        (taken > 0).then(|| {
+            let rest = Epilogue {
+                post: self.post[taken..].to_vec(),
+                reads: self.reads[taken..].to_vec(),
+                ..self.clone()
+            };
+            (factor, rest)
+        })
     }
 
     /// The same epilogue for a result whose `[.., h, w]` plane is walked as rows of `k`
@@ -562,6 +602,7 @@ impl Epilogue {
             operands,
             reads: self.reads.clone(),
             full: self.full.clone(),
+            single: self.single.clone(),
             args: Vec::new(),
         })
     }
@@ -597,6 +638,7 @@ impl Epilogue {
             operands,
             reads: self.reads.clone(),
             full: self.full.clone(),
+            single: self.single.clone(),
             args: Vec::new(),
         })
     }

@@ -9,7 +9,7 @@ use smelt_ir::{Diagnostic, TensorType, Value};
 use super::elementwise::{
     broadcast_strides, dims_name, index_of, load_lanes, row_major_strides, Epilogue,
 };
-use super::{BufferId, Cx};
+use super::{view, BufferId, Cx};
 
 mod packed;
 
@@ -36,6 +36,28 @@ struct GemmGeo {
     has_n: bool,
     alpha: f32,
     beta: f32,
+    /// Where A's and B's first elements are in their buffers (not 0 only for a view).
+    a_offset: i64,
+    b_offset: i64,
+}
+
+impl GemmGeo {
+    /// The stride between consecutive rows of A taken across its batch dims as one run
+    /// of rows, when they are evenly spaced (always for a row-major A; for a view, when
+    /// its batch and row strides run on).
+    fn merged_row_stride(&self) -> Option<i64> {
+        let mut dims = self.batch.iter().zip(&self.a_batch).collect::<Vec<_>>();
+        dims.push((&self.m, &self.a_m));
+        let mut inner: Option<(i64, i64)> = None; // (stride, extent) of the run so far
+        for (&extent, &stride) in dims.into_iter().rev().filter(|(&e, _)| e > 1) {
+            match inner {
+                Some((s, e)) if stride != s * e => return None,
+                Some((s, e)) => inner = Some((s, e * extent as i64)),
+                None => inner = Some((stride, extent as i64)),
+            }
+        }
+        Some(inner.map_or(self.a_m, |(s, _)| s))
+    }
 }
 
 /// The matrix products [`lower_gemm`] computes, as the lowering dispatch hands them over
@@ -72,20 +94,38 @@ pub(crate) fn lower_gemm(
         GemmOp::Gemm(g) => (gemm_geo(g, &at, out_ty), operands.get(2).copied()),
         GemmOp::MatMul => (matmul_geo(&at, &bt, out_ty), None),
     };
+    // A matmul's operands read through the viewed movement above them (head splits and
+    // transposes), which only the packed path takes (`takes_view` said so).
+    let mut sources = [operands[0], operands[1]];
+    if matches!(op, GemmOp::MatMul) {
+        for (k, source) in sources.iter_mut().enumerate() {
+            let view = view::view_of(cx.func, operands[k], &|i| cx.viewed[i])
+                .ok_or_else(|| cx.unsupported("a viewed operand that is not a view"))?;
+            if view.source != operands[k] {
+                with_view(&mut geo, k, &view);
+                *source = view.source;
+            }
+        }
+    }
+    let viewed = sources != [operands[0], operands[1]];
+    let b_viewed = sources[1] != operands[1];
     // One row of A against a B whose k runs contiguously (a classifier's `transB`
     // weights): dot products, reading B once in order, split over output columns.
     let gemv = geo.batch.is_empty() && geo.m == 1 && geo.b_k == 1 && geo.k >= 16;
     // On a micro-kernel target: B packed into panels (a constant at compile time, an
     // activation by a kernel) and the conv-tile routines.
     if !gemv {
-        let b = match cx.const_data(operands[1]) {
-            Some(data) => packed::BSource::Constant(data),
-            None => packed::BSource::Runtime(operands[1]),
+        let b = match cx.const_data(sources[1]) {
+            Some(data) if !b_viewed => packed::BSource::Constant(data),
+            _ => packed::BSource::Runtime(sources[1]),
         };
         let runtime_b = matches!(b, packed::BSource::Runtime(_));
         if let Some((plan, epi)) = packed::PackedGemm::plan(cx, &geo, &epi, runtime_b) {
-            return plan.lower(cx, b, &geo, operands[0], c_val, epi, out);
+            return plan.lower(cx, b, &geo, sources[0], c_val, epi, out);
         }
+    }
+    if viewed {
+        return Err(cx.unsupported("an operand view the packed GEMM does not take"));
     }
     // A constant B read across its rows (gemm transB): transpose it once, here.
     if geo.b_n != 1 && geo.batch.is_empty() && !gemv {
@@ -237,6 +277,58 @@ pub(crate) fn lower_gemm(
     cx.step(kb.finish(), args)
 }
 
+/// Reads operand `k` (0: A, 1: B) of a matmul through `view`: its matrix and batch
+/// strides and its offset, from the view's.
+fn with_view(geo: &mut GemmGeo, k: usize, view: &view::View) {
+    let s = &view.strides;
+    let r = s.len();
+    let nb = geo.batch.len();
+    // the operand's batch dims align with the result's from the right
+    let batch = |strides: &[i64]| -> Vec<i64> {
+        let own = &strides[..strides.len().saturating_sub(2)];
+        (0..nb)
+            .map(|d| (d + own.len()).checked_sub(nb).map_or(0, |j| own[j]))
+            .collect()
+    };
+    if k == 0 {
+        geo.a_m = s[r - 2];
+        geo.a_k = s[r - 1];
+        geo.a_batch = batch(s);
+        geo.a_offset = view.offset;
+    } else {
+        geo.b_k = s[r - 2];
+        geo.b_n = s[r - 1];
+        geo.b_batch = batch(s);
+        geo.b_offset = view.offset;
+    }
+}
+
+/// Whether operand `k` of the matmul at instruction `p` may be read through `view`:
+/// the packed GEMM takes the product (a micro-kernel target, not the single-row path)
+/// and the view's strides (A's columns adjacent; B's columns or rows adjacent, packed
+/// at run time).
+pub(crate) fn takes_view(
+    func: &smelt_ir::graph::Func,
+    micro: Option<smelt_ir::loops::TileTarget>,
+    p: usize,
+    k: usize,
+    view: &view::View,
+) -> bool {
+    let inst = &func.insts[p];
+    let [a, b] = [inst.operands[0], inst.operands[1]].map(|v| func.type_of(v));
+    if a.rank() < 2 || b.rank() < 2 || view.strides.len() < 2 {
+        return false;
+    }
+    let mut geo = matmul_geo(a, b, &inst.ty);
+    with_view(&mut geo, k, view);
+    let gemv = geo.batch.is_empty() && geo.m == 1 && geo.b_k == 1 && geo.k >= 16;
+    // a constant B (a weight) is packed at compile time, unless it is the viewed one
+    let constant_b = k == 0
+        && matches!(func.def(inst.operands[1]),
+            Some(smelt_ir::graph::ValueDef::Inst(i)) if matches!(func.insts[i].op, smelt_ir::op::Op::Const(_)));
+    !gemv && micro.is_some_and(|t| packed::PackedGemm::takes(t, &geo, !constant_b))
+}
+
 fn gemm_geo(g: &GemmAttrs, at: &TensorType, out: &TensorType) -> GemmGeo {
     let (m, k) = if g.trans_a {
         (at.dims[1], at.dims[0])
@@ -270,6 +362,8 @@ fn gemm_geo(g: &GemmAttrs, at: &TensorType, out: &TensorType) -> GemmGeo {
         has_n: true,
         alpha: g.alpha.0,
         beta: g.beta.0,
+        a_offset: 0,
+        b_offset: 0,
     }
 }
 
@@ -315,6 +409,8 @@ fn matmul_geo(at: &TensorType, bt: &TensorType, out: &TensorType) -> GemmGeo {
         has_n,
         alpha: 1.0,
         beta: 0.0,
+        a_offset: 0,
+        b_offset: 0,
     }
 }
 

@@ -25,7 +25,8 @@
 //! share of the next panel, which would otherwise arrive cold from memory.
 
 use smelt_ir::loops::{
-    Access, Affine, BinOp, BufId, BufPtr, ConvTile, Expr, KernelBuilder, TileRoutine, Width,
+    Access, Affine, BinOp, BufId, BufPtr, ConvTile, Expr, KernelBuilder, TileRoutine, TileTarget,
+    Width,
 };
 use smelt_ir::{AlignedBuf, ConstantSlab, Diagnostic, Value};
 
@@ -52,6 +53,9 @@ pub(super) struct PackedGemm {
     /// Packed B's elements between consecutive indices of each looped batch dim (0 where
     /// B broadcasts, always for a 2-D B).
     b_batch: Vec<i64>,
+    /// B's elements (in its source buffer) between consecutive indices of each looped
+    /// batch dim, for the packing kernel of a B packed at run time.
+    b_src_batch: Vec<i64>,
     /// B's own matrices (the product of its batch dims; 1 for a 2-D B).
     b_matrices: usize,
     /// B is packed by a kernel at run time (an activation), not at compile time.
@@ -60,8 +64,21 @@ pub(super) struct PackedGemm {
     rows: usize,
     k: usize,
     n: usize,
+    /// A's elements between consecutive rows (K, unless A is a view) and its first's
+    /// index.
+    a_m: i64,
+    a_offset: i64,
+    /// B's elements between consecutive rows and columns, and its first's index (a B
+    /// packed at run time may be a view; a constant one is row-major or transposed).
+    b_k: i64,
+    b_n: i64,
+    b_offset: i64,
     alpha: f32,
     beta: f32,
+    /// A factor of the product folded into the packed B (the scalar scales of attention's
+    /// Q and Kᵀ, which the epilogue would otherwise apply to every sum: B is linear in
+    /// them and is copied anyway).
+    scale: f32,
 }
 
 /// The kernel arguments of one packed-GEMM kernel.
@@ -96,21 +113,110 @@ impl PackedGemm {
         runtime_b: bool,
     ) -> Option<(PackedGemm, Epilogue)> {
         let target = cx.opts.micro?;
+        let (routine, tail, padded) = Self::routines(target, geo, runtime_b)?;
+        // With a 2-D B, A's batch dims are the result's, so the rows of a row-major A
+        // run on across them (those of a view may too): flatten when the epilogue's
+        // operands allow it.
+        let b_batched = geo.b_batch.iter().any(|&s| s != 0);
+        let lead = geo.batch.len() + 1;
+        let merged = match (b_batched || geo.batch.is_empty(), geo.merged_row_stride()) {
+            (false, Some(stride)) => epi
+                .with_merged_rows(&geo.out_dims, lead)
+                .map(|e| (e, stride)),
+            _ => None,
+        };
+        // B's own matrices: one packed matrix per index of its batch dims that are not
+        // broadcast, row-major over them
+        let packed_matrix = (padded * geo.k) as i64;
+        let mut b_matrices = 1usize;
+        let mut b_batch = vec![0i64; geo.batch.len()];
+        for d in (0..geo.batch.len()).rev() {
+            if geo.b_batch[d] != 0 {
+                b_batch[d] = b_matrices as i64 * packed_matrix;
+                b_matrices *= geo.batch[d];
+            }
+        }
+        let plan = |batch, rows, a_batch, b_batch, b_src_batch| PackedGemm {
+            routine,
+            tail,
+            batch,
+            a_batch,
+            b_batch,
+            b_src_batch,
+            b_matrices,
+            runtime_b,
+            rows,
+            k: geo.k,
+            n: geo.n,
+            a_m: geo.a_m,
+            a_offset: geo.a_offset,
+            b_k: geo.b_k,
+            b_n: geo.b_n,
+            b_offset: geo.b_offset,
+            alpha: geo.alpha,
+            beta: geo.beta,
+            scale: 1.0,
+        };
+        let planned = match merged {
+            Some((merged, stride)) => {
+                let rows = geo.batch.iter().product::<usize>() * geo.m;
+                let plan = PackedGemm {
+                    a_m: stride,
+                    ..plan(Vec::new(), rows, Vec::new(), Vec::new(), Vec::new())
+                };
+                (plan, merged)
+            }
+            None => {
+                let plan = plan(
+                    geo.batch.clone(),
+                    geo.m,
+                    geo.a_batch.clone(),
+                    b_batch,
+                    geo.b_batch.clone(),
+                );
+                (plan, epi.clone())
+            }
+        };
+        // leading products by one constant value go into packed B (when no `beta · C`
+        // joins the sums before the epilogue: that term is not scaled)
+        let (plan, epi) = planned;
+        Some(match epi.leading_scale().filter(|_| geo.beta == 0.0) {
+            Some((scale, rest)) => (PackedGemm { scale, ..plan }, rest),
+            None => (plan, epi),
+        })
+    }
+
+    /// Whether [`PackedGemm::plan`] takes `geo` on `target` (`runtime_b`: B packed by a
+    /// kernel), whatever the epilogue.
+    pub(super) fn takes(target: TileTarget, geo: &GemmGeo, runtime_b: bool) -> bool {
+        Self::routines(target, geo, runtime_b).is_some()
+    }
+
+    /// The routines of the whole panels and of the tail (if any), and the padded N,
+    /// when the product fits: A's columns adjacent (any row stride); B a constant 2-D
+    /// weight, or with `runtime_b` any B whose columns or rows are adjacent, of at least
+    /// 8 rows of A per matrix (the copy is cheap against the product from 8 rows on);
+    /// and a padding of at most half of N.
+    fn routines(
+        target: TileTarget,
+        geo: &GemmGeo,
+        runtime_b: bool,
+    ) -> Option<(TileRoutine, Option<TileRoutine>, usize)> {
         let b_batched = geo.b_batch.iter().any(|&s| s != 0);
         let b_fits = if runtime_b {
-            geo.b_n == 1 && geo.b_k == geo.n as i64 && geo.m >= 8
+            (geo.b_n == 1 || geo.b_k == 1) && geo.m >= 8
         } else {
-            !b_batched
+            !b_batched && geo.b_offset == 0
         };
-        let plain = geo.a_k == 1
-            && geo.a_m == geo.k as i64
+        let fits = geo.a_k == 1
+            && geo.a_m >= 0
             && geo.has_m
             && geo.has_n
             && b_fits
             && geo.m > 0
             && geo.k > 0
             && geo.n > 0;
-        if !plain {
+        if !fits {
             return None;
         }
         // whole panels of the widest routine (its tiles do one load of B per two FMAs
@@ -129,57 +235,7 @@ impl PackedGemm {
             ),
         };
         let padded = geo.n / lanes * lanes + tail.map_or(0, |t| t.lanes as usize);
-        if padded > 2 * geo.n {
-            return None;
-        }
-        // B's matrices, from its strides: the largest batch stride reaches the last one
-        let matrix = (geo.k * geo.n) as i64;
-        let b_matrices = geo
-            .batch
-            .iter()
-            .zip(&geo.b_batch)
-            .filter(|(_, &s)| s != 0)
-            .map(|(&d, &s)| (d as i64 - 1) * s / matrix)
-            .sum::<i64>() as usize
-            + 1;
-        // With a 2-D B, A's batch dims are the result's, so A's rows run on contiguously
-        // across them: flatten when the epilogue's operands allow it.
-        let lead = geo.batch.len() + 1;
-        let merged = match b_batched || geo.batch.is_empty() {
-            true => None,
-            false => epi.with_merged_rows(&geo.out_dims, lead),
-        };
-        let packed_matrix = (padded * geo.k) as i64;
-        let plan = |batch, rows, a_batch, b_batch| PackedGemm {
-            routine,
-            tail,
-            batch,
-            a_batch,
-            b_batch,
-            b_matrices,
-            runtime_b,
-            rows,
-            k: geo.k,
-            n: geo.n,
-            alpha: geo.alpha,
-            beta: geo.beta,
-        };
-        Some(match merged {
-            Some(merged) => {
-                let rows = geo.batch.iter().product::<usize>() * geo.m;
-                (plan(Vec::new(), rows, Vec::new(), Vec::new()), merged)
-            }
-            None => {
-                let b_batch = geo.b_batch.iter().map(|s| s / matrix * packed_matrix);
-                let plan = plan(
-                    geo.batch.clone(),
-                    geo.m,
-                    geo.a_batch.clone(),
-                    b_batch.collect(),
-                );
-                (plan, epi.clone())
-            }
-        })
+        (padded <= 2 * geo.n).then_some((routine, tail, padded))
     }
 
     /// Lanes of the whole panels.
@@ -216,7 +272,7 @@ impl PackedGemm {
 
     /// Packs `B` (element `(k, n)` at `k·b_k + n·b_n` of `data`) into the panels.
     fn pack(&self, data: &[f32], b_k: usize, b_n: usize, slab: &ConstantSlab) -> AlignedBuf {
-        let (k, n) = (self.k, self.n);
+        let (k, n, scale) = (self.k, self.n, self.scale);
         slab.f32_with(self.matrix_len(), |out| {
             let rows_fit = k
                 .checked_sub(1)
@@ -235,13 +291,14 @@ impl PackedGemm {
                         // element)
                         let at = kk * b_k + first;
                         row[..width].copy_from_slice(&data[at..at + width]);
-                        continue;
+                    } else {
+                        for (l, d) in row[..width].iter_mut().enumerate() {
+                            let at = kk * b_k + (first + l) * b_n;
+                            *d = data.get(at).copied().unwrap_or(0.0);
+                        }
                     }
-                    for (l, d) in row[..width].iter_mut().enumerate() {
-                        *d = data
-                            .get(kk * b_k + (first + l) * b_n)
-                            .copied()
-                            .unwrap_or(0.0);
+                    if scale != 1.0 {
+                        row[..width].iter_mut().for_each(|d| *d *= scale);
                     }
                 }
             }
@@ -345,28 +402,49 @@ impl PackedGemm {
                 for (&d, at) in others.iter().zip(inner) {
                     bidx[d] = at.clone();
                 }
+                // a block of rows against every panel: the block stays in L1 while B's
+                // panels (K × N, 53 KB for ViT's Q·Kᵀ) stream from L2
                 let full = self.full_panels() as i64;
-                let whole = |p: Affine| PanelAt {
-                    panel: p,
-                    routine: self.routine,
-                    valid: self.lanes(),
+                let tail = self.tail.map(|t| PanelAt {
+                    panel: Affine::constant(full),
+                    routine: t,
+                    valid: self.n - self.full_panels() * self.lanes(),
                     unit: None,
-                };
-                match full {
-                    0 => {}
-                    1 => self.rows_of(kb, &args, &epi, &whole(Affine::constant(0)), &bidx),
-                    _ => kb.for_loop(0, full, 1, |kb, p| {
-                        self.rows_of(kb, &args, &epi, &whole(Affine::var(p)), &bidx)
-                    }),
-                }
-                if let Some(tail) = self.tail {
-                    let at = PanelAt {
-                        panel: Affine::constant(full),
-                        routine: tail,
-                        valid: self.n - self.full_panels() * self.lanes(),
+                });
+                let per_call = tail
+                    .as_ref()
+                    .map_or(self.routine.max_pixels, |t| {
+                        t.routine.max_pixels.min(self.routine.max_pixels)
+                    })
+                    .max(1) as usize;
+                let block = |kb: &mut KernelBuilder, row0: &Affine, pixels: usize| {
+                    let whole = |p: Affine| PanelAt {
+                        panel: p,
+                        routine: self.routine,
+                        valid: self.lanes(),
                         unit: None,
                     };
-                    self.rows_of(kb, &args, &epi, &at, &bidx);
+                    match full {
+                        0 => {}
+                        1 => {
+                            let at = whole(Affine::constant(0));
+                            self.call(kb, &args, &epi, &at, &bidx, row0, pixels)
+                        }
+                        _ => kb.for_loop(0, full, 1, |kb, p| {
+                            let at = whole(Affine::var(p));
+                            self.call(kb, &args, &epi, &at, &bidx, row0, pixels)
+                        }),
+                    }
+                    if let Some(at) = &tail {
+                        self.call(kb, &args, &epi, at, &bidx, row0, pixels);
+                    }
+                };
+                let (calls, rest) = (self.rows / per_call, self.rows % per_call);
+                kb.for_loop(0, calls as i64, 1, |kb, c| {
+                    block(kb, &Affine::var(c).scale(per_call as i64), per_call)
+                });
+                if rest > 0 {
+                    block(kb, &Affine::constant((calls * per_call) as i64), rest);
                 }
             });
         });
@@ -380,58 +458,75 @@ impl PackedGemm {
     /// should never depend on it). Parallel over B's matrices.
     fn pack_kernel(&self, b_len: usize, len: usize) -> smelt_ir::loops::Kernel {
         let (k, n, lanes) = (self.k as i64, self.n as i64, self.lanes() as i64);
+        let (b_k, b_n) = (self.b_k, self.b_n);
         let full = n / lanes;
         let valid = n - full * lanes;
         let tail_lanes = self.tail.map_or(0, |t| t.lanes);
-        let matrix = self.matrix_len() as i64;
         let mut kb = KernelBuilder::new(&format!(
-            "gemm_pack_b_{}x{}x{}_l{}{}",
+            "gemm_pack_b_{}x{}x{}_l{}{}{}",
             self.b_matrices,
             self.k,
             self.n,
             lanes,
             self.tail
-                .map_or(String::new(), |t| format!("_t{}", t.lanes))
+                .map_or(String::new(), |t| format!("_t{}", t.lanes)),
+            if b_n == 1 { "" } else { "_gather" }
         ));
         let b = kb.arg("b", b_len, Access::Read);
         let w = kb.arg("b_packed", len, Access::Write);
         let w4 = Width::F32x4;
-        if self.b_matrices > 1 {
+        // B's own matrices: the batch dims it is not broadcast over
+        let (mut extents, mut src_strides, mut dst_strides) = (Vec::new(), Vec::new(), Vec::new());
+        for ((&d, &src), &dst) in self.batch.iter().zip(&self.b_src_batch).zip(&self.b_batch) {
+            if src != 0 {
+                extents.push(d);
+                src_strides.push(src);
+                dst_strides.push(dst);
+            }
+        }
+        if extents.first().is_some_and(|&d| d > 1) {
             kb.set_parallel();
         }
-        kb.for_loop(0, self.b_matrices as i64, 1, |kb, m| {
-            let src = Affine::var(m).scale(k * n);
-            let dst = Affine::var(m).scale(matrix);
+        // `width` columns from column `col` of row `kk`: a vector at a time where B's
+        // columns are adjacent, else one at a time; zeros past `valid`
+        let scaled = |x: Expr, width: Width| match self.scale {
+            1.0 => x,
+            s => Expr::binary(BinOp::Mul, x, Expr::constant(s, width)),
+        };
+        let row = |kb: &mut KernelBuilder, from: &Affine, to: &Affine, width: i64, valid: i64| {
+            let mut l = 0;
+            while l < width {
+                let (x, stored, step) = if b_n == 1 && l + 4 <= valid {
+                    (scaled(Expr::load(b, from.plus(l), w4), w4), w4, 4)
+                } else if l < valid {
+                    let at = from.add(&Affine::constant(l).scale(b_n));
+                    let x = scaled(Expr::load(b, at, Width::Scalar), Width::Scalar);
+                    (x, Width::Scalar, 1)
+                } else {
+                    (Expr::constant(0.0, Width::Scalar), Width::Scalar, 1)
+                };
+                kb.store(w, to.plus(l), x, stored);
+                l += step;
+            }
+        };
+        for_batches(&mut kb, &extents, &mut Vec::new(), &mut |kb, idx| {
+            let src = index_of(&src_strides, idx).plus(self.b_offset);
+            let dst = index_of(&dst_strides, idx);
             kb.for_loop(0, full, 1, |kb, p| {
                 let p = Affine::var(p);
                 kb.for_loop(0, k, 1, |kb, kk| {
                     let kk = Affine::var(kk);
-                    let from = src.add(&kk.scale(n)).add(&p.scale(lanes));
+                    let from = src.add(&kk.scale(b_k)).add(&p.scale(lanes * b_n));
                     let to = dst.add(&p.scale(k * lanes)).add(&kk.scale(lanes));
-                    for v in (0..lanes).step_by(4) {
-                        let x = Expr::load(b, from.plus(v), w4);
-                        kb.store(w, to.plus(v), x, w4);
-                    }
+                    row(kb, &from, &to, lanes, lanes);
                 });
             });
             if valid > 0 {
                 kb.for_loop(0, k, 1, |kb, kk| {
                     let kk = Affine::var(kk);
-                    let from = src.add(&kk.scale(n)).plus(full * lanes);
+                    let from = src.add(&kk.scale(b_k)).plus(full * lanes * b_n);
                     let to = dst.plus(full * k * lanes).add(&kk.scale(tail_lanes));
-                    let mut l = 0;
-                    while l < tail_lanes {
-                        let (x, width, step) = if l + 4 <= valid {
-                            (Expr::load(b, from.plus(l), w4), w4, 4)
-                        } else if l < valid {
-                            let x = Expr::load(b, from.plus(l), Width::Scalar);
-                            (x, Width::Scalar, 1)
-                        } else {
-                            (Expr::constant(0.0, Width::Scalar), Width::Scalar, 1)
-                        };
-                        kb.store(w, to.plus(l), x, width);
-                        l += step;
-                    }
+                    row(kb, &from, &to, tail_lanes, valid);
                 });
             }
         });
@@ -595,7 +690,9 @@ impl PackedGemm {
             Some((_, _, rest)) => rest,
             None => epi,
         };
-        let a_at = index_of(&self.a_batch, bidx).add(&row0.scale(k));
+        let a_at = index_of(&self.a_batch, bidx)
+            .add(&row0.scale(self.a_m))
+            .plus(self.a_offset);
         let w_at = index_of(&self.b_batch, bidx).add(&at.panel.scale(self.panel_len()));
         let (sums, sums_at, out_pixel_stride) = if direct {
             (args.out, out_row0.add(&col0), n)
@@ -637,7 +734,7 @@ impl PackedGemm {
             tap_stride: 0,
             chans: k,
             chan_stride: 1,
-            pixel_stride: k,
+            pixel_stride: self.a_m,
             w_tap_stride: panel_len,
             out_pixel_stride,
             out_vec_stride: 4,
