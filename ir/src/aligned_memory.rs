@@ -16,8 +16,9 @@
 //! page before the first real write; on this VM a 4 KiB fault costs ≈ 2.5 µs (≈ 0.6 ms
 //! per MB, and compiling ResNet-50 writes its 100 MB of weights out a few times). So
 //! large buffers come from an anonymous mapping (zero pages, page-aligned), advised to
-//! use 2 MiB pages: one fault per 2 MiB at the first write. Small ones come from the
-//! allocator.
+//! use 2 MiB pages: one fault per 2 MiB at the first write; a dropped mapping is kept for
+//! reuse (released lazily with `MADV_FREE`, zeroed when reused: [`Retired`]). Small ones
+//! come from the allocator.
 
 #![allow(unsafe_code)]
 
@@ -60,11 +61,77 @@ unsafe impl Send for Mapping {}
 // SAFETY: as for `Send`: a `Mapping` itself never reads or writes its memory.
 unsafe impl Sync for Mapping {}
 
+/// Bytes of retired mappings the process keeps for reuse ([`Retired`]).
+const RETAIN_MAX_BYTES: usize = 256 << 20;
+
+/// Retired mappings kept at most.
+const RETAIN_MAX_COUNT: usize = 16;
+
+/// Mappings dropped but kept for the next compile of this process, oldest first, as
+/// (address, lines): a host that compiles models one after another (an embedding JIT)
+/// would otherwise fault in fresh pages for every model's file buffer and packed weights,
+/// and on a VM each first touch costs ≈ 0.6 ms per MB — more than the rest of a small
+/// CNN's compile. They are released to the kernel lazily (`MADV_FREE`: it takes the
+/// pages back under memory pressure, and until then they cost nothing to reuse) and
+/// zeroed when reused. At most [`RETAIN_MAX_BYTES`] in [`RETAIN_MAX_COUNT`] mappings;
+/// a larger one is unmapped at once.
+struct Retired {
+    mappings: Vec<(usize, usize)>,
+}
+
+static RETIRED: std::sync::Mutex<Retired> = std::sync::Mutex::new(Retired {
+    mappings: Vec::new(),
+});
+
+impl Retired {
+    fn lock() -> std::sync::MutexGuard<'static, Retired> {
+        // the list is consistent whatever a panicking holder did: entries are whole
+        RETIRED.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The smallest retired mapping of `count` to `count + count / 4` lines, taken out.
+    fn take(&mut self, count: usize) -> Option<(usize, usize)> {
+        let (i, _) = self
+            .mappings
+            .iter()
+            .enumerate()
+            .filter(|(_, &(_, c))| c >= count && c - count <= count / 4)
+            .min_by_key(|(_, &(_, c))| c)?;
+        Some(self.mappings.remove(i))
+    }
+
+    /// Keeps a mapping for reuse, evicting the oldest to stay within the bounds;
+    /// returns what to unmap (the evicted ones, or the mapping itself when it alone is
+    /// over the bound).
+    fn keep(&mut self, at: usize, count: usize) -> Vec<(usize, usize)> {
+        let bytes = |m: &[(usize, usize)]| m.iter().map(|&(_, c)| c * 64).sum::<usize>();
+        if count.saturating_mul(64) > RETAIN_MAX_BYTES {
+            return vec![(at, count)];
+        }
+        self.mappings.push((at, count));
+        let mut evicted = Vec::new();
+        while self.mappings.len() > RETAIN_MAX_COUNT || bytes(&self.mappings) > RETAIN_MAX_BYTES {
+            evicted.push(self.mappings.remove(0));
+        }
+        evicted
+    }
+}
+
 impl Mapping {
-    /// A fresh mapping of `count` lines (at least one), or `None` where the kernel
-    /// refuses or the host is not Linux.
+    /// A mapping of `count` zeroed lines (at least one) — a retired one of about that
+    /// size, zeroed, or a fresh one —, or `None` where the kernel refuses or the host is
+    /// not Linux.
     fn new(count: usize) -> Option<Mapping> {
         let bytes = count.checked_mul(64).filter(|&b| b > 0)?;
+        let reused = Retired::lock().take(count);
+        if let Some((at, lines)) = reused {
+            let ptr = std::ptr::NonNull::new(at as *mut Line)?;
+            // SAFETY: a retired mapping of `lines` lines is owned by nobody else (taken
+            // out of the list under its lock); writing zeros makes every line initialized
+            // again, whatever `MADV_FREE` left in it.
+            unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, lines) };
+            return Some(Mapping { ptr, count: lines });
+        }
         #[cfg(target_os = "linux")]
         // SAFETY: a fresh private anonymous mapping, owned by the result and unmapped in
         // `drop`; madvise only hints how to back its pages.
@@ -101,9 +168,18 @@ impl Drop for Mapping {
     fn drop(&mut self) {
         #[cfg(target_os = "linux")]
         // SAFETY: the mapping was made in `new` with exactly this length, and no piece
-        // of it is left (each holds an `Arc` of it).
+        // of it is left (each holds an `Arc` of it): nobody reads or writes it any more,
+        // so its pages may be freed lazily, kept for a later `new`, or unmapped.
         unsafe {
-            libc::munmap(self.ptr.as_ptr().cast(), self.count * 64);
+            let (at, count) = (self.ptr.as_ptr() as usize, self.count);
+            let kept = libc::madvise(at as *mut libc::c_void, count * 64, libc::MADV_FREE) == 0;
+            let unmap = match kept {
+                true => Retired::lock().keep(at, count),
+                false => vec![(at, count)],
+            };
+            for (at, count) in unmap {
+                libc::munmap(at as *mut libc::c_void, count * 64);
+            }
         }
     }
 }
@@ -288,6 +364,54 @@ mod tests {
                 assert_eq!(b.as_slice()[0].0[0], 7, "a clone is a copy");
             }
         }
+    }
+
+    /// A mapping dropped and asked for again comes back zeroed, whatever was written to
+    /// it (the retired list may hand the same pages back).
+    #[test]
+    fn reused_mappings_are_zeroed() {
+        let count = MAPPED_MIN_BYTES / 64 + 3;
+        for round in 0..3u8 {
+            let mut a = Lines::zeroed(count);
+            assert!(a.as_slice().iter().all(|l| l.0 == [0; 64]), "round {round}");
+            for line in a.as_mut_slice() {
+                line.0 = [round + 1; 64];
+            }
+        }
+    }
+
+    /// The retired list: a close fit is taken (the smallest), a loose one is not; the
+    /// oldest are evicted past the count or byte bounds; one over the byte bound alone is
+    /// not kept at all.
+    #[test]
+    fn retired_mappings_fit_and_stay_bounded() {
+        let mut r = Retired {
+            mappings: Vec::new(),
+        };
+        assert!(r.keep(0x1000, 1000).is_empty());
+        assert!(r.keep(0x2000, 1100).is_empty());
+        assert_eq!(r.take(1200), None, "1100 lines are too few");
+        assert_eq!(r.take(900), Some((0x1000, 1000)), "the smallest that fits");
+        assert_eq!(
+            r.take(700),
+            None,
+            "1100 lines waste more than a quarter of 700"
+        );
+        let huge = RETAIN_MAX_BYTES / 64 + 1;
+        assert_eq!(r.keep(0x3000, huge), vec![(0x3000, huge)]);
+        let evicted: Vec<_> = (0..RETAIN_MAX_COUNT)
+            .flat_map(|i| r.keep(0x10_000 * (i + 1), 10))
+            .collect();
+        assert_eq!(
+            evicted,
+            vec![(0x2000, 1100)],
+            "the oldest goes past the count bound"
+        );
+        let big = RETAIN_MAX_BYTES / 64 / 2 + 1;
+        let evicted = [r.keep(0x4000, big), r.keep(0x5000, big)].concat();
+        assert!(evicted.contains(&(0x4000, big)), "{evicted:?}");
+        let bytes: usize = r.mappings.iter().map(|&(_, c)| c * 64).sum();
+        assert!(bytes <= RETAIN_MAX_BYTES && r.mappings.len() <= RETAIN_MAX_COUNT);
     }
 
     /// Pieces of chunks: zeroed, aligned, disjoint (each keeps what it was written),
