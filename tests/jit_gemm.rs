@@ -140,6 +140,16 @@ fn assert_packed_path(what: &str, m: &Module) -> Vec<Kernels> {
     micro
 }
 
+/// The names of the kernels `m` compiles to with `kernels`.
+fn kernel_names(m: &Module, kernels: Kernels) -> Vec<String> {
+    let o = CompileOptions {
+        kernels,
+        ..jit_util::opts()
+    };
+    let exe = Executable::compile(m, None, &o).expect("compiles");
+    exe.kernels().iter().map(|k| k.name.clone()).collect()
+}
+
 fn check(what: &str, m: &Module) {
     check_against_interp(what, m, &random_inputs(m, 23), TOL);
 }
@@ -322,12 +332,7 @@ fn matmul_of_two_activations() {
         let z = fb.op(Op::MatMul, &[x, y]).expect("matmul type-checks");
         fb.finish(&[("z", z)]);
         for kernels in assert_packed_path(&what, &m) {
-            let o = CompileOptions {
-                kernels,
-                ..jit_util::opts()
-            };
-            let exe = Executable::compile(&m, None, &o).expect("compiles");
-            let names: Vec<&str> = exe.kernels().iter().map(|k| k.name.as_str()).collect();
+            let names = kernel_names(&m, kernels);
             let by_batch = names.iter().any(|n| n.contains("_by_batch"));
             assert_eq!(by_batch, a.len() > 2, "{what} ({kernels:?}): {names:?}");
             if kernels == Kernels::Avx512 && b.ends_with(&[197]) {
@@ -468,12 +473,7 @@ fn attention_heads_are_read_through_views() {
             );
         }
         for kernels in assert_packed_path(&what, &fused) {
-            let o = CompileOptions {
-                kernels,
-                ..jit_util::opts()
-            };
-            let exe = Executable::compile(&fused, None, &o).expect("compiles");
-            let names: Vec<&str> = exe.kernels().iter().map(|k| k.name.as_str()).collect();
+            let names = kernel_names(&fused, kernels);
             let count = |prefix: &str| names.iter().filter(|n| n.starts_with(prefix)).count();
             // the head merge; when Kᵀ is returned, its slice and transpose and the
             // split they share with Q and V (which the products then read through)

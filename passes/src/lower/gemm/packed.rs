@@ -380,17 +380,10 @@ impl PackedGemm {
         mut epi: Epilogue,
         dim: usize,
     ) -> Result<(), Diagnostic> {
-        let name = format!(
-            "gemm_packed_{}x{}x{}_b{}_l{}{}_by_batch{}",
-            self.rows,
-            self.n,
-            self.k,
-            dims_name(&self.batch),
-            self.lanes(),
-            self.tail
-                .map_or(String::new(), |t| format!("_t{}", t.lanes)),
-            if epi.is_empty() { "" } else { "_fused" },
-        );
+        let tail = self
+            .tail
+            .map_or(String::new(), |t| format!("_t{}", t.lanes));
+        let name = self.kernel_name(self.lanes(), &format!("{tail}_by_batch"), c_val, &epi);
         let (mut kb, args, steps) = self.kernel_args(cx, &name, (a, w, c_val, out), &mut epi);
         let others: Vec<usize> = (0..self.batch.len()).filter(|&d| d != dim).collect();
         let extents: Vec<usize> = others.iter().map(|&d| self.batch[d]).collect();
@@ -546,18 +539,8 @@ impl PackedGemm {
         valid: usize,
     ) -> Result<(), Diagnostic> {
         let lanes = routine.lanes as usize;
-        let name = format!(
-            "gemm_packed_{}x{}x{}_b{}_l{}_p{}{}{}{}",
-            self.rows,
-            self.n,
-            self.k,
-            dims_name(&self.batch),
-            lanes,
-            panels.start,
-            if valid < lanes { "_partial" } else { "" },
-            if c_val.is_some() { "_c" } else { "" },
-            if epi.is_empty() { "" } else { "_fused" },
-        );
+        let partial = if valid < lanes { "_partial" } else { "" };
+        let name = self.kernel_name(lanes, &format!("_p{}{partial}", panels.start), c_val, &epi);
         let (mut kb, args, steps) = self.kernel_args(cx, &name, (a, w, c_val, out), &mut epi);
         let count = panels.len();
         let first = panels.start as i64;
@@ -573,6 +556,20 @@ impl PackedGemm {
             self.panel(&mut kb, &args, &epi, &at, routine, valid, false);
         }
         cx.step(kb.finish(), steps)
+    }
+
+    /// A product kernel's name: its shape, batch dims and lanes, `what` it computes of
+    /// the product, and whether it reads C and applies an epilogue.
+    fn kernel_name(&self, lanes: usize, what: &str, c: Option<Value>, epi: &Epilogue) -> String {
+        format!(
+            "gemm_packed_{}x{}x{}_b{}_l{lanes}{what}{}{}",
+            self.rows,
+            self.n,
+            self.k,
+            dims_name(&self.batch),
+            if c.is_some() { "_c" } else { "" },
+            if epi.is_empty() { "" } else { "_fused" },
+        )
     }
 
     /// A kernel named `name` with the product's arguments: A, packed B, C (if any), the
