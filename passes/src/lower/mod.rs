@@ -138,13 +138,16 @@ pub struct Program {
 }
 
 impl Program {
-    /// The loop IR of every kernel, in order, for `--dump-loops`.
+    /// The loop IR of every kernel, in order, for `--dump-loops`: [`kernels_text`] then
+    /// [`Program::dump_steps`].
     pub fn dump_loops(&self) -> String {
+        kernels_text(&self.kernels) + &self.dump_steps()
+    }
+
+    /// The call sequence (each step's kernel, its buffers and its op) and the buffers
+    /// computed in place, the part of [`Program::dump_loops`] after the kernels.
+    pub fn dump_steps(&self) -> String {
         let mut out = String::new();
-        for k in &self.kernels {
-            out.push_str(&k.to_string());
-            out.push('\n');
-        }
         out.push_str("steps:\n");
         for s in &self.steps {
             let args: Vec<String> = s
@@ -176,6 +179,16 @@ impl Program {
         }
         out
     }
+}
+
+/// The loop IR of `kernels`, each followed by a blank line.
+pub fn kernels_text(kernels: &[Kernel]) -> String {
+    let mut out = String::new();
+    for k in kernels {
+        out.push_str(&k.to_string());
+        out.push('\n');
+    }
+    out
 }
 
 /// How 3×3 stride-1 convolutions are computed.
