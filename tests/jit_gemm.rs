@@ -388,7 +388,8 @@ fn a_leading_bias_and_gelu_run_natively_on_full_panels() {
 /// another transpose, Q and Kᵀ scaled by √scale each). After fusion (the scales become
 /// the product's, `scale-after-matmul`) the products read Q, K and V straight from the
 /// projection through strides, and the scale goes into packed Kᵀ: no slice, transpose or
-/// mul kernel is left but the final head merge. Returning Kᵀ as well makes its chain a
+/// mul kernel is left but the final head merge, and the softmax runs inside `Q·Kᵀ`'s
+/// kernel on each block of finished rows. Returning Kᵀ as well makes its chain a
 /// value of its own (computed, read by the product plainly) while Q and V stay views.
 /// Checked against the interpreter of the unfused model, on every kernel choice.
 #[test]
@@ -485,6 +486,16 @@ fn attention_heads_are_read_through_views() {
                 "{what} ({kernels:?}): {names:?}"
             );
             assert_eq!(count("mul"), 0, "{what} ({kernels:?}): {names:?}");
+            // the softmax runs inside the product, on each block of finished rows
+            assert_eq!(count("softmax"), 0, "{what} ({kernels:?}): {names:?}");
+            assert_eq!(
+                names
+                    .iter()
+                    .filter(|n| n.contains("_by_batch_softmax"))
+                    .count(),
+                1,
+                "{what} ({kernels:?}): {names:?}"
+            );
         }
     }
 }

@@ -286,6 +286,9 @@ fn lower_program<'a>(
         slab: Arc::new(ConstantSlab::new(weight_bytes)),
         inlined: Vec::new(),
         viewed: Vec::new(),
+        cur_inst: 0,
+        softmax_after: HashMap::new(),
+        softmax_done: Vec::new(),
     };
     if !opts.keep_every_value {
         let uses = func.uses();
@@ -302,6 +305,9 @@ fn lower_program<'a>(
                     || copy::inlined_into_slices(func, &uses, i)
             })
             .collect();
+        if opts.micro.is_some() {
+            cx.softmax_after = norm::softmax_after_products(func, &uses);
+        }
     } else {
         cx.inlined = vec![false; func.insts.len()];
         cx.viewed = vec![false; func.insts.len()];
@@ -322,9 +328,11 @@ fn lower_program<'a>(
             buffer: b,
         });
     }
+    cx.softmax_done = vec![false; func.insts.len()];
     for (i, inst) in func.insts.iter().enumerate() {
         cx.cur_op = op_label(&inst.op);
         cx.cur_loc = inst.loc.clone();
+        cx.cur_inst = i;
         let out = cx.lower_inst(i)?;
         cx.value_buf.push(out);
     }
@@ -404,6 +412,15 @@ pub(crate) struct Cx<'a> {
     /// By instruction: data movement its readers (matrix products) read through a
     /// strided view of its source ([`view::viewed_movement`]).
     pub(crate) viewed: Vec<bool>,
+    /// The instruction being lowered.
+    pub(crate) cur_inst: usize,
+    /// Matrix products (by instruction) whose one reader is a softmax along their rows
+    /// (that softmax's instruction), which the product may compute in place as it
+    /// finishes each block of rows ([`norm::softmax_after_products`]).
+    pub(crate) softmax_after: HashMap<usize, usize>,
+    /// By instruction: a softmax its product computed in place (its value is the
+    /// product's buffer; no kernel of its own).
+    pub(crate) softmax_done: Vec<bool>,
 }
 
 /// Work that produces a constant buffer from module data (weight packing, transforms).
@@ -626,6 +643,10 @@ impl<'a> Cx<'a> {
                  read it, and the halving 3×3 max pool from nchw16c into nchw16c",
             ));
         }
+        // A softmax its product computed in place: the product's buffer holds it.
+        if self.softmax_done.get(i) == Some(&true) {
+            return Ok(self.buf(inst.operands[0]));
+        }
         // Reshape and flatten of a row-major tensor keep the bytes: alias the operand. So
         // does a transpose that only moves size-1 dims (PyTorch's `x.transpose(0, 1)` of a
         // batch-1 `[1, S, D]`: ViT-small copied 0.08 ms per layer this way).
@@ -683,7 +704,9 @@ impl<'a> Cx<'a> {
             || (op.is_anchor() && !matches!(op, Op::LayerNorm { .. }) && !long);
         if !post.is_empty() && !in_registers {
             // The anchor's kernel has no register tile to extend: compute it, then apply
-            // the post-ops in one elementwise pass.
+            // the post-ops in one elementwise pass. (A softmax reading the result must
+            // then follow that pass: the anchor does not compute it.)
+            self.softmax_after.remove(&self.cur_inst);
             let anchor = self.temp("anchor", out_ty.storage_len());
             self.lower_op(op, operands, out_ty, &[], &[], anchor)?;
             // One pass per MAX_POST_IN_REGISTERS post-ops: Cranelift's register

@@ -4,6 +4,9 @@
 use smelt_ir::loops::{
     Access, Affine, BinOp, BufId, BufPtr, Expr, KernelBuilder, ReduceOp, UnOp, Width,
 };
+use std::collections::HashMap;
+
+use smelt_ir::op::Op;
 use smelt_ir::{Diagnostic, TensorType, Value};
 
 use super::elementwise::{emit_nest, Epilogue};
@@ -147,6 +150,41 @@ pub(crate) fn lower_norm(
             cx.step(b.finish(), args)
         }
     }
+}
+
+/// The softmaxes along the last axis of a row-major f32 matrix product's result that is
+/// read by nothing else (attention's scores): product instruction → softmax
+/// instruction. A product that finishes whole rows in blocks (the packed GEMM split by
+/// heads) applies the softmax-row routine to each block in place while the rows are in
+/// cache, and marks the softmax done; any other product leaves it to its own kernel.
+pub(crate) fn softmax_after_products(
+    func: &smelt_ir::graph::Func,
+    uses: &[Vec<smelt_ir::graph::Use>],
+) -> HashMap<usize, usize> {
+    use smelt_ir::graph::{Use, ValueDef};
+    let mut out = HashMap::new();
+    for (s, inst) in func.insts.iter().enumerate() {
+        let Op::Softmax { axis } = inst.op else {
+            continue;
+        };
+        let ty = &inst.ty;
+        let plain = ty.layout == smelt_ir::Layout::RowMajor && ty.dtype == smelt_ir::DType::F32;
+        if !plain || axis + 1 != ty.rank() {
+            continue;
+        }
+        let x = inst.operands[0];
+        let Some(ValueDef::Inst(p)) = func.def(x) else {
+            continue;
+        };
+        let only_reader = matches!(
+            uses[x.index()].as_slice(),
+            [Use::Operand { inst, operand: 0 }] if *inst == s
+        );
+        if only_reader && super::view::is_matmul(&func.insts[p].op) {
+            out.insert(p, s);
+        }
+    }
+    out
 }
 
 /// `e`, a scalar computed after one loop for the next, stored in a one-element local

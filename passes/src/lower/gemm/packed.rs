@@ -380,10 +380,14 @@ impl PackedGemm {
         mut epi: Epilogue,
         dim: usize,
     ) -> Result<(), Diagnostic> {
+        // a softmax along the rows that reads nothing else runs here, in place
+        let softmax_inst = cx.softmax_after.get(&cx.cur_inst).copied();
+        let softmax = softmax_inst.is_some();
         let tail = self
             .tail
             .map_or(String::new(), |t| format!("_t{}", t.lanes));
-        let name = self.kernel_name(self.lanes(), &format!("{tail}_by_batch"), c_val, &epi);
+        let what = format!("{tail}_by_batch{}", if softmax { "_softmax" } else { "" });
+        let name = self.kernel_name(self.lanes(), &what, c_val, &epi);
         let (mut kb, args, steps) = self.kernel_args(cx, &name, (a, w, c_val, out), &mut epi);
         let others: Vec<usize> = (0..self.batch.len()).filter(|&d| d != dim).collect();
         let extents: Vec<usize> = others.iter().map(|&d| self.batch[d]).collect();
@@ -431,6 +435,20 @@ impl PackedGemm {
                     if let Some(at) = &tail {
                         self.call(kb, &args, &epi, at, &bidx, row0, pixels);
                     }
+                    // the block's rows are whole now, and in cache: their softmax
+                    if softmax {
+                        let flat = index_of(&row_major_strides(&self.batch), &bidx);
+                        let (rows, n) = (self.rows as i64, self.n as i64);
+                        kb.for_loop(0, pixels as i64, 1, |kb, r| {
+                            let row = Affine::var(r).add(row0);
+                            let at = flat.scale(rows * n).add(&row.scale(n));
+                            let ptr = BufPtr {
+                                buf: args.out,
+                                index: at,
+                            };
+                            kb.softmax_row(ptr.clone(), ptr, n);
+                        });
+                    }
                 };
                 let (calls, rest) = (self.rows / per_call, self.rows % per_call);
                 kb.for_loop(0, calls as i64, 1, |kb, c| {
@@ -441,6 +459,9 @@ impl PackedGemm {
                 }
             });
         });
+        if let Some(s) = softmax_inst {
+            cx.softmax_done[s] = true;
+        }
         cx.step(kb.finish(), steps)
     }
 
