@@ -450,13 +450,9 @@ impl PackedGemm {
                         });
                     }
                 };
-                let (calls, rest) = (self.rows / per_call, self.rows % per_call);
-                kb.for_loop(0, calls as i64, 1, |kb, c| {
-                    block(kb, &Affine::var(c).scale(per_call as i64), per_call)
+                for_row_blocks(kb, self.rows, per_call, &mut |kb, row0, pixels| {
+                    block(kb, row0, pixels)
                 });
-                if rest > 0 {
-                    block(kb, &Affine::constant((calls * per_call) as i64), rest);
-                }
             });
         });
         if let Some(s) = softmax_inst {
@@ -664,16 +660,9 @@ impl PackedGemm {
         bidx: &[Affine],
     ) {
         let per_call = (at.routine.max_pixels as usize).max(1);
-        let full_calls = self.rows / per_call;
-        let rest = self.rows % per_call;
-        kb.for_loop(0, full_calls as i64, 1, |kb, c| {
-            let row0 = Affine::var(c).scale(per_call as i64);
-            self.call(kb, args, epi, at, bidx, &row0, per_call)
+        for_row_blocks(kb, self.rows, per_call, &mut |kb, row0, pixels| {
+            self.call(kb, args, epi, at, bidx, row0, pixels)
         });
-        if rest > 0 {
-            let row0 = Affine::constant((full_calls * per_call) as i64);
-            self.call(kb, args, epi, at, bidx, &row0, rest);
-        }
     }
 
     /// One routine call: rows `row0..row0 + pixels` (of batch index `bidx`) × the panel,
@@ -863,6 +852,24 @@ struct Finish<'r> {
     bidx: &'r [Affine],
     flat: &'r Affine,
     row: &'r Affine,
+}
+
+/// Runs `body` for the blocks of `per_block` rows (the last one shorter) that cover
+/// `rows`: a loop over the whole blocks, then the rest, with each block's first row and
+/// row count.
+fn for_row_blocks(
+    kb: &mut KernelBuilder,
+    rows: usize,
+    per_block: usize,
+    body: &mut dyn FnMut(&mut KernelBuilder, &Affine, usize),
+) {
+    let (whole, rest) = (rows / per_block, rows % per_block);
+    kb.for_loop(0, whole as i64, 1, |kb, c| {
+        body(kb, &Affine::var(c).scale(per_block as i64), per_block)
+    });
+    if rest > 0 {
+        body(kb, &Affine::constant((whole * per_block) as i64), rest);
+    }
 }
 
 /// Runs `body` inside one loop per batch dim, with the loop indices.
