@@ -379,15 +379,7 @@ class SmeltRunner:
     def __init__(self, lib: ctypes.CDLL, path: str, threads: int, kernels: str, fuse: bool,
                  shapes: list[str], inputs: dict[str, np.ndarray]) -> None:
         self.lib = lib
-        opts = lib.smelt_options_default()
-        opts.fuse = int(fuse)
-        opts.threads = threads
-        opts.kernels = self.KERNELS[kernels]
-        self.pins = ";".join(shapes).encode() if shapes else None
-        opts.input_shapes = self.pins
-        self.exe = ctypes.c_void_p()
-        self.check(lib.smelt_executable_from_file(path.encode(), ctypes.byref(opts),
-                                                  ctypes.byref(self.exe)))
+        self.exe = self.compile(lib, path, threads, kernels, fuse, shapes)
 
         def tensors(count_fn, info_fn) -> list[tuple[str, list[int], type]]:
             n = ctypes.c_size_t()
@@ -433,23 +425,28 @@ class SmeltRunner:
             raise RuntimeError(self.lib.smelt_last_error().decode())
 
     @staticmethod
-    def compile_ms(lib: ctypes.CDLL, path: str, threads: int, kernels: str, fuse: bool,
-                   shapes: list[str]) -> float:
-        """Milliseconds of one `smelt_executable_from_file` (file to executable), the
-        executable destroyed after."""
+    def compile(lib: ctypes.CDLL, path: str, threads: int, kernels: str, fuse: bool,
+                shapes: list[str]) -> ctypes.c_void_p:
+        """One `smelt_executable_from_file` (file to executable) with these options."""
         opts = lib.smelt_options_default()
         opts.fuse = int(fuse)
         opts.threads = threads
         opts.kernels = SmeltRunner.KERNELS[kernels]
-        pins = ";".join(shapes).encode() if shapes else None
+        pins = ";".join(shapes).encode() if shapes else None  # alive through the call
         opts.input_shapes = pins
         exe = ctypes.c_void_p()
-        start = time.perf_counter()
-        status = lib.smelt_executable_from_file(path.encode(), ctypes.byref(opts),
-                                                ctypes.byref(exe))
-        ms = (time.perf_counter() - start) * 1e3
-        if status != 0:
+        if lib.smelt_executable_from_file(path.encode(), ctypes.byref(opts),
+                                          ctypes.byref(exe)) != 0:
             raise RuntimeError(lib.smelt_last_error().decode())
+        return exe
+
+    @staticmethod
+    def compile_ms(lib: ctypes.CDLL, path: str, threads: int, kernels: str, fuse: bool,
+                   shapes: list[str]) -> float:
+        """Milliseconds of one [`compile`], the executable destroyed after."""
+        start = time.perf_counter()
+        exe = SmeltRunner.compile(lib, path, threads, kernels, fuse, shapes)
+        ms = (time.perf_counter() - start) * 1e3
         lib.smelt_executable_destroy(exe)
         return ms
 

@@ -46,17 +46,14 @@ impl GemmGeo {
     /// of rows, when they are evenly spaced (always for a row-major A; for a view, when
     /// its batch and row strides run on).
     fn merged_row_stride(&self) -> Option<i64> {
-        let mut dims = self.batch.iter().zip(&self.a_batch).collect::<Vec<_>>();
-        dims.push((&self.m, &self.a_m));
-        let mut inner: Option<(i64, i64)> = None; // (stride, extent) of the run so far
-        for (&extent, &stride) in dims.into_iter().rev().filter(|(&e, _)| e > 1) {
-            match inner {
-                Some((s, e)) if stride != s * e => return None,
-                Some((s, e)) => inner = Some((s, e * extent as i64)),
-                None => inner = Some((stride, extent as i64)),
-            }
-        }
-        Some(inner.map_or(self.a_m, |(s, _)| s))
+        let mut dims: Vec<(usize, i64)> = self
+            .batch
+            .iter()
+            .copied()
+            .zip(self.a_batch.iter().copied())
+            .collect();
+        dims.push((self.m, self.a_m));
+        view::run_stride(&dims).map(|s| s.unwrap_or(self.a_m))
     }
 }
 
@@ -309,7 +306,7 @@ fn with_view(geo: &mut GemmGeo, k: usize, view: &view::View) {
 /// at run time).
 pub(crate) fn takes_view(
     func: &smelt_ir::graph::Func,
-    micro: Option<smelt_ir::loops::TileTarget>,
+    micro: smelt_ir::loops::TileTarget,
     p: usize,
     k: usize,
     view: &view::View,
@@ -324,9 +321,10 @@ pub(crate) fn takes_view(
     let gemv = geo.batch.is_empty() && geo.m == 1 && geo.b_k == 1 && geo.k >= 16;
     // a constant B (a weight) is packed at compile time, unless it is the viewed one
     let constant_b = k == 0
-        && matches!(func.def(inst.operands[1]),
-            Some(smelt_ir::graph::ValueDef::Inst(i)) if matches!(func.insts[i].op, smelt_ir::op::Op::Const(_)));
-    !gemv && micro.is_some_and(|t| packed::PackedGemm::takes(t, &geo, !constant_b))
+        && func
+            .inst_of(inst.operands[1])
+            .is_some_and(|i| matches!(i.op, smelt_ir::op::Op::Const(_)));
+    !gemv && packed::PackedGemm::takes(micro, &geo, !constant_b)
 }
 
 fn gemm_geo(g: &GemmAttrs, at: &TensorType, out: &TensorType) -> GemmGeo {

@@ -294,7 +294,7 @@ fn lower_program<'a>(
         let uses = func.uses();
         cx.viewed = match opts.micro {
             Some(micro) => view::viewed_movement(func, &uses, &|p, k, v| {
-                gemm::takes_view(func, Some(micro), p, k, v)
+                gemm::takes_view(func, micro, p, k, v)
             }),
             None => vec![false; func.insts.len()],
         };

@@ -141,10 +141,7 @@ fn regrouped(dims: &[usize], strides: &[i64], out_dims: &[usize]) -> Option<Vec<
             }
         }
         // the group's input dims run on evenly: one stride for the group's innermost
-        if (i..ie - 1).any(|k| ins[k].1 != ins[k + 1].1 * ins[k + 1].0 as i64) {
-            return None;
-        }
-        let mut s = ins[ie - 1].1;
+        let mut s = run_stride(&ins[i..ie])?.unwrap_or(0);
         for &d in outs[o..oe].iter().rev() {
             result[d] = s;
             s *= out_dims[d] as i64;
@@ -152,6 +149,21 @@ fn regrouped(dims: &[usize], strides: &[i64], out_dims: &[usize]) -> Option<Vec<
         (i, o) = (ie, oe);
     }
     (i == ins.len() && o == outs.len()).then_some(result)
+}
+
+/// Whether dims of (extent, stride), outermost first, run on evenly as one dim — each
+/// stride its inner neighbour's times that neighbour's extent, size-1 dims taking no
+/// part — and then the stride of the innermost (`None` when every extent is 1).
+pub(crate) fn run_stride(dims: &[(usize, i64)]) -> Option<Option<i64>> {
+    let mut run: Option<(i64, i64)> = None; // (stride, extent) of the run so far
+    for &(extent, stride) in dims.iter().rev().filter(|(e, _)| *e != 1) {
+        run = match run {
+            Some((s, e)) if stride != s * e => return None,
+            Some((s, e)) => Some((s, e * extent as i64)),
+            None => Some((stride, extent as i64)),
+        };
+    }
+    Some(run.map(|(s, _)| s))
 }
 
 /// The matrix product a function computes at instruction `i`, if it is one: a matmul,
@@ -235,7 +247,18 @@ pub(crate) fn viewed_movement(
 
 #[cfg(test)]
 mod tests {
-    use super::regrouped;
+    use super::{regrouped, run_stride};
+
+    #[test]
+    fn runs_of_dims() {
+        // heads of 64 inside rows of 1152: they do not run on into the rows
+        assert_eq!(run_stride(&[(197, 1152), (6, 64)]), None);
+        // batch × rows of a row-major [2, 197, 384]: one run of 394 rows of 384
+        assert_eq!(run_stride(&[(2, 197 * 384), (197, 384)]), Some(Some(384)));
+        // size-1 dims take no part; none left: no stride
+        assert_eq!(run_stride(&[(1, 7), (4, 3), (1, 0)]), Some(Some(3)));
+        assert_eq!(run_stride(&[(1, 7)]), Some(None));
+    }
 
     #[test]
     fn reshapes_of_strided_views() {
