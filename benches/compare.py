@@ -78,6 +78,9 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from fixtures import npy_name  # noqa: E402  (the saved inputs' file names)
 
 MODEL_DIR = os.path.join(ROOT, "target", "bench-models")
+
+# Alternating compile / session-creation pairs timed per model (at least).
+COMPILE_ROUNDS = 7
 EXPORTED_DIR = os.path.join(ROOT, "target", "onnx-tests", "exported")
 MANIFEST = os.path.join(ROOT, "tests", "models", "exported", "manifest.json")
 MAX_REL_ERR = 1e-4
@@ -503,13 +506,19 @@ def compare_interleaved(args: argparse.Namespace, lib: ctypes.CDLL, name: str,
         smelt = SmeltRunner(lib, path, threads, args.kernels, not args.no_fuse, shapes, inputs)
         runner = OrtRunner(path, threads, inputs, spinning=threads <= 1)
         # compile time as an embedding host sees it: file to executable (to session) in
-        # this warm process, alternating, `rounds` of each (a fresh process also pays the
-        # first touch of its memory, which on this VM varies 2-5x from run to run)
+        # this warm process, alternating, after one untimed pair (the first compile
+        # beside a live executable maps fresh memory), at least COMPILE_ROUNDS of each: a
+        # few milliseconds of noise on a 20 ms compile need more samples than a run
+        # does (a fresh process also pays the first touch of its memory, which on this
+        # VM varies 2-5x from run to run)
         compiles, sessions = [], []
-        for _ in range(args.rounds):
-            compiles.append(SmeltRunner.compile_ms(lib, path, threads, args.kernels,
-                                                   not args.no_fuse, shapes))
-            sessions.append(runner.session_only_ms())
+        for i in range(1 + max(args.rounds, COMPILE_ROUNDS)):
+            compiled = SmeltRunner.compile_ms(lib, path, threads, args.kernels,
+                                              not args.no_fuse, shapes)
+            session = runner.session_only_ms()
+            if i > 0:
+                compiles.append(compiled)
+                sessions.append(session)
         row["smelt_compile_ms"] = statistics.median(compiles)
         row["ort_session_ms"] = statistics.median(sessions)
         for _ in range(args.warmup):

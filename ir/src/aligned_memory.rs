@@ -2,7 +2,8 @@
 //! smelt-ir, kept apart from the data model ([`crate::weights`]) that builds on it.
 //!
 //! The invariant that makes it sound: a [`Lines`] exclusively owns `count` initialized
-//! (zeroed, then possibly written) cache lines at `ptr`, obtained from the global
+//! (zeroed — or, for [`Lines::for_overwrite`], holding bytes an earlier owner wrote —
+//! then possibly written) cache lines at `ptr`, obtained from the global
 //! allocator with `Layout::array::<Line>(count)`, or, on Linux, from one private
 //! anonymous `mmap` of at least `count * 64` bytes (`Owner::Mapped`), or as one piece of a
 //! [`Mapping`] shared with other pieces (`Owner::Piece`, carved by [`Chunks`]: pieces of
@@ -122,14 +123,23 @@ impl Mapping {
     /// size, zeroed, or a fresh one —, or `None` where the kernel refuses or the host is
     /// not Linux.
     fn new(count: usize) -> Option<Mapping> {
+        Mapping::with_contents(count, Contents::Zeroed)
+    }
+
+    /// [`Mapping::new`], leaving a retired mapping's bytes as they are when `contents`
+    /// says its owner overwrites them all.
+    fn with_contents(count: usize, contents: Contents) -> Option<Mapping> {
         let bytes = count.checked_mul(64).filter(|&b| b > 0)?;
         let reused = Retired::lock().take(count);
         if let Some((at, lines)) = reused {
             let ptr = std::ptr::NonNull::new(at as *mut Line)?;
-            // SAFETY: a retired mapping of `lines` lines is owned by nobody else (taken
-            // out of the list under its lock); writing zeros makes every line initialized
-            // again, whatever `MADV_FREE` left in it.
-            unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, lines) };
+            if contents == Contents::Zeroed {
+                // SAFETY: a retired mapping of `lines` lines is owned by nobody else
+                // (taken out of the list under its lock).
+                unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, lines) };
+            }
+            // Either way every line is initialized: a retired line holds the bytes its
+            // last owner left, or zeros where `MADV_FREE` let the kernel take its page.
             return Some(Mapping { ptr, count: lines });
         }
         #[cfg(target_os = "linux")]
@@ -156,6 +166,16 @@ impl Mapping {
             None
         }
     }
+}
+
+/// What a new mapping must hold.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Contents {
+    /// Zeros.
+    Zeroed,
+    /// Any bytes (zeros, or what an earlier buffer of this process left): its owner
+    /// overwrites them all before reading any.
+    Overwritten,
 }
 
 /// `lines` rounded up to whole 2 MiB pages.
@@ -259,12 +279,24 @@ impl Lines {
     /// the allocator fails or the size overflows (callers bound sizes: tensors are at
     /// most 4 GiB).
     pub(crate) fn zeroed(count: usize) -> Lines {
+        Lines::with_contents(count, Contents::Zeroed)
+    }
+
+    /// `count` lines of unspecified bytes (zeros, or bytes an earlier buffer of this
+    /// process held), for a caller that overwrites all of them before reading any: a
+    /// reused mapping is not cleared first (for a model file read into it, ≈ 0.1 ms per
+    /// MB).
+    pub(crate) fn for_overwrite(count: usize) -> Lines {
+        Lines::with_contents(count, Contents::Overwritten)
+    }
+
+    fn with_contents(count: usize, contents: Contents) -> Lines {
         let Some(bytes) = count.checked_mul(64) else {
             // the same response as any other allocation of an impossible size
             std::alloc::handle_alloc_error(std::alloc::Layout::new::<Line>())
         };
         if bytes >= MAPPED_MIN_BYTES {
-            if let Some(mapping) = Mapping::new(count) {
+            if let Some(mapping) = Mapping::with_contents(count, contents) {
                 return Lines::of_mapping(mapping, count);
             }
         }
@@ -367,7 +399,9 @@ mod tests {
     }
 
     /// A mapping dropped and asked for again comes back zeroed, whatever was written to
-    /// it (the retired list may hand the same pages back).
+    /// it (the retired list may hand the same pages back), also after buffers for
+    /// overwriting (which are not cleared) held it; those are aligned, of the length
+    /// asked, and writable.
     #[test]
     fn reused_mappings_are_zeroed() {
         let count = MAPPED_MIN_BYTES / 64 + 3;
@@ -377,7 +411,19 @@ mod tests {
             for line in a.as_mut_slice() {
                 line.0 = [round + 1; 64];
             }
+            drop(a);
+            let mut b = Lines::for_overwrite(count);
+            assert_eq!(b.len(), count);
+            assert_eq!(b.as_slice().as_ptr() as usize % 64, 0);
+            for line in b.as_mut_slice() {
+                line.0 = [round + 7; 64];
+            }
+            assert!(b.as_slice().iter().all(|l| l.0 == [round + 7; 64]));
         }
+        assert!(Lines::zeroed(count)
+            .as_slice()
+            .iter()
+            .all(|l| l.0 == [0; 64]));
     }
 
     /// The retired list: a close fit is taken (the smallest), a loose one is not; the

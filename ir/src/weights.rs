@@ -123,6 +123,13 @@ impl AlignedBuf {
         AlignedBuf::owned(Lines::zeroed(len_bytes.div_ceil(64)), len_bytes)
     }
 
+    /// A buffer of `len_bytes` unspecified bytes (zeros, or bytes an earlier buffer of
+    /// this process held) for a caller that overwrites all of them before reading any,
+    /// as a file read does: a large one reuses memory without clearing it first.
+    pub fn for_overwrite(len_bytes: usize) -> AlignedBuf {
+        AlignedBuf::owned(Lines::for_overwrite(len_bytes.div_ceil(64)), len_bytes)
+    }
+
     /// A buffer of `len` f32 elements written by `fill`, which receives them zeroed. The
     /// zeroed pages come from the allocator untouched, so the data is written once — no
     /// staging vector, no copy (what const folding of large weights needs).

@@ -243,6 +243,9 @@ pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKern
     let next = std::sync::atomic::AtomicUsize::new(0);
     let worker = || -> Vec<(usize, Result<MachineCode, Error>)> {
         let mut fctx = FunctionBuilderContext::new();
+        // one Cranelift context per thread: its analyses' and the register allocator's
+        // memory are reused from kernel to kernel instead of allocated afresh
+        let mut cx = cranelift_codegen::Context::new();
         let mut done = Vec::new();
         loop {
             let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -258,6 +261,7 @@ pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKern
                         isa.as_ref()
                     },
                     &mut fctx,
+                    &mut cx,
                     ids[i].func_id(),
                 ),
             ));
@@ -339,9 +343,11 @@ fn machine_code(
     target: &TargetDesc,
     isa: &dyn TargetIsa,
     fctx: &mut FunctionBuilderContext,
+    ctx: &mut cranelift_codegen::Context,
     id: cranelift_module::FuncId,
 ) -> Result<MachineCode, Error> {
-    let mut ctx = cranelift_codegen::Context::for_function(build_function(k, target, isa, fctx));
+    ctx.clear();
+    ctx.func = build_function(k, target, isa, fctx);
     ctx.compile(isa, &mut Default::default())
         .map_err(|e| codegen_error(k, format!("{:?}", e.inner)))?;
     let code = ctx

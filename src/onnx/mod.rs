@@ -288,21 +288,23 @@ fn read_model_file(path: &Path, opts: &ImportOptions) -> Result<AlignedBuf, crat
         .map_err(|m| io(std::io::Error::other(m)))?;
     let len = usize::try_from(len)
         .map_err(|_| crate::Error::InvalidArgument(format!("{}: too large", path.display())))?;
-    let mut buf = AlignedBuf::zeroed(len);
+    // every byte is read (or the read fails, and the buffer with it): no need to clear
+    let mut buf = AlignedBuf::for_overwrite(len);
     if let Some(dst) = buf.as_bytes_mut() {
         read_into(&mut file, dst).map_err(io)?;
     }
-    // a file that grew since its length was read is read no further, like a truncated one
+    // a file that grew since its length was read is read no further; a shorter one fails
     Ok(buf)
 }
 
 /// Files at least this large are read by two threads, each into its half of the buffer.
-const PARALLEL_READ_MIN_BYTES: usize = 8 << 20;
+const PARALLEL_READ_MIN_BYTES: usize = 4 << 20;
 
 /// Fills `dst` from the start of `file`. Reading into fresh memory is mostly the kernel
-/// clearing the buffer's new pages (huge pages, see `AlignedBuf`), which runs on two
-/// cores at once when two threads read the two halves (ResNet-50's 98 MB: see
-/// benches/RESULTS.md "Compile time, session 3").
+/// clearing the buffer's new pages (huge pages, see `AlignedBuf`), and into reused
+/// memory the copy out of the page cache (YOLO's 7.3 MB: 1.6 ms); both run on two cores
+/// at once when two threads read the two halves (ResNet-50's 98 MB: see
+/// benches/RESULTS.md "Compile time, session 3"; YOLO's decode 3.0 → 2.1 ms).
 fn read_into(file: &mut std::fs::File, dst: &mut [u8]) -> std::io::Result<()> {
     #[cfg(unix)]
     if dst.len() >= PARALLEL_READ_MIN_BYTES
