@@ -89,19 +89,21 @@ impl TargetDesc {
     }
 }
 
-fn shared_flags(verify: bool, quick_regalloc: bool) -> Result<settings::Flags, Error> {
+/// Cranelift's flags; `quick` (for kernels that only call routines) skips the mid-end
+/// optimizer and takes the single-pass register allocator.
+fn shared_flags(verify: bool, quick: bool) -> Result<settings::Flags, Error> {
     let mut b = settings::builder();
     let set = |b: &mut settings::Builder, k: &str, v: &str| {
         b.set(k, v)
             .map_err(|e| Error::Unsupported(format!("cranelift flag {k}={v}: {e}")))
     };
-    set(&mut b, "opt_level", "speed")?;
+    set(&mut b, "opt_level", if quick { "none" } else { "speed" })?;
     set(
         &mut b,
         "enable_verifier",
         if verify { "true" } else { "false" },
     )?;
-    if quick_regalloc {
+    if quick {
         set(&mut b, "regalloc_algorithm", "single_pass")?;
     }
     set(&mut b, "use_colocated_libcalls", "false")?;
@@ -114,7 +116,7 @@ fn shared_flags(verify: bool, quick_regalloc: bool) -> Result<settings::Flags, E
 }
 
 /// The host ISA with flags from CPUID; only x86-64 is supported.
-fn host_isa(verify: bool, quick_regalloc: bool) -> Result<OwnedTargetIsa, Error> {
+fn host_isa(verify: bool, quick: bool) -> Result<OwnedTargetIsa, Error> {
     if !cfg!(target_arch = "x86_64") {
         return Err(Error::Unsupported(format!(
             "unsupported target: the JIT supports x86-64 hosts only, this host is {}",
@@ -124,7 +126,7 @@ fn host_isa(verify: bool, quick_regalloc: bool) -> Result<OwnedTargetIsa, Error>
     let builder = cranelift_native::builder()
         .map_err(|e| Error::Unsupported(format!("unsupported target: {e}")))?;
     builder
-        .finish(shared_flags(verify, quick_regalloc)?)
+        .finish(shared_flags(verify, quick)?)
         .map_err(|e| Error::Unsupported(format!("unsupported target: {e}")))
 }
 
@@ -156,7 +158,8 @@ pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKern
     // its own code is address arithmetic, which the single-pass register allocator
     // handles as well as the backtracking one, in a fraction of the time (code
     // generation YOLO 14.5 → 11.4 ms, MobileNetV3-small 10.2 → 7.0, ResNet-50
-    // 10.1 → 7.0; run times unchanged: benches/RESULTS.md).
+    // 10.1 → 7.0), and which needs no mid-end optimizer either (YOLO's code generation
+    // 9.0 → 8.0 ms more); run times unchanged: benches/RESULTS.md.
     let quick_isa = host_isa(opts.verify, true)?;
     let target = TargetDesc {
         tiles: opts.tiles,
