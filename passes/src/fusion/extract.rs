@@ -593,8 +593,12 @@ impl Reached {
 ///
 /// A class the current graph does not reach is skipped: changing its node cannot change
 /// the graph's cost, so trying it could only be refused.
-fn improve(table: &CostTable, choice: Choice, roots: &[Id]) -> Option<(Choice, Score)> {
-    let dense = Dense::new(table);
+fn improve(
+    table: &CostTable,
+    dense: &Dense,
+    choice: Choice,
+    roots: &[Id],
+) -> Option<(Choice, Score)> {
     let mut current: Vec<usize> = table
         .classes
         .iter()
@@ -606,7 +610,7 @@ fn improve(table: &CostTable, choice: Choice, roots: &[Id]) -> Option<(Choice, S
         .collect();
     let mut walk = Walk::default();
     let mut score = dense.score(&current, &roots, &mut walk)?;
-    let mut graph = Reached::new(&dense, &current, &roots, &walk, score);
+    let mut graph = Reached::new(dense, &current, &roots, &walk, score);
     let candidates: Vec<usize> = (0..dense.kids.len())
         .filter(|c| dense.kids[*c].len() > 1)
         .collect();
@@ -632,7 +636,7 @@ fn improve(table: &CostTable, choice: Choice, roots: &[Id]) -> Option<(Choice, S
                 match dense.score(&current, &roots, &mut walk) {
                     Some(new) if new.beats(score) => {
                         score = new;
-                        graph = Reached::new(&dense, &current, &roots, &walk, score);
+                        graph = Reached::new(dense, &current, &roots, &walk, score);
                         improved = true;
                         break;
                     }
@@ -673,8 +677,9 @@ pub fn extract(
         }
     }
     let input_cost = dag_cost(table, &from_input, &roots);
-    let a = improve(table, greedy, &roots);
-    let b = improve(table, from_input, &roots);
+    let dense = Dense::new(table);
+    let a = improve(table, &dense, greedy, &roots);
+    let b = improve(table, &dense, from_input, &roots);
     let (choice, score) = match (a, b) {
         (Some(a), Some(b)) => {
             if b.1.beats(a.1) {
