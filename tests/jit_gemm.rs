@@ -397,8 +397,10 @@ fn attention_heads_are_read_through_views() {
     use smelt_ir::op::SliceAttrs;
     let (s, h, dh) = (37usize, 3usize, 16usize);
     let d = h * dh;
-    for also_kt in [false, true] {
-        let what = format!("attention heads (Kᵀ returned: {also_kt})");
+    // V computed after the scores (`late_v`) cannot be packed before their kernel: P·V
+    // then runs on its own
+    for (also_kt, late_v) in [(false, false), (true, false), (false, true)] {
+        let what = format!("attention heads (Kᵀ returned: {also_kt}, V late: {late_v})");
         let mut m = Module::default();
         let mut fb = FuncBuilder::new(&mut m, "f");
         let x = fb.param("qkv", f32t(&[1, s, 3 * d]));
@@ -440,7 +442,13 @@ fn attention_heads_are_read_through_views() {
         let ks = op(&mut fb, Op::Binary(BinaryOp::Mul), &[kt, scale]);
         let scores = op(&mut fb, Op::MatMul, &[qs, ks]);
         let p = op(&mut fb, Op::Softmax { axis: 3 }, &[scores]);
-        let o = op(&mut fb, Op::MatMul, &[p, heads[2]]);
+        let v = if late_v {
+            let bias = constant(&mut fb, "v_bias", &[dh], 11);
+            op(&mut fb, Op::Binary(BinaryOp::Add), &[heads[2], bias])
+        } else {
+            heads[2]
+        };
+        let o = op(&mut fb, Op::MatMul, &[p, v]);
         let merged = op(
             &mut fb,
             Op::Transpose {
@@ -477,8 +485,13 @@ fn attention_heads_are_read_through_views() {
             let names = kernel_names(&fused, kernels);
             let count = |prefix: &str| names.iter().filter(|n| n.starts_with(prefix)).count();
             // the head merge; when Kᵀ is returned, its slice and transpose and the
-            // split they share with Q and V (which the products then read through)
-            let (slices, transposes) = if also_kt { (1, 3) } else { (0, 1) };
+            // split they share with Q and V (which the products then read through); when
+            // V is added to, its slice and the split
+            let (slices, transposes) = match (also_kt, late_v) {
+                (true, _) => (1, 3),
+                (false, true) => (1, 2),
+                (false, false) => (0, 1),
+            };
             assert_eq!(count("slice"), slices, "{what} ({kernels:?}): {names:?}");
             assert_eq!(
                 count("transpose"),
@@ -486,16 +499,43 @@ fn attention_heads_are_read_through_views() {
                 "{what} ({kernels:?}): {names:?}"
             );
             assert_eq!(count("mul"), 0, "{what} ({kernels:?}): {names:?}");
-            // the softmax runs inside the product, on each block of finished rows
+            // the softmax runs inside the product, on each block of finished rows, and
+            // so does P·V: one product kernel (after the two packs of Kᵀ and V)
             assert_eq!(count("softmax"), 0, "{what} ({kernels:?}): {names:?}");
+            let fused_pv = names
+                .iter()
+                .filter(|n| n.contains("_by_batch_softmax_pv"))
+                .count();
+            let softmax_only = names
+                .iter()
+                .filter(|n| n.ends_with("_by_batch_softmax"))
+                .count();
             assert_eq!(
-                names
-                    .iter()
-                    .filter(|n| n.contains("_by_batch_softmax"))
-                    .count(),
-                1,
+                (fused_pv, softmax_only),
+                if late_v { (0, 1) } else { (1, 0) },
                 "{what} ({kernels:?}): {names:?}"
             );
+            let products = if late_v { 2 } else { 1 };
+            assert_eq!(
+                count("gemm_packed"),
+                products,
+                "{what} ({kernels:?}): {names:?}"
+            );
+            assert_eq!(count("gemm_pack_b"), 2, "{what} ({kernels:?}): {names:?}");
+            // each thread computes whole heads: the same bits on one thread and two
+            let run = |threads: usize| {
+                let o = CompileOptions {
+                    kernels,
+                    threads,
+                    ..jit_util::opts()
+                };
+                let exe = Executable::compile(&fused, None, &o).expect("compiles");
+                exe.run(&inputs).expect("runs")
+            };
+            let (one, two) = (run(1), run(2));
+            for (a, b) in one.iter().zip(&two) {
+                assert_eq!(a.data, b.data, "{what} ({kernels:?})");
+            }
         }
     }
 }

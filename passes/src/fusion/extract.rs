@@ -626,7 +626,7 @@ fn improve(
                     continue;
                 }
                 let wins = graph
-                    .score_switch(&dense, &current, c, i)
+                    .score_switch(dense, &current, c, i)
                     .is_some_and(|s| s.beats(score));
                 if !wins {
                     continue;

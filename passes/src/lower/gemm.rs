@@ -300,6 +300,27 @@ fn with_view(geo: &mut GemmGeo, k: usize, view: &view::View) {
     }
 }
 
+/// The packed plan of the plain matmul at instruction `q` by an activation B read
+/// through the viewed movement above it, with its epilogue and B's source: attention's
+/// `P·V`, planned by the kernel of the product computing its `P` (which reads `P` as it
+/// lies, row-major). `None` where the packed path does not take it so.
+fn second_product(cx: &Cx, q: usize) -> Option<(packed::PackedGemm, Epilogue, Value)> {
+    let inst = &cx.func.insts[q];
+    let (a, b) = (inst.operands[0], inst.operands[1]);
+    let [at, bt] = [a, b].map(|v| cx.func.type_of(v));
+    if at.rank() < 2 || bt.rank() < 2 {
+        return None;
+    }
+    let mut geo = matmul_geo(at, bt, &inst.ty);
+    let view = view::view_of(cx.func, b, &|i| cx.viewed[i])?;
+    if view.source != b {
+        with_view(&mut geo, 1, &view);
+    }
+    let epi = Epilogue::new(cx, &[], &[], &inst.ty.dims);
+    let (plan, epi) = packed::PackedGemm::plan(cx, &geo, &epi, true)?;
+    Some((plan, epi, view.source))
+}
+
 /// Whether operand `k` of the matmul at instruction `p` may be read through `view`:
 /// the packed GEMM takes the product (a micro-kernel target, not the single-row path)
 /// and the view's strides (A's columns adjacent; B's columns or rows adjacent, packed

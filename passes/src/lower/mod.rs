@@ -289,6 +289,8 @@ fn lower_program<'a>(
         cur_inst: 0,
         softmax_after: HashMap::new(),
         softmax_done: Vec::new(),
+        attention_after: HashMap::new(),
+        written_early: HashMap::new(),
     };
     if !opts.keep_every_value {
         let uses = func.uses();
@@ -307,6 +309,8 @@ fn lower_program<'a>(
             .collect();
         if opts.micro.is_some() {
             cx.softmax_after = norm::softmax_after_products(func, &uses);
+            cx.attention_after =
+                norm::attention_after_softmax(func, &uses, &cx.softmax_after, &cx.viewed);
         }
     } else {
         cx.inlined = vec![false; func.insts.len()];
@@ -418,6 +422,13 @@ pub(crate) struct Cx<'a> {
     /// (that softmax's instruction), which the product may compute in place as it
     /// finishes each block of rows ([`norm::softmax_after_products`]).
     pub(crate) softmax_after: HashMap<usize, usize>,
+    /// Of those products, the ones whose softmax's one reader is a product by a V
+    /// computed already (attention's `P·V`): that product's instruction, which the first
+    /// product's kernel may compute too ([`norm::attention_after_softmax`]).
+    pub(crate) attention_after: HashMap<usize, usize>,
+    /// Instructions whose result an earlier instruction's kernel wrote (a `P·V` computed
+    /// with its scores): their buffer.
+    pub(crate) written_early: HashMap<usize, BufferId>,
     /// By instruction: a softmax its product computed in place (its value is the
     /// product's buffer; no kernel of its own).
     pub(crate) softmax_done: Vec<bool>,
@@ -647,6 +658,10 @@ impl<'a> Cx<'a> {
         if self.softmax_done.get(i) == Some(&true) {
             return Ok(self.buf(inst.operands[0]));
         }
+        // A product an earlier kernel computed (attention's `P·V`, with its scores).
+        if let Some(&out) = self.written_early.get(&i) {
+            return Ok(out);
+        }
         // Reshape and flatten of a row-major tensor keep the bytes: alias the operand. So
         // does a transpose that only moves size-1 dims (PyTorch's `x.transpose(0, 1)` of a
         // batch-1 `[1, S, D]`: ViT-small copied 0.08 ms per layer this way).
@@ -707,6 +722,7 @@ impl<'a> Cx<'a> {
             // the post-ops in one elementwise pass. (A softmax reading the result must
             // then follow that pass: the anchor does not compute it.)
             self.softmax_after.remove(&self.cur_inst);
+            self.attention_after.remove(&self.cur_inst);
             let anchor = self.temp("anchor", out_ty.storage_len());
             self.lower_op(op, operands, out_ty, &[], &[], anchor)?;
             // One pass per MAX_POST_IN_REGISTERS post-ops: Cranelift's register

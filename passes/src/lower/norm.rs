@@ -187,6 +187,50 @@ pub(crate) fn softmax_after_products(
     out
 }
 
+/// Attention's second product: for a product whose softmax runs in place
+/// ([`softmax_after_products`]), the plain matmul that is that softmax's one reader, as
+/// its A (`P·V`), when everything else it reads is computed before the first product
+/// (its B through the viewed movement above it: V's head split). The first product's
+/// kernel may then compute `P·V` on each block of finished rows too, while they are in
+/// cache: first product → second product.
+pub(crate) fn attention_after_softmax(
+    func: &smelt_ir::graph::Func,
+    uses: &[Vec<smelt_ir::graph::Use>],
+    softmax_after: &HashMap<usize, usize>,
+    viewed: &[bool],
+) -> HashMap<usize, usize> {
+    use smelt_ir::graph::{Use, ValueDef};
+    let mut out = HashMap::new();
+    for (&p, &s) in softmax_after {
+        let probs = func.inst_value(s);
+        let [Use::Operand {
+            inst: q,
+            operand: 0,
+        }] = uses[probs.index()].as_slice()
+        else {
+            continue;
+        };
+        let second = &func.insts[*q];
+        if second.op != Op::MatMul {
+            continue;
+        }
+        let ready = second.operands[1..].iter().all(|&v| {
+            let Some(view) = super::view::view_of(func, v, &|i| viewed[i]) else {
+                return false;
+            };
+            match func.def(view.source) {
+                Some(ValueDef::Inst(i)) => i < p,
+                Some(_) => true,
+                None => false,
+            }
+        });
+        if ready {
+            out.insert(p, *q);
+        }
+    }
+    out
+}
+
 /// `e`, a scalar computed after one loop for the next, stored in a one-element local
 /// and read back where the loop IR computes it. Cranelift's e-graph places a pure value
 /// at its first use and, measured on softmax rows, left a row's max reduction and its

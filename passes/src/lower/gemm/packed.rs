@@ -327,13 +327,7 @@ impl PackedGemm {
                 let job = Box::new(move |slab: &ConstantSlab| pack.pack(data, b_k, b_n, slab));
                 cx.constant_later("b_packed", len, job)
             }
-            BSource::Runtime(v) => {
-                let b_buf = cx.buf(v);
-                let w = cx.temp("b_packed", len);
-                let k = self.pack_kernel(cx.len_of(b_buf), len);
-                cx.step(k, vec![b_buf, w])?;
-                w
-            }
+            BSource::Runtime(v) => self.pack_runtime(cx, v)?,
         };
         let a = cx.buf(a_val);
         let bufs = (a, w, c_val, out);
@@ -349,6 +343,86 @@ impl PackedGemm {
             self.kernel(cx, bufs, epi, full..full + 1, tail, rest)?;
         }
         Ok(())
+    }
+
+    /// B's panels packed from activation `v` by a kernel, in a new temporary.
+    fn pack_runtime(&self, cx: &mut Cx, v: Value) -> Result<BufferId, Diagnostic> {
+        let len = self.b_matrices * self.matrix_len();
+        let b_buf = cx.buf(v);
+        let w = cx.temp("b_packed", len);
+        let k = self.pack_kernel(cx.len_of(b_buf), len);
+        cx.step(k, vec![b_buf, w])?;
+        Ok(w)
+    }
+
+    /// Whether `second` can run in this product's by-batch kernel (split over `dim`) on
+    /// each block of its finished rows: the same batch and rows, split the same way, and
+    /// this product's result, row-major, its A.
+    fn feeds(&self, second: &PackedGemm, dim: usize) -> bool {
+        let (rows, n) = (self.rows as i64, self.n as i64);
+        let strides = row_major_strides(&self.batch);
+        let a_is_ours = second.a_m == n
+            && second.a_offset == 0
+            && second.a_batch.len() == self.batch.len()
+            && (0..self.batch.len())
+                .all(|d| self.batch[d] == 1 || second.a_batch[d] == strides[d] * rows * n);
+        second.batch == self.batch
+            && second.rows == self.rows
+            && second.k == self.n
+            && second.parallel_batch_dim() == Some(dim)
+            && second.alpha == 1.0
+            && a_is_ours
+    }
+
+    /// The rows `row0..row0 + pixels` of batch index `bidx` against every panel: the
+    /// whole panels, then the tail.
+    #[allow(clippy::too_many_arguments)]
+    fn rows_by_panels(
+        &self,
+        kb: &mut KernelBuilder,
+        args: &Args,
+        epi: &Epilogue,
+        bidx: &[Affine],
+        row0: &Affine,
+        pixels: usize,
+    ) {
+        let full = self.full_panels() as i64;
+        let whole = |p: Affine| PanelAt {
+            panel: p,
+            routine: self.routine,
+            valid: self.lanes(),
+            unit: None,
+        };
+        match full {
+            0 => {}
+            1 => self.call(
+                kb,
+                args,
+                epi,
+                &whole(Affine::constant(0)),
+                bidx,
+                row0,
+                pixels,
+            ),
+            _ => kb.for_loop(0, full, 1, |kb, p| {
+                self.call(kb, args, epi, &whole(Affine::var(p)), bidx, row0, pixels)
+            }),
+        }
+        if let Some(routine) = self.tail {
+            let at = PanelAt {
+                panel: Affine::constant(full),
+                routine,
+                valid: self.n - self.full_panels() * self.lanes(),
+                unit: None,
+            };
+            self.call(kb, args, epi, &at, bidx, row0, pixels);
+        }
+    }
+
+    /// Rows of A one call of every panel's routine takes.
+    fn rows_per_call(&self) -> usize {
+        let tail = self.tail.map_or(usize::MAX, |t| t.max_pixels as usize);
+        (self.routine.max_pixels as usize).min(tail).max(1)
     }
 
     /// The batch dim a product of activations splits over threads, when it has one of
@@ -372,7 +446,11 @@ impl PackedGemm {
     }
 
     /// One kernel for the whole product, parallel over batch dim `dim`: for each of its
-    /// matrices, the whole panels, then the tail.
+    /// matrices, blocks of rows against every panel; then, on each finished block while
+    /// it is in cache, the softmax along its rows that is the product's one reader, and
+    /// attention's `P·V` that is the softmax's one reader (`cx.attention_after`), when
+    /// its plan agrees ([`PackedGemm::feeds`]): its B packed first, its result written
+    /// here for its instruction (`cx.written_early`).
     fn batch_kernel(
         &self,
         cx: &mut Cx,
@@ -383,14 +461,55 @@ impl PackedGemm {
         // a softmax along the rows that reads nothing else runs here, in place
         let softmax_inst = cx.softmax_after.get(&cx.cur_inst).copied();
         let softmax = softmax_inst.is_some();
+        let second = softmax
+            .then(|| cx.attention_after.get(&cx.cur_inst).copied())
+            .flatten()
+            .and_then(|q| super::second_product(cx, q).map(|(p, e, v)| (q, p, e, v)))
+            .filter(|(_, p, _, _)| self.feeds(p, dim));
+        let second = match second {
+            Some((q, plan, epi2, v)) => {
+                let v_packed = plan.pack_runtime(cx, v)?;
+                let ty = &cx.func.insts[q].ty;
+                let (name, len) = (format!("v{}", cx.func.inst_value(q).0), ty.storage_len());
+                let out2 = cx.typed_temp(&name, ty.dtype, len);
+                Some((q, plan, epi2, v_packed, out2))
+            }
+            None => None,
+        };
         let tail = self
             .tail
             .map_or(String::new(), |t| format!("_t{}", t.lanes));
-        let what = format!("{tail}_by_batch{}", if softmax { "_softmax" } else { "" });
+        let then = match (&second, softmax) {
+            (Some(_), _) => "_softmax_pv",
+            (None, true) => "_softmax",
+            (None, false) => "",
+        };
+        let what = format!("{tail}_by_batch{then}");
         let name = self.kernel_name(self.lanes(), &what, c_val, &epi);
-        let (mut kb, args, steps) = self.kernel_args(cx, &name, (a, w, c_val, out), &mut epi);
+        let (mut kb, args, mut steps) = self.kernel_args(cx, &name, (a, w, c_val, out), &mut epi);
+        // the second product reads this one's result as its A
+        let second = second.map(|(q, plan, mut epi2, v_packed, out2)| {
+            let wa = kb.arg("v_packed", cx.len_of(v_packed), Access::Read);
+            steps.push(v_packed);
+            steps.extend(epi2.declare(&mut kb));
+            let oa = kb.arg("pv", cx.len_of(out2), Access::Write);
+            steps.push(out2);
+            let args2 = Args {
+                a: args.out,
+                w: wa,
+                c: None,
+                out: oa,
+            };
+            (q, plan, epi2, args2, out2)
+        });
         let others: Vec<usize> = (0..self.batch.len()).filter(|&d| d != dim).collect();
         let extents: Vec<usize> = others.iter().map(|&d| self.batch[d]).collect();
+        // a block of rows against every panel: the block stays in L1 while B's panels
+        // (K × N, 53 KB for ViT's Q·Kᵀ) stream from L2
+        let per_call = second
+            .as_ref()
+            .map_or(usize::MAX, |(_, p, ..)| p.rows_per_call())
+            .min(self.rows_per_call());
         kb.set_parallel();
         kb.for_loop(0, self.batch[dim] as i64, 1, |kb, i| {
             for_batches(kb, &extents, &mut Vec::new(), &mut |kb, inner| {
@@ -399,42 +518,8 @@ impl PackedGemm {
                 for (&d, at) in others.iter().zip(inner) {
                     bidx[d] = at.clone();
                 }
-                // a block of rows against every panel: the block stays in L1 while B's
-                // panels (K × N, 53 KB for ViT's Q·Kᵀ) stream from L2
-                let full = self.full_panels() as i64;
-                let tail = self.tail.map(|t| PanelAt {
-                    panel: Affine::constant(full),
-                    routine: t,
-                    valid: self.n - self.full_panels() * self.lanes(),
-                    unit: None,
-                });
-                let per_call = tail
-                    .as_ref()
-                    .map_or(self.routine.max_pixels, |t| {
-                        t.routine.max_pixels.min(self.routine.max_pixels)
-                    })
-                    .max(1) as usize;
                 let block = |kb: &mut KernelBuilder, row0: &Affine, pixels: usize| {
-                    let whole = |p: Affine| PanelAt {
-                        panel: p,
-                        routine: self.routine,
-                        valid: self.lanes(),
-                        unit: None,
-                    };
-                    match full {
-                        0 => {}
-                        1 => {
-                            let at = whole(Affine::constant(0));
-                            self.call(kb, &args, &epi, &at, &bidx, row0, pixels)
-                        }
-                        _ => kb.for_loop(0, full, 1, |kb, p| {
-                            let at = whole(Affine::var(p));
-                            self.call(kb, &args, &epi, &at, &bidx, row0, pixels)
-                        }),
-                    }
-                    if let Some(at) = &tail {
-                        self.call(kb, &args, &epi, at, &bidx, row0, pixels);
-                    }
+                    self.rows_by_panels(kb, &args, &epi, &bidx, row0, pixels);
                     // the block's rows are whole now, and in cache: their softmax
                     if softmax {
                         let flat = index_of(&row_major_strides(&self.batch), &bidx);
@@ -449,6 +534,10 @@ impl PackedGemm {
                             kb.softmax_row(ptr.clone(), ptr, n);
                         });
                     }
+                    // and the block's rows of P·V, from the probabilities just written
+                    if let Some((_, plan, epi2, args2, _)) = &second {
+                        plan.rows_by_panels(kb, args2, epi2, &bidx, row0, pixels);
+                    }
                 };
                 for_row_blocks(kb, self.rows, per_call, &mut |kb, row0, pixels| {
                     block(kb, row0, pixels)
@@ -457,6 +546,9 @@ impl PackedGemm {
         });
         if let Some(s) = softmax_inst {
             cx.softmax_done[s] = true;
+        }
+        if let Some((q, _, _, _, out2)) = second {
+            cx.written_early.insert(q, out2);
         }
         cx.step(kb.finish(), steps)
     }
