@@ -290,6 +290,7 @@ fn lower_program<'a>(
         softmax_after: HashMap::new(),
         softmax_done: Vec::new(),
         attention_after: HashMap::new(),
+        merged_after: HashMap::new(),
         written_early: HashMap::new(),
     };
     if !opts.keep_every_value {
@@ -311,6 +312,7 @@ fn lower_program<'a>(
             cx.softmax_after = norm::softmax_after_products(func, &uses);
             cx.attention_after =
                 norm::attention_after_softmax(func, &uses, &cx.softmax_after, &cx.viewed);
+            cx.merged_after = norm::merged_after_products(func, &uses, &cx.attention_after);
         }
     } else {
         cx.inlined = vec![false; func.insts.len()];
@@ -426,8 +428,12 @@ pub(crate) struct Cx<'a> {
     /// computed already (attention's `P·V`): that product's instruction, which the first
     /// product's kernel may compute too ([`norm::attention_after_softmax`]).
     pub(crate) attention_after: HashMap<usize, usize>,
+    /// Of those second products, the ones whose one reader is a transpose they may write
+    /// through (the head merge): that transpose's instruction
+    /// ([`norm::merged_after_products`]).
+    pub(crate) merged_after: HashMap<usize, usize>,
     /// Instructions whose result an earlier instruction's kernel wrote (a `P·V` computed
-    /// with its scores): their buffer.
+    /// with its scores, the head merge it wrote through): their buffer.
     pub(crate) written_early: HashMap<usize, BufferId>,
     /// By instruction: a softmax its product computed in place (its value is the
     /// product's buffer; no kernel of its own).

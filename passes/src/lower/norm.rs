@@ -231,6 +231,41 @@ pub(crate) fn attention_after_softmax(
     out
 }
 
+/// Of the second products of [`attention_after_softmax`], those whose one reader is a
+/// row-major transpose keeping the last axis last (the head merge, `[B, H, S, D]` →
+/// `[B, S, H, D]`), which the product may write through: product → transpose.
+pub(crate) fn merged_after_products(
+    func: &smelt_ir::graph::Func,
+    uses: &[Vec<smelt_ir::graph::Use>],
+    attention_after: &HashMap<usize, usize>,
+) -> HashMap<usize, usize> {
+    use smelt_ir::graph::Use;
+    let mut out = HashMap::new();
+    for &q in attention_after.values() {
+        let v = func.inst_value(q);
+        let [Use::Operand {
+            inst: t,
+            operand: 0,
+        }] = uses[v.index()].as_slice()
+        else {
+            continue;
+        };
+        let inst = &func.insts[*t];
+        let Op::Transpose { perm } = &inst.op else {
+            continue;
+        };
+        let source = func.type_of(v);
+        let plain = |ty: &smelt_ir::TensorType| {
+            ty.layout == smelt_ir::Layout::RowMajor && ty.dtype == smelt_ir::DType::F32
+        };
+        let last = perm.len().wrapping_sub(1);
+        if plain(source) && plain(&inst.ty) && perm.len() >= 2 && perm[last] == last {
+            out.insert(q, *t);
+        }
+    }
+    out
+}
+
 /// `e`, a scalar computed after one loop for the next, stored in a one-element local
 /// and read back where the loop IR computes it. Cranelift's e-graph places a pure value
 /// at its first use and, measured on softmax rows, left a row's max reduction and its

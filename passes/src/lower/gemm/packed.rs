@@ -28,6 +28,7 @@ use smelt_ir::loops::{
     Access, Affine, BinOp, BufId, BufPtr, ConvTile, Expr, KernelBuilder, TileRoutine, TileTarget,
     Width,
 };
+use smelt_ir::op::Op;
 use smelt_ir::{AlignedBuf, ConstantSlab, Diagnostic, Value};
 
 use super::GemmGeo;
@@ -79,6 +80,10 @@ pub(super) struct PackedGemm {
     /// Q and Kᵀ, which the epilogue would otherwise apply to every sum: B is linear in
     /// them and is copied anyway).
     scale: f32,
+    /// Where the result goes when it is written through a view (attention's head merge,
+    /// a transpose of the heads and rows): the elements between consecutive indices of
+    /// each batch dim and between consecutive rows; `None`: row-major.
+    out_view: Option<(Vec<i64>, i64)>,
 }
 
 /// The kernel arguments of one packed-GEMM kernel.
@@ -156,6 +161,7 @@ impl PackedGemm {
             alpha: geo.alpha,
             beta: geo.beta,
             scale: 1.0,
+            out_view: None,
         };
         let planned = match merged {
             Some((merged, stride)) => {
@@ -345,6 +351,18 @@ impl PackedGemm {
         Ok(())
     }
 
+    /// Where row `row` of batch index `bidx` (`flat` as one number) starts in the
+    /// result, and the elements between rows there.
+    fn out_row(&self, flat: &Affine, bidx: &[Affine], row: &Affine) -> (Affine, i64) {
+        match &self.out_view {
+            Some((batch, m)) => (index_of(batch, bidx).add(&row.scale(*m)), *m),
+            None => {
+                let (rows, n) = (self.rows as i64, self.n as i64);
+                (flat.scale(rows * n).add(&row.scale(n)), n)
+            }
+        }
+    }
+
     /// B's panels packed from activation `v` by a kernel, in a new temporary.
     fn pack_runtime(&self, cx: &mut Cx, v: Value) -> Result<BufferId, Diagnostic> {
         let len = self.b_matrices * self.matrix_len();
@@ -467,12 +485,30 @@ impl PackedGemm {
             .and_then(|q| super::second_product(cx, q).map(|(p, e, v)| (q, p, e, v)))
             .filter(|(_, p, _, _)| self.feeds(p, dim));
         let second = match second {
-            Some((q, plan, epi2, v)) => {
+            Some((q, mut plan, epi2, v)) => {
                 let v_packed = plan.pack_runtime(cx, v)?;
-                let ty = &cx.func.insts[q].ty;
-                let (name, len) = (format!("v{}", cx.func.inst_value(q).0), ty.storage_len());
-                let out2 = cx.typed_temp(&name, ty.dtype, len);
-                Some((q, plan, epi2, v_packed, out2))
+                // P·V written straight into the head merge that is its one reader
+                let merge = cx.merged_after.get(&q).copied();
+                let written = merge.unwrap_or(q);
+                let ty = &cx.func.insts[written].ty;
+                let name = format!("v{}", cx.func.inst_value(written).0);
+                let out2 = cx.typed_temp(&name, ty.dtype, ty.storage_len());
+                if let Some(t) = merge {
+                    let Op::Transpose { perm } = &cx.func.insts[t].op else {
+                        unreachable!("merged_after holds transposes")
+                    };
+                    let strides = row_major_strides(&ty.dims);
+                    let mut of_source = vec![0i64; perm.len()];
+                    for (j, &d) in perm.iter().enumerate() {
+                        of_source[d] = strides[j];
+                    }
+                    let rows_at = perm.len() - 2;
+                    plan.out_view = Some((of_source[..rows_at].to_vec(), of_source[rows_at]));
+                    // the product's own value has no bytes: only the merge read it
+                    let nothing = cx.typed_temp(&format!("{name}_merged"), ty.dtype, 0);
+                    cx.written_early.insert(q, nothing);
+                }
+                Some((written, plan, epi2, v_packed, out2))
             }
             None => None,
         };
@@ -770,13 +806,13 @@ impl PackedGemm {
         row0: &Affine,
         pixels: usize,
     ) {
-        let (k, n) = (self.k as i64, self.n as i64);
+        let k = self.k as i64;
         let lanes = at.routine.lanes;
         let rows = self.rows as i64;
         // the batch index as one number (row-major over the batch dims)
         let flat = index_of(&row_major_strides(&self.batch), bidx);
         let col0 = at.panel.scale(self.lanes() as i64);
-        let out_row0 = flat.scale(rows * n).add(&row0.scale(n));
+        let (out_row0, out_m) = self.out_row(&flat, bidx, row0);
         let plain = self.alpha == 1.0 && (args.c.is_none() || self.beta == 0.0);
         let direct = at.valid == lanes as usize && epi.is_empty() && plain;
         // A leading bias add and SiLU, sigmoid or GELU run natively on the routine's
@@ -794,7 +830,7 @@ impl PackedGemm {
             .plus(self.a_offset);
         let w_at = index_of(&self.b_batch, bidx).add(&at.panel.scale(self.panel_len()));
         let (sums, sums_at, out_pixel_stride) = if direct {
-            (args.out, out_row0.add(&col0), n)
+            (args.out, out_row0.add(&col0), out_m)
         } else {
             (
                 kb.local(pixels * lanes as usize),
@@ -922,8 +958,7 @@ impl PackedGemm {
         let mut idx = end.bidx.to_vec();
         idx.extend([end.row.clone(), col.clone()]);
         let v = epi.apply(kb, v, &idx, w);
-        let (rows, n) = (self.rows as i64, self.n as i64);
-        let stored = end.flat.scale(rows * n).add(&end.row.scale(n)).add(col);
+        let stored = self.out_row(end.flat, end.bidx, end.row).0.add(col);
         kb.store(args.out, stored, v, w);
     }
 }
