@@ -551,12 +551,15 @@ fn typical_calls_match_reference() {
 #[test]
 fn every_pixel_stride_path_matches_reference() {
     // the kernels specialize full blocks on these pixel strides (and prefetch planar
-    // inputs with strides 1 and 2); 7 and 130 take the run-time-stride path; the pixel
+    // inputs with strides 1 and 2; 384 to 3072 are GEMM rows of the transformers' K);
+    // 7 and 130 take the run-time-stride path; the pixel
     // counts give full blocks and remainders of every kernel's block size
     let mut cov = Coverage::default();
     let mut seed = 100;
     for lanes in ALL_LANES {
-        for pixel_stride in [1, 2, 3, 6, 7, 64, 128, 130, 256, 512, 1024] {
+        for pixel_stride in [
+            1, 2, 3, 6, 7, 64, 128, 130, 256, 384, 512, 768, 1024, 1536, 3072,
+        ] {
             for chan_stride in [1, 40 * 1024] {
                 for pixels in [63, 28, 14, 13, 6] {
                     let call = Call {

@@ -92,8 +92,9 @@ unsafe fn all_full_blocks<const FIN: u8>(g: &Geom, x: *const f32, out: *mut f32,
     unsafe {
         // Common pixel strides are compile-time constants in the full blocks, so every
         // pixel's x address is the base plus an immediate: with a run-time stride the
-        // addresses take integer adds that compete with the FMAs for ports. Planar inputs
-        // (a channel at least a cache line from the next) are prefetched.
+        // addresses take integer adds that compete with the FMAs for ports (a GEMM's
+        // rows are K apart: the transformers' K of 384 to 3072 are listed too). Planar
+        // inputs (a channel at least a cache line from the next) are prefetched.
         match (g.pixel_stride, g.chan_stride >= 16) {
             (1, true) => full_blocks::<1, true, FIN>(g, x, out, full),
             (2, true) => full_blocks::<2, true, FIN>(g, x, out, full),
@@ -107,6 +108,10 @@ unsafe fn all_full_blocks<const FIN: u8>(g: &Geom, x: *const f32, out: *mut f32,
             (256, _) => full_blocks::<256, false, FIN>(g, x, out, full),
             (512, _) => full_blocks::<512, false, FIN>(g, x, out, full),
             (1024, _) => full_blocks::<1024, false, FIN>(g, x, out, full),
+            (384, _) => full_blocks::<384, false, FIN>(g, x, out, full),
+            (768, _) => full_blocks::<768, false, FIN>(g, x, out, full),
+            (1536, _) => full_blocks::<1536, false, FIN>(g, x, out, full),
+            (3072, _) => full_blocks::<3072, false, FIN>(g, x, out, full),
             _ => full_blocks::<0, false, FIN>(g, x, out, full),
         }
     }
