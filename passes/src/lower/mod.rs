@@ -312,7 +312,8 @@ fn lower_program<'a>(
             cx.softmax_after = norm::softmax_after_products(func, &uses);
             cx.attention_after =
                 norm::attention_after_softmax(func, &uses, &cx.softmax_after, &cx.viewed);
-            cx.merged_after = norm::merged_after_products(func, &uses, &cx.attention_after);
+            cx.merged_after =
+                norm::merged_after_products(func, &uses, &cx.attention_after, &cx.inlined);
         }
     } else {
         cx.inlined = vec![false; func.insts.len()];

@@ -233,11 +233,13 @@ pub(crate) fn attention_after_softmax(
 
 /// Of the second products of [`attention_after_softmax`], those whose one reader is a
 /// row-major transpose keeping the last axis last (the head merge, `[B, H, S, D]` →
-/// `[B, S, H, D]`), which the product may write through: product → transpose.
+/// `[B, S, H, D]`) that is computed (not `inlined` into its readers or viewed by them),
+/// which the product may write through: product → transpose.
 pub(crate) fn merged_after_products(
     func: &smelt_ir::graph::Func,
     uses: &[Vec<smelt_ir::graph::Use>],
     attention_after: &HashMap<usize, usize>,
+    inlined: &[bool],
 ) -> HashMap<usize, usize> {
     use smelt_ir::graph::Use;
     let mut out = HashMap::new();
@@ -259,7 +261,8 @@ pub(crate) fn merged_after_products(
             ty.layout == smelt_ir::Layout::RowMajor && ty.dtype == smelt_ir::DType::F32
         };
         let last = perm.len().wrapping_sub(1);
-        if plain(source) && plain(&inst.ty) && perm.len() >= 2 && perm[last] == last {
+        let computed = !inlined[*t];
+        if computed && plain(source) && plain(&inst.ty) && perm.len() >= 2 && perm[last] == last {
             out.insert(q, *t);
         }
     }
