@@ -20,9 +20,10 @@ VM's speed drifts by up to 2× over seconds (neighbours), and run-by-run alterna
 both sides in the same moments. At more than one thread ORT's workers do not spin after
 a run (`session.intra_op.allow_spinning = 0`): spinning workers would hold the cores
 that smelt's next run needs. Compile time is measured as an embedding host sees it, in
-this warm process: `rounds` alternations of one `smelt_executable_from_file` (file to
-executable) and one ORT session of the same model and options (file to session), each
-side's median in the `compile` and `session` columns. One `smelt bench --json` process per
+this warm process: after one untimed pair, `max(rounds, COMPILE_ROUNDS)` alternations of
+one `smelt_executable_from_file` (file to executable) and one ORT session of the same
+model and options (file to session), each side's median in the `compile` and `session`
+columns. One `smelt bench --json` process per
 model and thread count reports the flop count and a fresh process's compile time (column
 `process`: it also pays the first touch of the process's memory, which on this VM varies
 2-5× from run to run, as ORT's does in a fresh process). With `--processes` both compile

@@ -150,6 +150,22 @@ fn kernel_names(m: &Module, kernels: Kernels) -> Vec<String> {
     exe.kernels().iter().map(|k| k.name.clone()).collect()
 }
 
+/// `m` compiled with `kernels` for `threads` threads, run on `inputs`.
+fn run_at(
+    m: &Module,
+    kernels: Kernels,
+    threads: usize,
+    inputs: &[smelt::Tensor],
+) -> Vec<smelt::Tensor> {
+    let o = CompileOptions {
+        kernels,
+        threads,
+        ..jit_util::opts()
+    };
+    let exe = Executable::compile(m, None, &o).expect("compiles");
+    exe.run(inputs).expect("runs")
+}
+
 fn check(what: &str, m: &Module) {
     check_against_interp(what, m, &random_inputs(m, 23), TOL);
 }
@@ -293,15 +309,7 @@ fn one_and_two_threads_are_bit_identical() {
     for (what, m) in &cases {
         let inputs = random_inputs(m, 41);
         for kernels in assert_packed_path(what, m) {
-            let run = |threads: usize| {
-                let o = CompileOptions {
-                    kernels,
-                    threads,
-                    ..jit_util::opts()
-                };
-                let exe = Executable::compile(m, None, &o).expect("compiles");
-                exe.run(&inputs).expect("runs")
-            };
+            let run = |threads: usize| run_at(m, kernels, threads, &inputs);
             let (one, two) = (run(1), run(2));
             assert_eq!(one[0].data, two[0].data, "{what} ({kernels:?})");
         }
@@ -345,15 +353,7 @@ fn matmul_of_two_activations() {
         check(&what, &m);
         let inputs = random_inputs(&m, 43);
         for kernels in kernel_choices() {
-            let run = |threads: usize| {
-                let o = CompileOptions {
-                    kernels,
-                    threads,
-                    ..jit_util::opts()
-                };
-                let exe = Executable::compile(&m, None, &o).expect("compiles");
-                exe.run(&inputs).expect("runs")
-            };
+            let run = |threads: usize| run_at(&m, kernels, threads, &inputs);
             assert_eq!(run(1)[0].data, run(2)[0].data, "{what} ({kernels:?})");
         }
     }
@@ -524,15 +524,7 @@ fn attention_heads_are_read_through_views() {
             );
             assert_eq!(count("gemm_pack_b"), 2, "{what} ({kernels:?}): {names:?}");
             // each thread computes whole heads: the same bits on one thread and two
-            let run = |threads: usize| {
-                let o = CompileOptions {
-                    kernels,
-                    threads,
-                    ..jit_util::opts()
-                };
-                let exe = Executable::compile(&fused, None, &o).expect("compiles");
-                exe.run(&inputs).expect("runs")
-            };
+            let run = |threads: usize| run_at(&fused, kernels, threads, &inputs);
             let (one, two) = (run(1), run(2));
             for (a, b) in one.iter().zip(&two) {
                 assert_eq!(a.data, b.data, "{what} ({kernels:?})");

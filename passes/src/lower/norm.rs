@@ -161,7 +161,7 @@ pub(crate) fn softmax_after_products(
     func: &smelt_ir::graph::Func,
     uses: &[Vec<smelt_ir::graph::Use>],
 ) -> HashMap<usize, usize> {
-    use smelt_ir::graph::{Use, ValueDef};
+    use smelt_ir::graph::ValueDef;
     let mut out = HashMap::new();
     for (s, inst) in func.insts.iter().enumerate() {
         let Op::Softmax { axis } = inst.op else {
@@ -176,15 +176,20 @@ pub(crate) fn softmax_after_products(
         let Some(ValueDef::Inst(p)) = func.def(x) else {
             continue;
         };
-        let only_reader = matches!(
-            uses[x.index()].as_slice(),
-            [Use::Operand { inst, operand: 0 }] if *inst == s
-        );
+        let only_reader = first_operand_of_one(uses, x) == Some(s);
         if only_reader && super::view::is_matmul(&func.insts[p].op) {
             out.insert(p, s);
         }
     }
     out
+}
+
+/// The instruction that reads `v` as its first operand and nothing else reads `v`.
+fn first_operand_of_one(uses: &[Vec<smelt_ir::graph::Use>], v: smelt_ir::Value) -> Option<usize> {
+    match uses[v.index()].as_slice() {
+        [smelt_ir::graph::Use::Operand { inst, operand: 0 }] => Some(*inst),
+        _ => None,
+    }
 }
 
 /// Attention's second product: for a product whose softmax runs in place
@@ -199,18 +204,13 @@ pub(crate) fn attention_after_softmax(
     softmax_after: &HashMap<usize, usize>,
     viewed: &[bool],
 ) -> HashMap<usize, usize> {
-    use smelt_ir::graph::{Use, ValueDef};
+    use smelt_ir::graph::ValueDef;
     let mut out = HashMap::new();
     for (&p, &s) in softmax_after {
-        let probs = func.inst_value(s);
-        let [Use::Operand {
-            inst: q,
-            operand: 0,
-        }] = uses[probs.index()].as_slice()
-        else {
+        let Some(q) = first_operand_of_one(uses, func.inst_value(s)) else {
             continue;
         };
-        let second = &func.insts[*q];
+        let second = &func.insts[q];
         if second.op != Op::MatMul {
             continue;
         }
@@ -225,7 +225,7 @@ pub(crate) fn attention_after_softmax(
             }
         });
         if ready {
-            out.insert(p, *q);
+            out.insert(p, q);
         }
     }
     out
@@ -241,18 +241,13 @@ pub(crate) fn merged_after_products(
     attention_after: &HashMap<usize, usize>,
     inlined: &[bool],
 ) -> HashMap<usize, usize> {
-    use smelt_ir::graph::Use;
     let mut out = HashMap::new();
     for &q in attention_after.values() {
         let v = func.inst_value(q);
-        let [Use::Operand {
-            inst: t,
-            operand: 0,
-        }] = uses[v.index()].as_slice()
-        else {
+        let Some(t) = first_operand_of_one(uses, v) else {
             continue;
         };
-        let inst = &func.insts[*t];
+        let inst = &func.insts[t];
         let Op::Transpose { perm } = &inst.op else {
             continue;
         };
@@ -261,9 +256,9 @@ pub(crate) fn merged_after_products(
             ty.layout == smelt_ir::Layout::RowMajor && ty.dtype == smelt_ir::DType::F32
         };
         let last = perm.len().wrapping_sub(1);
-        let computed = !inlined[*t];
+        let computed = !inlined[t];
         if computed && plain(source) && plain(&inst.ty) && perm.len() >= 2 && perm[last] == last {
-            out.insert(q, *t);
+            out.insert(q, t);
         }
     }
     out
