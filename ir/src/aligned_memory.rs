@@ -50,11 +50,14 @@ enum Owner {
     Piece { _mapping: std::sync::Arc<Mapping> },
 }
 
-/// A private anonymous mapping of `count` zeroed lines, advised to use 2 MiB pages;
-/// unmapped on drop.
+/// A private anonymous mapping of `count` lines, advised to use 2 MiB pages; unmapped
+/// (or retired) on drop.
 pub(crate) struct Mapping {
     ptr: std::ptr::NonNull<Line>,
     count: usize,
+    /// Every line holds zeros (a fresh mapping, or a retired one cleared); otherwise they
+    /// hold what an earlier owner left ([`Contents::Overwritten`]).
+    zeros: bool,
 }
 
 // SAFETY: the mapping is plain memory; the pieces that write it own disjoint ranges.
@@ -119,28 +122,27 @@ impl Retired {
 }
 
 impl Mapping {
-    /// A mapping of `count` zeroed lines (at least one) — a retired one of about that
-    /// size, zeroed, or a fresh one —, or `None` where the kernel refuses or the host is
-    /// not Linux.
-    fn new(count: usize) -> Option<Mapping> {
-        Mapping::with_contents(count, Contents::Zeroed)
-    }
-
-    /// [`Mapping::new`], leaving a retired mapping's bytes as they are when `contents`
-    /// says its owner overwrites them all.
+    /// A mapping of `count` lines (at least one) — a retired one of about that size, or
+    /// a fresh one —, or `None` where the kernel refuses or the host is not Linux. A
+    /// retired one is zeroed unless `contents` says its owner overwrites it all.
     fn with_contents(count: usize, contents: Contents) -> Option<Mapping> {
         let bytes = count.checked_mul(64).filter(|&b| b > 0)?;
         let reused = Retired::lock().take(count);
         if let Some((at, lines)) = reused {
             let ptr = std::ptr::NonNull::new(at as *mut Line)?;
-            if contents == Contents::Zeroed {
+            let zeros = contents == Contents::Zeroed;
+            if zeros {
                 // SAFETY: a retired mapping of `lines` lines is owned by nobody else
                 // (taken out of the list under its lock).
                 unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, lines) };
             }
             // Either way every line is initialized: a retired line holds the bytes its
             // last owner left, or zeros where `MADV_FREE` let the kernel take its page.
-            return Some(Mapping { ptr, count: lines });
+            return Some(Mapping {
+                ptr,
+                count: lines,
+                zeros,
+            });
         }
         #[cfg(target_os = "linux")]
         // SAFETY: a fresh private anonymous mapping, owned by the result and unmapped in
@@ -158,7 +160,11 @@ impl Mapping {
                 return None;
             }
             libc::madvise(p, bytes, libc::MADV_HUGEPAGE);
-            return std::ptr::NonNull::new(p.cast::<Line>()).map(|ptr| Mapping { ptr, count });
+            return std::ptr::NonNull::new(p.cast::<Line>()).map(|ptr| Mapping {
+                ptr,
+                count,
+                zeros: true,
+            });
         }
         #[allow(unreachable_code)]
         {
@@ -231,13 +237,27 @@ impl Chunks {
     /// `count` zeroed lines: a piece of the current mapping, of a new one when it is
     /// full, or memory of their own when they are large or no mapping can be made.
     pub(crate) fn zeroed(&self, count: usize) -> Lines {
+        self.carve(count, Contents::Zeroed)
+    }
+
+    /// `count` lines of unspecified bytes, for a caller that overwrites all of them
+    /// before reading any (as [`Lines::for_overwrite`]): a piece of a reused mapping is
+    /// not cleared first.
+    pub(crate) fn for_overwrite(&self, count: usize) -> Lines {
+        self.carve(count, Contents::Overwritten)
+    }
+
+    /// A piece of `count` lines holding `contents`. A chunk is mapped without clearing a
+    /// reused mapping; a piece of it that must hold zeros is cleared as it is carved, so
+    /// only the lines handed out are written.
+    fn carve(&self, count: usize, contents: Contents) -> Lines {
         if count == 0 || self.chunk_lines == 0 {
-            return Lines::zeroed(count);
+            return Lines::with_contents(count, contents);
         }
         if count.saturating_mul(4) >= self.chunk_lines {
-            return match Mapping::new(huge_pages_of(count)) {
+            return match Mapping::with_contents(huge_pages_of(count), contents) {
                 Some(mapping) => Lines::of_mapping(mapping, count),
-                None => Lines::zeroed(count),
+                None => Lines::with_contents(count, contents),
             };
         }
         // the state is consistent whatever a panicking holder did: it is replaced whole
@@ -249,16 +269,22 @@ impl Chunks {
             c.as_ref().is_some_and(|(m, used)| m.count - used >= count)
         };
         if !fits(&current) {
-            *current = Mapping::new(self.chunk_lines).map(|m| (std::sync::Arc::new(m), 0));
+            *current = Mapping::with_contents(self.chunk_lines, Contents::Overwritten)
+                .map(|m| (std::sync::Arc::new(m), 0));
         }
         let Some((mapping, used)) = current.as_mut() else {
-            return Lines::zeroed(count);
+            return Lines::with_contents(count, contents);
         };
         // SAFETY: lines `used..used + count` lie inside the mapping (checked by `fits`
         // or by a fresh mapping of `chunk_lines >= 4 · count`) and were never handed out:
         // `used` only grows, under the lock.
         let ptr = unsafe { std::ptr::NonNull::new_unchecked(mapping.ptr.as_ptr().add(*used)) };
         *used += count;
+        if contents == Contents::Zeroed && !mapping.zeros {
+            // SAFETY: the piece's lines are inside the mapping and handed out to nobody
+            // else (see above); they hold initialized bytes, now zeros.
+            unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, count) };
+        }
         Lines {
             ptr,
             count,
@@ -458,6 +484,32 @@ mod tests {
         assert!(evicted.contains(&(0x4000, big)), "{evicted:?}");
         let bytes: usize = r.mappings.iter().map(|&(_, c)| c * 64).sum();
         assert!(bytes <= RETAIN_MAX_BYTES && r.mappings.len() <= RETAIN_MAX_COUNT);
+    }
+
+    /// Zeroed pieces are zeros, also where pieces for overwriting (which are not cleared)
+    /// were written and dropped before, so that their mapping may come back reused.
+    #[test]
+    fn zeroed_pieces_after_overwritten_ones_are_zeros() {
+        for round in 0..3u8 {
+            let chunks = Chunks::new(4 << 20);
+            let mut written: Vec<Lines> = (0..8).map(|_| chunks.for_overwrite(3000)).collect();
+            for piece in &mut written {
+                for line in piece.as_mut_slice() {
+                    line.0 = [round + 1; 64];
+                }
+            }
+            drop(written);
+            drop(chunks);
+            let chunks = Chunks::new(4 << 20);
+            let mut pieces = vec![chunks.for_overwrite(5), chunks.zeroed(3000)];
+            pieces.push(chunks.zeroed(chunks.chunk_lines / 4));
+            for (i, p) in pieces.iter().enumerate().skip(1) {
+                assert!(
+                    p.as_slice().iter().all(|l| l.0 == [0; 64]),
+                    "round {round}, piece {i}"
+                );
+            }
+        }
     }
 
     /// Pieces of chunks: zeroed, aligned, disjoint (each keeps what it was written),

@@ -109,8 +109,11 @@ fn transform_with<const A: usize>(
 ) -> AlignedBuf {
     // whole blocks of `lanes` output channels, a partial last one zero-padded
     let plane = o.div_ceil(lanes.max(1)) * lanes * c;
-    slab.f32_with(A * A * plane, |u| {
+    // every element is written: each plane's runs of staged values cover it whole (the
+    // padded lanes are the transforms of zero filters)
+    slab.f32_overwritten(A * A * plane, |u| {
         if lanes == 0 || w.len() < o * c * 9 {
+            u.fill(0.0);
             return;
         }
         let run_len = TRANSFORM_CHUNK * lanes;
