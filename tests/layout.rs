@@ -569,6 +569,14 @@ fn depthwise_convs_read_and_write_channel_blocks() {
                     "{what}: a partial kernel\n{loops}"
                 );
             }
+            // on AVX-512 the expansion's 72 channels are two 32-lane blocks and a 16-lane
+            // tail (not five blocks of 16)
+            if kernels == Kernels::Avx512 && mid == 72 {
+                assert!(
+                    loops.contains("_o72x32t16p"),
+                    "{what}: no tail block\n{loops}"
+                );
+            }
             // bias first, then the taps in order, as the row-major Cranelift kernels sum
             // (the native row routine of 5×5 and wider windows adds the bias last)
             if k == 3 {

@@ -236,7 +236,7 @@ pub(super) fn lower(
         phases: 1,
         wq: stride,
     };
-    let product = PackedConv::padded(&gemm, p.o, false, cx.opts.micro)
+    let product = PackedConv::padded_uniform(&gemm, p.o, false, cx.opts.micro)
         .ok_or_else(|| cx.unsupported("winograd's product needs output channels in quads"))?;
 
     // 1. padding, bottom and right enough for whole tiles; when the product runs on a
