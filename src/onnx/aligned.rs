@@ -97,7 +97,7 @@ pub fn decode(file: AlignedBuf) -> Result<AlignedModel, prost::DecodeError> {
 }
 
 /// Files at least this large move their tensors on two threads (see [`place_all`]).
-const PARALLEL_PLACE_MIN_BYTES: usize = 8 << 20;
+const PARALLEL_PLACE_MIN_BYTES: usize = 4 << 20;
 
 /// (initializer index, destination offset, length) of the tensors moved in place, and
 /// copies of those that could not move.
