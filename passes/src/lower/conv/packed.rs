@@ -308,35 +308,25 @@ impl PackedConv {
 
     /// Like [`PackedConv::new`], for a result stored NCHW (or in channel blocks when the
     /// lanes divide `og`): any `og` a micro-kernel routine computes at a useful fraction
-    /// of its lanes ([`padded_routine`]), its last block zero-padded; otherwise `og` a
-    /// multiple of 4 on Cranelift's tiles. `None` when neither applies.
+    /// of its lanes ([`padded_routine`]), its last block zero-padded — with one group,
+    /// the whole blocks on the widest routine and the last on a narrower one where that
+    /// computes the same channels ([`wide_with_tail`]); otherwise `og` a multiple of 4
+    /// on Cranelift's tiles. `None` when neither applies.
     pub(crate) fn padded(
         g: &Geo,
         og: usize,
         channels_last: bool,
         micro: Option<TileTarget>,
     ) -> Option<PackedConv> {
-        let Some(target) = micro else {
-            return og
-                .is_multiple_of(4)
-                .then(|| PackedConv::new(g, og, channels_last, None));
+        let uniform = PackedConv::padded_uniform(g, og, channels_last, micro)?;
+        let mixed = match (micro, uniform.micro) {
+            (Some(target), Some(routine)) if g.groups == 1 => wide_with_tail(target, og, routine),
+            _ => None,
         };
-        match padded_routine(target, og) {
-            Some(routine) => {
-                let mixed = (g.groups == 1)
-                    .then(|| wide_with_tail(target, og, routine))
-                    .flatten();
-                Some(match mixed {
-                    Some((wide, tail)) => {
-                        PackedConv::on_routines(g, og, channels_last, wide, Some(tail))
-                    }
-                    None => PackedConv::on_routine(g, og, channels_last, routine),
-                })
-            }
-            None => og
-                .is_multiple_of(4)
-                .then(|| PackedConv::new(g, og, channels_last, None)),
-        }
+        Some(match mixed {
+            Some((wide, tail)) => PackedConv::on_routines(g, og, channels_last, wide, Some(tail)),
+            None => uniform,
+        })
     }
 
     /// [`PackedConv::padded`] with every block on one routine (a lane-blocked result's
