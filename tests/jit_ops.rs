@@ -1352,3 +1352,45 @@ fn nearest_integer_upsampling_repeats_elements() {
         );
     }
 }
+
+/// A chain of `f32` elementwise ops, each read only by the next (YOLO's box decode:
+/// `mul → sub → add → mul`), compiles to one kernel — the first op with the others as
+/// post-ops, the accumulator on either side of a binary link, operands broadcast — and
+/// gives the interpreter's results; a link with a second reader, or a binary op whose
+/// both operands are chained, ends or keeps one chain (the other operand is computed).
+#[test]
+fn elementwise_chains_compute_in_one_kernel() {
+    let mut m = Module::default();
+    let mut b = FuncBuilder::new(&mut m, "f");
+    let x = b.param("x", t(&[2, 3, 7, 5]));
+    let scale = b
+        .constant("scale", t(&[1]), &random_f32(3, 1, 0.5, 2.0))
+        .expect("constant");
+    let grid = b
+        .constant("grid", t(&[1, 1, 7, 5]), &random_f32(4, 35, -1.0, 1.0))
+        .expect("constant");
+    let op = |b: &mut FuncBuilder, op: Op, args: &[Value]| b.op(op, args).expect("types");
+    let m0 = op(&mut b, Op::Binary(BinaryOp::Mul), &[x, scale]);
+    let s0 = op(&mut b, Op::Binary(BinaryOp::Sub), &[grid, m0]); // accumulator on the right
+    let e0 = op(&mut b, Op::Unary(UnaryOp::Exp), &[s0]);
+    let a0 = op(&mut b, Op::Binary(BinaryOp::Add), &[e0, grid]);
+    // a second chain whose last link adds the first chain's end: that operand is
+    // computed, the chain continues from its own first op
+    let n1 = op(&mut b, Op::Unary(UnaryOp::Neg), &[x]);
+    let d1 = op(&mut b, Op::Binary(BinaryOp::Div), &[n1, scale]);
+    let sum = op(&mut b, Op::Binary(BinaryOp::Add), &[a0, d1]);
+    // a value with two readers ends its chain
+    let r = op(&mut b, Op::Unary(UnaryOp::Relu), &[sum]);
+    let twice = op(&mut b, Op::Binary(BinaryOp::Mul), &[r, r]);
+    b.finish(&[("y", twice)]);
+    check("elementwise chains", &m);
+    let exe = smelt::Executable::compile(&m, None, &jit_util::opts()).expect("compiles");
+    let names: Vec<String> = exe.kernels().iter().map(|k| k.name.clone()).collect();
+    // m0 → s0 → e0 → a0 → sum → r (one kernel, `sum` reading d1), n1 → d1, twice
+    assert_eq!(names.len(), 3, "{names:?}");
+    assert_eq!(
+        names.iter().filter(|n| n.ends_with("_fused")).count(),
+        2,
+        "{names:?}"
+    );
+}

@@ -6,7 +6,7 @@ use smelt_ir::loops::{
     StoreActivation, UnOp, Width,
 };
 use smelt_ir::op::{GeluApproximation, PostOp, GELU_TANH_CUBIC, GELU_TANH_SCALE};
-use smelt_ir::{BinaryOp, Diagnostic, Layout, TensorType, UnaryOp, Value};
+use smelt_ir::{BinaryOp, DType, Diagnostic, Layout, Op, TensorType, UnaryOp, Value};
 use std::collections::HashMap;
 
 use super::{BufferId, Cx};
@@ -1016,6 +1016,54 @@ fn declare_inputs(
     (args, bufs)
 }
 
+/// Chains of `f32` row-major unary and binary ops (not scalars) where each link's result is read
+/// only by the next link, as an operand, and has the next's shape (YOLO's box decode:
+/// `mul → sub → add → mul`): per instruction, the link it feeds (`None`: it feeds no
+/// chain). The last link computes the chain in one kernel, the first op's result
+/// through the others as post-ops in registers; the earlier links get no kernel. At most
+/// [`super::MAX_POST_IN_REGISTERS`] links follow a chain's first op.
+pub(crate) fn chained_maps(
+    func: &smelt_ir::graph::Func,
+    uses: &[Vec<smelt_ir::graph::Use>],
+    inlined: &[bool],
+) -> Vec<Option<usize>> {
+    use smelt_ir::graph::Use;
+    let map = |i: usize| {
+        let inst = &func.insts[i];
+        let row_major = |t: &TensorType| t.layout == Layout::RowMajor;
+        matches!(inst.op, Op::Unary(_) | Op::Binary(_))
+            && !inlined[i]
+            && inst.ty.rank() > 0
+            && inst.ty.dtype == DType::F32
+            && row_major(&inst.ty)
+            && inst.operands.iter().all(|&v| {
+                let t = func.type_of(v);
+                t.dtype == DType::F32 && row_major(t)
+            })
+    };
+    let mut next = vec![None; func.insts.len()];
+    // per instruction: the links before it in its chain, and whether one feeds it (a
+    // binary op of two chained operands continues only the first one's chain)
+    let mut links = vec![0usize; func.insts.len()];
+    let mut fed = vec![false; func.insts.len()];
+    for i in 0..func.insts.len() {
+        if !map(i) {
+            continue;
+        }
+        let v = func.inst_value(i);
+        let [Use::Operand { inst: j, .. }] = uses[v.index()][..] else {
+            continue;
+        };
+        let joins = map(j) && !fed[j] && func.insts[j].ty.dims == func.insts[i].ty.dims;
+        if joins && links[i] < super::MAX_POST_IN_REGISTERS {
+            next[i] = Some(j);
+            links[j] = links[i] + 1;
+            fed[j] = true;
+        }
+    }
+    next
+}
+
 /// Lowers a standalone elementwise op (unary, binary with broadcasting, batch_norm).
 pub(crate) fn lower_map(
     cx: &mut Cx,
@@ -1057,19 +1105,32 @@ pub(crate) fn lower_map(
         })
         .collect();
     strides.push(row_major_strides(out_dims));
-    let (dims, st) = collapse(out_dims, &strides);
-    let vectorize = st.iter().all(|s| matches!(s.last(), Some(0 | 1)));
+    // With post-ops (a chain of maps, `chained_maps`) the nest runs over the result's
+    // own dims, the index the post-ops' operands broadcast against; otherwise over the
+    // dims collapsed where every operand runs on.
+    let chain = !epi.is_empty();
+    if chain && out_dims.is_empty() {
+        // `chained_maps` leaves scalars out
+        return Err(cx.unsupported("post-ops on a scalar elementwise op"));
+    }
+    let (dims, st) = match chain {
+        true => (out_dims.clone(), strides),
+        false => collapse(out_dims, &strides),
+    };
+    let vectorize = chain || st.iter().all(|s| matches!(s.last(), Some(0 | 1)));
 
-    let mut b = KernelBuilder::new(&format!("{}_{}", op.name(), dims_name(out_dims)));
+    let name = format!(
+        "{}_{}{}",
+        op.name(),
+        dims_name(out_dims),
+        if chain { "_fused" } else { "" }
+    );
+    let mut b = KernelBuilder::new(&name);
     let (ins, mut args) = declare_inputs(&mut b, cx, operands);
     args.extend(epi.declare(&mut b));
     let y = b.arg("out", cx.len_of(out), Access::Write);
     args.push(out);
     let out_st = st[st.len() - 1].clone();
-    let full_idx_needed = !epi.is_empty();
-    if full_idx_needed {
-        return Err(cx.unsupported("post-ops on an elementwise anchor"));
-    }
     emit_nest(&mut b, &dims, vectorize, &mut |b, idx, w| {
         let load = |k: usize| load_lanes(ins[k], index_of(&st[k], idx), st[k][st[k].len() - 1], w);
         let v = match op {
@@ -1084,9 +1145,9 @@ pub(crate) fn lower_map(
                 Expr::fma(Expr::binary(BinOp::Sub, load(0), load(3)), inv, load(2))
             }
         };
+        let v = if chain { epi.apply(b, v, idx, w) } else { v };
         b.store(y, index_of(&out_st, idx), v, w);
     });
-    let _ = epi;
     cx.step(b.finish(), args)
 }
 

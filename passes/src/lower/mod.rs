@@ -292,6 +292,7 @@ fn lower_program<'a>(
         attention_after: HashMap::new(),
         merged_after: HashMap::new(),
         written_early: HashMap::new(),
+        chained: Vec::new(),
     };
     if !opts.keep_every_value {
         let uses = func.uses();
@@ -308,6 +309,7 @@ fn lower_program<'a>(
                     || copy::inlined_into_slices(func, &uses, i)
             })
             .collect();
+        cx.chained = elementwise::chained_maps(func, &uses, &cx.inlined);
         if opts.micro.is_some() {
             cx.softmax_after = norm::softmax_after_products(func, &uses);
             cx.attention_after =
@@ -318,6 +320,7 @@ fn lower_program<'a>(
     } else {
         cx.inlined = vec![false; func.insts.len()];
         cx.viewed = vec![false; func.insts.len()];
+        cx.chained = vec![None; func.insts.len()];
     }
     for (i, p) in func.params.iter().enumerate() {
         p.ty.check_size()
@@ -433,6 +436,9 @@ pub(crate) struct Cx<'a> {
     /// through (the head merge): that transpose's instruction
     /// ([`norm::merged_after_products`]).
     pub(crate) merged_after: HashMap<usize, usize>,
+    /// By instruction: the elementwise op it feeds in a chain computed by the chain's
+    /// last op ([`elementwise::chained_maps`]); such an instruction gets no kernel.
+    pub(crate) chained: Vec<Option<usize>>,
     /// Instructions whose result an earlier instruction's kernel wrote (a `P·V` computed
     /// with its scores, the head merge it wrote through): their buffer.
     pub(crate) written_early: HashMap<usize, BufferId>,
@@ -688,7 +694,7 @@ impl<'a> Cx<'a> {
         }
         // Computed inside its consumer's kernel: no kernel, and a buffer of no bytes,
         // which nothing reads.
-        if self.inlined.get(i) == Some(&true) {
+        if self.inlined.get(i) == Some(&true) || self.chained.get(i).is_some_and(|n| n.is_some()) {
             let name = format!("v{}_inlined", self.func.inst_value(i).0);
             return Ok(self.typed_temp(&name, inst.ty.dtype, 0));
         }
@@ -700,11 +706,60 @@ impl<'a> Cx<'a> {
         if inst.ty.storage_len() == 0 {
             return Ok(out);
         }
-        let operands = inst.operands.clone();
-        let op = inst.op.clone();
+        let (op, operands) = self.chain_ending_at(i);
         let out_ty = inst.ty.clone();
         self.lower_op(&op, &operands, &out_ty, &[], &[], out)?;
         Ok(out)
+    }
+
+    /// Instruction `i`'s op and operands, or, when it ends a chain of elementwise ops
+    /// ([`Cx::chained`]), the chain as one: its first op with the others as post-ops
+    /// (each binary link's other operand an extra operand).
+    fn chain_ending_at(&self, i: usize) -> (Op, Vec<Value>) {
+        let insts = &self.func.insts;
+        let mut chain = vec![i];
+        let mut at = i;
+        // the link feeding `at`: the operand of `at` chained into it
+        while let Some(prev) = insts[at]
+            .operands
+            .iter()
+            .find_map(|&v| match self.func.def(v) {
+                Some(smelt_ir::graph::ValueDef::Inst(p)) => {
+                    (self.chained.get(p).copied().flatten() == Some(at)).then_some(p)
+                }
+                _ => None,
+            })
+        {
+            chain.push(prev);
+            at = prev;
+        }
+        chain.reverse();
+        let first = &insts[chain[0]];
+        if chain.len() == 1 {
+            return (first.op.clone(), first.operands.clone());
+        }
+        let mut operands = first.operands.clone();
+        let mut post_ops = Vec::with_capacity(chain.len() - 1);
+        for pair in chain.windows(2) {
+            let (before, link) = (self.func.inst_value(pair[0]), &insts[pair[1]]);
+            match &link.op {
+                Op::Unary(u) => post_ops.push(PostOp::Unary(*u)),
+                Op::Binary(op) => {
+                    let acc_is_lhs = link.operands[0] == before;
+                    operands.push(link.operands[usize::from(acc_is_lhs)]);
+                    post_ops.push(PostOp::Binary {
+                        op: *op,
+                        acc_is_lhs,
+                    });
+                }
+                other => unreachable!("chains hold unary and binary ops, not {}", other.name()),
+            }
+        }
+        let fused = smelt_ir::op::FusedOp {
+            anchor: Box::new(first.op.clone()),
+            post_ops,
+        };
+        (Op::Fused(fused), operands)
     }
 
     /// Lowers `op` applied to `operands` into `out`, then the post-ops (with their extra
@@ -722,8 +777,13 @@ impl<'a> Cx<'a> {
         // whose post-ops run as a second elementwise pass (see below), and an anchor
         // with more post-ops than MAX_POST_IN_REGISTERS on a row-major result.
         let long = post.len() > MAX_POST_IN_REGISTERS && out_ty.layout == Layout::RowMajor;
+        // an f32 elementwise map extends its own vectors (a chain of them, `chained`)
+        let f32_map = matches!(op, Op::Unary(_) | Op::Binary(_))
+            && operands
+                .iter()
+                .all(|&v| self.func.type_of(v).dtype == DType::F32);
         let in_registers = matches!(op, Op::Fused(_))
-            || (op.is_anchor() && !matches!(op, Op::LayerNorm { .. }) && !long);
+            || ((f32_map || op.is_anchor()) && !matches!(op, Op::LayerNorm { .. }) && !long);
         if !post.is_empty() && !in_registers {
             // The anchor's kernel has no register tile to extend: compute it, then apply
             // the post-ops in one elementwise pass. (A softmax reading the result must
