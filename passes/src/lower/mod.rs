@@ -692,9 +692,11 @@ impl<'a> Cx<'a> {
         if keeps_bytes {
             return Ok(self.buf(inst.operands[0]));
         }
-        // Computed inside its consumer's kernel: no kernel, and a buffer of no bytes,
-        // which nothing reads.
-        if self.inlined.get(i) == Some(&true) || self.chained.get(i).is_some_and(|n| n.is_some()) {
+        // Computed inside its consumer's kernel (an inlined typed map, or a link of a
+        // chain of maps its last op computes): no kernel, and a buffer of no bytes, which
+        // nothing reads.
+        let in_chain = self.chained.get(i).is_some_and(|next| next.is_some());
+        if self.inlined.get(i) == Some(&true) || in_chain {
             let name = format!("v{}_inlined", self.func.inst_value(i).0);
             return Ok(self.typed_temp(&name, inst.ty.dtype, 0));
         }
