@@ -487,8 +487,13 @@ impl PackedGemm {
         let second = match second {
             Some((q, mut plan, epi2, v)) => {
                 let v_packed = plan.pack_runtime(cx, v)?;
-                // P·V written straight into the head merge that is its one reader
-                let merge = cx.merged_after.get(&q).copied();
+                // P·V written straight into the head merge that is its one reader (its
+                // batch dims looped, as they are when it splits over the heads)
+                let merge = cx
+                    .merged_after
+                    .get(&q)
+                    .copied()
+                    .filter(|&t| cx.func.insts[t].ty.rank() == plan.batch.len() + 2);
                 let written = merge.unwrap_or(q);
                 let ty = &cx.func.insts[written].ty;
                 let name = format!("v{}", cx.func.inst_value(written).0);
