@@ -42,6 +42,12 @@ struct GemmGeo {
 }
 
 impl GemmGeo {
+    /// One row of A against a B whose k runs contiguously (a classifier's `transB`
+    /// weights): dot products, reading B once in order, split over output columns.
+    fn is_gemv(&self) -> bool {
+        self.batch.is_empty() && self.m == 1 && self.b_k == 1 && self.k >= 16
+    }
+
     /// The stride between consecutive rows of A taken across its batch dims as one run
     /// of rows, when they are evenly spaced (always for a row-major A; for a view, when
     /// its batch and row strides run on).
@@ -95,20 +101,12 @@ pub(crate) fn lower_gemm(
     // transposes), which only the packed path takes (`takes_view` said so).
     let mut sources = [operands[0], operands[1]];
     if matches!(op, GemmOp::MatMul) {
-        for (k, source) in sources.iter_mut().enumerate() {
-            let view = view::view_of(cx.func, operands[k], &|i| cx.viewed[i])
-                .ok_or_else(|| cx.unsupported("a viewed operand that is not a view"))?;
-            if view.source != operands[k] {
-                with_view(&mut geo, k, &view);
-                *source = view.source;
-            }
-        }
+        sources = read_through_views(cx, &mut geo, [operands[0], operands[1]])
+            .ok_or_else(|| cx.unsupported("a viewed operand that is not a view"))?;
     }
     let viewed = sources != [operands[0], operands[1]];
     let b_viewed = sources[1] != operands[1];
-    // One row of A against a B whose k runs contiguously (a classifier's `transB`
-    // weights): dot products, reading B once in order, split over output columns.
-    let gemv = geo.batch.is_empty() && geo.m == 1 && geo.b_k == 1 && geo.k >= 16;
+    let gemv = geo.is_gemv();
     // On a micro-kernel target: B packed into panels (a constant at compile time, an
     // activation by a kernel) and the conv-tile routines.
     if !gemv {
@@ -304,7 +302,7 @@ fn with_view(geo: &mut GemmGeo, k: usize, view: &view::View) {
 /// through the viewed movement above it, with its epilogue and B's source: attention's
 /// `P·V`, planned by the kernel of the product computing its `P` (which reads `P` as it
 /// lies, row-major). `None` where the packed path does not take it so.
-fn second_product(cx: &Cx, q: usize) -> Option<(packed::PackedGemm, Epilogue, Value)> {
+fn second_product_plan(cx: &Cx, q: usize) -> Option<(packed::PackedGemm, Epilogue, Value)> {
     let inst = &cx.func.insts[q];
     let (a, b) = (inst.operands[0], inst.operands[1]);
     let [at, bt] = [a, b].map(|v| cx.func.type_of(v));
@@ -312,13 +310,28 @@ fn second_product(cx: &Cx, q: usize) -> Option<(packed::PackedGemm, Epilogue, Va
         return None;
     }
     let mut geo = matmul_geo(at, bt, &inst.ty);
-    let view = view::view_of(cx.func, b, &|i| cx.viewed[i])?;
-    if view.source != b {
-        with_view(&mut geo, 1, &view);
+    let [a_source, b_source] = read_through_views(cx, &mut geo, [a, b])?;
+    if a_source != a {
+        return None;
     }
     let epi = Epilogue::new(cx, &[], &[], &inst.ty.dims);
     let (plan, epi) = packed::PackedGemm::plan(cx, &geo, &epi, true)?;
-    Some((plan, epi, view.source))
+    Some((plan, epi, b_source))
+}
+
+/// The values a matmul's operands `[a, b]` are read from, through the viewed movement
+/// above them, with `geo` (the matmul's) reading them through those views; `None` when a
+/// viewed operand is not a view.
+fn read_through_views(cx: &Cx, geo: &mut GemmGeo, operands: [Value; 2]) -> Option<[Value; 2]> {
+    let mut sources = operands;
+    for (k, source) in sources.iter_mut().enumerate() {
+        let view = view::view_of(cx.func, operands[k], &|i| cx.viewed[i])?;
+        if view.source != operands[k] {
+            with_view(geo, k, &view);
+            *source = view.source;
+        }
+    }
+    Some(sources)
 }
 
 /// Whether operand `k` of the matmul at instruction `p` may be read through `view`:
@@ -339,7 +352,7 @@ pub(crate) fn takes_view(
     }
     let mut geo = matmul_geo(a, b, &inst.ty);
     with_view(&mut geo, k, view);
-    let gemv = geo.batch.is_empty() && geo.m == 1 && geo.b_k == 1 && geo.k >= 16;
+    let gemv = geo.is_gemv();
     // a constant B (a weight) is packed at compile time, unless it is the viewed one
     let constant_b = k == 0
         && func

@@ -288,7 +288,6 @@ fn lower_program<'a>(
         viewed: Vec::new(),
         cur_inst: 0,
         softmax_after: HashMap::new(),
-        softmax_done: Vec::new(),
         attention_after: HashMap::new(),
         merged_after: HashMap::new(),
         written_early: HashMap::new(),
@@ -338,7 +337,6 @@ fn lower_program<'a>(
             buffer: b,
         });
     }
-    cx.softmax_done = vec![false; func.insts.len()];
     for (i, inst) in func.insts.iter().enumerate() {
         cx.cur_op = op_label(&inst.op);
         cx.cur_loc = inst.loc.clone();
@@ -439,12 +437,10 @@ pub(crate) struct Cx<'a> {
     /// By instruction: the elementwise op it feeds in a chain computed by the chain's
     /// last op ([`elementwise::chained_maps`]); such an instruction gets no kernel.
     pub(crate) chained: Vec<Option<usize>>,
-    /// Instructions whose result an earlier instruction's kernel wrote (a `P·V` computed
-    /// with its scores, the head merge it wrote through): their buffer.
+    /// Instructions whose result an earlier instruction's kernel wrote, and their buffer:
+    /// a softmax its product computed in place (the product's buffer), a `P·V` computed
+    /// with its scores, the head merge it wrote through. They get no kernel.
     pub(crate) written_early: HashMap<usize, BufferId>,
-    /// By instruction: a softmax its product computed in place (its value is the
-    /// product's buffer; no kernel of its own).
-    pub(crate) softmax_done: Vec<bool>,
 }
 
 /// Work that produces a constant buffer from module data (weight packing, transforms).
@@ -667,11 +663,7 @@ impl<'a> Cx<'a> {
                  read it, and the halving 3×3 max pool from nchw16c into nchw16c",
             ));
         }
-        // A softmax its product computed in place: the product's buffer holds it.
-        if self.softmax_done.get(i) == Some(&true) {
-            return Ok(self.buf(inst.operands[0]));
-        }
-        // A product an earlier kernel computed (attention's `P·V`, with its scores).
+        // Computed by an earlier kernel (a softmax in its product's, attention's `P·V`).
         if let Some(&out) = self.written_early.get(&i) {
             return Ok(out);
         }

@@ -95,6 +95,17 @@ struct Args {
     out: BufId,
 }
 
+/// Attention's `P·V`, computed in its scores' kernel ([`PackedGemm::second_product`]).
+struct SecondProduct {
+    /// The instruction whose value it writes (`P·V`'s, or the head merge's).
+    written: usize,
+    plan: PackedGemm,
+    epi: Epilogue,
+    /// V, packed by a kernel before.
+    v_packed: BufferId,
+    out: BufferId,
+}
+
 /// Where the packed GEMM's B comes from.
 pub(super) enum BSource<'a> {
     /// A constant weight's values, packed at compile time.
@@ -479,43 +490,9 @@ impl PackedGemm {
         // a softmax along the rows that reads nothing else runs here, in place
         let softmax_inst = cx.softmax_after.get(&cx.cur_inst).copied();
         let softmax = softmax_inst.is_some();
-        let second = softmax
-            .then(|| cx.attention_after.get(&cx.cur_inst).copied())
-            .flatten()
-            .and_then(|q| super::second_product(cx, q).map(|(p, e, v)| (q, p, e, v)))
-            .filter(|(_, p, _, _)| self.feeds(p, dim));
-        let second = match second {
-            Some((q, mut plan, epi2, v)) => {
-                let v_packed = plan.pack_runtime(cx, v)?;
-                // P·V written straight into the head merge that is its one reader (its
-                // batch dims looped, as they are when it splits over the heads)
-                let merge = cx
-                    .merged_after
-                    .get(&q)
-                    .copied()
-                    .filter(|&t| cx.func.insts[t].ty.rank() == plan.batch.len() + 2);
-                let written = merge.unwrap_or(q);
-                let ty = &cx.func.insts[written].ty;
-                let name = format!("v{}", cx.func.inst_value(written).0);
-                let out2 = cx.typed_temp(&name, ty.dtype, ty.storage_len());
-                if let Some(t) = merge {
-                    let Op::Transpose { perm } = &cx.func.insts[t].op else {
-                        unreachable!("merged_after holds transposes")
-                    };
-                    let strides = row_major_strides(&ty.dims);
-                    let mut of_source = vec![0i64; perm.len()];
-                    for (j, &d) in perm.iter().enumerate() {
-                        of_source[d] = strides[j];
-                    }
-                    let rows_at = perm.len() - 2;
-                    plan.out_view = Some((of_source[..rows_at].to_vec(), of_source[rows_at]));
-                    // the product's own value has no bytes: only the merge read it
-                    let nothing = cx.typed_temp(&format!("{name}_merged"), ty.dtype, 0);
-                    cx.written_early.insert(q, nothing);
-                }
-                Some((written, plan, epi2, v_packed, out2))
-            }
-            None => None,
+        let second = match softmax {
+            true => self.second_product(cx, dim)?,
+            false => None,
         };
         let tail = self
             .tail
@@ -529,19 +506,19 @@ impl PackedGemm {
         let name = self.kernel_name(self.lanes(), &what, c_val, &epi);
         let (mut kb, args, mut steps) = self.kernel_args(cx, &name, (a, w, c_val, out), &mut epi);
         // the second product reads this one's result as its A
-        let second = second.map(|(q, plan, mut epi2, v_packed, out2)| {
-            let wa = kb.arg("v_packed", cx.len_of(v_packed), Access::Read);
-            steps.push(v_packed);
-            steps.extend(epi2.declare(&mut kb));
-            let oa = kb.arg("pv", cx.len_of(out2), Access::Write);
-            steps.push(out2);
+        let second = second.map(|mut second| {
+            let wa = kb.arg("v_packed", cx.len_of(second.v_packed), Access::Read);
+            steps.push(second.v_packed);
+            steps.extend(second.epi.declare(&mut kb));
+            let oa = kb.arg("pv", cx.len_of(second.out), Access::Write);
+            steps.push(second.out);
             let args2 = Args {
                 a: args.out,
                 w: wa,
                 c: None,
                 out: oa,
             };
-            (q, plan, epi2, args2, out2)
+            (second, args2)
         });
         let others: Vec<usize> = (0..self.batch.len()).filter(|&d| d != dim).collect();
         let extents: Vec<usize> = others.iter().map(|&d| self.batch[d]).collect();
@@ -549,7 +526,7 @@ impl PackedGemm {
         // (K × N, 53 KB for ViT's Q·Kᵀ) stream from L2
         let per_call = second
             .as_ref()
-            .map_or(usize::MAX, |(_, p, ..)| p.rows_per_call())
+            .map_or(usize::MAX, |(second, _)| second.plan.rows_per_call())
             .min(self.rows_per_call());
         kb.set_parallel();
         kb.for_loop(0, self.batch[dim] as i64, 1, |kb, i| {
@@ -576,8 +553,9 @@ impl PackedGemm {
                         });
                     }
                     // and the block's rows of P·V, from the probabilities just written
-                    if let Some((_, plan, epi2, args2, _)) = &second {
-                        plan.rows_by_panels(kb, args2, epi2, &bidx, row0, pixels);
+                    if let Some((second, args2)) = &second {
+                        let plan = &second.plan;
+                        plan.rows_by_panels(kb, args2, &second.epi, &bidx, row0, pixels);
                     }
                 };
                 for_row_blocks(kb, self.rows, per_call, &mut |kb, row0, pixels| {
@@ -585,13 +563,64 @@ impl PackedGemm {
                 });
             });
         });
+        // the softmax's value is this product's buffer, which it finished in place
         if let Some(s) = softmax_inst {
-            cx.softmax_done[s] = true;
+            cx.written_early.insert(s, out);
         }
-        if let Some((q, _, _, _, out2)) = second {
-            cx.written_early.insert(q, out2);
+        if let Some((second, _)) = second {
+            cx.written_early.insert(second.written, second.out);
         }
         cx.step(kb.finish(), steps)
+    }
+
+    /// Attention's `P·V` for this product's by-heads kernel (split over `dim`) to compute
+    /// on each block of finished, softmaxed rows (`cx.attention_after`), when its plan
+    /// agrees ([`PackedGemm::feeds`]): V packed now, and the buffer it writes — the head
+    /// merge's, read through [`PackedGemm::out_view`], when that transpose is its one
+    /// reader (`cx.merged_after`) and its plan loops every batch dim.
+    fn second_product(&self, cx: &mut Cx, dim: usize) -> Result<Option<SecondProduct>, Diagnostic> {
+        let Some((q, mut plan, epi, v)) = cx
+            .attention_after
+            .get(&cx.cur_inst)
+            .copied()
+            .and_then(|q| super::second_product_plan(cx, q).map(|(p, e, v)| (q, p, e, v)))
+            .filter(|(_, p, _, _)| self.feeds(p, dim))
+        else {
+            return Ok(None);
+        };
+        let v_packed = plan.pack_runtime(cx, v)?;
+        let merge = cx
+            .merged_after
+            .get(&q)
+            .copied()
+            .filter(|&t| cx.func.insts[t].ty.rank() == plan.batch.len() + 2);
+        let written = merge.unwrap_or(q);
+        let ty = &cx.func.insts[written].ty;
+        let name = format!("v{}", cx.func.inst_value(written).0);
+        let out = cx.typed_temp(&name, ty.dtype, ty.storage_len());
+        if let Some(t) = merge {
+            let Op::Transpose { perm } = &cx.func.insts[t].op else {
+                unreachable!("merged_after holds transposes")
+            };
+            // source dim d of the merge lies at the merged layout's stride of perm⁻¹(d)
+            let strides = row_major_strides(&ty.dims);
+            let mut of_source = vec![0i64; perm.len()];
+            for (j, &d) in perm.iter().enumerate() {
+                of_source[d] = strides[j];
+            }
+            let rows_at = perm.len() - 2;
+            plan.out_view = Some((of_source[..rows_at].to_vec(), of_source[rows_at]));
+            // the product's own value has no bytes: only the merge read it
+            let nothing = cx.typed_temp(&format!("{name}_merged"), ty.dtype, 0);
+            cx.written_early.insert(q, nothing);
+        }
+        Ok(Some(SecondProduct {
+            written,
+            plan,
+            epi,
+            v_packed,
+            out,
+        }))
     }
 
     /// The kernel that packs a row-major B of `b_matrices` matrices `[K, N]` (`b_len`
