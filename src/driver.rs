@@ -215,6 +215,34 @@ impl Executable {
         func_name: Option<&str>,
         opts: &CompileOptions,
     ) -> Result<Executable, Error> {
+        Self::compile_func(module, func_name, None, opts)
+    }
+
+    /// [`Executable::compile`] of the entry function of `module`, a model at a padded
+    /// sequence length, whose products stop at each run's valid length where `rows`
+    /// lets them: `rows` is [`smelt_ir::padding::padded_rows`]'s analysis of this very
+    /// function (against it at the shortest length it serves), which says whose rows
+    /// past a valid length may hold anything finite (see
+    /// [`smelt_passes::lower::LowerOptions::padded_rows`]; not applied when the layout
+    /// pass rewrites the function, whose values `rows` numbers). Runs give the valid
+    /// length with [`Executable::run_valid_rows_into`];
+    /// [`DynamicExecutable`](crate::DynamicExecutable) does all of this for a model with
+    /// a sequence length.
+    pub fn compile_padded(
+        module: &Module,
+        rows: &smelt_ir::padding::PaddedRows,
+        opts: &CompileOptions,
+    ) -> Result<Executable, Error> {
+        let rows = std::sync::Arc::new(rows.clone());
+        Self::compile_func(module, None, Some(rows), opts)
+    }
+
+    fn compile_func(
+        module: &Module,
+        func_name: Option<&str>,
+        rows: Option<std::sync::Arc<smelt_ir::padding::PaddedRows>>,
+        opts: &CompileOptions,
+    ) -> Result<Executable, Error> {
         let start = Instant::now();
         let func = match func_name {
             Some(name) => module.func(name).ok_or_else(|| {
@@ -240,15 +268,17 @@ impl Executable {
         // the instruction set the conv tiles call, detected once: lowering sees its
         // routines, codegen links them, the executable remembers them for dumps
         let tiles = opts.kernels.tile_isa();
-        let lower_opts = lower::LowerOptions {
-            conv: opts.conv,
-            micro: tiles.map(TileIsa::target),
-            keep_every_value: opts.keep_intermediates,
-        };
+        let micro = tiles.map(TileIsa::target);
         // activation layouts depend on the kernels, so they are chosen here
         let laid_out = match opts.layouts {
-            Layouts::Auto => smelt_passes::layout::assign_layouts(func, lower_opts.micro),
+            Layouts::Auto => smelt_passes::layout::assign_layouts(func, micro),
             Layouts::RowMajor => None,
+        };
+        let lower_opts = lower::LowerOptions {
+            conv: opts.conv,
+            micro,
+            keep_every_value: opts.keep_intermediates,
+            padded_rows: rows.filter(|_| laid_out.is_none() && !opts.keep_intermediates),
         };
         let func = laid_out.as_ref().unwrap_or(func);
         // code generation runs while the weights are still being packed

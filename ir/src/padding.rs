@@ -100,6 +100,87 @@ pub fn padding_proof(
     padded: usize,
     short: usize,
 ) -> Result<PaddingProof, Diagnostic> {
+    let pads = padded_values(big, small, padded, short)?;
+    let Some(fb) = big.entry() else {
+        return Err(Diagnostic::error(
+            NOT_PADDABLE,
+            big.no_entry_reason(),
+            Location::Unknown,
+        ));
+    };
+    let results = fb
+        .results
+        .iter()
+        .map(|r| {
+            pads[r.value.index()]
+                .iter()
+                .enumerate()
+                .filter_map(|(k, p)| p.map(|_| k))
+                .collect()
+        })
+        .collect();
+    Ok(PaddingProof { results })
+}
+
+/// Which values of a function compiled at a padded length may hold anything finite in
+/// the rows past a run's valid length ([`padded_rows`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PaddedRows {
+    /// The length the function is compiled at (the bucket).
+    pub length: usize,
+    /// By value index: the axis along which the value's positions from a run's valid
+    /// length on may hold any finite value, when it is the value's first axis longer
+    /// than 1 (so those positions are the tail of its row-major elements) and has
+    /// `length` positions.
+    pub axes: Vec<Option<usize>>,
+}
+
+/// [`padding_proof`]'s analysis of `big` against `small`, kept per value: the values
+/// whose padded positions along their first axis longer than 1 hold anything finite
+/// ([`Padding::Any`]) — which no later op can rely on, so a kernel may leave them to
+/// any finite value (zeros) instead of computing them. Run on the optimized function
+/// the kernels are lowered from (`small` optimized the same way: the same instructions
+/// at the shorter length), it tells lowering which row loops may stop at a run's valid
+/// length.
+pub fn padded_rows(
+    big: &Module,
+    small: &Module,
+    padded: usize,
+    short: usize,
+) -> Result<PaddedRows, Diagnostic> {
+    let pads = padded_values(big, small, padded, short)?;
+    let Some(fb) = big.entry() else {
+        return Err(Diagnostic::error(
+            NOT_PADDABLE,
+            big.no_entry_reason(),
+            Location::Unknown,
+        ));
+    };
+    let axes = pads
+        .iter()
+        .enumerate()
+        .map(|(v, pads)| {
+            let dims = &fb.type_of(crate::graph::Value(v as u32)).dims;
+            let axis = dims.iter().position(|&d| d > 1)?;
+            (dims[axis] == padded && pads.get(axis).copied().flatten() == Some(Padding::Any))
+                .then_some(axis)
+        })
+        .collect();
+    Ok(PaddedRows {
+        length: padded,
+        axes,
+    })
+}
+
+/// What the padded positions of every value of `big`'s entry function hold, by value
+/// index and axis (`None`: not a padded axis); an error names the first instruction
+/// that could let a padded position reach a valid one.
+fn padded_values(
+    big: &Module,
+    small: &Module,
+    padded: usize,
+    short: usize,
+) -> Result<Vec<Vec<Option<Padding>>>, Diagnostic> {
     let fail =
         |loc: &Location, message: String| Diagnostic::error(NOT_PADDABLE, message, loc.clone());
     let (Some(fb), Some(fs)) = (big.entry(), small.entry()) else {
@@ -181,18 +262,7 @@ pub fn padding_proof(
         .map_err(&here)?;
         pads.push(result);
     }
-    let results = fb
-        .results
-        .iter()
-        .map(|r| {
-            pads[r.value.index()]
-                .iter()
-                .enumerate()
-                .filter_map(|(k, p)| p.map(|_| k))
-                .collect()
-        })
-        .collect();
-    Ok(PaddingProof { results })
+    Ok(pads)
 }
 
 /// The two lengths the model was imported at.
@@ -337,6 +407,7 @@ impl Step<'_> {
                 Ok(perm.iter().map(|&p| input[p]).collect())
             }
             Op::Flatten { .. } | Op::Reshape { .. } => self.reshape(),
+            Op::Fused(f) => self.fused(f),
             Op::Expand { .. } => {
                 let input = &self.operands[0];
                 let shift = self.result.rank() - input.ty.rank();
@@ -413,6 +484,53 @@ impl Step<'_> {
                 Ok(self.any())
             }
         }
+    }
+
+    /// A fused op: its anchor, then each post-op as the elementwise op it is, on the
+    /// accumulator and the next extra operand.
+    fn fused(&self, f: &crate::op::FusedOp) -> Result<Pads, String> {
+        let n_anchor = self
+            .operands
+            .len()
+            .checked_sub(f.num_post_operands())
+            .ok_or("has fewer operands than its post-ops read")?;
+        let on = |operands: &[Operand<'_>], op: &Op| {
+            Step {
+                operands,
+                result: self.result,
+                axes: self.axes,
+                lengths: self.lengths,
+            }
+            .op(op)
+        };
+        let mut pads = on(&self.operands[..n_anchor], &f.anchor)?;
+        let mut extra = self.operands[n_anchor..].iter();
+        for post in &f.post_ops {
+            let acc = Operand {
+                ty: self.result,
+                pads: &pads,
+                constant: None,
+            };
+            pads = match post {
+                crate::op::PostOp::Unary(u) => on(&[acc], &Op::Unary(*u))?,
+                crate::op::PostOp::Binary { op, acc_is_lhs } => {
+                    let o = extra
+                        .next()
+                        .ok_or("has fewer operands than its post-ops read")?;
+                    let other = Operand {
+                        ty: o.ty,
+                        pads: o.pads,
+                        constant: o.constant,
+                    };
+                    let pair = match acc_is_lhs {
+                        true => [acc, other],
+                        false => [other, acc],
+                    };
+                    on(&pair, &Op::Binary(*op))?
+                }
+            };
+        }
+        Ok(pads)
     }
 
     /// Refuses a padded operand axis `k` for which `along(k)`.

@@ -82,6 +82,7 @@ impl Default for LayoutPass {
                 widest: TileRoutine {
                     lanes: 16,
                     max_pixels: 60,
+                    block_pixels: 6,
                 },
                 narrower: None,
                 fma_lanes: 8,

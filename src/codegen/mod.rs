@@ -552,8 +552,137 @@ mod tests {
             start: 0,
             end: 4,
             step: 1,
+            limit: None,
             body,
         }
+    }
+
+    /// Loops limited at run time run exactly the iterations whose row is below the
+    /// extent (or, with `from`, at or past it), for every extent from 0 past the
+    /// loop's end: a prefix loop, a suffix loop of step 3, single iterations with
+    /// constant rows, and a row reading the enclosing loop's variable.
+    #[test]
+    #[allow(unsafe_code)]
+    fn limited_loops_run_the_iterations_their_rows_allow() {
+        use smelt_ir::loops::{Access, KernelBuilder, LoopLimit};
+        const N: i64 = 20;
+        let mut kb = KernelBuilder::new("limited");
+        let out = kb.arg("out", N as usize, Access::Write);
+        let marks = kb.arg("marks", 4, Access::Write);
+        let steps = kb.arg("steps", N as usize, Access::Write);
+        let extent = kb.typed_arg("valid", smelt_ir::DType::I64, 1, Access::Read);
+        let limit = |row: Affine, from: bool| Some(LoopLimit { extent, row, from });
+        let one = || Expr::constant(1.0, Width::Scalar);
+        // rows 4i..4i+4 for the blocks that start below the extent
+        let block = Affine::var(kb.next_loop_var()).scale(4);
+        kb.for_loop_limited(0, N / 4, 1, limit(block, false), |kb, i| {
+            for l in 0..4 {
+                let at = Affine::var(i).scale(4).plus(l);
+                kb.store(out, at, one(), Width::Scalar);
+            }
+        });
+        // rows at or past the extent, every third from 1
+        let row = Affine::var(kb.next_loop_var());
+        kb.for_loop_limited(1, N, 3, limit(row, true), |kb, r| {
+            kb.store(steps, Affine::var(r), one(), Width::Scalar);
+        });
+        kb.for_loop_limited(0, 1, 1, limit(Affine::constant(7), false), |kb, _| {
+            kb.store(marks, Affine::constant(0), one(), Width::Scalar);
+        });
+        kb.for_loop_limited(0, 1, 1, limit(Affine::constant(7), true), |kb, _| {
+            kb.store(marks, Affine::constant(1), one(), Width::Scalar);
+        });
+        kb.for_loop(0, 2, 1, |kb, j| {
+            let row = Affine::var(j).scale(10).plus(5);
+            kb.for_loop_limited(0, 1, 1, limit(row, false), |kb, _| {
+                kb.store(marks, Affine::var(j).plus(2), one(), Width::Scalar);
+            });
+        });
+        let kernel = kb.finish();
+        kernel.check().expect("a limited kernel checks");
+        let opts = CodegenOptions {
+            verify: true,
+            threads: 1,
+            tiles: None,
+        };
+        let code = compile(&[kernel], &opts).expect("compiles");
+        let f = code.get(0).expect("one kernel");
+        for x in 0..=N + 2 {
+            let (mut o, mut m, mut st) =
+                (vec![0f32; N as usize], [0f32; 4], vec![0f32; N as usize]);
+            let mut valid = x;
+            let mut args = [
+                o.as_mut_ptr() as *mut u8,
+                m.as_mut_ptr() as *mut u8,
+                st.as_mut_ptr() as *mut u8,
+                &mut valid as *mut i64 as *mut u8,
+            ];
+            // SAFETY: one live buffer per argument, of the declared lengths and types
+            let status = unsafe { f(args.as_mut_ptr() as *const *mut u8, 0, 1) };
+            assert_eq!(status, 0);
+            let want_o: Vec<f32> = (0..N)
+                .map(|r| f32::from(u8::from(4 * (r / 4) < x)))
+                .collect();
+            let want_st: Vec<f32> = (0..N)
+                .map(|r| f32::from(u8::from(r % 3 == 1 && r >= x)))
+                .collect();
+            let want_m = [7 < x, 7 >= x, 5 < x, 15 < x].map(|b| f32::from(u8::from(b)));
+            assert_eq!(o, want_o, "prefix blocks at extent {x}");
+            assert_eq!(st, want_st, "suffix of step 3 at extent {x}");
+            assert_eq!(m, want_m, "single iterations at extent {x}");
+        }
+    }
+
+    /// A limit whose row falls as its loop's variable grows, or that reads its extent
+    /// from a local buffer or a variable of no enclosing loop, is refused.
+    #[test]
+    fn limits_the_checker_cannot_prove_a_prefix_of_are_refused() {
+        use smelt_ir::loops::{Access, KernelBuilder, LoopLimit};
+        let build = |make: &dyn Fn(&mut KernelBuilder, BufId) -> LoopLimit| {
+            let mut kb = KernelBuilder::new("limited");
+            let out = kb.arg("out", 8, Access::Write);
+            let extent = kb.typed_arg("valid", smelt_ir::DType::I64, 1, Access::Read);
+            let limit = make(&mut kb, extent);
+            kb.for_loop_limited(0, 8, 1, Some(limit), |kb, i| {
+                kb.store(
+                    out,
+                    Affine::var(i),
+                    Expr::constant(1.0, Width::Scalar),
+                    Width::Scalar,
+                );
+            });
+            kb.finish().check()
+        };
+        let falling = build(&|kb, extent| LoopLimit {
+            extent,
+            row: Affine::var(kb.next_loop_var()).scale(-1).plus(8),
+            from: false,
+        });
+        assert!(falling.unwrap_err().contains("falls"));
+        let local = build(&|kb, _| LoopLimit {
+            extent: kb.local(1),
+            row: Affine::var(kb.next_loop_var()),
+            from: false,
+        });
+        assert!(local.unwrap_err().contains("local"));
+        let stray = build(&|kb, extent| LoopLimit {
+            extent,
+            row: Affine::var(LoopVar(kb.next_loop_var().0 + 1)),
+            from: false,
+        });
+        assert!(stray.unwrap_err().contains("not an enclosing"));
+        let float = build(&|kb, _| LoopLimit {
+            extent: kb.arg("f", 1, Access::Read),
+            row: Affine::var(kb.next_loop_var()),
+            from: false,
+        });
+        assert!(float.is_err());
+        let fine = build(&|kb, extent| LoopLimit {
+            extent,
+            row: Affine::var(kb.next_loop_var()),
+            from: true,
+        });
+        assert_eq!(fine, Ok(()));
     }
 
     /// Loops of prefetches (or calls) only take the quick allocator; one assignment

@@ -15,7 +15,7 @@ use cranelift_codegen::isa::TargetIsa;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use smelt_ir::loops::{
     trip_count, Access, Affine, BinOp, BufId, BufPtr, CmpOp, ConvTile, Expr, Fault, Kernel,
-    LoopVar, ReduceOp, Stmt, UnOp, Width,
+    LoopLimit, LoopVar, ReduceOp, Stmt, UnOp, Width,
 };
 
 use super::{calls_of, Call, RowRecord, TargetDesc};
@@ -250,6 +250,16 @@ pub(super) fn build_function(
     func
 }
 
+/// The coefficient of a limited loop's own variable in its limit's row.
+fn own_coefficient(limit: &LoopLimit, var: LoopVar) -> i64 {
+    limit
+        .row
+        .terms
+        .iter()
+        .find(|&&(v, _)| v == var)
+        .map_or(0, |&(_, c)| c)
+}
+
 fn clif_type(w: Width) -> Type {
     match w {
         Width::Scalar => types::F32,
@@ -306,6 +316,7 @@ fn collect_loops(stmts: &[Stmt], depth: u32, out: &mut [LoopInfo]) {
             end,
             step,
             body,
+            ..
         } = s
         {
             if let Some(info) = out.get_mut(var.0 as usize) {
@@ -370,8 +381,9 @@ impl Gen<'_, '_> {
                     start,
                     end,
                     step,
+                    limit,
                     body,
-                } => self.emit_loop(*var, *start, *end, *step, body),
+                } => self.emit_loop(*var, (*start, *end, *step), limit.as_ref(), body),
                 Stmt::Assign { dst, value } => {
                     let v = self.expr(value);
                     self.fb.def_var(self.vars[dst.0 as usize], v);
@@ -868,14 +880,45 @@ impl Gen<'_, '_> {
     /// A test-at-top counted loop carrying its pointer induction variables; a loop of one
     /// trip is emitted straight-line. The parallel kernel's top-level loop runs trips
     /// `lo..hi` given by the caller.
-    fn emit_loop(&mut self, var: LoopVar, start: i64, end: i64, step: i64, body: &[Stmt]) {
+    fn emit_loop(
+        &mut self,
+        var: LoopVar,
+        (start, end, step): (i64, i64, i64),
+        limit: Option<&LoopLimit>,
+        body: &[Stmt],
+    ) {
         let iv = self.loop_vars[var.0 as usize];
         match trip_count(start, end, step) {
             0 => {}
             1 => {
+                // a limited single iteration runs when its row is below the extent (at
+                // or past it)
+                let skip = limit.map(|l| {
+                    let rest = self.row_value(&l.row, var);
+                    let row = self
+                        .fb
+                        .ins()
+                        .iadd_imm_s(rest, own_coefficient(l, var) * start);
+                    let extent = self.extent(l);
+                    let cc = match l.from {
+                        false => IntCC::SignedLessThan,
+                        true => IntCC::SignedGreaterThanOrEqual,
+                    };
+                    let runs = self.fb.ins().icmp(cc, row, extent);
+                    let (then, skip) = (self.fb.create_block(), self.fb.create_block());
+                    self.fb.ins().brif(runs, then, &[], skip, &[]);
+                    self.fb.switch_to_block(then);
+                    self.fb.seal_block(then);
+                    skip
+                });
                 self.known[var.0 as usize] = Some(start);
                 self.block(body);
                 self.known[var.0 as usize] = None;
+                if let Some(skip) = skip {
+                    self.fb.ins().jump(skip, &[]);
+                    self.fb.switch_to_block(skip);
+                    self.fb.seal_block(skip);
+                }
             }
             _ => {
                 let (first, bound) = match self.range.take() {
@@ -887,6 +930,22 @@ impl Gen<'_, '_> {
                         (first, Some(bound))
                     }
                     None => (self.fb.ins().iconst(types::I64, start), None),
+                };
+                let (first, bound) = match limit {
+                    Some(l) if !l.from => {
+                        // never past the constant bound the checker proved
+                        let below = self.limit_row(l, var, start, end);
+                        let bound = match bound {
+                            Some(b) => b,
+                            None => self.fb.ins().iconst(types::I64, end),
+                        };
+                        (first, Some(self.fb.ins().smin(bound, below)))
+                    }
+                    Some(l) => {
+                        let past = self.limit_first(l, var, (start, end, step));
+                        (self.fb.ins().smax(first, past), bound)
+                    }
+                    None => (first, bound),
                 };
                 // pointers: parent + coefficient·first, bumped by coefficient·step
                 let keys = self.loop_pointers(var, body);
@@ -937,6 +996,83 @@ impl Gen<'_, '_> {
                 self.fb.seal_block(exit);
             }
         }
+    }
+
+    /// The extent a loop limit reads (its argument's first `i64`).
+    fn extent(&mut self, limit: &LoopLimit) -> ClifValue {
+        let base = self.bases[self.slot(limit.extent)];
+        self.fb
+            .ins()
+            .load(types::I64, MemFlagsData::new().with_notrap(), base, 0)
+    }
+
+    /// The first value of a limited loop's variable whose row is at or past the extent
+    /// (`ceil((extent − rest) / scale)`, `rest` the row's other terms and `scale` the
+    /// variable's coefficient; at least `start`: the checker proved the scale not
+    /// negative and the start not either); with scale 0, `start` when the row is at or
+    /// past the extent, else `end`.
+    fn limit_row(&mut self, limit: &LoopLimit, var: LoopVar, start: i64, end: i64) -> ClifValue {
+        let extent = self.extent(limit);
+        let rest = self.row_value(&limit.row, var);
+        let scale = own_coefficient(limit, var);
+        let i64c = |fb: &mut FunctionBuilder, v: i64| fb.ins().iconst(types::I64, v);
+        if scale == 0 {
+            let below = self.fb.ins().icmp(IntCC::SignedLessThan, rest, extent);
+            let (end, start) = (i64c(&mut self.fb, end), i64c(&mut self.fb, start));
+            return self.fb.ins().select(below, end, start);
+        }
+        // rows from iteration 0's row to the extent, as a count of iterations, rounded up
+        let rows = self.fb.ins().isub(extent, rest);
+        let zero = i64c(&mut self.fb, 0);
+        let rows = self.fb.ins().smax(rows, zero);
+        let rows = self.fb.ins().iadd_imm_s(rows, scale - 1);
+        let past = self.fb.ins().udiv_imm_u(rows, scale);
+        let start = i64c(&mut self.fb, start);
+        self.fb.ins().smax(past, start)
+    }
+
+    /// A limit's row without the loop's own term (`var`'s): the constant and the
+    /// enclosing loops' terms, at their current values.
+    fn row_value(&mut self, row: &Affine, var: LoopVar) -> ClifValue {
+        let mut offset = row.offset;
+        let mut sum = None;
+        for &(v, c) in &row.terms {
+            if v == var {
+                continue;
+            }
+            if let Some(k) = self.known[v.0 as usize] {
+                offset += c * k;
+                continue;
+            }
+            let x = self.fb.use_var(self.loop_vars[v.0 as usize]);
+            let term = self.fb.ins().imul_imm_s(x, c);
+            sum = Some(match sum {
+                Some(s) => self.fb.ins().iadd(s, term),
+                None => term,
+            });
+        }
+        match sum {
+            Some(s) => self.fb.ins().iadd_imm_s(s, offset),
+            None => self.fb.ins().iconst(types::I64, offset),
+        }
+    }
+
+    /// The first iteration of a loop limited to the rows at or past the extent: the
+    /// first row's variable rounded up to the loop's steps from `start`.
+    fn limit_first(
+        &mut self,
+        limit: &LoopLimit,
+        var: LoopVar,
+        (start, end, step): (i64, i64, i64),
+    ) -> ClifValue {
+        let past = self.limit_row(limit, var, start, end);
+        if step == 1 {
+            return past;
+        }
+        let from_start = self.fb.ins().iadd_imm_s(past, step - 1 - start);
+        let steps = self.fb.ins().udiv_imm_u(from_start, step);
+        let back = self.fb.ins().imul_imm_s(steps, step);
+        self.fb.ins().iadd_imm_s(back, start)
     }
 
     /// The pointer of the address's varying terms, and the constant part (including

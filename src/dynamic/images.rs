@@ -135,6 +135,7 @@ impl PaddedModel {
                     compile_ms: compiled.compile_ms,
                     warnings: compiled.warnings.clone(),
                     copies: None,
+                    valid_rows: None,
                 })
             })
             .collect()

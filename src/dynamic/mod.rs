@@ -152,11 +152,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use smelt_ir::batch::{batch_axes, leading_results, BatchAxis, ElementGather};
-use smelt_ir::padding::{padding_proof, NOT_PADDABLE};
+use smelt_ir::padding::{padded_rows, padding_proof, NOT_PADDABLE};
 use smelt_ir::symbolic::specialize;
 use smelt_ir::{DType, Diagnostic, Severity, Tensor, TensorType};
 
-use crate::driver::{compile, optimize, Options};
+use crate::driver::{optimize, Options};
 use crate::onnx::{
     declared_interface, decode_file, try_import_symbolic, DecodedModel, ImportOptions, InputDim,
 };
@@ -389,6 +389,11 @@ pub struct Specialization {
     /// [`DynamicOptions::batch_copies`]), or why not (the op that mixes elements of the
     /// batch). `None` otherwise.
     pub copies: Option<Result<(), String>>,
+    /// For a length bucket serving shorter lengths: whether its products stop at each
+    /// run's valid length (the rows past it cleared, not computed; see
+    /// [`Executable::padded_rows`]), or why not (the analysis of the optimized model
+    /// refused, naming the op). `None` otherwise.
+    pub valid_rows: Option<Result<(), String>>,
 }
 
 /// A model with a dynamic batch, compiled per bucket on first use (see the module doc).
@@ -539,6 +544,10 @@ struct ExactLengths {
     exe: Arc<DynamicExecutable>,
 }
 
+/// A length bucket's padding: each result's sequence axes, and the shortest length the
+/// bucket serves with the model imported at it (`None` when it serves only its own).
+type PaddedBucket = (Vec<Vec<usize>>, Option<(usize, smelt_ir::Module)>);
+
 struct Bucket {
     batch: usize,
     length: Option<usize>,
@@ -556,6 +565,8 @@ struct Compiled {
     separable: Option<Separability>,
     /// For a bucket of a sequence length: each result's sequence axes, proved paddable.
     padded: Option<Vec<Vec<usize>>>,
+    /// See [`Specialization::valid_rows`].
+    valid_rows: Option<Result<(), String>>,
     /// For bucket 1 of a model without a sequence: whether it runs any batch as copies
     /// of itself, or why not. `None` for other buckets.
     copies: Option<Result<(), String>>,
@@ -871,6 +882,7 @@ impl DynamicExecutable {
                     symbols: Vec::new(),
                     compile_ms: c.compile_ms,
                     warnings: c.warnings.clone(),
+                    valid_rows: c.valid_rows.clone(),
                     copies: match b.batch {
                         1 => self
                             .copies
@@ -1249,27 +1261,42 @@ impl DynamicExecutable {
             None => None,
         };
         let flops = module.entry().map_or(0, |f| f.flops());
-        let shapes = self.shapes_at(batch, length.unwrap_or(1));
-        let shared = match &template.modules {
-            Ok(t) => specialize(&t.optimized, &shapes)
-                .ok()
-                .map(|optimized| (optimized, t.warnings.clone())),
-            Err(_) => None,
-        };
-        let (mut exe, warnings) = match shared {
-            Some((optimized, warnings)) => (
-                Executable::compile(&optimized, None, &self.options.compile)?,
-                warnings,
-            ),
-            // no shared module, or sizes it cannot take that import as they are
-            None => {
-                // the shapes are pinned in `module` now
-                let mut opts = self.options.clone();
-                opts.load.input_shapes.clear();
-                let (exe, cx) = compile(&module, &opts)?;
-                (exe, cx.warnings)
+        // the model optimized at `batch` and `length`: the shared module specialized,
+        // or, where there is none or it cannot take these sizes, `module` optimized
+        let optimized_at = |module: &smelt_ir::Module, length: usize| {
+            let shapes = self.shapes_at(batch, length);
+            if let Ok(t) = &template.modules {
+                if let Ok(optimized) = specialize(&t.optimized, &shapes) {
+                    return Ok((optimized, t.warnings.clone()));
+                }
             }
+            let mut optimized = module.clone();
+            let cx = optimize(&mut optimized, &self.options.optimize, None)?;
+            Ok::<_, Error>((optimized, cx.warnings))
         };
+        let (optimized, warnings) = optimized_at(&module, length.unwrap_or(1))?;
+        // Products whose rows are the padded positions stop at each run's valid length
+        // where the analysis of the optimized model says those rows may hold anything:
+        // the model optimized at the shortest length the bucket serves shows which axes
+        // are the sequence.
+        let valid_rows = match (&padded, length) {
+            (Some((_, Some((short, small)))), Some(bucket)) => {
+                Some(optimized_at(small, *short).and_then(|(small, _)| {
+                    padded_rows(&optimized, &small, bucket, *short).map_err(Error::from)
+                }))
+            }
+            _ => None,
+        };
+        let mut exe = match valid_rows.as_ref().and_then(|r| r.as_ref().ok()) {
+            Some(rows) => Executable::compile_padded(&optimized, rows, &self.options.compile)?,
+            None => Executable::compile(&optimized, None, &self.options.compile)?,
+        };
+        let valid_rows = valid_rows.map(|r| match r {
+            Ok(_) if exe.padded_rows().is_some() => Ok(()),
+            Ok(_) => Err("no product computes the padded positions as its rows".to_string()),
+            Err(e) => Err(e.to_string()),
+        });
+        let padded = padded.map(|(axes, _)| axes);
         let copies = (batch == 1).then(|| {
             let batched: Vec<bool> = exe
                 .inputs()
@@ -1285,18 +1312,21 @@ impl DynamicExecutable {
             warnings,
             separable,
             padded,
+            valid_rows,
             copies,
         })
     }
 
     /// Proves that `module`, the model at `batch` and length bucket `padded`, may run
-    /// any length the bucket serves padded to it; returns each result's sequence axes.
+    /// any length the bucket serves padded to it; returns each result's sequence axes,
+    /// and the shortest length the bucket serves with the model at it (none when the
+    /// bucket serves only its own length).
     fn padding(
         &self,
         module: &smelt_ir::Module,
         batch: usize,
         padded: usize,
-    ) -> Result<Vec<Vec<usize>>, Error> {
+    ) -> Result<PaddedBucket, Error> {
         let below = self.lengths.iter().copied().filter(|&l| l < padded).max();
         let short = below.map_or(1, |l| l + 1);
         if short >= padded {
@@ -1304,11 +1334,11 @@ impl DynamicExecutable {
             let func = module
                 .entry()
                 .ok_or_else(|| Error::Unsupported(module.no_entry_reason()))?;
-            return Ok(func.results.iter().map(|_| Vec::new()).collect());
+            return Ok((func.results.iter().map(|_| Vec::new()).collect(), None));
         }
         let small = self.module_at(batch, short)?;
         let proof = padding_proof(module, &small, padded, short)?;
-        Ok(proof.results)
+        Ok((proof.results, Some((short, small))))
     }
 
     /// Which results of `module` (the model at `batch` and length bucket `length`) carry
@@ -1623,16 +1653,17 @@ impl DynamicExecutable {
     ) -> Result<(), Error> {
         let n = plan.batch;
         let padding = plan.length.filter(|&(length, bucket)| length < bucket);
-        // a chunk larger than its bucket runs as copies of it
-        let run = |exe: &Executable,
-                   size: usize,
-                   ins: &[Elements<'_>],
-                   outs: &mut [ElementsMut<'_>]| {
-            match exe.batch_copies() {
-                Some((batch, _)) if size > batch => exe.run_copies_into(size / batch, ins, outs),
-                _ => exe.run_into(ins, outs),
-            }
-        };
+        // a chunk larger than its bucket runs as copies of it; a padded run's products
+        // stop at its valid length where they may
+        let valid_rows = padding.map(|(length, _)| length);
+        let run =
+            |exe: &Executable, size: usize, ins: &[Elements<'_>], outs: &mut [ElementsMut<'_>]| {
+                let copies = match exe.batch_copies() {
+                    Some((batch, _)) if size > batch => size / batch,
+                    _ => 1,
+                };
+                exe.run_copies_into(copies, valid_rows, ins, outs)
+            };
         if let ([only], [size], None) = (&plan.chunks[..], &plan.sizes[..], padding) {
             return run(&only.exe, *size, inputs, outputs);
         }

@@ -211,6 +211,7 @@ pub const ROUTINES: [Routine; 3] = [
         tile: TileRoutine {
             lanes: 16,
             max_pixels: 60,
+            block_pixels: 6,
         },
         symbol: "smelt_conv_tile_avx2",
     },
@@ -219,6 +220,7 @@ pub const ROUTINES: [Routine; 3] = [
         tile: TileRoutine {
             lanes: 16,
             max_pixels: 56,
+            block_pixels: 28,
         },
         symbol: "smelt_conv_tile_avx512",
     },
@@ -227,6 +229,7 @@ pub const ROUTINES: [Routine; 3] = [
         tile: TileRoutine {
             lanes: 32,
             max_pixels: 56,
+            block_pixels: 14,
         },
         symbol: "smelt_conv_tile_avx512_x32",
     },
@@ -282,6 +285,7 @@ impl TileIsa {
             widest: tiles.first().copied().unwrap_or(TileRoutine {
                 lanes: 16,
                 max_pixels: 56,
+                block_pixels: 28,
             }),
             narrower: tiles.get(1).copied(),
             fma_lanes: self.fma_lanes(),

@@ -38,15 +38,18 @@ impl Executable {
         ws: &mut Workspace,
         times: Option<&mut Vec<u64>>,
     ) -> Result<(), Error> {
-        self.run_steps_of(1, inputs, outputs, ws, times)
+        self.run_steps_of(1, None, inputs, outputs, ws, times)
     }
 
     /// [`Executable::run_steps`] of a batch of `copies` times the compiled one (more
     /// than 1 only where [`Executable::allow_batch_copies`] allowed it): each step
-    /// touching the batch runs once per copy.
+    /// touching the batch runs once per copy; with `valid_rows`, kernels that stop at a
+    /// run's valid rows ([`Executable::padded_rows`]) stop there (else at the compiled
+    /// length).
     pub(super) fn run_steps_of(
         &self,
         copies: usize,
+        valid_rows: Option<usize>,
         inputs: &[Elements<'_>],
         outputs: &mut [ElementsMut<'_>],
         ws: &mut Workspace,
@@ -127,6 +130,16 @@ impl Executable {
             .as_bytes_mut()
             .ok_or_else(|| Error::Unsupported("the workspace's arena is shared".into()))?
             .as_mut_ptr() as *mut f32;
+        ws.valid_rows = match (valid_rows, self.padded_rows) {
+            (Some(rows), Some(padded)) if rows > padded => {
+                return Err(Error::InvalidArgument(format!(
+                    "{rows} valid rows, more than the {padded} this executable was compiled for"
+                )))
+            }
+            (Some(rows), _) => rows as i64,
+            (None, padded) => padded.unwrap_or(0) as i64,
+        };
+        let valid_rows = &ws.valid_rows as *const i64 as usize;
         let outs = &ws.outs;
         let address = |src: Source| -> usize {
             match src {
@@ -134,6 +147,7 @@ impl Executable {
                 Source::Constant(c) => self.constants[c].as_bytes().as_ptr() as usize,
                 Source::Arena(off) => arena.wrapping_add(off) as usize,
                 Source::Output(i) => outs[i].0,
+                Source::ValidRows => valid_rows,
             }
         };
         // bytes from a batched buffer's copy to the next: its compiled length in the
@@ -146,8 +160,8 @@ impl Executable {
                     info.len() * info.ty.dtype.size_bytes()
                 }
                 Source::Arena(_) => self.arena_len * 4,
-                // never batched: nothing writes a constant
-                Source::Constant(_) => 0,
+                // never batched: nothing writes a constant or the valid rows
+                Source::Constant(_) | Source::ValidRows => 0,
             }
         };
         // every step touching the batch: each copy's whole run on one thread, the copies
@@ -261,6 +275,8 @@ impl Executable {
                     }
                     // computed in place
                     Source::Output(_) => continue,
+                    // no result is held there
+                    Source::ValidRows => &[],
                 };
                 let Some(from) = from.get(..each) else {
                     return Err(Error::Unsupported(format!(

@@ -110,6 +110,9 @@ enum Source {
     /// The caller's i-th output slice: the kernel computing a result writes it in place
     /// (no copy after the run).
     Output(usize),
+    /// The workspace's `i64` holding the run's valid rows (see
+    /// [`Executable::padded_rows`]).
+    ValidRows,
 }
 
 struct ExecStep {
@@ -164,6 +167,9 @@ pub struct Workspace {
     /// Each output's address and byte length for the run in progress (kept here so a run
     /// allocates nothing).
     outs: Vec<(usize, usize)>,
+    /// The run's valid rows, which kernels stopping there read (written at the start of
+    /// every run).
+    valid_rows: i64,
 }
 
 impl Workspace {
@@ -172,6 +178,7 @@ impl Workspace {
             arena: AlignedBuf::zeroed(arena_len.saturating_mul(4)),
             ptrs: vec![0; max_args],
             outs: vec![(0, 0); outputs],
+            valid_rows: 0,
         }
     }
 
@@ -230,6 +237,8 @@ pub struct Executable {
     inputs: Vec<TensorInfo>,
     outputs: Vec<(TensorInfo, Source)>,
     arena_len: usize,
+    /// See [`Executable::padded_rows`].
+    padded_rows: Option<usize>,
     max_args: usize,
     pool: Mutex<Vec<Workspace>>,
     /// The process's pool and how many threads (the caller included) a run may use.
@@ -318,6 +327,7 @@ impl Executable {
                     constants.push(data.clone());
                     Source::Constant(constants.len() - 1)
                 }
+                BufferKind::ValidRows => Source::ValidRows,
                 BufferKind::Temp => Source::Arena(plan.offsets[i].ok_or_else(|| {
                     Error::Unsupported(format!("temporary {} has no place in memory", b.name))
                 })?),
@@ -443,6 +453,7 @@ impl Executable {
                 .map(|p| (info(p), sources[p.buffer.0 as usize]))
                 .collect(),
             arena_len: plan.arena_len,
+            padded_rows: program.padded_rows,
             max_args,
             pool: Mutex::new(Vec::new()),
             threads: run_threads(threads),
@@ -490,7 +501,7 @@ impl Executable {
             let moved = step.args.iter().zip(moves.iter().flatten());
             if moved
                 .filter(|(_, &m)| m)
-                .any(|(src, _)| matches!(src, Source::Constant(_)))
+                .any(|(src, _)| matches!(src, Source::Constant(_) | Source::ValidRows))
             {
                 return Err(format!(
                     "step {} moves a constant from copy to copy",
@@ -542,16 +553,27 @@ impl Executable {
     /// (allowed by [`Executable::allow_batch_copies`]): each batched input and result
     /// holds `copies` of its compiled length, one after another, the others their own
     /// length. A workspace for that many copies is borrowed from the pool.
+    /// With `valid_rows`, kernels that stop at a run's valid rows stop there
+    /// ([`Executable::padded_rows`]).
     pub(crate) fn run_copies_into(
         &self,
         copies: usize,
+        valid_rows: Option<usize>,
         inputs: &[Elements<'_>],
         outputs: &mut [ElementsMut<'_>],
     ) -> Result<(), Error> {
         let mut ws = self.pooled_workspace(self.copies_run(copies, false))?;
-        let result = self.run_steps_of(copies, inputs, outputs, &mut ws, None);
+        let result = self.run_steps_of(copies, valid_rows, inputs, outputs, &mut ws, None);
         self.return_workspace(ws);
         result
+    }
+
+    /// The length along a padded sequence axis this executable was compiled at, when
+    /// some of its kernels stop at a run's valid length and clear the rows past it
+    /// (compiled for a sequence bucket by [`DynamicExecutable`](crate::DynamicExecutable),
+    /// which passes each run's length); a run that gives none computes every row.
+    pub fn padded_rows(&self) -> Option<usize> {
+        self.padded_rows
     }
 
     /// Records how long compiling took (the driver measures; the executable reports).
@@ -801,7 +823,7 @@ impl Executable {
                 .iter_mut()
                 .map(|t| ElementsMut::of(&mut t.data))
                 .collect();
-            self.run_steps_of(copies, &ins, &mut out_slices, &mut ws, times)
+            self.run_steps_of(copies, None, &ins, &mut out_slices, &mut ws, times)
         };
         // Read the kept values before the workspace goes back to the pool.
         let kept_values: Result<(), Error> = match (&result, keeping, &self.kept) {
@@ -817,6 +839,8 @@ impl Executable {
                         }
                         Source::Constant(c) => self.constants[c].as_bytes(),
                         Source::Arena(off) => arena.get(off * 4..).unwrap_or_default(),
+                        // no value is held there
+                        Source::ValidRows => &[],
                         Source::Output(i) => {
                             owned = outs[i].data.to_le_bytes();
                             &owned
@@ -914,6 +938,23 @@ impl Executable {
         ws: &mut Workspace,
     ) -> Result<(), Error> {
         self.run_steps(inputs, outputs, ws, None)
+    }
+
+    /// Like [`Executable::run_into`], for inputs holding a sequence of `valid_rows`
+    /// positions padded to the length this executable was compiled at
+    /// ([`Executable::padded_rows`]) as its padding analysis assumed (each input's
+    /// padded positions zero): the products that may stop at the valid rows do, and
+    /// clear the rows past them, so a result's positions past `valid_rows` hold zeros or
+    /// computed values — only its first `valid_rows` positions are the model's. More
+    /// valid rows than the compiled length is an error; an executable without padded
+    /// rows ignores them.
+    pub fn run_valid_rows_into(
+        &self,
+        valid_rows: usize,
+        inputs: &[Elements<'_>],
+        outputs: &mut [ElementsMut<'_>],
+    ) -> Result<(), Error> {
+        self.run_copies_into(1, Some(valid_rows), inputs, outputs)
     }
 
     /// Like [`Executable::run_with`], with a workspace borrowed from the executable's

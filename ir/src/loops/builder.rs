@@ -4,7 +4,7 @@
 use super::winograd::{WinogradInputRow, WinogradOutputRow};
 use super::{
     trip_count, Access, Affine, BlockedDepthwiseRow, BufId, BufPtr, ConvTile, DepthwiseRow, Expr,
-    Kernel, KernelArg, LoopVar, RowActivation, Stmt, StoreActivation, VarId, Width,
+    Kernel, KernelArg, LoopLimit, LoopVar, RowActivation, Stmt, StoreActivation, VarId, Width,
 };
 use crate::types::DType;
 
@@ -254,6 +254,24 @@ impl KernelBuilder {
         step: i64,
         body: impl FnOnce(&mut KernelBuilder, LoopVar),
     ) {
+        self.for_loop_limited(start, end, step, None, body)
+    }
+
+    /// The variable the next loop will get (for a [`LoopLimit`] whose row reads it).
+    pub fn next_loop_var(&self) -> LoopVar {
+        LoopVar(self.kernel.num_loop_vars)
+    }
+
+    /// [`KernelBuilder::for_loop`] cut short at run time by `limit` when there is one
+    /// (its row may read the loop's variable: [`KernelBuilder::next_loop_var`]).
+    pub fn for_loop_limited(
+        &mut self,
+        start: i64,
+        end: i64,
+        step: i64,
+        limit: Option<LoopLimit>,
+        body: impl FnOnce(&mut KernelBuilder, LoopVar),
+    ) {
         if trip_count(start, end, step) == 0 {
             return;
         }
@@ -267,6 +285,7 @@ impl KernelBuilder {
             start,
             end,
             step,
+            limit,
             body,
         });
     }

@@ -77,10 +77,17 @@ impl CheckCx<'_> {
                     start,
                     end,
                     step,
+                    limit,
                     body,
                 } => {
                     if *step <= 0 {
                         return Err(format!("loop i{} has step {step}", var.0));
+                    }
+                    if let Some(limit) = limit {
+                        self.limit(*var, limit)?;
+                        if *start < 0 {
+                            return Err(format!("limited loop i{} starts at {start}", var.0));
+                        }
                     }
                     let slot = self
                         .ranges
@@ -312,6 +319,36 @@ impl CheckCx<'_> {
                     self.element_type(at.buf, Width::Scalar)?;
                     self.access(at.buf, &at.index, span)?;
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks a loop's run-time limit: its extent is one `i64` read from an argument
+    /// (code generation loads it at every entry to the loop), its row reads only the
+    /// loop's variable and enclosing ones, and never falls as the loop's variable grows
+    /// (the iterations that run are a prefix or a suffix). The iterations themselves are
+    /// proven as if every one ran.
+    fn limit(&self, var: super::LoopVar, limit: &super::LoopLimit) -> Result<(), String> {
+        let bad = |why: &str| format!("loop i{}'s limit {why}", var.0);
+        if limit.extent.local_index().is_some() {
+            return Err(bad("reads its extent from a local buffer"));
+        }
+        let (_, len, _) = self.buffer(limit.extent)?;
+        if len < 1 {
+            return Err(bad("reads its extent from an empty argument"));
+        }
+        self.element_type(limit.extent, Width::I64)?;
+        for &(v, c) in &limit.row.terms {
+            let in_scope = v == var || self.ranges.get(v.0 as usize).is_some_and(Option::is_some);
+            if !in_scope {
+                return Err(bad(&format!(
+                    "reads i{}, not an enclosing loop's variable",
+                    v.0
+                )));
+            }
+            if v == var && c < 0 {
+                return Err(bad("falls as its loop's variable grows"));
             }
         }
         Ok(())
@@ -755,6 +792,7 @@ mod tests {
                         start,
                         end,
                         step,
+                        limit: None,
                         body,
                     }
                 }
@@ -1031,12 +1069,15 @@ mod tests {
 
         fn stmt(&mut self, s: &Stmt) -> bool {
             match s {
+                // a limit only stops iterations early: the oracle runs them all, as the
+                // checker proves them all
                 Stmt::Loop {
                     var,
                     start,
                     end,
                     step,
                     body,
+                    ..
                 } => {
                     let mut i = i128::from(*start);
                     while i < i128::from(*end) {

@@ -314,10 +314,29 @@ impl StoreActivation {
     }
 }
 
+/// A run-time bound on a loop: of its iterations, only those whose `row` (an affine
+/// function of the loop's variable and the enclosing loops') is below `extent` run (or,
+/// with `from`, only those whose row is at or past it), `extent` the `i64` at element 0
+/// of the kernel argument `extent`, which the runtime writes before each run (the valid
+/// length of a padded sequence: a row block past it is not computed, and its rows are
+/// cleared instead). The bounds proof covers every constant iteration, so any extent is
+/// safe; the row never falls as the loop's variable grows and the loop starts at 0 or
+/// later, so the iterations that run are a prefix (a suffix) of the constant ones.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LoopLimit {
+    /// The `i64` argument holding the extent.
+    pub extent: BufId,
+    /// The iteration's row.
+    pub row: Affine,
+    /// Run the iterations at or past the extent instead of those below it.
+    pub from: bool,
+}
+
 /// A statement of a kernel body.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Stmt {
-    /// `for var = start; var < end; var += step { body }` with constant bounds.
+    /// `for var = start; var < end; var += step { body }` with constant bounds, cut
+    /// short at run time by its `limit` if it has one.
     Loop {
         /// The induction variable.
         var: LoopVar,
@@ -327,6 +346,8 @@ pub enum Stmt {
         end: i64,
         /// Positive increment.
         step: i64,
+        /// A run-time bound on the iterations, within the constant ones.
+        limit: Option<LoopLimit>,
         /// The loop body.
         body: Vec<Stmt>,
     },

@@ -106,11 +106,16 @@ fn print_block(out: &mut String, stmts: &[Stmt], depth: usize) {
                 start,
                 end,
                 step,
+                limit,
                 body,
             } => {
                 let _ = write!(out, "{pad}for i{} in {start}..{end}", var.0);
                 if *step != 1 {
                     let _ = write!(out, " step {step}");
+                }
+                if let Some(l) = limit {
+                    let test = if l.from { ">=" } else { "<" };
+                    let _ = write!(out, " where {} {test} {}[0]", l.row, l.extent);
                 }
                 out.push_str(" {\n");
                 print_block(out, body, depth + 1);

@@ -19,6 +19,9 @@ pub struct TileRoutine {
     /// chosen so that its sums (a stack buffer of `lanes · pixels` floats) stay in L1
     /// until the epilogue reads them back.
     pub max_pixels: i64,
+    /// Pixels of one register block: a call of a multiple of them runs only the
+    /// routine's full blocks (a shorter remainder takes a slower path).
+    pub block_pixels: i64,
 }
 
 /// What a target's conv-tile routines offer lowering: the routines, widest first, and

@@ -73,6 +73,11 @@ pub enum BufferKind {
         /// Its first element's position in the parent.
         offset: usize,
     },
+    /// The run's valid length along the padded sequence axis: one `i64` the runtime
+    /// writes before every run (the compiled length when the caller gives none), which
+    /// loops stopping at it read ([`smelt_ir::loops::LoopLimit`]). See
+    /// [`LowerOptions::padded_rows`].
+    ValidRows,
 }
 
 /// One buffer of `len` elements of type `dtype`.
@@ -135,6 +140,9 @@ pub struct Program {
     /// The buffer of every value of the function, by [`Value::index`] (parameters, then
     /// one per instruction); a reshape or flatten shares its operand's buffer.
     pub values: Vec<BufferId>,
+    /// The length the function was compiled at, when a kernel stops at a run's valid
+    /// rows ([`BufferKind::ValidRows`]): what the runtime writes when a run gives none.
+    pub padded_rows: Option<usize>,
 }
 
 impl Program {
@@ -203,7 +211,7 @@ pub enum ConvAlgorithm {
 }
 
 /// Choices of [`lower_with`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LowerOptions {
     /// How 3×3 stride-1 convolutions are computed.
     pub conv: ConvAlgorithm,
@@ -215,6 +223,12 @@ pub struct LowerOptions {
     /// computed inside its one consumer's kernel (see [`typed::inlined_into_consumer`]). Set
     /// when every intermediate is kept for inspection.
     pub keep_every_value: bool,
+    /// For a function compiled at a padded sequence length, the values whose rows past
+    /// a run's valid length may hold any finite value
+    /// ([`smelt_ir::padding::padded_rows`]): their kernels stop their row loops at the
+    /// run's valid length ([`BufferKind::ValidRows`]) and clear the rows after it (a
+    /// row left stale could hold a NaN that a masked product turns into `0 · NaN`).
+    pub padded_rows: Option<Arc<smelt_ir::padding::PaddedRows>>,
 }
 
 /// Lowers `func` of `module` to a [`Program`] with the default [`LowerOptions`]. Fails
@@ -268,7 +282,7 @@ fn lower_program<'a>(
     let mut cx = Cx {
         module,
         func,
-        opts: *opts,
+        opts: opts.clone(),
         prog: Program {
             buffers: Vec::new(),
             kernels: Vec::new(),
@@ -276,6 +290,7 @@ fn lower_program<'a>(
             inputs: Vec::new(),
             outputs: Vec::new(),
             values: Vec::new(),
+            padded_rows: None,
         },
         value_buf: Vec::with_capacity(func.num_values()),
         dedupe: HashMap::new(),
@@ -287,6 +302,7 @@ fn lower_program<'a>(
         inlined: Vec::new(),
         viewed: Vec::new(),
         cur_inst: 0,
+        cur_out: None,
         softmax_after: HashMap::new(),
         attention_after: HashMap::new(),
         merged_after: HashMap::new(),
@@ -422,6 +438,8 @@ pub(crate) struct Cx<'a> {
     pub(crate) viewed: Vec<bool>,
     /// The instruction being lowered.
     pub(crate) cur_inst: usize,
+    /// Its value's buffer, once made ([`Cx::valid_rows_for`]).
+    cur_out: Option<BufferId>,
     /// Matrix products (by instruction) whose one reader is a softmax along their rows
     /// (that softmax's instruction), which the product may compute in place as it
     /// finishes each block of rows ([`norm::softmax_after_products`]).
@@ -515,6 +533,31 @@ impl<'a> Cx<'a> {
     pub(crate) fn constant_buf(&mut self, name: &str, data: AlignedBuf) -> BufferId {
         let len = data.as_f32().len();
         self.buffer(name, DType::F32, len, BufferKind::Constant(Arc::new(data)))
+    }
+
+    /// The buffer holding a run's valid length, for a kernel writing the instruction
+    /// being lowered into `out`, when that is the instruction's own buffer and
+    /// [`LowerOptions::padded_rows`] lets the rows of its value along `axis` past the
+    /// valid length hold anything finite (the kernel then stops there and clears the
+    /// rest). Made at the first such kernel.
+    pub(crate) fn valid_rows_for(&mut self, out: BufferId, axis: usize) -> Option<BufferId> {
+        let rows = self.opts.padded_rows.clone()?;
+        let v = self.func.inst_value(self.cur_inst);
+        if self.cur_out != Some(out) || rows.axes.get(v.index()).copied().flatten() != Some(axis) {
+            return None;
+        }
+        let existing = self
+            .prog
+            .buffers
+            .iter()
+            .position(|b| matches!(b.kind, BufferKind::ValidRows));
+        Some(match existing {
+            Some(b) => BufferId(b as u32),
+            None => {
+                self.prog.padded_rows = Some(rows.length);
+                self.buffer("valid_rows", DType::I64, 1, BufferKind::ValidRows)
+            }
+        })
     }
 
     /// The buffer of a lowered value.
@@ -702,7 +745,10 @@ impl<'a> Cx<'a> {
         }
         let (op, operands) = self.chain_ending_at(i);
         let out_ty = inst.ty.clone();
-        self.lower_op(&op, &operands, &out_ty, &[], &[], out)?;
+        self.cur_out = Some(out);
+        let lowered = self.lower_op(&op, &operands, &out_ty, &[], &[], out);
+        self.cur_out = None;
+        lowered?;
         Ok(out)
     }
 

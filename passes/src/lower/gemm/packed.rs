@@ -25,8 +25,8 @@
 //! share of the next panel, which would otherwise arrive cold from memory.
 
 use smelt_ir::loops::{
-    Access, Affine, BinOp, BufId, BufPtr, ConvTile, Expr, KernelBuilder, TileRoutine, TileTarget,
-    Width,
+    Access, Affine, BinOp, BufId, BufPtr, ConvTile, Expr, KernelBuilder, LoopLimit, LoopVar,
+    TileRoutine, TileTarget, Width,
 };
 use smelt_ir::op::Op;
 use smelt_ir::{AlignedBuf, ConstantSlab, Diagnostic, Value};
@@ -93,6 +93,8 @@ struct Args {
     /// Gemm's `C` and its broadcast strides against `[M, N]`.
     c: Option<(BufId, Vec<i64>)>,
     out: BufId,
+    /// The run's valid rows, when the product stops there ([`PackedGemm::stops_at_valid_rows`]).
+    valid_rows: Option<BufId>,
 }
 
 /// Attention's `P·V`, computed in its scores' kernel ([`PackedGemm::second_product`]).
@@ -351,15 +353,39 @@ impl PackedGemm {
         if let Some(dim) = self.parallel_batch_dim() {
             return self.batch_kernel(cx, bufs, epi, dim);
         }
+        let valid_rows = self.stops_at_valid_rows(cx, out);
         let full = self.full_panels();
         if full > 0 {
-            self.kernel(cx, bufs, epi.clone(), 0..full, self.routine, self.lanes())?;
+            let panels = 0..full;
+            self.kernel(
+                cx,
+                bufs,
+                epi.clone(),
+                panels,
+                self.routine,
+                self.lanes(),
+                valid_rows,
+            )?;
         }
         if let Some(tail) = self.tail {
             let rest = self.n - full * self.lanes();
-            self.kernel(cx, bufs, epi, full..full + 1, tail, rest)?;
+            self.kernel(cx, bufs, epi, full..full + 1, tail, rest, valid_rows)?;
         }
         Ok(())
+    }
+
+    /// The buffer of a run's valid rows when this product (into its instruction's own
+    /// row-major result `out`, rows merged, so one kernel per panel set) computes a padded
+    /// sequence's positions as its rows, which may stop there ([`Cx::valid_rows_for`]):
+    /// the result is `[1, …, 1, rows, N]`, so row `r` is position `r`.
+    fn stops_at_valid_rows(&self, cx: &mut Cx, out: BufferId) -> Option<BufferId> {
+        let dims = &cx.func.insts[cx.cur_inst].ty.dims;
+        let axis = dims.len().checked_sub(2)?;
+        let rows_axis = dims[..axis].iter().all(|&d| d == 1) && dims[axis] == self.rows;
+        let plain = self.batch.is_empty() && self.out_view.is_none();
+        (rows_axis && plain)
+            .then(|| cx.valid_rows_for(out, axis))
+            .flatten()
     }
 
     /// Where row `row` of batch index `bidx` (`flat` as one number) starts in the
@@ -504,7 +530,8 @@ impl PackedGemm {
         };
         let what = format!("{tail}_by_batch{then}");
         let name = self.kernel_name(self.lanes(), &what, c_val, &epi);
-        let (mut kb, args, mut steps) = self.kernel_args(cx, &name, (a, w, c_val, out), &mut epi);
+        let bufs = (a, w, c_val, out);
+        let (mut kb, args, mut steps) = self.kernel_args(cx, &name, bufs, &mut epi, None);
         // the second product reads this one's result as its A
         let second = second.map(|mut second| {
             let wa = kb.arg("v_packed", cx.len_of(second.v_packed), Access::Read);
@@ -517,6 +544,7 @@ impl PackedGemm {
                 w: wa,
                 c: None,
                 out: oa,
+                valid_rows: None,
             };
             (second, args2)
         });
@@ -558,7 +586,7 @@ impl PackedGemm {
                         plan.rows_by_panels(kb, args2, &second.epi, &bidx, row0, pixels);
                     }
                 };
-                for_row_blocks(kb, self.rows, per_call, &mut |kb, row0, pixels| {
+                for_row_blocks(kb, self.rows, per_call, None, &mut |kb, row0, pixels| {
                     block(kb, row0, pixels)
                 });
             });
@@ -707,7 +735,9 @@ impl PackedGemm {
 
     /// One kernel over `panels`, each with `valid` result columns (the lanes, or fewer in
     /// the padded last panel): parallel over the panels when there are several, else
-    /// one serial call sequence.
+    /// one serial call sequence; stopping at a run's valid rows when `valid_rows` holds
+    /// them.
+    #[allow(clippy::too_many_arguments)]
     fn kernel(
         &self,
         cx: &mut Cx,
@@ -716,11 +746,19 @@ impl PackedGemm {
         panels: std::ops::Range<usize>,
         routine: TileRoutine,
         valid: usize,
+        valid_rows: Option<BufferId>,
     ) -> Result<(), Diagnostic> {
         let lanes = routine.lanes as usize;
         let partial = if valid < lanes { "_partial" } else { "" };
-        let name = self.kernel_name(lanes, &format!("_p{}{partial}", panels.start), c_val, &epi);
-        let (mut kb, args, steps) = self.kernel_args(cx, &name, (a, w, c_val, out), &mut epi);
+        let stops = if valid_rows.is_some() {
+            "_valid_rows"
+        } else {
+            ""
+        };
+        let what = format!("_p{}{partial}{stops}", panels.start);
+        let name = self.kernel_name(lanes, &what, c_val, &epi);
+        let bufs = (a, w, c_val, out);
+        let (mut kb, args, steps) = self.kernel_args(cx, &name, bufs, &mut epi, valid_rows);
         let count = panels.len();
         let first = panels.start as i64;
         if count > 1 {
@@ -760,6 +798,7 @@ impl PackedGemm {
         name: &str,
         (a, w, c_val, out): (BufferId, BufferId, Option<Value>, BufferId),
         epi: &mut Epilogue,
+        valid_rows: Option<BufferId>,
     ) -> (KernelBuilder, Args, Vec<BufferId>) {
         let mut kb = KernelBuilder::new(name);
         let mut steps = vec![a, w];
@@ -775,11 +814,16 @@ impl PackedGemm {
         steps.extend(epi.declare(&mut kb));
         let oa = kb.arg("out", cx.len_of(out), Access::Write);
         steps.push(out);
+        let valid_rows = valid_rows.map(|b| {
+            steps.push(b);
+            kb.typed_arg("valid_rows", smelt_ir::DType::I64, 1, Access::Read)
+        });
         let args = Args {
             a: aa,
             w: wa,
             c,
             out: oa,
+            valid_rows,
         };
         (kb, args, steps)
     }
@@ -822,9 +866,47 @@ impl PackedGemm {
         bidx: &[Affine],
     ) {
         let per_call = (at.routine.max_pixels as usize).max(1);
-        for_row_blocks(kb, self.rows, per_call, &mut |kb, row0, pixels| {
-            self.call(kb, args, epi, at, bidx, row0, pixels)
-        });
+        let valid_rows = args
+            .valid_rows
+            .map(|b| (b, at.routine.block_pixels.max(1) as usize));
+        for_row_blocks(
+            kb,
+            self.rows,
+            per_call,
+            valid_rows,
+            &mut |kb, row0, pixels| self.call(kb, args, epi, at, bidx, row0, pixels),
+        );
+        // the rows from the valid length on are cleared: a block past it was not
+        // computed, and stale bytes there could be a NaN a later masked product reads
+        if let Some(extent) = args.valid_rows {
+            let (n, col0) = (self.n as i64, at.panel.scale(self.lanes() as i64));
+            let from = LoopLimit {
+                extent,
+                row: Affine::var(kb.next_loop_var()),
+                from: true,
+            };
+            kb.for_loop_limited(0, self.rows as i64, 1, Some(from), |kb, r| {
+                let row = Affine::var(r).scale(n).add(&col0);
+                let vecs = (at.valid / 4) as i64;
+                kb.for_loop(0, vecs, 1, |kb, v| {
+                    let zero = Expr::constant(0.0, Width::F32x4);
+                    kb.store(
+                        args.out,
+                        row.add(&Affine::var(v).scale(4)),
+                        zero,
+                        Width::F32x4,
+                    );
+                });
+                for l in 4 * vecs..at.valid as i64 {
+                    kb.store(
+                        args.out,
+                        row.plus(l),
+                        Expr::constant(0.0, Width::Scalar),
+                        Width::Scalar,
+                    );
+                }
+            });
+        }
     }
 
     /// One routine call: rows `row0..row0 + pixels` (of batch index `bidx`) × the panel,
@@ -1017,20 +1099,76 @@ struct Finish<'r> {
 
 /// Runs `body` for the blocks of `per_block` rows (the last one shorter) that cover
 /// `rows`: a loop over the whole blocks, then the rest, with each block's first row and
-/// row count.
+/// row count. With `valid_rows` (and `per_call`, the routine's register block), a
+/// block below a run's valid rows is one call as before, the block they end in calls of
+/// `per_call` rows up to them (a run stops within a register block of its valid length;
+/// a smaller call would take the routine's slow remainder path), and the blocks past
+/// them nothing.
 fn for_row_blocks(
     kb: &mut KernelBuilder,
     rows: usize,
     per_block: usize,
+    valid_rows: Option<(BufId, usize)>,
     body: &mut dyn FnMut(&mut KernelBuilder, &Affine, usize),
 ) {
     let (whole, rest) = (rows / per_block, rows % per_block);
-    kb.for_loop(0, whole as i64, 1, |kb, c| {
-        body(kb, &Affine::var(c).scale(per_block as i64), per_block)
+    let Some((extent, per_call)) = valid_rows else {
+        kb.for_loop(0, whole as i64, 1, |kb, c| {
+            body(kb, &Affine::var(c).scale(per_block as i64), per_block)
+        });
+        if rest > 0 {
+            body(kb, &Affine::constant((whole * per_block) as i64), rest);
+        }
+        return;
+    };
+    let below = |row: Affine| {
+        Some(LoopLimit {
+            extent,
+            row,
+            from: false,
+        })
+    };
+    // the blocks that start below the valid rows
+    let block_row = Affine::var(kb.next_loop_var()).scale(per_block as i64);
+    kb.for_loop_limited(0, whole as i64, 1, below(block_row), |kb, c| {
+        let first = Affine::var(c).scale(per_block as i64);
+        valid_block(kb, (&first, per_block), (extent, per_call), body)
     });
     if rest > 0 {
-        body(kb, &Affine::constant((whole * per_block) as i64), rest);
+        let first = Affine::constant((whole * per_block) as i64);
+        valid_block(kb, (&first, rest), (extent, per_call), body);
     }
+}
+
+/// The rows `first..first + count` of a product that stops at the valid rows in
+/// `extent`: one call when they are all below it, else the calls of `per_call` rows
+/// that start below it.
+fn valid_block(
+    kb: &mut KernelBuilder,
+    (first, count): (&Affine, usize),
+    (extent, per_call): (BufId, usize),
+    body: &mut dyn FnMut(&mut KernelBuilder, &Affine, usize),
+) {
+    let limit = |row: Affine, from: bool| Some(LoopLimit { extent, row, from });
+    let last = first.plus(count as i64 - 1);
+    kb.for_loop_limited(0, 1, 1, limit(last.clone(), false), |kb, _| {
+        body(kb, first, count)
+    });
+    kb.for_loop_limited(0, 1, 1, limit(last, true), |kb, _| {
+        let sub = per_call.clamp(1, count);
+        let (calls, rest) = (count / sub, count % sub);
+        let at = |i: LoopVar| first.add(&Affine::var(i).scale(sub as i64));
+        let calls_below = limit(at(kb.next_loop_var()), false);
+        kb.for_loop_limited(0, calls as i64, 1, calls_below, |kb, i| {
+            body(kb, &at(i), sub)
+        });
+        if rest > 0 {
+            let row0 = first.plus((calls * sub) as i64);
+            kb.for_loop_limited(0, 1, 1, limit(row0.clone(), false), |kb, _| {
+                body(kb, &row0, rest)
+            });
+        }
+    });
 }
 
 /// Runs `body` inside one loop per batch dim, with the loop indices.
