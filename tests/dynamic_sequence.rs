@@ -91,6 +91,25 @@ fn lengths_on_and_off_buckets_match_specialized_executables() {
     }
     let compiled: Vec<Option<usize>> = dynamic.specializations().iter().map(|s| s.length).collect();
     assert_eq!(compiled, vec![Some(16), Some(32), Some(128)]);
+    // the buckets serving shorter lengths stop their products at each run's length
+    // (bucket 16 serves 1..=16, analysed against length 1, whose fusion differs)
+    for s in dynamic.specializations() {
+        match s.length {
+            Some(32 | 128) => assert_eq!(s.valid_rows, Some(Ok(())), "bucket {:?}", s.length),
+            _ => assert!(
+                s.valid_rows.is_some(),
+                "bucket {:?}: {:?}",
+                s.length,
+                s.valid_rows
+            ),
+        }
+    }
+    let bucket = dynamic.bucket(1, 100).expect("the bucket of length 100");
+    assert_eq!(bucket.padded_rows(), Some(128));
+    let (full, at_100) = (bucket.executed_flops(), bucket.executed_flops_at(100));
+    let at_65 = bucket.executed_flops_at(65);
+    assert!(at_65 < at_100 && at_100 < full, "{at_65} {at_100} {full}");
+    assert_eq!(bucket.executed_flops_at(128), full);
     // BERT's position ids are a constant the importer folds from the length (the add of
     // the position embeddings): each bucket imports and fuses the model at its length
     match dynamic.shared_module() {

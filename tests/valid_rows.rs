@@ -117,6 +117,12 @@ fn products_stop_at_the_valid_rows_and_clear_the_rest() {
         // results below still hold
         None => assert_eq!(limited, 0, "{loops}"),
     }
+    // a run of fewer valid rows executes fewer flops, one of all of them the compiled
+    // length's
+    assert_eq!(exe.executed_flops_at(PADDED), exe.executed_flops());
+    if exe.tile_isa().is_some() {
+        assert!(exe.executed_flops_at(SHORT) < exe.executed_flops());
+    }
     let mut checked = 0;
     for valid in SHORT..=PADDED {
         // NaN in every padded row of the input: the run fills the arena with NaN rows

@@ -128,17 +128,17 @@ pub fn padding_proof(
 pub struct PaddedRows {
     /// The length the function is compiled at (the bucket).
     pub length: usize,
-    /// By value index: the axis along which the value's positions from a run's valid
-    /// length on may hold any finite value, when it is the value's first axis longer
-    /// than 1 (so those positions are the tail of its row-major elements) and has
-    /// `length` positions.
+    /// By value index: the first of its padded axes (of `length` positions) along which
+    /// the value's positions from a run's valid length on may hold any finite value,
+    /// whatever its other axes' indices.
     pub axes: Vec<Option<usize>>,
 }
 
 /// [`padding_proof`]'s analysis of `big` against `small`, kept per value: the values
-/// whose padded positions along their first axis longer than 1 hold anything finite
-/// ([`Padding::Any`]) — which no later op can rely on, so a kernel may leave them to
-/// any finite value (zeros) instead of computing them. Run on the optimized function
+/// whose padded positions along a padded axis hold anything finite ([`Padding::Any`])
+/// — which no later op can rely on, so a kernel may leave them to any finite value
+/// (zeros) instead of computing them. (A position padded along two axes is only ever
+/// assumed finite.) Run on the optimized function
 /// the kernels are lowered from (`small` optimized the same way: the same instructions
 /// at the shorter length), it tells lowering which row loops may stop at a run's valid
 /// length.
@@ -161,9 +161,9 @@ pub fn padded_rows(
         .enumerate()
         .map(|(v, pads)| {
             let dims = &fb.type_of(crate::graph::Value(v as u32)).dims;
-            let axis = dims.iter().position(|&d| d > 1)?;
-            (dims[axis] == padded && pads.get(axis).copied().flatten() == Some(Padding::Any))
-                .then_some(axis)
+            (0..dims.len())
+                .find(|&k| pads.get(k).copied().flatten() == Some(Padding::Any))
+                .filter(|&k| dims[k] == padded)
         })
         .collect();
     Ok(PaddedRows {

@@ -1206,21 +1206,29 @@ impl DynamicExecutable {
     }
 
     /// Floating-point operations of a run of `batch` elements, summed over its chunks:
-    /// as the model writes them and as the kernels execute them (they differ where
-    /// Winograd computes); a chunk run as copies of bucket 1 counts each copy. Compiles
-    /// the buckets the run needs.
+    /// as the model writes them (at the run's own length: a padded run imports the
+    /// model at it once more) and as the kernels execute them (they differ where
+    /// Winograd computes, and where a padded run's kernels compute past its length up
+    /// to a register block or not at all); a chunk run as copies of bucket 1 counts
+    /// each copy. Compiles the buckets the run needs.
     pub fn flops(&self, batch: usize, length: usize) -> Result<(u64, u64), Error> {
         let bucket = self.length_bucket(length)?;
+        let padded = bucket.is_some_and(|b| length < b);
         self.chunk_runs(batch, bucket)?.into_iter().try_fold(
             (0, 0),
             |(written, executed), chunk| {
                 let c = self.compiled(chunk.bucket, bucket)?;
                 // a chunk run as copies of a bucket computes that many times its flops
                 let share = |flops: u64| flops / chunk.bucket as u64 * chunk.size as u64;
-                Ok((
-                    written + share(c.flops),
-                    executed + share(c.exe.executed_flops()),
-                ))
+                let (as_written, as_run) = match padded {
+                    true => {
+                        let module = self.module_at(chunk.bucket, length)?;
+                        let written = module.entry().map_or(0, |f| f.flops());
+                        (written, c.exe.executed_flops_at(length))
+                    }
+                    false => (c.flops, c.exe.executed_flops()),
+                };
+                Ok((written + share(as_written), executed + share(as_run)))
             },
         )
     }

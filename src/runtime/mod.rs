@@ -132,6 +132,8 @@ struct ExecStep {
 /// What a step computes, for profiles.
 struct StepInfo {
     kernel: String,
+    /// The kernel's index in [`Executable::kernels`].
+    index: usize,
     op: String,
     loc: Location,
     flops: u64,
@@ -427,9 +429,11 @@ impl Executable {
             step.info = i;
             step_info.push(StepInfo {
                 kernel: k.name.clone(),
+                index: s.kernel,
                 op: s.op.clone(),
                 loc: s.loc.clone(),
-                flops: k.flops(),
+                // a run that gives no valid rows computes the compiled length's
+                flops: k.flops_at(program.padded_rows.map(|rows| rows as i64)),
                 bytes: k.bytes(),
             });
         }
@@ -617,6 +621,24 @@ impl Executable {
     /// its transforms and its smaller product, not the direct convolution's count.
     pub fn executed_flops(&self) -> u64 {
         self.step_info.iter().map(|s| s.flops).sum()
+    }
+
+    /// [`Executable::executed_flops`] of a run of `valid_rows` valid rows
+    /// ([`Executable::run_valid_rows_into`]): the loops that stop there counted up to
+    /// where they stop. The same as `executed_flops` without padded rows.
+    pub fn executed_flops_at(&self, valid_rows: usize) -> u64 {
+        if self.padded_rows.is_none() {
+            return self.executed_flops();
+        }
+        let extent = i64::try_from(valid_rows).unwrap_or(i64::MAX);
+        self.step_info
+            .iter()
+            .map(|s| {
+                self.kernels
+                    .get(s.index)
+                    .map_or(s.flops, |k| k.flops_at(Some(extent)))
+            })
+            .sum()
     }
 
     /// Bytes of scratch memory one run uses (the arena of temporaries).

@@ -630,8 +630,16 @@ impl Kernel {
     }
 
     /// Number of floating-point operations one call performs (FMA counts two), counted
-    /// statically over the loop trip counts; for GFLOP/s reports.
+    /// statically over the loop trip counts; for GFLOP/s reports. Loops limited at run
+    /// time ([`LoopLimit`]) count every constant iteration: see [`Kernel::flops_at`].
     pub fn flops(&self) -> u64 {
+        self.flops_at(None)
+    }
+
+    /// [`Kernel::flops`] of a call whose limited loops read `extent` (`None`: every
+    /// iteration counted): the loops around a limited one are walked iteration by
+    /// iteration, the others multiplied out.
+    pub fn flops_at(&self, extent: Option<i64>) -> u64 {
         fn expr(e: &Expr, vars: &[Width]) -> u64 {
             match e {
                 Expr::Var(_) | Expr::Const(..) | Expr::Int(..) | Expr::Load { .. } => 0,
@@ -685,17 +693,49 @@ impl Kernel {
             }
             width(e, vars) as u64
         }
-        fn block(stmts: &[Stmt], vars: &[Width]) -> u64 {
+        fn limited(stmts: &[Stmt]) -> bool {
+            stmts.iter().any(|s| match s {
+                Stmt::Loop { limit, body, .. } => limit.is_some() || limited(body),
+                _ => false,
+            })
+        }
+        /// Whether an iteration runs under `limit` with the loop variables at `at`.
+        fn runs(limit: &LoopLimit, at: &[i64], extent: i64) -> bool {
+            let row = limit.row.terms.iter().fold(limit.row.offset, |r, &(v, c)| {
+                r.saturating_add(c.saturating_mul(at.get(v.0 as usize).copied().unwrap_or(0)))
+            });
+            (row < extent) != limit.from
+        }
+        fn block(stmts: &[Stmt], vars: &[Width], at: &mut Vec<i64>, extent: Option<i64>) -> u64 {
             stmts
                 .iter()
                 .map(|s| match s {
                     Stmt::Loop {
+                        var,
                         start,
                         end,
                         step,
+                        limit,
                         body,
-                        ..
-                    } => trip_count(*start, *end, *step) as u64 * block(body, vars),
+                    } => match extent {
+                        Some(x) if limited(std::slice::from_ref(s)) => {
+                            let slot = var.0 as usize;
+                            if at.len() <= slot {
+                                at.resize(slot + 1, 0);
+                            }
+                            let mut total = 0u64;
+                            let mut i = *start;
+                            while i < *end {
+                                at[slot] = i;
+                                if limit.as_ref().is_none_or(|l| runs(l, at, x)) {
+                                    total = total.saturating_add(block(body, vars, at, extent));
+                                }
+                                i = i.saturating_add((*step).max(1));
+                            }
+                            total
+                        }
+                        _ => trip_count(*start, *end, *step) as u64 * block(body, vars, at, extent),
+                    },
                     Stmt::Assign { value, .. } | Stmt::Store { value, .. } => expr(value, vars),
                     Stmt::ConvTile { tile, .. } => tile.flops(),
                     Stmt::DepthwiseRow { row, .. } => row.flops(),
@@ -730,7 +770,7 @@ impl Kernel {
                 })
                 .sum()
         }
-        block(&self.body, &self.vars)
+        block(&self.body, &self.vars, &mut Vec::new(), extent)
     }
 }
 

@@ -543,7 +543,7 @@ impl<'a> Cx<'a> {
     pub(crate) fn valid_rows_for(&mut self, out: BufferId, axis: usize) -> Option<BufferId> {
         let rows = self.opts.padded_rows.clone()?;
         let v = self.func.inst_value(self.cur_inst);
-        if self.cur_out != Some(out) || rows.axes.get(v.index()).copied().flatten() != Some(axis) {
+        if self.cur_out != Some(out) || !self.rows_free(v, axis) {
             return None;
         }
         let existing = self
@@ -558,6 +558,15 @@ impl<'a> Cx<'a> {
                 self.buffer("valid_rows", DType::I64, 1, BufferKind::ValidRows)
             }
         })
+    }
+
+    /// Whether [`LowerOptions::padded_rows`] lets `v`'s positions along `axis` past a
+    /// run's valid length hold anything finite.
+    pub(crate) fn rows_free(&self, v: Value, axis: usize) -> bool {
+        self.opts
+            .padded_rows
+            .as_ref()
+            .is_some_and(|rows| rows.axes.get(v.index()).copied().flatten() == Some(axis))
     }
 
     /// The buffer of a lowered value.

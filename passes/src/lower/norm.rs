@@ -2,12 +2,12 @@
 //! global average pooling.
 
 use smelt_ir::loops::{
-    Access, Affine, BinOp, BufId, BufPtr, Expr, KernelBuilder, ReduceOp, UnOp, Width,
+    Access, Affine, BinOp, BufId, BufPtr, Expr, KernelBuilder, LoopLimit, ReduceOp, UnOp, Width,
 };
 use std::collections::HashMap;
 
 use smelt_ir::op::Op;
-use smelt_ir::{Diagnostic, TensorType, Value};
+use smelt_ir::{DType, Diagnostic, TensorType, Value};
 
 use super::elementwise::{emit_nest, Epilogue};
 use super::{BufferId, Cx};
@@ -49,7 +49,19 @@ pub(crate) fn lower_norm(
         NormOp::LayerNorm { axis, epsilon } => {
             let outer: usize = dims[..axis].iter().product();
             let inner: usize = dims[axis..].iter().product();
-            let mut b = KernelBuilder::new(&format!("layer_norm_{outer}x{inner}"));
+            // rows that are a padded sequence's positions stop at a run's valid rows, the
+            // rest cleared (`LowerOptions::padded_rows`): the value is `[1, …, 1, S, …]`
+            // normalized after the sequence axis, so row `o` is position `o`
+            let valid_rows = axis
+                .checked_sub(1)
+                .filter(|&s| dims[..s].iter().all(|&d| d == 1))
+                .and_then(|s| cx.valid_rows_for(out, s));
+            let stops = if valid_rows.is_some() {
+                "_valid_rows"
+            } else {
+                ""
+            };
+            let mut b = KernelBuilder::new(&format!("layer_norm_{outer}x{inner}{stops}"));
             let xa = b.arg("x", cx.len_of(x), Access::Read);
             let sb = cx.buf(operands[1]);
             let sa = b.arg("scale", cx.len_of(sb), Access::Read);
@@ -61,53 +73,79 @@ pub(crate) fn lower_norm(
             });
             let ya = b.arg("out", cx.len_of(out), Access::Write);
             args.push(out);
+            let extent = valid_rows.map(|buf| {
+                args.push(buf);
+                b.typed_arg("valid_rows", DType::I64, 1, Access::Read)
+            });
             let inv_n = (1.0f64 / inner as f64) as f32;
             let eps = epsilon;
             // rows are independent: threads share them
             b.set_parallel();
             b.for_loop(0, outer as i64, 1, |b, o| {
-                let base = Affine::var(o).scale(inner as i64);
-                let sum = sum_row(b, xa, &base, inner, 1, |e| e);
-                let mean = pinned(
-                    b,
-                    Expr::binary(BinOp::Mul, sum, Expr::constant(inv_n, Width::Scalar)),
-                );
-                let mean4 = b.let_(Expr::Splat(Box::new(mean.clone())), Width::F32x4);
-                let sq = sum_row(b, xa, &base, inner, 1, |e| {
-                    let m = match &e {
-                        Expr::Load {
-                            width: Width::F32x4,
-                            ..
-                        } => mean4.clone(),
-                        _ => mean.clone(),
-                    };
-                    let d = Expr::binary(BinOp::Sub, e, m);
-                    Expr::binary(BinOp::Mul, d.clone(), d)
-                });
-                let var = Expr::binary(BinOp::Mul, sq, Expr::constant(inv_n, Width::Scalar));
-                let rstd = pinned(
-                    b,
-                    Expr::binary(
-                        BinOp::Div,
-                        Expr::constant(1.0, Width::Scalar),
-                        Expr::unary(
-                            UnOp::Sqrt,
-                            Expr::binary(BinOp::Add, var, Expr::constant(eps, Width::Scalar)),
+                let row = Affine::var(o);
+                let limit = |from| {
+                    extent.map(|extent| LoopLimit {
+                        extent,
+                        row: row.clone(),
+                        from,
+                    })
+                };
+                if let Some(past) = limit(true) {
+                    b.for_loop_limited(0, 1, 1, Some(past), |b, _| {
+                        let base = row.scale(inner as i64);
+                        emit_nest(b, &[inner], true, &mut |b, idx, w| {
+                            let zero = Expr::splat_to(Expr::constant(0.0, Width::Scalar), w);
+                            b.store(ya, base.add(&idx[0]), zero, w);
+                        });
+                    });
+                }
+                b.for_loop_limited(0, 1, 1, limit(false), |b, _| {
+                    let base = Affine::var(o).scale(inner as i64);
+                    let sum = sum_row(b, xa, &base, inner, 1, |e| e);
+                    let mean = pinned(
+                        b,
+                        Expr::binary(BinOp::Mul, sum, Expr::constant(inv_n, Width::Scalar)),
+                    );
+                    let mean4 = b.let_(Expr::Splat(Box::new(mean.clone())), Width::F32x4);
+                    let sq = sum_row(b, xa, &base, inner, 1, |e| {
+                        let m = match &e {
+                            Expr::Load {
+                                width: Width::F32x4,
+                                ..
+                            } => mean4.clone(),
+                            _ => mean.clone(),
+                        };
+                        let d = Expr::binary(BinOp::Sub, e, m);
+                        Expr::binary(BinOp::Mul, d.clone(), d)
+                    });
+                    let var = Expr::binary(BinOp::Mul, sq, Expr::constant(inv_n, Width::Scalar));
+                    let rstd = pinned(
+                        b,
+                        Expr::binary(
+                            BinOp::Div,
+                            Expr::constant(1.0, Width::Scalar),
+                            Expr::unary(
+                                UnOp::Sqrt,
+                                Expr::binary(BinOp::Add, var, Expr::constant(eps, Width::Scalar)),
+                            ),
                         ),
-                    ),
-                );
-                emit_nest(b, &[inner], true, &mut |b, idx, w| {
-                    let i = &idx[0];
-                    let xv = Expr::load(xa, base.add(i), w);
-                    let centered = Expr::binary(BinOp::Sub, xv, Expr::splat_to(mean.clone(), w));
-                    let normed =
-                        Expr::binary(BinOp::Mul, centered, Expr::splat_to(rstd.clone(), w));
-                    let scaled = Expr::binary(BinOp::Mul, normed, Expr::load(sa, i.clone(), w));
-                    let v = match ba {
-                        Some(bb) => Expr::binary(BinOp::Add, scaled, Expr::load(bb, i.clone(), w)),
-                        None => scaled,
-                    };
-                    b.store(ya, base.add(i), v, w);
+                    );
+                    emit_nest(b, &[inner], true, &mut |b, idx, w| {
+                        let i = &idx[0];
+                        let xv = Expr::load(xa, base.add(i), w);
+                        let centered =
+                            Expr::binary(BinOp::Sub, xv, Expr::splat_to(mean.clone(), w));
+                        let normed =
+                            Expr::binary(BinOp::Mul, centered, Expr::splat_to(rstd.clone(), w));
+                        let scaled = Expr::binary(BinOp::Mul, normed, Expr::load(sa, i.clone(), w));
+                        let v = match ba {
+                            Some(bb) => {
+                                Expr::binary(BinOp::Add, scaled, Expr::load(bb, i.clone(), w))
+                            }
+                            None => scaled,
+                        };
+                        b.store(ya, base.add(i), v, w);
+                    });
                 });
             });
             cx.step(b.finish(), args)

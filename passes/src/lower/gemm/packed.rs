@@ -528,10 +528,26 @@ impl PackedGemm {
             (None, true) => "_softmax",
             (None, false) => "",
         };
-        let what = format!("{tail}_by_batch{then}");
+        // each matrix's rows stop at a run's valid rows when they are a padded
+        // sequence's positions its value (and the softmax's it holds) may leave free
+        let valid_rows = match (&second, self.out_view.is_none()) {
+            (None, true) => {
+                let axis = self.batch.len();
+                let softmax_free =
+                    softmax_inst.is_none_or(|s| cx.rows_free(cx.func.inst_value(s), axis));
+                softmax_free.then(|| cx.valid_rows_for(out, axis)).flatten()
+            }
+            _ => None,
+        };
+        let stops = if valid_rows.is_some() {
+            "_valid_rows"
+        } else {
+            ""
+        };
+        let what = format!("{tail}_by_batch{then}{stops}");
         let name = self.kernel_name(self.lanes(), &what, c_val, &epi);
         let bufs = (a, w, c_val, out);
-        let (mut kb, args, mut steps) = self.kernel_args(cx, &name, bufs, &mut epi, None);
+        let (mut kb, args, mut steps) = self.kernel_args(cx, &name, bufs, &mut epi, valid_rows);
         // the second product reads this one's result as its A
         let second = second.map(|mut second| {
             let wa = kb.arg("v_packed", cx.len_of(second.v_packed), Access::Read);
@@ -586,9 +602,18 @@ impl PackedGemm {
                         plan.rows_by_panels(kb, args2, &second.epi, &bidx, row0, pixels);
                     }
                 };
-                for_row_blocks(kb, self.rows, per_call, None, &mut |kb, row0, pixels| {
-                    block(kb, row0, pixels)
-                });
+                let valid_rows = args
+                    .valid_rows
+                    .map(|b| (b, self.routine.block_pixels.max(1) as usize));
+                for_row_blocks(
+                    kb,
+                    self.rows,
+                    per_call,
+                    valid_rows,
+                    &mut |kb, row0, pixels| block(kb, row0, pixels),
+                );
+                let all = 0..self.n;
+                self.clear_rows_past_valid(kb, &args, &bidx, all, &Affine::constant(0));
             });
         });
         // the softmax's value is this product's buffer, which it finished in place
@@ -876,37 +901,48 @@ impl PackedGemm {
             valid_rows,
             &mut |kb, row0, pixels| self.call(kb, args, epi, at, bidx, row0, pixels),
         );
-        // the rows from the valid length on are cleared: a block past it was not
-        // computed, and stale bytes there could be a NaN a later masked product reads
-        if let Some(extent) = args.valid_rows {
-            let (n, col0) = (self.n as i64, at.panel.scale(self.lanes() as i64));
-            let from = LoopLimit {
-                extent,
-                row: Affine::var(kb.next_loop_var()),
-                from: true,
-            };
-            kb.for_loop_limited(0, self.rows as i64, 1, Some(from), |kb, r| {
-                let row = Affine::var(r).scale(n).add(&col0);
-                let vecs = (at.valid / 4) as i64;
-                kb.for_loop(0, vecs, 1, |kb, v| {
-                    let zero = Expr::constant(0.0, Width::F32x4);
-                    kb.store(
-                        args.out,
-                        row.add(&Affine::var(v).scale(4)),
-                        zero,
-                        Width::F32x4,
-                    );
-                });
-                for l in 4 * vecs..at.valid as i64 {
-                    kb.store(
-                        args.out,
-                        row.plus(l),
-                        Expr::constant(0.0, Width::Scalar),
-                        Width::Scalar,
-                    );
-                }
+        let col0 = at.panel.scale(self.lanes() as i64);
+        self.clear_rows_past_valid(kb, args, bidx, 0..at.valid, &col0);
+    }
+
+    /// With `args.valid_rows`, clears the result's columns `col0 + cols` of batch index
+    /// `bidx` in the rows from the valid length on: a block past it was not computed, and
+    /// stale bytes there could be a NaN a later masked product turns into `0 · NaN`.
+    fn clear_rows_past_valid(
+        &self,
+        kb: &mut KernelBuilder,
+        args: &Args,
+        bidx: &[Affine],
+        cols: std::ops::Range<usize>,
+        col0: &Affine,
+    ) {
+        let Some(extent) = args.valid_rows else {
+            return;
+        };
+        let flat = index_of(&row_major_strides(&self.batch), bidx);
+        let from = LoopLimit {
+            extent,
+            row: Affine::var(kb.next_loop_var()),
+            from: true,
+        };
+        kb.for_loop_limited(0, self.rows as i64, 1, Some(from), |kb, r| {
+            let row = self.out_row(&flat, bidx, &Affine::var(r)).0.add(col0);
+            let vecs = (cols.len() / 4) as i64;
+            let first = cols.start as i64;
+            kb.for_loop(0, vecs, 1, |kb, v| {
+                let at = row.add(&Affine::var(v).scale(4)).plus(first);
+                kb.store(
+                    args.out,
+                    at,
+                    Expr::constant(0.0, Width::F32x4),
+                    Width::F32x4,
+                );
             });
-        }
+            for l in first + 4 * vecs..cols.end as i64 {
+                let zero = Expr::constant(0.0, Width::Scalar);
+                kb.store(args.out, row.plus(l), zero, Width::Scalar);
+            }
+        });
     }
 
     /// One routine call: rows `row0..row0 + pixels` (of batch index `bidx`) × the panel,
