@@ -215,7 +215,7 @@ impl Executable {
         func_name: Option<&str>,
         opts: &CompileOptions,
     ) -> Result<Executable, Error> {
-        Self::compile_func(module, func_name, None, opts)
+        Self::compile_func(module, func_name, (None, None), opts)
     }
 
     /// [`Executable::compile`] of the entry function of `module`, a model at a padded
@@ -234,13 +234,30 @@ impl Executable {
         opts: &CompileOptions,
     ) -> Result<Executable, Error> {
         let rows = std::sync::Arc::new(rows.clone());
-        Self::compile_func(module, None, Some(rows), opts)
+        Self::compile_func(module, None, (Some(rows), None), opts)
+    }
+
+    /// [`Executable::compile`] of `module`'s entry function, one of several compiles of
+    /// the same model (a dynamic executable's buckets): packed weights are taken from
+    /// and kept in `constants`, and with `rows` products stop at a run's valid rows
+    /// ([`Executable::compile_padded`]).
+    pub(crate) fn compile_sharing(
+        module: &Module,
+        rows: Option<&smelt_ir::padding::PaddedRows>,
+        constants: &std::sync::Arc<lower::ConstantCache>,
+        opts: &CompileOptions,
+    ) -> Result<Executable, Error> {
+        let rows = rows.map(|r| std::sync::Arc::new(r.clone()));
+        Self::compile_func(module, None, (rows, Some(constants.clone())), opts)
     }
 
     fn compile_func(
         module: &Module,
         func_name: Option<&str>,
-        rows: Option<std::sync::Arc<smelt_ir::padding::PaddedRows>>,
+        (rows, constants): (
+            Option<std::sync::Arc<smelt_ir::padding::PaddedRows>>,
+            Option<std::sync::Arc<lower::ConstantCache>>,
+        ),
         opts: &CompileOptions,
     ) -> Result<Executable, Error> {
         let start = Instant::now();
@@ -279,6 +296,7 @@ impl Executable {
             micro,
             keep_every_value: opts.keep_intermediates,
             padded_rows: rows.filter(|_| laid_out.is_none() && !opts.keep_intermediates),
+            constants,
         };
         let func = laid_out.as_ref().unwrap_or(func);
         // code generation runs while the weights are still being packed

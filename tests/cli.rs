@@ -442,6 +442,11 @@ fn dynamic_sequence_models_run_verify_and_bench_without_shape() {
         "{}",
         stderr(&o)
     );
+    assert!(
+        stderr(&o).contains("length bucket 1x128: products stop at each run's length"),
+        "{}",
+        stderr(&o)
+    );
     assert_eq!(
         read_npy(&dir.path().join("last_hidden_state.npy")).dims(),
         &[1, 100, 384]

@@ -104,6 +104,11 @@ fn lengths_on_and_off_buckets_match_specialized_executables() {
             ),
         }
     }
+    // the three buckets packed BERT's 36 projection weights once: the first computed
+    // them, the other two took them
+    let shared = dynamic.shared_constants();
+    assert_eq!(shared.constants, 36, "{shared:?}");
+    assert_eq!(shared.hits, 2 * 36, "{shared:?}");
     let bucket = dynamic.bucket(1, 100).expect("the bucket of length 100");
     assert_eq!(bucket.padded_rows(), Some(128));
     let (full, at_100) = (bucket.executed_flops(), bucket.executed_flops_at(100));

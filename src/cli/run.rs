@@ -169,6 +169,16 @@ fn run_dynamic(a: &RunArgs, exe: &DynamicExecutable) -> Result<()> {
             compiled.join(", ")
         ),
     }
+    report_buckets(exe);
+    report_shared_module(exe);
+    let names: Vec<&str> = exe.output_names().iter().map(String::as_str).collect();
+    write_results(a, &names, &outputs)
+}
+
+/// Says which buckets do not run batches as copies of themselves, and how each length
+/// bucket runs a shorter length (its products stopping at the run's length, or why
+/// not).
+fn report_buckets(exe: &DynamicExecutable) {
     for s in exe.specializations() {
         if let Some(Err(why)) = &s.copies {
             errln!(
@@ -176,10 +186,20 @@ fn run_dynamic(a: &RunArgs, exe: &DynamicExecutable) -> Result<()> {
                 s.batch
             );
         }
+        let Some(length) = s.length else { continue };
+        match &s.valid_rows {
+            Some(Ok(())) => errln!(
+                "length bucket {}x{length}: products stop at each run's length (the rows \
+                 past it cleared)",
+                s.batch
+            ),
+            Some(Err(why)) => errln!(
+                "length bucket {}x{length}: computes every padded row ({why})",
+                s.batch
+            ),
+            None => {}
+        }
     }
-    report_shared_module(exe);
-    let names: Vec<&str> = exe.output_names().iter().map(String::as_str).collect();
-    write_results(a, &names, &outputs)
 }
 
 /// Says where the buckets' modules came from: the model fused once with symbolic sizes,
@@ -229,14 +249,7 @@ fn run_shaped(a: &RunArgs, exe: &DynamicExecutable) -> Result<()> {
     }
     let outputs = exe.run(&inputs)?;
     report_shapes(exe);
-    for s in exe.specializations() {
-        if let Some(Err(why)) = &s.copies {
-            errln!(
-                "bucket {} does not run batches as copies of itself: {why}",
-                s.batch
-            );
-        }
-    }
+    report_buckets(exe);
     report_shared_module(exe);
     let names: Vec<&str> = exe.output_names().iter().map(String::as_str).collect();
     write_results(a, &names, &outputs)

@@ -314,7 +314,8 @@ impl DynamicExecutable {
             all.insert(param.name.clone(), t.ty.dims.clone());
         }
         let module = specialize(&model.optimized, &all)?;
-        let exe = Executable::compile(&module, None, &self.options.compile)?;
+        let exe =
+            Executable::compile_sharing(&module, None, &self.constants, &self.options.compile)?;
         Ok(CompiledBucket {
             exe,
             scratch: Mutex::new(Vec::new()),

@@ -162,6 +162,7 @@ use crate::onnx::{
 };
 use crate::runtime::{copy_common_box, Elements, ElementsMut, Executable};
 use crate::Error;
+use smelt_passes::lower::ConstantCache;
 
 /// The largest bucket [`DynamicOptions::max_bucket`] may name.
 pub const MAX_BUCKET_LIMIT: usize = 1024;
@@ -450,6 +451,10 @@ pub struct DynamicExecutable {
     /// sequence), or why not: decided by the first run of a batch of 2 or more there
     /// ([`DynamicExecutable::runs_copies`]).
     copies: Mutex<BTreeMap<Option<usize>, Result<(), String>>>,
+    /// Packed weights, computed by the first bucket that needs them and shared by the
+    /// others (and by the executables made from this one): the same panels for any
+    /// batch or length, held once.
+    constants: Arc<ConstantCache>,
 }
 
 /// The model imported once with its dynamic sizes as symbols and run through the pass
@@ -715,6 +720,7 @@ impl DynamicExecutable {
             pads_images: false,
             image_padding: Mutex::new(None),
             copies: Mutex::new(BTreeMap::new()),
+            constants: Arc::new(ConstantCache::new()),
         })
     }
 
@@ -1282,23 +1288,37 @@ impl DynamicExecutable {
             let cx = optimize(&mut optimized, &self.options.optimize, None)?;
             Ok::<_, Error>((optimized, cx.warnings))
         };
-        let (optimized, warnings) = optimized_at(&module, length.unwrap_or(1))?;
         // Products whose rows are the padded positions stop at each run's valid length
         // where the analysis of the optimized model says those rows may hold anything:
         // the model optimized at the shortest length the bucket serves shows which axes
-        // are the sequence.
-        let valid_rows = match (&padded, length) {
-            (Some((_, Some((short, small)))), Some(bucket)) => {
-                Some(optimized_at(small, *short).and_then(|(small, _)| {
-                    padded_rows(&optimized, &small, bucket, *short).map_err(Error::from)
-                }))
-            }
+        // are the sequence. It is optimized on a second thread beside the bucket's own
+        // (fusion is serial; each takes ≈ 10 ms for BERT).
+        let shortest = match (&padded, length) {
+            (Some((_, Some((short, small)))), Some(_)) => Some((*short, small)),
             _ => None,
         };
-        let mut exe = match valid_rows.as_ref().and_then(|r| r.as_ref().ok()) {
-            Some(rows) => Executable::compile_padded(&optimized, rows, &self.options.compile)?,
-            None => Executable::compile(&optimized, None, &self.options.compile)?,
+        let optimized_at = &optimized_at;
+        let (own, small) = std::thread::scope(|scope| {
+            let small = shortest.map(|(short, small)| {
+                scope.spawn(move || optimized_at(small, short).map(|(m, _)| (short, m)))
+            });
+            let own = optimized_at(&module, length.unwrap_or(1));
+            let small = small.map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::Unsupported("optimizing panicked".into())))
+            });
+            (own, small)
+        });
+        let (optimized, warnings) = own?;
+        let valid_rows = match (small, length) {
+            (Some(small), Some(bucket)) => Some(small.and_then(|(short, small)| {
+                padded_rows(&optimized, &small, bucket, short).map_err(Error::from)
+            })),
+            _ => None,
         };
+        let rows = valid_rows.as_ref().and_then(|r| r.as_ref().ok());
+        let mut exe =
+            Executable::compile_sharing(&optimized, rows, &self.constants, &self.options.compile)?;
         let valid_rows = valid_rows.map(|r| match r {
             Ok(_) if exe.padded_rows().is_some() => Ok(()),
             Ok(_) => Err("no product computes the padded positions as its rows".to_string()),
@@ -1387,6 +1407,13 @@ impl DynamicExecutable {
             }
         }
         Ok(leading_results(func, &analysis.axes))
+    }
+
+    /// The packed weights its buckets share (computed by the first that needs each,
+    /// taken by the others): how many, their bytes, and how many times a bucket's
+    /// compile took one instead of packing it again.
+    pub fn shared_constants(&self) -> smelt_passes::lower::ConstantUsage {
+        self.constants.usage()
     }
 
     /// The names of the results, in order (as the model declares them).
@@ -1586,6 +1613,7 @@ impl DynamicExecutable {
         Ok(DynamicExecutable {
             template: self.template.clone(),
             root_pins: self.root_pins.clone(),
+            constants: self.constants.clone(),
             ..exe
         })
     }

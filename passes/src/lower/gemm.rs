@@ -110,8 +110,9 @@ pub(crate) fn lower_gemm(
     // On a micro-kernel target: B packed into panels (a constant at compile time, an
     // activation by a kernel) and the conv-tile routines.
     if !gemv {
-        let b = match cx.const_data(sources[1]) {
-            Some(data) if !b_viewed => packed::BSource::Constant(data),
+        let weight = cx.const_weight(sources[1]);
+        let b = match (cx.const_data(sources[1]), weight) {
+            (Some(data), Some(weight)) if !b_viewed => packed::BSource::Constant(data, weight),
             _ => packed::BSource::Runtime(sources[1]),
         };
         let runtime_b = matches!(b, packed::BSource::Runtime(_));

@@ -12,6 +12,7 @@
 //! [`MAX_POST_IN_REGISTERS`] of them; a longer list runs as elementwise passes over
 //! the anchor's result instead, that many post-ops each.
 
+mod constants;
 pub mod conv;
 mod conv_transpose;
 mod copy;
@@ -38,6 +39,7 @@ use smelt_ir::{
     WeightId,
 };
 
+pub use constants::{ConstantCache, ConstantUsage};
 pub use memory::{plan_memory, MemoryPlan};
 
 /// The most post-ops a fused op applies in its anchor's register tile. The tile repeats
@@ -229,6 +231,9 @@ pub struct LowerOptions {
     /// run's valid length ([`BufferKind::ValidRows`]) and clear the rows after it (a
     /// row left stale could hold a NaN that a masked product turns into `0 · NaN`).
     pub padded_rows: Option<Arc<smelt_ir::padding::PaddedRows>>,
+    /// Where packed weights are kept for other compiles of the same model (and taken
+    /// from, when one computed them already): a dynamic executable's buckets share one.
+    pub constants: Option<Arc<ConstantCache>>,
 }
 
 /// Lowers `func` of `module` to a [`Program`] with the default [`LowerOptions`]. Fails
@@ -259,25 +264,33 @@ pub fn lower_with_then<T>(
     // weight packing runs on the other cores while the kernels are built, then beside
     // `then`
     let (lowered, constants) = crate::parallel::overlapped(|packing| {
-        let prog = lower_program(module, func, opts, packing)?;
+        let (prog, cached) = lower_program(module, func, opts, packing)?;
         let out = then(&prog);
-        Ok::<_, Diagnostic>((prog, out))
+        Ok::<_, Diagnostic>((prog, cached, out))
     });
-    let (mut prog, out) = lowered?;
+    let (mut prog, cached, out) = lowered?;
     for (id, data) in constants {
         prog.buffers[id.0 as usize].kind = BufferKind::Constant(Arc::new(data));
+    }
+    if let Some(cache) = &opts.constants {
+        for (id, key, source) in cached {
+            if let BufferKind::Constant(data) = &prog.buffers[id.0 as usize].kind {
+                cache.insert(key, source, data.clone());
+            }
+        }
     }
     Ok((prog, out))
 }
 
 /// [`lower_with`], submitting the deferred constants ([`Cx::constant_later`]) to
-/// `packing`.
+/// `packing`; returns the program and the constants to keep in
+/// [`LowerOptions::constants`] once computed.
 fn lower_program<'a>(
     module: &'a Module,
     func: &'a Func,
     opts: &LowerOptions,
     packing: crate::parallel::Overlap<'a, (BufferId, AlignedBuf)>,
-) -> Result<Program, Diagnostic> {
+) -> Result<(Program, Vec<CachedConstant>), Diagnostic> {
     let weight_bytes = weights_read(module, func);
     let mut cx = Cx {
         module,
@@ -303,6 +316,7 @@ fn lower_program<'a>(
         viewed: Vec::new(),
         cur_inst: 0,
         cur_out: None,
+        cached: Vec::new(),
         softmax_after: HashMap::new(),
         attention_after: HashMap::new(),
         merged_after: HashMap::new(),
@@ -375,8 +389,12 @@ fn lower_program<'a>(
         });
     }
     cx.prog.values = cx.value_buf;
-    Ok(cx.prog)
+    Ok((cx.prog, cx.cached))
 }
+
+/// A deferred constant to keep in the cache once computed: its buffer, its key and the
+/// weight it is computed from.
+type CachedConstant = (BufferId, constants::ConstantKey, Arc<AlignedBuf>);
 
 fn op_label(op: &Op) -> String {
     match op {
@@ -440,6 +458,8 @@ pub(crate) struct Cx<'a> {
     pub(crate) cur_inst: usize,
     /// Its value's buffer, once made ([`Cx::valid_rows_for`]).
     cur_out: Option<BufferId>,
+    /// Deferred constants to keep in [`LowerOptions::constants`] once computed.
+    cached: Vec<CachedConstant>,
     /// Matrix products (by instruction) whose one reader is a softmax along their rows
     /// (that softmax's instruction), which the product may compute in place as it
     /// finishes each block of rows ([`norm::softmax_after_products`]).
@@ -482,6 +502,32 @@ impl<'a> Cx<'a> {
         let slab = self.slab.clone();
         self.packing.submit(len, Box::new(move || (id, job(&slab))));
         id
+    }
+
+    /// [`Cx::constant_later`] of a constant computed from weight `source` as `recipe`
+    /// says (every parameter the job reads): taken from [`LowerOptions::constants`]
+    /// when a compile of the same model computed it, else computed and kept there.
+    pub(crate) fn constant_later_from(
+        &mut self,
+        source: &Arc<AlignedBuf>,
+        recipe: String,
+        (name, len): (&str, usize),
+        job: PackJob<'a>,
+    ) -> BufferId {
+        let Some(cache) = self.opts.constants.clone() else {
+            return self.constant_later(name, len, job);
+        };
+        let key = constants::ConstantKey::new(source, recipe);
+        match cache.get(&key) {
+            Some(data) if data.len_bytes() >= len * 4 => {
+                self.buffer(name, DType::F32, len, BufferKind::Constant(data))
+            }
+            _ => {
+                let id = self.constant_later(name, len, job);
+                self.cached.push((id, key, source.clone()));
+                id
+            }
+        }
     }
 
     fn buffer(&mut self, name: &str, dtype: DType, len: usize, kind: BufferKind) -> BufferId {
@@ -581,10 +627,11 @@ impl<'a> Cx<'a> {
 
     /// The buffer of `v` when it is a module weight (a `const` op), for packers: unlike
     /// [`Cx::const_data`] it does not compute a BN-folded weight's values
-    /// ([`ScaledRows::parts`](crate::scaled_rows::ScaledRows::parts)), so a packer can fold the scale in.
-    pub(crate) fn const_weight(&self, v: Value) -> Option<&'a AlignedBuf> {
+    /// ([`ScaledRows::parts`](crate::scaled_rows::ScaledRows::parts)), so a packer can fold the scale in;
+    /// and what a constant computed from it is keyed by ([`Cx::constant_later_from`]).
+    pub(crate) fn const_weight(&self, v: Value) -> Option<&'a Arc<AlignedBuf>> {
         match self.func.inst_of(v)?.op {
-            Op::Const(id) => self.module.weights.get(id).map(|w| &*w.data),
+            Op::Const(id) => self.module.weights.get(id).map(|w| &w.data),
             _ => None,
         }
     }

@@ -110,8 +110,8 @@ struct SecondProduct {
 
 /// Where the packed GEMM's B comes from.
 pub(super) enum BSource<'a> {
-    /// A constant weight's values, packed at compile time.
-    Constant(&'a [f32]),
+    /// A constant weight's values and storage, packed at compile time.
+    Constant(&'a [f32], &'a std::sync::Arc<AlignedBuf>),
     /// An activation, packed by a kernel before the product.
     Runtime(Value),
 }
@@ -340,11 +340,19 @@ impl PackedGemm {
     ) -> Result<(), Diagnostic> {
         let len = self.b_matrices * self.matrix_len();
         let w = match b {
-            BSource::Constant(data) => {
+            BSource::Constant(data, weight) => {
                 let (b_k, b_n) = (geo.b_k as usize, geo.b_n as usize);
+                // every parameter `pack` reads: the same panels for any number of rows
+                let recipe = format!(
+                    "gemm panels k{} n{} lanes{:?} scale{:?} b_k{b_k} b_n{b_n}",
+                    self.k,
+                    self.n,
+                    self.panel_list().collect::<Vec<_>>(),
+                    self.scale,
+                );
                 let pack = self.clone();
                 let job = Box::new(move |slab: &ConstantSlab| pack.pack(data, b_k, b_n, slab));
-                cx.constant_later("b_packed", len, job)
+                cx.constant_later_from(weight, recipe, ("b_packed", len), job)
             }
             BSource::Runtime(v) => self.pack_runtime(cx, v)?,
         };
