@@ -100,14 +100,7 @@ pub fn padding_proof(
     padded: usize,
     short: usize,
 ) -> Result<PaddingProof, Diagnostic> {
-    let pads = padded_values(big, small, padded, short)?;
-    let Some(fb) = big.entry() else {
-        return Err(Diagnostic::error(
-            NOT_PADDABLE,
-            big.no_entry_reason(),
-            Location::Unknown,
-        ));
-    };
+    let (fb, pads) = padded_values(big, small, padded, short)?;
     let results = fb
         .results
         .iter()
@@ -138,24 +131,16 @@ pub struct PaddedRows {
 /// whose padded positions along a padded axis hold anything finite ([`Padding::Any`])
 /// — which no later op can rely on, so a kernel may leave them to any finite value
 /// (zeros) instead of computing them. (A position padded along two axes is only ever
-/// assumed finite.) Run on the optimized function
-/// the kernels are lowered from (`small` optimized the same way: the same instructions
-/// at the shorter length), it tells lowering which row loops may stop at a run's valid
-/// length.
+/// assumed finite.) Run on the optimized function the kernels are lowered from (`small`
+/// optimized the same way: the same instructions at the shorter length), it tells
+/// lowering which row loops may stop at a run's valid length.
 pub fn padded_rows(
     big: &Module,
     small: &Module,
     padded: usize,
     short: usize,
 ) -> Result<PaddedRows, Diagnostic> {
-    let pads = padded_values(big, small, padded, short)?;
-    let Some(fb) = big.entry() else {
-        return Err(Diagnostic::error(
-            NOT_PADDABLE,
-            big.no_entry_reason(),
-            Location::Unknown,
-        ));
-    };
+    let (fb, pads) = padded_values(big, small, padded, short)?;
     let axes = pads
         .iter()
         .enumerate()
@@ -172,15 +157,15 @@ pub fn padded_rows(
     })
 }
 
-/// What the padded positions of every value of `big`'s entry function hold, by value
-/// index and axis (`None`: not a padded axis); an error names the first instruction
-/// that could let a padded position reach a valid one.
-fn padded_values(
-    big: &Module,
+/// `big`'s entry function and what the padded positions of each of its values hold, by
+/// value index and axis (`None`: not a padded axis); an error names the first
+/// instruction that could let a padded position reach a valid one.
+fn padded_values<'m>(
+    big: &'m Module,
     small: &Module,
     padded: usize,
     short: usize,
-) -> Result<Vec<Vec<Option<Padding>>>, Diagnostic> {
+) -> Result<(&'m crate::graph::Func, Vec<Pads>), Diagnostic> {
     let fail =
         |loc: &Location, message: String| Diagnostic::error(NOT_PADDABLE, message, loc.clone());
     let (Some(fb), Some(fs)) = (big.entry(), small.entry()) else {
@@ -207,7 +192,7 @@ fn padded_values(
         ));
     }
     let lengths = Lengths { padded, short };
-    let mut pads: Vec<Vec<Option<Padding>>> = Vec::with_capacity(fb.num_values());
+    let mut pads: Vec<Pads> = Vec::with_capacity(fb.num_values());
     for (pb, ps) in fb.params.iter().zip(&fs.params) {
         let axes = lengths
             .padded_axes(&pb.ty, &ps.ty)
@@ -262,7 +247,7 @@ fn padded_values(
         .map_err(&here)?;
         pads.push(result);
     }
-    Ok(pads)
+    Ok((fb, pads))
 }
 
 /// The two lengths the model was imported at.

@@ -215,7 +215,9 @@ impl Executable {
                 // and lowering checked that each step passes buffers of exactly those lengths
                 // and element types. Here: inputs have exactly their declared element types
                 // and lengths (checked above); constants hold at least theirs (checked in
-                // `assemble`); arena buffers lie at `offset + len <= arena_len <=
+                // `assemble`); the valid rows are the workspace's one `i64`, which nothing
+                // writes during the run (a limited loop reads it; any value is safe, since
+                // the proof covers every iteration it could allow); arena buffers lie at `offset + len <= arena_len <=
                 // ws.arena_len()` (memory plan, checked above); a result written in place is
                 // the caller's output slice of exactly its type and length (checked above).
                 // The kernel writes only its `Write` arguments, which lowering restricts to

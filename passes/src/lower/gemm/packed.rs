@@ -97,6 +97,15 @@ struct Args {
     valid_rows: Option<BufId>,
 }
 
+impl Args {
+    /// The valid rows' argument and the rows of `routine`'s register block, the calls
+    /// the block a run's valid rows end in is computed in ([`for_row_blocks`]).
+    fn valid_rows_in(&self, routine: TileRoutine) -> Option<(BufId, usize)> {
+        let block = routine.block_pixels.max(1) as usize;
+        self.valid_rows.map(|b| (b, block))
+    }
+}
+
 /// Attention's `P·V`, computed in its scores' kernel ([`PackedGemm::second_product`]).
 struct SecondProduct {
     /// The instruction whose value it writes (`P·V`'s, or the head merge's).
@@ -610,14 +619,11 @@ impl PackedGemm {
                         plan.rows_by_panels(kb, args2, &second.epi, &bidx, row0, pixels);
                     }
                 };
-                let valid_rows = args
-                    .valid_rows
-                    .map(|b| (b, self.routine.block_pixels.max(1) as usize));
                 for_row_blocks(
                     kb,
                     self.rows,
                     per_call,
-                    valid_rows,
+                    args.valid_rows_in(self.routine),
                     &mut |kb, row0, pixels| block(kb, row0, pixels),
                 );
                 let all = 0..self.n;
@@ -899,14 +905,11 @@ impl PackedGemm {
         bidx: &[Affine],
     ) {
         let per_call = (at.routine.max_pixels as usize).max(1);
-        let valid_rows = args
-            .valid_rows
-            .map(|b| (b, at.routine.block_pixels.max(1) as usize));
         for_row_blocks(
             kb,
             self.rows,
             per_call,
-            valid_rows,
+            args.valid_rows_in(at.routine),
             &mut |kb, row0, pixels| self.call(kb, args, epi, at, bidx, row0, pixels),
         );
         let col0 = at.panel.scale(self.lanes() as i64);
