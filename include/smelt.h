@@ -660,6 +660,21 @@ SmeltStatus smelt_dynamic_shared_module(const struct SmeltDynamicExecutable *exe
                                         double *ms);
 
 /**
+ * Says how specialization `index` (as `smelt_dynamic_specialization` numbers them) runs
+ * a sequence shorter than its length bucket, in `*state`: 1 when its products stop at
+ * each run's length (the rows past it cleared, not computed); 2 when it computes every
+ * padded row (the analysis of its optimized model refused; `smelt_last_error` is not
+ * set, the reason is in the Rust API's `Specialization::valid_rows`); 0 for a
+ * specialization that is not a length bucket serving shorter lengths.
+ *
+ * # Safety
+ * `state` is writable.
+ */
+SmeltStatus smelt_dynamic_specialization_valid_rows(const struct SmeltDynamicExecutable *exe,
+                                                    size_t index,
+                                                    int32_t *state);
+
+/**
  * Writes the sizes besides the batch that specialization `index` (as
  * `smelt_dynamic_specialization` numbers them) was compiled for into `*sizes`: for a model
  * with image sizes (two or more symbols off the leading axis, or a sequence length the
@@ -860,6 +875,21 @@ SmeltStatus smelt_dynamic_specialization(const struct SmeltDynamicExecutable *ex
 SmeltStatus smelt_dynamic_shared_module(const struct SmeltDynamicExecutable *exe,
                                         int32_t *state,
                                         double *ms);
+
+/**
+ * Says how specialization `index` (as `smelt_dynamic_specialization` numbers them) runs
+ * a sequence shorter than its length bucket, in `*state`: 1 when its products stop at
+ * each run's length (the rows past it cleared, not computed); 2 when it computes every
+ * padded row (the analysis of its optimized model refused; `smelt_last_error` is not
+ * set, the reason is in the Rust API's `Specialization::valid_rows`); 0 for a
+ * specialization that is not a length bucket serving shorter lengths.
+ *
+ * # Safety
+ * `state` is writable.
+ */
+SmeltStatus smelt_dynamic_specialization_valid_rows(const struct SmeltDynamicExecutable *exe,
+                                                    size_t index,
+                                                    int32_t *state);
 
 /**
  * Writes the sizes besides the batch that specialization `index` (as

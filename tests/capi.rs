@@ -855,3 +855,35 @@ fn image_sizes_run_from_c_and_list_their_specializations() {
     assert!(last_error().contains("'width'"), "{}", last_error());
     assert_eq!(smelt_dynamic_destroy(exe), SmeltStatus::Ok);
 }
+
+/// A BERT length bucket warmed up from C: `smelt_dynamic_specialization_valid_rows` says
+/// its products stop at each run's length; an index past the compiled ones and a NULL
+/// `state` are INVALID_ARGUMENT.
+#[test]
+fn a_length_bucket_reports_from_c_that_it_stops_at_each_runs_length() {
+    use smelt::capi::*;
+    let model = common::exported_models().join("bert_opset14/model.onnx");
+    let path = std::ffi::CString::new(model.to_str().unwrap()).unwrap();
+    let mut exe: *mut SmeltDynamicExecutable = std::ptr::null_mut();
+    // SAFETY: the path is NUL-terminated; `exe` is writable.
+    let status = unsafe { smelt_dynamic_from_file(path.as_ptr(), std::ptr::null(), 0, &mut exe) };
+    assert_eq!(status, SmeltStatus::Ok, "{}", last_error());
+    let status = smelt_dynamic_warm_up_sequence(exe, 1, 100);
+    assert_eq!(status, SmeltStatus::Ok, "{}", last_error());
+    let mut count = 0usize;
+    // SAFETY: `count` is writable.
+    let status = unsafe { smelt_dynamic_specialization_count(exe, &mut count) };
+    assert_eq!((status, count), (SmeltStatus::Ok, 1));
+    let mut state = -1i32;
+    // SAFETY: `state` is writable.
+    let status = unsafe { smelt_dynamic_specialization_valid_rows(exe, 0, &mut state) };
+    assert_eq!((status, state), (SmeltStatus::Ok, 1), "{}", last_error());
+    // SAFETY: as above; index 1 is past the one compiled specialization.
+    let status = unsafe { smelt_dynamic_specialization_valid_rows(exe, 1, &mut state) };
+    assert_eq!(status, SmeltStatus::InvalidArgument);
+    assert!(last_error().contains("out of range"), "{}", last_error());
+    // SAFETY: a NULL `state` is refused before anything is written.
+    let status = unsafe { smelt_dynamic_specialization_valid_rows(exe, 0, std::ptr::null_mut()) };
+    assert_eq!(status, SmeltStatus::InvalidArgument);
+    assert_eq!(smelt_dynamic_destroy(exe), SmeltStatus::Ok);
+}

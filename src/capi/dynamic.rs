@@ -650,6 +650,35 @@ pub unsafe extern "C" fn smelt_dynamic_shared_module(
     })
 }
 
+/// Says how specialization `index` (as `smelt_dynamic_specialization` numbers them) runs
+/// a sequence shorter than its length bucket, in `*state`: 1 when its products stop at
+/// each run's length (the rows past it cleared, not computed); 2 when it computes every
+/// padded row (the analysis of its optimized model refused; `smelt_last_error` is not
+/// set, the reason is in the Rust API's `Specialization::valid_rows`); 0 for a
+/// specialization that is not a length bucket serving shorter lengths.
+///
+/// # Safety
+/// `state` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn smelt_dynamic_specialization_valid_rows(
+    exe: *const SmeltDynamicExecutable,
+    index: usize,
+    state: *mut i32,
+) -> SmeltStatus {
+    guard(|| {
+        let h = lookup(exe)?;
+        check_ptr(state.cast_const(), "`state`")?;
+        let code = match specialization(&h.exe, index)?.valid_rows {
+            None => 0,
+            Some(Ok(())) => 1,
+            Some(Err(_)) => 2,
+        };
+        // SAFETY: checked non-null and aligned; writable per the contract.
+        unsafe { state.write(code) };
+        Ok(())
+    })
+}
+
 /// Specialization `index` of `exe`, as [`DynamicExecutable::specializations`] lists them.
 fn specialization(exe: &DynamicExecutable, index: usize) -> Result<Specialization, Failure> {
     let mut all = exe.specializations();
