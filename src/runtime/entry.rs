@@ -136,8 +136,8 @@ impl Executable {
                     "{rows} valid rows, more than the {padded} this executable was compiled for"
                 )))
             }
-            (Some(rows), _) => rows as i64,
-            (None, padded) => padded.unwrap_or(0) as i64,
+            (Some(rows), _) => i64::try_from(rows).unwrap_or(i64::MAX),
+            (None, padded) => padded.map_or(0, |p| i64::try_from(p).unwrap_or(i64::MAX)),
         };
         let valid_rows = &ws.valid_rows as *const i64 as usize;
         let outs = &ws.outs;
