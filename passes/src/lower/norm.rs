@@ -99,8 +99,8 @@ pub(crate) fn lower_norm(
                         });
                     });
                 }
-                b.for_loop_limited(0, 1, 1, limit(false), |b, _| {
-                    let base = Affine::var(o).scale(inner as i64);
+                let normalize = |b: &mut KernelBuilder| {
+                    let base = row.scale(inner as i64);
                     let sum = sum_row(b, xa, &base, inner, 1, |e| e);
                     let mean = pinned(
                         b,
@@ -146,7 +146,12 @@ pub(crate) fn lower_norm(
                         };
                         b.store(ya, base.add(i), v, w);
                     });
-                });
+                };
+                // without valid rows the row is the same code as ever
+                match limit(false) {
+                    Some(below) => b.for_loop_limited(0, 1, 1, Some(below), |b, _| normalize(b)),
+                    None => normalize(b),
+                }
             });
             cx.step(b.finish(), args)
         }
