@@ -633,6 +633,75 @@ mod tests {
         }
     }
 
+    /// Random limited loop pairs — an outer loop and an inner one whose row reads both
+    /// variables (the outer's coefficient of any sign), with steps, starts, prefix and
+    /// suffix limits — run exactly the iterations a direct evaluation of the rows
+    /// allows, at every extent around the rows' range.
+    #[test]
+    #[allow(unsafe_code)]
+    fn random_limited_loops_match_their_rows() {
+        use smelt_ir::loops::{Access, KernelBuilder, LoopLimit};
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |lo: i64, hi: i64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            lo + (seed % (hi - lo + 1) as u64) as i64
+        };
+        let opts = CodegenOptions {
+            verify: true,
+            threads: 1,
+            tiles: None,
+        };
+        for case in 0..24 {
+            let (outer_end, outer_step) = (next(1, 4), next(1, 2));
+            let (start, end, step) = (next(0, 3), next(4, 12), next(1, 3));
+            let (a, b, c) = (next(0, 3), next(-3, 3), next(-4, 6));
+            let from = next(0, 1) == 1;
+            let width = end as usize;
+            let mut kb = KernelBuilder::new("random_limited");
+            let out = kb.arg("out", outer_end as usize * width, Access::Write);
+            let extent = kb.typed_arg("valid", smelt_ir::DType::I64, 1, Access::Read);
+            kb.for_loop(0, outer_end, outer_step, |kb, j| {
+                let i = kb.next_loop_var();
+                let row = Affine::var(i)
+                    .scale(a)
+                    .add(&Affine::var(j).scale(b))
+                    .plus(c);
+                let limit = Some(LoopLimit { extent, row, from });
+                kb.for_loop_limited(start, end, step, limit, |kb, i| {
+                    let at = Affine::var(j).scale(width as i64).add(&Affine::var(i));
+                    kb.store(out, at, Expr::constant(1.0, Width::Scalar), Width::Scalar);
+                });
+            });
+            let kernel = kb.finish();
+            kernel.check().expect("a random limited kernel checks");
+            let code = compile(&[kernel], &opts).expect("compiles");
+            let f = code.get(0).expect("one kernel");
+            for x in -4..=24i64 {
+                let mut got = vec![0f32; outer_end as usize * width];
+                let mut valid = x;
+                let mut args = [
+                    got.as_mut_ptr() as *mut u8,
+                    &mut valid as *mut i64 as *mut u8,
+                ];
+                // SAFETY: one live buffer per argument, of the declared lengths and types
+                let status = unsafe { f(args.as_mut_ptr() as *const *mut u8, 0, 1) };
+                assert_eq!(status, 0);
+                let mut want = vec![0f32; got.len()];
+                for j in (0..outer_end).step_by(outer_step as usize) {
+                    for i in (start..end).step_by(step as usize) {
+                        if (a * i + b * j + c < x) != from {
+                            want[j as usize * width + i as usize] = 1.0;
+                        }
+                    }
+                }
+                let shape = (outer_end, outer_step, start, end, step, a, b, c, from);
+                assert_eq!(got, want, "case {case} {shape:?} at extent {x}");
+            }
+        }
+    }
+
     /// A limit whose row falls as its loop's variable grows, or that reads its extent
     /// from a local buffer or a variable of no enclosing loop, is refused.
     #[test]
