@@ -75,6 +75,12 @@ fn dbnet_runs_images_of_three_sizes_within_1e4_of_onnxruntime() {
         compiled_sizes(&exe),
         [vec![320, 320], vec![640, 512], vec![1024, 1024]]
     );
+    // the buckets packed the convolutions' weights once: the later two took them
+    let shared = exe.shared_constants();
+    assert!(
+        shared.constants > 0 && shared.hits >= shared.constants,
+        "{shared:?}"
+    );
     assert_fused_once(&exe);
     // compiled exactly instead, each size is its own specialization
     let exact = open(

@@ -259,9 +259,11 @@ fn lower_as_product(
         .const_weight(operands[1])
         .ok_or_else(|| cx.unsupported("conv_transpose2d as a product needs constant weights"))?;
     let c = g.c;
-    let wbuf = cx.constant_later(
-        "w_product",
-        blocks * c * lanes,
+    let recipe = format!("conv_transpose product c{c} columns{columns} lanes{lanes}");
+    let wbuf = cx.constant_later_from(
+        wdata,
+        recipe,
+        ("w_product", blocks * c * lanes),
         Box::new(move |slab| pack_product(wdata.as_f32(), c, columns, lanes, slab)),
     );
     let (x, bias) = (cx.buf(operands[0]), operands.get(2).map(|&v| cx.buf(v)));

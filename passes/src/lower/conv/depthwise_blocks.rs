@@ -127,9 +127,11 @@ pub(super) fn kernel(
     }
     let taps = g.kh * g.kw;
     let stored = g.c.next_multiple_of(CHANNEL_BLOCK);
-    let wbuf = cx.constant_later(
-        "w_blocked",
-        stored * taps,
+    let recipe = format!("depthwise blocks c{} stored{stored} taps{taps}", g.c);
+    let wbuf = cx.constant_later_from(
+        wdata,
+        recipe,
+        ("w_blocked", stored * taps),
         Box::new({
             let c = g.c;
             move |slab| pack(wdata, c, stored, taps, slab)

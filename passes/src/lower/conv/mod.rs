@@ -256,9 +256,10 @@ pub(crate) fn lower_conv2d(
             let micro = PackedConv::padded(&geo1, og, false, cx.opts.micro)
                 .ok_or_else(|| cx.unsupported("a 1×1 conv's tiles on its plane's rows"))?
                 .with_channel_blocks(x_blocked, out_blocked);
-            let wbuf = cx.constant_later(
-                "w_packed",
-                micro.packed_len(&geo1),
+            let wbuf = cx.constant_later_from(
+                wdata,
+                micro.pack_recipe(&geo1, source_cg),
+                ("w_packed", micro.packed_len(&geo1)),
                 Box::new({
                     let (pack, g) = (micro.clone(), geo1.clone());
                     move |slab| pack.pack_from(&g, wdata, source_cg, slab)
@@ -270,9 +271,10 @@ pub(crate) fn lower_conv2d(
             .ok_or_else(|| cx.unsupported("a conv's packed tiles"))?
             .with_channel_blocks(false, out_blocked);
         let (pack, pack_geo) = (packed.clone(), geo.clone());
-        let wbuf = cx.constant_later(
-            "w_packed",
-            packed.packed_len(&geo),
+        let wbuf = cx.constant_later_from(
+            wdata,
+            packed.pack_recipe(&geo, geo.cg),
+            ("w_packed", packed.packed_len(&geo)),
             Box::new(move |slab| pack.pack(&pack_geo, wdata, slab)),
         );
         let wp1 = w + pl + pr;

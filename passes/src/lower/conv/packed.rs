@@ -466,6 +466,24 @@ impl PackedConv {
     /// Packs OIHW weights into the blocked form. A BN-folded weight
     /// ([`ScaledRows::parts`](crate::scaled_rows::ScaledRows::parts)) is folded here, one factor per output channel,
     /// bit-identical to packing its folded values, which are then never written out.
+    /// What [`PackedConv::pack_from`] reads besides the weights, for
+    /// [`Cx::constant_later_from`](crate::lower::Cx::constant_later_from): the filter's
+    /// shape and groups, the blocks and their lanes — not the image's size.
+    pub(crate) fn pack_recipe(&self, g: &Geo, source_cg: usize) -> String {
+        let lanes: Vec<usize> = (0..self.blocks).map(|b| self.lanes_of(b)).collect();
+        format!(
+            "conv panels kh{} kw{} cg{} source_cg{source_cg} o{} og{} groups{} widest{} \
+             lanes{lanes:?}",
+            g.kh,
+            g.kw,
+            g.cg,
+            g.o,
+            g.og,
+            g.groups,
+            self.lanes()
+        )
+    }
+
     pub(crate) fn pack(&self, g: &Geo, w: &AlignedBuf, slab: &ConstantSlab) -> AlignedBuf {
         self.pack_from(g, w, g.cg, slab)
     }

@@ -314,9 +314,11 @@ pub(super) fn lower(
         .with_channel_blocks(blocked, false);
     let (lanes, (o, c)) = (packed.lanes(), (p.o, p.c));
     let padded_o = packed.blocks * lanes;
-    let ubuf = cx.constant_later(
-        "wino_u",
-        a2 * padded_o * c,
+    let recipe = format!("winograd {form:?} o{o} c{c} lanes{lanes}");
+    let ubuf = cx.constant_later_from(
+        wdata,
+        recipe,
+        ("wino_u", a2 * padded_o * c),
         Box::new(move |slab| transform_weights(form, o, c, wdata, lanes, slab)),
     );
     if p.out_blocked && (!lanes.is_multiple_of(CHANNEL_BLOCK) || packed.ragged()) {
