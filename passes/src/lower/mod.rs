@@ -392,6 +392,16 @@ fn lower_program<'a>(
     Ok((cx.prog, cx.cached))
 }
 
+/// What a kernel that stops at a run's valid rows adds to its name (`_valid_rows`), so
+/// dumps and profiles tell it from the one that computes every row.
+pub(crate) fn valid_rows_suffix(stops: bool) -> &'static str {
+    if stops {
+        "_valid_rows"
+    } else {
+        ""
+    }
+}
+
 /// A deferred constant to keep in the cache once computed: its buffer, its key and the
 /// weight it is computed from.
 type CachedConstant = (BufferId, constants::ConstantKey, Arc<AlignedBuf>);

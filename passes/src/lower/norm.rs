@@ -56,11 +56,7 @@ pub(crate) fn lower_norm(
                 .checked_sub(1)
                 .filter(|&s| dims[..s].iter().all(|&d| d == 1))
                 .and_then(|s| cx.valid_rows_for(out, s));
-            let stops = if valid_rows.is_some() {
-                "_valid_rows"
-            } else {
-                ""
-            };
+            let stops = super::valid_rows_suffix(valid_rows.is_some());
             let mut b = KernelBuilder::new(&format!("layer_norm_{outer}x{inner}{stops}"));
             let xa = b.arg("x", cx.len_of(x), Access::Read);
             let sb = cx.buf(operands[1]);

@@ -35,7 +35,7 @@ use super::GemmGeo;
 use crate::lower::elementwise::{
     broadcast_strides, dims_name, index_of, load_lanes, row_major_strides, Epilogue,
 };
-use crate::lower::{BufferId, Cx};
+use crate::lower::{valid_rows_suffix, BufferId, Cx};
 
 /// A product by a constant B planned onto the micro-kernel routine `routine`.
 #[derive(Clone)]
@@ -556,11 +556,7 @@ impl PackedGemm {
             }
             _ => None,
         };
-        let stops = if valid_rows.is_some() {
-            "_valid_rows"
-        } else {
-            ""
-        };
+        let stops = valid_rows_suffix(valid_rows.is_some());
         let what = format!("{tail}_by_batch{then}{stops}");
         let name = self.kernel_name(self.lanes(), &what, c_val, &epi);
         let bufs = (a, w, c_val, out);
@@ -789,11 +785,7 @@ impl PackedGemm {
     ) -> Result<(), Diagnostic> {
         let lanes = routine.lanes as usize;
         let partial = if valid < lanes { "_partial" } else { "" };
-        let stops = if valid_rows.is_some() {
-            "_valid_rows"
-        } else {
-            ""
-        };
+        let stops = valid_rows_suffix(valid_rows.is_some());
         let what = format!("_p{}{partial}{stops}", panels.start);
         let name = self.kernel_name(lanes, &what, c_val, &epi);
         let bufs = (a, w, c_val, out);
