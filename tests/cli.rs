@@ -411,9 +411,26 @@ fn dynamic_batch_models_run_verify_and_bench_without_shape() {
     assert_eq!(report["batch"], 3);
     assert_eq!(report["chunks"], serde_json::json!([3]));
     assert!(report["compile_parts"]["bucket_1_ms"].as_f64().unwrap() > 0.0);
-    let o = smelt(&["bench", model, "--profile"]);
+    // a profile times the one bucket that runs the batch; a batch run as copies of a
+    // smaller bucket is refused, naming the pins that would profile one executable
+    let o = smelt(&[
+        "bench",
+        model,
+        "--profile",
+        "--warmup",
+        "0",
+        "--iterations",
+        "2",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("op / user nodes"), "{}", stdout(&o));
+    let o = smelt(&["bench", model, "--batch", "3", "--profile"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("--shape x=1x6x9x9"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("copies of bucket 1") && stderr(&o).contains("--shape x=1x6x9x9"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// A model with a dynamic sequence length needs no `--shape` either: `run` pads a run of
@@ -486,10 +503,18 @@ fn dynamic_sequence_models_run_verify_and_bench_without_shape() {
         "--iterations",
         "1",
         "--json",
+        "--profile",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let report: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert!(report["compile_parts"]["bucket_1x128_ms"].as_f64().unwrap() > 0.0);
+    // the profile is the 128 bucket's run at 100 valid rows: its products stop there
+    let calls = report["profile"].as_array().expect("a profile");
+    let stopping = calls
+        .iter()
+        .filter(|c| c["kernel"].as_str().unwrap().contains("_valid_rows"))
+        .count();
+    assert!(stopping > 0, "{calls:?}");
 }
 
 /// A model with image sizes (height and width) needs no `--shape`: `run`, `verify` and

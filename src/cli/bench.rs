@@ -245,11 +245,8 @@ pub fn main(a: BenchArgs) -> Result<()> {
     )?;
     let samples_ms = time_runs(&exe, &inputs, a.warmup as usize, a.iterations as usize)?;
     let profile = if a.profile {
-        Some(profile_runs(
-            &exe,
-            &inputs,
-            a.iterations.clamp(1, 10) as usize,
-        )?)
+        let profiled = || Ok(exe.run_profiled(&inputs)?.1);
+        Some(profile_runs(profiled, a.iterations.clamp(1, 10) as usize)?)
     } else {
         None
     };
@@ -311,8 +308,12 @@ fn bench_dynamic_or_pin(
         a.batch.map(|b| b as usize),
         a.sequence.map(|s| s as usize),
     )?;
-    if a.profile {
-        return Err(profile_needs_one_executable(exe));
+    if a.profile && !exe.symbols().is_empty() {
+        return Err(anyhow!(
+            "--profile times the kernels of one executable, and this model's sizes are \
+             compiled per shape: pin them with --shape (e.g. {}) to profile",
+            shape_example(exe)
+        ));
     }
     // compiles what the run needs: a sequence the padding proof refuses turns into a
     // symbol compiled exactly here
@@ -394,6 +395,18 @@ fn bench_dynamic(
     let copies = plan[0].size / plan[0].bucket.max(1);
     let (written, executed) = exe.flops(n, length)?;
     let samples_ms = time_dynamic_runs(exe, inputs, a.warmup as usize, a.iterations as usize)?;
+    // the bucket that runs the batch, at the run's valid rows
+    let profile = match a.profile {
+        true => {
+            let runs = a.iterations.clamp(1, 10) as usize;
+            let profiled = || {
+                exe.profile(inputs)
+                    .map_err(|e| anyhow!("{e} (e.g. {})", shape_example(exe)))
+            };
+            Some(profile_runs(profiled, runs)?)
+        }
+        false => None,
+    };
     let report = Report {
         model: a.model.clone(),
         gflop: written as f64 / 1e9,
@@ -404,7 +417,7 @@ fn bench_dynamic(
         kernels: largest.kernel_counts(),
         arena_bytes: largest.copies_arena_bytes(copies),
         samples_ms,
-        profile: None,
+        profile,
         dynamic: Some(DynamicRun {
             batch: n,
             chunks,
@@ -415,21 +428,20 @@ fn bench_dynamic(
     report.print(a)
 }
 
-/// The error for `--profile` on a dynamic model: profiles are of one executable.
-fn profile_needs_one_executable(exe: &DynamicExecutable) -> anyhow::Error {
-    anyhow!(
-        "--profile times the kernels of one executable: pin the batch with --shape (e.g. \
-         {}) to profile",
-        exe.inputs()
-            .iter()
-            .map(|i| format!(
+/// `--shape` options pinning a dynamic model's inputs (batch 1, length 128), for
+/// messages that ask for them.
+fn shape_example(exe: &DynamicExecutable) -> String {
+    exe.inputs()
+        .iter()
+        .map(|i| {
+            format!(
                 "--shape {}={}",
                 i.name,
                 i.shape_text().replace('N', "1").replace('S', "128")
-            ))
-            .collect::<Vec<_>>()
-            .join(" ")
-    )
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The threads a run uses (0: one per core).
@@ -565,11 +577,15 @@ fn time_dynamic_runs(
     Ok(samples)
 }
 
-/// Profiles `runs` runs and keeps, per kernel call, the median of its times.
-fn profile_runs(exe: &Executable, inputs: &[Tensor], runs: usize) -> Result<Vec<CallProfile>> {
+/// Profiles `runs` runs of `profiled` and keeps, per kernel call, the median of its
+/// times.
+fn profile_runs(
+    profiled: impl Fn() -> Result<Vec<KernelProfile>>,
+    runs: usize,
+) -> Result<Vec<CallProfile>> {
     let mut calls: Vec<(KernelProfile, Vec<f64>)> = Vec::new();
     for run in 0..runs {
-        let (_, profile) = exe.run_profiled(inputs)?;
+        let profile = profiled()?;
         if run == 0 {
             calls = profile.into_iter().map(|p| (p, Vec::new())).collect();
             continue; // the first profiled run warms the profiling path up

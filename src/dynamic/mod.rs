@@ -160,7 +160,7 @@ use crate::driver::{optimize, Options};
 use crate::onnx::{
     declared_interface, decode_file, try_import_symbolic, DecodedModel, ImportOptions, InputDim,
 };
-use crate::runtime::{copy_common_box, Elements, ElementsMut, Executable};
+use crate::runtime::{copy_common_box, Elements, ElementsMut, Executable, KernelProfile};
 use crate::Error;
 use smelt_passes::lower::ConstantCache;
 
@@ -1441,6 +1441,61 @@ impl DynamicExecutable {
             .collect();
         self.run_planned(&plan, &shapes, &ins, &mut outs)?;
         Ok(results)
+    }
+
+    /// Runs `inputs` as [`DynamicExecutable::run`] does and times every kernel call of
+    /// the bucket that runs them ([`Executable::run_profiled`]): a run of length `S` in
+    /// its length bucket is profiled padded, at its valid rows, as it runs. Only for a
+    /// run that one bucket executes whole (not split into chunks, not copies of a
+    /// smaller bucket, not a model with image sizes or exact lengths): an
+    /// `InvalidArgument` error says which. Compiles the bucket on first use.
+    pub fn profile(&self, inputs: &[Tensor]) -> Result<Vec<KernelProfile>, Error> {
+        self.check_types(inputs.iter().map(|t| &t.ty))?;
+        let one = |why: &str| {
+            Error::InvalidArgument(format!(
+                "a profile times one bucket's executable, and {why}: pin the shapes                  (--shape) to profile"
+            ))
+        };
+        if !self.symbols.is_empty() || self.exact_lengths.get().is_some() {
+            return Err(one("this model's sizes are compiled per shape"));
+        }
+        let shapes: Vec<&[usize]> = inputs.iter().map(|t| &t.ty.dims[..]).collect();
+        let (n, length) = self.shape_of(&shapes)?;
+        let bucket = match length {
+            Some(l) => self.length_bucket(l)?,
+            None => None,
+        };
+        let chunks = self.chunk_runs(n, bucket)?;
+        let [chunk] = chunks.as_slice() else {
+            return Err(one(&format!("batch {n} runs as {} chunks", chunks.len())));
+        };
+        if chunk.copies() {
+            return Err(one(&format!(
+                "batch {n} runs as copies of bucket {}",
+                chunk.bucket
+            )));
+        }
+        let exe = self.compiled(chunk.bucket, bucket)?.exe.clone();
+        let (Some(length), Some(padded)) = (length, bucket) else {
+            return Ok(exe.run_profiled(inputs)?.1);
+        };
+        let mut at_bucket = Vec::with_capacity(inputs.len());
+        for (t, info) in inputs.iter().zip(&self.inputs) {
+            if !info.sequenced() {
+                at_bucket.push(t.clone());
+                continue;
+            }
+            let mut whole = Tensor::zeros(&info.type_at(n, padded));
+            copy_common_box(
+                Elements::of(&t.data),
+                &info.dims_at(n, length),
+                &mut ElementsMut::of(&mut whole.data),
+                &info.dims_at(n, padded),
+            )
+            .map_err(|e| Error::InvalidArgument(format!("input {}: {e}", info.name)))?;
+            at_bucket.push(whole);
+        }
+        Ok(exe.run_profiled_valid_rows(Some(length), &at_bucket)?.1)
     }
 
     /// Runs on the caller's buffers: input `i` has shape `input_shapes[i]` (row-major)

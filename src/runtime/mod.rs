@@ -627,18 +627,24 @@ impl Executable {
     /// ([`Executable::run_valid_rows_into`]): the loops that stop there counted up to
     /// where they stop. The same as `executed_flops` without padded rows.
     pub fn executed_flops_at(&self, valid_rows: usize) -> u64 {
-        if self.padded_rows.is_none() {
-            return self.executed_flops();
-        }
-        let extent = i64::try_from(valid_rows).unwrap_or(i64::MAX);
         self.step_info
             .iter()
-            .map(|s| {
-                self.kernels
-                    .get(s.index)
-                    .map_or(s.flops, |k| k.flops_at(Some(extent)))
-            })
+            .map(|s| self.step_flops(s, Some(valid_rows)))
             .sum()
+    }
+
+    /// The flops of one call of a step, at `valid_rows` when it is given and some loops
+    /// stop there, else at the compiled length.
+    fn step_flops(&self, step: &StepInfo, valid_rows: Option<usize>) -> u64 {
+        match (valid_rows, self.padded_rows) {
+            (Some(rows), Some(_)) => {
+                let extent = i64::try_from(rows).unwrap_or(i64::MAX);
+                self.kernels
+                    .get(step.index)
+                    .map_or(step.flops, |k| k.flops_at(Some(extent)))
+            }
+            _ => step.flops,
+        }
     }
 
     /// Bytes of scratch memory one run uses (the arena of temporaries).
@@ -769,7 +775,7 @@ impl Executable {
     /// Runs on host tensors; checks each input's count, shape and layout. Borrows a
     /// workspace from the executable's pool, so concurrent callers do not contend.
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
-        self.run_tensors(inputs, None, None)
+        self.run_tensors(inputs, None, None, None)
     }
 
     /// Like [`Executable::run`], and also returns the value of every instruction of the
@@ -788,7 +794,7 @@ impl Executable {
             ));
         }
         let mut values = Vec::new();
-        let outs = self.run_tensors(inputs, None, Some(&mut values))?;
+        let outs = self.run_tensors(inputs, None, None, Some(&mut values))?;
         Ok((outs, values))
     }
 
@@ -798,8 +804,18 @@ impl Executable {
         &self,
         inputs: &[Tensor],
     ) -> Result<(Vec<Tensor>, Vec<KernelProfile>), Error> {
+        self.run_profiled_valid_rows(None, inputs)
+    }
+
+    /// [`Executable::run_profiled`] of inputs holding `valid_rows` valid rows, as
+    /// [`Executable::run_valid_rows_into`] runs them (`None`: every row).
+    pub fn run_profiled_valid_rows(
+        &self,
+        valid_rows: Option<usize>,
+        inputs: &[Tensor],
+    ) -> Result<(Vec<Tensor>, Vec<KernelProfile>), Error> {
         let mut times = Vec::with_capacity(self.steps.len());
-        let outs = self.run_tensors(inputs, Some(&mut times), None)?;
+        let outs = self.run_tensors(inputs, valid_rows, Some(&mut times), None)?;
         let profile = self
             .steps
             .iter()
@@ -810,7 +826,7 @@ impl Executable {
                     kernel: i.kernel.clone(),
                     op: i.op.clone(),
                     loc: i.loc.clone(),
-                    flops: i.flops,
+                    flops: self.step_flops(i, valid_rows),
                     bytes: i.bytes,
                     ns,
                 }
@@ -822,6 +838,7 @@ impl Executable {
     fn run_tensors(
         &self,
         inputs: &[Tensor],
+        valid_rows: Option<usize>,
         times: Option<&mut Vec<u64>>,
         keeping: Option<&mut Vec<Intermediate>>,
     ) -> Result<Vec<Tensor>, Error> {
@@ -845,7 +862,7 @@ impl Executable {
                 .iter_mut()
                 .map(|t| ElementsMut::of(&mut t.data))
                 .collect();
-            self.run_steps_of(copies, None, &ins, &mut out_slices, &mut ws, times)
+            self.run_steps_of(copies, valid_rows, &ins, &mut out_slices, &mut ws, times)
         };
         // Read the kept values before the workspace goes back to the pool.
         let kept_values: Result<(), Error> = match (&result, keeping, &self.kept) {
