@@ -348,6 +348,26 @@ impl DynamicInput {
             layout: smelt_ir::Layout::RowMajor,
         }
     }
+
+    /// `data`, this input at batch `n` and sequence `length`, padded with zeros to the
+    /// length bucket `bucket`.
+    fn padded_to(
+        &self,
+        data: Elements<'_>,
+        n: usize,
+        length: usize,
+        bucket: usize,
+    ) -> Result<Tensor, Error> {
+        let mut whole = Tensor::zeros(&self.type_at(n, bucket));
+        copy_common_box(
+            data,
+            &self.dims_at(n, length),
+            &mut ElementsMut::of(&mut whole.data),
+            &self.dims_at(n, bucket),
+        )
+        .map_err(|e| Error::InvalidArgument(format!("input {}: {e}", self.name)))?;
+        Ok(whole)
+    }
 }
 
 /// One chunk of a run ([`DynamicExecutable::chunk_plan`]).
@@ -1220,6 +1240,9 @@ impl DynamicExecutable {
     pub fn flops(&self, batch: usize, length: usize) -> Result<(u64, u64), Error> {
         let bucket = self.length_bucket(length)?;
         let padded = bucket.is_some_and(|b| length < b);
+        // a padded run's flops as written: the model imported at its length, once per
+        // bucket size its chunks run
+        let mut at_length: Vec<(usize, u64)> = Vec::new();
         self.chunk_runs(batch, bucket)?.into_iter().try_fold(
             (0, 0),
             |(written, executed), chunk| {
@@ -1228,8 +1251,16 @@ impl DynamicExecutable {
                 let share = |flops: u64| flops / chunk.bucket as u64 * chunk.size as u64;
                 let (as_written, as_run) = match padded {
                     true => {
-                        let module = self.module_at(chunk.bucket, length)?;
-                        let written = module.entry().map_or(0, |f| f.flops());
+                        let known = at_length.iter().find(|(b, _)| *b == chunk.bucket);
+                        let written = match known {
+                            Some(&(_, flops)) => flops,
+                            None => {
+                                let module = self.module_at(chunk.bucket, length)?;
+                                let flops = module.entry().map_or(0, |f| f.flops());
+                                at_length.push((chunk.bucket, flops));
+                                flops
+                            }
+                        };
                         (written, c.exe.executed_flops_at(length))
                     }
                     false => (c.flops, c.exe.executed_flops()),
@@ -1485,15 +1516,7 @@ impl DynamicExecutable {
                 at_bucket.push(t.clone());
                 continue;
             }
-            let mut whole = Tensor::zeros(&info.type_at(n, padded));
-            copy_common_box(
-                Elements::of(&t.data),
-                &info.dims_at(n, length),
-                &mut ElementsMut::of(&mut whole.data),
-                &info.dims_at(n, padded),
-            )
-            .map_err(|e| Error::InvalidArgument(format!("input {}: {e}", info.name)))?;
-            at_bucket.push(whole);
+            at_bucket.push(info.padded_to(Elements::of(&t.data), n, length, padded)?);
         }
         Ok(exe.run_profiled_valid_rows(Some(length), &at_bucket)?.1)
     }
@@ -1775,15 +1798,7 @@ impl DynamicExecutable {
                     if !info.sequenced() {
                         continue;
                     }
-                    let mut whole = Tensor::zeros(&info.type_at(size, bucket));
-                    copy_common_box(
-                        ins[k],
-                        &info.dims_at(size, length),
-                        &mut ElementsMut::of(&mut whole.data),
-                        &info.dims_at(size, bucket),
-                    )
-                    .map_err(|e| Error::InvalidArgument(format!("input {}: {e}", info.name)))?;
-                    padded_inputs.push((k, whole));
+                    padded_inputs.push((k, info.padded_to(ins[k], size, length, bucket)?));
                 }
                 for (k, whole) in &padded_inputs {
                     ins[*k] = Elements::of(&whole.data);

@@ -332,6 +332,26 @@ pub struct LoopLimit {
     pub from: bool,
 }
 
+impl LoopLimit {
+    /// The iterations whose `row` is below the extent in `extent`.
+    pub fn below(extent: BufId, row: Affine) -> LoopLimit {
+        LoopLimit {
+            extent,
+            row,
+            from: false,
+        }
+    }
+
+    /// The iterations whose `row` is at or past the extent in `extent`.
+    pub fn at_or_past(extent: BufId, row: Affine) -> LoopLimit {
+        LoopLimit {
+            extent,
+            row,
+            from: true,
+        }
+    }
+}
+
 /// A statement of a kernel body.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Stmt {

@@ -581,7 +581,8 @@ fn pad(
                     .map(|j| axes[j].pad_begin as i64 * out_st[j])
                     .sum::<i64>()
                     + start as i64 * out_st[k];
-                fill_nest(b, dtype, &dims, &value, (dst, &out_st, off));
+                let at = Affine::constant(off);
+                fill_nest(b, dtype, &dims, &value, (dst, &out_st, &at));
             }
         }
         let kept: Vec<usize> = axes.iter().map(|a| a.kept).collect();
@@ -635,14 +636,15 @@ fn pad(
     Ok(())
 }
 
-/// Stores `value` (a scalar) in `dims` elements of `dst` (strides `st`, offset `off`),
-/// vectorized for `f32` when the last dim is contiguous.
-fn fill_nest(
+/// Stores `value` (a scalar) in `dims` elements of `dst` (strides `st`, from `off`,
+/// which may read enclosing loops' variables), vectorized for `f32` when the last dim
+/// is contiguous.
+pub(super) fn fill_nest(
     b: &mut KernelBuilder,
     dtype: DType,
     dims: &[usize],
     value: &Expr,
-    (dst, st, off): (BufId, &[i64], i64),
+    (dst, st, off): (BufId, &[i64], &Affine),
 ) {
     if dims.contains(&0) {
         return;
@@ -656,7 +658,7 @@ fn fill_nest(
         } else {
             (value.clone(), scalar)
         };
-        b.store(dst, index_of(&st[0], idx).plus(off), v, w);
+        b.store(dst, index_of(&st[0], idx).add(off), v, w);
     });
 }
 

@@ -316,6 +316,7 @@ fn lower_program<'a>(
         viewed: Vec::new(),
         cur_inst: 0,
         cur_out: None,
+        valid_rows: None,
         cached: Vec::new(),
         softmax_after: HashMap::new(),
         attention_after: HashMap::new(),
@@ -468,6 +469,8 @@ pub(crate) struct Cx<'a> {
     pub(crate) cur_inst: usize,
     /// Its value's buffer, once made ([`Cx::valid_rows_for`]).
     cur_out: Option<BufferId>,
+    /// The buffer of a run's valid rows, once a kernel reads it ([`Cx::valid_rows_for`]).
+    valid_rows: Option<BufferId>,
     /// Deferred constants to keep in [`LowerOptions::constants`] once computed.
     cached: Vec<CachedConstant>,
     /// Matrix products (by instruction) whose one reader is a softmax along their rows
@@ -602,18 +605,11 @@ impl<'a> Cx<'a> {
         if self.cur_out != Some(out) || !self.rows_free(v, axis) {
             return None;
         }
-        let existing = self
-            .prog
-            .buffers
-            .iter()
-            .position(|b| matches!(b.kind, BufferKind::ValidRows));
-        Some(match existing {
-            Some(b) => BufferId(b as u32),
-            None => {
-                self.prog.padded_rows = Some(rows.length);
-                self.buffer("valid_rows", DType::I64, 1, BufferKind::ValidRows)
-            }
-        })
+        if self.valid_rows.is_none() {
+            self.prog.padded_rows = Some(rows.length);
+            self.valid_rows = Some(self.buffer("valid_rows", DType::I64, 1, BufferKind::ValidRows));
+        }
+        self.valid_rows
     }
 
     /// Whether [`LowerOptions::padded_rows`] lets `v`'s positions along `axis` past a

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use smelt_ir::op::Op;
 use smelt_ir::{DType, Diagnostic, TensorType, Value};
 
+use super::copy::fill_nest;
 use super::elementwise::{emit_nest, Epilogue};
 use super::{BufferId, Cx};
 
@@ -79,20 +80,12 @@ pub(crate) fn lower_norm(
             b.set_parallel();
             b.for_loop(0, outer as i64, 1, |b, o| {
                 let row = Affine::var(o);
-                let limit = |from| {
-                    extent.map(|extent| LoopLimit {
-                        extent,
-                        row: row.clone(),
-                        from,
-                    })
-                };
-                if let Some(past) = limit(true) {
+                if let Some(extent) = extent {
+                    let past = LoopLimit::at_or_past(extent, row.clone());
                     b.for_loop_limited(0, 1, 1, Some(past), |b, _| {
-                        let base = row.scale(inner as i64);
-                        emit_nest(b, &[inner], true, &mut |b, idx, w| {
-                            let zero = Expr::splat_to(Expr::constant(0.0, Width::Scalar), w);
-                            b.store(ya, base.add(&idx[0]), zero, w);
-                        });
+                        let zero = Expr::constant(0.0, Width::Scalar);
+                        let at = row.scale(inner as i64);
+                        fill_nest(b, DType::F32, &[inner], &zero, (ya, &[1], &at));
                     });
                 }
                 let normalize = |b: &mut KernelBuilder| {
@@ -144,8 +137,11 @@ pub(crate) fn lower_norm(
                     });
                 };
                 // without valid rows the row is the same code as ever
-                match limit(false) {
-                    Some(below) => b.for_loop_limited(0, 1, 1, Some(below), |b, _| normalize(b)),
+                match extent {
+                    Some(extent) => {
+                        let below = Some(LoopLimit::below(extent, row.clone()));
+                        b.for_loop_limited(0, 1, 1, below, |b, _| normalize(b))
+                    }
                     None => normalize(b),
                 }
             });

@@ -29,9 +29,10 @@ use smelt_ir::loops::{
     TileRoutine, TileTarget, Width,
 };
 use smelt_ir::op::Op;
-use smelt_ir::{AlignedBuf, ConstantSlab, Diagnostic, Value};
+use smelt_ir::{AlignedBuf, ConstantSlab, DType, Diagnostic, Value};
 
 use super::GemmGeo;
+use crate::lower::copy::fill_nest;
 use crate::lower::elementwise::{
     broadcast_strides, dims_name, index_of, load_lanes, row_major_strides, Epilogue,
 };
@@ -923,28 +924,12 @@ impl PackedGemm {
             return;
         };
         let flat = index_of(&row_major_strides(&self.batch), bidx);
-        let from = LoopLimit {
-            extent,
-            row: Affine::var(kb.next_loop_var()),
-            from: true,
-        };
-        kb.for_loop_limited(0, self.rows as i64, 1, Some(from), |kb, r| {
+        let past = LoopLimit::at_or_past(extent, Affine::var(kb.next_loop_var()));
+        kb.for_loop_limited(0, self.rows as i64, 1, Some(past), |kb, r| {
             let row = self.out_row(&flat, bidx, &Affine::var(r)).0.add(col0);
-            let vecs = (cols.len() / 4) as i64;
-            let first = cols.start as i64;
-            kb.for_loop(0, vecs, 1, |kb, v| {
-                let at = row.add(&Affine::var(v).scale(4)).plus(first);
-                kb.store(
-                    args.out,
-                    at,
-                    Expr::constant(0.0, Width::F32x4),
-                    Width::F32x4,
-                );
-            });
-            for l in first + 4 * vecs..cols.end as i64 {
-                let zero = Expr::constant(0.0, Width::Scalar);
-                kb.store(args.out, row.plus(l), zero, Width::Scalar);
-            }
+            let zero = Expr::constant(0.0, Width::Scalar);
+            let at = row.plus(cols.start as i64);
+            fill_nest(kb, DType::F32, &[cols.len()], &zero, (args.out, &[1], &at));
         });
     }
 
@@ -1160,13 +1145,7 @@ fn for_row_blocks(
         }
         return;
     };
-    let below = |row: Affine| {
-        Some(LoopLimit {
-            extent,
-            row,
-            from: false,
-        })
-    };
+    let below = |row| Some(LoopLimit::below(extent, row));
     // the blocks that start below the valid rows
     let block_row = Affine::var(kb.next_loop_var()).scale(per_block as i64);
     kb.for_loop_limited(0, whole as i64, 1, below(block_row), |kb, c| {
@@ -1188,24 +1167,22 @@ fn valid_block(
     (extent, per_call): (BufId, usize),
     body: &mut dyn FnMut(&mut KernelBuilder, &Affine, usize),
 ) {
-    let limit = |row: Affine, from: bool| Some(LoopLimit { extent, row, from });
     let last = first.plus(count as i64 - 1);
-    kb.for_loop_limited(0, 1, 1, limit(last.clone(), false), |kb, _| {
-        body(kb, first, count)
-    });
-    kb.for_loop_limited(0, 1, 1, limit(last, true), |kb, _| {
+    let all_below = Some(LoopLimit::below(extent, last.clone()));
+    kb.for_loop_limited(0, 1, 1, all_below, |kb, _| body(kb, first, count));
+    let ends_here = Some(LoopLimit::at_or_past(extent, last));
+    kb.for_loop_limited(0, 1, 1, ends_here, |kb, _| {
         let sub = per_call.clamp(1, count);
         let (calls, rest) = (count / sub, count % sub);
         let at = |i: LoopVar| first.add(&Affine::var(i).scale(sub as i64));
-        let calls_below = limit(at(kb.next_loop_var()), false);
+        let calls_below = Some(LoopLimit::below(extent, at(kb.next_loop_var())));
         kb.for_loop_limited(0, calls as i64, 1, calls_below, |kb, i| {
             body(kb, &at(i), sub)
         });
         if rest > 0 {
             let row0 = first.plus((calls * sub) as i64);
-            kb.for_loop_limited(0, 1, 1, limit(row0.clone(), false), |kb, _| {
-                body(kb, &row0, rest)
-            });
+            let below = Some(LoopLimit::below(extent, row0.clone()));
+            kb.for_loop_limited(0, 1, 1, below, |kb, _| body(kb, &row0, rest));
         }
     });
 }
