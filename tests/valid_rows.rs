@@ -1,8 +1,8 @@
 //! Products that stop at a run's valid rows (issue #23's run-time extents): an
-//! attention block compiled at a padded length, its row loops limited by the padding
-//! analysis of the optimized function, run at every valid length the bucket serves —
-//! each time after a run that filled its memory with NaN — against the interpreter at
-//! exactly that length.
+//! attention block and its feed-forward layer compiled at a padded length, its row
+//! loops limited by the padding analysis of the optimized function, run at every valid
+//! length the bucket serves — each time after a run that filled its memory with NaN —
+//! against the interpreter at exactly that length.
 
 use smelt::ir::{ErrorStats, Module, Tensor, TensorData, TensorType};
 use smelt::runtime::{Elements, ElementsMut};
@@ -11,6 +11,9 @@ use smelt_ir::padding::padded_rows;
 
 /// Hidden size: one 32-lane panel of every projection.
 const D: usize = 32;
+/// The feed-forward layer's width: four 32-lane panels, which the up-projection
+/// computes in two groups of two (each block of rows against both panels of a group).
+const F: usize = 128;
 /// The bucket, and the shortest length it serves: a 56-row block and an 8-row rest,
 /// so a run of 33 valid rows computes rows up to 42 (whole register blocks of 14) and
 /// skips the others, which must then be cleared — without the clearing this test
@@ -33,22 +36,23 @@ fn weights(seed: u64, n: usize) -> Vec<f32> {
 
 /// One attention block at sequence length `len` in smelt's text form: Q, K and V
 /// projections, scores masked by `(1 − mask) · −10⁴` (the exporters' additive mask),
-/// softmax, `P·V`, a residual.
+/// softmax, `P·V`, a residual; then a feed-forward layer (up-projection, ReLU,
+/// down-projection) and its residual.
 fn attention(len: usize) -> Module {
-    let dense = |seed: u64| {
-        let values: Vec<String> = weights(seed, D * D)
-            .iter()
-            .map(|v| format!("{v:?}"))
-            .collect();
+    let dense_of = |seed: u64, n: usize| {
+        let values: Vec<String> = weights(seed, n).iter().map(|v| format!("{v:?}")).collect();
         format!("dense<[{}]>", values.join(", "))
     };
+    let dense = |seed: u64| dense_of(seed, D * D);
     let text = format!(
         "const @wq : tensor<{D}x{D}xf32> = {q}
 const @wk : tensor<{D}x{D}xf32> = {k}
 const @wv : tensor<{D}x{D}xf32> = {v}
 const @one : tensor<f32> = dense<1.0>
 const @low : tensor<f32> = dense<-10000.0>
-func @main(%x: tensor<1x{len}x{D}xf32>, %mask: tensor<1x1x{len}xf32>) -> (out: tensor<1x{len}x{D}xf32>) {{
+const @wu : tensor<{D}x{F}xf32> = {u}
+const @wd : tensor<{F}x{D}xf32> = {d}
+func @main(%x: tensor<1x{len}x{D}xf32>, %mask: tensor<1x1x{len}xf32>) -> (out: tensor<1x{len}x{D}xf32>, hidden: tensor<1x{len}x{F}xf32>) {{
   %0 = const @wq : tensor<{D}x{D}xf32>
   %1 = matmul %x, %0 : tensor<1x{len}x{D}xf32>
   %2 = const @wk : tensor<{D}x{D}xf32>
@@ -65,12 +69,20 @@ func @main(%x: tensor<1x{len}x{D}xf32>, %mask: tensor<1x1x{len}xf32>) -> (out: t
   %13 = softmax %12 {{axis = 2}} : tensor<1x{len}x{len}xf32>
   %14 = matmul %13, %5 : tensor<1x{len}x{D}xf32>
   %15 = add %14, %x : tensor<1x{len}x{D}xf32>
-  return %15 : tensor<1x{len}x{D}xf32>
+  %16 = const @wu : tensor<{D}x{F}xf32>
+  %17 = matmul %15, %16 : tensor<1x{len}x{F}xf32>
+  %18 = relu %17 : tensor<1x{len}x{F}xf32>
+  %19 = const @wd : tensor<{F}x{D}xf32>
+  %20 = matmul %18, %19 : tensor<1x{len}x{D}xf32>
+  %21 = add %20, %15 : tensor<1x{len}x{D}xf32>
+  return %21, %18 : tensor<1x{len}x{D}xf32>, tensor<1x{len}x{F}xf32>
 }}
 ",
         q = dense(1),
         k = dense(2),
         v = dense(3),
+        u = dense_of(4, D * F),
+        d = dense_of(5, F * D),
     );
     smelt::ir::text::parse(&text, "attention.smelt").expect("the attention block parses")
 }
@@ -107,12 +119,13 @@ fn products_stop_at_the_valid_rows_and_clear_the_rest() {
     let exe = Executable::compile_padded(&big, &rows, &CompileOptions::default())
         .expect("compiles at the padded length");
     assert_eq!(exe.padded_rows(), Some(PADDED));
-    // the three projections, the scores and the product by V stop at the valid rows
+    // the three projections, the scores, the product by V and the feed-forward
+    // layer's two products stop at the valid rows
     let loops = exe.dump_loops();
     let steps = loops.split("steps:").nth(1).expect("a steps section");
     let limited = steps.lines().filter(|l| l.contains("_valid_rows")).count();
     match exe.tile_isa() {
-        Some(_) => assert_eq!(limited, 5, "{loops}"),
+        Some(_) => assert_eq!(limited, 7, "{loops}"),
         // the Cranelift GEMM has no row blocks to stop: nothing is limited, and the
         // results below still hold
         None => assert_eq!(limited, 0, "{loops}"),
@@ -131,35 +144,43 @@ fn products_stop_at_the_valid_rows_and_clear_the_rest() {
         // then the same sequence padded with zeros, as a padded run is
         let padded = inputs(PADDED, valid, 0.0);
         let ins: Vec<Elements> = padded.iter().map(|t| Elements::of(&t.data)).collect();
-        let mut out = vec![f32::NAN; PADDED * D];
-        exe.run_valid_rows_into(valid, &ins, &mut [ElementsMut::F32(&mut out)])
+        let (mut out, mut hidden) = (vec![f32::NAN; PADDED * D], vec![f32::NAN; PADDED * F]);
+        let mut outs = [ElementsMut::F32(&mut out), ElementsMut::F32(&mut hidden)];
+        exe.run_valid_rows_into(valid, &ins, &mut outs)
             .expect("a run of valid rows");
         // the model at exactly `valid` positions, by the interpreter
         let exact = attention(valid);
         let func = exact.entry().expect("an entry function");
         let want = smelt::ir::interp::run(&exact, func, &inputs(valid, valid, 0.0))
-            .expect("the interpreter runs")
-            .remove(0);
-        let got = Tensor {
-            ty: TensorType::new(smelt::ir::DType::F32, vec![1, valid, D]),
-            data: TensorData::F32(out[..valid * D].to_vec()),
-        };
-        let err = ErrorStats::between_tensors(&got, &want).expect("comparable");
-        assert!(err.relative <= 1e-5, "valid {valid}: {err:?}");
-        // rows past the valid ones are finite: computed, or cleared by the products
-        assert!(
-            out.iter().all(|v| v.is_finite()),
-            "valid {valid}: a padded row holds a non-finite value"
-        );
+            .expect("the interpreter runs");
+        for ((name, width, values), want) in [("out", D, &out), ("hidden", F, &hidden)]
+            .into_iter()
+            .zip(&want)
+        {
+            let got = Tensor {
+                ty: TensorType::new(smelt::ir::DType::F32, vec![1, valid, width]),
+                data: TensorData::F32(values[..valid * width].to_vec()),
+            };
+            let err = ErrorStats::between_tensors(&got, want).expect("comparable");
+            assert!(err.relative <= 1e-5, "{name}, valid {valid}: {err:?}");
+            // rows past the valid ones are finite: computed, or cleared by the products
+            // (the feed-forward layer's up-projection, in panel groups, clears each
+            // group's columns)
+            assert!(
+                values.iter().all(|v| v.is_finite()),
+                "{name}, valid {valid}: a padded row holds a non-finite value"
+            );
+        }
         checked += 1;
     }
     assert_eq!(checked, PADDED - SHORT + 1);
     // more valid rows than the compiled length is an error naming both
     let padded = inputs(PADDED, PADDED, 0.0);
     let ins: Vec<Elements> = padded.iter().map(|t| Elements::of(&t.data)).collect();
-    let mut out = vec![0f32; PADDED * D];
+    let (mut out, mut hidden) = (vec![0f32; PADDED * D], vec![0f32; PADDED * F]);
+    let mut outs = [ElementsMut::F32(&mut out), ElementsMut::F32(&mut hidden)];
     let e = exe
-        .run_valid_rows_into(PADDED + 1, &ins, &mut [ElementsMut::F32(&mut out)])
+        .run_valid_rows_into(PADDED + 1, &ins, &mut outs)
         .expect_err("too many valid rows")
         .to_string();
     assert!(e.contains("65 valid rows") && e.contains("64"), "{e}");
