@@ -11,8 +11,8 @@ use smelt_ir::padding::padded_rows;
 
 /// Hidden size: one 32-lane panel of every projection.
 const D: usize = 32;
-/// The feed-forward layer's width: four 32-lane panels, which the up-projection
-/// computes in two groups of two (each block of rows against both panels of a group).
+/// The feed-forward layer's width: four 32-lane panels, the up-projection's kernel
+/// parallel over them, each stopping at the valid rows and clearing its own columns.
 const F: usize = 128;
 /// The bucket, and the shortest length it serves: a 56-row block and an 8-row rest,
 /// so a run of 33 valid rows computes rows up to 42 (whole register blocks of 14) and
@@ -164,8 +164,7 @@ fn products_stop_at_the_valid_rows_and_clear_the_rest() {
             let err = ErrorStats::between_tensors(&got, want).expect("comparable");
             assert!(err.relative <= 1e-5, "{name}, valid {valid}: {err:?}");
             // rows past the valid ones are finite: computed, or cleared by the products
-            // (the feed-forward layer's up-projection, in panel groups, clears each
-            // group's columns)
+            // (the feed-forward layer's up-projection clears each panel's columns)
             assert!(
                 values.iter().all(|v| v.is_finite()),
                 "{name}, valid {valid}: a padded row holds a non-finite value"

@@ -793,14 +793,7 @@ impl PackedGemm {
         let (mut kb, args, steps) = self.kernel_args(cx, &name, bufs, &mut epi, valid_rows);
         let count = panels.len();
         let first = panels.start as i64;
-        let group = panels_per_group(count);
-        if count > 1 && group > 1 && valid == lanes {
-            kb.set_parallel();
-            kb.for_loop(0, (count / group) as i64, 1, |kb, g| {
-                let at = Affine::var(g).scale(group as i64).plus(first);
-                self.panel_group(kb, &args, &epi, &at, group, routine)
-            });
-        } else if count > 1 {
+        if count > 1 {
             kb.set_parallel();
             kb.for_loop(0, count as i64, 1, |kb, p| {
                 let at = Affine::var(p).plus(first);
@@ -891,44 +884,6 @@ impl PackedGemm {
         };
         for_batches(kb, &self.batch, &mut Vec::new(), &mut |kb, bidx| {
             self.rows_of(kb, args, epi, &at, bidx)
-        });
-    }
-
-    /// Every row of the `group` whole panels from `first`: the batch loops (if any), then
-    /// for each block of rows (calls of up to `max_pixels`), the block against each panel
-    /// of the group ([`panels_per_group`]).
-    fn panel_group(
-        &self,
-        kb: &mut KernelBuilder,
-        args: &Args,
-        epi: &Epilogue,
-        first: &Affine,
-        group: usize,
-        routine: TileRoutine,
-    ) {
-        let lanes = routine.lanes as usize;
-        let per_call = (routine.max_pixels as usize).max(1);
-        for_batches(kb, &self.batch, &mut Vec::new(), &mut |kb, bidx| {
-            let valid_rows = args.valid_rows_in(routine);
-            for_row_blocks(
-                kb,
-                self.rows,
-                per_call,
-                valid_rows,
-                &mut |kb, row0, pixels| {
-                    kb.for_loop(0, group as i64, 1, |kb, p| {
-                        let at = PanelAt {
-                            panel: first.add(&Affine::var(p)),
-                            routine,
-                            valid: lanes,
-                            unit: None,
-                        };
-                        self.call(kb, args, epi, &at, bidx, row0, pixels)
-                    })
-                },
-            );
-            let col0 = first.scale(lanes as i64);
-            self.clear_rows_past_valid(kb, args, bidx, 0..group * lanes, &col0);
         });
     }
 
@@ -1166,21 +1121,6 @@ struct Finish<'r> {
     row: &'r Affine,
 }
 
-/// Whole panels a kernel over `count` of them computes together, each block of rows
-/// against every panel of the group before the next block (1: panel by panel, every
-/// row of a panel before the next panel). Grouped, a block of A's rows is read for
-/// several panels while it is in cache, and the group's panels stay in L2 for every
-/// block: at M = 128, 384 × 1536 ran in 0.76–0.78 ms against 0.82 panel by panel, and
-/// groups of 4 to 12 panels measured alike (benches/RESULTS.md). The group is the
-/// largest divisor of `count` up to 8 that leaves an even number of groups, the units
-/// two threads share evenly (an odd count of panels is computed panel by panel).
-fn panels_per_group(count: usize) -> usize {
-    (2..=8)
-        .rev()
-        .find(|&g| count.is_multiple_of(g) && (count / g).is_multiple_of(2))
-        .unwrap_or(1)
-}
-
 /// Runs `body` for the blocks of `per_block` rows (the last one shorter) that cover
 /// `rows`: a loop over the whole blocks, then the rest, with each block's first row and
 /// row count. With `valid_rows` (and `per_call`, the routine's register block), a
@@ -1263,29 +1203,4 @@ fn for_batches(
         for_batches(kb, inner, idx, body);
         idx.pop();
     });
-}
-
-#[cfg(test)]
-mod tests {
-    use super::panels_per_group;
-
-    #[test]
-    fn panel_groups_divide_the_panels_into_an_even_count() {
-        // BERT's projections: 384, 1152 and 1536 columns of 32-lane panels
-        assert_eq!(panels_per_group(12), 6);
-        assert_eq!(panels_per_group(36), 6);
-        assert_eq!(panels_per_group(48), 8);
-        assert_eq!(panels_per_group(24), 6);
-        for count in 1..200 {
-            let g = panels_per_group(count);
-            assert!((1..=8).contains(&g), "{count}: {g}");
-            assert_eq!(count % g, 0, "{count}: {g}");
-            if g > 1 {
-                assert_eq!((count / g) % 2, 0, "{count}: {g}");
-            }
-        }
-        // no even split: panel by panel
-        assert_eq!(panels_per_group(23), 1);
-        assert_eq!(panels_per_group(9), 1);
-    }
 }
