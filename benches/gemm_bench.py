@@ -4,20 +4,23 @@
 
     .venv/bin/python benches/gemm_bench.py [--smelt target/release/smelt] [--rounds 3]
         [--iterations 20] [--ms 1,8,128,512] [--kn 384x384,384x1536,1536x384] [--bias-gelu]
+        [--threads 1,2]
 
 For each M and (K, N) it writes target/bench-models/gemm/matmul_M_K_N.onnx: one MatMul of
 an activation `[1, M, K]` (rank 3, as the exported transformers have it: the leading dims
 flatten into M) by a constant weight `[K, N]` (seeded uniform values), with `--bias-gelu`
 followed by `Add(bias[N])` and an erf GELU as torch.onnx writes it (`Div` by √2, `Erf`,
 `Add` 1, `Mul` x, `Mul` 0.5: BERT's first FFN layer, which smelt fuses). Then,
-`rounds` times alternating, one `smelt bench --json --threads 1` process and one round of
-ORT runs (1 intra-op thread, ENABLE_ALL), and prints the medians as ms and GFLOP/s
-(2·M·K·N flops; the epilogue is not counted) with the ratio smelt / ORT.
+`rounds` times alternating, one `smelt bench --json --threads T` process and one round of
+ORT runs (T intra-op threads, ENABLE_ALL), for each thread count T of `--threads`, and
+prints the medians as ms and GFLOP/s (2·M·K·N flops; the epilogue is not counted) with
+the ratio smelt / ORT.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -74,9 +77,9 @@ def model_path(m: int, k: int, n: int, bias_gelu: bool) -> str:
     return path
 
 
-def smelt_ms(smelt: str, path: str, iterations: int, kernels: str) -> float:
+def smelt_ms(smelt: str, path: str, iterations: int, kernels: str, threads: int) -> float:
     done = subprocess.run(
-        [smelt, "bench", path, "--json", "--threads", "1", "--warmup", "3",
+        [smelt, "bench", path, "--json", "--threads", str(threads), "--warmup", "3",
          "--iterations", str(iterations), "--kernels", kernels],
         capture_output=True, text=True, check=True)
     return json.loads(done.stdout)["median_ms"]
@@ -102,30 +105,33 @@ def main() -> None:
     p.add_argument("--kn", default="384x384,384x1536,1536x384")
     p.add_argument("--kernels", default="auto")
     p.add_argument("--bias-gelu", action="store_true")
+    p.add_argument("--threads", default="1", help="thread counts, e.g. 1,2")
     args = p.parse_args()
     import onnxruntime as ort
 
     print(f"load average {os.getloadavg()[0]:.2f}")
-    print("| M | K | N | smelt ms | smelt GFLOP/s | ORT ms | ORT GFLOP/s | ratio |")
-    print("|---|---|---|---|---|---|---|---|")
-    for kn in args.kn.split(","):
-        k, n = (int(v) for v in kn.split("x"))
-        for m in (int(v) for v in args.ms.split(",")):
-            path = model_path(m, k, n, args.bias_gelu)
-            so = ort.SessionOptions()
-            so.intra_op_num_threads = 1
-            so.inter_op_num_threads = 1
-            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-            session = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-            x = np.random.default_rng(m).uniform(-1, 1, size=(1, m, k)).astype(np.float32)
-            s_samples, o_samples = [], []
-            for _ in range(args.rounds):
-                s_samples.append(smelt_ms(args.smelt, path, args.iterations, args.kernels))
-                o_samples.append(ort_ms(session, {"x": x}, args.iterations))
-            s, o = statistics.median(s_samples), statistics.median(o_samples)
-            flop = 2.0 * m * k * n
-            print(f"| {m} | {k} | {n} | {s:.4f} | {flop / s / 1e6:.1f} | {o:.4f} | "
-                  f"{flop / o / 1e6:.1f} | {s / o:.2f} |", flush=True)
+    print("| threads | M | K | N | smelt ms | smelt GFLOP/s | ORT ms | ORT GFLOP/s | ratio |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    thread_counts = [int(v) for v in args.threads.split(",")]
+    shapes = [tuple(int(v) for v in kn.split("x")) for kn in args.kn.split(",")]
+    rows = [int(v) for v in args.ms.split(",")]
+    for threads, (k, n), m in itertools.product(thread_counts, shapes, rows):
+        path = model_path(m, k, n, args.bias_gelu)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        session = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        x = np.random.default_rng(m).uniform(-1, 1, size=(1, m, k)).astype(np.float32)
+        s_samples, o_samples = [], []
+        for _ in range(args.rounds):
+            s_samples.append(smelt_ms(args.smelt, path, args.iterations, args.kernels,
+                                      threads))
+            o_samples.append(ort_ms(session, {"x": x}, args.iterations))
+        s, o = statistics.median(s_samples), statistics.median(o_samples)
+        flop = 2.0 * m * k * n
+        print(f"| {threads} | {m} | {k} | {n} | {s:.4f} | {flop / s / 1e6:.1f} | {o:.4f} | "
+              f"{flop / o / 1e6:.1f} | {s / o:.2f} |", flush=True)
     print(f"load average {os.getloadavg()[0]:.2f}")
 
 

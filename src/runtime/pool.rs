@@ -32,6 +32,25 @@ use std::time::{Duration, Instant};
 
 use crate::codegen::KernelFn;
 
+/// Chunks to cut `total` units into for `threads` threads: one per unit up to four per
+/// thread (claimed one by one, so a thread that finishes early takes more); beyond, the
+/// most, up to four per thread, of equal size whose count the threads divide, so every
+/// thread finishes with the same work. Chunks of unequal size left a tail: twelve GEMM
+/// panels in eight chunks of one or two ran at 2 threads in 0.48 ms against 0.77 at one
+/// (six of two: see benches/RESULTS.md). With no such count (a prime number of units),
+/// four per thread.
+fn chunk_count(total: i64, threads: i64) -> u64 {
+    let most = 4 * threads.max(1);
+    if total <= most {
+        return total.max(1) as u64;
+    }
+    let equal = (1..=4)
+        .rev()
+        .map(|per_thread| per_thread * threads.max(1))
+        .find(|&c| total % c == 0);
+    equal.unwrap_or(most) as u64
+}
+
 /// One kernel call to split, or one per copy of a batch: `kernel(args_r, lo, hi)` for
 /// chunks of the `copies × units` units, copy-major, `args_r` copy `r`'s argument array.
 #[derive(Clone, Copy)]
@@ -209,7 +228,7 @@ impl ThreadPool {
             Split::Whole(trips) => (1, trips.max(1)),
         };
         let total = copies.max(1).saturating_mul(units);
-        let chunks = total.clamp(1, 4 * (helpers as i64 + 1)) as u64;
+        let chunks = chunk_count(total, helpers as i64 + 1);
         let job = Job {
             kernel,
             args: args as usize,
@@ -313,6 +332,36 @@ impl ThreadPool {
             seen = generation;
             if let Some(job) = job.filter(|j| self.join(j, generation)) {
                 self.work(&job, generation);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chunk_count;
+
+    /// The chunks every split is cut into: one per unit while they are few, then equal
+    /// chunks the threads share evenly where the units allow it.
+    #[test]
+    fn chunks_are_equal_and_shared_evenly_where_the_units_allow() {
+        assert_eq!(chunk_count(0, 2), 1);
+        assert_eq!(chunk_count(5, 2), 5);
+        assert_eq!(chunk_count(8, 2), 8);
+        // BERT's projections on two threads: 12, 36 and 48 panels
+        assert_eq!(chunk_count(12, 2), 6);
+        assert_eq!(chunk_count(36, 2), 6);
+        assert_eq!(chunk_count(48, 2), 8);
+        // a prime count: four per thread, of unequal size
+        assert_eq!(chunk_count(13, 2), 8);
+        for threads in 1..=8 {
+            for total in 1..500 {
+                let c = chunk_count(total, threads) as i64;
+                assert!((1..=total.max(1)).contains(&c), "{total} on {threads}: {c}");
+                assert!(c <= 4 * threads || c == total, "{total} on {threads}: {c}");
+                if total > 4 * threads && total % c == 0 {
+                    assert_eq!(c % threads, 0, "{total} on {threads}: {c}");
+                }
             }
         }
     }
