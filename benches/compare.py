@@ -19,7 +19,9 @@ smelt's speed and less of ORT's: the minima compare the two in the calm moments)
 VM's speed drifts by up to 2× over seconds (neighbours), and run-by-run alternation puts
 both sides in the same moments. At more than one thread ORT's workers do not spin after
 a run (`session.intra_op.allow_spinning = 0`): spinning workers would hold the cores
-that smelt's next run needs. Compile time is measured as an embedding host sees it, in
+that smelt's next run needs; and each run is followed by an untimed pause of
+`PARK_S`, longer than smelt's workers spin after a run (3 ms), so that neither side's
+run meets the other's spinning workers (both start each run with parked workers). Compile time is measured as an embedding host sees it, in
 this warm process: after one untimed pair, `max(rounds, COMPILE_ROUNDS)` alternations of
 one `smelt_executable_from_file` (file to executable) and one ORT session of the same
 model and options (file to session), each side's median in the `compile` and `session`
@@ -79,6 +81,10 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from fixtures import npy_name  # noqa: E402  (the saved inputs' file names)
 
 MODEL_DIR = os.path.join(ROOT, "target", "bench-models")
+
+# Seconds of untimed pause after each run at more than one thread: longer than smelt's
+# workers spin after a run, so the other side's run never meets them.
+PARK_S = 0.005
 
 # Alternating compile / session-creation pairs timed per model (at least).
 COMPILE_ROUNDS = 7
@@ -532,6 +538,8 @@ def compare_interleaved(args: argparse.Namespace, lib: ctypes.CDLL, name: str,
                 start = time.perf_counter()
                 side.run()
                 samples.append((time.perf_counter() - start) * 1e3)
+                if threads > 1:
+                    time.sleep(PARK_S)
     except ERRORS as e:
         row["error"] = str(e).splitlines()[0]
         return row

@@ -14,7 +14,9 @@ followed by `Add(bias[N])` and an erf GELU as torch.onnx writes it (`Div` by √
 `rounds` times alternating, one `smelt bench --json --threads T` process and one round of
 ORT runs (T intra-op threads, ENABLE_ALL), for each thread count T of `--threads`, and
 prints the medians as ms and GFLOP/s (2·M·K·N flops; the epilogue is not counted) with
-the ratio smelt / ORT.
+the ratio smelt / ORT. At more than one thread each side keeps its default spinning
+after runs, and a pause of 1 s after ORT's round lets its workers park before smelt's
+next process (as `compare.py --processes`).
 """
 
 from __future__ import annotations
@@ -128,6 +130,10 @@ def main() -> None:
             s_samples.append(smelt_ms(args.smelt, path, args.iterations, args.kernels,
                                       threads))
             o_samples.append(ort_ms(session, {"x": x}, args.iterations))
+            if threads > 1:
+                # ORT's workers spin after its runs (its default): let them park before
+                # smelt's next process needs the cores
+                time.sleep(1.0)
         s, o = statistics.median(s_samples), statistics.median(o_samples)
         flop = 2.0 * m * k * n
         print(f"| {threads} | {m} | {k} | {n} | {s:.4f} | {flop / s / 1e6:.1f} | {o:.4f} | "

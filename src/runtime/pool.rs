@@ -135,9 +135,19 @@ pub(crate) enum Split {
     Whole(i64),
 }
 
-/// How long an idle worker polls for the next job before sleeping: kernel calls of one
-/// run follow each other within microseconds.
+/// How long the caller spins on its job's last chunks before yielding between polls:
+/// chunks of one job end within microseconds of each other.
 const SPIN: Duration = Duration::from_micros(100);
+
+/// How long an idle worker spins on the next job before it sleeps (as ONNX Runtime's
+/// workers spin after a run by default). A sleeping worker is woken onto a core the
+/// kernel picks, often the caller's own, where the two then share one core for many
+/// runs: a 0.1 ms GEMM at 2 threads ran back to back took its serial time (0.19 ms) for
+/// tens of runs at a time whenever a hiccup of the host had outlasted the 0.1 ms the
+/// workers used to spin (medians of separate processes 0.11–0.20 ms; spinning 3 ms,
+/// 0.113–0.116; yielding between polls instead of spinning was worse: 0.12–0.21). Runs
+/// more than this apart wake the worker as before.
+const POLL: Duration = Duration::from_millis(3);
 
 impl ThreadPool {
     /// The process's pool (one worker per core but one, started on first use); `None`
@@ -317,7 +327,7 @@ impl ThreadPool {
         let mut seen = 0u64;
         loop {
             let start = Instant::now();
-            while self.generation.load(Ordering::Acquire) == seen && start.elapsed() < SPIN {
+            while self.generation.load(Ordering::Acquire) == seen && start.elapsed() < POLL {
                 std::hint::spin_loop();
             }
             let (job, generation) = {
