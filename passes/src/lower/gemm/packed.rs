@@ -21,8 +21,9 @@
 //! into M when every post-op operand allows it ([`Epilogue::with_merged_rows`]); else
 //! they are loops around the rows. The outermost loop is over panels: threads share the
 //! weights, each reading its panels once, and a panel (K·lanes floats: 48–192 KiB at the
-//! encoders' K) stays in L2 while every row streams past it; each call prefetches its
-//! share of the next panel, which would otherwise arrive cold from memory.
+//! encoders' K) stays in L2 while every row streams past it; the first call of a
+//! panel's sweep prefetches the whole next panel, which would otherwise arrive cold from
+//! memory ([`NextPanel`]).
 
 use smelt_ir::loops::{
     Access, Affine, BinOp, BufId, BufPtr, ConvTile, Expr, KernelBuilder, LoopLimit, LoopVar,
@@ -1168,11 +1169,11 @@ struct Finish<'r> {
 /// Runs `body` for the blocks of `per_block` rows (the last one shorter) that cover
 /// `rows`: a loop over the whole blocks, then the rest, with each block's first row and
 /// row count; with `first_apart`, the first whole block before the loop, its first row
-/// the constant 0 (the call that starts a sweep, which may then differ). With `valid_rows` (and `per_call`, the routine's register block), a
-/// block below a run's valid rows is one call as before, the block they end in calls of
-/// `per_call` rows up to them (a run stops within a register block of its valid length;
-/// a smaller call would take the routine's slow remainder path), and the blocks past
-/// them nothing.
+/// the constant 0 (the call that starts a sweep, which may then differ). With
+/// `valid_rows` (and `per_call`, the routine's register block), a block below a run's
+/// valid rows is one call as before, the block they end in calls of `per_call` rows up
+/// to them (a run stops within a register block of its valid length; a smaller call
+/// would take the routine's slow remainder path), and the blocks past them nothing.
 fn for_row_blocks(
     kb: &mut KernelBuilder,
     (rows, first_apart): (usize, bool),
