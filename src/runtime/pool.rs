@@ -12,8 +12,10 @@
 //! # Safety
 //!
 //! The pool calls native kernels on several threads at once. The invariant: a job's
-//! chunks are claimed one by one from a counter tagged with the job's generation, so
-//! each chunk index runs exactly once, and chunk `i` runs units
+//! chunks are claimed one by one from a two-ended counter tagged with the job's
+//! generation (the caller from the front, the first worker to join from the back, any
+//! other from the front; a claim moves its end past the chunk only while the ends have
+//! not met), so each chunk index runs exactly once, and chunk `i` runs units
 //! `[total·i/chunks, total·(i+1)/chunks)` of the job's `copies × units` (copy-major):
 //! disjoint ranges, each cut at copy boundaries into one call per copy over its own
 //! trips. A parallel kernel's trips write disjoint elements and read nothing another
@@ -50,6 +52,10 @@ fn chunk_count(total: i64, threads: i64) -> u64 {
         .find(|&c| total % c == 0);
     equal.unwrap_or(most) as u64
 }
+
+/// The mask of one end of [`ThreadPool`]'s `claim`, and the most chunks a job has (16
+/// bits: [`chunk_count`] makes at most four chunks per thread of a pool of one per core).
+const CLAIM_END: u64 = 0xffff;
 
 /// One kernel call to split, or one per copy of a batch: `kernel(args_r, lo, hi)` for
 /// chunks of the `copies × units` units, copy-major, `args_r` copy `r`'s argument array.
@@ -119,7 +125,8 @@ pub(crate) struct ThreadPool {
     wake: Condvar,
     /// The published generation, for workers spinning without the lock.
     generation: AtomicU64,
-    /// `(generation mod 2^32) << 32 | next chunk`: claims check the generation.
+    /// `(generation mod 2^32) << 32 | front << 16 | back`: the chunks not yet claimed are
+    /// `front..back`; claims check the generation.
     claim: AtomicU64,
     /// Chunks of the current job completed.
     done: AtomicUsize,
@@ -238,7 +245,7 @@ impl ThreadPool {
             Split::Whole(trips) => (1, trips.max(1)),
         };
         let total = copies.max(1).saturating_mul(units);
-        let chunks = chunk_count(total, helpers as i64 + 1);
+        let chunks = chunk_count(total, helpers as i64 + 1).min(CLAIM_END);
         let job = Job {
             kernel,
             args: args as usize,
@@ -260,8 +267,10 @@ impl ThreadPool {
         };
         let generation = self.generation.load(Ordering::Relaxed) + 1;
         self.done.store(0, Ordering::Relaxed);
-        self.claim
-            .store((generation & 0xffff_ffff) << 32, Ordering::Release);
+        self.claim.store(
+            (generation & 0xffff_ffff) << 32 | chunks & CLAIM_END,
+            Ordering::Release,
+        );
         self.joined
             .store((generation & 0xffff_ffff) << 32, Ordering::Release);
         {
@@ -273,7 +282,7 @@ impl ThreadPool {
                 self.wake.notify_all();
             }
         }
-        self.work(&job, generation);
+        self.work(&job, generation, false);
         let start = Instant::now();
         while self.done.load(Ordering::Acquire) < chunks as usize {
             if start.elapsed() < SPIN {
@@ -284,41 +293,50 @@ impl ThreadPool {
         }
     }
 
-    /// Claims and runs chunks of the job of `generation` until none is left.
-    fn work(&self, job: &Job, generation: u64) {
+    /// Claims and runs chunks of the job of `generation` until none is left: from the
+    /// back of the unclaimed chunks with `from_back`, else from the front. Two threads
+    /// then take the same halves of a job run after run (the caller the first chunks,
+    /// the worker the last), and what a chunk reads stays in its own core's cache (a
+    /// 384 × 1536 GEMM's weight panels, 1.2 MB a half: benches/RESULTS.md).
+    fn work(&self, job: &Job, generation: u64, from_back: bool) {
         let tag = (generation & 0xffff_ffff) << 32;
         loop {
             let c = self.claim.load(Ordering::Acquire);
-            if c & !0xffff_ffff != tag || (c & 0xffff_ffff) >= job.chunks {
+            let (front, back) = ((c >> 16) & CLAIM_END, c & CLAIM_END);
+            if c & !0xffff_ffff != tag || front >= back {
                 return;
             }
+            let (next, chunk) = match from_back {
+                true => (c - 1, back - 1),
+                false => (c + (1 << 16), front),
+            };
             if self
                 .claim
-                .compare_exchange_weak(c, c + 1, Ordering::AcqRel, Ordering::Relaxed)
+                .compare_exchange_weak(c, next, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
             {
-                job.run_chunk(c & 0xffff_ffff);
+                job.run_chunk(chunk);
                 self.done.fetch_add(1, Ordering::Release);
             }
         }
     }
 
-    /// Whether this worker may help with the job of `generation`: fewer than its
-    /// `helpers` have joined (counted per generation, so a late worker of an old job
-    /// never takes a seat of the new one).
-    fn join(&self, job: &Job, generation: u64) -> bool {
+    /// This worker's seat in the job of `generation` (0 for the first to join), if fewer
+    /// than its `helpers` have joined (counted per generation, so a late worker of an old
+    /// job never takes a seat of the new one).
+    fn join(&self, job: &Job, generation: u64) -> Option<u64> {
         let tag = (generation & 0xffff_ffff) << 32;
         loop {
             let j = self.joined.load(Ordering::Acquire);
             if j & !0xffff_ffff != tag || (j & 0xffff_ffff) as usize >= job.helpers {
-                return false;
+                return None;
             }
             if self
                 .joined
                 .compare_exchange_weak(j, j + 1, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
             {
-                return true;
+                return Some(j & 0xffff_ffff);
             }
         }
     }
@@ -340,8 +358,9 @@ impl ThreadPool {
                 (slot.job, slot.generation)
             };
             seen = generation;
-            if let Some(job) = job.filter(|j| self.join(j, generation)) {
-                self.work(&job, generation);
+            let seat = job.and_then(|j| Some((j, self.join(&j, generation)?)));
+            if let Some((job, seat)) = seat {
+                self.work(&job, generation, seat == 0);
             }
         }
     }
