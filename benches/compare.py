@@ -19,10 +19,10 @@ smelt's speed and less of ORT's: the minima compare the two in the calm moments)
 VM's speed drifts by up to 2× over seconds (neighbours), and run-by-run alternation puts
 both sides in the same moments. At more than one thread ORT's workers do not spin after
 a run (`session.intra_op.allow_spinning = 0`): spinning workers would hold the cores
-that smelt's next run needs; and each run is followed by an untimed pause of
-`PARK_S`, longer than smelt's workers spin after a run (3 ms), so that neither side's
-run meets the other's spinning workers (both start each run with parked workers). Compile time is measured as an embedding host sees it, in
-this warm process: after one untimed pair, `max(rounds, COMPILE_ROUNDS)` alternations of
+that smelt's next run needs; and each run is followed by an untimed pause of `PARK_S`,
+longer than smelt's workers spin after a run (3 ms), so that neither side's run meets
+the other's spinning workers (both start each run with parked workers). Compile time is
+measured as an embedding host sees it, in this warm process: after one untimed pair, `max(rounds, COMPILE_ROUNDS)` alternations of
 one `smelt_executable_from_file` (file to executable) and one ORT session of the same
 model and options (file to session), each side's median in the `compile` and `session`
 columns. One `smelt bench --json` process per
