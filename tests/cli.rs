@@ -575,6 +575,13 @@ fn image_size_models_run_verify_and_bench_at_their_files_shapes() {
     assert!(o.status.success(), "{}", stderr(&o));
     let report: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert!(report["median_ms"].as_f64().unwrap() > 0.0, "{report}");
+    // a profile is of the one executable compiled at the files' sizes
+    let o = with_files(
+        "bench",
+        &["--warmup", "0", "--iterations", "1", "--profile"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("op / user nodes"), "{}", stdout(&o));
 
     let recognizer = data.join("recognizer/model.onnx");
     let x = format!("x={}", data.join("recognizer/x_32x257.npy").display());

@@ -308,13 +308,6 @@ fn bench_dynamic_or_pin(
         a.batch.map(|b| b as usize),
         a.sequence.map(|s| s as usize),
     )?;
-    if a.profile && !exe.symbols().is_empty() {
-        return Err(anyhow!(
-            "--profile times the kernels of one executable, and this model's sizes are \
-             compiled per shape: pin them with --shape (e.g. {}) to profile",
-            shape_example(exe)
-        ));
-    }
     // compiles what the run needs: a sequence the padding proof refuses turns into a
     // symbol compiled exactly here
     exe.warm_up(n, length)?;

@@ -1484,7 +1484,8 @@ impl DynamicExecutable {
         self.check_types(inputs.iter().map(|t| &t.ty))?;
         let one = |why: &str| {
             Error::InvalidArgument(format!(
-                "a profile times one bucket's executable, and {why}: pin the shapes                  (--shape) to profile"
+                "a profile times one bucket's executable, and {why}: pin the input shapes \
+                 (`LoadOptions::input_shapes`) to profile"
             ))
         };
         if !self.symbols.is_empty() || self.exact_lengths.get().is_some() {

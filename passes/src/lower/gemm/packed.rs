@@ -905,22 +905,20 @@ impl PackedGemm {
         bidx: &[Affine],
     ) {
         let per_call = (at.routine.max_pixels as usize).max(1);
-        let first_apart = at.prefetch == NextPanel::Whole;
-        let quiet = PanelAt {
+        // only the call at row 0 prefetches the whole next panel: the others are quiet
+        let quiet = (at.prefetch == NextPanel::Whole).then(|| PanelAt {
             prefetch: NextPanel::No,
             ..at.clone()
-        };
+        });
         for_row_blocks(
             kb,
-            (self.rows, first_apart),
+            (self.rows, quiet.is_some()),
             per_call,
             args.valid_rows_in(at.routine),
             &mut |kb, row0, pixels| {
-                // only the call at row 0 prefetches the whole next panel
-                let at = if !first_apart || *row0 == Affine::constant(0) {
-                    at
-                } else {
-                    &quiet
+                let at = match &quiet {
+                    Some(quiet) if *row0 != Affine::constant(0) => quiet,
+                    _ => at,
                 };
                 self.call(kb, args, epi, at, bidx, row0, pixels)
             },
@@ -1005,29 +1003,18 @@ impl PackedGemm {
             epi.prefetch(kb, &idx, self.batch.len(), pixels, at.valid);
         }
         let panel_len = self.panel_len();
-        let (next_len, next) = match at.prefetch {
-            NextPanel::Whole => {
-                let start = at.panel.plus(1).scale(panel_len);
-                let ptr = BufPtr {
-                    buf: args.w,
-                    index: start,
-                };
-                (panel_len, Some(ptr))
-            }
+        // the next panel from its start, or this call's share of it
+        let next_panel = at.panel.plus(1).scale(panel_len);
+        let (next_len, next_at) = match at.prefetch {
+            NextPanel::Whole => (panel_len, Some(next_panel)),
             NextPanel::Share(unit) => {
-                let start = at
-                    .panel
-                    .plus(1)
-                    .scale(panel_len)
-                    .add(&flat.scale(rows).add(row0).scale(unit));
-                let ptr = BufPtr {
-                    buf: args.w,
-                    index: start,
-                };
-                ((unit * pixels as i64).min(panel_len), Some(ptr))
+                let share = flat.scale(rows).add(row0).scale(unit);
+                let len = (unit * pixels as i64).min(panel_len);
+                (len, Some(next_panel.add(&share)))
             }
             NextPanel::No => (0, None),
         };
+        let next = next_at.map(|index| BufPtr { buf: args.w, index });
         let tile = ConvTile {
             lanes,
             pixels: pixels as i64,
