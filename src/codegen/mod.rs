@@ -68,7 +68,7 @@ impl TargetDesc {
     /// The host's features (CPUID), with no conv-tile routines (they are a choice of
     /// the compilation: [`CodegenOptions::tiles`]), or an error on hosts other than x86-64.
     pub fn host() -> Result<TargetDesc, Error> {
-        let isa = host_isa(false, false)?;
+        let isa = host_isa(false, Effort::Quick)?;
         let flag = |name: &str| {
             isa.isa_flags()
                 .iter()
@@ -89,21 +89,54 @@ impl TargetDesc {
     }
 }
 
-/// Cranelift's flags; `quick` (for kernels that only call routines) skips the mid-end
-/// optimizer and takes the single-pass register allocator.
-fn shared_flags(verify: bool, quick: bool) -> Result<settings::Flags, Error> {
+/// How much work Cranelift spends on a function: which of its passes run.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Effort {
+    /// The mid-end optimizer (GVN, LICM, constant folding, redundant loads) and the
+    /// backtracking register allocator.
+    Optimized,
+    /// The backtracking register allocator, no mid-end optimizer.
+    Allocated,
+    /// The single-pass register allocator, no mid-end optimizer.
+    Quick,
+}
+
+/// The effort for kernels that do more than call routines, when conv tiles are
+/// `tiles`'s routines (see [`compile`]).
+fn effort_beside(tiles: Option<TileIsa>) -> Effort {
+    match tiles {
+        Some(_) => Effort::Allocated,
+        None => Effort::Optimized,
+    }
+}
+
+/// The effort [`compile`] spends on `kernel`.
+fn effort_for(kernel: &Kernel, tiles: Option<TileIsa>) -> Effort {
+    match only_calls(&kernel.body) {
+        true => Effort::Quick,
+        false => effort_beside(tiles),
+    }
+}
+
+/// Cranelift's flags for functions compiled with `effort`.
+fn shared_flags(verify: bool, effort: Effort) -> Result<settings::Flags, Error> {
     let mut b = settings::builder();
     let set = |b: &mut settings::Builder, k: &str, v: &str| {
         b.set(k, v)
             .map_err(|e| Error::Unsupported(format!("cranelift flag {k}={v}: {e}")))
     };
-    set(&mut b, "opt_level", if quick { "none" } else { "speed" })?;
+    let optimized = effort == Effort::Optimized;
+    set(
+        &mut b,
+        "opt_level",
+        if optimized { "speed" } else { "none" },
+    )?;
     set(
         &mut b,
         "enable_verifier",
         if verify { "true" } else { "false" },
     )?;
-    if quick {
+    if effort == Effort::Quick {
         set(&mut b, "regalloc_algorithm", "single_pass")?;
     }
     set(&mut b, "use_colocated_libcalls", "false")?;
@@ -116,7 +149,7 @@ fn shared_flags(verify: bool, quick: bool) -> Result<settings::Flags, Error> {
 }
 
 /// The host ISA with flags from CPUID; only x86-64 is supported.
-fn host_isa(verify: bool, quick: bool) -> Result<OwnedTargetIsa, Error> {
+fn host_isa(verify: bool, effort: Effort) -> Result<OwnedTargetIsa, Error> {
     if !cfg!(target_arch = "x86_64") {
         return Err(Error::Unsupported(format!(
             "unsupported target: the JIT supports x86-64 hosts only, this host is {}",
@@ -126,7 +159,7 @@ fn host_isa(verify: bool, quick: bool) -> Result<OwnedTargetIsa, Error> {
     let builder = cranelift_native::builder()
         .map_err(|e| Error::Unsupported(format!("unsupported target: {e}")))?;
     builder
-        .finish(shared_flags(verify, quick)?)
+        .finish(shared_flags(verify, effort)?)
         .map_err(|e| Error::Unsupported(format!("unsupported target: {e}")))
 }
 
@@ -153,14 +186,22 @@ pub type KernelFn = unsafe extern "C" fn(args: *const *mut u8, lo: i64, hi: i64)
 /// is checked first ([`Kernel::check`]). Functions compile to machine code independently
 /// on worker threads (a `JITModule` is not `Sync`); the module then takes their bytes.
 pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKernels, Error> {
-    let isa = host_isa(opts.verify, false)?;
+    // Where convolutions and products call the micro-kernels, the kernels' own code is
+    // data movement, elementwise maps and address arithmetic that the translator
+    // already emits folded and hoisted: Cranelift's mid-end optimizer changed no
+    // kernel's run time measurably (per-kernel profiles of ResNet-50, DBNet, YOLO;
+    // BERT, ViT and MobileNetV3 whole) but was 15% of code generation (YOLO 6.9 → 6.1
+    // ms, DBNet 10.3 → 9.0). The portable path's conv tiles are Cranelift code, which
+    // it does speed up (ResNet-18 with `--kernels cranelift` 47.7 → 55.6 ms without
+    // it): there every kernel is optimized. benches/RESULTS.md, session 31.
+    let isa = host_isa(opts.verify, effort_beside(opts.tiles))?;
     // A kernel that only loops around routine calls spends its run time in the routines:
     // its own code is address arithmetic, which the single-pass register allocator
     // handles as well as the backtracking one, in a fraction of the time (code
     // generation YOLO 14.5 → 11.4 ms, MobileNetV3-small 10.2 → 7.0, ResNet-50
     // 10.1 → 7.0), and which needs no mid-end optimizer either (YOLO's code generation
     // 9.0 → 8.0 ms more); run times unchanged: benches/RESULTS.md.
-    let quick_isa = host_isa(opts.verify, true)?;
+    let quick_isa = host_isa(opts.verify, Effort::Quick)?;
     let target = TargetDesc {
         tiles: opts.tiles,
         ..TargetDesc::host()?
@@ -258,10 +299,9 @@ pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKern
                 machine_code(
                     k,
                     &target,
-                    if only_calls(&k.body) {
-                        quick_isa.as_ref()
-                    } else {
-                        isa.as_ref()
+                    match effort_for(k, opts.tiles) {
+                        Effort::Quick => quick_isa.as_ref(),
+                        _ => isa.as_ref(),
                     },
                     &mut fctx,
                     &mut cx,
@@ -491,7 +531,7 @@ fn calls_of(stmts: &[Stmt]) -> Vec<Call> {
 /// The Cranelift IR of `kernel` for `target`, as text (before optimization); the input of
 /// `--dump-clif` and the CLIF snapshots. Deterministic for a fixed target description.
 pub fn clif_text(kernel: &Kernel, target: &TargetDesc) -> Result<String, Error> {
-    let isa = fixed_isa(target)?;
+    let isa = fixed_isa(target, effort_for(kernel, target.tiles))?;
     check_calls(kernel, target)?;
     let mut fctx = FunctionBuilderContext::new();
     let func = build_function(kernel, target, isa.as_ref(), &mut fctx);
@@ -503,7 +543,7 @@ pub fn clif_text(kernel: &Kernel, target: &TargetDesc) -> Result<String, Error> 
 /// The machine code of `kernel` for `target`, disassembled (Cranelift's VCode text), for
 /// checking register allocation (spills) by eye.
 pub fn disassemble(kernel: &Kernel, target: &TargetDesc) -> Result<String, Error> {
-    let isa = fixed_isa(target)?;
+    let isa = fixed_isa(target, effort_for(kernel, target.tiles))?;
     check_calls(kernel, target)?;
     let mut fctx = FunctionBuilderContext::new();
     let mut ctx = cranelift_codegen::Context::for_function(build_function(
@@ -519,8 +559,9 @@ pub fn disassemble(kernel: &Kernel, target: &TargetDesc) -> Result<String, Error
     Ok(code.vcode.clone().unwrap_or_default())
 }
 
-/// An x86-64 ISA with exactly the features of `target` (verifier on).
-fn fixed_isa(target: &TargetDesc) -> Result<OwnedTargetIsa, Error> {
+/// An x86-64 ISA with exactly the features of `target` (verifier on), compiling with
+/// `effort`.
+fn fixed_isa(target: &TargetDesc, effort: Effort) -> Result<OwnedTargetIsa, Error> {
     let triple: target_lexicon::Triple = "x86_64-unknown-linux-gnu"
         .parse()
         .map_err(|e| Error::Unsupported(format!("target triple: {e}")))?;
@@ -537,7 +578,7 @@ fn fixed_isa(target: &TargetDesc) -> Result<OwnedTargetIsa, Error> {
     set("has_avx", target.has_avx)?;
     set("has_avx2", target.has_avx2)?;
     set("has_fma", target.has_fma)?;
-    b.finish(shared_flags(true, false)?)
+    b.finish(shared_flags(true, effort)?)
         .map_err(|e| Error::Unsupported(format!("unsupported target: {e}")))
 }
 
