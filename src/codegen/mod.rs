@@ -29,7 +29,7 @@ mod translate;
 
 use translate::{
     build_function, conv_tile_signature, kernel_signature, prefetch_rows_signature,
-    row_routine_signature, PREFETCH_ROWS_ID, ROW_ROUTINES_ID,
+    row_routine_signature, RecordData, PREFETCH_ROWS_ID, ROW_ROUTINES_ID,
 };
 
 use crate::microkernels::{self, RowRoutine, TileIsa, ROUTINES, ROW_ROUTINES};
@@ -270,6 +270,17 @@ pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKern
             )));
         }
     }
+    // every call's record, a read-only data object the module keeps with the code
+    let records = RecordData::collect(kernels, |bytes| {
+        let id = module.declare_anonymous_data(false, false)?;
+        let mut data = cranelift_module::DataDescription::new();
+        data.define(bytes.into_boxed_slice());
+        // the records' words are `i64`s
+        data.set_align(8);
+        module.define_data(id, &data)?;
+        Ok::<_, cranelift_module::ModuleError>(id.as_u32())
+    })
+    .map_err(|e| Error::Unsupported(format!("defining the routines' call records: {e}")))?;
     let ids = kernels
         .iter()
         .enumerate()
@@ -303,6 +314,7 @@ pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKern
                         Effort::Quick => quick_isa.as_ref(),
                         _ => isa.as_ref(),
                     },
+                    &records,
                     &mut fctx,
                     &mut cx,
                     ids[i].func_id(),
@@ -385,12 +397,13 @@ fn machine_code(
     k: &Kernel,
     target: &TargetDesc,
     isa: &dyn TargetIsa,
+    records: &RecordData,
     fctx: &mut FunctionBuilderContext,
     ctx: &mut cranelift_codegen::Context,
     id: cranelift_module::FuncId,
 ) -> Result<MachineCode, Error> {
     ctx.clear();
-    ctx.func = build_function(k, target, isa, fctx);
+    ctx.func = build_function(k, target, isa, records, fctx);
     ctx.compile(isa, &mut Default::default())
         .map_err(|e| codegen_error(k, format!("{:?}", e.inner)))?;
     let code = ctx
@@ -534,10 +547,11 @@ pub fn clif_text(kernel: &Kernel, target: &TargetDesc) -> Result<String, Error> 
     let isa = fixed_isa(target, effort_for(kernel, target.tiles))?;
     check_calls(kernel, target)?;
     let mut fctx = FunctionBuilderContext::new();
-    let func = build_function(kernel, target, isa.as_ref(), &mut fctx);
+    let records = RecordData::numbered(kernel);
+    let func = build_function(kernel, target, isa.as_ref(), &records, &mut fctx);
     cranelift_codegen::verifier::verify_function(&func, isa.as_ref())
         .map_err(|e| codegen_error(kernel, e))?;
-    Ok(func.display().to_string())
+    Ok(format!("{}{}", records.comments(), func.display()))
 }
 
 /// The machine code of `kernel` for `target`, disassembled (Cranelift's VCode text), for
@@ -546,10 +560,12 @@ pub fn disassemble(kernel: &Kernel, target: &TargetDesc) -> Result<String, Error
     let isa = fixed_isa(target, effort_for(kernel, target.tiles))?;
     check_calls(kernel, target)?;
     let mut fctx = FunctionBuilderContext::new();
+    let records = RecordData::numbered(kernel);
     let mut ctx = cranelift_codegen::Context::for_function(build_function(
         kernel,
         target,
         isa.as_ref(),
+        &records,
         &mut fctx,
     ));
     ctx.set_disasm(true);

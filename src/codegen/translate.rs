@@ -7,9 +7,10 @@ use std::collections::{BTreeSet, HashMap};
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
-    types, AbiParam, Block, ConstantData, Endianness, ExtFuncData, ExternalName, FuncRef, Function,
-    InstBuilder, InstructionData, MemFlagsData, Opcode, StackSlot, StackSlotData, StackSlotKind,
-    Type, UserExternalName, UserFuncName, Value as ClifValue, ValueDef,
+    immediates::Imm64, types, AbiParam, Block, ConstantData, Endianness, ExtFuncData, ExternalName,
+    FuncRef, Function, GlobalValue, GlobalValueData, InstBuilder, InstructionData, MemFlagsData,
+    Opcode, StackSlotData, StackSlotKind, Type, UserExternalName, UserFuncName, Value as ClifValue,
+    ValueDef,
 };
 use cranelift_codegen::isa::TargetIsa;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
@@ -68,17 +69,13 @@ pub(super) fn row_routine_signature(
     sig
 }
 
-/// Writes `record` into a new stack slot (its `repr(C)` layout: all `i64` words), once
-/// at function entry per call shape.
-fn row_record_slot(fb: &mut FunctionBuilder, ptr: Type, record: &RowRecord) -> StackSlot {
-    let words = record.words();
-    let size = u32::try_from(words.len() * 8).unwrap_or(u32::MAX);
-    let slot = fb.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, size, 3));
-    for (i, v) in words.into_iter().enumerate() {
-        let v = fb.ins().iconst(types::I64, v);
-        fb.ins().stack_store(ptr, v, slot, (8 * i) as i32);
-    }
-    slot
+/// `record`'s bytes in its `repr(C)` layout (all `i64` words).
+fn row_record_bytes(record: &RowRecord) -> Vec<u8> {
+    record
+        .words()
+        .into_iter()
+        .flat_map(i64::to_ne_bytes)
+        .collect()
 }
 
 /// `extern "C" fn(at: *f32, rows, row_stride, row_len: i64)`: see
@@ -92,12 +89,11 @@ pub(super) fn prefetch_rows_signature(isa: &dyn TargetIsa) -> cranelift_codegen:
     sig
 }
 
-/// Writes `tile` into a new stack slot, in `ConvTile`'s `repr(C)` layout, where the
-/// routines read it: once, at function entry, for every call site of that shape.
-fn conv_tile_record(fb: &mut FunctionBuilder, ptr: Type, tile: &ConvTile) -> StackSlot {
+/// `tile`'s bytes in `ConvTile`'s `repr(C)` layout, where the routines read it (its
+/// padding zero).
+fn conv_tile_bytes(tile: &ConvTile) -> Vec<u8> {
     use std::mem::{offset_of, size_of};
-    let size = u32::try_from(size_of::<ConvTile>()).unwrap_or(u32::MAX);
-    let slot = fb.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, size, 3));
+    let mut bytes = vec![0u8; size_of::<ConvTile>()];
     let words = [
         (offset_of!(ConvTile, lanes), tile.lanes),
         (offset_of!(ConvTile, pixels), tile.pixels),
@@ -122,14 +118,82 @@ fn conv_tile_record(fb: &mut FunctionBuilder, ptr: Type, tile: &ConvTile) -> Sta
         (offset_of!(ConvTile, finish), tile.finish),
     ];
     for (at, v) in words {
-        let v = fb.ins().iconst(types::I64, v);
-        fb.ins().stack_store(ptr, v, slot, at as i32);
+        bytes[at..at + 8].copy_from_slice(&v.to_ne_bytes());
     }
     // a Rust `bool`: one byte, 0 or 1
-    let acc = fb.ins().iconst(types::I8, i64::from(tile.accumulate));
-    fb.ins()
-        .stack_store(ptr, acc, slot, offset_of!(ConvTile, accumulate) as i32);
-    slot
+    bytes[offset_of!(ConvTile, accumulate)] = u8::from(tile.accumulate);
+    bytes
+}
+
+/// The records of the call shapes of a set of kernels, each a read-only data object of
+/// the module (namespace 1 of its external names, by the index given here): a record
+/// is constant, so the code only loads its address, where writing it to the stack at
+/// every kernel's entry took three instructions a word (≈ 40% of DBNet's Cranelift IR,
+/// its conv kernels' four 16-word tile records).
+#[derive(Default)]
+pub(super) struct RecordData {
+    tiles: HashMap<ConvTile, u32>,
+    rows: HashMap<RowRecord, u32>,
+}
+
+impl RecordData {
+    /// Every record of the calls of `kernels`, in order of first appearance: `define`
+    /// gets the bytes of each new one and returns its data object's index.
+    pub(super) fn collect<'k, E>(
+        kernels: impl IntoIterator<Item = &'k Kernel>,
+        mut define: impl FnMut(Vec<u8>) -> Result<u32, E>,
+    ) -> Result<RecordData, E> {
+        let mut records = RecordData::default();
+        for k in kernels {
+            for call in calls_of(&k.body) {
+                match call {
+                    Call::Tile(tile) if !records.tiles.contains_key(&tile) => {
+                        let index = define(conv_tile_bytes(&tile))?;
+                        records.tiles.insert(tile, index);
+                    }
+                    Call::Row(_, Some(row)) if !records.rows.contains_key(&row) => {
+                        let index = define(row_record_bytes(&row))?;
+                        records.rows.insert(row, index);
+                    }
+                    // known already, or a row routine whose arguments are all registers
+                    _ => {}
+                }
+            }
+        }
+        Ok(records)
+    }
+
+    /// One comment line per record, in index order, naming what it holds (dumps show
+    /// the records' data objects only by their names).
+    pub(super) fn comments(&self) -> String {
+        let mut lines: Vec<(u32, String)> = self
+            .tiles
+            .iter()
+            .map(|(t, &i)| (i, format!("conv tile {t}")))
+            .chain(self.rows.iter().map(|(r, &i)| {
+                let words: Vec<String> = r.words().iter().map(i64::to_string).collect();
+                (i, format!("row record [{}]", words.join(", ")))
+            }))
+            .collect();
+        lines.sort();
+        lines
+            .into_iter()
+            .map(|(i, what)| format!("; userextname{i}: {what}\n"))
+            .collect()
+    }
+
+    /// The records of `kernel` alone, numbered from 0 (for dumps: no module holds them).
+    pub(super) fn numbered(kernel: &Kernel) -> RecordData {
+        let mut next = 0;
+        let numbered = Self::collect([kernel], |_| {
+            next += 1;
+            Ok::<_, std::convert::Infallible>(next - 1)
+        });
+        match numbered {
+            Ok(records) => records,
+            Err(never) => match never {},
+        }
+    }
 }
 
 /// `extern "C" fn(args: *const *mut u8, lo: i64, hi: i64) -> i32`: the status is 0, or
@@ -143,11 +207,13 @@ pub(super) fn kernel_signature(isa: &dyn TargetIsa) -> cranelift_codegen::ir::Si
     sig
 }
 
-/// Translates one kernel into a Cranelift function.
+/// Translates one kernel into a Cranelift function; `records` holds the records of its
+/// calls.
 pub(super) fn build_function(
     kernel: &Kernel,
     target: &TargetDesc,
     isa: &dyn TargetIsa,
+    records: &RecordData,
     fctx: &mut FunctionBuilderContext,
 ) -> Function {
     let mut func = Function::with_name_signature(UserFuncName::user(0, 0), kernel_signature(isa));
@@ -175,22 +241,36 @@ pub(super) fn build_function(
             fb.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 6));
         bases.push(fb.ins().stack_addr(ptr, slot, 0));
     }
+    // the data object of every record a call reads, declared once
+    let record = |fb: &mut FunctionBuilder, index: u32| {
+        let name = fb.func.declare_imported_user_function(UserExternalName {
+            namespace: 1,
+            index,
+        });
+        // not colocated: the data may lie farther than 2 GiB from the code
+        fb.create_global_value(GlobalValueData::Symbol {
+            name: ExternalName::user(name),
+            offset: Imm64::new(0),
+            colocated: false,
+            tls: false,
+        })
+    };
     let mut tile_records = HashMap::new();
     let mut row_records = HashMap::new();
     for call in calls_of(&kernel.body) {
         match call {
-            Call::Tile(tile) => {
-                if let std::collections::hash_map::Entry::Vacant(e) = tile_records.entry(tile) {
-                    e.insert(conv_tile_record(&mut fb, ptr, &tile));
+            Call::Tile(tile) if !tile_records.contains_key(&tile) => {
+                if let Some(&index) = records.tiles.get(&tile) {
+                    tile_records.insert(tile, record(&mut fb, index));
                 }
             }
-            Call::Row(_, Some(row)) => {
-                if let std::collections::hash_map::Entry::Vacant(e) = row_records.entry(row) {
-                    e.insert(row_record_slot(&mut fb, ptr, &row));
+            Call::Row(_, Some(row)) if !row_records.contains_key(&row) => {
+                if let Some(&index) = records.rows.get(&row) {
+                    row_records.insert(row, record(&mut fb, index));
                 }
             }
-            // the other row routines' arguments are all registers
-            Call::Row(_, None) => {}
+            // known already, or a row routine whose arguments are all registers
+            _ => {}
         }
     }
     let vars: Vec<Variable> = kernel
@@ -354,10 +434,10 @@ struct Gen<'f, 'k> {
     /// [`ROW_ROUTINES`], imported at its first call, and each kind's signature.
     row_routines: [Option<FuncRef>; ROW_ROUTINES.len()],
     row_sigs: [(RowRoutine, cranelift_codegen::ir::Signature); RowRoutine::ALL.len()],
-    /// The stack slot holding each call shape's record (written at entry).
-    tile_records: HashMap<ConvTile, StackSlot>,
+    /// The data object holding each call shape's record.
+    tile_records: HashMap<ConvTile, GlobalValue>,
     /// The same for row routines that take a record.
-    row_records: HashMap<RowRecord, StackSlot>,
+    row_records: HashMap<RowRecord, GlobalValue>,
     vars: Vec<Variable>,
     loop_vars: Vec<Variable>,
     /// Values of loop variables of single-trip loops, folded into addresses.
@@ -411,12 +491,12 @@ impl Gen<'_, '_> {
                 } => self.conv_tile([x, w, out], next.as_ref(), [bias, residual], tile),
                 Stmt::DepthwiseRow { x, w, out, row } => {
                     let mut args = [x, w, out].map(|p| self.call_pointer(p)).to_vec();
-                    // every call's shape was written at entry (`calls_of` walks this body)
+                    // every call's record was declared at entry (`calls_of` walks this body)
                     let Some(&record) = self.row_records.get(&RowRecord::Depthwise(*row)) else {
                         unreachable!("depthwise row {row} has no record");
                     };
                     let ptr = self.fb.func.dfg.value_type(args[0]);
-                    args.push(self.fb.ins().stack_addr(ptr, record, 0));
+                    args.push(self.fb.ins().symbol_value(ptr, record));
                     self.call_row(RowRoutine::Depthwise, &args);
                 }
                 Stmt::BlockedDepthwiseRow {
@@ -432,11 +512,11 @@ impl Gen<'_, '_> {
                         Some(b) => self.call_pointer(b),
                         None => self.fb.ins().iconst(ptr, 0),
                     };
-                    // every call's shape was written at entry (`calls_of` walks this body)
+                    // every call's record was declared at entry (`calls_of` walks this body)
                     let Some(&record) = self.row_records.get(&RowRecord::Blocked(*row)) else {
                         unreachable!("blocked depthwise row {row} has no record");
                     };
-                    let shape = self.fb.ins().stack_addr(ptr, record, 0);
+                    let shape = self.fb.ins().symbol_value(ptr, record);
                     self.call_row(RowRoutine::BlockedDepthwise, &[x, w, bias, out, shape]);
                 }
                 Stmt::SoftmaxRow { x, out, len } => {
@@ -592,12 +672,12 @@ impl Gen<'_, '_> {
             }
         };
         let mut args = ptrs.map(|p| self.call_pointer(p)).to_vec();
-        // every call's shape was written at entry (`calls_of` walks the same body)
+        // every call's record was declared at entry (`calls_of` walks the same body)
         let Some(&record) = self.tile_records.get(t) else {
             unreachable!("conv tile {t} has no record");
         };
         let ptr = self.fb.func.dfg.value_type(args[0]);
-        args.push(self.fb.ins().stack_addr(ptr, record, 0));
+        args.push(self.fb.ins().symbol_value(ptr, record));
         let next = match next {
             // the run moved back where it would pass the buffer's end (`Stmt::ConvTile`)
             Some(at) => {
