@@ -272,15 +272,19 @@ pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKern
     }
     // every call's record, a read-only data object the module keeps with the code
     let records = RecordData::collect(kernels, |bytes| {
-        let id = module.declare_anonymous_data(false, false)?;
+        let failed = |e: cranelift_module::ModuleError| {
+            Error::Unsupported(format!("defining a routine's call record: {e}"))
+        };
+        let id = module
+            .declare_anonymous_data(false, false)
+            .map_err(failed)?;
         let mut data = cranelift_module::DataDescription::new();
         data.define(bytes.into_boxed_slice());
         // the records' words are `i64`s
         data.set_align(8);
-        module.define_data(id, &data)?;
-        Ok::<_, cranelift_module::ModuleError>(id.as_u32())
-    })
-    .map_err(|e| Error::Unsupported(format!("defining the routines' call records: {e}")))?;
+        module.define_data(id, &data).map_err(failed)?;
+        Ok::<_, Error>(id.as_u32())
+    })?;
     let ids = kernels
         .iter()
         .enumerate()
