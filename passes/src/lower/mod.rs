@@ -306,7 +306,7 @@ fn lower_program<'a>(
             padded_rows: None,
         },
         value_buf: Vec::with_capacity(func.num_values()),
-        dedupe: HashMap::new(),
+        dedupe: HashMap::default(),
         cur_op: String::new(),
         cur_loc: Location::Unknown,
         packing,
@@ -393,6 +393,47 @@ fn lower_program<'a>(
     Ok((cx.prog, cx.cached))
 }
 
+/// The hash of everything in `k` but its name (which says where it was made, not what
+/// it computes), for [`Cx::step`]'s dedupe. The fields are named so that a new one
+/// cannot be left out.
+fn content_hash(k: &Kernel) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let Kernel {
+        name: _,
+        args,
+        locals,
+        vars,
+        num_loop_vars,
+        body,
+        parallel,
+    } = k;
+    let mut h = rustc_hash::FxHasher::default();
+    (args, locals, vars, num_loop_vars, body, parallel).hash(&mut h);
+    h.finish()
+}
+
+/// Whether `a` and `b` are the same kernel but for their names.
+fn same_content(a: &Kernel, b: &Kernel) -> bool {
+    let Kernel {
+        name: _,
+        args,
+        locals,
+        vars,
+        num_loop_vars,
+        body,
+        parallel,
+    } = a;
+    (args, locals, vars, num_loop_vars, body, parallel)
+        == (
+            &b.args,
+            &b.locals,
+            &b.vars,
+            &b.num_loop_vars,
+            &b.body,
+            &b.parallel,
+        )
+}
+
 /// What a kernel that stops at a run's valid rows adds to its name (`_valid_rows`), so
 /// dumps and profiles tell it from the one that computes every row.
 pub(crate) fn valid_rows_suffix(stops: bool) -> &'static str {
@@ -451,7 +492,9 @@ pub(crate) struct Cx<'a> {
     packing: crate::parallel::Overlap<'a, (BufferId, AlignedBuf)>,
     prog: Program,
     value_buf: Vec<BufferId>,
-    dedupe: HashMap<Kernel, usize>,
+    /// The kernels made so far by the hash of their content without the name
+    /// ([`content_hash`]): a step whose kernel equals one of them calls that one.
+    dedupe: HashMap<u64, Vec<usize>, rustc_hash::FxBuildHasher>,
     cur_op: String,
     cur_loc: Location,
     /// Bytes of the weights the function reads ([`Cx::weight_bytes`]).
@@ -671,9 +714,6 @@ impl<'a> Cx<'a> {
 
     /// Checks `kernel`, adds it (or finds an identical one) and appends a call with `args`.
     pub(crate) fn step(&mut self, kernel: Kernel, args: Vec<BufferId>) -> Result<(), Diagnostic> {
-        kernel
-            .check()
-            .map_err(|m| Diagnostic::error("lowering-bug", m, self.cur_loc.clone()))?;
         for (i, (a, b)) in kernel.args.iter().zip(&args).enumerate() {
             if a.dtype != self.dtype_of(*b) {
                 return Err(Diagnostic::error(
@@ -720,14 +760,24 @@ impl<'a> Cx<'a> {
                 self.cur_loc.clone(),
             ));
         }
-        let mut key = kernel.clone();
-        key.name.clear();
-        let index = match self.dedupe.get(&key) {
-            Some(&i) => i,
+        let hash = content_hash(&kernel);
+        let kernels = &self.prog.kernels;
+        let same = self.dedupe.get(&hash).and_then(|found| {
+            found
+                .iter()
+                .copied()
+                .find(|&i| same_content(&kernels[i], &kernel))
+        });
+        let index = match same {
+            Some(i) => i,
             None => {
+                // an identical kernel was checked when it was added
+                kernel
+                    .check()
+                    .map_err(|m| Diagnostic::error("lowering-bug", m, self.cur_loc.clone()))?;
                 self.prog.kernels.push(kernel);
                 let i = self.prog.kernels.len() - 1;
-                self.dedupe.insert(key, i);
+                self.dedupe.entry(hash).or_default().push(i);
                 i
             }
         };
