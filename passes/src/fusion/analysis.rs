@@ -65,19 +65,40 @@ impl InputFacts {
     }
 }
 
+/// A rule's name as the e-graph's side tables keep it: shared, so that recording a match
+/// (thousands per compile, most of them repeats in later iterations) copies no string.
+pub type RuleName = std::sync::Arc<str>;
+
 /// Which input instructions and rules an e-node stands for.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Provenance {
-    /// Indices of the input function's instructions this node computes (merged ops).
-    pub insts: BTreeSet<usize>,
+    /// Indices of the input function's instructions this node computes (merged ops),
+    /// ascending, each once.
+    pub insts: Vec<usize>,
     /// Names of the rules that built this node, in the order they fired.
-    pub rules: Vec<String>,
+    pub rules: Vec<RuleName>,
 }
 
 impl Provenance {
+    /// The provenance of input instruction `i` itself.
+    pub fn of_inst(i: usize) -> Provenance {
+        Provenance {
+            insts: vec![i],
+            rules: Vec::new(),
+        }
+    }
+
     /// Adds everything `other` records.
     pub fn absorb(&mut self, other: &Provenance) {
-        self.insts.extend(other.insts.iter().copied());
+        if !other
+            .insts
+            .iter()
+            .all(|i| self.insts.binary_search(i).is_ok())
+        {
+            self.insts.extend_from_slice(&other.insts);
+            self.insts.sort_unstable();
+            self.insts.dedup();
+        }
         for r in &other.rules {
             if !self.rules.contains(r) {
                 self.rules.push(r.clone());
@@ -110,7 +131,7 @@ pub enum Outcome {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct RuleEvent {
     /// The rule.
-    pub rule: String,
+    pub rule: RuleName,
     /// The class matched by the rule's left-hand side root.
     pub class: Id,
     /// What happened.
@@ -142,7 +163,7 @@ pub struct FusionAnalysis {
     /// Every rule match and its outcome.
     pub events: BTreeSet<RuleEvent>,
     /// Per-rule counts.
-    pub counts: BTreeMap<String, RuleCounts>,
+    pub counts: BTreeMap<RuleName, RuleCounts>,
 }
 
 impl FusionAnalysis {
@@ -202,13 +223,18 @@ impl FusionAnalysis {
 
     /// The provenance of a node (canonicalizing it first).
     pub fn provenance_of(egraph: &FusionGraph, node: &TensorNode) -> Provenance {
-        let key = node.clone().map_children(|c| egraph.find(c));
-        egraph
-            .analysis
-            .provenance
-            .get(&key)
+        Self::provenance_ref(egraph, node)
             .cloned()
             .unwrap_or_default()
+    }
+
+    /// [`FusionAnalysis::provenance_of`], borrowed; `None` where nothing is recorded.
+    pub fn provenance_ref<'g>(
+        egraph: &'g FusionGraph,
+        node: &TensorNode,
+    ) -> Option<&'g Provenance> {
+        let key = node.clone().map_children(|c| egraph.find(c));
+        egraph.analysis.provenance.get(&key)
     }
 }
 

@@ -11,7 +11,9 @@ use smelt_ir::op::{broadcast, FusedOp, Op};
 use smelt_ir::types::{DType, Layout, TensorType};
 use smelt_ir::weights::{AlignedBuf, WeightStore};
 
-use super::analysis::{FusionAnalysis, FusionGraph, InputFacts, Outcome, Provenance, RuleEvent};
+use super::analysis::{
+    FusionAnalysis, FusionGraph, InputFacts, Outcome, Provenance, RuleCounts, RuleEvent, RuleName,
+};
 use super::attr_match::{compare, has_float_fields, AttrMatch};
 use super::lang::{join_op, split_op, AttrTable, Attrs, OpKind, TensorNode};
 use super::rules::{
@@ -251,7 +253,7 @@ struct CompiledGuard {
 /// The applier of one rule (one left-hand side alternative).
 #[derive(Debug)]
 struct RuleApplier {
-    rule: String,
+    rule: RuleName,
     lhs: PatternAst<TensorNode>,
     action: Action,
     guards: Vec<CompiledGuard>,
@@ -327,7 +329,7 @@ pub fn compile_rules(
                 })
                 .collect();
             let applier = RuleApplier {
-                rule: rule.name.clone(),
+                rule: RuleName::from(rule.name.as_str()),
                 lhs: lhs_ast.clone(),
                 action,
                 guards,
@@ -609,18 +611,25 @@ impl RuleApplier {
                 let concrete = node
                     .clone()
                     .map_children(|c| classes[usize::from(c)].unwrap_or(c));
-                prov.absorb(&FusionAnalysis::provenance_of(egraph, &concrete));
+                if let Some(p) = FusionAnalysis::provenance_ref(egraph, &concrete) {
+                    prov.absorb(p);
+                }
             }
         }
         prov
     }
 
-    fn record(egraph: &mut FusionGraph, rule: &str, class: Id, outcome: Outcome) {
+    fn record(egraph: &mut FusionGraph, rule: &RuleName, class: Id, outcome: Outcome) {
         egraph.analysis.events.insert(RuleEvent {
-            rule: rule.to_string(),
+            rule: rule.clone(),
             class,
             outcome,
         });
+    }
+
+    /// This rule's counts.
+    fn counts<'g>(&self, egraph: &'g mut FusionGraph) -> &'g mut RuleCounts {
+        egraph.analysis.counts.entry(self.rule.clone()).or_default()
     }
 
     fn instantiate(
@@ -661,12 +670,7 @@ impl RuleApplier {
             Self::record(egraph, &self.rule, eclass, Outcome::Fired(canonical));
         }
         if changed {
-            egraph
-                .analysis
-                .counts
-                .entry(self.rule.clone())
-                .or_default()
-                .applied += 1;
+            self.counts(egraph).applied += 1;
             vec![new]
         } else {
             vec![]
@@ -824,12 +828,7 @@ impl RuleApplier {
             let canonical = new_node.map_children(|c| egraph.find(c));
             Self::record(egraph, &self.rule, eclass, Outcome::Fired(canonical));
             if egraph.union(eclass, id) {
-                egraph
-                    .analysis
-                    .counts
-                    .entry(self.rule.clone())
-                    .or_default()
-                    .applied += 1;
+                self.counts(egraph).applied += 1;
                 changed.push(id);
             }
         }
@@ -865,19 +864,9 @@ impl Applier<TensorNode, FusionAnalysis> for RuleApplier {
                 Some(AttrMatch::Different) | None => return vec![],
             }
         }
-        egraph
-            .analysis
-            .counts
-            .entry(self.rule.clone())
-            .or_default()
-            .matches += 1;
+        self.counts(egraph).matches += 1;
         let refused = |egraph: &mut FusionGraph, (guard, reason): (String, String)| {
-            egraph
-                .analysis
-                .counts
-                .entry(self.rule.clone())
-                .or_default()
-                .refused += 1;
+            self.counts(egraph).refused += 1;
             Self::record(
                 egraph,
                 &self.rule,

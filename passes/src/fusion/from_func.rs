@@ -73,11 +73,7 @@ pub(super) fn build(func: &Func, weights: &WeightStore) -> Result<Built, PassErr
         };
         let id = egraph.add(node.clone());
         if matches!(node, TensorNode::Op(..)) {
-            let prov = Provenance {
-                insts: BTreeSet::from([i]),
-                rules: Vec::new(),
-            };
-            FusionAnalysis::record(&mut egraph, &node, &prov);
+            FusionAnalysis::record(&mut egraph, &node, &Provenance::of_inst(i));
         }
         original.insert(id, node);
         value_class.push(id);

@@ -221,6 +221,11 @@ impl TimeLimit {
     }
 }
 
+/// Whether a rule built `node` (its provenance names one).
+fn fused_by_rule(egraph: &FusionGraph, node: &TensorNode) -> bool {
+    FusionAnalysis::provenance_ref(egraph, node).is_some_and(|p| !p.rules.is_empty())
+}
+
 fn fuse_with_egg(
     func: &Func,
     weights: &WeightStore,
@@ -343,7 +348,7 @@ fn fuse_with_egg(
             .and_then(|(v, _)| func.inst_of(Value(v as u32)))
             .map(|inst| (op_summary(&inst.op), inst.loc.clone()))
     };
-    let mut fired: BTreeSet<(String, Id)> = BTreeSet::new();
+    let mut fired: BTreeSet<(analysis::RuleName, Id)> = BTreeSet::new();
     for e in &egraph.analysis.events {
         if matches!(e.outcome, Outcome::Fired(_)) {
             fired.insert((e.rule.clone(), egraph.find(e.class)));
@@ -358,7 +363,7 @@ fn fuse_with_egg(
             full_choice.insert(*class, i);
         }
     }
-    let mut seen_lost: BTreeSet<(String, Id, TensorNode)> = BTreeSet::new();
+    let mut seen_lost: BTreeSet<(analysis::RuleName, Id, TensorNode)> = BTreeSet::new();
     for e in &egraph.analysis.events {
         let class = egraph.find(e.class);
         match &e.outcome {
@@ -368,16 +373,16 @@ fn fuse_with_egg(
                 let unfused = extraction
                     .chosen
                     .get(&class)
-                    .is_some_and(|n| FusionAnalysis::provenance_of(&egraph, n).rules.is_empty());
+                    .is_some_and(|n| !fused_by_rule(&egraph, n));
                 // A user rule's refusal is reported even where a built-in rule fused the
                 // op: its author is debugging that rule, not the built-in set.
-                let user_rule = options.extra_rules.iter().any(|r| r.name == e.rule);
+                let user_rule = options.extra_rules.iter().any(|r| *r.name == *e.rule);
                 if fired.contains(&(e.rule.clone(), class)) || !(unfused || user_rule) {
                     continue;
                 }
                 if let Some((op, location)) = site_of(class) {
                     near.insert(NearMiss {
-                        rule: e.rule.clone(),
+                        rule: e.rule.to_string(),
                         op,
                         location,
                         guard: guard.clone(),
@@ -391,7 +396,7 @@ fn fuse_with_egg(
                 }
                 if let Some((op, location)) = site_of(class) {
                     approximate.insert(ApproximateMatch {
-                        rule: e.rule.clone(),
+                        rule: e.rule.to_string(),
                         op,
                         location,
                         note: note.clone(),
@@ -405,9 +410,7 @@ fn fuse_with_egg(
                 };
                 // Only a loss to the unfused form is a loss; another rule's result winning
                 // is fusion working.
-                let chosen_by_rule = !FusionAnalysis::provenance_of(&egraph, chosen)
-                    .rules
-                    .is_empty();
+                let chosen_by_rule = fused_by_rule(&egraph, chosen);
                 if *chosen == node
                     || chosen_by_rule
                     || !seen_lost.insert((e.rule.clone(), class, node.clone()))
@@ -426,7 +429,7 @@ fn fuse_with_egg(
                 };
                 if let Some((op, location)) = site_of(class) {
                     lost.push(LostFusion {
-                        rule: e.rule.clone(),
+                        rule: e.rule.to_string(),
                         op,
                         location,
                         fused_cost,
@@ -506,7 +509,7 @@ fn fuse_with_egg(
         rules: rules
             .iter()
             .map(|r| {
-                let c = counts.get(&r.name).copied().unwrap_or_default();
+                let c = counts.get(r.name.as_str()).copied().unwrap_or_default();
                 RuleStat {
                     rule: r.name.clone(),
                     matches: c.matches,

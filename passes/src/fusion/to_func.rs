@@ -253,7 +253,7 @@ pub(super) fn emit(
                         sites.push(FusionSite {
                             inst: out.insts.len(),
                             op: op_summary(&op),
-                            rules: prov.rules.clone(),
+                            rules: prov.rules.iter().map(|r| r.to_string()).collect(),
                             merged_ops: merged_insts
                                 .iter()
                                 .map(|inst| inst.op.name().to_string())
