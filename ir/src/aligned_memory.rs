@@ -65,8 +65,20 @@ unsafe impl Send for Mapping {}
 // SAFETY: as for `Send`: a `Mapping` itself never reads or writes its memory.
 unsafe impl Sync for Mapping {}
 
-/// Bytes of retired mappings the process keeps for reuse ([`Retired`]).
-const RETAIN_MAX_BYTES: usize = 256 << 20;
+/// Bytes of retired mappings the process keeps for reuse ([`Retired`]): 1 GiB, at most
+/// an eighth of the default memory budget (a sixteenth of the machine's memory). A
+/// transformer's file buffer and packed weights are a few hundred MB each (BERT-base
+/// 440 MB): under 256 MB they were unmapped, and on this Firecracker VM, whose kernel
+/// reports freed 8 MiB blocks to the host (free page reporting), the next compile's
+/// fresh pages were backed anew by the host: BERT-base compiled in 200 or 500–900 ms
+/// by turns, 165–175 ms with them kept (benches/RESULTS.md, session 31).
+fn retain_max_bytes() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| {
+        let budget = usize::try_from(crate::budget::default_memory_budget() / 8);
+        budget.unwrap_or(usize::MAX).min(1 << 30)
+    })
+}
 
 /// Retired mappings kept at most.
 const RETAIN_MAX_COUNT: usize = 16;
@@ -77,7 +89,7 @@ const RETAIN_MAX_COUNT: usize = 16;
 /// and on a VM each first touch costs ≈ 0.6 ms per MB — more than the rest of a small
 /// CNN's compile. They are released to the kernel lazily (`MADV_FREE`: it takes the
 /// pages back under memory pressure, and until then they cost nothing to reuse) and
-/// zeroed when reused. At most [`RETAIN_MAX_BYTES`] in [`RETAIN_MAX_COUNT`] mappings;
+/// zeroed when reused. At most [`retain_max_bytes`] in [`RETAIN_MAX_COUNT`] mappings;
 /// a larger one is unmapped at once.
 struct Retired {
     mappings: Vec<(usize, usize)>,
@@ -109,12 +121,13 @@ impl Retired {
     /// over the bound).
     fn keep(&mut self, at: usize, count: usize) -> Vec<(usize, usize)> {
         let bytes = |m: &[(usize, usize)]| m.iter().map(|&(_, c)| c * 64).sum::<usize>();
-        if count.saturating_mul(64) > RETAIN_MAX_BYTES {
+        let max_bytes = retain_max_bytes();
+        if count.saturating_mul(64) > max_bytes {
             return vec![(at, count)];
         }
         self.mappings.push((at, count));
         let mut evicted = Vec::new();
-        while self.mappings.len() > RETAIN_MAX_COUNT || bytes(&self.mappings) > RETAIN_MAX_BYTES {
+        while self.mappings.len() > RETAIN_MAX_COUNT || bytes(&self.mappings) > max_bytes {
             evicted.push(self.mappings.remove(0));
         }
         evicted
@@ -469,7 +482,7 @@ mod tests {
             None,
             "1100 lines waste more than a quarter of 700"
         );
-        let huge = RETAIN_MAX_BYTES / 64 + 1;
+        let huge = retain_max_bytes() / 64 + 1;
         assert_eq!(r.keep(0x3000, huge), vec![(0x3000, huge)]);
         let evicted: Vec<_> = (0..RETAIN_MAX_COUNT)
             .flat_map(|i| r.keep(0x10_000 * (i + 1), 10))
@@ -479,11 +492,11 @@ mod tests {
             vec![(0x2000, 1100)],
             "the oldest goes past the count bound"
         );
-        let big = RETAIN_MAX_BYTES / 64 / 2 + 1;
+        let big = retain_max_bytes() / 64 / 2 + 1;
         let evicted = [r.keep(0x4000, big), r.keep(0x5000, big)].concat();
         assert!(evicted.contains(&(0x4000, big)), "{evicted:?}");
         let bytes: usize = r.mappings.iter().map(|&(_, c)| c * 64).sum();
-        assert!(bytes <= RETAIN_MAX_BYTES && r.mappings.len() <= RETAIN_MAX_COUNT);
+        assert!(bytes <= retain_max_bytes() && r.mappings.len() <= RETAIN_MAX_COUNT);
     }
 
     /// Zeroed pieces are zeros, also where pieces for overwriting (which are not cleared)
