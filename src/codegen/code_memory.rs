@@ -6,8 +6,9 @@
 //! [`KernelId`]) with `kernel_signature` — a pointer and two `i64` arguments, no result,
 //! the platform's C calling convention — and defined with code compiled from a function
 //! of that signature (`build_function` makes no other); so it is a [`KernelFn`]. The
-//! pages stay mapped while the [`CompiledKernels`] that owns the module lives, and the
-//! entry points live in it too: dropping it frees the pages (`free_memory`, without
+//! pages — the code, and the read-only call records it passes to the routines — stay
+//! mapped while the [`CompiledKernels`] that owns the module lives, and the entry points
+//! live in it too: dropping it frees the pages (`free_memory`, without
 //! which a dropped `JITModule` leaks them) only when no entry point can be used again.
 
 #![allow(unsafe_code)]

@@ -393,11 +393,10 @@ fn lower_program<'a>(
     Ok((cx.prog, cx.cached))
 }
 
-/// The hash of everything in `k` but its name (which says where it was made, not what
-/// it computes), for [`Cx::step`]'s dedupe. The fields are named so that a new one
-/// cannot be left out.
-fn content_hash(k: &Kernel) -> u64 {
-    use std::hash::{Hash, Hasher};
+/// Everything in `k` but its name (which says where it was made, not what it computes):
+/// what [`Cx::step`]'s dedupe compares. The fields are named so that a new one cannot be
+/// left out.
+fn content(k: &Kernel) -> impl std::hash::Hash + PartialEq + '_ {
     let Kernel {
         name: _,
         args,
@@ -407,31 +406,20 @@ fn content_hash(k: &Kernel) -> u64 {
         body,
         parallel,
     } = k;
+    (args, locals, vars, num_loop_vars, body, parallel)
+}
+
+/// The hash of [`content`], for the dedupe's map.
+fn content_hash(k: &Kernel) -> u64 {
+    use std::hash::{Hash, Hasher};
     let mut h = rustc_hash::FxHasher::default();
-    (args, locals, vars, num_loop_vars, body, parallel).hash(&mut h);
+    content(k).hash(&mut h);
     h.finish()
 }
 
 /// Whether `a` and `b` are the same kernel but for their names.
 fn same_content(a: &Kernel, b: &Kernel) -> bool {
-    let Kernel {
-        name: _,
-        args,
-        locals,
-        vars,
-        num_loop_vars,
-        body,
-        parallel,
-    } = a;
-    (args, locals, vars, num_loop_vars, body, parallel)
-        == (
-            &b.args,
-            &b.locals,
-            &b.vars,
-            &b.num_loop_vars,
-            &b.body,
-            &b.parallel,
-        )
+    content(a) == content(b)
 }
 
 /// What a kernel that stops at a run's valid rows adds to its name (`_valid_rows`), so
