@@ -68,19 +68,23 @@ impl TargetDesc {
     /// The host's features (CPUID), with no conv-tile routines (they are a choice of
     /// the compilation: [`CodegenOptions::tiles`]), or an error on hosts other than x86-64.
     pub fn host() -> Result<TargetDesc, Error> {
-        let isa = host_isa(false, Effort::Quick)?;
+        Ok(Self::of_isa(host_isa(false, Effort::Quick)?.as_ref()))
+    }
+
+    /// The features `isa` was built with (no conv-tile routines).
+    fn of_isa(isa: &dyn TargetIsa) -> TargetDesc {
         let flag = |name: &str| {
             isa.isa_flags()
                 .iter()
                 .any(|v| v.name == name && v.as_bool() == Some(true))
         };
-        Ok(TargetDesc {
+        TargetDesc {
             has_sse41: flag("has_sse41"),
             has_avx: flag("has_avx"),
             has_avx2: flag("has_avx2"),
             has_fma: flag("has_fma"),
             tiles: None,
-        })
+        }
     }
 
     /// Whether `fma` compiles to one fused instruction (VEX-encoded FMA3 needs AVX too).
@@ -202,9 +206,10 @@ pub fn compile(kernels: &[Kernel], opts: &CodegenOptions) -> Result<CompiledKern
     // 10.1 → 7.0), and which needs no mid-end optimizer either (YOLO's code generation
     // 9.0 → 8.0 ms more); run times unchanged: benches/RESULTS.md.
     let quick_isa = host_isa(opts.verify, Effort::Quick)?;
+    // the host's features as the ISA just built read them (no third detection)
     let target = TargetDesc {
         tiles: opts.tiles,
-        ..TargetDesc::host()?
+        ..TargetDesc::of_isa(isa.as_ref())
     };
     if let Some(tiles) = opts.tiles.filter(|t| !t.host_has()) {
         return Err(Error::Unsupported(format!(

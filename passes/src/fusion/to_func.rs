@@ -239,7 +239,8 @@ pub(super) fn emit(
                         .map_err(|m| {
                             internal(format!("extracted '{}' is ill-typed: {m}", op.name()))
                         })?;
-                    let prov = FusionAnalysis::provenance_of(egraph, node);
+                    let none = Provenance::default();
+                    let prov = FusionAnalysis::provenance_ref(egraph, node).unwrap_or(&none);
                     let merged_insts: Vec<&Inst> = prov
                         .insts
                         .iter()
